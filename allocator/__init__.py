@@ -1,0 +1,32 @@
+"""The pool core: arena, residency, the one access loop, timing model, backends."""
+
+from allocator.arena import Arena, ByteAccounting
+from allocator.backends import Backend, NumpyBackend
+from allocator.cost import PRESETS, CostModel, Preset, get_preset
+from allocator.errors import (
+    BackendError,
+    CachegymError,
+    ConfigError,
+    InvalidActionError,
+    InvalidVictim,
+    NotResident,
+    ObjectTooLarge,
+    PolicyFileError,
+    PoolError,
+    PoolExhausted,
+    TraceError,
+    UnknownKey,
+)
+from allocator.pool import EvictionRequest, ObjectInfo, Pool, PoolView
+from allocator.stats import JsonlHook, PoolStats
+from allocator.trace import Kind, Op, Trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Arena", "ByteAccounting", "Backend", "NumpyBackend", "PRESETS", "CostModel", "Preset",
+    "get_preset", "BackendError", "CachegymError", "ConfigError", "InvalidActionError",
+    "InvalidVictim", "NotResident", "ObjectTooLarge", "PolicyFileError", "PoolError",
+    "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",
+    "PoolView", "JsonlHook", "PoolStats", "Kind", "Op", "Trace",
+]

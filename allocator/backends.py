@@ -1,0 +1,168 @@
+"""Backends own real memory: a device arena and host buffers, and copy between them.
+
+The pool decides everything (placement offsets, when copies start, when blocks are reused);
+a backend only moves bytes. Copies are asynchronous: ``copy_h2d``/``copy_d2h`` return an event
+and the pool ``wait``s on it before it reads the destination or reuses the source block.
+Results with a backend equal results without one, decision by decision.
+
+``CupyBackend`` lives in :mod:`allocator.cupy_backend` (the only module that imports ``cupy``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Protocol
+
+import numpy as np
+
+from allocator.errors import BackendError
+
+
+class Backend(Protocol):
+    def attach(self, capacity: int) -> None:
+        """Allocate the device arena of ``capacity`` bytes (called once by the pool)."""
+
+    def device_buffer(self, offset: int, nbytes: int) -> Any:
+        """The device bytes ``[offset, offset + nbytes)`` as an array (no copy)."""
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        """Synchronously copy host ``data`` (uint8) into the device at ``offset``."""
+
+    def copy_h2d(self, key: int, offset: int, nbytes: int) -> Any:
+        """Start copying host buffer ``key`` into the device at ``offset``; returns an event."""
+
+    def copy_d2h(self, key: int, offset: int, nbytes: int) -> Any:
+        """Start copying device ``[offset, offset+nbytes)`` into host buffer ``key``."""
+
+    def wait(self, event: Any) -> None: ...
+
+    def free_host(self, key: int) -> None: ...
+
+    def host_buffer(self, key: int) -> np.ndarray | None: ...
+
+    def synchronize(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Event:
+    __slots__ = ("_done", "error")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.error: BaseException | None = None
+
+    def set(self) -> None:
+        self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
+        if self.error is not None:
+            raise BackendError(f"asynchronous copy failed: {self.error!r}") from self.error
+
+    def is_set(self) -> bool:
+        return self._done.is_set()
+
+
+class NumpyBackend:
+    """Device and host memory are NumPy buffers; copies run on worker threads (one per
+    direction, like two copy engines) and complete through events. The CPU stand-in for a GPU
+    used by tests and CI.
+
+    Invariant: ``_host`` is touched only under ``_host_lock``; a host buffer is resized only
+    when no copy into or out of it is queued (the pool waits on events first).
+    """
+
+    def __init__(self, *, threads: bool = True) -> None:
+        self.device: np.ndarray = np.zeros(0, np.uint8)
+        self._host: dict[int, np.ndarray] = {}
+        self._host_lock = threading.Lock()
+        self._threads = threads
+        self._queues: list[queue.SimpleQueue[Any]] = []
+        self._workers: list[threading.Thread] = []
+
+    def attach(self, capacity: int) -> None:
+        self.device = np.zeros(capacity, np.uint8)
+        if self._threads:
+            for name in ("h2d", "d2h"):
+                q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+                t = threading.Thread(target=self._work, args=(q,), name=f"cachegym-{name}", daemon=True)
+                t.start()
+                self._queues.append(q)
+                self._workers.append(t)
+
+    @staticmethod
+    def _work(q: queue.SimpleQueue[Any]) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            fn, ev = item
+            try:
+                fn()
+            except BaseException as e:  # reported to whoever waits on the event
+                ev.error = e
+            ev.set()
+
+    def _submit(self, direction: int, fn: Any) -> _Event:
+        ev = _Event()
+        if self._threads and self._queues:
+            self._queues[direction].put((fn, ev))
+        else:
+            try:
+                fn()
+            except BaseException as e:
+                ev.error = e
+            ev.set()
+        return ev
+
+    def _host_buf(self, key: int, nbytes: int) -> np.ndarray:
+        with self._host_lock:
+            buf = self._host.get(key)
+            if buf is None or buf.nbytes != nbytes:
+                new = np.zeros(nbytes, np.uint8)
+                if buf is not None:
+                    n = min(nbytes, buf.nbytes)
+                    new[:n] = buf[:n]
+                self._host[key] = buf = new
+            return buf
+
+    def device_buffer(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.device[offset:offset + nbytes]
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self.device[offset:offset + data.nbytes] = data
+
+    def copy_h2d(self, key: int, offset: int, nbytes: int) -> _Event:
+        src = self._host_buf(key, nbytes)
+        dst = self.device[offset:offset + nbytes]
+        return self._submit(0, lambda: np.copyto(dst, src))
+
+    def copy_d2h(self, key: int, offset: int, nbytes: int) -> _Event:
+        dst = self._host_buf(key, nbytes)
+        src = self.device[offset:offset + nbytes]
+        return self._submit(1, lambda: np.copyto(dst, src))
+
+    def wait(self, event: _Event) -> None:
+        event.wait()
+
+    def free_host(self, key: int) -> None:
+        with self._host_lock:
+            self._host.pop(key, None)
+
+    def host_buffer(self, key: int) -> np.ndarray | None:
+        with self._host_lock:
+            return self._host.get(key)
+
+    def synchronize(self) -> None:
+        for d in range(len(self._queues)):
+            self._submit(d, lambda: None).wait()
+
+    def close(self) -> None:
+        self.synchronize()
+        for q in self._queues:
+            q.put(None)
+        for t in self._workers:
+            t.join(timeout=5)
+        self._queues, self._workers = [], []

@@ -1,0 +1,153 @@
+"""Discrete-event timing model of a device with copy engines.
+
+Copies take ``latency + bytes / bandwidth`` per direction; copies in one direction queue on
+their engine; the two directions overlap when the preset has two copy engines (one engine:
+both directions share one queue). ``compute(ns)`` advances the clock; ``wait_until(t)`` makes
+compute wait for data and accounts the wait as stall. Bandwidths are in GB/s = bytes/ns.
+
+A ``CostModel`` with ``preset=None`` is instant: copies take no time and nothing stalls (the
+mode libCacheSim-style miss counting uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from allocator.errors import ConfigError
+
+__all__ = ["Preset", "PRESETS", "CostModel", "get_preset", "load_preset"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Link and device characteristics of one host + GPU. Every figure is calibratable
+    (``scripts/gpu_check.py`` measures a real GPU and writes a preset file)."""
+
+    name: str
+    h2d_gbps: float
+    d2h_gbps: float
+    h2d_latency_ns: int
+    d2h_latency_ns: int
+    copy_engines: int
+    device_bytes: int
+    source: str
+    calibrated: bool = False
+
+    def __post_init__(self) -> None:
+        if self.h2d_gbps <= 0 or self.d2h_gbps <= 0:
+            raise ConfigError(f"preset {self.name}: bandwidths must be > 0 GB/s")
+        if self.h2d_latency_ns < 0 or self.d2h_latency_ns < 0:
+            raise ConfigError(f"preset {self.name}: latencies must be >= 0 ns")
+        if self.copy_engines not in (1, 2):
+            raise ConfigError(f"preset {self.name}: copy_engines must be 1 or 2, got {self.copy_engines}")
+
+
+GiB = 1 << 30
+# Effective pinned-memory bandwidths, not link peaks: PCIe 4.0 x16 peaks at 32 GB/s and
+# cudaMemcpyAsync from pinned memory reaches ~25 GB/s; PCIe 5.0 x16 peaks at 64 GB/s, ~50-55 GB/s
+# measured. NVLink-C2C is 900 GB/s total (450 GB/s per direction).
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset("a100_pcie4", 25.0, 25.0, 8_000, 8_000, 2, 80 * GiB,
+               "NVIDIA A100 datasheet (PCIe Gen4 x16, 64 GB/s bidirectional; 80 GB HBM2e); "
+               "~25 GB/s per direction is the typical pinned cudaMemcpyAsync figure (bandwidthTest)"),
+        Preset("h100_pcie5", 50.0, 50.0, 8_000, 8_000, 2, 80 * GiB,
+               "NVIDIA H100 datasheet (PCIe Gen5 x16, 128 GB/s bidirectional; 80 GB HBM3); "
+               "~50 GB/s per direction effective with pinned memory"),
+        Preset("h200_pcie5", 52.0, 52.0, 8_000, 8_000, 2, 141 * GiB,
+               "NVIDIA H200 datasheet (PCIe Gen5 x16 host link, 128 GB/s bidirectional; 141 GB HBM3e); "
+               "effective per-direction figure as for H100"),
+        Preset("gh200_c2c", 400.0, 400.0, 3_000, 3_000, 2, 96 * GiB,
+               "NVIDIA GH200 Grace Hopper datasheet (NVLink-C2C 900 GB/s total, 450 GB/s per "
+               "direction; 96 GB HBM3); ~400 GB/s effective assumed"),
+    )
+}
+
+
+def get_preset(name: str) -> Preset:
+    """Preset by name, or a preset file (``.json``) written by the calibration script."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if name.endswith(".json") and os.path.exists(name):
+        return load_preset(name)
+    raise ConfigError(
+        f"unknown cost preset {name!r}; choose one of {sorted(PRESETS)} or give a preset .json file"
+    )
+
+
+def load_preset(path: str) -> Preset:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return Preset(**data)
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"preset file {path}: cannot be read as a Preset ({e})") from None
+
+
+def save_preset(preset: Preset, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(asdict(preset), f, indent=2)
+
+
+class CostModel:
+    """The simulated clock. Not thread-safe on its own: the pool's lock guards it.
+
+    Attributes ``now`` (ns), ``stall_ns`` and ``compute_ns`` only grow.
+    """
+
+    __slots__ = ("preset", "instant", "now", "stall_ns", "compute_ns", "_free_at", "_engine")
+
+    def __init__(self, preset: Preset | str | None = None) -> None:
+        if isinstance(preset, str):
+            preset = get_preset(preset)
+        self.preset = preset
+        self.instant = preset is None
+        self.now = 0
+        self.stall_ns = 0
+        self.compute_ns = 0
+        self._free_at = [0, 0]  # per engine: when its queue drains
+        # direction -> engine index: 0 h2d, 1 d2h (one engine: both use engine 0)
+        self._engine = (0, 1) if preset is None or preset.copy_engines == 2 else (0, 0)
+
+    def copy_time(self, direction: int, nbytes: int) -> int:
+        """Duration of one copy (0 = h2d, 1 = d2h) of ``nbytes``, in ns."""
+        p = self.preset
+        if p is None:
+            return 0
+        if direction == 0:
+            return p.h2d_latency_ns + int(nbytes / p.h2d_gbps)
+        return p.d2h_latency_ns + int(nbytes / p.d2h_gbps)
+
+    def copy(self, direction: int, nbytes: int, not_before: int = 0) -> int:
+        """Queue a copy on its engine; returns its completion time. It starts when the engine
+        is free, not before ``now`` and not before ``not_before`` (a data dependency)."""
+        if self.instant:
+            return max(self.now, not_before)
+        e = self._engine[direction]
+        start = max(self.now, self._free_at[e], not_before)
+        done = start + self.copy_time(direction, nbytes)
+        self._free_at[e] = done
+        return done
+
+    def compute(self, ns: int) -> None:
+        self.now += ns
+        self.compute_ns += ns
+
+    def wait_until(self, t: int) -> int:
+        """Compute waits for data ready at ``t``; returns the stall added."""
+        if t > self.now:
+            s = t - self.now
+            self.now = t
+            self.stall_ns += s
+            return s
+        return 0
+
+    @property
+    def total_ns(self) -> int:
+        return self.now
+
+    def busy_until(self, direction: int) -> int:
+        return self._free_at[self._engine[direction]]

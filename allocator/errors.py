@@ -1,0 +1,116 @@
+"""The exception tree of cachegym. Every error says what went wrong and how to fix it.
+
+    CachegymError
+    ├── TraceError            a trace file or array is malformed (names file, column, row)
+    ├── ConfigError           a configuration value is invalid (names the key and the allowed values)
+    ├── PolicyFileError       an exported policy file is corrupt, truncated or mismatched
+    ├── InvalidActionError    an agent's action is out of range or masked
+    ├── BackendError          a backend failed (CUDA error, device mismatch); the pool stays consistent
+    └── PoolError             a pool operation cannot be carried out; the pool is unchanged
+        ├── ObjectTooLarge    an object is larger than the pool's capacity
+        ├── PoolExhausted     no space can be made: everything resident is pinned or in flight
+        ├── UnknownKey        the key names no live object
+        ├── NotResident       the operation needs the object on the device
+        └── InvalidVictim     a policy (or agent) chose a victim that cannot be evicted
+
+Errors carry their data as attributes (e.g. ``PoolExhausted.size``) so callers can react.
+After any ``PoolError`` the pool is consistent and has lost no data.
+"""
+
+from __future__ import annotations
+
+
+class CachegymError(Exception):
+    """Base class of every error raised by cachegym."""
+
+
+class TraceError(CachegymError, ValueError):
+    """A trace is malformed.
+
+    Attributes: ``path`` (file or ``None``), ``column``, ``row`` (0-based record index or ``None``)
+    and ``problem`` (what is wrong).
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        path: str | None = None,
+        column: str | None = None,
+        row: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.path, self.column, self.row, self.problem = path, column, row, problem
+        where = []
+        if path is not None:
+            where.append(f"file {path!s}")
+        if column is not None:
+            where.append(f"column {column!r}")
+        if row is not None:
+            where.append(f"record {row}")
+        msg = (", ".join(where) + ": " if where else "") + problem
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+class ConfigError(CachegymError, ValueError):
+    """A configuration value is invalid."""
+
+
+class PolicyFileError(CachegymError, ValueError):
+    """An exported policy file cannot be used: corrupt, truncated or built for other code."""
+
+
+class InvalidActionError(CachegymError, ValueError):
+    """An agent's action is out of range or refers to a masked (invalid) candidate."""
+
+
+class BackendError(CachegymError, RuntimeError):
+    """A backend operation failed (e.g. a CUDA error or a mismatched device)."""
+
+
+class PoolError(CachegymError):
+    """A pool operation could not be carried out. The pool is unchanged and consistent."""
+
+
+class ObjectTooLarge(PoolError, ValueError):
+    def __init__(self, key: int, size: int, capacity: int) -> None:
+        self.key, self.size, self.capacity = key, size, capacity
+        super().__init__(
+            f"object {key} of {size} bytes is larger than the pool's capacity of {capacity} bytes; "
+            "raise the capacity or split the object"
+        )
+
+
+class PoolExhausted(PoolError, MemoryError):
+    def __init__(self, size: int, used: int, capacity: int, detail: str = "") -> None:
+        self.size, self.used, self.capacity = size, used, capacity
+        super().__init__(
+            f"cannot make room for {size} bytes: {used} of {capacity} bytes are held by pinned "
+            f"or in-flight objects{': ' + detail if detail else ''}; unpin objects or raise the capacity"
+        )
+
+
+class UnknownKey(PoolError, KeyError):
+    def __init__(self, key: int, op: str = "access") -> None:
+        self.key = key
+        super().__init__(f"{op}: key {key} names no live object in the pool (freed, or never created)")
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+class NotResident(PoolError):
+    def __init__(self, key: int, op: str) -> None:
+        self.key = key
+        super().__init__(f"{op}: object {key} is not on the device; access it first")
+
+
+class InvalidVictim(PoolError):
+    def __init__(self, key: object, reason: str) -> None:
+        self.key = key
+        super().__init__(
+            f"eviction victim {key!r} is not evictable: {reason}; a policy must return a key "
+            "from view.candidates()"
+        )

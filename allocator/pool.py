@@ -1,0 +1,750 @@
+"""The pool: one access loop over a fixed device budget.
+
+Every client drives this loop: the evaluator and the real allocator through :meth:`Pool.access`
+(a policy object answers the eviction question), the Gymnasium environments through
+:meth:`Pool.steps` (the loop stops at each eviction decision and resumes with the agent's answer).
+There is no second implementation of hits, misses, eviction or accounting anywhere.
+
+Residency of an object: ``DEVICE``, ``HOST``, in flight to the device (``H2D``) or to the host
+(``D2H``, a dirty victim being written back). A dirty victim's space is reusable only once its
+copy to host completes; pinned objects are never evicted; a freed object is dropped everywhere
+without write-back.
+
+Locking: every public method takes ``_lock`` (re-entrant); all access to ``_objs``, the
+placement, the clock and the stats requires it. A ``steps`` generator holds the lock from its
+first ``next`` until it finishes or is closed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from allocator.arena import Arena, ByteAccounting
+from allocator.cost import CostModel, Preset
+from allocator.errors import (
+    ConfigError,
+    InvalidVictim,
+    NotResident,
+    ObjectTooLarge,
+    PoolError,
+    PoolExhausted,
+    UnknownKey,
+)
+from allocator.stats import PoolHook, PoolStats
+from allocator.trace import Op, Trace
+
+if TYPE_CHECKING:
+    from allocator.backends import Backend
+    from policies.base import EvictionPolicy, PrefetchPolicy
+
+__all__ = ["Pool", "PoolView", "ObjectInfo", "EvictionRequest", "DEVICE", "HOST", "H2D", "D2H"]
+
+DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
+STATE_NAMES = ("device", "host", "h2d", "d2h")
+
+
+class ObjectInfo:
+    """Per-object record. Read-only to everything outside this module."""
+
+    __slots__ = (
+        "key", "size", "nbytes", "state", "dirty", "pins", "offset", "ready_ns",
+        "prefetched", "busy_until", "kind", "created_tick", "last_tick", "n_access",
+        "h2d_event", "d2h_event",
+    )
+
+    def __init__(self, key: int, size: int, kind: int, tick: int) -> None:
+        self.key = key
+        self.size = size
+        self.nbytes = 0  # footprint in the placement while resident
+        self.state = HOST
+        self.dirty = False
+        self.pins = 0
+        self.offset = -1
+        self.ready_ns = 0  # when an in-flight h2d lands / a d2h completes
+        self.prefetched = False  # brought in by a prefetch and not used since
+        self.busy_until = 0  # a copy *from* the device block runs until then
+        self.kind = kind
+        self.created_tick = tick
+        self.last_tick = tick
+        self.n_access = 0
+        self.h2d_event: Any = None
+        self.d2h_event: Any = None
+
+    def __repr__(self) -> str:
+        return (f"ObjectInfo(key={self.key}, size={self.size}, state={STATE_NAMES[self.state]}, "
+                f"dirty={self.dirty}, pins={self.pins})")
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRequest:
+    """Yielded by :meth:`Pool.steps` when space is needed: send back a key from
+    ``view.candidates()``. ``key``/``size`` name the object being admitted."""
+
+    key: int
+    size: int
+    needed: int
+    view: PoolView
+
+
+class PoolView:
+    """Read-only view of a pool handed to policies. Valid only inside the pool's calls."""
+
+    __slots__ = ("_pool", "_objs")
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._objs = pool._objs
+
+    @property
+    def tick(self) -> int:
+        """Index of the current event in the pool's event sequence (0-based)."""
+        return self._pool._tick
+
+    @property
+    def now_ns(self) -> int:
+        return self._pool.cost.now
+
+    @property
+    def capacity(self) -> int:
+        return self._pool.capacity
+
+    @property
+    def used(self) -> int:
+        return self._pool._place.used
+
+    @property
+    def bytes_in_flight(self) -> int:
+        return self._pool._inflight_bytes
+
+    @property
+    def cost(self) -> CostModel:
+        return self._pool.cost
+
+    @property
+    def stats(self) -> PoolStats:
+        return self._pool.stats
+
+    def evictable(self, key: int) -> bool:
+        o = self._objs.get(key)
+        return o is not None and o.state == DEVICE and o.pins == 0
+
+    def candidates(self) -> list[int]:
+        """Evictable keys (resident, unpinned, not in flight), in no particular order."""
+        return [k for k, o in self._objs.items() if o.state == DEVICE and o.pins == 0]
+
+    def info(self, key: int) -> ObjectInfo:
+        return self._objs[key]
+
+    def size(self, key: int) -> int:
+        return self._objs[key].size
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._objs
+
+    def is_resident(self, key: int) -> bool:
+        o = self._objs.get(key)
+        return o is not None and o.state in (DEVICE, H2D)
+
+
+Placement = Literal["arena", "bytes"]
+
+
+class Pool:
+    """A device memory pool of ``capacity`` bytes with host memory behind it.
+
+    Args:
+        capacity: device budget in bytes.
+        policy: eviction policy (default :class:`policies.lru.LRU`).
+        prefetcher: optional prefetch policy, asked after every access.
+        cost: timing model: ``None`` (instant copies), a preset name or :class:`Preset`, or a
+            :class:`CostModel`.
+        backend: ``None`` (metadata only), or a backend that owns real bytes
+            (:class:`allocator.backends.NumpyBackend`, ``CupyBackend``). Needs ``placement="arena"``.
+        placement: ``"arena"`` (best-fit blocks, fragmentation can force evictions) or
+            ``"bytes"`` (byte accounting, as libCacheSim).
+        write_policy: ``"write-back"`` (dirty victims are copied to host) or ``"write-through"``
+            (every write is also copied to host at once).
+        oversize: ``"error"`` raises :class:`ObjectTooLarge` for an object larger than the pool;
+            ``"bypass"`` counts a miss and never inserts it (libCacheSim's semantics).
+        hook: optional callable receiving one dict per event (see :class:`JsonlHook`).
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        policy: EvictionPolicy | None = None,
+        *,
+        prefetcher: PrefetchPolicy | None = None,
+        cost: CostModel | Preset | str | None = None,
+        backend: Backend | None = None,
+        placement: Placement = "arena",
+        write_policy: Literal["write-back", "write-through"] = "write-back",
+        oversize: Literal["error", "bypass"] = "error",
+        hook: PoolHook | None = None,
+    ) -> None:
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise ConfigError(f"capacity must be a positive number of bytes, got {capacity!r}")
+        if placement not in ("arena", "bytes"):
+            raise ConfigError(f"placement must be 'arena' or 'bytes', got {placement!r}")
+        if write_policy not in ("write-back", "write-through"):
+            raise ConfigError(f"write_policy must be 'write-back' or 'write-through', got {write_policy!r}")
+        if oversize not in ("error", "bypass"):
+            raise ConfigError(f"oversize must be 'error' or 'bypass', got {oversize!r}")
+        if backend is not None and placement != "arena":
+            raise ConfigError("a backend holds real bytes at arena offsets: use placement='arena'")
+        if policy is None:
+            from policies.lru import LRU
+
+            policy = LRU()
+        self.capacity = int(capacity)
+        self.policy = policy
+        self.prefetcher = prefetcher
+        self.cost = cost if isinstance(cost, CostModel) else CostModel(cost)
+        self.backend = backend
+        self.placement = placement
+        self.write_through = write_policy == "write-through"
+        self.bypass_oversize = oversize == "bypass"
+        self.hook = hook
+        self.stats = PoolStats()
+        self._place: Arena | ByteAccounting = (
+            Arena(self.capacity) if placement == "arena" else ByteAccounting(self.capacity)
+        )
+        self._objs: dict[int, ObjectInfo] = {}
+        self._tick = -1
+        self._lock = threading.RLock()
+        # (done_ns, seq, key) of h2d copies in flight; (done_ns, seq, offset, nbytes, event) of
+        # device blocks whose release waits for a copy out of them.
+        self._landing: list[tuple[int, int, int]] = []
+        self._releases: list[tuple[int, int, int, int, Any, int]] = []
+        self._pending_release_bytes = 0
+        self._inflight_bytes = 0
+        self._seq = 0
+        self._n_evictable = 0  # objects with state DEVICE and no pins
+        self.view = PoolView(self)
+        if backend is not None:
+            backend.attach(self._place.capacity)
+
+    # ------------------------------------------------------------------ public API
+    def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
+               compute_ns: int = 0) -> bool:
+        """Read (or write) object ``key`` of ``size`` bytes; returns True on a hit.
+
+        The object is on the device when this returns (unless bypassed as oversize).
+        ``compute_ns`` advances the clock after the access (the consumer's compute).
+        """
+        with self._lock:
+            o = self._objs.get(key)
+            if (o is not None and o.state == DEVICE and self.prefetcher is None
+                    and self.hook is None and not (write and self.write_through)):
+                # fast path: a plain hit
+                self._tick += 1
+                st = self.stats
+                st.accesses += 1
+                st.hits += 1
+                o.last_tick = self._tick
+                o.n_access += 1
+                if o.prefetched:
+                    o.prefetched = False
+                    st.prefetch_hits += 1
+                if write:
+                    o.dirty = True
+                self.policy.on_hit(self.view, key)
+                if compute_ns:
+                    self.cost.compute(compute_ns)
+                return True
+            return self._drive(self._access_steps(key, size, write, kind, compute_ns))
+
+    def steps(self, key: int, size: int, op: int = Op.READ, *, kind: int = 0,
+              compute_ns: int = 0) -> Generator[EvictionRequest, int, bool | None]:
+        """The access loop as a generator: yields an :class:`EvictionRequest` at each eviction
+        decision and expects the victim's key back through ``send``. Returns what
+        :meth:`access` returns (``None`` for a free). Close it to abandon the event."""
+        with self._lock:
+            if op == Op.FREE:
+                self._free(key)
+                return None
+            return (yield from self._access_steps(key, size, op == Op.WRITE, kind, compute_ns))
+
+    def prefetch(self, key: int, size: int | None = None) -> bool:
+        """Start copying ``key`` to the device asynchronously. Returns False when it is
+        already resident or in flight. An unknown key needs ``size`` (it is then created in host
+        memory first, as a trace's not-yet-seen object)."""
+        with self._lock:
+            return self._drive(self._prefetch_steps(key, size))
+
+    def free(self, key: int) -> None:
+        """Drop ``key`` everywhere, without write-back. Raises :class:`UnknownKey`."""
+        with self._lock:
+            self._free(key)
+
+    def pin(self, key: int) -> None:
+        """Keep ``key`` on the device until :meth:`unpin` (counted: pins nest)."""
+        with self._lock:
+            o = self._get(key, "pin")
+            if o.state == H2D:
+                self._land(o, wait=True)
+            if o.state != DEVICE:
+                raise NotResident(key, "pin")
+            if o.pins == 0:
+                self._n_evictable -= 1
+            o.pins += 1
+
+    def unpin(self, key: int) -> None:
+        with self._lock:
+            o = self._get(key, "unpin")
+            if o.pins == 0:
+                raise PoolError(f"unpin: object {key} is not pinned; every unpin needs a pin")
+            o.pins -= 1
+            if o.pins == 0 and o.state == DEVICE:
+                self._n_evictable += 1
+
+    def flush(self) -> None:
+        """Write every dirty resident object back to host and wait for all copies."""
+        with self._lock:
+            for o in self._objs.values():
+                if o.state == DEVICE and o.dirty:
+                    self._copy_out(o)
+                    o.dirty = False
+            self._wait_all()
+
+    def replay(self, trace: Trace, start: int = 0, stop: int | None = None) -> PoolStats:
+        """Drive the access loop over ``trace[start:stop]`` with the pool's policies."""
+        key, size, op = trace.key, trace.size, trace.op
+        comp, kind = trace.compute_ns, trace.kind
+        stop = len(trace) if stop is None else stop
+        access, free = self.access, self.free
+        for i in range(start, stop):
+            k = int(key[i])
+            o = int(op[i])
+            if o == Op.FREE:
+                free(k)
+            else:
+                access(k, int(size[i]), o == Op.WRITE, kind=int(kind[i]), compute_ns=int(comp[i]))
+        return self.snapshot()
+
+    def snapshot(self) -> PoolStats:
+        """A copy of the statistics with the derived fields filled in."""
+        with self._lock:
+            st = self.stats
+            st.stall_ns = self.cost.stall_ns
+            st.compute_ns = self.cost.compute_ns
+            st.total_ns = self.cost.now
+            st.device_bytes = self._place.used
+            st.fragmentation = self._place.fragmentation
+            return PoolStats(**{f: getattr(st, f) for f in st.__dataclass_fields__})
+
+    # data plane (needs a backend)
+    def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
+        """Write ``data`` (any array, stored as raw bytes) as object ``key``. An existing
+        object of another size is replaced (freed, then created anew)."""
+        be = self._need_backend("put")
+        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        with self._lock:
+            old = self._objs.get(key)
+            if old is not None and old.size != raw.nbytes:
+                self._free(key)
+            self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True))
+            o = self._objs[key]
+            if o.d2h_event is not None:  # a copy out of the block still reads it
+                be.wait(o.d2h_event)
+                o.d2h_event = None
+            be.write(o.offset, raw)
+            if self.write_through:
+                self._copy_out(o)
+                o.dirty = False
+
+    def get(self, key: int, *, copy: bool = True) -> np.ndarray:
+        """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,
+        valid only while the object is pinned."""
+        be = self._need_backend("get")
+        with self._lock:
+            o = self._get(key, "get")
+            self._drive(self._access_steps(key, o.size, False, o.kind, 0))
+            o = self._objs[key]
+            buf = be.device_buffer(o.offset, o.size)
+            return buf.copy() if copy else buf
+
+    def __len__(self) -> int:
+        return len(self._objs)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._objs
+
+    def state(self, key: int) -> str:
+        """Residency of ``key``: ``device``, ``host``, ``h2d`` or ``d2h``."""
+        with self._lock:
+            self._retire()
+            return STATE_NAMES[self._get(key, "state").state]
+
+    def resident_keys(self) -> list[int]:
+        with self._lock:
+            return [k for k, o in self._objs.items() if o.state in (DEVICE, H2D)]
+
+    def close(self) -> None:
+        with self._lock:
+            self._wait_all()
+            if self.backend is not None:
+                self.backend.close()
+
+    def __repr__(self) -> str:
+        return (f"Pool(capacity={self.capacity}, policy={self.policy!r}, placement={self.placement!r}, "
+                f"objects={len(self._objs)}, used={self._place.used})")
+
+    # ------------------------------------------------------------------ the loop
+    def _drive(self, gen: Generator[EvictionRequest, int, Any]) -> Any:
+        """Run a step generator, answering every eviction request with the policy."""
+        policy, view = self.policy, self.view
+        try:
+            next(gen)
+            while True:
+                gen.send(policy.victim(view))  # type: ignore[arg-type]
+        except StopIteration as stop:
+            return stop.value
+
+    def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
+                      defer_wt: bool = False) -> Generator[EvictionRequest, int, bool]:
+        self._retire()
+        self._tick += 1
+        st = self.stats
+        st.accesses += 1
+        view, policy = self.view, self.policy
+        o = self._objs.get(key)
+        hit = False
+        if o is not None and o.state in (DEVICE, H2D):
+            hit = True
+            st.hits += 1
+            if o.state == H2D:
+                self._land(o, wait=True)
+            elif o.prefetched:
+                st.prefetch_hits += 1
+            o.prefetched = False
+            policy.on_hit(view, key)
+            self._emit("hit", o)
+        else:
+            need = self._place.footprint(size)
+            if need > self._place.capacity and not self.bypass_oversize:
+                self._tick -= 1
+                st.accesses -= 1
+                raise ObjectTooLarge(key, size, self._place.capacity)
+            st.misses += 1
+            st.byte_misses += size
+            created = o is None
+            if o is None:
+                o = ObjectInfo(key, size, kind, self._tick)
+                self._objs[key] = o
+            elif o.size != size:  # libCacheSim: a miss inserts with the request's size
+                o.size = size
+            policy.on_miss(view, key)
+            if need > self._place.capacity:
+                st.bypasses += 1
+                self._emit("bypass", o)
+                o.n_access += 1
+                o.last_tick = self._tick
+                self._after_access(o, write, compute_ns)
+                return False
+            try:
+                offset = yield from self._make_room(key, size, need)
+            except BaseException:
+                if created:
+                    del self._objs[key]  # nothing was created
+                raise
+            self._place_obj(o, offset, need)
+            if created and write:
+                st.allocations += 1  # a first write allocates without a copy
+            else:
+                # demand fetch; it waits for a write-back of the same object still in flight
+                done = self.cost.copy(0, size, not_before=o.busy_until)
+                self._h2d(o, done)
+                self.cost.wait_until(done)
+                self._backend_wait_h2d(o)
+            o.state = DEVICE
+            self._n_evictable += 1
+            policy.on_insert(view, key)
+            self._emit("miss", o)
+        o.n_access += 1
+        o.last_tick = self._tick
+        if write:
+            o.dirty = True
+            if self.write_through and not defer_wt:
+                self._copy_out(o)
+                o.dirty = False
+        if self.prefetcher is not None:
+            for k in self.prefetcher.prefetch(view, key):
+                po = self._objs.get(k)
+                if po is not None and po.state == HOST:
+                    yield from self._prefetch_steps(k, None)
+        self._after_access(o, write, compute_ns)
+        return hit
+
+    def _after_access(self, o: ObjectInfo, write: bool, compute_ns: int) -> None:
+        if compute_ns:
+            self.cost.compute(compute_ns)
+
+    def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
+        self._retire()
+        o = self._objs.get(key)
+        if o is None:
+            if size is None:
+                raise UnknownKey(key, "prefetch")
+            o = ObjectInfo(key, int(size), 0, self._tick)
+            self._objs[key] = o
+        if o.state in (DEVICE, H2D):
+            return False
+        need = self._place.footprint(o.size)
+        if need > self._place.capacity:
+            if self.bypass_oversize:
+                return False
+            raise ObjectTooLarge(key, o.size, self._place.capacity)
+        offset = yield from self._make_room(key, o.size, need)
+        self._place_obj(o, offset, need)
+        done = self.cost.copy(0, o.size, not_before=o.busy_until)
+        self._h2d(o, done)
+        o.prefetched = True
+        self.stats.prefetches += 1
+        if done <= self.cost.now:
+            o.state = DEVICE
+            self._n_evictable += 1
+            self._backend_wait_h2d(o)
+        else:
+            o.state = H2D
+            self._inflight_bytes += o.size
+            self._seq += 1
+            heapq.heappush(self._landing, (done, self._seq, key))
+        self.policy.on_insert(self.view, key)
+        self._emit("prefetch", o)
+        return True
+
+    def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
+        """Evict (asking the policy, or whoever drives the generator) until ``need`` bytes fit."""
+        place = self._place
+        while True:
+            off = place.alloc(need)
+            if off is not None:
+                return off
+            if self._releases and (place.free_bytes + self._pending_release_bytes >= need
+                                   or not self._has_candidate()):
+                self._wait_release()  # a write-back in flight frees enough: wait for it
+                continue
+            if not self._has_candidate():
+                self._retire()
+                if self._landing:
+                    self._wait_landing()
+                    continue
+                raise PoolExhausted(size, place.used, place.capacity,
+                                    "nothing resident can be evicted")
+            victim = yield EvictionRequest(key, size, need, self.view)
+            self._evict(victim)
+
+    def _has_candidate(self) -> bool:
+        return self._n_evictable > 0
+
+    def _evict(self, victim: Any) -> None:
+        if victim is None:
+            raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
+        o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
+        if o is None:
+            raise InvalidVictim(victim, "it names no live object")
+        if o.state != DEVICE:
+            raise InvalidVictim(victim, f"it is {STATE_NAMES[o.state]}, not resident")
+        if o.pins:
+            raise InvalidVictim(victim, "it is pinned")
+        st = self.stats
+        st.evictions += 1
+        self._n_evictable -= 1
+        if o.prefetched:
+            st.useless_prefetches += 1
+            o.prefetched = False
+        self.policy.on_evict(self.view, o.key)
+        if o.dirty:
+            st.writebacks += 1
+            self._copy_out(o)
+            o.dirty = False
+            o.state = D2H
+        else:
+            o.state = HOST
+        self._release_block(o)
+        self._emit("evict", o)
+
+    def _copy_out(self, o: ObjectInfo) -> None:
+        """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
+        done = self.cost.copy(1, o.size, not_before=o.busy_until)
+        o.busy_until = done
+        self.stats.bytes_d2h += o.size
+        if self.backend is not None:
+            if o.d2h_event is not None:
+                self.backend.wait(o.d2h_event)
+            o.d2h_event = self.backend.copy_d2h(o.key, o.offset, o.size)
+
+    def _release_block(self, o: ObjectInfo) -> None:
+        """Give ``o``'s block back, now or when copies out of (or into) it complete."""
+        off, nb = o.offset, o.nbytes
+        o.offset, o.nbytes = -1, 0
+        done = max(o.busy_until, o.ready_ns if o.state == H2D else 0)
+        ev = o.d2h_event
+        if done > self.cost.now:
+            self._seq += 1
+            heapq.heappush(self._releases, (done, self._seq, off, nb, ev, o.key))
+            self._pending_release_bytes += nb
+        else:
+            if ev is not None and self.backend is not None:
+                self.backend.wait(ev)
+            place = self._place
+            place.release(off, nb)
+
+    def _place_obj(self, o: ObjectInfo, offset: int, need: int) -> None:
+        o.offset, o.nbytes = offset, need
+        used = self._place.used
+        if used > self.stats.peak_device_bytes:
+            self.stats.peak_device_bytes = used
+
+    def _h2d(self, o: ObjectInfo, done: int) -> None:
+        self.stats.bytes_h2d += o.size
+        o.ready_ns = done
+        if self.backend is not None:
+            if o.d2h_event is not None:  # the host copy must be complete before reading it
+                self.backend.wait(o.d2h_event)
+                o.d2h_event = None
+            o.h2d_event = self.backend.copy_h2d(o.key, o.offset, o.size)
+
+    def _backend_wait_h2d(self, o: ObjectInfo) -> None:
+        if o.h2d_event is not None and self.backend is not None:
+            self.backend.wait(o.h2d_event)
+            o.h2d_event = None
+
+    def _land(self, o: ObjectInfo, wait: bool) -> None:
+        """An in-flight prefetch of ``o`` is consumed: late if it has not landed yet."""
+        if o.state != H2D:
+            return
+        if wait and o.ready_ns > self.cost.now:
+            self.stats.late_prefetches += 1
+            self.cost.wait_until(o.ready_ns)
+        self._to_device(o)
+        o.prefetched = False
+        self._backend_wait_h2d(o)
+
+    def _to_device(self, o: ObjectInfo) -> None:
+        """H2D -> DEVICE (a prefetch landed)."""
+        o.state = DEVICE
+        self._inflight_bytes -= o.size
+        if o.pins == 0:
+            self._n_evictable += 1
+
+    def _retire(self) -> None:
+        """Complete every copy whose simulated time has come."""
+        now = self.cost.now
+        landing = self._landing
+        while landing and landing[0][0] <= now:
+            _, _, k = heapq.heappop(landing)
+            o = self._objs.get(k)
+            if o is not None and o.state == H2D and o.ready_ns <= now:
+                self._to_device(o)
+                self._backend_wait_h2d(o)
+        rel = self._releases
+        while rel and rel[0][0] <= now:
+            self._pop_release()
+
+    def _pop_release(self) -> None:
+        done, _, off, nb, ev, key = heapq.heappop(self._releases)
+        if ev is not None and self.backend is not None:
+            self.backend.wait(ev)
+        self._pending_release_bytes -= nb
+        self._place.release(off, nb)
+        o = self._objs.get(key)
+        if o is not None and o.state == D2H and o.busy_until <= done:
+            o.state = HOST
+
+    def _wait_release(self) -> None:
+        self.cost.wait_until(self._releases[0][0])
+        self._retire()
+
+    def _wait_landing(self) -> None:
+        """Wait for the earliest prefetch in flight (nothing else can make room)."""
+        while self._landing:
+            _, _, k = heapq.heappop(self._landing)
+            o = self._objs.get(k)
+            if o is not None and o.state == H2D:
+                self.cost.wait_until(o.ready_ns)
+                self._to_device(o)
+                self._backend_wait_h2d(o)
+                return
+
+    def _wait_all(self) -> None:
+        if self._landing:
+            self.cost.wait_until(max(t for t, _, _ in self._landing))
+        if self._releases:
+            self.cost.wait_until(max(r[0] for r in self._releases))
+        self._retire()
+        if self.backend is not None:
+            self.backend.synchronize()
+
+    def _free(self, key: int) -> None:
+        o = self._objs.get(key)
+        if o is None:
+            raise UnknownKey(key, "free")
+        if o.pins:
+            raise PoolError(f"free: object {key} is pinned ({o.pins} pins); unpin it first")
+        self._tick += 1
+        st = self.stats
+        st.frees += 1
+        del self._objs[key]
+        if o.state in (DEVICE, H2D):
+            if o.prefetched:
+                st.useless_prefetches += 1
+            if o.state == H2D:
+                self._inflight_bytes -= o.size
+            else:
+                self._n_evictable -= 1
+            self.policy.on_free(self.view, key)
+            self._release_block(o)
+        if self.backend is not None:
+            for ev in (o.h2d_event, o.d2h_event):
+                if ev is not None:
+                    self.backend.wait(ev)
+            self.backend.free_host(key)
+        self._emit("free", o)
+
+    # ------------------------------------------------------------------ helpers
+    def _get(self, key: int, op: str) -> ObjectInfo:
+        o = self._objs.get(key)
+        if o is None:
+            raise UnknownKey(key, op)
+        return o
+
+    def _need_backend(self, op: str) -> Backend:
+        if self.backend is None:
+            raise ConfigError(f"{op} moves real bytes: construct the pool with a backend "
+                              "(e.g. backend=NumpyBackend())")
+        return self.backend
+
+    def _emit(self, event: str, o: ObjectInfo) -> None:
+        if self.hook is not None:
+            self.hook({"event": event, "key": o.key, "size": o.size, "tick": self._tick,
+                       "now_ns": self.cost.now, "state": STATE_NAMES[o.state]})
+
+    def _check(self) -> None:
+        """Assert the pool's invariants (tests call this after every step)."""
+        with self._lock:
+            resident = [o for o in self._objs.values() if o.state in (DEVICE, H2D)]
+            held = sum(o.nbytes for o in resident) + self._pending_release_bytes
+            assert held == self._place.used, (held, self._place.used)
+            assert self._place.used <= self._place.capacity
+            if isinstance(self._place, Arena):
+                blocks = sorted((o.offset, o.nbytes) for o in resident)
+                blocks += [(r[2], r[3]) for r in self._releases]
+                blocks.sort()
+                for (a, na), (b, _) in zip(blocks, blocks[1:]):
+                    assert a + na <= b, "blocks overlap"
+            st = self.stats
+            assert st.hits + st.misses == st.accesses
+
+
+def iter_trace(trace: Trace) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(key, size, op, kind, compute_ns)`` rows of a trace as Python ints."""
+    return zip(trace.key.tolist(), trace.size.tolist(), trace.op.tolist(),
+               trace.kind.tolist(), trace.compute_ns.tolist())

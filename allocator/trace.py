@@ -1,0 +1,318 @@
+"""The trace structure shared by everything: columnar arrays, one row per event.
+
+Columns (names and dtypes are the on-disk ``.npz`` format):
+
+=============  =======  ===============================================================
+``key``        int64    object id
+``size``       int64    bytes, > 0
+``op``         uint8    0 read, 1 write, 2 free (see :class:`Op`)
+``compute_ns`` int64    time the consumer computes after the access, >= 0 (default 0)
+``kind``       uint8    optional, see :class:`Kind` (default 0, other)
+``step``       int64    optional iteration or op index (default: row index)
+``meta``       str      optional JSON object (how the trace was made, units, ...)
+=============  =======  ===============================================================
+
+Semantics: the first access to a key creates the object (a first write allocates it on the
+device without a copy; a first read is a compulsory miss of an object that starts in host
+memory); a write to an existing non-resident object fetches it first and leaves it dirty; a
+free drops the object everywhere, and a later access to the same key is a new object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from allocator.errors import TraceError
+
+__all__ = ["Op", "Kind", "Trace", "INF"]
+
+INF = np.iinfo(np.int64).max
+"""Next-use distance of an object that is never used again."""
+
+
+class Op(IntEnum):
+    READ = 0
+    WRITE = 1
+    FREE = 2
+
+
+class Kind(IntEnum):
+    OTHER = 0
+    PARAMETER = 1
+    GRADIENT = 2
+    OPTIMIZER_STATE = 3
+    ACTIVATION = 4
+    KV_BLOCK = 5
+    EMBEDDING_ROW = 6
+
+
+_REQUIRED = ("key", "size", "op")
+_COLUMNS = ("key", "size", "op", "compute_ns", "kind", "step")
+_DTYPES = {
+    "key": np.int64,
+    "size": np.int64,
+    "op": np.uint8,
+    "compute_ns": np.int64,
+    "kind": np.uint8,
+    "step": np.int64,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A validated, immutable trace. Build with :meth:`from_arrays` or :meth:`load`."""
+
+    key: np.ndarray
+    size: np.ndarray
+    op: np.ndarray
+    compute_ns: np.ndarray
+    kind: np.ndarray
+    step: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+    name: str = "trace"
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_arrays(
+        cls,
+        key: Any,
+        size: Any,
+        op: Any = None,
+        compute_ns: Any = None,
+        kind: Any = None,
+        step: Any = None,
+        meta: dict[str, Any] | None = None,
+        name: str = "trace",
+        path: str | None = None,
+    ) -> Trace:
+        """Validate and build a trace. ``op`` defaults to all reads, ``size`` may be a scalar."""
+        key_a = _as_int_column("key", key, path)
+        n = len(key_a)
+        cols: dict[str, np.ndarray] = {"key": key_a}
+        size_a = np.full(n, size, dtype=np.int64) if np.isscalar(size) else size
+        cols["size"] = _as_int_column("size", size_a, path)
+        cols["op"] = _as_int_column("op", np.zeros(n, np.uint8) if op is None else op, path)
+        cols["compute_ns"] = _as_int_column(
+            "compute_ns", np.zeros(n, np.int64) if compute_ns is None else compute_ns, path
+        )
+        cols["kind"] = _as_int_column("kind", np.zeros(n, np.uint8) if kind is None else kind, path)
+        cols["step"] = _as_int_column("step", np.arange(n) if step is None else step, path)
+        _validate(cols, path)
+        for c in _COLUMNS:
+            cols[c] = np.ascontiguousarray(cols[c], dtype=_DTYPES[c])
+            cols[c].setflags(write=False)
+        return cls(**cols, meta=dict(meta or {}), name=name)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Trace:
+        """Load a ``.npz`` trace, validating every column (errors name column and row)."""
+        p = os.fspath(path)
+        if not os.path.exists(p):
+            raise TraceError("no such file", path=p, hint="check the path")
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                data = {k: z[k] for k in z.files}
+        except Exception as e:  # zipfile/pickle/format errors
+            raise TraceError(
+                f"not a readable .npz trace ({type(e).__name__}: {e})",
+                path=p,
+                hint="for libCacheSim formats use envs.workloads.read_trace(path, format=...)",
+            ) from None
+        missing = [c for c in _REQUIRED if c not in data]
+        if missing:
+            raise TraceError(
+                f"missing required column(s) {missing}; found {sorted(data)}",
+                path=p,
+                hint="a trace .npz needs at least key, size and op",
+            )
+        unknown = sorted(set(data) - set(_COLUMNS) - {"meta"})
+        if unknown:
+            raise TraceError(f"unknown column(s) {unknown}; allowed: {list(_COLUMNS) + ['meta']}", path=p)
+        meta: dict[str, Any] = {}
+        if "meta" in data:
+            try:
+                meta = json.loads(str(data["meta"]))
+                if not isinstance(meta, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                raise TraceError(f"meta is not a JSON object string ({e})", path=p, column="meta") from None
+        name = os.path.splitext(os.path.basename(p))[0]
+        return cls.from_arrays(
+            data["key"],
+            data["size"],
+            data["op"],
+            data.get("compute_ns"),
+            data.get("kind"),
+            data.get("step"),
+            meta=meta,
+            name=name,
+            path=p,
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save as compressed ``.npz`` with exactly the documented column names."""
+        np.savez_compressed(
+            os.fspath(path),
+            key=self.key,
+            size=self.size,
+            op=self.op,
+            compute_ns=self.compute_ns,
+            kind=self.kind,
+            step=self.step,
+            meta=np.array(json.dumps(self.meta)),
+        )
+
+    # ------------------------------------------------------------------ views
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def window(self, start: int, stop: int) -> Trace:
+        """Rows ``[start, stop)`` as a new trace (frees of objects created before ``start``
+        are dropped, since they name no object in the window)."""
+        sl = slice(start, stop)
+        key, op = self.key[sl], self.op[sl]
+        keep = np.ones(len(key), bool)
+        if (op == Op.FREE).any():
+            keep = _frees_of_known_objects(key, op)
+        idx = np.flatnonzero(keep)
+        return Trace.from_arrays(
+            key[idx], self.size[sl][idx], op[idx], self.compute_ns[sl][idx],
+            self.kind[sl][idx], self.step[sl][idx], meta=self.meta,
+            name=f"{self.name}[{start}:{stop}]",
+        )
+
+    def with_sizes(self, size: int) -> Trace:
+        """The same trace with every size replaced (``1`` gives libCacheSim's object mode)."""
+        return Trace.from_arrays(
+            self.key, size, self.op, self.compute_ns, self.kind, self.step, self.meta, self.name
+        )
+
+    # ------------------------------------------------------------------ derived arrays
+    def object_ids(self) -> np.ndarray:
+        """Dense id per row of the object it touches: a key reused after a free is a new object."""
+        return _objects_and_next_use(self.key, self.op)[0]
+
+    def next_use(self) -> np.ndarray:
+        """For each row, the row index of the next read/write of the same object, or :data:`INF`.
+
+        Free rows get INF. This is what Belady's oracle and libCacheSim's oracleGeneral
+        ``next access`` field read.
+        """
+        return _objects_and_next_use(self.key, self.op)[1]
+
+    def working_set_bytes(self) -> int:
+        """Sum of the sizes of distinct objects (first size seen for each)."""
+        obj = self.object_ids()
+        _, first = np.unique(obj, return_index=True)
+        return int(self.size[first].sum())
+
+    def peak_live_bytes(self) -> int:
+        """Peak of bytes of objects created and not yet freed (an object is live from its first
+        access to its free)."""
+        obj = self.object_ids()
+        _, first = np.unique(obj, return_index=True)
+        delta = np.zeros(len(self) + 1, np.int64)
+        delta[first] += self.size[first]
+        free_rows = np.flatnonzero(self.op == Op.FREE)
+        if len(free_rows):
+            # size of the freed object = size at its creation
+            first_of = np.empty(obj.max() + 1 if len(obj) else 0, np.int64)
+            first_of[obj[first]] = self.size[first]
+            delta[free_rows + 1] -= first_of[obj[free_rows]]
+        return int(np.cumsum(delta).max()) if len(self) else 0
+
+
+# ---------------------------------------------------------------------- helpers
+def _as_int_column(name: str, values: Any, path: str | None) -> np.ndarray:
+    a = np.asarray(values)
+    if a.ndim != 1:
+        raise TraceError(f"must be one-dimensional, got shape {a.shape}", path=path, column=name)
+    if a.dtype.kind == "f":
+        bad = ~np.isfinite(a) | (a != np.round(a))
+        if bad.any():
+            raise TraceError(
+                f"non-integer value {a[np.argmax(bad)]!r}", path=path, column=name, row=int(np.argmax(bad))
+            )
+    elif a.dtype.kind not in "iub":
+        raise TraceError(f"must be integers, got dtype {a.dtype}", path=path, column=name)
+    return a
+
+
+def _validate(cols: dict[str, np.ndarray], path: str | None) -> None:
+    n = len(cols["key"])
+    for c in _COLUMNS:
+        if len(cols[c]) != n:
+            raise TraceError(f"has {len(cols[c])} rows but key has {n}", path=path, column=c)
+
+    def first_bad(c: str, bad: np.ndarray, what: str) -> None:
+        if bad.any():
+            r = int(np.argmax(bad))
+            raise TraceError(f"{what} (got {cols[c][r]})", path=path, column=c, row=r)
+
+    # checked before the cast to the on-disk dtypes, so that e.g. op -1 cannot wrap to 255
+    i64max = np.iinfo(np.int64).max
+    first_bad("size", cols["size"] <= 0, "size must be > 0 bytes")
+    first_bad("op", (cols["op"] < 0) | (cols["op"] > 2), "op must be 0 (read), 1 (write) or 2 (free)")
+    first_bad("compute_ns", cols["compute_ns"] < 0, "compute_ns must be >= 0")
+    first_bad("kind", (cols["kind"] < 0) | (cols["kind"] > max(Kind)), f"kind must be in 0..{int(max(Kind))}")
+    for c in ("key", "size", "compute_ns", "step"):
+        if cols[c].dtype.kind == "u" and n and cols[c].max() > i64max:
+            first_bad(c, cols[c] > i64max, f"{c} does not fit in int64")
+    if n and (np.asarray(cols["op"]) == Op.FREE).any():
+        ok = _frees_of_known_objects(np.asarray(cols["key"], np.int64), np.asarray(cols["op"]))
+        bad = ~ok
+        if bad.any():
+            r = int(np.argmax(bad))
+            raise TraceError(
+                f"free of key {cols['key'][r]} that names no live object (never accessed, or freed already)",
+                path=path,
+                column="op",
+                row=r,
+            )
+
+
+def _frees_of_known_objects(key: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """Boolean mask: False exactly at free rows whose object has no earlier access."""
+    n = len(key)
+    order = np.argsort(key, kind="stable")
+    ks, fs = key[order], op[order] == Op.FREE
+    prev_same = np.zeros(n, bool)
+    prev_same[1:] = ks[1:] == ks[:-1]
+    prev_free = np.zeros(n, bool)
+    prev_free[1:] = fs[:-1]
+    bad_sorted = fs & (~prev_same | prev_free)
+    ok = np.ones(n, bool)
+    ok[order[bad_sorted]] = False
+    return ok
+
+
+def _objects_and_next_use(key: np.ndarray, op: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    fs = (op[order] == Op.FREE).astype(np.int64)
+    group_start = np.ones(n, bool)
+    group_start[1:] = ks[1:] != ks[:-1]
+    frees_before = np.cumsum(fs) - fs
+    start_idx = np.maximum.accumulate(np.where(group_start, np.arange(n), 0))
+    gen = frees_before - frees_before[start_idx]
+    new_obj = group_start.copy()
+    new_obj[1:] |= gen[1:] != gen[:-1]
+    obj_sorted = np.cumsum(new_obj) - 1
+    obj = np.empty(n, np.int64)
+    obj[order] = obj_sorted
+    nxt_sorted = np.full(n, INF, np.int64)
+    same_next = np.zeros(n, bool)
+    same_next[:-1] = (obj_sorted[1:] == obj_sorted[:-1]) & (fs[1:] == 0) & (fs[:-1] == 0)
+    nxt_sorted[:-1][same_next[:-1]] = order[1:][same_next[:-1]]
+    nxt = np.empty(n, np.int64)
+    nxt[order] = nxt_sorted
+    return obj, nxt
