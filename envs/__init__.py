@@ -1,0 +1,1 @@
+"""Gymnasium environments over the pool, and workloads (traces, generators, recorder)."""

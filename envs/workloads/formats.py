@@ -1,0 +1,445 @@
+"""Readers and writers for trace files: ``.npz`` and libCacheSim's ``oracleGeneral``, ``csv``, ``txt``.
+
+Every reader is vectorised (no Python loop per record) and returns a validated
+:class:`~allocator.trace.Trace`. Malformed input raises :class:`~allocator.errors.TraceError`
+naming the file, the record and the problem; with ``skip_bad=True`` bad records are dropped
+instead, and their count is logged as a warning and stored in ``trace.meta["skipped"]``.
+
+Conventions for libCacheSim formats (which have no op, kind or compute columns):
+
+- every request is a read; ``compute_ns`` and ``kind`` are 0;
+- the request's clock time goes into the ``step`` column (row index when there is no time);
+- oracleGeneral object ids are unsigned 64-bit; they are reinterpreted bit for bit as int64 keys
+  (ids above 2**63 become negative keys), so write -> read -> write is exact.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from allocator.errors import ConfigError, TraceError
+from allocator.trace import Op, Trace
+
+__all__ = [
+    "ORACLE_GENERAL_DTYPE",
+    "FORMATS",
+    "read_trace",
+    "write_trace",
+    "read_npz",
+    "read_oracle_general",
+    "write_oracle_general",
+    "read_csv",
+    "write_csv",
+    "read_txt",
+    "write_txt",
+]
+
+log = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike[str]
+
+ORACLE_GENERAL_DTYPE = np.dtype(
+    [("time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access", "<i8")]
+)
+"""One packed, little-endian oracleGeneral record (24 bytes); ``next_access`` is -1 for never."""
+
+_SNIFF_BYTES = 1 << 16
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+# ---------------------------------------------------------------------- npz
+def read_npz(path: PathLike) -> Trace:
+    """Read cachegym's native ``.npz`` trace (see :mod:`allocator.trace`)."""
+    return Trace.load(path)
+
+
+# ---------------------------------------------------------------------- oracleGeneral
+def read_oracle_general(path: PathLike, *, skip_bad: bool = False) -> Trace:
+    """Read a libCacheSim ``oracleGeneral`` binary trace (24-byte packed records)."""
+    p = _existing(path)
+    nbytes = os.path.getsize(p)
+    _reject_non_binary(p)
+    rec = ORACLE_GENERAL_DTYPE.itemsize
+    skipped = 0
+    if nbytes % rec:
+        n_full = nbytes // rec
+        problem = (
+            f"truncated record: the file has {nbytes} bytes, not a multiple of the {rec}-byte "
+            f"record; the last record has only {nbytes % rec} bytes"
+        )
+        if not skip_bad:
+            raise TraceError(problem, path=p, row=n_full, hint="pass skip_bad=True to drop it")
+        skipped = 1
+    data = np.fromfile(p, dtype=ORACLE_GENERAL_DTYPE, count=nbytes // rec)
+    bad = (data["obj_size"] == 0) | (data["next_access"] < -1)
+    if bad.any():
+        if not skip_bad:
+            r = int(np.argmax(bad))
+            problem = (
+                f"object size is 0 (id {data['obj_id'][r]})"
+                if data["obj_size"][r] == 0
+                else f"next-access field is {data['next_access'][r]}; it must be -1 or a record index"
+            )
+            raise TraceError(problem, path=p, row=r, hint="pass skip_bad=True to drop such records")
+        skipped += int(bad.sum())
+        data = data[~bad]
+    key = data["obj_id"].view(np.int64)
+    size = data["obj_size"].astype(np.int64)
+    step = data["time"].astype(np.int64)
+    del data
+    meta = {"source": {"format": "oracleGeneral", "path": p}}
+    return _finish(p, meta, skipped, key=key, size=size, step=step)
+
+
+def write_oracle_general(
+    trace: Trace, path: PathLike, *, ids: Literal["auto", "key", "object"] = "auto"
+) -> None:
+    """Write ``trace`` as libCacheSim ``oracleGeneral`` (next access from :meth:`Trace.next_use`).
+
+    The format has no op column: frees are dropped, reads and writes become requests. ``ids``
+    chooses the object id: ``"key"`` writes the key (reinterpreted as uint64), ``"object"``
+    writes :meth:`Trace.object_ids` (so a key reused after a free is a new object), and
+    ``"auto"`` picks ``"key"`` unless the trace has frees. The ``step`` column is written as
+    the time field and must fit in uint32, as must every size.
+    """
+    keep = trace.op != Op.FREE
+    if ids == "auto":
+        ids = "key" if keep.all() else "object"
+    if ids not in ("key", "object"):
+        raise ConfigError(f"ids must be 'auto', 'key' or 'object', got {ids!r}")
+    obj = trace.key if ids == "key" else trace.object_ids()
+    sub = Trace.from_arrays(obj[keep], trace.size[keep], step=trace.step[keep])
+    p = os.fspath(path)
+    _check_fits(sub.size, "size", p, np.iinfo(np.uint32).max, "split objects above 4 GiB")
+    _check_fits(sub.step, "step", p, np.iinfo(np.uint32).max, "the step column is the time field")
+    out = np.empty(len(sub), dtype=ORACLE_GENERAL_DTYPE)
+    out["time"] = sub.step
+    out["obj_id"] = sub.key.view(np.uint64)
+    out["obj_size"] = sub.size
+    nxt = sub.next_use()
+    out["next_access"] = np.where(nxt == np.iinfo(np.int64).max, -1, nxt)
+    out.tofile(p)
+
+
+# ---------------------------------------------------------------------- csv / txt
+def read_csv(
+    path: PathLike,
+    *,
+    time_col: int | None = None,
+    obj_id_col: int = 1,
+    obj_size_col: int | None = None,
+    delimiter: str = ",",
+    has_header: bool | None = None,
+    obj_id_is_num: bool = True,
+    skip_bad: bool = False,
+) -> Trace:
+    """Read a csv trace; column numbers are 1-based, as libCacheSim's ``obj-id-col=2`` options.
+
+    ``obj_size_col=None`` gives every object size 1 (libCacheSim's object mode); ``time_col``
+    fills ``step``. ``has_header=None`` detects a header: the first line is one if a numeric
+    field named by the options does not parse. With ``obj_id_is_num=False`` ids are strings,
+    numbered densely in order of first appearance. Blank lines are ignored.
+    """
+    p = _existing(path)
+    cols = {"time": time_col, "obj_id": obj_id_col, "obj_size": obj_size_col}
+    for name, c in cols.items():
+        if c is not None and (not isinstance(c, int) or c < 1):
+            raise ConfigError(f"{name}_col must be a 1-based column number, got {c!r}")
+    if len(delimiter) != 1:
+        raise ConfigError(f"delimiter must be one character, got {delimiter!r}")
+    table, lines, skipped = _read_table(p, delimiter, cols, has_header, obj_id_is_num, skip_bad)
+    parsed: dict[str, np.ndarray] = {}
+    bad = np.zeros(len(lines), bool)
+    for name, c in cols.items():
+        if c is None:
+            continue
+        field = table[:, c - 1]
+        if name == "obj_id" and not obj_id_is_num:
+            parsed[name] = _dense_ids(field)
+            continue
+        values, bad_rows = _parse_numbers(field, integer=name != "time")
+        if name == "obj_size":
+            bad_rows |= values <= 0
+        parsed[name] = values
+        bad |= bad_rows
+        if bad_rows.any() and not skip_bad:
+            r = int(np.argmax(bad_rows))
+            what = "size must be > 0" if name == "obj_size" and _is_int(field[r]) else "not a number"
+            raise TraceError(
+                f"line {lines[r] + 1}, column {c} ({name}): {what} (got {str(field[r])!r})",
+                path=p,
+                row=r,
+                hint="fix the record or pass skip_bad=True to drop bad records",
+            )
+    skipped += int(bad.sum())
+    good = ~bad
+    key = parsed["obj_id"][good].astype(np.int64)
+    size = parsed["obj_size"][good] if "obj_size" in parsed else 1
+    step = np.floor(parsed["time"][good]).astype(np.int64) if "time" in parsed else None
+    options = {"time_col": time_col, "obj_id_col": obj_id_col, "obj_size_col": obj_size_col,
+               "delimiter": delimiter, "obj_id_is_num": obj_id_is_num}
+    meta = {"source": {"format": "csv", "path": p, **options}}
+    return _finish(p, meta, skipped, key=key, size=size, step=step)
+
+
+def read_txt(path: PathLike, *, obj_id_is_num: bool = True, skip_bad: bool = False) -> Trace:
+    """Read a plain-text trace: one object id per line, every size 1."""
+    p = _existing(path)
+    t = read_csv(p, obj_id_col=1, delimiter=",", has_header=False,
+                 obj_id_is_num=obj_id_is_num, skip_bad=skip_bad)
+    meta = dict(t.meta, source={"format": "txt", "path": p, "obj_id_is_num": obj_id_is_num})
+    return Trace.from_arrays(t.key, t.size, step=t.step, meta=meta, name=t.name)
+
+
+def write_csv(trace: Trace, path: PathLike, *, header: bool = True) -> None:
+    """Write ``time,obj_id,obj_size`` rows (time = ``step``); read back with
+    ``read_csv(path, time_col=1, obj_id_col=2, obj_size_col=3)``. Frees are dropped."""
+    keep = trace.op != Op.FREE
+    rows = np.column_stack([trace.step[keep], trace.key[keep], trace.size[keep]])
+    np.savetxt(os.fspath(path), rows, fmt="%d", delimiter=",",
+               header="time,obj_id,obj_size" if header else "", comments="")
+
+
+def write_txt(trace: Trace, path: PathLike) -> None:
+    """Write one key per line (sizes are lost: libCacheSim's txt format has none)."""
+    keep = trace.op != Op.FREE
+    np.savetxt(os.fspath(path), trace.key[keep], fmt="%d")
+
+
+# ---------------------------------------------------------------------- front door
+FORMATS = ("npz", "oracleGeneral", "csv", "txt")
+
+_ALIASES = {"npz": "npz", "oraclegeneral": "oracleGeneral", "oracle_general": "oracleGeneral",
+            "oraclegeneralbin": "oracleGeneral", "csv": "csv", "txt": "txt", "plain": "txt"}
+
+
+def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Trace:
+    """Read a trace file in any supported format and return a :class:`Trace`.
+
+    ``format`` is one of :data:`FORMATS` (case-insensitive); ``None`` infers it from the file
+    name (``.npz``, ``.oracleGeneral``/``.bin``, ``.csv``, ``.txt``). ``options`` go to the
+    format's reader (e.g. ``obj_id_col=2, skip_bad=True`` for csv).
+    """
+    fmt = _resolve_format(path, format)
+    readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "csv": read_csv,
+               "txt": read_txt}
+    try:
+        return readers[fmt](path, **options)  # type: ignore[operator]
+    except TypeError as e:
+        if "unexpected keyword" not in str(e):
+            raise
+        raise ConfigError(f"format {fmt!r} does not take that option: {e}") from None
+
+
+def write_trace(trace: Trace, path: PathLike, format: str | None = None, **options: Any) -> None:
+    """Write ``trace`` in any supported format (``None`` infers it from the file name)."""
+    fmt = _resolve_format(path, format)
+    if fmt == "npz":
+        trace.save(path)
+    elif fmt == "oracleGeneral":
+        write_oracle_general(trace, path, **options)
+    elif fmt == "csv":
+        write_csv(trace, path, **options)
+    else:
+        write_txt(trace, path)
+
+
+def _resolve_format(path: PathLike, format: str | None) -> str:
+    if format is None:
+        name = os.fspath(path).lower()
+        for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"),
+                         (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral")):
+            if name.endswith(ext) or (fmt == "oracleGeneral" and ext in name):
+                return fmt
+        raise ConfigError(f"cannot infer the trace format of {os.fspath(path)!r}; "
+                          f"pass format= one of {FORMATS}")
+    fmt_key = _ALIASES.get(format.lower())
+    if fmt_key is None:
+        raise ConfigError(f"unknown trace format {format!r}; choose one of {FORMATS}")
+    return fmt_key
+
+
+# ---------------------------------------------------------------------- helpers
+def _existing(path: PathLike) -> str:
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise TraceError("no such file", path=p, hint="check the path")
+    return p
+
+
+def _finish(path: str, meta: dict[str, Any], skipped: int, **cols: Any) -> Trace:
+    meta["skipped"] = skipped
+    if skipped:
+        log.warning("%s: skipped %d malformed record(s)", path, skipped)
+    return Trace.from_arrays(**cols, meta=meta, name=Path(path).stem, path=path)
+
+
+def _check_fits(values: np.ndarray, column: str, path: str, limit: int, hint: str) -> None:
+    bad = values > limit
+    if bad.any():
+        r = int(np.argmax(bad))
+        raise TraceError(f"{column} {values[r]} does not fit the format's field (max {limit})",
+                         path=path, column=column, row=r, hint=hint)
+
+
+def _reject_non_binary(path: str) -> None:
+    """oracleGeneral files are binary: refuse zip (``.npz``) and plain-text files."""
+    with open(path, "rb") as f:
+        head = f.read(_SNIFF_BYTES)
+    if head.startswith(_ZIP_MAGIC):
+        raise TraceError("this is a zip/.npz file, not an oracleGeneral trace", path=path,
+                         hint="use read_trace(path, format='npz')")
+    if head and _looks_like_text(head):
+        raise TraceError("this is a text file, not an oracleGeneral binary trace", path=path,
+                         hint="use format='csv' or format='txt'")
+
+
+def _looks_like_text(head: bytes) -> bool:
+    b = np.frombuffer(head, np.uint8)
+    printable = ((b >= 32) & (b < 127)) | (b == 9) | (b == 10) | (b == 13)
+    return bool(printable.all())
+
+
+def _read_table(
+    path: str,
+    delimiter: str,
+    cols: dict[str, int | None],
+    has_header: bool | None,
+    obj_id_is_num: bool,
+    skip_bad: bool,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Split the file into a 2-D string table (one row per record).
+
+    Returns the table, each row's 0-based line number, and the count of rows dropped for a
+    wrong column count (only with ``skip_bad``).
+    """
+    buf = np.fromfile(path, np.uint8)
+    if buf[:_SNIFF_BYTES].tobytes().startswith(_ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
+        raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
+                         "file)", path=path, hint="pass the right format= to read_trace")
+    starts, ends = _line_bounds(buf)
+    line_no = np.arange(len(starts))
+    blank = ends == starts
+    starts, ends, line_no = starts[~blank], ends[~blank], line_no[~blank]
+    if len(starts) == 0:
+        raise TraceError("the file has no records", path=path)
+    first = buf[starts[0]:ends[0]].tobytes().decode("utf-8", "replace").split(delimiter)
+    if has_header is None:
+        has_header = _first_line_is_header(first, cols, obj_id_is_num)
+    if has_header:
+        starts, ends, line_no = starts[1:], ends[1:], line_no[1:]
+    ncols = _count_fields(buf, starts, ends, ord(delimiter))
+    expected = len(first)
+    need = max(c for c in cols.values() if c is not None)
+    if expected < need:
+        raise TraceError(f"line {line_no[0] + 1 if len(line_no) else 1} has {expected} "
+                         f"column(s) but the options name column {need}", path=path, row=0,
+                         hint="check delimiter= and the *_col options (1-based)")
+    bad = ncols != expected
+    if bad.any() and not skip_bad:
+        r = int(np.argmax(bad))
+        raise TraceError(f"line {line_no[r] + 1}: expected {expected} columns, got {ncols[r]}",
+                         path=path, row=r, hint="fix the record or pass skip_bad=True")
+    skipped = int(bad.sum())
+    starts, ends, line_no = starts[~bad], ends[~bad], line_no[~bad]
+    if len(starts) == 0:
+        return np.zeros((0, expected), dtype="U1"), line_no, skipped
+    text = _join_lines(buf, starts, ends)
+    try:
+        table = np.loadtxt(io.BytesIO(text), dtype=str, delimiter=delimiter, comments=None,
+                           ndmin=2, encoding="utf-8", quotechar=None)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise TraceError(f"cannot parse the file as {delimiter!r}-delimited text ({e})",
+                         path=path) from None
+    return table, line_no, skipped
+
+
+def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (exclusive, without ``\\r\\n``) byte offsets of every line."""
+    nl = np.flatnonzero(buf == ord("\n"))
+    starts = np.concatenate([[0], nl + 1])
+    ends = np.concatenate([nl, [len(buf)]])
+    if starts[-1] == len(buf):  # file ends with a newline: no last partial line
+        starts, ends = starts[:-1], ends[:-1]
+    cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
+    ends = ends - cr
+    # lines of only spaces/tabs are blank too
+    ws = (buf == ord(" ")) | (buf == ord("\t"))
+    non_ws = np.concatenate([[0], np.cumsum(~ws)])
+    ends = np.where(non_ws[ends] - non_ws[starts] == 0, starts, ends)
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+def _count_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, delim: int) -> np.ndarray:
+    csum = np.concatenate([[0], np.cumsum(buf == delim)])
+    return csum[ends] - csum[starts] + 1
+
+
+def _join_lines(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """The given lines, each ended by ``\\n`` (vectorised: a byte mask, no loop over lines)."""
+    edge = np.zeros(len(buf) + 1, np.int8)
+    edge[starts] += 1
+    edge[ends] -= 1  # starts and ends are each unique, and no end equals a start
+    inside = np.cumsum(edge[:-1], dtype=np.int8) > 0
+    out = buf.copy()
+    after = ends[ends < len(buf)]  # the CR or LF right after a line becomes '\\n'
+    out[after] = ord("\n")
+    inside[after] = True
+    data = out[inside].tobytes()
+    return data if data.endswith(b"\n") else data + b"\n"
+
+
+def _first_line_is_header(first: list[str], cols: dict[str, int | None], obj_id_is_num: bool) -> bool:
+    numeric = [c for n, c in cols.items() if c is not None and (n != "obj_id" or obj_id_is_num)]
+    return any(c <= len(first) and not _is_number(first[c - 1]) for c in numeric)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_int(s: str) -> bool:
+    try:
+        int(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_numbers(field: np.ndarray, *, integer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a string column; returns the values (0 where bad) and the mask of bad rows."""
+    dtype = np.int64 if integer else np.float64
+    stripped = np.char.strip(field)
+    try:
+        values = stripped.astype(dtype)
+        bad = np.zeros(len(field), bool) if integer else ~np.isfinite(values)
+        return values, bad
+    except (ValueError, OverflowError):
+        pass
+    unsigned = np.char.lstrip(stripped, "+-")
+    signs = np.char.str_len(stripped) - np.char.str_len(unsigned)
+    body = unsigned if integer else np.char.replace(unsigned, ".", "", count=1)
+    ok = np.char.isdigit(body) & (signs <= 1)
+    if integer:
+        ok &= np.char.str_len(unsigned) <= 18
+    values = np.zeros(len(field), dtype)
+    values[ok] = stripped[ok].astype(dtype)
+    return values, ~ok
+
+
+def _dense_ids(field: np.ndarray) -> np.ndarray:
+    """Strings -> 0, 1, 2, ... in order of first appearance (deterministic on any machine)."""
+    _, first, inverse = np.unique(field, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[inverse.ravel()]
