@@ -1,0 +1,52 @@
+#!/usr/bin/env python
+"""Benchmarks that print ratios measured side by side in one run.
+
+    python scripts/bench.py pool      [--json PATH]   Pool.access vs a bare OrderedDict LRU loop
+    python scripts/bench.py replay    [--json PATH]   whole-trace replay vs libCacheSim
+    python scripts/bench.py env       [--json PATH]   env decisions/s and env share of PPO time
+    python scripts/bench.py decision  [--json PATH]   exported policy decision latency vs LRU
+    python scripts/bench.py offload   [--json PATH]   activation-offload overhead vs plain training
+
+Each benchmark lives in ``scripts/bench_<name>.py`` and exposes ``add_args(parser)`` and
+``run(args) -> dict`` (the figures, also written as JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+BENCHES = ("pool", "replay", "env", "decision", "offload")
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="bench", required=True)
+    for name in BENCHES:
+        p = sub.add_parser(name)
+        p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+        try:
+            mod = importlib.import_module(f"bench_{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"bench_{name}":
+                raise
+            continue
+        mod.add_args(p)
+        p.set_defaults(_run=mod.run)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "_run"):
+        parser.error(f"benchmark {args.bench!r} is not available in this checkout")
+    figures = args._run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+        print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
