@@ -6,6 +6,7 @@
     python scripts/bench.py env       [--json PATH]   env decisions/s and env share of PPO time
     python scripts/bench.py decision  [--json PATH]   exported policy decision latency vs LRU
     python scripts/bench.py offload   [--json PATH]   activation-offload overhead vs plain training
+    python scripts/bench.py quality   [--json PATH]   learned policy vs heuristics on held-out traces
 
 Each benchmark lives in ``scripts/bench_<name>.py`` and exposes ``add_args(parser)`` and
 ``run(args) -> dict`` (the figures, also written as JSON with ``--json``).
@@ -19,7 +20,7 @@ import json
 import os
 import sys
 
-BENCHES = ("pool", "replay", "env", "decision", "offload")
+BENCHES = ("pool", "replay", "env", "decision", "offload", "quality")
 
 
 def main(argv: list[str] | None = None) -> int:
