@@ -1,7 +1,11 @@
 """Workloads: trace readers and writers, seeded generators, the PyTorch recorder, statistics.
 
-``import envs.workloads`` never imports torch: the recorder imports it lazily.
+``import envs.workloads`` never imports torch: :func:`record` imports it when called.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from envs.workloads.formats import (
     FORMATS,
@@ -16,17 +20,39 @@ from envs.workloads.formats import (
     write_trace,
     write_txt,
 )
+from envs.workloads.ml import dl_training, embedding, llm_kv_cache
+from envs.workloads.registry import GENERATORS, generate
+from envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
 
 __all__ = [
     "FORMATS",
+    "GENERATORS",
     "ORACLE_GENERAL_DTYPE",
+    "dl_training",
+    "embedding",
+    "generate",
+    "llm_kv_cache",
+    "loop",
+    "mixture",
+    "phase_change",
     "read_csv",
     "read_npz",
     "read_oracle_general",
     "read_trace",
     "read_txt",
+    "record",
+    "scan",
+    "uniform",
     "write_csv",
     "write_oracle_general",
     "write_trace",
     "write_txt",
+    "zipf",
 ]
+
+
+def record(*args: Any, **kwargs: Any) -> Any:
+    """Record a PyTorch training loop; see :func:`envs.workloads.recorder.record` (imports torch)."""
+    from envs.workloads.recorder import record as _record
+
+    return _record(*args, **kwargs)
