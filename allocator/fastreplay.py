@@ -1,0 +1,529 @@
+"""Compiled whole-trace replay: an accelerator of :meth:`Pool.replay`, never a second model.
+
+:func:`replay_fast` replays a trace with LRU, FIFO, LFU or Belady through one numba kernel that
+takes the same decisions as the pool's access loop driven by the policy classes in
+:mod:`policies`, request by request (tests/allocator/test_fastreplay.py proves it: hit/miss
+sequence, eviction victims, every counter of :class:`~allocator.stats.PoolStats`). It applies
+only where the pool path is plain: byte-accounting placement, no prefetcher, no backend, no
+hook, nothing pinned. The timing model (a :class:`~allocator.cost.Preset`) is reproduced exactly:
+demand fetches queue on the h2d engine and stall compute, dirty victims are written back on the
+d2h engine and their space returns only when that copy completes, write-through copies every
+write. Where it does not apply it returns ``None`` and the caller uses :meth:`Pool.replay`.
+
+Objects are dense ids over the trace's keys (the pool's table is keyed by key; a free drops the
+record, and a later access to the same key creates a new object, as in the pool). Belady reads
+``Trace.next_use()`` indexed by row, which is the pool's ``view.tick`` on a replay from row 0.
+
+Compilation uses ``cache=True``; the first call in a fresh environment compiles (seconds):
+callers that measure throughput call :func:`warm_up` first.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numba import njit
+
+from allocator.cost import CostModel, Preset, get_preset
+from allocator.stats import PoolStats
+from allocator.trace import Trace
+
+__all__ = ["FAST_POLICIES", "FastReplay", "replay_fast", "fast_applicable", "warm_up"]
+
+log = logging.getLogger(__name__)
+
+FAST_POLICIES = ("lru", "fifo", "lfu", "belady")
+"""Eviction policies the kernel reproduces (registry names)."""
+
+_LRU, _FIFO, _LFU, _BELADY = 0, 1, 2, 3
+
+# object states (as allocator.pool, plus ABSENT: no record for the key)
+_ABSENT, _HOST, _DEVICE, _D2H = 0, 1, 2, 3
+
+# request outcome codes in FastReplay.outcome
+MISS, HIT, FREE, BYPASS = 0, 1, 2, 3
+
+# layout of the kernel's counter vector
+_STAT_FIELDS = (
+    "accesses", "hits", "misses", "byte_misses", "allocations", "evictions", "writebacks",
+    "bypasses", "frees", "bytes_h2d", "bytes_d2h", "stall_ns", "compute_ns", "total_ns",
+    "device_bytes", "peak_device_bytes",
+)
+_N_STATS = len(_STAT_FIELDS)
+
+
+@dataclass(frozen=True)
+class FastReplay:
+    """Result of a compiled replay.
+
+    ``outcome[i]`` is :data:`HIT`, :data:`MISS`, :data:`BYPASS` (a miss never inserted: larger
+    than the pool) or :data:`FREE` for row ``i``; ``victim_rows[j]`` is the row whose access
+    caused eviction ``j`` and ``victim_keys[j]`` the evicted key (both only with
+    ``record=True``, else empty). ``kernel_s`` is the kernel's wall time (compilation excluded).
+    """
+
+    stats: PoolStats
+    outcome: np.ndarray
+    victim_rows: np.ndarray
+    victim_keys: np.ndarray
+    kernel_s: float
+
+
+# ---------------------------------------------------------------------- heap (min on (k1, k2))
+@njit(cache=True, inline="always")
+def _less(k1: np.ndarray, k2: np.ndarray, a: int, b: int) -> bool:
+    return k1[a] < k1[b] or (k1[a] == k1[b] and k2[a] < k2[b])
+
+
+@njit(cache=True)
+def _swap(k1, k2, p1, p2, a, b):  # type: ignore[no-untyped-def]
+    k1[a], k1[b] = k1[b], k1[a]
+    k2[a], k2[b] = k2[b], k2[a]
+    p1[a], p1[b] = p1[b], p1[a]
+    p2[a], p2[b] = p2[b], p2[a]
+
+
+@njit(cache=True)
+def _heap_push(k1, k2, p1, p2, n, a, b, x, y):  # type: ignore[no-untyped-def]
+    """Push ``(a, b) -> (x, y)`` onto a heap of ``n`` entries; returns the new size."""
+    i = n
+    k1[i], k2[i], p1[i], p2[i] = a, b, x, y
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _less(k1, k2, i, parent):
+            _swap(k1, k2, p1, p2, i, parent)
+            i = parent
+        else:
+            break
+    return n + 1
+
+
+@njit(cache=True)
+def _heap_pop(k1, k2, p1, p2, n):  # type: ignore[no-untyped-def]
+    """Remove the top of a heap of ``n`` entries; returns the new size."""
+    n -= 1
+    if n > 0:
+        _swap(k1, k2, p1, p2, 0, n)
+        i = 0
+        while True:
+            left = 2 * i + 1
+            if left >= n:
+                break
+            m = left
+            if left + 1 < n and _less(k1, k2, left + 1, left):
+                m = left + 1
+            if _less(k1, k2, m, i):
+                _swap(k1, k2, p1, p2, m, i)
+                i = m
+            else:
+                break
+    return n
+
+
+@njit(cache=True)
+def _grow(a: np.ndarray) -> np.ndarray:
+    b = np.empty(2 * len(a), a.dtype)
+    b[: len(a)] = a
+    return b
+
+
+# ---------------------------------------------------------------------- the kernel
+@njit(cache=True)
+def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through, bypass,
+            timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two_engines, record):  # type: ignore[no-untyped-def]
+    """Mirror of ``Pool.access``/``Pool.free`` over a whole trace (see the module docstring).
+
+    Each block below names the pool method it mirrors; keep them in step with allocator/pool.py.
+    """
+    n = len(ids)
+    st = np.zeros(_N_STATS, np.int64)
+    outcome = np.zeros(n, np.uint8)
+    vrow = np.empty(n if record else 0, np.int64)
+    vid = np.empty(n if record else 0, np.int64)
+    nv = 0
+    # per-object records (ObjectInfo)
+    state = np.zeros(n_ids, np.int8)
+    dirty = np.zeros(n_ids, np.bool_)
+    busy = np.zeros(n_ids, np.int64)
+    nbytes = np.zeros(n_ids, np.int64)
+    # LRU / FIFO: doubly-linked list, head = next victim
+    prv = np.full(n_ids, -1, np.int64)
+    nxl = np.full(n_ids, -1, np.int64)
+    head = -1
+    tail = -1
+    # LFU / Belady: lazy min-heap of (k1, k2) -> (id, version); version invalidates old entries
+    hcap = 1024
+    hk1 = np.empty(hcap, np.int64)
+    hk2 = np.empty(hcap, np.int64)
+    hid = np.empty(hcap, np.int64)
+    hver = np.empty(hcap, np.int64)
+    hn = 0
+    ver = np.zeros(n_ids, np.int64)
+    freq = np.zeros(n_ids, np.int64)
+    # pending releases of blocks (write-backs in flight): heap of (done, seq) -> (nbytes, id)
+    rcap = 1024
+    rk1 = np.empty(rcap, np.int64)
+    rk2 = np.empty(rcap, np.int64)
+    rnb = np.empty(rcap, np.int64)
+    rid = np.empty(rcap, np.int64)
+    rn = 0
+    seq = 0
+    pending = 0
+    used = 0
+    n_evictable = 0
+    # clock (CostModel)
+    now = 0
+    stall = 0
+    comp_total = 0
+    free_h2d = 0
+    free_d2h = 0
+
+    for i in range(n):
+        k = ids[i]
+        if op[i] == 2:
+            # ---------------------------------------------------------- Pool._free
+            st[8] += 1
+            outcome[i] = FREE
+            if state[k] == _DEVICE:
+                n_evictable -= 1
+                # policy.on_free
+                if policy <= _FIFO:
+                    p, q = prv[k], nxl[k]
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        head = q
+                    if q >= 0:
+                        prv[q] = p
+                    else:
+                        tail = p
+                else:
+                    ver[k] += 1
+                # _release_block
+                done = busy[k]
+                if done > now:
+                    seq += 1
+                    if rn == len(rk1):
+                        rk1, rk2, rnb, rid = _grow(rk1), _grow(rk2), _grow(rnb), _grow(rid)
+                    rn = _heap_push(rk1, rk2, rnb, rid, rn, done, seq, nbytes[k], k)
+                    pending += nbytes[k]
+                else:
+                    used -= nbytes[k]
+                nbytes[k] = 0
+            state[k] = _ABSENT
+            continue
+        w = op[i] == 1
+        s = size[i]
+        st[0] += 1
+        sk = state[k]
+        if sk == _DEVICE:
+            # ---------------------------------------------------------- hit
+            if w and write_through:  # the general path retires finished copies first
+                while rn > 0 and rk1[0] <= now:
+                    done, kk, nb = rk1[0], rid[0], rnb[0]
+                    rn = _heap_pop(rk1, rk2, rnb, rid, rn)
+                    pending -= nb
+                    used -= nb
+                    if state[kk] == _D2H and busy[kk] <= done:
+                        state[kk] = _HOST
+            st[1] += 1
+            outcome[i] = HIT
+            # policy.on_hit
+            if policy == _LRU:
+                if k != tail:
+                    p, q = prv[k], nxl[k]
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        head = q
+                    prv[q] = p
+                    prv[k] = tail
+                    nxl[k] = -1
+                    nxl[tail] = k
+                    tail = k
+            elif policy >= _LFU:
+                freq[k] += 1
+                ver[k] += 1
+                if hn == len(hk1):
+                    hk1, hk2, hid, hver = _grow(hk1), _grow(hk2), _grow(hid), _grow(hver)
+                if policy == _LFU:
+                    hn = _heap_push(hk1, hk2, hid, hver, hn, freq[k], i, k, ver[k])
+                else:
+                    hn = _heap_push(hk1, hk2, hid, hver, hn, -nxt[i], -k, k, ver[k])
+            if w:
+                dirty[k] = True
+                if write_through:
+                    # _copy_out
+                    if timed:
+                        start = max(now, free_d2h if two_engines else free_h2d, busy[k])
+                        done = start + d2h_lat + np.int64(nbytes[k] / d2h_gbps)
+                        if two_engines:
+                            free_d2h = done
+                        else:
+                            free_h2d = done
+                    else:
+                        done = max(now, busy[k])
+                    busy[k] = done
+                    st[10] += nbytes[k]
+                    dirty[k] = False
+            c = compute[i]
+            now += c
+            comp_total += c
+            continue
+        # -------------------------------------------------------------- miss (Pool._access_steps)
+        while rn > 0 and rk1[0] <= now:  # _retire
+            done, kk, nb = rk1[0], rid[0], rnb[0]
+            rn = _heap_pop(rk1, rk2, rnb, rid, rn)
+            pending -= nb
+            used -= nb
+            if state[kk] == _D2H and busy[kk] <= done:
+                state[kk] = _HOST
+        st[2] += 1
+        st[3] += s
+        created = sk == _ABSENT
+        if created:
+            state[k] = _HOST
+            dirty[k] = False
+            busy[k] = 0
+        if s > capacity:
+            st[7] += 1
+            outcome[i] = BYPASS
+            c = compute[i]
+            now += c
+            comp_total += c
+            continue
+        # _make_room
+        while used + s > capacity:
+            if rn > 0 and (capacity - used + pending >= s or n_evictable == 0):
+                t = rk1[0]  # _wait_release
+                if t > now:
+                    stall += t - now
+                    now = t
+                while rn > 0 and rk1[0] <= now:
+                    done, kk, nb = rk1[0], rid[0], rnb[0]
+                    rn = _heap_pop(rk1, rk2, rnb, rid, rn)
+                    pending -= nb
+                    used -= nb
+                    if state[kk] == _D2H and busy[kk] <= done:
+                        state[kk] = _HOST
+                continue
+            # policy.victim
+            if policy <= _FIFO:
+                v = head
+            else:
+                while hver[0] != ver[hid[0]] or state[hid[0]] != _DEVICE:
+                    hn = _heap_pop(hk1, hk2, hid, hver, hn)
+                v = hid[0]
+            if record:
+                vrow[nv] = i
+                vid[nv] = v
+                nv += 1
+            # _evict
+            st[5] += 1
+            n_evictable -= 1
+            if policy <= _FIFO:  # policy.on_evict
+                q = nxl[v]
+                head = q
+                if q >= 0:
+                    prv[q] = -1
+                else:
+                    tail = -1
+                nxl[v] = -1
+            else:
+                ver[v] += 1
+                hn = _heap_pop(hk1, hk2, hid, hver, hn)
+            if dirty[v]:
+                st[6] += 1
+                if timed:
+                    start = max(now, free_d2h if two_engines else free_h2d, busy[v])
+                    done = start + d2h_lat + np.int64(nbytes[v] / d2h_gbps)
+                    if two_engines:
+                        free_d2h = done
+                    else:
+                        free_h2d = done
+                else:
+                    done = max(now, busy[v])
+                busy[v] = done
+                st[10] += nbytes[v]
+                dirty[v] = False
+                state[v] = _D2H
+            else:
+                state[v] = _HOST
+            done = busy[v]  # _release_block
+            if done > now:
+                seq += 1
+                if rn == len(rk1):
+                    rk1, rk2, rnb, rid = _grow(rk1), _grow(rk2), _grow(rnb), _grow(rid)
+                rn = _heap_push(rk1, rk2, rnb, rid, rn, done, seq, nbytes[v], v)
+                pending += nbytes[v]
+            else:
+                used -= nbytes[v]
+            nbytes[v] = 0
+        used += s
+        nbytes[k] = s
+        if used > st[15]:
+            st[15] = used
+        if created and w:
+            st[4] += 1
+        else:
+            # demand fetch, after any write-back of the same object
+            if timed:
+                start = max(now, free_h2d, busy[k])
+                done = start + h2d_lat + np.int64(s / h2d_gbps)
+                free_h2d = done
+            else:
+                done = max(now, busy[k])
+            st[9] += s
+            if done > now:
+                stall += done - now
+                now = done
+        state[k] = _DEVICE
+        n_evictable += 1
+        # policy.on_insert
+        if policy <= _FIFO:
+            prv[k] = tail
+            nxl[k] = -1
+            if tail >= 0:
+                nxl[tail] = k
+            else:
+                head = k
+            tail = k
+        else:
+            freq[k] = 1
+            ver[k] += 1
+            if hn == len(hk1):
+                hk1, hk2, hid, hver = _grow(hk1), _grow(hk2), _grow(hid), _grow(hver)
+            if policy == _LFU:
+                hn = _heap_push(hk1, hk2, hid, hver, hn, 1, i, k, ver[k])
+            else:
+                hn = _heap_push(hk1, hk2, hid, hver, hn, -nxt[i], -k, k, ver[k])
+        if w:
+            dirty[k] = True
+            if write_through:
+                if timed:
+                    start = max(now, free_d2h if two_engines else free_h2d, busy[k])
+                    done = start + d2h_lat + np.int64(s / d2h_gbps)
+                    if two_engines:
+                        free_d2h = done
+                    else:
+                        free_h2d = done
+                else:
+                    done = max(now, busy[k])
+                busy[k] = done
+                st[10] += s
+                dirty[k] = False
+        c = compute[i]
+        now += c
+        comp_total += c
+    st[11] = stall
+    st[12] = comp_total
+    st[13] = now
+    st[14] = used
+    return st, outcome, vrow[:nv], vid[:nv]
+
+
+# ---------------------------------------------------------------------- front door
+def fast_applicable(
+    policy: str,
+    *,
+    placement: str = "bytes",
+    prefetch: str | None = None,
+    backend: object | None = None,
+    hook: object | None = None,
+) -> str | None:
+    """``None`` when :func:`replay_fast` can stand in for :meth:`Pool.replay`, else the reason."""
+    if policy not in FAST_POLICIES:
+        return f"policy {policy!r} has no compiled kernel (only {FAST_POLICIES})"
+    if placement != "bytes":
+        return f"placement {placement!r}: the kernel does byte accounting only"
+    if prefetch not in (None, "none"):
+        return f"prefetcher {prefetch!r}: the kernel runs without prefetching"
+    if backend is not None:
+        return "a backend moves real bytes: replay it through the pool"
+    if hook is not None:
+        return "a hook observes every pool event: replay it through the pool"
+    return None
+
+
+def _timing(cost: Preset | str | None) -> tuple[bool, int, float, int, float, bool]:
+    if cost is None:
+        return False, 0, 1.0, 0, 1.0, True
+    p = get_preset(cost) if isinstance(cost, str) else cost
+    return (True, int(p.h2d_latency_ns), float(p.h2d_gbps), int(p.d2h_latency_ns),
+            float(p.d2h_gbps), p.copy_engines == 2)
+
+
+def dense_ids(key: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """``(ids, keys_of_ids, n_ids)``: keys already in ``[0, 4 * len)`` are used as they are
+    (``keys_of_ids`` is then ``None``); others are remapped through ``np.unique``."""
+    n = len(key)
+    if n == 0:
+        return np.zeros(0, np.int64), None, 0
+    lo, hi = int(key.min()), int(key.max())
+    if lo >= 0 and hi < 4 * n + 1024:
+        return np.ascontiguousarray(key, np.int64), None, hi + 1
+    uniq, ids = np.unique(key, return_inverse=True)
+    return ids.astype(np.int64, copy=False), uniq, len(uniq)
+
+
+def replay_fast(
+    trace: Trace,
+    capacity: int,
+    policy: str,
+    mode: Literal["bytes", "objects"] = "bytes",
+    *,
+    cost: Preset | str | None = None,
+    write_policy: Literal["write-back", "write-through"] = "write-back",
+    oversize: Literal["error", "bypass"] = "bypass",
+    placement: str = "bytes",
+    prefetch: str | None = None,
+    record: bool = False,
+) -> FastReplay | None:
+    """Replay ``trace`` from row 0 as ``Pool(capacity, make_eviction(policy), placement=
+    "bytes", cost=cost, write_policy=..., oversize=...).replay(trace)`` would, or return
+    ``None`` when the configuration needs the pool (see :func:`fast_applicable`; also when
+    ``oversize="error"`` and an object is larger than the pool, so that the pool raises).
+
+    ``mode="objects"`` counts every object as size 1 (libCacheSim's ``--ignore-obj-size``).
+    """
+    import time
+
+    reason = fast_applicable(policy, placement=placement, prefetch=prefetch)
+    if reason is not None:
+        log.debug("replay_fast not applicable: %s", reason)
+        return None
+    if isinstance(cost, CostModel):
+        if cost.now or cost.stall_ns:
+            return None
+        cost = cost.preset
+    capacity = int(capacity)
+    size = trace.size if mode == "bytes" else np.ones(len(trace), np.int64)
+    if oversize == "error" and len(trace) and int(size.max()) > capacity:
+        return None
+    timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two = _timing(cost)
+    ids, uniq, n_ids = dense_ids(trace.key)
+    code = FAST_POLICIES.index(policy)
+    nxt = trace.next_use() if code == _BELADY else np.zeros(1, np.int64)
+    t0 = time.perf_counter()
+    st, outcome, vrow, vid = _kernel(
+        ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, nxt, n_ids,
+        capacity, code, write_policy == "write-through", oversize == "bypass", timed,
+        h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two, record,
+    )
+    kernel_s = time.perf_counter() - t0
+    stats = PoolStats(**{f: int(v) for f, v in zip(_STAT_FIELDS, st)})
+    vkeys = vid if uniq is None else uniq[vid]
+    return FastReplay(stats, outcome, vrow, vkeys, kernel_s)
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every kernel specialisation on a tiny trace."""
+    t = Trace.from_arrays([0, 1, 0, 2, 1, 2], 1, [0, 1, 0, 0, 2, 0], compute_ns=[1] * 6)
+    for p in FAST_POLICIES:
+        for cost in (None, "h100_pcie5"):
+            replay_fast(t, 2, p, cost=cost, record=True)
+            replay_fast(t, 2, p, cost=cost)
+
