@@ -9,7 +9,9 @@ from allocator.errors import (
     ConfigError,
     InvalidActionError,
     InvalidVictim,
+    NotPinned,
     NotResident,
+    ObjectPinned,
     ObjectTooLarge,
     PolicyFileError,
     PoolError,
@@ -26,7 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Arena", "ByteAccounting", "Backend", "NumpyBackend", "PRESETS", "CostModel", "Preset",
     "get_preset", "BackendError", "CachegymError", "ConfigError", "InvalidActionError",
-    "InvalidVictim", "NotResident", "ObjectTooLarge", "PolicyFileError", "PoolError",
+    "InvalidVictim", "NotPinned", "NotResident", "ObjectPinned", "ObjectTooLarge", "PolicyFileError", "PoolError",
     "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",
     "PoolView", "JsonlHook", "PoolStats", "Kind", "Op", "Trace",
 ]

@@ -11,6 +11,8 @@
         ├── PoolExhausted     no space can be made: everything resident is pinned or in flight
         ├── UnknownKey        the key names no live object
         ├── NotResident       the operation needs the object on the device
+        ├── ObjectPinned      the operation (free) needs an unpinned object
+        ├── NotPinned         unpin of an object that is not pinned
         └── InvalidVictim     a policy (or agent) chose a victim that cannot be evicted
 
 Errors carry their data as attributes (e.g. ``PoolExhausted.size``) so callers can react.
@@ -105,6 +107,18 @@ class NotResident(PoolError):
     def __init__(self, key: int, op: str) -> None:
         self.key = key
         super().__init__(f"{op}: object {key} is not on the device; access it first")
+
+
+class ObjectPinned(PoolError):
+    def __init__(self, key: int, pins: int, op: str = "free") -> None:
+        self.key, self.pins = key, pins
+        super().__init__(f"{op}: object {key} is pinned ({pins} pins); unpin it first")
+
+
+class NotPinned(PoolError):
+    def __init__(self, key: int) -> None:
+        self.key = key
+        super().__init__(f"unpin: object {key} is not pinned; every unpin needs a matching pin")
 
 
 class InvalidVictim(PoolError):

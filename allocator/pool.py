@@ -30,9 +30,10 @@ from allocator.cost import CostModel, Preset
 from allocator.errors import (
     ConfigError,
     InvalidVictim,
+    NotPinned,
     NotResident,
+    ObjectPinned,
     ObjectTooLarge,
-    PoolError,
     PoolExhausted,
     UnknownKey,
 )
@@ -299,7 +300,7 @@ class Pool:
         with self._lock:
             o = self._get(key, "unpin")
             if o.pins == 0:
-                raise PoolError(f"unpin: object {key} is not pinned; every unpin needs a pin")
+                raise NotPinned(key)
             o.pins -= 1
             if o.pins == 0 and o.state == DEVICE:
                 self._n_evictable += 1
@@ -406,6 +407,8 @@ class Pool:
                 gen.send(policy.victim(view))  # type: ignore[arg-type]
         except StopIteration as stop:
             return stop.value
+        finally:
+            gen.close()  # a policy that raised: the loop undoes its half-done event now
 
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
                       defer_wt: bool = False) -> Generator[EvictionRequest, int, bool]:
@@ -435,6 +438,7 @@ class Pool:
             st.misses += 1
             st.byte_misses += size
             created = o is None
+            old_size = size if o is None else o.size
             if o is None:
                 o = ObjectInfo(key, size, kind, self._tick)
                 self._objs[key] = o
@@ -451,8 +455,15 @@ class Pool:
             try:
                 offset = yield from self._make_room(key, size, need)
             except BaseException:
+                # the event did not happen (evictions it made did, and stay counted)
                 if created:
-                    del self._objs[key]  # nothing was created
+                    del self._objs[key]
+                else:
+                    o.size = old_size
+                self._tick -= 1
+                st.accesses -= 1
+                st.misses -= 1
+                st.byte_misses -= size
                 raise
             self._place_obj(o, offset, need)
             if created and write:
@@ -475,10 +486,22 @@ class Pool:
                 self._copy_out(o)
                 o.dirty = False
         if self.prefetcher is not None:
-            for k in self.prefetcher.prefetch(view, key):
-                po = self._objs.get(k)
-                if po is not None and po.state == HOST:
-                    yield from self._prefetch_steps(k, None)
+            # the accessed object is held (as if pinned) so that its prefetches cannot evict it
+            if o.pins == 0:
+                self._n_evictable -= 1
+            o.pins += 1
+            try:
+                for k in self.prefetcher.prefetch(view, key):
+                    po = self._objs.get(k)
+                    if po is not None and po.state in (HOST, D2H):
+                        try:
+                            yield from self._prefetch_steps(k, None)
+                        except PoolExhausted:
+                            break  # a prefetch is a hint: no room now, the access stands
+            finally:
+                o.pins -= 1
+                if o.pins == 0:
+                    self._n_evictable += 1
         self._after_access(o, write, compute_ns)
         return hit
 
@@ -489,11 +512,13 @@ class Pool:
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
         self._retire()
         o = self._objs.get(key)
+        created = o is None
         if o is None:
             if size is None:
                 raise UnknownKey(key, "prefetch")
+            if size <= 0:
+                raise ConfigError(f"prefetch: size must be a positive number of bytes, got {size!r}")
             o = ObjectInfo(key, int(size), 0, self._tick)
-            self._objs[key] = o
         if o.state in (DEVICE, H2D):
             return False
         need = self._place.footprint(o.size)
@@ -501,7 +526,14 @@ class Pool:
             if self.bypass_oversize:
                 return False
             raise ObjectTooLarge(key, o.size, self._place.capacity)
-        offset = yield from self._make_room(key, o.size, need)
+        if created:
+            self._objs[key] = o
+        try:
+            offset = yield from self._make_room(key, o.size, need)
+        except BaseException:
+            if created:
+                del self._objs[key]
+            raise
         self._place_obj(o, offset, need)
         done = self.cost.copy(0, o.size, not_before=o.busy_until)
         self._h2d(o, done)
@@ -576,6 +608,8 @@ class Pool:
         done = self.cost.copy(1, o.size, not_before=o.busy_until)
         o.busy_until = done
         self.stats.bytes_d2h += o.size
+        if self.hook is not None:
+            self._emit("writeback", o)
         if self.backend is not None:
             if o.d2h_event is not None:
                 self.backend.wait(o.d2h_event)
@@ -675,10 +709,13 @@ class Pool:
                 return
 
     def _wait_all(self) -> None:
+        """Wait (on the clock and in the backend) until every copy has completed."""
+        cost = self.cost
+        cost.wait_until(max(cost.busy_until(0), cost.busy_until(1)))
         if self._landing:
-            self.cost.wait_until(max(t for t, _, _ in self._landing))
+            cost.wait_until(max(t for t, _, _ in self._landing))
         if self._releases:
-            self.cost.wait_until(max(r[0] for r in self._releases))
+            cost.wait_until(max(r[0] for r in self._releases))
         self._retire()
         if self.backend is not None:
             self.backend.synchronize()
@@ -688,7 +725,7 @@ class Pool:
         if o is None:
             raise UnknownKey(key, "free")
         if o.pins:
-            raise PoolError(f"free: object {key} is pinned ({o.pins} pins); unpin it first")
+            raise ObjectPinned(key, o.pins, "free")
         self._tick += 1
         st = self.stats
         st.frees += 1
@@ -730,18 +767,32 @@ class Pool:
     def _check(self) -> None:
         """Assert the pool's invariants (tests call this after every step)."""
         with self._lock:
-            resident = [o for o in self._objs.values() if o.state in (DEVICE, H2D)]
+            objs = self._objs.values()
+            resident = [o for o in objs if o.state in (DEVICE, H2D)]
+            for o in objs:
+                assert (o.offset >= 0) == (o.state in (DEVICE, H2D)), o
+                assert o.pins == 0 or o.state == DEVICE, o
+                assert not o.dirty or o.state == DEVICE, o
             held = sum(o.nbytes for o in resident) + self._pending_release_bytes
             assert held == self._place.used, (held, self._place.used)
             assert self._place.used <= self._place.capacity
+            assert self._pending_release_bytes == sum(r[3] for r in self._releases)
+            assert self._inflight_bytes == sum(o.size for o in resident if o.state == H2D)
+            assert self._n_evictable == sum(1 for o in resident if o.state == DEVICE and not o.pins)
             if isinstance(self._place, Arena):
-                blocks = sorted((o.offset, o.nbytes) for o in resident)
-                blocks += [(r[2], r[3]) for r in self._releases]
-                blocks.sort()
-                for (a, na), (b, _) in zip(blocks, blocks[1:]):
-                    assert a + na <= b, "blocks overlap"
+                # held blocks and free blocks tile the region exactly: nothing overlaps
+                spans = sorted([(o.offset, o.nbytes) for o in resident]
+                               + [(r[2], r[3]) for r in self._releases]
+                               + self._place.free_blocks())
+                pos = 0
+                for off, n in spans:
+                    assert off == pos, f"blocks overlap or leak at offset {off} (expected {pos})"
+                    pos += n
+                assert pos == self._place.capacity
             st = self.stats
             assert st.hits + st.misses == st.accesses
+            assert st.prefetch_hits + st.late_prefetches <= st.prefetches
+            assert st.writebacks <= st.evictions
 
 
 def iter_trace(trace: Trace) -> Iterator[tuple[int, int, int, int, int]]:

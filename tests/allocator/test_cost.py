@@ -1,0 +1,212 @@
+"""CostModel and the pool's simulated timeline, against hand-computed figures.
+
+The test preset moves 1 byte/ns with 100 ns latency per copy, so a copy of 1024 bytes takes
+exactly 1124 ns.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from allocator.cost import PRESETS, CostModel, Preset, get_preset, load_preset, save_preset
+from allocator.errors import ConfigError
+from allocator.pool import Pool
+
+LAT = 100
+N = 1024
+COPY = LAT + N  # 1124 ns
+
+
+def _preset(engines: int = 2) -> Preset:
+    return Preset("unit", 1.0, 1.0, LAT, LAT, engines, 1 << 20, "unit test: 1 byte/ns, 100 ns")
+
+
+def test_copy_time_and_queueing() -> None:
+    c = CostModel(_preset())
+    assert c.copy_time(0, N) == COPY and c.copy_time(1, 0) == LAT
+    assert c.copy(0, N) == COPY
+    assert c.copy(0, N) == 2 * COPY  # same direction: queued behind the first
+    assert c.copy(1, N) == COPY  # the other engine is free: overlaps
+    assert c.busy_until(0) == 2 * COPY and c.busy_until(1) == COPY
+    assert c.copy(1, N, not_before=5000) == 5000 + COPY  # a data dependency delays the start
+    assert c.now == 0 and c.stall_ns == 0
+
+
+def test_one_engine_serialises_both_directions() -> None:
+    c = CostModel(_preset(engines=1))
+    assert c.copy(0, N) == COPY
+    assert c.copy(1, N) == 2 * COPY
+    assert c.copy(0, N) == 3 * COPY
+
+
+def test_compute_wait_and_stall() -> None:
+    c = CostModel(_preset())
+    c.compute(500)
+    assert c.now == 500 and c.compute_ns == 500
+    done = c.copy(0, N)  # starts at now, not at 0
+    assert done == 500 + COPY
+    assert c.wait_until(done) == COPY
+    assert c.wait_until(10) == 0  # the past costs nothing
+    assert (c.now, c.stall_ns, c.compute_ns, c.total_ns) == (500 + COPY, COPY, 500, 500 + COPY)
+
+
+def test_instant_model() -> None:
+    c = CostModel(None)
+    assert c.instant and c.copy_time(0, 10**9) == 0
+    c.compute(7)
+    assert c.copy(0, 10**9) == 7 and c.copy(1, 10**9, not_before=3) == 7
+    assert c.stall_ns == 0
+
+
+def test_presets_are_cited_and_loadable(tmp_path) -> None:
+    for name in ("a100_pcie4", "h100_pcie5", "h200_pcie5", "gh200_c2c"):
+        p = get_preset(name)
+        assert p.name == name and "datasheet" in p.source.lower()
+        assert p.h2d_gbps > 0 and p.d2h_gbps > 0 and p.copy_engines == 2
+        assert not p.calibrated
+        assert isinstance(CostModel(name).preset, Preset)
+    # faster links copy faster
+    t = {n: CostModel(n).copy_time(0, 1 << 30) for n in PRESETS}
+    assert t["gh200_c2c"] < t["h200_pcie5"] <= t["h100_pcie5"] < t["a100_pcie4"]
+    f = tmp_path / "cal.json"
+    save_preset(_preset(), str(f))
+    assert get_preset(str(f)) == _preset() == load_preset(str(f))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"h2d_gbps": 0.0},
+        {"d2h_gbps": -1.0},
+        {"h2d_latency_ns": -1},
+        {"copy_engines": 3},
+    ],
+)
+def test_bad_preset_values(kwargs) -> None:
+    base = {"name": "x", "h2d_gbps": 1.0, "d2h_gbps": 1.0, "h2d_latency_ns": 0, "d2h_latency_ns": 0,
+            "copy_engines": 2, "device_bytes": 1, "source": "-"}
+    with pytest.raises(ConfigError):
+        Preset(**{**base, **kwargs})
+
+
+def test_unknown_preset_and_bad_file(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="a100_pcie4"):  # the message lists the choices
+        CostModel("v100")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="bad.json"):
+        load_preset(str(bad))
+
+
+# ---------------------------------------------------------------------- timelines through the pool
+def _pool(engines: int = 2, capacity: int = 16 * N, **kw) -> Pool:
+    return Pool(capacity, cost=CostModel(_preset(engines)), **kw)
+
+
+def test_prefetch_hides_the_copy_completely() -> None:
+    p = _pool()
+    assert p.prefetch(2, N)  # h2d 0 -> 1124
+    assert p.state(2) == "h2d"
+    p.access(1, N, write=True, compute_ns=2000)  # first write: allocation, no copy
+    assert p.state(2) == "device"
+    assert p.access(2, N)  # the prefetch landed during compute
+    s = p.snapshot()
+    assert (s.stall_ns, s.total_ns, s.compute_ns) == (0, 2000, 2000)
+    assert (s.prefetch_hits, s.late_prefetches, s.hits, s.misses, s.allocations) == (1, 0, 1, 1, 1)
+    assert s.bytes_h2d == N and s.bytes_d2h == 0
+
+
+def test_late_prefetch_waits_only_the_remainder() -> None:
+    p = _pool()
+    p.prefetch(2, N)  # lands at 1124
+    p.access(1, N, write=True, compute_ns=400)
+    assert p.access(2, N)
+    s = p.snapshot()
+    assert (s.stall_ns, s.total_ns) == (COPY - 400, COPY)
+    assert (s.late_prefetches, s.prefetch_hits, s.hits) == (1, 0, 1)
+    # the same access without the prefetch: a demand miss stalls for the whole copy
+    q = _pool()
+    q.access(1, N, write=True, compute_ns=400)
+    assert not q.access(2, N)
+    assert q.snapshot().stall_ns == COPY and q.snapshot().total_ns == 400 + COPY
+
+
+def test_same_direction_prefetches_queue() -> None:
+    p = _pool()
+    p.prefetch(2, N)
+    p.prefetch(3, N)  # queued: 1124 -> 2248
+    p.access(3, N)
+    assert p.snapshot().stall_ns == 2 * COPY
+
+
+@pytest.mark.parametrize(("engines", "stall"), [(2, COPY), (1, 2 * COPY)])
+def test_two_engines_against_one(engines: int, stall: int) -> None:
+    p = _pool(engines, write_policy="write-through")
+    p.access(1, N, write=True)  # allocation; write-through: d2h 0 -> 1124
+    p.prefetch(2, N)  # h2d: its own engine (0 -> 1124) or queued behind the d2h (-> 2248)
+    p.access(2, N)
+    s = p.snapshot()
+    assert s.stall_ns == stall and s.total_ns == stall
+    assert s.bytes_d2h == N and s.bytes_h2d == N
+
+
+def test_dirty_victim_space_reused_only_after_its_write_back() -> None:
+    events: list[dict] = []
+    p = _pool(capacity=N, hook=events.append)  # room for exactly one object
+    p.access(1, N, write=True)  # dirty, at offset 0
+    p.access(2, N)  # evicts 1: d2h 0 -> 1124; the block is reused only then; h2d 1124 -> 2248
+    s = p.snapshot()
+    assert (s.evictions, s.writebacks, s.bytes_d2h, s.bytes_h2d) == (1, 1, N, N)
+    assert s.stall_ns == 2 * COPY and s.total_ns == 2 * COPY
+    evs = [(e["event"], e["key"], e["now_ns"]) for e in events]
+    assert ("evict", 1, 0) in evs and evs[-1] == ("miss", 2, 2 * COPY)
+    assert p.state(1) == "host"
+    # a clean victim is dropped at once: the fetch starts immediately
+    q = _pool(capacity=N)
+    q.access(1, N)  # compulsory miss: 0 -> 1124
+    q.access(2, N)  # evicts clean 1, fetch 1124 -> 2248
+    assert q.snapshot().stall_ns == 2 * COPY and q.snapshot().writebacks == 0
+    r = _pool(capacity=N)
+    r.access(1, N, write=True)  # allocation at 0, no copy
+    r.access(2, N)
+    # dirty victim: the write-back (1124) precedes the fetch (1124), nothing overlaps
+    assert r.snapshot().stall_ns == 2 * COPY
+
+
+def test_refetch_of_a_victim_waits_for_its_own_write_back() -> None:
+    p = _pool(capacity=2 * N)
+    p.access(1, N, write=True)
+    p.access(2, N, write=True)
+    p.access(3, N, write=True)  # evicts 1 (dirty): d2h 0 -> 1124; 3 allocates in the block after it lands
+    assert p.snapshot().stall_ns == COPY
+    assert p.state(1) == "host"
+    p.access(1, N)  # evicts 2 (d2h 1124 -> 2248); fetch of 1 1124 -> ... after the release of 2's block
+    p._check()
+    s = p.snapshot()
+    assert s.writebacks == 2 and s.bytes_h2d == N
+    assert s.total_ns == s.stall_ns == 3 * COPY  # 2's write-back lands at 2248, then 1's fetch
+
+
+def test_write_back_and_fragmentation_together_force_a_wait() -> None:
+    # three blocks of N; after evicting the dirty 1 there is a free block elsewhere
+    p = _pool(capacity=3 * N)
+    p.access(1, N, write=True)
+    p.access(2, N, write=True)
+    p.access(3, N)  # compulsory miss 0 -> 1124
+    p.free(2)  # frees the middle block at once (no write-back)
+    p.access(4, 2 * N, write=True)  # no single 2N block: evict 1 (LRU), wait for its write-back
+    s = p.snapshot()
+    assert s.evictions == 1 and s.writebacks == 1
+    # 1's write-back starts at now (1124) and lands at 2248
+    assert s.total_ns == 2 * COPY
+
+
+def test_flush_waits_for_write_backs() -> None:
+    p = _pool()
+    p.access(1, N, write=True)
+    p.access(2, N, write=True)
+    p.flush()  # two d2h copies queue on one engine: 2248
+    s = p.snapshot()
+    assert s.bytes_d2h == 2 * N and s.total_ns == 2 * COPY
+    p.flush()  # nothing dirty any more
+    assert p.snapshot().bytes_d2h == 2 * N

@@ -1,0 +1,203 @@
+"""Trace: construction, validation (errors name column and row), npz round trip, derived arrays."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from allocator.errors import TraceError
+from allocator.trace import INF, Kind, Op, Trace
+
+R, W, F = int(Op.READ), int(Op.WRITE), int(Op.FREE)
+
+
+def _trace() -> Trace:
+    return Trace.from_arrays(
+        key=[1, 2, 1, 3, 2, 1, 1],
+        size=[100, 200, 100, 300, 200, 100, 150],
+        op=[W, R, R, W, F, F, W],
+        compute_ns=[5, 0, 7, 0, 0, 0, 1],
+        kind=[int(Kind.PARAMETER), 0, 1, int(Kind.ACTIVATION), 0, 1, 2],
+        meta={"source": "unit test", "units": "bytes"},
+        name="t",
+    )
+
+
+def test_from_arrays_defaults_and_dtypes() -> None:
+    t = Trace.from_arrays([5, 6, 5], 64)
+    assert len(t) == 3
+    assert t.size.tolist() == [64, 64, 64]
+    assert t.op.tolist() == [R, R, R]
+    assert t.compute_ns.tolist() == [0, 0, 0] and t.kind.tolist() == [0, 0, 0]
+    assert t.step.tolist() == [0, 1, 2]
+    for col, dt in (("key", np.int64), ("size", np.int64), ("op", np.uint8),
+                    ("compute_ns", np.int64), ("kind", np.uint8), ("step", np.int64)):
+        a = getattr(t, col)
+        assert a.dtype == dt and not a.flags.writeable
+
+
+def test_empty_trace() -> None:
+    t = Trace.from_arrays(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert len(t) == 0
+    assert t.next_use().tolist() == [] and t.object_ids().tolist() == []
+    assert t.peak_live_bytes() == 0
+
+
+def test_save_load_round_trip(tmp_path) -> None:
+    t = _trace()
+    p = tmp_path / "small.npz"
+    t.save(p)
+    with np.load(p) as z:  # exactly the documented column names on disk
+        assert sorted(z.files) == sorted(["key", "size", "op", "compute_ns", "kind", "step", "meta"])
+        assert json.loads(str(z["meta"])) == t.meta
+    u = Trace.load(p)
+    for col in ("key", "size", "op", "compute_ns", "kind", "step"):
+        np.testing.assert_array_equal(getattr(u, col), getattr(t, col))
+        assert getattr(u, col).dtype == getattr(t, col).dtype
+    assert u.meta == t.meta
+    assert u.name == "small"
+
+
+def test_load_without_optional_columns(tmp_path) -> None:
+    p = tmp_path / "min.npz"
+    np.savez(p, key=np.array([1, 2]), size=np.array([8, 8]), op=np.array([0, 1]))
+    t = Trace.load(p)
+    assert t.step.tolist() == [0, 1] and t.compute_ns.tolist() == [0, 0] and t.meta == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "column", "row"),
+    [
+        ({"key": [1, 2, 3], "size": [8, 0, 8]}, "size", 1),
+        ({"key": [1, 2, 3], "size": [8, 8, -4]}, "size", 2),
+        ({"key": [1, 2, 3], "size": 8, "op": [0, 3, 0]}, "op", 1),
+        ({"key": [1, 2, 3], "size": 8, "op": [0, 0, -1]}, "op", 2),
+        ({"key": [1, 2, 3], "size": 8, "compute_ns": [0, 0, -5]}, "compute_ns", 2),
+        ({"key": [1, 2, 3], "size": 8, "kind": [0, 99, 0]}, "kind", 1),
+        ({"key": [1.0, 2.5, 3.0], "size": 8}, "key", 1),
+        ({"key": [1, 2, 3], "size": [8.0, 8.0, np.nan]}, "size", 2),
+        ({"key": [1, 2, 1], "size": 8, "op": [0, F, 0]}, "op", 1),  # free of a never-seen key
+        ({"key": [1, 1, 1], "size": 8, "op": [0, F, F]}, "op", 2),  # double free
+    ],
+)
+def test_validation_errors_name_column_and_row(kwargs, column, row) -> None:
+    with pytest.raises(TraceError) as ei:
+        Trace.from_arrays(**kwargs)
+    e = ei.value
+    assert e.column == column and e.row == row
+    assert repr(column) in str(e) and f"record {row}" in str(e)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "column"),
+    [
+        ({"key": [1, 2], "size": [8, 8, 8]}, "size"),
+        ({"key": [[1, 2]], "size": 8}, "key"),
+        ({"key": ["a", "b"], "size": 8}, "key"),
+        ({"key": [1, 2], "size": 8, "step": [0]}, "step"),
+    ],
+)
+def test_shape_and_dtype_errors_name_the_column(kwargs, column) -> None:
+    with pytest.raises(TraceError) as ei:
+        Trace.from_arrays(**kwargs)
+    assert ei.value.column == column and repr(column) in str(ei.value)
+
+
+def test_load_errors_name_the_file(tmp_path) -> None:
+    with pytest.raises(TraceError, match="no such file"):
+        Trace.load(tmp_path / "absent.npz")
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(TraceError, match="junk.npz"):
+        Trace.load(junk)
+    p = tmp_path / "nosize.npz"
+    np.savez(p, key=np.array([1]), op=np.array([0]))
+    with pytest.raises(TraceError, match="size"):
+        Trace.load(p)
+    p = tmp_path / "extra.npz"
+    np.savez(p, key=np.array([1]), size=np.array([1]), op=np.array([0]), bogus=np.array([0]))
+    with pytest.raises(TraceError, match="bogus"):
+        Trace.load(p)
+    p = tmp_path / "badrow.npz"
+    np.savez(p, key=np.array([1, 2]), size=np.array([4, 0]), op=np.array([0, 0]))
+    with pytest.raises(TraceError) as ei:
+        Trace.load(p)
+    assert ei.value.path == str(p) and ei.value.column == "size" and ei.value.row == 1
+
+
+def test_next_use_and_object_ids_with_frees() -> None:
+    #        row: 0  1  2  3  4  5  6
+    t = _trace()  # key 1 W, 2 R, 1 R, 3 W, 2 F, 1 F, 1 W (new object)
+    obj = t.object_ids().tolist()
+    assert obj[0] == obj[2] == obj[5]  # key 1 until its free
+    assert obj[6] != obj[0]  # key 1 reused after free: a new object
+    assert obj[1] == obj[4] and obj[3] not in (obj[0], obj[1], obj[6])
+    assert len(set(obj)) == 4
+    nu = t.next_use().tolist()
+    assert nu == [2, INF, INF, INF, INF, INF, INF]
+
+
+def test_next_use_reference() -> None:
+    rng = np.random.default_rng(3)
+    n = 400
+    key = rng.integers(0, 12, n)
+    op = rng.integers(0, 2, n)
+    live: set[int] = set()
+    for i in range(n):  # sprinkle valid frees
+        k = int(key[i])
+        if k in live and rng.random() < 0.15:
+            op[i] = F
+            live.discard(k)
+        else:
+            live.add(k)
+    t = Trace.from_arrays(key, 16, op)
+    # reference: scan forward within the same object generation
+    gen: dict[int, int] = {}
+    ids: dict[tuple[int, int], int] = {}
+    ref_obj = []
+    for i in range(n):
+        k = int(key[i])
+        g = gen.get(k, 0)
+        ref_obj.append(ids.setdefault((k, g), len(ids)))
+        if op[i] == F:
+            gen[k] = g + 1
+    ref_next = []
+    for i in range(n):
+        nxt = INF
+        if op[i] != F:
+            for j in range(i + 1, n):
+                if ref_obj[j] == ref_obj[i]:
+                    nxt = INF if op[j] == F else j
+                    break
+        ref_next.append(nxt)
+    assert t.next_use().tolist() == ref_next
+    # ids are dense; the same partition as the reference
+    obj = t.object_ids().tolist()
+    assert sorted(set(obj)) == list(range(len(ids)))
+    pairs = set(zip(obj, ref_obj))  # a bijection between the two numberings
+    assert len(pairs) == len(ids) == len(set(obj))
+
+
+def test_working_set_and_peak_live_bytes() -> None:
+    t = _trace()
+    # objects: key1 (100), key2 (200), key3 (300), key1 again (150, first size seen)
+    assert t.working_set_bytes() == 100 + 200 + 300 + 150
+    # live after each row: 100, 300, 300, 600, 400, 300, 450
+    assert t.peak_live_bytes() == 600
+    t2 = Trace.from_arrays([1, 1, 2, 2, 3], [10, 10, 20, 20, 30], [W, F, W, F, W])
+    assert t2.peak_live_bytes() == 30 and t2.working_set_bytes() == 60
+
+
+def test_window_drops_frees_of_objects_created_before() -> None:
+    t = _trace()
+    w = t.window(3, 7)
+    # rows 3..6: 3 W, 2 F (2 created before the window: dropped), 1 F (dropped), 1 W
+    assert w.key.tolist() == [3, 1] and w.op.tolist() == [W, W]
+    assert w.step.tolist() == [3, 6]
+
+
+def test_with_sizes() -> None:
+    t = _trace().with_sizes(1)
+    assert set(t.size.tolist()) == {1} and t.key.tolist() == _trace().key.tolist()
