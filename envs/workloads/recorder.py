@@ -1,0 +1,222 @@
+"""Record the tensor-level access trace of a real PyTorch program (on CPU).
+
+A ``TorchDispatchMode`` sees every aten op below autograd, forward and backward alike:
+
+- the storages of an op's tensor inputs are reads, the storages of its outputs (and of
+  arguments its schema marks as mutated) are writes; view ops touch no memory and are skipped;
+- a view maps to its base storage (``tensor.untyped_storage()`` is the base's);
+- a storage gets a key when first seen; a ``weakref.finalize`` on the storage records a free
+  (op 2) when its memory is released, and a later storage, even at the same address, gets a
+  new key;
+- ``compute_ns`` is the op's measured wall time, put on the op's last read (on its first write
+  when it reads nothing): the consumer reads, computes, then writes;
+- ``kind`` is decided per key after each step: storages of ``model.parameters()`` are
+  parameters, of ``p.grad`` gradients, of tensors in ``optimizer.state`` optimizer state;
+  storages first seen as an input (batch data) are "other"; everything else is an activation;
+- ``step`` is the iteration.
+
+Keys are numbered in order of first appearance, so recording is deterministic given the seed
+(the model, batches and op order are) except for the measured durations.
+
+torch is imported here only; ``import envs.workloads`` does not import this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from allocator.errors import ConfigError
+from allocator.trace import Kind, Op, Trace
+
+__all__ = ["record", "TraceRecorder"]
+
+log = logging.getLogger(__name__)
+
+MakeBatch = Callable[[int], Any]
+LossFn = Callable[[torch.nn.Module, Any], torch.Tensor]
+
+
+class TraceRecorder(TorchDispatchMode):
+    """Dispatch mode that appends one event per storage an aten op touches.
+
+    Invariant: ``_live`` maps the ``_cdata`` of every storage seen and not yet freed to its key;
+    a storage's finalizer removes it (and records the free) exactly once.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+        self.closed = False
+        self._live: dict[int, int] = {}
+        self._size: dict[int, int] = {}  # key -> bytes
+        self._finalizers: list[weakref.finalize] = []
+        self._next_key = 0
+        self.kind_of: dict[int, Kind] = {}
+        self.first_op: dict[int, int] = {}  # key -> op of its first event
+        self.key: list[int] = []
+        self.op: list[int] = []
+        self.ns: list[int] = []
+        self.steps: list[int] = []
+
+    # ------------------------------------------------------------------ dispatch
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func.is_view:
+            return func(*args, **kwargs)
+        inputs = [self._key_of(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        t0 = time.perf_counter_ns()
+        out = func(*args, **kwargs)
+        dt = time.perf_counter_ns() - t0
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        written = [self._key_of(t) for t in [*outputs, *_mutated_args(func, args, kwargs)]]
+        reads = _unique(inputs)
+        writes = _unique(written)
+        for i, k in enumerate(reads):
+            self._emit(k, Op.READ, dt if i == len(reads) - 1 else 0)
+        for i, k in enumerate(writes):
+            self._emit(k, Op.WRITE, dt if (not reads and i == 0) else 0)
+        return out
+
+    # ------------------------------------------------------------------ storages
+    def storage_key(self, t: torch.Tensor) -> int | None:
+        """The current key of ``t``'s storage, or ``None`` if it was never accessed."""
+        return self._live.get(t.untyped_storage()._cdata)
+
+    def _key_of(self, t: torch.Tensor) -> int | None:
+        if t.layout != torch.strided or t.device.type == "meta":
+            return None  # sparse/nested tensors have no single storage; meta has no memory
+        st = t.untyped_storage()
+        if st.nbytes() == 0:
+            return None
+        cdata = st._cdata
+        key = self._live.get(cdata)
+        if key is None:
+            key = self._next_key
+            self._next_key += 1
+            self._live[cdata] = key
+            self._size[key] = int(st.nbytes())
+            self._finalizers.append(weakref.finalize(st, self._on_free, cdata, key))
+        return key
+
+    def _on_free(self, cdata: int, key: int) -> None:
+        if self._live.get(cdata) == key:
+            del self._live[cdata]
+        if not self.closed and key in self.first_op:
+            self._emit(key, Op.FREE, 0)
+
+    def _emit(self, key: int, op: Op, ns: int) -> None:
+        self.first_op.setdefault(key, int(op))
+        self.key.append(key)
+        self.op.append(int(op))
+        self.ns.append(int(ns))
+        self.steps.append(self.step)
+
+    # ------------------------------------------------------------------ kinds and result
+    def label(self, tensors: Any, kind: Kind) -> None:
+        """Mark the storages of ``tensors`` (any pytree) as ``kind`` (first label wins)."""
+        for t in tree_leaves(tensors):
+            if isinstance(t, torch.Tensor):
+                k = self.storage_key(t)
+                if k is not None:
+                    self.kind_of.setdefault(k, kind)
+
+    def close(self) -> None:
+        """Stop recording frees and detach every finalizer."""
+        self.closed = True
+        for f in self._finalizers:
+            f.detach()
+        self._finalizers.clear()
+
+    def to_trace(self, meta: dict[str, Any], name: str) -> Trace:
+        key = np.array(self.key, np.int64)
+        kinds = np.zeros(self._next_key, np.uint8)
+        for k in range(self._next_key):
+            default = Kind.OTHER if self.first_op.get(k) == Op.READ else Kind.ACTIVATION
+            kinds[k] = self.kind_of.get(k, default)
+        size = np.array([self._size[k] for k in range(self._next_key)], np.int64)
+        return Trace.from_arrays(key, size[key], np.array(self.op, np.uint8),
+                                 np.array(self.ns, np.int64), kinds[key],
+                                 np.array(self.steps, np.int64), meta=meta, name=name)
+
+
+def _mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """Tensor arguments the op's schema marks as written (``Tensor(a!)``)."""
+    out: list[torch.Tensor] = []
+    schema = func._schema
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        out.extend(t for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+    return out
+
+
+def _unique(keys: list[int | None]) -> list[int]:
+    """Keys in first-seen order, without repeats or ``None`` (storages that hold no bytes)."""
+    return [k for k in dict.fromkeys(keys) if k is not None]
+
+
+# ---------------------------------------------------------------------- front door
+def record(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    make_batch: MakeBatch,
+    loss_fn: LossFn,
+    steps: int = 2,
+    seed: int = 0,
+    *,
+    name: str = "recorded",
+    meta: dict[str, Any] | None = None,
+) -> Trace:
+    """Record ``steps`` iterations of a training (or, with ``optimizer=None``, inference) loop.
+
+    Each iteration: ``batch = make_batch(step)`` (outside the recorder, as a data loader would),
+    then, recorded: ``optimizer.zero_grad(set_to_none=True)``, ``loss = loss_fn(model, batch)``,
+    ``loss.backward()``, ``optimizer.step()``. With ``optimizer=None`` only the forward pass
+    runs, under ``torch.no_grad()``. ``torch.manual_seed(seed)`` is called first.
+    """
+    if steps < 1:
+        raise ConfigError(f"steps must be >= 1, got {steps}")
+    torch.manual_seed(seed)
+    rec = TraceRecorder()
+    try:
+        for s in range(steps):
+            batch = make_batch(s)
+            rec.step = s
+            with rec:
+                _one_step(model, optimizer, batch, loss_fn)
+            rec.label(list(model.parameters()), Kind.PARAMETER)
+            rec.label([p.grad for p in model.parameters() if p.grad is not None], Kind.GRADIENT)
+            if optimizer is not None:
+                rec.label(list(optimizer.state.values()), Kind.OPTIMIZER_STATE)
+            del batch
+    finally:
+        rec.close()
+    info = {"generator": "recorder", "params": {"steps": steps, "seed": seed,
+            "model": type(model).__name__,
+            "optimizer": type(optimizer).__name__ if optimizer is not None else None},
+            "torch": torch.__version__, **(meta or {})}
+    return rec.to_trace(info, name)
+
+
+def _one_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any,
+              loss_fn: LossFn) -> None:
+    if optimizer is None:
+        with torch.no_grad():
+            out = loss_fn(model, batch)
+        del out
+        return
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model, batch)
+    loss.backward()
+    del loss
+    optimizer.step()
