@@ -1,0 +1,349 @@
+"""Learned (exported) policies: one self-describing file, loaded with NumPy alone.
+
+File format (``.npz``, no pickle)::
+
+    header      uint8 array: UTF-8 JSON object (see below)
+    w/<name>    float32 weight arrays of the network
+
+The header holds ``format`` (``"cachegym-policy"``), ``format_version``, ``task``
+(``"evict"``), ``arch`` (``{"type": "candidate_mlp", "n_features", "n_globals", "hidden",
+"activation"}``), ``feature_spec`` (exactly :func:`policies.features.feature_spec` of the code
+that trained it: names, order, normalisation), ``K`` and ``candidate_rule`` (how the candidate
+set is drawn), ``library_version``, ``config_sha256`` (hash of the training config),
+``weights_sha256`` (checksum of every weight array: name, dtype, shape and bytes) and free-form
+``meta``. Input normalisation is folded into the first layer at export, so the file's network
+reads raw feature values.
+
+The network scores every candidate with the same small MLP over ``[candidate features,
+global features]``; the victim is the valid candidate with the highest score. Permuting the
+candidates permutes the scores, and nothing depends on ``K`` but the candidate selection.
+
+A file that is truncated or corrupt, whose checksum does not match, or whose feature
+specification differs from the running code's is refused with
+:class:`~allocator.errors.PolicyFileError` naming what differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import zipfile
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from allocator.errors import ConfigError, PolicyFileError
+from policies import features as _features
+from policies.base import EvictionPolicyBase
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "CandidateScorer", "LearnedPolicy", "save_policy_file",
+    "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "cachegym-policy"
+FORMAT_VERSION = 1
+DEFAULT_BUDGET_US = 1000.0
+"""Default latency budget per decision; a decision slower than this falls back to LRU."""
+
+_NEG = np.float32(-3.0e38)
+
+
+# ---------------------------------------------------------------------- the network
+class CandidateScorer:
+    """NumPy twin of :class:`policies.training.nets.CandidateScorerNet` (forward pass only).
+
+    Weights: ``wc`` (F, H0), ``wg`` (G, H0), ``b0`` (H0,), then ``w{i}`` (H{i-1}, H{i}) and
+    ``b{i}`` for the further hidden layers, then ``wo`` (H_last,) and ``bo`` (1,). Activation
+    ReLU. Buffers are preallocated per K, so a decision allocates nothing but the argmax.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        try:
+            self.wc = np.ascontiguousarray(arrays["wc"], np.float32)
+            self.wg = np.ascontiguousarray(arrays["wg"], np.float32)
+            self.b0 = np.ascontiguousarray(arrays["b0"], np.float32)
+            self.wo = np.ascontiguousarray(arrays["wo"], np.float32)
+            self.bo = float(np.asarray(arrays["bo"], np.float32).reshape(-1)[0])
+            n_more = sum(1 for k in arrays if k.startswith("w") and k[1:].isdigit())
+            self.layers = [(np.ascontiguousarray(arrays[f"w{i}"], np.float32),
+                            np.ascontiguousarray(arrays[f"b{i}"], np.float32))
+                           for i in range(1, n_more + 1)]
+        except KeyError as e:
+            raise PolicyFileError(f"weight array {e.args[0]!r} is missing") from None
+        self._check_shapes()
+        self._bufs: dict[int, tuple[np.ndarray, list[np.ndarray], np.ndarray]] = {}
+        self._g = np.empty(self.b0.shape[0], np.float32)
+
+    def _check_shapes(self) -> None:
+        h = self.b0.shape[0] if self.b0.ndim == 1 else -1
+        if self.wc.ndim != 2 or self.wg.ndim != 2 or self.wc.shape[1] != h or self.wg.shape[1] != h:
+            raise PolicyFileError(
+                f"first layer shapes do not fit: wc {self.wc.shape}, wg {self.wg.shape}, b0 {self.b0.shape}")
+        for i, (w, b) in enumerate(self.layers, 1):
+            if w.ndim != 2 or w.shape[0] != h or b.shape != (w.shape[1],):
+                raise PolicyFileError(f"layer {i} shapes do not fit: w{i} {w.shape}, b{i} {b.shape}, "
+                                      f"previous width {h}")
+            h = w.shape[1]
+        if self.wo.shape != (h,):
+            raise PolicyFileError(f"output layer wo has shape {self.wo.shape}, expected ({h},)")
+
+    @property
+    def n_features(self) -> int:
+        return int(self.wc.shape[0])
+
+    @property
+    def n_globals(self) -> int:
+        return int(self.wg.shape[0])
+
+    @property
+    def hidden(self) -> list[int]:
+        return [int(self.b0.shape[0])] + [int(b.shape[0]) for _, b in self.layers]
+
+    def _buffers(self, k: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+        b = self._bufs.get(k)
+        if b is None:
+            hs = self.hidden
+            b = (np.empty((k, hs[0]), np.float32),
+                 [np.empty((k, h), np.float32) for h in hs[1:]],
+                 np.empty(k, np.float32))
+            self._bufs[k] = b
+        return b
+
+    def scores(self, cand: np.ndarray, glob: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Scores of the ``K`` candidates (``cand`` (K, F), ``glob`` (G,)); invalid candidates
+        (``mask`` False) get the lowest float. The result is a reused buffer: copy to keep it."""
+        h0, hs, out = self._buffers(cand.shape[0])
+        g = self._g
+        np.dot(glob, self.wg, out=g)
+        g += self.b0
+        np.dot(cand, self.wc, out=h0)
+        h0 += g
+        np.maximum(h0, 0.0, out=h0)
+        h = h0
+        for (w, b), nxt in zip(self.layers, hs):
+            np.dot(h, w, out=nxt)
+            nxt += b
+            np.maximum(nxt, 0.0, out=nxt)
+            h = nxt
+        np.dot(h, self.wo, out=out)
+        out += self.bo
+        if mask is not None:
+            np.putmask(out, ~mask, _NEG)
+        return out
+
+    def choose(self, cand: np.ndarray, glob: np.ndarray, mask: np.ndarray) -> int:
+        """Index of the best valid candidate (the first one on ties)."""
+        return int(self.scores(cand, glob, mask).argmax())
+
+    def batch_scores(self, cand: np.ndarray, glob: np.ndarray) -> np.ndarray:
+        """Unmasked scores for a batch: ``cand`` (B, K, F), ``glob`` (B, G) -> (B, K)."""
+        h = np.maximum(cand @ self.wc + (glob @ self.wg + self.b0)[:, None, :], 0.0)
+        for w, b in self.layers:
+            h = np.maximum(h @ w + b, 0.0)
+        return (h @ self.wo + self.bo).astype(np.float32)
+
+
+# ---------------------------------------------------------------------- the file
+def weights_checksum(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 over every array's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def save_policy_file(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray],
+                     header: Mapping[str, Any]) -> str:
+    """Write ``arrays`` (network weights) and ``header`` as one policy file; returns the path.
+    ``format``, ``format_version`` and ``weights_sha256`` are filled in here."""
+    p = os.fspath(path)
+    if not p.endswith(".npz"):
+        p += ".npz"
+    arrs = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
+    hdr = dict(header)
+    hdr.update(format=FORMAT, format_version=FORMAT_VERSION, weights_sha256=weights_checksum(arrs))
+    blob = np.frombuffer(json.dumps(hdr, sort_keys=True).encode(), np.uint8)
+    d = os.path.dirname(p)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = p + ".tmp.npz"
+    np.savez(tmp, header=blob, **{f"w/{k}": v for k, v in arrs.items()})  # type: ignore[arg-type]
+    os.replace(tmp, p)
+    return p
+
+
+def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read and verify a policy file: ``(header, weight arrays)``. Checks that it is complete,
+    uncorrupted (zip CRCs and the weights' checksum) and of a known format version; the feature
+    specification is checked by :meth:`LearnedPolicy.load`."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise PolicyFileError(f"policy file {p}: no such file (export one with scripts/export.py)")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as e:
+        raise PolicyFileError(
+            f"policy file {p} is truncated or corrupt ({type(e).__name__}: {e}); export it again"
+        ) from None
+    if "header" not in data:
+        raise PolicyFileError(f"policy file {p} has no header: not a cachegym policy file")
+    try:
+        header = json.loads(data.pop("header").tobytes().decode())
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise PolicyFileError(f"policy file {p}: corrupt header ({e})") from None
+    if header.get("format") != FORMAT:
+        raise PolicyFileError(f"policy file {p}: format is {header.get('format')!r}, not {FORMAT!r}")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise PolicyFileError(
+            f"policy file {p}: format version {header.get('format_version')!r}, this code reads "
+            f"version {FORMAT_VERSION}; export the policy again with this version")
+    arrays = {k[2:]: v for k, v in data.items() if k.startswith("w/")}
+    got = weights_checksum(arrays)
+    if got != header.get("weights_sha256"):
+        raise PolicyFileError(
+            f"policy file {p}: weights checksum mismatch (header {header.get('weights_sha256')}, "
+            f"arrays {got}): the file is corrupt; export it again")
+    return header, arrays
+
+
+def diff_feature_spec(file_spec: Mapping[str, Any], code_spec: Mapping[str, Any]) -> list[str]:
+    """Human-readable differences between two feature specifications (empty when equal)."""
+    out: list[str] = []
+    for key in sorted(set(file_spec) | set(code_spec)):
+        a, b = file_spec.get(key), code_spec.get(key)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list):
+            missing = [x for x in b if x not in a]
+            extra = [x for x in a if x not in b]
+            if missing or extra:
+                out.append(f"{key}: the file lacks {missing} and has extra {extra}")
+            elif len(a) == len(b):
+                i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+                out.append(f"{key}: differ at position {i}: file {a[i]!r}, code {b[i]!r}")
+            else:
+                out.append(f"{key}: file has {len(a)} entries, code {len(b)}")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{d}" for d in diff_feature_spec(a, b)]
+        else:
+            out.append(f"{key}: file {a!r}, code {b!r}")
+    return out
+
+
+# ---------------------------------------------------------------------- the policy
+class LearnedPolicy(EvictionPolicyBase):
+    """An exported eviction policy. Satisfies :class:`policies.base.EvictionPolicy` (and
+    :class:`~policies.base.PrefetchPolicy`, answering no prefetches for an eviction file).
+
+    At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
+    their features with :mod:`policies.features` (the code the env trains with), scores them and
+    evicts the best. A decision that takes longer than ``budget_us`` or fails falls back to LRU
+    and increments ``view.stats.fallbacks``; so does one with no valid candidate.
+
+    Build with :meth:`load`.
+    """
+
+    name = "learned"
+
+    def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
+                 budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
+                 path: str | None = None, K: int | None = None) -> None:
+        self.scorer = scorer
+        self.header = dict(header)
+        self.path = path
+        self.K = int(header["K"]) if K is None else int(K)
+        if self.K < 1:
+            raise ConfigError(f"K must be >= 1 candidates, got {self.K}")
+        self.candidate_rule = str(header.get("candidate_rule", "lru"))
+        if budget_us is not None and budget_us < 0:
+            raise ConfigError(f"budget_us must be >= 0 microseconds or None, got {budget_us}")
+        self.budget_us = budget_us
+        self._budget_ns = None if budget_us is None else int(budget_us * 1000)
+        self._rng = np.random.default_rng(seed)
+        self.tracker = _features.FeatureTracker()
+        # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
+        t = self.tracker
+        self.on_hit, self.on_miss, self.on_insert = t.on_hit, t.on_miss, t.on_insert  # type: ignore[method-assign]
+        self.on_evict, self.on_free = t.on_evict, t.on_free  # type: ignore[method-assign]
+        self.decisions = 0
+        self.fallbacks = 0
+        self.decision_ns: list[int] = []
+        self.record_latency = False
+
+    # construction ------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
+             seed: int = 0, K: int | None = None, **_: Any) -> LearnedPolicy:
+        """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
+        the file was trained with (the network does not depend on it). Raises
+        :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""
+        p = os.fspath(path)
+        header, arrays = read_policy_file(p)
+        if header.get("task", "evict") != "evict":
+            raise PolicyFileError(f"policy file {p} is a {header.get('task')!r} policy; "
+                                  "LearnedPolicy loads eviction policies")
+        diffs = diff_feature_spec(header.get("feature_spec") or {}, _features.feature_spec())
+        if diffs:
+            raise PolicyFileError(
+                f"policy file {p} was trained with another feature specification than this code "
+                f"computes: {'; '.join(diffs)}. Retrain/export with this version, or run the "
+                "version that wrote it")
+        scorer = CandidateScorer(arrays)
+        arch = header.get("arch", {})
+        if (arch.get("n_features"), arch.get("n_globals")) != (scorer.n_features, scorer.n_globals):
+            raise PolicyFileError(
+                f"policy file {p}: arch says {arch.get('n_features')} features and "
+                f"{arch.get('n_globals')} globals, weights have {scorer.n_features} and {scorer.n_globals}")
+        if "K" not in header or int(header["K"]) < 1:
+            raise PolicyFileError(f"policy file {p}: header lacks a valid K")
+        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K)
+
+    # decisions ---------------------------------------------------------
+    def observe(self, view: PoolView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, cand, mask, glob)`` exactly as the env builds them for this view."""
+        keys = _features.select_candidates(self.tracker, view, self.K, self.candidate_rule, self._rng)
+        cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
+        return keys, cand, mask, glob
+
+    def victim(self, view: PoolView) -> int | None:
+        t0 = time.perf_counter_ns()
+        self.decisions += 1
+        choice: int | None = None
+        try:
+            keys, cand, mask, glob = self.observe(view)
+            if len(keys):
+                i = self.scorer.choose(cand, glob, mask)
+                if mask[i] and i < len(keys):
+                    choice = int(keys[i])
+        except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
+            log.exception("learned policy decision failed; falling back to LRU")
+            choice = None
+        dt = time.perf_counter_ns() - t0
+        if self.record_latency:
+            self.decision_ns.append(dt)
+        if choice is None or (self._budget_ns is not None and dt > self._budget_ns):
+            self.fallbacks += 1
+            view.stats.fallbacks += 1
+            return self.tracker.victim(view)
+        return choice
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        return ()
+
+    def __repr__(self) -> str:
+        return f"LearnedPolicy({self.path!r}, K={self.K}, budget_us={self.budget_us})"

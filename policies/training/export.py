@@ -1,0 +1,65 @@
+"""Export a trained scorer to a policy file that :class:`policies.learned.LearnedPolicy` loads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from allocator import __version__
+from allocator.errors import ConfigError
+from policies import features
+from policies.learned import save_policy_file
+from policies.training.nets import CandidateScorerNet, export_arrays
+
+__all__ = ["export_policy", "config_hash", "scorer_of"]
+
+
+def config_hash(config: Any) -> str:
+    """SHA-256 of a config's canonical JSON (an OmegaConf config, a mapping or ``None``)."""
+    if config is None:
+        return ""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(config, DictConfig):
+            config = OmegaConf.to_container(config, resolve=True)
+    except ImportError:  # pragma: no cover - hydra is a core dependency
+        pass
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def scorer_of(model: Any) -> CandidateScorerNet:
+    """The :class:`CandidateScorerNet` inside a net, an SB3 policy or an SB3 model."""
+    if isinstance(model, CandidateScorerNet):
+        return model
+    policy = getattr(model, "policy", model)
+    net = getattr(policy, "scorer", None)
+    if not isinstance(net, CandidateScorerNet):
+        raise ConfigError(f"{type(model).__name__} carries no CandidateScorerNet; train it with the "
+                          "policies in policies.training.nets")
+    return net
+
+
+def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate_rule: str = "lru",
+                  config: Any = None, meta: Mapping[str, Any] | None = None) -> str:
+    """Write ``model``'s scorer as one self-describing policy file; returns its path."""
+    net = scorer_of(model)
+    if (net.n_features, net.n_globals) != (features.F, features.G):
+        raise ConfigError(f"the network reads {net.n_features} features and {net.n_globals} globals, "
+                          f"policies.features computes {features.F} and {features.G}")
+    header = {
+        "task": "evict",
+        "arch": {"type": "candidate_mlp", "n_features": net.n_features, "n_globals": net.n_globals,
+                 "hidden": list(net.hidden), "activation": "relu"},
+        "feature_spec": features.feature_spec(),
+        "K": int(K),
+        "candidate_rule": candidate_rule,
+        "library_version": __version__,
+        "config_sha256": config_hash(config),
+        "meta": dict(meta or {}),
+    }
+    return save_policy_file(path, export_arrays(net), header)

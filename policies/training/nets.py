@@ -1,0 +1,261 @@
+"""The candidate scorer (torch) and the SB3 policies that carry it.
+
+One module, :class:`CandidateScorerNet`, is what every algorithm trains and what
+:func:`export_arrays` turns into the NumPy weights :class:`policies.learned.CandidateScorer`
+reads: PPO and MaskablePPO use it as the actor (their logits are its scores; a small value head
+reads its pooled hidden layer), DQN uses it as the Q-network, imitation trains it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.dqn.policies import DQNPolicy
+from torch import nn
+
+__all__ = [
+    "CandidateScorerNet", "export_arrays", "ScorerActorCriticPolicy",
+    "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG",
+]
+
+NEG = -1.0e9
+"""Score given to invalid (masked) candidates."""
+
+
+def obs_dims(space: spaces.Space) -> tuple[int, int, int]:
+    """``(K, F, G)`` of the envs' Dict observation space."""
+    if not isinstance(space, spaces.Dict) or not {"candidates", "globals", "mask"} <= set(space.spaces):
+        raise TypeError(f"expected a Dict space with candidates/globals/mask, got {space}")
+    K, F = space["candidates"].shape  # type: ignore[misc]
+    (G,) = space["globals"].shape  # type: ignore[misc]
+    return int(K), int(F), int(G)
+
+
+class CandidateScorerNet(nn.Module):
+    """Scores each candidate with the same MLP over ``[(cand - mu) / sd, (glob - mu_g) / sd_g]``.
+
+    Shapes: ``cand`` (B, K, F), ``glob`` (B, G), ``mask`` (B, K) -> scores (B, K), invalid
+    candidates set to :data:`NEG`. Permuting the candidates permutes the scores; nothing depends
+    on ``K``. The first layer is split into a candidate part and a global part so the NumPy twin
+    computes the global part once per decision.
+    """
+
+    cand_mean: th.Tensor
+    cand_std: th.Tensor
+    glob_mean: th.Tensor
+    glob_std: th.Tensor
+
+    def __init__(self, n_features: int, n_globals: int, hidden: Sequence[int] = (64, 64)) -> None:
+        super().__init__()
+        if not hidden:
+            raise ValueError("hidden needs at least one layer width")
+        self.n_features, self.n_globals, self.hidden = n_features, n_globals, list(hidden)
+        self.register_buffer("cand_mean", th.zeros(n_features))
+        self.register_buffer("cand_std", th.ones(n_features))
+        self.register_buffer("glob_mean", th.zeros(n_globals))
+        self.register_buffer("glob_std", th.ones(n_globals))
+        self.cand_in = nn.Linear(n_features, hidden[0])
+        self.glob_in = nn.Linear(n_globals, hidden[0], bias=False)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(hidden[:-1], hidden[1:]))
+        self.out = nn.Linear(hidden[-1], 1)
+
+    def set_normalization(self, cand: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> None:
+        """Standardise inputs with statistics of observations (valid candidates only)."""
+        c = cand[mask.astype(bool)] if mask.any() else cand.reshape(-1, self.n_features)
+        for name, x in (("cand", c), ("glob", glob.reshape(-1, self.n_globals))):
+            mu = x.mean(0) if len(x) else np.zeros(x.shape[1])
+            sd = x.std(0) if len(x) else np.ones(x.shape[1])
+            sd = np.where(sd > 1e-6, sd, 1.0)
+            getattr(self, f"{name}_mean").copy_(th.as_tensor(mu, dtype=th.float32))
+            getattr(self, f"{name}_std").copy_(th.as_tensor(sd, dtype=th.float32))
+
+    def hidden_features(self, cand: th.Tensor, glob: th.Tensor) -> th.Tensor:
+        """Last hidden layer per candidate, (B, K, H)."""
+        c = (cand - self.cand_mean) / self.cand_std
+        g = (glob - self.glob_mean) / self.glob_std
+        h = th.relu(self.cand_in(c) + self.glob_in(g).unsqueeze(-2))
+        for layer in self.layers:
+            h = th.relu(layer(h))
+        return h
+
+    def forward(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor) -> th.Tensor:
+        s = self.out(self.hidden_features(cand, glob)).squeeze(-1)
+        return s.masked_fill(mask < 0.5, NEG)
+
+
+def export_arrays(net: CandidateScorerNet) -> dict[str, np.ndarray]:
+    """The NumPy weights of ``net`` with input normalisation folded into the first layer
+    (the layout :class:`policies.learned.CandidateScorer` reads)."""
+    with th.no_grad():
+        cs, cm = net.cand_std.double(), net.cand_mean.double()
+        gs, gm = net.glob_std.double(), net.glob_mean.double()
+        wc = net.cand_in.weight.double().T / cs[:, None]  # (F, H0)
+        wg = net.glob_in.weight.double().T / gs[:, None]  # (G, H0)
+        b0 = net.cand_in.bias.double() - cm @ wc - gm @ wg
+        out: dict[str, np.ndarray] = {"wc": wc.numpy(), "wg": wg.numpy(), "b0": b0.numpy()}
+        for i, layer in enumerate(net.layers, 1):
+            assert isinstance(layer, nn.Linear)
+            out[f"w{i}"] = layer.weight.double().T.numpy()
+            out[f"b{i}"] = layer.bias.double().numpy()
+        out["wo"] = net.out.weight.double()[0].numpy()
+        out["bo"] = net.out.bias.double().numpy()
+    return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------- SB3 plumbing
+class DictPassthrough(BaseFeaturesExtractor):
+    """Concatenates ``[candidates.flatten(), globals, mask]``; the scorer splits them again."""
+
+    def __init__(self, observation_space: spaces.Dict) -> None:
+        K, F, G = obs_dims(observation_space)
+        super().__init__(observation_space, K * F + G + K)
+        self.K, self.F, self.G = K, F, G
+
+    def forward(self, obs: dict[str, th.Tensor]) -> th.Tensor:  # type: ignore[override]
+        b = obs["candidates"].shape[0]
+        return th.cat([obs["candidates"].reshape(b, -1).float(), obs["globals"].float(),
+                       obs["mask"].reshape(b, -1).float()], dim=1)
+
+
+def split_obs(x: th.Tensor, K: int, F: int, G: int) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+    return x[:, :K * F].reshape(-1, K, F), x[:, K * F:K * F + G], x[:, K * F + G:]
+
+
+class ScorerExtractor(nn.Module):
+    """SB3 ``mlp_extractor``: actor latent = the scorer's masked scores (K), critic latent =
+    masked mean of the scorer's hidden layer with the (normalised) globals, through one layer."""
+
+    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.K, self.F, self.G = K, F, G
+        self.scorer = CandidateScorerNet(F, G, hidden)
+        self.latent_dim_pi = K
+        self.latent_dim_vf = hidden[-1]
+        self.value_in = nn.Linear(hidden[-1] + G, hidden[-1])
+
+    def forward(self, x: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        return self.forward_actor(x), self.forward_critic(x)
+
+    def forward_actor(self, x: th.Tensor) -> th.Tensor:
+        cand, glob, mask = split_obs(x, self.K, self.F, self.G)
+        return self.scorer(cand, glob, mask)
+
+    def forward_critic(self, x: th.Tensor) -> th.Tensor:
+        cand, glob, mask = split_obs(x, self.K, self.F, self.G)
+        h = self.scorer.hidden_features(cand, glob)
+        m = mask.unsqueeze(-1)
+        pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+        g = (glob - self.scorer.glob_mean) / self.scorer.glob_std
+        return th.tanh(self.value_in(th.cat([pooled, g], dim=1)))
+
+
+class _ScorerActorCriticMixin:
+    """Replaces SB3's MLP extractor by :class:`ScorerExtractor` and its action head by the
+    identity, so the logits are the scorer's scores."""
+
+    hidden: Sequence[int]
+    action_net: Any
+    mlp_extractor: Any
+
+    def _build_mlp_extractor(self) -> None:
+        K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
+        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden)
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)  # type: ignore[misc]
+        self.action_net = nn.Identity()
+        self.optimizer = self.optimizer_class(  # type: ignore[attr-defined]
+            self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[attr-defined]
+
+    @property
+    def scorer(self) -> CandidateScorerNet:
+        return self.mlp_extractor.scorer  # type: ignore[no-any-return]
+
+
+def _init_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs.setdefault("features_extractor_class", DictPassthrough)
+    kwargs.setdefault("ortho_init", False)
+    kwargs.setdefault("share_features_extractor", True)
+    return kwargs
+
+
+class ScorerActorCriticPolicy(_ScorerActorCriticMixin, ActorCriticPolicy):
+    """PPO policy whose actor is a :class:`CandidateScorerNet` (invalid candidates get
+    :data:`NEG` logits, so plain PPO never picks them either)."""
+
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), **kwargs: Any) -> None:
+        self.hidden = list(hidden)
+        super().__init__(*args, **_init_kwargs(kwargs))
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        d = super()._get_constructor_parameters()
+        d["hidden"] = self.hidden
+        return d
+
+
+class MaskableScorerActorCriticPolicy(_ScorerActorCriticMixin, MaskableActorCriticPolicy):
+    """MaskablePPO policy whose actor is a :class:`CandidateScorerNet`."""
+
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), **kwargs: Any) -> None:
+        self.hidden = list(hidden)
+        super().__init__(*args, **_init_kwargs(kwargs))
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        d = super()._get_constructor_parameters()
+        d["hidden"] = self.hidden
+        return d
+
+
+class ScorerQNetwork(BasePolicy):
+    """DQN's Q-network: Q(s, a) is the scorer's score of candidate ``a`` (invalid: :data:`NEG`)."""
+
+    def __init__(self, observation_space: spaces.Dict, action_space: spaces.Discrete,
+                 features_extractor: BaseFeaturesExtractor, features_dim: int,
+                 hidden: Sequence[int] = (64, 64), **_: Any) -> None:
+        super().__init__(observation_space, action_space, features_extractor=features_extractor)
+        self.K, self.F, self.G = obs_dims(observation_space)
+        self.hidden = list(hidden)
+        self.scorer = CandidateScorerNet(self.F, self.G, hidden)
+
+    def forward(self, obs: Any) -> th.Tensor:  # type: ignore[override]
+        x = self.extract_features(obs, self.features_extractor)
+        cand, glob, mask = split_obs(x, self.K, self.F, self.G)  # type: ignore[arg-type]
+        return self.scorer(cand, glob, mask)  # type: ignore[no-any-return]
+
+    def _predict(self, observation: Any, deterministic: bool = True) -> th.Tensor:
+        return self(observation).argmax(dim=1).reshape(-1)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        d = super()._get_constructor_parameters()
+        d.update(hidden=self.hidden, features_extractor=self.features_extractor)
+        return d
+
+
+class ScorerDQNPolicy(DQNPolicy):
+    """DQN policy whose q_net and q_net_target are :class:`ScorerQNetwork`."""
+
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), **kwargs: Any) -> None:
+        self.hidden = list(hidden)
+        kwargs.setdefault("features_extractor_class", DictPassthrough)
+        super().__init__(*args, **kwargs)
+
+    def make_q_net(self) -> ScorerQNetwork:  # type: ignore[override]
+        net_args = self._update_features_extractor(self.net_args, features_extractor=None)
+        net_args["hidden"] = self.hidden
+        return ScorerQNetwork(**net_args).to(self.device)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        d = super()._get_constructor_parameters()
+        d["hidden"] = self.hidden
+        return d
+
+    @property
+    def scorer(self) -> CandidateScorerNet:
+        return self.q_net.scorer  # type: ignore[return-value]

@@ -1,0 +1,219 @@
+"""The exported-policy file format and LearnedPolicy (NumPy only: no torch in this module)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from allocator.errors import ConfigError, PolicyFileError
+from allocator.pool import Pool
+from envs.workloads.registry import generate
+from policies import features
+from policies.learned import (
+    CandidateScorer,
+    LearnedPolicy,
+    diff_feature_spec,
+    read_policy_file,
+    save_policy_file,
+)
+from policies.lru import LRU
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def random_arrays(seed: int = 0, hidden: tuple[int, ...] = (16, 8)) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = {"wc": rng.normal(size=(features.F, hidden[0])), "wg": rng.normal(size=(features.G, hidden[0])),
+         "b0": rng.normal(size=hidden[0])}
+    for i, (h0, h1) in enumerate(zip(hidden[:-1], hidden[1:]), 1):
+        a[f"w{i}"], a[f"b{i}"] = rng.normal(size=(h0, h1)), rng.normal(size=h1)
+    a["wo"], a["bo"] = rng.normal(size=hidden[-1]), rng.normal(size=1)
+    return {k: v.astype(np.float32) for k, v in a.items()}
+
+
+def header(K: int = 8, **over: object) -> dict[str, object]:
+    h: dict[str, object] = {
+        "task": "evict", "K": K, "candidate_rule": "lru", "feature_spec": features.feature_spec(),
+        "arch": {"type": "candidate_mlp", "n_features": features.F, "n_globals": features.G,
+                 "hidden": [16, 8], "activation": "relu"},
+        "library_version": "test", "config_sha256": "", "meta": {},
+    }
+    h.update(over)
+    return h
+
+
+@pytest.fixture
+def policy_file(tmp_path):
+    return save_policy_file(tmp_path / "p.npz", random_arrays(), header())
+
+
+def reference_scores(a: dict[str, np.ndarray], cand: np.ndarray, glob: np.ndarray) -> np.ndarray:
+    h = np.maximum(cand.astype(np.float64) @ a["wc"] + glob @ a["wg"] + a["b0"], 0)
+    i = 1
+    while f"w{i}" in a:
+        h = np.maximum(h @ a[f"w{i}"] + a[f"b{i}"], 0)
+        i += 1
+    return h @ a["wo"] + a["bo"][0]
+
+
+def test_scorer_matches_reference_and_masks():
+    a = random_arrays(1, (16, 12, 8))
+    sc = CandidateScorer(a)
+    rng = np.random.default_rng(2)
+    for K in (1, 5, 32):
+        cand = rng.random((K, features.F), dtype=np.float32)
+        glob = rng.random(features.G, dtype=np.float32)
+        mask = rng.random(K) < 0.7
+        mask[0] = True
+        s = sc.scores(cand, glob, mask).copy()
+        ref = reference_scores(a, cand, glob)
+        np.testing.assert_allclose(s[mask], ref[mask], rtol=1e-4, atol=1e-4)
+        assert (s[~mask] < -1e37).all()
+        assert sc.choose(cand, glob, mask) == int(np.flatnonzero(mask)[np.argmax(ref[mask])])
+        np.testing.assert_allclose(sc.batch_scores(cand[None], glob[None])[0], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_scorer_is_permutation_equivariant():
+    sc = CandidateScorer(random_arrays(3))
+    rng = np.random.default_rng(4)
+    cand = rng.random((32, features.F), dtype=np.float32)
+    glob = rng.random(features.G, dtype=np.float32)
+    perm = rng.permutation(32)
+    s = sc.scores(cand, glob).copy()
+    np.testing.assert_allclose(sc.scores(cand[perm], glob), s[perm], rtol=1e-5, atol=1e-5)
+
+
+def test_round_trip_and_decisions_follow_the_network(policy_file):
+    hdr, arrays = read_policy_file(policy_file)
+    assert hdr["K"] == 8 and hdr["format"] == "cachegym-policy" and len(hdr["weights_sha256"]) == 64
+    np.testing.assert_array_equal(arrays["wc"], random_arrays()["wc"])
+    pol = LearnedPolicy.load(policy_file, budget_us=None)
+    trace = generate("zipf", seed=0, n_requests=3000, n_objects=300, alpha=0.8, size=4096)
+    pool = Pool(64 * 4096, pol, placement="bytes")
+    decided = []
+    orig = pol.victim
+
+    def checked(view):  # the policy's answer is the argmax of its network over its observation
+        keys, cand, mask, glob = pol.observe(view)
+        want = int(keys[int(np.argmax(reference_scores(arrays, cand, glob)[: len(keys)]))])
+        got = orig(view)
+        decided.append(got == want)
+        return got
+
+    pol.victim = checked  # type: ignore[method-assign]
+    st = pool.replay(trace)
+    assert st.evictions > 100 and all(decided) and len(decided) == st.evictions
+    assert st.fallbacks == 0 and pol.fallbacks == 0
+    assert st.hits + st.misses == st.accesses
+
+
+def test_zero_budget_falls_back_to_lru_and_counts(policy_file):
+    trace = generate("zipf", seed=1, n_requests=2000, n_objects=200, alpha=0.9, size=4096)
+    pol = LearnedPolicy.load(policy_file, budget_us=0)
+    st = Pool(40 * 4096, pol, placement="bytes").replay(trace)
+    lru = Pool(40 * 4096, LRU(), placement="bytes").replay(trace)
+    assert st.evictions > 0 and st.fallbacks == st.evictions == pol.fallbacks
+    assert (st.hits, st.misses, st.evictions) == (lru.hits, lru.misses, lru.evictions)
+
+
+def test_failing_decision_falls_back(policy_file):
+    pol = LearnedPolicy.load(policy_file)
+
+    def boom(*_a):
+        raise FloatingPointError("broken network")
+
+    pol.scorer.choose = boom  # type: ignore[method-assign]
+    trace = generate("zipf", seed=2, n_requests=1000, n_objects=100, size=4096)
+    st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
+    assert st.evictions > 0 and st.fallbacks == st.evictions
+
+
+def test_negative_budget_is_a_config_error(policy_file):
+    with pytest.raises(ConfigError, match="budget_us"):
+        LearnedPolicy.load(policy_file, budget_us=-1)
+
+
+def test_truncated_file_is_refused(policy_file, tmp_path):
+    with open(policy_file, "rb") as f:
+        blob = f.read()
+    for cut in (10, len(blob) // 2, len(blob) - 5):
+        p = tmp_path / f"cut{cut}.npz"
+        p.write_bytes(blob[:cut])
+        with pytest.raises(PolicyFileError, match="truncated or corrupt"):
+            LearnedPolicy.load(p)
+
+
+def test_corrupt_file_is_refused(policy_file, tmp_path):
+    with open(policy_file, "rb") as f:
+        blob = bytearray(f.read())
+    # flip bytes inside the stored weight data: zip CRC or the weights checksum catches it
+    with np.load(policy_file) as z:
+        assert "w/wc" in z.files
+    idx = blob.find(np.float32(random_arrays()["wc"][0, 0]).tobytes())
+    assert idx > 0
+    blob[idx] ^= 0xFF
+    p = tmp_path / "corrupt.npz"
+    p.write_bytes(bytes(blob))
+    with pytest.raises(PolicyFileError, match="corrupt"):
+        LearnedPolicy.load(p)
+    # a consistent zip whose weights were edited without updating the checksum
+    hdr, arrays = read_policy_file(policy_file)
+    arrays["wo"] = arrays["wo"] + 1
+    np.savez(tmp_path / "edited.npz", header=np.frombuffer(json.dumps(hdr).encode(), np.uint8),
+             **{f"w/{k}": v for k, v in arrays.items()})
+    with pytest.raises(PolicyFileError, match="checksum mismatch"):
+        LearnedPolicy.load(tmp_path / "edited.npz")
+
+
+def test_mismatched_feature_spec_is_refused_naming_the_difference(tmp_path):
+    spec = features.feature_spec()
+    renamed = dict(spec, features=["bogus"] + spec["features"][1:])
+    p = save_policy_file(tmp_path / "renamed.npz", random_arrays(), header(feature_spec=renamed))
+    with pytest.raises(PolicyFileError, match="features: the file lacks \\['recency'\\] and has extra \\['bogus'\\]"):
+        LearnedPolicy.load(p)
+    swapped = list(spec["features"])
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    p = save_policy_file(tmp_path / "order.npz", random_arrays(), header(feature_spec=dict(spec, features=swapped)))
+    with pytest.raises(PolicyFileError, match="differ at position 0"):
+        LearnedPolicy.load(p)
+    norm = dict(spec, normalisation=dict(spec["normalisation"], counts="n"))
+    p = save_policy_file(tmp_path / "norm.npz", random_arrays(), header(feature_spec=norm))
+    with pytest.raises(PolicyFileError, match="normalisation.counts"):
+        LearnedPolicy.load(p)
+    assert diff_feature_spec(spec, spec) == []
+
+
+def test_wrong_shapes_and_missing_file_are_refused(tmp_path):
+    a = random_arrays()
+    a["wo"] = a["wo"][:-1]
+    p = save_policy_file(tmp_path / "shape.npz", a, header())
+    with pytest.raises(PolicyFileError, match="wo"):
+        LearnedPolicy.load(p)
+    with pytest.raises(PolicyFileError, match="no such file"):
+        LearnedPolicy.load(tmp_path / "absent.npz")
+    p = save_policy_file(tmp_path / "v.npz", random_arrays(), header())
+    hdr, arrays = read_policy_file(p)
+    hdr["format_version"] = 99
+    np.savez(tmp_path / "v2.npz", header=np.frombuffer(json.dumps(hdr).encode(), np.uint8),
+             **{f"w/{k}": v for k, v in arrays.items()})
+    with pytest.raises(PolicyFileError, match="format version 99"):
+        LearnedPolicy.load(tmp_path / "v2.npz")
+
+
+def test_load_needs_numpy_alone(policy_file):
+    code = (
+        "import sys\n"
+        "for m in ('torch', 'stable_baselines3', 'sb3_contrib', 'gymnasium'):\n"
+        "    sys.modules[m] = None  # importing any of them now fails\n"
+        "from policies.learned import LearnedPolicy\n"
+        f"p = LearnedPolicy.load({str(policy_file)!r})\n"
+        "print(p.K)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "8"
