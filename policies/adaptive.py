@@ -1,0 +1,398 @@
+"""Multi-queue policies with ghosts or segments: ARC, S3-FIFO, SLRU (LIRS lives in
+:mod:`policies.lirs`).
+
+Each follows libCacheSim's C implementation step for step, byte-sized (queue and ghost sizes
+are counted in bytes, as libCacheSim counts them), so that in byte-accounting placement with
+``oversize="bypass"`` miss counts equal libCacheSim's (``tests/policies/test_parity.py``).
+Queue bookkeeping that libCacheSim performs while it looks for a victim (promotions,
+reinsertions, ghost trimming) happens in :meth:`victim` or :meth:`on_evict`; :meth:`on_evict`
+also accepts a victim chosen by someone else (an agent driving ``Pool.steps``).
+
+Queues are ``OrderedDict``s whose first entry is the tail (the next to leave) and whose last
+entry is the head (the most recently inserted or promoted).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from allocator.errors import ConfigError
+from policies.base import EvictionPolicyBase, first_evictable
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["ARC", "S3FIFO", "SLRU"]
+
+_Q = OrderedDict  # alias for readability
+
+
+class ARC(EvictionPolicyBase):
+    """Adaptive Replacement Cache (Megiddo & Modha, FAST'03), as libCacheSim's ``ARC``.
+
+    T1 (seen once) and T2 (seen at least twice) hold resident objects, B1 and B2 their ghosts;
+    all four are counted in bytes and ``p`` (the target size of T1, a float) adapts on ghost
+    hits by ``max(|B2| / |B1|, 1)`` (or the reverse). A ghost hit's object enters T2.
+    Replacement (libCacheSim's ``_ARC_replace``) takes T1's LRU end if T1 is non-empty and
+    larger than ``p`` (or equal to ``p`` on a B2 hit) or T2 is empty, else T2's LRU end; a miss
+    on all queues first trims B1 (when ``|T1| + |B1| + size > capacity``; with B1 empty it
+    drops T1's LRU end without a ghost) or B2 (when all four reach ``2 * capacity``).
+
+    The size of the object being admitted is the one of the last demand miss
+    (a prefetch's own size is not visible to the policy).
+    """
+
+    name = "arc"
+
+    def __init__(self) -> None:
+        self.t1: _Q[int, int] = _Q()
+        self.t2: _Q[int, int] = _Q()
+        self.b1: _Q[int, int] = _Q()
+        self.b2: _Q[int, int] = _Q()
+        self.t1_bytes = self.t2_bytes = self.b1_bytes = self.b2_bytes = 0
+        self.p = 0.0
+        self._in_b1 = self._in_b2 = False
+        self._n_req = 0
+        self._ghost_req = -1  # request number of the last ghost hit
+        self._incoming = 1  # size of the object being admitted
+
+    # ---------------------------------------------------------------- hooks
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self._n_req += 1
+        self._in_b1 = self._in_b2 = False
+        s = self.t1.pop(key, None)
+        if s is not None:
+            self.t1_bytes -= s
+            self.t2[key] = s
+            self.t2_bytes += s
+        elif key in self.t2:
+            self.t2.move_to_end(key)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self._n_req += 1
+        self._incoming = view.size(key)
+        if key in self.b1:
+            self._in_b1, self._in_b2 = True, False
+            self._ghost_req = self._n_req
+            delta = max(self.b2_bytes / self.b1_bytes, 1.0)
+            self.p = min(self.p + delta, float(view.capacity))
+            self.b1_bytes -= self.b1.pop(key)
+        elif key in self.b2:
+            self._in_b1, self._in_b2 = False, True
+            self._ghost_req = self._n_req
+            delta = max(self.b1_bytes / self.b2_bytes, 1.0)
+            self.p = max(self.p - delta, 0.0)
+            self.b2_bytes -= self.b2.pop(key)
+        # a miss on all queues leaves the ghost flags as they were (as libCacheSim does)
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        size = view.size(key)
+        for ghost in (self.b1, self.b2):  # a prefetch of a ghost: forget the ghost
+            g = ghost.pop(key, None)
+            if g is not None:
+                if ghost is self.b1:
+                    self.b1_bytes -= g
+                else:
+                    self.b2_bytes -= g
+        if self._ghost_req == self._n_req and (self._in_b1 or self._in_b2):
+            self.t2[key] = size
+            self.t2_bytes += size
+            self._in_b1 = self._in_b2 = False
+            self._ghost_req = -1
+        else:
+            self.t1[key] = size
+            self.t1_bytes += size
+
+    def victim(self, view: PoolView) -> int | None:
+        src = self.t1 if self._plan(view.capacity)[1] == 1 else self.t2
+        k = first_evictable(view, src)
+        if k is None:
+            k = first_evictable(view, self.t2 if src is self.t1 else self.t1)
+        return k
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        trim, _ = self._plan(view.capacity)
+        if trim == "b1":
+            self.b1_bytes -= self.b1.popitem(last=False)[1]
+        elif trim == "b2":
+            self.b2_bytes -= self.b2.popitem(last=False)[1]
+        if key in self.t1:
+            s = self.t1.pop(key)
+            self.t1_bytes -= s
+            if trim != "drop":
+                self.b1[key] = s
+                self.b1_bytes += s
+        else:
+            s = self.t2.pop(key)
+            self.t2_bytes -= s
+            if trim != "drop":
+                self.b2[key] = s
+                self.b2_bytes += s
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        s = self.t1.pop(key, None)
+        if s is not None:
+            self.t1_bytes -= s
+            return
+        s = self.t2.pop(key, None)
+        if s is not None:
+            self.t2_bytes -= s
+
+    # ---------------------------------------------------------------- internals
+    def _plan(self, capacity: int) -> tuple[str, int]:
+        """``(ghost to trim first: "b1" | "b2" | "drop" | "", list to evict from: 1 | 2)``;
+        ``"drop"`` evicts T1's LRU end without keeping a ghost."""
+        if self._ghost_req == self._n_req and (self._in_b1 or self._in_b2):
+            return "", self._replace_from()
+        if self.t1_bytes + self.b1_bytes + self._incoming > capacity:
+            if self.b1_bytes > 0:
+                return "b1", self._replace_from()
+            return "drop", 1
+        total = self.t1_bytes + self.b1_bytes + self.t2_bytes + self.b2_bytes
+        if total >= 2 * capacity and self.b2_bytes > 0:
+            return "b2", self._replace_from()
+        return "", self._replace_from()
+
+    def _replace_from(self) -> int:
+        t1 = self.t1_bytes
+        if (t1 > 0 and (t1 > self.p or (t1 == self.p and self._in_b2))) or self.t2_bytes == 0:
+            return 1
+        return 2
+
+
+class S3FIFO(EvictionPolicyBase):
+    """S3-FIFO (Yang et al., SOSP'23), as libCacheSim's ``S3FIFO`` (its current version).
+
+    A small FIFO (``small_size_ratio`` of the capacity, ``int(capacity * ratio)`` bytes), a main
+    FIFO with a 2-bit CLOCK (the rest), and a ghost FIFO of ``int(capacity *
+    ghost_size_ratio)`` bytes. New objects enter the small queue, or the main queue on a ghost
+    hit (and, until the first eviction, when the small queue is full). Evicting from the small
+    queue promotes objects hit at least ``move_to_main_threshold`` times to the main queue (with
+    counter 0) and evicts the first other one into the ghost; evicting from the main queue
+    reinserts objects with a non-zero counter (counter ``min(c, 3) - 1``) and evicts the first
+    with counter 0. The main queue is evicted from when it exceeds its share or the small
+    queue is empty.
+
+    Known difference: libCacheSim never admits an object of at least the small queue's size;
+    the pool admits everything that fits, and such objects enter the main queue here.
+    Pinned or in-flight objects met during eviction are moved to the main queue's head.
+    """
+
+    name = "s3fifo"
+
+    def __init__(self, small_size_ratio: float = 0.1, ghost_size_ratio: float = 0.9,
+                 move_to_main_threshold: int = 2) -> None:
+        if not 0 < small_size_ratio < 1 or ghost_size_ratio < 0 or move_to_main_threshold < 1:
+            raise ConfigError(
+                "S3FIFO needs 0 < small_size_ratio < 1, ghost_size_ratio >= 0 and "
+                f"move_to_main_threshold >= 1, got {small_size_ratio}, {ghost_size_ratio}, "
+                f"{move_to_main_threshold}")
+        self.small_size_ratio = small_size_ratio
+        self.ghost_size_ratio = ghost_size_ratio
+        self.threshold = move_to_main_threshold
+        self.small: _Q[int, int] = _Q()  # key -> access counter
+        self.main: _Q[int, int] = _Q()
+        self.ghost: _Q[int, int] = _Q()  # key -> size
+        self._size: dict[int, int] = {}
+        self.small_bytes = self.main_bytes = self.ghost_bytes = 0
+        self._caps: tuple[int, int, int] | None = None  # small, main, ghost capacities
+        self._hit_on_ghost = False
+        self._has_evicted = False
+
+    def _capacities(self, view: PoolView) -> tuple[int, int, int]:
+        if self._caps is None:
+            c = view.capacity
+            small = int(c * self.small_size_ratio)
+            self._caps = (small, c - small, int(c * self.ghost_size_ratio))
+        return self._caps
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self._hit_on_ghost = False
+        if key in self.small:
+            self.small[key] += 1
+            return
+        self._forget_ghost(key)
+        if key in self.main:
+            self.main[key] += 1
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self._hit_on_ghost = self._forget_ghost(key)
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        small_cap = self._capacities(view)[0]
+        size = view.size(key)
+        self._size[key] = size
+        if self._hit_on_ghost:
+            self._hit_on_ghost = False
+            self._to_main(key, 0)
+        elif size >= small_cap or (not self._has_evicted and self.small_bytes >= small_cap):
+            self._to_main(key, 0)
+        else:
+            self.small[key] = 0
+            self.small_bytes += size
+
+    def victim(self, view: PoolView) -> int | None:
+        _, main_cap, _ = self._capacities(view)
+        self._has_evicted = True
+        ev = view.evictable
+        budget = 4 * (len(self.small) + len(self.main)) + 8
+        while budget > 0:
+            if self.main_bytes > main_cap or self.small_bytes == 0:
+                while self.main and budget > 0:
+                    budget -= 1
+                    k, c = next(iter(self.main.items()))
+                    if not ev(k):
+                        self.main.move_to_end(k)
+                    elif c >= 1:
+                        self.main[k] = min(c, 3) - 1
+                        self.main.move_to_end(k)
+                    else:
+                        return k
+            else:
+                while self.small and budget > 0:
+                    budget -= 1
+                    k, c = next(iter(self.small.items()))
+                    if c >= self.threshold or not ev(k):
+                        del self.small[k]
+                        self.small_bytes -= self._size[k]
+                        self._to_main(k, 0)
+                    else:
+                        return k
+            if not self.small and not self.main:
+                return None
+        return first_evictable(view, self.main) or first_evictable(view, self.small)
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self._has_evicted = True
+        size = self._size.pop(key)
+        if key in self.small:
+            del self.small[key]
+            self.small_bytes -= size
+            self._ghost_insert(view, key, size)
+        else:
+            del self.main[key]
+            self.main_bytes -= size
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        size = self._size.pop(key, None)
+        if size is None:
+            return
+        if self.small.pop(key, None) is not None:
+            self.small_bytes -= size
+        elif self.main.pop(key, None) is not None:
+            self.main_bytes -= size
+
+    # ---------------------------------------------------------------- internals
+    def _to_main(self, key: int, counter: int) -> None:
+        self.main[key] = counter
+        self.main_bytes += self._size[key]
+
+    def _forget_ghost(self, key: int) -> bool:
+        size = self.ghost.pop(key, None)
+        if size is None:
+            return False
+        self.ghost_bytes -= size
+        return True
+
+    def _ghost_insert(self, view: PoolView, key: int, size: int) -> None:
+        ghost_cap = self._capacities(view)[2]
+        if key in self.ghost or size > ghost_cap:
+            return
+        while self.ghost_bytes + size > ghost_cap:
+            self.ghost_bytes -= self.ghost.popitem(last=False)[1]
+        self.ghost[key] = size
+        self.ghost_bytes += size
+
+    def __repr__(self) -> str:
+        return (f"S3FIFO(small_size_ratio={self.small_size_ratio}, ghost_size_ratio="
+                f"{self.ghost_size_ratio}, move_to_main_threshold={self.threshold})")
+
+
+class SLRU(EvictionPolicyBase):
+    """Segmented LRU with ``n_seg`` equal segments, as libCacheSim's ``SLRU``.
+
+    Each segment holds ``capacity // n_seg`` bytes. A new object enters the lowest segment
+    with room for it (segment 0 if none has); a hit in segment ``i`` promotes the object to
+    the head of segment ``i + 1`` (or to the head of the top segment), and an overfull segment
+    demotes its LRU end to the head of the segment below, cascading down. The victim is the
+    LRU end of the lowest non-empty segment.
+
+    Parameters for parity: libCacheSim's C default is ``n-seg=4``, which its Python ``SLRU``
+    class uses (it passes no parameters); the parity test passes ``n-seg=4`` explicitly.
+    Known differences: libCacheSim evicts during a hit when a demotion cascade overfills
+    segment 0 (only possible with variable sizes, or a capacity not divisible by ``n_seg``)
+    and never admits an object larger than a segment; the pool evicts only to admit, so here
+    segment 0 may overfill instead, and large objects are admitted.
+    """
+
+    name = "slru"
+
+    def __init__(self, n_seg: int = 4) -> None:
+        if n_seg < 1:
+            raise ConfigError(f"SLRU n_seg must be >= 1, got {n_seg}")
+        self.n_seg = n_seg
+        self.segs: list[_Q[int, int]] = [_Q() for _ in range(n_seg)]  # key -> size
+        self.seg_bytes = [0] * n_seg
+        self._where: dict[int, int] = {}
+        self._seg_cap = -1
+
+    def _cap(self, view: PoolView) -> int:
+        if self._seg_cap < 0:
+            self._seg_cap = view.capacity // self.n_seg
+        return self._seg_cap
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        i = self._where.get(key)
+        if i is None:
+            return
+        top = self.n_seg - 1
+        if i == top:
+            self.segs[i].move_to_end(key)
+            return
+        size = self.segs[i].pop(key)
+        self.seg_bytes[i] -= size
+        self._put(key, size, i + 1)
+        cap = self._cap(view)
+        j = i + 1
+        while self.seg_bytes[j] > cap and j > 0:
+            self._cool(j, cap)
+
+    def _cool(self, j: int, cap: int) -> None:
+        """Demote segment ``j``'s LRU end to segment ``j - 1``, cascading down to segment 1."""
+        k, size = self.segs[j].popitem(last=False)
+        self.seg_bytes[j] -= size
+        self._put(k, size, j - 1)
+        while j - 1 > 0 and self.seg_bytes[j - 1] > cap:
+            self._cool(j - 1, cap)
+
+    def _put(self, key: int, size: int, i: int) -> None:
+        self.segs[i][key] = size
+        self.seg_bytes[i] += size
+        self._where[key] = i
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        size, cap = view.size(key), self._cap(view)
+        for i in range(self.n_seg):
+            if self.seg_bytes[i] + size <= cap:
+                self._put(key, size, i)
+                return
+        self._put(key, size, 0)
+
+    def victim(self, view: PoolView) -> int | None:
+        for seg in self.segs:
+            k = first_evictable(view, seg)
+            if k is not None:
+                return k
+        return None
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        i = self._where.pop(key)
+        self.seg_bytes[i] -= self.segs[i].pop(key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        if key in self._where:
+            self.on_evict(view, key)
+
+    def __repr__(self) -> str:
+        return f"SLRU(n_seg={self.n_seg})"

@@ -1,0 +1,303 @@
+"""LIRS (Jiang & Zhang, SIGMETRICS'02), ported from libCacheSim's ``LIRS``.
+
+libCacheSim's LIRS takes eviction decisions at moments the pool never asks for one: during a
+hit (a hit on a resident HIR object demotes the bottom LIR object to Q, which can push Q's
+oldest object out of the cache), before a miss is admitted, and by refusing to admit objects
+larger than Q. This class therefore runs libCacheSim's algorithm as a model of its own, fed
+by every access, and keeps the objects the model has dropped (and the objects it refused) in
+a pending list; :meth:`victim` hands those out first, in the order the model dropped them.
+The pool holds exactly the model's residents plus the pending objects.
+
+Difference from libCacheSim: a pending object is still on the device until the pool needs its
+space, so an access to it is a hit here and a miss in libCacheSim (``pending_evictions``
+lists them; a pool that evicted them at once would match exactly).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from policies.base import EvictionPolicyBase, first_evictable
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["LIRS"]
+
+
+class _Entry:
+    __slots__ = ("lir", "resident", "size")
+
+    def __init__(self, lir: bool, resident: bool, size: int) -> None:
+        self.lir, self.resident, self.size = lir, resident, size
+
+
+class LIRS(EvictionPolicyBase):
+    """LIRS with libCacheSim's parameters: Q (resident HIR objects) holds
+    ``max(1, int(hir_ratio * capacity))`` bytes, the LIR set the rest; stack S is pruned to
+    end in an LIR object and limited to ``2 * capacity`` bytes by dropping non-resident
+    entries (oldest first).
+
+    Model state: ``S`` (key -> entry, bottom first), ``Q`` (key -> size, oldest first), ``NH``
+    (non-resident HIR entries of S, oldest first); byte counters as libCacheSim keeps them.
+    """
+
+    name = "lirs"
+
+    def __init__(self, hir_ratio: float = 0.01) -> None:
+        self.hir_ratio = hir_ratio
+        self.S: OrderedDict[int, _Entry] = OrderedDict()
+        self.Q: OrderedDict[int, int] = OrderedDict()
+        self.NH: OrderedDict[int, int] = OrderedDict()
+        self.s_bytes = 0
+        self.lirs_count = self.hirs_count = self.nonresident = 0
+        self.occupied = 0  # bytes the model holds
+        self.cap = self.lirs_limit = self.hirs_limit = -1
+        self._pending: OrderedDict[int, None] = OrderedDict()  # dropped by the model, on device
+        self._last_miss: int | None = None
+
+    def pending_evictions(self) -> list[int]:
+        """Objects the model has dropped that the pool still holds (to be evicted first)."""
+        return list(self._pending)
+
+    # ---------------------------------------------------------------- pool hooks
+    def _init(self, view: PoolView) -> None:
+        if self.cap < 0:
+            self.cap = view.capacity
+            self.hirs_limit = max(1, int(self.hir_ratio * self.cap))
+            self.lirs_limit = self.cap - self.hirs_limit
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self._init(view)
+        self._get(key, view.size(key))
+        if not self._model_resident(key):  # a pending object the model refused to take back
+            self._pending[key] = None
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self._init(view)
+        self._last_miss = key
+        self._get(key, view.size(key))
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self._init(view)
+        if self._last_miss != key:  # a prefetch: the model sees it as a request
+            self._get(key, view.size(key))
+        self._last_miss = None
+        if not self._model_resident(key):
+            self._pending[key] = None  # the model refused it
+        else:
+            self._pending.pop(key, None)
+
+    def victim(self, view: PoolView) -> int | None:
+        k = first_evictable(view, self._pending)
+        if k is not None:
+            return k
+        # the model holds everything the pool holds: let it drop its oldest HIR (or LIR) object
+        for src in (self.Q, self.S):
+            k = first_evictable(view, (x for x in src if self._model_resident(x)))
+            if k is not None:
+                return k
+        return None
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        if key in self._pending:
+            del self._pending[key]
+        else:
+            self._remove(key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.on_evict(view, key)
+
+    # ---------------------------------------------------------------- the model (libCacheSim)
+    def _model_resident(self, key: int) -> bool:
+        e = self.S.get(key)
+        if e is not None and (e.lir or e.resident):
+            return True
+        return key in self.Q
+
+    def _drop(self, key: int) -> None:
+        """The model evicts ``key`` from the cache: the pool evicts it when it needs room."""
+        self._pending[key] = None
+
+    def _get(self, key: int, size: int) -> bool:
+        self._pending.pop(key, None)
+        hit = self._find(key)
+        if not hit and self._can_insert(key, size):
+            while self.occupied + size > self.cap:
+                if not self._evict(key, size):
+                    break
+            self._insert(key, size)
+        self._limit_stack()
+        return hit
+
+    def _find(self, key: int) -> bool:
+        e = self.S.get(key)
+        if e is not None:
+            self.S.move_to_end(key)
+        in_q = key in self.Q
+        if in_q:
+            self.Q.move_to_end(key)
+        if e is not None:
+            if e.lir:
+                self._prune()
+                return True
+            if e.resident:
+                self._hit_resident_hir_in_s(key, e, in_q)
+                return True
+            return False
+        if in_q:
+            self._hit_resident_hir_in_q(key)
+            return True
+        return False
+
+    def _can_insert(self, key: int, size: int) -> bool:
+        if size > self.cap:
+            return False
+        e = self.S.get(key)
+        if e is not None and not e.lir and not e.resident:
+            while self.lirs_count + e.size > self.lirs_limit:
+                self._evict_lir()
+            s = self.NH.pop(key, None)
+            if s is not None:
+                self.nonresident -= s
+            return True
+        if size > self.lirs_limit or size > self.hirs_limit:
+            return False
+        if self.lirs_count + size > self.lirs_limit and self.hirs_count + size > self.hirs_limit:
+            while self.hirs_count + size > self.hirs_limit:
+                self._evict_hir()
+        return True
+
+    def _evict(self, key: int, size: int) -> bool:
+        """libCacheSim's ``LIRS_evict``; returns False when it could not free anything."""
+        before = self.occupied
+        e = self.S.get(key)
+        if e is not None and not e.lir and not e.resident:
+            while self.hirs_count >= self.hirs_limit and self.Q:
+                self._evict_hir()
+            self._evict_lir()
+        elif (e is None and key not in self.Q and self.Q
+              and self.lirs_count + size > self.lirs_limit
+              and self.hirs_count + size > self.hirs_limit):
+            self._evict_hir()
+        return self.occupied < before
+
+    def _insert(self, key: int, size: int) -> None:
+        e = self.S.get(key)
+        if e is not None and not e.lir and not e.resident:
+            e.lir = e.resident = True
+            self.lirs_count += e.size
+            self.occupied += e.size
+            return
+        if e is None and key not in self.Q:
+            if self.lirs_count + size <= self.lirs_limit:
+                self._s_push(key, _Entry(True, True, size))
+                self.lirs_count += size
+            else:
+                self._s_push(key, _Entry(False, True, size))
+                self.Q[key] = size
+                self.hirs_count += size
+            self.occupied += size
+
+    def _s_push(self, key: int, e: _Entry) -> None:
+        self.S[key] = e
+        self.S.move_to_end(key)
+        self.s_bytes += e.size
+
+    def _s_pop(self, key: int) -> _Entry:
+        e = self.S.pop(key)
+        self.s_bytes -= e.size
+        return e
+
+    def _prune(self) -> None:
+        S = self.S
+        while len(S) > 1:
+            k, e = next(iter(S.items()))
+            if e.lir:
+                break
+            if not e.resident:
+                s = self.NH.pop(k, None)
+                if s is not None:
+                    self.nonresident -= s
+            self._s_pop(k)
+
+    def _hit_resident_hir_in_s(self, key: int, e: _Entry, in_q: bool) -> None:
+        if in_q:
+            s = self.Q.pop(key)
+            self.hirs_count -= s
+            self.occupied -= s
+        while self.lirs_count + e.size > self.lirs_limit and self.S:
+            self._evict_lir()
+        e.lir = True
+        self.lirs_count += e.size
+        self.occupied += e.size
+
+    def _hit_resident_hir_in_q(self, key: int) -> None:
+        size = self.Q[key]
+        while self.lirs_count + size > self.lirs_limit and self.S:
+            self._evict_lir()
+        self._s_push(key, _Entry(False, True, size))
+
+    def _evict_lir(self) -> None:
+        k, e = next(iter(self.S.items()))
+        self.lirs_count -= e.size
+        self._s_pop(k)
+        self.occupied -= e.size
+        if e.size <= self.hirs_limit:
+            while self.hirs_count + e.size > self.hirs_limit and self.Q:
+                self._evict_hir()
+            self.Q[k] = e.size
+            self.Q.move_to_end(k)
+            self.hirs_count += e.size
+            self.occupied += e.size
+        else:
+            self._drop(k)
+        self._prune()
+
+    def _evict_hir(self) -> None:
+        k, size = self.Q.popitem(last=False)
+        self.hirs_count -= size
+        e = self.S.get(k)
+        if e is not None:
+            e.resident = False
+            self.NH[k] = size
+            self.NH.move_to_end(k)
+            self.nonresident += e.size
+        self.occupied -= size
+        self._drop(k)
+
+    def _limit_stack(self) -> None:
+        while self.s_bytes > 2 * self.cap and self.NH:
+            k, s = self.NH.popitem(last=False)
+            self.nonresident -= s
+            if k in self.S:
+                self._s_pop(k)
+
+    def _remove(self, key: int) -> None:
+        """libCacheSim's ``LIRS_remove`` (a victim chosen outside the model, or a free)."""
+        e = self.S.get(key)
+        in_q = key in self.Q
+        if e is not None:
+            self._s_pop(key)
+            if e.lir:
+                self.lirs_count -= e.size
+                self.occupied -= e.size
+                self._prune()
+            else:
+                if e.resident:
+                    self.hirs_count -= e.size
+                    self.occupied -= e.size
+                else:
+                    s = self.NH.pop(key, None)
+                    if s is not None:
+                        self.nonresident -= s
+                if in_q:
+                    self.Q.pop(key)
+        elif in_q:
+            s = self.Q.pop(key)
+            self.hirs_count -= s
+            self.occupied -= s
+
+    def __repr__(self) -> str:
+        return f"LIRS(hir_ratio={self.hir_ratio})"

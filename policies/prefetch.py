@@ -1,0 +1,161 @@
+"""Prefetch policies: none, Markov successor, stride / next-N, and the lookahead oracle.
+
+A prefetcher answers ``prefetch(view, key) -> keys`` after every access of ``key``; the pool
+copies, in order, those returned keys that it knows and that are not resident or in flight.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from allocator.errors import ConfigError
+from allocator.trace import Op, Trace
+from policies.base import PrefetchPolicyBase
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["NoPrefetch", "MarkovPrefetcher", "StridePrefetcher", "LookaheadPrefetcher"]
+
+
+class NoPrefetch(PrefetchPolicyBase):
+    """Never prefetches."""
+
+    name = "none"
+
+    def __repr__(self) -> str:
+        return "NoPrefetch()"
+
+
+class MarkovPrefetcher(PrefetchPolicyBase):
+    """First-order Markov (successor) prefetcher.
+
+    Remembers, for each object, the ``width`` distinct objects that followed it most recently
+    (most recent first). After an access of ``k`` it returns those successors, and follows the
+    most recent successor chain ``depth`` steps (``k -> s1 -> s2 ...``). At most ``max_entries``
+    objects are remembered (least recently updated forgotten first).
+    """
+
+    name = "markov"
+
+    def __init__(self, depth: int = 1, width: int = 1, max_entries: int = 1 << 20) -> None:
+        if depth < 1 or width < 1 or max_entries < 1:
+            raise ConfigError(f"MarkovPrefetcher needs depth, width, max_entries >= 1, got "
+                              f"{depth}, {width}, {max_entries}")
+        self.depth, self.width, self.max_entries = depth, width, max_entries
+        self._succ: OrderedDict[int, list[int]] = OrderedDict()
+        self._prev: int | None = None
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        prev, self._prev = self._prev, key
+        if prev is not None and prev != key:
+            s = self._succ.pop(prev, None) or []
+            if key in s:
+                s.remove(key)
+            s.insert(0, key)
+            del s[self.width:]
+            self._succ[prev] = s
+            if len(self._succ) > self.max_entries:
+                self._succ.popitem(last=False)
+        out: list[int] = []
+        first = self._succ.get(key)
+        if first:
+            out.extend(k for k in first if k != key)
+        cur = first[0] if first else None
+        for _ in range(self.depth - 1):
+            if cur is None:
+                break
+            nxt = self._succ.get(cur)
+            cur = nxt[0] if nxt else None
+            if cur is not None and cur != key and cur not in out:
+                out.append(cur)
+        return out
+
+    def __repr__(self) -> str:
+        return f"MarkovPrefetcher(depth={self.depth}, width={self.width})"
+
+
+class StridePrefetcher(PrefetchPolicyBase):
+    """Stride / next-N prefetcher over object keys.
+
+    Tracks the difference between consecutive accessed keys. Once the same non-zero stride
+    ``s`` has been seen ``confirm`` times in a row, an access of ``k`` prefetches
+    ``k + s, ..., k + degree * s``. With ``confirm=0`` it is a plain next-N prefetcher
+    (stride 1 until another stride is confirmed).
+    """
+
+    name = "stride"
+
+    def __init__(self, degree: int = 2, confirm: int = 1) -> None:
+        if degree < 1 or confirm < 0:
+            raise ConfigError(f"StridePrefetcher needs degree >= 1 and confirm >= 0, got "
+                              f"{degree}, {confirm}")
+        self.degree, self.confirm = degree, confirm
+        self._prev: int | None = None
+        self._stride = 0
+        self._seen = 0
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        if self._prev is not None:
+            s = key - self._prev
+            if s != 0 and s == self._stride:
+                self._seen += 1
+            elif s != 0:
+                self._stride, self._seen = s, 0
+        self._prev = key
+        stride = self._stride
+        if self.confirm == 0 and self._seen == 0 and stride == 0:
+            stride = 1
+        if stride == 0 or self._seen < self.confirm:
+            return ()
+        return [key + i * stride for i in range(1, self.degree + 1)]
+
+    def __repr__(self) -> str:
+        return f"StridePrefetcher(degree={self.degree}, confirm={self.confirm})"
+
+
+class LookaheadPrefetcher(PrefetchPolicyBase):
+    """Oracle: prefetches the next ``depth`` distinct objects the future trace will touch.
+
+    After the access at ``view.tick`` (the trace row when the pool replays ``trace`` from its
+    start) it scans rows ``tick+1 .. tick+window`` and returns, in order of first use, up to
+    ``depth`` distinct keys that the pool knows, that are not resident and not freed before
+    that use. ``window`` defaults to ``8 * depth``.
+    """
+
+    name = "lookahead"
+
+    def __init__(self, trace: Trace, depth: int = 4, window: int | None = None) -> None:
+        if not isinstance(trace, Trace):
+            raise ConfigError("LookaheadPrefetcher needs the trace it will replay")
+        if depth < 1:
+            raise ConfigError(f"LookaheadPrefetcher depth must be >= 1, got {depth}")
+        self.trace, self.depth = trace, depth
+        self.window = 8 * depth if window is None else int(window)
+        if self.window < 1:
+            raise ConfigError(f"LookaheadPrefetcher window must be >= 1, got {window}")
+        self._keys = trace.key.tolist()
+        self._free = (trace.op == Op.FREE).tolist()
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        t = view.tick
+        n = len(self._keys)
+        out: list[int] = []
+        freed: set[int] = set()
+        for r in range(t + 1, min(n, t + 1 + self.window)):
+            k = self._keys[r]
+            if self._free[r]:
+                freed.add(k)
+                continue
+            if k in freed or k == key or k in out:
+                continue
+            if k in view and not view.is_resident(k):
+                out.append(k)
+                if len(out) >= self.depth:
+                    break
+        return out
+
+    def __repr__(self) -> str:
+        return f"LookaheadPrefetcher(trace={self.trace.name!r}, depth={self.depth})"
