@@ -1,0 +1,276 @@
+"""Hydra glue: structured-config schemas, the one ``instantiate`` helper, trace loading.
+
+Every ``hydra.utils.instantiate`` in cachegym goes through :func:`instantiate`, which turns
+Hydra's nested ``InstantiationException`` into one :class:`~allocator.errors.ConfigError`
+line naming the config key and the target. The dataclasses below are the schemas of the
+``trace``, ``allocator`` and ``eval`` groups; :func:`register_configs` stores them in Hydra's
+``ConfigStore`` so that a wrong type, an unknown key or a value outside an enumeration fails
+when the config is composed, not halfway through a sweep::
+
+    from envs.config import register_configs, instantiate
+    register_configs()          # before @hydra.main / compose
+
+    pool = instantiate(cfg.allocator, capacity=1 << 30, policy=policy)
+    traces = instantiate(cfg.trace)          # list[Trace] (see load_traces)
+
+Schemas stored (``ConfigStore`` name -> node): ``evaluate_schema`` (the whole evaluate.yaml),
+``trace/base_trace``, ``allocator/base_allocator``, ``eval/base_eval``. A yaml file of a group
+extends its schema with ``defaults: [base_trace, _self_]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from allocator.errors import CachegymError, ConfigError
+from allocator.trace import Trace
+
+__all__ = [
+    "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
+    "AllocatorConfig", "EvalConfig", "EvaluateConfig", "register_configs", "instantiate",
+    "load_traces", "load_trace", "config_error", "enum_value",
+]
+
+log = logging.getLogger(__name__)
+
+
+class _StrEnum(str, Enum):
+    """An enumeration whose members compare equal to (and print as) their string value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Placement(_StrEnum):
+    bytes = "bytes"
+    arena = "arena"
+
+
+class Mode(_StrEnum):
+    bytes = "bytes"
+    objects = "objects"
+
+
+class TraceFormat(_StrEnum):
+    npz = "npz"
+    oracleGeneral = "oracleGeneral"
+    csv = "csv"
+    txt = "txt"
+
+
+# member names are the values (hyphens included), since configs give enumerations by name
+WritePolicy = _StrEnum("WritePolicy", {"write-back": "write-back",  # type: ignore[call-overload,misc]
+                                       "write-through": "write-through"})
+
+
+class Oversize(_StrEnum):
+    bypass = "bypass"
+    error = "error"
+
+
+def enum_value(v: Any) -> Any:
+    """The plain value of an enumeration member (anything else unchanged)."""
+    return v.value if isinstance(v, Enum) else v
+
+
+# ---------------------------------------------------------------------- schemas
+@dataclass
+class TraceConfig:
+    """Where the traces come from: files (``path`` or ``paths``, in ``format``; ``None`` infers
+    it from the file name), else the seeded generator ``generator`` with ``params``.
+    ``max_requests`` keeps the first rows only (``None``: all)."""
+
+    _target_: str = "envs.config.load_traces"
+    path: str | None = None
+    paths: list[str] = field(default_factory=list)
+    format: TraceFormat | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    generator: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    max_requests: int | None = None
+
+
+@dataclass
+class AllocatorConfig:
+    """Pool options (see :class:`allocator.pool.Pool`). ``placement=bytes`` is byte accounting
+    (libCacheSim's counts); ``arena`` places blocks best-fit. ``capacity`` and ``policy`` are
+    passed by the caller of :func:`instantiate`."""
+
+    _target_: str = "allocator.pool.Pool"
+    placement: Placement = Placement.bytes
+    write_policy: WritePolicy = WritePolicy["write-back"]  # type: ignore[valid-type]
+    oversize: Oversize = Oversize.bypass
+
+
+@dataclass
+class EvalConfig:
+    """What the evaluator sweeps. ``capacities``: bytes (or objects in ``objects`` mode) as
+    integers, or fractions in (0, 1] of the working set (``capacity_of=peak_live``: of the peak
+    live bytes). ``policies``: registry names or ``learned:PATH``; lru and belady are always
+    run (normalised hit rate). ``presets``: cost presets, ``none`` for instant copies."""
+
+    mode: Mode = Mode.bytes
+    capacities: list[Any] = field(default_factory=lambda: [0.01, 0.1])
+    capacity_of: str = "working_set"
+    policies: list[str] = field(default_factory=lambda: ["lru", "fifo", "lfu", "belady"])
+    prefetchers: list[str] = field(default_factory=lambda: ["none"])
+    presets: list[str] = field(default_factory=lambda: ["none"])
+    fast: bool = True
+    decision_timing: bool = True
+    plots: bool = True
+    progress: bool = True
+
+
+@dataclass
+class EvaluateConfig:
+    """Schema of ``conf/evaluate.yaml``."""
+
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    out_dir: str | None = None
+    seed: int = 0
+
+
+_registered = False
+
+
+def register_configs() -> None:
+    """Store the schemas in Hydra's ConfigStore (idempotent). Call before composing."""
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="evaluate_schema", node=EvaluateConfig)
+    cs.store(group="trace", name="base_trace", node=TraceConfig)
+    cs.store(group="allocator", name="base_allocator", node=AllocatorConfig)
+    cs.store(group="eval", name="base_eval", node=EvalConfig)
+    _registered = True
+
+
+# ---------------------------------------------------------------------- instantiate
+def instantiate(node: Any, /, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate(node, **kwargs)`` with errors reduced to one line.
+
+    Raises :class:`ConfigError` naming the node's key and ``_target_`` when the target cannot
+    be imported or rejects its arguments; a :class:`CachegymError` raised by the target itself
+    (e.g. :class:`~allocator.errors.TraceError`) passes through unchanged.
+    """
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate as hydra_instantiate
+
+    key = _key_of(node)
+    target = _target_of(node)
+    if target is None:
+        raise ConfigError(f"{key}: no _target_ to instantiate; set {key}._target_ to a class "
+                          "or function path (e.g. allocator.pool.Pool)")
+    if isinstance(node, DictConfig):  # enumerations reach the target as plain strings
+        node = OmegaConf.create(to_container(node))
+    try:
+        return hydra_instantiate(node, **kwargs)
+    except InstantiationException as e:
+        cause = _root_cause(e)
+        if isinstance(cause, CachegymError):
+            raise cause from None
+        detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise ConfigError(f"{key}: cannot instantiate {target}: {detail}") from None
+    except OmegaConfBaseException as e:
+        raise config_error(e) from None
+
+
+def config_error(e: Exception) -> ConfigError:
+    """An OmegaConf validation error as one line: ``key: problem``."""
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else type(e).__name__
+    full_key = getattr(e, "full_key", None)
+    return ConfigError(f"{full_key}: {first}" if full_key else first)
+
+
+def _key_of(node: Any) -> str:
+    if isinstance(node, DictConfig):
+        k = node._get_full_key(None)
+        return k or "<config>"
+    return "<config>"
+
+
+def _target_of(node: Any) -> str | None:
+    if isinstance(node, DictConfig):
+        return node.get("_target_")  # type: ignore[no-any-return]
+    if isinstance(node, dict):
+        return node.get("_target_")
+    return getattr(node, "_target_", None)
+
+
+def _root_cause(e: BaseException) -> BaseException:
+    seen = 0
+    while e.__cause__ is not None and seen < 10:
+        e = e.__cause__
+        seen += 1
+    return e
+
+
+# ---------------------------------------------------------------------- traces
+def load_traces(
+    path: str | None = None,
+    paths: list[str] | None = None,
+    format: str | None = None,
+    options: dict[str, Any] | None = None,
+    generator: str | None = None,
+    params: dict[str, Any] | None = None,
+    seed: int = 0,
+    max_requests: int | None = None,
+) -> list[Trace]:
+    """The traces a ``trace`` config names: the files ``path`` and ``paths`` (read with
+    ``envs.workloads.read_trace(p, format=format, **options)``), else ``generator(seed=seed,
+    **params)`` from ``envs.workloads.generate``. Files win over a generator."""
+    from envs.workloads import read_trace
+
+    files = ([path] if path else []) + list(paths or [])
+    fmt = enum_value(format)
+    opts = dict(options or {})
+    traces: list[Trace] = []
+    for p in files:
+        p = os.path.expanduser(str(p))
+        if not os.path.isfile(p):
+            raise ConfigError(f"trace.path: no such file {p!r}; give an existing trace file")
+        traces.append(read_trace(p, format=fmt, **opts))
+    if not files:
+        if not generator:
+            raise ConfigError("trace: give trace.path=FILE (or trace.paths=[...]) or "
+                              "trace.generator=NAME (e.g. zipf)")
+        from envs.workloads import GENERATORS, generate
+
+        if generator not in GENERATORS:
+            raise ConfigError(f"trace.generator: unknown generator {generator!r}; "
+                              f"allowed: {sorted(GENERATORS)}")
+        traces.append(generate(generator, seed=seed, **dict(params or {})))
+    if max_requests is not None:
+        if max_requests <= 0:
+            raise ConfigError(f"trace.max_requests must be > 0, got {max_requests}")
+        traces = [t if len(t) <= max_requests else t.window(0, max_requests) for t in traces]
+    return traces
+
+
+def load_trace(node: Any) -> Trace:
+    """The single trace a ``trace`` config names (ConfigError if it names several)."""
+    traces = instantiate(node)
+    if len(traces) != 1:
+        raise ConfigError(f"trace: expected one trace, the config names {len(traces)}")
+    return traces[0]  # type: ignore[no-any-return]
+
+
+def to_container(cfg: Any) -> Any:
+    """Plain Python containers (enumerations as their string values)."""
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if isinstance(
+        cfg, DictConfig) else cfg
+

@@ -1,0 +1,447 @@
+"""The evaluation harness: traces x capacities x eviction policies x prefetchers x cost presets.
+
+:func:`evaluate` takes a composed config (``conf/evaluate.yaml``, schema
+:class:`envs.config.EvaluateConfig`) and returns ``{"rows": [...], "table": str, "csv": path,
+"json": path, "plots": [paths], "out_dir": path}``; ``scripts/evaluate.py`` is its
+``@hydra.main`` wrapper. One row per run, columns :data:`COLUMNS` (first) plus a few extra.
+
+Every run drives the pool's one access loop (:meth:`Pool.replay`) with a policy from
+:mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, LFU, Belady; byte
+placement; no prefetcher), the compiled kernel :func:`allocator.fastreplay.replay_fast`, which is
+proven to take the same decisions (``fast`` column says which ran; ``eval.fast=false`` forces
+the pool). Decision latency (time in ``policy.victim`` per eviction, through
+:class:`TimedPolicy`) is measured on pool runs only; fast runs leave it blank.
+
+``normalized_hit_rate = (hits - hits_lru) / (hits_belady - hits_lru)`` per (trace, mode,
+capacity, prefetch, preset): lru and belady always run; blank when belady equals lru.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from allocator.errors import ConfigError
+from allocator.fastreplay import fast_applicable, replay_fast
+from allocator.pool import Pool
+from allocator.stats import PoolStats
+from allocator.trace import Op, Trace
+from envs.config import enum_value, instantiate
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+    from policies.base import EvictionPolicy
+
+__all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
+           "add_normalized_hit_rate", "write_results", "format_table", "plot_results"]
+
+log = logging.getLogger(__name__)
+
+COLUMNS = (
+    "trace", "capacity", "mode", "policy", "prefetch", "preset", "requests", "hits", "misses",
+    "byte_misses", "miss_ratio", "byte_miss_ratio", "prefetch_hits", "late_prefetches",
+    "useless_prefetches", "bytes_h2d", "bytes_d2h", "stall_ns", "total_ns",
+    "normalized_hit_rate", "decision_p50_us", "decision_p99_us",
+)
+EXTRA_COLUMNS = ("capacity_spec", "placement", "evictions", "writebacks", "bypasses",
+                 "fallbacks", "fast", "wall_s")
+CAPACITY_OF = ("working_set", "peak_live")
+_ALWAYS = ("lru", "belady")
+
+
+# ---------------------------------------------------------------------- decision timing
+class TimedPolicy:
+    """Proxy that times ``victim`` (ns per call) and forwards everything else to ``inner``."""
+
+    def __init__(self, inner: EvictionPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.times_ns: list[int] = []
+        self._victim = inner.victim
+        self.on_hit = inner.on_hit
+        self.on_miss = inner.on_miss
+        self.on_insert = inner.on_insert
+        self.on_evict = inner.on_evict
+        self.on_free = inner.on_free
+
+    def victim(self, view: PoolView) -> int | None:
+        t0 = time.perf_counter_ns()
+        v = self._victim(view)
+        self.times_ns.append(time.perf_counter_ns() - t0)
+        return v
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+    def percentiles_us(self) -> tuple[float, float]:
+        if not self.times_ns:
+            return math.nan, math.nan
+        p50, p99 = np.percentile(np.asarray(self.times_ns, np.float64), [50, 99])
+        return float(p50) / 1e3, float(p99) / 1e3
+
+
+# ---------------------------------------------------------------------- one run
+@dataclass(frozen=True)
+class RunSpec:
+    trace_name: str
+    capacity: int
+    capacity_spec: str
+    mode: str
+    policy: str
+    prefetch: str
+    preset: str
+
+
+def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "working_set") -> int:
+    """Capacity in bytes (objects in ``objects`` mode): an integer as it is, a number in (0, 1]
+    with a fractional part or written as a float as a fraction of the working set (or of the
+    peak live bytes)."""
+    check_capacity(value)
+    if isinstance(value, (float, np.floating)) and value <= 1.0:
+        if capacity_of not in CAPACITY_OF:
+            raise ConfigError(f"eval.capacity_of: {capacity_of!r} is not allowed; "
+                              f"allowed: {list(CAPACITY_OF)}")
+        t = trace if mode == "bytes" else trace.with_sizes(1)
+        basis = t.working_set_bytes() if capacity_of == "working_set" else t.peak_live_bytes()
+        return max(1, int(basis * float(value)))
+    return int(value)
+
+
+def check_capacity(value: Any) -> None:
+    """ConfigError unless ``value`` is a positive integer or a fraction in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"eval.capacities: {value!r} is not a number; give bytes (an integer) "
+                          "or a fraction of the working set such as 0.1")
+    if not value > 0 or not math.isfinite(value):
+        raise ConfigError(f"eval.capacities: capacity must be > 0, got {value!r}")
+    if isinstance(value, (float, np.floating)) and value > 1.0 and value != int(value):
+        raise ConfigError(f"eval.capacities: {value!r} is neither a whole number of bytes nor "
+                          "a fraction in (0, 1]")
+
+
+def _stats_row(spec: RunSpec, st: PoolStats, requested_bytes: int) -> dict[str, Any]:
+    acc = st.accesses
+    return {
+        "trace": spec.trace_name, "capacity": spec.capacity, "mode": spec.mode,
+        "policy": spec.policy, "prefetch": spec.prefetch, "preset": spec.preset,
+        "requests": acc, "hits": st.hits, "misses": st.misses, "byte_misses": st.byte_misses,
+        "miss_ratio": st.misses / acc if acc else math.nan,
+        "byte_miss_ratio": st.byte_misses / requested_bytes if requested_bytes else math.nan,
+        "prefetch_hits": st.prefetch_hits, "late_prefetches": st.late_prefetches,
+        "useless_prefetches": st.useless_prefetches, "bytes_h2d": st.bytes_h2d,
+        "bytes_d2h": st.bytes_d2h, "stall_ns": st.stall_ns, "total_ns": st.total_ns,
+        "normalized_hit_rate": math.nan, "decision_p50_us": math.nan,
+        "decision_p99_us": math.nan, "capacity_spec": spec.capacity_spec,
+        "evictions": st.evictions, "writebacks": st.writebacks, "bypasses": st.bypasses,
+        "fallbacks": st.fallbacks,
+    }
+
+
+def run_one(
+    trace: Trace,
+    spec: RunSpec,
+    *,
+    placement: str = "bytes",
+    write_policy: str = "write-back",
+    oversize: str = "bypass",
+    fast: bool = True,
+    decision_timing: bool = True,
+    seed: int = 0,
+    allocator_cfg: Any = None,
+) -> dict[str, Any]:
+    """Replay ``trace`` (sizes already 1 in ``objects`` mode) for one run; returns its row.
+
+    ``allocator_cfg`` (a config node with ``_target_``) builds the pool through
+    :func:`envs.config.instantiate`; ``None`` builds :class:`Pool` directly.
+    """
+    from policies.registry import make_eviction, make_prefetch
+
+    preset = None if spec.preset == "none" else spec.preset
+    prefetch = None if spec.prefetch == "none" else spec.prefetch
+    reads = trace.op != Op.FREE
+    requested = int(trace.size[reads].sum())
+    t0 = time.perf_counter()
+    if fast and fast_applicable(spec.policy, placement=placement, prefetch=prefetch) is None:
+        res = replay_fast(trace, spec.capacity, spec.policy, "bytes", cost=preset,
+                          write_policy=write_policy, oversize=oversize,  # type: ignore[arg-type]
+                          placement=placement)
+        if res is not None:
+            row = _stats_row(spec, res.stats, requested)
+            row.update(placement=placement, fast=True, wall_s=time.perf_counter() - t0)
+            return row
+    policy = make_eviction(spec.policy, trace=trace, seed=seed)
+    timed = TimedPolicy(policy) if decision_timing else None
+    pf = make_prefetch(prefetch, trace=trace) if prefetch is not None else None
+    pol: Any = timed if timed is not None else policy
+    if allocator_cfg is not None:
+        pool = instantiate(allocator_cfg, capacity=spec.capacity, policy=pol, prefetcher=pf,
+                           cost=preset)
+    else:
+        pool = Pool(spec.capacity, pol, prefetcher=pf, cost=preset, placement=placement,  # type: ignore[arg-type]
+                    write_policy=write_policy, oversize=oversize)  # type: ignore[arg-type]
+    st = pool.replay(trace)
+    row = _stats_row(spec, st, requested)
+    if timed is not None:
+        row["decision_p50_us"], row["decision_p99_us"] = timed.percentiles_us()
+    row.update(placement=placement, fast=False, wall_s=time.perf_counter() - t0)
+    return row
+
+
+# ---------------------------------------------------------------------- the sweep
+def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
+    """Fill ``normalized_hit_rate`` in place from the lru and belady rows of each group."""
+    groups: dict[tuple[Any, ...], dict[str, int]] = {}
+    for r in rows:
+        g = (r["trace"], r["mode"], r["capacity"], r["prefetch"], r["preset"])
+        if r["policy"] in _ALWAYS:
+            groups.setdefault(g, {})[r["policy"]] = r["hits"]
+    for r in rows:
+        ref = groups.get((r["trace"], r["mode"], r["capacity"], r["prefetch"], r["preset"]), {})
+        lru, bel = ref.get("lru"), ref.get("belady")
+        if lru is None or bel is None or bel == lru:
+            r["normalized_hit_rate"] = math.nan
+        else:
+            r["normalized_hit_rate"] = (r["hits"] - lru) / (bel - lru)
+
+
+def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:
+    if not names:
+        raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
+    for n in names:
+        if not isinstance(n, str):
+            raise ConfigError(f"{key}: {n!r} is not a name; allowed: {', '.join(allowed)}")
+        if learned and n.startswith("learned:"):
+            path = n[len("learned:"):]
+            if not os.path.isfile(path):
+                raise ConfigError(f"{key}: learned policy file {path!r} does not exist")
+            continue
+        if n not in allowed:
+            extra = " or learned:PATH" if learned else ""
+            raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra}")
+
+
+def _check_presets(presets: Sequence[str]) -> None:
+    from allocator.cost import PRESETS
+
+    allowed = ["none", *sorted(PRESETS)]
+    if not presets:
+        raise ConfigError(f"eval.presets: the list is empty; allowed: {', '.join(allowed)}")
+    for p in presets:
+        if p not in allowed and not (str(p).endswith(".json") and os.path.isfile(str(p))):
+            raise ConfigError(f"eval.presets: unknown preset {p!r}; allowed: "
+                              f"{', '.join(allowed)} or a calibrated preset .json file")
+
+
+def plan_policies(policies: Iterable[str]) -> list[str]:
+    """The configured policies, in order, with lru and belady added when missing."""
+    out = list(dict.fromkeys(str(p) for p in policies))
+    for p in _ALWAYS:
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _out_dir(cfg: Any) -> str:
+    out = cfg.get("out_dir")
+    job_suffix = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if HydraConfig.initialized():
+            hc = HydraConfig.get()
+            if out is None:
+                out = hc.runtime.output_dir
+            elif hc.mode == RunMode.MULTIRUN:
+                job_suffix = str(hc.job.num)  # jobs of a sweep must not share one results file
+    except (ImportError, ValueError):
+        pass
+    if out is None:
+        out = os.path.join("outputs", "evaluate", time.strftime("%Y-%m-%d_%H-%M-%S"))
+    out = os.path.expanduser(str(out))
+    if job_suffix is not None:
+        out = os.path.join(out, f"job_{job_suffix}")
+    os.makedirs(out, exist_ok=True)
+    return out
+
+
+def evaluate(cfg: Any) -> dict[str, Any]:
+    """Run the sweep that ``cfg`` describes and write results.csv / results.json (and plots)."""
+    from policies.registry import EVICTION_NAMES, PREFETCH_NAMES
+
+    ev = cfg.eval
+    mode = str(enum_value(ev.mode))
+    if mode not in ("bytes", "objects"):
+        raise ConfigError(f"eval.mode: {mode!r} is not allowed; allowed: bytes, objects")
+    policies = plan_policies(ev.policies)
+    _check_names("eval.policies", list(ev.policies), EVICTION_NAMES, learned=True)
+    prefetchers = [str(p) for p in ev.prefetchers]
+    _check_names("eval.prefetchers", prefetchers, PREFETCH_NAMES, learned=False)
+    presets = [str(p) for p in ev.presets]
+    _check_presets(presets)
+    capacities = list(ev.capacities)
+    if not capacities:
+        raise ConfigError("eval.capacities: the list is empty; give bytes or fractions like 0.1")
+    for c in capacities:  # reject bad values before loading anything
+        check_capacity(c)
+    if str(ev.capacity_of) not in CAPACITY_OF:
+        raise ConfigError(f"eval.capacity_of: {ev.capacity_of!r} is not allowed; "
+                          f"allowed: {list(CAPACITY_OF)}")
+    alloc = cfg.allocator
+    placement = str(enum_value(alloc.placement))
+    write_policy = str(enum_value(alloc.write_policy))
+    oversize = str(enum_value(alloc.oversize))
+    traces: list[Trace] = instantiate(cfg.trace)
+    out_dir = _out_dir(cfg)
+
+    names = _unique_names([t.name for t in traces])
+    runs: list[tuple[Trace, RunSpec]] = []
+    for trace, tname in zip(traces, names):
+        t = trace if mode == "bytes" else trace.with_sizes(1)
+        for c in capacities:
+            cap = resolve_capacity(c, trace, mode, str(ev.capacity_of))
+            for preset in presets:
+                for pf in prefetchers:
+                    for pol in policies:
+                        runs.append((t, RunSpec(tname, cap, str(c), mode, pol, pf, preset)))
+
+    from tqdm.auto import tqdm
+
+    rows: list[dict[str, Any]] = []
+    bar = tqdm(runs, desc="evaluate", unit="run", disable=not ev.progress)
+    for t, spec in bar:
+        bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
+        rows.append(run_one(t, spec, placement=placement, write_policy=write_policy,
+                            oversize=oversize, fast=bool(ev.fast),
+                            decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
+                            allocator_cfg=alloc))
+    add_normalized_hit_rate(rows)
+    csv_path, json_path = write_results(rows, out_dir)
+    plots = plot_results(rows, out_dir) if ev.plots else []
+    table = format_table(rows)
+    log.info("wrote %s, %s and %d plot(s)", csv_path, json_path, len(plots))
+    return {"rows": rows, "table": table, "csv": csv_path, "json": json_path, "plots": plots,
+            "out_dir": out_dir}
+
+
+def _unique_names(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        if names.count(n) > 1:
+            seen[n] = seen.get(n, 0) + 1
+            out.append(f"{n}#{seen[n]}")
+        else:
+            out.append(n)
+    return out
+
+
+# ---------------------------------------------------------------------- output
+def _cell(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return ""
+    return v
+
+
+def write_results(rows: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
+    """``results.csv`` (NaN as blank) and ``results.json`` (NaN as null) in ``out_dir``."""
+    cols = list(COLUMNS) + [c for c in EXTRA_COLUMNS if rows and c in rows[0]]
+    csv_path = os.path.join(out_dir, "results.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: _cell(r.get(c)) for c in cols})
+    json_path = os.path.join(out_dir, "results.json")
+    with open(json_path, "w") as f:
+        json.dump([{c: (None if _cell(r.get(c)) == "" and isinstance(r.get(c), float)
+                        else r.get(c)) for c in cols} for r in rows], f, indent=1)
+    return csv_path, json_path
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width table of the main figures, one line per run."""
+    head = ("trace", "capacity", "policy", "prefetch", "preset", "miss_ratio",
+            "byte_miss_ratio", "norm_hit", "stall_ms", "p50_us", "p99_us", "fast")
+    lines = []
+    for r in rows:
+        lines.append((
+            str(r["trace"])[:24], str(r["capacity"]), r["policy"][:20], r["prefetch"],
+            r["preset"], f"{r['miss_ratio']:.4f}", f"{r['byte_miss_ratio']:.4f}",
+            _fmt(r["normalized_hit_rate"], "{:.3f}"), f"{r['stall_ns'] / 1e6:.3f}",
+            _fmt(r["decision_p50_us"], "{:.2f}"), _fmt(r["decision_p99_us"], "{:.2f}"),
+            "yes" if r.get("fast") else "no",
+        ))
+    widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h)
+              for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*x) for x in lines]
+    return "\n".join(out)
+
+
+def _fmt(v: float, f: str) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f.format(v)
+
+
+def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
+    """PNG plots: miss ratio against capacity for every policy (one file per trace, prefetch
+    and preset) and stall time by policy (one file per trace). Uses matplotlib's Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    for tname in traces:
+        tr = [r for r in rows if r["trace"] == tname]
+        for pf, preset in dict.fromkeys((r["prefetch"], r["preset"]) for r in tr):
+            sel = [r for r in tr if r["prefetch"] == pf and r["preset"] == preset]
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for pol in dict.fromkeys(r["policy"] for r in sel):
+                pts = sorted((r["capacity"], r["miss_ratio"]) for r in sel if r["policy"] == pol)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
+            ax.set_xscale("log")
+            ax.set_xlabel("capacity (bytes)" if sel[0]["mode"] == "bytes" else "capacity (objects)")
+            ax.set_ylabel("miss ratio")
+            ax.set_title(f"{tname}  prefetch={pf}  preset={preset}")
+            ax.legend(fontsize="small", ncol=2)
+            ax.grid(True, alpha=0.3)
+            p = os.path.join(out_dir, f"miss_ratio__{_safe(tname)}__{pf}__{_safe(preset)}.png")
+            fig.tight_layout()
+            fig.savefig(p, dpi=100)
+            plt.close(fig)
+            paths.append(p)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        pols = list(dict.fromkeys(r["policy"] for r in tr))
+        caps = sorted(dict.fromkeys(r["capacity"] for r in tr))
+        width = 0.8 / max(1, len(caps))
+        for j, cap in enumerate(caps):
+            stall = [sum(r["stall_ns"] for r in tr if r["policy"] == p and r["capacity"] == cap)
+                     / 1e6 for p in pols]
+            ax.bar(np.arange(len(pols)) + j * width, stall, width, label=f"capacity {cap}")
+        ax.set_xticks(np.arange(len(pols)) + 0.4 - width / 2)
+        ax.set_xticklabels(pols, rotation=30, ha="right")
+        ax.set_ylabel("stall (ms, summed over prefetchers and presets)")
+        ax.set_title(f"{tname}: stall time by policy")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        p = os.path.join(out_dir, f"stall__{_safe(tname)}.png")
+        fig.savefig(p, dpi=100)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def _safe(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(s))

@@ -1,0 +1,39 @@
+#!/usr/bin/env python
+"""Evaluate eviction and prefetch policies over traces, capacities and cost presets.
+
+    python scripts/evaluate.py trace.path=FILE trace.format=oracleGeneral eval.mode=bytes \\
+        eval.capacities=[134217728,268435456] eval.policies=[lru,fifo,lfu,belady] out_dir=DIR
+    python scripts/evaluate.py -m trace.path=A,B            # a parallel sweep (joblib)
+
+Writes results.csv, results.json and PNG plots; the logic is envs.evaluation.evaluate(cfg).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from allocator.errors import CachegymError
+from envs.config import register_configs
+from envs.evaluation import evaluate
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+def main(cfg: DictConfig) -> None:
+    try:
+        result = evaluate(cfg)
+    except CachegymError as e:
+        logging.getLogger("evaluate").debug("failed", exc_info=True)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(result["table"])
+    print(f"results: {result['csv']}")
+
+
+if __name__ == "__main__":
+    main()
