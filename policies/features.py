@@ -1,0 +1,493 @@
+"""Per-candidate features of a pool: one module, used by the environments during training and by
+the exported learned policy in deployment, unchanged. NumPy only (no gymnasium, no torch).
+
+API (stable; bump :data:`FEATURE_VERSION` on any change of names, order or normalisation):
+
+* :data:`FEATURE_NAMES` (per candidate, ``F`` of them), :data:`GLOBAL_NAMES` (``G``),
+  :data:`FEATURE_VERSION`, :func:`feature_spec` (the dict written into exported policy files and
+  compared on load with :func:`check_spec`).
+* :class:`FeatureTracker`: an eviction policy (it answers LRU on its own) that observes the
+  pool's hooks and keeps per-object history in preallocated NumPy arrays indexed by a dense slot
+  per object, so gathering K candidates is one fancy index. Put it in the pool's policy slot,
+  or wrap another policy with :class:`Observed` so it tracks while someone else decides.
+* :func:`select_candidates` ``(tracker, view, K, rule, rng) -> keys``: ``"lru"`` (the K least
+  recently used evictable objects, least recent first) or ``"sample"`` (K drawn uniformly
+  without replacement among resident objects, then filtered to the evictable ones, as LRB does).
+* :func:`observe` ``(tracker, view, keys, K) -> (cand (K, F) float32, mask (K,) bool,
+  glob (G,) float32)``: rows beyond ``len(keys)`` are zero and masked out. Keys need not be
+  resident (prefetch candidates are host objects, or keys never seen: their history is empty).
+
+Normalisation: every feature lies in ``[0, 1]`` whatever the trace's scale. Tick distances
+``d`` (recency, age, reuse gaps) are ``log1p(d) / log1p(2**32)``; counts ``log1p(n) /
+log1p(2**24)``; a decayed counter with half-life ``h`` (in ticks) is ``log1p(c) /
+log1p(c_max(h))`` where ``c_max`` is its value under an access every tick; sizes are relative
+to the pool's capacity (and log-scaled by ``log1p(2**40)``); copy times (from the view's cost
+model; zero with an instant model) ``log1p(ns) / log1p(1e9)``; everything clipped to [0, 1].
+A missing reuse gap (fewer accesses than gaps) reads 1.0 (as long as can be).
+
+Tick = the pool's event index (``view.tick``): distances count accesses and frees, not time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from allocator.errors import ConfigError, PolicyFileError
+from allocator.pool import DEVICE, H2D
+from policies.base import EvictionPolicy, EvictionPolicyBase
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = [
+    "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "N_GAPS", "RULES",
+    "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
+]
+
+FEATURE_VERSION = 1
+HALF_LIVES: tuple[int, ...] = (16, 256, 4096)
+"""Half-lives (in ticks) of the decayed access counters."""
+N_GAPS = 4
+"""Number of most recent reuse gaps kept per object."""
+N_KINDS = 7  # allocator.trace.Kind
+RULES = ("lru", "sample")
+
+FEATURE_NAMES: tuple[str, ...] = (
+    # log-scaled tick distances, counts and size
+    "recency",            # ticks since the last access (1.0 if never accessed)
+    "age",                # ticks since inserted on the device (since first seen if not resident)
+    "lifetime",           # ticks since the object was created
+    "frequency",          # accesses so far
+    *(f"decay_h{h}" for h in HALF_LIVES),  # exponentially decayed access counts
+    *(f"gap_{i + 1}" for i in range(N_GAPS)),  # the last reuse gaps, most recent first
+    "size_log",           # log1p(size) / log1p(2**40)
+    # candidate-relative
+    "recency_rank",       # 0 the most recent .. 1 the least recent valid candidate (ties: lower)
+    "size_rel",           # size / pool capacity
+    # state
+    "dirty",              # a device copy written since fetched (eviction needs a write-back)
+    "prefetched",         # on the device through a prefetch and not used since
+    "in_flight",          # being copied to the device
+    "resident",           # on the device or being copied there
+    *(f"kind_{i}" for i in range(N_KINDS)),  # one-hot allocator.trace.Kind
+    "seen",               # 1 when the object has history, 0 for a key never seen
+    "h2d_time",           # expected fetch time under the cost model
+    "writeback_time",     # expected write-back time if evicted now (0 when clean)
+)
+GLOBAL_NAMES: tuple[str, ...] = (
+    "occupancy",          # device bytes used / capacity
+    "in_flight",          # bytes being copied to the device / capacity
+    "miss_rate",          # EWMA of demand misses per access (alpha = 1/128)
+    "n_valid",            # valid candidates / K
+    "stall_frac",         # stall ns / total ns so far
+    "n_resident",         # log1p(resident objects) / log1p(2**24)
+)
+F = len(FEATURE_NAMES)
+G = len(GLOBAL_NAMES)
+
+_LOG_T = math.log1p(2.0**32)
+_LOG_N = math.log1p(2.0**24)
+_LOG_SIZE = math.log1p(2.0**40)
+_LOG_NS = math.log1p(1e9)
+_MISS_ALPHA = 1.0 / 128
+_RENORM = 256.0  # renormalise decayed counters when (t - epoch) / h_min exceeds this
+assert len(HALF_LIVES) == 3, "FeatureTracker._access unrolls three decayed counters"
+_IH = tuple(1.0 / h for h in HALF_LIVES)
+_H_INV = np.array(_IH)
+
+# columns of the per-slot state array
+_INSERT, _CREATE, _COUNT = 0, 1, 2
+_E0 = 3  # decayed counters, scaled by 2**((t - epoch) / h): value = E * 2**(-(now - epoch) / h)
+_RING0 = _E0 + len(HALF_LIVES)
+_RING = N_GAPS + 1  # ticks of the last N_GAPS + 1 accesses, circular
+_SIZE = _RING0 + _RING
+_KIND = _SIZE + 1
+_NCOL = _KIND + 1
+_MISSING = 2.0**50  # an empty ring entry j holds -(j + 1) * _MISSING: every gap to it is huge
+_EMPTY_ROW = np.zeros(_NCOL)
+_EMPTY_ROW[_RING0:_SIZE] = -_MISSING * np.arange(1, _RING + 1)
+
+# the log-scaled block: (t - [ring max, insert, create]), count, decayed counters, gaps, size
+_N_LOG = 3 + 1 + len(HALF_LIVES) + N_GAPS + 1
+_LOG_SCALE = np.array([_LOG_T] * 3 + [_LOG_N]
+                      + [math.log1p(1.0 / (1.0 - 2.0 ** (-1.0 / h))) for h in HALF_LIVES]
+                      + [_LOG_T] * N_GAPS + [_LOG_SIZE])
+_INV_LOG_SCALE = (1.0 / _LOG_SCALE).astype(np.float32)
+_I_GAP = 3 + 1 + len(HALF_LIVES)
+_I_RANK = _N_LOG
+_I_STATE = _N_LOG + 2
+_I_SEEN = _I_STATE + 4 + N_KINDS
+_STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
+assert (DEVICE, H2D) == (0, 2)
+_STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
+for _c in range(16 * N_KINDS):
+    _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
+    _STATE_TABLE[_c, 4 + (_c >> 4)] = 1.0
+
+
+def feature_spec() -> dict[str, Any]:
+    """What an exported policy must have been trained on (JSON-serialisable)."""
+    return {
+        "version": FEATURE_VERSION,
+        "features": list(FEATURE_NAMES),
+        "globals": list(GLOBAL_NAMES),
+        "half_lives": list(HALF_LIVES),
+        "n_gaps": N_GAPS,
+        "normalisation": {
+            "ticks": "log1p(d)/log1p(2**32)",
+            "counts": "log1p(n)/log1p(2**24)",
+            "decay": "log1p(c)/log1p(c_max(h))",
+            "size_rel": "size/capacity",
+            "size_log": "log1p(size)/log1p(2**40)",
+            "copy_time": "log1p(ns)/log1p(1e9)",
+            "clip": [0.0, 1.0],
+        },
+    }
+
+
+def check_spec(spec: dict[str, Any], source: str = "policy file") -> None:
+    """Raise :class:`PolicyFileError` when ``spec`` differs from this module's features."""
+    mine = feature_spec()
+    diff = [k for k in mine if spec.get(k) != mine[k]]
+    if diff:
+        raise PolicyFileError(
+            f"{source}: feature spec differs from this code's in {diff} (file version "
+            f"{spec.get('version')!r}, code version {FEATURE_VERSION}); retrain and re-export "
+            "the policy with this version of policies/features.py"
+        )
+
+
+class FeatureTracker(EvictionPolicyBase):
+    """Observes the pool's hooks and keeps the per-object history features are made of.
+
+    On its own it is an LRU policy (``victim`` returns the least recently used evictable
+    object, exactly as :class:`policies.lru.LRU`), so it can sit in the pool's policy slot
+    while an agent answers through :meth:`Pool.steps`.
+
+    Invariants: ``_slot`` maps every key with history to a row of ``_S``; ``_order`` holds
+    exactly the resident (device or incoming) tracked objects, least recently used first, and
+    ``_res``/``_res_pos`` hold the same keys in an indexable list. A key freed while on the
+    host is not reported by the pool: its stale row is detected by its creation tick when the
+    key reappears, and reclaimed when the arrays grow.
+    """
+
+    name = "feature-tracker"
+
+    def __init__(self, initial_slots: int = 1024) -> None:
+        self._initial = max(16, int(initial_slots))
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (a new pool)."""
+        self._S = np.zeros((self._initial, _NCOL), np.float64)
+        self._V = self._S.reshape(-1)  # flat view: scalar writes are cheaper
+        self._slot: dict[int, int] = {}
+        self._free_slots: list[int] = []
+        self._next = 0
+        self._order: OrderedDict[int, None] = OrderedDict()
+        self._res: list[int] = []
+        self._res_pos: dict[int, int] = {}
+        self._epoch = 0
+        self.miss_rate = 0.0
+
+    # ------------------------------------------------------------------ hooks
+    def victim(self, view: PoolView) -> int | None:
+        ev = view.evictable
+        for k in self._order:
+            if ev(k):
+                return k
+        return None
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.miss_rate *= 1.0 - _MISS_ALPHA
+        s = self._slot.get(key)
+        if s is None:  # the tracker joined a pool that was already running
+            s = self._new_slot(view, key)
+            self._add_resident(key)
+        else:
+            self._order.move_to_end(key)
+        self._access(s, view.tick)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self.miss_rate += _MISS_ALPHA * (1.0 - self.miss_rate)
+        s = self._slot.get(key)
+        if s is None or self._S[s, _CREATE] != view.info(key).created_tick:
+            s = self._new_slot(view, key)
+        self._access(s, view.tick)
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        s = self._slot.get(key)
+        if s is None or self._S[s, _CREATE] != view.info(key).created_tick:
+            s = self._new_slot(view, key)  # a prefetch of an object never accessed
+        self._S[s, _INSERT] = view.tick
+        self._add_resident(key)
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self._drop_resident(key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self._drop_resident(key)
+        s = self._slot.pop(key, None)
+        if s is not None:
+            self._free_slots.append(s)
+
+    # ------------------------------------------------------------------ queries
+    def lru_order(self) -> list[int]:
+        """Resident tracked keys, least recently used first."""
+        return list(self._order)
+
+    def resident(self) -> list[int]:
+        """Resident tracked keys in no particular order (do not modify)."""
+        return self._res
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._slot
+
+    def slots(self, keys: Any) -> np.ndarray:
+        """Row of each key (``-1`` for a key without history)."""
+        get = self._slot.get
+        return np.fromiter((get(k, -1) for k in keys), np.int64)
+
+    def last_access(self, keys: Any) -> np.ndarray:
+        """Tick of each key's last access (``-1`` without one: never seen, or only prefetched)."""
+        sl = self.slots(keys)
+        out = np.full(len(sl), -1, np.int64)
+        ok = sl >= 0
+        last = self._S[sl[ok], _RING0:_SIZE].max(axis=1)
+        out[ok] = np.where(last >= 0, last, -1).astype(np.int64)
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _access(self, s: int, t: int) -> None:
+        # per-access cost matters (it is paid on every hit): scalar writes into the flat view
+        V, b = self._V, s * _NCOL
+        c = V[b + _COUNT]
+        V[b + _RING0 + int(c) % _RING] = t
+        V[b + _COUNT] = c + 1.0
+        x = t - self._epoch
+        if x > _RENORM * HALF_LIVES[0]:
+            self._renormalise(t)
+            x = 0
+        V[b + _E0] += 2.0 ** (x * _IH[0])
+        V[b + _E0 + 1] += 2.0 ** (x * _IH[1])
+        V[b + _E0 + 2] += 2.0 ** (x * _IH[2])
+
+    def _renormalise(self, t: int) -> None:
+        self._S[: self._next, _E0:_RING0] *= np.exp2(-(t - self._epoch) * _H_INV)
+        self._epoch = t
+
+    def _new_slot(self, view: PoolView, key: int) -> int:
+        s = self._slot.get(key)
+        if s is None:
+            if self._free_slots:
+                s = self._free_slots.pop()
+            else:
+                if self._next == len(self._S):
+                    self._grow(view)
+                if self._free_slots:
+                    s = self._free_slots.pop()
+                else:
+                    s = self._next
+                    self._next += 1
+            self._slot[key] = s
+        info = view.info(key)
+        row = self._S[s]
+        row[:] = _EMPTY_ROW
+        row[_INSERT] = view.tick
+        row[_CREATE] = info.created_tick
+        row[_SIZE] = info.size
+        row[_KIND] = info.kind
+        return s
+
+    def _grow(self, view: PoolView) -> None:
+        """Reclaim rows of keys the pool no longer knows; double the arrays if that is not enough."""
+        dead = [k for k in self._slot if k not in view]
+        for k in dead:
+            self._free_slots.append(self._slot.pop(k))
+        if len(self._free_slots) < len(self._S) // 4:
+            S = np.zeros((2 * len(self._S), _NCOL), np.float64)
+            S[: len(self._S)] = self._S
+            self._S = S
+            self._V = S.reshape(-1)
+
+    def _add_resident(self, key: int) -> None:
+        if key in self._res_pos:
+            self._order.move_to_end(key)
+            return
+        self._order[key] = None
+        self._res_pos[key] = len(self._res)
+        self._res.append(key)
+
+    def _drop_resident(self, key: int) -> None:
+        if self._order.pop(key, 0) is None:  # was present (value None)
+            i = self._res_pos.pop(key)
+            last = self._res.pop()
+            if last != key:
+                self._res[i] = last
+                self._res_pos[last] = i
+
+
+class Observed(EvictionPolicyBase):
+    """``policy`` answers ``victim``; ``tracker`` (then ``policy``) sees every hook."""
+
+    def __init__(self, policy: EvictionPolicy, tracker: FeatureTracker | None = None) -> None:
+        self.policy = policy
+        self.tracker = tracker if tracker is not None else FeatureTracker()
+        self.name = f"observed-{policy.name}"
+
+    def victim(self, view: PoolView) -> int | None:
+        return self.policy.victim(view)
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.tracker.on_hit(view, key)
+        self.policy.on_hit(view, key)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self.tracker.on_miss(view, key)
+        self.policy.on_miss(view, key)
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self.tracker.on_insert(view, key)
+        self.policy.on_insert(view, key)
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.tracker.on_evict(view, key)
+        self.policy.on_evict(view, key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.tracker.on_free(view, key)
+        self.policy.on_free(view, key)
+
+    def __repr__(self) -> str:
+        return f"Observed({self.policy!r})"
+
+
+# ---------------------------------------------------------------------- candidates
+def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str = "lru",
+                      rng: np.random.Generator | None = None) -> np.ndarray:
+    """Up to ``K`` evictable keys (int64), chosen by ``rule``: ``"lru"`` gives the K least
+    recently used, least recent first; ``"sample"`` draws K resident objects uniformly without
+    replacement (``rng`` required) and keeps the evictable ones, in draw order."""
+    ev = view.evictable
+    if rule == "lru":
+        out: list[int] = []
+        for k in tracker._order:
+            if ev(k):
+                out.append(k)
+                if len(out) == K:
+                    break
+        return np.array(out, np.int64)
+    if rule == "sample":
+        if rng is None:
+            raise ConfigError("select_candidates(rule='sample') needs rng (a np.random.Generator)")
+        res = tracker._res
+        n = len(res)
+        if n <= K:
+            picked = list(res)
+        elif n <= 4 * K:
+            picked = [res[i] for i in rng.permutation(n)[:K].tolist()]
+        else:  # the first K distinct draws of iid uniform indices: a uniform K-subset
+            seen: dict[int, None] = {}
+            while len(seen) < K:
+                for i in rng.integers(0, n, K + 8).tolist():
+                    seen[i] = None
+                    if len(seen) == K:
+                        break
+            picked = [res[i] for i in seen]
+        return np.array([k for k in picked if ev(k)], np.int64)
+    raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
+
+
+# ---------------------------------------------------------------------- features
+def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Features of ``keys`` (at most ``K``), padded to ``K`` rows, and the global features.
+
+    Returns ``(cand, mask, glob)``: ``cand`` float32 ``(K, F)`` in [0, 1], ``mask`` bool ``(K,)``
+    (True for the ``len(keys)`` real rows), ``glob`` float32 ``(G,)`` in [0, 1]. Row ``i`` of
+    ``cand`` depends only on ``keys[i]`` and the pool, except ``recency_rank`` which depends on
+    the set of keys (not on their order).
+    """
+    n = len(keys)
+    if n > K:
+        raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
+    cand = np.zeros((K, F), np.float32)
+    mask = np.zeros(K, bool)
+    mask[:n] = True
+    glob = _globals(tracker, view, n, K)
+    if n == 0:
+        return cand, mask, glob
+    if isinstance(keys, np.ndarray):
+        keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
+    t = view.tick
+    info = view.info
+    objs: list[Any]
+    try:
+        objs = [info(k) for k in keys]
+    except KeyError:
+        objs = [info(k) if k in view else None for k in keys]
+    get = tracker._slot.get
+    sls = [get(k, -1) for k in keys]
+    rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
+    if -1 in sls:
+        for i, s in enumerate(sls):
+            if s < 0:
+                o = objs[i]
+                rows[i] = _EMPTY_ROW
+                rows[i, _INSERT] = rows[i, _CREATE] = o.created_tick if o is not None else t
+                rows[i, _SIZE] = o.size if o is not None else 0.0
+                rows[i, _KIND] = o.kind if o is not None else 0.0
+        seen: Any = [float(s >= 0) for s in sls]
+    else:
+        seen = 1.0
+    ring = np.sort(rows[:, _RING0:_SIZE], axis=1)  # oldest (or empty) first
+    raw = np.empty((n, _N_LOG))
+    raw[:, 0] = ring[:, -1]
+    raw[:, 1:3] = rows[:, _INSERT:_COUNT]
+    np.subtract(t, raw[:, :3], out=raw[:, :3])
+    raw[:, 3:_I_GAP] = rows[:, _COUNT:_RING0]
+    raw[:, 4:_I_GAP] *= [2.0 ** ((tracker._epoch - t) * ih) for ih in _IH]
+    np.subtract(ring[:, :0:-1], ring[:, -2::-1], out=raw[:, _I_GAP:_I_GAP + N_GAPS])
+    raw[:, -1] = rows[:, _SIZE]
+    out = cand[:n]
+    np.log1p(raw, out=out[:, :_N_LOG])
+    out[:, :_N_LOG] *= _INV_LOG_SCALE
+    rec = raw[:, 0]
+    out[:, _I_RANK] = (rec[:, None] > rec).sum(1)
+    out[:, _I_RANK] *= 1.0 / max(n - 1, 1)
+    out[:, _I_RANK + 1] = rows[:, _SIZE]
+    out[:, _I_RANK + 1] *= 1.0 / view.capacity
+    # state flags and kind: one code per candidate, expanded by a table lookup
+    out[:, _I_STATE:_I_SEEN] = _STATE_TABLE[
+        [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind if o is not None else 0
+         for o in objs]]
+    out[:, _I_SEEN] = seen
+    p = view.cost.preset
+    if p is not None:
+        size = rows[:, _SIZE]
+        out[:, _I_SEEN + 1] = np.log1p(p.h2d_latency_ns + size / p.h2d_gbps)
+        out[:, _I_SEEN + 2] = out[:, _I_STATE] * np.log1p(p.d2h_latency_ns + size / p.d2h_gbps)
+        out[:, _I_SEEN + 1:] *= 1.0 / _LOG_NS
+    np.minimum(out, 1.0, out=out)
+    return cand, mask, glob
+
+
+def _globals(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> np.ndarray:
+    cap = view.capacity
+    cost = view.cost
+    now = cost.now
+    return np.array((
+        min(view.used / cap, 1.0),
+        min(view.bytes_in_flight / cap, 1.0),
+        min(max(tracker.miss_rate, 0.0), 1.0),
+        n / K,
+        cost.stall_ns / now if now > 0 else 0.0,
+        min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
+    ), np.float32)

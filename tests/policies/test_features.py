@@ -1,0 +1,226 @@
+"""policies.features: bounded features at any scale, permutation consistency, padding, and a
+tracker that agrees with the pool (LRU order, residency) through evictions, prefetches and frees."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocator.errors import ConfigError, PolicyFileError
+from allocator.pool import Pool
+from allocator.trace import Op, Trace
+from policies import features as fm
+from policies.features import (
+    FEATURE_NAMES,
+    GLOBAL_NAMES,
+    FeatureTracker,
+    Observed,
+    check_spec,
+    feature_spec,
+    observe,
+    select_candidates,
+)
+from policies.lru import LRU
+
+IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
+
+
+def _trace(n: int, n_keys: int, seed: int, size_scale: int = 4096, frees: bool = False,
+           writes: bool = True) -> Trace:
+    rng = np.random.default_rng(seed)
+    key = rng.zipf(1.3, n) % n_keys
+    size_of = rng.integers(1, 8, n_keys) * size_scale
+    op = np.where(rng.random(n) < 0.2, Op.WRITE, Op.READ) if writes else np.zeros(n, np.uint8)
+    op = op.astype(np.uint8)
+    if frees:  # free some objects after their access; a later access makes a new object
+        live: set[int] = set()
+        for i in range(n):
+            k = int(key[i])
+            if k in live and rng.random() < 0.05:
+                op[i] = Op.FREE
+                live.discard(k)
+            else:
+                live.add(k)
+    return Trace.from_arrays(key, size_of[key], op, kind=rng.integers(0, 7, n_keys)[key])
+
+
+def _replay(trace: Trace, capacity: int, policy, cost=None, prefetch_every: int = 0,
+            check=None) -> Pool:
+    pool = Pool(capacity, policy, placement="bytes", cost=cost)
+    for i in range(len(trace)):
+        k, o = int(trace.key[i]), int(trace.op[i])
+        if o == Op.FREE:
+            pool.free(k)
+        else:
+            pool.access(k, int(trace.size[i]), o == Op.WRITE, kind=int(trace.kind[i]),
+                        compute_ns=1000)
+            if prefetch_every and i % prefetch_every == 0:
+                nxt = int(trace.key[(i + 7) % len(trace)])
+                if nxt in pool and not pool.view.is_resident(nxt):
+                    pool.prefetch(nxt)
+        if check is not None:
+            check(pool)
+    return pool
+
+
+def test_names_and_spec() -> None:
+    assert len(FEATURE_NAMES) == len(set(FEATURE_NAMES)) == fm.F
+    assert len(GLOBAL_NAMES) == len(set(GLOBAL_NAMES)) == fm.G
+    spec = feature_spec()
+    assert spec["features"] == list(FEATURE_NAMES) and spec["version"] == fm.FEATURE_VERSION
+    check_spec(spec)
+    bad = dict(spec, features=list(reversed(FEATURE_NAMES)))
+    with pytest.raises(PolicyFileError, match="features"):
+        check_spec(bad)
+
+
+@settings(max_examples=15, deadline=None)
+@given(size_scale=st.sampled_from([1, 512, 1 << 20, 1 << 30]),
+       n_keys=st.integers(3, 400), seed=st.integers(0, 2**16),
+       cost=st.sampled_from([None, "a100_pcie4", "gh200_c2c"]),
+       cap_objects=st.integers(2, 60))
+def test_features_bounded_whatever_the_scale(size_scale, n_keys, seed, cost, cap_objects) -> None:
+    trace = _trace(600, n_keys, seed, size_scale)
+    tracker = FeatureTracker(initial_slots=16)  # forces growth
+    pool = _replay(trace, cap_objects * 8 * size_scale, tracker, cost=cost, prefetch_every=5)
+    view = pool.view
+    for rule in ("lru", "sample"):
+        keys = select_candidates(tracker, view, 32, rule, np.random.default_rng(seed))
+        cand, mask, glob = observe(tracker, view, keys, 32)
+        assert cand.dtype == np.float32 and glob.dtype == np.float32 and mask.dtype == bool
+        assert cand.shape == (32, fm.F) and glob.shape == (fm.G,)
+        assert np.isfinite(cand).all() and np.isfinite(glob).all()
+        assert cand.min() >= 0 and cand.max() <= 1 and glob.min() >= 0 and glob.max() <= 1
+        assert mask.sum() == len(keys)
+    # keys the tracker never saw (prefetch candidates can be such keys) are bounded as well
+    cand, mask, _ = observe(tracker, view, [10**12, int(trace.key[0])], 4)
+    assert cand[0, IDX["seen"]] == 0 and cand[0, IDX["recency"]] == 1.0
+    assert cand.min() >= 0 and cand.max() <= 1 and mask.tolist() == [True, True, False, False]
+
+
+def test_padding_mask_and_permutation() -> None:
+    trace = _trace(3000, 200, 1)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 40 * 8 * 4096, tracker, cost="h100_pcie5")
+    view = pool.view
+    keys = select_candidates(tracker, view, 10, "lru")
+    assert len(keys) == 10
+    cand, mask, glob = observe(tracker, view, keys, 16)
+    assert mask.tolist() == [True] * 10 + [False] * 6
+    assert not cand[10:].any()
+    assert glob[GLOBAL_NAMES.index("n_valid")] == pytest.approx(10 / 16)
+    perm = np.random.default_rng(0).permutation(10)
+    cand_p, mask_p, glob_p = observe(tracker, view, keys[perm], 16)
+    np.testing.assert_array_equal(cand_p[:10], cand[perm])
+    np.testing.assert_array_equal(glob_p, glob)
+    # observing is read-only: the same call twice gives the same answer
+    np.testing.assert_array_equal(observe(tracker, view, keys, 16)[0], cand)
+    with pytest.raises(ConfigError, match="at most K"):
+        observe(tracker, view, keys, 4)
+    empty = observe(tracker, view, [], 8)
+    assert not empty[0].any() and not empty[1].any()
+
+
+@pytest.mark.parametrize("frees", [False, True])
+def test_tracker_agrees_with_the_pool(frees: bool) -> None:
+    trace = _trace(4000, 300, 2, frees=frees)
+    tracker = FeatureTracker(initial_slots=16)
+    lru = LRU()
+    seen_decisions = []
+
+    def check(pool: Pool) -> None:
+        assert set(tracker.lru_order()) == set(pool.resident_keys())
+        assert sorted(tracker.resident()) == sorted(tracker.lru_order())
+        assert tracker.lru_order() == lru.order()
+        if len(seen_decisions) < 50 and pool.stats.evictions:
+            view = pool.view
+            want = [k for k in lru.order() if view.evictable(k)][:8]
+            assert select_candidates(tracker, view, 8, "lru").tolist() == want
+            seen_decisions.append(1)
+
+    pool = _replay(trace, 30 * 8 * 4096, Observed(lru, tracker), prefetch_every=3, check=check)
+    assert pool.stats.evictions > 100 and (pool.stats.frees > 50 or not frees)
+    # the tracker is an LRU policy on its own: same misses as LRU
+    alone = _replay(trace, 30 * 8 * 4096, FeatureTracker(), prefetch_every=3)
+    assert alone.stats.misses == pool.stats.misses
+
+
+def test_history_features_match_the_trace() -> None:
+    """recency, frequency, gaps and decayed counters against a direct computation (over more
+    ticks than the tracker's renormalisation period)."""
+    rng = np.random.default_rng(3)
+    n = 12_000
+    key = rng.integers(0, 50, n)
+    trace = Trace.from_arrays(key, 1024)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 1024 * 1000, tracker)  # everything fits: no evictions
+    view = pool.view
+    t = view.tick
+    keys = [int(k) for k in np.unique(key)[:20]]
+    cand, _, _ = observe(tracker, view, keys, 32)
+
+    def inv(x: float, scale: float) -> float:
+        return math.expm1(x * scale)
+
+    for i, k in enumerate(keys):
+        rows = np.flatnonzero(key == k)
+        assert inv(cand[i, IDX["recency"]], fm._LOG_T) == pytest.approx(t - rows[-1], rel=1e-4, abs=1e-3)
+        assert inv(cand[i, IDX["frequency"]], fm._LOG_N) == pytest.approx(len(rows), rel=1e-4)
+        gaps = np.diff(rows)[::-1][: fm.N_GAPS]
+        for j, g in enumerate(gaps):
+            assert inv(cand[i, IDX[f"gap_{j + 1}"]], fm._LOG_T) == pytest.approx(g, rel=1e-4, abs=1e-3)
+        for j, h in enumerate(fm.HALF_LIVES):
+            want = float(np.sum(2.0 ** (-(t - rows) / h)))
+            got = inv(cand[i, IDX[f"decay_h{h}"]], fm._LOG_SCALE[4 + j])
+            assert got == pytest.approx(want, rel=1e-3, abs=1e-4)
+        assert cand[i, IDX["size_rel"]] == pytest.approx(1024 / (1024 * 1000))
+        assert cand[i, IDX["kind_0"]] == 1 and cand[i, IDX["resident"]] == 1
+
+
+def test_key_reused_after_a_free_on_host_starts_a_new_history() -> None:
+    # object 1 is evicted (capacity 2 objects), freed while on the host, then accessed anew
+    key = [1, 1, 1, 2, 3, 1, 4, 1]
+    op = [0, 0, 0, 0, 0, 2, 0, 0]
+    trace = Trace.from_arrays(key, 512, op)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 1024, tracker)
+    cand, _, _ = observe(tracker, pool.view, [1], 1)
+    assert math.expm1(cand[0, IDX["frequency"]] * fm._LOG_N) == pytest.approx(1.0)
+    assert cand[0, IDX["gap_1"]] == 1.0  # no reuse gap yet
+
+
+def test_dirty_and_cost_features() -> None:
+    trace = Trace.from_arrays([1, 2, 3], 1 << 20, [Op.WRITE, Op.READ, Op.READ])
+    tracker = FeatureTracker()
+    pool = _replay(trace, 8 << 20, tracker, cost="a100_pcie4")
+    cand, _, _ = observe(tracker, pool.view, [1, 2], 2)
+    assert cand[0, IDX["dirty"]] == 1 and cand[1, IDX["dirty"]] == 0
+    assert cand[0, IDX["writeback_time"]] > 0 and cand[1, IDX["writeback_time"]] == 0
+    assert cand[0, IDX["h2d_time"]] == cand[1, IDX["h2d_time"]] > 0
+    assert cand[0, IDX["recency_rank"]] == 1.0 and cand[1, IDX["recency_rank"]] == 0.0
+
+
+def test_sample_rule_is_uniform_distinct_and_seeded() -> None:
+    trace = Trace.from_arrays(np.arange(400), 512)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 512 * 400, tracker)
+    view = pool.view
+    counts = np.zeros(400)
+    for s in range(300):
+        keys = select_candidates(tracker, view, 32, "sample", np.random.default_rng(s))
+        assert len(keys) == len(set(keys.tolist())) == 32
+        counts[keys] += 1
+    again = select_candidates(tracker, view, 32, "sample", np.random.default_rng(5))
+    np.testing.assert_array_equal(
+        again, select_candidates(tracker, view, 32, "sample", np.random.default_rng(5)))
+    assert counts.min() > 0 and counts.max() < 3 * counts.mean()  # mean is 24
+    small = select_candidates(tracker, view, 500, "sample", np.random.default_rng(0))
+    assert sorted(small.tolist()) == list(range(400))
+    with pytest.raises(ConfigError, match="rng"):
+        select_candidates(tracker, view, 32, "sample")
+    with pytest.raises(ConfigError, match="unknown candidate rule"):
+        select_candidates(tracker, view, 32, "mru")
