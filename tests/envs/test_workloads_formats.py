@@ -1,0 +1,246 @@
+"""Readers and writers: round trips, hand-written files, malformed input, libCacheSim cross-check."""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from allocator.errors import ConfigError, TraceError
+from allocator.trace import INF, Op, Trace
+from envs.workloads import (
+    ORACLE_GENERAL_DTYPE,
+    generate,
+    read_csv,
+    read_oracle_general,
+    read_trace,
+    read_txt,
+    write_oracle_general,
+    write_trace,
+)
+
+
+def _og_record(time_: int, obj: int, size: int, nxt: int) -> bytes:
+    return struct.pack("<IQIq", time_, obj, size, nxt)
+
+
+@pytest.fixture
+def trace() -> Trace:
+    t = generate("zipf", seed=3, n_requests=500, n_objects=60, size=100, size_sigma=1.0)
+    return Trace.from_arrays(t.key, t.size, step=np.arange(len(t)) * 7)
+
+
+# ---------------------------------------------------------------------- round trips
+def test_record_layout_is_packed_24_bytes() -> None:
+    assert ORACLE_GENERAL_DTYPE.itemsize == 24
+
+
+@pytest.mark.parametrize("fmt,ext", [("npz", ".npz"), ("oracleGeneral", ".oracleGeneral"), ("csv", ".csv")])
+def test_round_trip(tmp_path: Path, trace: Trace, fmt: str, ext: str) -> None:
+    p = tmp_path / f"t{ext}"
+    write_trace(trace, p, fmt)
+    opts = {"time_col": 1, "obj_id_col": 2, "obj_size_col": 3} if fmt == "csv" else {}
+    back = read_trace(p, fmt, **opts)
+    for c in ("key", "size", "op", "step"):
+        np.testing.assert_array_equal(getattr(back, c), getattr(trace, c), err_msg=c)
+
+
+def test_round_trip_txt_keeps_ids(tmp_path: Path, trace: Trace) -> None:
+    write_trace(trace, tmp_path / "t.txt")
+    back = read_trace(tmp_path / "t.txt")
+    np.testing.assert_array_equal(back.key, trace.key)
+    assert (back.size == 1).all()
+
+
+def test_oracle_general_ids_above_int64_round_trip(tmp_path: Path) -> None:
+    p = tmp_path / "big.oracleGeneral"
+    p.write_bytes(_og_record(0, 2**64 - 1, 8, -1) + _og_record(1, 5, 8, -1))
+    t = read_oracle_general(p)
+    assert t.key[0] == -1  # bit-for-bit reinterpretation
+    write_oracle_general(t, tmp_path / "again.oracleGeneral")
+    assert (tmp_path / "again.oracleGeneral").read_bytes() == p.read_bytes()
+
+
+def test_oracle_general_next_access_from_next_use(tmp_path: Path) -> None:
+    t = Trace.from_arrays([1, 2, 1, 3, 2, 1], 10)
+    write_oracle_general(t, tmp_path / "t.bin")
+    raw = np.fromfile(tmp_path / "t.bin", ORACLE_GENERAL_DTYPE)
+    np.testing.assert_array_equal(raw["next_access"], [2, 4, 5, -1, -1, -1])
+    nu = t.next_use()
+    np.testing.assert_array_equal(raw["next_access"], np.where(nu == INF, -1, nu))
+
+
+def test_oracle_general_writer_drops_frees_and_renames_reused_keys(tmp_path: Path) -> None:
+    t = Trace.from_arrays([1, 1, 1, 1], 10, op=[Op.WRITE, Op.READ, Op.FREE, Op.WRITE])
+    write_oracle_general(t, tmp_path / "t.bin")
+    raw = np.fromfile(tmp_path / "t.bin", ORACLE_GENERAL_DTYPE)
+    assert len(raw) == 3
+    assert raw["obj_id"][0] == raw["obj_id"][1] != raw["obj_id"][2]
+    np.testing.assert_array_equal(raw["next_access"], [1, -1, -1])
+
+
+def test_libcachesim_reads_our_oracle_general(tmp_path: Path, trace: Trace) -> None:
+    lcs = pytest.importorskip("libcachesim")
+    p = tmp_path / "t.oracleGeneral"
+    write_oracle_general(trace, p)
+    reqs = list(lcs.TraceReader(str(p), lcs.TraceType.ORACLE_GENERAL_TRACE))
+    assert [r.obj_id for r in reqs] == trace.key.tolist()
+    assert [r.obj_size for r in reqs] == trace.size.tolist()
+    nu = trace.next_use()
+    assert [r.next_access_vtime for r in reqs] == nu.tolist()  # libCacheSim maps -1 to INT64_MAX
+
+
+# ---------------------------------------------------------------------- hand-written files
+def test_hand_written_oracle_general(tmp_path: Path) -> None:
+    p = tmp_path / "h.oracleGeneral"
+    p.write_bytes(_og_record(100, 7, 4096, 2) + _og_record(101, 8, 512, -1) + _og_record(102, 7, 4096, -1))
+    t = read_trace(p)
+    assert t.key.tolist() == [7, 8, 7] and t.size.tolist() == [4096, 512, 4096]
+    assert t.step.tolist() == [100, 101, 102] and (t.op == Op.READ).all()
+    assert t.meta["source"]["format"] == "oracleGeneral" and t.meta["skipped"] == 0
+
+
+def test_hand_written_csv_with_header(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text("ts,op,key,bytes\n5,get,42,100\n6,set,43,200\r\n\n7,get,42,100\n")
+    t = read_csv(p, time_col=1, obj_id_col=3, obj_size_col=4)
+    assert t.key.tolist() == [42, 43, 42] and t.size.tolist() == [100, 200, 100]
+    assert t.step.tolist() == [5, 6, 7]
+
+
+def test_hand_written_csv_no_header_libcachesim_columns(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text("1.5\t9\t64\n2.0\t9\t64\n3.25\t10\t32")  # no final newline
+    t = read_trace(p, "csv", time_col=1, obj_id_col=2, obj_size_col=3, delimiter="\t")
+    assert t.key.tolist() == [9, 9, 10] and t.size.tolist() == [64, 64, 32]
+    assert t.step.tolist() == [1, 2, 3]
+
+
+def test_csv_without_size_column_is_object_mode(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text("a,1\nb,2\na,3\n")
+    t = read_csv(p, obj_id_col=1, obj_id_is_num=False)
+    assert t.key.tolist() == [0, 1, 0] and (t.size == 1).all()
+
+
+def test_hand_written_txt(tmp_path: Path) -> None:
+    p = tmp_path / "h.txt"
+    p.write_text("3\n1\n3\n2\n")
+    t = read_txt(p)
+    assert t.key.tolist() == [3, 1, 3, 2] and (t.size == 1).all()
+
+
+def test_csv_matches_libcachesim_reader(tmp_path: Path) -> None:
+    lcs = pytest.importorskip("libcachesim")
+    p = tmp_path / "h.csv"
+    p.write_text("time,id,size\n1,10,100\n2,20,200\n3,10,100\n")
+    params = lcs.ReaderInitParam(has_header=True, has_header_set=True, delimiter=",")
+    params.time_field, params.obj_id_field, params.obj_size_field = 1, 2, 3
+    reqs = list(lcs.TraceReader(str(p), lcs.TraceType.CSV_TRACE, params))
+    t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3)
+    assert [r.obj_id for r in reqs] == t.key.tolist()
+    assert [r.obj_size for r in reqs] == t.size.tolist()
+
+
+# ---------------------------------------------------------------------- malformed input
+def test_truncated_oracle_general_record(tmp_path: Path) -> None:
+    p = tmp_path / "t.oracleGeneral"
+    p.write_bytes(_og_record(0, 1, 8, -1) + _og_record(1, 2, 8, -1)[:10])
+    with pytest.raises(TraceError, match="truncated") as e:
+        read_oracle_general(p)
+    assert e.value.row == 1 and e.value.path == str(p)
+
+
+def test_truncated_record_skipped_on_request(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    p = tmp_path / "t.oracleGeneral"
+    p.write_bytes(_og_record(0, 1, 8, -1) + b"\x01\x02")
+    with caplog.at_level(logging.WARNING):
+        t = read_oracle_general(p, skip_bad=True)
+    assert len(t) == 1 and t.meta["skipped"] == 1 and "skipped 1" in caplog.text
+
+
+def test_oracle_general_size_zero(tmp_path: Path) -> None:
+    p = tmp_path / "t.oracleGeneral"
+    p.write_bytes(_og_record(0, 1, 8, -1) + _og_record(1, 2, 0, -1))
+    with pytest.raises(TraceError, match="size is 0") as e:
+        read_oracle_general(p)
+    assert e.value.row == 1
+    assert read_oracle_general(p, skip_bad=True).meta["skipped"] == 1
+
+
+@pytest.mark.parametrize("content,match,row", [
+    ("1,10,100\n2,20\n", "expected 3 columns, got 2", 1),
+    ("1,10,100\n2,20,100,5\n", "expected 3 columns, got 4", 1),
+    ("1,10,100\n2,abc,100\n", "not a number", 1),
+    ("1,10,100\n2,20,1.5\n", "not a number", 1),
+    ("1,10,100\n2,20,0\n", "size must be > 0", 1),
+    ("1,10,100\n2,20,-4\n3,30,5\n", "size must be > 0", 1),
+])
+def test_malformed_csv(tmp_path: Path, content: str, match: str, row: int) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text(content)
+    opts = {"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "has_header": False}
+    with pytest.raises(TraceError, match=match) as e:
+        read_csv(p, **opts)
+    assert e.value.row == row and "bad.csv" in str(e.value)
+    t = read_csv(p, **opts, skip_bad=True)
+    assert t.meta["skipped"] == 1 and len(t) == content.count("\n") - 1
+
+
+def test_malformed_txt(tmp_path: Path) -> None:
+    p = tmp_path / "bad.txt"
+    p.write_text("1\n2\nthree\n")
+    with pytest.raises(TraceError, match="line 3"):
+        read_txt(p)
+
+
+@pytest.mark.parametrize("writer,reader,match", [
+    ("csv", "oracleGeneral", "text file"),
+    ("npz", "oracleGeneral", "npz"),
+    ("oracleGeneral", "csv", "binary data"),
+    ("npz", "txt", "binary data"),
+    ("oracleGeneral", "npz", "not a readable .npz"),
+])
+def test_wrong_format(tmp_path: Path, trace: Trace, writer: str, reader: str, match: str) -> None:
+    p = tmp_path / "file"
+    if writer == "npz":
+        trace.save(p.with_suffix(".npz"))
+        p = p.with_suffix(".npz")
+    else:
+        write_trace(trace, p, writer)
+    with pytest.raises(TraceError, match=match):
+        read_trace(p, reader)
+
+
+def test_missing_file_and_bad_options(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no such file"):
+        read_trace(tmp_path / "nope.csv")
+    with pytest.raises(ConfigError, match="unknown trace format"):
+        read_trace(tmp_path / "x", "parquet")
+    with pytest.raises(ConfigError, match="cannot infer"):
+        read_trace(tmp_path / "x.dat")
+    (tmp_path / "a.csv").write_text("1,2\n")
+    with pytest.raises(ConfigError, match="1-based"):
+        read_csv(tmp_path / "a.csv", obj_id_col=0)
+    with pytest.raises(TraceError, match="options name column 5"):
+        read_csv(tmp_path / "a.csv", obj_id_col=5)
+    with pytest.raises(ConfigError, match="does not take"):
+        read_trace(tmp_path / "a.csv", "txt", obj_size_col=2)
+
+
+# ---------------------------------------------------------------------- speed
+def test_oracle_general_read_is_vectorised(tmp_path: Path) -> None:
+    n = 1_000_000
+    a = np.zeros(n, ORACLE_GENERAL_DTYPE)
+    a["obj_id"] = np.arange(n) % 1000
+    a["obj_size"] = 1
+    a["next_access"] = -1
+    a.tofile(tmp_path / "m.oracleGeneral")
+    t0 = time.perf_counter()
+    t = read_oracle_general(tmp_path / "m.oracleGeneral")
+    assert len(t) == n
+    assert time.perf_counter() - t0 < 5.0  # ~0.1 s; a per-record loop takes far longer

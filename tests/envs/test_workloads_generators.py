@@ -1,0 +1,168 @@
+"""Seeded generators: determinism, meta, and the statistical shape of each."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from allocator.errors import ConfigError
+from allocator.trace import Kind, Op, Trace
+from envs.workloads import GENERATORS, generate
+from envs.workloads.stats import reuse_distances
+
+SMALL: dict[str, dict[str, Any]] = {
+    "zipf": {"n_requests": 5000, "n_objects": 500},
+    "uniform": {"n_requests": 5000, "n_objects": 500},
+    "scan": {"n_requests": 5000, "n_hot": 100, "scan_length": 200, "scan_every": 1000},
+    "loop": {"n_requests": 5000, "n_objects": 110},
+    "phase_change": {"n_requests": 5000, "n_objects": 500},
+    "mixture": {"n_requests": 5000, "components": [
+        {"name": "zipf", "weight": 3, "n_objects": 100}, {"name": "loop", "weight": 1, "n_objects": 50}]},
+    "dl_training": {"n_layers": 3, "steps": 2, "hidden": 64, "batch_tokens": 32},
+    "llm_kv_cache": {"n_steps": 60},
+    "embedding": {"n_batches": 10, "n_rows": 10_000},
+}
+COLUMNS = ("key", "size", "op", "compute_ns", "kind", "step")
+
+
+def _equal(a: Trace, b: Trace) -> bool:
+    return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in COLUMNS)
+
+
+def test_every_generator_is_covered() -> None:
+    assert set(SMALL) == set(GENERATORS)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_same_seed_same_trace_and_meta(name: str) -> None:
+    a, b = generate(name, seed=7, **SMALL[name]), generate(name, seed=7, **SMALL[name])
+    assert len(a) > 0 and _equal(a, b)
+    assert not _equal(a, generate(name, seed=8, **SMALL[name]))
+    assert a.meta["generator"] == name and a.meta["params"]["seed"] == 7
+    json.dumps(a.meta)  # serialisable, so it survives save/load
+
+
+def test_no_global_rng_use() -> None:
+    np.random.seed(1)
+    a = generate("zipf", seed=2, **SMALL["zipf"])
+    np.random.seed(99)
+    assert _equal(a, generate("zipf", seed=2, **SMALL["zipf"]))
+
+
+def test_generate_errors() -> None:
+    with pytest.raises(ConfigError, match="unknown generator"):
+        generate("nope")
+    with pytest.raises(ConfigError, match="zipf"):
+        generate("zipf", bogus=1)
+    with pytest.raises(ConfigError, match="alpha"):
+        generate("zipf", alpha=-1)
+
+
+def _rank_slope(key: np.ndarray, top: int) -> float:
+    counts = np.sort(np.bincount(key))[::-1][:top]
+    ranks = np.arange(1, len(counts) + 1)
+    return float(np.polyfit(np.log(ranks), np.log(counts), 1)[0])
+
+
+@pytest.mark.parametrize("alpha", [0.8, 1.0, 1.2])
+def test_zipf_rank_frequency_slope(alpha: float) -> None:
+    t = generate("zipf", seed=0, n_requests=200_000, n_objects=2000, alpha=alpha)
+    assert _rank_slope(t.key, 100) == pytest.approx(-alpha, abs=0.1)
+
+
+def test_sizes_fixed_or_drawn_per_object() -> None:
+    fixed = generate("zipf", seed=0, n_requests=2000, size=512)
+    assert (fixed.size == 512).all()
+    drawn = generate("zipf", seed=0, n_requests=2000, size=512, size_sigma=1.0)
+    assert len(np.unique(drawn.size)) > 10
+    for k in np.unique(drawn.key)[:50]:
+        assert len(np.unique(drawn.size[drawn.key == k])) == 1
+
+
+def test_uniform_is_flat() -> None:
+    t = generate("uniform", seed=0, n_requests=100_000, n_objects=100)
+    counts = np.bincount(t.key, minlength=100)
+    assert counts.min() > 850 and counts.max() < 1150
+
+
+def test_loop_breaks_lru() -> None:
+    t = generate("loop", seed=0, n_requests=1000, n_objects=110)
+    np.testing.assert_array_equal(t.key[:110], t.key[110:220])
+    d = reuse_distances(t)
+    assert (d[d >= 0] == 109).all()  # an LRU cache of < 110 objects misses every request
+
+
+def test_scan_objects_are_used_once() -> None:
+    p = SMALL["scan"]
+    t = generate("scan", seed=0, **p)
+    scanned = t.key >= p["n_hot"]
+    assert scanned.sum() == 4 * p["scan_length"]  # 5000 = 4 periods of 1200, then 200 hot
+    assert len(np.unique(t.key[scanned])) == scanned.sum()
+
+
+def test_phase_change_moves_the_popular_set() -> None:
+    t = generate("phase_change", seed=0, n_requests=40_000, n_objects=1000, n_phases=2)
+    first, second = t.key[:20_000], t.key[20_000:]
+    top = lambda k: set(np.argsort(np.bincount(k, minlength=1000))[-20:])  # noqa: E731
+    assert len(top(first) & top(second)) < 5
+
+
+def test_mixture_weights_and_disjoint_keys() -> None:
+    t = generate("mixture", seed=0, **SMALL["mixture"])
+    comp = t.key >> 40
+    assert set(np.unique(comp)) == {0, 1}
+    assert (comp == 0).mean() == pytest.approx(0.75, abs=0.03)
+
+
+def test_dl_training_pattern() -> None:
+    p = SMALL["dl_training"]
+    t = generate("dl_training", seed=0, **p)
+    assert set(np.unique(t.kind)) == {Kind.PARAMETER, Kind.GRADIENT, Kind.OPTIMIZER_STATE, Kind.ACTIVATION}
+    act = t.kind == Kind.ACTIVATION
+    # per activation object: written in forward, read in backward, then freed
+    obj = t.object_ids()
+    for o in np.unique(obj[act]):
+        assert "".join("RWF"[x] for x in t.op[obj == o]) == "WRF"
+    # gradients: written in backward before the optimizer reads them; freed at the end
+    for o in np.unique(obj[t.kind == Kind.GRADIENT]):
+        assert "".join("RWF"[x] for x in t.op[obj == o]) == "WRF"
+    params = t.kind == Kind.PARAMETER
+    assert t.size[params].min() > 0 and (t.compute_ns[params] > 0).any()
+    assert set(np.unique(t.step)) == {0, 1}
+    # optimizer state is as large as the parameters (Adam: two per layer)
+    ws = {k: t.size[t.kind == k].sum() for k in (Kind.PARAMETER, Kind.OPTIMIZER_STATE)}
+    assert ws[Kind.OPTIMIZER_STATE] > 0
+
+
+def test_llm_kv_cache_pattern() -> None:
+    t = generate("llm_kv_cache", seed=0, n_steps=80, max_running=4, block_tokens=16,
+                 kv_bytes_per_token=1024, shared_prefix_fraction=0.5)
+    assert (t.kind == Kind.KV_BLOCK).all() and (t.size == 16 * 1024).all()
+    assert (t.op == Op.FREE).any()
+    prefix = t.key >= 1 << 40
+    assert prefix.any() and not (t.op[prefix] == Op.FREE).any()
+    # every decode step reads each running request's blocks, so reads dominate writes
+    assert (t.op == Op.READ).sum() > 3 * (t.op == Op.WRITE).sum()
+    # paged: live own blocks never exceed max_running requests' worth
+    own = ~prefix
+    obj = t.object_ids()
+    live = np.cumsum(np.where(t.op[own] == Op.FREE, -1, 0) + _firsts(obj[own]))
+    assert live.max() <= 4 * (4096 // 16 + 2048 // 16 + 2)
+
+
+def _firsts(obj: np.ndarray) -> np.ndarray:
+    f = np.zeros(len(obj), np.int64)
+    f[np.unique(obj, return_index=True)[1]] = 1
+    return f
+
+
+def test_embedding_rows_zipf_and_write_back() -> None:
+    t = generate("embedding", seed=0, n_batches=50, batch_size=256, pooling=4, n_rows=20_000, alpha=1.0)
+    assert (t.kind == Kind.EMBEDDING_ROW).all()
+    assert (t.op == Op.READ).sum() == (t.op == Op.WRITE).sum()
+    # popularity: the hottest rows appear in (almost) every batch, the tail rarely
+    counts = np.sort(np.bincount(t.key[t.op == Op.READ]))[::-1]
+    assert counts[0] == 50 and np.median(counts) <= 2

@@ -1,0 +1,124 @@
+"""The PyTorch recorder, the ready-made models, the record script and the bundled traces."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from allocator.trace import Kind, Op, Trace
+
+torch = pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT / "data" / "traces"
+COLUMNS = ("key", "size", "op", "kind", "step")
+
+
+def _two_layer(seed: int = 0):  # type: ignore[no-untyped-def]
+    from envs.workloads.recorder import record
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gen = torch.Generator().manual_seed(seed)
+
+    def make_batch(step: int):  # type: ignore[no-untyped-def]
+        return torch.randn(32, 8, generator=gen), torch.randint(0, 4, (32,), generator=gen)
+
+    def loss_fn(m, b):  # type: ignore[no-untyped-def]
+        return torch.nn.functional.cross_entropy(m(b[0]), b[1])
+
+    return model, record(model, opt, make_batch, loss_fn, steps=3, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[object, Trace]:
+    return _two_layer()
+
+
+def test_every_parameter_appears(recorded: tuple[object, Trace]) -> None:
+    model, t = recorded
+    params = t.kind == Kind.PARAMETER
+    param_keys = np.unique(t.key[params])
+    sizes = Counter(int(t.size[params][t.key[params] == k][0]) for k in param_keys)
+    want = Counter(p.untyped_storage().nbytes() for p in model.parameters())  # type: ignore[attr-defined]
+    assert sizes == want
+    # every parameter is read in every step, and updated in place by the optimizer
+    for k in param_keys:
+        rows = t.key == k
+        assert set(t.step[rows & (t.op == Op.READ)]) == {0, 1, 2}
+        assert (t.op[rows] == Op.WRITE).sum() == 3
+
+
+def test_gradients_written_in_backward(recorded: tuple[object, Trace]) -> None:
+    _, t = recorded
+    grads = np.unique(t.key[t.kind == Kind.GRADIENT])
+    assert len(grads) == 4 * 3  # four parameters, three steps (set_to_none frees them)
+    first_param_write = {s: np.flatnonzero((t.kind == Kind.PARAMETER) & (t.op == Op.WRITE) & (t.step == s))[0]
+                         for s in range(3)}
+    for g in grads:
+        rows = np.flatnonzero(t.key == g)
+        assert t.op[rows[0]] == Op.WRITE  # created by a backward op
+        assert rows[0] < first_param_write[int(t.step[rows[0]])]  # before the optimizer update
+
+
+def test_freed_storage_never_reappears(recorded: tuple[object, Trace]) -> None:
+    _, t = recorded
+    free_rows = np.flatnonzero(t.op == Op.FREE)
+    assert len(free_rows) > 0
+    freed_keys = t.key[free_rows]
+    assert len(np.unique(freed_keys)) == len(freed_keys)  # each key freed at most once
+    last_row = {int(k): i for i, k in enumerate(t.key)}
+    for r, k in zip(free_rows, freed_keys):
+        assert last_row[int(k)] == r
+    assert (t.kind[free_rows] != Kind.PARAMETER).all()
+    assert (t.kind[t.op == Op.FREE] == Kind.ACTIVATION).any()
+
+
+def test_compute_is_measured_and_kinds_cover_training(recorded: tuple[object, Trace]) -> None:
+    _, t = recorded
+    assert t.compute_ns.sum() > 0
+    assert {Kind.PARAMETER, Kind.GRADIENT, Kind.OPTIMIZER_STATE, Kind.ACTIVATION} <= set(np.unique(t.kind))
+    assert t.meta["generator"] == "recorder"
+
+
+def test_deterministic_given_seed(recorded: tuple[object, Trace]) -> None:
+    _, a = recorded
+    _, b = _two_layer()
+    for c in COLUMNS:
+        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
+
+
+def test_import_does_not_load_torch() -> None:
+    code = "import sys, envs.workloads; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_record_script_smoke(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import record_trace
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "r.npz"
+    assert record_trace.main(["resnet", "--steps", "1", "--seed", "0", "--out", str(out)]) == 0
+    t = Trace.load(out)
+    assert len(t) > 1000 and t.meta["workload"] == "resnet"
+
+
+@pytest.mark.parametrize("path", sorted(TRACES.glob("*.npz")), ids=lambda p: p.stem)
+def test_bundled_traces(path: Path) -> None:
+    t = Trace.load(path)
+    assert 20_000 <= len(t) <= 200_000
+    assert path.name in (TRACES / "README.md").read_text()
+    assert "command" in t.meta and t.peak_live_bytes() > 0
+
+
+def test_bundled_traces_exist() -> None:
+    names = {p.stem for p in TRACES.glob("*.npz")}
+    assert {"gpt", "resnet", "mlp_embedding"} <= names and len(names) >= 5

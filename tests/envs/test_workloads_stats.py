@@ -1,0 +1,55 @@
+"""Trace statistics and the trace_stats script."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from allocator.trace import Kind, Op, Trace
+from envs.workloads import generate
+from envs.workloads.stats import reuse_distances, trace_stats
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reuse_distance_is_stack_distance() -> None:
+    t = Trace.from_arrays([1, 2, 3, 1, 1, 3, 2], 1)
+    np.testing.assert_array_equal(reuse_distances(t), [-1, -1, -1, 2, 0, 1, 2])
+
+
+def test_reuse_distance_matches_naive() -> None:
+    t = generate("zipf", seed=1, n_requests=2000, n_objects=100)
+    got = reuse_distances(t)
+    last: dict[int, int] = {}
+    for i, k in enumerate(t.key.tolist()):
+        want = len(set(t.key[last[k] + 1:i].tolist())) if k in last else -1
+        assert got[i] == want
+        last[k] = i
+
+
+def test_stats_of_small_trace() -> None:
+    t = Trace.from_arrays([1, 2, 1, 1], [10, 20, 10, 10], op=[Op.WRITE, Op.READ, Op.READ, Op.FREE],
+                          kind=[Kind.ACTIVATION, Kind.PARAMETER, Kind.ACTIVATION, Kind.ACTIVATION])
+    s = trace_stats(t)
+    assert (s.requests, s.reads, s.writes, s.frees) == (3, 2, 1, 1)
+    assert s.unique_objects == 2 and s.working_set_bytes == 30 and s.peak_live_bytes == 30
+    assert s.bytes_by_kind == {"parameter": 20, "activation": 10}
+    assert s.reuses == 1 and s.cold == 2 and s.reuse_p50 == 1
+
+
+def test_script_prints_and_saves_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    t = generate("zipf", seed=0, n_requests=3000)
+    t.save(tmp_path / "z.npz")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import trace_stats as script
+    finally:
+        sys.path.pop(0)
+    png = tmp_path / "h.png"
+    assert script.main([str(tmp_path / "z.npz"), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "requests           3000" in out and "reuse distance" in out
+    assert png.read_bytes()[:4] == b"\x89PNG"
