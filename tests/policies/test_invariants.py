@@ -1,0 +1,220 @@
+"""The invariant catalogue, checked for every registered eviction policy through the pool.
+
+* a victim is resident and unpinned (evictable), and ``None`` only when nothing is;
+* a policy tracks exactly the objects on the device or in flight to it (hook order);
+* device bytes never exceed capacity, and the pool's own invariants hold after every event;
+* hits + misses = accesses;
+* Belady's misses are <= every other policy's on the same trace in object mode;
+* same seed, same decisions (determinism).
+
+Workloads mix reads, writes, frees (a freed key comes back as a new object), pins and, in one
+variant, prefetches in flight under a cost preset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from allocator.pool import Pool
+from allocator.trace import Op, Trace
+from envs.workloads import synthetic
+from policies.base import EvictionPolicy
+from policies.prefetch import LookaheadPrefetcher, MarkovPrefetcher
+from policies.registry import EVICTION_NAMES, make_eviction
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+
+class Checked:
+    """Wraps a policy; asserts the victim contract and mirrors the tracked set from the hooks."""
+
+    def __init__(self, inner: EvictionPolicy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.tracked: set[int] = set()
+        self.victims = 0
+
+    def victim(self, view: PoolView) -> int | None:
+        k = self.inner.victim(view)
+        if k is None:
+            assert not view.candidates(), f"{self.name}: None although objects are evictable"
+        else:
+            assert view.evictable(k), f"{self.name}: victim {k} is not evictable"
+            assert k in self.tracked, f"{self.name}: victim {k} was never inserted"
+            self.victims += 1
+        return k
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        assert key in self.tracked
+        self.inner.on_hit(view, key)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        assert key not in self.tracked
+        self.inner.on_miss(view, key)
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        assert key not in self.tracked
+        self.tracked.add(key)
+        self.inner.on_insert(view, key)
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.tracked.remove(key)
+        self.inner.on_evict(view, key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.tracked.remove(key)
+        self.inner.on_free(view, key)
+
+
+def mixed_trace(seed: int = 0, n: int = 1500, n_objects: int = 120) -> Trace:
+    """Zipf reads and writes over objects of 512 B .. 16 KiB, with ~3% frees of live objects."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(512, 16 * 1024, n_objects)
+    ranks = synthetic.zipf_ranks(rng, n, n_objects, 0.9)
+    keys, szs, ops = [], [], []
+    live: set[int] = set()
+    for r in ranks.tolist():
+        if live and rng.random() < 0.03:
+            k = sorted(live)[int(rng.integers(len(live)))]
+            live.discard(k)
+            keys.append(k)
+            szs.append(int(sizes[k]))
+            ops.append(Op.FREE)
+            continue
+        live.add(r)
+        keys.append(r)
+        szs.append(int(sizes[r]))
+        ops.append(Op.WRITE if rng.random() < 0.1 else Op.READ)
+    return Trace.from_arrays(np.array(keys), np.array(szs), np.array(ops, np.uint8),
+                             compute_ns=np.full(len(keys), 20_000), name="mixed")
+
+
+def drive(pool: Pool, checked: Checked, trace: Trace) -> None:
+    """Replay ``trace`` row by row with a few pins; check every invariant after each row."""
+    pins: list[int] = []
+    cap = pool.capacity
+    for i, (k, s, op, c) in enumerate(zip(trace.key.tolist(), trace.size.tolist(),
+                                          trace.op.tolist(), trace.compute_ns.tolist())):
+        if op == Op.FREE:
+            while k in pins:
+                pins.remove(k)
+                pool.unpin(k)
+            pool.free(k)
+        else:
+            pool.access(k, s, op == Op.WRITE, compute_ns=c)
+            if i % 37 == 0 and len(pins) < 3 and pool.state(k) == "device":
+                pool.pin(k)
+                pins.append(k)
+            if i % 37 == 18 and pins:
+                pool.unpin(pins.pop(0))
+        pool._check()
+        assert pool.view.used <= cap
+        assert checked.tracked == set(pool.resident_keys()), f"row {i}: tracked set drifted"
+    st = pool.snapshot()
+    assert st.hits + st.misses == st.accesses
+    assert st.accesses == int((trace.op != Op.FREE).sum())
+
+
+@pytest.mark.parametrize("name", EVICTION_NAMES)
+def test_invariants_bytes_with_pins_and_frees(name: str) -> None:
+    trace = mixed_trace(seed=1)
+    checked = Checked(make_eviction(name, trace=trace, seed=3))
+    pool = Pool(150_000, checked, placement="bytes", oversize="bypass")
+    drive(pool, checked, trace)
+    assert checked.victims > 100  # the workload really evicts
+
+
+@pytest.mark.parametrize("name", EVICTION_NAMES)
+def test_invariants_arena_with_prefetches_in_flight(name: str) -> None:
+    trace = mixed_trace(seed=2)
+    checked = Checked(make_eviction(name, trace=trace, seed=3))
+    prefetcher = MarkovPrefetcher(depth=2, width=2) if name != "belady" else \
+        LookaheadPrefetcher(trace, depth=3)
+    pool = Pool(200_000, checked, prefetcher=prefetcher, cost="a100_pcie4")
+    drive(pool, checked, trace)
+    st = pool.snapshot()
+    assert checked.victims > 50
+    assert st.prefetches > 0
+
+
+def _object_mode_misses(trace: Trace, name: str, capacity: int) -> int:
+    pool = Pool(capacity, make_eviction(name, trace=trace, seed=0), placement="bytes",
+                oversize="bypass")
+    return pool.replay(trace).misses
+
+
+@pytest.mark.parametrize("trace", [
+    synthetic.zipf(3000, 400, 0.8, size=1, seed=5),
+    synthetic.scan(3000, n_hot=200, scan_length=150, scan_every=500, size=1, seed=6),
+    synthetic.loop(3000, n_objects=150, size=1, seed=7),
+], ids=["zipf", "scan", "loop"])
+def test_belady_misses_at_most_every_policy(trace: Trace) -> None:
+    for cap in (16, 64, 128):
+        best = _object_mode_misses(trace, "belady", cap)
+        for name in EVICTION_NAMES:
+            assert best <= _object_mode_misses(trace, name, cap), (name, cap)
+
+
+@pytest.mark.parametrize("name", EVICTION_NAMES)
+def test_same_seed_same_decisions(name: str) -> None:
+    trace = mixed_trace(seed=4, n=800)
+
+    def victims() -> Sequence[int]:
+        out: list[int] = []
+        policy = make_eviction(name, trace=trace, seed=11)
+        inner_victim = policy.victim
+
+        def record(view: PoolView) -> int | None:
+            k = inner_victim(view)
+            if k is not None:
+                out.append(k)
+            return k
+
+        policy.victim = record  # type: ignore[method-assign]
+        Pool(60_000, policy, placement="bytes").replay(trace)
+        return out
+
+    first = victims()
+    assert len(first) > 50
+    assert victims() == first
+
+
+def test_random_seed_changes_decisions() -> None:
+    trace = mixed_trace(seed=4, n=800)
+    a = Pool(60_000, make_eviction("random", seed=1), placement="bytes").replay(trace)
+    b = Pool(60_000, make_eviction("random", seed=2), placement="bytes").replay(trace)
+    c = Pool(60_000, make_eviction("random", seed=1), placement="bytes").replay(trace)
+    assert a.misses == c.misses
+    assert (a.misses, a.evictions) != (b.misses, b.evictions) or a.byte_misses != b.byte_misses
+
+
+@pytest.mark.parametrize("name", [n for n in EVICTION_NAMES if n != "belady"])
+def test_agent_chosen_victims(name: str) -> None:
+    """``Pool.steps`` lets someone else pick victims: the policy must accept any evictable key
+    in ``on_evict`` and keep working (the env drives the pool this way)."""
+    trace = mixed_trace(seed=5, n=600)
+    policy = make_eviction(name, trace=trace, seed=0)
+    checked = Checked(policy)
+    pool = Pool(60_000, checked, placement="bytes")
+    rng = np.random.default_rng(0)
+    for i, (k, s, op) in enumerate(zip(trace.key.tolist(), trace.size.tolist(),
+                                       trace.op.tolist())):
+        gen = pool.steps(k, s, op)
+        try:
+            req = next(gen)
+            while True:
+                if i % 2:  # alternate: the policy's choice, a random candidate
+                    v = checked.victim(req.view)
+                else:
+                    cands = sorted(req.view.candidates())
+                    v = cands[int(rng.integers(len(cands)))]
+                req = gen.send(v)
+        except StopIteration:
+            pass
+        pool._check()
+        assert checked.tracked == set(pool.resident_keys())
