@@ -1,0 +1,142 @@
+"""Config schemas fail at compose time; every config group composes; one instantiate helper."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
+
+from allocator.errors import ConfigError, TraceError
+from allocator.pool import Pool
+from allocator.trace import Trace
+from envs.config import (
+    AllocatorConfig,
+    TraceConfig,
+    instantiate,
+    load_trace,
+    load_traces,
+    register_configs,
+)
+from policies.lru import LRU
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def _compose(overrides: list[str], *, hydra_cfg: bool = False):  # type: ignore[no-untyped-def]
+    register_configs()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("evaluate", overrides=overrides, return_hydra_config=hydra_cfg)
+
+
+@pytest.mark.parametrize("trace", sorted(p.stem for p in Path(CONF, "trace").glob("*.yaml")))
+@pytest.mark.parametrize("allocator", sorted(p.stem for p in Path(CONF, "allocator").glob("*.yaml")))
+def test_every_group_option_composes(trace: str, allocator: str) -> None:
+    extra = ["trace.path=x.npz"] if trace == "file" else []
+    cfg = _compose([f"trace={trace}", f"allocator={allocator}", *extra])
+    assert cfg.allocator.placement == allocator
+    assert OmegaConf.is_missing(cfg.trace, "path") is False
+    assert cfg.trace._target_ == "envs.config.load_traces"
+
+
+def test_sweeps_default_to_joblib_and_local_launcher_composes() -> None:
+    cfg = _compose([], hydra_cfg=True)
+    assert "joblib" in cfg.hydra.launcher._target_.lower()
+    cfg = _compose(["hydra/launcher=local"], hydra_cfg=True)
+    assert "joblib" in cfg.hydra.launcher._target_.lower() and cfg.hydra.launcher.n_jobs == -1
+
+
+@pytest.mark.parametrize("override, key", [
+    ("allocator.placement=banana", "allocator.placement"),
+    ("allocator.write_policy=sometimes", "allocator.write_policy"),
+    ("trace.format=parquet", "trace.format"),
+    ("eval.mode=pages", "eval.mode"),
+    ("eval.fast=maybe", "eval.fast"),
+    ("trace.seed=abc", "trace.seed"),
+    ("eval.polices=[lru]", "polices"),  # a misspelt key
+])
+def test_bad_values_fail_at_compose_time(override: str, key: str) -> None:
+    with pytest.raises((ConfigCompositionException, ValidationError)) as err:
+        _compose([override])
+    msg = str(err.value) + str(err.value.__cause__ or "")
+    assert key in msg
+
+
+def test_enumerations_list_allowed_values() -> None:
+    with pytest.raises((ConfigCompositionException, ValidationError)) as err:
+        _compose(["trace.format=parquet"])
+    msg = str(err.value) + str(err.value.__cause__ or "")
+    for allowed in ("npz", "oracleGeneral", "csv", "txt"):
+        assert allowed in msg
+
+
+def test_instantiate_builds_pool_with_plain_strings() -> None:
+    node = OmegaConf.structured(AllocatorConfig)
+    node.write_policy = "write-through"
+    pool = instantiate(node, capacity=4096, policy=LRU())
+    assert isinstance(pool, Pool)
+    assert pool.placement == "bytes" and type(pool.placement) is str
+    assert pool.write_through and pool.capacity == 4096
+
+
+def test_instantiate_errors_are_one_line_naming_key_and_target() -> None:
+    cfg = OmegaConf.create({"thing": {"_target_": "allocator.pool.NoSuchPool"}})
+    with pytest.raises(ConfigError) as err:
+        instantiate(cfg.thing)
+    assert "thing" in str(err.value) and "allocator.pool.NoSuchPool" in str(err.value)
+    assert "\n" not in str(err.value)
+    cfg = OmegaConf.create({"a": {"_target_": "allocator.pool.Pool", "bogus": 1}})
+    with pytest.raises(ConfigError, match=r"^a: cannot instantiate allocator\.pool\.Pool: .*bogus"):
+        instantiate(cfg.a, capacity=10)
+    with pytest.raises(ConfigError, match="no _target_"):
+        instantiate(OmegaConf.create({"x": 1}))
+
+
+def test_instantiate_lets_cachegym_errors_through() -> None:
+    node = OmegaConf.structured(AllocatorConfig)
+    with pytest.raises(ConfigError, match="capacity must be a positive"):
+        instantiate(node, capacity=-5, policy=LRU())
+    tnode = OmegaConf.structured(TraceConfig)
+    tnode.path = "/no/such/trace.npz"
+    with pytest.raises(ConfigError, match="trace.path: no such file"):
+        instantiate(tnode)
+
+
+def test_load_traces_files_generator_and_window(tmp_path: Path) -> None:
+    a = Trace.from_arrays(np.arange(50) % 7, 10)
+    b = Trace.from_arrays(np.arange(30) % 5, 20)
+    a.save(tmp_path / "a.npz")
+    b.save(tmp_path / "b.npz")
+    ts = load_traces(path=str(tmp_path / "a.npz"), paths=[str(tmp_path / "b.npz")], format="npz")
+    assert [len(t) for t in ts] == [50, 30]
+    ts = load_traces(paths=[str(tmp_path / "a.npz")], max_requests=20)
+    assert len(ts[0]) == 20
+    g1 = load_traces(generator="zipf", params={"n_requests": 500, "n_objects": 50}, seed=3)[0]
+    g2 = load_traces(generator="zipf", params={"n_requests": 500, "n_objects": 50}, seed=3)[0]
+    assert np.array_equal(g1.key, g2.key) and len(g1) == 500
+    with pytest.raises(ConfigError, match="trace.generator: unknown generator 'nope'; allowed"):
+        load_traces(generator="nope")
+    with pytest.raises(ConfigError, match="trace.path=FILE"):
+        load_traces()
+    with pytest.raises(ConfigError, match="max_requests"):
+        load_traces(generator="zipf", max_requests=0)
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(TraceError):
+        load_traces(path=str(tmp_path / "bad.npz"))
+
+
+def test_load_trace_from_composed_config(tmp_path: Path) -> None:
+    t = Trace.from_arrays(np.arange(40) % 9, 100)
+    p = os.path.join(tmp_path, "t.npz")
+    t.save(p)
+    cfg = _compose([f"trace.path={p}", "trace.format=npz"])
+    got = load_trace(cfg.trace)
+    assert np.array_equal(got.key, t.key)
+    cfg = _compose([f"trace.paths=[{p},{p}]", "trace=file", f"trace.path={p}"])
+    with pytest.raises(ConfigError, match="expected one trace"):
+        load_trace(cfg.trace)

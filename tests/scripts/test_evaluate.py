@@ -1,0 +1,183 @@
+"""scripts/evaluate.py: the exact documented command, CSV columns, libCacheSim parity, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from allocator.errors import ConfigError
+from allocator.trace import Trace
+from envs.config import register_configs
+from envs.evaluation import COLUMNS, evaluate
+from envs.workloads import write_oracle_general
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = str(ROOT / "conf")
+MiB = 1 << 20
+POLICIES = "[lru,fifo,lfu,arc,clock,sieve,s3fifo,belady]"
+
+
+def exact_overrides(path: Path, out: Path) -> list[str]:
+    """The command of the issue, override for override."""
+    return [f"trace.path={path}", "trace.format=oracleGeneral", "eval.mode=bytes",
+            "eval.capacities=[134217728,268435456]", f"eval.policies={POLICIES}", f"out_dir={out}"]
+
+
+@pytest.fixture(scope="module")
+def og_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny oracleGeneral trace: 2500 Zipf requests over 300 objects of ~1 MiB (the working
+    set is several times 256 MiB, so both capacities evict)."""
+    rng = np.random.default_rng(7)
+    n_obj = 300
+    ranks = np.minimum(rng.zipf(1.2, 2500) - 1, n_obj - 1)
+    sizes = np.clip(rng.lognormal(np.log(MiB), 0.8, n_obj), 4096, 16 * MiB).astype(np.int64)
+    keys = rng.permutation(n_obj)[ranks] + 10_000
+    t = Trace.from_arrays(keys, sizes[keys - 10_000], step=np.arange(len(keys)))
+    p = tmp_path_factory.mktemp("og") / "tiny.oracleGeneral"
+    write_oracle_general(t, p)
+    return p
+
+
+def _compose(overrides: list[str]):  # type: ignore[no-untyped-def]
+    register_configs()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("evaluate", overrides=overrides)
+
+
+def _quiet(overrides: list[str]) -> list[str]:
+    return [*overrides, "eval.progress=false"]
+
+
+def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
+    res = evaluate(_compose(_quiet(exact_overrides(og_file, tmp_path))))
+    with open(tmp_path / "results.csv") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        rows = list(reader)
+    assert list(header[: len(COLUMNS)]) == list(COLUMNS)
+    assert len(rows) == 2 * 8
+    assert {r["policy"] for r in rows} == set(POLICIES.strip("[]").split(","))
+    assert {int(r["capacity"]) for r in rows} == {134217728, 268435456}
+    for r in rows:
+        assert int(r["hits"]) + int(r["misses"]) == int(r["requests"]) == 2500
+        assert r["trace"] == "tiny" and r["mode"] == "bytes" and r["preset"] == "none"
+    by = {(r["policy"], int(r["capacity"])): r for r in res["rows"]}
+    for cap in (134217728, 268435456):
+        assert by[("lru", cap)]["normalized_hit_rate"] == 0.0
+        assert by[("belady", cap)]["normalized_hit_rate"] == 1.0
+        assert all(by[(p, cap)]["misses"] >= by[("belady", cap)]["misses"] for p, _ in by)
+        # pool runs carry decision latencies; compiled runs leave them blank
+        assert by[("arc", cap)]["decision_p50_us"] > 0 and not by[("arc", cap)]["fast"]
+        assert math.isnan(by[("lru", cap)]["decision_p50_us"]) and by[("lru", cap)]["fast"]
+    with open(tmp_path / "results.json") as f:
+        js = json.load(f)
+    assert len(js) == 16 and js[0]["decision_p50_us"] is None
+    assert {os.path.basename(p) for p in res["plots"]} >= {"stall__tiny.png"}
+    for p in res["plots"]:
+        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "belady" in res["table"] and "miss_ratio" in res["table"]
+
+
+def test_counts_match_libcachesim(og_file: Path, tmp_path: Path) -> None:
+    """End-to-end parity: the evaluator's lru/fifo misses equal libCacheSim's process_trace."""
+    lcs = pytest.importorskip("libcachesim")
+    res = evaluate(_compose(_quiet([*exact_overrides(og_file, tmp_path)[:4],
+                                    "eval.policies=[lru,fifo]", f"out_dir={tmp_path}"])))
+    for r in res["rows"]:
+        if r["policy"] not in ("lru", "fifo"):
+            continue
+        reader = lcs.TraceReader(str(og_file), lcs.TraceType.ORACLE_GENERAL_TRACE)
+        cache = getattr(lcs, r["policy"].upper())(r["capacity"])
+        mr, bmr = cache.process_trace(reader)
+        assert r["misses"] == round(mr * r["requests"]), r
+        assert r["byte_miss_ratio"] == pytest.approx(bmr, rel=1e-9)
+
+
+def test_fast_and_pool_paths_give_the_same_rows(og_file: Path, tmp_path: Path) -> None:
+    base = [f"trace.path={og_file}", "eval.capacities=[0.05,0.3]", "eval.policies=[lru,fifo,lfu]",
+            "eval.presets=[none,h100_pcie5]", "eval.plots=false"]
+    fast = evaluate(_compose(_quiet([*base, f"out_dir={tmp_path / 'f'}"])))["rows"]
+    slow = evaluate(_compose(_quiet([*base, f"out_dir={tmp_path / 's'}", "eval.fast=false"])))["rows"]
+    assert len(fast) == len(slow) == 2 * 2 * 4
+    keys = [c for c in COLUMNS if not c.startswith("decision")]
+    for a, b in zip(fast, slow):
+        assert a["fast"] and not b["fast"]
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+    assert any(r["stall_ns"] > 0 for r in fast)
+
+
+def test_objects_mode_fractions_and_prefetch(tmp_path: Path) -> None:
+    res = evaluate(_compose(_quiet([
+        "trace.params.n_requests=3000", "trace.params.n_objects=400", "eval.mode=objects",
+        "eval.capacities=[0.1,50]", "eval.policies=[sieve]", "eval.prefetchers=[none,markov]",
+        "eval.plots=false", f"out_dir={tmp_path}"])))
+    rows = res["rows"]
+    assert {r["policy"] for r in rows} == {"sieve", "lru", "belady"}  # lru, belady added
+    caps = sorted({r["capacity"] for r in rows})
+    assert caps[1] == 50 and 0 < caps[0] < 400  # 10% of the distinct objects
+    assert all(r["mode"] == "objects" and r["byte_misses"] == r["misses"] for r in rows)
+    assert any(r["prefetch"] == "markov" and not r["fast"] for r in rows)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("eval.policies=[lru,nope]", r"eval.policies: unknown value 'nope'; allowed: .*belady"),
+    ("eval.capacities=[0]", r"eval.capacities: capacity must be > 0"),
+    ("eval.capacities=[-5]", r"eval.capacities: capacity must be > 0"),
+    ("eval.capacities=[2.5]", r"eval.capacities: 2.5 is neither"),
+    ("eval.prefetchers=[oracle9]", r"eval.prefetchers: unknown value 'oracle9'; allowed: none"),
+    ("eval.presets=[tpu]", r"eval.presets: unknown preset 'tpu'; allowed: none, a100_pcie4"),
+    ("trace.path=/no/such/file.bin", r"trace.path: no such file"),
+    ("eval.policies=[learned:/no/such.npz]", r"learned policy file '/no/such.npz' does not exist"),
+])
+def test_bad_values_give_one_line_errors(override: str, match: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=match) as err:
+        evaluate(_compose(_quiet([override, f"out_dir={tmp_path}"])))
+    assert "\n" not in str(err.value)
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_script_runs_the_exact_command(og_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "DIR"
+    proc = _run(exact_overrides(og_file, out), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 16
+    assert "norm_hit" in proc.stdout
+    assert "s3fifo" in proc.stdout  # the printed table
+    assert list(out.glob("miss_ratio__*.png"))
+
+
+def test_script_bad_value_is_one_line_without_traceback(tmp_path: Path) -> None:
+    proc = _run(["eval.policies=[lru,nope]", f"out_dir={tmp_path}"], tmp_path)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "eval.policies" in err[0] and "sieve" in err[0]
+
+
+@pytest.mark.slow
+def test_multirun_sweep_with_joblib(og_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    proc = _run(["-m", f"trace.path={og_file}", "eval.capacities=[0.1]", "eval.policies=[lru],[fifo]",
+                 "eval.plots=false", f"out_dir={out}", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+                 "hydra.launcher.n_jobs=2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Joblib" in proc.stdout + proc.stderr
+    for job, policies in (("job_0", {"lru", "belady"}), ("job_1", {"fifo", "lru", "belady"})):
+        with open(out / job / "results.csv") as f:
+            assert {r["policy"] for r in csv.DictReader(f)} == policies  # lru, belady added
