@@ -1,0 +1,498 @@
+"""Activation offload for PyTorch: the tensors autograd saves for backward live in a pool.
+
+:class:`ActivationOffload` is a context manager built on
+``torch.autograd.graph.saved_tensors_hooks``::
+
+    offload = ActivationOffload(budget, backend=NumpyBackend())      # or CupyBackend() on a GPU
+    for batch in data:
+        with offload:
+            loss = model(batch).sum()
+        loss.backward()
+        opt.step()
+    offload.stats()                                                # pool and offload counters
+
+* **pack** copies a saved activation into the pool (a first write: the pool makes room by
+  evicting others to host, as its eviction policy decides) and hands autograd a small handle;
+* **unpack** reads it back: a hit, a (late) prefetch hit, or a demand miss that copies it in;
+  the bytes are then *copied out* of the pool into a fresh tensor, so no tensor handed to
+  autograd aliases memory the pool may reuse;
+* the pool object is freed when autograd drops the handle (after the unpack, or when the graph
+  is freed without backward);
+* parameters (leaf tensors that require grad, and views of them) and tensors that are not plain
+  strided tensors pass through untouched; so do tensors under ``min_bytes``.
+
+The prefetch policy runs inside the pool's access loop. :class:`ReversePackOrder` (the default)
+predicts that backward unpacks in reverse pack order: on each unpack it prefetches the next
+``depth`` saved tensors in that order, asynchronously, so the copy overlaps compute. Any
+eviction policy and any prefetch policy plug in (``policy=``, ``prefetcher=``).
+
+Backends: ``NumpyBackend`` serves CPU tensors (``torch.from_numpy`` views of its arena);
+``CupyBackend`` serves CUDA tensors (zero-copy through DLPack; copies are ordered against
+PyTorch's current stream). A tensor on the other kind of device raises
+:class:`~allocator.errors.BackendError`.
+
+The simulated clock of the pool's cost model advances by the wall time between pool
+operations (``timer``), so that prefetches land in simulated time about when the real copies
+do; ``timer=None`` keeps the clock still (each prefetch is then consumed at its access).
+
+torch is imported here only: ``import allocator`` never imports this module.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from allocator.cost import CostModel, Preset
+from allocator.errors import BackendError, ConfigError, ObjectTooLarge
+from allocator.pool import Pool
+from allocator.trace import Kind, Op, Trace
+from policies.base import PrefetchPolicyBase
+
+if TYPE_CHECKING:
+    from allocator.backends import Backend
+    from allocator.pool import PoolView
+    from policies.base import EvictionPolicy, PrefetchPolicy
+
+__all__ = ["ActivationOffload", "ReversePackOrder", "BudgetTooSmall", "OffloadStats",
+           "is_parameter", "TinyTransformer", "make_batches", "lm_loss", "activation_footprint",
+           "train"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT: Any = object()
+
+
+class BudgetTooSmall(ObjectTooLarge):
+    """A saved tensor is larger than the offload budget."""
+
+    def __init__(self, key: int, size: int, capacity: int, what: str) -> None:
+        super().__init__(key, size, capacity)
+        self.args = (
+            f"activation offload: a saved tensor ({what}) needs {size} bytes, more than the "
+            f"pool's budget of {capacity} bytes; raise the budget to at least the largest "
+            f"saved tensor ({size} bytes), or shrink the batch",
+        )
+
+
+class ReversePackOrder(PrefetchPolicyBase):
+    """Prefetches, on each unpack, the next ``depth`` saved tensors in reverse pack order.
+
+    An access is an unpack when its object was accessed before (its first access is the pack,
+    a write that creates it): forward packs prefetch nothing. Keys are pack order (the offload
+    numbers them consecutively), so the next saved tensors are the live keys just below the
+    accessed one; at most ``window`` keys are scanned (freed keys are skipped).
+    """
+
+    name = "reverse-pack"
+
+    def __init__(self, depth: int = 2, window: int = 256) -> None:
+        if depth < 1 or window < depth:
+            raise ConfigError(f"ReversePackOrder: need depth >= 1 and window >= depth, got "
+                              f"depth={depth}, window={window}")
+        self.depth = depth
+        self.window = window
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        if view.info(key).n_access < 2:
+            return ()
+        out: list[int] = []
+        seen = 0
+        k = key - 1
+        stop = max(key - self.window, -1)
+        while k > stop and seen < self.depth:
+            if k in view:
+                seen += 1
+                if not view.is_resident(k):
+                    out.append(k)
+            k -= 1
+        return out
+
+    def __repr__(self) -> str:
+        return f"ReversePackOrder(depth={self.depth})"
+
+
+def is_parameter(t: torch.Tensor) -> bool:
+    """A leaf that requires grad (a weight), or a view of one (``weight.t()``)."""
+    if t.is_leaf and t.requires_grad:
+        return True
+    base = t._base
+    return base is not None and base.is_leaf and base.requires_grad
+
+
+@dataclass
+class OffloadStats:
+    """Counters of an :class:`ActivationOffload` (the pool's own are in ``Pool.snapshot()``).
+
+    ``pack_ns``/``unpack_ns``: wall time spent in the pool during pack/unpack (on CPU, the
+    unpack time includes the real stalls on copies)."""
+
+    packed: int = 0
+    passed_through: int = 0
+    bytes_packed: int = 0
+    unpacked: int = 0
+    bytes_unpacked: int = 0
+    freed: int = 0
+    pack_ns: int = 0
+    unpack_ns: int = 0
+
+
+class _Saved:
+    """What autograd holds for a saved tensor in the pool."""
+
+    __slots__ = ("key", "nbytes", "dtype", "shape", "stride", "device", "__weakref__")
+
+    def __init__(self, key: int, nbytes: int, dtype: torch.dtype, shape: torch.Size,
+                 stride: tuple[int, ...], device: torch.device) -> None:
+        self.key, self.nbytes, self.dtype = key, nbytes, dtype
+        self.shape, self.stride, self.device = shape, stride, device
+
+
+def _raw_bytes(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The bytes of ``t`` as a flat uint8 tensor, and the strides that rebuild it from them.
+
+    A contiguous tensor is viewed as is; any other is first copied with its strides kept when
+    it is dense (``empty_like`` preserves the layout of non-overlapping dense tensors), so the
+    kernels of backward see the same layout as without offload."""
+    if t.is_contiguous():
+        return t.reshape(-1).view(torch.uint8), t.stride()
+    dense = torch.empty_like(t)
+    dense.copy_(t)
+    n = dense.numel()
+    if dense.is_contiguous():
+        return dense.reshape(-1).view(torch.uint8), dense.stride()
+    flat = dense.as_strided((n,), (1,), dense.storage_offset())
+    return flat.view(torch.uint8), dense.stride()
+
+
+class ActivationOffload:
+    """Keeps the tensors autograd saves in a pool of ``budget`` device bytes.
+
+    Args:
+        budget: the pool's capacity in bytes; it must hold the largest saved tensor.
+        backend: ``NumpyBackend()`` for CPU tensors (default), ``CupyBackend()`` for CUDA.
+        policy: eviction policy (default LRU).
+        prefetcher: prefetch policy (default :class:`ReversePackOrder`; ``None`` for none).
+        cost: the pool's timing model (preset name, :class:`Preset` or :class:`CostModel`).
+        timer: clock in ns that advances the simulated clock between pool operations
+            (default ``time.perf_counter_ns``; ``None`` keeps it still).
+        min_bytes: saved tensors smaller than this pass through.
+        record: keep the pool access trace (:meth:`trace`).
+
+    The context manager can be entered once per step; the pool and its policies persist.
+    """
+
+    def __init__(self, budget: int, *, backend: Backend | None = None,
+                 policy: EvictionPolicy | None = None,
+                 prefetcher: PrefetchPolicy | None = _DEFAULT,
+                 cost: CostModel | Preset | str | None = "h100_pcie5",
+                 timer: Callable[[], int] | None = time.perf_counter_ns,
+                 min_bytes: int = 0, record: bool = False) -> None:
+        if backend is None:
+            from allocator.backends import NumpyBackend
+
+            backend = NumpyBackend()
+        if prefetcher is _DEFAULT:
+            prefetcher = ReversePackOrder()
+        self.backend = backend
+        self.device_type: str = getattr(backend, "device_type", "cpu")
+        self.device_id: int = getattr(backend, "device_id", 0)
+        self.pool = Pool(budget, policy, prefetcher=prefetcher, cost=cost, backend=backend)
+        self.min_bytes = int(min_bytes)
+        self.timer = timer
+        self.counters = OffloadStats()
+        self._lock = threading.Lock()  # all pool calls of this offload
+        self._next_key = 0
+        self._dead: collections.deque[int] = collections.deque()  # keys whose handle died
+        self._last = 0
+        self._hooks: Any = None
+        self._record: list[tuple[int, int, int, int]] | None = [] if record else None
+
+    # ------------------------------------------------------------------ context
+    def __enter__(self) -> ActivationOffload:
+        if self._hooks is not None:
+            raise ConfigError("ActivationOffload is already active; enter it once at a time")
+        if self.device_type == "cuda" and hasattr(self.backend, "use_compute_stream"):
+            self.backend.use_compute_stream(torch.cuda.current_stream(self.device_id).cuda_stream)
+        self.collect()
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.__exit__(*exc)
+
+    def collect(self) -> int:
+        """Free the pool objects of saved tensors autograd has dropped; returns how many."""
+        n = 0
+        if not self._dead:
+            return 0
+        with self._lock:
+            while self._dead:
+                key = self._dead.popleft()
+                self.pool.free(key)
+                self._log(key, 0, Op.FREE)
+                n += 1
+        self.counters.freed += n
+        return n
+
+    def close(self) -> None:
+        self.collect()
+        self.pool.close()
+
+    # ------------------------------------------------------------------ the hooks
+    def _pack(self, t: torch.Tensor) -> Any:
+        if (type(t) is not torch.Tensor or t.layout != torch.strided or is_parameter(t)
+                or t.numel() * t.element_size() < max(self.min_bytes, 1)):
+            self.counters.passed_through += 1
+            return t
+        self._check_device(t)
+        if self._dead:
+            self.collect()
+        with torch.no_grad():
+            raw, stride = _raw_bytes(t.detach())
+        nbytes = raw.numel()
+        pool = self.pool
+        with self._lock:
+            key = self._next_key
+            self._next_key += 1
+            t0 = self._advance()
+            try:
+                pool.access(key, nbytes, True, kind=Kind.ACTIVATION)
+            except ObjectTooLarge as e:
+                raise BudgetTooSmall(key, nbytes, pool.capacity,
+                                     f"shape {tuple(t.shape)}, {t.dtype}") from e
+            pool.pin(key)
+            try:
+                self._copy_in(pool.view.info(key).offset, raw)
+            finally:
+                pool.unpin(key)
+            self._log(key, nbytes, Op.WRITE)
+            self._last = t1 = self._now()
+        self.counters.packed += 1
+        self.counters.bytes_packed += nbytes
+        self.counters.pack_ns += t1 - t0
+        h = _Saved(key, nbytes, t.dtype, t.shape, stride, t.device)
+        weakref.finalize(h, self._dead.append, key)
+        return h
+
+    def _unpack(self, h: Any) -> torch.Tensor:
+        if isinstance(h, torch.Tensor):
+            return h
+        if self._dead:
+            self.collect()
+        pool = self.pool
+        with self._lock:
+            t0 = self._advance()
+            pool.access(h.key, h.nbytes, kind=Kind.ACTIVATION)
+            pool.pin(h.key)
+            try:
+                out = self._copy_out(pool.view.info(h.key).offset, h.nbytes)
+            finally:
+                pool.unpin(h.key)
+            self._log(h.key, h.nbytes, Op.READ)
+            self._last = t1 = self._now()
+        self.counters.unpacked += 1
+        self.counters.bytes_unpacked += h.nbytes
+        self.counters.unpack_ns += t1 - t0
+        return out.view(h.dtype).as_strided(h.shape, h.stride)
+
+    # ------------------------------------------------------------------ helpers
+    # NumPy arenas copy with NumPy (one memcpy, no intra-op thread pool to wake); device
+    # arenas with torch on the current stream, zero-copy through DLPack.
+    def _copy_in(self, offset: int, raw: torch.Tensor) -> None:
+        buf = self.backend.device_buffer(offset, raw.numel())
+        if isinstance(buf, np.ndarray):
+            np.copyto(buf, raw.numpy())
+        else:
+            torch.from_dlpack(buf).copy_(raw)
+
+    def _copy_out(self, offset: int, nbytes: int) -> torch.Tensor:
+        buf = self.backend.device_buffer(offset, nbytes)
+        if isinstance(buf, np.ndarray):
+            return torch.from_numpy(buf.copy())
+        return torch.from_dlpack(buf).clone()
+
+    def _check_device(self, t: torch.Tensor) -> None:
+        dev = t.device
+        if dev.type != self.device_type or (dev.type == "cuda" and dev.index != self.device_id):
+            want = "cpu" if self.device_type == "cpu" else f"cuda:{self.device_id}"
+            raise BackendError(
+                f"activation offload: a saved tensor is on {dev} but the pool's backend "
+                f"{type(self.backend).__name__} holds {want} memory; move the model and data to "
+                f"{want}, or use {'CupyBackend' if dev.type == 'cuda' else 'NumpyBackend'} "
+                f"for {dev.type} tensors")
+
+    def _now(self) -> int:
+        return self.timer() if self.timer is not None else 0
+
+    def _advance(self) -> int:
+        """Advance the simulated clock by the wall time since the last pool operation."""
+        now = self._now()
+        if self.timer is not None and self._last:
+            gap = now - self._last
+            if gap > 0:
+                self.pool.cost.compute(gap)
+                if self._record:
+                    k, s, o, c = self._record[-1]
+                    self._record[-1] = (k, s, o, c + gap)
+        return now
+
+    def _log(self, key: int, nbytes: int, op: int) -> None:
+        if self._record is not None:
+            self._record.append((key, nbytes, int(op), 0))
+
+    # ------------------------------------------------------------------ results
+    def stats(self) -> dict[str, Any]:
+        """The pool's statistics and the offload's counters, as one dict."""
+        d = self.pool.snapshot().as_dict()
+        d.update(asdict(self.counters))
+        return d
+
+    def trace(self, name: str = "activation-offload") -> Trace:
+        """The recorded pool accesses (needs ``record=True``): pack = write, unpack = read,
+        free = free; ``compute_ns`` is the wall time until the next pool operation."""
+        if self._record is None:
+            raise ConfigError("trace(): construct ActivationOffload(..., record=True)")
+        rows = self._record
+        keys = np.array([r[0] for r in rows], np.int64)
+        sizes = np.array([r[1] for r in rows], np.int64)
+        if len(rows):  # a free carries the size the object had
+            size_of: dict[int, int] = {}
+            for i, (k, s, o, _) in enumerate(rows):
+                if o == Op.FREE:
+                    sizes[i] = size_of.get(k, 1)
+                else:
+                    size_of[k] = s
+        return Trace.from_arrays(
+            keys, sizes, np.array([r[2] for r in rows], np.uint8),
+            np.array([r[3] for r in rows], np.int64),
+            np.full(len(rows), int(Kind.ACTIVATION), np.uint8), name=name)
+
+    def __repr__(self) -> str:
+        return f"ActivationOffload(budget={self.pool.capacity}, backend={self.backend!r})"
+
+
+# ---------------------------------------------------------------------- a small model to check with
+class _Block(torch.nn.Module):
+    def __init__(self, d: int, heads: int, mlp: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.fc1 = torch.nn.Linear(d, mlp * d)
+        self.fc2 = torch.nn.Linear(mlp * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (d // self.heads) ** -0.5
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyTransformer(torch.nn.Module):
+    """A small causal transformer language model (pre-norm blocks, explicit attention), the
+    model the offload checks and benchmarks train. ``forward(idx (B, T)) -> logits (B, T, V)``."""
+
+    def __init__(self, vocab: int = 128, d: int = 64, heads: int = 4, layers: int = 2,
+                 seq: int = 32, mlp: int = 4) -> None:
+        super().__init__()
+        if d % heads:
+            raise ConfigError(f"TinyTransformer: d={d} must be a multiple of heads={heads}")
+        self.vocab, self.seq = vocab, seq
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = torch.nn.ModuleList(_Block(d, heads, mlp) for _ in range(layers))
+        self.norm = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.emb(idx) + self.pos[: idx.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+def make_batches(vocab: int, seq: int, batch: int, n: int, *, seed: int = 0,
+                 device: str | torch.device = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``n`` seeded batches of (tokens, next tokens) for :class:`TinyTransformer`."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        tok = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+        out.append((tok[:, :-1].to(device), tok[:, 1:].to(device)))
+    return out
+
+
+def lm_loss(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    logits = model(x)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def activation_footprint(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor],
+                         loss_fn: Callable[..., torch.Tensor] = lm_loss) -> dict[str, int]:
+    """Bytes of the tensors one forward saves that the offload would put in the pool
+    (``total``), the largest of them and their number."""
+    sizes: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if type(t) is torch.Tensor and t.layout == torch.strided and not is_parameter(t):
+            sizes.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn(model, batch)
+    del loss
+    return {"total": sum(sizes), "largest": max(sizes, default=0), "count": len(sizes)}
+
+
+def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+          steps: int, *, offload: ActivationOffload | None = None, lr: float = 0.05,
+          loss_fn: Callable[..., torch.Tensor] = lm_loss,
+          sync: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Train ``model`` for ``steps`` SGD steps (momentum 0.9) over ``batches`` (cycled), with
+    the forward under ``offload`` when given. Returns the losses and each step's wall time
+    (``sync`` is called before reading the clock, e.g. ``torch.cuda.synchronize``)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses: list[float] = []
+    step_ns: list[int] = []
+    for i in range(steps):
+        batch = batches[i % len(batches)]
+        if sync is not None:
+            sync()
+        t0 = time.perf_counter_ns()
+        opt.zero_grad(set_to_none=True)
+        if offload is not None:
+            with offload:
+                loss = loss_fn(model, batch)
+        else:
+            loss = loss_fn(model, batch)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        del loss
+        if offload is not None:
+            offload.collect()
+        if sync is not None:
+            sync()
+        step_ns.append(time.perf_counter_ns() - t0)
+    return {"losses": losses, "step_ns": step_ns}
