@@ -343,12 +343,23 @@ class Pool:
     # data plane (needs a backend)
     def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
         """Write ``data`` (any array, stored as raw bytes) as object ``key``. An existing
-        object of another size is replaced (freed, then created anew)."""
+        object of another size is replaced (freed, then created anew); when the new size cannot
+        be placed beside the pinned objects the old object is kept and PoolExhausted raised."""
         be = self._need_backend("put")
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if raw.nbytes == 0:
+            raise ConfigError(f"put: object {key} has no bytes; store at least one byte")
+        if self._place.footprint(raw.nbytes) > self._place.capacity:
+            raise ObjectTooLarge(key, raw.nbytes, self._place.capacity)  # even with "bypass"
         with self._lock:
             old = self._objs.get(key)
             if old is not None and old.size != raw.nbytes:
+                if old.pins:
+                    raise ObjectPinned(key, old.pins, "put (of a new size)")
+                need = self._place.footprint(raw.nbytes)
+                if not self._fits_beside_pinned(need):
+                    raise PoolExhausted(raw.nbytes, self._place.used, self._place.capacity,
+                                        "the pinned objects leave no block that large")
                 self._free(key)
             self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True))
             o = self._objs[key]
@@ -366,6 +377,8 @@ class Pool:
         be = self._need_backend("get")
         with self._lock:
             o = self._get(key, "get")
+            if o.nbytes == 0 and self._place.footprint(o.size) > self._place.capacity:
+                raise ObjectTooLarge(key, o.size, self._place.capacity)  # a bypassed object
             self._drive(self._access_steps(key, o.size, False, o.kind, 0))
             o = self._objs[key]
             buf = be.device_buffer(o.offset, o.size)
@@ -430,6 +443,10 @@ class Pool:
             policy.on_hit(view, key)
             self._emit("hit", o)
         else:
+            if size <= 0:
+                self._tick -= 1
+                st.accesses -= 1
+                raise ConfigError(f"access: object {key} needs a size > 0 bytes, got {size!r}")
             need = self._place.footprint(size)
             if need > self._place.capacity and not self.bypass_oversize:
                 self._tick -= 1
@@ -572,6 +589,19 @@ class Pool:
                                     "nothing resident can be evicted")
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
+
+    def _fits_beside_pinned(self, need: int) -> bool:
+        """Whether ``need`` bytes can be placed once everything unpinned is gone (in-flight
+        copies land and become evictable; only pinned objects hold space for good)."""
+        pinned = sorted((o.offset, o.nbytes) for o in self._objs.values() if o.pins)
+        if not isinstance(self._place, Arena):
+            return self._place.capacity - sum(n for _, n in pinned) >= need
+        pos = 0
+        for off, n in pinned + [(self._place.capacity, 0)]:
+            if off - pos >= need:
+                return True
+            pos = off + n
+        return False
 
     def _has_candidate(self) -> bool:
         return self._n_evictable > 0

@@ -1,0 +1,536 @@
+"""Pool semantics: residency, dirty tracking, write policies, pins, frees, errors and the
+externally driven loop (``Pool.steps``)."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from allocator.arena import ALIGN
+from allocator.backends import NumpyBackend
+from allocator.errors import (
+    CachegymError,
+    ConfigError,
+    InvalidVictim,
+    NotPinned,
+    NotResident,
+    ObjectPinned,
+    ObjectTooLarge,
+    PoolError,
+    PoolExhausted,
+    UnknownKey,
+)
+from allocator.pool import EvictionRequest, Pool
+from allocator.stats import JsonlHook, PoolStats
+from allocator.trace import Op, Trace
+from policies.base import EvictionPolicyBase
+from policies.lru import LRU
+
+B = ALIGN  # one aligned block
+
+
+def _state(p: Pool) -> tuple:
+    """Everything observable about a pool (for "the error changed nothing" checks)."""
+    return (sorted((k, p.state(k)) for k in list(p._objs)), p.snapshot(), p._place.used,
+            p.resident_keys())
+
+
+def random_trace(seed: int, n: int = 1500, n_keys: int = 40, frees: float = 0.03) -> Trace:
+    rng = np.random.default_rng(seed)
+    key = rng.zipf(1.4, n) % n_keys
+    sizes = rng.integers(1, 3 * B, n_keys)
+    op = np.where(rng.random(n) < 0.3, int(Op.WRITE), int(Op.READ))
+    live: set[int] = set()
+    for i in range(n):
+        k = int(key[i])
+        if k in live and rng.random() < frees:
+            op[i] = Op.FREE
+            live.discard(k)
+        else:
+            live.add(k)
+    comp = rng.integers(0, 3000, n)
+    return Trace.from_arrays(key, sizes[key], op, comp)
+
+
+# ---------------------------------------------------------------------- residency and data
+def test_hit_miss_and_allocation_counters() -> None:
+    p = Pool(4 * B)
+    assert not p.access(1, B, write=True)  # first write: allocation
+    assert not p.access(2, B)  # first read: compulsory miss
+    assert p.access(1, B) and p.access(2, B, write=True)
+    s = p.snapshot()
+    assert (s.accesses, s.hits, s.misses, s.allocations, s.byte_misses) == (4, 2, 2, 1, 2 * B)
+    assert s.bytes_h2d == B and s.device_bytes == 2 * B == s.peak_device_bytes
+    assert p.state(1) == p.state(2) == "device"
+    assert len(p) == 2 and 1 in p and 3 not in p
+
+
+def test_byte_placement_counts_exact_bytes() -> None:
+    p = Pool(1000, placement="bytes")
+    for k in range(10):
+        p.access(k, 100)
+    assert p.snapshot().device_bytes == 1000 and p.snapshot().evictions == 0
+    p.access(10, 100)
+    assert p.snapshot().evictions == 1 and p.state(0) == "host"
+
+
+def test_fragmentation_forces_more_evictions_not_overcommit() -> None:
+    p = Pool(4 * B, policy=LRU())
+    for k in range(4):
+        p.access(k, B)
+    p.free(1)
+    p.free(3)
+    assert p.snapshot().fragmentation == pytest.approx(0.5)
+    p.access(9, 2 * B)  # 2 blocks free in bytes, but not adjacent: evicts 0 (LRU) to join
+    s = p.snapshot()
+    assert s.evictions == 1 and p.state(0) == "host" and p.state(2) == "device"
+    assert s.device_bytes == 3 * B <= p.capacity
+    p._check()
+    # byte accounting would have fitted it without an eviction
+    q = Pool(4 * B, placement="bytes")
+    for k in range(4):
+        q.access(k, B)
+    q.free(1)
+    q.free(3)
+    q.access(9, 2 * B)
+    assert q.snapshot().evictions == 0
+
+
+def test_write_back_keeps_data_through_eviction(numpy_backend: NumpyBackend) -> None:
+    p = Pool(2 * B, backend=numpy_backend, cost="a100_pcie4")
+    a = np.arange(B, dtype=np.uint8)
+    p.put(1, a)
+    assert p.state(1) == "device"
+    p.put(2, a[::-1].copy())
+    p.put(3, np.full(B, 7, np.uint8))  # evicts 1 (dirty): write-back
+    assert p.snapshot().writebacks == 1
+    np.testing.assert_array_equal(p.get(1), a)  # evicts 2; 1 comes back from host
+    np.testing.assert_array_equal(p.get(2), a[::-1])
+    np.testing.assert_array_equal(p.get(3), np.full(B, 7, np.uint8))
+    p._check()
+    p.close()
+
+
+def test_clean_victim_is_not_written_back(numpy_backend: NumpyBackend) -> None:
+    p = Pool(B, backend=numpy_backend)
+    p.put(1, np.ones(B, np.uint8))
+    p.access(2, B)  # evicts dirty 1
+    p.get(1)  # 1 is clean now; evicting it for 2 costs no copy
+    s = p.snapshot()
+    p.access(2, B)
+    assert p.snapshot().writebacks == s.writebacks == 1
+    assert p.snapshot().bytes_d2h == B
+    p.close()
+
+
+def test_write_through_copies_every_write(numpy_backend: NumpyBackend) -> None:
+    p = Pool(2 * B, backend=numpy_backend, write_policy="write-through")
+    p.put(1, np.full(B, 3, np.uint8))
+    p.access(1, B, write=True)
+    assert p.snapshot().bytes_d2h == 2 * B
+    assert not p._objs[1].dirty
+    p.access(2, B)
+    p.access(3, B)  # evicts 1: clean, no write-back
+    s = p.snapshot()
+    assert s.evictions == 1 and s.writebacks == 0 and s.bytes_d2h == 2 * B
+    np.testing.assert_array_equal(p.get(1), np.full(B, 3, np.uint8))
+    p.close()
+
+
+def test_free_invalidates_without_write_back(numpy_backend: NumpyBackend) -> None:
+    p = Pool(2 * B, backend=numpy_backend)
+    p.put(1, np.full(B, 9, np.uint8))
+    p.free(1)
+    s = p.snapshot()
+    assert s.frees == 1 and s.bytes_d2h == 0 and s.device_bytes == 0
+    assert 1 not in p and numpy_backend.host_buffer(1) is None
+    with pytest.raises(UnknownKey):
+        p.get(1)
+    p.access(1, B)  # the key again: a new object (zeros from host, not the freed data)
+    np.testing.assert_array_equal(p.get(1), np.zeros(B, np.uint8))
+    p.close()
+
+
+def test_free_of_an_in_flight_prefetch() -> None:
+    p = Pool(4 * B, cost="a100_pcie4")
+    p.prefetch(1, B)
+    assert p.state(1) == "h2d"
+    p.free(1)
+    p._check()
+    assert p.snapshot().useless_prefetches == 1
+    p.access(2, 4 * B, write=True)  # the freed block is reusable (after the copy into it lands)
+    p._check()
+
+
+def test_pinned_objects_are_never_evicted() -> None:
+    p = Pool(3 * B)
+    for k in range(3):
+        p.access(k, B)
+    p.pin(0)
+    p.pin(0)  # pins nest
+    for k in range(3, 20):
+        p.access(k, B)
+        assert p.state(0) == "device"
+    p.unpin(0)
+    p.access(50, B)
+    p.access(51, B)
+    assert p.state(0) == "device"  # still pinned once
+    p.unpin(0)
+    p.access(52, B)
+    p.access(53, B)
+    p.access(54, B)
+    assert p.state(0) == "host"
+    p._check()
+
+
+def test_pin_waits_for_a_prefetch_in_flight() -> None:
+    p = Pool(4 * B, cost="a100_pcie4")
+    p.prefetch(1, B)
+    p.pin(1)
+    assert p.state(1) == "device" and p.snapshot().stall_ns > 0
+    p._check()
+
+
+def test_hook_writes_json_lines() -> None:
+    buf = io.StringIO()
+    p = Pool(B, hook=JsonlHook(buf))
+    p.access(1, B, write=True)
+    p.access(1, B)
+    p.access(2, B)
+    p.prefetch(1)
+    p.free(2)
+    events = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [e["event"] for e in events] == [
+        "miss", "hit", "writeback", "evict", "miss", "evict", "prefetch", "free"]
+    for e in events:
+        assert set(e) >= {"event", "key", "size", "tick", "now_ns", "state"}
+    assert events[-1]["key"] == 2
+
+
+def test_stats_as_dict() -> None:
+    p = Pool(B)
+    p.access(1, B)
+    p.access(1, B)
+    d = p.snapshot().as_dict()
+    assert d["miss_ratio"] == 0.5 and d["hits"] == 1
+    assert set(PoolStats.__dataclass_fields__) <= set(d)
+
+
+def test_replay_equals_access_loop() -> None:
+    t = random_trace(1)
+    a = Pool(8 * B, cost="h100_pcie5")
+    a.replay(t)
+    b = Pool(8 * B, cost="h100_pcie5")
+    for k, s, o, c in zip(t.key.tolist(), t.size.tolist(), t.op.tolist(), t.compute_ns.tolist()):
+        if o == Op.FREE:
+            b.free(k)
+        else:
+            b.access(k, s, o == Op.WRITE, compute_ns=c)
+    assert a.snapshot() == b.snapshot()
+    a._check()
+
+
+# ---------------------------------------------------------------------- driven from outside
+def _events(pool: Pool) -> list[tuple]:
+    return pool.hook.events  # type: ignore[union-attr]
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def __call__(self, e: dict) -> None:
+        self.events.append((e["event"], e["key"], e["tick"], e["now_ns"], e["state"]))
+
+
+@pytest.mark.parametrize("placement", ["arena", "bytes"])
+def test_steps_driven_from_outside_equals_the_lru_policy(placement: str) -> None:
+    """An outside driver answers every eviction request from its own LRU order and gets
+    exactly the decisions (and statistics) of the pool's LRU policy."""
+    t = random_trace(2, n=3000)
+    cap = 10 * B
+    ref = Pool(cap, LRU(), cost="a100_pcie4", placement=placement, hook=_Log())  # type: ignore[arg-type]
+    ref.replay(t)
+
+    driven = Pool(cap, LRU(), cost="a100_pcie4", placement=placement, hook=_Log())  # type: ignore[arg-type]
+    order: OrderedDict[int, None] = OrderedDict()  # the driver's own recency order
+    requests = 0
+    for k, s, o, c in zip(t.key.tolist(), t.size.tolist(), t.op.tolist(), t.compute_ns.tolist()):
+        gen = driven.steps(k, s, o, compute_ns=c)
+        try:
+            req = next(gen)
+            while True:
+                assert isinstance(req, EvictionRequest) and req.key == k
+                victim = next(v for v in order if req.view.evictable(v))
+                assert victim in req.view.candidates()
+                del order[victim]
+                requests += 1
+                req = gen.send(victim)
+        except StopIteration:
+            pass
+        if o == Op.FREE:
+            order.pop(k, None)
+        else:
+            order[k] = None
+            order.move_to_end(k)
+        driven._check()
+    assert requests == ref.snapshot().evictions > 100
+    assert _events(driven) == _events(ref)
+    assert driven.snapshot() == ref.snapshot()
+
+
+def test_closing_steps_mid_eviction_undoes_the_event() -> None:
+    p = Pool(2 * B)
+    p.access(1, B)
+    p.access(2, B)
+    before = p.snapshot()
+    gen = p.steps(3, B)
+    req = next(gen)
+    assert req.needed == B and sorted(req.view.candidates()) == [1, 2]
+    gen.close()
+    assert 3 not in p and p.snapshot() == before
+    p._check()
+    p.access(3, B)  # the lock was released
+    assert p.snapshot().evictions == 1
+
+
+# ---------------------------------------------------------------------- backends do not decide
+@pytest.mark.parametrize("write_policy", ["write-back", "write-through"])
+def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
+    t = random_trace(3, n=2000)
+    cap = 8 * B
+    plain = Pool(cap, cost="h200_pcie5", write_policy=write_policy, hook=_Log())  # type: ignore[arg-type]
+    plain.replay(t)
+    be = NumpyBackend()
+    real = Pool(cap, cost="h200_pcie5", write_policy=write_policy, backend=be, hook=_Log())  # type: ignore[arg-type]
+    rng = np.random.default_rng(0)
+    for k, s, o, c in zip(t.key.tolist(), t.size.tolist(), t.op.tolist(), t.compute_ns.tolist()):
+        if o == Op.FREE:
+            real.free(k)
+        elif o == Op.WRITE and (k not in real or real._objs[k].size == s):
+            real.put(k, rng.integers(0, 256, s, dtype=np.uint8))  # real bytes move
+            real.cost.compute(c)
+        else:
+            real.access(k, s, o == Op.WRITE, compute_ns=c)
+    assert _events(real) == _events(plain)
+    assert real.snapshot() == plain.snapshot()
+    real._check()
+    real.close()
+
+
+# ---------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"capacity": 0},
+        {"capacity": -5},
+        {"capacity": "1GB"},
+        {"capacity": 1.5e9},
+        {"capacity": 4096, "placement": "slab"},
+        {"capacity": 4096, "write_policy": "write-around"},
+        {"capacity": 4096, "oversize": "drop"},
+        {"capacity": 4096, "cost": "v100"},
+        {"capacity": 4096, "placement": "bytes", "backend": NumpyBackend(threads=False)},
+    ],
+)
+def test_bad_config_values(kwargs) -> None:
+    with pytest.raises(ConfigError) as ei:
+        Pool(**kwargs)
+    assert isinstance(ei.value, CachegymError) and isinstance(ei.value, ValueError)
+
+
+def test_object_larger_than_the_pool() -> None:
+    p = Pool(4 * B)
+    p.access(1, B, write=True)
+    before = _state(p)
+    with pytest.raises(ObjectTooLarge) as ei:
+        p.access(2, 4 * B + 1)
+    e = ei.value
+    assert (e.key, e.size, e.capacity) == (2, 4 * B + 1, 4 * B)
+    assert "raise the capacity" in str(e)
+    with pytest.raises(ObjectTooLarge):
+        p.prefetch(3, 5 * B)
+    assert _state(p) == before and 2 not in p and 3 not in p
+    p._check()
+    # libCacheSim semantics on request: a bypassed miss, never inserted
+    q = Pool(4 * B, oversize="bypass")
+    assert not q.access(2, 5 * B)
+    s = q.snapshot()
+    assert (s.misses, s.bypasses, s.device_bytes) == (1, 1, 0)
+    q._check()
+
+
+def test_everything_pinned(numpy_backend: NumpyBackend) -> None:
+    p = Pool(2 * B, backend=numpy_backend)
+    p.put(1, np.full(B, 1, np.uint8))
+    p.put(2, np.full(B, 2, np.uint8))
+    p.pin(1)
+    p.pin(2)
+    before = _state(p)
+    with pytest.raises(PoolExhausted) as ei:
+        p.access(3, B)
+    e = ei.value
+    assert (e.size, e.used, e.capacity) == (B, 2 * B, 2 * B)
+    assert "unpin" in str(e) and isinstance(e, MemoryError)
+    with pytest.raises(PoolExhausted):
+        p.prefetch(4, B)
+    with pytest.raises(PoolExhausted):
+        p.put(5, np.zeros(B, np.uint8))
+    assert _state(p) == before and 3 not in p and 4 not in p and 5 not in p
+    p._check()
+    p.unpin(2)
+    p.put(3, np.full(B, 3, np.uint8))  # now 2 is evicted (written back)
+    for k in (1, 2, 3):
+        np.testing.assert_array_equal(p.get(k), np.full(B, k, np.uint8))
+    p.close()
+
+
+def test_partly_pinned_fragmented_arena_is_exhausted() -> None:
+    p = Pool(3 * B)
+    for k in range(3):
+        p.access(k, B)
+    p.pin(0)
+    p.pin(2)
+    with pytest.raises(PoolExhausted):
+        p.access(9, 2 * B)  # 1 block can be freed, but never 2 adjacent ones
+    p._check()
+    assert 9 not in p and p.state(1) == "host"  # the eviction it tried stands, nothing lost
+    assert p.snapshot().accesses == 3
+
+
+def test_unknown_keys() -> None:
+    p = Pool(4 * B)
+    for call in (lambda: p.free(7), lambda: p.pin(7), lambda: p.unpin(7), lambda: p.state(7),
+                 lambda: p.prefetch(7)):
+        with pytest.raises(UnknownKey) as ei:
+            call()
+        assert ei.value.key == 7 and "7" in str(ei.value) and isinstance(ei.value, KeyError)
+    p.access(7, B)
+    p.free(7)
+    with pytest.raises(UnknownKey, match="freed"):
+        p.free(7)
+    p._check()
+
+
+class _BadPolicy(EvictionPolicyBase):
+    """Answers with a fixed bad victim once, then behaves like LRU."""
+
+    name = "bad"
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.lru = LRU()
+        self.armed = True
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.armed = False
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+        return self.lru.victim(view)
+
+    def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_hit(view, key)
+
+    def on_insert(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_insert(view, key)
+
+    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_evict(view, key)
+
+    def on_free(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_free(view, key)
+
+
+@pytest.mark.parametrize("answer", [None, 99, 3, "one", 1.0, "pinned", RuntimeError("policy bug")])
+def test_invalid_victim(answer: object) -> None:
+    p = Pool(3 * B, cost="a100_pcie4")
+    p.access(1, B, write=True)
+    p.access(2, B, write=True)
+    p.prefetch(3, B)  # in flight: not evictable
+    if answer == "pinned":
+        p.pin(1)
+        answer = 1
+    pol = _BadPolicy(answer)
+    p.policy = pol
+    for k in (1, 2, 3):
+        pol.lru.on_insert(p.view, k)
+    before = _state(p)
+    expected = RuntimeError if isinstance(answer, RuntimeError) else InvalidVictim
+    with pytest.raises(expected) as ei:
+        p.access(4, B)
+    if expected is InvalidVictim:
+        assert "view.candidates()" in str(ei.value)
+    assert _state(p) == before and 4 not in p
+    p._check()
+    p.access(4, B)  # the next answer is valid: the pool goes on
+    p._check()
+
+
+def test_pin_free_unpin_errors() -> None:
+    p = Pool(4 * B)
+    p.access(1, B)
+    p.pin(1)
+    with pytest.raises(ObjectPinned, match="unpin it first"):
+        p.free(1)
+    assert p.state(1) == "device"
+    p.unpin(1)
+    with pytest.raises(NotPinned, match="matching pin"):
+        p.unpin(1)
+    p.access(2, 4 * B)  # evicts 1
+    with pytest.raises(NotResident, match="access it first"):
+        p.pin(1)
+    p.free(1)
+    assert 1 not in p
+    p._check()
+    for cls in (ObjectPinned, NotPinned, NotResident, UnknownKey, InvalidVictim, PoolExhausted,
+                ObjectTooLarge):
+        assert issubclass(cls, PoolError)
+
+
+def test_data_plane_needs_a_backend() -> None:
+    p = Pool(4 * B)
+    with pytest.raises(ConfigError, match="backend"):
+        p.put(1, np.zeros(4, np.uint8))
+    with pytest.raises(ConfigError, match="backend"):
+        p.get(1)
+
+
+def test_put_of_a_new_size_that_cannot_fit_keeps_the_old_object(numpy_backend: NumpyBackend) -> None:
+    p = Pool(3 * B, backend=numpy_backend)
+    p.put(1, np.full(B, 1, np.uint8))
+    p.put(2, np.full(B, 2, np.uint8))
+    p.put(3, np.full(B, 3, np.uint8))
+    p.pin(2)  # the middle block: no 2-block hole can ever exist
+    with pytest.raises(PoolExhausted):
+        p.put(1, np.zeros(2 * B, np.uint8))
+    with pytest.raises(ObjectPinned):
+        p.put(2, np.zeros(2 * B, np.uint8))
+    p._check()
+    for k in (1, 2, 3):
+        np.testing.assert_array_equal(p.get(k), np.full(B, k, np.uint8))
+    p.unpin(2)
+    p.put(1, np.full(2 * B, 5, np.uint8))  # now it fits: replaced
+    np.testing.assert_array_equal(p.get(1), np.full(2 * B, 5, np.uint8))
+    p.close()
+
+
+def test_data_plane_refuses_oversize_even_when_bypassing(numpy_backend: NumpyBackend) -> None:
+    p = Pool(2 * B, backend=numpy_backend, oversize="bypass")
+    with pytest.raises(ObjectTooLarge):
+        p.put(1, np.zeros(3 * B, np.uint8))
+    assert 1 not in p
+    assert not p.access(2, 3 * B)  # metadata access: bypassed
+    with pytest.raises(ObjectTooLarge):
+        p.get(2)
+    with pytest.raises(ConfigError):
+        p.put(3, np.zeros(0, np.uint8))
+    with pytest.raises(ConfigError):
+        p.access(4, 0)
+    p._check()
+    p.close()
