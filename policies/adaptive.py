@@ -15,10 +15,12 @@ entry is the head (the most recently inserted or promoted).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from allocator.errors import ConfigError
 from policies.base import EvictionPolicyBase, first_evictable
+from policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -309,43 +311,77 @@ class S3FIFO(EvictionPolicyBase):
                 f"{self.ghost_size_ratio}, move_to_main_threshold={self.threshold})")
 
 
-class SLRU(EvictionPolicyBase):
+class SLRU(ShadowPolicy):
     """Segmented LRU with ``n_seg`` equal segments, as libCacheSim's ``SLRU``.
 
     Each segment holds ``capacity // n_seg`` bytes. A new object enters the lowest segment
     with room for it (segment 0 if none has); a hit in segment ``i`` promotes the object to
     the head of segment ``i + 1`` (or to the head of the top segment), and an overfull segment
-    demotes its LRU end to the head of the segment below, cascading down. The victim is the
-    LRU end of the lowest non-empty segment.
+    demotes its LRU end to the head of the segment below, cascading down; an overfull segment
+    0 evicts the LRU end of the lowest non-empty segment, which is also the victim on a miss.
+    Objects larger than a segment are not admitted.
 
     Parameters for parity: libCacheSim's C default is ``n-seg=4``, which its Python ``SLRU``
     class uses (it passes no parameters); the parity test passes ``n-seg=4`` explicitly.
-    Known differences: libCacheSim evicts during a hit when a demotion cascade overfills
-    segment 0 (only possible with variable sizes, or a capacity not divisible by ``n_seg``)
-    and never admits an object larger than a segment; the pool evicts only to admit, so here
-    segment 0 may overfill instead, and large objects are admitted.
+    libCacheSim evicts during a hit when a demotion cascade overfills segment 0 (variable sizes,
+    or a capacity not divisible by ``n_seg``), so this class runs the algorithm as a model
+    (:class:`~policies.shadow.ShadowPolicy`): the pool evicts what the model dropped first, and
+    differs from libCacheSim only on accesses to objects the model dropped but the pool still
+    holds (and on objects larger than a segment, which the pool admits).
     """
 
     name = "slru"
 
     def __init__(self, n_seg: int = 4) -> None:
+        super().__init__()
         if n_seg < 1:
             raise ConfigError(f"SLRU n_seg must be >= 1, got {n_seg}")
         self.n_seg = n_seg
         self.segs: list[_Q[int, int]] = [_Q() for _ in range(n_seg)]  # key -> size
         self.seg_bytes = [0] * n_seg
         self._where: dict[int, int] = {}
-        self._seg_cap = -1
+        self.cap = self.seg_cap = -1
+        self.occupied = 0
 
-    def _cap(self, view: PoolView) -> int:
-        if self._seg_cap < 0:
-            self._seg_cap = view.capacity // self.n_seg
-        return self._seg_cap
+    # ---------------------------------------------------------------- ShadowPolicy
+    def _setup(self, capacity: int) -> None:
+        self.cap = capacity
+        self.seg_cap = capacity // self.n_seg
 
-    def on_hit(self, view: PoolView, key: int) -> None:
+    def _resident(self, key: int) -> bool:
+        return key in self._where
+
+    def _fallback(self) -> Iterable[int]:
+        for seg in self.segs:
+            yield from seg
+
+    def _remove(self, key: int) -> None:
+        i = self._where.pop(key, None)
+        if i is not None:
+            size = self.segs[i].pop(key)
+            self.seg_bytes[i] -= size
+            self.occupied -= size
+
+    def _request(self, key: int, size: int) -> bool:
         i = self._where.get(key)
-        if i is None:
-            return
+        if i is not None:
+            self._promote(key, i)
+            return True
+        if size > self.cap or size > self.seg_cap:
+            return False
+        while self.occupied + size > self.cap:
+            self._evict_lowest()
+        for j in range(self.n_seg):
+            if self.seg_bytes[j] + size <= self.seg_cap:
+                break
+        else:
+            j = 0
+        self._put(key, size, j)
+        self.occupied += size
+        return False
+
+    # ---------------------------------------------------------------- the model (libCacheSim)
+    def _promote(self, key: int, i: int) -> None:
         top = self.n_seg - 1
         if i == top:
             self.segs[i].move_to_end(key)
@@ -353,46 +389,36 @@ class SLRU(EvictionPolicyBase):
         size = self.segs[i].pop(key)
         self.seg_bytes[i] -= size
         self._put(key, size, i + 1)
-        cap = self._cap(view)
-        j = i + 1
-        while self.seg_bytes[j] > cap and j > 0:
-            self._cool(j, cap)
+        while key in self._where:
+            j = self._where[key]
+            if self.seg_bytes[j] <= self.seg_cap:
+                break
+            self._cool(j)
 
-    def _cool(self, j: int, cap: int) -> None:
-        """Demote segment ``j``'s LRU end to segment ``j - 1``, cascading down to segment 1."""
+    def _cool(self, j: int) -> None:
+        if j == 0:
+            self._evict_lowest()
+            return
         k, size = self.segs[j].popitem(last=False)
         self.seg_bytes[j] -= size
         self._put(k, size, j - 1)
-        while j - 1 > 0 and self.seg_bytes[j - 1] > cap:
-            self._cool(j - 1, cap)
+        while self.seg_bytes[j - 1] > self.seg_cap:
+            self._cool(j - 1)
+
+    def _evict_lowest(self) -> None:
+        for i, seg in enumerate(self.segs):
+            if seg:
+                k, size = seg.popitem(last=False)
+                self.seg_bytes[i] -= size
+                self.occupied -= size
+                del self._where[k]
+                self._drop(k)
+                return
 
     def _put(self, key: int, size: int, i: int) -> None:
         self.segs[i][key] = size
         self.seg_bytes[i] += size
         self._where[key] = i
-
-    def on_insert(self, view: PoolView, key: int) -> None:
-        size, cap = view.size(key), self._cap(view)
-        for i in range(self.n_seg):
-            if self.seg_bytes[i] + size <= cap:
-                self._put(key, size, i)
-                return
-        self._put(key, size, 0)
-
-    def victim(self, view: PoolView) -> int | None:
-        for seg in self.segs:
-            k = first_evictable(view, seg)
-            if k is not None:
-                return k
-        return None
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        i = self._where.pop(key)
-        self.seg_bytes[i] -= self.segs[i].pop(key)
-
-    def on_free(self, view: PoolView, key: int) -> None:
-        if key in self._where:
-            self.on_evict(view, key)
 
     def __repr__(self) -> str:
         return f"SLRU(n_seg={self.n_seg})"

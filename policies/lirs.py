@@ -3,25 +3,24 @@
 libCacheSim's LIRS takes eviction decisions at moments the pool never asks for one: during a
 hit (a hit on a resident HIR object demotes the bottom LIR object to Q, which can push Q's
 oldest object out of the cache), before a miss is admitted, and by refusing to admit objects
-larger than Q. This class therefore runs libCacheSim's algorithm as a model of its own, fed
-by every access, and keeps the objects the model has dropped (and the objects it refused) in
-a pending list; :meth:`victim` hands those out first, in the order the model dropped them.
-The pool holds exactly the model's residents plus the pending objects.
+larger than Q. This class therefore runs libCacheSim's algorithm as a model
+(:class:`~policies.shadow.ShadowPolicy`): the objects the model drops are evicted first when
+the pool needs room.
 
-Difference from libCacheSim: a pending object is still on the device until the pool needs its
-space, so an access to it is a hit here and a miss in libCacheSim (``pending_evictions``
-lists them; a pool that evicted them at once would match exactly).
+Differences from libCacheSim: a pending (dropped) object is still on the device until the pool
+needs its space, so an access to it is a hit here and a miss there; and libCacheSim's LIRS
+can hold more than its capacity: a hit on an HIR object that is only in Q demotes the bottom
+LIR object into Q, which can push the hit object itself out of Q, after which it is put back
+on S as resident without being counted. The model reproduces that (its hits equal
+libCacheSim's), but the pool cannot hold the extra object.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
-from policies.base import EvictionPolicyBase, first_evictable
-
-if TYPE_CHECKING:
-    from allocator.pool import PoolView
+from policies.shadow import ShadowPolicy
 
 __all__ = ["LIRS"]
 
@@ -33,7 +32,7 @@ class _Entry:
         self.lir, self.resident, self.size = lir, resident, size
 
 
-class LIRS(EvictionPolicyBase):
+class LIRS(ShadowPolicy):
     """LIRS with libCacheSim's parameters: Q (resident HIR objects) holds
     ``max(1, int(hir_ratio * capacity))`` bytes, the LIR set the rest; stack S is pruned to
     end in an LIR object and limited to ``2 * capacity`` bytes by dropping non-resident
@@ -46,6 +45,7 @@ class LIRS(EvictionPolicyBase):
     name = "lirs"
 
     def __init__(self, hir_ratio: float = 0.01) -> None:
+        super().__init__()
         self.hir_ratio = hir_ratio
         self.S: OrderedDict[int, _Entry] = OrderedDict()
         self.Q: OrderedDict[int, int] = OrderedDict()
@@ -54,60 +54,25 @@ class LIRS(EvictionPolicyBase):
         self.lirs_count = self.hirs_count = self.nonresident = 0
         self.occupied = 0  # bytes the model holds
         self.cap = self.lirs_limit = self.hirs_limit = -1
-        self._pending: OrderedDict[int, None] = OrderedDict()  # dropped by the model, on device
-        self._last_miss: int | None = None
 
-    def pending_evictions(self) -> list[int]:
-        """Objects the model has dropped that the pool still holds (to be evicted first)."""
-        return list(self._pending)
+    # ---------------------------------------------------------------- ShadowPolicy
+    def _setup(self, capacity: int) -> None:
+        self.cap = capacity
+        self.hirs_limit = max(1, int(self.hir_ratio * capacity))
+        self.lirs_limit = capacity - self.hirs_limit
 
-    # ---------------------------------------------------------------- pool hooks
-    def _init(self, view: PoolView) -> None:
-        if self.cap < 0:
-            self.cap = view.capacity
-            self.hirs_limit = max(1, int(self.hir_ratio * self.cap))
-            self.lirs_limit = self.cap - self.hirs_limit
+    def _request(self, key: int, size: int) -> bool:
+        return self._get(key, size)
 
-    def on_hit(self, view: PoolView, key: int) -> None:
-        self._init(view)
-        self._get(key, view.size(key))
-        if not self._model_resident(key):  # a pending object the model refused to take back
-            self._pending[key] = None
+    def _resident(self, key: int) -> bool:
+        return self._model_resident(key)
 
-    def on_miss(self, view: PoolView, key: int) -> None:
-        self._init(view)
-        self._last_miss = key
-        self._get(key, view.size(key))
-
-    def on_insert(self, view: PoolView, key: int) -> None:
-        self._init(view)
-        if self._last_miss != key:  # a prefetch: the model sees it as a request
-            self._get(key, view.size(key))
-        self._last_miss = None
-        if not self._model_resident(key):
-            self._pending[key] = None  # the model refused it
-        else:
-            self._pending.pop(key, None)
-
-    def victim(self, view: PoolView) -> int | None:
-        k = first_evictable(view, self._pending)
-        if k is not None:
-            return k
-        # the model holds everything the pool holds: let it drop its oldest HIR (or LIR) object
-        for src in (self.Q, self.S):
-            k = first_evictable(view, (x for x in src if self._model_resident(x)))
-            if k is not None:
-                return k
-        return None
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        if key in self._pending:
-            del self._pending[key]
-        else:
-            self._remove(key)
-
-    def on_free(self, view: PoolView, key: int) -> None:
-        self.on_evict(view, key)
+    def _fallback(self) -> Iterable[int]:
+        # first the resident HIR objects libCacheSim holds without counting them (on S, not on
+        # Q), then Q from its oldest, then S from its bottom
+        yield from (k for k, e in self.S.items() if e.resident and not e.lir and k not in self.Q)
+        yield from self.Q
+        yield from (k for k, e in self.S.items() if e.lir)
 
     # ---------------------------------------------------------------- the model (libCacheSim)
     def _model_resident(self, key: int) -> bool:
@@ -116,12 +81,7 @@ class LIRS(EvictionPolicyBase):
             return True
         return key in self.Q
 
-    def _drop(self, key: int) -> None:
-        """The model evicts ``key`` from the cache: the pool evicts it when it needs room."""
-        self._pending[key] = None
-
     def _get(self, key: int, size: int) -> bool:
-        self._pending.pop(key, None)
         hit = self._find(key)
         if not hit and self._can_insert(key, size):
             while self.occupied + size > self.cap:

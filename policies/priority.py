@@ -7,6 +7,7 @@ current priority record, so every hook is O(log n) amortised.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from allocator.errors import ConfigError
 from allocator.trace import INF, Op, Trace
 from policies.base import EvictionPolicyBase
+from policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -21,76 +23,99 @@ if TYPE_CHECKING:
 __all__ = ["GDSF", "Belady"]
 
 
-class GDSF(EvictionPolicyBase):
+class GDSF(ShadowPolicy):
     """Greedy-Dual-Size-Frequency, as libCacheSim's ``GDSF``.
 
     Priority of an object = ``L + freq * 1e6 / size``, computed when it is inserted (freq 1) or
     hit (freq + 1); ``L`` (the clock) becomes the priority of each evicted object. The lowest
     priority is evicted; ties go to the object whose last request is oldest.
 
-    Known difference from libCacheSim: libCacheSim inserts the object first and then evicts
-    down to capacity, so a new object whose priority is the lowest is evicted at once (it is
-    never admitted); the pool evicts before it inserts, so here the new object always stays.
+    libCacheSim inserts the object first and then evicts down to capacity, so a new object
+    whose priority is the lowest is evicted at once (never admitted), which the pool cannot
+    do (it evicts before it inserts, and always admits). This class therefore runs the
+    algorithm as a model (:class:`~policies.shadow.ShadowPolicy`) whose decisions are
+    libCacheSim's; the pool evicts what the model dropped first, and its misses differ from
+    libCacheSim's only on accesses to objects the model dropped but the pool still held, or
+    that the pool had to give up for an object the model refused.
 
-    Invariant: ``_rec[k] = (priority, vtime)`` for every tracked ``k``; ``_heap`` holds
+    Invariant: ``_rec[k] = (priority, vtime)`` for every object of the model; ``_heap`` holds
     ``(priority, vtime, k)`` entries, of which those equal to ``_rec[k]`` are live.
     """
 
     name = "gdsf"
 
     def __init__(self) -> None:
+        super().__init__()
         self.clock = 0.0
+        self.cap = -1
+        self.occupied = 0
         self._vtime = 0
         self._freq: dict[int, int] = {}
+        self._size: dict[int, int] = {}
         self._rec: dict[int, tuple[float, int]] = {}
         self._heap: list[tuple[float, int, int]] = []
 
-    def _push(self, view: PoolView, key: int) -> None:
-        pri = self.clock + self._freq[key] * 1.0e6 / view.size(key)
-        rec = (pri, self._vtime)
-        self._rec[key] = rec
+    # ---------------------------------------------------------------- ShadowPolicy
+    def _setup(self, capacity: int) -> None:
+        self.cap = capacity
+
+    def _resident(self, key: int) -> bool:
+        return key in self._rec
+
+    def _request(self, key: int, size: int) -> bool:
+        self._vtime += 1
+        if key in self._rec:
+            self._freq[key] += 1
+            self._push(key)
+            return True
+        if size > self.cap:
+            return False
+        self._freq[key] = 1
+        self._size[key] = size
+        self.occupied += size
+        self._push(key)
+        while self.occupied > self.cap:
+            k = self._pop_min()
+            self._drop(k)
+        return False
+
+    def _fallback(self) -> Iterable[int]:
+        return (k for _, _, k in sorted((p, t, k) for k, (p, t) in self._rec.items()))
+
+    def _remove(self, key: int) -> None:
+        """An eviction chosen outside the model: it moves the clock as an eviction does."""
+        if key in self._rec:
+            self.clock = self._rec[key][0]
+            self._forget(key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        if key in self._pending:
+            del self._pending[key]
+        elif key in self._rec:
+            self._forget(key)
+
+    # ---------------------------------------------------------------- the model (libCacheSim)
+    def _push(self, key: int) -> None:
+        pri = self.clock + self._freq[key] * 1.0e6 / self._size[key]
+        self._rec[key] = (pri, self._vtime)
         heapq.heappush(self._heap, (pri, self._vtime, key))
         if len(self._heap) > 2 * len(self._rec) + 64:
             self._heap = [(p, t, k) for k, (p, t) in self._rec.items()]
             heapq.heapify(self._heap)
 
-    def victim(self, view: PoolView) -> int | None:
-        heap, rec, ev = self._heap, self._rec, view.evictable
-        skipped: list[tuple[float, int, int]] = []
-        found = None
-        while heap:
-            p, t, k = heap[0]
-            if rec.get(k) != (p, t):
-                heapq.heappop(heap)
-                continue
-            if ev(k):
-                found = k
-                break
-            skipped.append(heapq.heappop(heap))
-        for e in skipped:
-            heapq.heappush(heap, e)
-        return found
+    def _pop_min(self) -> int:
+        heap, rec = self._heap, self._rec
+        while True:
+            p, t, k = heapq.heappop(heap)
+            if rec.get(k) == (p, t):
+                self.clock = p
+                self._forget(k)
+                return k
 
-    def on_hit(self, view: PoolView, key: int) -> None:
-        self._vtime += 1
-        if key in self._freq:
-            self._freq[key] += 1
-            self._push(view, key)
-
-    def on_miss(self, view: PoolView, key: int) -> None:
-        self._vtime += 1
-
-    def on_insert(self, view: PoolView, key: int) -> None:
-        self._freq[key] = 1
-        self._push(view, key)
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        self.clock = self._rec.pop(key)[0]
+    def _forget(self, key: int) -> None:
+        del self._rec[key]
         del self._freq[key]
-
-    def on_free(self, view: PoolView, key: int) -> None:
-        if self._rec.pop(key, None) is not None:
-            del self._freq[key]
+        self.occupied -= self._size.pop(key)
 
 
 class Belady(EvictionPolicyBase):
