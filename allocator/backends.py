@@ -47,22 +47,43 @@ class Backend(Protocol):
 
 
 class _Event:
-    __slots__ = ("_done", "error")
+    """A queued copy and its completion. The copy runs exactly once: on its worker thread, or
+    on the thread that waits for it before a worker has started it (a thread wakeup costs far
+    more than a small copy). Running it early is safe because the pool waits for every copy
+    that touches the same bytes before it issues a conflicting one."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_done", "error", "_fn", "_claim")
+
+    def __init__(self, fn: Any) -> None:
         self._done = threading.Event()
         self.error: BaseException | None = None
+        self._fn = fn
+        self._claim = threading.Lock()
 
-    def set(self) -> None:
+    def run(self) -> None:
+        """Run the copy unless another thread has claimed it already."""
+        if not self._claim.acquire(blocking=False):
+            return
+        fn, self._fn = self._fn, None
+        try:
+            fn()
+        except BaseException as e:  # reported to whoever waits on the event
+            self.error = e
         self._done.set()
 
-    def wait(self) -> None:
-        self._done.wait()
+    def wait(self, run: bool = True) -> None:
+        if not self._done.is_set():
+            if run:
+                self.run()
+            self._done.wait()
         if self.error is not None:
             raise BackendError(f"asynchronous copy failed: {self.error!r}") from self.error
 
     def is_set(self) -> bool:
         return self._done.is_set()
+
+    def join(self) -> None:
+        self._done.wait()
 
 
 class NumpyBackend:
@@ -94,27 +115,20 @@ class NumpyBackend:
 
     @staticmethod
     def _work(q: queue.SimpleQueue[Any]) -> None:
+        # copies complete in queue order: one claimed by a waiter is waited for, not skipped
         while True:
-            item = q.get()
-            if item is None:
+            ev = q.get()
+            if ev is None:
                 return
-            fn, ev = item
-            try:
-                fn()
-            except BaseException as e:  # reported to whoever waits on the event
-                ev.error = e
-            ev.set()
+            ev.run()
+            ev.join()
 
     def _submit(self, direction: int, fn: Any) -> _Event:
-        ev = _Event()
+        ev = _Event(fn)
         if self._threads and self._queues:
-            self._queues[direction].put((fn, ev))
+            self._queues[direction].put(ev)
         else:
-            try:
-                fn()
-            except BaseException as e:
-                ev.error = e
-            ev.set()
+            ev.run()
         return ev
 
     def _host_buf(self, key: int, nbytes: int) -> np.ndarray:
@@ -156,8 +170,9 @@ class NumpyBackend:
             return self._host.get(key)
 
     def synchronize(self) -> None:
+        """Wait until every queued copy has completed (a marker at the end of each queue)."""
         for d in range(len(self._queues)):
-            self._submit(d, lambda: None).wait()
+            self._submit(d, lambda: None).wait(run=False)
 
     def close(self) -> None:
         self.synchronize()

@@ -1,0 +1,93 @@
+"""One lock makes the pool safe from several threads: 8 threads x 10,000 mixed operations."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+
+from allocator.arena import ALIGN
+from allocator.backends import NumpyBackend
+from allocator.errors import NotResident
+from allocator.pool import Pool
+
+THREADS = 8
+OPS = 10_000
+SHARED = 48  # keys every thread reads and writes (metadata only)
+OWN = 6  # keys per thread holding real bytes that only that thread writes
+B = ALIGN
+
+
+def _payload(tid: int, key: int, version: int) -> np.ndarray:
+    return np.full(B, (tid * 31 + key * 7 + version) % 251, np.uint8)
+
+
+def test_threads_share_one_pool() -> None:
+    backend = NumpyBackend()
+    pool = Pool(24 * B, cost="h100_pcie5", backend=backend)
+    counts = [dict.fromkeys(("accesses", "frees", "prefetches"), 0) for _ in range(THREADS)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(THREADS)
+
+    def work(tid: int) -> None:
+        rng = random.Random(tid)
+        c = counts[tid]
+        own = {1000 * (tid + 1) + i: -1 for i in range(OWN)}  # key -> version last put (-1: none)
+        try:
+            start.wait()
+            for _ in range(OPS):
+                r = rng.random()
+                if r < 0.45:
+                    pool.access(rng.randrange(SHARED), B, rng.random() < 0.3, compute_ns=rng.randrange(2000))
+                    c["accesses"] += 1
+                elif r < 0.55:
+                    c["prefetches"] += pool.prefetch(rng.randrange(SHARED), B)
+                elif r < 0.75:
+                    k = rng.choice(list(own))
+                    own[k] += 1
+                    pool.put(k, _payload(tid, k, own[k]))
+                    c["accesses"] += 1
+                elif r < 0.93:
+                    k = rng.choice([k for k, v in own.items() if v >= 0] or [None])
+                    if k is not None:
+                        got = pool.get(k)
+                        c["accesses"] += 1
+                        assert np.array_equal(got, _payload(tid, k, own[k])), f"thread {tid} key {k}"
+                elif r < 0.97:
+                    k = rng.choice(list(own))
+                    if own[k] >= 0:
+                        try:
+                            pool.pin(k)
+                        except NotResident:  # another thread's access evicted it
+                            continue
+                        view = pool.get(k, copy=False)  # valid while pinned
+                        assert np.array_equal(view, _payload(tid, k, own[k]))
+                        c["accesses"] += 1
+                        pool.unpin(k)
+                else:
+                    k = rng.choice(list(own))
+                    if own[k] >= 0:
+                        pool.free(k)
+                        own[k] = -1
+                        c["frees"] += 1
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not any(t.is_alive() for t in threads), "deadlock: a worker did not finish"
+    assert not errors, errors[:3]
+
+    pool._check()
+    s = pool.snapshot()
+    assert s.accesses == sum(c["accesses"] for c in counts)
+    assert s.hits + s.misses == s.accesses
+    assert s.frees == sum(c["frees"] for c in counts)
+    assert s.prefetches == sum(c["prefetches"] for c in counts)
+    assert s.evictions > 1000 and s.writebacks > 100  # the threads really contended for space
+    assert s.device_bytes <= pool.capacity
+    pool.close()
