@@ -252,6 +252,8 @@ class FeatureTracker(EvictionPolicyBase):
 
     def slots(self, keys: Any) -> np.ndarray:
         """Row of each key (``-1`` for a key without history)."""
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
         get = self._slot.get
         return np.fromiter((get(k, -1) for k in keys), np.int64)
 

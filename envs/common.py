@@ -1,0 +1,182 @@
+"""Pieces shared by the cachegym environments: trace sources, episode windows, pool capacity, the
+observation space, rewards and the next-use oracle. No environment logic lives here: the
+environments (:mod:`envs.evict`, :mod:`envs.prefetch`) drive :class:`allocator.pool.Pool`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+from gymnasium import spaces
+
+from allocator.errors import ConfigError
+from allocator.trace import INF, Op, Trace
+from policies import features
+
+__all__ = [
+    "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
+    "resolve_capacity",
+    "observation_space", "pack_obs", "empty_obs", "next_use_distance", "CAPACITY_OF",
+]
+
+TraceSource = Union[Trace, str, "os.PathLike[str]", Mapping[str, Any]]
+"""A :class:`Trace`, a trace file (any format :func:`envs.workloads.read_trace` reads), or a
+generator spec ``{"generator": "zipf", "seed": 0, **params}`` for :func:`envs.workloads.generate`."""
+
+CAPACITY_OF = ("working_set", "peak_live")
+
+
+def default_trace() -> Trace:
+    """The workload used when an env is made without traces: a loop of 300 objects (LRU
+    thrashes on it at the default capacity) mixed with a Zipf hot set of 2,000 objects."""
+    from envs.workloads import generate
+
+    return generate("mixture", seed=0, n_requests=60_000, components=[
+        {"name": "loop", "n_objects": 300, "weight": 1.0},
+        {"name": "zipf", "n_objects": 2_000, "alpha": 1.0, "weight": 1.0},
+    ])
+
+
+def as_traces(traces: TraceSource | Sequence[TraceSource] | None) -> list[Trace]:
+    """Normalise the ``traces`` argument of an env to a non-empty list of traces."""
+    if traces is None:
+        return [default_trace()]
+    items: Sequence[Any] = [traces] if isinstance(traces, (Trace, str, os.PathLike, Mapping)) else traces
+    out: list[Trace] = []
+    for i, t in enumerate(items):
+        if isinstance(t, Trace):
+            out.append(t)
+        elif isinstance(t, (str, os.PathLike)):
+            from envs.workloads import read_trace
+
+            out.append(read_trace(t))
+        elif isinstance(t, Mapping):
+            from envs.workloads import generate
+
+            spec = dict(t)
+            if "generator" not in spec:
+                raise ConfigError(f"traces[{i}]: a generator spec needs a 'generator' key, got {sorted(spec)}")
+            out.append(generate(str(spec.pop("generator")), **spec))
+        else:
+            raise ConfigError(f"traces[{i}]: expected a Trace, a path or a generator spec, got {type(t).__name__}")
+    if not out:
+        raise ConfigError("traces: the list is empty; give at least one trace")
+    for t in out:
+        if not (t.op != Op.FREE).any():
+            raise ConfigError(f"trace {t.name!r} has no accesses")
+    return out
+
+
+@dataclass(frozen=True)
+class Window:
+    """One episode's rows, as Python lists (the env's inner loop reads them per row)."""
+
+    trace: Trace
+    source: int  # index of the trace it was cut from
+    start: int
+    key: list[int]
+    size: list[int]
+    op: list[int]
+    kind: list[int]
+    compute_ns: list[int]
+    step: list[int]
+    next_use: np.ndarray  # row of each row's object's next access, INF if none
+
+    @classmethod
+    def of(cls, trace: Trace, source: int, start: int) -> Window:
+        return cls(trace, source, start, trace.key.tolist(), trace.size.tolist(), trace.op.tolist(),
+                   trace.kind.tolist(), trace.compute_ns.tolist(), trace.step.tolist(),
+                   trace.next_use())
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+
+class Episodes:
+    """Draws episode windows: a trace uniformly among ``traces``, then a start row uniformly
+    among those leaving ``length`` rows (the whole trace when ``length`` is None or longer)."""
+
+    def __init__(self, traces: list[Trace], length: int | None) -> None:
+        if length is not None and length < 1:
+            raise ConfigError(f"window must be >= 1 rows or None (whole trace), got {length}")
+        self.traces = traces
+        self.length = length
+
+    def draw(self, rng: np.random.Generator, options: Mapping[str, Any] | None = None) -> Window:
+        """A window; ``options`` may fix ``trace`` (index) and ``start`` (row)."""
+        opts = dict(options or {})
+        i = int(opts["trace"]) if "trace" in opts else int(rng.integers(len(self.traces)))
+        if not 0 <= i < len(self.traces):
+            raise ConfigError(f"reset option trace={i} is out of range: {len(self.traces)} traces")
+        tr = self.traces[i]
+        n = len(tr)
+        length = n if self.length is None else min(self.length, n)
+        if "start" in opts:
+            start = int(opts["start"])
+            if not 0 <= start <= n - length:
+                raise ConfigError(f"reset option start={start} is out of range 0..{n - length}")
+        else:
+            start = int(rng.integers(0, n - length + 1))
+        w = tr if (start == 0 and length == n) else tr.window(start, start + length)
+        return Window.of(w, i, start)
+
+
+def check_capacity(capacity: float, capacity_of: str) -> None:
+    """Raise :class:`ConfigError` unless ``capacity`` is bytes (an ``int`` > 0) or a fraction
+    (a ``float`` in (0, 1]) of one of :data:`CAPACITY_OF`."""
+    if isinstance(capacity, bool) or not isinstance(capacity, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"capacity must be bytes (int) or a fraction (float), got {capacity!r}")
+    if isinstance(capacity, (int, np.integer)):
+        if capacity <= 0:
+            raise ConfigError(f"capacity must be > 0 bytes, got {capacity}")
+    elif not 0.0 < capacity <= 1.0:
+        raise ConfigError(f"a fractional capacity must be in (0, 1], got {capacity}; give bytes as an int")
+    if capacity_of not in CAPACITY_OF:
+        raise ConfigError(f"capacity_of must be one of {CAPACITY_OF}, got {capacity_of!r}")
+
+
+def resolve_capacity(capacity: float, capacity_of: str, window: Trace) -> int:
+    """Pool bytes: an ``int`` is bytes; a ``float`` in (0, 1] is that fraction of the window's
+    working set (``capacity_of="working_set"``) or of its peak live bytes (``"peak_live"``)."""
+    check_capacity(capacity, capacity_of)
+    if isinstance(capacity, (int, np.integer)):
+        return int(capacity)
+    if capacity_of == "working_set":
+        base = window.working_set_bytes()
+    else:
+        base = window.peak_live_bytes()
+    return max(1, int(capacity * base))
+
+
+def observation_space(K: int) -> spaces.Dict:
+    """``{"candidates": Box(0, 1, (K * F,)), "globals": Box(0, 1, (G,)), "mask": MultiBinary(K)}``.
+
+    ``candidates`` is the ``(K, F)`` feature matrix of :func:`policies.features.observe`,
+    flattened row-major (``obs["candidates"].reshape(K, F)``; a 2-D Box draws a warning from
+    SB3's checker and is flattened by its ``MultiInputPolicy`` anyway)."""
+    F, G = len(features.FEATURE_NAMES), len(features.GLOBAL_NAMES)
+    return spaces.Dict({
+        "candidates": spaces.Box(0.0, 1.0, (K * F,), np.float32),
+        "globals": spaces.Box(0.0, 1.0, (G,), np.float32),
+        "mask": spaces.MultiBinary(K),
+    })
+
+
+def pack_obs(cand: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> dict[str, np.ndarray]:
+    return {"candidates": cand.reshape(-1), "globals": glob, "mask": mask.astype(np.int8)}
+
+
+def empty_obs(K: int) -> dict[str, np.ndarray]:
+    F, G = len(features.FEATURE_NAMES), len(features.GLOBAL_NAMES)
+    return {"candidates": np.zeros(K * F, np.float32), "globals": np.zeros(G, np.float32),
+            "mask": np.zeros(K, np.int8)}
+
+
+def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) -> np.ndarray:
+    """Ticks from ``tick`` to each object's next access (``inf`` if never), given the row of
+    its last access (``-1``: never accessed, distance ``inf``)."""
+    nxt = np.where(last_access >= 0, next_use[np.maximum(last_access, 0)], INF)
+    return np.where(nxt == INF, np.inf, (nxt - tick).astype(np.float64))

@@ -1,0 +1,329 @@
+"""``cachegym/Evict-v0``: the agent chooses eviction victims of a real :class:`Pool`."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from allocator.errors import ConfigError, InvalidActionError
+from allocator.pool import EvictionRequest, Pool
+from allocator.trace import INF, Op
+from envs.common import (
+    Episodes,
+    TraceSource,
+    Window,
+    as_traces,
+    check_capacity,
+    empty_obs,
+    observation_space,
+    pack_obs,
+    resolve_capacity,
+)
+from policies import features
+from policies.features import FeatureTracker
+
+__all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
+
+EVICT_REWARDS = ("misses", "bytes", "stall")
+INVALID_ACTIONS = ("raise", "lru")
+
+
+class EvictEnv(gym.Env[dict[str, Any], np.int64]):
+    """Choose which resident object to evict when the pool needs space.
+
+    The environment wraps a real :class:`allocator.pool.Pool` and drives its one access loop
+    (:meth:`Pool.steps`) over a window of a trace. Hits, misses, evictions and every statistic
+    are the pool's; the agent only answers the pool's :class:`~allocator.pool.EvictionRequest`
+    (several per access when one victim does not free enough room). Everything between two
+    requests is fast-forwarded inside the pool.
+
+    ## Action space
+
+    ``Discrete(K)``: the index of the victim among the ``K`` candidates of the observation.
+    Rows beyond the number of evictable candidates are padding: ``action_masks()`` (the
+    sb3-contrib convention: a bool array of length ``K``, True = valid) marks them. An action
+    out of ``[0, K)`` raises :class:`~allocator.errors.InvalidActionError`; a masked action
+    raises it too (``invalid_action="raise"``, the default) or, with ``invalid_action="lru"``,
+    is replaced by the least recently used candidate and counted in ``info["invalid_actions"]``
+    (never silently).
+
+    ## Observation space
+
+    ``Dict``, built by :mod:`policies.features` (the code the exported policy runs in
+    deployment, so the deployed policy sees exactly this)::
+
+        "candidates": Box(0, 1, (K * F,), float32)  the (K, F) feature matrix, row-major
+        "globals":    Box(0, 1, (G,), float32)      pool-wide features
+        "mask":       MultiBinary(K)                1 = a real candidate
+
+    ``F = len(policies.features.FEATURE_NAMES)``, ``G = len(policies.features.GLOBAL_NAMES)``.
+    Candidates (``candidates=``): ``"lru"``, the K least recently used evictable objects,
+    least recent first; ``"sample"``, K drawn uniformly among the resident ones (as LRB does),
+    from ``self.np_random``.
+
+    ## Rewards
+
+    Collected between a decision and the next one (the pool's counters, differenced):
+
+    * ``"misses"`` (default): ``-1`` per demand miss. Miss count is the quantity Belady's
+      oracle minimises, so the oracle's actions give the optimal return and imitation and RL
+      optimise the same thing; it is dense, needs no scale and does not depend on the cost model.
+    * ``"bytes"``: ``-bytes fetched on demand / mean object size of the window``.
+    * ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs a ``cost`` preset).
+
+    The return of an episode is minus the misses (bytes, stall) after the first decision.
+
+    ## Info
+
+    At every decision: ``oracle_action`` (Belady: the valid candidate with the farthest next
+    use; among those never used again, the largest key, as :class:`policies.priority.Belady`),
+    ``next_use`` (float ``(K,)``: ticks to each candidate's next access, ``inf`` if never,
+    ``-1`` for padding), ``keys`` (int64 ``(K,)``, ``-1`` for padding), ``tick``, ``misses``,
+    ``invalid_actions``. At the end: the same keys with the final pool statistics in ``stats``.
+
+    ## Episode
+
+    Starts at a window of ``window`` rows of one of ``traces`` (trace and start row drawn from
+    ``self.np_random``; ``reset(options={"trace": i, "start": row})`` fixes them) with a fresh
+    pool, fast-forwarded to the first decision. Terminates when the window is exhausted. No
+    truncation: a horizon is left to the registration (``max_episode_steps``).
+
+    ## Arguments
+
+    * ``traces``: a trace, a path, a generator spec ``{"generator": ..., **params}``, or a list
+      of them (mixed uniformly); default :func:`envs.common.default_trace`.
+    * ``K`` (32): candidates per decision. ``candidates`` (``"lru"``): the rule above.
+    * ``window`` (4096): rows per episode (``None``: whole traces).
+    * ``capacity`` (0.25): pool bytes (``int``) or a fraction (``float``) of the window's
+      working set (``capacity_of="working_set"``) or peak live bytes (``"peak_live"``).
+    * ``reward`` (``"misses"``), ``invalid_action`` (``"raise"``).
+    * ``cost`` (None: instant copies), ``placement`` (``"bytes"``), ``write_policy``
+      (``"write-back"``): passed to :class:`Pool`; objects larger than the pool are bypassed.
+    * ``render_mode``: accepted for API compatibility; the env does not render.
+
+    ## Version history
+
+    * v0: initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        traces: TraceSource | Sequence[TraceSource] | None = None,
+        *,
+        K: int = 32,
+        candidates: str = "lru",
+        window: int | None = 4096,
+        capacity: float = 0.25,
+        capacity_of: str = "working_set",
+        reward: str = "misses",
+        invalid_action: str = "raise",
+        cost: Any = None,
+        placement: str = "bytes",
+        write_policy: str = "write-back",
+        render_mode: str | None = None,
+    ) -> None:
+        if not isinstance(K, (int, np.integer)) or K < 1:
+            raise ConfigError(f"K must be an int >= 1, got {K!r}")
+        if candidates not in features.RULES:
+            raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
+        if reward not in EVICT_REWARDS:
+            raise ConfigError(f"reward must be one of {EVICT_REWARDS}, got {reward!r}")
+        if reward == "stall" and cost is None:
+            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+        if invalid_action not in INVALID_ACTIONS:
+            raise ConfigError(f"invalid_action must be one of {INVALID_ACTIONS}, got {invalid_action!r}")
+        check_capacity(capacity, capacity_of)
+        self.render_mode = render_mode  # nothing is rendered: render() returns None
+        self.K = int(K)
+        self.candidates = candidates
+        self.reward_kind = reward
+        self.invalid_action = invalid_action
+        self.capacity, self.capacity_of = capacity, capacity_of
+        self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
+                            "oversize": "bypass"}
+        self._episodes = Episodes(as_traces(traces), window)
+        self.observation_space = observation_space(self.K)
+        self.action_space = spaces.Discrete(self.K)
+        self.pool: Pool | None = None
+        self.tracker = FeatureTracker()
+        self._gen: Generator[EvictionRequest, int, bool | None] | None = None
+        self._keys = np.zeros(0, np.int64)
+        self._mask = np.zeros(self.K, bool)
+        self._obs = empty_obs(self.K)
+        self._done = True
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        for _ in range(16):
+            self._start(self._episodes.draw(self.np_random, options))
+            if self._advance(None):
+                return self._obs, self._info()
+        raise ConfigError(
+            "no eviction decision arose in 16 episode windows: the pool holds the whole window; "
+            "lower capacity or lengthen the window")
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        if self._done:
+            raise InvalidActionError("step() called on a finished episode; call reset() first")
+        i = self._check_action(action)
+        pool = self.pool
+        assert pool is not None
+        st = pool.stats
+        m0, b0, s0 = st.misses, st.byte_misses, pool.cost.stall_ns
+        decided = self._advance(int(self._keys[i]))
+        st = pool.stats
+        if self.reward_kind == "misses":
+            r = -float(st.misses - m0)
+        elif self.reward_kind == "bytes":
+            r = -(st.byte_misses - b0) / self._mean_size
+        else:
+            r = -(pool.cost.stall_ns - s0) / self._fetch_ns
+        return self._obs, r, not decided, False, self._info()
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions (sb3-contrib's ``MaskablePPO`` convention): True for real candidates."""
+        return self._mask.copy()
+
+    # ------------------------------------------------------------------ the loop
+    def _start(self, w: Window) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        if self._gen is not None:
+            self._gen.close()
+            self._gen = None
+        self._w = w
+        self.tracker.reset()
+        cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
+        self.pool = Pool(cap, self.tracker, **self.pool_kwargs)  # type: ignore[arg-type]
+        self._i = 0
+        self._invalid = 0
+        self._last_row: dict[int, int] = {}  # key -> row of its last access (the oracle's input)
+        self._next_use = w.next_use.tolist()
+        sizes = w.trace.size[w.trace.op != Op.FREE]
+        self._mean_size = float(sizes.mean())
+        self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
+
+    def _advance(self, victim: int | None) -> bool:
+        """Answer the pending request with ``victim`` (if any) and run the pool to the next
+        eviction request (True) or to the end of the window (False)."""
+        pool = self.pool
+        assert pool is not None
+        gen = self._gen
+        if gen is not None:
+            try:
+                gen.send(victim)  # type: ignore[arg-type]
+                return self._decision()
+            except StopIteration:
+                self._gen = None
+        w = self._w
+        keys, sizes, ops, kinds, comp = w.key, w.size, w.op, w.kind, w.compute_ns
+        resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
+        last_row = self._last_row
+        i, n = self._i, len(w)
+        while i < n:
+            k, op = keys[i], ops[i]
+            if op == Op.FREE:
+                free(k)
+                i += 1
+                continue
+            last_row[k] = i
+            if resident(k):  # a hit never needs room: the fast path of the same loop
+                access(k, sizes[i], op == Op.WRITE, kind=kinds[i], compute_ns=comp[i])
+            else:
+                gen = steps(k, sizes[i], op, kind=kinds[i], compute_ns=comp[i])
+                try:
+                    next(gen)
+                except StopIteration:
+                    i += 1
+                    continue
+                self._gen = gen
+                self._i = i + 1
+                return self._decision()
+            i += 1
+        self._i = i
+        return self._end()
+
+    def _decision(self) -> bool:
+        pool = self.pool
+        assert pool is not None
+        keys = features.select_candidates(self.tracker, pool.view, self.K, self.candidates, self.np_random)
+        if len(keys) == 0:  # cannot happen: the pool asks only when something is evictable
+            raise RuntimeError("eviction request without an evictable candidate")
+        cand, mask, glob = features.observe(self.tracker, pool.view, keys, self.K)
+        self._keys, self._mask, self._obs = keys, mask, pack_obs(cand, mask, glob)
+        self._done = False
+        return True
+
+    def _end(self) -> bool:
+        self._keys = np.zeros(0, np.int64)
+        self._mask = np.zeros(self.K, bool)
+        self._obs = empty_obs(self.K)
+        self._done = True
+        return False
+
+    # ------------------------------------------------------------------ helpers
+    def _check_action(self, action: Any) -> int:
+        try:
+            a = int(action)
+        except (TypeError, ValueError):
+            raise InvalidActionError(f"action {action!r} is not an integer; Discrete({self.K}) "
+                                     f"takes 0..{self.K - 1}") from None
+        if np.ndim(action) != 0 or not 0 <= a < self.K:
+            raise InvalidActionError(f"action {action!r} is out of range: Discrete({self.K}) takes 0..{self.K - 1}")
+        if not self._mask[a]:
+            n = len(self._keys)
+            if self.invalid_action == "raise":
+                raise InvalidActionError(
+                    f"action {a} names a padded slot: only candidates 0..{n - 1} are valid "
+                    f"(mask {self._mask.astype(int).tolist()}); mask actions with action_masks() "
+                    "(sb3-contrib MaskablePPO) or make the env with invalid_action='lru'")
+            self._invalid += 1
+            a = self._lru_index()
+        return a
+
+    def _lru_index(self) -> int:
+        if self.candidates == "lru":
+            return 0
+        last = self.tracker.last_access(self._keys)
+        return int(np.argmin(last))
+
+    def _info(self) -> dict[str, Any]:
+        pool = self.pool
+        assert pool is not None
+        K, n = self.K, len(self._keys)
+        t = pool.view.tick
+        info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
+                                "invalid_actions": self._invalid}
+        keys = np.full(K, -1, np.int64)
+        dist = np.full(K, -1.0)
+        if n:
+            kl = self._keys.tolist()
+            nu, lr = self._next_use, self._last_row
+            nxt = [nu[lr[k]] for k in kl]
+            # Belady: farthest next use; among objects never used again the largest key
+            info["oracle_action"] = max(range(n), key=lambda j: (nxt[j], kl[j]))
+            keys[:n] = kl
+            d = np.array(nxt, np.float64)
+            d[d >= INF] = np.inf
+            dist[:n] = d - t
+        else:
+            info["oracle_action"] = -1
+            info["stats"] = pool.snapshot().as_dict()
+        info["keys"], info["next_use"] = keys, dist
+        return info
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+            self._gen = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
