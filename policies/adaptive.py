@@ -163,7 +163,7 @@ class ARC(EvictionPolicyBase):
         return 2
 
 
-class S3FIFO(EvictionPolicyBase):
+class S3FIFO(ShadowPolicy):
     """S3-FIFO (Yang et al., SOSP'23), as libCacheSim's ``S3FIFO`` (its current version).
 
     A small FIFO (``small_size_ratio`` of the capacity, ``int(capacity * ratio)`` bytes), a main
@@ -176,15 +176,17 @@ class S3FIFO(EvictionPolicyBase):
     with counter 0. The main queue is evicted from when it exceeds its share or the small
     queue is empty.
 
-    Known difference: libCacheSim never admits an object of at least the small queue's size;
-    the pool admits everything that fits, and such objects enter the main queue here.
-    Pinned or in-flight objects met during eviction are moved to the main queue's head.
+    libCacheSim never admits an object of at least the small queue's size (unless it hits the
+    ghost), which the pool does; so this class runs the algorithm as a model
+    (:class:`~policies.shadow.ShadowPolicy`), exact whenever objects are smaller than the small
+    queue, and otherwise differing only on accesses to the objects the model refused.
     """
 
     name = "s3fifo"
 
     def __init__(self, small_size_ratio: float = 0.1, ghost_size_ratio: float = 0.9,
                  move_to_main_threshold: int = 2) -> None:
+        super().__init__()
         if not 0 < small_size_ratio < 1 or ghost_size_ratio < 0 or move_to_main_threshold < 1:
             raise ConfigError(
                 "S3FIFO needs 0 < small_size_ratio < 1, ghost_size_ratio >= 0 and "
@@ -198,97 +200,95 @@ class S3FIFO(EvictionPolicyBase):
         self.ghost: _Q[int, int] = _Q()  # key -> size
         self._size: dict[int, int] = {}
         self.small_bytes = self.main_bytes = self.ghost_bytes = 0
-        self._caps: tuple[int, int, int] | None = None  # small, main, ghost capacities
+        self.cap = self.small_cap = self.main_cap = self.ghost_cap = -1
         self._hit_on_ghost = False
         self._has_evicted = False
 
-    def _capacities(self, view: PoolView) -> tuple[int, int, int]:
-        if self._caps is None:
-            c = view.capacity
-            small = int(c * self.small_size_ratio)
-            self._caps = (small, c - small, int(c * self.ghost_size_ratio))
-        return self._caps
+    # ---------------------------------------------------------------- ShadowPolicy
+    def _setup(self, capacity: int) -> None:
+        self.cap = capacity
+        self.small_cap = int(capacity * self.small_size_ratio)
+        self.main_cap = capacity - self.small_cap
+        self.ghost_cap = int(capacity * self.ghost_size_ratio)
 
-    def on_hit(self, view: PoolView, key: int) -> None:
-        self._hit_on_ghost = False
-        if key in self.small:
-            self.small[key] += 1
-            return
-        self._forget_ghost(key)
-        if key in self.main:
-            self.main[key] += 1
+    def _resident(self, key: int) -> bool:
+        return key in self._size
 
-    def on_miss(self, view: PoolView, key: int) -> None:
-        self._hit_on_ghost = self._forget_ghost(key)
+    def _fallback(self) -> Iterable[int]:
+        yield from self.small
+        yield from self.main
 
-    def on_insert(self, view: PoolView, key: int) -> None:
-        small_cap = self._capacities(view)[0]
-        size = view.size(key)
-        self._size[key] = size
-        if self._hit_on_ghost:
-            self._hit_on_ghost = False
-            self._to_main(key, 0)
-        elif size >= small_cap or (not self._has_evicted and self.small_bytes >= small_cap):
-            self._to_main(key, 0)
-        else:
-            self.small[key] = 0
-            self.small_bytes += size
-
-    def victim(self, view: PoolView) -> int | None:
-        _, main_cap, _ = self._capacities(view)
-        self._has_evicted = True
-        ev = view.evictable
-        budget = 4 * (len(self.small) + len(self.main)) + 8
-        while budget > 0:
-            if self.main_bytes > main_cap or self.small_bytes == 0:
-                while self.main and budget > 0:
-                    budget -= 1
-                    k, c = next(iter(self.main.items()))
-                    if not ev(k):
-                        self.main.move_to_end(k)
-                    elif c >= 1:
-                        self.main[k] = min(c, 3) - 1
-                        self.main.move_to_end(k)
-                    else:
-                        return k
-            else:
-                while self.small and budget > 0:
-                    budget -= 1
-                    k, c = next(iter(self.small.items()))
-                    if c >= self.threshold or not ev(k):
-                        del self.small[k]
-                        self.small_bytes -= self._size[k]
-                        self._to_main(k, 0)
-                    else:
-                        return k
-            if not self.small and not self.main:
-                return None
-        return first_evictable(view, self.main) or first_evictable(view, self.small)
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        self._has_evicted = True
-        size = self._size.pop(key)
-        if key in self.small:
-            del self.small[key]
-            self.small_bytes -= size
-            self._ghost_insert(view, key, size)
-        else:
-            del self.main[key]
-            self.main_bytes -= size
-
-    def on_free(self, view: PoolView, key: int) -> None:
+    def _remove(self, key: int) -> None:
         size = self._size.pop(key, None)
         if size is None:
             return
         if self.small.pop(key, None) is not None:
             self.small_bytes -= size
-        elif self.main.pop(key, None) is not None:
+        else:
+            del self.main[key]
             self.main_bytes -= size
 
-    # ---------------------------------------------------------------- internals
-    def _to_main(self, key: int, counter: int) -> None:
-        self.main[key] = counter
-        self.main_bytes += self._size[key]
+    def _request(self, key: int, size: int) -> bool:
+        # find
+        self._hit_on_ghost = False
+        if key in self.small:
+            self.small[key] += 1
+            return True
+        if self._forget_ghost(key):
+            self._hit_on_ghost = True
+        if key in self.main:
+            self.main[key] += 1
+            return True
+        # miss: admit (objects above the small queue never are), evict, insert
+        if size > self.small_cap or size > self.cap:
+            return False
+        while self.small_bytes + self.main_bytes + size > self.cap:
+            self._evict()
+        if self._hit_on_ghost:
+            self._hit_on_ghost = False
+            self._to_main(key, size)
+        elif size >= self.small_cap:
+            pass  # libCacheSim's insert refuses it after the evictions
+        elif not self._has_evicted and self.small_bytes >= self.small_cap:
+            self._to_main(key, size)
+        else:
+            self.small[key] = 0
+            self.small_bytes += size
+            self._size[key] = size
+        return False
+
+    # ---------------------------------------------------------------- the model (libCacheSim)
+    def _evict(self) -> None:
+        self._has_evicted = True
+        if self.main_bytes > self.main_cap or self.small_bytes == 0:
+            while self.main:
+                k, c = next(iter(self.main.items()))
+                if c >= 1:
+                    self.main[k] = min(c, 3) - 1
+                    self.main.move_to_end(k)
+                else:
+                    del self.main[k]
+                    self.main_bytes -= self._size.pop(k)
+                    self._drop(k)
+                    return
+        else:
+            while self.small:
+                k, c = self.small.popitem(last=False)
+                size = self._size[k]
+                self.small_bytes -= size
+                if c >= self.threshold:
+                    self.main[k] = 0
+                    self.main_bytes += size
+                else:
+                    del self._size[k]
+                    self._ghost_insert(k, size)
+                    self._drop(k)
+                    return
+
+    def _to_main(self, key: int, size: int) -> None:
+        self.main[key] = 0
+        self.main_bytes += size
+        self._size[key] = size
 
     def _forget_ghost(self, key: int) -> bool:
         size = self.ghost.pop(key, None)
@@ -297,11 +297,10 @@ class S3FIFO(EvictionPolicyBase):
         self.ghost_bytes -= size
         return True
 
-    def _ghost_insert(self, view: PoolView, key: int, size: int) -> None:
-        ghost_cap = self._capacities(view)[2]
-        if key in self.ghost or size > ghost_cap:
+    def _ghost_insert(self, key: int, size: int) -> None:
+        if key in self.ghost or size > self.ghost_cap:
             return
-        while self.ghost_bytes + size > ghost_cap:
+        while self.ghost_bytes + size > self.ghost_cap:
             self.ghost_bytes -= self.ghost.popitem(last=False)[1]
         self.ghost[key] = size
         self.ghost_bytes += size

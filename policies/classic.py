@@ -80,7 +80,17 @@ class LFU(EvictionPolicyBase):
         if not b:
             del self._buckets[f]
             if f == self._min:
-                self._min = min(self._buckets, default=1)
+                self._min = self._next_min(f)
+
+    def _next_min(self, f: int) -> int:
+        """The lowest frequency above ``f`` with a bucket (1 when there is none)."""
+        buckets = self._buckets
+        if not buckets:
+            return 1
+        for g in range(f + 1, f + 65):  # usually the next level or two
+            if g in buckets:
+                return g
+        return min(buckets)
 
     def victim(self, view: PoolView) -> int | None:
         b = self._buckets.get(self._min)

@@ -80,7 +80,16 @@ class GDSF(ShadowPolicy):
         return False
 
     def _fallback(self) -> Iterable[int]:
-        return (k for _, _, k in sorted((p, t, k) for k, (p, t) in self._rec.items()))
+        """Live heap entries in priority order, walked lazily (O(log m) per key yielded)."""
+        heap, rec = self._heap, self._rec
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier:
+            (p, t, k), i = heapq.heappop(frontier)
+            if rec.get(k) == (p, t):
+                yield k
+            for c in (2 * i + 1, 2 * i + 2):
+                if c < len(heap):
+                    heapq.heappush(frontier, (heap[c], c))
 
     def _remove(self, key: int) -> None:
         """An eviction chosen outside the model: it moves the clock as an eviction does."""

@@ -24,8 +24,10 @@ its miss count is checked for closeness:
   can also hold more than its capacity (a hit on an HIR object only in Q can push that object
   out of Q and then re-register it on S as resident, uncounted), which no pool can reproduce.
 
-S3-FIFO refuses objects of at least the small queue's size (10%): byte-mode traces keep sizes
-below it, and LIRS's pool-level check uses a trace whose sizes stay below 1% of the cache.
+* S3-FIFO refuses objects of at least the small queue's size (10%).
+
+The byte-mode traces of the pool-level checks keep sizes below S3-FIFO's small queue, and
+LIRS's uses a trace whose sizes stay below 1% of the cache.
 """
 
 from __future__ import annotations
@@ -72,12 +74,14 @@ def _traces() -> dict[str, tuple[Trace, tuple[int, ...]]]:
     scan_bytes = synthetic.scan(4000, n_hot=300, alpha=0.9, scan_length=200, scan_every=700,
                                 size=100, size_sigma=0.5, seed=4)
     zipf_small = synthetic.zipf(4000, 2000, 0.9, size=100, size_sigma=0.3, seed=5)
+    zipf_wide = synthetic.zipf(4000, 500, 0.9, size=100, size_sigma=1.0, seed=6)
     return {
         "zipf-obj": (zipf_obj, (20, 100, 240)),
         "scan-obj": (scan_obj, (40, 200)),
         "zipf-bytes": (zipf_bytes, (6000, 20000)),
         "scan-bytes": (scan_bytes, (8000, 24000)),
         "zipf-bytes-small": (zipf_small, (30000, 60000)),
+        "zipf-bytes-wide": (zipf_wide, (2000, 10000)),
     }
 
 
@@ -146,13 +150,15 @@ def test_exact_parity(policy: str, trace_name: str, capacity: int, tmp_dir: str)
     assert got == want, f"{policy} on {trace_name} @ {capacity}: (misses, byte misses) ours {got} != libCacheSim {want}"
 
 
-_MODEL = _cases(("lirs", "slru", "gdsf"), _ALL + ("zipf-bytes-small",))
+_MODEL = (_cases(("lirs", "slru", "gdsf"), _ALL + ("zipf-bytes-small",))
+          + _cases(("lirs", "slru", "gdsf", "s3fifo"), ("zipf-bytes-wide",)))
 
 
 @pytest.mark.parametrize("policy,trace_name,capacity", _MODEL)
 def test_model_parity(policy: str, trace_name: str, capacity: int, tmp_dir: str) -> None:
-    """The model inside LIRS, SLRU and GDSF decides as libCacheSim does: equal miss counts,
-    whatever the pool had to do differently."""
+    """The model inside LIRS, SLRU, GDSF and S3-FIFO decides as libCacheSim does: equal miss
+    counts, whatever the pool had to do differently (``zipf-bytes-wide`` has objects above
+    S3-FIFO's small queue and LIRS's Q, which libCacheSim refuses)."""
     want, _ = lcs_misses(trace_name, policy, capacity, tmp_dir)
     assert our_misses(trace_name, policy, capacity)[2] == want
 
