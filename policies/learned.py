@@ -52,8 +52,10 @@ log = logging.getLogger(__name__)
 
 FORMAT = "cachegym-policy"
 FORMAT_VERSION = 1
-DEFAULT_BUDGET_US = 1000.0
-"""Default latency budget per decision; a decision slower than this falls back to LRU."""
+DEFAULT_BUDGET_US: float | None = None
+"""Default latency budget per decision (``None``: no limit). Wall-clock budgets make results
+depend on machine load, so evaluation runs without one by default; a deployment sets its own
+(``LearnedPolicy.load(path, budget_us=50)``): a decision slower than that falls back to LRU."""
 
 _NEG = np.float32(-3.0e38)
 

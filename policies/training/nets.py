@@ -30,12 +30,20 @@ NEG = -1.0e9
 
 
 def obs_dims(space: spaces.Space) -> tuple[int, int, int]:
-    """``(K, F, G)`` of the envs' Dict observation space."""
+    """``(K, F, G)`` of the envs' Dict observation space (``candidates`` either ``(K, F)`` or
+    flattened to ``(K * F,)``; ``K`` is the length of ``mask``)."""
     if not isinstance(space, spaces.Dict) or not {"candidates", "globals", "mask"} <= set(space.spaces):
         raise TypeError(f"expected a Dict space with candidates/globals/mask, got {space}")
-    K, F = space["candidates"].shape  # type: ignore[misc]
+    mask_shape = space["mask"].shape
+    assert mask_shape is not None
+    K = int(np.prod(mask_shape))
+    cshape = space["candidates"].shape
+    assert cshape is not None
+    F = int(np.prod(cshape)) // K
+    if int(np.prod(cshape)) != F * K:
+        raise TypeError(f"candidates shape {cshape} is not K={K} rows of features")
     (G,) = space["globals"].shape  # type: ignore[misc]
-    return int(K), int(F), int(G)
+    return K, F, int(G)
 
 
 class CandidateScorerNet(nn.Module):

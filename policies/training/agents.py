@@ -1,0 +1,190 @@
+"""Agents: what ``conf/agent/*`` instantiates. Each trains a :class:`CandidateScorerNet`.
+
+* :class:`SB3Agent` (``algo`` = ``ppo`` | ``maskable_ppo`` | ``dqn``): stable-baselines3 /
+  sb3-contrib with the scorer policies of :mod:`policies.training.nets`, on vectorised envs.
+* :class:`ImitationAgent`: behaviour cloning of the Belady oracle with DAgger
+  (:mod:`policies.training.imitation`), optionally followed by an RL fine-tune (an
+  :class:`SB3Agent` started from the imitation weights).
+
+``agent.train(ctx) -> CandidateScorerNet`` where ``ctx`` is a :class:`TrainContext` (env
+factory, callbacks, log directory, seed). Agents hold hyper-parameters only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+
+from allocator.errors import ConfigError
+from policies.training.imitation import DecisionSample, ImitationConfig, dagger
+from policies.training.nets import (
+    CandidateScorerNet,
+    MaskableScorerActorCriticPolicy,
+    ScorerActorCriticPolicy,
+    ScorerDQNPolicy,
+    obs_dims,
+)
+
+__all__ = ["TrainContext", "SB3Agent", "ImitationAgent", "ALGOS"]
+
+log = logging.getLogger(__name__)
+
+ALGOS = ("ppo", "maskable_ppo", "dqn")
+
+
+@dataclass
+class TrainContext:
+    """What an agent needs from the training run.
+
+    ``make_env(i)`` builds the ``i``-th training env (seeded by the caller); ``hidden`` is the
+    scorer's architecture; ``on_eval(step, net)`` is called every ``eval_every`` env steps (or
+    imitation round) and returns validation figures; ``collect`` drives an env for imitation.
+    """
+
+    make_env: Callable[[int], gym.Env]
+    hidden: Sequence[int]
+    seed: int = 0
+    log_dir: str | None = None
+    on_eval: Callable[[int, CandidateScorerNet], dict[str, float]] | None = None
+    eval_every: int = 0
+    progress: bool = False
+    collect: Callable[..., Sequence[DecisionSample]] | None = None
+    normalization_sample: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+
+def _sb3_callbacks(ctx: TrainContext, get_net: Callable[[], CandidateScorerNet], total: int) -> list[Any]:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class EvalCallback(BaseCallback):
+        """Every ``eval_every`` steps: validation figures to the logger (TensorBoard)."""
+
+        def _on_step(self) -> bool:
+            if ctx.on_eval is not None and ctx.eval_every and self.n_calls % ctx.eval_every == 0:
+                figs = ctx.on_eval(self.num_timesteps, get_net())
+                for k, v in figs.items():
+                    self.logger.record(f"val/{k}", v)
+            return True
+
+    class Progress(BaseCallback):
+        def _on_training_start(self) -> None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="rl", unit="step")
+
+        def _on_step(self) -> bool:
+            self.bar.update(self.training_env.num_envs)
+            return True
+
+        def _on_training_end(self) -> None:
+            self.bar.close()
+
+    cbs: list[Any] = [EvalCallback()]
+    if ctx.progress:
+        cbs.append(Progress())
+    return cbs
+
+
+@dataclass
+class SB3Agent:
+    """An SB3 algorithm over the scorer policies. ``kwargs`` go to the algorithm's
+    constructor (``learning_rate``, ``n_steps``, ``batch_size``, ``gamma``, ...)."""
+
+    algo: str = "maskable_ppo"
+    total_timesteps: int = 20_000
+    n_envs: int = 1
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGOS:
+            raise ConfigError(f"agent.algo: unknown algorithm {self.algo!r}; choose one of {ALGOS}")
+        if self.total_timesteps < 1 or self.n_envs < 1:
+            raise ConfigError("agent.total_timesteps and agent.n_envs must be >= 1")
+
+    def build(self, ctx: TrainContext) -> Any:
+        from sb3_contrib import MaskablePPO
+        from stable_baselines3 import DQN, PPO
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        venv = DummyVecEnv([partial(ctx.make_env, i) for i in range(self.n_envs)])
+        venv.seed(ctx.seed)
+        cls, pol = {"ppo": (PPO, ScorerActorCriticPolicy),
+                    "maskable_ppo": (MaskablePPO, MaskableScorerActorCriticPolicy),
+                    "dqn": (DQN, ScorerDQNPolicy)}[self.algo]
+        kw = dict(self.kwargs)
+        kw.setdefault("verbose", 0)
+        return cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden)}, seed=ctx.seed,
+                   tensorboard_log=ctx.log_dir, device="cpu", **kw)
+
+    def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
+        model = self.build(ctx)
+        net: CandidateScorerNet = model.policy.scorer
+        if init is not None:
+            if list(init.hidden) != list(net.hidden):
+                raise ConfigError(f"fine-tune: imitation net hidden {init.hidden} != RL net {net.hidden}")
+            net.load_state_dict(init.state_dict())
+            if self.algo == "dqn":
+                model.q_net_target.scorer.load_state_dict(init.state_dict())
+        elif ctx.normalization_sample is not None:
+            cand, mask, glob = ctx.normalization_sample()
+            net.set_normalization(cand, mask, glob)
+            if self.algo == "dqn":
+                model.q_net_target.scorer.load_state_dict(net.state_dict())
+        cbs = _sb3_callbacks(ctx, lambda: model.policy.scorer, self.total_timesteps)
+        model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo)
+        model.policy.set_training_mode(False)
+        return model.policy.scorer  # type: ignore[no-any-return]
+
+
+@dataclass
+class ImitationAgent:
+    """Belady imitation (BC + DAgger), then ``finetune`` (an :class:`SB3Agent` or ``None``)."""
+
+    dagger: ImitationConfig = field(default_factory=ImitationConfig)
+    finetune: SB3Agent | None = None
+
+    def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
+        if ctx.collect is None:
+            raise ConfigError("imitation needs an env that labels decisions with the oracle")
+        env = ctx.make_env(0)
+        K, F, G = obs_dims(env.observation_space)
+        env.close()
+        th.manual_seed(ctx.seed)
+        net = init if init is not None else CandidateScorerNet(F, G, ctx.hidden)
+        writer = _tb_writer(ctx.log_dir, "imitation")
+
+        def on_round(r: int, stats: dict[str, Any]) -> None:
+            figs = dict(stats)
+            if ctx.on_eval is not None:
+                figs.update(ctx.on_eval(r, net))
+            if writer is not None:
+                for k, v in figs.items():
+                    if isinstance(v, (int, float)):
+                        writer.add_scalar(f"imitation/{k}", v, r)
+            log.info("imitation round %d: %s", r,
+                     ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in figs.items()))
+
+        dagger(net, ctx.collect, self.dagger, seed=ctx.seed, on_round=on_round)
+        if writer is not None:
+            writer.close()
+        if self.finetune is not None:
+            net = self.finetune.train(ctx, init=net)
+        return net
+
+
+def _tb_writer(log_dir: str | None, name: str) -> Any:
+    if not log_dir:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # pragma: no cover - tensorboard is in the train extra
+        log.warning("tensorboard is not installed; no TensorBoard logs for %s", name)
+        return None
+    return SummaryWriter(f"{log_dir}/{name}")

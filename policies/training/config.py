@@ -1,0 +1,135 @@
+"""Structured-config schemas of training (``conf/train.yaml`` and its groups).
+
+Registered in Hydra's ConfigStore by :func:`register_train_configs` (which also registers the
+evaluation schemas of :mod:`envs.config`), so that a wrong type or a missing key fails when the
+config is composed::
+
+    train_schema            the whole conf/train.yaml
+    policy/base_scorer      the network (conf/policy/*.yaml)
+    agent/base_sb3          conf/agent/{ppo,maskable_ppo,dqn}.yaml
+    agent/base_imitation    conf/agent/imitation*.yaml
+    env/base_env            conf/env/*.yaml (the env's own parameters)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from envs.config import AllocatorConfig, TraceConfig, register_configs
+
+__all__ = ["ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
+           "EnvConfig", "ValidationConfig", "TrainConfig", "register_train_configs"]
+
+
+@dataclass
+class ScorerConfig:
+    """The per-candidate scorer: widths of its hidden layers (ReLU)."""
+
+    hidden: list[int] = field(default_factory=lambda: [64, 32])
+
+
+@dataclass
+class SB3AgentConfig:
+    """An SB3 algorithm (``algo``: ppo | maskable_ppo | dqn); ``kwargs`` go to its constructor."""
+
+    _target_: str = "policies.training.agents.SB3Agent"
+    algo: str = "maskable_ppo"
+    total_timesteps: int = 20_000
+    n_envs: int = 1
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DaggerConfig:
+    """DAgger schedule (see :class:`policies.training.imitation.ImitationConfig`)."""
+
+    _target_: str = "policies.training.imitation.ImitationConfig"
+    rounds: int = 3
+    steps_per_round: int = 20_000
+    beta0: float = 1.0
+    beta_decay: float = 0.0
+    epochs: int = 4
+    batch_size: int = 256
+    lr: float = 0.003
+    rank_weight: float = 0.1
+    max_samples: int | None = 200_000
+
+
+@dataclass
+class ImitationAgentConfig:
+    """Belady imitation, then an optional RL fine-tune from its weights."""
+
+    _target_: str = "policies.training.agents.ImitationAgent"
+    dagger: DaggerConfig = field(default_factory=DaggerConfig)
+    finetune: SB3AgentConfig | None = None
+
+
+@dataclass
+class EnvConfig:
+    """The training environment (:class:`envs.evict.EvictEnv`; every key but ``_target_`` is
+    a constructor argument). Its traces and capacity are passed by :func:`train`: one env per
+    entry of ``TrainConfig.capacities``."""
+
+    _target_: str = "envs.evict.EvictEnv"
+    K: int = 32
+    candidates: str = "sample"
+    window: int | None = 16384
+    capacity_of: str = "peak_live"
+    reward: str = "misses"
+    invalid_action: str = "lru"
+    placement: str = "bytes"
+
+
+@dataclass
+class ValidationConfig:
+    """Held-out traces replayed every ``every`` env steps (or imitation round): miss ratio of
+    the learned policy against LRU and Belady at ``capacities`` (fractions of ``capacity_of``)."""
+
+    traces: list[TraceConfig] = field(default_factory=list)
+    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    capacity_of: str = "peak_live"
+    every: int = 5_000
+    max_requests: int | None = 20_000
+
+
+@dataclass
+class TrainConfig:
+    """Schema of ``conf/train.yaml``."""
+
+    traces: list[TraceConfig] = MISSING
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    policy: ScorerConfig = field(default_factory=ScorerConfig)
+    agent: Any = MISSING
+    seed: int = 0
+    out_dir: str | None = None
+    export_name: str = "policy.npz"
+    progress: bool = True
+    tensorboard: bool = True
+    torch_threads: int = 1
+    deterministic: bool = True
+
+
+_registered = False
+
+
+def register_train_configs() -> None:
+    """Store the training schemas (and the evaluation ones) in Hydra's ConfigStore."""
+    global _registered
+    register_configs()
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    cs.store(group="policy", name="base_scorer", node=ScorerConfig)
+    cs.store(group="agent", name="base_sb3", node=SB3AgentConfig)
+    cs.store(group="agent", name="base_imitation", node=ImitationAgentConfig)
+    cs.store(group="env", name="base_env", node=EnvConfig)
+    _registered = True

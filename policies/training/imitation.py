@@ -1,0 +1,194 @@
+"""Imitation of the Belady oracle: behaviour cloning with DAgger-style data collection.
+
+Round 0 drives the environment with the oracle's own choices; every later round drives it with
+the learner's current policy (with probability ``1 - beta_r`` per decision, ``beta_r =
+beta0 * decay**r``) while the env labels every visited state with the oracle's choice. The
+datasets are aggregated and the scorer is refit on all of them after each round (DAgger, Ross
+et al. 2011).
+
+The label of a decision is the set of valid candidates whose next use is farthest (ties, e.g.
+several never used again, are all optimal); the loss is the listwise cross-entropy
+``-log sum_{j in best} softmax(scores)_j`` plus a small ranking term that orders the other
+candidates by their next-use distance, so the scorer also learns which wrong answers are cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from policies.learned import CandidateScorer
+from policies.training.nets import NEG, CandidateScorerNet, export_arrays
+
+__all__ = ["Dataset", "DecisionSample", "fit", "bc_loss", "ImitationConfig", "dagger"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DecisionSample:
+    """One labelled decision: the observation and each candidate's next-use distance
+    (``inf`` for never again; ignored where ``mask`` is False)."""
+
+    cand: np.ndarray
+    mask: np.ndarray
+    glob: np.ndarray
+    dist: np.ndarray
+
+
+@dataclass
+class Dataset:
+    """Aggregated decisions, stacked: ``cand`` (N, K, F), ``mask`` (N, K), ``glob`` (N, G),
+    ``dist`` (N, K) next-use distances."""
+
+    cand: list[np.ndarray] = field(default_factory=list)
+    mask: list[np.ndarray] = field(default_factory=list)
+    glob: list[np.ndarray] = field(default_factory=list)
+    dist: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, s: DecisionSample) -> None:
+        self.cand.append(s.cand)
+        self.mask.append(s.mask)
+        self.glob.append(s.glob)
+        self.dist.append(s.dist)
+
+    def __len__(self) -> int:
+        return len(self.cand)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return (np.stack(self.cand).astype(np.float32), np.stack(self.mask).astype(bool),
+                np.stack(self.glob).astype(np.float32), np.stack(self.dist).astype(np.float64))
+
+
+def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(best, rank_key)``: ``best`` (N, K) marks the optimal candidates (farthest next use among
+    valid ones); ``rank_key`` is ``log1p(distance)`` (``inf`` -> a large finite value)."""
+    d = np.where(mask, dist, -1.0)
+    d = np.where(np.isfinite(d), d, 1e18)
+    best = (d == d.max(axis=1, keepdims=True)) & mask
+    key = np.log1p(np.maximum(d, 0.0)).astype(np.float32)
+    return best, key
+
+
+def bc_loss(scores: th.Tensor, best: th.Tensor, mask: th.Tensor, key: th.Tensor,
+            rank_weight: float = 0.1) -> th.Tensor:
+    """Listwise cross-entropy on the optimal set plus a pairwise logistic ranking term."""
+    logp = th.log_softmax(scores, dim=1)
+    ce = -(th.logsumexp(logp.masked_fill(~best, NEG), dim=1)).mean()
+    if rank_weight <= 0:
+        return ce
+    # pairs (i, j) of valid candidates with key_i > key_j: want s_i > s_j
+    diff_k = key.unsqueeze(2) - key.unsqueeze(1)
+    valid = mask.unsqueeze(2) & mask.unsqueeze(1) & (diff_k > 0.05)
+    s = scores.masked_fill(~mask, 0.0)
+    diff_s = s.unsqueeze(2) - s.unsqueeze(1)
+    pair = th.nn.functional.softplus(-diff_s)
+    n = valid.sum().clamp_min(1)
+    return ce + rank_weight * (pair * valid).sum() / n
+
+
+def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: int = 256,
+        lr: float = 3e-3, rank_weight: float = 0.1, seed: int = 0,
+        weight_decay: float = 1e-5, set_normalization: bool = True,
+        progress: Callable[[int, float], None] | None = None) -> list[float]:
+    """Fit ``net`` on ``data`` (behaviour cloning); returns the mean loss of every epoch."""
+    cand, mask, glob, dist = data.arrays()
+    if set_normalization:
+        net.set_normalization(cand, mask, glob)
+    best, key = targets(mask, dist)
+    keep = best.any(axis=1) & (mask.sum(axis=1) > 1)  # decisions with a real choice
+    tc, tm, tg = th.as_tensor(cand[keep]), th.as_tensor(mask[keep]), th.as_tensor(glob[keep])
+    tb, tk = th.as_tensor(best[keep]), th.as_tensor(key[keep])
+    n = len(tc)
+    if n == 0:
+        log.warning("imitation: no decision with more than one candidate; nothing to fit")
+        return []
+    gen = th.Generator().manual_seed(seed)
+    opt = th.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
+    steps = epochs * math.ceil(n / batch_size)
+    sched = th.optim.lr_scheduler.CosineAnnealingLR(opt, max(steps, 1))
+    net.train()
+    history: list[float] = []
+    for ep in range(epochs):
+        perm = th.randperm(n, generator=gen)
+        total, count = 0.0, 0
+        for i in range(0, n, batch_size):
+            idx = perm[i:i + batch_size]
+            scores = net(tc[idx], tg[idx], tm[idx].float())
+            loss = bc_loss(scores, tb[idx], tm[idx], tk[idx], rank_weight)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * len(idx)
+            count += len(idx)
+        history.append(total / count)
+        if progress is not None:
+            progress(ep, history[-1])
+    net.eval()
+    return history
+
+
+def agreement(net: CandidateScorerNet, data: Dataset) -> float:
+    """Fraction of decisions where the net's choice is one of the oracle's optimal ones."""
+    cand, mask, glob, dist = data.arrays()
+    best, _ = targets(mask, dist)
+    with th.no_grad():
+        s = net(th.as_tensor(cand), th.as_tensor(glob), th.as_tensor(mask).float()).numpy()
+    choice = s.argmax(axis=1)
+    return float(best[np.arange(len(choice)), choice].mean()) if len(choice) else 0.0
+
+
+@dataclass
+class ImitationConfig:
+    """DAgger schedule: ``rounds`` collections of ``steps_per_round`` decisions each, the
+    expert driving with probability ``beta0 * beta_decay**r`` in round ``r`` (round 0: 1)."""
+
+    rounds: int = 3
+    steps_per_round: int = 20_000
+    beta0: float = 1.0
+    beta_decay: float = 0.0
+    epochs: int = 4
+    batch_size: int = 256
+    lr: float = 3e-3
+    rank_weight: float = 0.1
+    max_samples: int | None = 200_000
+
+
+def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None,
+                                                       float, int, np.random.Generator],
+                                                      Sequence[DecisionSample]],
+           cfg: ImitationConfig, *, seed: int = 0,
+           on_round: Callable[[int, dict[str, Any]], None] | None = None) -> Dataset:
+    """Run DAgger. ``collect(learner, beta, n, rng)`` drives the env for ``n`` decisions,
+    choosing the oracle's action with probability ``beta`` and ``learner(cand, mask, glob)``
+    otherwise, and returns the labelled decisions it visited."""
+    rng = np.random.default_rng(seed)
+    data = Dataset()
+
+    learner: Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None = None
+    for r in range(cfg.rounds):
+        beta = 1.0 if r == 0 else cfg.beta0 * cfg.beta_decay ** r
+        samples = collect(learner, beta, cfg.steps_per_round, rng)
+        for s in samples:
+            data.add(s)
+        if cfg.max_samples is not None and len(data) > cfg.max_samples:
+            drop = len(data) - cfg.max_samples  # keep the most recent rounds' states
+            for lst in (data.cand, data.mask, data.glob, data.dist):
+                del lst[:drop]
+        hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                   rank_weight=cfg.rank_weight, seed=seed + r, set_normalization=r == 0)
+        twin = CandidateScorer(export_arrays(net))  # the NumPy twin: fast rollouts
+        learner = lambda c, m, g, twin=twin: twin.choose(c, g, m)  # noqa: E731
+        stats = {"round": r, "beta": beta, "samples": len(data), "new": len(samples),
+                 "loss": hist[-1] if hist else float("nan"), "agreement": agreement(net, data)}
+        log.info("dagger round %d: %s", r, stats)
+        if on_round is not None:
+            on_round(r, stats)
+    return data

@@ -1,0 +1,196 @@
+"""``train(cfg) -> dict``: train a learned eviction policy and export it.
+
+``cfg`` is ``conf/train.yaml`` composed (schema :class:`policies.training.config.TrainConfig`).
+The run: seed everything; load the training traces (several at once) and the held-out
+validation traces; build one env per training capacity (:class:`envs.evict.EvictEnv` through
+:func:`envs.config.instantiate`); train the agent (``cfg.agent``: SB3 or imitation); validate on
+the held-out traces during training (miss ratio against LRU and Belady, TensorBoard); export
+``OUT/policy.npz``; write ``OUT/train.json``.
+
+Determinism: one seed drives torch, NumPy and every env. With ``torch_threads=1`` and
+``deterministic=true`` (``torch.use_deterministic_algorithms``) two runs with the same seed
+give the same weights on the same machine; across machines or torch builds, torch's own float
+nondeterminism (BLAS kernels) can still differ in the last bits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from allocator.errors import ConfigError
+from allocator.trace import Trace
+from envs.config import enum_value, instantiate, to_container
+from policies.training.agents import TrainContext
+from policies.training.export import config_hash, export_policy
+from policies.training.imitation import DecisionSample
+from policies.training.nets import obs_dims
+from policies.training.validation import Validator
+
+__all__ = ["train", "load_trace_list", "EnvFactory", "Collector", "seed_everything"]
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int, threads: int = 1, deterministic: bool = True) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # SB3 draws from the legacy global RNG in places
+    th.manual_seed(seed)
+    if threads > 0:
+        th.set_num_threads(threads)
+    th.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+def load_trace_list(nodes: Sequence[Any], what: str) -> list[Trace]:
+    """Every trace the ``trace`` config nodes name (each through :func:`instantiate`)."""
+    from envs.config import TraceConfig
+
+    out: list[Trace] = []
+    for i, node in enumerate(nodes):
+        if node.get("_target_") is None:  # a plain mapping written inline in a yaml list
+            from omegaconf import OmegaConf
+
+            node = OmegaConf.merge(OmegaConf.structured(TraceConfig), node)
+        try:
+            out.extend(instantiate(node))
+        except ConfigError as e:
+            raise ConfigError(f"{what}[{i}]: {e}") from None
+    return out
+
+
+class EnvFactory:
+    """``factory(i)`` builds training env ``i``: capacity ``capacities[i % n]``, seeded
+    ``seed + i``, over all the training traces."""
+
+    def __init__(self, node: Any, traces: list[Trace], capacities: Sequence[float], seed: int) -> None:
+        if not capacities:
+            raise ConfigError("capacities: the list is empty; give fractions such as [0.25, 0.5]")
+        self.traces, self.capacities, self.seed = traces, list(capacities), seed
+        # partial: Trace objects must not pass through OmegaConf (it would turn them into configs)
+        self.make = instantiate(node, _partial_=True)
+
+    def __call__(self, i: int) -> Any:
+        env = self.make(traces=self.traces, capacity=float(self.capacities[i % len(self.capacities)]))
+        env.reset(seed=self.seed + i)
+        return env
+
+
+class Collector:
+    """Drives the envs for imitation: ``collect(learner, beta, n, rng)`` returns ``n`` labelled
+    decisions. Each decision is acted on by the oracle (``info["oracle_action"]``) with
+    probability ``beta`` (always when ``learner`` is None), else by ``learner(cand, mask, glob)``;
+    every visited state is labelled with the env's next-use distances."""
+
+    def __init__(self, factory: EnvFactory, progress: bool = False) -> None:
+        self.envs = [factory(i) for i in range(len(factory.capacities))]
+        self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
+        self.progress = progress
+        self._n_resets = 0
+
+    def __call__(self, learner: Any, beta: float, n: int, rng: np.random.Generator) -> list[DecisionSample]:
+        from tqdm.auto import tqdm
+
+        out: list[DecisionSample] = []
+        K, F = self.K, self.F
+        bar = tqdm(total=n, desc="collect", unit="dec", disable=not self.progress, leave=False)
+        while len(out) < n:
+            env = self.envs[self._n_resets % len(self.envs)]
+            obs, info = env.reset(seed=int(rng.integers(2**31)))
+            self._n_resets += 1
+            done = False
+            while not done and len(out) < n:
+                cand = np.asarray(obs["candidates"], np.float32).reshape(K, F)
+                mask = np.asarray(obs["mask"]).astype(bool)
+                glob = np.asarray(obs["globals"], np.float32)
+                out.append(DecisionSample(cand, mask, glob, np.asarray(info["next_use"], np.float64)))
+                if learner is None or rng.random() < beta:
+                    a = int(info["oracle_action"])
+                else:
+                    a = int(learner(cand, mask, glob))
+                obs, _, term, trunc, info = env.step(a)
+                done = term or trunc
+                bar.update(1)
+        bar.close()
+        return out
+
+    def normalization_sample(self, n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s = self(None, 1.0, n, np.random.default_rng(seed))
+        return (np.stack([x.cand for x in s]), np.stack([x.mask for x in s]),
+                np.stack([x.glob for x in s]))
+
+    def close(self) -> None:
+        for e in self.envs:
+            e.close()
+
+
+def _out_dir(cfg: Any) -> str:
+    out = cfg.get("out_dir")
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if out is None and HydraConfig.initialized():
+            out = HydraConfig.get().runtime.output_dir
+    except (ImportError, ValueError):
+        pass
+    if out is None:
+        out = os.path.join("outputs", "train", time.strftime("%Y-%m-%d_%H-%M-%S"))
+    out = os.path.expanduser(str(out))
+    os.makedirs(out, exist_ok=True)
+    return out
+
+
+def train(cfg: Any) -> dict[str, Any]:
+    """Train, validate and export as ``cfg`` says; returns ``{"policy": path, "out_dir": ...,
+    "validation": {...}, "history": [...], "wall_s": ...}``."""
+    t0 = time.perf_counter()
+    seed = int(cfg.seed)
+    seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
+    out = _out_dir(cfg)
+    traces = load_trace_list(cfg.traces, "traces")
+    if not traces:
+        raise ConfigError("traces: the list is empty; give at least one training trace")
+    val = cfg.validation
+    val_traces = load_trace_list(val.traces, "validation.traces")
+    if val.max_requests:
+        val_traces = [t if len(t) <= val.max_requests else t.window(0, int(val.max_requests))
+                      for t in val_traces]
+    env_node = cfg.env
+    K, rule = int(env_node.K), str(env_node.candidates)
+    alloc = cfg.allocator
+    validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),
+                          os.path.join(out, "checkpoints"), K=K, candidate_rule=rule,
+                          placement=str(enum_value(alloc.placement)),
+                          oversize=str(enum_value(alloc.oversize)),
+                          write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg)
+    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
+    agent = instantiate(cfg.agent)
+    collector = Collector(factory, progress=bool(cfg.progress))
+    ctx = TrainContext(
+        make_env=factory, hidden=list(cfg.policy.hidden), seed=seed,
+        log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
+        on_eval=validator, eval_every=int(val.every), progress=bool(cfg.progress),
+        collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed))
+    log.info("training %s on %d traces (%s), validating on %d", type(agent).__name__, len(traces),
+             ", ".join(t.name for t in traces), len(val_traces))
+    net = agent.train(ctx)
+    collector.close()
+    meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
+            "validation_traces": [t.name for t in val_traces], "seed": seed}
+    path = export_policy(net, os.path.join(out, str(cfg.export_name)), K=K, candidate_rule=rule,
+                         config=cfg, meta=meta)
+    final = validator.evaluate_file(path) if validator.runs else {}
+    result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
+              "history": validator.history, "config_sha256": config_hash(cfg),
+              "wall_s": time.perf_counter() - t0}
+    with open(os.path.join(out, "train.json"), "w") as f:
+        json.dump(result, f, indent=2, default=str)
+    log.info("exported %s (validation: %s)", path, final)
+    return result

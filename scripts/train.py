@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""Train a learned eviction policy and export it (the logic: policies.training.train.train).
+
+    python scripts/train.py                                  # Belady imitation (BC + DAgger)
+    python scripts/train.py agent=imitation_ppo              # ... then a MaskablePPO fine-tune
+    python scripts/train.py agent=ppo agent.total_timesteps=50000
+    python scripts/train.py -m agent=ppo,dqn,maskable_ppo seed=0,1   # sweep (joblib launcher)
+    python scripts/train.py -m hydra/launcher=slurm ...      # a cluster, by config alone
+
+The last line printed is ``policy: PATH``; evaluate it with
+``python scripts/evaluate.py eval.policies=[lru,learned:PATH]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from allocator.errors import CachegymError  # noqa: E402
+from policies.training.config import register_train_configs  # noqa: E402
+
+register_train_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    from policies.training.train import train
+
+    try:
+        result = train(cfg)
+    except CachegymError as e:
+        logging.getLogger("train").debug("failed", exc_info=True)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"validation: {result['validation']}")
+    print(f"outputs: {result['out_dir']}")
+    print(f"policy: {result['policy']}")
+
+
+if __name__ == "__main__":
+    main()
