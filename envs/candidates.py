@@ -1,0 +1,79 @@
+"""Cheap predictors that propose prefetch candidates to :class:`envs.prefetch.PrefetchEnv`."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from allocator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["SuccessorPredictor"]
+
+
+class SuccessorPredictor:
+    """Proposes the objects that followed the accessed one in the past (a Markov successor
+    table, learned online from the accesses it is shown, never from the future).
+
+    After each access of ``x``, ``x`` becomes the most recent successor of each of the
+    ``depth`` objects accessed before it (each object keeps its ``width`` most recent
+    successors). :meth:`propose` walks the table breadth-first from the accessed object, most
+    recent successors first, up to ``hops`` levels, and returns up to ``K`` known, non-resident
+    objects: the ones a prefetch can bring in.
+
+    Invariant: ``_succ[y]`` is insertion-ordered, least recent successor first.
+    """
+
+    def __init__(self, depth: int = 2, width: int = 4, hops: int = 3) -> None:
+        if depth < 1 or width < 1 or hops < 1:
+            raise ConfigError(f"SuccessorPredictor needs depth, width, hops >= 1, got {depth}, {width}, {hops}")
+        self.depth, self.width, self.hops = depth, width, hops
+        self.reset()
+
+    def reset(self) -> None:
+        self._succ: dict[int, dict[int, None]] = {}
+        self._recent: deque[int] = deque(maxlen=self.depth)
+
+    def observe(self, key: int) -> None:
+        """Record an access of ``key``."""
+        succ, width = self._succ, self.width
+        for y in self._recent:
+            if y == key:
+                continue
+            s = succ.get(y)
+            if s is None:
+                s = succ[y] = {}
+            elif key in s:
+                del s[key]
+            s[key] = None
+            if len(s) > width:
+                del s[next(iter(s))]
+        self._recent.appendleft(key)
+
+    def propose(self, key: int, K: int, view: PoolView) -> list[int]:
+        """Up to ``K`` objects known to the pool and not resident, most likely next first."""
+        out: list[int] = []
+        seen = {key}
+        frontier = [key]
+        succ, resident = self._succ, view.is_resident
+        for _ in range(self.hops):
+            nxt: list[int] = []
+            for y in frontier:
+                s = succ.get(y)
+                if not s:
+                    continue
+                for z in reversed(s):
+                    if z in seen:
+                        continue
+                    seen.add(z)
+                    nxt.append(z)
+                    if z in view and not resident(z):
+                        out.append(z)
+                        if len(out) == K:
+                            return out
+            if not nxt:
+                break
+            frontier = nxt
+        return out

@@ -1,0 +1,361 @@
+"""``cachegym/Prefetch-v0``: the agent chooses what a real :class:`Pool` prefetches."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from allocator.errors import ConfigError, InvalidActionError, PoolExhausted
+from allocator.pool import Pool
+from allocator.trace import INF, Op
+from envs.candidates import SuccessorPredictor
+from envs.common import (
+    Episodes,
+    TraceSource,
+    Window,
+    as_traces,
+    check_capacity,
+    empty_obs,
+    observation_space,
+    pack_obs,
+    resolve_capacity,
+)
+from policies import features
+from policies.base import EvictionPolicy
+from policies.features import FeatureTracker, Observed
+
+__all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
+
+PREFETCH_REWARDS = ("pythia", "misses", "bytes", "stall")
+OPPORTUNITIES = ("miss", "access", "step")
+PYTHIA_WEIGHTS: Mapping[str, float] = {"timely": 1.0, "late": 0.5, "useless": -1.0, "none": 0.0}
+"""Default weights of the Pythia-style reward (Bera et al., MICRO 2021, rank their rewards the
+same way: accurate and timely > accurate but late > no prefetch > inaccurate)."""
+
+
+class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
+    """Choose which host object to prefetch (copy to the device ahead of use), or nothing.
+
+    The environment wraps a real :class:`allocator.pool.Pool` and drives its access loop over a
+    window of a trace (:meth:`Pool.access`, then :meth:`Pool.prefetch` with the agent's
+    choice). Evictions, for demand misses and for prefetches, are answered by the pool's
+    eviction policy (``eviction``, LRU by default); hits, misses, prefetch hits, late and
+    useless prefetches and every statistic are the pool's. The agent is consulted only at
+    prefetch opportunities (``opportunity``) for which the predictor has candidates; the pool
+    fast-forwards through everything else.
+
+    ## Action space
+
+    ``Discrete(K + 1)``: ``a < K`` prefetches candidate ``a``; ``a == K`` does nothing (always
+    valid). ``action_masks()`` (sb3-contrib convention, bool of length ``K + 1``) marks the
+    padded candidate slots invalid. Out-of-range actions raise
+    :class:`~allocator.errors.InvalidActionError`; masked ones raise it too
+    (``invalid_action="raise"``) or become the no-op, counted in ``info["invalid_actions"]``
+    (``invalid_action="noop"``).
+
+    ## Observation space
+
+    As :class:`envs.evict.EvictEnv`: ``{"candidates": Box(0, 1, (K * F,)), "globals":
+    Box(0, 1, (G,)), "mask": MultiBinary(K)}`` from :func:`policies.features.observe`, the
+    candidates being non-resident objects proposed by a :class:`envs.candidates.SuccessorPredictor`
+    (the objects that followed the accessed one before), most likely first.
+
+    ## Rewards
+
+    Collected between a decision and the next one:
+
+    * ``"pythia"`` (default): ``timely * prefetch hits + late * late prefetches + useless *
+      useless prefetches + none * [the action was the no-op]``, weights ``pythia_weights``
+      (default :data:`PYTHIA_WEIGHTS`). Each prefetch is credited when its fate is known, so
+      the reward judges prefetching alone, whatever the eviction policy's misses, and is
+      defined with or without a cost model (without one copies are instant: nothing is late).
+    * ``"misses"``: ``-1`` per demand miss. ``"bytes"``: ``-bytes fetched on demand / mean
+      object size``. ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs
+      ``cost``; with ``cost`` the trace's ``compute_ns`` is the time a prefetch can hide in).
+
+    ## Info
+
+    At every decision: ``oracle_action`` (the valid candidate used soonest; the no-op ``K``
+    when none is used again), ``next_use`` (float ``(K,)``, ticks to each candidate's next
+    access, ``inf`` if never, ``-1`` for padding), ``keys`` (``-1`` for padding), ``tick``,
+    ``misses``, ``invalid_actions``, ``dropped_prefetches`` (no room could be made: everything
+    else pinned or in flight); at the end ``stats`` (the pool's final statistics).
+
+    ## Episode
+
+    As :class:`envs.evict.EvictEnv`: a window of ``window`` rows of one of ``traces`` drawn
+    from ``self.np_random`` (``reset(options={"trace": i, "start": row})`` fixes it), a fresh
+    pool and predictor; terminates at the window's end; no truncation (left to registration).
+
+    ## Arguments
+
+    * ``traces``, ``window`` (4096), ``capacity`` (0.25), ``capacity_of``, ``cost`` (None),
+      ``placement`` (``"bytes"``), ``write_policy``: as :class:`envs.evict.EvictEnv`.
+    * ``K`` (8): candidates per decision.
+    * ``opportunity`` (``"miss"``): when the agent is asked, after an access: ``"miss"`` (a
+      demand miss), ``"access"`` (every access), ``"step"`` (the last access of each trace
+      step, i.e. each op of an ML trace) or an int ``N`` (every ``N`` accesses).
+    * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"raise"``).
+    * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
+    * ``predictor``: a :class:`SuccessorPredictor` (default ``depth=2, width=4, hops=3``).
+    * ``render_mode``: accepted for API compatibility; the env does not render.
+
+    ## Version history
+
+    * v0: initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        traces: TraceSource | Sequence[TraceSource] | None = None,
+        *,
+        K: int = 8,
+        opportunity: str | int = "miss",
+        window: int | None = 4096,
+        capacity: float = 0.25,
+        capacity_of: str = "working_set",
+        reward: str = "pythia",
+        pythia_weights: Mapping[str, float] | None = None,
+        invalid_action: str = "raise",
+        eviction: str | EvictionPolicy = "lru",
+        predictor: SuccessorPredictor | None = None,
+        cost: Any = None,
+        placement: str = "bytes",
+        write_policy: str = "write-back",
+        render_mode: str | None = None,
+    ) -> None:
+        if not isinstance(K, (int, np.integer)) or K < 1:
+            raise ConfigError(f"K must be an int >= 1, got {K!r}")
+        if isinstance(opportunity, bool) or not (
+                opportunity in OPPORTUNITIES or (isinstance(opportunity, int) and opportunity >= 1)):
+            raise ConfigError(f"opportunity must be one of {OPPORTUNITIES} or an int >= 1, got {opportunity!r}")
+        if reward not in PREFETCH_REWARDS:
+            raise ConfigError(f"reward must be one of {PREFETCH_REWARDS}, got {reward!r}")
+        if reward == "stall" and cost is None:
+            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+        weights = dict(PYTHIA_WEIGHTS)
+        unknown = set(pythia_weights or {}) - set(weights)
+        if unknown:
+            raise ConfigError(f"pythia_weights: unknown outcome(s) {sorted(unknown)}; known: {sorted(weights)}")
+        weights.update(pythia_weights or {})
+        if invalid_action not in ("raise", "noop"):
+            raise ConfigError(f"invalid_action must be 'raise' or 'noop', got {invalid_action!r}")
+        if isinstance(eviction, str) and eviction != "lru":
+            raise ConfigError(f"eviction must be 'lru' or an EvictionPolicy object, got {eviction!r}")
+        check_capacity(capacity, capacity_of)
+        self.render_mode = render_mode
+        self.K = int(K)
+        self.opportunity = opportunity
+        self.reward_kind = reward
+        self.weights = weights
+        self.invalid_action = invalid_action
+        self.eviction = eviction
+        self.capacity, self.capacity_of = capacity, capacity_of
+        self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
+                            "oversize": "bypass"}
+        self.predictor = predictor if predictor is not None else SuccessorPredictor()
+        self._episodes = Episodes(as_traces(traces), window)
+        self.observation_space = observation_space(self.K)
+        self.action_space = spaces.Discrete(self.K + 1)
+        self.pool: Pool | None = None
+        self.tracker = FeatureTracker()
+        self._keys: list[int] = []
+        self._mask = np.zeros(self.K + 1, bool)
+        self._obs = empty_obs(self.K)
+        self._done = True
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        for _ in range(16):
+            self._start(self._episodes.draw(self.np_random, options))
+            if self._advance():
+                return self._obs, self._info()
+        raise ConfigError("no prefetch opportunity with candidates arose in 16 episode windows; "
+                          "use opportunity='access', a longer window or a smaller capacity")
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._done:
+            raise InvalidActionError("step() called on a finished episode; call reset() first")
+        a = self._check_action(action)
+        pool = self.pool
+        assert pool is not None
+        before = self._counters()
+        if a < self.K:
+            self._prefetch(pool, self._keys[a])
+        c = self._w.compute_ns[self._i - 1]
+        if c:
+            pool.cost.compute(c)  # the accessed row's compute (Pool.access's own last step)
+        decided = self._advance()
+        d = [x - y for x, y in zip(self._counters(), before)]
+        kind = self.reward_kind
+        if kind == "pythia":
+            w = self.weights
+            r = w["timely"] * d[0] + w["late"] * d[1] + w["useless"] * d[2]
+            if a == self.K:
+                r += w["none"]
+        elif kind == "misses":
+            r = -float(d[3])
+        elif kind == "bytes":
+            r = -d[4] / self._mean_size
+        else:
+            r = -d[5] / self._fetch_ns
+        return self._obs, float(r), not decided, False, self._info()
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions (sb3-contrib convention): real candidates and the no-op (last)."""
+        return self._mask.copy()
+
+    # ------------------------------------------------------------------ the loop
+    def _prefetch(self, pool: Pool, key: int) -> None:
+        """Prefetch as the pool's own prefetch hook does: the object just accessed is held
+        while room is made, and a prefetch that finds no room is dropped (it is a hint)."""
+        k = self._keys_accessed
+        hold = pool.view.evictable(k)
+        if hold:
+            pool.pin(k)
+        try:
+            pool.prefetch(key)
+        except PoolExhausted:
+            self._dropped += 1
+        finally:
+            if hold:
+                pool.unpin(k)
+
+    def _counters(self) -> tuple[int, ...]:
+        pool = self.pool
+        assert pool is not None
+        st = pool.stats
+        return (st.prefetch_hits, st.late_prefetches, st.useless_prefetches, st.misses,
+                st.byte_misses, pool.cost.stall_ns)
+
+    def _start(self, w: Window) -> None:
+        if self.pool is not None:
+            self.pool.close()
+        self._w = w
+        self.tracker.reset()
+        self.predictor.reset()
+        policy: EvictionPolicy = self.tracker if self.eviction == "lru" else Observed(
+            self.eviction, self.tracker)  # type: ignore[arg-type]
+        cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
+        self.pool = Pool(cap, policy, **self.pool_kwargs)  # type: ignore[arg-type]
+        self._i = 0
+        self._n_access = 0
+        self._invalid = 0
+        self._dropped = 0
+        self._keys_accessed = -1
+        self._last_row: dict[int, int] = {}
+        self._next_use = w.next_use.tolist()
+        sizes = w.trace.size[w.trace.op != Op.FREE]
+        self._mean_size = float(sizes.mean())
+        self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
+
+    def _advance(self) -> bool:
+        """Run the pool to the next prefetch opportunity with candidates (True) or to the end
+        of the window (False)."""
+        pool = self.pool
+        assert pool is not None
+        w = self._w
+        keys, sizes, ops, kinds, comp, steps = w.key, w.size, w.op, w.kind, w.compute_ns, w.step
+        access, free, observe = pool.access, pool.free, self.predictor.observe
+        last_row, opp, view = self._last_row, self.opportunity, pool.view
+        i, n = self._i, len(w)
+        while i < n:
+            k, op = keys[i], ops[i]
+            i += 1
+            if op == Op.FREE:
+                free(k)
+                continue
+            last_row[k] = i - 1
+            # the consumer's compute runs after the prefetch decision, as with the pool's own
+            # prefetch hook, so that a prefetch overlaps it
+            hit = access(k, sizes[i - 1], op == Op.WRITE, kind=kinds[i - 1])
+            observe(k)
+            self._n_access += 1
+            if opp == "miss":
+                ask = not hit
+            elif opp == "access":
+                ask = True
+            elif opp == "step":
+                ask = i == n or steps[i] != steps[i - 1]
+            else:
+                ask = self._n_access % opp == 0  # type: ignore[operator]
+            cands = self.predictor.propose(k, self.K, view) if ask else None
+            if not cands:
+                if comp[i - 1]:
+                    pool.cost.compute(comp[i - 1])
+                continue
+            if cands:
+                self._i = i
+                self._keys_accessed = k
+                cand, mask, glob = features.observe(self.tracker, view, cands, self.K)
+                self._keys = cands
+                self._mask = np.append(mask, True)
+                self._obs = pack_obs(cand, mask, glob)
+                self._done = False
+                return True
+        self._i = i
+        self._keys = []
+        self._mask = np.zeros(self.K + 1, bool)
+        self._obs = empty_obs(self.K)
+        self._done = True
+        return False
+
+    # ------------------------------------------------------------------ helpers
+    def _check_action(self, action: Any) -> int:
+        K = self.K
+        try:
+            a = int(action)
+        except (TypeError, ValueError):
+            raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) "
+                                     f"takes 0..{K} ({K} = no prefetch)") from None
+        if np.ndim(action) != 0 or not 0 <= a <= K:
+            raise InvalidActionError(f"action {action!r} is out of range: Discrete({K + 1}) takes "
+                                     f"0..{K} ({K} = no prefetch)")
+        if not self._mask[a]:
+            if self.invalid_action == "raise":
+                raise InvalidActionError(
+                    f"action {a} names a padded slot: valid are candidates 0..{len(self._keys) - 1} "
+                    f"and {K} (no prefetch) (mask {self._mask.astype(int).tolist()}); mask actions "
+                    "with action_masks() (sb3-contrib MaskablePPO) or make the env with "
+                    "invalid_action='noop'")
+            self._invalid += 1
+            a = K
+        return a
+
+    def _info(self) -> dict[str, Any]:
+        pool = self.pool
+        assert pool is not None
+        K, n = self.K, len(self._keys)
+        t = pool.view.tick
+        info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
+                                "invalid_actions": self._invalid, "dropped_prefetches": self._dropped}
+        keys = np.full(K, -1, np.int64)
+        dist = np.full(K, -1.0)
+        if n:
+            kl = self._keys
+            nu, lr = self._next_use, self._last_row
+            nxt = [nu[lr[k]] if k in lr else INF for k in kl]
+            j = min(range(n), key=nxt.__getitem__)
+            info["oracle_action"] = j if nxt[j] < INF else K
+            keys[:n] = kl
+            d = np.array(nxt, np.float64)
+            d[d >= INF] = np.inf
+            dist[:n] = d - t
+        else:
+            info["oracle_action"] = K
+            info["stats"] = pool.snapshot().as_dict()
+        info["keys"], info["next_use"] = keys, dist
+        return info
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None

@@ -1,0 +1,268 @@
+"""cachegym/Evict-v0: checkers, determinism, vectorisation, the oracle and LRU agents against
+the pool's own policies, actions, rewards, capacities, and a tiny workload PPO must learn."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs  # noqa: F401  (registers the ids)
+from allocator.errors import ConfigError, InvalidActionError
+from allocator.pool import Pool
+from allocator.trace import Op, Trace
+from envs.evict import EvictEnv
+from policies import features
+from policies.lru import LRU
+from policies.priority import Belady
+
+
+def small_trace(seed: int = 0, n: int = 1500, n_keys: int = 60, sizes: bool = True,
+                frees: bool = True) -> Trace:
+    rng = np.random.default_rng(seed)
+    key = rng.zipf(1.2, n) % n_keys
+    size_of = rng.integers(1, 6, n_keys) * 512 if sizes else np.full(n_keys, 512)
+    op = np.where(rng.random(n) < 0.25, Op.WRITE, Op.READ).astype(np.uint8)
+    if frees:
+        live: set[int] = set()
+        for i in range(n):
+            k = int(key[i])
+            if k in live and rng.random() < 0.03:
+                op[i] = Op.FREE
+                live.discard(k)
+            else:
+                live.add(k)
+    return Trace.from_arrays(key, size_of[key], op, kind=rng.integers(0, 7, n_keys)[key])
+
+
+def loop_hot_trace(n: int = 600) -> Trace:
+    """A 12-object loop interleaved with a 4-object hot set; with a pool of 10 objects LRU
+    misses on every loop access, while keeping the hot set and part of the loop is optimal."""
+    keys: list[int] = []
+    for i in range(n):
+        keys += [i % 12, 100 + i % 4]
+    return Trace.from_arrays(keys, 1)
+
+
+def rollout(env: gym.Env, choose, seed: int = 0, options=None):
+    obs, info = env.reset(seed=seed, options=options)
+    total, steps, infos = 0.0, 0, [info]
+    while True:
+        obs, r, term, trunc, info = env.step(choose(obs, info))
+        total += r
+        steps += 1
+        infos.append(info)
+        if term or trunc:
+            return total, steps, infos
+
+
+def replay_misses(trace: Trace, capacity: int, policy) -> int:
+    pool = Pool(capacity, policy, placement="bytes", oversize="bypass")
+    return pool.replay(trace).misses
+
+
+# ---------------------------------------------------------------------- checkers
+@pytest.mark.parametrize("env_id", ["cachegym/Evict-v0", "cachegym/Prefetch-v0"])
+def test_gymnasium_and_sb3_checkers_pass_without_warnings(env_id: str) -> None:
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    trace = small_trace(1, n=800)
+    # the checkers step with random actions, masked ones included: the lenient option takes them
+    kw = {"traces": trace, "window": 400, "K": 8,
+          "invalid_action": "lru" if "Evict" in env_id else "noop"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gym_check(gym.make(env_id, **kw).unwrapped, skip_render_check=True)
+        sb3_check(gym.make(env_id, **kw).unwrapped, warn=True)
+
+
+def test_same_seed_same_rollout() -> None:
+    trace = small_trace(2)
+
+    def run(seed: int):
+        env = EvictEnv([trace, small_trace(3)], K=8, window=500, candidates="sample", capacity=0.3)
+        rng = np.random.default_rng(seed)
+        obs_log = []
+
+        def choose(obs, info):
+            obs_log.append(obs["candidates"].copy())
+            return int(rng.choice(np.flatnonzero(obs["mask"])))
+
+        total, steps, infos = rollout(env, choose, seed=seed)
+        return total, steps, np.stack(obs_log), [i["keys"].tolist() for i in infos]
+
+    a, b, c = run(7), run(7), run(8)
+    assert a[0] == b[0] and a[1] == b[1] and a[3] == b[3]
+    np.testing.assert_array_equal(a[2], b[2])
+    assert a[3] != c[3]
+
+
+# ---------------------------------------------------------------------- agents vs the pool
+@pytest.mark.parametrize("seed", [0, 1])
+def test_oracle_agent_gets_belady_and_lru_agent_gets_lru(seed: int) -> None:
+    trace = small_trace(seed, n=1200, sizes=bool(seed), frees=True)
+    cap = 12 * 512 * (3 if seed else 1)
+    env = EvictEnv(trace, K=512, window=None, capacity=cap)
+
+    total, steps, infos = rollout(env, lambda obs, info: info["oracle_action"])
+    want = replay_misses(trace, cap, Belady(trace))
+    assert infos[-1]["stats"]["misses"] == want
+    # the reward is -1 per miss after the first decision
+    assert -total == want - infos[0]["misses"]
+
+    _, _, infos = rollout(env, lambda obs, info: 0)
+    assert infos[-1]["stats"]["misses"] == replay_misses(trace, cap, LRU())
+    assert infos[-1]["stats"]["misses"] > want
+    assert steps > 100
+
+
+def test_lru_agent_matches_lru_with_few_candidates() -> None:
+    """Index 0 of the "lru" rule is LRU's victim whatever K."""
+    trace = small_trace(4, n=1500)
+    env = EvictEnv(trace, K=4, window=None, capacity=0.2)
+    _, _, infos = rollout(env, lambda obs, info: 0)
+    cap = env.pool.capacity  # type: ignore[union-attr]
+    assert infos[-1]["stats"]["misses"] == replay_misses(trace, cap, LRU())
+
+
+def test_info_next_use_and_observation_match_the_trace() -> None:
+    trace = small_trace(5, frees=False)
+    env = EvictEnv(trace, K=16, window=700, candidates="sample", capacity=0.25)
+    obs, info = env.reset(seed=3)
+    w = env._w.trace
+    for _ in range(30):
+        mask = env.action_masks()
+        assert mask.dtype == bool and mask.shape == (16,)
+        np.testing.assert_array_equal(mask, obs["mask"].astype(bool))
+        n = int(mask.sum())
+        t = info["tick"]
+        keys = info["keys"]
+        assert (keys[n:] == -1).all() and (info["next_use"][n:] == -1).all()
+        for j in range(n):  # next use: the next row of the same key after the current tick
+            rows = np.flatnonzero(w.key[t + 1:] == keys[j])
+            want = rows[0] + 1 if len(rows) else np.inf
+            assert info["next_use"][j] == want
+        assert info["next_use"][info["oracle_action"]] == info["next_use"][:n].max()
+        # the observation is what policies.features computes for these candidates
+        cand, m, glob = features.observe(env.tracker, env.pool.view, keys[:n], 16)
+        np.testing.assert_array_equal(obs["candidates"], cand.reshape(-1))
+        np.testing.assert_array_equal(obs["globals"], glob)
+        obs, _, term, _, info = env.step(int(np.flatnonzero(mask)[-1]))
+        if term:
+            break
+
+
+# ---------------------------------------------------------------------- actions
+def test_invalid_actions() -> None:
+    trace = small_trace(6, n=600)
+    env = EvictEnv(trace, K=64, window=None, capacity=0.2)
+    obs, _ = env.reset(seed=0)
+    n = int(obs["mask"].sum())
+    assert 0 < n < 64
+    with pytest.raises(InvalidActionError, match=r"out of range.*0\.\.63"):
+        env.step(64)
+    with pytest.raises(InvalidActionError, match="padded slot"):
+        env.step(n)
+    with pytest.raises(InvalidActionError, match="not an integer"):
+        env.step("x")
+    lenient = EvictEnv(trace, K=64, window=None, capacity=0.2, invalid_action="lru")
+    lenient.reset(seed=0)
+    _, _, _, _, info = lenient.step(63)
+    assert info["invalid_actions"] == 1
+    _, _, infos_lru = rollout(EvictEnv(trace, K=64, window=None, capacity=0.2), lambda o, i: 0)
+    _, _, infos_bad = rollout(lenient, lambda o, i: 63)
+    assert infos_bad[-1]["stats"]["misses"] == infos_lru[-1]["stats"]["misses"]
+    with pytest.raises(InvalidActionError, match="reset"):
+        lenient.step(0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"K": 0}, "K must be"), ({"candidates": "mru"}, "candidates must be"),
+    ({"reward": "hits"}, "reward must be"), ({"reward": "stall"}, "cost model"),
+    ({"capacity": 1.5}, "fraction"), ({"capacity": -3}, "> 0"), ({"capacity_of": "x"}, "capacity_of"),
+    ({"invalid_action": "skip"}, "invalid_action"), ({"window": 0}, "window"),
+])
+def test_bad_arguments_say_what_to_do(kwargs, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        EvictEnv(small_trace(0, n=100), **kwargs)
+
+
+# ---------------------------------------------------------------------- rewards and capacity
+def test_bytes_and_stall_rewards() -> None:
+    trace = small_trace(7, n=800, frees=False)
+    for reward, field in (("bytes", "byte_misses"), ("stall", "stall_ns")):
+        env = EvictEnv(trace, K=8, window=None, capacity=0.3, reward=reward, cost="a100_pcie4")
+        obs, info = env.reset(seed=0)
+        pool = env.pool
+        base = getattr(pool.snapshot(), field)
+        total, _, infos = rollout(env, lambda o, i: 0, seed=0)
+        scale = env._mean_size if reward == "bytes" else env._fetch_ns
+        assert total < 0
+        assert -total * scale == pytest.approx(infos[-1]["stats"][field] - base, rel=1e-9)
+
+
+def test_capacity_fractions_of_the_window() -> None:
+    trace = small_trace(8, n=2000)
+    for of, fn in (("working_set", Trace.working_set_bytes), ("peak_live", Trace.peak_live_bytes)):
+        env = EvictEnv(trace, K=8, window=500, capacity=0.5, capacity_of=of)
+        env.reset(seed=1)
+        assert env.pool.capacity == int(0.5 * fn(env._w.trace))  # type: ignore[union-attr]
+    env = EvictEnv(trace, K=8, window=500, capacity=4096)
+    env.reset(seed=1, options={"start": 100})
+    assert env.pool.capacity == 4096 and env._w.start == 100  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="no eviction"):
+        EvictEnv(trace, window=50, capacity=1.0).reset(seed=0)
+
+
+# ---------------------------------------------------------------------- vectorisation
+def test_vector_envs_and_action_masks() -> None:
+    from sb3_contrib.common.maskable.utils import get_action_masks
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    kw = {"traces": {"generator": "zipf", "n_requests": 2000, "n_objects": 200, "seed": 1},
+          "window": 300, "K": 8, "render_mode": None}
+    venv = gym.make_vec("cachegym/Evict-v0", num_envs=2, vectorization_mode="sync", **kw)
+    obs, _ = venv.reset(seed=0)
+    assert obs["candidates"].shape == (2, 8 * len(features.FEATURE_NAMES))
+    for _ in range(5):
+        obs, r, term, trunc, info = venv.step(np.zeros(2, np.int64))
+    venv.close()
+    for cls in (DummyVecEnv, SubprocVecEnv):
+        v = make_vec_env("envs:cachegym/Evict-v0", n_envs=2, seed=0, vec_env_cls=cls, env_kwargs=kw)
+        obs = v.reset()
+        masks = get_action_masks(v)
+        assert masks.shape == (2, 8) and masks.dtype == bool
+        np.testing.assert_array_equal(masks, obs["mask"].astype(bool))
+        for _ in range(5):
+            obs, r, done, info = v.step(np.zeros(2, np.int64))
+        v.close()
+
+
+# ---------------------------------------------------------------------- learning
+@pytest.mark.slow
+def test_ppo_learns_to_beat_lru_on_a_loop_with_a_hot_set() -> None:
+    import torch
+    from stable_baselines3 import PPO
+
+    torch.set_num_threads(1)
+    trace = loop_hot_trace()
+    kw = {"traces": trace, "K": 10, "window": 300, "capacity": 10}
+    env = EvictEnv(**kw)
+    model = PPO("MultiInputPolicy", env, n_steps=256, batch_size=64, n_epochs=6, learning_rate=3e-3,
+                gamma=0.9, ent_coef=0.0, seed=0, policy_kwargs={"net_arch": [64]}, device="cpu")
+    model.learn(2_048)
+
+    def misses(choose) -> int:
+        e = EvictEnv(**kw)
+        _, _, infos = rollout(e, choose, seed=0, options={"start": 0})
+        return int(infos[-1]["stats"]["misses"])
+
+    lru = misses(lambda o, i: 0)
+    belady = misses(lambda o, i: i["oracle_action"])
+    learned = misses(lambda o, i: int(model.predict(o, deterministic=True)[0]))
+    assert belady < 0.7 * lru
+    assert learned < 0.8 * lru, (learned, lru, belady)

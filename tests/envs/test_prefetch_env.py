@@ -1,0 +1,189 @@
+"""cachegym/Prefetch-v0: the env drives the pool's own prefetch path (an agent that takes the
+predictor's first candidate equals the pool with that prefetcher), the oracle beats doing
+nothing, doing nothing equals plain LRU, opportunities, rewards and actions."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs  # noqa: F401
+from allocator.errors import ConfigError, InvalidActionError
+from allocator.pool import Pool
+from allocator.trace import Op, Trace
+from envs.candidates import SuccessorPredictor
+from envs.prefetch import PrefetchEnv
+from policies import features
+from policies.lru import LRU
+
+
+def pattern_trace(n_rounds: int = 40, seed: int = 0, writes: bool = True,
+                  compute_ns: int = 20_000) -> Trace:
+    """Rounds over a fixed sequence of 40 objects with noise: successors predict well."""
+    rng = np.random.default_rng(seed)
+    seq = rng.permutation(40)
+    keys: list[int] = []
+    for _ in range(n_rounds):
+        for k in seq:
+            keys.append(int(k))
+            if rng.random() < 0.2:
+                keys.append(int(rng.integers(40, 80)))
+    op = np.where(rng.random(len(keys)) < 0.2, Op.WRITE, Op.READ) if writes else None
+    step = np.arange(len(keys)) // 3
+    return Trace.from_arrays(keys, 1024, op, compute_ns=np.full(len(keys), compute_ns), step=step)
+
+
+def rollout(env: gym.Env, choose, seed: int = 0, options=None):
+    obs, info = env.reset(seed=seed, options=options)
+    total, steps, infos = 0.0, 0, [info]
+    while True:
+        obs, r, term, trunc, info = env.step(choose(obs, info))
+        total += r
+        steps += 1
+        infos.append(info)
+        if term or trunc:
+            return total, steps, infos
+
+
+class FirstSuccessor:
+    """The pool-side prefetch policy the env's agent imitates by always taking candidate 0."""
+
+    name = "first-successor"
+
+    def __init__(self) -> None:
+        self.p = SuccessorPredictor()
+
+    def prefetch(self, view, key):
+        self.p.observe(key)
+        return self.p.propose(key, 1, view)
+
+
+@pytest.mark.parametrize("cost", [None, "a100_pcie4"])
+def test_first_candidate_agent_equals_the_pool_with_that_prefetcher(cost) -> None:
+    trace = pattern_trace()
+    cap = 30 * 1024
+    env = PrefetchEnv(trace, K=4, window=None, capacity=cap, opportunity="access", cost=cost)
+    _, steps, infos = rollout(env, lambda o, i: 0)
+    pool = Pool(cap, LRU(), prefetcher=FirstSuccessor(), placement="bytes", cost=cost,
+                oversize="bypass")
+    want = pool.replay(trace).as_dict()
+    got = infos[-1]["stats"]
+    for f in ("misses", "hits", "prefetches", "prefetch_hits", "late_prefetches",
+              "useless_prefetches", "evictions", "bytes_h2d", "bytes_d2h", "stall_ns"):
+        assert got[f] == want[f], f
+    assert steps > 500 and got["prefetch_hits"] > 100
+
+
+def test_noop_agent_equals_lru_and_oracle_beats_it() -> None:
+    trace = pattern_trace(seed=1)
+    cap = 30 * 1024
+    env = PrefetchEnv(trace, K=8, window=None, capacity=cap, reward="misses")
+    total_noop, _, infos = rollout(env, lambda o, i: 8)
+    noop = infos[-1]["stats"]
+    assert noop["misses"] == Pool(cap, LRU(), placement="bytes").replay(trace).misses
+    assert total_noop == -(noop["misses"] - infos[0]["misses"])
+    _, _, infos = rollout(env, lambda o, i: i["oracle_action"])
+    oracle = infos[-1]["stats"]
+    assert oracle["misses"] < 0.8 * noop["misses"]
+    assert oracle["prefetch_hits"] > 0
+
+
+def test_pythia_reward_counts_outcomes() -> None:
+    trace = pattern_trace(seed=2, compute_ns=3_000)  # a fetch (8 us) outlasts a step
+    w = {"timely": 3.0, "late": 2.0, "useless": -5.0, "none": -0.25}
+    env = PrefetchEnv(trace, K=4, window=None, capacity=25 * 1024, pythia_weights=w, cost="h100_pcie5")
+    rng = np.random.default_rng(0)
+    noops = 0
+
+    def choose(obs, info):
+        nonlocal noops
+        a = int(rng.choice(np.flatnonzero(env.action_masks())))
+        noops += a == 4
+        return a
+
+    total, steps, infos = rollout(env, choose)
+    st, first = infos[-1]["stats"], infos[0]
+    assert first["misses"] >= 1 and steps > 100
+    # nothing was prefetched before the first decision, so the outcomes all count
+    want = (w["timely"] * st["prefetch_hits"] + w["late"] * st["late_prefetches"]
+            + w["useless"] * st["useless_prefetches"] + w["none"] * noops)
+    assert total == pytest.approx(want)
+    assert st["late_prefetches"] > 0 and st["useless_prefetches"] > 0
+
+
+@pytest.mark.parametrize("opportunity", ["miss", "access", "step", 5])
+def test_opportunities_and_info(opportunity) -> None:
+    trace = pattern_trace(n_rounds=10, seed=3)
+    env = PrefetchEnv(trace, K=6, window=300, capacity=0.5, opportunity=opportunity)
+    obs, info = env.reset(seed=0)
+    w = env._w.trace
+    prev_tick = -1
+    for _ in range(40):
+        t = info["tick"]
+        assert t > prev_tick
+        prev_tick = t
+        if opportunity == "miss":
+            assert info["misses"] > 0
+        elif opportunity == "step":
+            assert t == len(w) - 1 or w.step[t + 1] != w.step[t]
+        mask = env.action_masks()
+        assert mask.shape == (7,) and mask[-1]
+        n = int(mask[:-1].sum())
+        keys = info["keys"]
+        pool = env.pool
+        for j in range(n):
+            k = int(keys[j])
+            assert k in pool and not pool.view.is_resident(k)
+            rows = np.flatnonzero(w.key[t + 1:] == k)
+            assert info["next_use"][j] == (rows[0] + 1 if len(rows) else np.inf)
+        if np.isfinite(info["next_use"][:n]).any():
+            assert info["next_use"][info["oracle_action"]] == info["next_use"][:n].min()
+        else:
+            assert info["oracle_action"] == 6
+        cand, m, glob = features.observe(env.tracker, pool.view, keys[:n], 6)
+        np.testing.assert_array_equal(obs["candidates"], cand.reshape(-1))
+        obs, r, term, trunc, info = env.step(info["oracle_action"])
+        if term:
+            break
+
+
+def test_invalid_actions_and_arguments() -> None:
+    env = PrefetchEnv(pattern_trace(n_rounds=5), K=16, window=None, capacity=0.5)
+    obs, _ = env.reset(seed=0)
+    n = int(obs["mask"].sum())
+    assert n < 16
+    with pytest.raises(InvalidActionError, match=r"0\.\.16"):
+        env.step(17)
+    with pytest.raises(InvalidActionError, match="padded slot"):
+        env.step(15)
+    lenient = PrefetchEnv(pattern_trace(n_rounds=5), K=16, window=None, capacity=0.5,
+                          invalid_action="noop")
+    lenient.reset(seed=0)
+    _, _, _, _, info = lenient.step(15)
+    assert info["invalid_actions"] == 1
+    for kw, match in (({"opportunity": "sometimes"}, "opportunity"), ({"opportunity": 0}, "opportunity"),
+                      ({"reward": "hits"}, "reward"), ({"reward": "stall"}, "cost model"),
+                      ({"pythia_weights": {"early": 1.0}}, "unknown outcome"),
+                      ({"eviction": "fifo"}, "eviction"), ({"invalid_action": "lru"}, "invalid_action")):
+        with pytest.raises(ConfigError, match=match):
+            PrefetchEnv(pattern_trace(n_rounds=2), **kw)
+
+
+def test_same_seed_same_rollout_and_vector_env() -> None:
+    traces = [pattern_trace(n_rounds=8, seed=s) for s in (4, 5)]
+
+    def run(seed):
+        env = PrefetchEnv(traces, K=4, window=200)
+        rng = np.random.default_rng(seed)
+        return rollout(env, lambda o, i: int(rng.choice(np.flatnonzero(env.action_masks()))), seed=seed)
+
+    a, b = run(1), run(1)
+    assert a[0] == b[0] and a[1] == b[1]
+    assert [i["keys"].tolist() for i in a[2]] == [i["keys"].tolist() for i in b[2]]
+    venv = gym.make_vec("cachegym/Prefetch-v0", num_envs=2, vectorization_mode="sync",
+                        traces=traces, window=200, K=4)
+    venv.reset(seed=0)
+    for _ in range(5):
+        venv.step(np.full(2, 4))
+    venv.close()
