@@ -13,11 +13,13 @@
 
 * **pack** copies a saved activation into the pool (a first write: the pool makes room by
   evicting others to host, as its eviction policy decides) and hands autograd a small handle;
-* **unpack** reads it back: a hit, a (late) prefetch hit, or a demand miss that copies it in;
-  the bytes are then *copied out* of the pool into a fresh tensor, so no tensor handed to
-  autograd aliases memory the pool may reuse;
+* **unpack** reads it back: a hit, a (late) prefetch hit, or a demand miss that copies it in.
+  No tensor handed to autograd aliases memory the pool may reuse: on a NumPy arena the tensor
+  is a zero-copy view of the object, which stays *pinned* (never evicted, moved or freed) until
+  the last tensor using that memory is released (``zero_copy=True``, the default); otherwise
+  (device arenas, or ``zero_copy=False``) the bytes are copied out into a fresh tensor;
 * the pool object is freed when autograd drops the handle (after the unpack, or when the graph
-  is freed without backward);
+  is freed without backward) and no unpacked view of it is alive;
 * parameters (leaf tensors that require grad, and views of them) and tensors that are not plain
   strided tensors pass through untouched; so do tensors under ``min_bytes``.
 
@@ -53,7 +55,7 @@ import numpy as np
 import torch
 
 from allocator.cost import CostModel, Preset
-from allocator.errors import BackendError, ConfigError, ObjectTooLarge
+from allocator.errors import BackendError, ConfigError, ObjectTooLarge, PoolExhausted
 from allocator.pool import Pool
 from allocator.trace import Kind, Op, Trace
 from policies.base import PrefetchPolicyBase
@@ -157,6 +159,21 @@ class _Saved:
         self.shape, self.stride, self.device = shape, stride, device
 
 
+class _PinnedView:
+    """Exposes a pinned pool object's bytes to NumPy (``np.asarray`` keeps it as the array's
+    base); when the last array or tensor on that memory is released, its key is queued for
+    unpinning."""
+
+    __slots__ = ("__array_interface__", "_buf", "_queue", "_key")
+
+    def __init__(self, buf: np.ndarray, queue: collections.deque[int], key: int) -> None:
+        self.__array_interface__ = buf.__array_interface__
+        self._buf, self._queue, self._key = buf, queue, key
+
+    def __del__(self) -> None:
+        self._queue.append(self._key)
+
+
 def _raw_bytes(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
     """The bytes of ``t`` as a flat uint8 tensor, and the strides that rebuild it from them.
 
@@ -187,6 +204,7 @@ class ActivationOffload:
             (default ``time.perf_counter_ns``; ``None`` keeps it still).
         min_bytes: saved tensors smaller than this pass through.
         record: keep the pool access trace (:meth:`trace`).
+        zero_copy: on a NumPy arena, unpack to a view of the pinned object instead of a copy.
 
     The context manager can be entered once per step; the pool and its policies persist.
     """
@@ -196,7 +214,7 @@ class ActivationOffload:
                  prefetcher: PrefetchPolicy | None = _DEFAULT,
                  cost: CostModel | Preset | str | None = "h100_pcie5",
                  timer: Callable[[], int] | None = time.perf_counter_ns,
-                 min_bytes: int = 0, record: bool = False) -> None:
+                 min_bytes: int = 0, record: bool = False, zero_copy: bool = True) -> None:
         if backend is None:
             from allocator.backends import NumpyBackend
 
@@ -208,11 +226,14 @@ class ActivationOffload:
         self.device_id: int = getattr(backend, "device_id", 0)
         self.pool = Pool(budget, policy, prefetcher=prefetcher, cost=cost, backend=backend)
         self.min_bytes = int(min_bytes)
+        self.zero_copy = zero_copy
         self.timer = timer
         self.counters = OffloadStats()
         self._lock = threading.Lock()  # all pool calls of this offload
         self._next_key = 0
-        self._dead: collections.deque[int] = collections.deque()  # keys whose handle died
+        # keys whose handle died / whose unpacked view died: processed by collect()
+        self._dead: collections.deque[int] = collections.deque()
+        self._unpins: collections.deque[int] = collections.deque()
         self._last = 0
         self._hooks: Any = None
         self._record: list[tuple[int, int, int, int]] | None = [] if record else None
@@ -234,16 +255,28 @@ class ActivationOffload:
             hooks.__exit__(*exc)
 
     def collect(self) -> int:
-        """Free the pool objects of saved tensors autograd has dropped; returns how many."""
-        n = 0
-        if not self._dead:
+        """Unpin objects whose unpacked views are gone and free the pool objects of saved
+        tensors autograd has dropped (those still viewed wait); returns how many were freed.
+
+        Releases only queue keys (they may run on any thread, inside any code); the offload
+        collects before each pack and unpack and after each training step."""
+        if not self._dead and not self._unpins:
             return 0
+        n = 0
+        pool = self.pool
         with self._lock:
+            while self._unpins:
+                pool.unpin(self._unpins.popleft())
+            waiting = []
             while self._dead:
                 key = self._dead.popleft()
-                self.pool.free(key)
+                if pool.view.info(key).pins:
+                    waiting.append(key)  # an unpacked view still uses it
+                    continue
+                pool.free(key)
                 self._log(key, 0, Op.FREE)
                 n += 1
+            self._dead.extend(waiting)
         self.counters.freed += n
         return n
 
@@ -258,7 +291,7 @@ class ActivationOffload:
             self.counters.passed_through += 1
             return t
         self._check_device(t)
-        if self._dead:
+        if self._dead or self._unpins:
             self.collect()
         with torch.no_grad():
             raw, stride = _raw_bytes(t.detach())
@@ -273,6 +306,8 @@ class ActivationOffload:
             except ObjectTooLarge as e:
                 raise BudgetTooSmall(key, nbytes, pool.capacity,
                                      f"shape {tuple(t.shape)}, {t.dtype}") from e
+            except PoolExhausted as e:
+                raise self._exhausted(e) from e
             pool.pin(key)
             try:
                 self._copy_in(pool.view.info(key).offset, raw)
@@ -290,17 +325,31 @@ class ActivationOffload:
     def _unpack(self, h: Any) -> torch.Tensor:
         if isinstance(h, torch.Tensor):
             return h
-        if self._dead:
+        if self._dead or self._unpins:
             self.collect()
         pool = self.pool
         with self._lock:
             t0 = self._advance()
-            pool.access(h.key, h.nbytes, kind=Kind.ACTIVATION)
-            pool.pin(h.key)
             try:
-                out = self._copy_out(pool.view.info(h.key).offset, h.nbytes)
+                pool.access(h.key, h.nbytes, kind=Kind.ACTIVATION)
+            except PoolExhausted as e:
+                raise self._exhausted(e) from e
+            pool.pin(h.key)
+            buf = self.backend.device_buffer(pool.view.info(h.key).offset, h.nbytes)
+            handed = False  # True once a _PinnedView owns the pin
+            try:
+                if isinstance(buf, np.ndarray) and self.zero_copy:
+                    # the view holds the pin; its release (the last tensor on this memory is
+                    # gone) queues the unpin
+                    pinned = _PinnedView(buf, self._unpins, h.key)
+                    handed = True
+                    out = torch.from_numpy(np.asarray(pinned))
+                    del pinned
+                else:
+                    out = self._copy_out(buf)
             finally:
-                pool.unpin(h.key)
+                if not handed:
+                    pool.unpin(h.key)
             self._log(h.key, h.nbytes, Op.READ)
             self._last = t1 = self._now()
         self.counters.unpacked += 1
@@ -309,6 +358,13 @@ class ActivationOffload:
         return out.view(h.dtype).as_strided(h.shape, h.stride)
 
     # ------------------------------------------------------------------ helpers
+    def _exhausted(self, e: PoolExhausted) -> PoolExhausted:
+        pinned = sum(1 for k in self.pool.resident_keys() if self.pool.view.info(k).pins)
+        return PoolExhausted(e.size, e.used, e.capacity, (
+            f"activation offload: {pinned} saved tensors are pinned because tensors unpacked "
+            "from them are still referenced (zero_copy=True pins while referenced); release "
+            "them, use zero_copy=False, or raise the budget"))
+
     # NumPy arenas copy with NumPy (one memcpy, no intra-op thread pool to wake); device
     # arenas with torch on the current stream, zero-copy through DLPack.
     def _copy_in(self, offset: int, raw: torch.Tensor) -> None:
@@ -318,8 +374,8 @@ class ActivationOffload:
         else:
             torch.from_dlpack(buf).copy_(raw)
 
-    def _copy_out(self, offset: int, nbytes: int) -> torch.Tensor:
-        buf = self.backend.device_buffer(offset, nbytes)
+    @staticmethod
+    def _copy_out(buf: Any) -> torch.Tensor:
         if isinstance(buf, np.ndarray):
             return torch.from_numpy(buf.copy())
         return torch.from_dlpack(buf).clone()
@@ -471,8 +527,21 @@ def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Te
           sync: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train ``model`` for ``steps`` SGD steps (momentum 0.9) over ``batches`` (cycled), with
     the forward under ``offload`` when given. Returns the losses and each step's wall time
-    (``sync`` is called before reading the clock, e.g. ``torch.cuda.synchronize``)."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    (``sync`` is called before reading the clock, e.g. ``torch.cuda.synchronize``).
+
+    The update is written out (not ``torch.optim``, whose first use imports the compiler
+    stack: seconds in every fresh process)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    momentum = [torch.zeros_like(p) for p in params]
+
+    def step() -> None:
+        with torch.no_grad():
+            for p, buf in zip(params, momentum):
+                if p.grad is not None:
+                    buf.mul_(0.9).add_(p.grad)
+                    p.add_(buf, alpha=-lr)
+                    p.grad = None
+
     losses: list[float] = []
     step_ns: list[int] = []
     for i in range(steps):
@@ -480,14 +549,13 @@ def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Te
         if sync is not None:
             sync()
         t0 = time.perf_counter_ns()
-        opt.zero_grad(set_to_none=True)
         if offload is not None:
             with offload:
                 loss = loss_fn(model, batch)
         else:
             loss = loss_fn(model, batch)
         loss.backward()
-        opt.step()
+        step()
         losses.append(float(loss.detach()))
         del loss
         if offload is not None:

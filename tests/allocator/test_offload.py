@@ -1,0 +1,350 @@
+"""Activation offload on CPU (NumpyBackend): bitwise-equal training under a tight budget, no
+data loss under any policy, parameters pass through, clear errors, nothing aliases the pool."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from allocator.backends import NumpyBackend  # noqa: E402
+from allocator.errors import BackendError, ConfigError, ObjectTooLarge  # noqa: E402
+from allocator.offload import (  # noqa: E402
+    ActivationOffload,
+    BudgetTooSmall,
+    ReversePackOrder,
+    TinyTransformer,
+    activation_footprint,
+    is_parameter,
+    make_batches,
+    train,
+)
+from allocator.pool import Pool  # noqa: E402
+from allocator.trace import Op  # noqa: E402
+from policies.base import EvictionPolicyBase, first_evictable  # noqa: E402
+from policies.lru import LRU  # noqa: E402
+
+
+class MRU(EvictionPolicyBase):
+    """Evicts the most recently used object: the worst order for activations."""
+
+    name = "mru"
+
+    def __init__(self) -> None:
+        self._order: OrderedDict[int, None] = OrderedDict()
+
+    def victim(self, view: Any) -> int | None:
+        return first_evictable(view, reversed(self._order))
+
+    def on_hit(self, view: Any, key: int) -> None:
+        self._order.move_to_end(key)
+
+    def on_insert(self, view: Any, key: int) -> None:
+        self._order[key] = None
+
+    def on_evict(self, view: Any, key: int) -> None:
+        del self._order[key]
+
+    def on_free(self, view: Any, key: int) -> None:
+        self._order.pop(key, None)
+
+
+class SeededRandom(EvictionPolicyBase):
+    name = "random"
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+
+    def victim(self, view: Any) -> int | None:
+        cands = sorted(view.candidates())
+        return self._rng.choice(cands) if cands else None
+
+
+POLICIES = {"lru": LRU, "mru": MRU, "random": SeededRandom}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: deterministic and fast on a shared two-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def small_setup(seed: int = 0) -> tuple[Any, list[Any], dict[str, int]]:
+    torch.manual_seed(seed)
+    model = TinyTransformer(vocab=64, d=32, heads=2, layers=2, seq=16)
+    batches = make_batches(64, 16, 4, 3, seed=seed)
+    return model, batches, activation_footprint(model, batches[0])
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_training_is_bitwise_equal_under_a_tight_budget(policy: str) -> None:
+    model, batches, fp = small_setup()
+    budget = max(fp["total"] // 6, 2 * fp["largest"])
+    assert budget < fp["total"] // 3  # far below the activation footprint
+    ref_model = copy.deepcopy(model)
+    ref = train(ref_model, batches, 4)
+    off = ActivationOffload(budget, backend=NumpyBackend(), policy=POLICIES[policy]())
+    try:
+        got = train(model, batches, 4, offload=off)
+        st = off.stats()
+        assert got["losses"] == ref["losses"]
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            assert torch.equal(p, q)
+        assert st["evictions"] > 0 and st["writebacks"] > 0
+        assert st["prefetches"] > 0
+        assert st["bytes_d2h"] > 0 and st["bytes_h2d"] > 0
+        assert st["peak_device_bytes"] <= budget
+        assert st["packed"] == st["unpacked"] == st["freed"]
+        assert len(off.pool) == 0  # every saved tensor's pool object was freed
+        if policy == "lru":
+            assert st["prefetch_hits"] > 0
+    finally:
+        off.close()
+
+
+class SaveAll(torch.autograd.Function):
+    """Saves the given tensors; backward checks what comes back against reference copies."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, *saved: Any) -> Any:
+        ctx.save_for_backward(*saved)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        # copies: an unpacked view keeps its pool object pinned while it is referenced
+        ctx.results = [(t.clone(), t.stride()) for t in ctx.saved_tensors]
+        return (g * 2,) + (None,) * len(ctx.results)
+
+
+def _assorted(seed: int) -> list[Any]:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(37, 53, generator=g)
+    return [
+        a.t(),  # non-contiguous, dense
+        torch.randn(2, 3, 5, 7, generator=g).to(memory_format=torch.channels_last),
+        a[::2, 1:],  # not dense: comes back contiguous with the same values
+        torch.randn(1000, generator=g, dtype=torch.float64),
+        torch.randn(64, 33, generator=g).to(torch.bfloat16),
+        torch.randint(0, 1 << 40, (129,), generator=g),
+        torch.rand(77, generator=g) > 0.5,
+        torch.tensor(3.25),
+        torch.randn(300, 20, generator=g).expand(2, 300, 20),  # stride 0
+    ]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_saved_tensors_come_back_equal_under_every_policy(policy: str) -> None:
+    tensors = _assorted(1) + _assorted(2) + _assorted(3)
+    largest = max(t.numel() * t.element_size() for t in tensors)
+    off = ActivationOffload(2 * largest, backend=NumpyBackend(), policy=POLICIES[policy](),
+                            prefetcher=ReversePackOrder(depth=3))
+    x = torch.randn(8, requires_grad=True)
+    refs = [t.clone() for t in tensors]
+    try:
+        with off:
+            ys = [SaveAll.apply(x, t, tensors[-i - 1]) for i, t in enumerate(tensors)]
+            y = sum(y.sum() for y in ys)
+        nodes = [yy.grad_fn for yy in ys]
+        y.backward()
+        st = off.stats()
+        assert st["evictions"] > 0
+        for i, node in enumerate(nodes):
+            a, b = node.results
+            for (got, stride), want, src in ((a, refs[i], tensors[i]),
+                                             (b, refs[-i - 1], tensors[-i - 1])):
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert torch.equal(got, want)
+                if src.is_contiguous() or src.stride() == torch.empty_like(src).stride():
+                    assert stride == src.stride()
+    finally:
+        off.close()
+
+
+def test_parameters_pass_through_and_only_activations_are_packed() -> None:
+    model, batches, fp = small_setup()
+    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: list[tuple[bool, int]] = []  # (shares a parameter's storage, bytes)
+
+    def spy(t: Any) -> Any:
+        saved.append((t.untyped_storage().data_ptr() in storages, t.numel() * t.element_size()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(spy, lambda t: t):
+        model(batches[0][0]).sum()
+    n_param = sum(1 for is_p, _ in saved if is_p)
+    act_bytes = sum(n for is_p, n in saved if not is_p)
+    assert n_param > 0
+    off = ActivationOffload(4 * fp["total"], backend=NumpyBackend())
+    try:
+        with off:
+            loss = model(batches[0][0]).sum()
+        assert off.counters.passed_through == n_param
+        assert off.counters.bytes_packed == act_bytes
+        assert sum(off.pool.view.info(k).size for k in off.pool.resident_keys()) == act_bytes
+        loss.backward()
+    finally:
+        off.close()
+    w = torch.nn.Parameter(torch.ones(3))
+    assert is_parameter(w) and is_parameter(w.t()) and is_parameter(w[:2])
+    assert not is_parameter(w * 2) and not is_parameter(torch.ones(3))
+
+
+def test_budget_smaller_than_the_largest_saved_tensor_is_a_clear_error() -> None:
+    model, batches, fp = small_setup()
+    off = ActivationOffload(fp["largest"] // 2, backend=NumpyBackend())
+    try:
+        with pytest.raises(BudgetTooSmall) as ei, off:
+            model(batches[0][0]).sum()
+        assert isinstance(ei.value, ObjectTooLarge)
+        msg = str(ei.value)
+        assert "raise the budget" in msg and str(fp["largest"]) in msg
+    finally:
+        off.close()
+
+
+class CudaClaimingBackend(NumpyBackend):
+    device_type = "cuda"
+    device_id = 0
+
+
+def test_tensor_on_the_wrong_device_is_a_clear_error() -> None:
+    off = ActivationOffload(1 << 20, backend=CudaClaimingBackend())
+    x = torch.randn(16, requires_grad=True)
+    try:
+        with pytest.raises(BackendError, match=r"on cpu .* holds cuda:0 memory"), off:
+            x.exp().sum()  # exp saves its result
+    finally:
+        off.close()
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_unpacked_tensors_do_not_alias_memory_the_pool_reuses(zero_copy: bool) -> None:
+    off = ActivationOffload(1 << 16, backend=NumpyBackend(), prefetcher=None,
+                            zero_copy=zero_copy)
+    x = torch.randn(1024, requires_grad=True)
+    seen: list[Any] = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            ctx.save_for_backward(x * 3)
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            (s,) = ctx.saved_tensors
+            want = s.clone()
+            for k in range(1, 40):  # churn: the pool evicts and reuses every unpinned block
+                off.pool.put(-k, np.full(12_000, 0xFF, np.uint8))
+            seen.append(torch.equal(s, want))
+            return g
+
+    try:
+        with off:
+            y = Probe.apply(x).sum()
+        y.backward()
+        assert seen == [True]
+        assert off.pool.stats.evictions > 30
+        off.collect()
+        assert off.counters.freed == off.counters.packed == 1  # unpinned, then freed
+    finally:
+        off.close()
+
+
+def test_graph_freed_without_backward_frees_the_pool() -> None:
+    model, batches, fp = small_setup()
+    off = ActivationOffload(fp["total"] // 2, backend=NumpyBackend())
+    try:
+        with off:
+            loss = model(batches[0][0]).sum()
+        assert len(off.pool) == off.counters.packed > 0
+        del loss
+        assert off.collect() == off.counters.packed
+        assert len(off.pool) == 0
+    finally:
+        off.close()
+
+
+def test_backward_twice_with_retain_graph() -> None:
+    model, batches, fp = small_setup()
+    ref_model = copy.deepcopy(model)
+    loss = ref_model(batches[0][0]).square().mean()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    off = ActivationOffload(max(fp["total"] // 4, 2 * fp["largest"]), backend=NumpyBackend())
+    try:
+        with off:
+            loss = model(batches[0][0]).square().mean()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            assert torch.equal(p.grad, q.grad)
+        assert off.counters.unpacked == 2 * off.counters.packed
+    finally:
+        off.close()
+
+
+def test_reverse_pack_order_prefetches_the_next_saved_tensors() -> None:
+    pool = Pool(4 * 512, LRU(), backend=None)
+    pf = ReversePackOrder(depth=2)
+    for k in range(6):
+        pool.access(k, 512, True)
+        assert list(pf.prefetch(pool.view, k)) == []  # packs predict nothing
+    assert set(pool.resident_keys()) == {2, 3, 4, 5}
+    pool.access(5, 512)
+    assert list(pf.prefetch(pool.view, 5)) == []  # 4 and 3 are resident
+    pool.free(4)
+    pool.access(3, 512)
+    assert pf.prefetch(pool.view, 3) == [1]  # 2 is resident: the next two are 2 and 1
+    pool.free(1)
+    assert pf.prefetch(pool.view, 3) == [0]
+    with pytest.raises(ConfigError):
+        ReversePackOrder(depth=0)
+
+
+def test_recorded_trace_replays_to_the_same_decisions() -> None:
+    model, batches, fp = small_setup()
+    budget = max(fp["total"] // 4, 2 * fp["largest"])
+    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, timer=None)
+    try:
+        train(model, batches, 2, offload=off)
+        tr = off.trace()
+        st = off.stats()
+    finally:
+        off.close()
+    assert int((tr.op == Op.WRITE).sum()) == st["packed"]
+    assert int((tr.op == Op.READ).sum()) == st["unpacked"]
+    assert int((tr.op == Op.FREE).sum()) == st["freed"]
+    sim = Pool(budget, LRU(), prefetcher=ReversePackOrder(), cost="h100_pcie5").replay(tr)
+    for f in ("hits", "misses", "evictions", "writebacks", "prefetches", "bytes_h2d", "bytes_d2h"):
+        assert getattr(sim, f) == st[f], f
+
+
+def test_bench_offload_smoke() -> None:
+    import argparse
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_offload.py")
+    spec = importlib.util.spec_from_file_location("bench_offload", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    parser = argparse.ArgumentParser()
+    mod.add_args(parser)
+    args = parser.parse_args(["--steps", "3", "--d", "16", "--layers", "1", "--seq", "8",
+                              "--batch", "2", "--rounds", "1"])
+    fig = mod.run(args)
+    assert fig["offload_evictions"] == 0  # the budget holds everything
+    assert fig["overhead"] == pytest.approx(fig["offload_step_ms"] / fig["plain_step_ms"] - 1)
+    assert np.isfinite(fig["overhead"])
