@@ -218,3 +218,48 @@ def test_agent_chosen_victims(name: str) -> None:
             pass
         pool._check()
         assert checked.tracked == set(pool.resident_keys())
+
+
+# ---------------------------------------------------------------------------------- registry
+def test_registry_builds_every_eviction_policy() -> None:
+    trace = mixed_trace(seed=6, n=50)
+    for name in EVICTION_NAMES:
+        p = make_eviction(name, trace=trace)
+        assert isinstance(p, EvictionPolicy)
+        assert p.name == name
+    assert make_eviction(" LRU ").name == "lru"
+
+
+def test_registry_passes_parameters_and_seed() -> None:
+    assert make_eviction("clock", n_bits=2).max_freq == 3  # type: ignore[attr-defined]
+    assert make_eviction("slru", n_seg=3).n_seg == 3  # type: ignore[attr-defined]
+    assert make_eviction("random", seed=7).seed == 7  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: make_eviction("nope"), "valid names: lru, fifo, lfu, random, clock, arc"),
+    (lambda: make_eviction("belady"), "trace="),
+    (lambda: make_eviction("clock", bits=2), "bad parameters for policy 'clock'"),
+    (lambda: make_eviction("clock", n_bits=0), "n_bits"),
+    (lambda: make_eviction("learned:"), "learned:PATH"),
+])
+def test_registry_errors_say_what_to_do(call, match: str) -> None:  # type: ignore[no-untyped-def]
+    from allocator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        call()
+
+
+def test_registry_resolves_learned_path_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    import policies.learned as learned
+
+    seen: list[str] = []
+    sentinel = object()
+
+    def fake_load(path: str) -> object:
+        seen.append(path)
+        return sentinel
+
+    monkeypatch.setattr(learned.LearnedPolicy, "load", staticmethod(fake_load))
+    assert make_eviction("learned:runs/x/policy.npz") is sentinel
+    assert seen == ["runs/x/policy.npz"]
