@@ -98,10 +98,11 @@ class GDSF(ShadowPolicy):
             self._forget(key)
 
     def on_free(self, view: PoolView, key: int) -> None:
+        self._in_pool.discard(key)
         if key in self._pending:
             del self._pending[key]
         elif key in self._rec:
-            self._forget(key)
+            self._forget(key)  # a free is no eviction: the clock stays
 
     # ---------------------------------------------------------------- the model (libCacheSim)
     def _push(self, key: int) -> None:

@@ -28,13 +28,15 @@ class ShadowPolicy(EvictionPolicyBase):
     :meth:`_resident`, :meth:`_remove` and :meth:`_fallback`, and call :meth:`_drop` when the
     model evicts an object.
 
-    Invariant: ``_pending`` holds tracked objects the model does not hold, oldest drop first.
+    Invariants: ``_in_pool`` is the set of objects the pool tracks; ``_pending`` holds those
+    of them the model does not hold, oldest drop first.
     """
 
     def __init__(self) -> None:
         self._pending: OrderedDict[int, None] = OrderedDict()
         self._last_miss: int | None = None
         self._outside: int | None = None  # fallback victim the model keeps holding
+        self._in_pool: set[int] = set()  # the objects the pool tracks
         self._ready = False
         self.model_requests = 0
         self.model_misses = 0  # misses of the model itself (the original algorithm's count)
@@ -61,7 +63,8 @@ class ShadowPolicy(EvictionPolicyBase):
         raise NotImplementedError
 
     def _drop(self, key: int) -> None:
-        self._pending[key] = None
+        if key in self._in_pool:  # (an object the pool gave up already needs nothing)
+            self._pending[key] = None
 
     # ---------------------------------------------------------------- pool hooks
     def pending_evictions(self) -> list[int]:
@@ -99,6 +102,7 @@ class ShadowPolicy(EvictionPolicyBase):
         if self._last_miss != key:  # a prefetch: the model sees it as a request
             self._model(key, view.size(key))
         self._last_miss = None
+        self._in_pool.add(key)
         self._settle(key)
 
     def victim(self, view: PoolView) -> int | None:
@@ -111,6 +115,7 @@ class ShadowPolicy(EvictionPolicyBase):
         return k
 
     def on_evict(self, view: PoolView, key: int) -> None:
+        self._in_pool.discard(key)
         if key in self._pending:
             del self._pending[key]
         elif key == self._outside:

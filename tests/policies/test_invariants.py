@@ -25,6 +25,7 @@ from envs.workloads import synthetic
 from policies.base import EvictionPolicy
 from policies.prefetch import LookaheadPrefetcher, MarkovPrefetcher
 from policies.registry import EVICTION_NAMES, make_eviction
+from policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -115,6 +116,8 @@ def drive(pool: Pool, checked: Checked, trace: Trace) -> None:
         pool._check()
         assert pool.view.used <= cap
         assert checked.tracked == set(pool.resident_keys()), f"row {i}: tracked set drifted"
+        if isinstance(checked.inner, ShadowPolicy):  # pending objects are the pool's own
+            assert set(checked.inner.pending_evictions()) <= checked.tracked
     st = pool.snapshot()
     assert st.hits + st.misses == st.accesses
     assert st.accesses == int((trace.op != Op.FREE).sum())
