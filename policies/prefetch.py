@@ -136,17 +136,16 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self.window = 8 * depth if window is None else int(window)
         if self.window < 1:
             raise ConfigError(f"LookaheadPrefetcher window must be >= 1, got {window}")
-        self._keys = trace.key.tolist()
-        self._free = (trace.op == Op.FREE).tolist()
+        self._key = trace.key
+        self._free = trace.op == Op.FREE
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        t = view.tick
-        n = len(self._keys)
+        lo = view.tick + 1
+        hi = lo + self.window
         out: list[int] = []
         freed: set[int] = set()
-        for r in range(t + 1, min(n, t + 1 + self.window)):
-            k = self._keys[r]
-            if self._free[r]:
+        for k, is_free in zip(self._key[lo:hi].tolist(), self._free[lo:hi].tolist()):
+            if is_free:
                 freed.add(k)
                 continue
             if k in freed or k == key or k in out:

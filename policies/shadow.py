@@ -38,8 +38,13 @@ class ShadowPolicy(EvictionPolicyBase):
         self._outside: int | None = None  # fallback victim the model keeps holding
         self._in_pool: set[int] = set()  # the objects the pool tracks
         self._ready = False
+        # counters over the pool's accesses: the model's own misses (the original algorithm's
+        # count), and the accesses where the pool and the model disagree (pool misses =
+        # model_misses - divergent_hits + divergent_misses)
         self.model_requests = 0
-        self.model_misses = 0  # misses of the model itself (the original algorithm's count)
+        self.model_misses = 0
+        self.divergent_hits = 0  # the pool hit an object the model had dropped or refused
+        self.divergent_misses = 0  # the pool missed an object it gave up but the model kept
 
     # ---------------------------------------------------------------- for subclasses
     def _setup(self, capacity: int) -> None:
@@ -71,10 +76,12 @@ class ShadowPolicy(EvictionPolicyBase):
         """Objects the model no longer holds that the pool still does (evicted first)."""
         return list(self._pending)
 
-    def _model(self, key: int, size: int) -> None:
+    def _model(self, key: int, size: int) -> bool:
         self.model_requests += 1
-        if not self._request(key, size):
+        hit = self._request(key, size)
+        if not hit:
             self.model_misses += 1
+        return hit
 
     def _ensure(self, view: PoolView) -> None:
         if not self._ready:
@@ -89,23 +96,26 @@ class ShadowPolicy(EvictionPolicyBase):
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self._ensure(view)
-        self._model(key, view.size(key))
+        if not self._model(key, view.size(key)):
+            self.divergent_hits += 1
         self._settle(key)
 
     def on_miss(self, view: PoolView, key: int) -> None:
         self._ensure(view)
         self._last_miss = key
-        self._model(key, view.size(key))
+        if self._model(key, view.size(key)):
+            self.divergent_misses += 1
 
     def on_insert(self, view: PoolView, key: int) -> None:
         self._ensure(view)
-        if self._last_miss != key:  # a prefetch: the model sees it as a request
-            self._model(key, view.size(key))
+        if self._last_miss != key:  # a prefetch: the model sees it as a request (uncounted)
+            self._request(key, view.size(key))
         self._last_miss = None
         self._in_pool.add(key)
         self._settle(key)
 
     def victim(self, view: PoolView) -> int | None:
+        self._outside = None
         k = first_evictable(view, self._pending)
         if k is None:
             # the model holds more than the pool can (or an agent evicted for it): give up an

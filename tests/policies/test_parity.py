@@ -163,6 +163,19 @@ def test_model_parity(policy: str, trace_name: str, capacity: int, tmp_dir: str)
     assert our_misses(trace_name, policy, capacity)[2] == want
 
 
+@pytest.mark.parametrize("policy", ["lirs", "slru", "gdsf", "s3fifo"])
+def test_pool_and_model_differ_only_where_counted(policy: str) -> None:
+    """Every access where the pool and the model disagree is counted, and those are all."""
+    for name in ("zipf-obj", "zipf-bytes-wide"):
+        trace, caps = _traces()[name]
+        for cap in caps:
+            p = make_eviction(policy, trace=trace)
+            assert isinstance(p, ShadowPolicy)
+            st = Pool(cap, p, placement="bytes", oversize="bypass").replay(trace)
+            assert p.model_requests == len(trace)
+            assert st.misses == p.model_misses - p.divergent_hits + p.divergent_misses
+
+
 _NEAR = (
     _cases(("gdsf", "slru"), _BYTES + ("zipf-bytes-small",))
     + _cases(("lirs",), ("zipf-obj", "zipf-bytes-small"))
