@@ -7,6 +7,10 @@ admits. A :class:`ShadowPolicy` feeds every access to its model; whatever the mo
 order the model dropped it. The pool thus holds exactly the model's residents plus the
 pending objects, and its misses differ from the model's only on accesses to pending objects
 (a hit here, a miss in the model). :meth:`pending_evictions` lists them.
+
+The model sees object sizes through the pool, which keeps the cached size on a hit; when a
+trace changes an object's size between requests, a pool hit on a pending object feeds the
+model the cached size instead of the request's (libCacheSim would see the new one).
 """
 
 from __future__ import annotations

@@ -75,13 +75,18 @@ def _traces() -> dict[str, tuple[Trace, tuple[int, ...]]]:
                                 size=100, size_sigma=0.5, seed=4)
     zipf_small = synthetic.zipf(4000, 2000, 0.9, size=100, size_sigma=0.3, seed=5)
     zipf_wide = synthetic.zipf(4000, 500, 0.9, size=100, size_sigma=1.0, seed=6)
+    # sizes drawn per request: a hit keeps the cached size, a miss inserts the request's
+    varsize = Trace.from_arrays(zipf_obj.key,
+                                np.random.default_rng(8).integers(50, 400, len(zipf_obj)),
+                                name="varsize")
     return {
         "zipf-obj": (zipf_obj, (20, 100, 240)),
         "scan-obj": (scan_obj, (40, 200)),
         "zipf-bytes": (zipf_bytes, (6000, 20000)),
         "scan-bytes": (scan_bytes, (8000, 24000)),
         "zipf-bytes-small": (zipf_small, (30000, 60000)),
-        "zipf-bytes-wide": (zipf_wide, (2000, 10000)),
+        "zipf-bytes-wide": (zipf_wide, (1000, 10000)),
+        "varsize": (varsize, (8000, 30000)),
     }
 
 
@@ -140,6 +145,10 @@ _EXACT = (
     _cases(("lru", "fifo", "lfu", "clock", "sieve", "arc", "s3fifo", "belady"), _ALL)
     + _cases(("slru", "gdsf"), _OBJ)
     + _cases(("lirs",), ("scan-obj",))
+    # objects larger than the cache (never inserted) and sizes that change between requests
+    + _cases(("lru", "fifo", "lfu", "clock", "sieve", "arc", "belady"), ("zipf-bytes-wide",))
+    + _cases(("lru", "fifo", "lfu", "clock", "sieve", "arc", "s3fifo", "belady", "gdsf"),
+             ("varsize",))
 )
 
 
@@ -197,6 +206,11 @@ def test_traces_exercise_eviction(tmp_dir: str) -> None:
         cold = len(np.unique(trace.key))
         for c in caps:
             assert our_misses(name, "lru", c)[0] > cold + 100, (name, c)
+
+
+def test_wide_trace_has_objects_larger_than_the_cache() -> None:
+    trace, caps = _traces()["zipf-bytes-wide"]
+    assert int((trace.size > min(caps)).sum()) > 20
 
 
 def test_lirs_small_trace_fits_q() -> None:
