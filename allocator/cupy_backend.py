@@ -148,7 +148,7 @@ class CupyBackend:
         with self._device:
             try:
                 self._mem = cp.cuda.Memory(int(capacity))
-            except cp.cuda.memory.OutOfMemoryError as e:
+            except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
                 free, total = cp.cuda.runtime.memGetInfo()
                 raise BackendError(
                     f"CupyBackend: cannot allocate the device arena of {capacity} bytes on "
@@ -325,7 +325,8 @@ class CupyBackend:
         cp = _cupy()
         with _cuda(f"allocating {nbytes} bytes of pinned host memory",
                    "pinned memory is limited by the host's RAM; lower the working set"):
-            new = np.frombuffer(cp.cuda.alloc_pinned_memory(max(nbytes, 1)), np.uint8, nbytes)
+            mem = cp.cuda.alloc_pinned_memory(max(nbytes, 1))
+            new = np.ndarray((nbytes,), np.uint8, buffer=mem)  # as cupyx.empty_pinned
         if buf is not None:  # resized object: keep the bytes both sizes share
             self._host_wait([self._last_h2d.get(key), self._last_d2h.get(key)])
             n = min(nbytes, buf.nbytes)

@@ -1,0 +1,341 @@
+#!/usr/bin/env python
+"""One check of the GPU path, on a machine with a CUDA GPU (about 2 minutes on an H100/H200).
+
+    python scripts/gpu_check.py --out DIR [--policy FILE]
+    python scripts/gpu_check.py --out DIR --cpu-dry-run      # everything but the GPU, on CPU
+
+1. backend: runs the CuPy backend tests (``pytest -m gpu``) and checks that a pool with a
+   CupyBackend makes the same decisions, statistics and bytes as one with a NumpyBackend on the
+   same seeded sequence of writes, reads, prefetches and frees;
+2. calibration: measures copy latency and bandwidth per direction (pinned memory) and whether
+   an h2d and a d2h overlap (two copy engines), and writes ``DIR/preset.json``
+   (``allocator.cost.save_preset``, ``calibrated=True``);
+3. training: trains a small transformer with activation offload at a budget of half its
+   activation footprint, under LRU and under the best available policy (the learned policy
+   ``--policy FILE``, else the heuristic with the least simulated stall on the recorded
+   trace), against training without offload: step times, stall time, bytes moved, losses.
+
+Figures go to ``DIR/gpu_check.json`` (rewritten after each section). Without a GPU it says so
+and exits with status 2 (unless ``--cpu-dry-run``: NumpyBackend, a tiny model, small copies).
+Exit status 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+GPU_MODEL = {"vocab": 4096, "d": 768, "heads": 12, "layers": 6, "seq": 512, "batch": 8}
+CPU_MODEL = {"vocab": 64, "d": 32, "heads": 2, "layers": 2, "seq": 16, "batch": 4}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="gpu_check_out", help="folder for the JSON figures")
+    p.add_argument("--policy", help="a learned policy file (exported) to compare with LRU")
+    p.add_argument("--cpu-dry-run", action="store_true",
+                   help="no GPU: NumpyBackend, a tiny model, small copies")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per run")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--skip-pytest", action="store_true")
+    p.add_argument("--calib-bytes", type=int, default=256 << 20,
+                   help="largest calibration copy (bytes)")
+    for k, v in GPU_MODEL.items():
+        p.add_argument(f"--{k}", type=int, default=None, help=f"model size (GPU default {v})")
+    return p.parse_args(argv)
+
+
+class Report:
+    """The figures, rewritten to ``DIR/gpu_check.json`` after each section."""
+
+    def __init__(self, out: str) -> None:
+        os.makedirs(out, exist_ok=True)
+        self.path = os.path.join(out, "gpu_check.json")
+        self.data: dict[str, Any] = {"ok": True, "failures": []}
+
+    def fail(self, what: str) -> None:
+        self.data["ok"] = False
+        self.data["failures"].append(what)
+        print(f"FAIL: {what}", flush=True)
+
+    def save(self) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.data, f, indent=2, default=str)
+
+
+def environment(dry: bool) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    env: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
+                           "torch": torch.__version__, "mode": "cpu-dry-run" if dry else "gpu"}
+    if not dry:
+        import cupy
+
+        from allocator.cupy_backend import device_info
+
+        env["cupy"] = cupy.__version__
+        env["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+        env["device"] = device_info(0)
+    return env
+
+
+def check_backend(args: argparse.Namespace, rep: Report) -> None:
+    from allocator.backends import NumpyBackend
+    from allocator.cupy_backend import CupyBackend, parity_run
+
+    sec: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    if args.cpu_dry_run or args.skip_pytest:
+        sec["pytest"] = "skipped"
+    else:
+        log = os.path.join(args.out, "pytest_gpu.txt")
+        cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+               os.path.join(ROOT, "tests", "allocator", "test_cupy_backend.py")]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        with open(log, "w") as f:
+            f.write(proc.stdout + proc.stderr)
+        tail = proc.stdout.strip().splitlines()[-1:] or [""]
+        sec["pytest"] = {"returncode": proc.returncode, "summary": tail[0]}
+        print(f"pytest -m gpu: {tail[0]}", flush=True)
+        if proc.returncode != 0:
+            rep.fail(f"pytest -m gpu failed: {tail[0]} (see {log})")
+    ref = parity_run(NumpyBackend())
+    other = parity_run(NumpyBackend(threads=False) if args.cpu_dry_run else CupyBackend())
+    parity = {
+        "events": len(ref["events"]),
+        "decisions_equal": ref["events"] == other["events"],
+        "stats_equal": ref["stats"] == other["stats"],
+        "data_equal": ref["digest"] == other["digest"],
+        "mismatches": [ref["mismatches"], other["mismatches"]],
+        "evictions": ref["stats"]["evictions"], "prefetches": ref["stats"]["prefetches"],
+        "writebacks": ref["stats"]["writebacks"],
+    }
+    sec["parity_with_numpy"] = parity
+    print(f"parity with NumpyBackend: {parity}", flush=True)
+    if not (parity["decisions_equal"] and parity["stats_equal"] and parity["data_equal"]
+            and parity["mismatches"] == [0, 0]):
+        rep.fail("backend parity with NumpyBackend")
+    sec["seconds"] = time.perf_counter() - t0
+    rep.data["backend"] = sec
+    rep.save()
+
+
+def check_calibration(args: argparse.Namespace, rep: Report) -> Any:
+    from allocator.backends import NumpyBackend
+    from allocator.cost import load_preset, save_preset
+    from allocator.cupy_backend import CupyBackend, calibrate, device_info
+
+    t0 = time.perf_counter()
+    if args.cpu_dry_run:
+        large = min(args.calib_bytes, 4 << 20)
+        preset, raw = calibrate(NumpyBackend, name="calibrated_cpu_dry_run", small=4096,
+                                medium=large // 16, large=large, repeats=3,
+                                label="NumpyBackend (CPU dry run)")
+    else:
+        info = device_info(0)
+        name = "calibrated_" + "".join(c if c.isalnum() else "_" for c in info["name"].lower())
+        preset, raw = calibrate(CupyBackend, name=name, large=args.calib_bytes,
+                                device_bytes=info["total_bytes"], label=info["name"])
+    path = os.path.join(args.out, "preset.json")
+    save_preset(preset, path)
+    if load_preset(path) != preset:
+        rep.fail("the preset file does not load back equal")
+    rep.data["calibration"] = {"preset": path, "figures": raw,
+                               "seconds": time.perf_counter() - t0}
+    print(f"calibration: h2d {preset.h2d_gbps:.1f} GB/s + {preset.h2d_latency_ns} ns, "
+          f"d2h {preset.d2h_gbps:.1f} GB/s + {preset.d2h_latency_ns} ns, "
+          f"{preset.copy_engines} copy engine(s) (overlap ratio {raw['overlap_ratio']:.2f})",
+          flush=True)
+    rep.save()
+    return preset
+
+
+def _candidates(args: argparse.Namespace, rep: Report) -> tuple[dict[str, Any], str]:
+    """Eviction policy factories to compare, and how the best one is picked."""
+    from policies.lru import LRU
+
+    if args.policy:
+        from policies.registry import make_eviction
+
+        return {"learned": lambda: make_eviction(f"learned:{args.policy}")}, "--policy file"
+    try:
+        from policies.registry import EVICTION_NAMES, make_eviction
+    except Exception as e:  # a partial checkout: LRU alone
+        rep.data.setdefault("notes", []).append(f"policy registry unavailable: {e!r}")
+        return {"lru": LRU}, "LRU only (no registry)"
+    names = [n for n in EVICTION_NAMES if n != "belady"]  # belady reads the future
+    return ({n: (lambda n=n: make_eviction(n, seed=0)) for n in names},
+            "least simulated stall replaying the LRU run's trace")
+
+
+def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
+    import torch
+
+    from allocator.backends import NumpyBackend
+    from allocator.cupy_backend import CupyBackend
+    from allocator.offload import (
+        ActivationOffload,
+        ReversePackOrder,
+        TinyTransformer,
+        activation_footprint,
+        make_batches,
+        train,
+    )
+    from allocator.pool import Pool
+    from policies.lru import LRU
+
+    t0 = time.perf_counter()
+    dry = args.cpu_dry_run
+    if dry:
+        torch.set_num_threads(1)  # steady timings on a shared machine
+    shape = dict(CPU_MODEL if dry else GPU_MODEL)
+    shape.update({k: getattr(args, k) for k in GPU_MODEL if getattr(args, k) is not None})
+    device = "cpu" if dry else "cuda:0"
+    sync = None if dry else torch.cuda.synchronize
+    torch.manual_seed(0)
+    model = TinyTransformer(shape["vocab"], shape["d"], shape["heads"], shape["layers"],
+                            shape["seq"]).to(device)
+    batches = make_batches(shape["vocab"], shape["seq"], shape["batch"], 4, device=device)
+    fp = activation_footprint(model, batches[0])
+    budget = fp["total"] // 2
+    sec: dict[str, Any] = {"model": shape, "device": device, "activation_bytes": fp["total"],
+                           "largest_saved_bytes": fp["largest"], "saved_tensors": fp["count"],
+                           "budget_bytes": budget, "steps": args.steps, "warmup": args.warmup}
+    rep.data["training"] = sec
+    n = args.warmup + args.steps
+
+    def run(policy: Any | None) -> dict[str, Any]:
+        m = copy.deepcopy(model)
+        off = None
+        if policy is not None:
+            be = NumpyBackend() if dry else CupyBackend(stall_timing=True)
+            off = ActivationOffload(budget, backend=be, policy=policy(),
+                                    prefetcher=ReversePackOrder(depth=2), cost=preset,
+                                    record=True)
+        try:
+            r = train(m, batches, n, offload=off, sync=sync)
+            out: dict[str, Any] = {
+                "step_ms": statistics.median(r["step_ns"][args.warmup:]) / 1e6,
+                "losses": r["losses"]}
+            if off is not None:
+                st = off.stats()
+                stall = (be.stall_ns() if isinstance(be, CupyBackend) else st["unpack_ns"])
+                out.update({
+                    "stall_ms_per_step": stall / 1e6 / n,
+                    "stall_measure": ("device time the compute stream waited for copies (CUDA "
+                                      "events)" if not dry else "host time inside unpack"),
+                    "sim_stall_ms_per_step": st["stall_ns"] / 1e6 / n,
+                    "bytes_h2d_per_step": st["bytes_h2d"] / n,
+                    "bytes_d2h_per_step": st["bytes_d2h"] / n,
+                    "evictions": st["evictions"], "prefetches": st["prefetches"],
+                    "prefetch_hits": st["prefetch_hits"],
+                    "late_prefetches": st["late_prefetches"], "misses": st["misses"],
+                    "hits": st["hits"], "peak_device_bytes": st["peak_device_bytes"]})
+                out["_trace"] = off.trace()
+            return out
+        finally:
+            if off is not None:
+                off.close()
+
+    plain = run(None)
+    print(f"no offload: {plain['step_ms']:.2f} ms/step", flush=True)
+    lru = run(LRU)
+    trace = lru.pop("_trace")
+    cands, rule = _candidates(args, rep)
+    choice: dict[str, Any] = {"rule": rule}
+    if len(cands) == 1:
+        best_name = next(iter(cands))
+    else:
+        sims = {}
+        for name, make in cands.items():
+            try:
+                st = Pool(budget, make(), prefetcher=ReversePackOrder(depth=2),
+                          cost=preset).replay(trace)
+                sims[name] = {"stall_ns": st.stall_ns, "misses": st.misses,
+                              "bytes": st.bytes_h2d + st.bytes_d2h}
+            except Exception as e:  # a policy unfit for this trace is reported, not fatal
+                sims[name] = {"error": repr(e)}
+        ok = {k: v for k, v in sims.items() if "error" not in v}
+        best_name = min(ok, key=lambda k: (ok[k]["stall_ns"], ok[k]["misses"], ok[k]["bytes"]))
+        choice["replay"] = sims
+    choice["best"] = best_name
+    best = lru if best_name == "lru" else run(cands[best_name])
+    best.pop("_trace", None)
+    sec.update({"no_offload": plain, "lru": lru, "best_policy": choice, "best": best})
+    for name, r in (("lru", lru), ("best", best)):
+        r["slowdown_vs_no_offload"] = r["step_ms"] / plain["step_ms"]
+        r["losses_equal_to_no_offload"] = r["losses"] == plain["losses"]
+        r["max_loss_diff"] = max(abs(a - b) for a, b in zip(r["losses"], plain["losses"]))
+        print(f"offload {name} ({best_name if name == 'best' else 'lru'}): "
+              f"{r['step_ms']:.2f} ms/step ({r['slowdown_vs_no_offload']:.2f}x), "
+              f"stall {r['stall_ms_per_step']:.2f} ms/step, "
+              f"h2d {r['bytes_h2d_per_step'] / 2**20:.0f} MiB/step, "
+              f"d2h {r['bytes_d2h_per_step'] / 2**20:.0f} MiB/step, "
+              f"evictions {r['evictions']}, prefetch hits {r['prefetch_hits']}, "
+              f"max |loss diff| {r['max_loss_diff']:.2e}", flush=True)
+        if r["evictions"] == 0:
+            rep.fail(f"training under {name}: nothing was evicted at half the footprint")
+        if not all(x == x and abs(x) < float("inf") for x in r["losses"]):
+            rep.fail(f"training under {name}: non-finite loss")
+        if dry and not r["losses_equal_to_no_offload"]:
+            rep.fail(f"training under {name}: losses differ from training without offload")
+    sec["seconds"] = time.perf_counter() - t0
+    rep.save()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.cpu_dry_run:
+        import torch
+
+        from allocator.cupy_backend import cuda_available
+
+        if not (cuda_available() and torch.cuda.is_available()):
+            print("gpu_check: no CUDA GPU is visible here (cupy sees none or is not installed; "
+                  f"torch.cuda.is_available() = {torch.cuda.is_available()}). Run it on a "
+                  "machine with a GPU and cupy-cuda12x/13x, or pass --cpu-dry-run to exercise "
+                  "everything up to the GPU on the CPU.", file=sys.stderr)
+            return 2
+    t0 = time.perf_counter()
+    rep = Report(args.out)
+    rep.data["environment"] = environment(args.cpu_dry_run)
+    rep.save()
+    preset: Any = None
+    for name, fn in (("backend", check_backend), ("calibration", check_calibration)):
+        try:
+            result = fn(args, rep)
+        except Exception as e:
+            traceback.print_exc()
+            rep.fail(f"{name}: {e!r}")
+            result = None
+        if name == "calibration":
+            preset = result
+    try:
+        check_training(args, rep, preset if preset is not None else "h100_pcie5")
+    except Exception as e:
+        traceback.print_exc()
+        rep.fail(f"training: {e!r}")
+    rep.data["seconds"] = time.perf_counter() - t0
+    rep.save()
+    print(f"gpu_check: {'ok' if rep.data['ok'] else 'FAILED'} in {rep.data['seconds']:.0f} s; "
+          f"figures in {rep.path}", flush=True)
+    return 0 if rep.data["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,247 @@
+"""CupyBackend, the CuPy allocator adaptor, calibration and scripts/gpu_check.py.
+
+Tests marked ``gpu`` need a CUDA GPU and cupy (tests/conftest.py skips them elsewhere); the
+rest exercise, on the CPU, everything up to the GPU: the parity harness, the calibration
+routine (on NumpyBackend), gpu_check's dry run and its refusal without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from allocator.backends import NumpyBackend
+from allocator.cost import Preset, load_preset
+from allocator.cupy_backend import CupyBackend, calibrate, cuda_available, parity_run
+from allocator.errors import BackendError, ConfigError
+from allocator.pool import Pool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_gpu_check() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["mismatches"] == 0 and b["mismatches"] == 0
+    assert a["events"] == b["events"]  # every decision, in order
+    assert a["stats"] == b["stats"]
+    assert a["digest"] == b["digest"]
+
+
+# ---------------------------------------------------------------------- on the CPU
+@pytest.mark.parametrize("seed", [0, 1])
+def test_parity_run_agrees_between_numpy_backends(seed: int) -> None:
+    a = parity_run(NumpyBackend(), seed=seed)
+    b = parity_run(NumpyBackend(threads=False), seed=seed)
+    _same_run(a, b)
+    st = a["stats"]
+    assert st["evictions"] > 0 and st["writebacks"] > 0 and st["prefetches"] > 0
+    assert st["frees"] > 0 and st["late_prefetches"] > 0
+
+
+def test_calibrate_numpy_backend_writes_a_calibrated_preset(tmp_path: Any) -> None:
+    from allocator.cost import save_preset
+
+    preset, raw = calibrate(NumpyBackend, name="cpu", small=4096, medium=64 << 10,
+                            large=1 << 20, repeats=3)
+    assert preset.calibrated and preset.name == "cpu"
+    assert preset.h2d_gbps > 0 and preset.d2h_gbps > 0
+    assert preset.copy_engines in (1, 2)
+    assert raw["copy_engines"] == preset.copy_engines
+    assert raw["overlap_ratio"] > 0
+    path = str(tmp_path / "p.json")
+    save_preset(preset, path)
+    assert load_preset(path) == preset
+    with pytest.raises(ConfigError):
+        calibrate(NumpyBackend, small=4096, medium=4096, large=1 << 20)
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the refusal on a machine without a GPU")
+def test_cupy_backend_without_a_gpu_is_a_clear_error() -> None:
+    with pytest.raises(BackendError, match=r"no CUDA device|needs CuPy"):
+        Pool(1 << 20, backend=CupyBackend())
+    with pytest.raises(ConfigError):
+        CupyBackend(device=-1)
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks the refusal on a machine without a GPU")
+def test_gpu_check_without_a_gpu_says_so_and_exits_nonzero(tmp_path: Any, capsys: Any) -> None:
+    rc = _load_gpu_check().main(["--out", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "--cpu-dry-run" in err
+
+
+def test_gpu_check_cpu_dry_run(tmp_path: Any) -> None:
+    pytest.importorskip("torch")
+    rc = _load_gpu_check().main(["--out", str(tmp_path), "--cpu-dry-run", "--steps", "2",
+                                 "--warmup", "1", "--calib-bytes", str(1 << 20)])
+    with open(tmp_path / "gpu_check.json") as f:
+        rep = json.load(f)
+    assert rc == 0, rep["failures"]
+    assert rep["ok"] and rep["environment"]["mode"] == "cpu-dry-run"
+    par = rep["backend"]["parity_with_numpy"]
+    assert par["decisions_equal"] and par["data_equal"] and par["stats_equal"]
+    preset = load_preset(str(tmp_path / "preset.json"))
+    assert isinstance(preset, Preset) and preset.calibrated
+    tr = rep["training"]
+    assert tr["budget_bytes"] == tr["activation_bytes"] // 2
+    for run in ("lru", "best"):
+        assert tr[run]["evictions"] > 0 and tr[run]["prefetches"] > 0
+        assert tr[run]["losses_equal_to_no_offload"]
+        assert tr[run]["bytes_d2h_per_step"] > 0
+    assert tr["best_policy"]["best"]
+
+
+# ---------------------------------------------------------------------- on a GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cupy_matches_numpy_decision_by_decision_and_byte_by_byte(seed: int) -> None:
+    _same_run(parity_run(NumpyBackend(), seed=seed), parity_run(CupyBackend(), seed=seed))
+
+
+@pytest.mark.gpu
+def test_cupy_copies_round_trip() -> None:
+    be = CupyBackend()
+    be.attach(1 << 20)
+    try:
+        data = np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8)
+        be.write(4096, data)
+        be.wait(be.copy_d2h(7, 4096, data.nbytes))
+        host = be.host_buffer(7)
+        assert host is not None and np.array_equal(host, data)
+        be.wait(be.copy_h2d(7, 512 * 500, data.nbytes))
+        assert np.array_equal(be.device_buffer(512 * 500, data.nbytes).get(), data)
+        be.free_host(7)
+        assert be.host_buffer(7) is None
+        be.synchronize()
+    finally:
+        be.close()
+
+
+@pytest.mark.gpu
+def test_device_block_is_not_reused_while_a_copy_from_it_is_in_flight() -> None:
+    n = 64 << 20  # large enough that a missing dependency would show
+    pool = Pool(n, backend=CupyBackend())  # instant cost model: blocks are reused at once
+    try:
+        a = np.full(n, 0xA5, np.uint8)
+        b = np.full(n, 0x5A, np.uint8)
+        for i in range(3):
+            pool.put(2 * i, a)  # evicts the previous object: write-back in flight
+            pool.put(2 * i + 1, b)  # reuses the block the write-back reads
+        pool.flush()
+        assert np.array_equal(pool.get(4).get(), a)  # written back intact, fetched again
+        assert np.array_equal(pool.get(5).get(), b)
+    finally:
+        pool.close()
+
+
+@pytest.mark.gpu
+def test_cupy_backend_errors_are_backend_errors() -> None:
+    with pytest.raises(BackendError, match="cannot allocate the device arena"):
+        Pool(1 << 52, backend=CupyBackend())
+    with pytest.raises(BackendError, match="no arena"):
+        CupyBackend().device_buffer(0, 1)
+    be = CupyBackend()
+    be.attach(1 << 20)
+    try:
+        with pytest.raises(BackendError, match="outside the arena"):
+            be.write((1 << 20) - 10, np.zeros(100, np.uint8))
+        with pytest.raises(BackendError, match="already serves a pool"):
+            be.attach(1 << 20)
+    finally:
+        be.close()
+
+
+@pytest.mark.gpu
+def test_pool_allocator_serves_cupy_arrays_under_the_budget() -> None:
+    import cupy
+
+    from allocator.cupy_backend import PoolAllocator
+
+    cap = 16 << 20
+    pool = Pool(cap, backend=CupyBackend())
+    alloc = PoolAllocator(pool)
+    try:
+        rng = np.random.default_rng(0)
+        held = {k: rng.integers(0, 256, 3 << 20, dtype=np.uint8) for k in range(4)}
+        for k, v in held.items():
+            pool.put(k, v)  # 12 MiB of evictable objects
+        with alloc.use():
+            x = cupy.arange(2 << 20, dtype=cupy.float32)  # 8 MiB: evicts to make room
+            assert alloc.live == 1 and pool.stats.evictions > 0
+            assert int(x[-1].get()) == (2 << 20) - 1
+            ptr = x.data.ptr
+            assert pool.backend.arena_ptr <= ptr < pool.backend.arena_ptr + cap
+            with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+                cupy.empty(cap, dtype=cupy.uint8)  # larger than the budget
+            del x
+        assert alloc.live == 0 and len([k for k in pool.resident_keys() if k < 0]) == 0
+        for k, v in held.items():
+            assert np.array_equal(pool.get(k).get(), v)  # evicted objects came back intact
+    finally:
+        pool.close()
+
+
+@pytest.mark.gpu
+def test_offload_on_gpu_reads_back_what_was_packed() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    from allocator.offload import ActivationOffload, ReversePackOrder
+
+    class Save(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, *saved: Any) -> Any:
+            ctx.save_for_backward(*saved)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            ctx.results = [t.clone() for t in ctx.saved_tensors]
+            return (g * 2,) + (None,) * len(ctx.results)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tensors = [torch.randn(256, 1024, device="cuda", generator=g) for _ in range(12)]
+    tensors += [tensors[0].t(), tensors[1].to(torch.bfloat16), tensors[2] > 0]
+    refs = [t.clone() for t in tensors]
+    off = ActivationOffload(3 << 20, backend=CupyBackend(stall_timing=True),
+                            prefetcher=ReversePackOrder(depth=2), cost="h100_pcie5")
+    x = torch.randn(8, device="cuda", requires_grad=True)
+    try:
+        with off:
+            ys = [Save.apply(x, t) for t in tensors]
+            y = sum(yy.sum() for yy in ys)
+        nodes = [yy.grad_fn for yy in ys]
+        y.backward()
+        torch.cuda.synchronize()
+        for node, want in zip(nodes, refs):
+            assert torch.equal(node.results[0], want)
+        st = off.stats()
+        assert st["evictions"] > 0 and st["writebacks"] > 0 and st["prefetches"] > 0
+        assert off.backend.stall_ns() >= 0
+        with pytest.raises(BackendError, match="on cpu"), off:
+            torch.randn(4, requires_grad=True).exp().sum()
+    finally:
+        off.close()
+
+
+@pytest.mark.gpu
+def test_calibrate_cupy_backend_is_plausible() -> None:
+    preset, raw = calibrate(CupyBackend, small=4096, medium=1 << 20, large=32 << 20,
+                            repeats=3)
+    assert preset.calibrated
+    assert 1.0 < preset.h2d_gbps < 2000 and 1.0 < preset.d2h_gbps < 2000
+    assert preset.h2d_latency_ns < 1_000_000
