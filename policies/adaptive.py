@@ -4,9 +4,11 @@
 Each follows libCacheSim's C implementation step for step, byte-sized (queue and ghost sizes
 are counted in bytes, as libCacheSim counts them), so that in byte-accounting placement with
 ``oversize="bypass"`` miss counts equal libCacheSim's (``tests/policies/test_parity.py``).
-Queue bookkeeping that libCacheSim performs while it looks for a victim (promotions,
-reinsertions, ghost trimming) happens in :meth:`victim` or :meth:`on_evict`; :meth:`on_evict`
-also accepts a victim chosen by someone else (an agent driving ``Pool.steps``).
+ARC takes its decisions when the pool asks (:meth:`ARC.victim`; the ghost trimming happens
+in :meth:`ARC.on_evict`, which also accepts a victim chosen by someone else, such as an agent
+driving ``Pool.steps``). S3-FIFO and SLRU evict or refuse at moments the pool does not ask
+for a victim, so they run libCacheSim's algorithm as a model
+(:class:`~policies.shadow.ShadowPolicy`).
 
 Queues are ``OrderedDict``s whose first entry is the tail (the next to leave) and whose last
 entry is the head (the most recently inserted or promoted).
