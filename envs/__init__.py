@@ -9,11 +9,8 @@ In a fresh process (e.g. a ``SubprocVecEnv`` worker), ``gymnasium.make("envs:cac
 imports this package first.
 """
 
-from gymnasium.envs.registration import register, registry
+from envs.registration import ENV_IDS, register_envs
 
-for _id, _entry in (("cachegym/Evict-v0", "envs.evict:EvictEnv"),
-                    ("cachegym/Prefetch-v0", "envs.prefetch:PrefetchEnv")):
-    if _id not in registry:
-        register(id=_id, entry_point=_entry)
+register_envs()
 
-ENV_IDS = ("cachegym/Evict-v0", "cachegym/Prefetch-v0")
+__all__ = ["ENV_IDS", "register_envs"]

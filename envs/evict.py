@@ -271,12 +271,17 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
-        try:
+        if isinstance(action, (int, np.integer)):
             a = int(action)
-        except (TypeError, ValueError):
-            raise InvalidActionError(f"action {action!r} is not an integer; Discrete({self.K}) "
-                                     f"takes 0..{self.K - 1}") from None
-        if np.ndim(action) != 0 or not 0 <= a < self.K:
+        else:
+            try:
+                if np.ndim(action) != 0:
+                    raise TypeError
+                a = int(action)
+            except (TypeError, ValueError):
+                raise InvalidActionError(f"action {action!r} is not an integer; Discrete({self.K}) "
+                                         f"takes 0..{self.K - 1}") from None
+        if not 0 <= a < self.K:
             raise InvalidActionError(f"action {action!r} is out of range: Discrete({self.K}) takes 0..{self.K - 1}")
         if not self._mask[a]:
             n = len(self._keys)
@@ -309,11 +314,12 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
             nu, lr = self._next_use, self._last_row
             nxt = [nu[lr[k]] for k in kl]
             # Belady: farthest next use; among objects never used again the largest key
-            info["oracle_action"] = max(range(n), key=lambda j: (nxt[j], kl[j]))
+            info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
             keys[:n] = kl
             d = np.array(nxt, np.float64)
-            d[d >= INF] = np.inf
-            dist[:n] = d - t
+            d -= t
+            d[d >= INF - t] = np.inf
+            dist[:n] = d
         else:
             info["oracle_action"] = -1
             info["stats"] = pool.snapshot().as_dict()

@@ -421,55 +421,55 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     if n > K:
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     cand = np.zeros((K, F), np.float32)
-    mask = np.zeros(K, bool)
-    mask[:n] = True
+    mask = _mask_table(K)[n].copy()
     glob = _globals(tracker, view, n, K)
     if n == 0:
         return cand, mask, glob
     if isinstance(keys, np.ndarray):
         keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
     t = view.tick
-    info = view.info
-    objs: list[Any]
-    try:
-        objs = [info(k) for k in keys]
-    except KeyError:
-        objs = [info(k) if k in view else None for k in keys]
     get = tracker._slot.get
     sls = [get(k, -1) for k in keys]
     rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
+    seen: Any = 1.0
+    try:  # state flags and kind: one code per candidate, expanded by a table lookup
+        codes = [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
+                 for o in map(view.info, keys)]
+    except KeyError:  # a key the pool does not know (a prefetch candidate may be one)
+        codes = [0] * n
+        for i, k in enumerate(keys):
+            if k in view:
+                o = view.info(k)
+                codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
     if -1 in sls:
         for i, s in enumerate(sls):
             if s < 0:
-                o = objs[i]
+                o = view.info(keys[i]) if keys[i] in view else None
                 rows[i] = _EMPTY_ROW
                 rows[i, _INSERT] = rows[i, _CREATE] = o.created_tick if o is not None else t
                 rows[i, _SIZE] = o.size if o is not None else 0.0
                 rows[i, _KIND] = o.kind if o is not None else 0.0
-        seen: Any = [float(s >= 0) for s in sls]
-    else:
-        seen = 1.0
+        seen = [float(s >= 0) for s in sls]
     ring = np.sort(rows[:, _RING0:_SIZE], axis=1)  # oldest (or empty) first
+    # raw = 1 + [tick distances, count, decayed counts, gaps, size]; its log is the block
     raw = np.empty((n, _N_LOG))
     raw[:, 0] = ring[:, -1]
     raw[:, 1:3] = rows[:, _INSERT:_COUNT]
-    np.subtract(t, raw[:, :3], out=raw[:, :3])
+    np.subtract(t + 1.0, raw[:, :3], out=raw[:, :3])
     raw[:, 3:_I_GAP] = rows[:, _COUNT:_RING0]
     raw[:, 4:_I_GAP] *= [2.0 ** ((tracker._epoch - t) * ih) for ih in _IH]
     np.subtract(ring[:, :0:-1], ring[:, -2::-1], out=raw[:, _I_GAP:_I_GAP + N_GAPS])
     raw[:, -1] = rows[:, _SIZE]
+    raw[:, 3:] += 1.0
     out = cand[:n]
-    np.log1p(raw, out=out[:, :_N_LOG])
+    np.log(raw, out=out[:, :_N_LOG])
     out[:, :_N_LOG] *= _INV_LOG_SCALE
     rec = raw[:, 0]
     out[:, _I_RANK] = (rec[:, None] > rec).sum(1)
     out[:, _I_RANK] *= 1.0 / max(n - 1, 1)
     out[:, _I_RANK + 1] = rows[:, _SIZE]
     out[:, _I_RANK + 1] *= 1.0 / view.capacity
-    # state flags and kind: one code per candidate, expanded by a table lookup
-    out[:, _I_STATE:_I_SEEN] = _STATE_TABLE[
-        [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind if o is not None else 0
-         for o in objs]]
+    out[:, _I_STATE:_I_SEEN] = _STATE_TABLE[codes]
     out[:, _I_SEEN] = seen
     p = view.cost.preset
     if p is not None:
@@ -479,6 +479,17 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
         out[:, _I_SEEN + 1:] *= 1.0 / _LOG_NS
     np.minimum(out, 1.0, out=out)
     return cand, mask, glob
+
+
+_MASKS: dict[int, np.ndarray] = {}
+
+
+def _mask_table(K: int) -> np.ndarray:
+    """Row ``n`` is the mask of ``n`` valid candidates out of ``K``."""
+    m = _MASKS.get(K)
+    if m is None:
+        m = _MASKS[K] = np.tri(K + 1, K, -1, dtype=bool)
+    return m
 
 
 def _globals(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> np.ndarray:

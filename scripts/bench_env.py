@@ -1,0 +1,117 @@
+"""Environment speed, side by side in one run.
+
+    python scripts/bench.py env [--K 32] [--seconds 5] [--ppo-steps 4096]
+
+* decisions per second of ``cachegym/Evict-v0`` and ``cachegym/Prefetch-v0`` (default
+  configurations, ``K`` candidates) under a random agent that picks a valid action from
+  ``action_masks()`` (resets included);
+* the share of a short stable-baselines3 PPO training run (``MultiInputPolicy`` with SB3's
+  default hyper-parameters, one env) spent inside the environment: time in ``env.step`` and
+  ``env.reset`` over the wall time of ``learn()``.
+
+Targets: at least 20,000 eviction decisions per second; the env at most 10% of PPO's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+EVICT_TARGET = 20_000.0
+PPO_SHARE_TARGET = 0.10
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--K", type=int, default=32, help="candidates per decision")
+    p.add_argument("--seconds", type=float, default=5.0, help="random-agent run per env")
+    p.add_argument("--ppo-steps", type=int, default=4096, help="PPO timesteps (SB3 n_steps=2048)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+class TimedEnv(gym.Wrapper):  # type: ignore[type-arg]
+    """Accumulates the wall time spent in ``step`` and ``reset``."""
+
+    def __init__(self, env: gym.Env) -> None:  # type: ignore[type-arg]
+        super().__init__(env)
+        self.seconds = 0.0
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        t = time.perf_counter()
+        out = self.env.step(action)
+        self.seconds += time.perf_counter() - t
+        self.steps += 1
+        return out
+
+    def reset(self, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = self.env.reset(**kwargs)
+        self.seconds += time.perf_counter() - t
+        return out
+
+
+def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[str, float]:
+    """Decisions per second of a random valid-action agent (env construction excluded)."""
+    from envs.registration import register_envs
+
+    register_envs()
+
+    env = gym.make(env_id, K=K).unwrapped
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    n = episodes = 0
+    t0 = time.perf_counter()
+    while True:
+        valid = np.flatnonzero(env.action_masks())  # type: ignore[attr-defined]
+        _, _, term, trunc, _ = env.step(int(valid[rng.integers(len(valid))]))
+        n += 1
+        if term or trunc:
+            episodes += 1
+            env.reset()
+        if n % 256 == 0 and time.perf_counter() - t0 >= seconds:
+            break
+    dt = time.perf_counter() - t0
+    env.close()
+    return {"decisions": n, "episodes": episodes, "seconds": dt, "decisions_per_s": n / dt}
+
+
+def ppo_env_share(K: int, steps: int, seed: int) -> dict[str, float]:
+    """Fraction of PPO ``learn()`` wall time spent in the env's step/reset."""
+    import torch
+    from stable_baselines3 import PPO
+
+    from envs.registration import register_envs
+
+    register_envs()
+
+    torch.manual_seed(seed)
+    timed = TimedEnv(gym.make("cachegym/Evict-v0", K=K, invalid_action="lru"))
+    model = PPO("MultiInputPolicy", timed, seed=seed, device="cpu", verbose=0)
+    timed.seconds = 0.0
+    t0 = time.perf_counter()
+    model.learn(steps)
+    total = time.perf_counter() - t0
+    return {"timesteps": timed.steps, "learn_s": total, "env_s": timed.seconds,
+            "env_share": timed.seconds / total, "torch_threads": torch.get_num_threads()}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"K": args.K}
+    for name, env_id in (("evict", "cachegym/Evict-v0"), ("prefetch", "cachegym/Prefetch-v0")):
+        r = random_agent_rate(env_id, args.K, args.seconds, args.seed)
+        out[name] = r
+        print(f"{env_id:22s} random agent, K={args.K}: {r['decisions_per_s']:10,.0f} decisions/s "
+              f"({r['decisions']} decisions, {r['episodes']} episodes in {r['seconds']:.1f} s)")
+    ev = out["evict"]["decisions_per_s"]
+    print(f"eviction decisions/s vs target {EVICT_TARGET:,.0f}: {ev / EVICT_TARGET:.2f}x "
+          f"({'met' if ev >= EVICT_TARGET else 'NOT met'})")
+    p = ppo_env_share(args.K, args.ppo_steps, args.seed)
+    out["ppo"] = p
+    print(f"PPO (SB3 defaults, MultiInputPolicy, 1 env, {p['timesteps']} steps): learn {p['learn_s']:.1f} s, "
+          f"env step/reset {p['env_s']:.1f} s -> env share {100 * p['env_share']:.1f}% "
+          f"(target <= {100 * PPO_SHARE_TARGET:.0f}%: {'met' if p['env_share'] <= PPO_SHARE_TARGET else 'NOT met'})")
+    return out
