@@ -20,8 +20,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -82,10 +81,10 @@ class ObjectInfo:
                 f"dirty={self.dirty}, pins={self.pins})")
 
 
-@dataclass(frozen=True, slots=True)
-class EvictionRequest:
+class EvictionRequest(NamedTuple):
     """Yielded by :meth:`Pool.steps` when space is needed: send back a key from
-    ``view.candidates()``. ``key``/``size`` name the object being admitted."""
+    ``view.candidates()``. ``key``/``size`` name the object being admitted; ``needed`` is its
+    footprint in the placement."""
 
     key: int
     size: int
@@ -204,14 +203,15 @@ class Pool:
 
             policy = LRU()
         self.capacity = int(capacity)
-        self.policy = policy
-        self.prefetcher = prefetcher
+        self._policy = policy
+        self._prefetcher = prefetcher
+        self._hook = hook
+        self._write_through = write_policy == "write-through"
+        self._refresh_fast_path()
         self.cost = cost if isinstance(cost, CostModel) else CostModel(cost)
         self.backend = backend
         self.placement = placement
-        self.write_through = write_policy == "write-through"
         self.bypass_oversize = oversize == "bypass"
-        self.hook = hook
         self.stats = PoolStats()
         self._place: Arena | ByteAccounting = (
             Arena(self.capacity) if placement == "arena" else ByteAccounting(self.capacity)
@@ -219,6 +219,7 @@ class Pool:
         self._objs: dict[int, ObjectInfo] = {}
         self._tick = -1
         self._lock = threading.RLock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         # (done_ns, seq, key) of h2d copies in flight; (done_ns, seq, offset, nbytes, event) of
         # device blocks whose release waits for a copy out of them.
         self._landing: list[tuple[int, int, int]] = []
@@ -231,6 +232,54 @@ class Pool:
         if backend is not None:
             backend.attach(self._place.capacity)
 
+    # ------------------------------------------------------------------ configuration
+    # Who answers and who listens can change between calls; the hit fast path caches them.
+    @property
+    def policy(self) -> EvictionPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: EvictionPolicy) -> None:
+        with self._lock:
+            self._policy = policy
+            self._refresh_fast_path()
+
+    @property
+    def prefetcher(self) -> PrefetchPolicy | None:
+        return self._prefetcher
+
+    @prefetcher.setter
+    def prefetcher(self, prefetcher: PrefetchPolicy | None) -> None:
+        with self._lock:
+            self._prefetcher = prefetcher
+            self._refresh_fast_path()
+
+    @property
+    def hook(self) -> PoolHook | None:
+        return self._hook
+
+    @hook.setter
+    def hook(self, hook: PoolHook | None) -> None:
+        with self._lock:
+            self._hook = hook
+            self._refresh_fast_path()
+
+    @property
+    def write_through(self) -> bool:
+        return self._write_through
+
+    def _refresh_fast_path(self) -> None:
+        # a plain hit (no prefetcher, no hook; a write only under write-back) takes the
+        # fast path in access(): the same effects as _access_steps' hit branch
+        plain = self._prefetcher is None and self._hook is None
+        self._fast_read = plain
+        self._fast_write = plain and not self._write_through
+        policy = self._policy
+        # a class-level ``touch`` only: a wrapper forwarding attributes must not bypass its on_hit
+        self._touch = cast(Any, policy).touch if getattr(type(policy), "touch", None) is not None else None
+        self._on_hit = policy.on_hit
+        self._on_miss = None if _is_noop(policy, "on_miss") else policy.on_miss
+
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
                compute_ns: int = 0) -> bool:
@@ -239,27 +288,50 @@ class Pool:
         The object is on the device when this returns (unless bypassed as oversize).
         ``compute_ns`` advances the clock after the access (the consumer's compute).
         """
-        with self._lock:
+        self._acquire()
+        try:
             o = self._objs.get(key)
-            if (o is not None and o.state == DEVICE and self.prefetcher is None
-                    and self.hook is None and not (write and self.write_through)):
-                # fast path: a plain hit
-                self._tick += 1
+            if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
+                # a plain hit: _access_steps' hit branch without its generator
+                self._tick = tick = self._tick + 1
                 st = self.stats
                 st.accesses += 1
                 st.hits += 1
-                o.last_tick = self._tick
+                o.last_tick = tick
                 o.n_access += 1
                 if o.prefetched:
                     o.prefetched = False
                     st.prefetch_hits += 1
                 if write:
                     o.dirty = True
-                self.policy.on_hit(self.view, key)
+                touch = self._touch
+                if touch is not None:
+                    touch(key)
+                else:
+                    self._on_hit(self.view, key)
                 if compute_ns:
                     self.cost.compute(compute_ns)
                 return True
-            return self._drive(self._access_steps(key, size, write, kind, compute_ns))
+            if not self._fast_read:
+                return self._drive(self._access_steps(key, size, write, kind, compute_ns))
+            # _access_steps' phases without its generator (there is no prefetcher to ask)
+            o, need, old_size = self._begin(key, size, kind)
+            if need > 0:
+                offset = self._place.alloc(need)
+                if offset is None:
+                    try:
+                        offset = self._make_room_policy(size, need)
+                    except BaseException:
+                        self._undo_miss(o, size, old_size)
+                        raise
+                self._insert(o, offset, need, write, old_size)
+            if need >= 0:
+                self._end(o, write, False)
+            if compute_ns:
+                self.cost.compute(compute_ns)
+            return need == 0
+        finally:
+            self._release()
 
     def steps(self, key: int, size: int, op: int = Op.READ, *, kind: int = 0,
               compute_ns: int = 0) -> Generator[EvictionRequest, int, bool | None]:
@@ -423,108 +495,151 @@ class Pool:
         finally:
             gen.close()  # a policy that raised: the loop undoes its half-done event now
 
+    # An access runs in phases: _begin (hit, or the miss's counters and object), room (place it,
+    # evicting through _make_room while it does not fit), _insert (fetch or allocate), _end
+    # (recency, dirty, write-through), then prefetches and compute. _access_steps is the
+    # generator form (an outside driver answers the evictions); access() runs the same phases
+    # without a generator when there is no prefetcher (the policy answers the evictions).
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
                       defer_wt: bool = False) -> Generator[EvictionRequest, int, bool]:
-        self._retire()
-        self._tick += 1
+        o, need, old_size = self._begin(key, size, kind)
+        if need > 0:
+            offset = self._place.alloc(need)
+            if offset is None:
+                try:
+                    offset = yield from self._make_room(key, size, need)
+                except BaseException:
+                    self._undo_miss(o, size, old_size)
+                    raise
+            self._insert(o, offset, need, write, old_size)
+        if need >= 0:
+            self._end(o, write, defer_wt)
+            if self._prefetcher is not None:
+                yield from self._prefetches(o)
+        if compute_ns:
+            self.cost.compute(compute_ns)
+        return need == 0
+
+    def _begin(self, key: int, size: int, kind: int) -> tuple[ObjectInfo, int, int]:
+        """Count the access; a hit is complete here. Returns ``(object, need, old_size)``:
+        ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to place;
+        ``old_size`` -1 when the miss created the object."""
+        if self._landing or self._releases:
+            self._retire()
         st = self.stats
-        st.accesses += 1
-        view, policy = self.view, self.policy
         o = self._objs.get(key)
-        hit = False
         if o is not None and o.state in (DEVICE, H2D):
-            hit = True
+            self._tick += 1
+            st.accesses += 1
             st.hits += 1
             if o.state == H2D:
                 self._land(o, wait=True)
             elif o.prefetched:
                 st.prefetch_hits += 1
             o.prefetched = False
-            policy.on_hit(view, key)
-            self._emit("hit", o)
+            self._policy.on_hit(self.view, key)
+            if self._hook is not None:
+                self._emit("hit", o)
+            return o, 0, 0
+        if size <= 0:
+            raise ConfigError(f"access: object {key} needs a size > 0 bytes, got {size!r}")
+        place = self._place
+        need = place.footprint(size)
+        if need > place.capacity and not self.bypass_oversize:
+            raise ObjectTooLarge(key, size, place.capacity)
+        self._tick += 1
+        st.accesses += 1
+        st.misses += 1
+        st.byte_misses += size
+        if o is None:
+            old_size = -1
+            o = ObjectInfo(key, size, kind, self._tick)
+            self._objs[key] = o
         else:
-            if size <= 0:
-                self._tick -= 1
-                st.accesses -= 1
-                raise ConfigError(f"access: object {key} needs a size > 0 bytes, got {size!r}")
-            need = self._place.footprint(size)
-            if need > self._place.capacity and not self.bypass_oversize:
-                self._tick -= 1
-                st.accesses -= 1
-                raise ObjectTooLarge(key, size, self._place.capacity)
-            st.misses += 1
-            st.byte_misses += size
-            created = o is None
-            old_size = size if o is None else o.size
-            if o is None:
-                o = ObjectInfo(key, size, kind, self._tick)
-                self._objs[key] = o
-            elif o.size != size:  # libCacheSim: a miss inserts with the request's size
-                o.size = size
-            policy.on_miss(view, key)
-            if need > self._place.capacity:
-                st.bypasses += 1
+            old_size = o.size
+            o.size = size  # libCacheSim: a miss inserts with the request's size
+        if self._on_miss is not None:
+            self._on_miss(self.view, key)
+        if need > place.capacity:
+            st.bypasses += 1
+            if self._hook is not None:
                 self._emit("bypass", o)
-                o.n_access += 1
-                o.last_tick = self._tick
-                self._after_access(o, write, compute_ns)
-                return False
-            try:
-                offset = yield from self._make_room(key, size, need)
-            except BaseException:
-                # the event did not happen (evictions it made did, and stay counted)
-                if created:
-                    del self._objs[key]
-                else:
-                    o.size = old_size
-                self._tick -= 1
-                st.accesses -= 1
-                st.misses -= 1
-                st.byte_misses -= size
-                raise
-            self._place_obj(o, offset, need)
-            if created and write:
-                st.allocations += 1  # a first write allocates without a copy
+            o.n_access += 1
+            o.last_tick = self._tick
+            return o, -1, old_size
+        return o, need, old_size
+
+    def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:
+        """No room could be made: the event did not happen (evictions it made did, and stay)."""
+        if old_size < 0:
+            del self._objs[o.key]
+        else:
+            o.size = old_size
+        self._tick -= 1
+        st = self.stats
+        st.accesses -= 1
+        st.misses -= 1
+        st.byte_misses -= size
+
+    def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
+        """The missed object lands in its block: allocated (a first write) or fetched."""
+        o.offset, o.nbytes = offset, need
+        st = self.stats
+        used = self._place.used
+        if used > st.peak_device_bytes:
+            st.peak_device_bytes = used
+        if old_size < 0 and write:
+            st.allocations += 1  # a first write allocates without a copy
+        else:
+            # demand fetch; it waits for a write-back of the same object still in flight
+            cost = self.cost
+            if cost.instant:
+                done = o.busy_until if o.busy_until > cost.now else cost.now
             else:
-                # demand fetch; it waits for a write-back of the same object still in flight
-                done = self.cost.copy(0, size, not_before=o.busy_until)
+                done = cost.copy(0, o.size, o.busy_until)
+            if self.backend is None:
+                st.bytes_h2d += o.size
+                o.ready_ns = done
+            else:
                 self._h2d(o, done)
-                self.cost.wait_until(done)
+            if done > cost.now:
+                cost.wait_until(done)
+            if o.h2d_event is not None:
                 self._backend_wait_h2d(o)
-            o.state = DEVICE
-            self._n_evictable += 1
-            policy.on_insert(view, key)
+        o.state = DEVICE
+        self._n_evictable += 1
+        self._policy.on_insert(self.view, o.key)
+        if self._hook is not None:
             self._emit("miss", o)
+
+    def _end(self, o: ObjectInfo, write: bool, defer_wt: bool) -> None:
         o.n_access += 1
         o.last_tick = self._tick
         if write:
             o.dirty = True
-            if self.write_through and not defer_wt:
+            if self._write_through and not defer_wt:
                 self._copy_out(o)
                 o.dirty = False
-        if self.prefetcher is not None:
-            # the accessed object is held (as if pinned) so that its prefetches cannot evict it
-            if o.pins == 0:
-                self._n_evictable -= 1
-            o.pins += 1
-            try:
-                for k in self.prefetcher.prefetch(view, key):
-                    po = self._objs.get(k)
-                    if po is not None and po.state in (HOST, D2H):
-                        try:
-                            yield from self._prefetch_steps(k, None)
-                        except PoolExhausted:
-                            break  # a prefetch is a hint: no room now, the access stands
-            finally:
-                o.pins -= 1
-                if o.pins == 0:
-                    self._n_evictable += 1
-        self._after_access(o, write, compute_ns)
-        return hit
 
-    def _after_access(self, o: ObjectInfo, write: bool, compute_ns: int) -> None:
-        if compute_ns:
-            self.cost.compute(compute_ns)
+    def _prefetches(self, o: ObjectInfo) -> Generator[EvictionRequest, int, None]:
+        """Ask the prefetch policy after the access of ``o`` and start its prefetches. The
+        accessed object is held (as if pinned) so that its prefetches cannot evict it."""
+        assert self._prefetcher is not None
+        if o.pins == 0:
+            self._n_evictable -= 1
+        o.pins += 1
+        try:
+            for k in self._prefetcher.prefetch(self.view, o.key):
+                po = self._objs.get(k)
+                if po is not None and po.state in (HOST, D2H):
+                    try:
+                        yield from self._prefetch_steps(k, None)
+                    except PoolExhausted:
+                        break  # a prefetch is a hint: no room now, the access stands
+        finally:
+            o.pins -= 1
+            if o.pins == 0:
+                self._n_evictable += 1
 
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
         self._retire()
@@ -569,26 +684,52 @@ class Pool:
         self._emit("prefetch", o)
         return True
 
+    # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
+    # that a victim is needed); _make_room drives it as a generator (the victim comes from
+    # whoever drives Pool.steps), _make_room_policy drives it with the policy's answers.
     def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
-        """Evict (asking the policy, or whoever drives the generator) until ``need`` bytes fit."""
-        place = self._place
+        """Evict (asking whoever drives the generator) until ``need`` bytes fit."""
         while True:
-            off = place.alloc(need)
-            if off is not None:
+            off = self._room_step(size, need)
+            if off >= 0:
                 return off
-            if self._releases and (place.free_bytes + self._pending_release_bytes >= need
-                                   or not self._has_candidate()):
-                self._wait_release()  # a write-back in flight frees enough: wait for it
-                continue
-            if not self._has_candidate():
-                self._retire()
-                if self._landing:
-                    self._wait_landing()
-                    continue
-                raise PoolExhausted(size, place.used, place.capacity,
-                                    "nothing resident can be evicted")
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
+
+    def _make_room_policy(self, size: int, need: int) -> int:
+        """:meth:`_make_room` answered by the eviction policy, without a generator (called
+        after an allocation failed)."""
+        victim, view = self._policy.victim, self.view
+        off = self._room_step(size, need, False)
+        while off < 0:
+            self._evict(victim(view))
+            off = self._room_step(size, need)
+        return off
+
+    def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
+        """The offset of a block of ``need`` bytes once one is free, waiting for copies in
+        flight where only they can free space; -1 when a victim must be evicted first."""
+        place = self._place
+        while True:
+            if try_alloc:
+                off = place.alloc(need)
+                if off is not None:
+                    return off
+            try_alloc = True
+            if self._releases and (place.free_bytes + self._pending_release_bytes >= need
+                                   or self._n_evictable == 0):
+                self._wait_release()  # a write-back in flight frees enough: wait for it
+                continue
+            if self._n_evictable:
+                return -1
+            self._retire()
+            if self._n_evictable:
+                continue
+            if self._landing:
+                self._wait_landing()
+                continue
+            raise PoolExhausted(size, place.used, place.capacity,
+                                "nothing resident can be evicted")
 
     def _fits_beside_pinned(self, need: int) -> bool:
         """Whether ``need`` bytes can be placed once everything unpinned is gone (in-flight
@@ -603,13 +744,11 @@ class Pool:
             pos = off + n
         return False
 
-    def _has_candidate(self) -> bool:
-        return self._n_evictable > 0
-
     def _evict(self, victim: Any) -> None:
         if victim is None:
             raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
-        o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
+        o = (self._objs.get(victim) if type(victim) is int
+             else self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None)
         if o is None:
             raise InvalidVictim(victim, "it names no live object")
         if o.state != DEVICE:
@@ -622,7 +761,7 @@ class Pool:
         if o.prefetched:
             st.useless_prefetches += 1
             o.prefetched = False
-        self.policy.on_evict(self.view, o.key)
+        self._policy.on_evict(self.view, o.key)
         if o.dirty:
             st.writebacks += 1
             self._copy_out(o)
@@ -631,7 +770,8 @@ class Pool:
         else:
             o.state = HOST
         self._release_block(o)
-        self._emit("evict", o)
+        if self._hook is not None:
+            self._emit("evict", o)
 
     def _copy_out(self, o: ObjectInfo) -> None:
         """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
@@ -649,7 +789,9 @@ class Pool:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
         off, nb = o.offset, o.nbytes
         o.offset, o.nbytes = -1, 0
-        done = max(o.busy_until, o.ready_ns if o.state == H2D else 0)
+        done = o.busy_until
+        if o.state == H2D and o.ready_ns > done:
+            done = o.ready_ns
         ev = o.d2h_event
         if done > self.cost.now:
             self._seq += 1
@@ -658,8 +800,7 @@ class Pool:
         else:
             if ev is not None and self.backend is not None:
                 self.backend.wait(ev)
-            place = self._place
-            place.release(off, nb)
+            self._place.release(off, nb)
 
     def _place_obj(self, o: ObjectInfo, offset: int, need: int) -> None:
         o.offset, o.nbytes = offset, need
@@ -823,6 +964,14 @@ class Pool:
             assert st.hits + st.misses == st.accesses
             assert st.prefetch_hits + st.late_prefetches <= st.prefetches
             assert st.writebacks <= st.evictions
+
+
+def _is_noop(policy: Any, hook: str) -> bool:
+    """Whether ``policy``'s ``hook`` is :class:`~policies.base.EvictionPolicyBase`'s no-op."""
+    from policies.base import EvictionPolicyBase
+
+    fn = getattr(type(policy), hook, None)
+    return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
 def iter_trace(trace: Trace) -> Iterator[tuple[int, int, int, int, int]]:

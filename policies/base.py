@@ -12,6 +12,10 @@ may observe hooks. The pool calls, for every access of object ``k``:
 * free of a tracked (resident or incoming) object: ``on_free(view, k)``
 
 A policy therefore tracks exactly the objects that are on the device or being copied there.
+Optionally, a policy class may define ``touch``: ``None`` or a callable of the key alone with
+exactly ``on_hit``'s effect, which the pool's hit fast path then calls instead of ``on_hit``
+(:class:`policies.lru.LRU` hands out its ``OrderedDict.move_to_end``). Hooks left as the
+no-ops of :class:`EvictionPolicyBase` may be skipped by the pool.
 ``victim`` must return a key for which ``view.evictable(key)`` is true (resident, unpinned, not
 in flight), or ``None`` when it has none; the pool raises :class:`~allocator.errors.InvalidVictim`
 otherwise. ``view.tick`` is the index of the current event in the pool's event sequence (the

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from policies.base import EvictionPolicyBase, first_evictable
+from policies.base import EvictionPolicyBase
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 class LRU(EvictionPolicyBase):
     """Evicts the evictable object whose last access is oldest.
 
-    Invariant: ``_order`` holds exactly the tracked objects, least recently used first.
+    Invariant: ``_order`` holds exactly the tracked objects, least recently used first; it is
+    never rebound (``touch`` hands out its bound method).
     """
 
     name = "lru"
@@ -23,7 +25,17 @@ class LRU(EvictionPolicyBase):
         self._order: OrderedDict[int, None] = OrderedDict()
 
     def victim(self, view: PoolView) -> int | None:
-        return first_evictable(view, self._order)
+        evictable = view.evictable
+        for k in self._order:  # first_evictable, inlined: this runs on every eviction
+            if evictable(k):
+                return k
+        return None
+
+    @property
+    def touch(self) -> Callable[[int], object] | None:
+        """``on_hit`` as a callable of the key alone, for the pool's hit fast path; ``None``
+        when a subclass overrides ``on_hit`` (then the pool calls that)."""
+        return self._order.move_to_end if type(self).on_hit is LRU.on_hit else None
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self._order.move_to_end(key)
