@@ -19,6 +19,8 @@ if _ROOT not in sys.path:
 
 GPU_SKIP_REASON = "needs a CUDA GPU and cupy"
 
+pytest_plugins = ["pytester"]  # tests/allocator/test_gpu_skip.py runs the hook in a sandbox
+
 
 @functools.lru_cache(maxsize=1)
 def have_gpu() -> bool:
