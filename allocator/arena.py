@@ -12,9 +12,10 @@ nbytes)``, ``used``, ``free_bytes``, ``largest_free``, ``fragmentation``):
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left, insort
 
 ALIGN = 512
+_MASK = ALIGN - 1  # ALIGN is a power of two
 
 
 def align(nbytes: int, alignment: int = ALIGN) -> int:
@@ -73,34 +74,41 @@ class Arena:
             self._add_free(0, self.capacity)
 
     def footprint(self, nbytes: int) -> int:
-        return align(nbytes)
+        return (nbytes + _MASK) & ~_MASK
 
     def _add_free(self, off: int, size: int) -> None:
         self._free[off] = size
         self._ends[off + size] = off
-        bisect.insort(self._by_size, (size, off))
+        insort(self._by_size, (size, off))
 
     def _remove_free(self, off: int) -> int:
         size = self._free.pop(off)
         del self._ends[off + size]
-        i = bisect.bisect_left(self._by_size, (size, off))
-        del self._by_size[i]
+        by_size = self._by_size
+        del by_size[bisect_left(by_size, (size, off))]
         return size
 
     def alloc(self, nbytes: int) -> int | None:
-        need = align(nbytes)
-        i = bisect.bisect_left(self._by_size, (need, -1))
-        if i == len(self._by_size):
+        need = (nbytes + _MASK) & ~_MASK
+        by_size = self._by_size
+        i = bisect_left(by_size, (need, -1))
+        if i == len(by_size):
             return None
-        size, off = self._by_size[i]
-        self._remove_free(off)
-        if size > need:
-            self._add_free(off + need, size - need)
+        size, off = by_size[i]
+        del by_size[i]
+        del self._free[off]
+        if size > need:  # split: the remainder stays free, its end is unchanged
+            rest = off + need
+            self._free[rest] = size - need
+            self._ends[off + size] = rest
+            insort(by_size, (size - need, rest))
+        else:
+            del self._ends[off + size]
         self.used += need
         return off
 
     def release(self, offset: int, nbytes: int) -> None:
-        size = align(nbytes)
+        size = (nbytes + _MASK) & ~_MASK
         self.used -= size
         start, end = offset, offset + size
         if end in self._free:  # coalesce with the next block

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import numpy as np
 
-from allocator.arena import Arena, ByteAccounting
+from allocator.arena import ALIGN, Arena, ByteAccounting
 from allocator.cost import CostModel, Preset
 from allocator.errors import (
     ConfigError,
@@ -188,8 +188,12 @@ class Pool:
         oversize: Literal["error", "bypass"] = "error",
         hook: PoolHook | None = None,
     ) -> None:
-        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+        if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
+                or capacity <= 0):
             raise ConfigError(f"capacity must be a positive number of bytes, got {capacity!r}")
+        if placement == "arena" and capacity < ALIGN:
+            raise ConfigError(f"capacity {capacity} is less than one {ALIGN}-byte arena block; "
+                              "raise it or use placement='bytes'")
         if placement not in ("arena", "bytes"):
             raise ConfigError(f"placement must be 'arena' or 'bytes', got {placement!r}")
         if write_policy not in ("write-back", "write-through"):

@@ -330,6 +330,8 @@ def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
         {"capacity": -5},
         {"capacity": "1GB"},
         {"capacity": 1.5e9},
+        {"capacity": True},
+        {"capacity": ALIGN - 1},  # less than one arena block
         {"capacity": 4096, "placement": "slab"},
         {"capacity": 4096, "write_policy": "write-around"},
         {"capacity": 4096, "oversize": "drop"},
