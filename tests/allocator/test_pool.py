@@ -536,3 +536,58 @@ def test_data_plane_refuses_oversize_even_when_bypassing(numpy_backend: NumpyBac
         p.access(4, 0)
     p._check()
     p.close()
+
+
+class _Recorder(EvictionPolicyBase):
+    """LRU that logs every victim (a wrapper class without ``touch``: the pool calls its hooks)."""
+
+    name = "recorded-lru"
+
+    def __init__(self) -> None:
+        self.lru = LRU()
+        self.victims: list[int] = []
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        v = self.lru.victim(view)
+        self.victims.append(v)  # type: ignore[arg-type]
+        return v
+
+    def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_hit(view, key)
+
+    def on_insert(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_insert(view, key)
+
+    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_evict(view, key)
+
+    def on_free(self, view, key):  # type: ignore[no-untyped-def]
+        self.lru.on_free(view, key)
+
+
+class _NoPrefetch:
+    name = "none"
+
+    def prefetch(self, view, key):  # type: ignore[no-untyped-def]
+        return ()
+
+
+@pytest.mark.parametrize("placement", ["arena", "bytes"])
+@pytest.mark.parametrize("write_policy", ["write-back", "write-through"])
+def test_fast_paths_equal_the_generator_path(placement: str, write_policy: str) -> None:
+    """access() takes shortcuts (the hit fast path with LRU's touch; misses without a generator);
+    a hook or a prefetcher sends every access through the generator instead. Same decisions."""
+    t = random_trace(4, n=3000)
+    runs = []
+    for kw in ({}, {"hook": _Log()}, {"prefetcher": _NoPrefetch()}, {"lru": True}):
+        pol = LRU() if kw.pop("lru", False) else _Recorder()
+        p = Pool(8 * B, pol, cost="a100_pcie4", placement=placement,  # type: ignore[arg-type]
+                 write_policy=write_policy, **kw)  # type: ignore[arg-type]
+        p.replay(t)
+        p._check()
+        runs.append((p.snapshot(), getattr(pol, "victims", None), p.resident_keys()))
+    assert runs[0][1] is not None and len(runs[0][1]) == runs[0][0].evictions > 100
+    for snap, victims, resident in runs[1:]:
+        assert snap == runs[0][0]
+        assert victims is None or victims == runs[0][1]
+        assert resident == runs[0][2]
