@@ -307,22 +307,19 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         t = pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
-        keys = np.full(K, -1, np.int64)
-        dist = np.full(K, -1.0)
         if n:
             kl = self._keys.tolist()
             nu, lr = self._next_use, self._last_row
             nxt = [nu[lr[k]] for k in kl]
             # Belady: farthest next use; among objects never used again the largest key
             info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
-            keys[:n] = kl
-            d = np.array(nxt, np.float64)
-            d -= t
-            d[d >= INF - t] = np.inf
-            dist[:n] = d
         else:
+            kl, nxt = [], []
             info["oracle_action"] = -1
             info["stats"] = pool.snapshot().as_dict()
+        pad = K - n
+        keys = np.array(kl + [-1] * pad, np.int64)
+        dist = np.array([x - t if x < INF else np.inf for x in nxt] + [-1.0] * pad, np.float64)
         info["keys"], info["next_use"] = keys, dist
         return info
 

@@ -337,21 +337,19 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
         t = pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid, "dropped_prefetches": self._dropped}
-        keys = np.full(K, -1, np.int64)
-        dist = np.full(K, -1.0)
         if n:
             kl = self._keys
             nu, lr = self._next_use, self._last_row
             nxt = [nu[lr[k]] if k in lr else INF for k in kl]
-            j = min(range(n), key=nxt.__getitem__)
+            j = nxt.index(min(nxt))
             info["oracle_action"] = j if nxt[j] < INF else K
-            keys[:n] = kl
-            d = np.array(nxt, np.float64)
-            d[d >= INF] = np.inf
-            dist[:n] = d - t
         else:
+            kl, nxt = [], []
             info["oracle_action"] = K
             info["stats"] = pool.snapshot().as_dict()
+        pad = K - n
+        keys = np.array(kl + [-1] * pad, np.int64)
+        dist = np.array([x - t if x < INF else np.inf for x in nxt] + [-1.0] * pad, np.float64)
         info["keys"], info["next_use"] = keys, dist
         return info
 

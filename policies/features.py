@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -379,12 +380,15 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
     replacement (``rng`` required) and keeps the evictable ones, in draw order."""
     ev = view.evictable
     if rule == "lru":
-        out: list[int] = []
-        for k in tracker._order:
-            if ev(k):
-                out.append(k)
-                if len(out) == K:
-                    break
+        order = tracker._order
+        out = [k for k in islice(order, K) if ev(k)]
+        if len(out) < K and len(order) > K:  # some of the first K are pinned or in flight
+            out = []
+            for k in order:
+                if ev(k):
+                    out.append(k)
+                    if len(out) == K:
+                        break
         return np.array(out, np.int64)
     if rule == "sample":
         if rng is None:
@@ -444,12 +448,26 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     if -1 in sls:
         for i, s in enumerate(sls):
             if s < 0:
-                o = view.info(keys[i]) if keys[i] in view else None
+                oi = view.info(keys[i]) if keys[i] in view else None
                 rows[i] = _EMPTY_ROW
-                rows[i, _INSERT] = rows[i, _CREATE] = o.created_tick if o is not None else t
-                rows[i, _SIZE] = o.size if o is not None else 0.0
-                rows[i, _KIND] = o.kind if o is not None else 0.0
+                rows[i, _INSERT] = rows[i, _CREATE] = oi.created_tick if oi is not None else t
+                rows[i, _SIZE] = oi.size if oi is not None else 0.0
+                rows[i, _KIND] = oi.kind if oi is not None else 0.0
         seen = [float(s >= 0) for s in sls]
+    p = view.cost.preset
+    times = (0.0, 1.0, 0.0, 1.0, 0.0) if p is None else (
+        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
+    decay = tuple(2.0 ** ((tracker._epoch - t) * ih) for ih in _IH)
+    _numeric(rows, np.array(codes, np.int64), seen, t, decay, 1.0 / view.capacity, times, cand)
+    return cand, mask, glob
+
+
+def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
+                   decay: tuple[float, ...], inv_cap: float, times: tuple[float, ...],
+                   cand: np.ndarray) -> None:
+    """The arithmetic of :func:`observe` (the reference; :func:`_numeric_kernel` is the same
+    with numba): writes the features of ``rows`` into ``cand[:len(rows)]``."""
+    n = len(rows)
     ring = np.sort(rows[:, _RING0:_SIZE], axis=1)  # oldest (or empty) first
     # raw = 1 + [tick distances, count, decayed counts, gaps, size]; its log is the block
     raw = np.empty((n, _N_LOG))
@@ -457,7 +475,7 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     raw[:, 1:3] = rows[:, _INSERT:_COUNT]
     np.subtract(t + 1.0, raw[:, :3], out=raw[:, :3])
     raw[:, 3:_I_GAP] = rows[:, _COUNT:_RING0]
-    raw[:, 4:_I_GAP] *= [2.0 ** ((tracker._epoch - t) * ih) for ih in _IH]
+    raw[:, 4:_I_GAP] *= decay
     np.subtract(ring[:, :0:-1], ring[:, -2::-1], out=raw[:, _I_GAP:_I_GAP + N_GAPS])
     raw[:, -1] = rows[:, _SIZE]
     raw[:, 3:] += 1.0
@@ -468,17 +486,97 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     out[:, _I_RANK] = (rec[:, None] > rec).sum(1)
     out[:, _I_RANK] *= 1.0 / max(n - 1, 1)
     out[:, _I_RANK + 1] = rows[:, _SIZE]
-    out[:, _I_RANK + 1] *= 1.0 / view.capacity
+    out[:, _I_RANK + 1] *= inv_cap
     out[:, _I_STATE:_I_SEEN] = _STATE_TABLE[codes]
     out[:, _I_SEEN] = seen
-    p = view.cost.preset
-    if p is not None:
+    if times[4]:
         size = rows[:, _SIZE]
-        out[:, _I_SEEN + 1] = np.log1p(p.h2d_latency_ns + size / p.h2d_gbps)
-        out[:, _I_SEEN + 2] = out[:, _I_STATE] * np.log1p(p.d2h_latency_ns + size / p.d2h_gbps)
+        out[:, _I_SEEN + 1] = np.log1p(times[0] + size * times[1])
+        out[:, _I_SEEN + 2] = out[:, _I_STATE] * np.log1p(times[2] + size * times[3])
         out[:, _I_SEEN + 1:] *= 1.0 / _LOG_NS
     np.minimum(out, 1.0, out=out)
-    return cand, mask, glob
+
+
+_INV_LOG_SCALE64 = _INV_LOG_SCALE.astype(np.float64)
+_STATE_TABLE32 = _STATE_TABLE.astype(np.float32)
+
+
+def _numeric_kernel_py(rows: np.ndarray, codes: np.ndarray, seen: np.ndarray, prm: np.ndarray,
+                       out: np.ndarray) -> None:
+    """:func:`_numeric_numpy` as one loop, compiled by numba when it is installed. ``prm`` is
+    ``(t, decay_0, decay_1, decay_2, 1 / capacity, h2d latency, 1 / h2d bandwidth, d2h latency,
+    1 / d2h bandwidth, timed)``; few arguments, because numba's call overhead grows with them."""
+    t, d0, d1, d2, inv_cap = prm[0], prm[1], prm[2], prm[3], prm[4]
+    h2d_lat, h2d_inv_bw, d2h_lat, d2h_inv_bw, timed = prm[5], prm[6], prm[7], prm[8], prm[9]
+    inv_scale, table = _INV_LOG_SCALE64, _STATE_TABLE32
+    n = rows.shape[0]
+    ring = np.empty(_RING)
+    raw = np.empty((n, _N_LOG))
+    for i in range(n):
+        for j in range(_RING):  # insertion sort, ascending
+            v = rows[i, _RING0 + j]
+            m = j
+            while m > 0 and ring[m - 1] > v:
+                ring[m] = ring[m - 1]
+                m -= 1
+            ring[m] = v
+        raw[i, 0] = t + 1.0 - ring[_RING - 1]
+        raw[i, 1] = t + 1.0 - rows[i, _INSERT]
+        raw[i, 2] = t + 1.0 - rows[i, _CREATE]
+        raw[i, 3] = rows[i, _COUNT] + 1.0
+        raw[i, 4] = rows[i, _E0] * d0 + 1.0
+        raw[i, 5] = rows[i, _E0 + 1] * d1 + 1.0
+        raw[i, 6] = rows[i, _E0 + 2] * d2 + 1.0
+        for j in range(N_GAPS):
+            raw[i, _I_GAP + j] = (ring[_RING - 1 - j] - ring[_RING - 2 - j]) + 1.0
+        raw[i, _N_LOG - 1] = rows[i, _SIZE] + 1.0
+    inv_n1 = 1.0 / max(n - 1, 1)
+    for i in range(n):
+        for j in range(_N_LOG):
+            out[i, j] = np.float32(np.log(raw[i, j])) * np.float32(inv_scale[j])
+        r = 0
+        for m in range(n):
+            if raw[i, 0] > raw[m, 0]:
+                r += 1
+        out[i, _I_RANK] = np.float32(r) * np.float32(inv_n1)
+        out[i, _I_RANK + 1] = np.float32(rows[i, _SIZE]) * np.float32(inv_cap)
+        for j in range(4 + N_KINDS):
+            out[i, _I_STATE + j] = table[codes[i], j]
+        out[i, _I_SEEN] = seen[i]
+        if timed:
+            size = rows[i, _SIZE]
+            out[i, _I_SEEN + 1] = np.float32(np.log1p(h2d_lat + size * h2d_inv_bw)) * np.float32(1.0 / _LOG_NS)
+            out[i, _I_SEEN + 2] = (out[i, _I_STATE] * np.float32(np.log1p(d2h_lat + size * d2h_inv_bw))
+                                   * np.float32(1.0 / _LOG_NS))
+        for j in range(F):
+            if out[i, j] > 1.0:
+                out[i, j] = 1.0
+
+
+_numeric_kernel: Any = None
+try:  # numba is optional: NumPy alone computes the same features (tests hold them equal)
+    from numba import njit
+
+    _numeric_kernel = njit(cache=True, nogil=True)(_numeric_kernel_py)
+except ImportError:  # pragma: no cover - numba is a dependency; this keeps deployment NumPy-only
+    pass
+
+ACCELERATED = _numeric_kernel is not None
+"""True when the numba kernel computes the features (else the NumPy reference does)."""
+
+
+def _numeric(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int, decay: tuple[float, ...],
+             inv_cap: float, times: tuple[float, ...], cand: np.ndarray) -> None:
+    if _numeric_kernel is None:
+        _numeric_numpy(rows, codes, seen, t, decay, inv_cap, times, cand)
+        return
+    n = len(rows)
+    seen_a = (_ONES[:n] if n <= len(_ONES) else np.ones(n)) if isinstance(seen, float) else np.array(seen)
+    prm = np.array((t, decay[0], decay[1], decay[2], inv_cap) + times)
+    _numeric_kernel(rows, codes, seen_a, prm, cand)
+
+
+_ONES = np.ones(4096)
 
 
 _MASKS: dict[int, np.ndarray] = {}

@@ -218,6 +218,7 @@ def test_capacity_fractions_of_the_window() -> None:
 
 
 # ---------------------------------------------------------------------- vectorisation
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_vector_envs_and_action_masks() -> None:
     from sb3_contrib.common.maskable.utils import get_action_masks
     from stable_baselines3.common.env_util import make_vec_env

@@ -170,6 +170,7 @@ def test_invalid_actions_and_arguments() -> None:
             PrefetchEnv(pattern_trace(n_rounds=2), **kw)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_same_seed_same_rollout_and_vector_env() -> None:
     traces = [pattern_trace(n_rounds=8, seed=s) for s in (4, 5)]
 

@@ -224,3 +224,28 @@ def test_sample_rule_is_uniform_distinct_and_seeded() -> None:
         select_candidates(tracker, view, 32, "sample")
     with pytest.raises(ConfigError, match="unknown candidate rule"):
         select_candidates(tracker, view, 32, "mru")
+
+
+@pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the NumPy path exists")
+@pytest.mark.parametrize("cost", [None, "h100_pcie5"])
+def test_numba_kernel_equals_the_numpy_reference(cost, monkeypatch) -> None:
+    """Deployment without numba computes exactly what training with it computed."""
+    trace = _trace(3000, 300, 9, size_scale=1 << 16)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 25 * 8 * (1 << 16), tracker, cost=cost, prefetch_every=4)
+    view = pool.view
+    rng = np.random.default_rng(0)
+    key_sets = [select_candidates(tracker, view, K, rule, rng)
+                for K in (1, 7, 32) for rule in ("lru", "sample")]
+    key_sets.append(np.array([10**12, int(trace.key[5]), int(trace.key[9])]))  # unseen keys
+    fast = [observe(tracker, view, keys, 32) for keys in key_sets]
+    monkeypatch.setattr(fm, "_numeric_kernel", None)
+    for keys, (c, m, g) in zip(key_sets, fast):
+        c2, m2, g2 = observe(tracker, view, keys, 32)
+        np.testing.assert_allclose(c, c2, rtol=0, atol=2e-7)
+        np.testing.assert_array_equal(m, m2)
+        np.testing.assert_array_equal(g, g2)
+    # the comparison covered dirty objects, unseen keys and (with a cost model) copy times
+    assert any(c[:, IDX["dirty"]].any() for c, _, _ in fast)
+    assert fast[-1][0][0, IDX["seen"]] == 0
+    assert (fast[2][0][:, IDX["h2d_time"]] > 0).any() == (cost is not None)
