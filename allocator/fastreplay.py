@@ -62,7 +62,8 @@ class FastReplay:
     ``outcome[i]`` is :data:`HIT`, :data:`MISS`, :data:`BYPASS` (a miss never inserted: larger
     than the pool) or :data:`FREE` for row ``i``; ``victim_rows[j]`` is the row whose access
     caused eviction ``j`` and ``victim_keys[j]`` the evicted key (both only with
-    ``record=True``, else empty). ``kernel_s`` is the kernel's wall time (compilation excluded).
+    ``record=True``, else ``outcome`` is empty too). ``kernel_s`` is the compiled replay's wall
+    time, Belady's next-use pass included (compilation and the id remap excluded).
     """
 
     stats: PoolStats
@@ -123,24 +124,89 @@ def _heap_pop(k1, k2, p1, p2, n):  # type: ignore[no-untyped-def]
     return n
 
 
+_ID_BITS = 31
+_ID_MASK = (1 << _ID_BITS) - 1
+
+
 @njit(cache=True)
-def _grow(a: np.ndarray) -> np.ndarray:
-    b = np.empty(2 * len(a), a.dtype)
-    b[: len(a)] = a
-    return b
+def _pk_sift_down(h, n, i):  # type: ignore[no-untyped-def]
+    while True:
+        left = 2 * i + 1
+        if left >= n:
+            break
+        m = left
+        if left + 1 < n and h[left + 1] < h[left]:
+            m = left + 1
+        if h[m] < h[i]:
+            h[m], h[i] = h[i], h[m]
+            i = m
+        else:
+            break
+
+
+@njit(cache=True)
+def _pk_pop(h, n):  # type: ignore[no-untyped-def]
+    n -= 1
+    if n > 0:
+        h[0] = h[n]
+        _pk_sift_down(h, n, 0)
+    return n
+
+
+@njit(cache=True)
+def _belady_valid(x, state, cur):  # type: ignore[no-untyped-def]
+    """Entry ``x = -(next << 31 | id)`` is live: the object is resident with that next use."""
+    v = -x
+    k = v & _ID_MASK
+    return state[k] == _DEVICE and cur[k] == (v >> _ID_BITS)
+
+
+@njit(cache=True)
+def _belady_compact(h, n, state, cur, seen, stamp):  # type: ignore[no-untyped-def]
+    """Keep one live entry per object and restore the heap order; returns the size."""
+    m = 0
+    for j in range(n):
+        x = h[j]
+        k = (-x) & _ID_MASK
+        if _belady_valid(x, state, cur) and seen[k] != stamp:
+            seen[k] = stamp
+            h[m] = x
+            m += 1
+    for start in range(m // 2 - 1, -1, -1):
+        _pk_sift_down(h, m, start)
+    return m
+
+
+@njit(cache=True)
+def _next_use(ids, op, n_ids):  # type: ignore[no-untyped-def]
+    """``Trace.next_use()`` over dense ids, with "never" as ``len(ids)`` instead of INF."""
+    n = len(ids)
+    out = np.empty(n, np.int64)
+    last = np.full(n_ids, n, np.int64)
+    for i in range(n - 1, -1, -1):
+        k = ids[i]
+        if op[i] == 2:  # a free ends the object: earlier accesses never see later ones
+            out[i] = n
+            last[k] = n
+        else:
+            out[i] = last[k]
+            last[k] = i
+    return out
 
 
 # ---------------------------------------------------------------------- the kernel
 @njit(cache=True)
-def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through, bypass,
+def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_through, bypass,
             timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two_engines, record):  # type: ignore[no-untyped-def]
     """Mirror of ``Pool.access``/``Pool.free`` over a whole trace (see the module docstring).
 
     Each block below names the pool method it mirrors; keep them in step with allocator/pool.py.
     """
     n = len(ids)
-    st = np.zeros(_N_STATS, np.int64)
-    outcome = np.zeros(n, np.uint8)
+    # counters are locals (array stores would defeat register allocation); order _STAT_FIELDS
+    n_acc = n_hit = n_miss = b_miss = n_alloc = n_evict = n_wb = n_bypass = n_free = 0
+    b_h2d = b_d2h = peak = 0
+    outcome = np.zeros(n if record else 0, np.uint8)
     vrow = np.empty(n if record else 0, np.int64)
     vid = np.empty(n if record else 0, np.int64)
     nv = 0
@@ -149,22 +215,34 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
     dirty = np.zeros(n_ids, np.bool_)
     busy = np.zeros(n_ids, np.int64)
     nbytes = np.zeros(n_ids, np.int64)
-    # LRU / FIFO: doubly-linked list, head = next victim
+    # LRU / FIFO: one doubly-linked list through prv/nxl, head = next victim.
+    # LFU (as policies.classic.LFU): one such list per frequency f (bucket f, in the order its
+    # objects reached f), the non-empty buckets linked in ascending order (bnext/bprev from
+    # bmin); the victim is the head of bucket bmin.
     prv = np.full(n_ids, -1, np.int64)
     nxl = np.full(n_ids, -1, np.int64)
     head = -1
     tail = -1
-    # LFU / Belady: lazy min-heap of (k1, k2) -> (id, version); version invalidates old entries
-    hcap = 1024
-    hk1 = np.empty(hcap, np.int64)
-    hk2 = np.empty(hcap, np.int64)
-    hid = np.empty(hcap, np.int64)
-    hver = np.empty(hcap, np.int64)
+    nb = n_freq if policy == _LFU else 1
+    freq = np.zeros(n_ids if policy == _LFU else 1, np.int64)
+    bhead = np.full(nb, -1, np.int64)
+    btail = np.full(nb, -1, np.int64)
+    bnext = np.full(nb, -1, np.int64)
+    bprev = np.full(nb, -1, np.int64)
+    bmin = -1
+    # Belady (as policies.priority.Belady): lazy min-heap of -(next << 31 | id) (farthest next
+    # use first, then larger id), an entry live while cur[id] == next and id resident;
+    # compacted when full, so it never exceeds 2 * n_ids + 66 entries. (Arrays are sized once:
+    # rebinding an array inside the loop costs reference counting on every iteration.)
+    hcap = 2 * n_ids + 66 if policy == _BELADY else 1
+    heap = np.empty(hcap, np.int64)
     hn = 0
-    ver = np.zeros(n_ids, np.int64)
-    freq = np.zeros(n_ids, np.int64)
-    # pending releases of blocks (write-backs in flight): heap of (done, seq) -> (nbytes, id)
-    rcap = 1024
+    cur = np.zeros(n_ids if policy == _BELADY else 1, np.int64)
+    seen = np.zeros(n_ids if policy == _BELADY else 1, np.int64)
+    stamp = 0
+    # pending releases of blocks (copies out in flight): heap of (done, seq) -> (nbytes, id);
+    # one entry per eviction or free at most, and none without a timing model
+    rcap = n + 1 if timed else 1
     rk1 = np.empty(rcap, np.int64)
     rk2 = np.empty(rcap, np.int64)
     rnb = np.empty(rcap, np.int64)
@@ -185,8 +263,9 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
         k = ids[i]
         if op[i] == 2:
             # ---------------------------------------------------------- Pool._free
-            st[8] += 1
-            outcome[i] = FREE
+            n_free += 1
+            if record:
+                outcome[i] = FREE
             if state[k] == _DEVICE:
                 n_evictable -= 1
                 # policy.on_free
@@ -200,14 +279,30 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                         prv[q] = p
                     else:
                         tail = p
-                else:
-                    ver[k] += 1
+                elif policy == _LFU:
+                    f = freq[k]
+                    p, q = prv[k], nxl[k]
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        bhead[f] = q
+                    if q >= 0:
+                        prv[q] = p
+                    else:
+                        btail[f] = p
+                    if bhead[f] < 0:  # bucket f emptied: unlink it
+                        p, q = bprev[f], bnext[f]
+                        if p >= 0:
+                            bnext[p] = q
+                        else:
+                            bmin = q
+                        if q >= 0:
+                            bprev[q] = p
+                # (Belady: the entry dies with the object's state)
                 # _release_block
                 done = busy[k]
                 if done > now:
                     seq += 1
-                    if rn == len(rk1):
-                        rk1, rk2, rnb, rid = _grow(rk1), _grow(rk2), _grow(rnb), _grow(rid)
                     rn = _heap_push(rk1, rk2, rnb, rid, rn, done, seq, nbytes[k], k)
                     pending += nbytes[k]
                 else:
@@ -217,7 +312,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
             continue
         w = op[i] == 1
         s = size[i]
-        st[0] += 1
+        n_acc += 1
         sk = state[k]
         if sk == _DEVICE:
             # ---------------------------------------------------------- hit
@@ -229,8 +324,9 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                     used -= nb
                     if state[kk] == _D2H and busy[kk] <= done:
                         state[kk] = _HOST
-            st[1] += 1
-            outcome[i] = HIT
+            n_hit += 1
+            if record:
+                outcome[i] = HIT
             # policy.on_hit
             if policy == _LRU:
                 if k != tail:
@@ -244,15 +340,61 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                     nxl[k] = -1
                     nxl[tail] = k
                     tail = k
-            elif policy >= _LFU:
-                freq[k] += 1
-                ver[k] += 1
-                if hn == len(hk1):
-                    hk1, hk2, hid, hver = _grow(hk1), _grow(hk2), _grow(hid), _grow(hver)
-                if policy == _LFU:
-                    hn = _heap_push(hk1, hk2, hid, hver, hn, freq[k], i, k, ver[k])
+            elif policy == _LFU:
+                # (list operations written out: calls with array arguments cost refcounting)
+                f = freq[k]
+                g = f + 1
+                p, q = prv[k], nxl[k]  # out of bucket f
+                if p >= 0:
+                    nxl[p] = q
                 else:
-                    hn = _heap_push(hk1, hk2, hid, hver, hn, -nxt[i], -k, k, ver[k])
+                    bhead[f] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    btail[f] = p
+                if bhead[g] < 0:  # bucket g enters the chain right after bucket f
+                    q = bnext[f]
+                    bprev[g] = f
+                    bnext[g] = q
+                    bnext[f] = g
+                    if q >= 0:
+                        bprev[q] = g
+                p = btail[g]  # onto the tail of bucket g
+                prv[k] = p
+                nxl[k] = -1
+                if p >= 0:
+                    nxl[p] = k
+                else:
+                    bhead[g] = k
+                btail[g] = k
+                freq[k] = g
+                if bhead[f] < 0:  # bucket f emptied: unlink it
+                    p, q = bprev[f], bnext[f]
+                    if p >= 0:
+                        bnext[p] = q
+                    else:
+                        bmin = q
+                    if q >= 0:
+                        bprev[q] = p
+            elif policy == _BELADY:
+                if hn == hcap:
+                    stamp += 1
+                    hn = _belady_compact(heap, hn, state, cur, seen, stamp)
+                x = nxt[i]
+                cur[k] = x
+                j = hn  # push -(next << 31 | id) (written out, as above)
+                x = -((x << _ID_BITS) | k)
+                heap[j] = x
+                while j > 0:
+                    q = (j - 1) >> 1
+                    if x < heap[q]:
+                        heap[j] = heap[q]
+                        heap[q] = x
+                        j = q
+                    else:
+                        break
+                hn += 1
             if w:
                 dirty[k] = True
                 if write_through:
@@ -267,7 +409,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                     else:
                         done = max(now, busy[k])
                     busy[k] = done
-                    st[10] += nbytes[k]
+                    b_d2h += nbytes[k]
                     dirty[k] = False
             c = compute[i]
             now += c
@@ -281,16 +423,17 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
             used -= nb
             if state[kk] == _D2H and busy[kk] <= done:
                 state[kk] = _HOST
-        st[2] += 1
-        st[3] += s
+        n_miss += 1
+        b_miss += s
         created = sk == _ABSENT
         if created:
             state[k] = _HOST
             dirty[k] = False
             busy[k] = 0
         if s > capacity:
-            st[7] += 1
-            outcome[i] = BYPASS
+            n_bypass += 1
+            if record:
+                outcome[i] = BYPASS
             c = compute[i]
             now += c
             comp_total += c
@@ -313,16 +456,21 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
             # policy.victim
             if policy <= _FIFO:
                 v = head
+            elif policy == _LFU:
+                v = bhead[bmin]
             else:
-                while hver[0] != ver[hid[0]] or state[hid[0]] != _DEVICE:
-                    hn = _heap_pop(hk1, hk2, hid, hver, hn)
-                v = hid[0]
+                while True:
+                    x = -heap[0]
+                    v = x & _ID_MASK
+                    if state[v] == _DEVICE and cur[v] == (x >> _ID_BITS):
+                        break
+                    hn = _pk_pop(heap, hn)
             if record:
                 vrow[nv] = i
                 vid[nv] = v
                 nv += 1
             # _evict
-            st[5] += 1
+            n_evict += 1
             n_evictable -= 1
             if policy <= _FIFO:  # policy.on_evict
                 q = nxl[v]
@@ -332,11 +480,23 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                 else:
                     tail = -1
                 nxl[v] = -1
+            elif policy == _LFU:
+                f = freq[v]
+                q = nxl[v]  # v heads bucket f = bmin
+                bhead[f] = q
+                if q >= 0:
+                    prv[q] = -1
+                else:
+                    btail[f] = -1
+                    q = bnext[f]  # bucket f emptied: the chain now starts at the next one
+                    bmin = q
+                    if q >= 0:
+                        bprev[q] = -1
+                nxl[v] = -1
             else:
-                ver[v] += 1
-                hn = _heap_pop(hk1, hk2, hid, hver, hn)
+                hn = _pk_pop(heap, hn)
             if dirty[v]:
-                st[6] += 1
+                n_wb += 1
                 if timed:
                     start = max(now, free_d2h if two_engines else free_h2d, busy[v])
                     done = start + d2h_lat + np.int64(nbytes[v] / d2h_gbps)
@@ -347,7 +507,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                 else:
                     done = max(now, busy[v])
                 busy[v] = done
-                st[10] += nbytes[v]
+                b_d2h += nbytes[v]
                 dirty[v] = False
                 state[v] = _D2H
             else:
@@ -355,8 +515,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
             done = busy[v]  # _release_block
             if done > now:
                 seq += 1
-                if rn == len(rk1):
-                    rk1, rk2, rnb, rid = _grow(rk1), _grow(rk2), _grow(rnb), _grow(rid)
                 rn = _heap_push(rk1, rk2, rnb, rid, rn, done, seq, nbytes[v], v)
                 pending += nbytes[v]
             else:
@@ -364,10 +522,10 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
             nbytes[v] = 0
         used += s
         nbytes[k] = s
-        if used > st[15]:
-            st[15] = used
+        if used > peak:
+            peak = used
         if created and w:
-            st[4] += 1
+            n_alloc += 1
         else:
             # demand fetch, after any write-back of the same object
             if timed:
@@ -376,7 +534,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                 free_h2d = done
             else:
                 done = max(now, busy[k])
-            st[9] += s
+            b_h2d += s
             if done > now:
                 stall += done - now
                 now = done
@@ -391,15 +549,41 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
             else:
                 head = k
             tail = k
-        else:
-            freq[k] = 1
-            ver[k] += 1
-            if hn == len(hk1):
-                hk1, hk2, hid, hver = _grow(hk1), _grow(hk2), _grow(hid), _grow(hver)
-            if policy == _LFU:
-                hn = _heap_push(hk1, hk2, hid, hver, hn, 1, i, k, ver[k])
+        elif policy == _LFU:
+            if bhead[1] < 0:  # bucket 1 enters the chain at its front
+                q = bmin
+                bprev[1] = -1
+                bnext[1] = q
+                bmin = 1
+                if q >= 0:
+                    bprev[q] = 1
+            p = btail[1]
+            prv[k] = p
+            nxl[k] = -1
+            if p >= 0:
+                nxl[p] = k
             else:
-                hn = _heap_push(hk1, hk2, hid, hver, hn, -nxt[i], -k, k, ver[k])
+                bhead[1] = k
+            btail[1] = k
+            freq[k] = 1
+        else:
+            if hn == hcap:
+                stamp += 1
+                hn = _belady_compact(heap, hn, state, cur, seen, stamp)
+            x = nxt[i]
+            cur[k] = x
+            j = hn
+            x = -((x << _ID_BITS) | k)
+            heap[j] = x
+            while j > 0:
+                q = (j - 1) >> 1
+                if x < heap[q]:
+                    heap[j] = heap[q]
+                    heap[q] = x
+                    j = q
+                else:
+                    break
+            hn += 1
         if w:
             dirty[k] = True
             if write_through:
@@ -413,15 +597,13 @@ def _kernel(ids, size, op, compute, nxt, n_ids, capacity, policy, write_through,
                 else:
                     done = max(now, busy[k])
                 busy[k] = done
-                st[10] += s
+                b_d2h += s
                 dirty[k] = False
         c = compute[i]
         now += c
         comp_total += c
-    st[11] = stall
-    st[12] = comp_total
-    st[13] = now
-    st[14] = used
+    st = np.array([n_acc, n_hit, n_miss, b_miss, n_alloc, n_evict, n_wb, n_bypass, n_free,
+                   b_h2d, b_d2h, stall, comp_total, now, used, peak], np.int64)
     return st, outcome, vrow[:nv], vid[:nv]
 
 
@@ -506,11 +688,14 @@ def replay_fast(
     timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two = _timing(cost)
     ids, uniq, n_ids = dense_ids(trace.key)
     code = FAST_POLICIES.index(policy)
-    nxt = trace.next_use() if code == _BELADY else np.zeros(1, np.int64)
+    if len(trace) >= 1 << 31 or n_ids >= 1 << 31:
+        return None  # Belady packs (row, id) into one int64
     t0 = time.perf_counter()
+    nxt = _next_use(ids, trace.op, n_ids) if code == _BELADY else np.zeros(1, np.int64)
+    n_freq = int(np.bincount(ids).max()) + 2 if code == _LFU and len(ids) else 2
     st, outcome, vrow, vid = _kernel(
         ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, nxt, n_ids,
-        capacity, code, write_policy == "write-through", oversize == "bypass", timed,
+        n_freq, capacity, code, write_policy == "write-through", oversize == "bypass", timed,
         h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two, record,
     )
     kernel_s = time.perf_counter() - t0

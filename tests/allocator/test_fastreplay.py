@@ -8,7 +8,17 @@ import importlib
 import numpy as np
 import pytest
 
-from allocator.fastreplay import BYPASS, FAST_POLICIES, FREE, HIT, MISS, replay_fast, warm_up
+from allocator.fastreplay import (
+    BYPASS,
+    FAST_POLICIES,
+    FREE,
+    HIT,
+    MISS,
+    _next_use,
+    dense_ids,
+    replay_fast,
+    warm_up,
+)
 from allocator.pool import Pool
 from allocator.trace import Op, Trace
 from policies.base import EvictionPolicy
@@ -153,3 +163,24 @@ def test_not_applicable_returns_none() -> None:
     assert replay_fast(trace, 5_000, "lru", prefetch="next") is None
     # an object larger than the pool with oversize="error": the pool must raise, not the kernel
     assert replay_fast(trace, 10, "lru", oversize="error") is None
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_next_use_pass_equals_trace_next_use(seed: int) -> None:
+    trace = gen_trace(seed, n=1500, n_keys=40, frees=0.1, big_keys=seed == 6)
+    ids, _, n_ids = dense_ids(trace.key)
+    got = _next_use(ids, trace.op, n_ids)
+    want = trace.next_use()
+    never = want == np.iinfo(np.int64).max
+    assert never.any() and (trace.op == Op.FREE).any()
+    assert np.array_equal(got[never], np.full(int(never.sum()), len(trace)))
+    assert np.array_equal(got[~never], want[~never])
+
+
+def test_record_false_returns_counters_only() -> None:
+    trace = gen_trace(7, n=500)
+    full = replay_fast(trace, 5_000, "lfu", record=True)
+    bare = replay_fast(trace, 5_000, "lfu")
+    assert full is not None and bare is not None
+    assert bare.stats == full.stats and len(bare.outcome) == 0 and len(bare.victim_keys) == 0
+    assert len(full.outcome) == len(trace) and len(full.victim_keys) == full.stats.evictions
