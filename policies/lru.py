@@ -35,7 +35,8 @@ class LRU(EvictionPolicyBase):
     def touch(self) -> Callable[[int], object] | None:
         """``on_hit`` as a callable of the key alone, for the pool's hit fast path; ``None``
         when a subclass overrides ``on_hit`` (then the pool calls that)."""
-        return self._order.move_to_end if type(self).on_hit is LRU.on_hit else None
+        plain = type(self).on_hit is LRU.on_hit and "on_hit" not in vars(self)
+        return self._order.move_to_end if plain else None
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self._order.move_to_end(key)

@@ -591,3 +591,33 @@ def test_fast_paths_equal_the_generator_path(placement: str, write_policy: str) 
         assert snap == runs[0][0]
         assert victims is None or victims == runs[0][1]
         assert resident == runs[0][2]
+
+
+def test_hit_fast_path_never_bypasses_an_overridden_on_hit() -> None:
+    class CountingLRU(LRU):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hits = 0
+
+        def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+            self.hits += 1
+            super().on_hit(view, key)
+
+    pol = CountingLRU()
+    assert pol.touch is None and LRU().touch is not None
+    p = Pool(4 * B, pol)
+    p.access(1, B)
+    p.access(1, B)
+    p.access(1, B, write=True)
+    assert pol.hits == 2
+    plain = LRU()
+    seen: list[int] = []
+    plain.on_hit = lambda view, key: seen.append(key)  # type: ignore[method-assign]
+    q = Pool(4 * B, plain)
+    q.access(1, B)
+    q.access(1, B)
+    assert seen == [1]
+    # swapping the policy refreshes the cached fast path
+    q.policy = pol
+    q.access(1, B)
+    assert pol.hits == 3
