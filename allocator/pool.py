@@ -703,11 +703,13 @@ class Pool:
     def _make_room_policy(self, size: int, need: int) -> int:
         """:meth:`_make_room` answered by the eviction policy, without a generator (called
         after an allocation failed)."""
-        victim, view = self._policy.victim, self.view
-        off = self._room_step(size, need, False)
+        victim, view, alloc = self._policy.victim, self.view, self._place.alloc
+        # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
+        off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
         while off < 0:
             self._evict(victim(view))
-            off = self._room_step(size, need)
+            got = alloc(need)  # _room_step's first move, without the call
+            off = self._room_step(size, need, False) if got is None else got
         return off
 
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
