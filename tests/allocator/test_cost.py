@@ -11,6 +11,7 @@ import pytest
 from allocator.cost import PRESETS, CostModel, Preset, get_preset, load_preset, save_preset
 from allocator.errors import ConfigError
 from allocator.pool import Pool
+from allocator.trace import Op
 
 LAT = 100
 N = 1024
@@ -210,3 +211,21 @@ def test_flush_waits_for_write_backs() -> None:
     assert s.bytes_d2h == 2 * N and s.total_ns == 2 * COPY
     p.flush()  # nothing dirty any more
     assert p.snapshot().bytes_d2h == 2 * N
+
+
+def test_write_back_in_flight_is_d2h_until_it_lands() -> None:
+    p = _pool(capacity=3 * N)
+    for k in (1, 2, 3):
+        p.access(k, N, write=True)
+    gen = p.steps(4, 2 * N, Op.WRITE)  # a first write: allocated, no fetch
+    req = next(gen)
+    assert req.needed == 2 * N
+    req = gen.send(1)  # 1's write-back (0 -> 1124) frees one block only later: another victim
+    assert p.state(1) == "d2h" and p.snapshot().total_ns == 0
+    assert sorted(req.view.candidates()) == [2, 3]
+    with pytest.raises(StopIteration):
+        gen.send(2)  # both write-backs queue on the d2h engine: the pool waits till 2248
+    assert p.state(1) == p.state(2) == "host" and p.state(4) == "device"
+    s = p.snapshot()
+    assert s.total_ns == s.stall_ns == 2 * COPY and s.writebacks == 2 and s.allocations == 4
+    p._check()
