@@ -46,7 +46,6 @@ import collections
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -149,14 +148,18 @@ class OffloadStats:
 
 
 class _Saved:
-    """What autograd holds for a saved tensor in the pool."""
+    """What autograd holds for a saved tensor in the pool; when autograd drops it, its key is
+    queued for freeing."""
 
-    __slots__ = ("key", "nbytes", "dtype", "shape", "stride", "device", "__weakref__")
+    __slots__ = ("key", "nbytes", "dtype", "shape", "stride", "_dead")
 
     def __init__(self, key: int, nbytes: int, dtype: torch.dtype, shape: torch.Size,
-                 stride: tuple[int, ...], device: torch.device) -> None:
+                 stride: tuple[int, ...], dead: collections.deque[int]) -> None:
         self.key, self.nbytes, self.dtype = key, nbytes, dtype
-        self.shape, self.stride, self.device = shape, stride, device
+        self.shape, self.stride, self._dead = shape, stride, dead
+
+    def __del__(self) -> None:
+        self._dead.append(self.key)
 
 
 class _PinnedView:
@@ -174,21 +177,13 @@ class _PinnedView:
         self._queue.append(self._key)
 
 
-def _raw_bytes(t: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """The bytes of ``t`` as a flat uint8 tensor, and the strides that rebuild it from them.
-
-    A contiguous tensor is viewed as is; any other is first copied with its strides kept when
-    it is dense (``empty_like`` preserves the layout of non-overlapping dense tensors), so the
-    kernels of backward see the same layout as without offload."""
+def _layout(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``t`` is stored with in the pool: its own when it is contiguous or dense
+    (``empty_like`` keeps the layout of non-overlapping dense tensors, e.g. a transpose), so
+    the kernels of backward see the same layout as without offload; else contiguous."""
     if t.is_contiguous():
-        return t.reshape(-1).view(torch.uint8), t.stride()
-    dense = torch.empty_like(t)
-    dense.copy_(t)
-    n = dense.numel()
-    if dense.is_contiguous():
-        return dense.reshape(-1).view(torch.uint8), dense.stride()
-    flat = dense.as_strided((n,), (1,), dense.storage_offset())
-    return flat.view(torch.uint8), dense.stride()
+        return t.stride()
+    return torch.empty_like(t).stride()  # allocates without touching the memory
 
 
 class ActivationOffload:
@@ -293,9 +288,8 @@ class ActivationOffload:
         self._check_device(t)
         if self._dead or self._unpins:
             self.collect()
-        with torch.no_grad():
-            raw, stride = _raw_bytes(t.detach())
-        nbytes = raw.numel()
+        stride = _layout(t)
+        nbytes = t.numel() * t.element_size()
         pool = self.pool
         with self._lock:
             key = self._next_key
@@ -308,19 +302,16 @@ class ActivationOffload:
                                      f"shape {tuple(t.shape)}, {t.dtype}") from e
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
-            pool.pin(key)
-            try:
-                self._copy_in(pool.view.info(key).offset, raw)
-            finally:
-                pool.unpin(key)
+            # no pin needed: no pool operation runs before the copy is issued (a device copy is
+            # queued on the compute stream, and every later pool copy is ordered after it)
+            with torch.no_grad():
+                self._copy_in(pool.view.info(key).offset, t.detach(), stride)
             self._log(key, nbytes, Op.WRITE)
             self._last = t1 = self._now()
         self.counters.packed += 1
         self.counters.bytes_packed += nbytes
         self.counters.pack_ns += t1 - t0
-        h = _Saved(key, nbytes, t.dtype, t.shape, stride, t.device)
-        weakref.finalize(h, self._dead.append, key)
-        return h
+        return _Saved(key, nbytes, t.dtype, t.shape, stride, self._dead)
 
     def _unpack(self, h: Any) -> torch.Tensor:
         if isinstance(h, torch.Tensor):
@@ -367,12 +358,15 @@ class ActivationOffload:
 
     # NumPy arenas copy with NumPy (one memcpy, no intra-op thread pool to wake); device
     # arenas with torch on the current stream, zero-copy through DLPack.
-    def _copy_in(self, offset: int, raw: torch.Tensor) -> None:
-        buf = self.backend.device_buffer(offset, raw.numel())
-        if isinstance(buf, np.ndarray):
-            np.copyto(buf, raw.numpy())
-        else:
-            torch.from_dlpack(buf).copy_(raw)
+    def _copy_in(self, offset: int, t: torch.Tensor, stride: tuple[int, ...]) -> None:
+        """Copy ``t`` into the pool object at ``offset``, laid out with ``stride``."""
+        nbytes = t.numel() * t.element_size()
+        buf = self.backend.device_buffer(offset, nbytes)
+        if isinstance(buf, np.ndarray) and t.is_contiguous():
+            np.copyto(buf, t.reshape(-1).view(torch.uint8).numpy())
+            return
+        dst = torch.from_numpy(buf) if isinstance(buf, np.ndarray) else torch.from_dlpack(buf)
+        dst.view(t.dtype).as_strided(t.shape, stride).copy_(t)
 
     @staticmethod
     def _copy_out(buf: Any) -> torch.Tensor:
