@@ -97,7 +97,8 @@ class PoolExhausted(PoolError, MemoryError):
 class UnknownKey(PoolError, KeyError):
     def __init__(self, key: int, op: str = "access") -> None:
         self.key = key
-        super().__init__(f"{op}: key {key} names no live object in the pool (freed, or never created)")
+        super().__init__(f"{op}: key {key} names no live object in the pool (freed, or never "
+                         "created); create it first with access(key, size) or put(key, data)")
 
     def __str__(self) -> str:  # KeyError quotes its message otherwise
         return str(self.args[0])

@@ -621,3 +621,32 @@ def test_hit_fast_path_never_bypasses_an_overridden_on_hit() -> None:
     q.policy = pol
     q.access(1, B)
     assert pol.hits == 3
+
+
+def test_every_error_message_says_what_to_do(numpy_backend: NumpyBackend) -> None:
+    p = Pool(2 * B, backend=numpy_backend)
+    p.access(1, B)
+    p.pin(1)
+    p.access(2, B)
+    p.pin(2)
+    cases = [
+        (lambda: p.access(9, 3 * B), ObjectTooLarge, "raise the capacity"),
+        (lambda: p.access(9, B), PoolExhausted, "unpin objects or raise the capacity"),
+        (lambda: p.free(77), UnknownKey, "create it first"),
+        (lambda: p.free(1), ObjectPinned, "unpin it first"),
+        (lambda: Pool(2 * B, placement="slab"), ConfigError, "'arena' or 'bytes'"),  # type: ignore[arg-type]
+        (lambda: Pool(B, cost="nope"), ConfigError, "choose one of"),
+    ]
+    for call, cls, advice in cases:
+        with pytest.raises(cls) as ei:
+            call()
+        assert advice in str(ei.value), str(ei.value)
+    p.unpin(1)
+    p.unpin(2)
+    with pytest.raises(NotPinned, match="every unpin needs a matching pin"):
+        p.unpin(1)
+    p.access(5, 2 * B)
+    with pytest.raises(NotResident, match="access it first"):
+        p.pin(1)
+    p._check()
+    p.close()
