@@ -170,7 +170,8 @@ def run_one(
     reads = trace.op != Op.FREE
     requested = int(trace.size[reads].sum())
     t0 = time.perf_counter()
-    if fast and fast_applicable(spec.policy, placement=placement, prefetch=prefetch) is None:
+    if (fast and _plain_pool(allocator_cfg)
+            and fast_applicable(spec.policy, placement=placement, prefetch=prefetch) is None):
         res = replay_fast(trace, spec.capacity, spec.policy, "bytes", cost=preset,
                           write_policy=write_policy, oversize=oversize,  # type: ignore[arg-type]
                           placement=placement)
@@ -194,6 +195,16 @@ def run_one(
         row["decision_p50_us"], row["decision_p99_us"] = timed.percentiles_us()
     row.update(placement=placement, fast=False, wall_s=time.perf_counter() - t0)
     return row
+
+
+def _plain_pool(allocator_cfg: Any) -> bool:
+    """Whether the allocator config builds a plain :class:`Pool` (only the options the compiled
+    replay reproduces); anything else (another target, a backend, a hook) needs the pool."""
+    if allocator_cfg is None:
+        return True
+    keys = set(allocator_cfg.keys())
+    return (allocator_cfg.get("_target_") == "allocator.pool.Pool"
+            and keys <= {"_target_", "placement", "write_policy", "oversize"})
 
 
 # ---------------------------------------------------------------------- the sweep

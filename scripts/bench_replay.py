@@ -90,10 +90,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cap = max(1, int(trace.working_set_bytes() * args.capacity))
         figures[tname] = {"requests": n, "capacity": cap, "source": src.name}
         for pol in policies:
-            def ours(pol: str = pol) -> Any:
+            def ours(pol: str = pol, trace: Any = trace, cap: int = cap) -> Any:
                 return replay_fast(trace, cap, pol)
 
-            def ours_e2e(pol: str = pol) -> Any:
+            def ours_e2e(pol: str = pol, og: str = og, cap: int = cap) -> Any:
                 return replay_fast(read_trace(og, format="oracleGeneral"), cap, pol)
 
             t_ours, t_e2e, t_lcs = float("inf"), float("inf"), float("inf")
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ours_miss_ratio": res.stats.miss_ratio, "lcs_miss_ratio": float(mr_lcs[0]),
             }
             if args.preset:
-                dt, _ = _best(lambda pol=pol: replay_fast(trace, cap, pol, cost=args.preset),
-                              max(1, args.repeat))
+                dt, _ = _best(lambda pol=pol, trace=trace, cap=cap: replay_fast(
+                    trace, cap, pol, cost=args.preset), max(1, args.repeat))
                 row["ours_timed_rps"] = n / dt
             figures[tname][pol] = row
             print(f"{tname:<10} {pol:<7} {n:>9} {row['ours_rps'] / 1e6:>12.2f} "

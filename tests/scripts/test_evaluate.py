@@ -181,3 +181,11 @@ def test_multirun_sweep_with_joblib(og_file: Path, tmp_path: Path) -> None:
     for job, policies in (("job_0", {"lru", "belady"}), ("job_1", {"fifo", "lru", "belady"})):
         with open(out / job / "results.csv") as f:
             assert {r["policy"] for r in csv.DictReader(f)} == policies  # lru, belady added
+
+
+def test_arena_placement_goes_through_the_pool(og_file: Path, tmp_path: Path) -> None:
+    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "allocator.placement=arena",
+                                    "eval.capacities=[0.1]", "eval.policies=[lru]",
+                                    "eval.plots=false", f"out_dir={tmp_path}"])))
+    assert [r["fast"] for r in res["rows"]] == [False, False]  # lru, belady: no compiled arena
+    assert all(r["placement"] == "arena" for r in res["rows"])
