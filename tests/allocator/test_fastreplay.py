@@ -184,3 +184,27 @@ def test_record_false_returns_counters_only() -> None:
     assert full is not None and bare is not None
     assert bare.stats == full.stats and len(bare.outcome) == 0 and len(bare.victim_keys) == 0
     assert len(full.outcome) == len(trace) and len(full.victim_keys) == full.stats.evictions
+
+
+def test_bench_replay_smoke_agrees_with_libcachesim() -> None:
+    """scripts/bench_replay.py on a small Zipf trace: the kernel's miss ratios equal
+    libCacheSim's for every compiled policy (the same trace, read by its C reader)."""
+    pytest.importorskip("libcachesim")
+    import argparse
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    try:
+        import bench_replay
+    finally:
+        sys.path.pop(0)
+    p = argparse.ArgumentParser()
+    bench_replay.add_args(p)
+    figs = bench_replay.run(p.parse_args(["--requests", "20000", "--objects", "2000",
+                                          "--repeat", "1", "--preset", "a100_pcie4"]))
+    for tname in ("zipf", "dl"):
+        for pol in FAST_POLICIES:
+            row = figs[tname][pol]
+            assert row["ours_miss_ratio"] == pytest.approx(row["lcs_miss_ratio"], abs=1e-12)
+            assert row["ours_rps"] > 0 and row["lcs_rps"] > 0 and row["ours_timed_rps"] > 0
