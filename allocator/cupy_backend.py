@@ -129,6 +129,7 @@ class CupyBackend:
         self._graveyard: collections.deque[tuple[np.ndarray, list[Any]]] = collections.deque()
         self._stalls: list[tuple[Any, Any]] = []
         self.stall_ns_total = 0
+        self.stall_unmeasured = 0
         self.host_wait_ns = 0
         self.copies = [0, 0]
 
@@ -312,7 +313,11 @@ class CupyBackend:
                     continue
                 ev.synchronize()
                 reached.synchronize()
-                ms = cp.cuda.get_elapsed_time(reached, ev)
+                try:
+                    ms = cp.cuda.get_elapsed_time(reached, ev)
+                except _cuda_error_types():  # e.g. an event without timing: not measured
+                    self.stall_unmeasured += 1
+                    continue
                 if ms > 0:
                     self.stall_ns_total += int(ms * 1e6)
         self._stalls = keep

@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="no GPU: NumpyBackend, a tiny model, small copies")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per run")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--prefetch-depth", type=int, default=2,
+                   help="ReversePackOrder depth (saved tensors prefetched per unpack)")
     p.add_argument("--skip-pytest", action="store_true")
     p.add_argument("--calib-bytes", type=int, default=256 << 20,
                    help="largest calibration copy (bytes)")
@@ -215,7 +217,8 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
     budget = fp["total"] // 2
     sec: dict[str, Any] = {"model": shape, "device": device, "activation_bytes": fp["total"],
                            "largest_saved_bytes": fp["largest"], "saved_tensors": fp["count"],
-                           "budget_bytes": budget, "steps": args.steps, "warmup": args.warmup}
+                           "budget_bytes": budget, "steps": args.steps, "warmup": args.warmup,
+                           "prefetch_depth": args.prefetch_depth}
     rep.data["training"] = sec
     n = args.warmup + args.steps
 
@@ -225,8 +228,8 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
         if policy is not None:
             be = NumpyBackend() if dry else CupyBackend(stall_timing=True)
             off = ActivationOffload(budget, backend=be, policy=policy(),
-                                    prefetcher=ReversePackOrder(depth=2), cost=preset,
-                                    record=True)
+                                    prefetcher=ReversePackOrder(depth=args.prefetch_depth),
+                                    cost=preset, record=True)
         try:
             r = train(m, batches, n, offload=off, sync=sync)
             out: dict[str, Any] = {
@@ -264,7 +267,7 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
         sims = {}
         for name, make in cands.items():
             try:
-                st = Pool(budget, make(), prefetcher=ReversePackOrder(depth=2),
+                st = Pool(budget, make(), prefetcher=ReversePackOrder(depth=args.prefetch_depth),
                           cost=preset).replay(trace)
                 sims[name] = {"stall_ns": st.stall_ns, "misses": st.misses,
                               "bytes": st.bytes_h2d + st.bytes_d2h}

@@ -349,3 +349,36 @@ def test_bench_offload_smoke() -> None:
     assert fig["overhead_of_medians"] == pytest.approx(
         fig["offload_step_ms"] / fig["plain_step_ms"] - 1)
     assert np.isfinite(fig["overhead"]) and fig["steps_per_mode"] == 3
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_unpacked_views_kept_alive_pin_the_pool(zero_copy: bool) -> None:
+    from allocator.errors import PoolExhausted
+
+    off = ActivationOffload(2 * 4096, backend=NumpyBackend(), prefetcher=None,
+                            zero_copy=zero_copy)
+    kept: list[Any] = []
+
+    class Keep(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            ctx.save_for_backward(x * 3)  # 4096 bytes
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            kept.append(ctx.saved_tensors[0])  # the caller holds on to what it unpacked
+            return g
+
+    x = torch.randn(1024, requires_grad=True)
+    try:
+        with off:
+            y = sum(Keep.apply(x).sum() for _ in range(3))
+        if zero_copy:  # the third unpack finds both blocks pinned by the first two
+            with pytest.raises(PoolExhausted, match="zero_copy=False"):
+                y.backward()
+        else:
+            y.backward()
+            assert len(kept) == 3
+    finally:
+        off.close()
