@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from allocator.errors import CachegymError, ConfigError
 from allocator.trace import Trace
@@ -174,9 +174,9 @@ def instantiate(node: Any, /, **kwargs: Any) -> Any:
     if target is None:
         raise ConfigError(f"{key}: no _target_ to instantiate; set {key}._target_ to a class "
                           "or function path (e.g. allocator.pool.Pool)")
-    if isinstance(node, DictConfig):  # enumerations reach the target as plain strings
-        node = OmegaConf.create(to_container(node))
     try:
+        if isinstance(node, DictConfig):  # enumerations reach the target as plain strings
+            node = OmegaConf.create(to_container(node))
         return hydra_instantiate(node, **kwargs)
     except InstantiationException as e:
         cause = _root_cause(e)
@@ -193,6 +193,8 @@ def config_error(e: Exception) -> ConfigError:
     msg = str(e).strip().splitlines()
     first = msg[0] if msg else type(e).__name__
     full_key = getattr(e, "full_key", None)
+    if isinstance(e, MissingMandatoryValue):
+        first += " (a required value, written ??? in the config: set it on the command line)"
     return ConfigError(f"{full_key}: {first}" if full_key else first)
 
 
@@ -271,6 +273,6 @@ def load_trace(node: Any) -> Trace:
 
 def to_container(cfg: Any) -> Any:
     """Plain Python containers (enumerations as their string values)."""
-    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True) if isinstance(
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True, throw_on_missing=True) if isinstance(
         cfg, DictConfig) else cfg
 

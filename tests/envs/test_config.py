@@ -140,3 +140,9 @@ def test_load_trace_from_composed_config(tmp_path: Path) -> None:
     cfg = _compose([f"trace.paths=[{p},{p}]", "trace=file", f"trace.path={p}"])
     with pytest.raises(ConfigError, match="expected one trace"):
         load_trace(cfg.trace)
+
+
+def test_missing_required_value_is_a_config_error() -> None:
+    cfg = OmegaConf.create({"pool": {"_target_": "allocator.pool.Pool", "capacity": "???"}})
+    with pytest.raises(ConfigError, match=r"pool.capacity.*required value"):
+        instantiate(cfg.pool, policy=LRU())
