@@ -238,6 +238,9 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
             if off is not None:
                 st = off.stats()
                 stall = (be.stall_ns() if isinstance(be, CupyBackend) else st["unpack_ns"])
+                if isinstance(be, CupyBackend):
+                    out.update({"copies": list(be.copies), "host_wait_ms": be.host_wait_ns / 1e6,
+                                "stall_unmeasured": be.stall_unmeasured})
                 out.update({
                     "stall_ms_per_step": stall / 1e6 / n,
                     "stall_measure": ("device time the compute stream waited for copies (CUDA "

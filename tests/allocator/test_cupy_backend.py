@@ -105,6 +105,167 @@ def test_gpu_check_cpu_dry_run(tmp_path: Any) -> None:
     assert tr["best_policy"]["best"]
 
 
+# ---------------------------------------------------------------------- imitated CuPy
+def _fake_cupy() -> Any:
+    """A synchronous CPU imitation of the few CuPy calls CupyBackend makes (copies run at
+    once with ``ctypes.memmove``; streams and events are inert). It checks the backend's
+    bookkeeping (host buffers, keys, offsets, allocator leases), not CUDA's ordering: that is
+    what the ``gpu`` tests are for."""
+    import contextlib
+    import ctypes
+    import itertools
+    import types
+
+    ids = itertools.count(1000)
+
+    class Err(RuntimeError):
+        pass
+
+    class OutOfMemoryError(MemoryError):
+        def __init__(self, size: int, total: int, limit: int = 0) -> None:
+            super().__init__(f"out of memory allocating {size} bytes")
+
+    class ndarray:  # noqa: N801 - CuPy's name
+        def __init__(self, shape: Any = None, dtype: Any = np.uint8, memptr: Any = None,
+                     _a: Any = None) -> None:
+            if _a is None:
+                n = int(np.prod(shape))
+                _a = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(memptr.ptr))
+                self._keep = memptr
+            self._a = _a
+
+        def __getitem__(self, idx: Any) -> Any:
+            r = ndarray(_a=self._a[idx])
+            r._keep = self
+            return r
+
+        def get(self) -> np.ndarray:
+            return self._a.copy()
+
+        def copy(self) -> Any:
+            return ndarray(_a=self._a.copy())
+
+    class Runtime:
+        CUDARuntimeError = Err
+        getDeviceCount = staticmethod(lambda: 1)
+        memGetInfo = staticmethod(lambda: (1 << 34, 1 << 35))
+        eventRecord = staticmethod(lambda ev, stream: None)
+        streamWaitEvent = staticmethod(lambda stream, ev, flags=0: None)
+        streamSynchronize = staticmethod(lambda stream: None)
+
+        @staticmethod
+        def memcpyAsync(dst: int, src: int, n: int, kind: int, stream: int) -> None:
+            assert kind in (1, 2, 3) and isinstance(stream, int)
+            ctypes.memmove(dst, src, n)
+
+    class Memory:
+        def __init__(self, size: int) -> None:
+            if size > 1 << 40:
+                raise Err("cudaErrorMemoryAllocation: out of memory")
+            self._a = np.zeros(size, np.uint8)
+            self.ptr = self._a.ctypes.data
+
+    class UnownedMemory:
+        def __init__(self, ptr: int, size: int, owner: Any, device_id: int = -1) -> None:
+            self.ptr, self.size, self.owner = ptr, size, owner
+
+    class MemoryPointer:
+        def __init__(self, mem: Any, off: int) -> None:
+            self.mem, self.ptr = mem, mem.ptr + off
+
+    class Handle:  # Stream and Event
+        def __init__(self, *a: Any, **k: Any) -> None:
+            self.ptr, self.done = next(ids), True
+
+        def synchronize(self) -> None:
+            pass
+
+    class Device:
+        def __init__(self, i: int = 0) -> None:
+            pass
+
+        def use(self) -> None:
+            pass
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *a: Any) -> None:
+            pass
+
+    cuda = types.SimpleNamespace(
+        runtime=Runtime, driver=types.SimpleNamespace(CUDADriverError=Err),
+        memory=types.SimpleNamespace(OutOfMemoryError=OutOfMemoryError), Device=Device,
+        Memory=Memory, UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer, Stream=Handle,
+        Event=Handle, get_current_stream=lambda: types.SimpleNamespace(ptr=0),
+        get_elapsed_time=lambda a, b: 0.25, alloc_pinned_memory=bytearray,
+        using_allocator=lambda fn: contextlib.nullcontext())
+    return types.SimpleNamespace(cuda=cuda, ndarray=ndarray, uint8=np.uint8,
+                                 ascontiguousarray=lambda a: a)
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch: Any) -> Any:
+    import allocator.cupy_backend as cb
+
+    fake = _fake_cupy()
+    monkeypatch.setattr(cb, "_cupy_mod", fake)
+    return fake
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cupy_backend_bookkeeping_matches_numpy_on_imitated_cupy(fake_cupy: Any,
+                                                                   seed: int) -> None:
+    _same_run(parity_run(NumpyBackend(), seed=seed),
+              parity_run(CupyBackend(stall_timing=True), seed=seed))
+
+
+def test_cupy_backend_lifecycle_on_imitated_cupy(fake_cupy: Any) -> None:
+    be = CupyBackend(stall_timing=True)
+    with pytest.raises(BackendError, match="no arena"):
+        be.device_buffer(0, 1)
+    with pytest.raises(BackendError, match="cannot allocate the device arena"):
+        be.attach(1 << 41)
+    be.attach(1 << 16)
+    data = np.arange(1000, dtype=np.uint8)
+    be.write(512, data)
+    be.wait(be.copy_d2h(3, 512, 1000))
+    host = be.host_buffer(3)
+    assert host is not None and np.array_equal(host, data)
+    be.wait(be.copy_h2d(3, 4096, 1000))
+    assert np.array_equal(be.device_buffer(4096, 1000).get(), data)
+    be.copy_h2d(9, 0, 100)  # an object never written: zeros, as NumpyBackend
+    assert not be.device_buffer(0, 100).get().any()
+    assert be.stall_ns() == 2 * 250_000  # two waits, 0.25 ms each by the imitation's clock
+    be.free_host(3)
+    assert be.host_buffer(3) is None and be.copies == [2, 1]
+    with pytest.raises(BackendError, match="outside the arena"):
+        be.write((1 << 16) - 10, data)
+    be.close()
+    be.close()  # idempotent
+
+
+def test_pool_allocator_bookkeeping_on_imitated_cupy(fake_cupy: Any) -> None:
+    from allocator.cupy_backend import PoolAllocator
+
+    pool = Pool(1 << 16, backend=CupyBackend())
+    with pytest.raises(BackendError, match="CupyBackend"):
+        PoolAllocator(Pool(1 << 16, backend=NumpyBackend()))
+    alloc = PoolAllocator(pool)
+    pool.put(7, np.ones(40_000, np.uint8))  # evictable
+    a = alloc.malloc(30_000)
+    base = pool.backend.arena_ptr
+    assert base <= a.ptr < base + (1 << 16) and alloc.live == 1
+    assert pool.stats.evictions == 1  # object 7 made room
+    with pytest.raises(fake_cupy.cuda.memory.OutOfMemoryError):
+        alloc.malloc(40_000)  # the allocation pins its block: no room
+    del a
+    assert alloc.collect() == 1 and alloc.live == 0
+    assert [k for k in pool.resident_keys() if k < 0] == []
+    assert np.array_equal(pool.get(7).get(), np.ones(40_000, np.uint8))
+    pool.close()
+
+
 # ---------------------------------------------------------------------- on a GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed", [0, 1, 2])
