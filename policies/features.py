@@ -1,5 +1,5 @@
 """Per-candidate features of a pool: one module, used by the environments during training and by
-the exported learned policy in deployment, unchanged. NumPy only (no gymnasium, no torch).
+the exported learned policy in deployment, unchanged. NumPy (numba optional); no gymnasium, no torch.
 
 API (stable; bump :data:`FEATURE_VERSION` on any change of names, order or normalisation):
 
@@ -26,6 +26,12 @@ model; zero with an instant model) ``log1p(ns) / log1p(1e9)``; everything clippe
 A missing reuse gap (fewer accesses than gaps) reads 1.0 (as long as can be).
 
 Tick = the pool's event index (``view.tick``): distances count accesses and frees, not time.
+
+Speed: the per-access hooks are a few scalar writes into one float64 row per object; a
+decision gathers the K rows with one fancy index and computes the matrix in one call of a
+numba kernel (:data:`ACCELERATED`) or, where numba is absent, with the NumPy reference
+(:func:`_numeric_numpy`); tests hold the two equal, so a policy trained with one can be
+deployed with the other.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "N_GAPS", "RULES",
     "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
+    "ACCELERATED", "F", "G",
 ]
 
 FEATURE_VERSION = 1

@@ -267,3 +267,19 @@ def test_ppo_learns_to_beat_lru_on_a_loop_with_a_hot_set() -> None:
     learned = misses(lambda o, i: int(model.predict(o, deterministic=True)[0]))
     assert belady < 0.7 * lru
     assert learned < 0.8 * lru, (learned, lru, belady)
+
+
+def test_bundled_ml_trace_with_frees_and_mixed_sources() -> None:
+    """A recorded training trace (frees, variable sizes, kinds) mixed with a generator spec:
+    the oracle agent still gets exactly Belady's misses on the drawn window."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces", "resnet.npz")
+    env = EvictEnv([path, {"generator": "zipf", "n_requests": 3000, "n_objects": 300, "seed": 2}],
+                   K=1024, window=1500, capacity=0.5, capacity_of="peak_live")
+    _, _, infos = rollout(env, lambda o, i: i["oracle_action"], seed=0, options={"trace": 0})
+    w, cap = env._w.trace, env.pool.capacity  # type: ignore[union-attr]
+    assert cap == int(0.5 * w.peak_live_bytes()) and (w.op == Op.FREE).any()
+    assert infos[-1]["stats"]["misses"] == replay_misses(w, cap, Belady(w))
+    env.reset(seed=0, options={"trace": 1})
+    assert env._w.source == 1 and env._w.trace.meta["generator"] == "zipf"
