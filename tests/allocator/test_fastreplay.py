@@ -7,6 +7,8 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from allocator.fastreplay import (
     BYPASS,
@@ -208,3 +210,47 @@ def test_bench_replay_smoke_agrees_with_libcachesim() -> None:
             row = figs[tname][pol]
             assert row["ours_miss_ratio"] == pytest.approx(row["lcs_miss_ratio"], abs=1e-12)
             assert row["ours_rps"] > 0 and row["lcs_rps"] > 0 and row["ours_timed_rps"] > 0
+
+
+@st.composite
+def small_cases(draw: st.DrawFn) -> tuple[Trace, int, str, str, str | None, str]:
+    n = draw(st.integers(1, 250))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    n_keys = draw(st.integers(1, 25))
+    keys = rng.integers(0, n_keys, n)
+    sizes = rng.integers(1, draw(st.integers(2, 300)), n)
+    ops = np.where(rng.random(n) < draw(st.floats(0, 0.6)), Op.WRITE, Op.READ).astype(np.uint8)
+    p_free = draw(st.floats(0, 0.3))
+    live: set[int] = set()
+    for i in range(n):
+        k = int(keys[i])
+        if k in live and rng.random() < p_free:
+            ops[i] = Op.FREE
+            live.discard(k)
+        else:
+            live.add(k)
+    compute = rng.integers(0, 5_000, n) * (rng.random(n) < 0.7)
+    trace = Trace.from_arrays(keys, sizes, ops, compute_ns=compute)
+    return (trace, draw(st.integers(1, 2_000)), draw(st.sampled_from(FAST_POLICIES)),
+            draw(st.sampled_from(["bytes", "objects"])),
+            draw(st.sampled_from([None, "a100_pcie4", "gh200_c2c"])),
+            draw(st.sampled_from(["write-back", "write-through"])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_cases())
+def test_kernel_equals_pool_loop_on_random_small_traces(case: tuple) -> None:
+    trace, capacity, policy, mode, cost, wp = case
+    if mode == "objects":
+        capacity = max(1, capacity // 100)
+    ref_stats, ref_outcome, ref_victims = pool_replay(trace, capacity, policy, mode, cost=cost,
+                                                      write_policy=wp)
+    fast = replay_fast(trace, capacity, policy, mode, cost=cost, write_policy=wp, record=True)
+    assert fast is not None
+    assert np.array_equal(fast.outcome, ref_outcome)
+    assert list(zip(fast.victim_rows.tolist(), fast.victim_keys.tolist())) == ref_victims
+    for f in ("hits", "misses", "byte_misses", "allocations", "evictions", "writebacks",
+              "bypasses", "frees", "bytes_h2d", "bytes_d2h", "stall_ns", "compute_ns",
+              "total_ns", "device_bytes", "peak_device_bytes"):
+        assert getattr(fast.stats, f) == getattr(ref_stats, f), f
