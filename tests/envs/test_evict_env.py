@@ -283,3 +283,37 @@ def test_bundled_ml_trace_with_frees_and_mixed_sources() -> None:
     assert infos[-1]["stats"]["misses"] == replay_misses(w, cap, Belady(w))
     env.reset(seed=0, options={"trace": 1})
     assert env._w.source == 1 and env._w.trace.meta["generator"] == "zipf"
+
+
+def test_deployment_sees_the_training_observations() -> None:
+    """A policy in a plain pool (as LearnedPolicy runs in deployment: tracker hooks, then
+    select_candidates + observe at each victim call) sees exactly the env's observations."""
+    from policies.features import FeatureTracker, observe, select_candidates
+
+    class Recorder(FeatureTracker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def victim(self, view):
+            keys = select_candidates(self, view, 8, "lru")
+            cand, _, glob = observe(self, view, keys, 8)
+            self.seen.append((cand.reshape(-1), glob))
+            return int(keys[0])
+
+    trace = small_trace(11, n=1200)
+    cap = 10 * 512 * 3
+    rec = Recorder()
+    Pool(cap, rec, placement="bytes", oversize="bypass", cost="h100_pcie5").replay(trace)
+    env = EvictEnv(trace, K=8, window=None, capacity=cap, cost="h100_pcie5")
+    obs, _ = env.reset(seed=0)
+    got = []
+    while True:
+        got.append((obs["candidates"], obs["globals"]))
+        obs, _, term, _, _ = env.step(0)
+        if term:
+            break
+    assert len(got) == len(rec.seen) > 100
+    for (a, b), (c, d) in zip(got, rec.seen):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
