@@ -222,12 +222,12 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
     rep.data["training"] = sec
     n = args.warmup + args.steps
 
-    def run(policy: Any | None) -> dict[str, Any]:
+    def run(policy: Any | None, cap: int = budget) -> dict[str, Any]:
         m = copy.deepcopy(model)
         off = None
         if policy is not None:
             be = NumpyBackend() if dry else CupyBackend(stall_timing=True)
-            off = ActivationOffload(budget, backend=be, policy=policy(),
+            off = ActivationOffload(cap, backend=be, policy=policy(),
                                     prefetcher=ReversePackOrder(depth=args.prefetch_depth),
                                     cost=preset, record=True)
         try:
@@ -260,6 +260,13 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
 
     plain = run(None)
     print(f"no offload: {plain['step_ms']:.2f} ms/step", flush=True)
+    roomy = run(LRU, 2 * fp["total"])  # the pool's overhead when nothing needs offloading
+    roomy.pop("_trace")
+    roomy["overhead_vs_no_offload"] = roomy["step_ms"] / plain["step_ms"] - 1
+    sec["pool_overhead_budget_2x"] = {k: roomy[k] for k in (
+        "step_ms", "overhead_vs_no_offload", "evictions", "bytes_h2d_per_step")}
+    print(f"offload, budget 2x footprint (nothing to evict): {roomy['step_ms']:.2f} ms/step "
+          f"({100 * roomy['overhead_vs_no_offload']:+.1f}%)", flush=True)
     lru = run(LRU)
     trace = lru.pop("_trace")
     cands, rule = _candidates(args, rep)
