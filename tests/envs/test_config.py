@@ -146,3 +146,37 @@ def test_missing_required_value_is_a_config_error() -> None:
     cfg = OmegaConf.create({"pool": {"_target_": "allocator.pool.Pool", "capacity": "???"}})
     with pytest.raises(ConfigError, match=r"pool.capacity.*required value"):
         instantiate(cfg.pool, policy=LRU())
+
+
+_PLUGINS = {"slurm": ("submitit_slurm", "hydra_plugins.hydra_submitit_launcher"),
+            "ray_cluster": ("ray", "hydra_plugins.hydra_ray_launcher")}
+
+
+@pytest.mark.parametrize("ours", sorted(_PLUGINS))
+def test_cluster_launcher_configs_extend_the_plugin(ours: str) -> None:
+    """conf/hydra/launcher/{slurm,ray_cluster}.yaml build on the plugin's own config, so a
+    cluster sweep is a config choice. Without the plugin installed, a stand-in config is stored
+    under the plugin's name (what the plugin registers), and removed afterwards."""
+    import importlib.util
+
+    from hydra.core.config_store import ConfigStore
+
+    name, module = _PLUGINS[ours]
+    installed = importlib.util.find_spec(module.split(".")[0]) is not None and \
+        importlib.util.find_spec(module) is not None
+    cs = ConfigStore.instance()
+    if not installed:
+        cs.store(group="hydra/launcher", name=name,
+                 node={"_target_": f"stand_in.{name}", "timeout_min": 60, "ray": {}})
+    try:
+        cfg = _compose([f"hydra/launcher={ours}"], hydra_cfg=True)
+        launcher = cfg.hydra.launcher
+        if not installed:
+            assert launcher._target_ == f"stand_in.{name}"
+        if ours == "slurm":
+            assert launcher.timeout_min == 240 and launcher.array_parallelism == 256
+        else:
+            assert launcher.ray.init.address == "auto"
+    finally:
+        if not installed:
+            del cs.repo["hydra"]["launcher"][f"{name}.yaml"]
