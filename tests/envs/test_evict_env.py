@@ -317,3 +317,17 @@ def test_deployment_sees_the_training_observations() -> None:
     for (a, b), (c, d) in zip(got, rec.seen):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
+
+
+def test_maskable_ppo_only_takes_valid_actions() -> None:
+    """With padded candidates and invalid_action="raise", MaskablePPO's rollouts and training
+    go through: the env's action_masks() reaches the policy through the vec env."""
+    from sb3_contrib import MaskablePPO
+
+    trace = small_trace(12, n=1500)
+    env = EvictEnv(trace, K=64, window=600, capacity=0.2)  # fewer than 64 evictable objects
+    obs, _ = env.reset(seed=0)
+    assert not obs["mask"].all()
+    model = MaskablePPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
+                        policy_kwargs={"net_arch": [16]}, device="cpu")
+    model.learn(128)

@@ -188,3 +188,14 @@ def test_same_seed_same_rollout_and_vector_env() -> None:
     for _ in range(5):
         venv.step(np.full(2, 4))
     venv.close()
+    from sb3_contrib.common.maskable.utils import get_action_masks
+    from stable_baselines3.common.env_util import make_vec_env
+
+    v = make_vec_env("cachegym/Prefetch-v0", n_envs=2, seed=0,
+                     env_kwargs={"traces": traces, "window": 200, "K": 4, "render_mode": None})
+    obs = v.reset()
+    masks = get_action_masks(v)
+    assert masks.shape == (2, 5) and masks[:, -1].all()
+    np.testing.assert_array_equal(masks[:, :4], obs["mask"].astype(bool))
+    v.step(np.full(2, 4))
+    v.close()
