@@ -147,6 +147,28 @@ class CandidateScorer:
         """Index of the best valid candidate (the first one on ties)."""
         return int(self.scores(cand, glob, mask).argmax())
 
+    def choose_first(self, cand: np.ndarray, glob: np.ndarray, n: int) -> int:
+        """Index of the best of the first ``n`` candidates (the valid rows of an observation
+        from :func:`policies.features.observe` are exactly its first ``len(keys)`` rows): the
+        forward pass runs on those rows only and needs no masking."""
+        h0, hs, out = self._buffers(cand.shape[0])
+        g = self._g
+        np.dot(glob, self.wg, out=g)
+        g += self.b0
+        h = h0[:n]
+        np.dot(cand[:n], self.wc, out=h)
+        h += g
+        np.maximum(h, 0.0, out=h)
+        for (w, b), nxt in zip(self.layers, hs):
+            o = nxt[:n]
+            np.dot(h, w, out=o)
+            o += b
+            np.maximum(o, 0.0, out=o)
+            h = o
+        s = out[:n]
+        np.dot(h, self.wo, out=s)
+        return int(s.argmax())
+
     def batch_scores(self, cand: np.ndarray, glob: np.ndarray) -> np.ndarray:
         """Unmasked scores for a batch: ``cand`` (B, K, F), ``glob`` (B, G) -> (B, K)."""
         h = np.maximum(cand @ self.wc + (glob @ self.wg + self.b0)[:, None, :], 0.0)
@@ -328,10 +350,9 @@ class LearnedPolicy(EvictionPolicyBase):
         choice: int | None = None
         try:
             keys, cand, mask, glob = self.observe(view)
-            if len(keys):
-                i = self.scorer.choose(cand, glob, mask)
-                if mask[i] and i < len(keys):
-                    choice = int(keys[i])
+            n = len(keys)
+            if n:
+                choice = int(keys[self.scorer.choose_first(cand, glob, n)])
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None

@@ -50,6 +50,7 @@ class TrainContext:
 
     make_env: Callable[[int], gym.Env]
     hidden: Sequence[int]
+    ignore: Sequence[int] = ()
     seed: int = 0
     log_dir: str | None = None
     on_eval: Callable[[int, CandidateScorerNet], dict[str, float]] | None = None
@@ -119,7 +120,7 @@ class SB3Agent:
                     "dqn": (DQN, ScorerDQNPolicy)}[self.algo]
         kw = dict(self.kwargs)
         kw.setdefault("verbose", 0)
-        return cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden)}, seed=ctx.seed,
+        return cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden), "ignore": list(ctx.ignore)}, seed=ctx.seed,
                    tensorboard_log=ctx.log_dir, device="cpu", **kw)
 
     def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
@@ -156,7 +157,7 @@ class ImitationAgent:
         K, F, G = obs_dims(env.observation_space)
         env.close()
         th.manual_seed(ctx.seed)
-        net = init if init is not None else CandidateScorerNet(F, G, ctx.hidden)
+        net = init if init is not None else CandidateScorerNet(F, G, ctx.hidden, ctx.ignore)
         writer = _tb_writer(ctx.log_dir, "imitation")
 
         def on_round(r: int, stats: dict[str, Any]) -> None:

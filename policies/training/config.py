@@ -21,14 +21,17 @@ from omegaconf import MISSING
 from envs.config import AllocatorConfig, TraceConfig, register_configs
 
 __all__ = ["ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
-           "EnvConfig", "ValidationConfig", "TrainConfig", "register_train_configs"]
+           "EnvConfig", "ValidationConfig", "TrainConfig", "MainSection",
+           "register_train_configs"]
 
 
 @dataclass
 class ScorerConfig:
-    """The per-candidate scorer: widths of its hidden layers (ReLU)."""
+    """The per-candidate scorer: widths of its hidden layers (ReLU); ``ignore_features``: glob
+    patterns of feature names the network does not read (their weights export as zeros)."""
 
     hidden: list[int] = field(default_factory=lambda: [64, 32])
+    ignore_features: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -86,18 +89,34 @@ class EnvConfig:
 @dataclass
 class ValidationConfig:
     """Held-out traces replayed every ``every`` env steps (or imitation round): miss ratio of
-    the learned policy against LRU and Belady at ``capacities`` (fractions of ``capacity_of``)."""
+    the learned policy against LRU and Belady at ``capacities`` (fractions of ``capacity_of``).
+    ``select_best``: export the checkpoint with the best validation score instead of the last."""
 
     traces: list[TraceConfig] = field(default_factory=list)
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
     capacity_of: str = "peak_live"
     every: int = 5_000
     max_requests: int | None = 20_000
+    select_best: bool = True
+
+
+@dataclass
+class MainSection:
+    """The main job's evaluation: held-out ``traces`` (bundled file names under data/traces,
+    or the word ``default`` for :func:`policies.training.quality.default_held_out`), the pool
+    ``capacities`` (fractions of peak live bytes) and the ``baselines`` evaluated beside the
+    learned policy."""
+
+    held_out: str = "default"
+    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "belady"])
+    record_inference: list[str] = field(default_factory=list)
+    plots: bool = True
 
 
 @dataclass
 class TrainConfig:
-    """Schema of ``conf/train.yaml``."""
+    """Schema of ``conf/train.yaml`` (and ``conf/main.yaml``, which adds the ``main`` section)."""
 
     traces: list[TraceConfig] = MISSING
     validation: ValidationConfig = field(default_factory=ValidationConfig)
@@ -113,6 +132,7 @@ class TrainConfig:
     tensorboard: bool = True
     torch_threads: int = 1
     deterministic: bool = True
+    main: MainSection = field(default_factory=MainSection)  # read by the main job only
 
 
 _registered = False

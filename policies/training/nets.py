@@ -21,7 +21,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from torch import nn
 
 __all__ = [
-    "CandidateScorerNet", "export_arrays", "ScorerActorCriticPolicy",
+    "CandidateScorerNet", "feature_indices", "export_arrays", "ScorerActorCriticPolicy",
     "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG",
 ]
 
@@ -46,6 +46,17 @@ def obs_dims(space: spaces.Space) -> tuple[int, int, int]:
     return K, F, int(G)
 
 
+def feature_indices(patterns: Sequence[str], names: Sequence[str]) -> list[int]:
+    """Indices of the feature ``names`` matching any of the glob ``patterns`` (``kind_*``)."""
+    import fnmatch
+
+    out = [i for i, n in enumerate(names) if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatch(n, p) for n in names)]
+    if unmatched:
+        raise ValueError(f"ignore_features {unmatched} match no feature; features are {list(names)}")
+    return out
+
+
 class CandidateScorerNet(nn.Module):
     """Scores each candidate with the same MLP over ``[(cand - mu) / sd, (glob - mu_g) / sd_g]``.
 
@@ -55,16 +66,21 @@ class CandidateScorerNet(nn.Module):
     computes the global part once per decision.
     """
 
+    cand_keep: th.Tensor
     cand_mean: th.Tensor
     cand_std: th.Tensor
     glob_mean: th.Tensor
     glob_std: th.Tensor
 
-    def __init__(self, n_features: int, n_globals: int, hidden: Sequence[int] = (64, 64)) -> None:
+    def __init__(self, n_features: int, n_globals: int, hidden: Sequence[int] = (64, 64),
+                 ignore: Sequence[int] = ()) -> None:
         super().__init__()
         if not hidden:
             raise ValueError("hidden needs at least one layer width")
         self.n_features, self.n_globals, self.hidden = n_features, n_globals, list(hidden)
+        keep = th.ones(n_features)
+        keep[list(ignore)] = 0.0
+        self.register_buffer("cand_keep", keep)  # 0 = feature ignored (its weights export as 0)
         self.register_buffer("cand_mean", th.zeros(n_features))
         self.register_buffer("cand_std", th.ones(n_features))
         self.register_buffer("glob_mean", th.zeros(n_globals))
@@ -86,7 +102,7 @@ class CandidateScorerNet(nn.Module):
 
     def hidden_features(self, cand: th.Tensor, glob: th.Tensor) -> th.Tensor:
         """Last hidden layer per candidate, (B, K, H)."""
-        c = (cand - self.cand_mean) / self.cand_std
+        c = (cand - self.cand_mean) / self.cand_std * self.cand_keep
         g = (glob - self.glob_mean) / self.glob_std
         h = th.relu(self.cand_in(c) + self.glob_in(g).unsqueeze(-2))
         for layer in self.layers:
@@ -104,7 +120,7 @@ def export_arrays(net: CandidateScorerNet) -> dict[str, np.ndarray]:
     with th.no_grad():
         cs, cm = net.cand_std.double(), net.cand_mean.double()
         gs, gm = net.glob_std.double(), net.glob_mean.double()
-        wc = net.cand_in.weight.double().T / cs[:, None]  # (F, H0)
+        wc = net.cand_in.weight.double().T * (net.cand_keep.double() / cs)[:, None]  # (F, H0)
         wg = net.glob_in.weight.double().T / gs[:, None]  # (G, H0)
         b0 = net.cand_in.bias.double() - cm @ wc - gm @ wg
         out: dict[str, np.ndarray] = {"wc": wc.numpy(), "wg": wg.numpy(), "b0": b0.numpy()}
@@ -140,10 +156,10 @@ class ScorerExtractor(nn.Module):
     """SB3 ``mlp_extractor``: actor latent = the scorer's masked scores (K), critic latent =
     masked mean of the scorer's hidden layer with the (normalised) globals, through one layer."""
 
-    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int]) -> None:
+    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int], ignore: Sequence[int] = ()) -> None:
         super().__init__()
         self.K, self.F, self.G = K, F, G
-        self.scorer = CandidateScorerNet(F, G, hidden)
+        self.scorer = CandidateScorerNet(F, G, hidden, ignore)
         self.latent_dim_pi = K
         self.latent_dim_vf = hidden[-1]
         self.value_in = nn.Linear(hidden[-1] + G, hidden[-1])
@@ -169,12 +185,13 @@ class _ScorerActorCriticMixin:
     identity, so the logits are the scorer's scores."""
 
     hidden: Sequence[int]
+    ignore: Sequence[int]
     action_net: Any
     mlp_extractor: Any
 
     def _build_mlp_extractor(self) -> None:
         K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
-        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden)
+        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)  # type: ignore[misc]
@@ -198,26 +215,28 @@ class ScorerActorCriticPolicy(_ScorerActorCriticMixin, ActorCriticPolicy):
     """PPO policy whose actor is a :class:`CandidateScorerNet` (invalid candidates get
     :data:`NEG` logits, so plain PPO never picks them either)."""
 
-    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), **kwargs: Any) -> None:
-        self.hidden = list(hidden)
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
+                 **kwargs: Any) -> None:
+        self.hidden, self.ignore = list(hidden), list(ignore)
         super().__init__(*args, **_init_kwargs(kwargs))
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         d = super()._get_constructor_parameters()
-        d["hidden"] = self.hidden
+        d.update(hidden=self.hidden, ignore=self.ignore)
         return d
 
 
 class MaskableScorerActorCriticPolicy(_ScorerActorCriticMixin, MaskableActorCriticPolicy):
     """MaskablePPO policy whose actor is a :class:`CandidateScorerNet`."""
 
-    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), **kwargs: Any) -> None:
-        self.hidden = list(hidden)
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
+                 **kwargs: Any) -> None:
+        self.hidden, self.ignore = list(hidden), list(ignore)
         super().__init__(*args, **_init_kwargs(kwargs))
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         d = super()._get_constructor_parameters()
-        d["hidden"] = self.hidden
+        d.update(hidden=self.hidden, ignore=self.ignore)
         return d
 
 
@@ -226,11 +245,11 @@ class ScorerQNetwork(BasePolicy):
 
     def __init__(self, observation_space: spaces.Dict, action_space: spaces.Discrete,
                  features_extractor: BaseFeaturesExtractor, features_dim: int,
-                 hidden: Sequence[int] = (64, 64), **_: Any) -> None:
+                 hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (), **_: Any) -> None:
         super().__init__(observation_space, action_space, features_extractor=features_extractor)
         self.K, self.F, self.G = obs_dims(observation_space)
-        self.hidden = list(hidden)
-        self.scorer = CandidateScorerNet(self.F, self.G, hidden)
+        self.hidden, self.ignore = list(hidden), list(ignore)
+        self.scorer = CandidateScorerNet(self.F, self.G, hidden, ignore)
 
     def forward(self, obs: Any) -> th.Tensor:  # type: ignore[override]
         x = self.extract_features(obs, self.features_extractor)
@@ -242,26 +261,27 @@ class ScorerQNetwork(BasePolicy):
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         d = super()._get_constructor_parameters()
-        d.update(hidden=self.hidden, features_extractor=self.features_extractor)
+        d.update(hidden=self.hidden, ignore=self.ignore, features_extractor=self.features_extractor)
         return d
 
 
 class ScorerDQNPolicy(DQNPolicy):
     """DQN policy whose q_net and q_net_target are :class:`ScorerQNetwork`."""
 
-    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), **kwargs: Any) -> None:
-        self.hidden = list(hidden)
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
+                 **kwargs: Any) -> None:
+        self.hidden, self.ignore = list(hidden), list(ignore)
         kwargs.setdefault("features_extractor_class", DictPassthrough)
         super().__init__(*args, **kwargs)
 
     def make_q_net(self) -> ScorerQNetwork:  # type: ignore[override]
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)
-        net_args["hidden"] = self.hidden
+        net_args.update(hidden=self.hidden, ignore=self.ignore)
         return ScorerQNetwork(**net_args).to(self.device)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         d = super()._get_constructor_parameters()
-        d["hidden"] = self.hidden
+        d.update(hidden=self.hidden, ignore=self.ignore)
         return d
 
     @property

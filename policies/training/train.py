@@ -32,7 +32,7 @@ from envs.config import enum_value, instantiate, to_container
 from policies.training.agents import TrainContext
 from policies.training.export import config_hash, export_policy
 from policies.training.imitation import DecisionSample
-from policies.training.nets import obs_dims
+from policies.training.nets import feature_indices, obs_dims
 from policies.training.validation import Validator
 
 __all__ = ["train", "load_trace_list", "EnvFactory", "Collector", "seed_everything"]
@@ -131,6 +131,15 @@ class Collector:
             e.close()
 
 
+def _ignored(patterns: Sequence[str]) -> list[int]:
+    from policies.features import FEATURE_NAMES
+
+    try:
+        return feature_indices(list(patterns), FEATURE_NAMES)
+    except ValueError as e:
+        raise ConfigError(f"policy.{e}") from None
+
+
 def _out_dir(cfg: Any) -> str:
     out = cfg.get("out_dir")
     try:
@@ -175,6 +184,7 @@ def train(cfg: Any) -> dict[str, Any]:
     collector = Collector(factory, progress=bool(cfg.progress))
     ctx = TrainContext(
         make_env=factory, hidden=list(cfg.policy.hidden), seed=seed,
+        ignore=_ignored(cfg.policy.ignore_features),
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
         on_eval=validator, eval_every=int(val.every), progress=bool(cfg.progress),
         collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed))
@@ -182,13 +192,18 @@ def train(cfg: Any) -> dict[str, Any]:
              ", ".join(t.name for t in traces), len(val_traces))
     net = agent.train(ctx)
     collector.close()
+    if bool(val.select_best) and validator.best_state is not None:
+        log.info("exporting the best validated checkpoint (step %s, score %.4f)",
+                 validator.best_step, validator.best_score)
+        net.load_state_dict(validator.best_state)
     meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
             "validation_traces": [t.name for t in val_traces], "seed": seed}
     path = export_policy(net, os.path.join(out, str(cfg.export_name)), K=K, candidate_rule=rule,
                          config=cfg, meta=meta)
     final = validator.evaluate_file(path) if validator.runs else {}
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
-              "history": validator.history, "config_sha256": config_hash(cfg),
+              "history": validator.history, "best_step": validator.best_step,
+              "config_sha256": config_hash(cfg),
               "wall_s": time.perf_counter() - t0}
     with open(os.path.join(out, "train.json"), "w") as f:
         json.dump(result, f, indent=2, default=str)

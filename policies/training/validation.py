@@ -47,6 +47,9 @@ class Validator:
         self._ref: dict[tuple[int, str], dict[str, Any]] = {}
         self.history: list[dict[str, float]] = []
         self.last_path: str | None = None
+        self.best_score = -math.inf
+        self.best_step: int | None = None
+        self.best_state: dict[str, Any] | None = None
 
     def _row(self, i: int, policy: str) -> dict[str, Any]:
         t, c, cap = self.runs[i]
@@ -78,6 +81,15 @@ class Validator:
             "normalized_hit_rate_min": float(np.min(nhr)) if nhr else math.nan,
         }
 
+    @staticmethod
+    def score(figs: dict[str, float]) -> float:
+        """Model-selection score: mean normalised hit rate, minus the worst shortfall below
+        LRU (a checkpoint that loses to LRU anywhere is penalised)."""
+        m, lo = figs.get("normalized_hit_rate", math.nan), figs.get("normalized_hit_rate_min", math.nan)
+        if math.isnan(m):
+            return -figs.get("miss_ratio_learned", 1.0)
+        return m + min(0.0, lo)
+
     def __call__(self, step: int, net: CandidateScorerNet) -> dict[str, float]:
         os.makedirs(self.ckpt_dir, exist_ok=True)
         path = export_policy(net, os.path.join(self.ckpt_dir, f"step_{step}.npz"), K=self.K,
@@ -86,6 +98,10 @@ class Validator:
         if not self.runs:
             return {}
         figs = self.evaluate_file(path)
+        score = self.score(figs)
+        if score > self.best_score:
+            self.best_score, self.best_step = score, step
+            self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
         self.history.append({"step": float(step), **figs})
         log.info("validation at %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in figs.items()))
         return figs

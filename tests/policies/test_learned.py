@@ -127,7 +127,7 @@ def test_failing_decision_falls_back(policy_file):
     def boom(*_a):
         raise FloatingPointError("broken network")
 
-    pol.scorer.choose = boom  # type: ignore[method-assign]
+    pol.scorer.choose_first = boom  # type: ignore[method-assign]
     trace = generate("zipf", seed=2, n_requests=1000, n_objects=100, size=4096)
     st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
     assert st.evictions > 0 and st.fallbacks == st.evictions

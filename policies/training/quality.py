@@ -1,0 +1,124 @@
+"""The quality benchmark: a learned policy against the heuristics and Belady on held-out traces.
+
+Targets (from the issue): on DL-training traces of models not trained on, at 25% and 50% of
+peak live bytes, normalised hit rate ``(hit - hit_lru) / (hit_belady - hit_lru)`` at least 0.7
+on average and never below 0; on Zipf and scan workloads, the hit rate never more than 2% (of
+accesses) below the best heuristic's. Every replay goes through :func:`envs.evaluation.run_one`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from allocator.trace import Trace
+from envs.evaluation import RunSpec, resolve_capacity, run_one
+
+__all__ = ["HEURISTICS", "HeldOut", "default_held_out", "quality_rows", "format_quality", "verdict"]
+
+HEURISTICS = ("lru", "lfu", "arc", "s3fifo")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A held-out trace and its family: ``dl`` (normalised-hit-rate target) or ``zipf``/``scan``
+    (best-heuristic target)."""
+
+    trace: Trace
+    family: str
+
+
+def default_held_out(max_requests: int | None = None) -> list[HeldOut]:
+    """Traces never trained on by ``conf/train.yaml`` / ``conf/main.yaml``: the bundled
+    recordings of other models (``gpt_wide``, ``resnet_deep``, ``gpt_infer``), generated DL
+    training loops with other shapes and seeds, and Zipf and scan workloads with other seeds."""
+    from envs.workloads import generate, read_trace
+
+    out = [HeldOut(read_trace(os.path.join(ROOT, "data", "traces", f"{n}.npz")), "dl")
+           for n in ("gpt_wide", "resnet_deep", "gpt_infer")]
+    for name, seed, params in (
+        ("dl_training", 101, {"n_layers": 10, "hidden": 512, "batch_tokens": 1024, "steps": 4}),
+        ("dl_training", 102, {"n_layers": 24, "hidden": 256, "batch_tokens": 2048, "steps": 3,
+                              "n_optimizer_states": 1}),
+    ):
+        t = generate(name, seed=seed, **params)
+        out.append(HeldOut(_named(t, f"dl_training_s{seed}"), "dl"))
+    out.append(HeldOut(_named(generate("zipf", seed=201, n_requests=30_000, n_objects=3_000,
+                                       alpha=1.0, size=4096, size_sigma=1.0), "zipf_s201"), "zipf"))
+    out.append(HeldOut(_named(generate("scan", seed=202, n_requests=30_000, n_hot=800, alpha=0.8,
+                                       scan_length=1500, scan_every=5000, size=4096),
+                              "scan_s202"), "scan"))
+    if max_requests:
+        out = [HeldOut(h.trace if len(h.trace) <= max_requests else _named(
+            h.trace.window(0, max_requests), h.trace.name), h.family) for h in out]
+    return out
+
+
+def _named(t: Trace, name: str) -> Trace:
+    return Trace(t.key, t.size, t.op, t.compute_ns, t.kind, t.step, t.meta, name)
+
+
+def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequence[float] = (0.25, 0.5),
+                 heuristics: Sequence[str] = HEURISTICS, seed: int = 0,
+                 progress: bool = False) -> list[dict[str, Any]]:
+    """One row per (trace, capacity): every policy's miss ratio and hit ratio, the learned
+    policy's normalised hit rate and its hit-ratio gap to the best heuristic."""
+    from tqdm.auto import tqdm
+
+    learned = f"learned:{policy_path}"
+    names = ["learned", *heuristics, "belady"]
+    rows = []
+    jobs = [(h, c) for h in held_out for c in capacities]
+    for h, c in tqdm(jobs, desc="quality", unit="cell", disable=not progress):
+        t = h.trace
+        cap = resolve_capacity(float(c), t, "bytes", "peak_live")
+        res = {}
+        for n in names:
+            spec = RunSpec(t.name, cap, str(c), "bytes", learned if n == "learned" else n, "none", "none")
+            res[n] = run_one(t, spec, seed=seed, decision_timing=n == "learned")
+        hits = {n: r["hits"] for n, r in res.items()}
+        acc = max(1, res["lru"]["hits"] + res["lru"]["misses"])
+        span = hits["belady"] - hits["lru"]
+        best_h = max(heuristics, key=lambda n: hits[n])
+        row: dict[str, Any] = {
+            "trace": t.name, "family": h.family, "capacity": c, "capacity_bytes": cap,
+            **{f"miss_{n}": res[n]["miss_ratio"] for n in names},
+            "normalized_hit_rate": (hits["learned"] - hits["lru"]) / span if span > 0 else math.nan,
+            "best_heuristic": best_h,
+            "gap_to_best": (hits[best_h] - hits["learned"]) / acc,
+            "decision_p50_us": res["learned"].get("decision_p50_us", math.nan),
+            "fallbacks": res["learned"].get("fallbacks", 0),
+        }
+        rows.append(row)
+    return rows
+
+
+def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the targets are met, and by how much they are missed."""
+    dl = [r["normalized_hit_rate"] for r in rows if r["family"] == "dl" and not math.isnan(r["normalized_hit_rate"])]
+    other = [r["gap_to_best"] for r in rows if r["family"] in ("zipf", "scan")]
+    mean_dl = sum(dl) / len(dl) if dl else math.nan
+    min_dl = min(dl) if dl else math.nan
+    worst_gap = max(other) if other else math.nan
+    return {
+        "dl_mean_normalized_hit_rate": mean_dl, "dl_min_normalized_hit_rate": min_dl,
+        "dl_target_met": bool(dl) and mean_dl >= 0.7 and min_dl >= 0.0,
+        "zipf_scan_worst_gap": worst_gap,
+        "zipf_scan_target_met": bool(other) and worst_gap <= 0.02,
+    }
+
+
+def format_quality(rows: Sequence[dict[str, Any]], heuristics: Sequence[str] = HEURISTICS) -> str:
+    names = ["learned", *heuristics, "belady"]
+    head = ["trace", "cap"] + [f"miss:{n}" for n in names] + ["nhr", "gap_best"]
+    lines = [head]
+    for r in rows:
+        lines.append([r["trace"], f"{r['capacity']:g}"] + [f"{r[f'miss_{n}']:.4f}" for n in names]
+                     + [f"{r['normalized_hit_rate']:.3f}" if not math.isnan(r["normalized_hit_rate"]) else "-",
+                        f"{r['gap_to_best']:+.4f}"])
+    w = [max(len(x[i]) for x in lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(x)) for x in lines)

@@ -1,0 +1,98 @@
+"""``python scripts/bench.py decision``: time per eviction decision of an exported policy
+(feature computation + forward pass + choice) against LRU's, in the same run, at K candidates.
+
+Both policies replay the same trace in a pool with the same capacity; ``victim`` is timed per
+call. Also reported: the forward pass alone on the same observations (the part the file format
+controls). Target from the issue: p99 <= 20 us for K = 32.
+
+    python scripts/bench.py decision --policy PATH [--K 32]
+    python scripts/bench.py decision            # a randomly initialised network of the default shape
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", help="exported policy file (default: a random network, same shape)")
+    p.add_argument("--K", type=int, default=32, help="candidates per decision (default 32)")
+    p.add_argument("--requests", type=int, default=60_000, help="trace length")
+    p.add_argument("--hidden", type=int, nargs="+", default=[64, 32], help="random network's widths")
+
+
+def _random_policy(hidden: list[int], K: int, d: str) -> str:
+    from policies import features
+    from policies.learned import save_policy_file
+
+    rng = np.random.default_rng(0)
+    a = {"wc": rng.normal(size=(features.F, hidden[0])), "wg": rng.normal(size=(features.G, hidden[0])),
+         "b0": rng.normal(size=hidden[0])}
+    for i, (h0, h1) in enumerate(zip(hidden[:-1], hidden[1:]), 1):
+        a[f"w{i}"], a[f"b{i}"] = rng.normal(size=(h0, h1)), rng.normal(size=h1)
+    a["wo"], a["bo"] = rng.normal(size=hidden[-1]), rng.normal(size=1)
+    hdr = {"task": "evict", "K": K, "candidate_rule": "sample", "feature_spec": features.feature_spec(),
+           "arch": {"type": "candidate_mlp", "n_features": features.F, "n_globals": features.G,
+                    "hidden": hidden, "activation": "relu"}}
+    return save_policy_file(os.path.join(d, "random.npz"), a, hdr)
+
+
+def _pct(ns: list[int]) -> tuple[float, float]:
+    p50, p99 = np.percentile(np.asarray(ns, np.float64), [50, 99]) / 1e3
+    return float(p50), float(p99)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from allocator.pool import Pool
+    from envs.evaluation import TimedPolicy
+    from envs.workloads import generate
+    from policies.learned import LearnedPolicy
+    from policies.lru import LRU
+
+    trace = generate("zipf", seed=0, n_requests=args.requests, n_objects=4000, alpha=0.9, size=4096)
+    cap = 400 * 4096
+    with tempfile.TemporaryDirectory() as d:
+        path = args.policy or _random_policy(list(args.hidden), args.K, d)
+        learned = LearnedPolicy.load(path, K=args.K)
+        # forward pass alone, on observations captured from the run below
+        obs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        inner = learned.victim
+
+        def capture(view: Any) -> Any:
+            if len(obs) < 2000:
+                _, c, m, g = learned.observe(view)
+                obs.append((c, m, g))
+            return inner(view)
+
+        learned.victim = capture  # type: ignore[method-assign]
+        Pool(cap, learned, placement="bytes").replay(trace.window(0, 20_000))
+        timed = {}
+        for name, pol in (("lru", LRU()), ("learned", LearnedPolicy.load(path, K=args.K))):
+            tp = TimedPolicy(pol)
+            Pool(cap, tp, placement="bytes").replay(trace)  # type: ignore[arg-type]
+            timed[name] = tp.times_ns
+    sc = learned.scorer
+    fwd = []
+    for c, m, g in obs * 5:
+        t0 = time.perf_counter_ns()
+        sc.choose(c, g, m)
+        fwd.append(time.perf_counter_ns() - t0)
+    lp50, lp99 = _pct(timed["learned"])
+    rp50, rp99 = _pct(timed["lru"])
+    fp50, fp99 = _pct(fwd)
+    print(f"policy: {path if args.policy else 'random network ' + str(args.hidden)}  K={args.K}")
+    print(f"{'':26s} {'p50 us':>9s} {'p99 us':>9s} {'decisions':>10s}")
+    print(f"{'learned (whole decision)':26s} {lp50:9.1f} {lp99:9.1f} {len(timed['learned']):10d}")
+    print(f"{'learned forward pass only':26s} {fp50:9.1f} {fp99:9.1f} {len(fwd):10d}")
+    print(f"{'lru':26s} {rp50:9.1f} {rp99:9.1f} {len(timed['lru']):10d}")
+    print(f"ratio learned/lru: p50 {lp50 / rp50:.1f}x, p99 {lp99 / rp99:.1f}x; "
+          f"target p99 <= 20 us: whole decision {'met' if lp99 <= 20 else 'NOT met'}, "
+          f"forward pass {'met' if fp99 <= 20 else 'NOT met'}")
+    return {"K": args.K, "learned_p50_us": lp50, "learned_p99_us": lp99, "forward_p50_us": fp50,
+            "forward_p99_us": fp99, "lru_p50_us": rp50, "lru_p99_us": rp99}

@@ -1,0 +1,65 @@
+"""``python scripts/bench.py quality``: the learned policy against the heuristics and Belady on
+held-out traces (DL traces of models not trained on at 25% and 50% of peak live bytes; Zipf and
+scan), with the targets' verdict. All policies replay each trace in the same run.
+
+    python scripts/bench.py quality --policy outputs/main/<run>/train/policy.npz
+    python scripts/bench.py quality            # newest main-job policy, else train one first
+    python scripts/bench.py quality --train    # train afresh with conf/main.yaml's settings
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", help="exported policy file (default: newest outputs/main/*/train/policy.npz)")
+    p.add_argument("--train", action="store_true", help="train a policy first (conf/main.yaml training)")
+    p.add_argument("--capacities", type=float, nargs="+", default=[0.25, 0.5],
+                   help="fractions of peak live bytes (default 0.25 0.5)")
+    p.add_argument("--max-requests", type=int, default=None, help="cut every trace to this many rows")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _train(seed: int) -> str:
+    from hydra import compose, initialize_config_dir
+
+    from policies.training.config import register_train_configs
+    from policies.training.train import train
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("main", overrides=[f"seed={seed}", f"out_dir={ROOT}/outputs/bench_quality/seed{seed}"])
+    return str(train(cfg)["policy"])
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import logging
+
+    from policies.training.quality import default_held_out, format_quality, quality_rows, verdict
+
+    logging.basicConfig(level=logging.WARNING)
+    path = args.policy
+    if path is None and not args.train:
+        found = sorted(glob.glob(os.path.join(ROOT, "outputs", "main", "*", "train", "policy.npz")),
+                       key=os.path.getmtime)
+        path = found[-1] if found else None
+    if path is None:
+        print("training a policy first (conf/main.yaml settings) ...")
+        path = _train(args.seed)
+    print(f"policy: {path}")
+    rows = quality_rows(path, default_held_out(args.max_requests), args.capacities, seed=args.seed,
+                        progress=True)
+    print(format_quality(rows))
+    v = verdict(rows)
+    print(f"DL traces: mean normalised hit rate {v['dl_mean_normalized_hit_rate']:.3f} (target >= 0.7), "
+          f"min {v['dl_min_normalized_hit_rate']:.3f} (target >= 0): "
+          f"{'met' if v['dl_target_met'] else 'NOT met'}")
+    print(f"Zipf/scan: worst hit-ratio gap to the best heuristic {v['zipf_scan_worst_gap']:+.4f} "
+          f"(target <= 0.02): {'met' if v['zipf_scan_target_met'] else 'NOT met'}")
+    return {"policy": path, "rows": rows, "verdict": v}

@@ -1,0 +1,47 @@
+#!/usr/bin/env python
+"""The main job (``make demo``): train a learned eviction policy (imitation of Belady, then a
+short RL fine-tune), export it, evaluate it on held-out workloads against LRU, LFU, ARC,
+S3-FIFO and Belady, print the table and save the plots.
+
+    python scripts/main.py                      # outputs under outputs/main/<time>/
+    python scripts/main.py out_dir=DIR seed=1
+
+The logic is policies.training.main_job.run_main(cfg); the last line is ``policy: PATH``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from allocator.errors import CachegymError  # noqa: E402
+from policies.training.config import register_train_configs  # noqa: E402
+
+register_train_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="main")
+def main(cfg: DictConfig) -> None:
+    from policies.training.main_job import run_main
+
+    try:
+        res = run_main(cfg)
+    except CachegymError as e:
+        logging.getLogger("main").debug("failed", exc_info=True)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(res["table"])
+    print(f"finished in {res['wall_s']:.0f} s")
+    print(f"outputs: {res['out_dir']} (results: {res['csv']}; plots: {len(res['plots'])} in "
+          f"{os.path.dirname(res['csv'])}; training logs: {res['train']['out_dir']})")
+    print(f"policy: {res['policy']}")
+
+
+if __name__ == "__main__":
+    main()

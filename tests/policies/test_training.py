@@ -1,0 +1,151 @@
+"""The torch scorer, its export, imitation and the SB3 policies that carry it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+th = pytest.importorskip("torch")  # the train extra
+
+from allocator.pool import Pool  # noqa: E402
+from envs.evict import EvictEnv  # noqa: E402
+from envs.workloads.registry import generate  # noqa: E402
+from policies import features  # noqa: E402
+from policies.learned import CandidateScorer, LearnedPolicy  # noqa: E402
+from policies.training.export import export_policy  # noqa: E402
+from policies.training.imitation import Dataset, DecisionSample, agreement, bc_loss, fit, targets  # noqa: E402
+from policies.training.nets import (  # noqa: E402
+    NEG,
+    CandidateScorerNet,
+    MaskableScorerActorCriticPolicy,
+    ScorerActorCriticPolicy,
+    ScorerDQNPolicy,
+    export_arrays,
+)
+
+F, G = features.F, features.G
+
+
+def make_net(seed: int = 0, hidden=(16, 8)) -> CandidateScorerNet:
+    th.manual_seed(seed)
+    net = CandidateScorerNet(F, G, hidden)
+    rng = np.random.default_rng(seed)
+    net.set_normalization(rng.random((50, 8, F)), np.ones((50, 8), bool), rng.random((50, G)))
+    return net
+
+
+def test_scores_are_permutation_equivariant_and_independent_of_K():
+    net = make_net()
+    g = th.Generator().manual_seed(1)
+    cand, glob = th.rand(3, 32, F, generator=g), th.rand(3, G, generator=g)
+    mask = th.ones(3, 32)
+    s = net(cand, glob, mask)
+    perm = th.randperm(32, generator=g)
+    assert th.allclose(net(cand[:, perm], glob, mask), s[:, perm], atol=1e-5)
+    assert th.allclose(net(cand[:, :7], glob, mask[:, :7]), s[:, :7], atol=1e-5)
+    mask[0, 3] = 0
+    assert net(cand, glob, mask)[0, 3] == NEG
+
+
+def test_export_matches_the_torch_network():
+    net = make_net(2, (32, 16, 8))
+    sc = CandidateScorer(export_arrays(net))
+    rng = np.random.default_rng(3)
+    for K in (1, 8, 32):
+        cand = rng.random((K, F), dtype=np.float32)
+        glob = rng.random(G, dtype=np.float32)
+        mask = rng.random(K) < 0.8
+        mask[0] = True
+        with th.no_grad():
+            ref = net(th.as_tensor(cand)[None], th.as_tensor(glob)[None], th.as_tensor(mask)[None].float())[0].numpy()
+        got = sc.scores(cand, glob, mask)
+        np.testing.assert_allclose(got[mask], ref[mask], rtol=1e-4, atol=1e-4)
+        assert sc.choose(cand, glob, mask) == int(ref.argmax())
+
+
+def test_exported_policy_takes_the_networks_decisions_in_the_pool(tmp_path):
+    """Drive the env with the torch net's argmax and replay the same trace with the exported
+    file in a plain Pool: every decision, hence every statistic, is the same."""
+    trace = generate("dl_training", seed=4, n_layers=4, hidden=64, batch_tokens=128, steps=3)
+    net = make_net(5)
+    path = export_policy(net, tmp_path / "p.npz", K=16, candidate_rule="lru")
+    env = EvictEnv([trace], K=16, candidates="lru", window=None, capacity=0.3, capacity_of="peak_live")
+    obs, info = env.reset(seed=0)
+    pol = LearnedPolicy.load(path)
+    done, n = False, 0
+    while not done:
+        cand = th.as_tensor(obs["candidates"].reshape(16, F))[None]
+        with th.no_grad():
+            a = int(net(cand, th.as_tensor(obs["globals"])[None],
+                        th.as_tensor(obs["mask"]).float()[None]).argmax())
+        obs, _, done, _, info = env.step(a)
+        n += 1
+    st = Pool(env.pool.capacity if env.pool else 0, pol, placement="bytes", oversize="bypass")
+    cap = int(0.3 * trace.peak_live_bytes())
+    st = Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace)
+    assert n > 20 and st.evictions == n
+    assert st.misses == info["stats"]["misses"] and st.hits == info["stats"]["hits"]
+    assert st.fallbacks == 0
+
+
+def test_targets_treat_never_used_again_as_ties():
+    mask = np.array([[True, True, True, False]])
+    dist = np.array([[5.0, np.inf, np.inf, -1.0]])
+    best, key = targets(mask, dist)
+    assert best.tolist() == [[False, True, True, False]]
+    assert key[0, 1] > key[0, 0]
+    scores = th.tensor([[0.0, 5.0, 5.0, NEG]])
+    low = bc_loss(scores, th.as_tensor(best), th.as_tensor(mask), th.as_tensor(key))
+    high = bc_loss(th.tensor([[5.0, 0.0, 0.0, NEG]]), th.as_tensor(best), th.as_tensor(mask), th.as_tensor(key))
+    assert float(low) < float(high)
+
+
+def test_behaviour_cloning_learns_an_obvious_rule():
+    """Oracle: evict the candidate with the largest first feature (a stand-in for 'farthest
+    next use'); a few epochs of BC must reproduce it on fresh observations."""
+    rng = np.random.default_rng(6)
+
+    def batch(n):
+        d = Dataset()
+        for _ in range(n):
+            cand = rng.random((8, F), dtype=np.float32)
+            mask = np.ones(8, bool)
+            mask[rng.integers(4, 8):] = False
+            d.add(DecisionSample(cand, mask, rng.random(G, dtype=np.float32), cand[:, 0].astype(np.float64) * 100))
+        return d
+
+    net = CandidateScorerNet(F, G, (16, 8))
+    th.manual_seed(0)
+    hist = fit(net, batch(1500), epochs=8, batch_size=64, lr=1e-2)
+    assert hist[-1] < hist[0]
+    assert agreement(net, batch(300)) > 0.9
+
+
+@pytest.mark.parametrize("policy_cls", [ScorerActorCriticPolicy, MaskableScorerActorCriticPolicy])
+def test_actor_critic_logits_are_the_scorers_scores(policy_cls):
+    env = EvictEnv(None, K=8, window=2000, capacity=0.2)
+    pol = policy_cls(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
+    obs, _ = env.reset(seed=0)
+    t = {k: th.as_tensor(v)[None] for k, v in obs.items()}
+    dist = pol.get_distribution(t)
+    logits = dist.distribution.logits
+    cand = t["candidates"].reshape(1, 8, F).float()
+    scores = pol.scorer(cand, t["globals"].float(), t["mask"].float())
+    valid = t["mask"][0].bool()
+    # Categorical normalises logits: equal up to a constant on the valid candidates
+    diff = (logits[0] - scores[0])[valid]
+    assert th.allclose(diff, diff[0].expand_as(diff), atol=1e-4)
+    _, value, _ = pol(t)
+    assert value.shape == (1, 1)
+
+
+def test_dqn_q_network_is_the_scorer():
+    env = EvictEnv(None, K=8, window=2000, capacity=0.2)
+    pol = ScorerDQNPolicy(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
+    obs, _ = env.reset(seed=0)
+    t = {k: th.as_tensor(v)[None] for k, v in obs.items()}
+    q = pol.q_net(t)
+    cand = t["candidates"].reshape(1, 8, F).float()
+    assert th.allclose(q, pol.scorer(cand, t["globals"].float(), t["mask"].float()))
+    assert pol.q_net_target.scorer is not pol.scorer
+    assert int(pol._predict(t)) == int(q.argmax())
