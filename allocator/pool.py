@@ -321,7 +321,9 @@ class Pool:
             # _access_steps' phases without its generator (there is no prefetcher to ask)
             o, need, old_size = self._begin(key, size, kind)
             if need > 0:
-                offset = self._place.alloc(need)
+                place = self._place
+                # no block can fit while fewer bytes than that are free: skip the attempt
+                offset = place.alloc(need) if place.capacity - place.used >= need else None
                 if offset is None:
                     try:
                         offset = self._make_room_policy(size, need)
