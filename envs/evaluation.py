@@ -405,53 +405,57 @@ def _fmt(v: float, f: str) -> str:
 
 
 def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
-    """PNG plots: miss ratio against capacity for every policy (one file per trace, prefetch
-    and preset) and stall time by policy (one file per trace). Uses matplotlib's Agg backend."""
+    """PNG plots (matplotlib's Agg backend), for every (trace, prefetcher, preset): miss ratio
+    against capacity, one line per policy (``miss_ratio__T__P__C.png``), and stall time by
+    policy, one bar per capacity (``stall__T__P__C.png``; zero without a cost preset)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []
-    traces = list(dict.fromkeys(r["trace"] for r in rows))
-    for tname in traces:
-        tr = [r for r in rows if r["trace"] == tname]
-        for pf, preset in dict.fromkeys((r["prefetch"], r["preset"]) for r in tr):
-            sel = [r for r in tr if r["prefetch"] == pf and r["preset"] == preset]
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            for pol in dict.fromkeys(r["policy"] for r in sel):
-                pts = sorted((r["capacity"], r["miss_ratio"]) for r in sel if r["policy"] == pol)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
-            ax.set_xscale("log")
-            ax.set_xlabel("capacity (bytes)" if sel[0]["mode"] == "bytes" else "capacity (objects)")
-            ax.set_ylabel("miss ratio")
-            ax.set_title(f"{tname}  prefetch={pf}  preset={preset}")
-            ax.legend(fontsize="small", ncol=2)
-            ax.grid(True, alpha=0.3)
-            p = os.path.join(out_dir, f"miss_ratio__{_safe(tname)}__{pf}__{_safe(preset)}.png")
-            fig.tight_layout()
-            fig.savefig(p, dpi=100)
-            plt.close(fig)
-            paths.append(p)
+    groups = dict.fromkeys((r["trace"], r["prefetch"], r["preset"]) for r in rows)
+    for tname, pf, preset in groups:
+        sel = [r for r in rows if (r["trace"], r["prefetch"], r["preset"]) == (tname, pf, preset)]
+        pols = list(dict.fromkeys(r["policy"] for r in sel))
+        caps = sorted(dict.fromkeys(r["capacity"] for r in sel))
+        tag = f"{_safe(tname)}__{_safe(pf)}__{_safe(preset)}"
+        title = f"{tname}  prefetch={pf}  preset={preset}"
+
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        pols = list(dict.fromkeys(r["policy"] for r in tr))
-        caps = sorted(dict.fromkeys(r["capacity"] for r in tr))
+        for pol in pols:
+            pts = sorted((r["capacity"], r["miss_ratio"]) for r in sel if r["policy"] == pol)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
+        ax.set_xscale("log")
+        ax.set_xlabel("capacity (bytes)" if sel[0]["mode"] == "bytes" else "capacity (objects)")
+        ax.set_ylabel("miss ratio")
+        ax.set_title(title)
+        ax.legend(fontsize="small", ncol=2)
+        ax.grid(True, alpha=0.3)
+        paths.append(_save(fig, os.path.join(out_dir, f"miss_ratio__{tag}.png")))
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
         width = 0.8 / max(1, len(caps))
         for j, cap in enumerate(caps):
-            stall = [sum(r["stall_ns"] for r in tr if r["policy"] == p and r["capacity"] == cap)
-                     / 1e6 for p in pols]
-            ax.bar(np.arange(len(pols)) + j * width, stall, width, label=f"capacity {cap}")
-        ax.set_xticks(np.arange(len(pols)) + 0.4 - width / 2)
+            by_pol = {r["policy"]: r["stall_ns"] / 1e6 for r in sel if r["capacity"] == cap}
+            ax.bar(np.arange(len(pols)) + j * width, [by_pol.get(p, 0.0) for p in pols], width,
+                   label=f"capacity {cap}")
+        ax.set_xticks(np.arange(len(pols)) + width * (len(caps) - 1) / 2)
         ax.set_xticklabels(pols, rotation=30, ha="right")
-        ax.set_ylabel("stall (ms, summed over prefetchers and presets)")
-        ax.set_title(f"{tname}: stall time by policy")
+        ax.set_ylabel("stall (ms)")
+        ax.set_title(f"stall time by policy: {title}")
         ax.legend(fontsize="small")
-        fig.tight_layout()
-        p = os.path.join(out_dir, f"stall__{_safe(tname)}.png")
-        fig.savefig(p, dpi=100)
-        plt.close(fig)
-        paths.append(p)
+        paths.append(_save(fig, os.path.join(out_dir, f"stall__{tag}.png")))
     return paths
+
+
+def _save(fig: Any, path: str) -> str:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _safe(s: str) -> str:

@@ -81,7 +81,8 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
     with open(tmp_path / "results.json") as f:
         js = json.load(f)
     assert len(js) == 16 and js[0]["decision_p50_us"] is None
-    assert {os.path.basename(p) for p in res["plots"]} >= {"stall__tiny.png"}
+    assert {os.path.basename(p) for p in res["plots"]} == {"stall__tiny__none__none.png",
+                                                           "miss_ratio__tiny__none__none.png"}
     for p in res["plots"]:
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "belady" in res["table"] and "miss_ratio" in res["table"]
