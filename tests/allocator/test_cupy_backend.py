@@ -22,6 +22,8 @@ from allocator.errors import BackendError, ConfigError
 from allocator.pool import Pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the conftest hook skips ``gpu`` tests without a device; this skipif holds without it too
+needs_gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU and cupy")
 
 
 def _load_gpu_check() -> Any:
@@ -268,12 +270,14 @@ def test_pool_allocator_bookkeeping_on_imitated_cupy(fake_cupy: Any) -> None:
 
 # ---------------------------------------------------------------------- on a GPU
 @pytest.mark.gpu
+@needs_gpu
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cupy_matches_numpy_decision_by_decision_and_byte_by_byte(seed: int) -> None:
     _same_run(parity_run(NumpyBackend(), seed=seed), parity_run(CupyBackend(), seed=seed))
 
 
 @pytest.mark.gpu
+@needs_gpu
 def test_cupy_copies_round_trip() -> None:
     be = CupyBackend()
     be.attach(1 << 20)
@@ -293,6 +297,7 @@ def test_cupy_copies_round_trip() -> None:
 
 
 @pytest.mark.gpu
+@needs_gpu
 def test_device_block_is_not_reused_while_a_copy_from_it_is_in_flight() -> None:
     n = 64 << 20  # large enough that a missing dependency would show
     pool = Pool(n, backend=CupyBackend())  # instant cost model: blocks are reused at once
@@ -310,6 +315,7 @@ def test_device_block_is_not_reused_while_a_copy_from_it_is_in_flight() -> None:
 
 
 @pytest.mark.gpu
+@needs_gpu
 def test_cupy_backend_errors_are_backend_errors() -> None:
     with pytest.raises(BackendError, match="cannot allocate the device arena"):
         Pool(1 << 52, backend=CupyBackend())
@@ -327,6 +333,7 @@ def test_cupy_backend_errors_are_backend_errors() -> None:
 
 
 @pytest.mark.gpu
+@needs_gpu
 def test_pool_allocator_serves_cupy_arrays_under_the_budget() -> None:
     import cupy
 
@@ -357,6 +364,7 @@ def test_pool_allocator_serves_cupy_arrays_under_the_budget() -> None:
 
 
 @pytest.mark.gpu
+@needs_gpu
 def test_offload_on_gpu_reads_back_what_was_packed() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -400,6 +408,7 @@ def test_offload_on_gpu_reads_back_what_was_packed() -> None:
 
 
 @pytest.mark.gpu
+@needs_gpu
 def test_calibrate_cupy_backend_is_plausible() -> None:
     preset, raw = calibrate(CupyBackend, small=4096, medium=1 << 20, large=32 << 20,
                             repeats=3)
