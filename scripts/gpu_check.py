@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prefetch-depth", type=int, default=2,
                    help="ReversePackOrder depth (saved tensors prefetched per unpack)")
     p.add_argument("--skip-pytest", action="store_true")
+    p.add_argument("--pytest-timeout", type=int, default=240)
     p.add_argument("--calib-bytes", type=int, default=256 << 20,
                    help="largest calibration copy (bytes)")
     for k, v in GPU_MODEL.items():
@@ -108,14 +109,21 @@ def check_backend(args: argparse.Namespace, rep: Report) -> None:
         log = os.path.join(args.out, "pytest_gpu.txt")
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
                os.path.join(ROOT, "tests", "allocator", "test_cupy_backend.py")]
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        with open(log, "w") as f:
-            f.write(proc.stdout + proc.stderr)
-        tail = proc.stdout.strip().splitlines()[-1:] or [""]
-        sec["pytest"] = {"returncode": proc.returncode, "summary": tail[0]}
-        print(f"pytest -m gpu: {tail[0]}", flush=True)
-        if proc.returncode != 0:
-            rep.fail(f"pytest -m gpu failed: {tail[0]} (see {log})")
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                  timeout=args.pytest_timeout)
+        except subprocess.TimeoutExpired as e:
+            with open(log, "w") as f:
+                f.write(str(e.stdout or "") + str(e.stderr or ""))
+            rep.fail(f"pytest -m gpu did not finish in {args.pytest_timeout} s (see {log})")
+        else:
+            with open(log, "w") as f:
+                f.write(proc.stdout + proc.stderr)
+            tail = proc.stdout.strip().splitlines()[-1:] or [""]
+            sec["pytest"] = {"returncode": proc.returncode, "summary": tail[0]}
+            print(f"pytest -m gpu: {tail[0]}", flush=True)
+            if proc.returncode != 0:
+                rep.fail(f"pytest -m gpu failed: {tail[0]} (see {log})")
     ref = parity_run(NumpyBackend())
     other = parity_run(NumpyBackend(threads=False) if args.cpu_dry_run else CupyBackend())
     parity = {
