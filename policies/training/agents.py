@@ -64,14 +64,26 @@ def _sb3_callbacks(ctx: TrainContext, get_net: Callable[[], CandidateScorerNet],
     from stable_baselines3.common.callbacks import BaseCallback
 
     class EvalCallback(BaseCallback):
-        """Every ``eval_every`` steps: validation figures to the logger (TensorBoard)."""
+        """Every ``eval_every`` env steps, and at the end: validation figures to the logger
+        (TensorBoard) and a checkpoint (written by ``ctx.on_eval``)."""
+
+        last = 0
+
+        def _eval(self) -> None:
+            if ctx.on_eval is None:
+                return
+            self.last = self.num_timesteps
+            for k, v in ctx.on_eval(self.num_timesteps, get_net()).items():
+                self.logger.record(f"val/{k}", v)
 
         def _on_step(self) -> bool:
-            if ctx.on_eval is not None and ctx.eval_every and self.n_calls % ctx.eval_every == 0:
-                figs = ctx.on_eval(self.num_timesteps, get_net())
-                for k, v in figs.items():
-                    self.logger.record(f"val/{k}", v)
+            if ctx.eval_every and self.num_timesteps - self.last >= ctx.eval_every:
+                self._eval()
             return True
+
+        def _on_training_end(self) -> None:
+            if self.num_timesteps != self.last or self.last == 0:
+                self._eval()
 
     class Progress(BaseCallback):
         def _on_training_start(self) -> None:

@@ -1,0 +1,114 @@
+"""Training configs compose and instantiate; train(cfg) smoke-runs for every algorithm."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")  # the train extra
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.errors import ConfigCompositionException  # noqa: E402
+from omegaconf.errors import ValidationError  # noqa: E402
+
+from allocator.errors import ConfigError  # noqa: E402
+from envs.config import instantiate  # noqa: E402
+from policies.learned import LearnedPolicy, read_policy_file  # noqa: E402
+from policies.training.config import register_train_configs  # noqa: E402
+from policies.training.train import load_trace_list, train  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONF = os.path.join(ROOT, "conf")
+AGENTS = sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "agent")) if f.endswith(".yaml"))
+
+TINY = [
+    "experiment=quick", "progress=false", "tensorboard=false",
+    "validation.every=100", "validation.capacities=[0.3]",
+]
+
+
+def cfg_of(overrides: list[str]):
+    register_train_configs()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_every_agent_config_composes_and_instantiates(agent):
+    cfg = cfg_of([f"agent={agent}"])
+    a = instantiate(cfg.agent)
+    assert type(a).__name__ in ("SB3Agent", "ImitationAgent")
+    assert cfg.env.K >= 1 and list(cfg.policy.hidden)
+    make = instantiate(cfg.env, _partial_=True)
+    traces = load_trace_list(cfg_of(["experiment=quick"]).traces, "traces")
+    env = make(traces=traces, capacity=0.3)
+    obs, info = env.reset(seed=0)
+    assert obs["mask"].shape == (cfg.env.K,) and "oracle_action" in info
+
+
+def test_bad_values_fail_at_compose_time():
+    with pytest.raises((ValidationError, ConfigCompositionException), match="total_timesteps"):
+        cfg_of(["agent=ppo", "agent.total_timesteps=lots"])
+    with pytest.raises((ValidationError, ConfigCompositionException), match="hidden"):
+        cfg_of(["policy.hidden=wide"])
+    with pytest.raises((ValidationError, ConfigCompositionException), match="no_such_key"):
+        cfg_of(["env.no_such_key=1"])
+    with pytest.raises(ConfigError, match="unknown algorithm"):
+        instantiate(cfg_of(["agent=ppo", "agent.algo=a3c"]).agent)
+
+
+@pytest.mark.parametrize("agent,extra", [
+    ("imitation", ["agent.dagger.rounds=2", "agent.dagger.steps_per_round=150", "agent.dagger.epochs=1"]),
+    ("ppo", ["agent.total_timesteps=128", "agent.n_envs=2", "agent.kwargs.n_steps=64", "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1"]),
+    ("maskable_ppo", ["agent.total_timesteps=128", "agent.n_envs=2", "agent.kwargs.n_steps=64", "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1"]),
+    ("dqn", ["agent.total_timesteps=150", "agent.kwargs.learning_starts=50", "agent.kwargs.batch_size=32"]),
+])
+def test_train_smoke(tmp_path, agent, extra):
+    res = train(cfg_of(TINY + [f"agent={agent}", f"out_dir={tmp_path}"] + extra))
+    assert os.path.isfile(res["policy"]) and res["policy"].startswith(str(tmp_path))
+    hdr, _ = read_policy_file(res["policy"])
+    assert hdr["K"] == 32 and len(hdr["config_sha256"]) == 64
+    LearnedPolicy.load(res["policy"])
+    assert {"miss_ratio_learned", "miss_ratio_lru", "miss_ratio_belady"} <= set(res["validation"])
+    assert res["history"], "the validation callback never ran"
+    assert os.listdir(tmp_path / "checkpoints")
+
+
+def test_same_seed_same_weights(tmp_path):
+    extra = TINY + ["agent=imitation", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=120",
+                    "agent.dagger.epochs=1", "validation.traces=[]"]
+    a = train(cfg_of(extra + [f"out_dir={tmp_path / 'a'}"]))
+    b = train(cfg_of(extra + [f"out_dir={tmp_path / 'b'}"]))
+    c = train(cfg_of(extra + [f"out_dir={tmp_path / 'c'}", "seed=1"]))
+    wa, wb, wc = (read_policy_file(r["policy"])[0]["weights_sha256"] for r in (a, b, c))
+    assert wa == wb and wa != wc
+
+
+def test_finetune_starts_from_the_imitation_weights(tmp_path):
+    res = train(cfg_of(TINY + [
+        "agent=imitation_ppo", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=150",
+        "agent.dagger.epochs=1", "agent.finetune.total_timesteps=64", "agent.finetune.n_envs=1",
+        "agent.finetune.kwargs.n_steps=64", "agent.finetune.kwargs.batch_size=64",
+        "agent.finetune.kwargs.n_epochs=1", "agent.finetune.kwargs.learning_rate=0.0",
+        "validation.traces=[]", f"out_dir={tmp_path}"]))
+    _, w = read_policy_file(res["policy"])
+    # learning rate 0: PPO changes nothing, so the export equals the imitation weights
+    ckpts = sorted((tmp_path / "checkpoints").iterdir())
+    _, w0 = read_policy_file(ckpts[0])
+    for k in w:
+        np.testing.assert_allclose(w[k], w0[k], rtol=1e-6, atol=1e-7)
+
+
+def test_cli_prints_the_policy_path(tmp_path):
+    r = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "train.py"), *TINY, "agent=imitation",
+         "agent.dagger.rounds=1", "agent.dagger.steps_per_round=100", "agent.dagger.epochs=1",
+         "validation.traces=[]", f"out_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("policy: ") and os.path.isfile(last[len("policy: "):])
