@@ -4,7 +4,8 @@
 
 * decisions per second of ``cachegym/Evict-v0`` and ``cachegym/Prefetch-v0`` (default
   configurations, ``K`` candidates) under a random agent that picks a valid action from
-  ``action_masks()`` (resets included);
+  ``action_masks()`` (resets included), and the median and p99 time of one ``env.step`` (on a
+  shared machine the median is the figure other processes disturb least);
 * the share of a short stable-baselines3 PPO training run (``MultiInputPolicy`` with SB3's
   default hyper-parameters, one env) spent inside the environment: time in ``env.step`` and
   ``env.reset`` over the wall time of ``learn()``.
@@ -15,6 +16,7 @@ Targets: at least 20,000 eviction decisions per second; the env at most 10% of P
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
@@ -68,10 +70,15 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
         if env.step(int(valid[0]))[2]:
             env.reset()
     n = episodes = 0
+    step_ns: list[int] = []
+    clock = time.perf_counter_ns
     t0 = time.perf_counter()
     while True:
         valid = np.flatnonzero(env.action_masks())  # type: ignore[attr-defined]
-        _, _, term, trunc, _ = env.step(int(valid[rng.integers(len(valid))]))
+        a = int(valid[rng.integers(len(valid))])
+        s0 = clock()
+        _, _, term, trunc, _ = env.step(a)
+        step_ns.append(clock() - s0)
         n += 1
         if term or trunc:
             episodes += 1
@@ -80,7 +87,10 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
             break
     dt = time.perf_counter() - t0
     env.close()
-    return {"decisions": n, "episodes": episodes, "seconds": dt, "decisions_per_s": n / dt}
+    med = float(np.median(step_ns)) / 1e3
+    return {"decisions": n, "episodes": episodes, "seconds": dt, "decisions_per_s": n / dt,
+            "step_median_us": med, "step_p99_us": float(np.percentile(step_ns, 99)) / 1e3,
+            "decisions_per_s_at_median": 1e6 / med}
 
 
 def ppo_env_share(K: int, steps: int, seed: int) -> dict[str, float]:
@@ -120,14 +130,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     out: dict[str, Any] = {"K": args.K, "numba_features": features.ACCELERATED}
     out["machine"] = m = machine_speed()
+    if hasattr(os, "getloadavg"):
+        m["load_avg_1min"], m["cpus"] = os.getloadavg()[0], float(os.cpu_count() or 0)
     print(f"machine: a NumPy op on 100 floats {m['numpy_op_us']:.2f} us, a dict lookup "
           f"{m['dict_get_ns']:.0f} ns (a recent desktop: about 0.4 us and 30 ns); "
-          f"features through numba: {features.ACCELERATED}")
+          f"features through numba: {features.ACCELERATED}; load average "
+          f"{m.get('load_avg_1min', float('nan')):.1f} on {m.get('cpus', 0):.0f} CPUs")
     for name, env_id in (("evict", "cachegym/Evict-v0"), ("prefetch", "cachegym/Prefetch-v0")):
         r = random_agent_rate(env_id, args.K, args.seconds, args.seed)
         out[name] = r
         print(f"{env_id:22s} random agent, K={args.K}: {r['decisions_per_s']:10,.0f} decisions/s "
-              f"({r['decisions']} decisions, {r['episodes']} episodes in {r['seconds']:.1f} s)")
+              f"({r['decisions']} decisions, {r['episodes']} episodes in {r['seconds']:.1f} s); "
+              f"step median {r['step_median_us']:.1f} us (= {r['decisions_per_s_at_median']:,.0f}/s), "
+              f"p99 {r['step_p99_us']:.1f} us")
     ev = out["evict"]["decisions_per_s"]
     print(f"eviction decisions/s vs target {EVICT_TARGET:,.0f}: {ev / EVICT_TARGET:.2f}x "
           f"({'met' if ev >= EVICT_TARGET else 'NOT met'})")
