@@ -8,6 +8,8 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import envs  # noqa: F401  (registers the ids)
 from allocator.errors import ConfigError, InvalidActionError
@@ -331,3 +333,44 @@ def test_maskable_ppo_only_takes_valid_actions() -> None:
     model = MaskablePPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
                         policy_kwargs={"net_arch": [16]}, device="cpu")
     model.learn(128)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**16), K=st.integers(1, 40), rule=st.sampled_from(["lru", "sample"]),
+       capacity=st.floats(0.05, 0.6), cost=st.sampled_from([None, "a100_pcie4"]),
+       placement=st.sampled_from(["bytes", "arena"]),
+       env_cls=st.sampled_from(["evict", "prefetch"]))
+def test_random_agents_keep_every_invariant(seed, K, rule, capacity, cost, placement, env_cls) -> None:
+    """Whatever the trace, parameters and (valid) actions: observations are in the space, the
+    mask matches the candidates, the pool's invariants hold after every step, and the final
+    statistics add up."""
+    from envs.prefetch import PrefetchEnv
+
+    trace = small_trace(seed, n=500, n_keys=int(seed % 50) + 10)
+    if env_cls == "evict":
+        env: gym.Env = EvictEnv(trace, K=K, candidates=rule, window=300, capacity=capacity,
+                                cost=cost, placement=placement)
+    else:
+        env = PrefetchEnv(trace, K=K, window=300, capacity=capacity, cost=cost,
+                          placement=placement, opportunity="access")
+    rng = np.random.default_rng(seed)
+    try:
+        obs, info = env.reset(seed=seed)
+    except ConfigError:  # the drawn windows fit in the pool: no decision to make
+        return
+    n_actions = env.action_space.n  # type: ignore[attr-defined]
+    for _ in range(400):
+        assert env.observation_space.contains(obs)
+        mask = env.action_masks()  # type: ignore[attr-defined]
+        assert mask.shape == (n_actions,) and mask.any()
+        np.testing.assert_array_equal(mask[:K], obs["mask"].astype(bool))
+        valid = info["next_use"][:K][mask[:K]]
+        assert ((valid >= 1) | np.isinf(valid)).all()
+        obs, r, term, trunc, info = env.step(int(rng.choice(np.flatnonzero(mask))))
+        env.pool._check()  # type: ignore[attr-defined]
+        assert np.isfinite(r) and not trunc
+        if term:
+            st_ = info["stats"]
+            assert st_["hits"] + st_["misses"] == st_["accesses"]
+            assert st_["accesses"] == int((env._w.trace.op != Op.FREE).sum())  # type: ignore[attr-defined]
+            break
