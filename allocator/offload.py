@@ -54,8 +54,14 @@ import numpy as np
 import torch
 
 from allocator.cost import CostModel, Preset
-from allocator.errors import BackendError, ConfigError, ObjectTooLarge, PoolExhausted
-from allocator.pool import Pool
+from allocator.errors import (
+    BackendError,
+    ConfigError,
+    ObjectTooLarge,
+    PoolError,
+    PoolExhausted,
+)
+from allocator.pool import DEVICE, Pool
 from allocator.trace import Kind, Op, Trace
 from policies.base import PrefetchPolicyBase
 
@@ -305,7 +311,7 @@ class ActivationOffload:
             # no pin needed: no pool operation runs before the copy is issued (a device copy is
             # queued on the compute stream, and every later pool copy is ordered after it)
             with torch.no_grad():
-                self._copy_in(pool.view.info(key).offset, t.detach(), stride)
+                self._copy_in(self._offset(key, "pack"), t.detach(), stride)
             self._log(key, nbytes, Op.WRITE)
             self._last = t1 = self._now()
         self.counters.packed += 1
@@ -326,7 +332,7 @@ class ActivationOffload:
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
             pool.pin(h.key)
-            buf = self.backend.device_buffer(pool.view.info(h.key).offset, h.nbytes)
+            buf = self.backend.device_buffer(self._offset(h.key, "unpack"), h.nbytes)
             handed = False  # True once a _PinnedView owns the pin
             try:
                 if isinstance(buf, np.ndarray) and self.zero_copy:
@@ -349,6 +355,17 @@ class ActivationOffload:
         return out.view(h.dtype).as_strided(h.shape, h.stride)
 
     # ------------------------------------------------------------------ helpers
+    def _offset(self, key: int, op: str) -> int:
+        """Where ``key`` lies in the arena; it must be on the device (the pool's access
+        contract): anything else would read or write bytes of another object."""
+        info = self.pool.view.info(key)
+        if info.offset < 0 or info.state != DEVICE:
+            raise PoolError(
+                f"activation offload {op}: object {key} is not on the device right after its "
+                f"access ({info!r}); the eviction policy {self.pool.policy!r} evicted it "
+                "within the access, which breaks the pool's contract; use another policy")
+        return int(info.offset)
+
     def _exhausted(self, e: PoolExhausted) -> PoolExhausted:
         pinned = sum(1 for k in self.pool.resident_keys() if self.pool.view.info(k).pins)
         return PoolExhausted(e.size, e.used, e.capacity, (
