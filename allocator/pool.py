@@ -283,6 +283,10 @@ class Pool:
         self._touch = cast(Any, policy).touch if getattr(type(policy), "touch", None) is not None else None
         self._on_hit = policy.on_hit
         self._on_miss = None if _is_noop(policy, "on_miss") else policy.on_miss
+        # optional policy methods (see policies/base.py): admission control and evictions the
+        # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
+        self._admit = getattr(policy, "admit", None)
+        self._due = getattr(policy, "pending_evictions", None)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
@@ -313,6 +317,8 @@ class Pool:
                     touch(key)
                 else:
                     self._on_hit(self.view, key)
+                if self._due is not None:
+                    self._evict_due()
                 if compute_ns:
                     self.cost.compute(compute_ns)
                 return True
@@ -333,6 +339,8 @@ class Pool:
                 self._insert(o, offset, need, write, old_size)
             if need >= 0:
                 self._end(o, write, False)
+            if self._due is not None:
+                self._evict_due()
             if compute_ns:
                 self.cost.compute(compute_ns)
             return need == 0
@@ -520,6 +528,8 @@ class Pool:
             self._insert(o, offset, need, write, old_size)
         if need >= 0:
             self._end(o, write, defer_wt)
+            if self._due is not None:
+                self._evict_due()
             if self._prefetcher is not None:
                 yield from self._prefetches(o)
         if compute_ns:
@@ -566,7 +576,9 @@ class Pool:
             o.size = size  # libCacheSim: a miss inserts with the request's size
         if self._on_miss is not None:
             self._on_miss(self.view, key)
-        if need > place.capacity:
+        if need > place.capacity or (
+            self._admit is not None and self.backend is None and not self._admit(self.view, key, size)
+        ):
             st.bypasses += 1
             if self._hook is not None:
                 self._emit("bypass", o)
@@ -738,6 +750,15 @@ class Pool:
                 continue
             raise PoolExhausted(size, place.used, place.capacity,
                                 "nothing resident can be evicted")
+
+    def _evict_due(self) -> None:
+        """Evict what the policy's algorithm has already given up (``pending_evictions``)."""
+        assert self._due is not None
+        objs = self._objs
+        for k in self._due():
+            o = objs.get(k)
+            if o is not None and o.state == DEVICE and o.pins == 0:
+                self._evict(k)
 
     def _fits_beside_pinned(self, need: int) -> bool:
         """Whether ``need`` bytes can be placed once everything unpinned is gone (in-flight

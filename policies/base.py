@@ -16,6 +16,16 @@ Optionally, a policy class may define ``touch``: ``None`` or a callable of the k
 exactly ``on_hit``'s effect, which the pool's hit fast path then calls instead of ``on_hit``
 (:class:`policies.lru.LRU` hands out its ``OrderedDict.move_to_end``). Hooks left as the
 no-ops of :class:`EvictionPolicyBase` may be skipped by the pool.
+
+Two more optional methods let a policy reproduce algorithms that decide outside a victim
+request (libCacheSim's SLRU demotes and evicts during a hit; S3-FIFO and GDSF may refuse to
+admit an object):
+
+* ``admit(view, key, size) -> bool``, asked after ``on_miss``: ``False`` leaves the object in
+  host memory (as an oversize bypass: no ``on_insert``). Consulted only by pools without a
+  backend: with real bytes every access must land on the device.
+* ``pending_evictions() -> Iterable[int]``, asked after every access: the pool evicts each
+  listed evictable object at once (``on_evict`` is called as for any eviction).
 ``victim`` must return a key for which ``view.evictable(key)`` is true (resident, unpinned, not
 in flight), or ``None`` when it has none; the pool raises :class:`~allocator.errors.InvalidVictim`
 otherwise. ``view.tick`` is the index of the current event in the pool's event sequence (the

@@ -80,6 +80,10 @@ class ShadowPolicy(EvictionPolicyBase):
         """Objects the model no longer holds that the pool still does (evicted first)."""
         return list(self._pending)
 
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        """The pool admits a missed object only if the model took it in (after ``on_miss``)."""
+        return not self._ready or self._resident(key)
+
     def _model(self, key: int, size: int) -> bool:
         self.model_requests += 1
         hit = self._request(key, size)
