@@ -382,3 +382,17 @@ def test_unpacked_views_kept_alive_pin_the_pool(zero_copy: bool) -> None:
             assert len(kept) == 3
     finally:
         off.close()
+
+
+def test_an_object_off_the_device_is_never_read_or_written() -> None:
+    from allocator.errors import PoolError
+
+    off = ActivationOffload(4096, backend=NumpyBackend(), prefetcher=None)
+    try:
+        off.pool.access(1, 4096, True)
+        assert off._offset(1, "pack") == 0
+        off.pool.access(2, 4096, True)  # evicts 1
+        with pytest.raises(PoolError, match="not on the device right after its access"):
+            off._offset(1, "unpack")
+    finally:
+        off.close()
