@@ -12,6 +12,9 @@ Both sides replay that same request stream at the same capacity (byte accounting
   (dense-id remap, Belady's next-use array and the stats inside the timed region). ``ours_e2e``
   also times reading the file (``read_trace``), the like-for-like figure.
 
+The DL trace is also replayed repeated to about ``--requests`` requests (``dl_tiled``, same
+object ids), since on the small recorded trace fixed per-call costs dominate.
+
 numba's JIT compilation is kept out of every timing (``warm_up()`` first; cache=True).
 Timings are best of ``--repeat``, ours and libCacheSim interleaved. The timing-model replay
 (``--preset``) has no libCacheSim counterpart; its throughput is printed for reference.
@@ -24,6 +27,8 @@ import os
 import tempfile
 import time
 from typing import Any
+
+import numpy as np
 
 POLICIES = ("lru", "fifo", "lfu", "belady")
 LCS_NAMES = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "belady": "Belady"}
@@ -39,6 +44,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dl-trace", default=None,
                    help="DL trace (.npz); default data/traces/gpt.npz, else generated")
     p.add_argument("--preset", default="h100_pcie5", help="timing-model figure ('' to skip)")
+    p.add_argument("--dl-tiled", type=int, default=None,
+                   help="also replay the DL trace repeated to about this many requests "
+                        "(default --requests; 0 skips)")
 
 
 def _zipf(args: argparse.Namespace) -> Any:
@@ -58,6 +66,24 @@ def _dl(args: argparse.Namespace) -> Any:
     from envs.workloads import generate
 
     return generate("dl_training", seed=0)
+
+
+def _dl_tiled(args: argparse.Namespace) -> Any:
+    """The DL trace's requests repeated to about ``--dl-tiled`` requests, with the same object
+    ids (later iterations touch the same tensors), so that fixed per-call costs do not dominate
+    the small recorded trace."""
+    from allocator.trace import Trace
+    from envs.workloads import read_trace, write_oracle_general
+
+    src = _dl(args)
+    with tempfile.TemporaryDirectory() as d:  # the stream oracleGeneral holds (no frees)
+        write_oracle_general(src, os.path.join(d, "t.og"))
+        base = read_trace(os.path.join(d, "t.og"), format="oracleGeneral")
+    want = args.dl_tiled if args.dl_tiled is not None else args.requests
+    k = max(1, round(want / max(1, len(base))))
+    n = len(base) * k
+    return Trace.from_arrays(np.tile(base.key, k), np.tile(base.size, k), step=np.arange(n),
+                             name=f"{src.name}x{k}")
 
 
 def _best(fn: Any, repeat: int) -> tuple[float, Any]:
@@ -81,7 +107,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="bench_replay_")
     print(f"{'trace':<10} {'policy':<7} {'requests':>9} {'ours Mreq/s':>12} {'ours e2e':>9} "
           f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9}")
-    for tname, make in (("zipf", _zipf), ("dl", _dl)):
+    sources = [("zipf", _zipf), ("dl", _dl)]
+    if args.dl_tiled != 0:
+        sources.append(("dl_tiled", _dl_tiled))
+    for tname, make in sources:
         src = make(args)
         og = os.path.join(tmp, f"{tname}.oracleGeneral")
         write_oracle_general(src, og)
@@ -126,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.preset:
         print(f"timing model ({args.preset}), ours only, Mreq/s: " + ", ".join(
             f"{t}/{p}={figures[t][p]['ours_timed_rps'] / 1e6:.2f}"
-            for t in ("zipf", "dl") for p in policies))
+            for t, _ in sources for p in policies))
     print("ratio = libCacheSim time / ours (>= 1: ours at least as fast); JIT warm-up excluded; "
           f"best of {args.repeat}, interleaved")
     for f in os.listdir(tmp):

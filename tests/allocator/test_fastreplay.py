@@ -204,8 +204,9 @@ def test_bench_replay_smoke_agrees_with_libcachesim() -> None:
     p = argparse.ArgumentParser()
     bench_replay.add_args(p)
     figs = bench_replay.run(p.parse_args(["--requests", "20000", "--objects", "2000",
-                                          "--repeat", "1", "--preset", "a100_pcie4"]))
-    for tname in ("zipf", "dl"):
+                                          "--repeat", "1", "--preset", "a100_pcie4",
+                                          "--dl-tiled", "50000"]))
+    for tname in ("zipf", "dl", "dl_tiled"):
         for pol in FAST_POLICIES:
             row = figs[tname][pol]
             assert row["ours_miss_ratio"] == pytest.approx(row["lcs_miss_ratio"], abs=1e-12)
