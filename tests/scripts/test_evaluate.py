@@ -190,3 +190,25 @@ def test_arena_placement_goes_through_the_pool(og_file: Path, tmp_path: Path) ->
                                     "eval.plots=false", f"out_dir={tmp_path}"])))
     assert [r["fast"] for r in res["rows"]] == [False, False]  # lru, belady: no compiled arena
     assert all(r["placement"] == "arena" for r in res["rows"])
+
+
+def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -> None:
+    """``learned:PATH`` in eval.policies: the registry loads the exported file, the pool runs it."""
+    from policies import features
+    from policies.learned import save_policy_file
+
+    rng = np.random.default_rng(0)
+    arrays = {"wc": rng.normal(size=(features.F, 8)), "wg": rng.normal(size=(features.G, 8)),
+              "b0": rng.normal(size=8), "wo": rng.normal(size=8), "bo": rng.normal(size=1)}
+    header = {"task": "evict", "K": 8, "candidate_rule": "lru",
+              "feature_spec": features.feature_spec(),
+              "arch": {"type": "candidate_mlp", "n_features": features.F,
+                       "n_globals": features.G, "hidden": [8], "activation": "relu"},
+              "library_version": "test", "config_sha256": "", "meta": {}}
+    path = save_policy_file(tmp_path / "p.npz", arrays, header)
+    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]",
+                                    f"eval.policies=[learned:{path}]", "eval.plots=false",
+                                    f"out_dir={tmp_path}"])))
+    row = next(r for r in res["rows"] if r["policy"] == f"learned:{path}")
+    assert row["requests"] == 2500 and not row["fast"] and row["decision_p50_us"] > 0
+    assert not math.isnan(row["normalized_hit_rate"])
