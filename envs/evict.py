@@ -62,7 +62,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     ``F = len(policies.features.FEATURE_NAMES)``, ``G = len(policies.features.GLOBAL_NAMES)``.
     Candidates (``candidates=``): ``"lru"``, the K least recently used evictable objects,
-    least recent first; ``"sample"``, K drawn uniformly among the resident ones (as LRB does),
+    least recent first; ``"sample"``, K drawn uniformly among the evictable ones (as LRB does),
     from ``self.np_random``.
 
     ## Rewards

@@ -6,9 +6,10 @@ from gymnasium.envs.registration import register, registry
 
 __all__ = ["ENV_IDS", "register_envs"]
 
-ENV_IDS = ("cachegym/Evict-v0", "cachegym/Prefetch-v0")
+ENV_IDS = ("cachegym/Evict-v0", "cachegym/Prefetch-v0", "cachegym/Joint-v0")
 _ENTRY_POINTS = {"cachegym/Evict-v0": "envs.evict:EvictEnv",
-                 "cachegym/Prefetch-v0": "envs.prefetch:PrefetchEnv"}
+                 "cachegym/Prefetch-v0": "envs.prefetch:PrefetchEnv",
+                 "cachegym/Joint-v0": "envs.joint:JointEnv"}
 
 
 def register_envs() -> None:

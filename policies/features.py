@@ -12,7 +12,7 @@ API (stable; bump :data:`FEATURE_VERSION` on any change of names, order or norma
   or wrap another policy with :class:`Observed` so it tracks while someone else decides.
 * :func:`select_candidates` ``(tracker, view, K, rule, rng) -> keys``: ``"lru"`` (the K least
   recently used evictable objects, least recent first) or ``"sample"`` (K drawn uniformly
-  without replacement among resident objects, then filtered to the evictable ones, as LRB does).
+  without replacement among the evictable objects, as LRB does).
 * :func:`observe` ``(tracker, view, keys, K) -> (cand (K, F) float32, mask (K,) bool,
   glob (G,) float32)``: rows beyond ``len(keys)`` are zero and masked out. Keys need not be
   resident (prefetch candidates are host objects, or keys never seen: their history is empty).
@@ -383,8 +383,8 @@ class Observed(EvictionPolicyBase):
 def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str = "lru",
                       rng: np.random.Generator | None = None) -> np.ndarray:
     """Up to ``K`` evictable keys (int64), chosen by ``rule``: ``"lru"`` gives the K least
-    recently used, least recent first; ``"sample"`` draws K resident objects uniformly without
-    replacement (``rng`` required) and keeps the evictable ones, in draw order."""
+    recently used, least recent first; ``"sample"`` draws K evictable objects uniformly without
+    replacement (``rng`` required; as LRB), in draw order."""
     ev = view.evictable
     if rule == "lru":
         order = tracker._order
@@ -402,19 +402,30 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
             raise ConfigError("select_candidates(rule='sample') needs rng (a np.random.Generator)")
         res = tracker._res
         n = len(res)
-        if n <= K:
-            picked = list(res)
-        elif n <= 4 * K:
-            picked = [res[i] for i in rng.permutation(n)[:K].tolist()]
-        else:  # the first K distinct draws of iid uniform indices: a uniform K-subset
-            seen: dict[int, None] = {}
-            while len(seen) < K:
-                for i in rng.integers(0, n, K + 8).tolist():
-                    seen[i] = None
-                    if len(seen) == K:
+        if n <= 4 * K:
+            pool_ = [k for k in res if ev(k)]
+            if len(pool_) > K:
+                pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
+            return np.array(pool_, np.int64)
+        # the first K distinct evictable objects of iid uniform draws: a uniform K-subset
+        drawn: set[int] = set()
+        picked: list[int] = []
+        while len(picked) < K and len(drawn) < 4 * K:
+            for i in rng.integers(0, n, 2 * K).tolist():
+                if i in drawn:
+                    continue
+                drawn.add(i)
+                if ev(res[i]):
+                    picked.append(res[i])
+                    if len(picked) == K:
                         break
-            picked = [res[i] for i in seen]
-        return np.array([k for k in picked if ev(k)], np.int64)
+        if len(picked) < K:  # most residents are pinned or in flight: draw among the rest
+            got = set(picked)
+            rest = [k for k in res if k not in got and ev(k)]
+            if len(rest) > K - len(picked):
+                rest = [rest[i] for i in rng.permutation(len(rest))[:K - len(picked)].tolist()]
+            picked += rest
+        return np.array(picked, np.int64)
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
 
 

@@ -66,7 +66,7 @@ def replay_misses(trace: Trace, capacity: int, policy) -> int:
 
 
 # ---------------------------------------------------------------------- checkers
-@pytest.mark.parametrize("env_id", ["cachegym/Evict-v0", "cachegym/Prefetch-v0"])
+@pytest.mark.parametrize("env_id", ["cachegym/Evict-v0", "cachegym/Prefetch-v0"])  # Joint: test_joint_env
 def test_gymnasium_and_sb3_checkers_pass_without_warnings(env_id: str) -> None:
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check
@@ -339,17 +339,21 @@ def test_maskable_ppo_only_takes_valid_actions() -> None:
 @given(seed=st.integers(0, 2**16), K=st.integers(1, 40), rule=st.sampled_from(["lru", "sample"]),
        capacity=st.floats(0.05, 0.6), cost=st.sampled_from([None, "a100_pcie4"]),
        placement=st.sampled_from(["bytes", "arena"]),
-       env_cls=st.sampled_from(["evict", "prefetch"]))
+       env_cls=st.sampled_from(["evict", "prefetch", "joint"]))
 def test_random_agents_keep_every_invariant(seed, K, rule, capacity, cost, placement, env_cls) -> None:
     """Whatever the trace, parameters and (valid) actions: observations are in the space, the
     mask matches the candidates, the pool's invariants hold after every step, and the final
     statistics add up."""
+    from envs.joint import JointEnv
     from envs.prefetch import PrefetchEnv
 
     trace = small_trace(seed, n=500, n_keys=int(seed % 50) + 10)
     if env_cls == "evict":
         env: gym.Env = EvictEnv(trace, K=K, candidates=rule, window=300, capacity=capacity,
                                 cost=cost, placement=placement)
+    elif env_cls == "joint":
+        env = JointEnv(trace, K=K, candidates=rule, window=300, capacity=capacity, cost=cost,
+                       placement=placement, opportunity="access")
     else:
         env = PrefetchEnv(trace, K=K, window=300, capacity=capacity, cost=cost,
                           placement=placement, opportunity="access")

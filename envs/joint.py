@@ -1,0 +1,319 @@
+"""``cachegym/Joint-v0``: one agent answers both the eviction and the prefetch questions."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from allocator.errors import ConfigError, InvalidActionError, PoolExhausted
+from allocator.pool import Pool
+from allocator.trace import INF, Op
+from envs.candidates import SuccessorPredictor
+from envs.common import (
+    Episodes,
+    TraceSource,
+    as_traces,
+    check_capacity,
+    empty_obs,
+    observation_space,
+    pack_obs,
+    resolve_capacity,
+)
+from envs.prefetch import OPPORTUNITIES
+from policies import features
+from policies.features import FeatureTracker
+
+__all__ = ["JointEnv", "EVICT", "PREFETCH"]
+
+EVICT, PREFETCH = 0, 1
+_REWARDS = ("misses", "bytes", "stall")
+
+
+class JointEnv(gym.Env[dict[str, Any], np.int64]):
+    """Choose eviction victims and prefetches of one pool: the decisions of
+    :class:`envs.evict.EvictEnv` and :class:`envs.prefetch.PrefetchEnv` in one episode.
+
+    The loop is the pool's (:meth:`Pool.steps` for demand accesses, :meth:`Pool.prefetch` for
+    the agent's prefetches). The agent answers every eviction a demand access needs, and every
+    prefetch opportunity (``opportunity``) for which the predictor has candidates. Evictions
+    that a prefetch needs are answered by LRU (the pool's generator form covers accesses only).
+
+    ## Spaces
+
+    Action ``Discrete(K + 1)``: in the eviction phase ``a < K`` evicts candidate ``a`` (``K``
+    is masked); in the prefetch phase ``a < K`` prefetches candidate ``a``, ``K`` does nothing.
+    Observation: :func:`envs.common.observation_space` plus ``"phase": Discrete(2)`` (0 evict,
+    1 prefetch); the candidates are the eviction rule's (``candidates``) or the predictor's.
+    ``action_masks()`` follows sb3-contrib; a masked action raises
+    :class:`~allocator.errors.InvalidActionError` (``invalid_action="raise"``) or becomes the
+    default of its phase, the LRU candidate or no prefetch (``"default"``), counted in
+    ``info["invalid_actions"]``.
+
+    ## Rewards
+
+    ``"misses"`` (default: ``-1`` per demand miss; it prices a useless prefetch by the misses
+    its evictions cause, and a timely one by the miss it saves), ``"bytes"``, ``"stall"`` (as
+    :class:`envs.evict.EvictEnv`).
+
+    ## Info
+
+    ``phase``, ``oracle_action`` (Belady's victim in the eviction phase; the candidate used
+    soonest, or no prefetch, in the prefetch phase), ``next_use``, ``keys``, ``tick``,
+    ``misses``, ``invalid_actions``; at the end ``stats``.
+
+    ## Episode and arguments
+
+    As :class:`envs.evict.EvictEnv` (``traces``, ``window``, ``capacity``, ``capacity_of``,
+    ``cost``, ``placement``, ``write_policy``, ``K``, ``candidates``) and
+    :class:`envs.prefetch.PrefetchEnv` (``opportunity``, ``predictor``).
+
+    ## Version history
+
+    * v0: initial version.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        traces: TraceSource | Sequence[TraceSource] | None = None,
+        *,
+        K: int = 16,
+        candidates: str = "lru",
+        opportunity: str | int = "miss",
+        window: int | None = 4096,
+        capacity: float = 0.25,
+        capacity_of: str = "working_set",
+        reward: str = "misses",
+        invalid_action: str = "raise",
+        predictor: SuccessorPredictor | None = None,
+        cost: Any = None,
+        placement: str = "bytes",
+        write_policy: str = "write-back",
+        render_mode: str | None = None,
+    ) -> None:
+        if not isinstance(K, (int, np.integer)) or K < 1:
+            raise ConfigError(f"K must be an int >= 1, got {K!r}")
+        if candidates not in features.RULES:
+            raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
+        if isinstance(opportunity, bool) or not (
+                opportunity in OPPORTUNITIES or (isinstance(opportunity, int) and opportunity >= 1)):
+            raise ConfigError(f"opportunity must be one of {OPPORTUNITIES} or an int >= 1, got {opportunity!r}")
+        if reward not in _REWARDS:
+            raise ConfigError(f"reward must be one of {_REWARDS}, got {reward!r}")
+        if reward == "stall" and cost is None:
+            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+        if invalid_action not in ("raise", "default"):
+            raise ConfigError(f"invalid_action must be 'raise' or 'default', got {invalid_action!r}")
+        check_capacity(capacity, capacity_of)
+        self.render_mode = render_mode
+        self.K = int(K)
+        self.candidates, self.opportunity = candidates, opportunity
+        self.reward_kind, self.invalid_action = reward, invalid_action
+        self.capacity, self.capacity_of = capacity, capacity_of
+        self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
+                            "oversize": "bypass"}
+        self.predictor = predictor if predictor is not None else SuccessorPredictor()
+        self._episodes = Episodes(as_traces(traces), window)
+        self.observation_space = spaces.Dict(
+            {**observation_space(self.K).spaces, "phase": spaces.Discrete(2)})
+        self.action_space = spaces.Discrete(self.K + 1)
+        self.pool: Pool | None = None
+        self.tracker = FeatureTracker()
+        self._loop: Generator[None, int | None, None] | None = None
+        self._keys: list[int] = []
+        self._phase = EVICT
+        self._mask = np.zeros(self.K + 1, bool)
+        self._obs: dict[str, Any] = {**empty_obs(self.K), "phase": 0}
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        for _ in range(16):
+            self._start(self._episodes.draw(self.np_random, options))
+            if self._resume(None):
+                return self._obs, self._info()
+        raise ConfigError("no decision arose in 16 episode windows; lower capacity or lengthen the window")
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._loop is None:
+            raise InvalidActionError("step() called on a finished episode; call reset() first")
+        a = self._check_action(action)
+        pool = self.pool
+        assert pool is not None
+        st = pool.stats
+        m0, b0, s0 = st.misses, st.byte_misses, pool.cost.stall_ns
+        decided = self._resume(self._keys[a] if a < len(self._keys) else None)
+        if self.reward_kind == "misses":
+            r = -float(st.misses - m0)
+        elif self.reward_kind == "bytes":
+            r = -(st.byte_misses - b0) / self._mean_size
+        else:
+            r = -(pool.cost.stall_ns - s0) / self._fetch_ns
+        return self._obs, r, not decided, False, self._info()
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions (sb3-contrib convention); the last one, no prefetch, only in the
+        prefetch phase."""
+        return self._mask.copy()
+
+    # ------------------------------------------------------------------ the loop
+    def _start(self, w: Any) -> None:
+        if self._loop is not None:
+            self._loop.close()
+        if self.pool is not None:
+            self.pool.close()
+        self._w = w
+        self.tracker.reset()
+        self.predictor.reset()
+        self.pool = Pool(resolve_capacity(self.capacity, self.capacity_of, w.trace), self.tracker,
+                         **self.pool_kwargs)  # type: ignore[arg-type]
+        self._invalid = 0
+        self._last_row: dict[int, int] = {}
+        self._next_use = w.next_use.tolist()
+        sizes = w.trace.size[w.trace.op != Op.FREE]
+        self._mean_size = float(sizes.mean())
+        self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
+        self._loop = self._episode()
+        self._started = False
+
+    def _resume(self, choice: int | None) -> bool:
+        """Send the agent's choice into the episode loop; True at the next decision."""
+        assert self._loop is not None
+        try:
+            if not self._started:
+                self._started = True
+                next(self._loop)
+            else:
+                self._loop.send(choice)
+            return True
+        except StopIteration:
+            self._loop = None
+            self._keys, self._mask = [], np.zeros(self.K + 1, bool)
+            self._obs = {**empty_obs(self.K), "phase": 0}
+            return False
+
+    def _episode(self) -> Generator[None, int | None, None]:
+        """The window's rows through the pool; yields at each decision (``self._keys`` etc.
+        set) and receives the chosen key (``None``: no prefetch)."""
+        pool, w = self.pool, self._w
+        assert pool is not None
+        view, tracker, K = pool.view, self.tracker, self.K
+        resident, access, free, steps = view.is_resident, pool.access, pool.free, pool.steps
+        observe, propose, opp = self.predictor.observe, self.predictor.propose, self.opportunity
+        last_row = self._last_row
+        n_access = 0
+        for i in range(len(w)):
+            k, op = w.key[i], w.op[i]
+            if op == Op.FREE:
+                free(k)
+                continue
+            last_row[k] = i
+            if resident(k):
+                hit = access(k, w.size[i], op == Op.WRITE, kind=w.kind[i])
+            else:  # the consumer's compute is deferred past the prefetch decision below
+                gen = steps(k, w.size[i], op, kind=w.kind[i])
+                try:
+                    next(gen)
+                    while True:
+                        keys = features.select_candidates(tracker, view, K, self.candidates, self.np_random)
+                        self._decide(EVICT, keys.tolist())
+                        gen.send((yield))  # type: ignore[arg-type]
+                except StopIteration as e:
+                    hit = bool(e.value)
+                finally:
+                    gen.close()  # releases the pool's lock if the episode is abandoned here
+            observe(k)
+            n_access += 1
+            if opp == "miss":
+                ask = not hit
+            elif opp == "access":
+                ask = True
+            elif opp == "step":
+                ask = i == len(w) - 1 or w.step[i + 1] != w.step[i]
+            else:
+                ask = n_access % opp == 0  # type: ignore[operator]
+            cands = propose(k, K, view) if ask else None
+            if cands:
+                self._decide(PREFETCH, cands)
+                key = yield
+                if key is not None:
+                    hold = view.evictable(k)  # as the pool's own prefetch hook: hold the accessed object
+                    if hold:
+                        pool.pin(k)
+                    try:
+                        pool.prefetch(key)
+                    except PoolExhausted:
+                        pass  # a prefetch is a hint: no room now
+                    finally:
+                        if hold:
+                            pool.unpin(k)
+            if w.compute_ns[i]:
+                pool.cost.compute(w.compute_ns[i])  # the access's compute (Pool.access's last step)
+
+    def _decide(self, phase: int, keys: list[int]) -> None:
+        pool = self.pool
+        assert pool is not None
+        cand, mask, glob = features.observe(self.tracker, pool.view, keys, self.K)
+        self._phase, self._keys = phase, keys
+        self._mask = np.append(mask, phase == PREFETCH)
+        self._obs = {**pack_obs(cand, mask, glob), "phase": phase}
+
+    # ------------------------------------------------------------------ helpers
+    def _check_action(self, action: Any) -> int:
+        K = self.K
+        try:
+            if np.ndim(action) != 0:
+                raise TypeError
+            a = int(action)
+        except (TypeError, ValueError):
+            raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) takes 0..{K}") from None
+        if not 0 <= a <= K:
+            raise InvalidActionError(f"action {action!r} is out of range: Discrete({K + 1}) takes 0..{K}")
+        if not self._mask[a]:
+            phase = "eviction" if self._phase == EVICT else "prefetch"
+            if self.invalid_action == "raise":
+                raise InvalidActionError(
+                    f"action {a} is masked in the {phase} phase (mask {self._mask.astype(int).tolist()}); "
+                    "mask actions with action_masks() or make the env with invalid_action='default'")
+            self._invalid += 1
+            if self._phase == PREFETCH:
+                return K
+            last = self.tracker.last_access(self._keys)
+            return int(np.argmin(last))
+        return a
+
+    def _info(self) -> dict[str, Any]:
+        pool = self.pool
+        assert pool is not None
+        K, n, t = self.K, len(self._keys), pool.view.tick
+        info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses, "phase": self._phase,
+                                "invalid_actions": self._invalid}
+        kl = self._keys
+        nu, lr = self._next_use, self._last_row
+        nxt = [nu[lr[k]] if k in lr else INF for k in kl]
+        if not n:
+            info["oracle_action"] = -1
+            info["stats"] = pool.snapshot().as_dict()
+        elif self._phase == EVICT:
+            info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
+        else:
+            j = nxt.index(min(nxt))
+            info["oracle_action"] = j if nxt[j] < INF else K
+        pad = K - n
+        info["keys"] = np.array(kl + [-1] * pad, np.int64)
+        info["next_use"] = np.array([x - t if x < INF else np.inf for x in nxt] + [-1.0] * pad, np.float64)
+        return info
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
