@@ -2,7 +2,7 @@
 
     python scripts/bench.py env [--K 32] [--seconds 5] [--ppo-steps 4096]
 
-* decisions per second of ``cachegym/Evict-v0`` and ``cachegym/Prefetch-v0`` (default
+* decisions per second of ``cachegym/Evict-v0``, ``cachegym/Prefetch-v0`` and ``cachegym/Joint-v0`` (default
   configurations, ``K`` candidates) under a random agent that picks a valid action from
   ``action_masks()`` (resets included), and the median and p99 time of one ``env.step`` (on a
   shared machine the median is the figure other processes disturb least);
@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{m['dict_get_ns']:.0f} ns (a recent desktop: about 0.4 us and 30 ns); "
           f"features through numba: {features.ACCELERATED}; load average "
           f"{m.get('load_avg_1min', float('nan')):.1f} on {m.get('cpus', 0):.0f} CPUs")
-    for name, env_id in (("evict", "cachegym/Evict-v0"), ("prefetch", "cachegym/Prefetch-v0")):
+    for name, env_id in (("evict", "cachegym/Evict-v0"), ("prefetch", "cachegym/Prefetch-v0"),
+                         ("joint", "cachegym/Joint-v0")):
         r = random_agent_rate(env_id, args.K, args.seconds, args.seed)
         out[name] = r
         print(f"{env_id:22s} random agent, K={args.K}: {r['decisions_per_s']:10,.0f} decisions/s "
