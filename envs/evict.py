@@ -194,11 +194,11 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ the loop
     def _start(self, w: Window) -> None:
-        if self.pool is not None:
-            self.pool.close()
-        if self._gen is not None:
+        if self._gen is not None:  # an abandoned episode: release the pool's lock first
             self._gen.close()
             self._gen = None
+        if self.pool is not None:
+            self.pool.close()
         self._w = w
         self.tracker.reset()
         cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
