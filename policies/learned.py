@@ -31,6 +31,7 @@ import logging
 import os
 import time
 import zipfile
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "CandidateScorer", "LearnedPolicy", "save_policy_file",
-    "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US",
+    "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US", "LRUGuard",
 ]
 
 log = logging.getLogger(__name__)
@@ -269,6 +270,72 @@ def diff_feature_spec(file_spec: Mapping[str, Any], code_spec: Mapping[str, Any]
     return out
 
 
+# ---------------------------------------------------------------------- the LRU guard
+class LRUGuard:
+    """Keeps a learned policy from doing worse than LRU for long.
+
+    A shadow LRU cache (keys and sizes only, the pool's capacity in bytes) sees the same
+    accesses; every ``window`` accesses the policy's hits are compared with the shadow's. A
+    window where the learned policy lost by more than ``margin`` (a fraction of the window's
+    accesses) switches decisions to LRU for ``backoff`` windows (doubling on each repeated loss,
+    up to ``max_backoff``), then the learned policy is tried again. Invariant: ``_used`` is the
+    sum of the sizes in ``_lru``.
+    """
+
+    __slots__ = ("window", "margin", "max_backoff", "_lru", "_used", "_n", "_hits", "_shadow_hits",
+                 "_off", "_backoff", "lru_windows", "windows")
+
+    def __init__(self, window: int = 4096, margin: float = 0.01, max_backoff: int = 16) -> None:
+        self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
+        self._lru: OrderedDict[int, int] = OrderedDict()
+        self._used = 0
+        self._n = self._hits = self._shadow_hits = 0
+        self._off = 0  # windows left in LRU mode
+        self._backoff = 1
+        self.lru_windows = 0
+        self.windows = 0
+
+    @property
+    def active(self) -> bool:
+        """True while decisions should be LRU's."""
+        return self._off > 0
+
+    def access(self, view: PoolView, key: int, hit: bool) -> None:
+        lru = self._lru
+        if key in lru:
+            lru.move_to_end(key)
+            self._shadow_hits += 1
+        else:
+            size = view.info(key).size
+            cap = view.capacity
+            if size <= cap:
+                while self._used + size > cap:
+                    self._used -= lru.popitem(last=False)[1]
+                lru[key] = size
+                self._used += size
+        self._hits += hit
+        self._n += 1
+        if self._n >= self.window:
+            self._end_window()
+
+    def free(self, key: int) -> None:
+        size = self._lru.pop(key, None)
+        if size is not None:
+            self._used -= size
+
+    def _end_window(self) -> None:
+        self.windows += 1
+        if self._off > 0:
+            self._off -= 1
+            self.lru_windows += 1
+        elif self._hits < self._shadow_hits - self.margin * self._n:
+            self._off = self._backoff
+            self._backoff = min(2 * self._backoff, self.max_backoff)
+        else:
+            self._backoff = max(1, self._backoff // 2)
+        self._n = self._hits = self._shadow_hits = 0
+
+
 # ---------------------------------------------------------------------- the policy
 class LearnedPolicy(EvictionPolicyBase):
     """An exported eviction policy. Satisfies :class:`policies.base.EvictionPolicy` (and
@@ -279,6 +346,10 @@ class LearnedPolicy(EvictionPolicyBase):
     evicts the best. A decision that takes longer than ``budget_us`` or fails falls back to LRU
     and increments ``view.stats.fallbacks``; so does one with no valid candidate.
 
+    ``guard`` (default on): an :class:`LRUGuard` compares the policy's hits with a shadow LRU's
+    over windows of accesses and hands decisions to LRU for a while after a losing window
+    (``guard_decisions`` counts them), so a workload unlike the training data costs little.
+
     Build with :meth:`load`.
     """
 
@@ -286,7 +357,8 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
                  budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
-                 path: str | None = None, K: int | None = None) -> None:
+                 path: str | None = None, K: int | None = None,
+                 guard: bool | LRUGuard = True) -> None:
         self.scorer = scorer
         self.header = dict(header)
         self.path = path
@@ -300,10 +372,13 @@ class LearnedPolicy(EvictionPolicyBase):
         self._budget_ns = None if budget_us is None else int(budget_us * 1000)
         self._rng = np.random.default_rng(seed)
         self.tracker = _features.FeatureTracker()
+        self.guard = (LRUGuard() if guard is True else guard) if guard else None
+        self.guard_decisions = 0
         # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
         t = self.tracker
-        self.on_hit, self.on_miss, self.on_insert = t.on_hit, t.on_miss, t.on_insert  # type: ignore[method-assign]
-        self.on_evict, self.on_free = t.on_evict, t.on_free  # type: ignore[method-assign]
+        self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
+        if self.guard is None:
+            self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
         self.decisions = 0
         self.fallbacks = 0
         self.decision_ns: list[int] = []
@@ -312,7 +387,7 @@ class LearnedPolicy(EvictionPolicyBase):
     # construction ------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
-             seed: int = 0, K: int | None = None, **_: Any) -> LearnedPolicy:
+             seed: int = 0, K: int | None = None, guard: bool = True, **_: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it). Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""
@@ -335,7 +410,7 @@ class LearnedPolicy(EvictionPolicyBase):
                 f"{arch.get('n_globals')} globals, weights have {scorer.n_features} and {scorer.n_globals}")
         if "K" not in header or int(header["K"]) < 1:
             raise PolicyFileError(f"policy file {p}: header lacks a valid K")
-        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K)
+        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard)
 
     # decisions ---------------------------------------------------------
     def observe(self, view: PoolView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -344,7 +419,22 @@ class LearnedPolicy(EvictionPolicyBase):
         cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
         return keys, cand, mask, glob
 
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.tracker.on_hit(view, key)
+        self.guard.access(view, key, True)  # type: ignore[union-attr]
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self.tracker.on_miss(view, key)
+        self.guard.access(view, key, False)  # type: ignore[union-attr]
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.tracker.on_free(view, key)
+        self.guard.free(key)  # type: ignore[union-attr]
+
     def victim(self, view: PoolView) -> int | None:
+        if self.guard is not None and self.guard.active:
+            self.guard_decisions += 1
+            return self.tracker.victim(view)
         t0 = time.perf_counter_ns()
         self.decisions += 1
         choice: int | None = None

@@ -58,6 +58,7 @@ class DaggerConfig:
     batch_size: int = 256
     lr: float = 0.003
     rank_weight: float = 0.1
+    regression_weight: float = 0.0
     max_samples: int | None = 200_000
 
 
@@ -97,20 +98,19 @@ class ValidationConfig:
     capacity_of: str = "peak_live"
     every: int = 5_000
     max_requests: int | None = 20_000
-    select_best: bool = True
+    select_best: bool = False
 
 
 @dataclass
 class MainSection:
-    """The main job's evaluation: held-out ``traces`` (bundled file names under data/traces,
-    or the word ``default`` for :func:`policies.training.quality.default_held_out`), the pool
+    """The main job's evaluation: ``held_out`` trace files (or ``[default]``: the traces of
+    :func:`policies.training.quality.default_held_out`), the pool
     ``capacities`` (fractions of peak live bytes) and the ``baselines`` evaluated beside the
     learned policy."""
 
-    held_out: str = "default"
+    held_out: list[str] = field(default_factory=lambda: ["default"])
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
     baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "belady"])
-    record_inference: list[str] = field(default_factory=list)
     plots: bool = True
 
 
@@ -119,6 +119,7 @@ class TrainConfig:
     """Schema of ``conf/train.yaml`` (and ``conf/main.yaml``, which adds the ``main`` section)."""
 
     traces: list[TraceConfig] = MISSING
+    record_inference: list[str] = field(default_factory=list)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])

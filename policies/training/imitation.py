@@ -77,10 +77,18 @@ def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def bc_loss(scores: th.Tensor, best: th.Tensor, mask: th.Tensor, key: th.Tensor,
-            rank_weight: float = 0.1) -> th.Tensor:
-    """Listwise cross-entropy on the optimal set plus a pairwise logistic ranking term."""
+            rank_weight: float = 0.1, regression_weight: float = 0.0) -> th.Tensor:
+    """Listwise cross-entropy on the optimal set, plus a pairwise logistic ranking term over the
+    candidates ordered by next use, plus (``regression_weight``) a per-candidate regression of
+    the score on ``log1p(next-use distance)`` (the relaxed-Belady target of LRB)."""
     logp = th.log_softmax(scores, dim=1)
-    ce = -(th.logsumexp(logp.masked_fill(~best, NEG), dim=1)).mean()
+    if regression_weight > 0:
+        target = key.clamp(max=float(np.log1p(1e6)))
+        err = (scores - target) ** 2 * mask
+        reg = err.sum() / mask.sum().clamp_min(1)
+    else:
+        reg = scores.new_zeros(())
+    ce = -(th.logsumexp(logp.masked_fill(~best, NEG), dim=1)).mean() + regression_weight * reg
     if rank_weight <= 0:
         return ce
     # pairs (i, j) of valid candidates with key_i > key_j: want s_i > s_j
@@ -94,7 +102,7 @@ def bc_loss(scores: th.Tensor, best: th.Tensor, mask: th.Tensor, key: th.Tensor,
 
 
 def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: int = 256,
-        lr: float = 3e-3, rank_weight: float = 0.1, seed: int = 0,
+        lr: float = 3e-3, rank_weight: float = 0.1, regression_weight: float = 0.0, seed: int = 0,
         weight_decay: float = 1e-5, set_normalization: bool = True,
         progress: Callable[[int, float], None] | None = None) -> list[float]:
     """Fit ``net`` on ``data`` (behaviour cloning); returns the mean loss of every epoch."""
@@ -121,7 +129,7 @@ def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: 
         for i in range(0, n, batch_size):
             idx = perm[i:i + batch_size]
             scores = net(tc[idx], tg[idx], tm[idx].float())
-            loss = bc_loss(scores, tb[idx], tm[idx], tk[idx], rank_weight)
+            loss = bc_loss(scores, tb[idx], tm[idx], tk[idx], rank_weight, regression_weight)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -158,6 +166,7 @@ class ImitationConfig:
     batch_size: int = 256
     lr: float = 3e-3
     rank_weight: float = 0.1
+    regression_weight: float = 0.0
     max_samples: int | None = 200_000
 
 
@@ -183,7 +192,8 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
             for lst in (data.cand, data.mask, data.glob, data.dist):
                 del lst[:drop]
         hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                   rank_weight=cfg.rank_weight, seed=seed + r, set_normalization=r == 0)
+                   rank_weight=cfg.rank_weight, regression_weight=cfg.regression_weight,
+                   seed=seed + r, set_normalization=r == 0)
         twin = CandidateScorer(export_arrays(net))  # the NumPy twin: fast rollouts
         learner = lambda c, m, g, twin=twin: twin.choose(c, g, m)  # noqa: E731
         stats = {"round": r, "beta": beta, "samples": len(data), "new": len(samples),

@@ -27,15 +27,14 @@ __all__ = ["run_main", "held_out_traces"]
 log = logging.getLogger(__name__)
 
 
-def held_out_traces(spec: str) -> list[HeldOut]:
-    """``default`` (see :func:`policies.training.quality.default_held_out`) or a comma-separated
-    list of trace files."""
-    if spec == "default":
+def held_out_traces(spec: list[str]) -> list[HeldOut]:
+    """Trace files, or ``["default"]`` (see :func:`policies.training.quality.default_held_out`)."""
+    if list(spec) == ["default"]:
         return default_held_out()
     from envs.workloads import read_trace
 
     out = []
-    for p in (s.strip() for s in spec.split(",") if s.strip()):
+    for p in spec:
         if not os.path.isfile(p):
             raise ConfigError(f"main.held_out: no such trace file {p!r}; give files or 'default'")
         out.append(HeldOut(read_trace(p), "dl"))
@@ -51,7 +50,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
     log.info("main job: training (outputs under %s)", out)
     res = train(tcfg)
     policy = res["policy"]
-    held = held_out_traces(str(cfg.main.held_out))
+    held = held_out_traces([str(p) for p in cfg.main.held_out])
     tdir = os.path.join(out, "held_out")
     os.makedirs(tdir, exist_ok=True)
     paths = []

@@ -35,7 +35,7 @@ from policies.training.imitation import DecisionSample
 from policies.training.nets import feature_indices, obs_dims
 from policies.training.validation import Validator
 
-__all__ = ["train", "load_trace_list", "EnvFactory", "Collector", "seed_everything"]
+__all__ = ["train", "load_trace_list", "record_inference", "EnvFactory", "Collector", "seed_everything"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,28 @@ def load_trace_list(nodes: Sequence[Any], what: str) -> list[Trace]:
             out.extend(instantiate(node))
         except ConfigError as e:
             raise ConfigError(f"{what}[{i}]: {e}") from None
+    return out
+
+
+def record_inference(models: Sequence[str], out_dir: str, *, steps: int = 12, seed: int = 0) -> list[Trace]:
+    """Record forward-only (inference) traces of the ready-made PyTorch workloads ``models``
+    (:mod:`envs.workloads.models`) into ``out_dir`` (reused when already there): training data
+    with the short activation lifetimes of inference, which the bundled training traces lack."""
+    from envs.workloads.models import WORKLOADS, make_workload
+    from envs.workloads.recorder import record
+
+    out = []
+    for m in models:
+        if m not in WORKLOADS:
+            raise ConfigError(f"record_inference: unknown workload {m!r}; choose from {sorted(WORKLOADS)}")
+        path = os.path.join(out_dir, f"{m}_infer_s{seed}.npz")
+        if not os.path.isfile(path):
+            w = make_workload(m, seed)
+            t = record(w.model, None, w.make_batch, w.loss_fn, steps=steps, seed=seed,
+                       name=f"{m}_infer", meta={"workload": m, "inference": True})
+            os.makedirs(out_dir, exist_ok=True)
+            t.save(path)
+        out.append(Trace.load(path))
     return out
 
 
@@ -164,6 +186,8 @@ def train(cfg: Any) -> dict[str, Any]:
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     out = _out_dir(cfg)
     traces = load_trace_list(cfg.traces, "traces")
+    if cfg.record_inference:
+        traces += record_inference(list(cfg.record_inference), os.path.join(out, "recorded"), seed=seed)
     if not traces:
         raise ConfigError("traces: the list is empty; give at least one training trace")
     val = cfg.validation

@@ -17,6 +17,7 @@ from policies import features
 from policies.learned import (
     CandidateScorer,
     LearnedPolicy,
+    LRUGuard,
     diff_feature_spec,
     read_policy_file,
     save_policy_file,
@@ -92,7 +93,7 @@ def test_round_trip_and_decisions_follow_the_network(policy_file):
     hdr, arrays = read_policy_file(policy_file)
     assert hdr["K"] == 8 and hdr["format"] == "cachegym-policy" and len(hdr["weights_sha256"]) == 64
     np.testing.assert_array_equal(arrays["wc"], random_arrays()["wc"])
-    pol = LearnedPolicy.load(policy_file, budget_us=None)
+    pol = LearnedPolicy.load(policy_file, budget_us=None, guard=False)
     trace = generate("zipf", seed=0, n_requests=3000, n_objects=300, alpha=0.8, size=4096)
     pool = Pool(64 * 4096, pol, placement="bytes")
     decided = []
@@ -131,6 +132,32 @@ def test_failing_decision_falls_back(policy_file):
     trace = generate("zipf", seed=2, n_requests=1000, n_objects=100, size=4096)
     st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
     assert st.evictions > 0 and st.fallbacks == st.evictions
+
+
+def hottest_arrays() -> dict[str, np.ndarray]:
+    """A network whose score is the frequency feature: it evicts the most used candidate."""
+    a = {k: np.zeros_like(v) for k, v in random_arrays(hidden=(4,)).items()}
+    a["wc"][features.FEATURE_NAMES.index("frequency"), 0] = 1.0
+    a["wo"][0] = 1.0
+    return a
+
+
+def test_lru_guard_hands_decisions_to_lru_after_losing_windows(tmp_path):
+    p = save_policy_file(tmp_path / "hot.npz", hottest_arrays(), header(
+        K=16, candidate_rule="sample", arch=dict(header()["arch"], hidden=[4])))  # type: ignore[arg-type]
+    trace = generate("zipf", seed=3, n_requests=20_000, n_objects=2000, alpha=1.0, size=4096)
+    cap = 200 * 4096
+
+    def hits(policy) -> int:
+        return Pool(cap, policy, placement="bytes").replay(trace).hits
+
+    bare = LearnedPolicy.load(p, guard=False)
+    guarded = LearnedPolicy(bare.scorer, bare.header, guard=LRUGuard(window=512, margin=0.0))
+    h_bare, h_guard, h_lru = hits(bare), hits(guarded), hits(LRU())
+    assert h_bare < 0.9 * h_lru  # evicting the hottest object loses on Zipf
+    assert h_guard > h_bare + (h_lru - h_bare) // 2
+    assert guarded.guard is not None and guarded.guard.lru_windows > 0 and guarded.guard_decisions > 0
+    assert bare.guard_decisions == 0
 
 
 def test_negative_budget_is_a_config_error(policy_file):

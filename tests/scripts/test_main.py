@@ -1,0 +1,57 @@
+"""The main job end to end on a tiny budget: train, export, evaluate, print, `policy: PATH`."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")  # the train extra
+
+from envs.workloads.registry import generate  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TINY = [
+    "experiment=quick", "progress=false", "tensorboard=false", "validation.every=100",
+    "validation.capacities=[0.3]", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=150",
+    "agent.dagger.epochs=1", "agent.finetune.total_timesteps=64", "agent.finetune.n_envs=1",
+    "agent.finetune.kwargs.n_steps=64", "agent.finetune.kwargs.batch_size=64",
+    "agent.finetune.kwargs.n_epochs=1", "main.capacities=[0.3]", "main.plots=true",
+]
+
+
+def test_main_job_end_to_end(tmp_path):
+    held = []
+    for i, (name, params) in enumerate((("dl_training", {"n_layers": 4, "hidden": 64, "batch_tokens": 128, "steps": 2}),
+                                         ("zipf", {"n_requests": 2000, "n_objects": 300, "size": 4096}))):
+        p = tmp_path / f"held{i}.npz"
+        generate(name, seed=50 + i, **params).save(p)
+        held.append(str(p))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "main.py"), *TINY,
+                        f"main.held_out=[{','.join(held)}]", f"out_dir={out}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1].startswith("policy: ")
+    policy = lines[-1][len("policy: "):]
+    assert os.path.isfile(policy)
+    assert any(line.startswith("outputs: ") and str(out) in line for line in lines)
+    with open(out / "eval" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    names = {row["policy"] for row in rows}
+    assert {"lru", "lfu", "arc", "s3fifo", "belady", f"learned:{policy}"} <= names
+    assert {row["trace"] for row in rows} == {"held0", "held1"}
+    assert any(p.endswith(".png") for p in os.listdir(out / "eval"))
+    # the printed path is what scripts/evaluate.py takes
+    r2 = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "evaluate.py"),
+                         f"trace.path={held[1]}", "eval.capacities=[0.3]", "eval.plots=false",
+                         "eval.progress=false", f"eval.policies=[learned:{policy}]",
+                         f"out_dir={tmp_path / 'ev'}"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert "learned:" in r2.stdout
