@@ -99,3 +99,22 @@ def test_finetune_starts_from_the_imitation_weights(tmp_path):
     _, w0 = read_policy_file(ckpts[0])
     for k in w:
         np.testing.assert_allclose(w[k], w0[k], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("policy", sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "policy"))
+                                          if f.endswith(".yaml")))
+def test_every_policy_config_composes(policy):
+    from policies import features
+    from policies.training.nets import CandidateScorerNet
+
+    cfg = cfg_of([f"policy={policy}", "agent=imitation"])
+    net = CandidateScorerNet(features.F, features.G, list(cfg.policy.hidden))
+    assert net.hidden == list(cfg.policy.hidden)
+
+
+def test_main_config_composes():
+    register_train_configs()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("main")
+    assert cfg.agent.finetune.algo == "maskable_ppo" and list(cfg.main.capacities) == [0.25, 0.5]
+    assert len(cfg.traces) >= 5 and cfg.record_inference
