@@ -2,7 +2,7 @@
 (feature computation + forward pass + choice) against LRU's, in the same run, at K candidates.
 
 Both policies replay the same trace in a pool with the same capacity; ``victim`` is timed per
-call. Also reported: the forward pass alone on the same observations (the part the file format
+call. The learned policy runs without its LRU guard, so every decision is the network's. Also reported: the forward pass alone on the same observations (the part the file format
 controls). Target from the issue: p99 <= 20 us for K = 32.
 
     python scripts/bench.py decision --policy PATH [--K 32]
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cap = 400 * 4096
     with tempfile.TemporaryDirectory() as d:
         path = args.policy or _random_policy(list(args.hidden), args.K, d)
-        learned = LearnedPolicy.load(path, K=args.K)
+        learned = LearnedPolicy.load(path, K=args.K, guard=False)
         # forward pass alone, on observations captured from the run below
         obs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         inner = learned.victim
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         learned.victim = capture  # type: ignore[method-assign]
         Pool(cap, learned, placement="bytes").replay(trace.window(0, 20_000))
         timed = {}
-        for name, pol in (("lru", LRU()), ("learned", LearnedPolicy.load(path, K=args.K))):
+        for name, pol in (("lru", LRU()), ("learned", LearnedPolicy.load(path, K=args.K, guard=False))):
             tp = TimedPolicy(pol)
             Pool(cap, tp, placement="bytes").replay(trace)  # type: ignore[arg-type]
             timed[name] = tp.times_ns
