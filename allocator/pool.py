@@ -318,7 +318,7 @@ class Pool:
                 else:
                     self._on_hit(self.view, key)
                 if self._due is not None:
-                    self._evict_due()
+                    self._evict_due(key)
                 if compute_ns:
                     self.cost.compute(compute_ns)
                 return True
@@ -340,7 +340,7 @@ class Pool:
             if need >= 0:
                 self._end(o, write, False)
             if self._due is not None:
-                self._evict_due()
+                self._evict_due(key)
             if compute_ns:
                 self.cost.compute(compute_ns)
             return need == 0
@@ -529,7 +529,7 @@ class Pool:
         if need >= 0:
             self._end(o, write, defer_wt)
             if self._due is not None:
-                self._evict_due()
+                self._evict_due(key)
             if self._prefetcher is not None:
                 yield from self._prefetches(o)
         if compute_ns:
@@ -751,13 +751,14 @@ class Pool:
             raise PoolExhausted(size, place.used, place.capacity,
                                 "nothing resident can be evicted")
 
-    def _evict_due(self) -> None:
-        """Evict what the policy's algorithm has already given up (``pending_evictions``)."""
+    def _evict_due(self, accessed: int) -> None:
+        """Evict what the policy's algorithm has already given up (``pending_evictions``),
+        except the object just accessed: it stays on the device until the next event."""
         assert self._due is not None
         objs = self._objs
         for k in self._due():
             o = objs.get(k)
-            if o is not None and o.state == DEVICE and o.pins == 0:
+            if o is not None and k != accessed and o.state == DEVICE and o.pins == 0:
                 self._evict(k)
 
     def _fits_beside_pinned(self, need: int) -> bool:
@@ -830,6 +831,8 @@ class Pool:
             if ev is not None and self.backend is not None:
                 self.backend.wait(ev)
             self._place.release(off, nb)
+            if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
+                o.state = HOST
 
     def _place_obj(self, o: ObjectInfo, offset: int, need: int) -> None:
         o.offset, o.nbytes = offset, need

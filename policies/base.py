@@ -25,7 +25,8 @@ admit an object):
   host memory (as an oversize bypass: no ``on_insert``). Consulted only by pools without a
   backend: with real bytes every access must land on the device.
 * ``pending_evictions() -> Iterable[int]``, asked after every access: the pool evicts each
-  listed evictable object at once (``on_evict`` is called as for any eviction).
+  listed evictable object at once (``on_evict`` is called as for any eviction), except the
+  object just accessed, which stays on the device until the next event.
 ``victim`` must return a key for which ``view.evictable(key)`` is true (resident, unpinned, not
 in flight), or ``None`` when it has none; the pool raises :class:`~allocator.errors.InvalidVictim`
 otherwise. ``view.tick`` is the index of the current event in the pool's event sequence (the
