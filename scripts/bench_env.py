@@ -120,11 +120,12 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3") -> dict[str
         acfg = OmegaConf.to_container(OmegaConf.load(os.path.join(root, "conf", "agent", "ppo.yaml")))
         ecfg = OmegaConf.to_container(OmegaConf.load(os.path.join(root, "conf", "env", "evict.yaml")))
         assert isinstance(acfg, dict) and isinstance(ecfg, dict)
-        env_kw = {k: v for k, v in ecfg.items() if k not in ("defaults", "_target_")}
+        env_kw = {str(k): v for k, v in ecfg.items() if k not in ("defaults", "_target_")}
         timed = [TimedEnv(gym.make("cachegym/Evict-v0", **env_kw))
                  for _ in range(int(acfg.get("n_envs", 1)))]
         venv = DummyVecEnv([(lambda e=e: e) for e in timed])  # type: ignore[misc]
-        model = PPO(ScorerActorCriticPolicy, venv, seed=seed, device="cpu", **dict(acfg.get("kwargs", {})))
+        ppo_kw = {str(k): v for k, v in dict(acfg.get("kwargs") or {}).items()}
+        model = PPO(ScorerActorCriticPolicy, venv, seed=seed, device="cpu", **ppo_kw)
     for e in timed:
         e.seconds, e.steps = 0.0, 0
     t0 = time.perf_counter()
