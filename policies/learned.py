@@ -285,7 +285,7 @@ class LRUGuard:
     __slots__ = ("window", "margin", "max_backoff", "_lru", "_used", "_n", "_hits", "_shadow_hits",
                  "_off", "_backoff", "lru_windows", "windows")
 
-    def __init__(self, window: int = 4096, margin: float = 0.01, max_backoff: int = 16) -> None:
+    def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16) -> None:
         self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
         self._lru: OrderedDict[int, int] = OrderedDict()
         self._used = 0
