@@ -29,6 +29,7 @@ from policies.features import FeatureTracker
 __all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
 
 EVICT_REWARDS = ("misses", "bytes", "stall")
+_INF_F = float("inf")
 INVALID_ACTIONS = ("raise", "lru")
 
 
@@ -153,10 +154,12 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
         self._gen: Generator[EvictionRequest, int, bool | None] | None = None
-        self._keys = np.zeros(0, np.int64)
+        self._keys: list[int] = []
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
+        self._pad_keys = [-1] * self.K
+        self._pad_dist = [-1.0] * self.K
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -178,7 +181,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         assert pool is not None
         st = pool.stats
         m0, b0, s0 = st.misses, st.byte_misses, pool.cost.stall_ns
-        decided = self._advance(int(self._keys[i]))
+        decided = self._advance(self._keys[i])
         st = pool.stats
         if self.reward_kind == "misses":
             r = -float(st.misses - m0)
@@ -205,8 +208,8 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         self.pool = Pool(cap, self.tracker, **self.pool_kwargs)  # type: ignore[arg-type]
         self._i = 0
         self._invalid = 0
-        self._last_row: dict[int, int] = {}  # key -> row of its last access (the oracle's input)
         self._next_use = w.next_use.tolist()
+        self._nxt: dict[int, int] = {}  # key -> row of its next access after its last one (the oracle's input)
         sizes = w.trace.size[w.trace.op != Op.FREE]
         self._mean_size = float(sizes.mean())
         self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
@@ -226,7 +229,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         w = self._w
         keys, sizes, ops, kinds, comp = w.key, w.size, w.op, w.kind, w.compute_ns
         resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
-        last_row = self._last_row
+        nxt, nu = self._nxt, self._next_use
         i, n = self._i, len(w)
         while i < n:
             k, op = keys[i], ops[i]
@@ -234,7 +237,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
                 free(k)
                 i += 1
                 continue
-            last_row[k] = i
+            nxt[k] = nu[i]
             if resident(k):  # a hit never needs room: the fast path of the same loop
                 access(k, sizes[i], op == Op.WRITE, kind=kinds[i], compute_ns=comp[i])
             else:
@@ -254,16 +257,24 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
     def _decision(self) -> bool:
         pool = self.pool
         assert pool is not None
-        keys = features.select_candidates(self.tracker, pool.view, self.K, self.candidates, self.np_random)
+        # select_candidates + observe, without converting the keys back and forth (and, for
+        # "lru", reading each candidate's pool record once): the same observation
+        view = pool.view
+        codes: list[int] | None
+        if self.candidates == "lru":
+            keys, codes = features._select_lru(self.tracker, view, self.K)
+        else:
+            keys = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
+            codes = None
         if len(keys) == 0:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
-        cand, mask, glob = features.observe(self.tracker, pool.view, keys, self.K)
+        cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes)
         self._keys, self._mask, self._obs = keys, mask, pack_obs(cand, mask, glob)
         self._done = False
         return True
 
     def _end(self) -> bool:
-        self._keys = np.zeros(0, np.int64)
+        self._keys = []
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
@@ -303,24 +314,24 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
     def _info(self) -> dict[str, Any]:
         pool = self.pool
         assert pool is not None
-        K, n = self.K, len(self._keys)
+        kl = self._keys
+        n = len(kl)
         t = pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
         if n:
-            kl = self._keys.tolist()
-            nu, lr = self._next_use, self._last_row
-            nxt = [nu[lr[k]] for k in kl]
+            nx = self._nxt
+            nxt = [nx[k] for k in kl]
             # Belady: farthest next use; among objects never used again the largest key
             info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
+            dist = [x - t if x < INF else _INF_F for x in nxt]
         else:
-            kl, nxt = [], []
+            dist = []
             info["oracle_action"] = -1
             info["stats"] = pool.snapshot().as_dict()
-        pad = K - n
-        keys = np.array(kl + [-1] * pad, np.int64)
-        dist = np.array([x - t if x < INF else np.inf for x in nxt] + [-1.0] * pad, np.float64)
-        info["keys"], info["next_use"] = keys, dist
+        pad = self.K - n
+        info["keys"] = np.array(kl + self._pad_keys[:pad], np.int64)
+        info["next_use"] = np.array(dist + self._pad_dist[:pad], np.float64)
         return info
 
     def close(self) -> None:

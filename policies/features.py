@@ -385,9 +385,19 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
     """Up to ``K`` evictable keys (int64), chosen by ``rule``: ``"lru"`` gives the K least
     recently used, least recent first; ``"sample"`` draws K evictable objects uniformly without
     replacement (``rng`` required; as LRB), in draw order."""
-    ev = view.evictable
     if rule == "lru":
-        order = tracker._order
+        return np.array(_select_lru(tracker, view, K)[0], np.int64)
+    return np.array(_select(tracker, view, K, rule, rng), np.int64)
+
+
+def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[int], list[int] | None]:
+    """``select_candidates(rule="lru")`` as a list, with each candidate's state code (as
+    :func:`observe` computes it) when the view exposes its objects (else ``None``): one pass
+    over the candidates' records instead of one per use."""
+    order = tracker._order
+    objs: dict[int, Any] | None = getattr(view, "_objs", None)
+    if objs is None:
+        ev = view.evictable
         out = [k for k in islice(order, K) if ev(k)]
         if len(out) < K and len(order) > K:  # some of the first K are pinned or in flight
             out = []
@@ -396,7 +406,32 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
                     out.append(k)
                     if len(out) == K:
                         break
-        return np.array(out, np.int64)
+        return out, None
+    get = objs.get
+    out, codes = [], []
+    for k in islice(order, K):
+        o = get(k)
+        if o is not None and o.state == DEVICE and o.pins == 0:  # view.evictable(k)
+            out.append(k)
+            codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _STATE_CODE[DEVICE])
+    if len(out) < K and len(order) > K:  # some of the first K are pinned or in flight
+        out, codes = [], []
+        for k in order:
+            o = get(k)
+            if o is not None and o.state == DEVICE and o.pins == 0:
+                out.append(k)
+                codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _STATE_CODE[DEVICE])
+                if len(out) == K:
+                    break
+    return out, codes
+
+
+def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
+            rng: np.random.Generator | None) -> list[int]:
+    """:func:`select_candidates` as a list of keys."""
+    if rule == "lru":
+        return _select_lru(tracker, view, K)[0]
+    ev = view.evictable
     if rule == "sample":
         if rng is None:
             raise ConfigError("select_candidates(rule='sample') needs rng (a np.random.Generator)")
@@ -406,7 +441,7 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
             pool_ = [k for k in res if ev(k)]
             if len(pool_) > K:
                 pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
-            return np.array(pool_, np.int64)
+            return pool_
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
@@ -414,7 +449,7 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
         if len(first) == K:
             out = [k for k in first if ev(k)]
             if len(out) == K:
-                return np.array(out, np.int64)
+                return out
         # else the first K distinct evictable objects of iid uniform draws (uniform as well)
         drawn: set[int] = set()
         picked: list[int] = []
@@ -433,7 +468,7 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
             if len(rest) > K - len(picked):
                 rest = [rest[i] for i in rng.permutation(len(rest))[:K - len(picked)].tolist()]
             picked += rest
-        return np.array(picked, np.int64)
+        return picked
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
 
 
@@ -452,6 +487,15 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     ``cand`` depends only on ``keys[i]`` and the pool, except ``recency_rank`` which depends on
     the set of keys (not on their order).
     """
+    if isinstance(keys, np.ndarray):
+        keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
+    return _observe(tracker, view, keys, K, None)
+
+
+def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: list[int] | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`observe` of a sequence of Python ints; ``codes`` (each key's state code, as
+    :func:`_select_lru` gives them) spares reading the pool's records again."""
     n = len(keys)
     if n > K:
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
@@ -460,22 +504,21 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     glob = _globals(tracker, view, n, K)
     if n == 0:
         return cand, mask, glob
-    if isinstance(keys, np.ndarray):
-        keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
     t = view.tick
     get = tracker._slot.get
     sls = [get(k, -1) for k in keys]
     rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
     seen: Any = 1.0
-    try:  # state flags and kind: one code per candidate, expanded by a table lookup
-        codes = [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
-                 for o in map(view.info, keys)]
-    except KeyError:  # a key the pool does not know (a prefetch candidate may be one)
-        codes = [0] * n
-        for i, k in enumerate(keys):
-            if k in view:
-                o = view.info(k)
-                codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
+    if codes is None:
+        try:  # state flags and kind: one code per candidate, expanded by a table lookup
+            codes = [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
+                     for o in map(view.info, keys)]
+        except KeyError:  # a key the pool does not know (a prefetch candidate may be one)
+            codes = [0] * n
+            for i, k in enumerate(keys):
+                if k in view:
+                    o = view.info(k)
+                    codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
     if -1 in sls:
         for i, s in enumerate(sls):
             if s < 0:
