@@ -131,6 +131,7 @@ _I_STATE = _N_LOG + 2
 _I_SEEN = _I_STATE + 4 + N_KINDS
 _STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
 assert (DEVICE, H2D) == (0, 2)
+_DEVICE_CODE = _STATE_CODE[DEVICE]
 _STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
 for _c in range(16 * N_KINDS):
     _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
@@ -408,19 +409,27 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
                         break
         return out, None
     get = objs.get
+    first = list(islice(order, K))
+    recs = list(map(get, first))
+    if None not in recs:
+        # the usual case: the K least recent are all evictable (view.evictable), so they are the
+        # candidates; their codes as observe computes them (state DEVICE)
+        codes = [o.dirty + 2 * o.prefetched + 16 * o.kind + _DEVICE_CODE
+                 for o in recs if o.state == DEVICE and o.pins == 0]
+        if len(codes) == len(first):
+            return first, codes
     out, codes = [], []
-    for k in islice(order, K):
-        o = get(k)
+    for k, o in zip(first, recs):
         if o is not None and o.state == DEVICE and o.pins == 0:  # view.evictable(k)
             out.append(k)
-            codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _STATE_CODE[DEVICE])
+            codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _DEVICE_CODE)
     if len(out) < K and len(order) > K:  # some of the first K are pinned or in flight
         out, codes = [], []
         for k in order:
             o = get(k)
             if o is not None and o.state == DEVICE and o.pins == 0:
                 out.append(k)
-                codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _STATE_CODE[DEVICE])
+                codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _DEVICE_CODE)
                 if len(out) == K:
                     break
     return out, codes
