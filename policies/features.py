@@ -410,7 +410,7 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
         return out, None
     get = objs.get
     first = list(islice(order, K))
-    recs = list(map(get, first))
+    recs: list[Any] = list(map(get, first))
     if None not in recs:
         # the usual case: the K least recent are all evictable (view.evictable), so they are the
         # candidates; their codes as observe computes them (state DEVICE)
