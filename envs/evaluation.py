@@ -386,7 +386,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         lines.append((
-            str(r["trace"])[:24], str(r["capacity"]), r["policy"][:20], r["prefetch"],
+            str(r["trace"])[:24], str(r["capacity"]), policy_label(r["policy"]), r["prefetch"],
             r["preset"], f"{r['miss_ratio']:.4f}", f"{r['byte_miss_ratio']:.4f}",
             _fmt(r["normalized_hit_rate"], "{:.3f}"), f"{r['stall_ns'] / 1e6:.3f}",
             _fmt(r["decision_p50_us"], "{:.2f}"), _fmt(r["decision_p99_us"], "{:.2f}"),
@@ -398,6 +398,13 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*x) for x in lines]
     return "\n".join(out)
+
+
+def policy_label(policy: str) -> str:
+    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz``."""
+    if policy.startswith("learned:"):
+        return "learned:" + os.path.basename(policy[len("learned:"):])
+    return policy[:24]
 
 
 def _fmt(v: float, f: str) -> str:
@@ -425,7 +432,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for pol in pols:
             pts = sorted((r["capacity"], r["miss_ratio"]) for r in sel if r["policy"] == pol)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy_label(pol))
         ax.set_xscale("log")
         ax.set_xlabel("capacity (bytes)" if sel[0]["mode"] == "bytes" else "capacity (objects)")
         ax.set_ylabel("miss ratio")
@@ -441,7 +448,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
             ax.bar(np.arange(len(pols)) + j * width, [by_pol.get(p, 0.0) for p in pols], width,
                    label=f"capacity {cap}")
         ax.set_xticks(np.arange(len(pols)) + width * (len(caps) - 1) / 2)
-        ax.set_xticklabels(pols, rotation=30, ha="right")
+        ax.set_xticklabels([policy_label(p) for p in pols], rotation=30, ha="right")
         ax.set_ylabel("stall (ms)")
         ax.set_title(f"stall time by policy: {title}")
         ax.legend(fontsize="small")
