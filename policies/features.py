@@ -510,7 +510,17 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     cand = np.zeros((K, F), np.float32)
     mask = _mask_table(K)[n].copy()
-    glob = _globals(tracker, view, n, K)
+    cap = view.capacity
+    cost = view.cost
+    now = cost.now
+    glob = np.array((  # _globals, sharing the lookups with the features below
+        min(view.used / cap, 1.0),
+        min(view.bytes_in_flight / cap, 1.0),
+        min(max(tracker.miss_rate, 0.0), 1.0),
+        n / K,
+        cost.stall_ns / now if now > 0 else 0.0,
+        min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
+    ), np.float32)
     if n == 0:
         return cand, mask, glob
     t = view.tick
@@ -537,11 +547,18 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
                 rows[i, _SIZE] = oi.size if oi is not None else 0.0
                 rows[i, _KIND] = oi.kind if oi is not None else 0.0
         seen = [float(s >= 0) for s in sls]
-    p = view.cost.preset
-    times = (0.0, 1.0, 0.0, 1.0, 0.0) if p is None else (
+    p = cost.preset
+    times = _NO_TIMES if p is None else (
         float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
-    decay = tuple(2.0 ** ((tracker._epoch - t) * ih) for ih in _IH)
-    _numeric(rows, np.array(codes, np.int64), seen, t, decay, 1.0 / view.capacity, times, cand)
+    x = tracker._epoch - t
+    decay = (2.0 ** (x * _IH[0]), 2.0 ** (x * _IH[1]), 2.0 ** (x * _IH[2]))
+    if _numeric_kernel is None:
+        _numeric_numpy(rows, np.array(codes, np.int64), seen, t, decay, 1.0 / cap, times, cand)
+    else:  # _numeric, inlined
+        seen_a = ((_ONES[:n] if n <= len(_ONES) else np.ones(n)) if isinstance(seen, float)
+                  else np.array(seen))
+        _numeric_kernel(rows, np.array(codes, np.int64), seen_a,
+                        np.array((t, *decay, 1.0 / cap) + times), cand)
     return cand, mask, glob
 
 
@@ -580,6 +597,7 @@ def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
     np.minimum(out, 1.0, out=out)
 
 
+_NO_TIMES = (0.0, 1.0, 0.0, 1.0, 0.0)  # no cost preset: copy times are not features
 _INV_LOG_SCALE64 = _INV_LOG_SCALE.astype(np.float64)
 _STATE_TABLE32 = _STATE_TABLE.astype(np.float32)
 
@@ -671,17 +689,3 @@ def _mask_table(K: int) -> np.ndarray:
     if m is None:
         m = _MASKS[K] = np.tri(K + 1, K, -1, dtype=bool)
     return m
-
-
-def _globals(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> np.ndarray:
-    cap = view.capacity
-    cost = view.cost
-    now = cost.now
-    return np.array((
-        min(view.used / cap, 1.0),
-        min(view.bytes_in_flight / cap, 1.0),
-        min(max(tracker.miss_rate, 0.0), 1.0),
-        n / K,
-        cost.stall_ns / now if now > 0 else 0.0,
-        min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
-    ), np.float32)
