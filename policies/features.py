@@ -104,6 +104,7 @@ _LOG_NS = math.log1p(1e9)
 _MISS_ALPHA = 1.0 / 128
 _RENORM = 256.0  # renormalise decayed counters when (t - epoch) / h_min exceeds this
 assert len(HALF_LIVES) == 3, "FeatureTracker._access unrolls three decayed counters"
+assert len(GLOBAL_NAMES) <= len(FEATURE_NAMES), "observe keeps the globals in one more candidate row"
 _IH = tuple(1.0 / h for h in HALF_LIVES)
 _H_INV = np.array(_IH)
 
@@ -508,26 +509,32 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
     n = len(keys)
     if n > K:
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
-    cand = np.zeros((K, F), np.float32)
+    # one buffer: rows 0..K-1 the candidates' features, row K the global features (G <= F)
+    out = np.zeros((K + 1, F), np.float32)
+    cand, glob = out[:K], out[K, :G]
     mask = _mask_table(K)[n].copy()
     cap = view.capacity
     cost = view.cost
     now = cost.now
-    glob = np.array((  # _globals, sharing the lookups with the features below
+    g = (  # the global features (float64 here, float32 in glob)
         min(view.used / cap, 1.0),
         min(view.bytes_in_flight / cap, 1.0),
         min(max(tracker.miss_rate, 0.0), 1.0),
         n / K,
         cost.stall_ns / now if now > 0 else 0.0,
         min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
-    ), np.float32)
+    )
     if n == 0:
+        glob[:] = g
         return cand, mask, glob
     t = view.tick
     get = tracker._slot.get
     sls = [get(k, -1) for k in keys]
-    rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
-    seen: Any = 1.0
+    p = cost.preset
+    times = _NO_TIMES if p is None else (
+        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
+    x = tracker._epoch - t
+    decay = (2.0 ** (x * _IH[0]), 2.0 ** (x * _IH[1]), 2.0 ** (x * _IH[2]))
     if codes is None:
         try:  # state flags and kind: one code per candidate, expanded by a table lookup
             codes = [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
@@ -538,6 +545,14 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
                 if k in view:
                     o = view.info(k)
                     codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
+    if _observe_kernel is not None and -1 not in sls:
+        # the usual case, every candidate has history: one NumPy conversion of (slots, codes,
+        # parameters, globals) and one kernel call that gathers the rows (the same arithmetic)
+        _observe_kernel(tracker._S, np.array(sls + codes + [t, *decay, 1.0 / cap, *times, *g]), out)
+        return cand, mask, glob
+    glob[:] = g
+    rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
+    seen: Any = 1.0
     if -1 in sls:
         for i, s in enumerate(sls):
             if s < 0:
@@ -547,11 +562,6 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
                 rows[i, _SIZE] = oi.size if oi is not None else 0.0
                 rows[i, _KIND] = oi.kind if oi is not None else 0.0
         seen = [float(s >= 0) for s in sls]
-    p = cost.preset
-    times = _NO_TIMES if p is None else (
-        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
-    x = tracker._epoch - t
-    decay = (2.0 ** (x * _IH[0]), 2.0 ** (x * _IH[1]), 2.0 ** (x * _IH[2]))
     if _numeric_kernel is None:
         _numeric_numpy(rows, np.array(codes, np.int64), seen, t, decay, 1.0 / cap, times, cand)
     else:  # _numeric, inlined
@@ -661,6 +671,31 @@ try:  # numba is optional: NumPy alone computes the same features (tests hold th
     _numeric_kernel = njit(cache=True, nogil=True)(_numeric_kernel_py)
 except ImportError:  # pragma: no cover - numba is a dependency; this keeps deployment NumPy-only
     pass
+
+_NPRM = 10  # length of _numeric_kernel_py's prm
+
+
+def _observe_kernel_py(S: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
+    """:func:`_numeric_kernel_py` on rows gathered here, plus the globals: ``v`` is
+    ``(slots[n], codes[n], prm[_NPRM], globals[G])`` as float64 (all exact), ``out`` the
+    ``(K + 1, F)`` float32 buffer (candidates in rows ``0..K-1``, globals in row ``K``)."""
+    n = (v.shape[0] - _NPRM - G) // 2
+    rows = np.empty((n, _NCOL))
+    codes = np.empty(n, np.int64)
+    for i in range(n):
+        s = int(v[i])
+        for j in range(_NCOL):
+            rows[i, j] = S[s, j]
+        codes[i] = int(v[n + i])
+    K = out.shape[0] - 1
+    _numeric_kernel(rows, codes, np.ones(n), v[2 * n:2 * n + _NPRM], out[:K])
+    for j in range(G):
+        out[K, j] = np.float32(v[2 * n + _NPRM + j])
+
+
+_observe_kernel: Any = None
+if _numeric_kernel is not None:
+    _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
 
 ACCELERATED = _numeric_kernel is not None
 """True when the numba kernel computes the features (else the NumPy reference does)."""
