@@ -321,11 +321,11 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
         if n:
-            nx = self._nxt
-            nxt = [nx[k] for k in kl]
+            nxt = list(map(self._nxt.__getitem__, kl))
             # Belady: farthest next use; among objects never used again the largest key
             info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
-            dist = [x - t if x < INF else _INF_F for x in nxt]
+            never, inf = INF, _INF_F  # closure cells, not globals, in the comprehension
+            dist = [x - t if x < never else inf for x in nxt]
         else:
             dist = []
             info["oracle_action"] = -1

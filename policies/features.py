@@ -415,8 +415,9 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
     if None not in recs:
         # the usual case: the K least recent are all evictable (view.evictable), so they are the
         # candidates; their codes as observe computes them (state DEVICE)
-        codes = [o.dirty + 2 * o.prefetched + 16 * o.kind + _DEVICE_CODE
-                 for o in recs if o.state == DEVICE and o.pins == 0]
+        dev, code = DEVICE, _DEVICE_CODE  # closure cells, not globals, in the comprehension
+        codes = [16 * o.kind + code + (2 if o.prefetched else 0) + (1 if o.dirty else 0)
+                 for o in recs if o.state == dev and o.pins == 0]
         if len(codes) == len(first):
             return first, codes
     out, codes = [], []
