@@ -258,15 +258,10 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
     def _decision(self) -> bool:
         pool = self.pool
         assert pool is not None
-        # select_candidates + observe, without converting the keys back and forth (and, for
-        # "lru", reading each candidate's pool record once): the same observation
+        # select_candidates + observe, without converting the keys back and forth (and, mostly,
+        # reading each candidate's pool record once): the same observation
         view = pool.view
-        codes: list[int] | None
-        if self.candidates == "lru":
-            keys, codes = features._select_lru(self.tracker, view, self.K)
-        else:
-            keys = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
-            codes = None
+        keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
         if len(keys) == 0:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
         cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes)

@@ -387,9 +387,7 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
     """Up to ``K`` evictable keys (int64), chosen by ``rule``: ``"lru"`` gives the K least
     recently used, least recent first; ``"sample"`` draws K evictable objects uniformly without
     replacement (``rng`` required; as LRB), in draw order."""
-    if rule == "lru":
-        return np.array(_select_lru(tracker, view, K)[0], np.int64)
-    return np.array(_select(tracker, view, K, rule, rng), np.int64)
+    return np.array(_select(tracker, view, K, rule, rng)[0], np.int64)
 
 
 def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[int], list[int] | None]:
@@ -438,10 +436,11 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
 
 
 def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
-            rng: np.random.Generator | None) -> list[int]:
-    """:func:`select_candidates` as a list of keys."""
+            rng: np.random.Generator | None) -> tuple[list[int], list[int] | None]:
+    """:func:`select_candidates` as a list of keys, with their state codes where they came
+    for free (else ``None``; :func:`_observe` computes them)."""
     if rule == "lru":
-        return _select_lru(tracker, view, K)[0]
+        return _select_lru(tracker, view, K)
     ev = view.evictable
     if rule == "sample":
         if rng is None:
@@ -452,15 +451,24 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             pool_ = [k for k in res if ev(k)]
             if len(pool_) > K:
                 pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
-            return pool_
+            return pool_, None
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
         first = [res[i] for i in dict.fromkeys(_uniform_ints(rng, n, K + K // 2 + 4))][:K]
         if len(first) == K:
+            objs: dict[int, Any] | None = getattr(view, "_objs", None)
+            if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
+                recs: list[Any] = list(map(objs.get, first))
+                if None not in recs:
+                    dev, code = DEVICE, _DEVICE_CODE
+                    codes = [16 * o.kind + code + (2 if o.prefetched else 0) + (1 if o.dirty else 0)
+                             for o in recs if o.state == dev and o.pins == 0]
+                    if len(codes) == K:
+                        return first, codes
             out = [k for k in first if ev(k)]
             if len(out) == K:
-                return out
+                return out, None
         # else the first K distinct evictable objects of iid uniform draws (uniform as well)
         drawn: set[int] = set()
         picked: list[int] = []
@@ -479,7 +487,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if len(rest) > K - len(picked):
                 rest = [rest[i] for i in rng.permutation(len(rest))[:K - len(picked)].tolist()]
             picked += rest
-        return picked
+        return picked, None
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
 
 
