@@ -537,8 +537,11 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
         glob[:] = g
         return cand, mask, glob
     t = view.tick
-    get = tracker._slot.get
-    sls = [get(k, -1) for k in keys]
+    try:  # candidates are tracked objects: every key has a row
+        sls = list(map(tracker._slot.__getitem__, keys))
+    except KeyError:  # a key without history (-1; a prefetch candidate may be one)
+        get = tracker._slot.get
+        sls = [get(k, -1) for k in keys]
     p = cost.preset
     times = _NO_TIMES if p is None else (
         float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
