@@ -557,8 +557,9 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
                 if k in view:
                     o = view.info(k)
                     codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
-    if _observe_kernel is not None and -1 not in sls:
-        # the usual case, every candidate has history: one NumPy conversion of (slots, codes,
+    if _numeric_kernel is not None and _observe_kernel is not None and -1 not in sls:
+        # the usual case, every candidate has history (and numba is on: tests turn it off by
+        # setting _numeric_kernel to None): one NumPy conversion of (slots, codes,
         # parameters, globals) and one kernel call that gathers the rows (the same arithmetic)
         _observe_kernel(tracker._S, np.array(sls + codes + [t, *decay, 1.0 / cap, *times, *g]), out)
         return cand, mask, glob
