@@ -14,7 +14,7 @@ from policies import features
 from policies.learned import save_policy_file
 from policies.training.nets import CandidateScorerNet, export_arrays
 
-__all__ = ["export_policy", "config_hash", "scorer_of"]
+__all__ = ["export_policy", "export_file", "config_hash", "scorer_of"]
 
 
 def config_hash(config: Any) -> str:
@@ -63,3 +63,42 @@ def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate
         "meta": dict(meta or {}),
     }
     return save_policy_file(path, export_arrays(net), header)
+
+
+def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, K: int | None = None,
+                candidate_rule: str | None = None, algo: str | None = None) -> str:
+    """Export ``source`` to a policy file at ``out``; returns its path.
+
+    ``source`` is a training checkpoint or policy file (``.npz``: verified, then rewritten with
+    ``K``/``candidate_rule`` changed where given) or a stable-baselines3 model saved with
+    ``model.save()`` (``.zip``; ``algo`` one of ``ppo``, ``maskable_ppo``, ``dqn``, whose policy
+    carries the candidate scorer).
+    """
+    from policies.learned import LearnedPolicy, read_policy_file
+
+    src = os.fspath(source)
+    if src.endswith(".npz"):
+        LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
+        header, arrays = read_policy_file(src)
+        if K is not None:
+            header["K"] = int(K)
+        if candidate_rule is not None:
+            if candidate_rule not in features.RULES:
+                raise ConfigError(f"candidate_rule must be one of {list(features.RULES)}, got {candidate_rule!r}")
+            header["candidate_rule"] = candidate_rule
+        for k in ("format", "format_version", "weights_sha256"):
+            header.pop(k, None)
+        return save_policy_file(out, arrays, header)
+    if src.endswith(".zip"):
+        algos = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN"),
+                 "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
+        if algo not in algos:
+            raise ConfigError(f"an SB3 model needs --algo, one of {sorted(algos)} (got {algo!r})")
+        import importlib
+
+        mod, cls = algos[algo]
+        model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
+        k = K if K is not None else int(model.observation_space["mask"].n)
+        return export_policy(model, out, K=k, candidate_rule=candidate_rule or "lru",
+                             meta={"source": os.path.basename(src), "algo": algo})
+    raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")

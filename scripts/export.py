@@ -1,0 +1,43 @@
+#!/usr/bin/env python
+"""Export a trained agent to a policy file that ``LearnedPolicy.load`` reads with NumPy alone.
+
+    python scripts/export.py outputs/train/<run>/checkpoints/step_4.npz --out policy.npz
+    python scripts/export.py model.zip --algo maskable_ppo --out policy.npz [--K 32]
+
+(``scripts/train.py`` and the main job already export their final policy; this script turns a
+checkpoint, or an SB3 model saved with ``model.save()``, into a deployable file.) The logic is
+``policies.training.export.export_file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from allocator.errors import CachegymError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", help="checkpoint/policy .npz, or SB3 model .zip")
+    p.add_argument("--out", required=True, help="policy file to write (.npz)")
+    p.add_argument("--K", type=int, default=None, help="candidates per decision (default: the source's)")
+    p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None)
+    p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None, help="for an SB3 .zip")
+    args = p.parse_args(argv)
+    from policies.training.export import export_file
+
+    try:
+        path = export_file(args.source, args.out, K=args.K, candidate_rule=args.candidate_rule, algo=args.algo)
+    except CachegymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"policy: {os.path.abspath(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
