@@ -98,7 +98,7 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
 
         mod, cls = algos[algo]
         model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
-        k = K if K is not None else int(model.observation_space["mask"].n)
-        return export_policy(model, out, K=k, candidate_rule=candidate_rule or "lru",
+        n_cand = K if K is not None else int(model.observation_space["mask"].n)
+        return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule or "lru",
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
