@@ -124,6 +124,24 @@ class Episodes:
         return Window.of(w, i, start)
 
 
+def check_args(K: Any, *, candidates: str | None = None, reward: str | None = None,
+               rewards: Sequence[str] = (), cost: Any = None, opportunity: Any = None,
+               opportunities: Sequence[str] = ()) -> None:
+    """The argument checks every environment shares (each names the value and the choices)."""
+    if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or K < 1:
+        raise ConfigError(f"K must be an int >= 1, got {K!r}")
+    if candidates is not None and candidates not in features.RULES:
+        raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
+    if opportunities and (isinstance(opportunity, bool) or not (
+            opportunity in opportunities or (isinstance(opportunity, int) and opportunity >= 1))):
+        raise ConfigError(f"opportunity must be one of {tuple(opportunities)} or an int >= 1, got {opportunity!r}")
+    if reward is not None:
+        if reward not in rewards:
+            raise ConfigError(f"reward must be one of {tuple(rewards)}, got {reward!r}")
+        if reward == "stall" and cost is None:
+            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+
+
 def check_capacity(capacity: float, capacity_of: str) -> None:
     """Raise :class:`ConfigError` unless ``capacity`` is bytes (an ``int`` > 0) or a fraction
     (a ``float`` in (0, 1]) of one of :data:`CAPACITY_OF`."""

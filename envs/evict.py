@@ -17,6 +17,7 @@ from envs.common import (
     TraceSource,
     Window,
     as_traces,
+    check_args,
     check_capacity,
     empty_obs,
     observation_space,
@@ -130,14 +131,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         write_policy: str = "write-back",
         render_mode: str | None = None,
     ) -> None:
-        if not isinstance(K, (int, np.integer)) or K < 1:
-            raise ConfigError(f"K must be an int >= 1, got {K!r}")
-        if candidates not in features.RULES:
-            raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
-        if reward not in EVICT_REWARDS:
-            raise ConfigError(f"reward must be one of {EVICT_REWARDS}, got {reward!r}")
-        if reward == "stall" and cost is None:
-            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+        check_args(K, candidates=candidates, reward=reward, rewards=EVICT_REWARDS, cost=cost)
         if invalid_action not in INVALID_ACTIONS:
             raise ConfigError(f"invalid_action must be one of {INVALID_ACTIONS}, got {invalid_action!r}")
         check_capacity(capacity, capacity_of)

@@ -17,6 +17,7 @@ from envs.common import (
     Episodes,
     TraceSource,
     as_traces,
+    check_args,
     check_capacity,
     empty_obs,
     observation_space,
@@ -96,17 +97,8 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
         write_policy: str = "write-back",
         render_mode: str | None = None,
     ) -> None:
-        if not isinstance(K, (int, np.integer)) or K < 1:
-            raise ConfigError(f"K must be an int >= 1, got {K!r}")
-        if candidates not in features.RULES:
-            raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
-        if isinstance(opportunity, bool) or not (
-                opportunity in OPPORTUNITIES or (isinstance(opportunity, int) and opportunity >= 1)):
-            raise ConfigError(f"opportunity must be one of {OPPORTUNITIES} or an int >= 1, got {opportunity!r}")
-        if reward not in _REWARDS:
-            raise ConfigError(f"reward must be one of {_REWARDS}, got {reward!r}")
-        if reward == "stall" and cost is None:
-            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+        check_args(K, candidates=candidates, reward=reward, rewards=_REWARDS, cost=cost,
+                   opportunity=opportunity, opportunities=OPPORTUNITIES)
         if invalid_action not in ("raise", "default"):
             raise ConfigError(f"invalid_action must be 'raise' or 'default', got {invalid_action!r}")
         check_capacity(capacity, capacity_of)

@@ -18,6 +18,7 @@ from envs.common import (
     TraceSource,
     Window,
     as_traces,
+    check_args,
     check_capacity,
     empty_obs,
     observation_space,
@@ -130,15 +131,8 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
         write_policy: str = "write-back",
         render_mode: str | None = None,
     ) -> None:
-        if not isinstance(K, (int, np.integer)) or K < 1:
-            raise ConfigError(f"K must be an int >= 1, got {K!r}")
-        if isinstance(opportunity, bool) or not (
-                opportunity in OPPORTUNITIES or (isinstance(opportunity, int) and opportunity >= 1)):
-            raise ConfigError(f"opportunity must be one of {OPPORTUNITIES} or an int >= 1, got {opportunity!r}")
-        if reward not in PREFETCH_REWARDS:
-            raise ConfigError(f"reward must be one of {PREFETCH_REWARDS}, got {reward!r}")
-        if reward == "stall" and cost is None:
-            raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
+        check_args(K, reward=reward, rewards=PREFETCH_REWARDS, cost=cost,
+                   opportunity=opportunity, opportunities=OPPORTUNITIES)
         weights = dict(PYTHIA_WEIGHTS)
         unknown = set(pythia_weights or {}) - set(weights)
         if unknown:
