@@ -57,9 +57,10 @@ PRESETS: dict[str, Preset] = {
         Preset("h100_pcie5", 50.0, 50.0, 8_000, 8_000, 2, 80 * GiB,
                "NVIDIA H100 datasheet (PCIe Gen5 x16, 128 GB/s bidirectional; 80 GB HBM3); "
                "~50 GB/s per direction effective with pinned memory"),
-        Preset("h200_pcie5", 52.0, 52.0, 8_000, 8_000, 2, 141 * GiB,
+        Preset("h200_pcie5", 55.3, 55.3, 15_400, 15_100, 2, 141 * GiB,
                "NVIDIA H200 datasheet (PCIe Gen5 x16 host link, 128 GB/s bidirectional; 141 GB HBM3e); "
-               "effective per-direction figure as for H100"),
+               "bandwidths, latencies and two engines as measured by scripts/gpu_check.py on an H200 "
+               "host on 2026-11-29 (pinned memory, 4 KiB-256 MiB copies)"),
         Preset("gh200_c2c", 400.0, 400.0, 3_000, 3_000, 2, 96 * GiB,
                "NVIDIA GH200 Grace Hopper datasheet (NVLink-C2C 900 GB/s total, 450 GB/s per "
                "direction; 96 GB HBM3); ~400 GB/s effective assumed"),
