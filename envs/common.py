@@ -142,6 +142,29 @@ def check_args(K: Any, *, candidates: str | None = None, reward: str | None = No
             raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
 
 
+def reward_scales(window: Trace, pool: Any) -> tuple[float, float]:
+    """``(mean object size, copy time of such an object in ns)`` of a window: what the
+    ``bytes`` and ``stall`` rewards are divided by, so that rewards are O(1) on any trace."""
+    mean_size = float(window.size[window.op != Op.FREE].mean())
+    return mean_size, float(max(1, pool.cost.copy_time(0, int(mean_size))))
+
+
+def demand_marks(pool: Any) -> tuple[int, int, int]:
+    """The pool's demand-miss counters ``(misses, byte misses, stall ns)`` before a decision."""
+    return pool.stats.misses, pool.stats.byte_misses, pool.cost.stall_ns
+
+
+def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int], mean_size: float,
+                  fetch_ns: float) -> float:
+    """The ``misses``, ``bytes`` or ``stall`` reward of what happened since ``marks``."""
+    m0, b0, s0 = marks
+    if kind == "misses":
+        return -float(pool.stats.misses - m0)
+    if kind == "bytes":
+        return -(pool.stats.byte_misses - b0) / mean_size
+    return -(pool.cost.stall_ns - s0) / fetch_ns
+
+
 def check_capacity(capacity: float, capacity_of: str) -> None:
     """Raise :class:`ConfigError` unless ``capacity`` is bytes (an ``int`` > 0) or a fraction
     (a ``float`` in (0, 1]) of one of :data:`CAPACITY_OF`."""

@@ -19,10 +19,13 @@ from envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    demand_marks,
+    demand_reward,
     empty_obs,
     observation_space,
     pack_obs,
     resolve_capacity,
+    reward_scales,
 )
 from policies import features
 from policies.features import FeatureTracker
@@ -174,16 +177,9 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         i = self._check_action(action)
         pool = self.pool
         assert pool is not None
-        st = pool.stats
-        m0, b0, s0 = st.misses, st.byte_misses, pool.cost.stall_ns
+        marks = demand_marks(pool)
         decided = self._advance(self._keys[i])
-        st = pool.stats
-        if self.reward_kind == "misses":
-            r = -float(st.misses - m0)
-        elif self.reward_kind == "bytes":
-            r = -(st.byte_misses - b0) / self._mean_size
-        else:
-            r = -(pool.cost.stall_ns - s0) / self._fetch_ns
+        r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns)
         return self._obs, r, not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:
@@ -205,9 +201,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         self._invalid = 0
         self._next_use = w.next_use.tolist()
         self._nxt: dict[int, int] = {}  # key -> row of its next access after its last one (the oracle's input)
-        sizes = w.trace.size[w.trace.op != Op.FREE]
-        self._mean_size = float(sizes.mean())
-        self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
+        self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
 
     def _advance(self, victim: int | None) -> bool:
         """Answer the pending request with ``victim`` (if any) and run the pool to the next

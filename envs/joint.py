@@ -19,10 +19,13 @@ from envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    demand_marks,
+    demand_reward,
     empty_obs,
     observation_space,
     pack_obs,
     resolve_capacity,
+    reward_scales,
 )
 from envs.prefetch import OPPORTUNITIES
 from policies import features
@@ -138,15 +141,9 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
         a = self._check_action(action)
         pool = self.pool
         assert pool is not None
-        st = pool.stats
-        m0, b0, s0 = st.misses, st.byte_misses, pool.cost.stall_ns
+        marks = demand_marks(pool)
         decided = self._resume(self._keys[a] if a < len(self._keys) else None)
-        if self.reward_kind == "misses":
-            r = -float(st.misses - m0)
-        elif self.reward_kind == "bytes":
-            r = -(st.byte_misses - b0) / self._mean_size
-        else:
-            r = -(pool.cost.stall_ns - s0) / self._fetch_ns
+        r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns)
         return self._obs, r, not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:
@@ -168,9 +165,7 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
         self._invalid = 0
         self._last_row: dict[int, int] = {}
         self._next_use = w.next_use.tolist()
-        sizes = w.trace.size[w.trace.op != Op.FREE]
-        self._mean_size = float(sizes.mean())
-        self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
+        self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
         self._loop = self._episode()
         self._started = False
 

@@ -24,6 +24,7 @@ from envs.common import (
     observation_space,
     pack_obs,
     resolve_capacity,
+    reward_scales,
 )
 from policies import features
 from policies.base import EvictionPolicy
@@ -247,9 +248,7 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
         self._keys_accessed = -1
         self._last_row: dict[int, int] = {}
         self._next_use = w.next_use.tolist()
-        sizes = w.trace.size[w.trace.op != Op.FREE]
-        self._mean_size = float(sizes.mean())
-        self._fetch_ns = float(max(1, self.pool.cost.copy_time(0, int(self._mean_size))))
+        self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
 
     def _advance(self) -> bool:
         """Run the pool to the next prefetch opportunity with candidates (True) or to the end
