@@ -418,23 +418,12 @@ def test_unknown_keys() -> None:
     p._check()
 
 
-class _BadPolicy(EvictionPolicyBase):
-    """Answers with a fixed bad victim once, then behaves like LRU."""
+class _OverLRU(EvictionPolicyBase):
+    """Forwards every hook to an inner LRU (a wrapper class without ``touch``: the pool calls
+    its hooks); subclasses decide ``victim``."""
 
-    name = "bad"
-
-    def __init__(self, answer: object) -> None:
-        self.answer = answer
+    def __init__(self) -> None:
         self.lru = LRU()
-        self.armed = True
-
-    def victim(self, view):  # type: ignore[no-untyped-def]
-        if self.armed:
-            self.armed = False
-            if isinstance(self.answer, Exception):
-                raise self.answer
-            return self.answer
-        return self.lru.victim(view)
 
     def on_hit(self, view, key):  # type: ignore[no-untyped-def]
         self.lru.on_hit(view, key)
@@ -447,6 +436,25 @@ class _BadPolicy(EvictionPolicyBase):
 
     def on_free(self, view, key):  # type: ignore[no-untyped-def]
         self.lru.on_free(view, key)
+
+
+class _BadPolicy(_OverLRU):
+    """Answers with a fixed bad victim once, then behaves like LRU."""
+
+    name = "bad"
+
+    def __init__(self, answer: object) -> None:
+        super().__init__()
+        self.answer = answer
+        self.armed = True
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        if self.armed:
+            self.armed = False
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+        return self.lru.victim(view)
 
 
 @pytest.mark.parametrize("answer", [None, 99, 3, "one", 1.0, "pinned", RuntimeError("policy bug")])
@@ -538,31 +546,19 @@ def test_data_plane_refuses_oversize_even_when_bypassing(numpy_backend: NumpyBac
     p.close()
 
 
-class _Recorder(EvictionPolicyBase):
-    """LRU that logs every victim (a wrapper class without ``touch``: the pool calls its hooks)."""
+class _Recorder(_OverLRU):
+    """LRU that logs every victim."""
 
     name = "recorded-lru"
 
     def __init__(self) -> None:
-        self.lru = LRU()
+        super().__init__()
         self.victims: list[int] = []
 
     def victim(self, view):  # type: ignore[no-untyped-def]
         v = self.lru.victim(view)
         self.victims.append(v)  # type: ignore[arg-type]
         return v
-
-    def on_hit(self, view, key):  # type: ignore[no-untyped-def]
-        self.lru.on_hit(view, key)
-
-    def on_insert(self, view, key):  # type: ignore[no-untyped-def]
-        self.lru.on_insert(view, key)
-
-    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
-        self.lru.on_evict(view, key)
-
-    def on_free(self, view, key):  # type: ignore[no-untyped-def]
-        self.lru.on_free(view, key)
 
 
 class _NoPrefetch:

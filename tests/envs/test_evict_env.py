@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rollout_helpers import rollout
 
 import envs  # noqa: F401  (registers the ids)
 from allocator.errors import ConfigError, InvalidActionError
@@ -47,18 +48,6 @@ def hot_scan_trace(n: int = 900) -> Trace:
     for i in range(n):
         keys += [i % 6, 1000 + 2 * i, 1001 + 2 * i]
     return Trace.from_arrays(keys, 1)
-
-
-def rollout(env: gym.Env, choose, seed: int = 0, options=None):
-    obs, info = env.reset(seed=seed, options=options)
-    total, steps, infos = 0.0, 0, [info]
-    while True:
-        obs, r, term, trunc, info = env.step(choose(obs, info))
-        total += r
-        steps += 1
-        infos.append(info)
-        if term or trunc:
-            return total, steps, infos
 
 
 def replay_misses(trace: Trace, capacity: int, policy) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from rollout_helpers import rollout
 
 import envs  # noqa: F401
 from allocator.errors import ConfigError, InvalidActionError
@@ -32,18 +33,6 @@ def pattern_trace(n_rounds: int = 40, seed: int = 0, writes: bool = True,
     op = np.where(rng.random(len(keys)) < 0.2, Op.WRITE, Op.READ) if writes else None
     step = np.arange(len(keys)) // 3
     return Trace.from_arrays(keys, 1024, op, compute_ns=np.full(len(keys), compute_ns), step=step)
-
-
-def rollout(env: gym.Env, choose, seed: int = 0, options=None):
-    obs, info = env.reset(seed=seed, options=options)
-    total, steps, infos = 0.0, 0, [info]
-    while True:
-        obs, r, term, trunc, info = env.step(choose(obs, info))
-        total += r
-        steps += 1
-        infos.append(info)
-        if term or trunc:
-            return total, steps, infos
 
 
 class FirstSuccessor:
