@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import numpy as np
@@ -1005,8 +1005,3 @@ def _is_noop(policy: Any, hook: str) -> bool:
     fn = getattr(type(policy), hook, None)
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
-
-def iter_trace(trace: Trace) -> Iterator[tuple[int, int, int, int, int]]:
-    """``(key, size, op, kind, compute_ns)`` rows of a trace as Python ints."""
-    return zip(trace.key.tolist(), trace.size.tolist(), trace.op.tolist(),
-               trace.kind.tolist(), trace.compute_ns.tolist())
