@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from allocator.errors import CachegymError  # noqa: E402
 from envs.workloads.formats import FORMATS, read_trace  # noqa: E402
 from envs.workloads.stats import format_stats, plot_reuse_histogram, trace_stats  # noqa: E402
 
@@ -27,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     options = {k: v for k, v in (("obj_id_col", args.obj_id_col), ("obj_size_col", args.obj_size_col),
                                  ("time_col", args.time_col)) if v is not None}
-    trace = read_trace(args.path, args.format, **options)
+    try:
+        trace = read_trace(args.path, args.format, **options)
+    except CachegymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(format_stats(trace_stats(trace)))
     png = args.png or args.path.with_name(args.path.stem + "_reuse.png")
     plot_reuse_histogram(trace, str(png))

@@ -53,3 +53,18 @@ def test_script_prints_and_saves_png(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "requests           3000" in out and "reuse distance" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_script_reports_a_bad_trace_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.oracleGeneral"
+    bad.write_bytes(b"\x00" * 30)  # one whole 24-byte record and a truncated one
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import trace_stats as script
+    finally:
+        sys.path.pop(0)
+    assert script.main([str(bad), "--format", "oracleGeneral"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(bad) in err and "Traceback" not in err
+    assert script.main([str(tmp_path / "missing.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
