@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import numpy as np
 import pytest
@@ -24,23 +23,12 @@ from allocator.fastreplay import (
 from allocator.pool import Pool
 from allocator.trace import Op, Trace
 from policies.base import EvictionPolicy
+from policies.registry import make_eviction
 
 
 def make_policy(name: str, trace: Trace) -> EvictionPolicy:
-    """The pool-path policy object for ``name`` (the registry once it exists)."""
-    try:
-        registry = importlib.import_module("policies.registry")
-        return registry.make_eviction(name, trace=trace, seed=0)  # type: ignore[no-any-return]
-    except ImportError:  # the registry or one of its modules has not landed yet
-        pass
-    if name == "lru":
-        from policies.lru import LRU
-
-        return LRU()
-    classic = importlib.import_module("policies.classic")
-    if name in ("fifo", "lfu"):
-        return getattr(classic, name.upper())()  # type: ignore[no-any-return]
-    pytest.skip(f"policy {name!r} has no pool-path class in this checkout yet")
+    """The pool-path policy object for ``name``, from the registry (the kernels must equal it)."""
+    return make_eviction(name, trace=trace, seed=0)  # type: ignore[no-any-return]
 
 
 class Recorder:
