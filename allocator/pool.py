@@ -13,12 +13,20 @@ without write-back.
 Locking: every public method takes ``_lock`` (re-entrant); all access to ``_objs``, the
 placement, the clock and the stats requires it. A ``steps`` generator holds the lock from its
 first ``next`` until it finishes or is closed.
+
+The plain hit of :meth:`Pool.access` also exists in C (``allocator/_fastpath.c``, built when a
+compiler is at hand): while the configuration allows it, a pool's instance attribute ``access``
+is that C callable, which serves plain hits (taking ``_lock`` without blocking) and hands every
+other call to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Python path.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
+import os
 import threading
+import types
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
@@ -45,8 +53,21 @@ if TYPE_CHECKING:
 
 __all__ = ["Pool", "PoolView", "ObjectInfo", "EvictionRequest", "DEVICE", "HOST", "H2D", "D2H"]
 
+_log = logging.getLogger(__name__)
+
 DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
 STATE_NAMES = ("device", "host", "h2d", "d2h")
+
+
+def _load_fastpath() -> Any:
+    """The C hit path's module, or ``None`` (not built, or ``CACHEGYM_PURE_PYTHON`` set)."""
+    if os.environ.get("CACHEGYM_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from allocator import _fastpath  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _fastpath
 
 
 class ObjectInfo:
@@ -175,6 +196,9 @@ class Pool:
         hook: optional callable receiving one dict per event (see :class:`JsonlHook`).
     """
 
+    # the two attributes every access writes live in slots (the C hit path reads them there)
+    __slots__ = ("_tick", "stats", "__dict__", "__weakref__")
+
     def __init__(
         self,
         capacity: int,
@@ -233,6 +257,12 @@ class Pool:
         self._seq = 0
         self._n_evictable = 0  # objects with state DEVICE and no pins
         self.view = PoolView(self)
+        # the C hit path of access() (None: pure Python; also when a subclass overrides access)
+        self._hit_path: Any = None
+        if _fastpath is not None and type(self).access is Pool.access:
+            self._hit_path = _fastpath.HitPath(self, types.MethodType(Pool.access, self),
+                                               self._objs, self._lock)
+            self._refresh_fast_path()
         if backend is not None:
             backend.attach(self._place.capacity)
 
@@ -287,6 +317,16 @@ class Pool:
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
         self._admit = getattr(policy, "admit", None)
         self._due = getattr(policy, "pending_evictions", None)
+        hp = self.__dict__.get("_hit_path")
+        if hp is not None:
+            # the C path serves exactly access()'s plain hit with ``touch`` and nothing due;
+            # a caller holding an old ``pool.access`` still gets the Python method's answer
+            on = self._fast_read and self._touch is not None and self._due is None
+            hp.configure(on, self._fast_write, self._touch)
+            if on:
+                self.__dict__["access"] = hp
+            else:
+                self.__dict__.pop("access", None)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
@@ -1005,3 +1045,12 @@ def _is_noop(policy: Any, hook: str) -> bool:
     fn = getattr(type(policy), hook, None)
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
+
+_fastpath = _load_fastpath()
+if _fastpath is not None:
+    try:
+        _fastpath.setup(ObjectInfo, PoolStats, Pool, threading.RLock())
+    except (TypeError, AttributeError) as e:  # a stale build: the slots it knows have changed
+        _log.warning("allocator._fastpath does not match allocator.pool (%s): using the "
+                     "pure-Python hit path; rebuild with `pip install -e .`", e)
+        _fastpath = None

@@ -1,0 +1,254 @@
+"""The C hit path (allocator/_fastpath.c) against the pure-Python path of the same loop.
+
+Every test that compares builds one pool with the C path (when it is built) and one with
+``allocator.pool._fastpath`` set to ``None`` (the pure-Python path, as ``CACHEGYM_PURE_PYTHON=1``
+gives), runs the same random workload through both and requires identical return values,
+errors, statistics, ticks, per-object records, policy order and hook events.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import allocator.pool as pool_mod
+from allocator.arena import ALIGN
+from allocator.errors import CachegymError
+from allocator.pool import Pool, PoolView
+from policies.lru import LRU
+
+B = ALIGN
+FIELDS = ("key", "size", "nbytes", "state", "dirty", "pins", "offset", "ready_ns", "prefetched",
+          "busy_until", "kind", "created_tick", "last_tick", "n_access")
+NOT_BUILT = "allocator._fastpath not built (no C compiler, or CACHEGYM_PURE_PYTHON set)"
+
+
+def _c_module() -> Any:
+    return pool_mod._fastpath
+
+
+def _make(pure: bool, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Pool:
+    with monkeypatch.context() as m:
+        if pure:
+            m.setattr(pool_mod, "_fastpath", None)
+        return Pool(kw.pop("capacity", 12 * B), LRU(), **kw)
+
+
+class _NextKey:
+    """Prefetches the next two keys (the pool skips unknown and resident ones)."""
+
+    name = "next"
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        return (key + 1, key + 2)
+
+
+def _fingerprint(p: Pool) -> tuple:
+    objs = tuple((k, tuple(getattr(o, f) for f in FIELDS)) for k, o in sorted(p._objs.items()))
+    assert isinstance(p.policy, LRU)
+    return (p.snapshot(), p._tick, objs, p.policy.order(), p._place.used, p.cost.now)
+
+
+def _workload(seed: int, n: int) -> list[tuple]:
+    """Mixed events over 24 keys: hits and misses in every argument style, writes, prefetches,
+    frees, pins, and hook / prefetcher changes between calls."""
+    rng = random.Random(seed)
+    ops: list[tuple] = []
+    for _ in range(n):
+        r = rng.random()
+        k = rng.randrange(24)
+        size = rng.choice((B // 2, B, 2 * B)) if rng.random() < 0.97 else 0
+        if r < 0.70:
+            style = rng.randrange(6)
+            comp = rng.choice((0, 0, 0, 700))
+            write = rng.random() < 0.3
+            ops.append(("access", k, size, write, style, comp, rng.randrange(7)))
+        elif r < 0.78:
+            ops.append(("prefetch", k, size or B))
+        elif r < 0.83:
+            ops.append(("free", k))
+        elif r < 0.90:
+            ops.append(("pin", k))
+        elif r < 0.96:
+            ops.append(("unpin", k))
+        elif r < 0.98:
+            ops.append(("hook", rng.random() < 0.5))
+        else:
+            ops.append(("prefetcher", rng.random() < 0.5))
+    return ops
+
+
+def _apply(p: Pool, op: tuple, events: list[dict]) -> Any:
+    name = op[0]
+    try:
+        if name == "access":
+            _, k, size, write, style, comp, kind = op
+            if style == 0:
+                return p.access(k, size)
+            if style == 1:
+                return p.access(k, size, write)
+            if style == 2:
+                return p.access(k, size, write=write, kind=kind)
+            if style == 3:
+                return p.access(k, size, int(write), compute_ns=comp)
+            if style == 4:
+                return p.access(k, size, write, kind=kind, compute_ns=comp)
+            return p.access(key=k, size=size, write=write)  # keywords only: the Python method
+        if name == "prefetch":
+            return p.prefetch(op[1], op[2])
+        if name == "free":
+            return p.free(op[1])
+        if name == "pin":
+            return p.pin(op[1])
+        if name == "unpin":
+            return p.unpin(op[1])
+        if name == "hook":
+            p.hook = events.append if op[1] else None
+            return None
+        p.prefetcher = _NextKey() if op[1] else None
+        return None
+    except CachegymError as e:
+        return type(e).__name__
+
+
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+@pytest.mark.parametrize("write_policy", ["write-back", "write-through"])
+@pytest.mark.parametrize("cost", [None, "h100_pcie5"])
+def test_c_path_equals_python_path(placement: str, write_policy: str, cost: str | None,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    kw: dict[str, Any] = dict(placement=placement, write_policy=write_policy, cost=cost)
+    fast, pure = _make(False, monkeypatch, **kw), _make(True, monkeypatch, **kw)
+    assert pure._hit_path is None and "access" not in vars(pure)
+    ev_fast: list[dict] = []
+    ev_pure: list[dict] = []
+    for i, op in enumerate(_workload(hash((placement, write_policy, cost)) % 1000, 2500)):
+        got_fast, got_pure = _apply(fast, op, ev_fast), _apply(pure, op, ev_pure)
+        assert got_fast == got_pure, (i, op)
+        if i % 25 == 0:
+            assert _fingerprint(fast) == _fingerprint(pure), (i, op)
+    assert _fingerprint(fast) == _fingerprint(pure)
+    assert ev_fast == ev_pure and ev_fast  # the hook was on for part of the run
+    fast._check()
+    if _c_module() is not None:
+        hits = fast.stats.hits
+        assert 0 < fast._hit_path.calls < hits  # C served hits; the rest went to Python
+
+
+def test_c_path_is_active_when_built() -> None:
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    p = Pool(8 * B, placement="bytes")
+    assert type(p.access).__name__ == "HitPath" and p.access.enabled
+    if (3, 10) <= sys.version_info[:2] < (3, 13):
+        assert p.access.peek  # _thread.RLock's layout was recognised: no lock call per hit
+    assert p.access.__wrapped__.__func__ is Pool.access  # signature and docstring stay
+    assert p.access.__doc__ == Pool.access.__doc__
+    p.access(1, B)
+    before = p.access.calls
+    assert p.access(1, B) and p.access(1, B, True, kind=2, compute_ns=5)
+    assert p.access.calls == before + 2
+    # a configuration the C path does not serve takes the attribute away, and back
+    p.hook = lambda e: None
+    assert "access" not in vars(p) and not p._hit_path.enabled
+    p.hook = None
+    assert p.access is p._hit_path and p.access.enabled
+
+
+def test_stale_reference_follows_the_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller holding ``pool.access`` from before a hook was set still gets the hook's events."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    p = Pool(8 * B, placement="bytes")
+    access = p.access
+    access(3, B)
+    seen: list[dict] = []
+    p.hook = seen.append
+    assert access(3, B) and [e["event"] for e in seen] == ["hit"]
+
+
+def test_pure_python_env_var() -> None:
+    code = "from allocator.pool import Pool; import types; " \
+           "print(isinstance(Pool(4096).access, types.MethodType))"
+    env = dict(os.environ, CACHEGYM_PURE_PYTHON="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_lock_held_elsewhere_blocks_the_hit() -> None:
+    """While another thread holds the pool's lock a hit waits for it (through the Python
+    method); the owning thread itself re-enters (the C path serves it)."""
+    p = Pool(8 * B, placement="bytes")
+    p.access(1, B)
+    hp = p._hit_path
+    calls = hp.calls if hp is not None else 0
+    with p._lock:  # re-entrant, same thread
+        assert p.access(1, B)
+    if hp is not None:
+        assert hp.calls == calls + 1
+    held, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with p._lock:
+            held.set()
+            release.wait(10)
+
+    def hitter() -> None:
+        p.access(1, B)
+        done.set()
+
+    t1 = threading.Thread(target=holder)
+    t1.start()
+    assert held.wait(10)
+    t2 = threading.Thread(target=hitter)
+    t2.start()
+    assert not done.wait(0.3)  # blocked on the lock
+    tick = p._tick
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    assert done.is_set() and p._tick == tick + 1 and p.stats.hits == 2
+    if hp is not None:
+        assert hp.calls == calls + 1  # the blocked call was the Python method's
+
+
+def test_threads_on_the_c_path() -> None:
+    """8 threads of hits and misses on one metadata-only pool: the counters add up and the
+    invariants hold (the C path's lock check against the Python path's lock)."""
+    p = Pool(32 * B, placement="arena")
+    counts = [0] * 8
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def work(tid: int) -> None:
+        rng = random.Random(tid)
+        try:
+            start.wait()
+            for _ in range(3000):
+                p.access(rng.randrange(48), B, rng.random() < 0.3,
+                         compute_ns=0 if rng.random() < 0.9 else 10)
+                counts[tid] += 1
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:3]
+    p._check()
+    s = p.snapshot()
+    assert s.accesses == sum(counts) == p._tick + 1
+    assert s.hits + s.misses == s.accesses and s.evictions > 100
+    assert sum(o.n_access for o in p._objs.values()) <= s.accesses
+    if p._hit_path is not None:
+        assert p._hit_path.calls > 1000
