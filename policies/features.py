@@ -455,7 +455,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
-        first = [res[i] for i in dict.fromkeys(_uniform_ints(rng, n, K + K // 2 + 4))][:K]
+        first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
         if len(first) == K:
             objs: dict[int, Any] | None = getattr(view, "_objs", None)
             if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
@@ -496,6 +496,34 @@ def _uniform_ints(rng: np.random.Generator, n: int, m: int) -> list[int]:
     return (rng.random(m) * n).astype(np.intp).tolist()  # type: ignore[no-any-return]
 
 
+def _first_distinct(rng: np.random.Generator, n: int, m: int, K: int) -> list[int]:
+    """The first (at most) ``K`` distinct values of :func:`_uniform_ints` ``(rng, n, m)``, in
+    draw order (the same draws and the same result with and without numba)."""
+    if _distinct_kernel is None:
+        return list(dict.fromkeys(_uniform_ints(rng, n, m)))[:K]
+    out = np.empty(K, np.int64)
+    return out[:_distinct_kernel(rng.random(m), n, out)].tolist()  # type: ignore[no-any-return]
+
+
+def _distinct_kernel_py(x: np.ndarray, n: int, out: np.ndarray) -> int:
+    """Writes the first distinct values of ``int(x * n)`` into ``out`` (as many as fit);
+    returns how many."""
+    c = 0
+    for j in range(x.shape[0]):
+        v = int(x[j] * n)  # truncation, as astype(np.intp) (x * n >= 0)
+        new = True
+        for q in range(c):
+            if out[q] == v:
+                new = False
+                break
+        if new:
+            out[c] = v
+            c += 1
+            if c == out.shape[0]:
+                break
+    return c
+
+
 # ---------------------------------------------------------------------- features
 def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -522,10 +550,47 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
     out = np.zeros((K + 1, F), np.float32)
     cand, glob = out[:K], out[K, :G]
     mask = _mask_table(K)[n].copy()
+    packed = _pack(tracker, view, keys, K, codes)
+    if isinstance(packed, np.ndarray):
+        # the usual case, every candidate has history (and numba is on: tests turn it off by
+        # setting _numeric_kernel to None): one kernel call gathers the rows and computes
+        _observe_kernel(tracker._S, packed, out)
+        return cand, mask, glob
+    sls, codes, t, decay, inv_cap, times, g = packed
+    glob[:] = g
+    if n == 0:
+        return cand, mask, glob
+    rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
+    seen: Any = 1.0
+    if -1 in sls:
+        for i, s in enumerate(sls):
+            if s < 0:
+                oi = view.info(keys[i]) if keys[i] in view else None
+                rows[i] = _EMPTY_ROW
+                rows[i, _INSERT] = rows[i, _CREATE] = oi.created_tick if oi is not None else t
+                rows[i, _SIZE] = oi.size if oi is not None else 0.0
+                rows[i, _KIND] = oi.kind if oi is not None else 0.0
+        seen = [float(s >= 0) for s in sls]
+    if _numeric_kernel is None:
+        _numeric_numpy(rows, np.array(codes, np.int64), seen, t, decay, inv_cap, times, cand)
+    else:
+        seen_a = np.ones(n) if isinstance(seen, float) else np.array(seen)
+        _numeric_kernel(rows, np.arange(n), np.array(codes, np.int64), seen_a,
+                        np.array((t, *decay, inv_cap) + times), cand)
+    return cand, mask, glob
+
+
+def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
+          codes: list[int] | None) -> Any:
+    """Everything :func:`_observe` computes from besides the tracker's rows. When numba is on
+    and every key has history: one float64 array ``(slots[n], codes[n], prm[_NPRM],
+    globals[G])`` for :func:`_observe_kernel` (all values exact in float64); otherwise the
+    tuple ``(slots, codes, t, decay, 1 / capacity, times, globals)`` (slot ``-1``: no history)."""
+    n = len(keys)
     cap = view.capacity
     cost = view.cost
     now = cost.now
-    g = (  # the global features (float64 here, float32 in glob)
+    g = (  # the global features (float64 here, float32 in the observation)
         min(view.used / cap, 1.0),
         min(view.bytes_in_flight / cap, 1.0),
         min(max(tracker.miss_rate, 0.0), 1.0),
@@ -533,9 +598,6 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
         cost.stall_ns / now if now > 0 else 0.0,
         min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
     )
-    if n == 0:
-        glob[:] = g
-        return cand, mask, glob
     t = view.tick
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))
@@ -557,32 +619,9 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
                 if k in view:
                     o = view.info(k)
                     codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
-    if _numeric_kernel is not None and _observe_kernel is not None and -1 not in sls:
-        # the usual case, every candidate has history (and numba is on: tests turn it off by
-        # setting _numeric_kernel to None): one NumPy conversion of (slots, codes,
-        # parameters, globals) and one kernel call that gathers the rows (the same arithmetic)
-        _observe_kernel(tracker._S, np.array(sls + codes + [t, *decay, 1.0 / cap, *times, *g]), out)
-        return cand, mask, glob
-    glob[:] = g
-    rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
-    seen: Any = 1.0
-    if -1 in sls:
-        for i, s in enumerate(sls):
-            if s < 0:
-                oi = view.info(keys[i]) if keys[i] in view else None
-                rows[i] = _EMPTY_ROW
-                rows[i, _INSERT] = rows[i, _CREATE] = oi.created_tick if oi is not None else t
-                rows[i, _SIZE] = oi.size if oi is not None else 0.0
-                rows[i, _KIND] = oi.kind if oi is not None else 0.0
-        seen = [float(s >= 0) for s in sls]
-    if _numeric_kernel is None:
-        _numeric_numpy(rows, np.array(codes, np.int64), seen, t, decay, 1.0 / cap, times, cand)
-    else:  # _numeric, inlined
-        seen_a = ((_ONES[:n] if n <= len(_ONES) else np.ones(n)) if isinstance(seen, float)
-                  else np.array(seen))
-        _numeric_kernel(rows, np.array(codes, np.int64), seen_a,
-                        np.array((t, *decay, 1.0 / cap) + times), cand)
-    return cand, mask, glob
+    if _numeric_kernel is not None and _observe_kernel is not None and n and -1 not in sls:
+        return np.array(sls + codes + [t, *decay, 1.0 / cap, *times, *g], np.float64)
+    return sls, codes, t, decay, 1.0 / cap, times, g
 
 
 def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
@@ -625,56 +664,64 @@ _INV_LOG_SCALE64 = _INV_LOG_SCALE.astype(np.float64)
 _STATE_TABLE32 = _STATE_TABLE.astype(np.float32)
 
 
-def _numeric_kernel_py(rows: np.ndarray, codes: np.ndarray, seen: np.ndarray, prm: np.ndarray,
-                       out: np.ndarray) -> None:
-    """:func:`_numeric_numpy` as one loop, compiled by numba when it is installed. ``prm`` is
-    ``(t, decay_0, decay_1, decay_2, 1 / capacity, h2d latency, 1 / h2d bandwidth, d2h latency,
-    1 / d2h bandwidth, timed)``; few arguments, because numba's call overhead grows with them."""
+def _numeric_kernel_py(S: np.ndarray, sl: np.ndarray, codes: np.ndarray, seen: np.ndarray,
+                       prm: np.ndarray, out: np.ndarray) -> None:
+    """:func:`_numeric_numpy` as one loop, compiled by numba when it is installed; candidate
+    ``i``'s row is ``S[sl[i]]``. ``prm`` is ``(t, decay_0, decay_1, decay_2, 1 / capacity, h2d
+    latency, 1 / h2d bandwidth, d2h latency, 1 / d2h bandwidth, timed)``; few arguments,
+    because numba's call overhead grows with them. Allocates nothing but two small scratch
+    arrays."""
     t, d0, d1, d2, inv_cap = prm[0], prm[1], prm[2], prm[3], prm[4]
     h2d_lat, h2d_inv_bw, d2h_lat, d2h_inv_bw, timed = prm[5], prm[6], prm[7], prm[8], prm[9]
     inv_scale, table = _INV_LOG_SCALE64, _STATE_TABLE32
-    n = rows.shape[0]
+    n = sl.shape[0]
     ring = np.empty(_RING)
-    raw = np.empty((n, _N_LOG))
+    rec = np.empty(n)  # raw recency (t + 1 - last access) of each candidate, for the rank
     for i in range(n):
+        s = sl[i]
         for j in range(_RING):  # insertion sort, ascending
-            v = rows[i, _RING0 + j]
+            v = S[s, _RING0 + j]
             m = j
             while m > 0 and ring[m - 1] > v:
                 ring[m] = ring[m - 1]
                 m -= 1
             ring[m] = v
-        raw[i, 0] = t + 1.0 - ring[_RING - 1]
-        raw[i, 1] = t + 1.0 - rows[i, _INSERT]
-        raw[i, 2] = t + 1.0 - rows[i, _CREATE]
-        raw[i, 3] = rows[i, _COUNT] + 1.0
-        raw[i, 4] = rows[i, _E0] * d0 + 1.0
-        raw[i, 5] = rows[i, _E0 + 1] * d1 + 1.0
-        raw[i, 6] = rows[i, _E0 + 2] * d2 + 1.0
+        r0 = t + 1.0 - ring[_RING - 1]
+        rec[i] = r0
+        o = out[i]
+        # log-scaled block, in _N_LOG order (the same float64 values as _numeric_numpy's raw)
+        o[0] = np.float32(np.log(r0)) * np.float32(inv_scale[0])
+        o[1] = np.float32(np.log(t + 1.0 - S[s, _INSERT])) * np.float32(inv_scale[1])
+        o[2] = np.float32(np.log(t + 1.0 - S[s, _CREATE])) * np.float32(inv_scale[2])
+        o[3] = np.float32(np.log(S[s, _COUNT] + 1.0)) * np.float32(inv_scale[3])
+        o[4] = np.float32(np.log(S[s, _E0] * d0 + 1.0)) * np.float32(inv_scale[4])
+        o[5] = np.float32(np.log(S[s, _E0 + 1] * d1 + 1.0)) * np.float32(inv_scale[5])
+        o[6] = np.float32(np.log(S[s, _E0 + 2] * d2 + 1.0)) * np.float32(inv_scale[6])
         for j in range(N_GAPS):
-            raw[i, _I_GAP + j] = (ring[_RING - 1 - j] - ring[_RING - 2 - j]) + 1.0
-        raw[i, _N_LOG - 1] = rows[i, _SIZE] + 1.0
-    inv_n1 = 1.0 / max(n - 1, 1)
+            o[_I_GAP + j] = (np.float32(np.log((ring[_RING - 1 - j] - ring[_RING - 2 - j]) + 1.0))
+                             * np.float32(inv_scale[_I_GAP + j]))
+        o[_N_LOG - 1] = np.float32(np.log(S[s, _SIZE] + 1.0)) * np.float32(inv_scale[_N_LOG - 1])
+        o[_I_RANK + 1] = np.float32(S[s, _SIZE]) * np.float32(inv_cap)
+        c = codes[i]
+        for j in range(4 + N_KINDS):
+            o[_I_STATE + j] = table[c, j]
+        o[_I_SEEN] = seen[i]
+        if timed:
+            size = S[s, _SIZE]
+            o[_I_SEEN + 1] = np.float32(np.log1p(h2d_lat + size * h2d_inv_bw)) * np.float32(1.0 / _LOG_NS)
+            o[_I_SEEN + 2] = (o[_I_STATE] * np.float32(np.log1p(d2h_lat + size * d2h_inv_bw))
+                              * np.float32(1.0 / _LOG_NS))
+    inv_n1 = np.float32(1.0 / max(n - 1, 1))
     for i in range(n):
-        for j in range(_N_LOG):
-            out[i, j] = np.float32(np.log(raw[i, j])) * np.float32(inv_scale[j])
+        o = out[i]
         r = 0
         for m in range(n):
-            if raw[i, 0] > raw[m, 0]:
+            if rec[i] > rec[m]:
                 r += 1
-        out[i, _I_RANK] = np.float32(r) * np.float32(inv_n1)
-        out[i, _I_RANK + 1] = np.float32(rows[i, _SIZE]) * np.float32(inv_cap)
-        for j in range(4 + N_KINDS):
-            out[i, _I_STATE + j] = table[codes[i], j]
-        out[i, _I_SEEN] = seen[i]
-        if timed:
-            size = rows[i, _SIZE]
-            out[i, _I_SEEN + 1] = np.float32(np.log1p(h2d_lat + size * h2d_inv_bw)) * np.float32(1.0 / _LOG_NS)
-            out[i, _I_SEEN + 2] = (out[i, _I_STATE] * np.float32(np.log1p(d2h_lat + size * d2h_inv_bw))
-                                   * np.float32(1.0 / _LOG_NS))
+        o[_I_RANK] = np.float32(r) * inv_n1
         for j in range(F):
-            if out[i, j] > 1.0:
-                out[i, j] = 1.0
+            if o[j] > 1.0:
+                o[j] = 1.0
 
 
 _numeric_kernel: Any = None
@@ -689,43 +736,32 @@ _NPRM = 10  # length of _numeric_kernel_py's prm
 
 
 def _observe_kernel_py(S: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_numeric_kernel_py` on rows gathered here, plus the globals: ``v`` is
-    ``(slots[n], codes[n], prm[_NPRM], globals[G])`` as float64 (all exact), ``out`` the
-    ``(K + 1, F)`` float32 buffer (candidates in rows ``0..K-1``, globals in row ``K``)."""
+    """:func:`_numeric_kernel_py` plus the globals, from one array: ``v`` is ``(slots[n],
+    codes[n], prm[_NPRM], globals[G])`` as float64 (all exact), ``out`` the ``(K + 1, F)``
+    float32 buffer (candidates in rows ``0..K-1``, globals in row ``K``; rows ``n..K-1`` are
+    left as they are)."""
     n = (v.shape[0] - _NPRM - G) // 2
-    rows = np.empty((n, _NCOL))
+    sl = np.empty(n, np.int64)
     codes = np.empty(n, np.int64)
+    seen = np.empty(n)
     for i in range(n):
-        s = int(v[i])
-        for j in range(_NCOL):
-            rows[i, j] = S[s, j]
+        sl[i] = int(v[i])
         codes[i] = int(v[n + i])
+        seen[i] = 1.0
     K = out.shape[0] - 1
-    _numeric_kernel(rows, codes, np.ones(n), v[2 * n:2 * n + _NPRM], out[:K])
+    _numeric_kernel(S, sl, codes, seen, v[2 * n:2 * n + _NPRM], out[:K])
     for j in range(G):
         out[K, j] = np.float32(v[2 * n + _NPRM + j])
 
 
 _observe_kernel: Any = None
+_distinct_kernel: Any = None
 if _numeric_kernel is not None:
     _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
+    _distinct_kernel = njit(cache=True, nogil=True)(_distinct_kernel_py)
 
 ACCELERATED = _numeric_kernel is not None
 """True when the numba kernel computes the features (else the NumPy reference does)."""
-
-
-def _numeric(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int, decay: tuple[float, ...],
-             inv_cap: float, times: tuple[float, ...], cand: np.ndarray) -> None:
-    if _numeric_kernel is None:
-        _numeric_numpy(rows, codes, seen, t, decay, inv_cap, times, cand)
-        return
-    n = len(rows)
-    seen_a = (_ONES[:n] if n <= len(_ONES) else np.ones(n)) if isinstance(seen, float) else np.array(seen)
-    prm = np.array((t, decay[0], decay[1], decay[2], inv_cap) + times)
-    _numeric_kernel(rows, codes, seen_a, prm, cand)
-
-
-_ONES = np.ones(4096)
 
 
 _MASKS: dict[int, np.ndarray] = {}

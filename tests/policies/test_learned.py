@@ -14,6 +14,7 @@ from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import Pool
 from envs.workloads.registry import generate
 from policies import features
+from policies import learned as learned_mod
 from policies.learned import (
     CandidateScorer,
     LearnedPolicy,
@@ -122,13 +123,20 @@ def test_zero_budget_falls_back_to_lru_and_counts(policy_file):
     assert (st.hits, st.misses, st.evictions) == (lru.hits, lru.misses, lru.evictions)
 
 
-def test_failing_decision_falls_back(policy_file):
+@pytest.mark.parametrize("path", ["numpy", "compiled"])
+def test_failing_decision_falls_back(policy_file, path, monkeypatch):
     pol = LearnedPolicy.load(policy_file)
 
     def boom(*_a):
         raise FloatingPointError("broken network")
 
-    pol.scorer.choose_first = boom  # type: ignore[method-assign]
+    if path == "numpy":
+        pol.compiled = False
+        pol.scorer.choose_first = boom  # type: ignore[method-assign]
+    else:
+        if not pol.compiled:
+            pytest.skip("numba is not installed: there is no compiled decision to break")
+        monkeypatch.setattr(learned_mod, "_decide", boom)
     trace = generate("zipf", seed=2, n_requests=1000, n_objects=100, size=4096)
     st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
     assert st.evictions > 0 and st.fallbacks == st.evictions
@@ -244,3 +252,59 @@ def test_load_needs_numpy_alone(policy_file):
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "8"
+
+
+@pytest.mark.skipif(learned_mod._mlp_best is None, reason="numba is not installed: no compiled forward pass")
+@pytest.mark.parametrize("hidden", [(8,), (16, 8), (64, 32)])
+def test_compiled_forward_pass_chooses_as_the_numpy_one(hidden):
+    """The compiled forward pass (fast-math float32) picks the same candidate as NumPy's."""
+    a = random_arrays(seed=4, hidden=hidden)
+    sc = CandidateScorer(a)
+    rng = np.random.default_rng(1)
+    for n in (1, 5, 32):
+        for _ in range(50):
+            cand = rng.random((32, features.F)).astype(np.float32)
+            cand[:, 17:] = rng.random((32, features.F - 17)) > 0.8  # one-hot-like columns
+            glob = rng.random(features.G).astype(np.float32)
+            ref = reference_scores(a, cand[:n], glob)
+            got = sc.choose_compiled(cand, glob, n)
+            assert ref[got] >= ref.max() - 1e-4 * max(1.0, abs(ref.max()))
+            assert got == sc.choose_first(cand, glob, n) or abs(ref[got] - ref.max()) < 1e-4
+
+
+def test_deeper_networks_take_the_numpy_forward_pass(tmp_path):
+    a = random_arrays(hidden=(8, 8, 4))
+    p = save_policy_file(tmp_path / "deep.npz", a, header(arch=dict(header()["arch"], hidden=[8, 8, 4])))  # type: ignore[arg-type]
+    pol = LearnedPolicy.load(p)
+    assert not pol.compiled and pol.scorer.compiled_args() is None
+    trace = generate("zipf", seed=2, n_requests=2000, n_objects=100, size=4096)
+    st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
+    assert st.evictions > 0 and st.fallbacks == 0
+
+
+@pytest.mark.skipif(learned_mod._decide is None, reason="numba is not installed: no compiled decision")
+@pytest.mark.parametrize("rule", ["lru", "sample"])
+def test_compiled_decisions_equal_the_numpy_reference(tmp_path, rule):
+    """The one-call compiled decision evicts exactly what features.observe + the NumPy forward
+    pass evict, request by request."""
+    p = save_policy_file(tmp_path / "p.npz", random_arrays(seed=7, hidden=(64, 32)),
+                         header(K=32, candidate_rule=rule, arch=dict(header()["arch"], hidden=[64, 32])))  # type: ignore[arg-type]
+    trace = generate("zipf", seed=5, n_requests=6000, n_objects=600, alpha=0.8, size=4096)
+    evicted: dict[bool, list[int]] = {}
+    for compiled in (True, False):
+        pol = LearnedPolicy.load(p, guard=False)
+        assert pol.compiled
+        pol.compiled = compiled
+        log: list[int] = []
+        inner = pol.victim
+
+        def victim(view, inner=inner, log=log):
+            k = inner(view)
+            log.append(k)
+            return k
+
+        pol.victim = victim  # type: ignore[method-assign]
+        st = Pool(60 * 4096, pol, placement="bytes").replay(trace)
+        assert st.fallbacks == 0
+        evicted[compiled] = log
+    assert len(evicted[True]) > 1000 and evicted[True] == evicted[False]
