@@ -19,7 +19,7 @@ from policies import features
 __all__ = [
     "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
     "resolve_capacity",
-    "observation_space", "pack_obs", "empty_obs", "next_use_distance", "CAPACITY_OF",
+    "observation_space", "pack_obs", "empty_obs", "next_use_distance", "decision_info", "CAPACITY_OF",
 ]
 
 TraceSource = Union[Trace, str, "os.PathLike[str]", Mapping[str, Any]]
@@ -221,3 +221,75 @@ def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) 
     its last access (``-1``: never accessed, distance ``inf``)."""
     nxt = np.where(last_access >= 0, next_use[np.maximum(last_access, 0)], INF)
     return np.where(nxt == INF, np.inf, (nxt - tick).astype(np.float64))
+
+
+def decision_info(keys: list[int], nxt: list[int], tick: int, K: int, farthest: bool
+                  ) -> tuple[int, np.ndarray, np.ndarray]:
+    """The teacher's part of a decision's ``info``: ``(oracle, keys, next_use)``.
+
+    ``keys`` are the ``n <= K`` candidates and ``nxt`` the row of each one's next access
+    (``INF``: never). ``oracle`` is, with ``farthest``, Belady's choice: the candidate used
+    farthest in the future, among those never used again the largest key (as
+    :class:`policies.priority.Belady`); without it, the candidate used soonest (the first of
+    equals), ``-1`` when none is used again; ``-1`` when there are no candidates. The arrays
+    are ``(K,)`` and new at every call (callers keep infos): the keys (int64) and the ticks
+    from ``tick`` to each next use (float64, ``inf`` if never), ``-1`` in the padding."""
+    if _info_kernel is None:
+        return _decision_info_py(keys, nxt, tick, K, farthest)
+    # one conversion and one call of few arguments (numba's call overhead grows with them)
+    out_keys, out_dist = np.empty(K, np.int64), np.empty(K, np.float64)
+    j = _info_kernel(np.array(keys + nxt + [tick, farthest], np.int64), out_keys, out_dist)
+    return j, out_keys, out_dist
+
+
+def _decision_info_py(keys: list[int], nxt: list[int], tick: int, K: int, farthest: bool
+                      ) -> tuple[int, np.ndarray, np.ndarray]:
+    """:func:`decision_info` in plain Python (the reference for the numba kernel)."""
+    n = len(keys)
+    if n == 0:
+        j = -1
+    elif farthest:
+        j = keys.index(max(zip(nxt, keys))[1])
+    else:
+        j = nxt.index(min(nxt))
+        if nxt[j] >= INF:
+            j = -1
+    never, inf = INF, float("inf")  # closure cells, not globals, in the comprehension
+    dist = [x - tick if x < never else inf for x in nxt]
+    return (j, np.array(keys + [-1] * (K - n), np.int64),
+            np.array(dist + [-1.0] * (K - n), np.float64))
+
+
+def _info_kernel_py(v: np.ndarray, keys: np.ndarray, dist: np.ndarray) -> int:
+    """:func:`_decision_info_py` compiled by numba: ``v`` is ``keys[n] + nxt[n] + [tick,
+    farthest]`` (int64); fills ``keys`` and ``dist`` (length ``K``) and returns the oracle."""
+    n = (v.shape[0] - 2) // 2
+    tick, farthest = v[2 * n], v[2 * n + 1] != 0
+    j = -1
+    for i in range(n):
+        k, x = v[i], v[n + i]
+        keys[i] = k
+        dist[i] = np.inf if x == INF else float(x - tick)
+        if j < 0:
+            j = i
+        elif farthest:
+            y = v[n + j]
+            if x > y or (x == y and k > v[j]):
+                j = i
+        elif x < v[n + j]:
+            j = i
+    for i in range(n, keys.shape[0]):
+        keys[i] = -1
+        dist[i] = -1.0
+    if not farthest and j >= 0 and v[n + j] == INF:
+        j = -1
+    return j
+
+
+_info_kernel: Any = None
+try:  # numba is optional (as in policies.features): the Python reference gives the same info
+    from numba import njit
+
+    _info_kernel = njit(cache=True, nogil=True)(_info_kernel_py)
+except ImportError:  # pragma: no cover
+    pass

@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from allocator.errors import ConfigError, InvalidActionError
 from allocator.pool import EvictionRequest, Pool
-from allocator.trace import INF, Op
+from allocator.trace import Op
 from envs.common import (
     Episodes,
     TraceSource,
@@ -19,6 +19,7 @@ from envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    decision_info,
     demand_marks,
     demand_reward,
     empty_obs,
@@ -33,7 +34,6 @@ from policies.features import FeatureTracker
 __all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
 
 EVICT_REWARDS = ("misses", "bytes", "stall")
-_INF_F = float("inf")
 _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an IntEnum member costs 6x
 INVALID_ACTIONS = ("raise", "lru")
 
@@ -151,13 +151,11 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         self.action_space = spaces.Discrete(self.K)
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
-        self._gen: Generator[EvictionRequest, int, bool | None] | None = None
+        self._loop: Generator[EvictionRequest, int, None] | None = None
         self._keys: list[int] = []
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
-        self._pad_keys = [-1] * self.K
-        self._pad_dist = [-1.0] * self.K
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -177,9 +175,15 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         i = self._check_action(action)
         pool = self.pool
         assert pool is not None
-        marks = demand_marks(pool)
-        decided = self._advance(self._keys[i])
-        r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns)
+        if self.reward_kind == "misses":  # the default, without demand_marks' tuple
+            st = pool.stats
+            m0 = st.misses
+            decided = self._advance(self._keys[i])
+            r = -float(st.misses - m0)
+        else:
+            marks = demand_marks(pool)
+            decided = self._advance(self._keys[i])
+            r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns)
         return self._obs, r, not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:
@@ -188,69 +192,62 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ the loop
     def _start(self, w: Window) -> None:
-        if self._gen is not None:  # an abandoned episode: release the pool's lock first
-            self._gen.close()
-            self._gen = None
+        if self._loop is not None:  # an abandoned episode: release the pool's lock first
+            self._loop.close()
+            self._loop = None
         if self.pool is not None:
             self.pool.close()
         self._w = w
         self.tracker.reset()
         cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
         self.pool = Pool(cap, self.tracker, **self.pool_kwargs)  # type: ignore[arg-type]
-        self._i = 0
+        self._view = self.pool.view
         self._invalid = 0
-        self._next_use = w.next_use.tolist()
         self._nxt: dict[int, int] = {}  # key -> row of its next access after its last one (the oracle's input)
         self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
+        self._loop = self._episode()
+
+    def _episode(self) -> Generator[EvictionRequest, int, None]:
+        """The window's rows through the pool. A miss runs as :meth:`Pool.steps`, whose
+        eviction requests pass through (``yield from``) to :meth:`_advance`, which sends the
+        victims back; everything else runs without stopping."""
+        pool, w = self.pool, self._w
+        assert pool is not None
+        resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
+        nxt = self._nxt
+        free_, write_ = _FREE, _WRITE  # plain ints in fast locals
+        for k, op, size, kind, comp, nu in zip(w.key, w.op, w.size, w.kind, w.compute_ns,
+                                               w.next_use.tolist()):
+            if op == free_:
+                free(k)
+                continue
+            nxt[k] = nu
+            if resident(k):  # a hit never needs room: the fast path of the same loop
+                access(k, size, op == write_, kind=kind, compute_ns=comp)
+            else:
+                yield from steps(k, size, op, kind=kind, compute_ns=comp)
 
     def _advance(self, victim: int | None) -> bool:
-        """Answer the pending request with ``victim`` (if any) and run the pool to the next
-        eviction request (True) or to the end of the window (False)."""
-        pool = self.pool
-        assert pool is not None
-        gen = self._gen
-        if gen is not None:
-            try:
-                gen.send(victim)  # type: ignore[arg-type]
-                return self._decision()
-            except StopIteration:
-                self._gen = None
-        w = self._w
-        keys, sizes, ops, kinds, comp = w.key, w.size, w.op, w.kind, w.compute_ns
-        resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
-        nxt, nu = self._nxt, self._next_use
-        i, n = self._i, len(w)
-        while i < n:
-            k, op = keys[i], ops[i]
-            if op == _FREE:
-                free(k)
-                i += 1
-                continue
-            nxt[k] = nu[i]
-            if resident(k):  # a hit never needs room: the fast path of the same loop
-                access(k, sizes[i], op == _WRITE, kind=kinds[i], compute_ns=comp[i])
+        """Answer the pending request with ``victim`` (``None``: start the episode) and run
+        the pool to the next eviction request (True) or to the end of the window (False)."""
+        loop = self._loop
+        assert loop is not None
+        try:
+            if victim is None:
+                next(loop)
             else:
-                gen = steps(k, sizes[i], op, kind=kinds[i], compute_ns=comp[i])
-                try:
-                    next(gen)
-                except StopIteration:
-                    i += 1
-                    continue
-                self._gen = gen
-                self._i = i + 1
-                return self._decision()
-            i += 1
-        self._i = i
-        return self._end()
+                loop.send(victim)
+        except StopIteration:
+            self._loop = None
+            return self._end()
+        return self._decision()
 
     def _decision(self) -> bool:
-        pool = self.pool
-        assert pool is not None
         # select_candidates + observe, without converting the keys back and forth (and, mostly,
         # reading each candidate's pool record once): the same observation
-        view = pool.view
+        view = self._view
         keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
-        if len(keys) == 0:  # cannot happen: the pool asks only when something is evictable
+        if not keys:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
         cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes)
         self._keys, self._mask, self._obs = keys, mask, pack_obs(cand, mask, glob)
@@ -266,7 +263,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
-        if isinstance(action, (int, np.integer)):
+        if type(action) is int or isinstance(action, np.integer):
             a = int(action)
         else:
             try:
@@ -276,18 +273,18 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
             except (TypeError, ValueError):
                 raise InvalidActionError(f"action {action!r} is not an integer; Discrete({self.K}) "
                                          f"takes 0..{self.K - 1}") from None
+        if 0 <= a < len(self._keys):  # the mask: the first len(keys) slots
+            return a
         if not 0 <= a < self.K:
             raise InvalidActionError(f"action {action!r} is out of range: Discrete({self.K}) takes 0..{self.K - 1}")
-        if not self._mask[a]:
-            n = len(self._keys)
-            if self.invalid_action == "raise":
-                raise InvalidActionError(
-                    f"action {a} names a padded slot: only candidates 0..{n - 1} are valid "
-                    f"(mask {self._mask.astype(int).tolist()}); mask actions with action_masks() "
-                    "(sb3-contrib MaskablePPO) or make the env with invalid_action='lru'")
-            self._invalid += 1
-            a = self._lru_index()
-        return a
+        n = len(self._keys)
+        if self.invalid_action == "raise":
+            raise InvalidActionError(
+                f"action {a} names a padded slot: only candidates 0..{n - 1} are valid "
+                f"(mask {self._mask.astype(int).tolist()}); mask actions with action_masks() "
+                "(sb3-contrib MaskablePPO) or make the env with invalid_action='lru'")
+        self._invalid += 1
+        return self._lru_index()
 
     def _lru_index(self) -> int:
         if self.candidates == "lru":
@@ -299,29 +296,21 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
         pool = self.pool
         assert pool is not None
         kl = self._keys
-        n = len(kl)
-        t = pool.view.tick
+        t = self._view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
-        if n:
-            nxt = list(map(self._nxt.__getitem__, kl))
-            # Belady: farthest next use; among objects never used again the largest key
-            info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
-            never, inf = INF, _INF_F  # closure cells, not globals, in the comprehension
-            dist = [x - t if x < never else inf for x in nxt]
-        else:
-            dist = []
-            info["oracle_action"] = -1
+        # Belady's choice and each candidate's next-use distance
+        j, keys, dist = decision_info(kl, list(map(self._nxt.__getitem__, kl)), t, self.K, True)
+        info["oracle_action"] = j
+        if not kl:
             info["stats"] = pool.snapshot().as_dict()
-        pad = self.K - n
-        info["keys"] = np.array(kl + self._pad_keys[:pad], np.int64)
-        info["next_use"] = np.array(dist + self._pad_dist[:pad], np.float64)
+        info["keys"], info["next_use"] = keys, dist
         return info
 
     def close(self) -> None:
-        if self._gen is not None:
-            self._gen.close()
-            self._gen = None
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
