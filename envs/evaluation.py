@@ -208,6 +208,15 @@ def _plain_pool(allocator_cfg: Any) -> bool:
 
 
 # ---------------------------------------------------------------------- the sweep
+def normalized_hit_rate(hits: int, lru_hits: int | None, belady_hits: int | None) -> float:
+    """``(hits - lru) / (belady - lru)``: 0 is LRU, 1 is Belady. NaN where it is undefined:
+    a missing reference, or Belady not ahead of LRU (possible in byte mode, where Belady's
+    farthest-next-use rule is not optimal for objects of different sizes)."""
+    if lru_hits is None or belady_hits is None or belady_hits <= lru_hits:
+        return math.nan
+    return (hits - lru_hits) / (belady_hits - lru_hits)
+
+
 def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
     """Fill ``normalized_hit_rate`` in place from the lru and belady rows of each group."""
     groups: dict[tuple[Any, ...], dict[str, int]] = {}
@@ -217,11 +226,7 @@ def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
             groups.setdefault(g, {})[r["policy"]] = r["hits"]
     for r in rows:
         ref = groups.get((r["trace"], r["mode"], r["capacity"], r["prefetch"], r["preset"]), {})
-        lru, bel = ref.get("lru"), ref.get("belady")
-        if lru is None or bel is None or bel == lru:
-            r["normalized_hit_rate"] = math.nan
-        else:
-            r["normalized_hit_rate"] = (r["hits"] - lru) / (bel - lru)
+        r["normalized_hit_rate"] = normalized_hit_rate(r["hits"], ref.get("lru"), ref.get("belady"))
 
 
 def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator.trace import Trace
-from envs.evaluation import RunSpec, resolve_capacity, run_one
+from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_one
 
 __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "quality_rows", "format_quality", "verdict"]
 
@@ -82,12 +82,11 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
             res[n] = run_one(t, spec, seed=seed, decision_timing=n == "learned")
         hits = {n: r["hits"] for n, r in res.items()}
         acc = max(1, res["lru"]["hits"] + res["lru"]["misses"])
-        span = hits["belady"] - hits["lru"]
         best_h = max(heuristics, key=lambda n: hits[n])
         row: dict[str, Any] = {
             "trace": t.name, "family": h.family, "capacity": c, "capacity_bytes": cap,
             **{f"miss_{n}": res[n]["miss_ratio"] for n in names},
-            "normalized_hit_rate": (hits["learned"] - hits["lru"]) / span if span > 0 else math.nan,
+            "normalized_hit_rate": normalized_hit_rate(hits["learned"], hits["lru"], hits["belady"]),
             "best_heuristic": best_h,
             "gap_to_best": (hits[best_h] - hits["learned"]) / acc,
             "decision_p50_us": res["learned"].get("decision_p50_us", math.nan),

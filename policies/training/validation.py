@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from allocator.trace import Trace
-from envs.evaluation import RunSpec, resolve_capacity, run_one
+from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_one
 from policies.training.export import export_policy
 from policies.training.nets import CandidateScorerNet
 
@@ -69,9 +69,9 @@ class Validator:
             learned.append(row["miss_ratio"])
             lru.append(ref["lru"]["miss_ratio"])
             bel.append(ref["belady"]["miss_ratio"])
-            span = ref["belady"]["hits"] - ref["lru"]["hits"]
-            if span > 0:
-                nhr.append((row["hits"] - ref["lru"]["hits"]) / span)
+            x = normalized_hit_rate(row["hits"], ref["lru"]["hits"], ref["belady"]["hits"])
+            if not math.isnan(x):
+                nhr.append(x)
         if not self.runs:
             return {}
         return {

@@ -212,3 +212,15 @@ def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -
     row = next(r for r in res["rows"] if r["policy"] == f"learned:{path}")
     assert row["requests"] == 2500 and not row["fast"] and row["decision_p50_us"] > 0
     assert not math.isnan(row["normalized_hit_rate"])
+
+
+def test_normalized_hit_rate_is_one_definition() -> None:
+    """0 at LRU, 1 at Belady, NaN where Belady is not ahead of LRU (byte mode) or a reference
+    is missing; the evaluator, the validation callback and the quality bench all use it."""
+    from envs.evaluation import normalized_hit_rate
+
+    assert normalized_hit_rate(50, 50, 150) == 0.0
+    assert normalized_hit_rate(150, 50, 150) == 1.0
+    assert normalized_hit_rate(25, 50, 150) == -0.25
+    for lru, bel in ((150, 100), (100, 100), (None, 100), (100, None)):
+        assert math.isnan(normalized_hit_rate(120, lru, bel))
