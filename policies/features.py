@@ -278,15 +278,19 @@ class FeatureTracker(EvictionPolicyBase):
 
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:
-        # per-access cost matters (it is paid on every hit): scalar writes into the flat view
-        V, b = self._V, s * _NCOL
-        c = V[b + _COUNT]
-        V[b + _RING0 + int(c) % _RING] = t
-        V[b + _COUNT] = c + 1.0
+        # per-access cost matters (it is paid on every hit): one compiled call, or scalar
+        # writes into the flat view (the same arithmetic)
         x = t - self._epoch
         if x > _RENORM * HALF_LIVES[0]:
             self._renormalise(t)
             x = 0
+        if _access_kernel is not None:
+            _access_kernel(self._V, s * _NCOL, t, x, 2.0)
+            return
+        V, b = self._V, s * _NCOL
+        c = V[b + _COUNT]
+        V[b + _RING0 + int(c) % _RING] = t
+        V[b + _COUNT] = c + 1.0
         V[b + _E0] += 2.0 ** (x * _IH[0])
         V[b + _E0 + 1] += 2.0 ** (x * _IH[1])
         V[b + _E0 + 2] += 2.0 ** (x * _IH[2])
@@ -754,9 +758,24 @@ def _observe_kernel_py(S: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
         out[K, j] = np.float32(v[2 * n + _NPRM + j])
 
 
+def _access_kernel_py(V: np.ndarray, b: int, t: int, x: int, two: float) -> None:
+    """:meth:`FeatureTracker._access`'s writes into row ``V[b:b + _NCOL]`` (``x`` = ticks since
+    the counters' epoch). ``two`` is 2.0, passed at run time: with a constant base the compiler
+    would turn ``pow`` into ``exp2``, which rounds differently from Python's ``**``."""
+    c = V[b + _COUNT]
+    V[b + _RING0 + int(c) % _RING] = t
+    V[b + _COUNT] = c + 1.0
+    V[b + _E0] += two ** (x * _IH0)
+    V[b + _E0 + 1] += two ** (x * _IH1)
+    V[b + _E0 + 2] += two ** (x * _IH2)
+
+
+_IH0, _IH1, _IH2 = _IH
 _observe_kernel: Any = None
 _distinct_kernel: Any = None
+_access_kernel: Any = None
 if _numeric_kernel is not None:
+    _access_kernel = njit(cache=True, nogil=True)(_access_kernel_py)
     _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
     _distinct_kernel = njit(cache=True, nogil=True)(_distinct_kernel_py)
 
