@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from allocator.errors import ConfigError
+from allocator.pool import D2H, DEVICE, H2D, HOST
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
 
 __all__ = ["SuccessorPredictor"]
+
+_AWAY = (HOST, D2H)  # the residency states of an object that is known and not resident
+assert {DEVICE, H2D}.isdisjoint(_AWAY) and len({DEVICE, H2D, *_AWAY}) == 4
 
 
 class SuccessorPredictor:
@@ -57,9 +61,35 @@ class SuccessorPredictor:
         out: list[int] = []
         seen = {key}
         frontier = [key]
-        succ, resident = self._succ, view.is_resident
-        for _ in range(self.hops):
-            nxt: list[int] = []
+        succ = self._succ
+        objs: dict[int, Any] | None = getattr(view, "_objs", None)
+        if objs is None:  # another view: its public API (the same answer, slower)
+            resident = view.is_resident
+            for _ in range(self.hops):
+                nxt: list[int] = []
+                for y in frontier:
+                    s = succ.get(y)
+                    if not s:
+                        continue
+                    for z in reversed(s):
+                        if z in seen:
+                            continue
+                        seen.add(z)
+                        nxt.append(z)
+                        if z in view and not resident(z):
+                            out.append(z)
+                            if len(out) == K:
+                                return out
+                if not nxt:
+                    break
+                frontier = nxt
+            return out
+        # the pool's records, read once per object: known and not resident = on the host or
+        # being written back (as ``z in view and not view.is_resident(z)``)
+        get, away = objs.get, _AWAY
+        last = self.hops - 1
+        for hop in range(self.hops):
+            nxt = []
             for y in frontier:
                 s = succ.get(y)
                 if not s:
@@ -68,8 +98,10 @@ class SuccessorPredictor:
                     if z in seen:
                         continue
                     seen.add(z)
-                    nxt.append(z)
-                    if z in view and not resident(z):
+                    if hop != last:
+                        nxt.append(z)
+                    o = get(z)
+                    if o is not None and o.state in away:
                         out.append(z)
                         if len(out) == K:
                             return out

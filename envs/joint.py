@@ -19,11 +19,11 @@ from envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    decision_info,
     demand_marks,
     demand_reward,
     empty_obs,
     observation_space,
-    pack_obs,
     resolve_capacity,
     reward_scales,
 )
@@ -190,26 +190,31 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
         set) and receives the chosen key (``None``: no prefetch)."""
         pool, w = self.pool, self._w
         assert pool is not None
-        view, tracker, K = pool.view, self.tracker, self.K
+        view, tracker, K, rule = pool.view, self.tracker, self.K, self.candidates
         resident, access, free, steps = view.is_resident, pool.access, pool.free, pool.steps
         observe, propose, opp = self.predictor.observe, self.predictor.propose, self.opportunity
-        last_row = self._last_row
+        compute, select, decide = pool.cost.compute, features._select, self._decide
+        last_row, step_of = self._last_row, w.step
+        # the opportunity rule as an int: every `every`-th access; 0 after a miss, -1 at the
+        # last access of a trace step
+        every = 1 if opp == "access" else 0 if opp == "miss" else -1 if opp == "step" else int(opp)
+        free_, write_, evict_, prefetch_ = int(Op.FREE), int(Op.WRITE), EVICT, PREFETCH
+        last = len(w) - 1
         n_access = 0
-        for i in range(len(w)):
-            k, op = w.key[i], w.op[i]
-            if op == Op.FREE:
+        for i, (k, op, size, kind, comp) in enumerate(zip(w.key, w.op, w.size, w.kind, w.compute_ns)):
+            if op == free_:
                 free(k)
                 continue
             last_row[k] = i
             if resident(k):
-                hit = access(k, w.size[i], op == Op.WRITE, kind=w.kind[i])
+                hit = access(k, size, op == write_, kind=kind)
             else:  # the consumer's compute is deferred past the prefetch decision below
-                gen = steps(k, w.size[i], op, kind=w.kind[i])
+                gen = steps(k, size, op, kind=kind)
                 try:
                     next(gen)
                     while True:
-                        keys = features.select_candidates(tracker, view, K, self.candidates, self.np_random)
-                        self._decide(EVICT, keys.tolist())
+                        keys, codes = select(tracker, view, K, rule, self.np_random)
+                        decide(evict_, keys, codes)
                         gen.send((yield))  # type: ignore[arg-type]
                 except StopIteration as e:
                     hit = bool(e.value)
@@ -217,84 +222,83 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
                     gen.close()  # releases the pool's lock if the episode is abandoned here
             observe(k)
             n_access += 1
-            if opp == "miss":
+            if every > 0:
+                ask = every == 1 or n_access % every == 0
+            elif every == 0:
                 ask = not hit
-            elif opp == "access":
-                ask = True
-            elif opp == "step":
-                ask = i == len(w) - 1 or w.step[i + 1] != w.step[i]
             else:
-                ask = n_access % opp == 0  # type: ignore[operator]
-            cands = propose(k, K, view) if ask else None
-            if cands:
-                self._decide(PREFETCH, cands)
-                key = yield
-                if key is not None:
-                    hold = view.evictable(k)  # as the pool's own prefetch hook: hold the accessed object
-                    if hold:
-                        pool.pin(k)
-                    try:
-                        pool.prefetch(key)
-                    except PoolExhausted:
-                        pass  # a prefetch is a hint: no room now
-                    finally:
+                ask = i == last or step_of[i + 1] != step_of[i]
+            if ask:
+                cands = propose(k, K, view)
+                if cands:
+                    decide(prefetch_, cands, None)
+                    key = yield
+                    if key is not None:
+                        hold = view.evictable(k)  # as the pool's own prefetch hook: hold the accessed object
                         if hold:
-                            pool.unpin(k)
-            if w.compute_ns[i]:
-                pool.cost.compute(w.compute_ns[i])  # the access's compute (Pool.access's last step)
+                            pool.pin(k)
+                        try:
+                            pool.prefetch(key)
+                        except PoolExhausted:
+                            pass  # a prefetch is a hint: no room now
+                        finally:
+                            if hold:
+                                pool.unpin(k)
+            if comp:
+                compute(comp)  # the access's compute (Pool.access's last step)
 
-    def _decide(self, phase: int, keys: list[int]) -> None:
+    def _decide(self, phase: int, keys: list[int], codes: list[int] | None) -> None:
         pool = self.pool
         assert pool is not None
-        cand, mask, glob = features.observe(self.tracker, pool.view, keys, self.K)
+        cand, mask, glob = features._observe(self.tracker, pool.view, keys, self.K, codes)
         self._phase, self._keys = phase, keys
-        self._mask = np.append(mask, phase == PREFETCH)
-        self._obs = {**pack_obs(cand, mask, glob), "phase": phase}
+        self._mask = _mask_table(self.K)[2 * len(keys) + phase]
+        self._obs = {"candidates": cand.reshape(-1), "globals": glob, "mask": mask.astype(np.int8),
+                     "phase": phase}
 
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
         K = self.K
-        try:
-            if np.ndim(action) != 0:
-                raise TypeError
+        if type(action) is int or isinstance(action, np.integer):
             a = int(action)
-        except (TypeError, ValueError):
-            raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) takes 0..{K}") from None
+        else:
+            try:
+                if np.ndim(action) != 0:
+                    raise TypeError
+                a = int(action)
+            except (TypeError, ValueError):
+                raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) takes 0..{K}") from None
+        if 0 <= a < len(self._keys) or (a == K and self._phase == PREFETCH):  # the mask
+            return a
         if not 0 <= a <= K:
             raise InvalidActionError(f"action {action!r} is out of range: Discrete({K + 1}) takes 0..{K}")
-        if not self._mask[a]:
-            phase = "eviction" if self._phase == EVICT else "prefetch"
-            if self.invalid_action == "raise":
-                raise InvalidActionError(
-                    f"action {a} is masked in the {phase} phase (mask {self._mask.astype(int).tolist()}); "
-                    "mask actions with action_masks() or make the env with invalid_action='default'")
-            self._invalid += 1
-            if self._phase == PREFETCH:
-                return K
-            last = self.tracker.last_access(self._keys)
-            return int(np.argmin(last))
-        return a
+        phase = "eviction" if self._phase == EVICT else "prefetch"
+        if self.invalid_action == "raise":
+            raise InvalidActionError(
+                f"action {a} is masked in the {phase} phase (mask {self._mask.astype(int).tolist()}); "
+                "mask actions with action_masks() or make the env with invalid_action='default'")
+        self._invalid += 1
+        if self._phase == PREFETCH:
+            return K
+        last = self.tracker.last_access(self._keys)
+        return int(np.argmin(last))
 
     def _info(self) -> dict[str, Any]:
         pool = self.pool
         assert pool is not None
-        K, n, t = self.K, len(self._keys), pool.view.tick
+        K, kl, t = self.K, self._keys, pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses, "phase": self._phase,
                                 "invalid_actions": self._invalid}
-        kl = self._keys
-        nu, lr = self._next_use, self._last_row
-        nxt = [nu[lr[k]] if k in lr else INF for k in kl]
-        if not n:
+        nu, lr, never = self._next_use, self._last_row, INF
+        nxt = [nu[lr[k]] if k in lr else never for k in kl]
+        # eviction: Belady's victim; prefetch: the candidate used soonest, or no prefetch
+        j, keys, dist = decision_info(kl, nxt, t, K, self._phase == EVICT)
+        if not kl:
             info["oracle_action"] = -1
             info["stats"] = pool.snapshot().as_dict()
-        elif self._phase == EVICT:
-            info["oracle_action"] = kl.index(max(zip(nxt, kl))[1])
         else:
-            j = nxt.index(min(nxt))
-            info["oracle_action"] = j if nxt[j] < INF else K
-        pad = K - n
-        info["keys"] = np.array(kl + [-1] * pad, np.int64)
-        info["next_use"] = np.array([x - t if x < INF else np.inf for x in nxt] + [-1.0] * pad, np.float64)
+            info["oracle_action"] = K if j < 0 else j
+        info["keys"], info["next_use"] = keys, dist
         return info
 
     def close(self) -> None:
@@ -304,3 +308,18 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+_MASK_TABLES: dict[int, np.ndarray] = {}
+
+
+def _mask_table(K: int) -> np.ndarray:
+    """Row ``2 * n + phase``: the action mask with ``n`` candidates in ``phase`` (the no-op,
+    last, valid in the prefetch phase only); read-only, shared."""
+    t = _MASK_TABLES.get(K)
+    if t is None:
+        t = np.repeat(np.tri(K + 1, K + 1, -1, bool), 2, axis=0)
+        t[1::2, K] = True
+        t.setflags(write=False)
+        t = _MASK_TABLES[K] = t
+    return t

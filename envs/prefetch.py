@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +20,9 @@ from envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    decision_info,
+    demand_marks,
+    demand_reward,
     empty_obs,
     observation_space,
     pack_obs,
@@ -34,6 +37,7 @@ __all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
 
 PREFETCH_REWARDS = ("pythia", "misses", "bytes", "stall")
 OPPORTUNITIES = ("miss", "access", "step")
+_FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an IntEnum member costs 6x
 PYTHIA_WEIGHTS: Mapping[str, float] = {"timely": 1.0, "late": 0.5, "useless": -1.0, "none": 0.0}
 """Default weights of the Pythia-style reward (Bera et al., MICRO 2021, rank their rewards the
 same way: accurate and timely > accurate but late > no prefetch > inaccurate)."""
@@ -160,6 +164,7 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
         self.action_space = spaces.Discrete(self.K + 1)
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
+        self._loop: Generator[None, int | None, None] | None = None
         self._keys: list[int] = []
         self._mask = np.zeros(self.K + 1, bool)
         self._obs = empty_obs(self.K)
@@ -171,7 +176,7 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
         super().reset(seed=seed)
         for _ in range(16):
             self._start(self._episodes.draw(self.np_random, options))
-            if self._advance():
+            if self._advance(start=True):
                 return self._obs, self._info()
         raise ConfigError("no prefetch opportunity with candidates arose in 16 episode windows; "
                           "use opportunity='access', a longer window or a smaller capacity")
@@ -182,26 +187,19 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
         a = self._check_action(action)
         pool = self.pool
         assert pool is not None
-        before = self._counters()
-        if a < self.K:
-            self._prefetch(pool, self._keys[a])
-        c = self._w.compute_ns[self._i - 1]
-        if c:
-            pool.cost.compute(c)  # the accessed row's compute (Pool.access's own last step)
-        decided = self._advance()
-        d = [x - y for x, y in zip(self._counters(), before)]
-        kind = self.reward_kind
+        st, kind = pool.stats, self.reward_kind
         if kind == "pythia":
+            p0, l0, u0 = st.prefetch_hits, st.late_prefetches, st.useless_prefetches
+            decided = self._advance(self._keys[a] if a < self.K else None)
             w = self.weights
-            r = w["timely"] * d[0] + w["late"] * d[1] + w["useless"] * d[2]
+            r = (w["timely"] * (st.prefetch_hits - p0) + w["late"] * (st.late_prefetches - l0)
+                 + w["useless"] * (st.useless_prefetches - u0))
             if a == self.K:
                 r += w["none"]
-        elif kind == "misses":
-            r = -float(d[3])
-        elif kind == "bytes":
-            r = -d[4] / self._mean_size
         else:
-            r = -d[5] / self._fetch_ns
+            marks = demand_marks(pool)
+            decided = self._advance(self._keys[a] if a < self.K else None)
+            r = demand_reward(kind, pool, marks, self._mean_size, self._fetch_ns)
         return self._obs, float(r), not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:
@@ -224,14 +222,10 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
             if hold:
                 pool.unpin(k)
 
-    def _counters(self) -> tuple[int, ...]:
-        pool = self.pool
-        assert pool is not None
-        st = pool.stats
-        return (st.prefetch_hits, st.late_prefetches, st.useless_prefetches, st.misses,
-                st.byte_misses, pool.cost.stall_ns)
-
     def _start(self, w: Window) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
         if self.pool is not None:
             self.pool.close()
         self._w = w
@@ -241,112 +235,139 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
             self.eviction, self.tracker)  # type: ignore[arg-type]
         cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
         self.pool = Pool(cap, policy, **self.pool_kwargs)  # type: ignore[arg-type]
-        self._i = 0
-        self._n_access = 0
         self._invalid = 0
         self._dropped = 0
         self._keys_accessed = -1
         self._last_row: dict[int, int] = {}
         self._next_use = w.next_use.tolist()
         self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
+        self._loop = self._episode()
 
-    def _advance(self) -> bool:
-        """Run the pool to the next prefetch opportunity with candidates (True) or to the end
-        of the window (False)."""
-        pool = self.pool
+    def _advance(self, choice: int | None = None, start: bool = False) -> bool:
+        """Prefetch ``choice`` (a key; ``None``: nothing) at the pending opportunity, or start
+        the episode (``start``), and run the pool to the next opportunity with candidates
+        (True) or to the end of the window (False)."""
+        loop = self._loop
+        assert loop is not None
+        try:
+            if start:
+                next(loop)
+            else:
+                loop.send(choice)
+        except StopIteration:
+            self._loop = None
+            self._keys = []
+            self._mask = np.zeros(self.K + 1, bool)
+            self._obs = empty_obs(self.K)
+            self._done = True
+            return False
+        return True
+
+    def _episode(self) -> Generator[None, int | None, None]:
+        """The window's rows through the pool; yields at each opportunity with candidates
+        (``self._keys`` etc. set) and receives the key to prefetch (``None``: nothing)."""
+        pool, w, K, tracker = self.pool, self._w, self.K, self.tracker
         assert pool is not None
-        w = self._w
-        keys, sizes, ops, kinds, comp, steps = w.key, w.size, w.op, w.kind, w.compute_ns, w.step
-        access, free, observe = pool.access, pool.free, self.predictor.observe
-        last_row, opp, view = self._last_row, self.opportunity, pool.view
-        i, n = self._i, len(w)
-        while i < n:
-            k, op = keys[i], ops[i]
-            i += 1
-            if op == Op.FREE:
+        access, free, view, compute = pool.access, pool.free, pool.view, pool.cost.compute
+        observe, propose = self.predictor.observe, self.predictor.propose
+        last_row, opp, steps = self._last_row, self.opportunity, w.step
+        masks = _mask_table(K)
+        # the opportunity rule as an int: every `every`-th access; 0 after a miss, -1 at the
+        # last access of a trace step
+        every = 1 if opp == "access" else 0 if opp == "miss" else -1 if opp == "step" else int(opp)
+        free_, write_ = _FREE, _WRITE  # plain ints in fast locals
+        n, n_access = len(w), 0
+        for i, (k, op, size, kind, comp) in enumerate(zip(w.key, w.op, w.size, w.kind, w.compute_ns)):
+            if op == free_:
                 free(k)
                 continue
-            last_row[k] = i - 1
+            last_row[k] = i
             # the consumer's compute runs after the prefetch decision, as with the pool's own
             # prefetch hook, so that a prefetch overlaps it
-            hit = access(k, sizes[i - 1], op == Op.WRITE, kind=kinds[i - 1])
+            hit = access(k, size, op == write_, kind=kind)
             observe(k)
-            self._n_access += 1
-            if opp == "miss":
+            n_access += 1
+            if every > 0:
+                ask = every == 1 or n_access % every == 0
+            elif every == 0:
                 ask = not hit
-            elif opp == "access":
-                ask = True
-            elif opp == "step":
-                ask = i == n or steps[i] != steps[i - 1]
             else:
-                ask = self._n_access % opp == 0  # type: ignore[operator]
-            cands = self.predictor.propose(k, self.K, view) if ask else None
-            if not cands:
-                if comp[i - 1]:
-                    pool.cost.compute(comp[i - 1])
-                continue
-            if cands:
-                self._i = i
-                self._keys_accessed = k
-                cand, mask, glob = features.observe(self.tracker, view, cands, self.K)
-                self._keys = cands
-                self._mask = np.append(mask, True)
-                self._obs = pack_obs(cand, mask, glob)
-                self._done = False
-                return True
-        self._i = i
-        self._keys = []
-        self._mask = np.zeros(self.K + 1, bool)
-        self._obs = empty_obs(self.K)
-        self._done = True
-        return False
+                ask = i + 1 == n or steps[i + 1] != steps[i]
+            if ask:
+                cands = propose(k, K, view)
+                if cands:
+                    cand, mask, glob = features._observe(tracker, view, cands, K, None)
+                    self._keys, self._keys_accessed = cands, k
+                    self._mask = masks[len(cands)]
+                    self._obs = pack_obs(cand, mask, glob)
+                    self._done = False
+                    choice = yield
+                    if choice is not None:
+                        self._prefetch(pool, choice)
+            if comp:
+                compute(comp)
 
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
         K = self.K
-        try:
+        if type(action) is int or isinstance(action, np.integer):
             a = int(action)
-        except (TypeError, ValueError):
-            raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) "
-                                     f"takes 0..{K} ({K} = no prefetch)") from None
-        if np.ndim(action) != 0 or not 0 <= a <= K:
+        else:
+            try:
+                a = int(action)
+            except (TypeError, ValueError):
+                raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) "
+                                         f"takes 0..{K} ({K} = no prefetch)") from None
+            if np.ndim(action) != 0:
+                a = -1
+        if 0 <= a < len(self._keys) or a == K:  # the mask: the candidates and the no-op
+            return a
+        if not 0 <= a <= K:
             raise InvalidActionError(f"action {action!r} is out of range: Discrete({K + 1}) takes "
                                      f"0..{K} ({K} = no prefetch)")
-        if not self._mask[a]:
-            if self.invalid_action == "raise":
-                raise InvalidActionError(
-                    f"action {a} names a padded slot: valid are candidates 0..{len(self._keys) - 1} "
-                    f"and {K} (no prefetch) (mask {self._mask.astype(int).tolist()}); mask actions "
-                    "with action_masks() (sb3-contrib MaskablePPO) or make the env with "
-                    "invalid_action='noop'")
-            self._invalid += 1
-            a = K
-        return a
+        if self.invalid_action == "raise":
+            raise InvalidActionError(
+                f"action {a} names a padded slot: valid are candidates 0..{len(self._keys) - 1} "
+                f"and {K} (no prefetch) (mask {self._mask.astype(int).tolist()}); mask actions "
+                "with action_masks() (sb3-contrib MaskablePPO) or make the env with "
+                "invalid_action='noop'")
+        self._invalid += 1
+        return K
 
     def _info(self) -> dict[str, Any]:
         pool = self.pool
         assert pool is not None
-        K, n = self.K, len(self._keys)
+        K, kl = self.K, self._keys
         t = pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid, "dropped_prefetches": self._dropped}
-        if n:
-            kl = self._keys
-            nu, lr = self._next_use, self._last_row
-            nxt = [nu[lr[k]] if k in lr else INF for k in kl]
-            j = nxt.index(min(nxt))
-            info["oracle_action"] = j if nxt[j] < INF else K
-        else:
-            kl, nxt = [], []
-            info["oracle_action"] = K
+        nu, lr, never = self._next_use, self._last_row, INF
+        # the candidate used soonest (the no-op when none is used again)
+        j, keys, dist = decision_info(kl, [nu[lr[k]] if k in lr else never for k in kl], t, K, False)
+        info["oracle_action"] = K if j < 0 else j
+        if not kl:
             info["stats"] = pool.snapshot().as_dict()
-        pad = K - n
-        keys = np.array(kl + [-1] * pad, np.int64)
-        dist = np.array([x - t if x < INF else np.inf for x in nxt] + [-1.0] * pad, np.float64)
         info["keys"], info["next_use"] = keys, dist
         return info
 
     def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+_MASK_TABLES: dict[int, np.ndarray] = {}
+
+
+def _mask_table(K: int) -> np.ndarray:
+    """Row ``n``: the action mask with ``n`` candidates (and the no-op); read-only, shared."""
+    t = _MASK_TABLES.get(K)
+    if t is None:
+        t = np.tri(K + 1, K + 1, -1, bool)
+        t[:, K] = True
+        t.setflags(write=False)
+        t = _MASK_TABLES[K] = t
+    return t
