@@ -188,3 +188,35 @@ def test_same_seed_same_rollout_and_vector_env() -> None:
     np.testing.assert_array_equal(masks[:, :4], obs["mask"].astype(bool))
     v.step(np.full(2, 4))
     v.close()
+
+
+class PublicView:
+    """A view with only PoolView's public API (no ``_objs``): the predictor's slow path."""
+
+    def __init__(self, view) -> None:
+        self.v = view
+
+    def __contains__(self, key) -> bool:
+        return key in self.v
+
+    def is_resident(self, key) -> bool:
+        return self.v.is_resident(key)
+
+
+def test_predictor_proposes_the_same_through_the_pool_records_and_the_public_view() -> None:
+    """Proposals are known, non-resident objects, whichever way residency is read."""
+    trace = pattern_trace(n_rounds=6, seed=2)
+    pool = Pool(20 * 1024, LRU(), placement="bytes", cost="a100_pcie4")
+    p = SuccessorPredictor(depth=2, width=3, hops=3)
+    n_proposed = 0
+    for k, op in zip(trace.key.tolist(), trace.op.tolist()):
+        pool.access(k, 1024, op == Op.WRITE)
+        p.observe(k)
+        for K in (1, 4, 32):
+            fast = p.propose(k, K, pool.view)
+            assert fast == p.propose(k, K, PublicView(pool.view))  # type: ignore[arg-type]
+            assert len(fast) <= K and all(z in pool and not pool.view.is_resident(z) for z in fast)
+            n_proposed += len(fast)
+        if k % 7 == 0 and fast:
+            pool.prefetch(fast[0])  # some objects in flight (h2d)
+    assert n_proposed > 100
