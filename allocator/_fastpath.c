@@ -1,8 +1,8 @@
 /* The plain-hit branch of allocator.pool.Pool.access in C (optional; see allocator/pool.py).
  *
- * A HitPath belongs to one pool and is installed as that pool's instance attribute ``access``
- * while the pool's configuration allows a plain hit (no prefetcher, no hook, no pending
- * evictions, a policy with ``touch``). A call does exactly what Pool.access does for an object
+ * A HitPath belongs to one pool; ``pool.access`` is that HitPath (through AccessDescriptor, the
+ * class attribute Pool.access) while the pool's configuration allows a plain hit (no
+ * prefetcher, no hook, no pending evictions, a policy with ``touch``). A call does exactly what Pool.access does for an object
  * resident on the device:
  *
  *     _tick += 1; stats.accesses += 1; stats.hits += 1; o.last_tick = _tick; o.n_access += 1
@@ -52,7 +52,7 @@
 static PyTypeObject *info_type = NULL, *stats_type = NULL, *pool_type = NULL;
 static Py_ssize_t off_state, off_dirty, off_prefetched, off_last_tick, off_n_access;
 static Py_ssize_t off_accesses, off_hits, off_prefetch_hits;
-static Py_ssize_t off_pool_tick, off_pool_stats;
+static Py_ssize_t off_pool_tick, off_pool_stats, off_pool_hit_path;
 /* where _thread.RLock keeps its owner and count (rlock_type NULL: unknown layout) */
 static PyTypeObject *rlock_type = NULL;
 static Py_ssize_t off_rlock_owner, off_rlock_count;
@@ -170,7 +170,8 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(it, "n_access", &off_n_access)
         || slot_offset(st, "accesses", &off_accesses) || slot_offset(st, "hits", &off_hits)
         || slot_offset(st, "prefetch_hits", &off_prefetch_hits)
-        || slot_offset(pt, "_tick", &off_pool_tick) || slot_offset(pt, "stats", &off_pool_stats))
+        || slot_offset(pt, "_tick", &off_pool_tick) || slot_offset(pt, "stats", &off_pool_stats)
+        || slot_offset(pt, "_hit_path", &off_pool_hit_path))
         return NULL;
     if (calibrate_rlock(lock) < 0)
         return NULL;
@@ -539,6 +540,111 @@ static PyTypeObject HitPathType = {
     .tp_new = hp_new,
 };
 
+/* Pool.access as a class attribute: ``Pool.access`` is the Python function; ``pool.access``
+ * is the pool's HitPath while it is enabled, else the bound Python method. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *func;
+} AccessDescr;
+
+static PyObject *
+ad_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *func;
+    if (!PyArg_ParseTuple(args, "O:AccessDescriptor", &func))
+        return NULL;
+    if (!PyFunction_Check(func)) {
+        PyErr_SetString(PyExc_TypeError, "AccessDescriptor wraps a Python function");
+        return NULL;
+    }
+    AccessDescr *self = (AccessDescr *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    Py_INCREF(func);
+    self->func = func;
+    return (PyObject *)self;
+}
+
+static void
+ad_dealloc(AccessDescr *self)
+{
+    PyObject_GC_UnTrack(self);
+    Py_CLEAR(self->func);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+ad_traverse(AccessDescr *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->func);
+    return 0;
+}
+
+static int
+ad_clear(AccessDescr *self)
+{
+    Py_CLEAR(self->func);
+    return 0;
+}
+
+static PyObject *
+ad_get(AccessDescr *self, PyObject *obj, PyObject *type)
+{
+    if (self->func == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "access");
+        return NULL;
+    }
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self->func);
+        return self->func;
+    }
+    if (pool_type != NULL && PyObject_TypeCheck(obj, pool_type)) {
+        PyObject *hp = SLOT(obj, off_pool_hit_path);
+        if (hp != NULL && Py_TYPE(hp) == &HitPathType && ((HitPath *)hp)->enabled) {
+            Py_INCREF(hp);
+            return hp;
+        }
+    }
+    return PyMethod_New(self->func, obj);
+}
+
+static PyObject *
+ad_get_wrapped(AccessDescr *self, void *closure)
+{
+    PyObject *f = self->func != NULL ? self->func : Py_None;
+    Py_INCREF(f);
+    return f;
+}
+
+static PyObject *
+ad_get_doc(AccessDescr *self, void *closure)
+{
+    if (self->func == NULL)
+        Py_RETURN_NONE;
+    return PyObject_GetAttrString(self->func, "__doc__");
+}
+
+static PyGetSetDef ad_getset[] = {
+    {"__wrapped__", (getter)ad_get_wrapped, NULL, "the Python method", NULL},
+    {"__func__", (getter)ad_get_wrapped, NULL, "the Python method", NULL},
+    {"__doc__", (getter)ad_get_doc, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject AccessDescrType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "allocator._fastpath.AccessDescriptor",
+    .tp_basicsize = sizeof(AccessDescr),
+    .tp_dealloc = (destructor)ad_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "AccessDescriptor(func): pool.access is the pool's HitPath while it is enabled",
+    .tp_traverse = (traverseproc)ad_traverse,
+    .tp_clear = (inquiry)ad_clear,
+    .tp_getset = ad_getset,
+    .tp_descr_get = (descrgetfunc)ad_get,
+    .tp_new = ad_new,
+};
+
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
      "setup(ObjectInfo, PoolStats, Pool, RLock()): find the __slots__ the hit path reads and "
@@ -555,7 +661,7 @@ static struct PyModuleDef fp_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&HitPathType) < 0)
+    if (PyType_Ready(&HitPathType) < 0 || PyType_Ready(&AccessDescrType) < 0)
         return NULL;
 #define INTERN(var, text) \
     if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
@@ -575,6 +681,12 @@ PyInit__fastpath(void)
     Py_INCREF(&HitPathType);
     if (PyModule_AddObject(m, "HitPath", (PyObject *)&HitPathType) < 0) {
         Py_DECREF(&HitPathType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&AccessDescrType);
+    if (PyModule_AddObject(m, "AccessDescriptor", (PyObject *)&AccessDescrType) < 0) {
+        Py_DECREF(&AccessDescrType);
         Py_DECREF(m);
         return NULL;
     }

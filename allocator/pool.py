@@ -15,9 +15,9 @@ placement, the clock and the stats requires it. A ``steps`` generator holds the 
 first ``next`` until it finishes or is closed.
 
 The plain hit of :meth:`Pool.access` also exists in C (``allocator/_fastpath.c``, built when a
-compiler is at hand): while the configuration allows it, a pool's instance attribute ``access``
-is that C callable, which serves plain hits (taking ``_lock`` without blocking) and hands every
-other call to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Python path.
+compiler is at hand): while the configuration allows it, ``pool.access`` is that C callable,
+which serves plain hits (only while no other thread holds ``_lock``) and hands every other call
+to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Python path.
 """
 
 from __future__ import annotations
@@ -196,8 +196,16 @@ class Pool:
         hook: optional callable receiving one dict per event (see :class:`JsonlHook`).
     """
 
-    # the two attributes every access writes live in slots (the C hit path reads them there)
-    __slots__ = ("_tick", "stats", "__dict__", "__weakref__")
+    # slots: attribute reads are the loop's most frequent operation (and the C hit path reads
+    # _tick, stats and _hit_path at their offsets)
+    __slots__ = (
+        "capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "view",
+        "_policy", "_prefetcher", "_hook", "_write_through", "_fast_read", "_fast_write",
+        "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_place", "_fp_mask", "_objs",
+        "_tick", "_lock", "_acquire", "_release", "_landing", "_releases",
+        "_pending_release_bytes", "_inflight_bytes", "_seq", "_n_evictable", "_hit_path",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -235,6 +243,7 @@ class Pool:
         self._prefetcher = prefetcher
         self._hook = hook
         self._write_through = write_policy == "write-through"
+        self._hit_path: Any = None  # the C hit path of access() (None: pure Python)
         self._refresh_fast_path()
         self.cost = cost if isinstance(cost, CostModel) else CostModel(cost)
         self.backend = backend
@@ -244,6 +253,8 @@ class Pool:
         self._place: Arena | ByteAccounting = (
             Arena(self.capacity) if placement == "arena" else ByteAccounting(self.capacity)
         )
+        # footprint(n) == (n + _fp_mask) & ~_fp_mask (ALIGN - 1 for the arena, 0 for bytes)
+        self._fp_mask = ALIGN - 1 if placement == "arena" else 0
         self._objs: dict[int, ObjectInfo] = {}
         self._tick = -1
         self._lock = threading.RLock()
@@ -257,10 +268,9 @@ class Pool:
         self._seq = 0
         self._n_evictable = 0  # objects with state DEVICE and no pins
         self.view = PoolView(self)
-        # the C hit path of access() (None: pure Python; also when a subclass overrides access)
-        self._hit_path: Any = None
-        if _fastpath is not None and type(self).access is Pool.access:
-            self._hit_path = _fastpath.HitPath(self, types.MethodType(Pool.access, self),
+        # not when a subclass overrides access (its override must run)
+        if _fastpath is not None and type(self).access is _py_access:
+            self._hit_path = _fastpath.HitPath(self, types.MethodType(_py_access, self),
                                                self._objs, self._lock)
             self._refresh_fast_path()
         if backend is not None:
@@ -317,16 +327,12 @@ class Pool:
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
         self._admit = getattr(policy, "admit", None)
         self._due = getattr(policy, "pending_evictions", None)
-        hp = self.__dict__.get("_hit_path")
-        if hp is not None:
-            # the C path serves exactly access()'s plain hit with ``touch`` and nothing due;
-            # a caller holding an old ``pool.access`` still gets the Python method's answer
+        if self._hit_path is not None:
+            # the C path serves exactly access()'s plain hit with ``touch`` and nothing due
+            # (``pool.access`` is it while enabled); disabled, it hands every call to the
+            # Python method, so a caller holding an old ``pool.access`` stays right
             on = self._fast_read and self._touch is not None and self._due is None
-            hp.configure(on, self._fast_write, self._touch)
-            if on:
-                self.__dict__["access"] = hp
-            else:
-                self.__dict__.pop("access", None)
+            self._hit_path.configure(on, self._fast_write, self._touch)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
@@ -371,14 +377,28 @@ class Pool:
                 # no block can fit while fewer bytes than that are free: skip the attempt
                 offset = place.alloc(need) if place.capacity - place.used >= need else None
                 if offset is None:
+                    # _make_room answered by the eviction policy, without a generator
                     try:
-                        offset = self._make_room_policy(size, need)
+                        victim, view, alloc = self._policy.victim, self.view, place.alloc
+                        # _room_step(size, need, False) is -1 when nothing in flight can help
+                        offset = (-1 if self._n_evictable and not self._releases
+                                  else self._room_step(size, need, False))
+                        while offset < 0:
+                            self._evict(victim(view))
+                            got = alloc(need)  # _room_step's first move, without the call
+                            offset = self._room_step(size, need, False) if got is None else got
                     except BaseException:
                         self._undo_miss(o, size, old_size)
                         raise
                 self._insert(o, offset, need, write, old_size)
-            if need >= 0:
-                self._end(o, write, False)
+            if need >= 0:  # _end(o, write, False), without the call
+                o.n_access += 1
+                o.last_tick = self._tick
+                if write:
+                    o.dirty = True
+                    if self._write_through:
+                        self._copy_out(o)
+                        o.dirty = False
             if self._due is not None:
                 self._evict_due(key)
             if compute_ns:
@@ -600,7 +620,7 @@ class Pool:
         if size <= 0:
             raise ConfigError(f"access: object {key} needs a size > 0 bytes, got {size!r}")
         place = self._place
-        need = place.footprint(size)
+        need = (size + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
         if need > place.capacity and not self.bypass_oversize:
             raise ObjectTooLarge(key, size, place.capacity)
         self._tick += 1
@@ -744,7 +764,7 @@ class Pool:
 
     # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
     # that a victim is needed); _make_room drives it as a generator (the victim comes from
-    # whoever drives Pool.steps), _make_room_policy drives it with the policy's answers.
+    # whoever drives Pool.steps); access() drives it inline with the policy's answers.
     def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
         """Evict (asking whoever drives the generator) until ``need`` bytes fit."""
         while True:
@@ -753,18 +773,6 @@ class Pool:
                 return off
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
-
-    def _make_room_policy(self, size: int, need: int) -> int:
-        """:meth:`_make_room` answered by the eviction policy, without a generator (called
-        after an allocation failed)."""
-        victim, view, alloc = self._policy.victim, self.view, self._place.alloc
-        # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
-        off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
-        while off < 0:
-            self._evict(victim(view))
-            got = alloc(need)  # _room_step's first move, without the call
-            off = self._room_step(size, need, False) if got is None else got
-        return off
 
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in
@@ -839,7 +847,21 @@ class Pool:
             o.state = D2H
         else:
             o.state = HOST
-        self._release_block(o)
+        # _release_block(o), without the call (o was resident, so not in flight to the device)
+        off, nb = o.offset, o.nbytes
+        o.offset, o.nbytes = -1, 0
+        done = o.busy_until
+        if done > self.cost.now:
+            self._seq += 1
+            heapq.heappush(self._releases, (done, self._seq, off, nb, o.d2h_event, o.key))
+            self._pending_release_bytes += nb
+        else:
+            ev = o.d2h_event
+            if ev is not None and self.backend is not None:
+                self.backend.wait(ev)
+            self._place.release(off, nb)
+            if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
+                o.state = HOST
         if self._hook is not None:
             self._emit("evict", o)
 
@@ -1046,6 +1068,7 @@ def _is_noop(policy: Any, hook: str) -> bool:
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
+_py_access = Pool.access  # the Python method (the class attribute may become its C descriptor)
 _fastpath = _load_fastpath()
 if _fastpath is not None:
     try:
@@ -1054,3 +1077,7 @@ if _fastpath is not None:
         _log.warning("allocator._fastpath does not match allocator.pool (%s): using the "
                      "pure-Python hit path; rebuild with `pip install -e .`", e)
         _fastpath = None
+    else:
+        # ``Pool.access`` stays the function above; ``pool.access`` is the pool's C hit path
+        # while it is enabled, else the bound method
+        setattr(Pool, "access", _fastpath.AccessDescriptor(_py_access))  # noqa: B010

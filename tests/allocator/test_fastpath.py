@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -125,7 +126,7 @@ def test_c_path_equals_python_path(placement: str, write_policy: str, cost: str 
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     kw: dict[str, Any] = dict(placement=placement, write_policy=write_policy, cost=cost)
     fast, pure = _make(False, monkeypatch, **kw), _make(True, monkeypatch, **kw)
-    assert pure._hit_path is None and "access" not in vars(pure)
+    assert pure._hit_path is None and isinstance(pure.access, types.MethodType)
     ev_fast: list[dict] = []
     ev_pure: list[dict] = []
     for i, op in enumerate(_workload(hash((placement, write_policy, cost)) % 1000, 2500)):
@@ -154,11 +155,12 @@ def test_c_path_is_active_when_built() -> None:
     before = p.access.calls
     assert p.access(1, B) and p.access(1, B, True, kind=2, compute_ns=5)
     assert p.access.calls == before + 2
-    # a configuration the C path does not serve takes the attribute away, and back
+    # a configuration the C path does not serve gives the Python method, and back
     p.hook = lambda e: None
-    assert "access" not in vars(p) and not p._hit_path.enabled
+    assert isinstance(p.access, types.MethodType) and not p._hit_path.enabled
     p.hook = None
     assert p.access is p._hit_path and p.access.enabled
+    assert Pool.access is pool_mod._py_access  # the class attribute is the Python function
 
 
 def test_stale_reference_follows_the_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
