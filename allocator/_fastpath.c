@@ -49,15 +49,23 @@
 #endif
 
 /* offsets of the __slots__ this path reads and writes, found once by setup() */
-static PyTypeObject *info_type = NULL, *stats_type = NULL, *pool_type = NULL;
+static PyTypeObject *info_type = NULL, *stats_type = NULL, *pool_type = NULL, *cost_type = NULL;
 static Py_ssize_t off_state, off_dirty, off_prefetched, off_last_tick, off_n_access;
 static Py_ssize_t off_accesses, off_hits, off_prefetch_hits;
 static Py_ssize_t off_pool_tick, off_pool_stats, off_pool_hit_path;
+/* the plain miss (see hp_miss) */
+static Py_ssize_t off_size, off_offset, off_nbytes, off_ready_ns, off_busy_until;
+static Py_ssize_t off_misses, off_byte_misses, off_bytes_h2d, off_peak;
+static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evictable;
+static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
+static Py_ssize_t off_cost_now;
+static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
+static PyObject *s_capacity, *s_used, *s_wait_until;
 /* where _thread.RLock keeps its owner and count (rlock_type NULL: unknown layout) */
 static PyTypeObject *rlock_type = NULL;
 static Py_ssize_t off_rlock_owner, off_rlock_count;
 static PyObject *s_tick, *s_stats, *s_cost, *s_compute, *s_write, *s_kind, *s_compute_ns;
-static PyObject *one;
+static PyObject *one, *zero;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 
@@ -74,7 +82,9 @@ typedef struct {
     int peek;            /* the lock's layout is known and touch runs no Python code */
     int enabled;         /* the pool's configuration allows a plain hit */
     int fast_write;      /* a write hit is plain too (write-back) */
+    int miss;            /* plain misses too: no backend, instant copies, no on_miss/admit */
     long calls;          /* hits served here (for tests and the benchmark) */
+    long misses;         /* misses served here */
 } HitPath;
 
 static int
@@ -159,10 +169,10 @@ calibrate_rlock(PyObject *lock)
 static PyObject *
 fp_setup(PyObject *mod, PyObject *args)
 {
-    PyTypeObject *it, *st, *pt;
+    PyTypeObject *it, *st, *pt, *ct;
     PyObject *lock;
-    if (!PyArg_ParseTuple(args, "O!O!O!O:setup", &PyType_Type, &it, &PyType_Type, &st,
-                          &PyType_Type, &pt, &lock))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O:setup", &PyType_Type, &it, &PyType_Type, &st,
+                          &PyType_Type, &pt, &PyType_Type, &ct, &lock))
         return NULL;
     if (slot_offset(it, "state", &off_state) || slot_offset(it, "dirty", &off_dirty)
         || slot_offset(it, "prefetched", &off_prefetched)
@@ -171,13 +181,27 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(st, "accesses", &off_accesses) || slot_offset(st, "hits", &off_hits)
         || slot_offset(st, "prefetch_hits", &off_prefetch_hits)
         || slot_offset(pt, "_tick", &off_pool_tick) || slot_offset(pt, "stats", &off_pool_stats)
-        || slot_offset(pt, "_hit_path", &off_pool_hit_path))
+        || slot_offset(pt, "_hit_path", &off_pool_hit_path)
+        || slot_offset(it, "size", &off_size) || slot_offset(it, "offset", &off_offset)
+        || slot_offset(it, "nbytes", &off_nbytes) || slot_offset(it, "ready_ns", &off_ready_ns)
+        || slot_offset(it, "busy_until", &off_busy_until)
+        || slot_offset(st, "misses", &off_misses) || slot_offset(st, "byte_misses", &off_byte_misses)
+        || slot_offset(st, "bytes_h2d", &off_bytes_h2d)
+        || slot_offset(st, "peak_device_bytes", &off_peak)
+        || slot_offset(pt, "_place", &off_pool_place) || slot_offset(pt, "_policy", &off_pool_policy)
+        || slot_offset(pt, "view", &off_pool_view)
+        || slot_offset(pt, "_n_evictable", &off_pool_n_evictable)
+        || slot_offset(pt, "_releases", &off_pool_releases)
+        || slot_offset(pt, "_landing", &off_pool_landing) || slot_offset(pt, "cost", &off_pool_cost)
+        || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now))
         return NULL;
     if (calibrate_rlock(lock) < 0)
         return NULL;
     Py_INCREF(it);
     Py_INCREF(st);
     Py_INCREF(pt);
+    Py_INCREF(ct);
+    Py_XSETREF(cost_type, ct);
     Py_XSETREF(info_type, it);
     Py_XSETREF(stats_type, st);
     Py_XSETREF(pool_type, pt);
@@ -229,6 +253,267 @@ int_truth(PyObject *v)
     if (PyLong_CheckExact(v))
         return PyObject_IsTrue(v);  /* an exact int: no Python code runs */
     return -1;
+}
+
+/* a + b for ints; NULL with an exception on failure */
+#define ADD(a, b) PyNumber_Add((a), (b))
+
+static inline int
+exact_ints(PyObject **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (v[i] == NULL || !PyLong_CheckExact(v[i]))
+            return 0;
+    return 1;
+}
+
+static PyObject *
+call_method(PyObject *name, PyObject *obj, PyObject *a, PyObject *b, PyObject *c)
+{
+    PyObject *argv[4] = {obj, a, b, c};
+    size_t n = 1 + (a != NULL) + (b != NULL) + (c != NULL);
+    return PyObject_VectorcallMethod(name, argv, n, NULL);
+}
+
+/* The plain miss of Pool.access for an object in host memory: _begin's miss counters, room made
+ * by the policy (place.alloc, policy.victim, Pool._evict, Pool._room_step: the Python methods
+ * themselves), _insert's fetch with instant copies and no backend, _end. Configured only for
+ * pools without a backend, with instant copies and a policy without on_miss / admit (self->miss);
+ * each call also needs nothing in flight and the object's last copy out complete. Takes the
+ * lock with acquire(False) (Python code runs inside). Returns 1 (done: the access missed),
+ * 0 (nothing written: the Python method takes the call) or -1 (an exception is set). */
+static int
+hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObject *compute, int c)
+{
+    PyObject *pool = self->pool, *r;
+    int overflow = 0;
+    if (!PyLong_CheckExact(size))
+        return 0;
+    long long sz = PyLong_AsLongLongAndOverflow(size, &overflow);
+    if (overflow || sz <= 0 || sz > (LLONG_MAX >> 2))
+        return 0;  /* the Python method raises (or handles) it */
+    PyObject *landing = SLOT(pool, off_pool_landing), *releases = SLOT(pool, off_pool_releases);
+    PyObject *cost = SLOT(pool, off_pool_cost), *stats = SLOT(pool, off_pool_stats);
+    PyObject *place = SLOT(pool, off_pool_place), *policy = SLOT(pool, off_pool_policy);
+    PyObject *view = SLOT(pool, off_pool_view);
+    if (landing == NULL || !PyList_CheckExact(landing) || PyList_GET_SIZE(landing) != 0
+        || releases == NULL || !PyList_CheckExact(releases) || PyList_GET_SIZE(releases) != 0
+        || cost == NULL || Py_TYPE(cost) != cost_type || stats == NULL || Py_TYPE(stats) != stats_type
+        || place == NULL || policy == NULL || view == NULL)
+        return 0;
+    PyObject *v[] = {SLOT(pool, off_pool_tick), SLOT(pool, off_pool_fp_mask),
+                     SLOT(pool, off_pool_n_evictable), SLOT(cost, off_cost_now),
+                     SLOT(o, off_busy_until), SLOT(o, off_size), SLOT(o, off_n_access),
+                     SLOT(stats, off_accesses), SLOT(stats, off_misses), SLOT(stats, off_byte_misses),
+                     SLOT(stats, off_bytes_h2d), SLOT(stats, off_peak)};
+    if (!exact_ints(v, (int)(sizeof(v) / sizeof(v[0]))))
+        return 0;
+    long long mask = PyLong_AsLongLongAndOverflow(v[1], &overflow);
+    if (overflow || mask < 0 || mask > (1 << 20))
+        return 0;
+    long long need = (sz + mask) & ~mask;
+    int busy_le_now = PyObject_RichCompareBool(v[4], v[3], Py_LE);  /* exact ints: no error */
+    if (busy_le_now != 1)
+        return 0;  /* a write-back of this object still in flight: the Python method waits */
+
+    PyObject *argv[2] = {NULL, Py_False};
+    r = PyObject_Vectorcall(self->acquire, argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    int locked = r == Py_True;
+    Py_DECREF(r);
+    if (!locked)
+        return 0;
+
+    /* capacity and used of the placement (slots of Arena / ByteAccounting) */
+    PyObject *capo = PyObject_GetAttr(place, s_capacity), *usedo = NULL;
+    long long cap = -1, used = -1;
+    if (capo != NULL && PyLong_CheckExact(capo))
+        cap = PyLong_AsLongLongAndOverflow(capo, &overflow);
+    Py_XDECREF(capo);
+    if (cap < 0 || overflow || need > cap) {
+        if (PyErr_Occurred())
+            goto error;
+        goto fallback;  /* oversize: the Python method raises or bypasses */
+    }
+
+    /* _begin: the miss is counted; the object takes the request's size */
+    PyObject *t1 = ADD(v[0], one), *a1 = ADD(v[7], one), *m1 = ADD(v[8], one);
+    PyObject *b1 = ADD(v[9], size);
+    PyObject *needo = PyLong_FromLongLong(need);
+    if (t1 == NULL || a1 == NULL || m1 == NULL || b1 == NULL || needo == NULL) {
+        Py_XDECREF(t1);
+        Py_XDECREF(a1);
+        Py_XDECREF(m1);
+        Py_XDECREF(b1);
+        Py_XDECREF(needo);
+        goto error;
+    }
+    Py_SETREF(SLOT(pool, off_pool_tick), t1);
+    Py_SETREF(SLOT(stats, off_accesses), a1);
+    Py_SETREF(SLOT(stats, off_misses), m1);
+    Py_SETREF(SLOT(stats, off_byte_misses), b1);
+    PyObject *old_size = v[5];  /* the slot's reference moves here */
+    Py_INCREF(size);
+    SLOT(o, off_size) = size;
+
+    /* room: place.alloc, else evict with the policy's answers until it fits */
+    PyObject *offset = NULL;
+    usedo = PyObject_GetAttr(place, s_used);
+    if (usedo == NULL)
+        goto room_error;
+    used = PyLong_CheckExact(usedo) ? PyLong_AsLongLongAndOverflow(usedo, &overflow) : -1;
+    Py_DECREF(usedo);
+    if (used < 0 || overflow || cap - used >= need) {
+        r = call_method(s_alloc, place, needo, NULL, NULL);
+        if (r == NULL)
+            goto room_error;
+        if (r == Py_None)
+            Py_DECREF(r);
+        else
+            offset = r;
+    }
+    if (offset == NULL) {
+        PyObject *nev = SLOT(pool, off_pool_n_evictable), *rel = SLOT(pool, off_pool_releases);
+        int plain = nev != NULL && PyObject_IsTrue(nev) == 1 && rel != NULL
+                    && PyList_CheckExact(rel) && PyList_GET_SIZE(rel) == 0;
+        if (plain) {
+            offset = PyLong_FromLong(-1);
+        } else {
+            offset = call_method(s_room_step, pool, size, needo, Py_False);
+        }
+        for (;;) {
+            if (offset == NULL)
+                goto room_error;
+            long long off = PyLong_CheckExact(offset) ? PyLong_AsLongLongAndOverflow(offset, &overflow) : 0;
+            if (off >= 0 || overflow)
+                break;
+            Py_CLEAR(offset);
+            PyObject *victim = call_method(s_victim, policy, view, NULL, NULL);
+            if (victim == NULL)
+                goto room_error;
+            r = call_method(s_evict, pool, victim, NULL, NULL);
+            Py_DECREF(victim);
+            if (r == NULL)
+                goto room_error;
+            Py_DECREF(r);
+            r = call_method(s_alloc, place, needo, NULL, NULL);
+            if (r == NULL)
+                goto room_error;
+            if (r == Py_None) {
+                Py_DECREF(r);
+                offset = call_method(s_room_step, pool, size, needo, Py_False);
+            } else {
+                offset = r;
+            }
+        }
+    }
+
+    /* _insert: the object lands in its block (a fetch: instant copies, no backend) */
+    Py_XSETREF(SLOT(o, off_offset), offset);
+    Py_XSETREF(SLOT(o, off_nbytes), needo);
+    Py_DECREF(old_size);
+    usedo = PyObject_GetAttr(place, s_used);
+    if (usedo == NULL)
+        goto error;
+    PyObject *peak = SLOT(stats, off_peak);
+    int gt = peak == NULL ? 1 : PyObject_RichCompareBool(usedo, peak, Py_GT);
+    if (gt < 0) {
+        Py_DECREF(usedo);
+        goto error;
+    }
+    if (gt)
+        Py_XSETREF(SLOT(stats, off_peak), usedo);
+    else
+        Py_DECREF(usedo);
+    PyObject *now = SLOT(cost, off_cost_now), *busy = SLOT(o, off_busy_until);
+    int later = (now && busy) ? PyObject_RichCompareBool(busy, now, Py_GT) : -1;
+    if (later < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "allocator._fastpath: pool clock unset");
+        goto error;
+    }
+    PyObject *done = later ? busy : now;
+    Py_INCREF(done);
+    PyObject *h1 = ADD(SLOT(stats, off_bytes_h2d), SLOT(o, off_size));
+    if (h1 == NULL) {
+        Py_DECREF(done);
+        goto error;
+    }
+    Py_XSETREF(SLOT(stats, off_bytes_h2d), h1);
+    Py_XSETREF(SLOT(o, off_ready_ns), done);
+    if (later) {  /* cost.wait_until(done), as _insert */
+        r = call_method(s_wait_until, cost, done, NULL, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    Py_INCREF(zero);
+    Py_XSETREF(SLOT(o, off_state), zero);  /* DEVICE */
+    PyObject *nev1 = ADD(SLOT(pool, off_pool_n_evictable), one);
+    if (nev1 == NULL)
+        goto error;
+    Py_XSETREF(SLOT(pool, off_pool_n_evictable), nev1);
+    r = call_method(s_on_insert, policy, view, key, NULL);
+    if (r == NULL)
+        goto error;
+    Py_DECREF(r);
+
+    /* _end */
+    PyObject *n1 = ADD(SLOT(o, off_n_access), one);
+    if (n1 == NULL)
+        goto error;
+    Py_XSETREF(SLOT(o, off_n_access), n1);
+    PyObject *tick = SLOT(pool, off_pool_tick);
+    Py_XINCREF(tick);
+    Py_XSETREF(SLOT(o, off_last_tick), tick);
+    if (w) {
+        Py_INCREF(Py_True);
+        Py_XSETREF(SLOT(o, off_dirty), Py_True);
+    }
+    if (c) {
+        r = call_method(s_compute, cost, compute, NULL, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    return release_lock(self) < 0 ? -1 : 1;
+
+room_error:
+    /* no room could be made: the event did not happen (Pool._undo_miss) */
+    Py_DECREF(needo);
+    {
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *exc = PyErr_GetRaisedException();
+#else
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+#endif
+        r = call_method(s_undo_miss, pool, o, size, old_size);
+        Py_DECREF(old_size);
+        if (r != NULL) {
+            Py_DECREF(r);
+#if PY_VERSION_HEX >= 0x030C0000
+            PyErr_SetRaisedException(exc);
+#else
+            PyErr_Restore(et, ev, tb);
+#endif
+        } else {
+#if PY_VERSION_HEX >= 0x030C0000
+            Py_XDECREF(exc);
+#else
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+#endif
+        }
+    }
+error:
+    release_lock(self);
+    return -1;
+
+fallback:
+    return release_lock(self) < 0 ? -1 : 0;
 }
 
 static PyObject *
@@ -294,6 +579,24 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
     PyObject *state = SLOT(o, off_state), *pref = SLOT(o, off_prefetched);
     PyObject *nacc = SLOT(o, off_n_access);
     PyObject *stats = SLOT(pool, off_pool_stats), *tick = SLOT(pool, off_pool_tick);
+    if (self->miss && state != NULL && PyLong_CheckExact(state)
+        && PyLong_AsLong(state) == 1 /* HOST */) {
+        if (locked) {
+            if (release_lock(self) < 0)
+                return NULL;
+            locked = 0;
+        }
+        Py_INCREF(o);
+        int done = hp_miss(self, o, key, args[1], w, compute, c);
+        Py_DECREF(o);
+        if (done < 0)
+            return NULL;
+        if (done > 0) {
+            self->misses++;
+            Py_RETURN_FALSE;
+        }
+        goto fallback;
+    }
     PyObject *acc, *hits, *ph;
     /* state == DEVICE (0), counters plain ints: anything else is the Python method's */
     if (state == NULL || !PyLong_CheckExact(state) || PyObject_IsTrue(state)
@@ -455,9 +758,9 @@ touch_is_builtin(PyObject *touch)
 static PyObject *
 hp_configure(HitPath *self, PyObject *args)
 {
-    int enabled, fast_write;
+    int enabled, fast_write, miss = 0;
     PyObject *touch;
-    if (!PyArg_ParseTuple(args, "ppO:configure", &enabled, &fast_write, &touch))
+    if (!PyArg_ParseTuple(args, "ppO|p:configure", &enabled, &fast_write, &touch, &miss))
         return NULL;
     if (touch == Py_None) {
         touch = NULL;
@@ -469,6 +772,7 @@ hp_configure(HitPath *self, PyObject *args)
     Py_XSETREF(self->touch, touch);
     self->fast_write = fast_write;
     self->enabled = enabled && touch != NULL && self->pool != NULL && info_type != NULL;
+    self->miss = self->enabled && miss;
     self->peek = self->enabled && rlock_type != NULL && Py_TYPE(self->lock) == rlock_type
                  && touch_is_builtin(touch);
     Py_RETURN_NONE;
@@ -504,6 +808,12 @@ hp_get_peek(HitPath *self, void *closure)
 }
 
 static PyObject *
+hp_get_misses(HitPath *self, void *closure)
+{
+    return PyLong_FromLong(self->misses);
+}
+
+static PyObject *
 hp_get_calls(HitPath *self, void *closure)
 {
     return PyLong_FromLong(self->calls);
@@ -511,7 +821,8 @@ hp_get_calls(HitPath *self, void *closure)
 
 static PyMethodDef hp_methods[] = {
     {"configure", (PyCFunction)hp_configure, METH_VARARGS,
-     "configure(enabled, fast_write, touch): the pool's fast-path configuration changed"},
+     "configure(enabled, fast_write, touch, miss=False): the pool's fast-path configuration "
+     "changed (miss: plain misses are served too)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -520,6 +831,7 @@ static PyGetSetDef hp_getset[] = {
     {"__doc__", (getter)hp_get_doc, NULL, NULL, NULL},
     {"enabled", (getter)hp_get_enabled, NULL, "whether plain hits are served in C", NULL},
     {"peek", (getter)hp_get_peek, NULL, "whether the lock is checked without a call", NULL},
+    {"misses", (getter)hp_get_misses, NULL, "misses served in C so far", NULL},
     {"calls", (getter)hp_get_calls, NULL, "hits served in C so far", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -647,7 +959,7 @@ static PyTypeObject AccessDescrType = {
 
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
-     "setup(ObjectInfo, PoolStats, Pool, RLock()): find the __slots__ the hit path reads and "
+     "setup(ObjectInfo, PoolStats, Pool, CostModel, RLock()): find the __slots__ the fast path reads and "
      "writes and the lock's layout; returns whether the layout is known"},
     {NULL, NULL, 0, NULL},
 };
@@ -672,8 +984,17 @@ PyInit__fastpath(void)
     INTERN(s_write, "write");
     INTERN(s_kind, "kind");
     INTERN(s_compute_ns, "compute_ns");
+    INTERN(s_alloc, "alloc");
+    INTERN(s_victim, "victim");
+    INTERN(s_evict, "_evict");
+    INTERN(s_room_step, "_room_step");
+    INTERN(s_undo_miss, "_undo_miss");
+    INTERN(s_on_insert, "on_insert");
+    INTERN(s_capacity, "capacity");
+    INTERN(s_used, "used");
+    INTERN(s_wait_until, "wait_until");
 #undef INTERN
-    if ((one = PyLong_FromLong(1)) == NULL)
+    if ((one = PyLong_FromLong(1)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&fp_module);
     if (m == NULL)

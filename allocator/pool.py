@@ -332,7 +332,10 @@ class Pool:
             # (``pool.access`` is it while enabled); disabled, it hands every call to the
             # Python method, so a caller holding an old ``pool.access`` stays right
             on = self._fast_read and self._touch is not None and self._due is None
-            self._hit_path.configure(on, self._fast_write, self._touch)
+            # and the plain miss: no backend, instant copies, no on_miss / admit to ask
+            miss = (on and self.backend is None and self._on_miss is None
+                    and self._admit is None and self.cost.instant)
+            self._hit_path.configure(on, self._fast_write, self._touch, miss)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
@@ -1072,7 +1075,7 @@ _py_access = Pool.access  # the Python method (the class attribute may become it
 _fastpath = _load_fastpath()
 if _fastpath is not None:
     try:
-        _fastpath.setup(ObjectInfo, PoolStats, Pool, threading.RLock())
+        _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, threading.RLock())
     except (TypeError, AttributeError) as e:  # a stale build: the slots it knows have changed
         _log.warning("allocator._fastpath does not match allocator.pool (%s): using the "
                      "pure-Python hit path; rebuild with `pip install -e .`", e)

@@ -138,8 +138,56 @@ def test_c_path_equals_python_path(placement: str, write_policy: str, cost: str 
     assert ev_fast == ev_pure and ev_fast  # the hook was on for part of the run
     fast._check()
     if _c_module() is not None:
-        hits = fast.stats.hits
-        assert 0 < fast._hit_path.calls < hits  # C served hits; the rest went to Python
+        hp = fast._hit_path
+        assert 0 < hp.calls < fast.stats.hits  # C served hits; the rest went to Python
+        if cost is None:  # plain misses (instant copies) too
+            assert 0 < hp.misses < fast.stats.misses
+
+
+class _PinnedOut(LRU):
+    """LRU whose victim can be told to answer a key that is not evictable."""
+
+    bad: int | None = None
+
+    def victim(self, view: PoolView) -> int | None:
+        return self.bad if self.bad is not None else super().victim(view)
+
+
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+def test_failed_miss_changes_nothing_on_both_paths(placement: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss that cannot make room (everything pinned; a policy naming a pinned victim) raises
+    and leaves the same state on the C path as on the Python path."""
+    pools = []
+    for pure in (False, True):
+        with monkeypatch.context() as m:
+            if pure:
+                m.setattr(pool_mod, "_fastpath", None)
+            pools.append(Pool(4 * B, _PinnedOut(), placement=placement))  # type: ignore[arg-type]
+    for p in pools:
+        for k in range(6):  # 0 and 1 are evicted (in host memory), 2..5 resident
+            p.access(k, B)
+        for k in (2, 3, 4):
+            p.pin(k)
+    outcomes = []
+    for p in pools:
+        before = _fingerprint(p)
+        with pytest.raises(CachegymError) as bad_victim:
+            p.policy.bad = 2  # type: ignore[attr-defined]
+            p.access(0, B)
+        p.policy.bad = None  # type: ignore[attr-defined]
+        after_bad = _fingerprint(p)
+        assert p.access(1, B, True) is False  # evicts 5, the only unpinned object
+        p.pin(1)
+        with pytest.raises(CachegymError) as exhausted:
+            p.access(0, B)
+        outcomes.append((type(bad_victim.value), before == after_bad, type(exhausted.value),
+                         _fingerprint(p)))
+        p._check()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1]  # the refused miss left the pool as it was
+    if _c_module() is not None:
+        assert pools[0]._hit_path.misses >= 1
 
 
 def test_c_path_is_active_when_built() -> None:
