@@ -1,29 +1,36 @@
-/* The plain-hit branch of allocator.pool.Pool.access in C (optional; see allocator/pool.py).
+/* Fast paths of allocator.pool.Pool.access in C (optional; see allocator/pool.py).
  *
  * A HitPath belongs to one pool; ``pool.access`` is that HitPath (through AccessDescriptor, the
  * class attribute Pool.access) while the pool's configuration allows a plain hit (no
- * prefetcher, no hook, no pending evictions, a policy with ``touch``). A call does exactly what Pool.access does for an object
- * resident on the device:
+ * prefetcher, no hook, no pending evictions, a policy with ``touch``). It serves two branches of
+ * the one access loop and hands every other call to the Python method unchanged:
  *
- *     _tick += 1; stats.accesses += 1; stats.hits += 1; o.last_tick = _tick; o.n_access += 1
- *     if o.prefetched: o.prefetched = False; stats.prefetch_hits += 1
- *     if write: o.dirty = True
- *     touch(key); if compute_ns: cost.compute(compute_ns)
+ * - the plain hit (hp_vectorcall), an object resident on the device:
+ *       _tick += 1; stats.accesses += 1; stats.hits += 1; o.last_tick = _tick; o.n_access += 1
+ *       if o.prefetched: o.prefetched = False; stats.prefetch_hits += 1
+ *       if write: o.dirty = True
+ *       touch(key); if compute_ns: cost.compute(compute_ns)
+ * - the plain miss (hp_miss), an object in host memory, on a pool without a backend, with
+ *   instant copies and a policy without on_miss / admit, nothing in flight: access()'s miss
+ *   phases (_begin's counters, room made through the Python methods place.alloc, policy.victim,
+ *   Pool._evict and Pool._room_step, _insert's fetch, _end) with the same effects in the same
+ *   order.
  *
- * and hands every other call (miss, not resident, in flight, a write under write-through,
- * unusual argument types or keywords, the pool's lock held by another thread) to the Python
- * method unchanged, which holds the one access loop.
+ * Everything else (a new object, copies in flight, a timing model on a miss, a write under
+ * write-through, unusual argument types or keywords, the pool's lock held by another thread)
+ * goes to the Python method. tests/allocator/test_fastpath.py holds both paths to identical
+ * results.
  *
  * Locking: nothing is written unless the pool's RLock is free or held by this thread, and the
- * GIL stays held from the first read to the last write. Two ways to know it:
- *  - peek (the common case): setup() finds where _thread.RLock keeps its owner and count, checking
- *    the layout on a live lock (acquire, acquire again, release twice); a count of 0 or this
- *    thread as owner means no other thread is inside the pool. This applies only when nothing in
- *    the section can run Python code (touch is OrderedDict.move_to_end, no compute), so no other
+ * GIL stays held from the first read to the last write of a hit. Two ways to know it:
+ *  - peek (hits): setup() finds where _thread.RLock keeps its owner and count, checking the
+ *    layout on a live lock (acquire, acquire again, release twice); a count of 0 or this thread
+ *    as owner means no other thread is inside the pool. This applies only when nothing in the
+ *    section can run Python code (touch is OrderedDict.move_to_end, no compute), so no other
  *    thread can run before the path returns. (A thread that has taken the OS lock but not yet set
  *    the owner is still waiting for the GIL: it has not begun its section.)
- *  - otherwise (another layout, a Python touch, compute_ns): the lock's own acquire(False) and
- *    release(), which really take it; acquire(False) never releases the GIL.
+ *  - otherwise (misses, another layout, a Python touch, compute_ns): the lock's own
+ *    acquire(False) and release(), which really take it; acquire(False) never releases the GIL.
  * When another thread holds the lock, the call goes to the Python method, which blocks as usual.
  *
  * Invariant: every check that can send a call to the Python method comes before the first

@@ -14,10 +14,11 @@ Locking: every public method takes ``_lock`` (re-entrant); all access to ``_objs
 placement, the clock and the stats requires it. A ``steps`` generator holds the lock from its
 first ``next`` until it finishes or is closed.
 
-The plain hit of :meth:`Pool.access` also exists in C (``allocator/_fastpath.c``, built when a
-compiler is at hand): while the configuration allows it, ``pool.access`` is that C callable,
-which serves plain hits (only while no other thread holds ``_lock``) and hands every other call
-to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Python path.
+The plain hit and the plain miss of :meth:`Pool.access` also exist in C
+(``allocator/_fastpath.c``, built when a compiler is at hand): while the configuration allows
+it, ``pool.access`` is that C callable, which serves them (only while no other thread holds
+``_lock``; a miss through the same Python methods for placement and eviction) and hands every
+other call to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Python path.
 """
 
 from __future__ import annotations
