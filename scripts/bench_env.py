@@ -6,10 +6,17 @@
   configurations, ``K`` candidates) under a random agent that picks a valid action from
   ``action_masks()`` (resets included), and the median and p99 time of one ``env.step`` (on a
   shared machine the median is the figure other processes disturb least);
+* where an Evict-v0 decision's time goes (``--segments``, on by default; for each candidate
+  rule): the agent, the pool's loop between decisions, candidate selection, observation,
+  info and the rest of ``step``; and the pool's loop alone, replaying one episode's exact
+  victims, with the FeatureTracker's hooks and with no-op hooks (the pool core);
 * the share of a short stable-baselines3 PPO training run spent inside the environment (time
   in ``env.step`` and ``env.reset`` over the wall time of ``learn()``), for SB3's defaults
-  (``MultiInputPolicy``, one env) and for the project's default PPO configuration
-  (``conf/agent/ppo.yaml`` with ``conf/env/evict.yaml``: the candidate-scoring policy).
+  (``MultiInputPolicy``, one env) and for the project's default PPO run (``scripts/train.py
+  agent=ppo``: ``conf/train.yaml``'s traces and capacities, ``conf/env/evict.yaml``,
+  ``conf/agent/ppo.yaml``, the scorer of ``conf/policy/scorer.yaml``, one torch thread). The
+  envs are warmed up first (numba loads or compiles its kernels at the first decision: a
+  one-off, not a per-step cost); ``learn()`` reseeds them, so the run is the same.
 
 Targets: at least 20,000 eviction decisions per second; the env at most 10% of PPO's time.
 """
@@ -33,6 +40,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="random-agent run per env")
     p.add_argument("--ppo-steps", type=int, default=4096, help="PPO timesteps (SB3 n_steps=2048)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--segments", action=argparse.BooleanOptionalAction, default=True,
+                   help="also break an Evict-v0 decision's time down (a few seconds more)")
 
 
 class TimedEnv(gym.Wrapper):  # type: ignore[type-arg]
@@ -97,9 +106,14 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
 def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3") -> dict[str, Any]:
     """Fraction of PPO ``learn()`` wall time spent in the envs' step/reset.
 
-    ``agent="sb3"``: SB3's defaults (``MultiInputPolicy``, one env, ``K`` candidates);
-    ``"project"``: the project's default PPO run (``conf/agent/ppo.yaml``: the candidate-scoring
-    policy, its n_envs and hyper-parameters, over ``conf/env/evict.yaml``'s env)."""
+    ``agent="sb3"``: SB3's defaults (``MultiInputPolicy``, one env, ``K`` candidates, the env's
+    default trace). ``"project"``: the PPO run of ``scripts/train.py agent=ppo`` as
+    :func:`policies.training.train.train` sets it up (``conf/train.yaml`` composed: its
+    training traces, ``capacities``, ``conf/env/evict.yaml``, ``conf/agent/ppo.yaml``'s n_envs
+    and hyper-parameters through :class:`SB3Agent`, ``conf/policy/scorer.yaml``'s scorer,
+    ``torch_threads`` and ``deterministic``), less what runs beside ``learn()`` in a real run:
+    validation callbacks, TensorBoard, the recorded inference traces (``record_inference``)
+    and the input normalisation sample."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -107,33 +121,210 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3") -> dict[str
     from envs.registration import register_envs
 
     register_envs()
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.manual_seed(seed)
+    timed: list[TimedEnv] = []
     if agent == "sb3":
         timed = [TimedEnv(gym.make("cachegym/Evict-v0", K=K, invalid_action="lru"))]
         model = PPO("MultiInputPolicy", DummyVecEnv([lambda: timed[0]]), seed=seed, device="cpu")
+        what = "SB3 defaults, MultiInputPolicy, 1 env"
     else:
-        from omegaconf import OmegaConf
-
-        from policies.training.nets import ScorerActorCriticPolicy
-
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        acfg = OmegaConf.to_container(OmegaConf.load(os.path.join(root, "conf", "agent", "ppo.yaml")))
-        ecfg = OmegaConf.to_container(OmegaConf.load(os.path.join(root, "conf", "env", "evict.yaml")))
-        assert isinstance(acfg, dict) and isinstance(ecfg, dict)
-        env_kw = {str(k): v for k, v in ecfg.items() if k not in ("defaults", "_target_")}
-        timed = [TimedEnv(gym.make("cachegym/Evict-v0", **env_kw))
-                 for _ in range(int(acfg.get("n_envs", 1)))]
-        venv = DummyVecEnv([(lambda e=e: e) for e in timed])  # type: ignore[misc]
-        ppo_kw = {str(k): v for k, v in dict(acfg.get("kwargs") or {}).items()}
-        model = PPO(ScorerActorCriticPolicy, venv, seed=seed, device="cpu", **ppo_kw)
-    for e in timed:
-        e.seconds, e.steps = 0.0, 0
-    t0 = time.perf_counter()
-    model.learn(steps)
-    total = time.perf_counter() - t0
+        model, what = _project_ppo(seed, timed)
+    try:
+        for e in timed:  # warm-up: numba loads (or compiles) its kernels at the first decision
+            _warm_up(e, seed)
+            e.seconds, e.steps = 0.0, 0
+        t0 = time.perf_counter()
+        model.learn(steps)
+        total = time.perf_counter() - t0
+        used_threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
     env_s = sum(e.seconds for e in timed)
-    return {"agent": agent, "timesteps": sum(e.steps for e in timed), "learn_s": total,
-            "env_s": env_s, "env_share": env_s / total, "torch_threads": torch.get_num_threads()}
+    n = sum(e.steps for e in timed)
+    return {"agent": agent, "what": what, "timesteps": n, "learn_s": total, "env_s": env_s,
+            "env_share": env_s / total, "env_us_per_step": env_s / max(n, 1) * 1e6,
+            "learn_us_per_step": total / max(n, 1) * 1e6, "torch_threads": used_threads}
+
+
+def _project_ppo(seed: int, timed: list[TimedEnv]) -> tuple[Any, str]:
+    """The project's PPO model over timed envs, built as :func:`policies.training.train.train`
+    builds it for ``agent=ppo`` (see :func:`ppo_env_share`)."""
+    from hydra import compose, initialize_config_dir
+
+    from envs.config import instantiate
+    from policies.training.agents import TrainContext
+    from policies.training.config import register_train_configs
+    from policies.training.nets import feature_indices
+    from policies.training.train import EnvFactory, load_trace_list, seed_everything
+
+    register_train_configs()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with initialize_config_dir(os.path.join(root, "conf"), version_base=None):
+        cfg = compose("train", overrides=["agent=ppo", f"seed={seed}"])
+    seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
+    traces = load_trace_list(cfg.traces, "traces")
+    factory = EnvFactory(cfg.env, traces, list(cfg.capacities), seed)
+
+    def make_env(i: int) -> TimedEnv:
+        e = TimedEnv(factory(i))
+        timed.append(e)
+        return e
+
+    from policies.features import FEATURE_NAMES
+
+    ctx = TrainContext(make_env=make_env, hidden=list(cfg.policy.hidden), seed=seed,
+                       ignore=feature_indices(list(cfg.policy.ignore_features), FEATURE_NAMES))
+    model = instantiate(cfg.agent).build(ctx)
+    what = (f"project default: train.yaml agent=ppo, {len(traces)} training traces, "
+            f"{cfg.agent.n_envs} envs, scorer {list(cfg.policy.hidden)}, torch_threads={cfg.torch_threads}")
+    return model, what
+
+
+def _warm_up(env: gym.Env, seed: int, steps: int = 8) -> None:  # type: ignore[type-arg]
+    env.reset(seed=seed)
+    for _ in range(steps):
+        valid = np.flatnonzero(env.unwrapped.action_masks())  # type: ignore[attr-defined]
+        if any(env.step(int(valid[0]))[2:4]):
+            env.reset()
+
+
+def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru") -> dict[str, float]:
+    """Microseconds per Evict-v0 decision in each part of a step, under a random agent.
+
+    The env's methods and the features module's two decision functions are wrapped with
+    timers. Each part is the median over blocks of 128 decisions (robust to other processes
+    on a shared machine), less the measured cost of the timers nested inside it, so the parts
+    add up to about an untimed step. ``pool_loop`` is the pool's access loop from the agent's
+    answer to the next eviction request (the env's row loop, the pool and the FeatureTracker's
+    hooks); ``outside`` is the rest of the agent loop (resets)."""
+    from envs.evict import EvictEnv
+    from policies import features
+
+    env = EvictEnv(K=K, candidates=candidates)
+    parts = ("step", "advance", "decision", "select", "observe", "info", "agent", "wall")
+    acc = dict.fromkeys(parts, 0)
+    clock = time.perf_counter_ns
+
+    def timed(fn: Any, name: str) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t = clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] += clock() - t
+        return wrapper
+
+    # what one timed call adds to the time of the part around it
+    noop, timed_noop = (lambda: None), timed(lambda: None, "wall")
+    t = clock()
+    for _ in range(20000):
+        noop()
+    t1 = clock()
+    for _ in range(20000):
+        timed_noop()
+    overhead = max(0.0, ((clock() - t1) - (t1 - t)) / 20000 / 1e3)
+
+    saved = features._select, features._observe
+    blocks: list[dict[str, float]] = []
+    try:
+        features._select = timed(features._select, "select")  # type: ignore[assignment]
+        features._observe = timed(features._observe, "observe")  # type: ignore[assignment]
+        for name in ("step", "advance", "decision", "info"):
+            attr = name if name == "step" else f"_{name}"
+            setattr(env, attr, timed(getattr(env, attr), name))
+        rng = np.random.default_rng(seed)
+        env.reset(seed=seed)
+
+        def play(n: int) -> None:
+            w0 = clock()
+            for _ in range(n):
+                t = clock()
+                valid = np.flatnonzero(env.action_masks())
+                a = int(valid[rng.integers(len(valid))])
+                acc["agent"] += clock() - t
+                if any(env.step(a)[2:4]):
+                    env.reset()
+            acc["wall"] += clock() - w0
+
+        play(300)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            acc.update(dict.fromkeys(parts, 0))
+            play(128)
+            blocks.append({k: v / 128 / 1e3 for k, v in acc.items()})
+    finally:
+        features._select, features._observe = saved
+        env.close()
+    us = {k: float(np.median([b[k] for b in blocks])) for k in parts}
+    o = overhead
+    return {"decisions": 128 * len(blocks), "timer_overhead": o, "total": us["wall"] - 7 * o,
+            "agent": us["agent"], "step": us["step"] - 5 * o,
+            "pool_loop": us["advance"] - us["decision"] - o, "select": us["select"],
+            "observe": us["observe"], "decision_rest": us["decision"] - us["select"] - us["observe"] - 2 * o,
+            "info": us["info"], "step_rest": us["step"] - us["advance"] - us["info"] - 2 * o,
+            "outside": us["wall"] - us["step"] - us["agent"] - 2 * o}
+
+
+def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5) -> dict[str, float]:
+    """The pool's loop alone, per Evict-v0 decision: one episode's victims (a random agent's)
+    replayed through :meth:`Pool.steps` as the env drives it, with the env's FeatureTracker in
+    the policy slot and with a policy whose hooks do nothing (the pool core alone). CPU time,
+    best of ``repeats``."""
+    from allocator.pool import Pool
+    from allocator.trace import Op
+    from envs.evict import EvictEnv
+    from policies.base import EvictionPolicyBase
+    from policies.features import FeatureTracker
+
+    env = EvictEnv(K=K, candidates=candidates)
+    env.reset(seed=seed)
+    assert env.pool is not None
+    w, cap = env._w, env.pool.capacity
+    rng = np.random.default_rng(seed)
+    victims: list[int] = []
+    while True:
+        a = int(rng.integers(len(env._keys)))
+        victims.append(env._keys[a])
+        if env.step(a)[2]:
+            break
+    env.close()
+
+    class NoHooks(EvictionPolicyBase):
+        name = "no-hooks"
+
+        def victim(self, view: Any) -> int | None:
+            raise AssertionError("the replay answers every eviction")
+
+    free_, write_ = int(Op.FREE), int(Op.WRITE)
+
+    def replay(policy: Any) -> float:
+        pool = Pool(cap, policy, **env.pool_kwargs)
+        vi = iter(victims)
+        resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
+        t0 = time.process_time()
+        for k, op, size, kind, comp in zip(w.key, w.op, w.size, w.kind, w.compute_ns):
+            if op == free_:
+                free(k)
+            elif resident(k):
+                access(k, size, op == write_, kind=kind, compute_ns=comp)
+            else:
+                gen = steps(k, size, op, kind=kind, compute_ns=comp)
+                try:
+                    next(gen)
+                    while True:
+                        gen.send(next(vi))
+                except StopIteration:
+                    pass
+        dt = time.process_time() - t0
+        assert next(vi, None) is None, "the replay diverged from the episode"
+        return dt / len(victims) * 1e6
+
+    tracker = min(replay(FeatureTracker()) for _ in range(repeats))
+    bare = min(replay(NoHooks()) for _ in range(repeats))
+    return {"decisions": len(victims), "rows": len(w), "with_tracker_us": tracker,
+            "pool_core_us": bare, "tracker_hooks_us": tracker - bare}
 
 
 def machine_speed() -> dict[str, float]:
@@ -170,12 +361,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ev = out["evict"]["decisions_per_s"]
     print(f"eviction decisions/s vs target {EVICT_TARGET:,.0f}: {ev / EVICT_TARGET:.2f}x "
           f"({'met' if ev >= EVICT_TARGET else 'NOT met'})")
+    if args.segments:
+        for rule in ("lru", "sample"):
+            g = evict_segments(args.K, min(args.seconds, 3.0), args.seed, rule)
+            out[f"evict_segments_{rule}"] = g
+            print(f"  Evict-v0 {rule:6s} us/decision (medians of 128-decision blocks, timers' "
+                  f"{g['timer_overhead']:.2f} us each taken out): {g['total']:.1f} = agent {g['agent']:.1f} + "
+                  f"step {g['step']:.1f} [pool loop {g['pool_loop']:.1f}, select {g['select']:.1f}, "
+                  f"observe {g['observe']:.1f}, rest of decision {g['decision_rest']:.1f}, info {g['info']:.1f}, "
+                  f"rest of step {g['step_rest']:.1f}] + resets {g['outside']:.1f}")
+            c = pool_loop_cost(args.K, args.seed, rule)
+            out[f"evict_pool_loop_{rule}"] = c
+            print(f"  Evict-v0 {rule:6s} pool loop alone, one episode's victims replayed ({c['decisions']} decisions, "
+                  f"{c['rows']} rows; CPU): {c['with_tracker_us']:.1f} us/decision = pool core "
+                  f"{c['pool_core_us']:.1f} + FeatureTracker hooks {c['tracker_hooks_us']:.1f}")
     for agent in ("sb3", "project"):
         p = ppo_env_share(args.K, args.ppo_steps, args.seed, agent)
         out[f"ppo_{agent}"] = p
-        what = ("SB3 defaults, MultiInputPolicy, 1 env" if agent == "sb3" else
-                "project default: conf/agent/ppo.yaml + conf/env/evict.yaml, scorer policy")
-        print(f"PPO ({what}; {p['timesteps']} steps): learn {p['learn_s']:.1f} s, env step/reset "
+        print(f"PPO ({p['what']}; {p['timesteps']} steps): learn {p['learn_s']:.1f} s, env step/reset "
               f"{p['env_s']:.1f} s -> env share {100 * p['env_share']:.1f}% (target <= "
-              f"{100 * PPO_SHARE_TARGET:.0f}%: {'met' if p['env_share'] <= PPO_SHARE_TARGET else 'NOT met'})")
+              f"{100 * PPO_SHARE_TARGET:.0f}%: {'met' if p['env_share'] <= PPO_SHARE_TARGET else 'NOT met'}); "
+              f"per step: env {p['env_us_per_step']:.0f} us of {p['learn_us_per_step']:.0f} us")
     return out
