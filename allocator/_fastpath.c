@@ -57,6 +57,10 @@
 
 /* offsets of the __slots__ this path reads and writes, found once by setup() */
 static PyTypeObject *info_type = NULL, *stats_type = NULL, *pool_type = NULL, *cost_type = NULL;
+/* the two placements (allocator/arena.py) and their slots */
+static PyTypeObject *arena_type = NULL, *bytes_type = NULL;
+static Py_ssize_t off_ar_capacity, off_ar_used, off_ar_free, off_ar_ends, off_ar_by_size;
+static Py_ssize_t off_ba_capacity, off_ba_used;
 static Py_ssize_t off_state, off_dirty, off_prefetched, off_last_tick, off_n_access;
 static Py_ssize_t off_accesses, off_hits, off_prefetch_hits;
 static Py_ssize_t off_pool_tick, off_pool_stats, off_pool_hit_path;
@@ -176,10 +180,11 @@ calibrate_rlock(PyObject *lock)
 static PyObject *
 fp_setup(PyObject *mod, PyObject *args)
 {
-    PyTypeObject *it, *st, *pt, *ct;
+    PyTypeObject *it, *st, *pt, *ct, *at, *bt;
     PyObject *lock;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O:setup", &PyType_Type, &it, &PyType_Type, &st,
-                          &PyType_Type, &pt, &PyType_Type, &ct, &lock))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O:setup", &PyType_Type, &it, &PyType_Type, &st,
+                          &PyType_Type, &pt, &PyType_Type, &ct, &PyType_Type, &at,
+                          &PyType_Type, &bt, &lock))
         return NULL;
     if (slot_offset(it, "state", &off_state) || slot_offset(it, "dirty", &off_dirty)
         || slot_offset(it, "prefetched", &off_prefetched)
@@ -200,7 +205,11 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(pt, "_n_evictable", &off_pool_n_evictable)
         || slot_offset(pt, "_releases", &off_pool_releases)
         || slot_offset(pt, "_landing", &off_pool_landing) || slot_offset(pt, "cost", &off_pool_cost)
-        || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now))
+        || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now)
+        || slot_offset(at, "capacity", &off_ar_capacity) || slot_offset(at, "used", &off_ar_used)
+        || slot_offset(at, "_free", &off_ar_free) || slot_offset(at, "_ends", &off_ar_ends)
+        || slot_offset(at, "_by_size", &off_ar_by_size)
+        || slot_offset(bt, "capacity", &off_ba_capacity) || slot_offset(bt, "used", &off_ba_used))
         return NULL;
     if (calibrate_rlock(lock) < 0)
         return NULL;
@@ -209,6 +218,10 @@ fp_setup(PyObject *mod, PyObject *args)
     Py_INCREF(pt);
     Py_INCREF(ct);
     Py_XSETREF(cost_type, ct);
+    Py_INCREF(at);
+    Py_XSETREF(arena_type, at);
+    Py_INCREF(bt);
+    Py_XSETREF(bytes_type, bt);
     Py_XSETREF(info_type, it);
     Py_XSETREF(stats_type, st);
     Py_XSETREF(pool_type, pt);
@@ -280,6 +293,138 @@ call_method(PyObject *name, PyObject *obj, PyObject *a, PyObject *b, PyObject *c
     PyObject *argv[4] = {obj, a, b, c};
     size_t n = 1 + (a != NULL) + (b != NULL) + (c != NULL);
     return PyObject_VectorcallMethod(name, argv, n, NULL);
+}
+
+static PyObject FALLBACK_OBJ;  /* "ask the Python method": never returned to Python */
+#define FALLBACK (&FALLBACK_OBJ)
+
+/* (size, offset) of by_size[i] as C integers; 0 when it is not a pair of exact ints */
+static inline int
+block_at(PyObject *by_size, Py_ssize_t i, long long *size, long long *off)
+{
+    PyObject *t = PyList_GET_ITEM(by_size, i);
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2)
+        return 0;
+    PyObject *a = PyTuple_GET_ITEM(t, 0), *b = PyTuple_GET_ITEM(t, 1);
+    if (!PyLong_CheckExact(a) || !PyLong_CheckExact(b))
+        return 0;
+    int o1 = 0, o2 = 0;
+    *size = PyLong_AsLongLongAndOverflow(a, &o1);
+    *off = PyLong_AsLongLongAndOverflow(b, &o2);
+    return !o1 && !o2;
+}
+
+/* Arena.alloc(need) for an aligned ``need`` (allocator/arena.py, the same steps on the same
+ * structures): best fit from _by_size, split, _free/_ends kept. FALLBACK when a structure is not
+ * what Arena builds (nothing changed then). */
+static PyObject *
+arena_alloc(PyObject *arena, long long need)
+{
+    PyObject *by_size = SLOT(arena, off_ar_by_size), *free = SLOT(arena, off_ar_free);
+    PyObject *ends = SLOT(arena, off_ar_ends), *used = SLOT(arena, off_ar_used);
+    if (by_size == NULL || !PyList_CheckExact(by_size) || free == NULL || !PyDict_CheckExact(free)
+        || ends == NULL || !PyDict_CheckExact(ends) || used == NULL || !PyLong_CheckExact(used))
+        return FALLBACK;
+    /* bisect_left(by_size, (need, -1)): offsets are >= 0, so the first block of size >= need */
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(by_size);
+    long long size, off;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (!block_at(by_size, mid, &size, &off) || off < 0)
+            return FALLBACK;
+        if (size < need)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == PyList_GET_SIZE(by_size))
+        Py_RETURN_NONE;
+    if (!block_at(by_size, lo, &size, &off) || off < 0 || size > (LLONG_MAX >> 2)
+        || off > (LLONG_MAX >> 2))
+        return FALLBACK;
+    PyObject *offo = PyLong_FromLongLong(off), *endo = PyLong_FromLongLong(off + size);
+    PyObject *needo = PyLong_FromLongLong(need), *used1 = NULL, *resto = NULL, *remo = NULL;
+    PyObject *pair = NULL;
+    if (offo == NULL || endo == NULL || needo == NULL || (used1 = PyNumber_Add(used, needo)) == NULL)
+        goto fail;
+    if (size > need
+        && ((resto = PyLong_FromLongLong(off + need)) == NULL
+            || (remo = PyLong_FromLongLong(size - need)) == NULL
+            || (pair = PyTuple_Pack(2, remo, resto)) == NULL))
+        goto fail;
+    /* the Python method's steps, in its order */
+    if (PyList_SetSlice(by_size, lo, lo + 1, NULL) < 0 || PyDict_DelItem(free, offo) < 0)
+        goto fail;
+    if (size > need) {  /* split: the remainder stays free, its end is unchanged */
+        if (PyDict_SetItem(free, resto, remo) < 0 || PyDict_SetItem(ends, endo, resto) < 0)
+            goto fail;
+        Py_ssize_t l = 0, h = PyList_GET_SIZE(by_size);  /* insort = bisect_right + insert */
+        while (l < h) {
+            Py_ssize_t mid = l + (h - l) / 2;
+            int lt = PyObject_RichCompareBool(pair, PyList_GET_ITEM(by_size, mid), Py_LT);
+            if (lt < 0)
+                goto fail;
+            if (lt)
+                h = mid;
+            else
+                l = mid + 1;
+        }
+        if (PyList_Insert(by_size, l, pair) < 0)
+            goto fail;
+    } else if (PyDict_DelItem(ends, endo) < 0) {
+        goto fail;
+    }
+    Py_SETREF(SLOT(arena, off_ar_used), used1);
+    Py_DECREF(endo);
+    Py_DECREF(needo);
+    Py_XDECREF(resto);
+    Py_XDECREF(remo);
+    Py_XDECREF(pair);
+    return offo;
+
+fail:
+    Py_XDECREF(offo);
+    Py_XDECREF(endo);
+    Py_XDECREF(needo);
+    Py_XDECREF(used1);
+    Py_XDECREF(resto);
+    Py_XDECREF(remo);
+    Py_XDECREF(pair);
+    return NULL;
+}
+
+/* ByteAccounting.alloc(need): FALLBACK when its counters are not plain ints */
+static PyObject *
+bytes_alloc(PyObject *place, PyObject *needo)
+{
+    PyObject *used = SLOT(place, off_ba_used), *cap = SLOT(place, off_ba_capacity);
+    if (used == NULL || !PyLong_CheckExact(used) || cap == NULL || !PyLong_CheckExact(cap))
+        return FALLBACK;
+    PyObject *used1 = PyNumber_Add(used, needo);
+    if (used1 == NULL)
+        return NULL;
+    int over = PyObject_RichCompareBool(used1, cap, Py_GT);
+    if (over != 0) {
+        Py_DECREF(used1);
+        if (over < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    Py_SETREF(SLOT(place, off_ba_used), used1);
+    Py_INCREF(zero);
+    return zero;
+}
+
+/* place.alloc(need): the two placements' own steps in C, any other placement's method */
+static PyObject *
+place_alloc(PyObject *place, PyObject *needo, long long need)
+{
+    PyObject *r = FALLBACK;
+    if (Py_TYPE(place) == arena_type)
+        r = arena_alloc(place, need);
+    else if (Py_TYPE(place) == bytes_type)
+        r = bytes_alloc(place, needo);
+    return r != FALLBACK ? r : call_method(s_alloc, place, needo, NULL, NULL);
 }
 
 /* The plain miss of Pool.access for an object in host memory: _begin's miss counters, room made
@@ -372,7 +517,7 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     used = PyLong_CheckExact(usedo) ? PyLong_AsLongLongAndOverflow(usedo, &overflow) : -1;
     Py_DECREF(usedo);
     if (used < 0 || overflow || cap - used >= need) {
-        r = call_method(s_alloc, place, needo, NULL, NULL);
+        r = place_alloc(place, needo, need);
         if (r == NULL)
             goto room_error;
         if (r == Py_None)
@@ -404,7 +549,7 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
             if (r == NULL)
                 goto room_error;
             Py_DECREF(r);
-            r = call_method(s_alloc, place, needo, NULL, NULL);
+            r = place_alloc(place, needo, need);
             if (r == NULL)
                 goto room_error;
             if (r == Py_None) {
@@ -966,7 +1111,8 @@ static PyTypeObject AccessDescrType = {
 
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
-     "setup(ObjectInfo, PoolStats, Pool, CostModel, RLock()): find the __slots__ the fast path reads and "
+     "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, RLock()): find the "
+     "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
     {NULL, NULL, 0, NULL},
 };

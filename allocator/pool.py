@@ -827,15 +827,17 @@ class Pool:
         return False
 
     def _evict(self, victim: Any) -> None:
-        if victim is None:
+        if type(victim) is int:
+            o = self._objs.get(victim)
+        elif victim is None:
             raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
-        o = (self._objs.get(victim) if type(victim) is int
-             else self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None)
+        else:
+            o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
         if o is None:
             raise InvalidVictim(victim, "it names no live object")
-        if o.state != DEVICE:
-            raise InvalidVictim(victim, f"it is {STATE_NAMES[o.state]}, not resident")
-        if o.pins:
+        if o.state or o.pins:  # not DEVICE (0), or pinned
+            if o.state != DEVICE:
+                raise InvalidVictim(victim, f"it is {STATE_NAMES[o.state]}, not resident")
             raise InvalidVictim(victim, "it is pinned")
         st = self.stats
         st.evictions += 1
@@ -1076,7 +1078,8 @@ _py_access = Pool.access  # the Python method (the class attribute may become it
 _fastpath = _load_fastpath()
 if _fastpath is not None:
     try:
-        _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, threading.RLock())
+        _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting,
+                        threading.RLock())
     except (TypeError, AttributeError) as e:  # a stale build: the slots it knows have changed
         _log.warning("allocator._fastpath does not match allocator.pool (%s): using the "
                      "pure-Python hit path; rebuild with `pip install -e .`", e)
