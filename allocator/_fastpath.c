@@ -476,6 +476,14 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     Py_DECREF(r);
     if (!locked)
         return 0;
+    /* held across the Python calls below, as access() holds its locals (Pool never rebinds
+     * them; holding them keeps this code safe if a callback did) */
+    Py_INCREF(place);
+    Py_INCREF(policy);
+    Py_INCREF(view);
+    Py_INCREF(stats);
+    Py_INCREF(cost);
+    int ret = -1;
 
     /* capacity and used of the placement (slots of Arena / ByteAccounting) */
     PyObject *capo = PyObject_GetAttr(place, s_capacity), *usedo = NULL;
@@ -587,8 +595,11 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     }
     PyObject *done = later ? busy : now;
     Py_INCREF(done);
-    PyObject *h1 = ADD(SLOT(stats, off_bytes_h2d), SLOT(o, off_size));
+    PyObject *h2d = SLOT(stats, off_bytes_h2d), *osz = SLOT(o, off_size);
+    PyObject *h1 = (h2d && osz) ? ADD(h2d, osz) : NULL;
     if (h1 == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: a counter was deleted");
         Py_DECREF(done);
         goto error;
     }
@@ -602,9 +613,13 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     }
     Py_INCREF(zero);
     Py_XSETREF(SLOT(o, off_state), zero);  /* DEVICE */
-    PyObject *nev1 = ADD(SLOT(pool, off_pool_n_evictable), one);
-    if (nev1 == NULL)
+    PyObject *nev0 = SLOT(pool, off_pool_n_evictable);
+    PyObject *nev1 = nev0 != NULL ? ADD(nev0, one) : NULL;
+    if (nev1 == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: _n_evictable was deleted");
         goto error;
+    }
     Py_XSETREF(SLOT(pool, off_pool_n_evictable), nev1);
     r = call_method(s_on_insert, policy, view, key, NULL);
     if (r == NULL)
@@ -612,9 +627,13 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     Py_DECREF(r);
 
     /* _end */
-    PyObject *n1 = ADD(SLOT(o, off_n_access), one);
-    if (n1 == NULL)
+    PyObject *n0 = SLOT(o, off_n_access);
+    PyObject *n1 = n0 != NULL ? ADD(n0, one) : NULL;
+    if (n1 == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: n_access was deleted");
         goto error;
+    }
     Py_XSETREF(SLOT(o, off_n_access), n1);
     PyObject *tick = SLOT(pool, off_pool_tick);
     Py_XINCREF(tick);
@@ -629,7 +648,8 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
             goto error;
         Py_DECREF(r);
     }
-    return release_lock(self) < 0 ? -1 : 1;
+    ret = 1;
+    goto done;
 
 room_error:
     /* no room could be made: the event did not happen (Pool._undo_miss) */
@@ -661,11 +681,20 @@ room_error:
         }
     }
 error:
-    release_lock(self);
-    return -1;
+    ret = -1;
+    goto done;
 
 fallback:
-    return release_lock(self) < 0 ? -1 : 0;
+    ret = 0;
+done:
+    Py_DECREF(place);
+    Py_DECREF(policy);
+    Py_DECREF(view);
+    Py_DECREF(stats);
+    Py_DECREF(cost);
+    if (release_lock(self) < 0)
+        return -1;
+    return ret;
 }
 
 static PyObject *
