@@ -16,7 +16,9 @@
   agent=ppo``: ``conf/train.yaml``'s traces and capacities, ``conf/env/evict.yaml``,
   ``conf/agent/ppo.yaml``, the scorer of ``conf/policy/scorer.yaml``, one torch thread). The
   envs are warmed up first (numba loads or compiles its kernels at the first decision: a
-  one-off, not a per-step cost); ``learn()`` reseeds them, so the run is the same.
+  one-off, not a per-step cost); ``learn()`` reseeds them, so the run is the same. The
+  share without the envs' first reset in ``learn()`` (a fresh pool fast-forwarded to its
+  first decision: a run's setup, paid once however long the run) is printed beside it.
 
 Targets: at least 20,000 eviction decisions per second; the env at most 10% of PPO's time.
 """
@@ -40,17 +42,27 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="random-agent run per env")
     p.add_argument("--ppo-steps", type=int, default=4096, help="PPO timesteps (SB3 n_steps=2048)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch threads of the SB3-defaults PPO run (0: torch's default; the project "
+                        "run takes its config's torch_threads). One by default: on a shared machine "
+                        "torch's threads spin against other processes and learn() time swings 5x")
     p.add_argument("--segments", action=argparse.BooleanOptionalAction, default=True,
                    help="also break an Evict-v0 decision's time down (a few seconds more)")
 
 
 class TimedEnv(gym.Wrapper):  # type: ignore[type-arg]
-    """Accumulates the wall time spent in ``step`` and ``reset``."""
+    """Accumulates the wall time spent in ``step`` and ``reset`` (``seconds``), and apart the
+    time of the first reset after :meth:`clear` (``first_reset``: a learning run's setup)."""
 
     def __init__(self, env: gym.Env) -> None:  # type: ignore[type-arg]
         super().__init__(env)
+        self.clear()
+
+    def clear(self) -> None:
         self.seconds = 0.0
         self.steps = 0
+        self.resets = 0
+        self.first_reset = 0.0
 
     def step(self, action: Any) -> Any:
         t = time.perf_counter()
@@ -62,7 +74,11 @@ class TimedEnv(gym.Wrapper):  # type: ignore[type-arg]
     def reset(self, **kwargs: Any) -> Any:
         t = time.perf_counter()
         out = self.env.reset(**kwargs)
-        self.seconds += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        self.seconds += dt
+        if self.resets == 0:
+            self.first_reset = dt
+        self.resets += 1
         return out
 
 
@@ -103,11 +119,12 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
             "decisions_per_s_at_median": 1e6 / med}
 
 
-def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3") -> dict[str, Any]:
+def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3", torch_threads: int = 0
+                  ) -> dict[str, Any]:
     """Fraction of PPO ``learn()`` wall time spent in the envs' step/reset.
 
     ``agent="sb3"``: SB3's defaults (``MultiInputPolicy``, one env, ``K`` candidates, the env's
-    default trace). ``"project"``: the PPO run of ``scripts/train.py agent=ppo`` as
+    default trace), with ``torch_threads`` torch threads (0: torch's default). ``"project"``: the PPO run of ``scripts/train.py agent=ppo`` as
     :func:`policies.training.train.train` sets it up (``conf/train.yaml`` composed: its
     training traces, ``capacities``, ``conf/env/evict.yaml``, ``conf/agent/ppo.yaml``'s n_envs
     and hyper-parameters through :class:`SB3Agent`, ``conf/policy/scorer.yaml``'s scorer,
@@ -125,15 +142,17 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3") -> dict[str
     torch.manual_seed(seed)
     timed: list[TimedEnv] = []
     if agent == "sb3":
+        if torch_threads > 0:
+            torch.set_num_threads(torch_threads)
         timed = [TimedEnv(gym.make("cachegym/Evict-v0", K=K, invalid_action="lru"))]
         model = PPO("MultiInputPolicy", DummyVecEnv([lambda: timed[0]]), seed=seed, device="cpu")
-        what = "SB3 defaults, MultiInputPolicy, 1 env"
+        what = f"SB3 defaults, MultiInputPolicy, 1 env, torch_threads={torch.get_num_threads()}"
     else:
         model, what = _project_ppo(seed, timed)
     try:
         for e in timed:  # warm-up: numba loads (or compiles) its kernels at the first decision
             _warm_up(e, seed)
-            e.seconds, e.steps = 0.0, 0
+            e.clear()
         t0 = time.perf_counter()
         model.learn(steps)
         total = time.perf_counter() - t0
@@ -142,9 +161,12 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3") -> dict[str
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
     env_s = sum(e.seconds for e in timed)
+    first = sum(e.first_reset for e in timed)
     n = sum(e.steps for e in timed)
     return {"agent": agent, "what": what, "timesteps": n, "learn_s": total, "env_s": env_s,
-            "env_share": env_s / total, "env_us_per_step": env_s / max(n, 1) * 1e6,
+            "env_share": env_s / total, "first_reset_s": first,
+            "env_share_after_first_reset": (env_s - first) / (total - first),
+            "env_us_per_step": env_s / max(n, 1) * 1e6,
             "learn_us_per_step": total / max(n, 1) * 1e6, "torch_threads": used_threads}
 
 
@@ -376,10 +398,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"{c['rows']} rows; CPU): {c['with_tracker_us']:.1f} us/decision = pool core "
                   f"{c['pool_core_us']:.1f} + FeatureTracker hooks {c['tracker_hooks_us']:.1f}")
     for agent in ("sb3", "project"):
-        p = ppo_env_share(args.K, args.ppo_steps, args.seed, agent)
+        p = ppo_env_share(args.K, args.ppo_steps, args.seed, agent, args.torch_threads)
         out[f"ppo_{agent}"] = p
         print(f"PPO ({p['what']}; {p['timesteps']} steps): learn {p['learn_s']:.1f} s, env step/reset "
               f"{p['env_s']:.1f} s -> env share {100 * p['env_share']:.1f}% (target <= "
               f"{100 * PPO_SHARE_TARGET:.0f}%: {'met' if p['env_share'] <= PPO_SHARE_TARGET else 'NOT met'}); "
-              f"per step: env {p['env_us_per_step']:.0f} us of {p['learn_us_per_step']:.0f} us")
+              f"per step: env {p['env_us_per_step']:.0f} us of {p['learn_us_per_step']:.0f} us; learn()'s first "
+              f"reset {p['first_reset_s']:.2f} s, without it {100 * p['env_share_after_first_reset']:.1f}%")
     return out
