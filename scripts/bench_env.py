@@ -7,7 +7,8 @@
   ``action_masks()`` (resets included), and the median and p99 time of one ``env.step`` (on a
   shared machine the median is the figure other processes disturb least);
 * where an Evict-v0 decision's time goes (``--segments``, on by default; for each candidate
-  rule): the agent, the pool's loop between decisions, candidate selection, observation,
+  rule over the default trace, and for ``project``: ``conf/env/evict.yaml`` over
+  ``conf/train.yaml``'s training traces at its first capacity): the agent, the pool's loop between decisions, candidate selection, observation,
   info and the rest of ``step``; and the pool's loop alone, replaying one episode's exact
   victims, with the FeatureTracker's hooks and with no-op hooks (the pool core);
 * the share of a short stable-baselines3 PPO training run spent inside the environment (time
@@ -170,24 +171,32 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3", torch_threa
             "learn_us_per_step": total / max(n, 1) * 1e6, "torch_threads": used_threads}
 
 
-def _project_ppo(seed: int, timed: list[TimedEnv]) -> tuple[Any, str]:
-    """The project's PPO model over timed envs, built as :func:`policies.training.train.train`
-    builds it for ``agent=ppo`` (see :func:`ppo_env_share`)."""
+def _project_setup(seed: int) -> tuple[Any, list[Any], Any]:
+    """``conf/train.yaml`` composed with ``agent=ppo``, its training traces (less the
+    recorded inference ones) and the :class:`EnvFactory` that builds its envs."""
     from hydra import compose, initialize_config_dir
 
-    from envs.config import instantiate
-    from policies.training.agents import TrainContext
     from policies.training.config import register_train_configs
-    from policies.training.nets import feature_indices
-    from policies.training.train import EnvFactory, load_trace_list, seed_everything
+    from policies.training.train import EnvFactory, load_trace_list
 
     register_train_configs()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with initialize_config_dir(os.path.join(root, "conf"), version_base=None):
         cfg = compose("train", overrides=["agent=ppo", f"seed={seed}"])
-    seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     traces = load_trace_list(cfg.traces, "traces")
-    factory = EnvFactory(cfg.env, traces, list(cfg.capacities), seed)
+    return cfg, traces, EnvFactory(cfg.env, traces, list(cfg.capacities), seed)
+
+
+def _project_ppo(seed: int, timed: list[TimedEnv]) -> tuple[Any, str]:
+    """The project's PPO model over timed envs, built as :func:`policies.training.train.train`
+    builds it for ``agent=ppo`` (see :func:`ppo_env_share`)."""
+    from envs.config import instantiate
+    from policies.training.agents import TrainContext
+    from policies.training.nets import feature_indices
+    from policies.training.train import seed_everything
+
+    cfg, traces, factory = _project_setup(seed)
+    seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
 
     def make_env(i: int) -> TimedEnv:
         e = TimedEnv(factory(i))
@@ -212,7 +221,8 @@ def _warm_up(env: gym.Env, seed: int, steps: int = 8) -> None:  # type: ignore[t
             env.reset()
 
 
-def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru") -> dict[str, float]:
+def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", env: Any = None
+                   ) -> dict[str, float]:
     """Microseconds per Evict-v0 decision in each part of a step, under a random agent.
 
     The env's methods and the features module's two decision functions are wrapped with
@@ -220,11 +230,13 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru") -
     on a shared machine), less the measured cost of the timers nested inside it, so the parts
     add up to about an untimed step. ``pool_loop`` is the pool's access loop from the agent's
     answer to the next eviction request (the env's row loop, the pool and the FeatureTracker's
-    hooks); ``outside`` is the rest of the agent loop (resets)."""
+    hooks); ``outside`` is the rest of the agent loop (resets). ``env``: an EvictEnv to time
+    instead of ``EvictEnv(K=K, candidates=candidates)``."""
     from envs.evict import EvictEnv
     from policies import features
 
-    env = EvictEnv(K=K, candidates=candidates)
+    if env is None:
+        env = EvictEnv(K=K, candidates=candidates)
     parts = ("step", "advance", "decision", "select", "observe", "info", "agent", "wall")
     acc = dict.fromkeys(parts, 0)
     clock = time.perf_counter_ns
@@ -278,6 +290,8 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru") -
             blocks.append({k: v / 128 / 1e3 for k, v in acc.items()})
     finally:
         features._select, features._observe = saved
+        for name in ("step", "_advance", "_decision", "_info"):
+            vars(env).pop(name, None)  # the class's methods again
         env.close()
     us = {k: float(np.median([b[k] for b in blocks])) for k in parts}
     o = overhead
@@ -289,18 +303,21 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru") -
             "outside": us["wall"] - us["step"] - us["agent"] - 2 * o}
 
 
-def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5) -> dict[str, float]:
+def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5, env: Any = None
+                   ) -> dict[str, float]:
     """The pool's loop alone, per Evict-v0 decision: one episode's victims (a random agent's)
     replayed through :meth:`Pool.steps` as the env drives it, with the env's FeatureTracker in
     the policy slot and with a policy whose hooks do nothing (the pool core alone). CPU time,
-    best of ``repeats``."""
+    best of ``repeats``. ``env``: an EvictEnv to replay instead of ``EvictEnv(K=K,
+    candidates=candidates)``."""
     from allocator.pool import Pool
     from allocator.trace import Op
     from envs.evict import EvictEnv
     from policies.base import EvictionPolicyBase
     from policies.features import FeatureTracker
 
-    env = EvictEnv(K=K, candidates=candidates)
+    if env is None:
+        env = EvictEnv(K=K, candidates=candidates)
     env.reset(seed=seed)
     assert env.pool is not None
     w, cap = env._w, env.pool.capacity
@@ -384,17 +401,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"eviction decisions/s vs target {EVICT_TARGET:,.0f}: {ev / EVICT_TARGET:.2f}x "
           f"({'met' if ev >= EVICT_TARGET else 'NOT met'})")
     if args.segments:
-        for rule in ("lru", "sample"):
-            g = evict_segments(args.K, min(args.seconds, 3.0), args.seed, rule)
+        project_env = _project_setup(args.seed)[2](0)  # train.yaml's traces, its first capacity
+        for rule in ("lru", "sample", "project"):
+            env = project_env if rule == "project" else None
+            g = evict_segments(args.K, min(args.seconds, 3.0), args.seed, rule, env)
             out[f"evict_segments_{rule}"] = g
-            print(f"  Evict-v0 {rule:6s} us/decision (medians of 128-decision blocks, timers' "
+            print(f"  Evict-v0 {rule:7s} us/decision (medians of 128-decision blocks, timers' "
                   f"{g['timer_overhead']:.2f} us each taken out): {g['total']:.1f} = agent {g['agent']:.1f} + "
                   f"step {g['step']:.1f} [pool loop {g['pool_loop']:.1f}, select {g['select']:.1f}, "
                   f"observe {g['observe']:.1f}, rest of decision {g['decision_rest']:.1f}, info {g['info']:.1f}, "
                   f"rest of step {g['step_rest']:.1f}] + resets {g['outside']:.1f}")
-            c = pool_loop_cost(args.K, args.seed, rule)
+            c = pool_loop_cost(args.K, args.seed, rule, env=env)
             out[f"evict_pool_loop_{rule}"] = c
-            print(f"  Evict-v0 {rule:6s} pool loop alone, one episode's victims replayed ({c['decisions']} decisions, "
+            print(f"  Evict-v0 {rule:7s} pool loop alone, one episode's victims replayed ({c['decisions']} decisions, "
                   f"{c['rows']} rows; CPU): {c['with_tracker_us']:.1f} us/decision = pool core "
                   f"{c['pool_core_us']:.1f} + FeatureTracker hooks {c['tracker_hooks_us']:.1f}")
     for agent in ("sb3", "project"):
