@@ -61,6 +61,7 @@ static PyTypeObject *info_type = NULL, *stats_type = NULL, *pool_type = NULL, *c
 static PyTypeObject *arena_type = NULL, *bytes_type = NULL;
 static Py_ssize_t off_ar_capacity, off_ar_used, off_ar_free, off_ar_ends, off_ar_by_size;
 static Py_ssize_t off_ba_capacity, off_ba_used;
+static long long align_mask = -1;  /* arena.ALIGN - 1 */
 static Py_ssize_t off_state, off_dirty, off_prefetched, off_last_tick, off_n_access;
 static Py_ssize_t off_accesses, off_hits, off_prefetch_hits;
 static Py_ssize_t off_pool_tick, off_pool_stats, off_pool_hit_path;
@@ -71,7 +72,7 @@ static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evi
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
 static Py_ssize_t off_cost_now;
 static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
-static PyObject *s_capacity, *s_used, *s_wait_until;
+static PyObject *s_capacity, *s_used, *s_wait_until, *s_release;
 /* where _thread.RLock keeps its owner and count (rlock_type NULL: unknown layout) */
 static PyTypeObject *rlock_type = NULL;
 static Py_ssize_t off_rlock_owner, off_rlock_count;
@@ -182,10 +183,16 @@ fp_setup(PyObject *mod, PyObject *args)
 {
     PyTypeObject *it, *st, *pt, *ct, *at, *bt;
     PyObject *lock;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O:setup", &PyType_Type, &it, &PyType_Type, &st,
+    long long align;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!LO:setup", &PyType_Type, &it, &PyType_Type, &st,
                           &PyType_Type, &pt, &PyType_Type, &ct, &PyType_Type, &at,
-                          &PyType_Type, &bt, &lock))
+                          &PyType_Type, &bt, &align, &lock))
         return NULL;
+    if (align <= 0 || (align & (align - 1)) != 0 || align > (1 << 20)) {
+        PyErr_SetString(PyExc_TypeError, "setup: the arena alignment must be a power of two");
+        return NULL;
+    }
+    align_mask = align - 1;
     if (slot_offset(it, "state", &off_state) || slot_offset(it, "dirty", &off_dirty)
         || slot_offset(it, "prefetched", &off_prefetched)
         || slot_offset(it, "last_tick", &off_last_tick)
@@ -414,6 +421,247 @@ bytes_alloc(PyObject *place, PyObject *needo)
     Py_INCREF(zero);
     return zero;
 }
+
+/* del by_size[bisect_left(by_size, (size, off))] for a block that is there */
+static int
+del_block(PyObject *by_size, PyObject *size, PyObject *off)
+{
+    PyObject *pair = PyTuple_Pack(2, size, off);
+    if (pair == NULL)
+        return -1;
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(by_size);
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(by_size, mid), pair, Py_LT);
+        if (lt < 0) {
+            Py_DECREF(pair);
+            return -1;
+        }
+        if (lt)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    Py_DECREF(pair);
+    if (lo == PyList_GET_SIZE(by_size)) {
+        PyErr_SetString(PyExc_IndexError, "list assignment index out of range");
+        return -1;
+    }
+    return PyList_SetSlice(by_size, lo, lo + 1, NULL);
+}
+
+/* d.pop(key, None) as a new reference (NULL with no error: absent) */
+static PyObject *
+dict_pop(PyObject *d, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL)
+        return NULL;
+    Py_INCREF(v);
+    if (PyDict_DelItem(d, key) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Arena.release(offset, nbytes) (allocator/arena.py, the same steps on the same structures):
+ * the block goes back, coalesced with free neighbours. FALLBACK when a structure is not what
+ * Arena builds (nothing changed then). */
+static PyObject *
+arena_release(PyObject *arena, PyObject *offset, PyObject *nbytes)
+{
+    PyObject *by_size = SLOT(arena, off_ar_by_size), *free = SLOT(arena, off_ar_free);
+    PyObject *ends = SLOT(arena, off_ar_ends), *used = SLOT(arena, off_ar_used);
+    if (by_size == NULL || !PyList_CheckExact(by_size) || free == NULL || !PyDict_CheckExact(free)
+        || ends == NULL || !PyDict_CheckExact(ends) || used == NULL || !PyLong_CheckExact(used)
+        || !PyLong_CheckExact(offset) || !PyLong_CheckExact(nbytes))
+        return FALLBACK;
+    int o1 = 0, o2 = 0;
+    long long off = PyLong_AsLongLongAndOverflow(offset, &o1);
+    long long nb = PyLong_AsLongLongAndOverflow(nbytes, &o2);
+    if (o1 || o2 || off > (LLONG_MAX >> 2) || nb > (LLONG_MAX >> 2) || nb < -(LLONG_MAX >> 2))
+        return FALLBACK;
+    long long size = (nb + align_mask) & ~align_mask;  /* Arena's footprint */
+    PyObject *sizeo = PyLong_FromLongLong(size), *used1 = NULL, *endo = NULL, *starto = NULL;
+    PyObject *nxt = NULL, *prev = NULL, *psize = NULL, *lenv = NULL, *pair = NULL, *t = NULL;
+    if (sizeo == NULL || (used1 = PyNumber_Subtract(used, sizeo)) == NULL)
+        goto fail;
+    Py_SETREF(SLOT(arena, off_ar_used), used1);
+    used1 = NULL;
+    long long start = off, end = off + size;
+    if ((endo = PyLong_FromLongLong(end)) == NULL)
+        goto fail;
+    nxt = dict_pop(free, endo);
+    if (nxt == NULL && PyErr_Occurred())
+        goto fail;
+    if (nxt != NULL) {  /* coalesce with the next block */
+        if ((t = PyNumber_Add(endo, nxt)) == NULL || PyDict_DelItem(ends, t) < 0
+            || del_block(by_size, nxt, endo) < 0)
+            goto fail;
+        Py_CLEAR(t);
+        int ov = 0;
+        long long n = PyLong_CheckExact(nxt) ? PyLong_AsLongLongAndOverflow(nxt, &ov) : -1;
+        if (n < 0 || ov) {
+            PyErr_SetString(PyExc_TypeError, "allocator._fastpath: a free block size is not an int");
+            goto fail;
+        }
+        end += n;
+        Py_SETREF(endo, PyLong_FromLongLong(end));
+        if (endo == NULL)
+            goto fail;
+    }
+    PyObject *offk = offset;
+    prev = dict_pop(ends, offk);
+    if (prev == NULL && PyErr_Occurred())
+        goto fail;
+    if (prev != NULL) {  /* coalesce with the previous block */
+        psize = PyDict_GetItemWithError(free, prev);
+        if (psize == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, prev);
+            goto fail;
+        }
+        Py_INCREF(psize);
+        if (PyDict_DelItem(free, prev) < 0 || del_block(by_size, psize, prev) < 0)
+            goto fail;
+        int ov = 0;
+        start = PyLong_CheckExact(prev) ? PyLong_AsLongLongAndOverflow(prev, &ov) : -1;
+        if (start < 0 || ov) {
+            PyErr_SetString(PyExc_TypeError, "allocator._fastpath: a free block offset is not an int");
+            goto fail;
+        }
+    }
+    if ((starto = PyLong_FromLongLong(start)) == NULL
+        || (lenv = PyLong_FromLongLong(end - start)) == NULL
+        || PyDict_SetItem(free, starto, lenv) < 0 || PyDict_SetItem(ends, endo, starto) < 0
+        || (pair = PyTuple_Pack(2, lenv, starto)) == NULL)
+        goto fail;
+    Py_ssize_t l = 0, h = PyList_GET_SIZE(by_size);  /* insort = bisect_right + insert */
+    while (l < h) {
+        Py_ssize_t mid = l + (h - l) / 2;
+        int lt = PyObject_RichCompareBool(pair, PyList_GET_ITEM(by_size, mid), Py_LT);
+        if (lt < 0)
+            goto fail;
+        if (lt)
+            h = mid;
+        else
+            l = mid + 1;
+    }
+    if (PyList_Insert(by_size, l, pair) < 0)
+        goto fail;
+    Py_DECREF(sizeo);
+    Py_DECREF(endo);
+    Py_XDECREF(nxt);
+    Py_XDECREF(prev);
+    Py_XDECREF(psize);
+    Py_DECREF(starto);
+    Py_DECREF(lenv);
+    Py_DECREF(pair);
+    Py_RETURN_NONE;
+
+fail:
+    Py_XDECREF(sizeo);
+    Py_XDECREF(used1);
+    Py_XDECREF(endo);
+    Py_XDECREF(starto);
+    Py_XDECREF(nxt);
+    Py_XDECREF(prev);
+    Py_XDECREF(psize);
+    Py_XDECREF(lenv);
+    Py_XDECREF(pair);
+    Py_XDECREF(t);
+    return NULL;
+}
+
+/* place.release(offset, nbytes) as a callable of the two arguments (Pool._place_release): the
+ * Arena's steps in C, ByteAccounting's ``used -= nbytes``, any other placement's method. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *place;
+} PlaceRelease;
+
+static PyObject *
+pr_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PlaceRelease *self = (PlaceRelease *)self_;
+    PyObject *place = self->place;
+    if (kwnames == NULL && PyVectorcall_NARGS(nargsf) == 2) {
+        PyObject *r = FALLBACK;
+        if (Py_TYPE(place) == arena_type) {
+            r = arena_release(place, args[0], args[1]);
+        } else if (Py_TYPE(place) == bytes_type && PyLong_CheckExact(args[1])) {
+            PyObject *used = SLOT(place, off_ba_used);
+            if (used != NULL && PyLong_CheckExact(used)) {
+                PyObject *u1 = PyNumber_Subtract(used, args[1]);
+                if (u1 == NULL)
+                    return NULL;
+                Py_SETREF(SLOT(place, off_ba_used), u1);
+                Py_RETURN_NONE;
+            }
+        }
+        if (r != FALLBACK)
+            return r;
+    }
+    PyObject *meth = PyObject_GetAttr(place, s_release);
+    if (meth == NULL)
+        return NULL;
+    PyObject *r = PyObject_Vectorcall(meth, args, PyVectorcall_NARGS(nargsf), kwnames);
+    Py_DECREF(meth);
+    return r;
+}
+
+static PyObject *
+pr_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *place;
+    if (!PyArg_ParseTuple(args, "O:PlaceRelease", &place))
+        return NULL;
+    PlaceRelease *self = (PlaceRelease *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = pr_vectorcall;
+    Py_INCREF(place);
+    self->place = place;
+    return (PyObject *)self;
+}
+
+static int
+pr_traverse(PlaceRelease *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->place);
+    return 0;
+}
+
+static int
+pr_clear(PlaceRelease *self)
+{
+    Py_CLEAR(self->place);
+    return 0;
+}
+
+static void
+pr_dealloc(PlaceRelease *self)
+{
+    PyObject_GC_UnTrack(self);
+    pr_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject PlaceReleaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "allocator._fastpath.PlaceRelease",
+    .tp_basicsize = sizeof(PlaceRelease),
+    .tp_dealloc = (destructor)pr_dealloc,
+    .tp_vectorcall_offset = offsetof(PlaceRelease, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "PlaceRelease(place): place.release(offset, nbytes), the Arena's steps in C",
+    .tp_traverse = (traverseproc)pr_traverse,
+    .tp_clear = (inquiry)pr_clear,
+    .tp_new = pr_new,
+};
 
 /* place.alloc(need): the two placements' own steps in C, any other placement's method */
 static PyObject *
@@ -1140,7 +1388,7 @@ static PyTypeObject AccessDescrType = {
 
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
-     "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, RLock()): find the "
+     "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN, RLock()): find the "
      "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
     {NULL, NULL, 0, NULL},
@@ -1155,7 +1403,8 @@ static struct PyModuleDef fp_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&HitPathType) < 0 || PyType_Ready(&AccessDescrType) < 0)
+    if (PyType_Ready(&HitPathType) < 0 || PyType_Ready(&AccessDescrType) < 0
+        || PyType_Ready(&PlaceReleaseType) < 0)
         return NULL;
 #define INTERN(var, text) \
     if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
@@ -1175,6 +1424,7 @@ PyInit__fastpath(void)
     INTERN(s_capacity, "capacity");
     INTERN(s_used, "used");
     INTERN(s_wait_until, "wait_until");
+    INTERN(s_release, "release");
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
@@ -1184,6 +1434,12 @@ PyInit__fastpath(void)
     Py_INCREF(&HitPathType);
     if (PyModule_AddObject(m, "HitPath", (PyObject *)&HitPathType) < 0) {
         Py_DECREF(&HitPathType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&PlaceReleaseType);
+    if (PyModule_AddObject(m, "PlaceRelease", (PyObject *)&PlaceReleaseType) < 0) {
+        Py_DECREF(&PlaceReleaseType);
         Py_DECREF(m);
         return NULL;
     }

@@ -205,6 +205,7 @@ class Pool:
         "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_place", "_fp_mask", "_objs",
         "_tick", "_lock", "_acquire", "_release", "_landing", "_releases",
         "_pending_release_bytes", "_inflight_bytes", "_seq", "_n_evictable", "_hit_path",
+        "_place_release",
         "__weakref__",
     )
 
@@ -256,6 +257,9 @@ class Pool:
         )
         # footprint(n) == (n + _fp_mask) & ~_fp_mask (ALIGN - 1 for the arena, 0 for bytes)
         self._fp_mask = ALIGN - 1 if placement == "arena" else 0
+        # _place.release, the same steps in C when the extension is built
+        self._place_release: Any = (self._place.release if _fastpath is None
+                                    else _fastpath.PlaceRelease(self._place))
         self._objs: dict[int, ObjectInfo] = {}
         self._tick = -1
         self._lock = threading.RLock()
@@ -865,7 +869,7 @@ class Pool:
             ev = o.d2h_event
             if ev is not None and self.backend is not None:
                 self.backend.wait(ev)
-            self._place.release(off, nb)
+            self._place_release(off, nb)
             if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
                 o.state = HOST
         if self._hook is not None:
@@ -898,7 +902,7 @@ class Pool:
         else:
             if ev is not None and self.backend is not None:
                 self.backend.wait(ev)
-            self._place.release(off, nb)
+            self._place_release(off, nb)
             if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
                 o.state = HOST
 
@@ -959,7 +963,7 @@ class Pool:
         if ev is not None and self.backend is not None:
             self.backend.wait(ev)
         self._pending_release_bytes -= nb
-        self._place.release(off, nb)
+        self._place_release(off, nb)
         o = self._objs.get(key)
         if o is not None and o.state == D2H and o.busy_until <= done:
             o.state = HOST
@@ -1078,7 +1082,7 @@ _py_access = Pool.access  # the Python method (the class attribute may become it
 _fastpath = _load_fastpath()
 if _fastpath is not None:
     try:
-        _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting,
+        _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN,
                         threading.RLock())
     except (TypeError, AttributeError) as e:  # a stale build: the slots it knows have changed
         _log.warning("allocator._fastpath does not match allocator.pool (%s): using the "

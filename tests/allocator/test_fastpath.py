@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import allocator.pool as pool_mod
-from allocator.arena import ALIGN, Arena
+from allocator.arena import ALIGN, Arena, ByteAccounting
 from allocator.errors import CachegymError
 from allocator.pool import Pool, PoolView
 from policies.lru import LRU
@@ -323,3 +323,30 @@ def test_arena_churn_equals_python_path(seed: int, monkeypatch: pytest.MonkeyPat
     fast._check()
     if _c_module() is not None:
         assert fast._hit_path.misses > 1000
+
+
+def test_place_release_equals_arena_release() -> None:
+    """``PlaceRelease`` (the pool's release of a block) against ``Arena.release`` on random
+    allocations and releases: the same free lists after every step (coalescing both ways)."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    a, b = Arena(64 * B), Arena(64 * B)
+    release = _c_module().PlaceRelease(a)
+    rng = random.Random(3)
+    held: list[tuple[int, int]] = []
+    for _ in range(4000):
+        if held and (rng.random() < 0.5 or a.free_bytes < 4 * B):
+            off, n = held.pop(rng.randrange(len(held)))
+            release(off, n)
+            b.release(off, n)
+        else:
+            n = rng.randrange(1, 4 * B)
+            off_a, off_b = a.alloc(n), b.alloc(n)
+            assert off_a == off_b
+            if off_a is not None:
+                held.append((off_a, n))
+        assert (a._by_size, a._free, a._ends, a.used) == (b._by_size, b._free, b._ends, b.used)
+    acc = ByteAccounting(10 * B)
+    acc.alloc(3 * B)
+    _c_module().PlaceRelease(acc)(0, B)
+    assert acc.used == 2 * B
