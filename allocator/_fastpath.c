@@ -1008,8 +1008,9 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
     PyObject *state = SLOT(o, off_state), *pref = SLOT(o, off_prefetched);
     PyObject *nacc = SLOT(o, off_n_access);
     PyObject *stats = SLOT(pool, off_pool_stats), *tick = SLOT(pool, off_pool_tick);
+    int ovf = 0;
     if (self->miss && state != NULL && PyLong_CheckExact(state)
-        && PyLong_AsLong(state) == 1 /* HOST */) {
+        && PyLong_AsLongAndOverflow(state, &ovf) == 1 /* HOST */) {
         if (locked) {
             if (release_lock(self) < 0)
                 return NULL;
