@@ -10,15 +10,17 @@
  *       if o.prefetched: o.prefetched = False; stats.prefetch_hits += 1
  *       if write: o.dirty = True
  *       touch(key); if compute_ns: cost.compute(compute_ns)
- * - the plain miss (hp_miss), an object in host memory, on a pool without a backend, with
- *   instant copies and a policy without on_miss / admit, nothing in flight: access()'s miss
- *   phases (_begin's counters, room made through the Python methods place.alloc, policy.victim,
- *   Pool._evict and Pool._room_step, _insert's fetch, _end) with the same effects in the same
- *   order.
+ * - the plain miss (hp_miss), an object in host memory or not yet known, on a pool without a
+ *   backend, with instant copies and a policy without on_miss / admit, nothing in flight:
+ *   access()'s miss phases (_begin's counters and object, room made through policy.victim,
+ *   Pool._evict and Pool._room_step with the placement's alloc, _insert's fetch or first-write
+ *   allocation, _end) with the same effects in the same order. Arena.alloc / release and
+ *   ByteAccounting's run here as the same steps on the same structures (arena_alloc,
+ *   arena_release; PlaceRelease is Pool._place_release).
  *
- * Everything else (a new object, copies in flight, a timing model on a miss, a write under
- * write-through, unusual argument types or keywords, the pool's lock held by another thread)
- * goes to the Python method. tests/allocator/test_fastpath.py holds both paths to identical
+ * Everything else (copies in flight, a timing model on a miss, a backend, an oversize object,
+ * a write under write-through, unusual argument types or keywords, the pool's lock held by
+ * another thread) goes to the Python method. tests/allocator/test_fastpath.py holds both paths to identical
  * results.
  *
  * Locking: nothing is written unless the pool's RLock is free or held by this thread, and the
@@ -67,7 +69,7 @@ static Py_ssize_t off_accesses, off_hits, off_prefetch_hits;
 static Py_ssize_t off_pool_tick, off_pool_stats, off_pool_hit_path;
 /* the plain miss (see hp_miss) */
 static Py_ssize_t off_size, off_offset, off_nbytes, off_ready_ns, off_busy_until;
-static Py_ssize_t off_misses, off_byte_misses, off_bytes_h2d, off_peak;
+static Py_ssize_t off_misses, off_byte_misses, off_bytes_h2d, off_peak, off_allocations;
 static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evictable;
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
 static Py_ssize_t off_cost_now;
@@ -207,6 +209,7 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(st, "misses", &off_misses) || slot_offset(st, "byte_misses", &off_byte_misses)
         || slot_offset(st, "bytes_h2d", &off_bytes_h2d)
         || slot_offset(st, "peak_device_bytes", &off_peak)
+        || slot_offset(st, "allocations", &off_allocations)
         || slot_offset(pt, "_place", &off_pool_place) || slot_offset(pt, "_policy", &off_pool_policy)
         || slot_offset(pt, "view", &off_pool_view)
         || slot_offset(pt, "_n_evictable", &off_pool_n_evictable)
@@ -675,17 +678,21 @@ place_alloc(PyObject *place, PyObject *needo, long long need)
     return r != FALLBACK ? r : call_method(s_alloc, place, needo, NULL, NULL);
 }
 
-/* The plain miss of Pool.access for an object in host memory: _begin's miss counters, room made
- * by the policy (place.alloc, policy.victim, Pool._evict, Pool._room_step: the Python methods
- * themselves), _insert's fetch with instant copies and no backend, _end. Configured only for
- * pools without a backend, with instant copies and a policy without on_miss / admit (self->miss);
- * each call also needs nothing in flight and the object's last copy out complete. Takes the
- * lock with acquire(False) (Python code runs inside). Returns 1 (done: the access missed),
- * 0 (nothing written: the Python method takes the call) or -1 (an exception is set). */
+/* The plain miss of Pool.access for an object in host memory (o), or a new one (o NULL):
+ * _begin's counters (and the new ObjectInfo), room made by the policy (the placement's alloc,
+ * policy.victim, Pool._evict, Pool._room_step: the Python methods themselves but for the
+ * placements' alloc), _insert's fetch with instant copies and no backend (or a first write's
+ * allocation), _end. Configured only for pools without a backend, with instant copies and a
+ * policy without on_miss / admit (self->miss); each call also needs nothing in flight and the
+ * object's last copy out complete. Takes the lock with acquire(False) (Python code runs
+ * inside). Returns 1 (done: the access missed), 0 (nothing written: the Python method takes the
+ * call) or -1 (an exception is set). */
 static int
-hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObject *compute, int c)
+hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObject *compute, int c,
+        PyObject *kind)
 {
     PyObject *pool = self->pool, *r;
+    int created = o == NULL;  /* the first access of ``key``: the object is created here */
     int overflow = 0;
     if (!PyLong_CheckExact(size))
         return 0;
@@ -703,17 +710,17 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
         return 0;
     PyObject *v[] = {SLOT(pool, off_pool_tick), SLOT(pool, off_pool_fp_mask),
                      SLOT(pool, off_pool_n_evictable), SLOT(cost, off_cost_now),
-                     SLOT(o, off_busy_until), SLOT(o, off_size), SLOT(o, off_n_access),
                      SLOT(stats, off_accesses), SLOT(stats, off_misses), SLOT(stats, off_byte_misses),
-                     SLOT(stats, off_bytes_h2d), SLOT(stats, off_peak)};
+                     SLOT(stats, off_bytes_h2d), SLOT(stats, off_peak), SLOT(stats, off_allocations),
+                     created ? zero : SLOT(o, off_busy_until), created ? zero : SLOT(o, off_size),
+                     created ? zero : SLOT(o, off_n_access)};
     if (!exact_ints(v, (int)(sizeof(v) / sizeof(v[0]))))
         return 0;
     long long mask = PyLong_AsLongLongAndOverflow(v[1], &overflow);
     if (overflow || mask < 0 || mask > (1 << 20))
         return 0;
     long long need = (sz + mask) & ~mask;
-    int busy_le_now = PyObject_RichCompareBool(v[4], v[3], Py_LE);  /* exact ints: no error */
-    if (busy_le_now != 1)
+    if (!created && PyObject_RichCompareBool(v[10], v[3], Py_LE) != 1)  /* exact ints */
         return 0;  /* a write-back of this object still in flight: the Python method waits */
 
     PyObject *argv[2] = {NULL, Py_False};
@@ -732,6 +739,7 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     Py_INCREF(stats);
     Py_INCREF(cost);
     int ret = -1;
+    PyObject *o_held = NULL;  /* our reference to o from _begin on */
 
     /* capacity and used of the placement (slots of Arena / ByteAccounting) */
     PyObject *capo = PyObject_GetAttr(place, s_capacity), *usedo = NULL;
@@ -746,8 +754,8 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     }
 
     /* _begin: the miss is counted; the object takes the request's size */
-    PyObject *t1 = ADD(v[0], one), *a1 = ADD(v[7], one), *m1 = ADD(v[8], one);
-    PyObject *b1 = ADD(v[9], size);
+    PyObject *t1 = ADD(v[0], one), *a1 = ADD(v[4], one), *m1 = ADD(v[5], one);
+    PyObject *b1 = ADD(v[6], size);
     PyObject *needo = PyLong_FromLongLong(need);
     if (t1 == NULL || a1 == NULL || m1 == NULL || b1 == NULL || needo == NULL) {
         Py_XDECREF(t1);
@@ -761,9 +769,27 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     Py_SETREF(SLOT(stats, off_accesses), a1);
     Py_SETREF(SLOT(stats, off_misses), m1);
     Py_SETREF(SLOT(stats, off_byte_misses), b1);
-    PyObject *old_size = v[5];  /* the slot's reference moves here */
-    Py_INCREF(size);
-    SLOT(o, off_size) = size;
+    PyObject *old_size;
+    if (created) {  /* ObjectInfo(key, size, kind, _tick); _objs[key] = o */
+        PyObject *cargs[4] = {key, size, kind, SLOT(pool, off_pool_tick)};
+        o = PyObject_Vectorcall((PyObject *)info_type, cargs, 4, NULL);
+        if (o == NULL)
+            goto error;  /* as _begin: the counters stand */
+        if (PyDict_SetItem(self->objs, key, o) < 0) {
+            Py_DECREF(o);
+            goto error;
+        }
+        o_held = o;
+        old_size = PyLong_FromLong(-1);
+        if (old_size == NULL)
+            goto error;
+    } else {
+        Py_INCREF(o);
+        o_held = o;
+        old_size = v[11];  /* the slot's reference moves here */
+        Py_INCREF(size);
+        SLOT(o, off_size) = size;
+    }
 
     /* room: place.alloc, else evict with the policy's answers until it fits */
     PyObject *offset = NULL;
@@ -834,6 +860,17 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
         Py_XSETREF(SLOT(stats, off_peak), usedo);
     else
         Py_DECREF(usedo);
+    if (created && w) {  /* a first write allocates without a copy */
+        PyObject *al = SLOT(stats, off_allocations);
+        PyObject *al1 = al != NULL ? ADD(al, one) : NULL;
+        if (al1 == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: allocations was deleted");
+            goto error;
+        }
+        Py_XSETREF(SLOT(stats, off_allocations), al1);
+        goto landed;
+    }
     PyObject *now = SLOT(cost, off_cost_now), *busy = SLOT(o, off_busy_until);
     int later = (now && busy) ? PyObject_RichCompareBool(busy, now, Py_GT) : -1;
     if (later < 0) {
@@ -859,6 +896,7 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
             goto error;
         Py_DECREF(r);
     }
+landed:
     Py_INCREF(zero);
     Py_XSETREF(SLOT(o, off_state), zero);  /* DEVICE */
     PyObject *nev0 = SLOT(pool, off_pool_n_evictable);
@@ -935,6 +973,7 @@ error:
 fallback:
     ret = 0;
 done:
+    Py_XDECREF(o_held);
     Py_DECREF(place);
     Py_DECREF(policy);
     Py_DECREF(view);
@@ -950,7 +989,7 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
 {
     HitPath *self = (HitPath *)self_;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *key, *write = NULL, *compute = NULL, *pool = self->pool, *r;
+    PyObject *key, *write = NULL, *compute = NULL, *kind = zero, *pool = self->pool, *r;
     int w = 0, c = 0, locked = 0;
 
     if (!self->enabled || nargs < 2 || nargs > 3)
@@ -967,7 +1006,7 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
             if (name == s_compute_ns)
                 compute = args[nargs + i];
             else if (name == s_kind)
-                ;  /* a hit does not read kind */
+                kind = args[nargs + i];  /* read by a first access only */
             else if (name == s_write && write == NULL)
                 write = args[nargs + i];
             else
@@ -1000,8 +1039,25 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
 
     PyObject *o = PyDict_GetItemWithError(self->objs, key);  /* borrowed */
     if (o == NULL) {
-        PyErr_Clear();
-        goto unlock_fallback;
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            goto unlock_fallback;
+        }
+        if (!self->miss)
+            goto unlock_fallback;
+        if (locked) {
+            if (release_lock(self) < 0)
+                return NULL;
+            locked = 0;
+        }
+        int done = hp_miss(self, NULL, key, args[1], w, compute, c, kind);  /* a new object */
+        if (done < 0)
+            return NULL;
+        if (done > 0) {
+            self->misses++;
+            Py_RETURN_FALSE;
+        }
+        goto fallback;
     }
     if (Py_TYPE(o) != info_type)
         goto unlock_fallback;
@@ -1017,7 +1073,7 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
             locked = 0;
         }
         Py_INCREF(o);
-        int done = hp_miss(self, o, key, args[1], w, compute, c);
+        int done = hp_miss(self, o, key, args[1], w, compute, c, kind);
         Py_DECREF(o);
         if (done < 0)
             return NULL;
