@@ -61,7 +61,7 @@ STATE_NAMES = ("device", "host", "h2d", "d2h")
 
 
 def _load_fastpath() -> Any:
-    """The C hit path's module, or ``None`` (not built, or ``CACHEGYM_PURE_PYTHON`` set)."""
+    """The C fast paths' module, or ``None`` (not built, or ``CACHEGYM_PURE_PYTHON`` set)."""
     if os.environ.get("CACHEGYM_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
