@@ -16,7 +16,9 @@
  *   Pool._evict and Pool._room_step with the placement's alloc, _insert's fetch or first-write
  *   allocation, _end) with the same effects in the same order. Arena.alloc / release and
  *   ByteAccounting's run here as the same steps on the same structures (arena_alloc,
- *   arena_release; PlaceRelease is Pool._place_release).
+ *   arena_release; PlaceRelease is Pool._place_release), and so does Pool._evict for a clean
+ *   victim whose block can go back at once (evict_plain; any other victim, and every bad
+ *   answer, goes to Pool._evict).
  *
  * Everything else (copies in flight, a timing model on a miss, a backend, an oversize object,
  * a write under write-through, unusual argument types or keywords, the pool's lock held by
@@ -72,9 +74,10 @@ static Py_ssize_t off_size, off_offset, off_nbytes, off_ready_ns, off_busy_until
 static Py_ssize_t off_misses, off_byte_misses, off_bytes_h2d, off_peak, off_allocations;
 static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evictable;
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
+static Py_ssize_t off_pins, off_key, off_evictions, off_useless, off_pool_place_release, off_pool_hook;
 static Py_ssize_t off_cost_now;
 static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
-static PyObject *s_capacity, *s_used, *s_wait_until, *s_release;
+static PyObject *s_capacity, *s_used, *s_wait_until, *s_release, *s_on_evict;
 /* where _thread.RLock keeps its owner and count (rlock_type NULL: unknown layout) */
 static PyTypeObject *rlock_type = NULL;
 static Py_ssize_t off_rlock_owner, off_rlock_count;
@@ -216,6 +219,11 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(pt, "_releases", &off_pool_releases)
         || slot_offset(pt, "_landing", &off_pool_landing) || slot_offset(pt, "cost", &off_pool_cost)
         || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now)
+        || slot_offset(it, "pins", &off_pins) || slot_offset(it, "key", &off_key)
+        || slot_offset(st, "evictions", &off_evictions)
+        || slot_offset(st, "useless_prefetches", &off_useless)
+        || slot_offset(pt, "_place_release", &off_pool_place_release)
+        || slot_offset(pt, "_hook", &off_pool_hook)
         || slot_offset(at, "capacity", &off_ar_capacity) || slot_offset(at, "used", &off_ar_used)
         || slot_offset(at, "_free", &off_ar_free) || slot_offset(at, "_ends", &off_ar_ends)
         || slot_offset(at, "_by_size", &off_ar_by_size)
@@ -678,6 +686,96 @@ place_alloc(PyObject *place, PyObject *needo, long long need)
     return r != FALLBACK ? r : call_method(s_alloc, place, needo, NULL, NULL);
 }
 
+/* Pool._evict(victim) for a clean victim whose block can go back at once, on a pool without a
+ * hook or backend (the miss path's configuration): the same effects in the same order.
+ * Returns 1 (done), 0 (nothing written: call Pool._evict, which also raises for a bad victim)
+ * or -1 (an exception is set). */
+static int
+evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, PyObject *view,
+            PyObject *cost)
+{
+    PyObject *pool = self->pool;
+    if (!self->miss || !PyLong_CheckExact(victim) || SLOT(pool, off_pool_hook) != Py_None)
+        return 0;
+    PyObject *o = PyDict_GetItemWithError(self->objs, victim);
+    if (o == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (Py_TYPE(o) != info_type || SLOT(o, off_dirty) != Py_False)
+        return 0;
+    PyObject *pref = SLOT(o, off_prefetched), *release = SLOT(pool, off_pool_place_release);
+    PyObject *v[] = {SLOT(o, off_state), SLOT(o, off_pins), SLOT(o, off_busy_until),
+                     SLOT(o, off_offset), SLOT(o, off_nbytes), SLOT(cost, off_cost_now),
+                     SLOT(stats, off_evictions), SLOT(pool, off_pool_n_evictable),
+                     SLOT(stats, off_useless), SLOT(o, off_key)};
+    if ((pref != Py_True && pref != Py_False) || release == NULL
+        || !exact_ints(v, (int)(sizeof(v) / sizeof(v[0])))
+        || PyObject_IsTrue(v[0]) || PyObject_IsTrue(v[1])  /* DEVICE (0) and unpinned */
+        || PyObject_RichCompareBool(v[2], v[5], Py_LE) != 1)  /* its block is free to go */
+        return 0;
+    PyObject *e1 = ADD(v[6], one), *n1 = PyNumber_Subtract(v[7], one);
+    PyObject *u1 = pref == Py_True ? ADD(v[8], one) : NULL;
+    if (e1 == NULL || n1 == NULL || (pref == Py_True && u1 == NULL)) {
+        Py_XDECREF(e1);
+        Py_XDECREF(n1);
+        Py_XDECREF(u1);
+        return -1;
+    }
+    Py_INCREF(o);
+    Py_SETREF(SLOT(stats, off_evictions), e1);
+    Py_SETREF(SLOT(pool, off_pool_n_evictable), n1);
+    if (u1 != NULL) {
+        Py_SETREF(SLOT(stats, off_useless), u1);
+        Py_INCREF(Py_False);
+        Py_SETREF(SLOT(o, off_prefetched), Py_False);
+    }
+    int ret = -1;
+    PyObject *key = SLOT(o, off_key), *off = NULL, *nb = NULL, *r;
+    Py_XINCREF(key);
+    r = key != NULL ? call_method(s_on_evict, policy, view, key, NULL) : NULL;
+    Py_XDECREF(key);
+    if (r == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: the victim's key was deleted");
+        goto done;
+    }
+    Py_DECREF(r);
+    Py_INCREF(one);
+    Py_XSETREF(SLOT(o, off_state), one);  /* HOST */
+    off = SLOT(o, off_offset);
+    nb = SLOT(o, off_nbytes);
+    if (off == NULL || nb == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: the victim's block was deleted");
+        off = nb = NULL;
+        goto done;
+    }
+    /* the slots' references move to off / nb */
+    SLOT(o, off_offset) = PyLong_FromLong(-1);
+    Py_INCREF(zero);
+    SLOT(o, off_nbytes) = zero;
+    if (SLOT(o, off_offset) == NULL)
+        goto done;
+    PyObject *busy = SLOT(o, off_busy_until), *now = SLOT(cost, off_cost_now);
+    if (busy == NULL || now == NULL || PyObject_RichCompareBool(busy, now, Py_LE) != 1) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError,
+                            "allocator._fastpath: a copy out of the victim started during on_evict");
+        goto done;
+    }
+    PyObject *argv[2] = {off, nb};
+    r = PyObject_Vectorcall(SLOT(pool, off_pool_place_release), argv, 2, NULL);
+    if (r == NULL)
+        goto done;
+    Py_DECREF(r);
+    ret = 1;
+done:
+    Py_XDECREF(off);
+    Py_XDECREF(nb);
+    Py_DECREF(o);
+    return ret;
+}
+
 /* The plain miss of Pool.access for an object in host memory (o), or a new one (o NULL):
  * _begin's counters (and the new ObjectInfo), room made by the policy (the placement's alloc,
  * policy.victim, Pool._evict, Pool._room_step: the Python methods themselves but for the
@@ -826,11 +924,15 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
             PyObject *victim = call_method(s_victim, policy, view, NULL, NULL);
             if (victim == NULL)
                 goto room_error;
-            r = call_method(s_evict, pool, victim, NULL, NULL);
+            int ev = evict_plain(self, victim, stats, policy, view, cost);
+            if (ev == 0) {  /* anything else (dirty, in use, bad answer): Pool._evict */
+                r = call_method(s_evict, pool, victim, NULL, NULL);
+                ev = r == NULL ? -1 : 1;
+                Py_XDECREF(r);
+            }
             Py_DECREF(victim);
-            if (r == NULL)
+            if (ev < 0)
                 goto room_error;
-            Py_DECREF(r);
             r = place_alloc(place, needo, need);
             if (r == NULL)
                 goto room_error;
@@ -1482,6 +1584,7 @@ PyInit__fastpath(void)
     INTERN(s_used, "used");
     INTERN(s_wait_until, "wait_until");
     INTERN(s_release, "release");
+    INTERN(s_on_evict, "on_evict");
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
