@@ -871,16 +871,17 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     if (created) {  /* ObjectInfo(key, size, kind, _tick); _objs[key] = o */
         PyObject *cargs[4] = {key, size, kind, SLOT(pool, off_pool_tick)};
         o = PyObject_Vectorcall((PyObject *)info_type, cargs, 4, NULL);
-        if (o == NULL)
+        if (o == NULL || PyDict_SetItem(self->objs, key, o) < 0) {
+            Py_XDECREF(o);
+            Py_DECREF(needo);
             goto error;  /* as _begin: the counters stand */
-        if (PyDict_SetItem(self->objs, key, o) < 0) {
-            Py_DECREF(o);
-            goto error;
         }
         o_held = o;
         old_size = PyLong_FromLong(-1);
-        if (old_size == NULL)
+        if (old_size == NULL) {
+            Py_DECREF(needo);
             goto error;
+        }
     } else {
         Py_INCREF(o);
         o_held = o;
