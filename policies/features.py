@@ -452,10 +452,20 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         res = tracker._res
         n = len(res)
         if n <= 4 * K:
-            pool_ = [k for k in res if ev(k)]
-            if len(pool_) > K:
-                pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
-            return pool_, None
+            objs_: dict[int, Any] | None = getattr(view, "_objs", None)
+            if objs_ is None:
+                pool_ = [k for k in res if ev(k)]
+                if len(pool_) > K:
+                    pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
+                return pool_, None
+            # the same draw, reading each record once (view.evictable inlined) for the codes too
+            get, dev, code = objs_.get, DEVICE, _DEVICE_CODE
+            ok = [(k, o) for k, o in zip(res, map(get, res))
+                  if o is not None and o.state == dev and o.pins == 0]
+            if len(ok) > K:
+                ok = [ok[i] for i in rng.permutation(len(ok))[:K].tolist()]
+            return [k for k, _ in ok], [16 * o.kind + code + (2 if o.prefetched else 0)
+                                        + (1 if o.dirty else 0) for _, o in ok]
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
