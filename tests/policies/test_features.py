@@ -249,3 +249,25 @@ def test_numba_kernel_equals_the_numpy_reference(cost, monkeypatch) -> None:
     assert any(c[:, IDX["dirty"]].any() for c, _, _ in fast)
     assert fast[-1][0][0, IDX["seen"]] == 0
     assert (fast[2][0][:, IDX["h2d_time"]] > 0).any() == (cost is not None)
+
+
+@pytest.mark.parametrize("n_resident", [20, 60, 400])
+def test_private_select_codes_give_the_public_observation(n_resident) -> None:
+    """The env and the learned policy use ``_select`` (which returns each candidate's state
+    code where it reads the record anyway) and ``_observe``/``_pack`` with those codes; the
+    result equals the public ``select_candidates`` + ``observe`` (same draws, same features),
+    with few residents (<= 4K: the permutation path) and many, dirty objects included."""
+    trace = _trace(6000, 2000, 11)
+    tracker = FeatureTracker()
+    pool = _replay(trace, n_resident * 4 * 4096, tracker)
+    view = pool.view
+    for rule in ("lru", "sample"):
+        for seed in range(5):
+            keys, codes = fm._select(tracker, view, 32, rule, np.random.default_rng(seed))
+            ref = select_candidates(tracker, view, 32, rule, np.random.default_rng(seed))
+            assert keys == ref.tolist()
+            got = fm._observe(tracker, view, keys, 32, codes)
+            want = observe(tracker, view, ref, 32)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a, b)
+    assert any(pool.view.info(k).dirty for k in tracker.resident())
