@@ -625,8 +625,13 @@ class Pool:
             if self._hook is not None:
                 self._emit("hit", o)
             return o, 0, 0
-        if size <= 0:
-            raise ConfigError(f"access: object {key} needs a size > 0 bytes, got {size!r}")
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
+            raise ConfigError(f"access: object {key!r} needs a size that is an integer number of "
+                              f"bytes > 0, got {size!r}")
+        if o is None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
+            raise ConfigError(f"access: keys are integers (a trace's int64 key column), got "
+                              f"{key!r} of type {type(key).__name__}")
+        size = int(size)  # a NumPy integer is counted as a Python int from here on
         place = self._place
         need = (size + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
         if need > place.capacity and not self.bypass_oversize:
@@ -665,7 +670,7 @@ class Pool:
         st = self.stats
         st.accesses -= 1
         st.misses -= 1
-        st.byte_misses -= size
+        st.byte_misses -= int(size)
 
     def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
         """The missed object lands in its block: allocated (a first write) or fetched."""

@@ -345,6 +345,24 @@ def test_bad_config_values(kwargs) -> None:
     assert isinstance(ei.value, CachegymError) and isinstance(ei.value, ValueError)
 
 
+@pytest.mark.parametrize("placement", ["arena", "bytes"])
+@pytest.mark.parametrize("key,size,what", [
+    (1, 0, "size"), (1, -5, "size"), (1, 10.5, "size"), (1, "x", "size"), (1, True, "size"),
+    (None, 4096, "keys are integers"), ("a", 4096, "keys are integers"), (1.5, 4096, "keys are integers"),
+])
+def test_bad_access_arguments_are_clear_errors(placement, key, size, what) -> None:
+    """A bad key or size (on either access path, C or Python) is a ConfigError naming it, and
+    the pool is unchanged."""
+    p = Pool(64 * B, placement=placement)
+    p.access(7, B)
+    before = _state(p)
+    with pytest.raises(ConfigError, match=what):
+        p.access(key, size)
+    assert _state(p) == before
+    p._check()
+    assert p.access(np.int64(9), np.int64(B)) is False  # NumPy integers are integers
+
+
 def test_object_larger_than_the_pool() -> None:
     p = Pool(4 * B)
     p.access(1, B, write=True)
