@@ -367,15 +367,21 @@ class LRUGuard:
     accesses; every ``window`` accesses the policy's hits are compared with the shadow's. A
     window where the learned policy lost by more than ``margin`` (a fraction of the window's
     accesses) switches decisions to LRU for ``backoff`` windows (doubling on each repeated loss,
-    up to ``max_backoff``), then the learned policy is tried again. Invariant: ``_used`` is the
-    sum of the sizes in ``_lru``.
+    up to ``max_backoff``), then the learned policy is tried again. A window of the learned
+    policy is cut short, as a loss, as soon as it trails the shadow by more than ``abort`` hits
+    (default: four times a whole window's allowance, at least 16), so that a workload the
+    policy does badly on costs a few dozen misses per trial rather than a window's worth.
+    Invariant: ``_used`` is the sum of the sizes in ``_lru``.
     """
 
-    __slots__ = ("window", "margin", "max_backoff", "_lru", "_used", "_n", "_hits", "_shadow_hits",
-                 "_off", "_backoff", "lru_windows", "windows")
+    __slots__ = ("window", "margin", "max_backoff", "abort", "_lru", "_used", "_n", "_hits",
+                 "_shadow_hits", "_off", "_backoff", "lru_windows", "windows", "aborts")
 
-    def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16) -> None:
+    def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
+                 abort: float | None = None) -> None:
         self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
+        self.abort = max(16.0, 4 * self.margin * self.window) if abort is None else float(abort)
+        self.aborts = 0
         self._lru: OrderedDict[int, int] = OrderedDict()
         self._used = 0
         self._n = self._hits = self._shadow_hits = 0
@@ -405,6 +411,9 @@ class LRUGuard:
         self._hits += hit
         self._n += 1
         if self._n >= self.window:
+            self._end_window()
+        elif self._off == 0 and self._shadow_hits - self._hits > self.abort:
+            self.aborts += 1  # the trial is lost already: back to LRU now
             self._end_window()
 
     def free(self, key: int) -> None:

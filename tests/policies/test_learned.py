@@ -168,6 +168,26 @@ def test_lru_guard_hands_decisions_to_lru_after_losing_windows(tmp_path):
     assert bare.guard_decisions == 0
 
 
+def test_lru_guard_cuts_a_losing_trial_short(tmp_path):
+    """A trial window of a policy that loses to LRU ends as soon as it trails the shadow by
+    ``abort`` hits: with the default abort the bad policy costs a small fraction of what
+    whole-window trials cost, and the count of cut trials says so."""
+    p = save_policy_file(tmp_path / "hot.npz", hottest_arrays(), header(
+        K=16, candidate_rule="sample", arch=dict(header()["arch"], hidden=[4])))  # type: ignore[arg-type]
+    trace = generate("zipf", seed=3, n_requests=40_000, n_objects=2000, alpha=1.0, size=4096)
+    cap = 200 * 4096
+    bare = LearnedPolicy.load(p, guard=False)
+    misses = {}
+    guards = {"whole windows": LRUGuard(abort=float("inf")), "cut short": LRUGuard()}
+    for name, guard in guards.items():
+        pol = LearnedPolicy(bare.scorer, bare.header, guard=guard)
+        misses[name] = Pool(cap, pol, placement="bytes").replay(trace).misses
+    lru = Pool(cap, LRU(), placement="bytes").replay(trace).misses
+    assert guards["whole windows"].aborts == 0 and guards["cut short"].aborts > 0
+    assert misses["cut short"] - lru < 0.5 * (misses["whole windows"] - lru)
+    assert misses["cut short"] - lru < 0.01 * len(trace)
+
+
 def test_negative_budget_is_a_config_error(policy_file):
     with pytest.raises(ConfigError, match="budget_us"):
         LearnedPolicy.load(policy_file, budget_us=-1)
