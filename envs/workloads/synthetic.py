@@ -203,7 +203,8 @@ def mixture(
     registry: Mapping[str, Callable[..., Trace]] | None = None,
 ) -> Trace:
     """Interleave generators: each request comes from component ``i`` with probability
-    proportional to its ``weight``. A component is ``{"name": ..., "weight": ..., **params}``;
+    proportional to its ``weight``. A component is ``{"name": ..., "weight": ..., **params}``
+    (``"generator"`` is accepted for ``"name"``, as in the environments' trace specs);
     components get disjoint keys (offset by ``i * 2**40``) and their own derived seeds."""
     params = {"components": [dict(c) for c in components], "n_requests": n_requests, "seed": seed}
     from envs.workloads.registry import GENERATORS
@@ -220,8 +221,8 @@ def mixture(
     op = np.empty(n_requests, np.uint8)
     for i, comp in enumerate(components):
         rows = np.flatnonzero(which == i)
-        sub_params = {k: v for k, v in comp.items() if k not in ("name", "weight")}
-        name = str(comp.get("name"))
+        sub_params = {k: v for k, v in comp.items() if k not in ("name", "generator", "weight")}
+        name = str(comp.get("name", comp.get("generator")))  # "generator" as in env trace specs
         if name not in reg:
             raise ConfigError(f"mixture component {i}: unknown generator {name!r}; choose from {sorted(reg)}")
         sub_seed = int(child_seeds[i].generate_state(1)[0])
