@@ -332,6 +332,24 @@ block_at(PyObject *by_size, Py_ssize_t i, long long *size, long long *off)
     return !o1 && !o2;
 }
 
+/* bisect.insort(by_size, pair): bisect_right, then insert (Arena keeps _by_size sorted so). */
+static int
+insort(PyObject *by_size, PyObject *pair)
+{
+    Py_ssize_t l = 0, h = PyList_GET_SIZE(by_size);
+    while (l < h) {
+        Py_ssize_t mid = l + (h - l) / 2;
+        int lt = PyObject_RichCompareBool(pair, PyList_GET_ITEM(by_size, mid), Py_LT);
+        if (lt < 0)
+            return -1;
+        if (lt)
+            h = mid;
+        else
+            l = mid + 1;
+    }
+    return PyList_Insert(by_size, l, pair);
+}
+
 /* Arena.alloc(need) for an aligned ``need`` (allocator/arena.py, the same steps on the same
  * structures): best fit from _by_size, split, _free/_ends kept. FALLBACK when a structure is not
  * what Arena builds (nothing changed then). */
@@ -376,18 +394,7 @@ arena_alloc(PyObject *arena, long long need)
     if (size > need) {  /* split: the remainder stays free, its end is unchanged */
         if (PyDict_SetItem(free, resto, remo) < 0 || PyDict_SetItem(ends, endo, resto) < 0)
             goto fail;
-        Py_ssize_t l = 0, h = PyList_GET_SIZE(by_size);  /* insort = bisect_right + insert */
-        while (l < h) {
-            Py_ssize_t mid = l + (h - l) / 2;
-            int lt = PyObject_RichCompareBool(pair, PyList_GET_ITEM(by_size, mid), Py_LT);
-            if (lt < 0)
-                goto fail;
-            if (lt)
-                h = mid;
-            else
-                l = mid + 1;
-        }
-        if (PyList_Insert(by_size, l, pair) < 0)
+        if (insort(by_size, pair) < 0)
             goto fail;
     } else if (PyDict_DelItem(ends, endo) < 0) {
         goto fail;
@@ -548,18 +555,7 @@ arena_release(PyObject *arena, PyObject *offset, PyObject *nbytes)
         || PyDict_SetItem(free, starto, lenv) < 0 || PyDict_SetItem(ends, endo, starto) < 0
         || (pair = PyTuple_Pack(2, lenv, starto)) == NULL)
         goto fail;
-    Py_ssize_t l = 0, h = PyList_GET_SIZE(by_size);  /* insort = bisect_right + insert */
-    while (l < h) {
-        Py_ssize_t mid = l + (h - l) / 2;
-        int lt = PyObject_RichCompareBool(pair, PyList_GET_ITEM(by_size, mid), Py_LT);
-        if (lt < 0)
-            goto fail;
-        if (lt)
-            h = mid;
-        else
-            l = mid + 1;
-    }
-    if (PyList_Insert(by_size, l, pair) < 0)
+    if (insort(by_size, pair) < 0)
         goto fail;
     Py_DECREF(sizeo);
     Py_DECREF(endo);
