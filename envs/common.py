@@ -12,7 +12,7 @@ from typing import Any, Union
 import numpy as np
 from gymnasium import spaces
 
-from allocator.errors import ConfigError
+from allocator.errors import ConfigError, InvalidActionError
 from allocator.trace import INF, Op, Trace
 from policies import features
 
@@ -204,6 +204,21 @@ def observation_space(K: int) -> spaces.Dict:
         "globals": spaces.Box(0.0, 1.0, (G,), np.float32),
         "mask": spaces.MultiBinary(K),
     })
+
+
+def action_int(action: Any, n: int, note: str = "") -> int:
+    """``action`` as a Python int: an int, a NumPy integer or a 0-d array of one. Anything else
+    raises :class:`InvalidActionError` naming the space, ``Discrete(n)`` (``note`` is appended to
+    its range). Range and mask are the caller's to check."""
+    if type(action) is int or isinstance(action, np.integer):
+        return int(action)
+    try:
+        if np.ndim(action) != 0:
+            raise TypeError
+        return int(action)
+    except (TypeError, ValueError):
+        raise InvalidActionError(f"action {action!r} is not an integer; Discrete({n}) takes "
+                                 f"0..{n - 1}{note}") from None
 
 
 def pack_obs(cand: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from envs.common import (
     Episodes,
     TraceSource,
     Window,
+    action_int,
     as_traces,
     check_args,
     check_capacity,
@@ -263,16 +264,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
-        if type(action) is int or isinstance(action, np.integer):
-            a = int(action)
-        else:
-            try:
-                if np.ndim(action) != 0:
-                    raise TypeError
-                a = int(action)
-            except (TypeError, ValueError):
-                raise InvalidActionError(f"action {action!r} is not an integer; Discrete({self.K}) "
-                                         f"takes 0..{self.K - 1}") from None
+        a = action_int(action, self.K)
         if 0 <= a < len(self._keys):  # the mask: the first len(keys) slots
             return a
         if not 0 <= a < self.K:

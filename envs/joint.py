@@ -16,6 +16,7 @@ from envs.candidates import SuccessorPredictor
 from envs.common import (
     Episodes,
     TraceSource,
+    action_int,
     as_traces,
     check_args,
     check_capacity,
@@ -259,15 +260,7 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
         K = self.K
-        if type(action) is int or isinstance(action, np.integer):
-            a = int(action)
-        else:
-            try:
-                if np.ndim(action) != 0:
-                    raise TypeError
-                a = int(action)
-            except (TypeError, ValueError):
-                raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) takes 0..{K}") from None
+        a = action_int(action, K + 1)
         if 0 <= a < len(self._keys) or (a == K and self._phase == PREFETCH):  # the mask
             return a
         if not 0 <= a <= K:

@@ -17,6 +17,7 @@ from envs.common import (
     Episodes,
     TraceSource,
     Window,
+    action_int,
     as_traces,
     check_args,
     check_capacity,
@@ -310,16 +311,7 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
         K = self.K
-        if type(action) is int or isinstance(action, np.integer):
-            a = int(action)
-        else:
-            try:
-                a = int(action)
-            except (TypeError, ValueError):
-                raise InvalidActionError(f"action {action!r} is not an integer; Discrete({K + 1}) "
-                                         f"takes 0..{K} ({K} = no prefetch)") from None
-            if np.ndim(action) != 0:
-                a = -1
+        a = action_int(action, K + 1, f" ({K} = no prefetch)")
         if 0 <= a < len(self._keys) or a == K:  # the mask: the candidates and the no-op
             return a
         if not 0 <= a <= K:
