@@ -5,6 +5,7 @@ scan), with the targets' verdict. All policies replay each trace in the same run
     python scripts/bench.py quality --policy outputs/main/<run>/train/policy.npz
     python scripts/bench.py quality            # newest main-job policy, else train one first
     python scripts/bench.py quality --train    # train afresh with conf/main.yaml's settings
+    python scripts/bench.py quality --broad    # also other workload families (no target)
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="fractions of peak live bytes (default 0.25 0.5)")
     p.add_argument("--max-requests", type=int, default=None, help="cut every trace to this many rows")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--broad", action="store_true",
+                   help="also replay more workload families (mixture, KV cache, embedding, loop, "
+                        "uniform, steep Zipf, phase change; reported, no target)")
 
 
 def _train(seed: int) -> str:
@@ -41,7 +45,13 @@ def _train(seed: int) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import logging
 
-    from policies.training.quality import default_held_out, format_quality, quality_rows, verdict
+    from policies.training.quality import (
+        broad_held_out,
+        default_held_out,
+        format_quality,
+        quality_rows,
+        verdict,
+    )
 
     logging.basicConfig(level=logging.WARNING)
     path = args.policy
@@ -53,8 +63,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print("training a policy first (conf/main.yaml settings) ...")
         path = _train(args.seed)
     print(f"policy: {path}")
-    rows = quality_rows(path, default_held_out(args.max_requests), args.capacities, seed=args.seed,
-                        progress=True)
+    held = default_held_out(args.max_requests)
+    if args.broad:
+        held += broad_held_out(args.max_requests)
+    rows = quality_rows(path, held, args.capacities, seed=args.seed, progress=True)
     print(format_quality(rows))
     v = verdict(rows)
     print(f"DL traces: mean normalised hit rate {v['dl_mean_normalized_hit_rate']:.3f} (target >= 0.7), "
@@ -62,4 +74,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{'met' if v['dl_target_met'] else 'NOT met'}")
     print(f"Zipf/scan: worst hit-ratio gap to the best heuristic {v['zipf_scan_worst_gap']:+.4f} "
           f"(target <= 0.02): {'met' if v['zipf_scan_target_met'] else 'NOT met'}")
+    if args.broad:
+        print(f"Other families (no target): gap to the best heuristic mean {v['other_mean_gap']:+.4f}, "
+              f"worst {v['other_worst_gap']:+.4f}; learned behind LRU in "
+              f"{v['other_cells_behind_lru']} of {v['other_cells']} cells")
     return {"policy": path, "rows": rows, "verdict": v}

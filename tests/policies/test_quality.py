@@ -1,0 +1,41 @@
+"""The quality benchmark's pieces (policies/training/quality.py): rows and verdict."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from policies import features
+from policies.learned import save_policy_file
+from policies.training.quality import broad_held_out, default_held_out, quality_rows, verdict
+
+
+def _policy(tmp_path) -> str:
+    rng = np.random.default_rng(0)
+    a = {"wc": rng.normal(size=(features.F, 8)), "wg": rng.normal(size=(features.G, 8)),
+         "b0": rng.normal(size=8), "wo": rng.normal(size=8), "bo": rng.normal(size=1)}
+    hdr = {"task": "evict", "K": 8, "candidate_rule": "lru", "feature_spec": features.feature_spec(),
+           "arch": {"type": "candidate_mlp", "n_features": features.F, "n_globals": features.G,
+                    "hidden": [8], "activation": "relu"}}
+    return save_policy_file(tmp_path / "p.npz", a, hdr)
+
+
+def test_broad_held_out_rows_and_verdict(tmp_path) -> None:
+    held = default_held_out(1500)[-2:] + broad_held_out(1500)
+    assert {h.family for h in held} == {"zipf", "scan", "other"}
+    assert len({h.trace.name for h in held}) == len(held) and all(len(h.trace) <= 1500 for h in held)
+    rows = quality_rows(_policy(tmp_path), held, capacities=[0.25])
+    assert len(rows) == len(held)
+    for r in rows:
+        miss = {n: r[f"miss_{n}"] for n in ("learned", "lru", "lfu", "arc", "s3fifo", "belady")}
+        assert all(0.0 <= m <= 1.0 for m in miss.values())
+        best = min(("lru", "lfu", "arc", "s3fifo"), key=miss.__getitem__)
+        # the gap is in hit ratio: best heuristic's hits minus the learned policy's, per access
+        assert math.isclose(r["gap_to_best"], miss["learned"] - miss[best], abs_tol=1e-9)
+    v = verdict(rows)
+    other = [r for r in rows if r["family"] == "other"]
+    assert v["other_cells"] == len(other) == 7
+    assert v["other_worst_gap"] == max(r["gap_to_best"] for r in other)
+    assert v["other_cells_behind_lru"] == sum(r["miss_learned"] > r["miss_lru"] for r in other)
+    assert math.isnan(v["dl_mean_normalized_hit_rate"]) and not v["dl_target_met"]
