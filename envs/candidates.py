@@ -62,34 +62,14 @@ class SuccessorPredictor:
         seen = {key}
         frontier = [key]
         succ = self._succ
+        # known and not resident = on the host or being written back; the pool's own view
+        # reads each object's record once, another view answers through its public API
         objs: dict[int, Any] | None = getattr(view, "_objs", None)
-        if objs is None:  # another view: its public API (the same answer, slower)
-            resident = view.is_resident
-            for _ in range(self.hops):
-                nxt: list[int] = []
-                for y in frontier:
-                    s = succ.get(y)
-                    if not s:
-                        continue
-                    for z in reversed(s):
-                        if z in seen:
-                            continue
-                        seen.add(z)
-                        nxt.append(z)
-                        if z in view and not resident(z):
-                            out.append(z)
-                            if len(out) == K:
-                                return out
-                if not nxt:
-                    break
-                frontier = nxt
-            return out
-        # the pool's records, read once per object: known and not resident = on the host or
-        # being written back (as ``z in view and not view.is_resident(z)``)
-        get, away = objs.get, _AWAY
+        get = objs.get if objs is not None else None
+        away, resident = _AWAY, view.is_resident
         last = self.hops - 1
         for hop in range(self.hops):
-            nxt = []
+            nxt: list[int] = []
             for y in frontier:
                 s = succ.get(y)
                 if not s:
@@ -100,11 +80,15 @@ class SuccessorPredictor:
                     seen.add(z)
                     if hop != last:
                         nxt.append(z)
-                    o = get(z)
-                    if o is not None and o.state in away:
-                        out.append(z)
-                        if len(out) == K:
-                            return out
+                    if get is not None:
+                        o = get(z)
+                        if o is None or o.state not in away:
+                            continue
+                    elif z not in view or resident(z):
+                        continue
+                    out.append(z)
+                    if len(out) == K:
+                        return out
             if not nxt:
                 break
             frontier = nxt
