@@ -5,10 +5,11 @@ environments (:mod:`envs.evict`, :mod:`envs.prefetch`) drive :class:`allocator.p
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -16,8 +17,11 @@ from allocator.errors import ConfigError, InvalidActionError
 from allocator.trace import INF, Op, Trace
 from policies import features
 
+if TYPE_CHECKING:
+    from allocator.pool import Pool
+
 __all__ = [
-    "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
+    "PoolEnv", "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
     "resolve_capacity",
     "observation_space", "pack_obs", "empty_obs", "next_use_distance", "decision_info", "CAPACITY_OF",
 ]
@@ -27,6 +31,24 @@ TraceSource = Union[Trace, str, "os.PathLike[str]", Mapping[str, Any]]
 generator spec ``{"generator": "zipf", "seed": 0, **params}`` for :func:`envs.workloads.generate`."""
 
 CAPACITY_OF = ("working_set", "peak_live")
+
+
+class PoolEnv(gym.Env[dict[str, Any], np.int64]):
+    """What the environments share: a :class:`Pool` and the generator that runs its episode
+    (``_loop``, which holds the pool's lock while it is suspended at a decision)."""
+
+    pool: Pool | None
+    _loop: Generator[Any, Any, None] | None
+
+    def close(self) -> None:
+        """Abandon the running episode (closing its generator releases the pool's lock) and
+        close the pool. A new episode starts from here too."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 def default_trace() -> Trace:

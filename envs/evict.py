@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -14,6 +13,7 @@ from allocator.pool import EvictionRequest, Pool
 from allocator.trace import Op
 from envs.common import (
     Episodes,
+    PoolEnv,
     TraceSource,
     Window,
     action_int,
@@ -39,7 +39,7 @@ _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an Int
 INVALID_ACTIONS = ("raise", "lru")
 
 
-class EvictEnv(gym.Env[dict[str, Any], np.int64]):
+class EvictEnv(PoolEnv):
     """Choose which resident object to evict when the pool needs space.
 
     The environment wraps a real :class:`allocator.pool.Pool` and drives its one access loop
@@ -193,11 +193,7 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ the loop
     def _start(self, w: Window) -> None:
-        if self._loop is not None:  # an abandoned episode: release the pool's lock first
-            self._loop.close()
-            self._loop = None
-        if self.pool is not None:
-            self.pool.close()
+        self.close()  # an abandoned episode releases the pool's lock first
         self._w = w
         self.tracker.reset()
         cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
@@ -298,11 +294,3 @@ class EvictEnv(gym.Env[dict[str, Any], np.int64]):
             info["stats"] = pool.snapshot().as_dict()
         info["keys"], info["next_use"] = keys, dist
         return info
-
-    def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -15,6 +14,7 @@ from allocator.trace import INF, Op
 from envs.candidates import SuccessorPredictor
 from envs.common import (
     Episodes,
+    PoolEnv,
     TraceSource,
     action_int,
     as_traces,
@@ -38,7 +38,7 @@ EVICT, PREFETCH = 0, 1
 _REWARDS = ("misses", "bytes", "stall")
 
 
-class JointEnv(gym.Env[dict[str, Any], np.int64]):
+class JointEnv(PoolEnv):
     """Choose eviction victims and prefetches of one pool: the decisions of
     :class:`envs.evict.EvictEnv` and :class:`envs.prefetch.PrefetchEnv` in one episode.
 
@@ -154,10 +154,7 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
 
     # ------------------------------------------------------------------ the loop
     def _start(self, w: Any) -> None:
-        if self._loop is not None:
-            self._loop.close()
-        if self.pool is not None:
-            self.pool.close()
+        self.close()  # an abandoned episode releases the pool's lock first
         self._w = w
         self.tracker.reset()
         self.predictor.reset()
@@ -293,14 +290,6 @@ class JointEnv(gym.Env[dict[str, Any], np.int64]):
             info["oracle_action"] = K if j < 0 else j
         info["keys"], info["next_use"] = keys, dist
         return info
-
-    def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
 
 
 _MASK_TABLES: dict[int, np.ndarray] = {}

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -15,6 +14,7 @@ from allocator.trace import INF, Op
 from envs.candidates import SuccessorPredictor
 from envs.common import (
     Episodes,
+    PoolEnv,
     TraceSource,
     Window,
     action_int,
@@ -44,7 +44,7 @@ PYTHIA_WEIGHTS: Mapping[str, float] = {"timely": 1.0, "late": 0.5, "useless": -1
 same way: accurate and timely > accurate but late > no prefetch > inaccurate)."""
 
 
-class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
+class PrefetchEnv(PoolEnv):
     """Choose which host object to prefetch (copy to the device ahead of use), or nothing.
 
     The environment wraps a real :class:`allocator.pool.Pool` and drives its access loop over a
@@ -224,11 +224,7 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
                 pool.unpin(k)
 
     def _start(self, w: Window) -> None:
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        if self.pool is not None:
-            self.pool.close()
+        self.close()  # an abandoned episode releases the pool's lock first
         self._w = w
         self.tracker.reset()
         self.predictor.reset()
@@ -341,14 +337,6 @@ class PrefetchEnv(gym.Env[dict[str, Any], np.int64]):
             info["stats"] = pool.snapshot().as_dict()
         info["keys"], info["next_use"] = keys, dist
         return info
-
-    def close(self) -> None:
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
 
 
 _MASK_TABLES: dict[int, np.ndarray] = {}
