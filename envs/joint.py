@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Sequence
 from typing import Any
 
@@ -292,16 +293,11 @@ class JointEnv(PoolEnv):
         return info
 
 
-_MASK_TABLES: dict[int, np.ndarray] = {}
-
-
+@functools.cache
 def _mask_table(K: int) -> np.ndarray:
     """Row ``2 * n + phase``: the action mask with ``n`` candidates in ``phase`` (the no-op,
     last, valid in the prefetch phase only); read-only, shared."""
-    t = _MASK_TABLES.get(K)
-    if t is None:
-        t = np.repeat(np.tri(K + 1, K + 1, -1, bool), 2, axis=0)
-        t[1::2, K] = True
-        t.setflags(write=False)
-        t = _MASK_TABLES[K] = t
+    t = np.repeat(np.tri(K + 1, K + 1, -1, bool), 2, axis=0)
+    t[1::2, K] = True
+    t.setflags(write=False)
     return t

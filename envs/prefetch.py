@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -339,15 +340,10 @@ class PrefetchEnv(PoolEnv):
         return info
 
 
-_MASK_TABLES: dict[int, np.ndarray] = {}
-
-
+@functools.cache
 def _mask_table(K: int) -> np.ndarray:
     """Row ``n``: the action mask with ``n`` candidates (and the no-op); read-only, shared."""
-    t = _MASK_TABLES.get(K)
-    if t is None:
-        t = np.tri(K + 1, K + 1, -1, bool)
-        t[:, K] = True
-        t.setflags(write=False)
-        t = _MASK_TABLES[K] = t
+    t = np.tri(K + 1, K + 1, -1, bool)
+    t[:, K] = True
+    t.setflags(write=False)
     return t
