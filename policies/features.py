@@ -278,22 +278,13 @@ class FeatureTracker(EvictionPolicyBase):
 
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:
-        # per-access cost matters (it is paid on every hit): one compiled call, or scalar
-        # writes into the flat view (the same arithmetic)
+        # per-access cost matters (it is paid on every hit): one compiled call (the same
+        # function runs as Python where numba is absent)
         x = t - self._epoch
         if x > _RENORM * HALF_LIVES[0]:
             self._renormalise(t)
             x = 0
-        if _access_kernel is not None:
-            _access_kernel(self._V, s * _NCOL, t, x, 2.0)
-            return
-        V, b = self._V, s * _NCOL
-        c = V[b + _COUNT]
-        V[b + _RING0 + int(c) % _RING] = t
-        V[b + _COUNT] = c + 1.0
-        V[b + _E0] += 2.0 ** (x * _IH[0])
-        V[b + _E0 + 1] += 2.0 ** (x * _IH[1])
-        V[b + _E0 + 2] += 2.0 ** (x * _IH[2])
+        _access_kernel(self._V, s * _NCOL, t, x, 2.0)
 
     def _renormalise(self, t: int) -> None:
         self._S[: self._next, _E0:_RING0] *= np.exp2(-(t - self._epoch) * _H_INV)
@@ -783,7 +774,7 @@ def _access_kernel_py(V: np.ndarray, b: int, t: int, x: int, two: float) -> None
 _IH0, _IH1, _IH2 = _IH
 _observe_kernel: Any = None
 _distinct_kernel: Any = None
-_access_kernel: Any = None
+_access_kernel: Any = _access_kernel_py
 if _numeric_kernel is not None:
     _access_kernel = njit(cache=True, nogil=True)(_access_kernel_py)
     _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)

@@ -271,3 +271,25 @@ def test_private_select_codes_give_the_public_observation(n_resident) -> None:
             for a, b in zip(got, want):
                 np.testing.assert_array_equal(a, b)
     assert any(pool.view.info(k).dirty for k in tracker.resident())
+
+
+@pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the Python path exists")
+def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
+    """The tracker's per-access update and the sample rule's distinct draws give bit-identical
+    results compiled and as plain Python (what a machine without numba runs), so a policy
+    deployed there sees the same features and candidates."""
+    trace = _trace(8000, 600, 5)  # long enough to renormalise the decayed counters
+    states, draws = [], []
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(fm, "_access_kernel", fm._access_kernel_py)
+            monkeypatch.setattr(fm, "_distinct_kernel", None)
+        tracker = FeatureTracker()
+        pool = _replay(trace, 40 * 4 * 4096, tracker)
+        states.append((tracker._S[: tracker._next].copy(), tracker._epoch))
+        rng = np.random.default_rng(3)
+        draws.append([fm._first_distinct(rng, 500, 52, 32) for _ in range(50)])
+        assert len(pool.view.candidates()) > 0
+    assert states[0][1] == states[1][1] > 0
+    np.testing.assert_array_equal(states[0][0], states[1][0])
+    assert draws[0] == draws[1]
