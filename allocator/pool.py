@@ -385,28 +385,14 @@ class Pool:
                 # no block can fit while fewer bytes than that are free: skip the attempt
                 offset = place.alloc(need) if place.capacity - place.used >= need else None
                 if offset is None:
-                    # _make_room answered by the eviction policy, without a generator
                     try:
-                        victim, view, alloc = self._policy.victim, self.view, place.alloc
-                        # _room_step(size, need, False) is -1 when nothing in flight can help
-                        offset = (-1 if self._n_evictable and not self._releases
-                                  else self._room_step(size, need, False))
-                        while offset < 0:
-                            self._evict(victim(view))
-                            got = alloc(need)  # _room_step's first move, without the call
-                            offset = self._room_step(size, need, False) if got is None else got
+                        offset = self._make_room_policy(size, need)
                     except BaseException:
                         self._undo_miss(o, size, old_size)
                         raise
                 self._insert(o, offset, need, write, old_size)
-            if need >= 0:  # _end(o, write, False), without the call
-                o.n_access += 1
-                o.last_tick = self._tick
-                if write:
-                    o.dirty = True
-                    if self._write_through:
-                        self._copy_out(o)
-                        o.dirty = False
+            if need >= 0:
+                self._end(o, write, False)
             if self._due is not None:
                 self._evict_due(key)
             if compute_ns:
@@ -777,7 +763,19 @@ class Pool:
 
     # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
     # that a victim is needed); _make_room drives it as a generator (the victim comes from
-    # whoever drives Pool.steps); access() drives it inline with the policy's answers.
+    # whoever drives Pool.steps); _make_room_policy drives it with the policy's answers.
+    def _make_room_policy(self, size: int, need: int) -> int:
+        """:meth:`_make_room` answered by the eviction policy, without a generator (called
+        after an allocation failed)."""
+        victim, view, alloc = self._policy.victim, self.view, self._place.alloc
+        # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
+        off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
+        while off < 0:
+            self._evict(victim(view))
+            got = alloc(need)  # _room_step's first move, without the call
+            off = self._room_step(size, need, False) if got is None else got
+        return off
+
     def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
         """Evict (asking whoever drives the generator) until ``need`` bytes fit."""
         while True:
@@ -862,21 +860,7 @@ class Pool:
             o.state = D2H
         else:
             o.state = HOST
-        # _release_block(o), without the call (o was resident, so not in flight to the device)
-        off, nb = o.offset, o.nbytes
-        o.offset, o.nbytes = -1, 0
-        done = o.busy_until
-        if done > self.cost.now:
-            self._seq += 1
-            heapq.heappush(self._releases, (done, self._seq, off, nb, o.d2h_event, o.key))
-            self._pending_release_bytes += nb
-        else:
-            ev = o.d2h_event
-            if ev is not None and self.backend is not None:
-                self.backend.wait(ev)
-            self._place_release(off, nb)
-            if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
-                o.state = HOST
+        self._release_block(o)
         if self._hook is not None:
             self._emit("evict", o)
 
