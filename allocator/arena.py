@@ -81,6 +81,13 @@ class Arena:
         self._ends[off + size] = off
         insort(self._by_size, (size, off))
 
+    def _remove_free(self, off: int) -> int:
+        size = self._free.pop(off)
+        del self._ends[off + size]
+        by_size = self._by_size
+        del by_size[bisect_left(by_size, (size, off))]
+        return size
+
     def alloc(self, nbytes: int) -> int | None:
         need = (nbytes + _MASK) & ~_MASK
         by_size = self._by_size
@@ -101,24 +108,16 @@ class Arena:
         return off
 
     def release(self, offset: int, nbytes: int) -> None:
-        # _add_free and the removal of coalesced neighbours inlined: this runs on every eviction
         size = (nbytes + _MASK) & ~_MASK
         self.used -= size
-        free, ends, by_size = self._free, self._ends, self._by_size
         start, end = offset, offset + size
-        nxt = free.pop(end, None)
-        if nxt is not None:  # coalesce with the next block
-            del ends[end + nxt]
-            del by_size[bisect_left(by_size, (nxt, end))]
-            end += nxt
-        prev = ends.pop(start, None)
+        if end in self._free:  # coalesce with the next block
+            end += self._remove_free(end)
+        prev = self._ends.get(start)
         if prev is not None:  # coalesce with the previous block
-            psize = free.pop(prev)
-            del by_size[bisect_left(by_size, (psize, prev))]
+            self._remove_free(prev)
             start = prev
-        free[start] = end - start
-        ends[end] = start
-        insort(by_size, (end - start, start))
+        self._add_free(start, end - start)
 
     @property
     def free_bytes(self) -> int:
