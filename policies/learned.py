@@ -379,6 +379,11 @@ class LRUGuard:
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None) -> None:
+        if not (window >= 1 and margin >= 0 and max_backoff >= 1 and (abort is None or abort >= 0)):
+            raise ConfigError(
+                f"LRUGuard: window must be >= 1 accesses, margin >= 0, max_backoff >= 1 windows and "
+                f"abort >= 0 hits (or None); got window={window!r}, margin={margin!r}, "
+                f"max_backoff={max_backoff!r}, abort={abort!r}")
         self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
         self.abort = max(16.0, 4 * self.margin * self.window) if abort is None else float(abort)
         self.aborts = 0

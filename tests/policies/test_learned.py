@@ -188,6 +188,13 @@ def test_lru_guard_cuts_a_losing_trial_short(tmp_path):
     assert misses["cut short"] - lru < 0.01 * len(trace)
 
 
+@pytest.mark.parametrize("kw", [{"window": 0}, {"margin": -0.1}, {"max_backoff": 0},
+                                {"abort": -1.0}, {"abort": float("nan")}])
+def test_bad_guard_settings_are_config_errors(kw):
+    with pytest.raises(ConfigError, match="LRUGuard"):
+        LRUGuard(**kw)
+
+
 def test_negative_budget_is_a_config_error(policy_file):
     with pytest.raises(ConfigError, match="budget_us"):
         LearnedPolicy.load(policy_file, budget_us=-1)
