@@ -1,7 +1,10 @@
-"""Builds the optional C accelerator ``allocator._fastpath`` (metadata lives in pyproject.toml).
+"""Builds the optional C accelerators (metadata lives in pyproject.toml): ``allocator._fastpath``
+(the pool's plain hit and miss, and a decision's candidate gathering) and ``policies._mlp`` (the
+learned policy's forward pass).
 
 ``optional=True``: without a C compiler or Python headers the build warns and the package
-installs as pure Python (``allocator.pool`` then runs its Python hit path, with the same effects).
+installs as pure Python (``allocator.pool`` then runs its Python hit path, with the same effects;
+``policies.learned`` its NumPy forward pass).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +15,11 @@ setup(
             "allocator._fastpath",
             sources=["allocator/_fastpath.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "policies._mlp",
+            sources=["policies/_mlp.c"],
+            optional=True,
+        ),
     ]
 )

@@ -20,6 +20,12 @@
  *   victim whose block can go back at once (evict_plain; any other victim, and every bad
  *   answer, goes to Pool._evict).
  *
+ * Also gather(): the usual case of an eviction decision's candidate selection for
+ * policies/features.py (the K least recently used, or K drawn from the residents with the
+ * Generator's own bit generator, every one evictable): their slots and state codes read from
+ * the records in one pass; any other case goes back to the Python selection, which
+ * tests/policies/test_features.py holds equal (candidates, features and random draws).
+ *
  * Everything else (copies in flight, a timing model on a miss, a backend, an oversize object,
  * a write under write-through, unusual argument types or keywords, the pool's lock held by
  * another thread) goes to the Python method. tests/allocator/test_fastpath.py holds both paths to identical
@@ -75,7 +81,7 @@ static Py_ssize_t off_misses, off_byte_misses, off_bytes_h2d, off_peak, off_allo
 static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evictable;
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
 static Py_ssize_t off_pins, off_key, off_evictions, off_useless, off_pool_place_release, off_pool_hook;
-static Py_ssize_t off_cost_now;
+static Py_ssize_t off_cost_now, off_kind;
 static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
 static PyObject *s_capacity, *s_used, *s_wait_until, *s_release, *s_on_evict;
 /* where _thread.RLock keeps its owner and count (rlock_type NULL: unknown layout) */
@@ -220,6 +226,7 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(pt, "_landing", &off_pool_landing) || slot_offset(pt, "cost", &off_pool_cost)
         || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now)
         || slot_offset(it, "pins", &off_pins) || slot_offset(it, "key", &off_key)
+        || slot_offset(it, "kind", &off_kind)
         || slot_offset(st, "evictions", &off_evictions)
         || slot_offset(st, "useless_prefetches", &off_useless)
         || slot_offset(pt, "_place_release", &off_pool_place_release)
@@ -1542,11 +1549,213 @@ static PyTypeObject AccessDescrType = {
     .tp_new = ad_new,
 };
 
+/* ---------------------------------------------------------------- candidate gathering
+ * policies/features.py's _select + the part of _pack that reads the pool's records, for the
+ * usual case of a decision (every candidate evictable), in one call: see fp_gather. */
+
+/* numpy's bitgen_t (numpy/random/bitgen.h): the C interface of a BitGenerator's capsule */
+typedef struct {
+    void *state;
+    uint64_t (*next_uint64)(void *st);
+    uint32_t (*next_uint32)(void *st);
+    double (*next_double)(void *st);
+    uint64_t (*next_raw)(void *st);
+} fp_bitgen_t;
+
+/* A small exact int (or bool) as a C long; -1 with no exception set when it is not one. */
+static inline long
+small_int(PyObject *v)
+{
+    if (v == Py_True)
+        return 1;
+    if (v == Py_False)
+        return 0;
+    if (!PyLong_Check(v))  /* ints and int subclasses (an IntEnum kind) */
+        return -1;
+    int overflow;
+    long r = PyLong_AsLongAndOverflow(v, &overflow);
+    if (overflow || (r == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return r;
+}
+
+/* Candidate i = key: writes its slot and state code into out[base + i], out[base + K + i].
+ * 1: done; 0: the key is not evictable (no record, not on the device, pinned) or its record
+ * is unusual; -1: error (no slot for a resident key: the tracker's invariant is broken). */
+static int
+gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize_t i,
+           Py_ssize_t K)
+{
+    PyObject *o = PyDict_GetItemWithError(objs, key);
+    if (o == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (Py_TYPE(o) != info_type)
+        return 0;
+    /* view.evictable: o.state == DEVICE (0) and o.pins == 0 */
+    if (small_int(SLOT(o, off_state)) != 0 || small_int(SLOT(o, off_pins)) != 0)
+        return 0;
+    long dirty = small_int(SLOT(o, off_dirty)), pre = small_int(SLOT(o, off_prefetched));
+    long kind = small_int(SLOT(o, off_kind));
+    if (dirty < 0 || dirty > 1 || pre < 0 || pre > 1 || kind < 0 || kind > 1000)
+        return 0;
+    PyObject *s = PyDict_GetItemWithError(slots, key);
+    if (s == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_RuntimeError, "FeatureTracker: resident key %R has no slot", key);
+        return -1;
+    }
+    long sl = small_int(s);
+    if (sl < 0) {
+        PyErr_Format(PyExc_RuntimeError, "FeatureTracker: key %R has slot %R", key, s);
+        return -1;
+    }
+    out[i] = (double)sl;
+    /* policies/features.py: dirty + 2 * prefetched + _STATE_CODE[DEVICE] (8) + 16 * kind */
+    out[K + i] = (double)(dirty + 2 * pre + 8 + 16 * kind);
+    return 1;
+}
+
+/* gather(src, objs, slots, K, out, base, capsule=None, m=0) -> list | None | False
+ *
+ * The usual case of policies.features._select followed by _pack's record reads:
+ *  - capsule None (rule "lru"): the first K keys of the iterable src (the tracker's LRU order);
+ *  - else (rule "sample"): src is the tracker's list of residents (n of them, n > 4K, else
+ *    None before drawing); m uniform doubles are drawn from the BitGenerator's capsule exactly
+ *    as Generator.random(m) draws them, index = int(x * n), and the first K distinct indices (in
+ *    draw order) name the candidates.
+ * When every candidate is evictable: writes the slots into out[base:base+n] and the state codes
+ * into out[base+K:base+K+n] (out: a float64 buffer) and returns the keys (a list of n <= K).
+ * Otherwise changes nothing in out and returns None (nothing drawn: run the Python path from the
+ * start) or False (rule "sample" after the draw: continue the Python path past its first draw).
+ */
+static PyObject *
+fp_gather(PyObject *mod, PyObject *args)
+{
+    PyObject *src, *objs, *slots, *outobj, *capsule = Py_None;
+    Py_ssize_t K, base, m = 0;
+    if (!PyArg_ParseTuple(args, "OO!O!nOn|On:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
+                          &slots, &K, &outobj, &base, &capsule, &m))
+        return NULL;
+    if (info_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gather: setup() has not run");
+        return NULL;
+    }
+    if (K <= 0 || K > 4096 || base < 0) {
+        PyErr_SetString(PyExc_ValueError, "gather: K must be in 1..4096 and base >= 0");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *keys = NULL, *it = NULL;
+    double *out = (double *)buf.buf;
+    if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0
+        || buf.len / 8 < base + 2 * K) {
+        PyErr_SetString(PyExc_ValueError, "gather: out must be a float64 buffer of base + 2K values");
+        goto error;
+    }
+    double tmp[2 * 4096];  /* candidates are written here, and copied to out when all qualify */
+    keys = PyList_New(0);
+    if (keys == NULL)
+        goto error;
+    if (capsule == Py_None) {
+        it = PyObject_GetIter(src);
+        if (it == NULL)
+            goto error;
+        for (Py_ssize_t i = 0; i < K; i++) {
+            PyObject *k = PyIter_Next(it);
+            if (k == NULL) {
+                if (PyErr_Occurred())
+                    goto error;
+                break;
+            }
+            int r = gather_one(k, objs, slots, tmp, i, K);
+            if (r > 0)
+                r = PyList_Append(keys, k) == 0 ? 1 : -1;
+            Py_DECREF(k);
+            if (r < 0)
+                goto error;
+            if (r == 0) {  /* one of the K least recent is pinned or in flight */
+                Py_DECREF(it);
+                Py_DECREF(keys);
+                PyBuffer_Release(&buf);
+                Py_RETURN_NONE;
+            }
+        }
+        Py_CLEAR(it);
+    } else {
+        if (!PyList_CheckExact(src)) {
+            PyErr_SetString(PyExc_TypeError, "gather: rule 'sample' needs the list of residents");
+            goto error;
+        }
+        Py_ssize_t n = PyList_GET_SIZE(src);
+        if (n <= 4 * K || m < K || m > 2 * 4096) {  /* the Python path draws otherwise */
+            Py_DECREF(keys);
+            PyBuffer_Release(&buf);
+            Py_RETURN_NONE;
+        }
+        fp_bitgen_t *bg = (fp_bitgen_t *)PyCapsule_GetPointer(capsule, "BitGenerator");
+        if (bg == NULL)
+            goto error;
+        Py_ssize_t idx[4096], c = 0;
+        for (Py_ssize_t j = 0; j < m; j++) {  /* all m drawn, as Generator.random(m) */
+            double x = bg->next_double(bg->state);
+            if (c == K)
+                continue;
+            Py_ssize_t v = (Py_ssize_t)(x * (double)n);  /* truncation, as astype(np.intp) */
+            int fresh = 1;
+            for (Py_ssize_t q = 0; q < c; q++)
+                if (idx[q] == v) {
+                    fresh = 0;
+                    break;
+                }
+            if (fresh)
+                idx[c++] = v;
+        }
+        int ok = c == K;
+        for (Py_ssize_t i = 0; ok && i < K; i++) {
+            if (idx[i] >= PyList_GET_SIZE(src)) {  /* cannot happen: x < 1 */
+                ok = 0;
+                break;
+            }
+            PyObject *k = PyList_GET_ITEM(src, idx[i]);
+            Py_INCREF(k);
+            int r = gather_one(k, objs, slots, tmp, i, K);
+            if (r > 0)
+                r = PyList_Append(keys, k) == 0 ? 1 : -1;
+            Py_DECREF(k);
+            if (r < 0)
+                goto error;
+            ok = r > 0;
+        }
+        if (!ok) {
+            Py_DECREF(keys);
+            PyBuffer_Release(&buf);
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    memcpy(out + base, tmp, (size_t)n * sizeof(double));
+    memcpy(out + base + K, tmp + K, (size_t)n * sizeof(double));
+    PyBuffer_Release(&buf);
+    return keys;
+error:
+    Py_XDECREF(it);
+    Py_XDECREF(keys);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
      "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN, RLock()): find the "
      "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
+    {"gather", fp_gather, METH_VARARGS,
+     "gather(src, objs, slots, K, out, base, capsule=None, m=0): the usual case of a decision's "
+     "candidate selection and record reads (policies/features.py); see the source"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,7 @@ other call to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Pytho
 from __future__ import annotations
 
 import heapq
+import importlib
 import logging
 import os
 import threading
@@ -60,15 +61,15 @@ DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
 STATE_NAMES = ("device", "host", "h2d", "d2h")
 
 
-def _load_fastpath() -> Any:
-    """The C fast paths' module, or ``None`` (not built, or ``CACHEGYM_PURE_PYTHON`` set)."""
+def load_accelerator(name: str) -> Any:
+    """One of the optional C extensions (``"allocator._fastpath"``, ``"policies._mlp"``), or
+    ``None`` (not built, or ``CACHEGYM_PURE_PYTHON`` set: everything runs as Python/NumPy)."""
     if os.environ.get("CACHEGYM_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from allocator import _fastpath  # type: ignore[attr-defined]
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return _fastpath
 
 
 class ObjectInfo:
@@ -1068,7 +1069,7 @@ def _is_noop(policy: Any, hook: str) -> bool:
 
 
 _py_access = Pool.access  # the Python method (the class attribute may become its C descriptor)
-_fastpath = _load_fastpath()
+_fastpath = load_accelerator("allocator._fastpath")
 if _fastpath is not None:
     try:
         _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN,

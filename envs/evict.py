@@ -152,6 +152,7 @@ class EvictEnv(PoolEnv):
         self.action_space = spaces.Discrete(self.K)
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
+        self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
         self._loop: Generator[EvictionRequest, int, None] | None = None
         self._keys: list[int] = []
         self._mask = np.zeros(self.K, bool)
@@ -243,10 +244,11 @@ class EvictEnv(PoolEnv):
         # select_candidates + observe, without converting the keys back and forth (and, mostly,
         # reading each candidate's pool record once): the same observation
         view = self._view
-        keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
+        v = self._packed
+        keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random, v)
         if not keys:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
-        cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes)
+        cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes, v)
         self._keys, self._mask, self._obs = keys, mask, pack_obs(cand, mask, glob)
         self._done = False
         return True

@@ -121,6 +121,7 @@ class JointEnv(PoolEnv):
         self.action_space = spaces.Discrete(self.K + 1)
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
+        self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
         self._loop: Generator[None, int | None, None] | None = None
         self._keys: list[int] = []
         self._phase = EVICT
@@ -212,7 +213,7 @@ class JointEnv(PoolEnv):
                 try:
                     next(gen)
                     while True:
-                        keys, codes = select(tracker, view, K, rule, self.np_random)
+                        keys, codes = select(tracker, view, K, rule, self.np_random, self._packed)
                         decide(evict_, keys, codes)
                         gen.send((yield))  # type: ignore[arg-type]
                 except StopIteration as e:
@@ -246,10 +247,10 @@ class JointEnv(PoolEnv):
             if comp:
                 compute(comp)  # the access's compute (Pool.access's last step)
 
-    def _decide(self, phase: int, keys: list[int], codes: list[int] | None) -> None:
+    def _decide(self, phase: int, keys: list[int], codes: list[int] | bool | None) -> None:
         pool = self.pool
         assert pool is not None
-        cand, mask, glob = features._observe(self.tracker, pool.view, keys, self.K, codes)
+        cand, mask, glob = features._observe(self.tracker, pool.view, keys, self.K, codes, self._packed)
         self._phase, self._keys = phase, keys
         self._mask = _mask_table(self.K)[2 * len(keys) + phase]
         self._obs = {"candidates": cand.reshape(-1), "globals": glob, "mask": mask.astype(np.int8),

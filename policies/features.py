@@ -37,12 +37,14 @@ deployed with the other.
 from __future__ import annotations
 
 import math
+import struct
 from collections import OrderedDict
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from allocator import pool as _pool
 from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import DEVICE, H2D
 from policies.base import EvictionPolicy, EvictionPolicyBase
@@ -133,6 +135,9 @@ _I_SEEN = _I_STATE + 4 + N_KINDS
 _STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
 assert (DEVICE, H2D) == (0, 2)
 _DEVICE_CODE = _STATE_CODE[DEVICE]
+assert _DEVICE_CODE == 8, "allocator/_fastpath.c's gather writes this code"
+# the C extension's candidate gathering (allocator/_fastpath.c; None without it: Python serves)
+_gather: Any = getattr(_pool._fastpath, "gather", None)
 _STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
 for _c in range(16 * N_KINDS):
     _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
@@ -431,9 +436,29 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
 
 
 def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
-            rng: np.random.Generator | None) -> tuple[list[int], list[int] | None]:
+            rng: np.random.Generator | None, v: np.ndarray | None = None
+            ) -> tuple[list[int], list[int] | bool | None]:
     """:func:`select_candidates` as a list of keys, with their state codes where they came
-    for free (else ``None``; :func:`_observe` computes them)."""
+    for free (else ``None``; :func:`_observe` computes them).
+
+    ``v``: a packed buffer (:func:`_packed_buffer`). Where the C extension serves the usual
+    case (every candidate evictable; ``allocator._fastpath.gather``: the same candidates from
+    the same draws), their slots and codes are written into ``v`` and the codes returned are
+    ``True``."""
+    drawn_once = False
+    if v is not None and _gather is not None:
+        objs_c: dict[int, Any] | None = getattr(view, "_objs", None)
+        if objs_c is not None:
+            if rule == "lru":
+                got = _gather(tracker._order, objs_c, tracker._slot, K, v, _HEAD)
+            elif rule == "sample" and rng is not None:
+                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD,
+                              rng.bit_generator.capsule, K + K // 2 + 4)
+            else:
+                got = None
+            if got:
+                return got, True
+            drawn_once = got is False  # the first draw is made (and did not serve)
     if rule == "lru":
         return _select_lru(tracker, view, K)
     ev = view.evictable
@@ -460,7 +485,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
-        first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
+        first = [] if drawn_once else list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
         if len(first) == K:
             objs: dict[int, Any] | None = getattr(view, "_objs", None)
             if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
@@ -541,21 +566,26 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     """
     if isinstance(keys, np.ndarray):
         keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
-    return _observe(tracker, view, keys, K, None)
+    cand, mask, glob = _observe(tracker, view, keys, K, None)
+    return cand, mask.copy(), glob
 
 
-def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: list[int] | None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
+             codes: list[int] | bool | None, v: np.ndarray | None = None,
+             out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`observe` of a sequence of Python ints; ``codes`` (each key's state code, as
-    :func:`_select_lru` gives them) spares reading the pool's records again."""
+    :func:`_select` gives them; ``True``: already in ``v``) spares reading the pool's records
+    again. ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows ``len(keys)..K-1`` are then
+    left as they were), else a new one."""
     n = len(keys)
     if n > K:
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     # one buffer: rows 0..K-1 the candidates' features, row K the global features (G <= F)
-    out = np.zeros((K + 1, F), np.float32)
+    if out is None:
+        out = np.zeros((K + 1, F), np.float32)
     cand, glob = out[:K], out[K, :G]
-    mask = _mask_table(K)[n].copy()
-    packed = _pack(tracker, view, keys, K, codes)
+    mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
+    packed = _pack(tracker, view, keys, K, codes, v)
     if isinstance(packed, np.ndarray):
         # the usual case, every candidate has history (and numba is on: tests turn it off by
         # setting _numeric_kernel to None): one kernel call gathers the rows and computes
@@ -585,17 +615,36 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, codes: 
     return cand, mask, glob
 
 
+_HEAD = 1 + 10 + G  # packed buffer: n, prm[_NPRM], globals[G], then slots[K], codes[K]
+
+
+_put_head: Any = struct.Struct(f"{_HEAD}d").pack_into  # v[:_HEAD] = head, without NumPy's conversion
+
+
+def _packed_buffer(K: int) -> np.ndarray:
+    """A buffer for :func:`_pack` / :func:`_select` at ``K`` candidates."""
+    return np.zeros(_HEAD + 2 * K, np.float64)
+
+
 def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
-          codes: list[int] | None) -> Any:
+          codes: list[int] | bool | None, v: np.ndarray | None = None) -> Any:
     """Everything :func:`_observe` computes from besides the tracker's rows. When numba is on
-    and every key has history: one float64 array ``(slots[n], codes[n], prm[_NPRM],
-    globals[G])`` for :func:`_observe_kernel` (all values exact in float64); otherwise the
-    tuple ``(slots, codes, t, decay, 1 / capacity, times, globals)`` (slot ``-1``: no history)."""
+    and every key has history: the float64 array ``(n, prm[_NPRM], globals[G], slots[K],
+    codes[K])`` for :func:`_observe_kernel` (all values exact in float64; ``v`` when given, else
+    a new one; ``codes`` ``True``: the slots and codes are in ``v`` already, from
+    :func:`_select`); otherwise the tuple ``(slots, codes, t, decay, 1 / capacity, times,
+    globals)`` (slot ``-1``: no history)."""
     n = len(keys)
     cap = view.capacity
     cost = view.cost
     now = cost.now
-    g = (  # the global features (float64 here, float32 in the observation)
+    t = view.tick
+    p = cost.preset
+    times = _NO_TIMES if p is None else (
+        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
+    x = tracker._epoch - t
+    head = (  # n, prm, and the global features (float64 here, float32 in the observation)
+        n, t, 2.0 ** (x * _IH0), 2.0 ** (x * _IH1), 2.0 ** (x * _IH2), 1.0 / cap, *times,
         min(view.used / cap, 1.0),
         min(view.bytes_in_flight / cap, 1.0),
         min(max(tracker.miss_rate, 0.0), 1.0),
@@ -603,18 +652,16 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
         cost.stall_ns / now if now > 0 else 0.0,
         min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
     )
-    t = view.tick
+    if codes is True:  # _select wrote the slots and codes into v
+        assert v is not None
+        _put_head(v, 0, *head)
+        return v
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))
     except KeyError:  # a key without history (-1; a prefetch candidate may be one)
         get = tracker._slot.get
         sls = [get(k, -1) for k in keys]
-    p = cost.preset
-    times = _NO_TIMES if p is None else (
-        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
-    x = tracker._epoch - t
-    decay = (2.0 ** (x * _IH[0]), 2.0 ** (x * _IH[1]), 2.0 ** (x * _IH[2]))
-    if codes is None:
+    if codes is None or codes is False:
         try:  # state flags and kind: one code per candidate, expanded by a table lookup
             codes = [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
                      for o in map(view.info, keys)]
@@ -625,8 +672,13 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
                     o = view.info(k)
                     codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
     if _numeric_kernel is not None and _observe_kernel is not None and n and -1 not in sls:
-        return np.array(sls + codes + [t, *decay, 1.0 / cap, *times, *g], np.float64)
-    return sls, codes, t, decay, 1.0 / cap, times, g
+        if v is None:
+            v = _packed_buffer(K)
+        _put_head(v, 0, *head)
+        v[_HEAD:_HEAD + n] = sls
+        v[_HEAD + K:_HEAD + K + n] = codes
+        return v
+    return sls, codes, t, head[2:5], 1.0 / cap, times, head[_HEAD - G:]
 
 
 def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
@@ -661,6 +713,8 @@ def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
         out[:, _I_SEEN + 1] = np.log1p(times[0] + size * times[1])
         out[:, _I_SEEN + 2] = out[:, _I_STATE] * np.log1p(times[2] + size * times[3])
         out[:, _I_SEEN + 1:] *= 1.0 / _LOG_NS
+    else:
+        out[:, _I_SEEN + 1:] = 0.0
     np.minimum(out, 1.0, out=out)
 
 
@@ -716,6 +770,9 @@ def _numeric_kernel_py(S: np.ndarray, sl: np.ndarray, codes: np.ndarray, seen: n
             o[_I_SEEN + 1] = np.float32(np.log1p(h2d_lat + size * h2d_inv_bw)) * np.float32(1.0 / _LOG_NS)
             o[_I_SEEN + 2] = (o[_I_STATE] * np.float32(np.log1p(d2h_lat + size * d2h_inv_bw))
                               * np.float32(1.0 / _LOG_NS))
+        else:
+            o[_I_SEEN + 1] = 0.0
+            o[_I_SEEN + 2] = 0.0
     inv_n1 = np.float32(1.0 / max(n - 1, 1))
     for i in range(n):
         o = out[i]
@@ -738,25 +795,26 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps depl
     pass
 
 _NPRM = 10  # length of _numeric_kernel_py's prm
+assert _HEAD == 1 + _NPRM + G
 
 
 def _observe_kernel_py(S: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_numeric_kernel_py` plus the globals, from one array: ``v`` is ``(slots[n],
-    codes[n], prm[_NPRM], globals[G])`` as float64 (all exact), ``out`` the ``(K + 1, F)``
-    float32 buffer (candidates in rows ``0..K-1``, globals in row ``K``; rows ``n..K-1`` are
-    left as they are)."""
-    n = (v.shape[0] - _NPRM - G) // 2
+    """:func:`_numeric_kernel_py` plus the globals, from one array: ``v`` is ``(n, prm[_NPRM],
+    globals[G], slots[K], codes[K])`` as float64 (all exact; :func:`_pack`), ``out`` the
+    ``(K + 1, F)`` float32 buffer (candidates in rows ``0..K-1``, globals in row ``K``; rows
+    ``n..K-1`` are left as they are)."""
+    n = int(v[0])
+    K = out.shape[0] - 1
     sl = np.empty(n, np.int64)
     codes = np.empty(n, np.int64)
     seen = np.empty(n)
     for i in range(n):
-        sl[i] = int(v[i])
-        codes[i] = int(v[n + i])
+        sl[i] = int(v[_HEAD + i])
+        codes[i] = int(v[_HEAD + K + i])
         seen[i] = 1.0
-    K = out.shape[0] - 1
-    _numeric_kernel(S, sl, codes, seen, v[2 * n:2 * n + _NPRM], out[:K])
+    _numeric_kernel(S, sl, codes, seen, v[1:1 + _NPRM], out[:K])
     for j in range(G):
-        out[K, j] = np.float32(v[2 * n + _NPRM + j])
+        out[K, j] = np.float32(v[1 + _NPRM + j])
 
 
 def _access_kernel_py(V: np.ndarray, b: int, t: int, x: int, two: float) -> None:
@@ -792,4 +850,5 @@ def _mask_table(K: int) -> np.ndarray:
     m = _MASKS.get(K)
     if m is None:
         m = _MASKS[K] = np.tri(K + 1, K, -1, dtype=bool)
+        m.flags.writeable = False  # rows are handed out as they are
     return m

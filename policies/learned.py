@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from allocator.errors import ConfigError, PolicyFileError
+from allocator.pool import load_accelerator
 from policies import features as _features
 from policies.base import EvictionPolicyBase
 
@@ -86,6 +87,7 @@ class CandidateScorer:
         self._check_shapes()
         self._bufs: dict[int, tuple[np.ndarray, list[np.ndarray], np.ndarray]] = {}
         self._g = np.empty(self.b0.shape[0], np.float32)
+        self._native: Any = False  # not built yet (see native())
 
     def _check_shapes(self) -> None:
         h = self.b0.shape[0] if self.b0.ndim == 1 else -1
@@ -170,26 +172,29 @@ class CandidateScorer:
         np.dot(h, self.wo, out=s)
         return int(s.argmax())
 
-    def compiled_args(self) -> tuple[Any, ...] | None:
-        """``(wc, wg, b0, w1, b1, wo, bo)`` for the compiled forward pass (:func:`_mlp_best_py`),
-        or ``None`` when it does not apply (numba missing, or more than two hidden layers: the
-        NumPy forward pass serves those)."""
-        if _mlp_best is None or len(self.layers) > 1:
-            return None
-        w1, b1 = self.layers[0] if self.layers else (np.zeros((0, 0), np.float32),
-                                                     np.zeros(0, np.float32))
-        return self.wc, self.wg, self.b0, w1, b1, self.wo, self.bo
+    def native(self) -> Any:
+        """The C forward pass (``policies._mlp.Scorer`` over these weights, built once), or
+        ``None`` where it does not apply (the extension is not built, or more than two hidden
+        layers: the NumPy forward pass serves those)."""
+        if self._native is False:
+            nat = None
+            if _mlp is not None and len(self.layers) <= 1:
+                w1, b1 = self.layers[0] if self.layers else (np.zeros((0, 0), np.float32),
+                                                             np.zeros(0, np.float32))
+                nat = _mlp.Scorer(self.wc, self.wg, self.b0, w1, b1, self.wo, self.bo)
+            self._native = nat
+        return self._native
 
     def choose_compiled(self, cand: np.ndarray, glob: np.ndarray, n: int) -> int:
-        """:meth:`choose_first` through the compiled forward pass (falls back to NumPy where
-        :meth:`compiled_args` is ``None``)."""
-        args = self.compiled_args()
-        if args is None:
+        """:meth:`choose_first` through the C forward pass (falls back to NumPy where
+        :meth:`native` is ``None``)."""
+        nat = self.native()
+        if nat is None:
             return self.choose_first(cand, glob, n)
-        x = np.zeros((cand.shape[0] + 1, max(cand.shape[1], glob.shape[0])), np.float32)
-        x[:-1, :cand.shape[1]] = cand
+        x = np.zeros((cand.shape[0] + 1, cand.shape[1]), np.float32)
+        x[:-1] = cand
         x[-1, :glob.shape[0]] = glob
-        return int(_mlp_best(x, n, *args))
+        return int(nat.best(x, n))
 
     def batch_scores(self, cand: np.ndarray, glob: np.ndarray) -> np.ndarray:
         """Unmasked scores for a batch: ``cand`` (B, K, F), ``glob`` (B, G) -> (B, K)."""
@@ -199,72 +204,9 @@ class CandidateScorer:
         return (h @ self.wo + self.bo).astype(np.float32)
 
 
-def _mlp_best_py(x: np.ndarray, n: int, wc: np.ndarray, wg: np.ndarray, b0: np.ndarray,
-                 w1: np.ndarray, b1: np.ndarray, wo: np.ndarray, bo: float) -> int:
-    """:meth:`CandidateScorer.choose_first` for one or two hidden layers, as loops (compiled
-    by numba): the index of the best of the first ``n`` rows of ``x[:-1]``, the global features
-    in ``x[-1]``. One hidden layer: ``w1`` is ``(0, 0)``. The same arithmetic as the NumPy
-    forward pass up to float32 summation order (compiled with fast-math: FMA and reordering)."""
-    F, G = wc.shape[0], wg.shape[0]
-    H0, H1 = b0.shape[0], b1.shape[0]
-    K = x.shape[0] - 1
-    g = b0.copy()
-    for f in range(G):
-        a = x[K, f]
-        if a != 0.0:
-            for j in range(H0):
-                g[j] += a * wg[f, j]
-    h = np.empty(H0, np.float32)
-    h1 = np.empty(max(H1, 1), np.float32)
-    best = np.float32(0.0)
-    bi = 0
-    for i in range(n):
-        for j in range(H0):
-            h[j] = g[j]
-        for f in range(F):
-            a = x[i, f]
-            if a != 0.0:  # most one-hot state and kind features are zero
-                for j in range(H0):
-                    h[j] += a * wc[f, j]
-        s = np.float32(bo)
-        if H1 == 0:
-            for j in range(H0):
-                if h[j] > 0.0:
-                    s += h[j] * wo[j]
-        else:
-            for m in range(H1):
-                h1[m] = b1[m]
-            for j in range(H0):
-                a = h[j]
-                if a > 0.0:  # ReLU: a dead unit contributes nothing
-                    for m in range(H1):
-                        h1[m] += a * w1[j, m]
-            for m in range(H1):
-                if h1[m] > 0.0:
-                    s += h1[m] * wo[m]
-        if s > best or i == 0:
-            best = s
-            bi = i
-    return bi
-
-
-def _decide_py(S: np.ndarray, v: np.ndarray, out: np.ndarray, wc: np.ndarray, wg: np.ndarray,
-               b0: np.ndarray, w1: np.ndarray, b1: np.ndarray, wo: np.ndarray, bo: float) -> int:
-    """One eviction decision in one call: the features of the packed candidates (exactly
-    :func:`policies.features._observe_kernel`, compiled on its own: no fast-math there) into
-    ``out``, then :func:`_mlp_best_py`."""
-    _features._observe_kernel(S, v, out)
-    n = (v.shape[0] - _features._NPRM - _features.G) // 2
-    return _mlp_best(out, n, wc, wg, b0, w1, b1, wo, bo)
-
-
-_mlp_best: Any = None
-_decide: Any = None
-if _features.ACCELERATED:  # numba is there (a dependency; deployment without it uses NumPy)
-    from numba import njit
-
-    _mlp_best = njit(cache=True, nogil=True, fastmath=True)(_mlp_best_py)
-    _decide = njit(cache=True, nogil=True)(_decide_py)
+# the C forward pass (policies/_mlp.c; None without it, and where CACHEGYM_PURE_PYTHON is set:
+# the NumPy forward pass serves, choosing the same candidates up to float32 summation order)
+_mlp: Any = load_accelerator("policies._mlp")
 
 
 # ---------------------------------------------------------------------- the file
@@ -484,11 +426,12 @@ class LearnedPolicy(EvictionPolicyBase):
             self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
         self.decisions = 0
         self.fallbacks = 0
-        # the compiled decision (features + forward pass in one numba call), when numba is there
-        # and the network reads exactly the features this code computes
-        self._args = scorer.compiled_args() if scorer.n_features == _features.F else None
-        self.compiled = self._args is not None
-        self._buf = np.zeros((self.K + 1, _features.F), np.float32)
+        # the C forward pass, when it is built and the network reads exactly the features this
+        # code computes (``compiled`` False: the NumPy forward pass, the reference)
+        self._native: Any = scorer.native() if scorer.n_features == _features.F else None
+        self.compiled = self._native is not None
+        self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
+        self._packed = _features._packed_buffer(self.K)
         self.decision_ns: list[int] = []
         self.record_latency = False
 
@@ -548,16 +491,14 @@ class LearnedPolicy(EvictionPolicyBase):
         choice: int | None = None
         try:
             tracker = self.tracker
-            keys, codes = _features._select(tracker, view, self.K, self.candidate_rule, self._rng)
+            keys, codes = _features._select(tracker, view, self.K, self.candidate_rule, self._rng,
+                                            self._packed)
             n = len(keys)
             if n:
-                args = self._args if self.compiled else None
-                packed = _features._pack(tracker, view, keys, self.K, codes) if args else None
-                if args is not None and isinstance(packed, np.ndarray):  # usual: one compiled call
-                    choice = keys[_decide(tracker._S, packed, self._buf, *args)]
-                else:  # NumPy: the reference path (no numba, or a candidate without history)
-                    cand, _, glob = _features._observe(tracker, view, keys, self.K, codes)
-                    choice = keys[self.scorer.choose_first(cand, glob, n)]
+                buf = self._buf
+                cand, _, glob = _features._observe(tracker, view, keys, self.K, codes, self._packed, buf)
+                choice = keys[self._native.best(buf, n) if self.compiled
+                              else self.scorer.choose_first(cand, glob, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None

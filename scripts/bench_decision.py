@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from allocator.pool import Pool
     from envs.evaluation import TimedPolicy
     from envs.workloads import generate
-    from policies.learned import LearnedPolicy, _mlp_best
+    from policies.learned import LearnedPolicy
     from policies.lru import LRU
 
     trace = generate("zipf", seed=0, n_requests=args.requests, n_objects=4000, alpha=0.9, size=4096)
@@ -78,16 +78,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             Pool(cap, tp, placement="bytes").replay(trace)  # type: ignore[arg-type]
             timed[name] = tp.times_ns
     sc = learned.scorer
-    fwd: list[int] = []  # the forward pass deployment runs (compiled when numba is there)
+    fwd: list[int] = []  # the forward pass deployment runs (C where policies._mlp is built)
     fwd_np: list[int] = []  # the NumPy reference forward pass
-    cargs = sc.compiled_args()
+    nat = sc.native()
     for c, m, g in obs * 5:
         n = int(m.sum())
         x = np.zeros((c.shape[0] + 1, c.shape[1]), np.float32)
         x[:-1], x[-1, :g.shape[0]] = c, g
         t0 = time.perf_counter_ns()
-        if cargs is not None:
-            _mlp_best(x, n, *cargs)
+        if nat is not None:
+            nat.best(x, n)
         else:
             sc.choose_first(c, g, n)
         t1 = time.perf_counter_ns()
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{'':26s} {'p50 us':>9s} {'p99 us':>9s} {'decisions':>10s}")
     print(f"{'learned (whole decision)':26s} {lp50:9.1f} {lp99:9.1f} {len(timed['learned']):10d}")
     print(f"{'learned forward pass only':26s} {fp50:9.1f} {fp99:9.1f} {len(fwd):10d}"
-          f"   ({'compiled' if cargs is not None else 'NumPy'})")
+          f"   ({'C' if nat is not None else 'NumPy'})")
     print(f"{'  NumPy forward pass':26s} {np50:9.1f} {np99:9.1f} {len(fwd_np):10d}   (reference)")
     print(f"{'lru':26s} {rp50:9.1f} {rp99:9.1f} {len(timed['lru']):10d}")
     print(f"ratio learned/lru: p50 {lp50 / rp50:.1f}x, p99 {lp99 / rp99:.1f}x; "
@@ -110,4 +110,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"forward pass {'met' if fp99 <= 20 else 'NOT met'}")
     return {"K": args.K, "learned_p50_us": lp50, "learned_p99_us": lp99, "forward_p50_us": fp50,
             "forward_p99_us": fp99, "numpy_forward_p50_us": np50,
-            "numpy_forward_p99_us": np99, "compiled": cargs is not None, "lru_p50_us": rp50, "lru_p99_us": rp99}
+            "numpy_forward_p99_us": np99, "compiled": nat is not None, "lru_p50_us": rp50, "lru_p99_us": rp99}

@@ -102,7 +102,7 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
     t0 = time.perf_counter()
     while True:
         valid = np.flatnonzero(env.action_masks())  # type: ignore[attr-defined]
-        a = int(valid[rng.integers(len(valid))])
+        a = int(valid[int(rng.random() * len(valid))])  # uniform; rng.integers costs ~2 us
         s0 = clock()
         _, _, term, trunc, _ = env.step(a)
         step_ns.append(clock() - s0)
@@ -276,7 +276,7 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", e
             for _ in range(n):
                 t = clock()
                 valid = np.flatnonzero(env.action_masks())
-                a = int(valid[rng.integers(len(valid))])
+                a = int(valid[int(rng.random() * len(valid))])  # uniform; rng.integers costs ~2 us
                 acc["agent"] += clock() - t
                 if any(env.step(a)[2:4]):
                     env.reset()

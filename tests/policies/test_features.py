@@ -273,6 +273,42 @@ def test_private_select_codes_give_the_public_observation(n_resident) -> None:
     assert any(pool.view.info(k).dirty for k in tracker.resident())
 
 
+@pytest.mark.skipif(fm._gather is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
+@pytest.mark.parametrize("n_resident", [10, 20, 60, 400])
+@pytest.mark.parametrize("pinned", [0, 1, 30])
+def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -> None:
+    """``allocator._fastpath.gather`` (the usual case of a decision's candidate selection in
+    C) gives the candidates, the packed slots and codes, the observation and the random state
+    of the Python path, including when it has to hand over (pinned candidates; few residents;
+    fewer than K residents), for both rules."""
+    trace = _trace(6000, 2000, 11)
+    tracker = FeatureTracker()
+    pool = _replay(trace, n_resident * 4 * 4096, tracker)
+    view = pool.view
+    for k in tracker.lru_order()[:pinned]:
+        pool.pin(k)
+    c_gather, served = fm._gather, 0
+    for rule in ("lru", "sample"):
+        for seed in range(6):
+            got: dict[bool, tuple] = {}
+            for use_c in (True, False):
+                monkeypatch.setattr(fm, "_gather", c_gather if use_c else None)
+                rng = np.random.default_rng(seed)
+                v = fm._packed_buffer(32)
+                keys, codes = fm._select(tracker, view, 32, rule, rng, v)
+                served += use_c and codes is True
+                obs = fm._observe(tracker, view, keys, 32, codes, v)
+                got[use_c] = (keys, obs, rng.random())
+            assert got[True][0] == got[False][0]
+            for a, b in zip(got[True][1], got[False][1]):
+                np.testing.assert_array_equal(a, b)
+            assert got[True][2] == got[False][2]  # the same draws were consumed
+    if pinned == 0:
+        assert served >= 6  # the C path served (lru always, sample when residents > 4K)
+    ref_keys = select_candidates(tracker, view, 32, "lru")
+    assert all(view.evictable(int(k)) for k in ref_keys)
+
+
 @pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the Python path exists")
 def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
     """The tracker's per-access update and the sample rule's distinct draws give bit-identical

@@ -135,8 +135,12 @@ def test_failing_decision_falls_back(policy_file, path, monkeypatch):
         pol.scorer.choose_first = boom  # type: ignore[method-assign]
     else:
         if not pol.compiled:
-            pytest.skip("numba is not installed: there is no compiled decision to break")
-        monkeypatch.setattr(learned_mod, "_decide", boom)
+            pytest.skip("policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set): there is no C forward pass to break")
+
+        class Broken:
+            best = staticmethod(boom)
+
+        pol._native = Broken()
     trace = generate("zipf", seed=2, n_requests=1000, n_objects=100, size=4096)
     st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
     assert st.evictions > 0 and st.fallbacks == st.evictions
@@ -281,10 +285,11 @@ def test_load_needs_numpy_alone(policy_file):
     assert r.stdout.strip() == "8"
 
 
-@pytest.mark.skipif(learned_mod._mlp_best is None, reason="numba is not installed: no compiled forward pass")
-@pytest.mark.parametrize("hidden", [(8,), (16, 8), (64, 32)])
+@pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
+@pytest.mark.parametrize("hidden", [(8,), (16, 8), (64, 32), (40,), (33, 70)])
 def test_compiled_forward_pass_chooses_as_the_numpy_one(hidden):
-    """The compiled forward pass (fast-math float32) picks the same candidate as NumPy's."""
+    """The C forward pass (float32, another summation order; widths padded to its blocks) picks
+    the same candidate as NumPy's."""
     a = random_arrays(seed=4, hidden=hidden)
     sc = CandidateScorer(a)
     rng = np.random.default_rng(1)
@@ -303,17 +308,17 @@ def test_deeper_networks_take_the_numpy_forward_pass(tmp_path):
     a = random_arrays(hidden=(8, 8, 4))
     p = save_policy_file(tmp_path / "deep.npz", a, header(arch=dict(header()["arch"], hidden=[8, 8, 4])))  # type: ignore[arg-type]
     pol = LearnedPolicy.load(p)
-    assert not pol.compiled and pol.scorer.compiled_args() is None
+    assert not pol.compiled and pol.scorer.native() is None
     trace = generate("zipf", seed=2, n_requests=2000, n_objects=100, size=4096)
     st = Pool(20 * 4096, pol, placement="bytes").replay(trace)
     assert st.evictions > 0 and st.fallbacks == 0
 
 
-@pytest.mark.skipif(learned_mod._decide is None, reason="numba is not installed: no compiled decision")
+@pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
 @pytest.mark.parametrize("rule", ["lru", "sample"])
 def test_compiled_decisions_equal_the_numpy_reference(tmp_path, rule):
-    """The one-call compiled decision evicts exactly what features.observe + the NumPy forward
-    pass evict, request by request."""
+    """The decision with the C forward pass (and the C candidate gathering, where built) evicts
+    exactly what features.observe + the NumPy forward pass evict, request by request."""
     p = save_policy_file(tmp_path / "p.npz", random_arrays(seed=7, hidden=(64, 32)),
                          header(K=32, candidate_rule=rule, arch=dict(header()["arch"], hidden=[64, 32])))  # type: ignore[arg-type]
     trace = generate("zipf", seed=5, n_requests=6000, n_objects=600, alpha=0.8, size=4096)
@@ -335,3 +340,21 @@ def test_compiled_decisions_equal_the_numpy_reference(tmp_path, rule):
         assert st.fallbacks == 0
         evicted[compiled] = log
     assert len(evicted[True]) > 1000 and evicted[True] == evicted[False]
+
+
+@pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
+def test_c_forward_pass_refuses_bad_shapes_and_arguments():
+    """The C Scorer names what is wrong instead of reading out of bounds."""
+    a = random_arrays(seed=4, hidden=(16, 8))
+    nat = CandidateScorer(a).native()
+    x = np.zeros((33, features.F), np.float32)
+    assert 0 <= nat.best(x, 32) < 32
+    for bad_x, n in ((x, 0), (x, 33), (x.astype(np.float64), 4), (x[:, :5].copy(), 4),
+                     (x.reshape(-1), 4)):
+        with pytest.raises(ValueError, match="float32"):
+            nat.best(bad_x, n)
+    w = {k: np.asarray(v, np.float32) for k, v in a.items()}
+    with pytest.raises(ValueError, match="shapes"):
+        learned_mod._mlp.Scorer(w["wc"], w["wg"], w["b0"][:3], w["w1"], w["b1"], w["wo"], 0.0)
+    with pytest.raises(ValueError, match="float32"):
+        learned_mod._mlp.Scorer(w["wc"].astype(np.float64), w["wg"], w["b0"], w["w1"], w["b1"], w["wo"], 0.0)

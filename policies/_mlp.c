@@ -1,0 +1,345 @@
+/* The learned eviction policy's forward pass in C (optional; see policies/learned.py).
+ *
+ * Scorer(wc, wg, b0, w1, b1, wo, bo) holds the weights of a candidate MLP with one or two
+ * hidden ReLU layers (policies.learned.CandidateScorer's arrays; w1/b1 empty for one layer),
+ * copied once into zero-padded blocks of TW hidden units. Scorer.best(x, n) scores the first n
+ * rows of x (float32, (K + 1, F): candidates in rows 0..K-1, the global features in the first
+ * G values of row K) and returns the index of the best (the first of equal scores), exactly
+ * the choice of CandidateScorer.choose_first up to float32 summation order.
+ *
+ * Speed: the hidden units of TW-wide blocks are accumulated in registers, two candidates at
+ * a time (independent FMA chains), instead of through memory; compiled for AVX2+FMA where the
+ * CPU has it (chosen at run time) and for the baseline x86-64 / other targets otherwise.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define TW 32      /* hidden units per register block (4 vectors of 8) */
+#define MAXF 4096  /* sanity bounds on the shapes */
+#define MAXH 4096
+
+typedef struct {
+    PyObject_HEAD
+    int F, G, H0, H1;  /* H1 == 0: one hidden layer */
+    int P0, P1;        /* H0, H1 rounded up to TW */
+    float *wc;         /* (F, P0) */
+    float *wg;         /* (G, P0) */
+    float *b0;         /* (P0) */
+    float *w1;         /* (P0, P1) */
+    float *b1;         /* (P1) */
+    float *wo;         /* (P1 or P0) */
+    float bo;
+    float *scratch;    /* g (P0) + two candidates' hidden units (2 * P0) */
+} Scorer;
+
+static void
+scorer_free_arrays(Scorer *s)
+{
+    PyMem_Free(s->wc);
+    PyMem_Free(s->wg);
+    PyMem_Free(s->b0);
+    PyMem_Free(s->w1);
+    PyMem_Free(s->b1);
+    PyMem_Free(s->wo);
+    PyMem_Free(s->scratch);
+    s->wc = s->wg = s->b0 = s->w1 = s->b1 = s->wo = s->scratch = NULL;
+}
+
+static void
+scorer_dealloc(Scorer *s)
+{
+    scorer_free_arrays(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* A float32 C-contiguous buffer of ndim dimensions; shape into dims. */
+static int
+get_f32(PyObject *o, const char *name, int ndim, Py_ssize_t *dims, Py_buffer *b)
+{
+    if (PyObject_GetBuffer(o, b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+        return -1;
+    if (b->itemsize != 4 || b->format == NULL || strcmp(b->format, "f") != 0 || b->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "Scorer: %s must be a %d-d float32 array", name, ndim);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    for (int d = 0; d < ndim; d++)
+        dims[d] = b->shape[d];
+    return 0;
+}
+
+static float *
+zeros(Py_ssize_t n)
+{
+    float *p = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(float));
+    if (p == NULL)
+        PyErr_NoMemory();
+    return p;
+}
+
+static int
+round_up(int h)
+{
+    return (h + TW - 1) / TW * TW;
+}
+
+static int
+scorer_init(Scorer *s, PyObject *args, PyObject *kw)
+{
+    PyObject *o[6];
+    float bo;
+    static char *names[] = {"wc", "wg", "b0", "w1", "b1", "wo", "bo", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOf:Scorer", names, &o[0], &o[1], &o[2],
+                                     &o[3], &o[4], &o[5], &bo))
+        return -1;
+    Py_buffer b[6];
+    Py_ssize_t dwc[2], dwg[2], db0[1], dw1[2], db1[1], dwo[1];
+    int got = 0, rc = -1;
+    if (get_f32(o[0], "wc", 2, dwc, &b[0]) < 0) goto done;
+    got++;
+    if (get_f32(o[1], "wg", 2, dwg, &b[1]) < 0) goto done;
+    got++;
+    if (get_f32(o[2], "b0", 1, db0, &b[2]) < 0) goto done;
+    got++;
+    if (get_f32(o[3], "w1", 2, dw1, &b[3]) < 0) goto done;
+    got++;
+    if (get_f32(o[4], "b1", 1, db1, &b[4]) < 0) goto done;
+    got++;
+    if (get_f32(o[5], "wo", 1, dwo, &b[5]) < 0) goto done;
+    got++;
+    Py_ssize_t F = dwc[0], H0 = dwc[1], G = dwg[0], H1 = db1[0];
+    int two = H1 > 0;
+    if (F < 1 || F > MAXF || G < 0 || G > F || H0 < 1 || H0 > MAXH || H1 > MAXH
+        || dwg[1] != H0 || db0[0] != H0
+        || (two && (dw1[0] != H0 || dw1[1] != H1))
+        || (!two && dw1[0] * dw1[1] != 0)
+        || dwo[0] != (two ? H1 : H0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Scorer: shapes must be wc (F, H0), wg (G, H0) with G <= F, b0 (H0), "
+                        "w1 (H0, H1), b1 (H1), wo (H1) -- or w1 (0, 0), b1 (0), wo (H0) for "
+                        "one hidden layer");
+        goto done;
+    }
+    scorer_free_arrays(s);
+    s->F = (int)F;
+    s->G = (int)G;
+    s->H0 = (int)H0;
+    s->H1 = (int)H1;
+    s->P0 = round_up((int)H0);
+    s->P1 = two ? round_up((int)H1) : 0;
+    int P0 = s->P0, P1 = s->P1;
+    if (!(s->wc = zeros(F * P0)) || !(s->wg = zeros(G * P0 + 1)) || !(s->b0 = zeros(P0))
+        || !(s->w1 = zeros((Py_ssize_t)P0 * P1 + 1)) || !(s->b1 = zeros(P1 + 1))
+        || !(s->wo = zeros(two ? P1 : P0)) || !(s->scratch = zeros(3 * (Py_ssize_t)P0)))
+        goto done;
+    const float *wc = b[0].buf, *wg = b[1].buf, *b0 = b[2].buf, *w1 = b[3].buf, *b1 = b[4].buf,
+                *wo = b[5].buf;
+    for (Py_ssize_t f = 0; f < F; f++)
+        memcpy(s->wc + f * P0, wc + f * H0, (size_t)H0 * sizeof(float));
+    for (Py_ssize_t f = 0; f < G; f++)
+        memcpy(s->wg + f * P0, wg + f * H0, (size_t)H0 * sizeof(float));
+    memcpy(s->b0, b0, (size_t)H0 * sizeof(float));
+    for (Py_ssize_t j = 0; two && j < H0; j++)
+        memcpy(s->w1 + j * P1, w1 + j * H1, (size_t)H1 * sizeof(float));
+    if (two)
+        memcpy(s->b1, b1, (size_t)H1 * sizeof(float));
+    memcpy(s->wo, wo, (size_t)dwo[0] * sizeof(float));
+    s->bo = bo;
+    rc = 0;
+done:
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&b[i]);
+    return rc;
+}
+
+/* The kernel: written once, compiled twice (AVX2+FMA and baseline) through KERNEL(). A block
+ * of TW hidden units of two candidates lives in 2 * TW / 8 vector registers (GCC's vector
+ * extension: the baseline build splits each into two SSE registers). */
+#if defined(__GNUC__)
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* unaligned loads */
+#define LD(p) (*(const v8u *)(p))
+#define ST(p, v) (*(v8u *)(p) = (v))
+typedef int v8i __attribute__((vector_size(32)));
+#define RELU(v) ((v8)((v8i)(v) & ((v) > 0.0f)))  /* the comparison gives -1 (all bits) or 0 */
+#define VB 4  /* TW / 8 */
+
+#define KERNEL(NAME, ATTR)                                                                    \
+ATTR static Py_ssize_t                                                                        \
+NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)                           \
+{                                                                                             \
+    const int F = s->F, G = s->G, P0 = s->P0, P1 = s->P1;                                     \
+    float *g = s->scratch, *ha = g + P0, *hb = ha + P0;                                        \
+    const float *xg = x + K * F;                                                              \
+    for (int j = 0; j < P0; j++)                                                              \
+        g[j] = s->b0[j];                                                                      \
+    for (int f = 0; f < G; f++) {                                                             \
+        const float a = xg[f], *w = s->wg + (Py_ssize_t)f * P0;                               \
+        if (a != 0.0f)                                                                        \
+            for (int j = 0; j < P0; j++)                                                      \
+                g[j] += a * w[j];                                                             \
+    }                                                                                         \
+    Py_ssize_t best_i = 0;                                                                    \
+    float best = 0.0f;                                                                        \
+    for (Py_ssize_t i = 0; i < n; i += 2) {                                                   \
+        const int pair = i + 1 < n;                                                           \
+        const float *xa = x + i * F, *xb = pair ? xa + F : xa;                                \
+        /* layer 1: TW hidden units of both candidates per pass over the features */         \
+        for (int j0 = 0; j0 < P0; j0 += TW) {                                                 \
+            v8 a0 = LD(g + j0), a1 = LD(g + j0 + 8), a2 = LD(g + j0 + 16), a3 = LD(g + j0 + 24); \
+            v8 b0 = a0, b1 = a1, b2 = a2, b3 = a3;                                            \
+            for (int f = 0; f < F; f++) {                                                     \
+                const float *w = s->wc + (Py_ssize_t)f * P0 + j0;                             \
+                const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);        \
+                const v8 va = (v8){0} + xa[f], vb = (v8){0} + xb[f];                          \
+                a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                   \
+                b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                   \
+            }                                                                                 \
+            ST(ha + j0, RELU(a0)); ST(ha + j0 + 8, RELU(a1));                                 \
+            ST(ha + j0 + 16, RELU(a2)); ST(ha + j0 + 24, RELU(a3));                           \
+            ST(hb + j0, RELU(b0)); ST(hb + j0 + 8, RELU(b1));                                 \
+            ST(hb + j0 + 16, RELU(b2)); ST(hb + j0 + 24, RELU(b3));                           \
+        }                                                                                     \
+        float sa = s->bo, sb = s->bo;                                                         \
+        const int last = P1 ? P1 : P0;                                                        \
+        for (int m0 = 0; m0 < last; m0 += TW) {                                               \
+            v8 a0, a1, a2, a3, b0, b1, b2, b3;                                                \
+            if (P1 == 0) {  /* one hidden layer: its units are the output layer's inputs */   \
+                a0 = LD(ha + m0); a1 = LD(ha + m0 + 8); a2 = LD(ha + m0 + 16); a3 = LD(ha + m0 + 24); \
+                b0 = LD(hb + m0); b1 = LD(hb + m0 + 8); b2 = LD(hb + m0 + 16); b3 = LD(hb + m0 + 24); \
+            } else {  /* layer 2: TW units of both candidates per pass over layer 1 */         \
+                const float *c = s->b1 + m0;                                                  \
+                a0 = LD(c); a1 = LD(c + 8); a2 = LD(c + 16); a3 = LD(c + 24);                 \
+                b0 = a0; b1 = a1; b2 = a2; b3 = a3;                                           \
+                for (int j = 0; j < P0; j++) {                                                \
+                    const float *w = s->w1 + (Py_ssize_t)j * P1 + m0;                         \
+                    const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);    \
+                    const v8 va = (v8){0} + ha[j], vb = (v8){0} + hb[j];                      \
+                    a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;               \
+                    b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;               \
+                }                                                                             \
+                a0 = RELU(a0); a1 = RELU(a1); a2 = RELU(a2); a3 = RELU(a3);                   \
+                b0 = RELU(b0); b1 = RELU(b1); b2 = RELU(b2); b3 = RELU(b3);                   \
+            }                                                                                 \
+            const float *o = s->wo + m0;                                                      \
+            const v8 o0 = LD(o), o1 = LD(o + 8), o2 = LD(o + 16), o3 = LD(o + 24);            \
+            const v8 ta = a0 * o0 + a1 * o1 + a2 * o2 + a3 * o3;                              \
+            const v8 tb = b0 * o0 + b1 * o1 + b2 * o2 + b3 * o3;                              \
+            for (int t = 0; t < 8; t++) {                                                     \
+                sa += ta[t];                                                                  \
+                sb += tb[t];                                                                  \
+            }                                                                                 \
+        }                                                                                     \
+        if (sa > best || i == 0) {                                                            \
+            best = sa;                                                                        \
+            best_i = i;                                                                       \
+        }                                                                                     \
+        if (pair && sb > best) {                                                              \
+            best = sb;                                                                        \
+            best_i = i + 1;                                                                   \
+        }                                                                                     \
+    }                                                                                         \
+    return best_i;                                                                            \
+}
+
+KERNEL(best_generic, )
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_AVX2_KERNEL 1
+KERNEL(best_avx2, __attribute__((target("avx2,fma"))))
+#endif
+#else
+#error "policies/_mlp.c needs GCC or Clang (vector extensions); the package falls back to NumPy"
+#endif
+
+static Py_ssize_t (*best_kernel)(const Scorer *, const float *, Py_ssize_t, Py_ssize_t) = best_generic;
+
+/* Scorer.best(x, n) */
+static PyObject *
+scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "best(x, n) takes two arguments");
+        return NULL;
+    }
+    if (s->wc == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Scorer was not initialised");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+        return NULL;
+    Py_ssize_t K = b.ndim == 2 ? b.shape[0] - 1 : -1;
+    if (b.itemsize != 4 || b.format == NULL || strcmp(b.format, "f") != 0 || b.ndim != 2
+        || b.shape[1] != s->F || K < 0 || n < 1 || n > K) {
+        PyErr_Format(PyExc_ValueError,
+                     "best: x must be a float32 (K + 1, %d) array and n in 1..K", s->F);
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    Py_ssize_t i = best_kernel(s, (const float *)b.buf, n, K);
+    PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(i);
+}
+
+static PyObject *
+scorer_get_simd(Scorer *s, void *closure)
+{
+    return PyUnicode_FromString(best_kernel == best_generic ? "baseline" : "avx2+fma");
+}
+
+static PyMethodDef scorer_methods[] = {
+    {"best", (PyCFunction)(void (*)(void))scorer_best, METH_FASTCALL,
+     "best(x, n): index of the best of the first n candidates of x (float32 (K + 1, F), "
+     "globals in row K)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef scorer_getset[] = {
+    {"simd", (getter)scorer_get_simd, NULL, "which compiled kernel runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ScorerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "policies._mlp.Scorer",
+    .tp_basicsize = sizeof(Scorer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)scorer_init,
+    .tp_dealloc = (destructor)scorer_dealloc,
+    .tp_methods = scorer_methods,
+    .tp_getset = scorer_getset,
+    .tp_doc = "Scorer(wc, wg, b0, w1, b1, wo, bo): a candidate MLP's forward pass in C",
+};
+
+static struct PyModuleDef mlp_module = {
+    PyModuleDef_HEAD_INIT, "policies._mlp",
+    "The learned eviction policy's forward pass in C (optional accelerator of policies.learned).",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__mlp(void)
+{
+#ifdef HAVE_AVX2_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best_kernel = best_avx2;
+#endif
+    if (PyType_Ready(&ScorerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&mlp_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&ScorerType);
+    if (PyModule_AddObject(m, "Scorer", (PyObject *)&ScorerType) < 0) {
+        Py_DECREF(&ScorerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
