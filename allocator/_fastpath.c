@@ -1581,25 +1581,29 @@ small_int(PyObject *v)
     return r;
 }
 
-/* Candidate i = key: writes its slot and state code into out[base + i], out[base + K + i].
- * 1: done; 0: the key is not evictable (no record, not on the device, pinned) or its record
- * is unusual; -1: error (no slot for a resident key: the tracker's invariant is broken). */
+/* Candidate i = key: writes its slot and state code into out[i], out[stride + i].
+ * 1: done; 0: the key is not evictable (no record, not on the device, pinned); 2: its record
+ * holds something unusual (the Python path decides); -1: error (no slot for a resident key:
+ * the tracker's invariant is broken). */
 static int
 gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize_t i,
-           Py_ssize_t K)
+           Py_ssize_t stride)
 {
     PyObject *o = PyDict_GetItemWithError(objs, key);
     if (o == NULL)
         return PyErr_Occurred() ? -1 : 0;
     if (Py_TYPE(o) != info_type)
-        return 0;
+        return 2;
     /* view.evictable: o.state == DEVICE (0) and o.pins == 0 */
-    if (small_int(SLOT(o, off_state)) != 0 || small_int(SLOT(o, off_pins)) != 0)
+    long state = small_int(SLOT(o, off_state)), pins = small_int(SLOT(o, off_pins));
+    if (state < 0 || pins < 0)
+        return 2;
+    if (state != 0 || pins != 0)
         return 0;
     long dirty = small_int(SLOT(o, off_dirty)), pre = small_int(SLOT(o, off_prefetched));
     long kind = small_int(SLOT(o, off_kind));
     if (dirty < 0 || dirty > 1 || pre < 0 || pre > 1 || kind < 0 || kind > 1000)
-        return 0;
+        return 2;
     PyObject *s = PyDict_GetItemWithError(slots, key);
     if (s == NULL) {
         if (!PyErr_Occurred())
@@ -1613,54 +1617,74 @@ gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize
     }
     out[i] = (double)sl;
     /* policies/features.py: dirty + 2 * prefetched + _STATE_CODE[DEVICE] (8) + 16 * kind */
-    out[K + i] = (double)(dirty + 2 * pre + 8 + 16 * kind);
+    out[stride + i] = (double)(dirty + 2 * pre + 8 + 16 * kind);
     return 1;
 }
 
-/* gather(src, objs, slots, K, out, base, capsule=None, m=0) -> list | None | False
+#define GATHER_MAX_K 4096
+
+/* gather(src, objs, slots, K, out, base, rng=None, m=0) -> list | None | False
  *
- * The usual case of policies.features._select followed by _pack's record reads:
- *  - capsule None (rule "lru"): the first K keys of the iterable src (the tracker's LRU order);
- *  - else (rule "sample"): src is the tracker's list of residents (n of them, n > 4K, else
- *    None before drawing); m uniform doubles are drawn from the BitGenerator's capsule exactly
- *    as Generator.random(m) draws them, index = int(x * n), and the first K distinct indices (in
- *    draw order) name the candidates.
- * When every candidate is evictable: writes the slots into out[base:base+n] and the state codes
- * into out[base+K:base+K+n] (out: a float64 buffer) and returns the keys (a list of n <= K).
- * Otherwise changes nothing in out and returns None (nothing drawn: run the Python path from the
- * start) or False (rule "sample" after the draw: continue the Python path past its first draw).
+ * The usual cases of policies.features._select followed by _pack's record reads:
+ *  - rng None (rule "lru"): the first K keys of the iterable src (the tracker's LRU order),
+ *    when all are evictable;
+ *  - rule "sample" (rng the np.random.Generator; src the tracker's list of n residents):
+ *    - n > 4K: m uniform doubles drawn from rng's bit generator exactly as rng.random(m)
+ *      draws them, index = int(x * n), and the first K distinct indices (in draw order) name
+ *      the candidates, when they are K and all evictable;
+ *    - n <= 4K: the evictable residents in list order, and when there are more than K of
+ *      them, the first K of rng.permutation(count) (called as Python does) pick among them.
+ * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]
+ * (out: a float64 buffer) and returns the keys (a list of n <= K). Otherwise changes nothing in
+ * out and returns None (nothing drawn: run the Python path from the start) or False (rule
+ * "sample" after the draw: continue the Python path past its first draw).
  */
 static PyObject *
 fp_gather(PyObject *mod, PyObject *args)
 {
-    PyObject *src, *objs, *slots, *outobj, *capsule = Py_None;
+    PyObject *src, *objs, *slots, *outobj, *rng = Py_None;
     Py_ssize_t K, base, m = 0;
     if (!PyArg_ParseTuple(args, "OO!O!nOn|On:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
-                          &slots, &K, &outobj, &base, &capsule, &m))
+                          &slots, &K, &outobj, &base, &rng, &m))
         return NULL;
     if (info_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gather: setup() has not run");
         return NULL;
     }
-    if (K <= 0 || K > 4096 || base < 0) {
+    if (K <= 0 || K > GATHER_MAX_K || base < 0) {
         PyErr_SetString(PyExc_ValueError, "gather: K must be in 1..4096 and base >= 0");
+        return NULL;
+    }
+    if (rng != Py_None && (!PyList_CheckExact(src) || m < K || m > 2 * GATHER_MAX_K)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "gather: rule 'sample' needs the list of residents and K <= m <= 8192");
         return NULL;
     }
     Py_buffer buf;
     if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    PyObject *keys = NULL, *it = NULL;
-    double *out = (double *)buf.buf;
+    PyObject *keys = NULL, *it = NULL, *cap = NULL, *perm = NULL, *chosen = NULL;
+    Py_buffer pb = {0};
+    double *out = (double *)buf.buf, *tmp = NULL;
+    /* tmp: slots in [0, stride), codes in [stride, 2 * stride); the answer's codes end up at
+     * tmp + K */
+    Py_ssize_t stride = K;
+    PyObject *result = Py_None;  /* the answer when a case does not serve */
     if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0
         || buf.len / 8 < base + 2 * K) {
         PyErr_SetString(PyExc_ValueError, "gather: out must be a float64 buffer of base + 2K values");
         goto error;
     }
-    double tmp[2 * 4096];  /* candidates are written here, and copied to out when all qualify */
+    if (rng != Py_None && PyList_GET_SIZE(src) <= 4 * K)
+        stride = PyList_GET_SIZE(src);  /* the scan: every resident may be a candidate */
+    tmp = PyMem_Malloc(2 * (size_t)(stride > K ? stride : K) * sizeof(double));
     keys = PyList_New(0);
-    if (keys == NULL)
+    if (tmp == NULL || keys == NULL) {
+        if (tmp == NULL)
+            PyErr_NoMemory();
         goto error;
-    if (capsule == Py_None) {
+    }
+    if (rng == Py_None) {
         it = PyObject_GetIter(src);
         if (it == NULL)
             goto error;
@@ -1671,35 +1695,79 @@ fp_gather(PyObject *mod, PyObject *args)
                     goto error;
                 break;
             }
-            int r = gather_one(k, objs, slots, tmp, i, K);
-            if (r > 0)
+            int r = gather_one(k, objs, slots, tmp, i, stride);
+            if (r == 1)
                 r = PyList_Append(keys, k) == 0 ? 1 : -1;
             Py_DECREF(k);
             if (r < 0)
                 goto error;
-            if (r == 0) {  /* one of the K least recent is pinned or in flight */
-                Py_DECREF(it);
-                Py_DECREF(keys);
-                PyBuffer_Release(&buf);
-                Py_RETURN_NONE;
-            }
+            if (r != 1)  /* one of the K least recent is pinned or in flight, or unusual */
+                goto pass;
         }
-        Py_CLEAR(it);
-    } else {
-        if (!PyList_CheckExact(src)) {
-            PyErr_SetString(PyExc_TypeError, "gather: rule 'sample' needs the list of residents");
+    } else if (PyList_GET_SIZE(src) <= 4 * K) {  /* the scan (n <= 4K) */
+        Py_ssize_t n = PyList_GET_SIZE(src), c = 0;
+        chosen = PyList_New(0);
+        if (chosen == NULL)
             goto error;
+        for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(src); i++) {
+            PyObject *k = PyList_GET_ITEM(src, i);
+            Py_INCREF(k);
+            int r = gather_one(k, objs, slots, tmp, c, stride);
+            if (r == 1)
+                r = PyList_Append(chosen, k) == 0 ? 1 : -1;
+            Py_DECREF(k);
+            if (r < 0)
+                goto error;
+            if (r == 2)
+                goto pass;
+            c += r;
         }
+        if (c <= K) {  /* every evictable resident, in list order */
+            Py_SETREF(keys, chosen);
+            chosen = NULL;
+            memmove(tmp + K, tmp + stride, (size_t)c * sizeof(double));
+        } else {  /* rng.permutation(c)[:K] picks among them, as the Python path */
+            perm = PyObject_CallMethod(rng, "permutation", "n", c);
+            if (perm == NULL)
+                goto error;
+            if (PyObject_GetBuffer(perm, &pb, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+                goto error;
+            if (pb.itemsize != 8 || pb.format == NULL || pb.len / 8 != c
+                || (strcmp(pb.format, "l") != 0 && strcmp(pb.format, "q") != 0)) {
+                PyErr_SetString(PyExc_TypeError, "gather: rng.permutation gave no int64 array");
+                goto error;
+            }
+            const long long *p = pb.buf;
+            double *sel = PyMem_Malloc(2 * (size_t)K * sizeof(double));
+            if (sel == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            for (Py_ssize_t i = 0; i < K; i++) {
+                long long j = p[i];
+                if (j < 0 || j >= c || PyList_Append(keys, PyList_GET_ITEM(chosen, j)) < 0) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "gather: a permutation index is out of range");
+                    PyMem_Free(sel);
+                    goto error;
+                }
+                sel[i] = tmp[j];
+                sel[K + i] = tmp[stride + j];
+            }
+            memcpy(tmp, sel, 2 * (size_t)K * sizeof(double));
+            PyMem_Free(sel);
+        }
+    } else {  /* n > 4K: m draws, the first K distinct */
         Py_ssize_t n = PyList_GET_SIZE(src);
-        if (n <= 4 * K || m < K || m > 2 * 4096) {  /* the Python path draws otherwise */
-            Py_DECREF(keys);
-            PyBuffer_Release(&buf);
-            Py_RETURN_NONE;
-        }
-        fp_bitgen_t *bg = (fp_bitgen_t *)PyCapsule_GetPointer(capsule, "BitGenerator");
+        cap = PyObject_GetAttrString(rng, "bit_generator");
+        if (cap != NULL)
+            Py_SETREF(cap, PyObject_GetAttrString(cap, "capsule"));
+        if (cap == NULL)
+            goto error;
+        fp_bitgen_t *bg = (fp_bitgen_t *)PyCapsule_GetPointer(cap, "BitGenerator");
         if (bg == NULL)
             goto error;
-        Py_ssize_t idx[4096], c = 0;
+        Py_ssize_t idx[GATHER_MAX_K], c = 0;
         for (Py_ssize_t j = 0; j < m; j++) {  /* all m drawn, as Generator.random(m) */
             double x = bg->next_double(bg->state);
             if (c == K)
@@ -1714,38 +1782,46 @@ fp_gather(PyObject *mod, PyObject *args)
             if (fresh)
                 idx[c++] = v;
         }
-        int ok = c == K;
-        for (Py_ssize_t i = 0; ok && i < K; i++) {
-            if (idx[i] >= PyList_GET_SIZE(src)) {  /* cannot happen: x < 1 */
-                ok = 0;
-                break;
-            }
+        result = Py_False;  /* drawn: from here the Python path continues past its first draw */
+        if (c < K)
+            goto pass;
+        for (Py_ssize_t i = 0; i < K; i++) {
+            if (idx[i] >= PyList_GET_SIZE(src))  /* cannot happen: x < 1 */
+                goto pass;
             PyObject *k = PyList_GET_ITEM(src, idx[i]);
             Py_INCREF(k);
-            int r = gather_one(k, objs, slots, tmp, i, K);
-            if (r > 0)
+            int r = gather_one(k, objs, slots, tmp, i, stride);
+            if (r == 1)
                 r = PyList_Append(keys, k) == 0 ? 1 : -1;
             Py_DECREF(k);
             if (r < 0)
                 goto error;
-            ok = r > 0;
-        }
-        if (!ok) {
-            Py_DECREF(keys);
-            PyBuffer_Release(&buf);
-            Py_RETURN_FALSE;
+            if (r != 1)
+                goto pass;
         }
     }
     Py_ssize_t n = PyList_GET_SIZE(keys);
     memcpy(out + base, tmp, (size_t)n * sizeof(double));
-    memcpy(out + base + K, tmp + K, (size_t)n * sizeof(double));
-    PyBuffer_Release(&buf);
-    return keys;
+    memcpy(out + base + K, tmp + K, (size_t)n * sizeof(double));  /* codes: moved to tmp + K */
+    result = keys;
+    keys = NULL;
+    goto done;
+pass:
+    Py_INCREF(result);
+    goto done;
 error:
+    result = NULL;
+done:
+    if (pb.obj != NULL)
+        PyBuffer_Release(&pb);
+    Py_XDECREF(perm);
+    Py_XDECREF(chosen);
+    Py_XDECREF(cap);
     Py_XDECREF(it);
     Py_XDECREF(keys);
+    PyMem_Free(tmp);
     PyBuffer_Release(&buf);
-    return NULL;
+    return result;
 }
 
 static PyMethodDef fp_methods[] = {
@@ -1754,7 +1830,7 @@ static PyMethodDef fp_methods[] = {
      "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
     {"gather", fp_gather, METH_VARARGS,
-     "gather(src, objs, slots, K, out, base, capsule=None, m=0): the usual case of a decision's "
+     "gather(src, objs, slots, K, out, base, rng=None, m=0): the usual cases of a decision's "
      "candidate selection and record reads (policies/features.py); see the source"},
     {NULL, NULL, 0, NULL},
 };

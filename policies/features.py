@@ -452,8 +452,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if rule == "lru":
                 got = _gather(tracker._order, objs_c, tracker._slot, K, v, _HEAD)
             elif rule == "sample" and rng is not None:
-                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD,
-                              rng.bit_generator.capsule, K + K // 2 + 4)
+                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, rng, K + K // 2 + 4)
             else:
                 got = None
             if got:
