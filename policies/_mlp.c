@@ -131,8 +131,10 @@ scorer_init(Scorer *s, PyObject *args, PyObject *kw)
     int P0 = s->P0, P1 = s->P1;
     if (!(s->wc = zeros(F * P0)) || !(s->wg = zeros(G * P0 + 1)) || !(s->b0 = zeros(P0))
         || !(s->w1 = zeros((Py_ssize_t)P0 * P1 + 1)) || !(s->b1 = zeros(P1 + 1))
-        || !(s->wo = zeros(two ? P1 : P0)) || !(s->scratch = zeros(3 * (Py_ssize_t)P0)))
+        || !(s->wo = zeros(two ? P1 : P0)) || !(s->scratch = zeros(3 * (Py_ssize_t)P0))) {
+        scorer_free_arrays(s);  /* best() then refuses to run */
         goto done;
+    }
     const float *wc = b[0].buf, *wg = b[1].buf, *b0 = b[2].buf, *w1 = b[3].buf, *b1 = b[4].buf,
                 *wo = b[5].buf;
     for (Py_ssize_t f = 0; f < F; f++)
