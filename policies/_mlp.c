@@ -31,6 +31,7 @@ typedef struct {
     float *wo;         /* (P1 or P0) */
     float bo;
     float *scratch;    /* g (P0) + two candidates' hidden units (2 * P0) */
+    PyObject *args;    /* the constructor's arguments (for pickling and copying) */
 } Scorer;
 
 static void
@@ -50,6 +51,7 @@ static void
 scorer_dealloc(Scorer *s)
 {
     scorer_free_arrays(s);
+    Py_CLEAR(s->args);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -148,7 +150,8 @@ scorer_init(Scorer *s, PyObject *args, PyObject *kw)
         memcpy(s->b1, b1, (size_t)H1 * sizeof(float));
     memcpy(s->wo, wo, (size_t)dwo[0] * sizeof(float));
     s->bo = bo;
-    rc = 0;
+    Py_XSETREF(s->args, Py_BuildValue("(OOOOOOf)", o[0], o[1], o[2], o[3], o[4], o[5], bo));
+    rc = s->args == NULL ? -1 : 0;
 done:
     for (int i = 0; i < got; i++)
         PyBuffer_Release(&b[i]);
@@ -287,6 +290,17 @@ scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(i);
 }
 
+/* Scorer.__reduce__: rebuilt from its constructor's arguments (pickle, copy) */
+static PyObject *
+scorer_reduce(Scorer *s, PyObject *unused)
+{
+    if (s->args == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cannot pickle an uninitialised Scorer");
+        return NULL;
+    }
+    return Py_BuildValue("(OO)", (PyObject *)Py_TYPE(s), s->args);
+}
+
 static PyObject *
 scorer_get_simd(Scorer *s, void *closure)
 {
@@ -297,6 +311,7 @@ static PyMethodDef scorer_methods[] = {
     {"best", (PyCFunction)(void (*)(void))scorer_best, METH_FASTCALL,
      "best(x, n): index of the best of the first n candidates of x (float32 (K + 1, F), "
      "globals in row K)"},
+    {"__reduce__", (PyCFunction)scorer_reduce, METH_NOARGS, "pickle support"},
     {NULL, NULL, 0, NULL},
 };
 

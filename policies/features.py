@@ -209,6 +209,15 @@ class FeatureTracker(EvictionPolicyBase):
         self._epoch = 0
         self.miss_rate = 0.0
 
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _V must stay a view of _S
+        state = self.__dict__.copy()
+        del state["_V"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._V = self._S.reshape(-1)
+
     # ------------------------------------------------------------------ hooks
     def victim(self, view: PoolView) -> int | None:
         ev = view.evictable

@@ -358,3 +358,26 @@ def test_c_forward_pass_refuses_bad_shapes_and_arguments():
         learned_mod._mlp.Scorer(w["wc"], w["wg"], w["b0"][:3], w["w1"], w["b1"], w["wo"], 0.0)
     with pytest.raises(ValueError, match="float32"):
         learned_mod._mlp.Scorer(w["wc"].astype(np.float64), w["wg"], w["b0"], w["w1"], w["b1"], w["wo"], 0.0)
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
+    """A LearnedPolicy survives pickle and deepcopy (the C forward pass is rebuilt from its
+    weights; the tracker's flat view stays a view of its rows): a copy evicts exactly what the
+    original evicts, and a copy taken half-way through a trace holds the same history."""
+    import copy
+    import pickle
+
+    trace = generate("zipf", seed=1, n_requests=4000, n_objects=400, size=4096)
+
+    def misses(pol: LearnedPolicy) -> int:
+        return Pool(40 * 4096, pol, placement="bytes").replay(trace).misses
+
+    ref = misses(LearnedPolicy.load(policy_file, guard=guard))
+    assert misses(pickle.loads(pickle.dumps(LearnedPolicy.load(policy_file, guard=guard)))) == ref
+    assert misses(copy.deepcopy(LearnedPolicy.load(policy_file, guard=guard))) == ref
+    pol = LearnedPolicy.load(policy_file, guard=guard)
+    Pool(40 * 4096, pol, placement="bytes").replay(trace.window(0, 2000))
+    twin = pickle.loads(pickle.dumps(pol))
+    assert np.shares_memory(twin.tracker._V, twin.tracker._S)
+    np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
