@@ -1630,8 +1630,9 @@ gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize
  *    when all are evictable;
  *  - rule "sample" (rng the np.random.Generator; src the tracker's list of n residents):
  *    - n > 4K: m uniform doubles drawn from rng's bit generator exactly as rng.random(m)
- *      draws them, index = int(x * n), and the first K distinct indices (in draw order) name
- *      the candidates, when they are K and all evictable;
+ *      draws them (without taking the Generator's lock: a decision runs under the pool's
+ *      lock, and the GIL is held throughout), index = int(x * n), and the first K distinct
+ *      indices (in draw order) name the candidates, when they are K and all evictable;
  *    - n <= 4K: the evictable residents in list order, and when there are more than K of
  *      them, the first K of rng.permutation(count) (called as Python does) pick among them.
  * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]

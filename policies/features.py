@@ -27,11 +27,14 @@ A missing reuse gap (fewer accesses than gaps) reads 1.0 (as long as can be).
 
 Tick = the pool's event index (``view.tick``): distances count accesses and frees, not time.
 
-Speed: the per-access hooks are a few scalar writes into one float64 row per object; a
-decision gathers the K rows with one fancy index and computes the matrix in one call of a
-numba kernel (:data:`ACCELERATED`) or, where numba is absent, with the NumPy reference
-(:func:`_numeric_numpy`); tests hold the two equal, so a policy trained with one can be
-deployed with the other.
+Speed: the per-access hooks are a few scalar writes into one float64 row per object (one
+numba call). A decision's candidates are selected, in the usual cases, by the C extension
+(``allocator._fastpath.gather``: the same candidates and random draws as the Python selection
+here, which serves every other case), their slots, state codes and the global features packed
+into one float64 buffer (:func:`_pack`), and the matrix computed in one call of a numba kernel
+(:data:`ACCELERATED`) or, where numba is absent, with the NumPy reference
+(:func:`_numeric_numpy`); tests hold the C and Python selections and the numba and NumPy
+features equal, so a policy trained with one can be deployed with the other.
 """
 
 from __future__ import annotations

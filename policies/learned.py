@@ -388,7 +388,8 @@ class LearnedPolicy(EvictionPolicyBase):
 
     At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
     their features with :mod:`policies.features` (the code the env trains with), scores them and
-    evicts the best. A decision that takes longer than ``budget_us`` or fails falls back to LRU
+    evicts the best. The scores come from the C forward pass (``policies/_mlp.c``, see
+    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A decision that takes longer than ``budget_us`` or fails falls back to LRU
     and increments ``view.stats.fallbacks``; so does one with no valid candidate.
 
     ``guard`` (default on): an :class:`LRUGuard` compares the policy's hits with a shadow LRU's
