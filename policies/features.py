@@ -458,7 +458,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
     the same draws), their slots and codes are written into ``v`` and the codes returned are
     ``True``."""
     drawn_once = False
-    if v is not None and _gather is not None:
+    if v is not None and _gather is not None and K <= 4096:  # the C path's bound on K
         objs_c: dict[int, Any] | None = getattr(view, "_objs", None)
         if objs_c is not None:
             if rule == "lru":
