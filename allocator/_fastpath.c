@@ -49,6 +49,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 
 #ifdef Py_GIL_DISABLED
 #error "allocator._fastpath relies on the GIL; the free-threaded build uses the pure-Python path"
@@ -82,6 +83,8 @@ static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evi
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
 static Py_ssize_t off_pins, off_key, off_evictions, off_useless, off_pool_place_release, off_pool_hook;
 static Py_ssize_t off_cost_now, off_kind;
+/* what fp_head reads besides (policies/features.py's globals) */
+static Py_ssize_t off_pool_capacity, off_pool_inflight, off_cost_stall, off_cost_preset;
 static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
 static PyObject *s_capacity, *s_used, *s_wait_until, *s_release, *s_on_evict;
 /* where _thread.RLock keeps its owner and count (rlock_type NULL: unknown layout) */
@@ -227,6 +230,9 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now)
         || slot_offset(it, "pins", &off_pins) || slot_offset(it, "key", &off_key)
         || slot_offset(it, "kind", &off_kind)
+        || slot_offset(pt, "capacity", &off_pool_capacity)
+        || slot_offset(pt, "_inflight_bytes", &off_pool_inflight)
+        || slot_offset(ct, "stall_ns", &off_cost_stall) || slot_offset(ct, "preset", &off_cost_preset)
         || slot_offset(st, "evictions", &off_evictions)
         || slot_offset(st, "useless_prefetches", &off_useless)
         || slot_offset(pt, "_place_release", &off_pool_place_release)
@@ -1825,11 +1831,135 @@ done:
     return result;
 }
 
+/* An int (or bool) or float slot value as a double (ints beyond 2**53 round, as float()
+ * does); sets *ok = 0 when it is neither. */
+static inline double
+int_value(PyObject *v, int *ok)
+{
+    if (v != NULL && PyFloat_CheckExact(v))
+        return PyFloat_AS_DOUBLE(v);
+    if (v == NULL || !PyLong_Check(v)) {
+        *ok = 0;
+        return 0.0;
+    }
+    double d = PyLong_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    return d;
+}
+
+/* A float or int attribute of obj as a double; sets *ok = 0 when it is neither. */
+static double
+number_attr(PyObject *obj, const char *name, int *ok)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    double d = 0.0;
+    if (v != NULL)
+        d = int_value(v, ok);
+    else {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    Py_XDECREF(v);
+    return d;
+}
+
+/* Python's min(a, b) / max(a, b) for floats: the first unless the second is strictly beyond */
+static inline double py_min(double a, double b) { return b < a ? b : a; }
+static inline double py_max(double a, double b) { return b > a ? b : a; }
+
+/* head(pool, tracker, n, K, out, (ih0, ih1, ih2, log_n)) -> bool
+ *
+ * policies/features.py's _pack head, the same arithmetic on the same values: writes
+ * (n, t, decay x3, 1/capacity, h2d latency, 1/h2d bandwidth, d2h latency, 1/d2h bandwidth,
+ * timed, occupancy, in flight, miss rate, n/K, stall fraction, residents) into out[0:17].
+ * Returns False, writing nothing, when an object is not of the kind it knows (the Python code
+ * then computes the head). */
+static PyObject *
+fp_head(PyObject *mod, PyObject *args)
+{
+    PyObject *pool, *tracker, *outobj;
+    Py_ssize_t n, K;
+    double ih[3], log_n;
+    if (!PyArg_ParseTuple(args, "OOnnO(dddd):head", &pool, &tracker, &n, &K, &outobj, &ih[0],
+                          &ih[1], &ih[2], &log_n))
+        return NULL;
+    if (pool_type == NULL || Py_TYPE(pool) != pool_type || K <= 0)
+        Py_RETURN_FALSE;
+    PyObject *place = SLOT(pool, off_pool_place), *cost = SLOT(pool, off_pool_cost);
+    if (place == NULL || cost == NULL || Py_TYPE(cost) != cost_type)
+        Py_RETURN_FALSE;
+    int ok = 1;
+    double used;
+    if (Py_TYPE(place) == arena_type)
+        used = int_value(SLOT(place, off_ar_used), &ok);
+    else if (Py_TYPE(place) == bytes_type)
+        used = int_value(SLOT(place, off_ba_used), &ok);
+    else
+        Py_RETURN_FALSE;
+    double t = int_value(SLOT(pool, off_pool_tick), &ok);
+    double cap = int_value(SLOT(pool, off_pool_capacity), &ok);
+    double inflight = int_value(SLOT(pool, off_pool_inflight), &ok);
+    double now = int_value(SLOT(cost, off_cost_now), &ok);
+    double stall = int_value(SLOT(cost, off_cost_stall), &ok);
+    PyObject *preset = SLOT(cost, off_cost_preset);
+    double times[5] = {0.0, 1.0, 0.0, 1.0, 0.0};  /* features._NO_TIMES */
+    if (preset == NULL)
+        ok = 0;
+    else if (preset != Py_None) {
+        times[0] = number_attr(preset, "h2d_latency_ns", &ok);
+        times[1] = 1.0 / number_attr(preset, "h2d_gbps", &ok);
+        times[2] = number_attr(preset, "d2h_latency_ns", &ok);
+        times[3] = 1.0 / number_attr(preset, "d2h_gbps", &ok);
+        times[4] = 1.0;
+    }
+    double epoch = number_attr(tracker, "_epoch", &ok);
+    double miss = number_attr(tracker, "miss_rate", &ok);
+    PyObject *order = PyObject_GetAttrString(tracker, "_order");
+    Py_ssize_t n_order = order != NULL ? PyObject_Length(order) : -1;
+    Py_XDECREF(order);
+    if (n_order < 0) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    if (!ok || cap <= 0.0)
+        Py_RETURN_FALSE;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0 || buf.len / 8 < 17) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "head: out must be a float64 buffer of >= 17 values");
+        return NULL;
+    }
+    double *o = (double *)buf.buf, x = epoch - t;  /* ticks are exact in a double */
+    o[0] = (double)n;
+    o[1] = t;
+    for (int i = 0; i < 3; i++)
+        o[2 + i] = pow(2.0, x * ih[i]);  /* Python's 2.0 ** y */
+    o[5] = 1.0 / cap;
+    for (int i = 0; i < 5; i++)
+        o[6 + i] = times[i];
+    o[11] = py_min(used / cap, 1.0);
+    o[12] = py_min(inflight / cap, 1.0);
+    o[13] = py_min(py_max(miss, 0.0), 1.0);
+    o[14] = (double)n / (double)K;
+    o[15] = now > 0.0 ? stall / now : 0.0;
+    o[16] = py_min(log1p((double)n_order) / log_n, 1.0);
+    PyBuffer_Release(&buf);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
      "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN, RLock()): find the "
      "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
+    {"head", fp_head, METH_VARARGS,
+     "head(pool, tracker, n, K, out, consts): a decision's globals (policies/features.py's "
+     "_pack head) into out[0:17]; False when the Python code must compute them"},
     {"gather", fp_gather, METH_VARARGS,
      "gather(src, objs, slots, K, out, base, rng=None, m=0): the usual cases of a decision's "
      "candidate selection and record reads (policies/features.py); see the source"},

@@ -141,6 +141,7 @@ _DEVICE_CODE = _STATE_CODE[DEVICE]
 assert _DEVICE_CODE == 8, "allocator/_fastpath.c's gather writes this code"
 # the C extension's candidate gathering (allocator/_fastpath.c; None without it: Python serves)
 _gather: Any = getattr(_pool._fastpath, "gather", None)
+_head: Any = getattr(_pool._fastpath, "head", None)
 _STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
 for _c in range(16 * N_KINDS):
     _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
@@ -646,27 +647,12 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
     :func:`_select`); otherwise the tuple ``(slots, codes, t, decay, 1 / capacity, times,
     globals)`` (slot ``-1``: no history)."""
     n = len(keys)
-    cap = view.capacity
-    cost = view.cost
-    now = cost.now
-    t = view.tick
-    p = cost.preset
-    times = _NO_TIMES if p is None else (
-        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
-    x = tracker._epoch - t
-    head = (  # n, prm, and the global features (float64 here, float32 in the observation)
-        n, t, 2.0 ** (x * _IH0), 2.0 ** (x * _IH1), 2.0 ** (x * _IH2), 1.0 / cap, *times,
-        min(view.used / cap, 1.0),
-        min(view.bytes_in_flight / cap, 1.0),
-        min(max(tracker.miss_rate, 0.0), 1.0),
-        n / K,
-        cost.stall_ns / now if now > 0 else 0.0,
-        min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
-    )
     if codes is True:  # _select wrote the slots and codes into v
         assert v is not None
-        _put_head(v, 0, *head)
+        if _head is None or not _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS):
+            _put_head(v, 0, *_head_py(tracker, view, n, K))
         return v
+    head = _head_py(tracker, view, n, K)
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))
     except KeyError:  # a key without history (-1; a prefetch candidate may be one)
@@ -689,7 +675,29 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
         v[_HEAD:_HEAD + n] = sls
         v[_HEAD + K:_HEAD + K + n] = codes
         return v
-    return sls, codes, t, head[2:5], 1.0 / cap, times, head[_HEAD - G:]
+    return sls, codes, head[1], head[2:5], head[5], head[6:11], head[_HEAD - G:]
+
+
+def _head_py(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> tuple[float, ...]:
+    """``(n, prm[_NPRM], globals[G])`` of a decision over ``n`` candidates (float64 here,
+    float32 in the observation); ``allocator._fastpath.head`` computes the same in C."""
+    cap = view.capacity
+    cost = view.cost
+    now = cost.now
+    t = view.tick
+    p = cost.preset
+    times = _NO_TIMES if p is None else (
+        float(p.h2d_latency_ns), 1.0 / p.h2d_gbps, float(p.d2h_latency_ns), 1.0 / p.d2h_gbps, 1.0)
+    x = tracker._epoch - t
+    return (
+        n, t, 2.0 ** (x * _IH0), 2.0 ** (x * _IH1), 2.0 ** (x * _IH2), 1.0 / cap, *times,
+        min(view.used / cap, 1.0),
+        min(view.bytes_in_flight / cap, 1.0),
+        min(max(tracker.miss_rate, 0.0), 1.0),
+        n / K,
+        cost.stall_ns / now if now > 0 else 0.0,
+        min(math.log1p(len(tracker._order)) / _LOG_N, 1.0),
+    )
 
 
 def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
@@ -841,6 +849,7 @@ def _access_kernel_py(V: np.ndarray, b: int, t: int, x: int, two: float) -> None
 
 
 _IH0, _IH1, _IH2 = _IH
+_HEAD_CONSTS = (_IH0, _IH1, _IH2, _LOG_N)  # what allocator._fastpath.head needs of this module
 _observe_kernel: Any = None
 _distinct_kernel: Any = None
 _access_kernel: Any = _access_kernel_py

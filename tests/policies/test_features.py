@@ -309,6 +309,39 @@ def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -
     assert all(view.evictable(int(k)) for k in ref_keys)
 
 
+@pytest.mark.skipif(fm._head is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+@pytest.mark.parametrize("cost", [None, "a100_pcie4"])
+def test_c_head_equals_python_head(placement, cost) -> None:
+    """``allocator._fastpath.head`` writes exactly (bit for bit) the decision globals that
+    :func:`_head_py` computes, through a run with misses, frees, writes and (with a cost model)
+    prefetches in flight; a view that is not a pool's gets False and nothing written."""
+    trace = _trace(3000, 400, 7, frees=True)
+    tracker = FeatureTracker()
+    pool = Pool(60 * 4096 * 4, tracker, placement=placement, cost=cost)
+    checked = 0
+    for i in range(len(trace)):
+        k, o = int(trace.key[i]), int(trace.op[i])
+        if o == Op.FREE:
+            pool.free(k)
+        else:
+            pool.access(k, int(trace.size[i]), o == Op.WRITE, kind=int(trace.kind[i]), compute_ns=500)
+            nxt = int(trace.key[(i + 5) % len(trace)])
+            if cost and i % 7 == 0 and nxt in pool and not pool.view.is_resident(nxt):
+                pool.prefetch(nxt)
+        if i % 97 == 0:
+            for n, K in ((1, 32), (17, 32), (8, 8)):
+                c, py = fm._packed_buffer(K), fm._packed_buffer(K)
+                assert fm._head(pool, tracker, n, K, c, fm._HEAD_CONSTS) is True
+                fm._put_head(py, 0, *fm._head_py(tracker, pool.view, n, K))
+                assert c.tobytes() == py.tobytes()
+                checked += 1
+    assert checked > 50 and pool.stats.evictions > 0
+    assert (pool.cost.stall_ns > 0) == (cost is not None)  # the stall fraction was exercised
+    v = fm._packed_buffer(8)
+    assert fm._head(pool.view, tracker, 3, 8, v, fm._HEAD_CONSTS) is False and not v.any()
+
+
 @pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the Python path exists")
 def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
     """The tracker's per-access update and the sample rule's distinct draws give bit-identical
