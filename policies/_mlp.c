@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #define TW 32      /* hidden units per register block (4 vectors of 8) */
@@ -259,6 +260,30 @@ KERNEL(best_avx2, __attribute__((target("avx2,fma"))))
 
 static Py_ssize_t (*best_kernel)(const Scorer *, const float *, Py_ssize_t, Py_ssize_t) = best_generic;
 
+/* The feature kernel (policies/features.py's _observe_kernel compiled by numba as a C
+ * callback: rows, their count, the packed buffer, K, the output), set by set_features(). */
+typedef void (*features_fn)(const double *, long long, const double *, long long, float *);
+static features_fn features_kernel = NULL;
+static Py_ssize_t features_head = -1, features_ncol = -1;
+
+/* set_features(address, head, ncol): the feature kernel's address and its buffer layout */
+static PyObject *
+mlp_set_features(PyObject *mod, PyObject *args)
+{
+    unsigned long long address;
+    Py_ssize_t head, ncol;
+    if (!PyArg_ParseTuple(args, "Knn:set_features", &address, &head, &ncol))
+        return NULL;
+    if (address == 0 || head < 1 || ncol < 1) {
+        PyErr_SetString(PyExc_ValueError, "set_features: a non-null address, head >= 1, ncol >= 1");
+        return NULL;
+    }
+    features_kernel = (features_fn)(uintptr_t)address;
+    features_head = head;
+    features_ncol = ncol;
+    Py_RETURN_NONE;
+}
+
 /* Scorer.best(x, n) */
 static PyObject *
 scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
@@ -301,6 +326,54 @@ scorer_reduce(Scorer *s, PyObject *unused)
     return Py_BuildValue("(OO)", (PyObject *)Py_TYPE(s), s->args);
 }
 
+/* Scorer.decide(S, v, x): one decision -- the features of the packed candidates (the kernel
+ * of set_features) into x, then best(x, n) with n = v[0] */
+static PyObject *
+scorer_decide(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decide(S, v, x) takes three arguments");
+        return NULL;
+    }
+    if (s->wc == NULL || features_kernel == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "decide: Scorer not initialised or set_features() not called");
+        return NULL;
+    }
+    Py_buffer bs, bv, bx;
+    if (PyObject_GetBuffer(args[0], &bs, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &bv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+        PyBuffer_Release(&bs);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &bx, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+        PyBuffer_Release(&bs);
+        PyBuffer_Release(&bv);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    Py_ssize_t K = bx.ndim == 2 ? bx.shape[0] - 1 : -1;
+    double n = bv.ndim == 1 && bv.len >= 8 ? ((const double *)bv.buf)[0] : -1.0;
+    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
+        || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
+        || bx.ndim != 2 || bx.itemsize != 4 || strcmp(bx.format, "f") != 0 || bx.shape[1] != s->F
+        || K < 1 || bv.shape[0] != features_head + 2 * K || !(n >= 1.0 && n <= (double)K)
+        || n != (double)(Py_ssize_t)n) {
+        PyErr_Format(PyExc_ValueError,
+                     "decide: S must be float64 (rows, %zd), v float64 (%zd + 2K) with 1 <= v[0] <= K, "
+                     "x float32 (K + 1, %d)", features_ncol, features_head, s->F);
+        goto done;
+    }
+    features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
+                    (long long)K, (float *)bx.buf);
+    res = PyLong_FromSsize_t(best_kernel(s, (const float *)bx.buf, (Py_ssize_t)n, K));
+done:
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&bx);
+    return res;
+}
+
 static PyObject *
 scorer_get_simd(Scorer *s, void *closure)
 {
@@ -311,6 +384,9 @@ static PyMethodDef scorer_methods[] = {
     {"best", (PyCFunction)(void (*)(void))scorer_best, METH_FASTCALL,
      "best(x, n): index of the best of the first n candidates of x (float32 (K + 1, F), "
      "globals in row K)"},
+    {"decide", (PyCFunction)(void (*)(void))scorer_decide, METH_FASTCALL,
+     "decide(S, v, x): the features of the packed candidates v (policies.features) into x, "
+     "then best(x, v[0])"},
     {"__reduce__", (PyCFunction)scorer_reduce, METH_NOARGS, "pickle support"},
     {NULL, NULL, 0, NULL},
 };
@@ -333,10 +409,17 @@ static PyTypeObject ScorerType = {
     .tp_doc = "Scorer(wc, wg, b0, w1, b1, wo, bo): a candidate MLP's forward pass in C",
 };
 
+static PyMethodDef mlp_methods[] = {
+    {"set_features", mlp_set_features, METH_VARARGS,
+     "set_features(address, head, ncol): the feature kernel Scorer.decide calls (a numba cfunc "
+     "of policies.features) and its packed buffer's head length and row width"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef mlp_module = {
     PyModuleDef_HEAD_INIT, "policies._mlp",
     "The learned eviction policy's forward pass in C (optional accelerator of policies.learned).",
-    -1, NULL,
+    -1, mlp_methods,
 };
 
 PyMODINIT_FUNC

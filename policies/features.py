@@ -858,6 +858,31 @@ if _numeric_kernel is not None:
     _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
     _distinct_kernel = njit(cache=True, nogil=True)(_distinct_kernel_py)
 
+_observe_c: Any = None
+
+
+def observe_kernel_address() -> int | None:
+    """Address of :func:`_observe_kernel_py` compiled by numba as a C callback
+    ``void(const double *S, int64 rows, const double *v, int64 K, float *out)`` (built on first
+    use; ``None`` without numba): what ``policies._mlp.Scorer.decide`` calls."""
+    global _observe_c
+    if _observe_kernel is None:
+        return None
+    if _observe_c is None:
+        from numba import carray, cfunc, types
+
+        kernel, ncol, head, nf = _observe_kernel, _NCOL, _HEAD, F
+
+        @cfunc(types.void(types.CPointer(types.float64), types.int64, types.CPointer(types.float64),
+                          types.int64, types.CPointer(types.float32)), cache=True)
+        def observe_c(S_ptr, rows, v_ptr, K, out_ptr):  # type: ignore[no-untyped-def]
+            kernel(carray(S_ptr, (rows, ncol)), carray(v_ptr, (head + 2 * K,)),
+                   carray(out_ptr, (K + 1, nf)))
+
+        _observe_c = observe_c
+    return int(_observe_c.address)
+
+
 ACCELERATED = _numeric_kernel is not None
 """True when the numba kernel computes the features (else the NumPy reference does)."""
 

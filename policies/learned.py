@@ -207,6 +207,19 @@ class CandidateScorer:
 # the C forward pass (policies/_mlp.c; None without it, and where CACHEGYM_PURE_PYTHON is set:
 # the NumPy forward pass serves, choosing the same candidates up to float32 summation order)
 _mlp: Any = load_accelerator("policies._mlp")
+_decide_in_c: bool | None = None  # Scorer.decide has its feature kernel (set on first use)
+
+
+def _c_decisions() -> bool:
+    """Whether ``Scorer.decide`` (features + forward pass in one C call) is available: the C
+    forward pass and the numba feature kernel as a C callback."""
+    global _decide_in_c
+    if _decide_in_c is None:
+        addr = _features.observe_kernel_address() if _mlp is not None else None
+        if addr is not None:
+            _mlp.set_features(addr, _features._HEAD, _features._NCOL)
+        _decide_in_c = addr is not None
+    return _decide_in_c
 
 
 # ---------------------------------------------------------------------- the file
@@ -431,6 +444,7 @@ class LearnedPolicy(EvictionPolicyBase):
         # code computes (``compiled`` False: the NumPy forward pass, the reference)
         self._native: Any = scorer.native() if scorer.n_features == _features.F else None
         self.compiled = self._native is not None
+        self._decide_c = self.compiled and _c_decisions()
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._packed = _features._packed_buffer(self.K)
         self.decision_ns: list[int] = []
@@ -495,7 +509,10 @@ class LearnedPolicy(EvictionPolicyBase):
             keys, codes = _features._select(tracker, view, self.K, self.candidate_rule, self._rng,
                                             self._packed)
             n = len(keys)
-            if n:
+            if n and codes is True and self.compiled and self._decide_c:  # the usual case: C
+                v = _features._pack(tracker, view, keys, self.K, True, self._packed)
+                choice = keys[self._native.decide(tracker._S, v, self._buf)]
+            elif n:
                 buf = self._buf
                 cand, _, glob = _features._observe(tracker, view, keys, self.K, codes, self._packed, buf)
                 choice = keys[self._native.best(buf, n) if self.compiled

@@ -138,7 +138,7 @@ def test_failing_decision_falls_back(policy_file, path, monkeypatch):
             pytest.skip("policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set): there is no C forward pass to break")
 
         class Broken:
-            best = staticmethod(boom)
+            best = decide = staticmethod(boom)
 
         pol._native = Broken()
     trace = generate("zipf", seed=2, n_requests=1000, n_objects=100, size=4096)
@@ -381,3 +381,33 @@ def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     twin = pickle.loads(pickle.dumps(pol))
     assert np.shares_memory(twin.tracker._V, twin.tracker._S)
     np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
+
+
+@pytest.mark.skipif(not learned_mod._c_decisions(), reason="needs policies._mlp and numba (the C decision)")
+def test_c_decision_equals_features_then_forward_pass():
+    """Scorer.decide (numba's feature kernel called from C, then the C forward pass) picks what
+    the two calls it replaces pick, and refuses buffers of the wrong shape or a bad count."""
+    trace = generate("zipf", seed=3, n_requests=3000, n_objects=300, size=4096)
+    a = random_arrays(seed=9, hidden=(64, 32))
+    nat = CandidateScorer(a).native()
+    tracker = features.FeatureTracker()
+    pool = Pool(30 * 4096, tracker, placement="bytes")
+    pool.replay(trace)
+    K = 32
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        v = features._packed_buffer(K)
+        keys, codes = features._select(tracker, pool.view, K, "sample", rng, v)
+        assert codes is True
+        features._pack(tracker, pool.view, keys, K, True, v)
+        x1, x2 = np.zeros((K + 1, features.F), np.float32), np.zeros((K + 1, features.F), np.float32)
+        got = nat.decide(tracker._S, v, x1)
+        features._observe_kernel(tracker._S, v, x2)
+        np.testing.assert_array_equal(x1[:len(keys)], x2[:len(keys)])
+        assert got == nat.best(x2, len(keys))
+    bad_v = v.copy()
+    bad_v[0] = K + 1
+    for args in ((tracker._S, bad_v, x1), (tracker._S, v[:-1], x1), (tracker._S[:, :5].copy(), v, x1),
+                 (tracker._S, v, x1.astype(np.float64)), (tracker._S, v, x1[:, :5].copy())):
+        with pytest.raises(ValueError, match="decide"):
+            nat.decide(*args)
