@@ -1587,6 +1587,26 @@ small_int(PyObject *v)
     return r;
 }
 
+/* The state code of an evictable record (policies/features.py: dirty + 2 * prefetched +
+ * _STATE_CODE[DEVICE] (8) + 16 * kind); -1 when it is not evictable (not on the device, or
+ * pinned: view.evictable), -2 when the record holds something unusual. */
+static long
+rec_code(PyObject *o)
+{
+    if (Py_TYPE(o) != info_type)
+        return -2;
+    long state = small_int(SLOT(o, off_state)), pins = small_int(SLOT(o, off_pins));
+    if (state < 0 || pins < 0)
+        return -2;
+    if (state != 0 || pins != 0)
+        return -1;
+    long dirty = small_int(SLOT(o, off_dirty)), pre = small_int(SLOT(o, off_prefetched));
+    long kind = small_int(SLOT(o, off_kind));
+    if (dirty < 0 || dirty > 1 || pre < 0 || pre > 1 || kind < 0 || kind > 1000)
+        return -2;
+    return dirty + 2 * pre + 8 + 16 * kind;
+}
+
 /* Candidate i = key: writes its slot and state code into out[i], out[stride + i].
  * 1: done; 0: the key is not evictable (no record, not on the device, pinned); 2: its record
  * holds something unusual (the Python path decides); -1: error (no slot for a resident key:
@@ -1598,18 +1618,9 @@ gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize
     PyObject *o = PyDict_GetItemWithError(objs, key);
     if (o == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    if (Py_TYPE(o) != info_type)
-        return 2;
-    /* view.evictable: o.state == DEVICE (0) and o.pins == 0 */
-    long state = small_int(SLOT(o, off_state)), pins = small_int(SLOT(o, off_pins));
-    if (state < 0 || pins < 0)
-        return 2;
-    if (state != 0 || pins != 0)
-        return 0;
-    long dirty = small_int(SLOT(o, off_dirty)), pre = small_int(SLOT(o, off_prefetched));
-    long kind = small_int(SLOT(o, off_kind));
-    if (dirty < 0 || dirty > 1 || pre < 0 || pre > 1 || kind < 0 || kind > 1000)
-        return 2;
+    long code = rec_code(o);
+    if (code < 0)
+        return code == -1 ? 0 : 2;
     PyObject *s = PyDict_GetItemWithError(slots, key);
     if (s == NULL) {
         if (!PyErr_Occurred())
@@ -1622,14 +1633,42 @@ gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize
         return -1;
     }
     out[i] = (double)sl;
-    /* policies/features.py: dirty + 2 * prefetched + _STATE_CODE[DEVICE] (8) + 16 * kind */
-    out[stride + i] = (double)(dirty + 2 * pre + 8 + 16 * kind);
+    out[stride + i] = (double)code;
+    return 1;
+}
+
+/* gather_one for the resident at index j of the tracker's lists, reading its record and slot
+ * from recs / rslots (kept beside the list of residents) instead of looking them up: the same
+ * answers, or 2 when the record is not the key's (the Python path then decides). */
+static int
+gather_at(PyObject *key, PyObject *recs, const long long *rslots, Py_ssize_t j, double *out,
+          Py_ssize_t i, Py_ssize_t stride)
+{
+    PyObject *o = PyList_GET_ITEM(recs, j);
+    long code = rec_code(o);
+    if (code < -1)
+        return 2;
+    PyObject *rk = SLOT(o, off_key);
+    if (rk != key) {
+        int eq = rk == NULL ? 0 : PyObject_RichCompareBool(rk, key, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (!eq)
+            return 2;
+    }
+    if (code < 0)
+        return 0;
+    if (rslots[j] < 0)
+        return 2;
+    out[i] = (double)rslots[j];
+    out[stride + i] = (double)code;
     return 1;
 }
 
 #define GATHER_MAX_K 4096
 
-/* gather(src, objs, slots, K, out, base, rng=None, m=0) -> list | None | False
+/* gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None)
+ *     -> list | None | False
  *
  * The usual cases of policies.features._select followed by _pack's record reads:
  *  - rng None (rule "lru"): the first K keys of the iterable src (the tracker's LRU order),
@@ -1641,6 +1680,8 @@ gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize
  *      indices (in draw order) name the candidates, when they are K and all evictable;
  *    - n <= 4K: the evictable residents in list order, and when there are more than K of
  *      them, the first K of rng.permutation(count) (called as Python does) pick among them.
+ * With recs and rslots (rule "sample": the tracker's records and slots at the same indices as
+ * src) the records are read from there instead of looked up by key, the answers the same.
  * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]
  * (out: a float64 buffer) and returns the keys (a list of n <= K). Otherwise changes nothing in
  * out and returns None (nothing drawn: run the Python path from the start) or False (rule
@@ -1649,10 +1690,10 @@ gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize
 static PyObject *
 fp_gather(PyObject *mod, PyObject *args)
 {
-    PyObject *src, *objs, *slots, *outobj, *rng = Py_None;
+    PyObject *src, *objs, *slots, *outobj, *rng = Py_None, *recs = Py_None, *rslots_obj = Py_None;
     Py_ssize_t K, base, m = 0;
-    if (!PyArg_ParseTuple(args, "OO!O!nOn|On:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
-                          &slots, &K, &outobj, &base, &rng, &m))
+    if (!PyArg_ParseTuple(args, "OO!O!nOn|OnOO:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
+                          &slots, &K, &outobj, &base, &rng, &m, &recs, &rslots_obj))
         return NULL;
     if (info_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gather: setup() has not run");
@@ -1671,7 +1712,19 @@ fp_gather(PyObject *mod, PyObject *args)
     if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
     PyObject *keys = NULL, *it = NULL, *cap = NULL, *perm = NULL, *chosen = NULL;
-    Py_buffer pb = {0};
+    Py_buffer pb = {0}, rb = {0};
+    const long long *rslots = NULL;  /* with recs: the residents' records and slots by index */
+    if (rng != Py_None && recs != Py_None && rslots_obj != Py_None) {
+        if (!PyList_CheckExact(recs)
+            || PyObject_GetBuffer(rslots_obj, &rb, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            rb.obj = NULL;
+        } else if (rb.itemsize == 8 && rb.format != NULL
+                   && (strcmp(rb.format, "q") == 0 || strcmp(rb.format, "l") == 0)
+                   && rb.len / 8 == PyList_GET_SIZE(src) && PyList_GET_SIZE(recs) == PyList_GET_SIZE(src)) {
+            rslots = (const long long *)rb.buf;
+        }
+    }
     double *out = (double *)buf.buf, *tmp = NULL;
     /* tmp: slots in [0, stride), codes in [stride, 2 * stride); the answer's codes end up at
      * tmp + K */
@@ -1719,7 +1772,8 @@ fp_gather(PyObject *mod, PyObject *args)
         for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(src); i++) {
             PyObject *k = PyList_GET_ITEM(src, i);
             Py_INCREF(k);
-            int r = gather_one(k, objs, slots, tmp, c, stride);
+            int r = rslots != NULL ? gather_at(k, recs, rslots, i, tmp, c, stride)
+                                   : gather_one(k, objs, slots, tmp, c, stride);
             if (r == 1)
                 r = PyList_Append(chosen, k) == 0 ? 1 : -1;
             Py_DECREF(k);
@@ -1797,7 +1851,8 @@ fp_gather(PyObject *mod, PyObject *args)
                 goto pass;
             PyObject *k = PyList_GET_ITEM(src, idx[i]);
             Py_INCREF(k);
-            int r = gather_one(k, objs, slots, tmp, i, stride);
+            int r = rslots != NULL ? gather_at(k, recs, rslots, idx[i], tmp, i, stride)
+                                   : gather_one(k, objs, slots, tmp, i, stride);
             if (r == 1)
                 r = PyList_Append(keys, k) == 0 ? 1 : -1;
             Py_DECREF(k);
@@ -1821,6 +1876,8 @@ error:
 done:
     if (pb.obj != NULL)
         PyBuffer_Release(&pb);
+    if (rb.obj != NULL)
+        PyBuffer_Release(&rb);
     Py_XDECREF(perm);
     Py_XDECREF(chosen);
     Py_XDECREF(cap);
@@ -1961,7 +2018,7 @@ static PyMethodDef fp_methods[] = {
      "head(pool, tracker, n, K, out, consts): a decision's globals (policies/features.py's "
      "_pack head) into out[0:17]; False when the Python code must compute them"},
     {"gather", fp_gather, METH_VARARGS,
-     "gather(src, objs, slots, K, out, base, rng=None, m=0): the usual cases of a decision's "
+     "gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None): the usual cases of a decision's "
      "candidate selection and record reads (policies/features.py); see the source"},
     {NULL, NULL, 0, NULL},
 };

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import struct
+from array import array
 from collections import OrderedDict
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -189,7 +190,8 @@ class FeatureTracker(EvictionPolicyBase):
 
     Invariants: ``_slot`` maps every key with history to a row of ``_S``; ``_order`` holds
     exactly the resident (device or incoming) tracked objects, least recently used first, and
-    ``_res``/``_res_pos`` hold the same keys in an indexable list. A key freed while on the
+    ``_res``/``_res_pos`` hold the same keys in an indexable list, and ``_res_rec``/``_res_slot``
+    each one's pool record and slot at the same index. A key freed while on the
     host is not reported by the pool: its stale row is detected by its creation tick when the
     key reappears, and reclaimed when the arrays grow.
     """
@@ -210,6 +212,9 @@ class FeatureTracker(EvictionPolicyBase):
         self._order: OrderedDict[int, None] = OrderedDict()
         self._res: list[int] = []
         self._res_pos: dict[int, int] = {}
+        # beside _res: each resident's pool record and slot (what the C gather reads)
+        self._res_rec: list[Any] = []
+        self._res_slot = array("q")
         self._epoch = 0
         self.miss_rate = 0.0
 
@@ -235,7 +240,7 @@ class FeatureTracker(EvictionPolicyBase):
         s = self._slot.get(key)
         if s is None:  # the tracker joined a pool that was already running
             s = self._new_slot(view, key)
-            self._add_resident(key)
+            self._add_resident(key, view.info(key), s)
         else:
             self._order.move_to_end(key)
         self._access(s, view.tick)
@@ -249,10 +254,11 @@ class FeatureTracker(EvictionPolicyBase):
 
     def on_insert(self, view: PoolView, key: int) -> None:
         s = self._slot.get(key)
-        if s is None or self._S[s, _CREATE] != view.info(key).created_tick:
+        info = view.info(key)
+        if s is None or self._S[s, _CREATE] != info.created_tick:
             s = self._new_slot(view, key)  # a prefetch of an object never accessed
         self._S[s, _INSERT] = view.tick
-        self._add_resident(key)
+        self._add_resident(key, info, s)
 
     def on_evict(self, view: PoolView, key: int) -> None:
         self._drop_resident(key)
@@ -342,20 +348,24 @@ class FeatureTracker(EvictionPolicyBase):
             self._S = S
             self._V = S.reshape(-1)
 
-    def _add_resident(self, key: int) -> None:
-        if key in self._res_pos:
+    def _add_resident(self, key: int, rec: Any, slot: int) -> None:
+        i = self._res_pos.get(key)
+        if i is not None:
             self._order.move_to_end(key)
+            self._res_rec[i], self._res_slot[i] = rec, slot
             return
         self._order[key] = None
         self._res_pos[key] = len(self._res)
         self._res.append(key)
+        self._res_rec.append(rec)
+        self._res_slot.append(slot)
 
     def _drop_resident(self, key: int) -> None:
         if self._order.pop(key, 0) is None:  # was present (value None)
             i = self._res_pos.pop(key)
-            last = self._res.pop()
+            last, rec, slot = self._res.pop(), self._res_rec.pop(), self._res_slot.pop()
             if last != key:
-                self._res[i] = last
+                self._res[i], self._res_rec[i], self._res_slot[i] = last, rec, slot
                 self._res_pos[last] = i
 
 
@@ -465,7 +475,8 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if rule == "lru":
                 got = _gather(tracker._order, objs_c, tracker._slot, K, v, _HEAD)
             elif rule == "sample" and rng is not None:
-                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, rng, K + K // 2 + 4)
+                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, rng, K + K // 2 + 4,
+                              tracker._res_rec, tracker._res_slot)
             else:
                 got = None
             if got:

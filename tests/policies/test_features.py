@@ -287,6 +287,10 @@ def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -
     view = pool.view
     for k in tracker.lru_order()[:pinned]:
         pool.pin(k)
+    # the records and slots kept beside the residents (what the C path reads) are the pool's
+    assert len(tracker._res_rec) == len(tracker._res_slot) == len(tracker._res)
+    for k, rec, sl in zip(tracker._res, tracker._res_rec, tracker._res_slot):
+        assert rec is view.info(k) and sl == tracker._slot[k]
     c_gather, served = fm._gather, 0
     for rule in ("lru", "sample"):
         for seed in range(6):
@@ -307,6 +311,23 @@ def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -
         assert served == 12
     ref_keys = select_candidates(tracker, view, 32, "lru")
     assert all(view.evictable(int(k)) for k in ref_keys)
+
+
+@pytest.mark.parametrize("cost", [None, "a100_pcie4"])
+def test_tracker_keeps_residents_records_and_slots(cost) -> None:
+    """Through misses, writes, frees and prefetches, ``_res_rec``/``_res_slot`` hold each
+    resident's current pool record and slot at its index in ``_res``."""
+    trace = _trace(4000, 500, 5, frees=True)
+    tracker = FeatureTracker()
+
+    def check(pool: Pool) -> None:
+        assert len(tracker._res_rec) == len(tracker._res_slot) == len(tracker._res)
+        for k, rec, sl in zip(tracker._res, tracker._res_rec, tracker._res_slot):
+            assert rec is pool.view.info(k) and sl == tracker._slot[k]
+
+    pool = _replay(trace, 40 * 4 * 4096, tracker, cost=cost, prefetch_every=3, check=check)
+    check(pool)
+    assert pool.stats.evictions > 0
 
 
 @pytest.mark.skipif(fm._head is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
