@@ -2009,11 +2009,82 @@ fp_head(PyObject *mod, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist) -> int
+ *
+ * envs.common.decision_info's work (the teacher's oracle and next-use distances) on two lists
+ * of ints: writes the keys into out_keys (int64, K) and the ticks from tick to each next use
+ * into out_dist (float64, K; inf for INF = 2**63 - 1), -1 in the padding, and returns the
+ * oracle: with farthest, the candidate used farthest ahead (the largest key among equals);
+ * without, the first used soonest (-1 when none is used again); -1 without candidates. */
+static PyObject *
+fp_decision_info(PyObject *mod, PyObject *args)
+{
+    PyObject *keys, *nxt, *ko, *dobj;
+    long long tick;
+    Py_ssize_t K;
+    int farthest;
+    if (!PyArg_ParseTuple(args, "O!O!LnpOO:decision_info", &PyList_Type, &keys, &PyList_Type,
+                          &nxt, &tick, &K, &farthest, &ko, &dobj))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(nxt) != n || n > K) {
+        PyErr_SetString(PyExc_ValueError, "decision_info: keys and nxt of one length n <= K");
+        return NULL;
+    }
+    Py_buffer bk, bd;
+    if (PyObject_GetBuffer(ko, &bk, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &bd, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&bk);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    if (bk.itemsize != 8 || bk.len / 8 != K || (strcmp(bk.format, "q") != 0 && strcmp(bk.format, "l") != 0)
+        || bd.itemsize != 8 || bd.len / 8 != K || strcmp(bd.format, "d") != 0) {
+        PyErr_SetString(PyExc_ValueError, "decision_info: out_keys int64 (K,), out_dist float64 (K,)");
+        goto done;
+    }
+    long long *ok_ = bk.buf;
+    double *od = bd.buf;
+    const long long inf_row = 0x7fffffffffffffffLL;  /* allocator.trace.INF */
+    Py_ssize_t j = -1;
+    long long jk = 0, jx = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long k = PyLong_AsLongLong(PyList_GET_ITEM(keys, i));
+        if (k == -1 && PyErr_Occurred())
+            goto done;
+        long long x = PyLong_AsLongLong(PyList_GET_ITEM(nxt, i));
+        if (x == -1 && PyErr_Occurred())
+            goto done;
+        ok_[i] = k;
+        od[i] = x == inf_row ? Py_HUGE_VAL : (double)(x - tick);
+        if (j < 0 || (farthest ? (x > jx || (x == jx && k > jk)) : x < jx)) {
+            j = i;
+            jk = k;
+            jx = x;
+        }
+    }
+    for (Py_ssize_t i = n; i < K; i++) {
+        ok_[i] = -1;
+        od[i] = -1.0;
+    }
+    if (!farthest && j >= 0 && jx == inf_row)
+        j = -1;
+    res = PyLong_FromSsize_t(j);
+done:
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bd);
+    return res;
+}
+
 static PyMethodDef fp_methods[] = {
     {"setup", fp_setup, METH_VARARGS,
      "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN, RLock()): find the "
      "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
+    {"decision_info", fp_decision_info, METH_VARARGS,
+     "decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist): the oracle's choice and "
+     "the next-use distances of envs.common.decision_info; returns the oracle"},
     {"head", fp_head, METH_VARARGS,
      "head(pool, tracker, n, K, out, consts): a decision's globals (policies/features.py's "
      "_pack head) into out[0:17]; False when the Python code must compute them"},

@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from allocator.errors import ConfigError, InvalidActionError
+from allocator.pool import load_accelerator
 from allocator.trace import INF, Op, Trace
 from policies import features
 
@@ -273,15 +274,14 @@ def decision_info(keys: list[int], nxt: list[int], tick: int, K: int, farthest: 
     from ``tick`` to each next use (float64, ``inf`` if never), ``-1`` in the padding."""
     if _info_kernel is None:
         return _decision_info_py(keys, nxt, tick, K, farthest)
-    # one conversion and one call of few arguments (numba's call overhead grows with them)
     out_keys, out_dist = np.empty(K, np.int64), np.empty(K, np.float64)
-    j = _info_kernel(np.array(keys + nxt + [tick, farthest], np.int64), out_keys, out_dist)
+    j = _info_kernel(keys, nxt, tick, K, farthest, out_keys, out_dist)
     return j, out_keys, out_dist
 
 
 def _decision_info_py(keys: list[int], nxt: list[int], tick: int, K: int, farthest: bool
                       ) -> tuple[int, np.ndarray, np.ndarray]:
-    """:func:`decision_info` in plain Python (the reference for the numba kernel)."""
+    """:func:`decision_info` in plain Python (the reference for the C kernel)."""
     n = len(keys)
     if n == 0:
         j = -1
@@ -297,36 +297,6 @@ def _decision_info_py(keys: list[int], nxt: list[int], tick: int, K: int, farthe
             np.array(dist + [-1.0] * (K - n), np.float64))
 
 
-def _info_kernel_py(v: np.ndarray, keys: np.ndarray, dist: np.ndarray) -> int:
-    """:func:`_decision_info_py` compiled by numba: ``v`` is ``keys[n] + nxt[n] + [tick,
-    farthest]`` (int64); fills ``keys`` and ``dist`` (length ``K``) and returns the oracle."""
-    n = (v.shape[0] - 2) // 2
-    tick, farthest = v[2 * n], v[2 * n + 1] != 0
-    j = -1
-    for i in range(n):
-        k, x = v[i], v[n + i]
-        keys[i] = k
-        dist[i] = np.inf if x == INF else float(x - tick)
-        if j < 0:
-            j = i
-        elif farthest:
-            y = v[n + j]
-            if x > y or (x == y and k > v[j]):
-                j = i
-        elif x < v[n + j]:
-            j = i
-    for i in range(n, keys.shape[0]):
-        keys[i] = -1
-        dist[i] = -1.0
-    if not farthest and j >= 0 and v[n + j] == INF:
-        j = -1
-    return j
-
-
-_info_kernel: Any = None
-try:  # numba is optional (as in policies.features): the Python reference gives the same info
-    from numba import njit
-
-    _info_kernel = njit(cache=True, nogil=True)(_info_kernel_py)
-except ImportError:  # pragma: no cover
-    pass
+# the C version (allocator/_fastpath.c; None without it): the Python reference's answers,
+# from the two lists directly
+_info_kernel: Any = getattr(load_accelerator("allocator._fastpath"), "decision_info", None)

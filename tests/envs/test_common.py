@@ -1,5 +1,5 @@
 """envs.common.decision_info (the oracle and next-use part of every env's info): known answers,
-the numba kernel against the Python reference, and whole rollouts with and without the kernel."""
+the C kernel against the Python reference, and whole rollouts with and without the kernel."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_decision_info_returns_new_arrays() -> None:
     assert not np.shares_memory(a[1], b[1]) and not np.shares_memory(a[2], b[2])
 
 
-@pytest.mark.skipif(common._info_kernel is None, reason="numba is not installed: only the reference exists")
+@pytest.mark.skipif(common._info_kernel is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set): only the reference exists")
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), K=st.integers(1, 40), farthest=st.booleans(), tick=st.integers(0, 10**6))
 def test_kernel_equals_the_python_reference(data, K, farthest, tick) -> None:
@@ -54,7 +54,7 @@ def test_kernel_equals_the_python_reference(data, K, farthest, tick) -> None:
     assert d.dtype == rd.dtype and d.tobytes() == rd.tobytes()
 
 
-@pytest.mark.skipif(common._info_kernel is None, reason="numba is not installed: only the reference exists")
+@pytest.mark.skipif(common._info_kernel is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set): only the reference exists")
 @pytest.mark.parametrize("make", [
     lambda: EvictEnv(K=16, candidates="sample", window=1500),
     lambda: PrefetchEnv(K=8, window=1500, opportunity="access"),
