@@ -1700,12 +1700,12 @@ fp_gather(PyObject *mod, PyObject *args)
         return NULL;
     }
     if (K <= 0 || K > GATHER_MAX_K || base < 0) {
-        PyErr_SetString(PyExc_ValueError, "gather: K must be in 1..4096 and base >= 0");
+        PyErr_Format(PyExc_ValueError, "gather: K must be in 1..%d and base >= 0", GATHER_MAX_K);
         return NULL;
     }
     if (rng != Py_None && (!PyList_CheckExact(src) || m < K || m > 2 * GATHER_MAX_K)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "gather: rule 'sample' needs the list of residents and K <= m <= 8192");
+        PyErr_Format(PyExc_TypeError, "gather: rule 'sample' needs the list of residents and "
+                     "K <= m <= %d", 2 * GATHER_MAX_K);
         return NULL;
     }
     Py_buffer buf;
@@ -2147,6 +2147,10 @@ PyInit__fastpath(void)
     Py_INCREF(&AccessDescrType);
     if (PyModule_AddObject(m, "AccessDescriptor", (PyObject *)&AccessDescrType) < 0) {
         Py_DECREF(&AccessDescrType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "GATHER_MAX_K", GATHER_MAX_K) < 0) {  /* gather's bound on K */
         Py_DECREF(m);
         return NULL;
     }

@@ -138,10 +138,10 @@ _I_STATE = _N_LOG + 2
 _I_SEEN = _I_STATE + 4 + N_KINDS
 _STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
 assert (DEVICE, H2D) == (0, 2)
-_DEVICE_CODE = _STATE_CODE[DEVICE]
-assert _DEVICE_CODE == 8, "allocator/_fastpath.c's gather writes this code"
+assert _STATE_CODE[DEVICE] == 8, "allocator/_fastpath.c's gather writes this code"
 # the C extension's candidate gathering (allocator/_fastpath.c; None without it: Python serves)
 _gather: Any = getattr(_pool._fastpath, "gather", None)
+_GATHER_MAX_K: int = getattr(_pool._fastpath, "GATHER_MAX_K", 0)  # its bound on K
 _head: Any = getattr(_pool._fastpath, "head", None)
 _STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
 for _c in range(16 * N_KINDS):
@@ -413,6 +413,17 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
     return np.array(_select(tracker, view, K, rule, rng)[0], np.int64)
 
 
+def _evictable(o: Any) -> bool:
+    """``view.evictable`` of the key whose pool record (or ``None``) is ``o``."""
+    return o is not None and o.state == DEVICE and o.pins == 0
+
+
+def _state_code(o: Any) -> int:
+    """A record's state flags and kind as one code: row of :data:`_STATE_TABLE` (the C gather
+    writes the same for an evictable record)."""
+    return o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
+
+
 def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[int], list[int] | None]:
     """``select_candidates(rule="lru")`` as a list, with each candidate's state code (as
     :func:`observe` computes it) when the view exposes its objects (else ``None``): one pass
@@ -435,24 +446,22 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
     recs: list[Any] = list(map(get, first))
     if None not in recs:
         # the usual case: the K least recent are all evictable (view.evictable), so they are the
-        # candidates; their codes as observe computes them (state DEVICE)
-        dev, code = DEVICE, _DEVICE_CODE  # closure cells, not globals, in the comprehension
-        codes = [16 * o.kind + code + (2 if o.prefetched else 0) + (1 if o.dirty else 0)
-                 for o in recs if o.state == dev and o.pins == 0]
+        # candidates; their codes as observe computes them
+        codes = [_state_code(o) for o in recs if _evictable(o)]
         if len(codes) == len(first):
             return first, codes
     out, codes = [], []
     for k, o in zip(first, recs):
-        if o is not None and o.state == DEVICE and o.pins == 0:  # view.evictable(k)
+        if _evictable(o):
             out.append(k)
-            codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _DEVICE_CODE)
+            codes.append(_state_code(o))
     if len(out) < K and len(order) > K:  # some of the first K are pinned or in flight
         out, codes = [], []
         for k in order:
             o = get(k)
-            if o is not None and o.state == DEVICE and o.pins == 0:
+            if _evictable(o):
                 out.append(k)
-                codes.append(o.dirty + 2 * o.prefetched + 16 * o.kind + _DEVICE_CODE)
+                codes.append(_state_code(o))
                 if len(out) == K:
                     break
     return out, codes
@@ -469,7 +478,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
     the same draws), their slots and codes are written into ``v`` and the codes returned are
     ``True``."""
     drawn_once = False
-    if v is not None and _gather is not None and K <= 4096:  # the C path's bound on K
+    if v is not None and _gather is not None and K <= _GATHER_MAX_K:
         objs_c: dict[int, Any] | None = getattr(view, "_objs", None)
         if objs_c is not None:
             if rule == "lru":
@@ -497,14 +506,11 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
                 if len(pool_) > K:
                     pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
                 return pool_, None
-            # the same draw, reading each record once (view.evictable inlined) for the codes too
-            get, dev, code = objs_.get, DEVICE, _DEVICE_CODE
-            ok = [(k, o) for k, o in zip(res, map(get, res))
-                  if o is not None and o.state == dev and o.pins == 0]
+            # the same draw, reading each record once for the codes too
+            ok = [(k, o) for k, o in zip(res, map(objs_.get, res)) if _evictable(o)]
             if len(ok) > K:
                 ok = [ok[i] for i in rng.permutation(len(ok))[:K].tolist()]
-            return [k for k, _ in ok], [16 * o.kind + code + (2 if o.prefetched else 0)
-                                        + (1 if o.dirty else 0) for _, o in ok]
+            return [k for k, _ in ok], [_state_code(o) for _, o in ok]
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
@@ -514,9 +520,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
                 recs: list[Any] = list(map(objs.get, first))
                 if None not in recs:
-                    dev, code = DEVICE, _DEVICE_CODE
-                    codes = [16 * o.kind + code + (2 if o.prefetched else 0) + (1 if o.dirty else 0)
-                             for o in recs if o.state == dev and o.pins == 0]
+                    codes = [_state_code(o) for o in recs if _evictable(o)]
                     if len(codes) == K:
                         return first, codes
             out = [k for k in first if ev(k)]
@@ -638,7 +642,8 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     return cand, mask, glob
 
 
-_HEAD = 1 + 10 + G  # packed buffer: n, prm[_NPRM], globals[G], then slots[K], codes[K]
+_NPRM = 10  # length of _numeric_kernel_py's prm
+_HEAD = 1 + _NPRM + G  # packed buffer: n, prm[_NPRM], globals[G], then slots[K], codes[K]
 
 
 _put_head: Any = struct.Struct(f"{_HEAD}d").pack_into  # v[:_HEAD] = head, without NumPy's conversion
@@ -669,16 +674,14 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
     except KeyError:  # a key without history (-1; a prefetch candidate may be one)
         get = tracker._slot.get
         sls = [get(k, -1) for k in keys]
-    if codes is None or codes is False:
+    if codes is None:
         try:  # state flags and kind: one code per candidate, expanded by a table lookup
-            codes = [o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
-                     for o in map(view.info, keys)]
+            codes = [_state_code(o) for o in map(view.info, keys)]
         except KeyError:  # a key the pool does not know (a prefetch candidate may be one)
             codes = [0] * n
             for i, k in enumerate(keys):
                 if k in view:
-                    o = view.info(k)
-                    codes[i] = o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
+                    codes[i] = _state_code(view.info(k))
     if _numeric_kernel is not None and _observe_kernel is not None and n and -1 not in sls:
         if v is None:
             v = _packed_buffer(K)
@@ -824,8 +827,6 @@ try:  # numba is optional: NumPy alone computes the same features (tests hold th
 except ImportError:  # pragma: no cover - numba is a dependency; this keeps deployment NumPy-only
     pass
 
-_NPRM = 10  # length of _numeric_kernel_py's prm
-assert _HEAD == 1 + _NPRM + G
 
 
 def _observe_kernel_py(S: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
