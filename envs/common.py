@@ -13,8 +13,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from allocator import pool as _pool
 from allocator.errors import ConfigError, InvalidActionError
-from allocator.pool import load_accelerator
 from allocator.trace import INF, Op, Trace
 from policies import features
 
@@ -297,6 +297,6 @@ def _decision_info_py(keys: list[int], nxt: list[int], tick: int, K: int, farthe
             np.array(dist + [-1.0] * (K - n), np.float64))
 
 
-# the C version (allocator/_fastpath.c; None without it): the Python reference's answers,
-# from the two lists directly
-_info_kernel: Any = getattr(load_accelerator("allocator._fastpath"), "decision_info", None)
+# the C version (allocator/_fastpath.c, as allocator.pool loaded it; None without it): the
+# Python reference's answers, from the two lists directly
+_info_kernel: Any = getattr(_pool._fastpath, "decision_info", None)

@@ -870,7 +870,7 @@ if _numeric_kernel is not None:
     _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
     _distinct_kernel = njit(cache=True, nogil=True)(_distinct_kernel_py)
 
-_observe_c: Any = None
+_observe_c: Any = None  # the callback, kept alive here: its address must stay valid
 
 
 def observe_kernel_address() -> int | None:

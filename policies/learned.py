@@ -25,6 +25,7 @@ specification differs from the running code's is refused with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -207,19 +208,16 @@ class CandidateScorer:
 # the C forward pass (policies/_mlp.c; None without it, and where CACHEGYM_PURE_PYTHON is set:
 # the NumPy forward pass serves, choosing the same candidates up to float32 summation order)
 _mlp: Any = load_accelerator("policies._mlp")
-_decide_in_c: bool | None = None  # Scorer.decide has its feature kernel (set on first use)
 
 
+@functools.cache
 def _c_decisions() -> bool:
     """Whether ``Scorer.decide`` (features + forward pass in one C call) is available: the C
-    forward pass and the numba feature kernel as a C callback."""
-    global _decide_in_c
-    if _decide_in_c is None:
-        addr = _features.observe_kernel_address() if _mlp is not None else None
-        if addr is not None:
-            _mlp.set_features(addr, _features._HEAD, _features._NCOL)
-        _decide_in_c = addr is not None
-    return _decide_in_c
+    forward pass and the numba feature kernel as a C callback (handed to it on the first call)."""
+    addr = _features.observe_kernel_address() if _mlp is not None else None
+    if addr is not None:
+        _mlp.set_features(addr, _features._HEAD, _features._NCOL)
+    return addr is not None
 
 
 # ---------------------------------------------------------------------- the file
@@ -402,8 +400,9 @@ class LearnedPolicy(EvictionPolicyBase):
     At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
     their features with :mod:`policies.features` (the code the env trains with), scores them and
     evicts the best. The scores come from the C forward pass (``policies/_mlp.c``, see
-    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A decision that takes longer than ``budget_us`` or fails falls back to LRU
-    and increments ``view.stats.fallbacks``; so does one with no valid candidate.
+    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A
+    decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
+    ``view.stats.fallbacks``; so does one with no valid candidate.
 
     ``guard`` (default on): an :class:`LRUGuard` compares the policy's hits with a shadow LRU's
     over windows of accesses and hands decisions to LRU for a while after a losing window
