@@ -97,20 +97,13 @@ scorer_init(Scorer *s, PyObject *args, PyObject *kw)
                                      &o[3], &o[4], &o[5], &bo))
         return -1;
     Py_buffer b[6];
-    Py_ssize_t dwc[2], dwg[2], db0[1], dw1[2], db1[1], dwo[1];
-    int got = 0, rc = -1;
-    if (get_f32(o[0], "wc", 2, dwc, &b[0]) < 0) goto done;
-    got++;
-    if (get_f32(o[1], "wg", 2, dwg, &b[1]) < 0) goto done;
-    got++;
-    if (get_f32(o[2], "b0", 1, db0, &b[2]) < 0) goto done;
-    got++;
-    if (get_f32(o[3], "w1", 2, dw1, &b[3]) < 0) goto done;
-    got++;
-    if (get_f32(o[4], "b1", 1, db1, &b[4]) < 0) goto done;
-    got++;
-    if (get_f32(o[5], "wo", 1, dwo, &b[5]) < 0) goto done;
-    got++;
+    Py_ssize_t d[6][2];  /* each array's shape */
+    static const int ndim[6] = {2, 2, 1, 2, 1, 1};
+    int got, rc = -1;
+    for (got = 0; got < 6; got++)
+        if (get_f32(o[got], names[got], ndim[got], d[got], &b[got]) < 0)
+            goto done;
+    Py_ssize_t *dwc = d[0], *dwg = d[1], *db0 = d[2], *dw1 = d[3], *db1 = d[4], *dwo = d[5];
     Py_ssize_t F = dwc[0], H0 = dwc[1], G = dwg[0], H1 = db1[0];
     int two = H1 > 0;
     if (F < 1 || F > MAXF || G < 0 || G > F || H0 < 1 || H0 > MAXH || H1 > MAXH
@@ -169,7 +162,17 @@ typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* unaligned lo
 #define ST(p, v) (*(v8u *)(p) = (v))
 typedef int v8i __attribute__((vector_size(32)));
 #define RELU(v) ((v8)((v8i)(v) & ((v) > 0.0f)))  /* the comparison gives -1 (all bits) or 0 */
-#define VB 4  /* TW / 8 */
+
+/* a0..a3 / b0..b3 (a block of TW units of candidates a and b) += the ROWS rows of W (ROWS x
+ * STRIDE floats, the block's columns from W) times the inputs XA[r] / XB[r] */
+#define ACCUMULATE(XA, XB, W, STRIDE, ROWS)                                                   \
+    for (int r = 0; r < (ROWS); r++) {                                                        \
+        const float *w = (W) + (Py_ssize_t)r * (STRIDE);                                      \
+        const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);                \
+        const v8 va = (v8){0} + (XA)[r], vb = (v8){0} + (XB)[r];                              \
+        a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                           \
+        b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                           \
+    }
 
 #define KERNEL(NAME, ATTR)                                                                    \
 ATTR static Py_ssize_t                                                                        \
@@ -195,13 +198,7 @@ NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)               
         for (int j0 = 0; j0 < P0; j0 += TW) {                                                 \
             v8 a0 = LD(g + j0), a1 = LD(g + j0 + 8), a2 = LD(g + j0 + 16), a3 = LD(g + j0 + 24); \
             v8 b0 = a0, b1 = a1, b2 = a2, b3 = a3;                                            \
-            for (int f = 0; f < F; f++) {                                                     \
-                const float *w = s->wc + (Py_ssize_t)f * P0 + j0;                             \
-                const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);        \
-                const v8 va = (v8){0} + xa[f], vb = (v8){0} + xb[f];                          \
-                a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                   \
-                b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                   \
-            }                                                                                 \
+            ACCUMULATE(xa, xb, s->wc + j0, P0, F)                                             \
             ST(ha + j0, RELU(a0)); ST(ha + j0 + 8, RELU(a1));                                 \
             ST(ha + j0 + 16, RELU(a2)); ST(ha + j0 + 24, RELU(a3));                           \
             ST(hb + j0, RELU(b0)); ST(hb + j0 + 8, RELU(b1));                                 \
@@ -218,13 +215,7 @@ NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)               
                 const float *c = s->b1 + m0;                                                  \
                 a0 = LD(c); a1 = LD(c + 8); a2 = LD(c + 16); a3 = LD(c + 24);                 \
                 b0 = a0; b1 = a1; b2 = a2; b3 = a3;                                           \
-                for (int j = 0; j < P0; j++) {                                                \
-                    const float *w = s->w1 + (Py_ssize_t)j * P1 + m0;                         \
-                    const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);    \
-                    const v8 va = (v8){0} + ha[j], vb = (v8){0} + hb[j];                      \
-                    a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;               \
-                    b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;               \
-                }                                                                             \
+                ACCUMULATE(ha, hb, s->w1 + m0, P1, P0)                                        \
                 a0 = RELU(a0); a1 = RELU(a1); a2 = RELU(a2); a3 = RELU(a3);                   \
                 b0 = RELU(b0); b1 = RELU(b1); b2 = RELU(b2); b3 = RELU(b3);                   \
             }                                                                                 \
