@@ -83,6 +83,13 @@ class TimedEnv(gym.Wrapper):  # type: ignore[type-arg]
         return out
 
 
+def random_action(env: Any, rng: np.random.Generator) -> int:
+    """The benchmark's agent: a uniform choice among the valid actions of ``action_masks()``
+    (``rng.random`` scaled: ``rng.integers`` costs ~2 us more per call)."""
+    valid = np.flatnonzero(env.action_masks())
+    return int(valid[int(rng.random() * len(valid))])
+
+
 def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[str, float]:
     """Decisions per second of a random valid-action agent (env construction excluded)."""
     from envs.registration import register_envs
@@ -101,8 +108,7 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
     clock = time.perf_counter_ns
     t0 = time.perf_counter()
     while True:
-        valid = np.flatnonzero(env.action_masks())  # type: ignore[attr-defined]
-        a = int(valid[int(rng.random() * len(valid))])  # uniform; rng.integers costs ~2 us
+        a = random_action(env, rng)
         s0 = clock()
         _, _, term, trunc, _ = env.step(a)
         step_ns.append(clock() - s0)
@@ -275,8 +281,7 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", e
             w0 = clock()
             for _ in range(n):
                 t = clock()
-                valid = np.flatnonzero(env.action_masks())
-                a = int(valid[int(rng.random() * len(valid))])  # uniform; rng.integers costs ~2 us
+                a = random_action(env, rng)
                 acc["agent"] += clock() - t
                 if any(env.step(a)[2:4]):
                     env.reset()
