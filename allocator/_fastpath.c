@@ -596,11 +596,41 @@ fail:
 
 /* place.release(offset, nbytes) as a callable of the two arguments (Pool._place_release): the
  * Arena's steps in C, ByteAccounting's ``used -= nbytes``, any other placement's method. */
+/* PlaceRelease and AccessDescr hold one object reference, first after their header: one set of
+ * GC functions (OneRef's) serves both. */
 typedef struct {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
+    PyObject *ref;
+} OneRef;
+
+static int
+oneref_traverse(OneRef *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->ref);
+    return 0;
+}
+
+static int
+oneref_clear(OneRef *self)
+{
+    Py_CLEAR(self->ref);
+    return 0;
+}
+
+static void
+oneref_dealloc(OneRef *self)
+{
+    PyObject_GC_UnTrack(self);
+    oneref_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+typedef struct {
+    PyObject_HEAD
     PyObject *place;
+    vectorcallfunc vectorcall;
 } PlaceRelease;
+_Static_assert(offsetof(PlaceRelease, place) == offsetof(OneRef, ref), "PlaceRelease is a OneRef");
 
 static PyObject *
 pr_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -647,39 +677,17 @@ pr_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-static int
-pr_traverse(PlaceRelease *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->place);
-    return 0;
-}
-
-static int
-pr_clear(PlaceRelease *self)
-{
-    Py_CLEAR(self->place);
-    return 0;
-}
-
-static void
-pr_dealloc(PlaceRelease *self)
-{
-    PyObject_GC_UnTrack(self);
-    pr_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
 static PyTypeObject PlaceReleaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "allocator._fastpath.PlaceRelease",
     .tp_basicsize = sizeof(PlaceRelease),
-    .tp_dealloc = (destructor)pr_dealloc,
+    .tp_dealloc = (destructor)oneref_dealloc,
     .tp_vectorcall_offset = offsetof(PlaceRelease, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "PlaceRelease(place): place.release(offset, nbytes), the Arena's steps in C",
-    .tp_traverse = (traverseproc)pr_traverse,
-    .tp_clear = (inquiry)pr_clear,
+    .tp_traverse = (traverseproc)oneref_traverse,
+    .tp_clear = (inquiry)oneref_clear,
     .tp_new = pr_new,
 };
 
@@ -1456,6 +1464,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *func;
 } AccessDescr;
+_Static_assert(offsetof(AccessDescr, func) == offsetof(OneRef, ref), "AccessDescr is a OneRef");
 
 static PyObject *
 ad_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -1473,28 +1482,6 @@ ad_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_INCREF(func);
     self->func = func;
     return (PyObject *)self;
-}
-
-static void
-ad_dealloc(AccessDescr *self)
-{
-    PyObject_GC_UnTrack(self);
-    Py_CLEAR(self->func);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int
-ad_traverse(AccessDescr *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->func);
-    return 0;
-}
-
-static int
-ad_clear(AccessDescr *self)
-{
-    Py_CLEAR(self->func);
-    return 0;
 }
 
 static PyObject *
@@ -1545,11 +1532,11 @@ static PyTypeObject AccessDescrType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "allocator._fastpath.AccessDescriptor",
     .tp_basicsize = sizeof(AccessDescr),
-    .tp_dealloc = (destructor)ad_dealloc,
+    .tp_dealloc = (destructor)oneref_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "AccessDescriptor(func): pool.access is the pool's HitPath while it is enabled",
-    .tp_traverse = (traverseproc)ad_traverse,
-    .tp_clear = (inquiry)ad_clear,
+    .tp_traverse = (traverseproc)oneref_traverse,
+    .tp_clear = (inquiry)oneref_clear,
     .tp_getset = ad_getset,
     .tp_descr_get = (descrgetfunc)ad_get,
     .tp_new = ad_new,
