@@ -82,7 +82,7 @@ static Py_ssize_t off_misses, off_byte_misses, off_bytes_h2d, off_peak, off_allo
 static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evictable;
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
 static Py_ssize_t off_pins, off_key, off_evictions, off_useless, off_pool_place_release, off_pool_hook;
-static Py_ssize_t off_cost_now, off_kind;
+static Py_ssize_t off_cost_now, off_kind, off_created;
 /* what fp_head reads besides (policies/features.py's globals) */
 static Py_ssize_t off_pool_capacity, off_pool_inflight, off_cost_stall, off_cost_preset;
 static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
@@ -94,6 +94,14 @@ static PyObject *s_tick, *s_stats, *s_cost, *s_compute, *s_write, *s_kind, *s_co
 static PyObject *one, *zero;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+/* An access miss in progress (hp_miss; the references are owned) */
+typedef struct {
+    PyObject *o, *key, *size, *needo, *old_size, *compute, *kind;
+    PyObject *place, *policy, *view, *stats, *cost;
+    long long need, cap;
+    int w, c, created;
+} Miss;
 
 typedef struct {
     PyObject_HEAD
@@ -111,6 +119,10 @@ typedef struct {
     int miss;            /* plain misses too: no backend, instant copies, no on_miss/admit */
     long calls;          /* hits served here (for tests and the benchmark) */
     long misses;         /* misses served here */
+    PyObject *tracker;   /* the pool's policy when it is a FeatureTracker: its hooks run here */
+    Py_buffer tr_buf;    /* the tracker's rows (_V), held while _V is that object */
+    int pending;         /* a miss suspended at an eviction decision (step / resume) */
+    Miss pend;
 } HitPath;
 
 static int
@@ -229,7 +241,7 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(pt, "_landing", &off_pool_landing) || slot_offset(pt, "cost", &off_pool_cost)
         || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now)
         || slot_offset(it, "pins", &off_pins) || slot_offset(it, "key", &off_key)
-        || slot_offset(it, "kind", &off_kind)
+        || slot_offset(it, "kind", &off_kind) || slot_offset(it, "created_tick", &off_created)
         || slot_offset(pt, "capacity", &off_pool_capacity)
         || slot_offset(pt, "_inflight_bytes", &off_pool_inflight)
         || slot_offset(ct, "stall_ns", &off_cost_stall) || slot_offset(ct, "preset", &off_cost_preset)
@@ -703,6 +715,425 @@ place_alloc(PyObject *place, PyObject *needo, long long need)
     return r != FALLBACK ? r : call_method(s_alloc, place, needo, NULL, NULL);
 }
 
+/* ---------------------------------------------------------------- FeatureTracker's hooks
+ * A policies.features.FeatureTracker in a pool's policy slot (exactly that class: what the
+ * environments put there) has its per-access hooks run here by the C hit and miss paths:
+ * on_hit, on_miss, on_insert and on_evict as the same writes in the same order on the same
+ * structures as the Python methods (tests/allocator/test_fastpath.py compares whole trackers
+ * after the same workload). The rare cases call the Python methods at the same point: a key
+ * without history or with a stale row (FeatureTracker._new_slot), counters due for
+ * renormalisation (_renormalise), any attribute of an unexpected type (the whole hook). */
+static PyTypeObject *tracker_type = NULL;
+static Py_ssize_t tr_ncol, tr_count, tr_ring0, tr_ring, tr_e0, tr_col_insert, tr_col_create;
+static double tr_ih[3], tr_alpha, tr_renorm;
+static PyObject *s_slot_map, *s_order, *s_V, *s_epoch, *s_miss_rate, *s_res, *s_res_pos,
+    *s_res_rec, *s_res_slot, *s_move_to_end, *s_new_slot, *s_renormalise, *s_on_hit, *s_on_miss,
+    *s_append;
+
+/* set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, (ih0, ih1, ih2),
+ * alpha, renorm): the class and its row layout (policies/features.py registers them) */
+static PyObject *
+fp_set_tracker(PyObject *mod, PyObject *args)
+{
+    PyTypeObject *t;
+    Py_ssize_t ncol, count, ring0, ring, e0, ins, cre;
+    double ih[3], alpha, renorm;
+    if (!PyArg_ParseTuple(args, "O!nnnnnnn(ddd)dd:set_tracker", &PyType_Type, &t, &ncol, &count,
+                          &ring0, &ring, &e0, &ins, &cre, &ih[0], &ih[1], &ih[2], &alpha, &renorm))
+        return NULL;
+    if (ncol <= 0 || ring <= 0 || count < 0 || count >= ncol || ring0 < 0 || ring0 + ring > ncol
+        || e0 < 0 || e0 + 3 > ncol || ins < 0 || ins >= ncol || cre < 0 || cre >= ncol) {
+        PyErr_SetString(PyExc_ValueError, "set_tracker: a column lies outside the row");
+        return NULL;
+    }
+    tr_ncol = ncol, tr_count = count, tr_ring0 = ring0, tr_ring = ring, tr_e0 = e0;
+    tr_col_insert = ins, tr_col_create = cre, tr_alpha = alpha, tr_renorm = renorm;
+    for (int i = 0; i < 3; i++)
+        tr_ih[i] = ih[i];
+    Py_INCREF(t);
+    Py_XSETREF(tracker_type, t);
+    Py_RETURN_NONE;
+}
+
+/* The tracker's attributes a hook reads, borrowed from its __dict__ (d, a new reference).
+ * Returns 1, 0 when one is missing or of another type (nothing read: the Python method serves)
+ * or -1 (an exception is set). */
+typedef struct {
+    PyObject *d, *slot, *order, *res, *res_pos, *res_rec, *res_slot, *miss_rate;
+} Tracked;
+
+static int
+tr_open(PyObject *tracker, Tracked *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->d = PyObject_GenericGetDict(tracker, NULL);
+    if (t->d == NULL)
+        return -1;
+    PyObject *d = t->d;
+    t->slot = PyDict_GetItemWithError(d, s_slot_map);
+    t->order = PyDict_GetItemWithError(d, s_order);
+    t->res = PyDict_GetItemWithError(d, s_res);
+    t->res_pos = PyDict_GetItemWithError(d, s_res_pos);
+    t->res_rec = PyDict_GetItemWithError(d, s_res_rec);
+    t->res_slot = PyDict_GetItemWithError(d, s_res_slot);
+    t->miss_rate = PyDict_GetItemWithError(d, s_miss_rate);
+    if (PyErr_Occurred()) {
+        Py_CLEAR(t->d);
+        return -1;
+    }
+    if (t->slot == NULL || !PyDict_CheckExact(t->slot) || t->order == NULL
+        || !PyODict_CheckExact(t->order) || t->res == NULL || !PyList_CheckExact(t->res)
+        || t->res_pos == NULL || !PyDict_CheckExact(t->res_pos) || t->res_rec == NULL
+        || !PyList_CheckExact(t->res_rec) || t->res_slot == NULL || t->miss_rate == NULL
+        || !PyFloat_CheckExact(t->miss_rate)) {
+        Py_CLEAR(t->d);
+        return 0;
+    }
+    return 1;
+}
+
+/* The tracker's rows (its flat float64 view _V): a pointer kept with a buffer export while
+ * _V stays the same object; n_out is the number of doubles. */
+static double *
+tr_rows(HitPath *self, PyObject *d, Py_ssize_t *n_out)
+{
+    PyObject *V = PyDict_GetItemWithError(d, s_V);
+    if (V == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: the tracker has no _V");
+        return NULL;
+    }
+    if (self->tr_buf.obj != V) {
+        if (self->tr_buf.obj != NULL)
+            PyBuffer_Release(&self->tr_buf);
+        if (PyObject_GetBuffer(V, &self->tr_buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            self->tr_buf.obj = NULL;
+            return NULL;
+        }
+        if (self->tr_buf.itemsize != 8 || self->tr_buf.format == NULL
+            || strcmp(self->tr_buf.format, "d") != 0) {
+            PyBuffer_Release(&self->tr_buf);
+            self->tr_buf.obj = NULL;
+            PyErr_SetString(PyExc_TypeError, "allocator._fastpath: the tracker's _V is not float64");
+            return NULL;
+        }
+    }
+    *n_out = self->tr_buf.len / 8;
+    return (double *)self->tr_buf.buf;
+}
+
+/* row s of the tracker's array, NULL with an exception when out of range */
+static double *
+tr_row(HitPath *self, PyObject *d, long long s)
+{
+    Py_ssize_t n;
+    double *V = tr_rows(self, d, &n);
+    if (V == NULL)
+        return NULL;
+    if (s < 0 || (s + 1) * (long long)tr_ncol > (long long)n) {
+        PyErr_Format(PyExc_IndexError, "allocator._fastpath: tracker slot %lld out of range", s);
+        return NULL;
+    }
+    return V + s * tr_ncol;
+}
+
+/* FeatureTracker._access(s, t): the counters renormalised first when due (the Python method),
+ * then _access_kernel_py's writes into row s (pow as Python's ``2.0 ** y``). */
+static int
+tr_access(HitPath *self, PyObject *tracker, PyObject *d, long long s, long long t)
+{
+    PyObject *ep = PyDict_GetItemWithError(d, s_epoch);
+    if (ep == NULL || !PyLong_CheckExact(ep)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "allocator._fastpath: the tracker's _epoch is not an int");
+        return -1;
+    }
+    long long x = t - PyLong_AsLongLong(ep);
+    if (PyErr_Occurred())
+        return -1;
+    if ((double)x > tr_renorm) {
+        PyObject *to = PyLong_FromLongLong(t);
+        PyObject *r = to != NULL ? call_method(s_renormalise, tracker, to, NULL, NULL) : NULL;
+        Py_XDECREF(to);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        x = 0;
+    }
+    double *row = tr_row(self, d, s);
+    if (row == NULL)
+        return -1;
+    double c = row[tr_count];
+    row[tr_ring0 + ((long long)c) % tr_ring] = (double)t;
+    row[tr_count] = c + 1.0;
+    for (int i = 0; i < 3; i++)
+        row[tr_e0 + i] += pow(2.0, (double)x * tr_ih[i]);
+    return 0;
+}
+
+/* the slot of key as a C integer: -1 when it has none, -2 when it is not a plain int */
+static long long
+tr_slot_of(Tracked *t, PyObject *key)
+{
+    PyObject *s = PyDict_GetItemWithError(t->slot, key);
+    if (s == NULL)
+        return PyErr_Occurred() ? -3 : -1;
+    if (!PyLong_CheckExact(s))
+        return -2;
+    long long v = PyLong_AsLongLong(s);
+    if (v < 0)
+        return PyErr_Occurred() ? -3 : -2;
+    return v;
+}
+
+/* the row of key when it is current for record o (created_tick matches), else -1 (a new slot
+ * is due: FeatureTracker._new_slot); -2 with an exception */
+static long long
+tr_current_slot(HitPath *self, Tracked *t, PyObject *key, PyObject *o)
+{
+    long long s = tr_slot_of(t, key);
+    if (s == -3)
+        return -2;
+    if (s < 0)
+        return -1;
+    PyObject *ct = SLOT(o, off_created);
+    if (ct == NULL || !PyLong_CheckExact(ct))
+        return -1;  /* the Python method compares (and raises) */
+    double *row = tr_row(self, t->d, s);
+    if (row == NULL)
+        return -2;
+    return row[tr_col_create] != PyLong_AsDouble(ct) ? -1 : s;
+}
+
+/* tracker._new_slot(view, key) as a C integer (-1 with an exception) */
+static long long
+tr_new_slot(PyObject *tracker, PyObject *view, PyObject *key)
+{
+    PyObject *r = call_method(s_new_slot, tracker, view, key, NULL);
+    if (r == NULL)
+        return -1;
+    long long s = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (s < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "allocator._fastpath: _new_slot returned a negative slot");
+    return s < 0 ? -1 : s;
+}
+
+static int
+tr_move_to_end(PyObject *order, PyObject *key)
+{
+    PyObject *argv[2] = {order, key};
+    PyObject *r = PyObject_VectorcallMethod(s_move_to_end, argv, 2, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* FeatureTracker.on_hit(view, key) at tick t */
+static int
+tr_hit(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, long long t)
+{
+    Tracked tk;
+    int ok = tr_open(tracker, &tk);
+    if (ok < 0)
+        return -1;
+    long long s = ok ? tr_slot_of(&tk, key) : -1;
+    if (s == -3) {
+        Py_DECREF(tk.d);
+        return -1;
+    }
+    if (s < 0) {  /* not usual: the Python method (nothing written yet) */
+        Py_XDECREF(tk.d);
+        PyObject *r = call_method(s_on_hit, tracker, view, key, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int ret = -1;
+    PyObject *mr = PyFloat_FromDouble(PyFloat_AS_DOUBLE(tk.miss_rate) * (1.0 - tr_alpha));
+    if (mr == NULL || PyDict_SetItem(tk.d, s_miss_rate, mr) < 0)
+        goto done;
+    if (tr_move_to_end(tk.order, key) < 0)
+        goto done;
+    ret = tr_access(self, tracker, tk.d, s, t);
+done:
+    Py_XDECREF(mr);
+    Py_DECREF(tk.d);
+    return ret;
+}
+
+/* FeatureTracker.on_miss(view, key) at tick t, o the key's record */
+static int
+tr_miss(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObject *o, long long t)
+{
+    Tracked tk;
+    int ok = tr_open(tracker, &tk);
+    if (ok <= 0) {
+        if (ok < 0)
+            return -1;
+        PyObject *r = call_method(s_on_miss, tracker, view, key, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int ret = -1;
+    double m0 = PyFloat_AS_DOUBLE(tk.miss_rate);
+    PyObject *mr = PyFloat_FromDouble(m0 + tr_alpha * (1.0 - m0));
+    if (mr == NULL || PyDict_SetItem(tk.d, s_miss_rate, mr) < 0)
+        goto done;
+    long long s = tr_current_slot(self, &tk, key, o);
+    if (s == -2)
+        goto done;
+    if (s < 0 && (s = tr_new_slot(tracker, view, key)) < 0)
+        goto done;
+    ret = tr_access(self, tracker, tk.d, s, t);
+done:
+    Py_XDECREF(mr);
+    Py_DECREF(tk.d);
+    return ret;
+}
+
+/* FeatureTracker.on_insert(view, key) at tick t, o the key's record (with _add_resident) */
+static int
+tr_insert(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObject *o, long long t)
+{
+    Tracked tk;
+    int ok = tr_open(tracker, &tk);
+    if (ok <= 0) {
+        if (ok < 0)
+            return -1;
+        PyObject *r = call_method(s_on_insert, tracker, view, key, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int ret = -1;
+    PyObject *so = NULL, *n = NULL;
+    long long s = tr_current_slot(self, &tk, key, o);
+    if (s == -2)
+        goto done;
+    if (s < 0) {
+        if ((s = tr_new_slot(tracker, view, key)) < 0)
+            goto done;
+        Py_DECREF(tk.d);  /* Python ran: read the attributes again */
+        ok = tr_open(tracker, &tk);
+        if (ok <= 0) {
+            if (ok == 0)
+                PyErr_SetString(PyExc_TypeError, "allocator._fastpath: _new_slot changed the tracker's attributes");
+            return -1;
+        }
+    }
+    double *row = tr_row(self, tk.d, s);
+    if (row == NULL)
+        goto done;
+    row[tr_col_insert] = (double)t;
+    so = PyLong_FromLongLong(s);
+    if (so == NULL)
+        goto done;
+    /* _add_resident(key, o, s) */
+    PyObject *i = PyDict_GetItemWithError(tk.res_pos, key);
+    if (i != NULL) {
+        Py_ssize_t ii = PyLong_AsSsize_t(i);
+        if ((ii == -1 && PyErr_Occurred()) || tr_move_to_end(tk.order, key) < 0)
+            goto done;
+        if (ii < 0 || ii >= PyList_GET_SIZE(tk.res_rec)) {
+            PyErr_SetString(PyExc_IndexError, "allocator._fastpath: tracker _res_pos out of range");
+            goto done;
+        }
+        Py_INCREF(o);
+        PyList_SetItem(tk.res_rec, ii, o);
+        if (PySequence_SetItem(tk.res_slot, ii, so) < 0)
+            goto done;
+        ret = 0;
+        goto done;
+    }
+    if (PyErr_Occurred())
+        goto done;
+    n = PyLong_FromSsize_t(PyList_GET_SIZE(tk.res));
+    if (n == NULL || PyODict_SetItem(tk.order, key, Py_None) < 0
+        || PyDict_SetItem(tk.res_pos, key, n) < 0 || PyList_Append(tk.res, key) < 0
+        || PyList_Append(tk.res_rec, o) < 0)
+        goto done;
+    PyObject *r = call_method(s_append, tk.res_slot, so, NULL, NULL);
+    if (r == NULL)
+        goto done;
+    Py_DECREF(r);
+    ret = 0;
+done:
+    Py_XDECREF(so);
+    Py_XDECREF(n);
+    Py_DECREF(tk.d);
+    return ret;
+}
+
+/* FeatureTracker.on_evict(view, key): _drop_resident(key) */
+static int
+tr_evict(PyObject *tracker, PyObject *view, PyObject *key)
+{
+    Tracked tk;
+    int ok = tr_open(tracker, &tk);
+    if (ok <= 0) {
+        if (ok < 0)
+            return -1;
+        PyObject *r = call_method(s_on_evict, tracker, view, key, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int ret = -1;
+    PyObject *i = NULL, *last = NULL, *rec = NULL, *slot = NULL;
+    int present = PyDict_Contains(tk.order, key);
+    if (present <= 0) {
+        ret = present;
+        goto done;
+    }
+    if (PyODict_DelItem(tk.order, key) < 0)
+        goto done;
+    i = PyDict_GetItemWithError(tk.res_pos, key);
+    if (i == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, key);
+        goto done;
+    }
+    Py_INCREF(i);
+    Py_ssize_t n = PyList_GET_SIZE(tk.res), ns = PySequence_Size(tk.res_slot);
+    if (PyDict_DelItem(tk.res_pos, key) < 0 || ns < 0)
+        goto done;
+    if (n == 0 || PyList_GET_SIZE(tk.res_rec) != n || ns != n) {
+        PyErr_SetString(PyExc_IndexError, "allocator._fastpath: the tracker's resident lists differ in length");
+        goto done;
+    }
+    last = PyList_GET_ITEM(tk.res, n - 1);
+    rec = PyList_GET_ITEM(tk.res_rec, n - 1);
+    Py_INCREF(last);
+    Py_INCREF(rec);
+    slot = PySequence_GetItem(tk.res_slot, n - 1);
+    if (slot == NULL || PyList_SetSlice(tk.res, n - 1, n, NULL) < 0
+        || PyList_SetSlice(tk.res_rec, n - 1, n, NULL) < 0 || PySequence_DelItem(tk.res_slot, n - 1) < 0)
+        goto done;
+    int differ = PyObject_RichCompareBool(last, key, Py_NE);
+    if (differ < 0)
+        goto done;
+    if (differ) {
+        Py_ssize_t ii = PyLong_AsSsize_t(i);
+        if (ii == -1 && PyErr_Occurred())
+            goto done;
+        if (ii < 0 || ii >= n - 1) {
+            PyErr_SetString(PyExc_IndexError, "allocator._fastpath: tracker _res_pos out of range");
+            goto done;
+        }
+        Py_INCREF(last);
+        PyList_SetItem(tk.res, ii, last);
+        Py_INCREF(rec);
+        PyList_SetItem(tk.res_rec, ii, rec);
+        if (PySequence_SetItem(tk.res_slot, ii, slot) < 0 || PyDict_SetItem(tk.res_pos, last, i) < 0)
+            goto done;
+    }
+    ret = 0;
+done:
+    Py_XDECREF(i);
+    Py_XDECREF(last);
+    Py_XDECREF(rec);
+    Py_XDECREF(slot);
+    Py_DECREF(tk.d);
+    return ret;
+}
+
 /* Pool._evict(victim) for a clean victim whose block can go back at once, on a pool without a
  * hook or backend (the miss path's configuration): the same effects in the same order.
  * Returns 1 (done), 0 (nothing written: call Pool._evict, which also raises for a bad victim)
@@ -750,7 +1181,10 @@ evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, 
     int ret = -1;
     PyObject *key = SLOT(o, off_key), *off = NULL, *nb = NULL, *r;
     Py_XINCREF(key);
-    r = key != NULL ? call_method(s_on_evict, policy, view, key, NULL) : NULL;
+    if (key != NULL && self->tracker != NULL)
+        r = tr_evict(self->tracker, view, key) < 0 ? NULL : Py_NewRef(Py_None);
+    else
+        r = key != NULL ? call_method(s_on_evict, policy, view, key, NULL) : NULL;
     Py_XDECREF(key);
     if (r == NULL) {
         if (!PyErr_Occurred())
@@ -798,17 +1232,85 @@ done:
  * policy.victim, Pool._evict, Pool._room_step: the Python methods themselves but for the
  * placements' alloc), _insert's fetch with instant copies and no backend (or a first write's
  * allocation), _end. Configured only for pools without a backend, with instant copies and a
- * policy without on_miss / admit (self->miss); each call also needs nothing in flight and the
- * object's last copy out complete. Takes the lock with acquire(False) (Python code runs
- * inside). Returns 1 (done: the access missed), 0 (nothing written: the Python method takes the
- * call) or -1 (an exception is set). */
+ * policy without on_miss / admit (or the FeatureTracker, whose on_miss runs here: tr_miss)
+ * (self->miss); each call also needs nothing in flight and the object's last copy out
+ * complete. Takes the lock with acquire(False) (Python code runs inside).
+ *
+ * In three phases over a Miss: miss_begin (checks, lock, _begin), miss_room (victims until
+ * the block fits) and miss_finish (_insert, _end). With ``suspend`` (HitPath.step, the
+ * environments' loop) the miss stops where a victim is needed instead of asking the policy:
+ * the Miss waits in self->pend with the lock held, as Pool.steps' generator waits at its
+ * EvictionRequest, until HitPath.resume(victim) continues it or HitPath.abandon() undoes it. */
+
+static PyObject SUSPEND_OBJ;  /* miss_room: "a victim is needed" */
+#define SUSPENDED (&SUSPEND_OBJ)
+
+static void
+miss_drop(Miss *m)
+{
+    Py_CLEAR(m->o);
+    Py_CLEAR(m->key);
+    Py_CLEAR(m->size);
+    Py_CLEAR(m->needo);
+    Py_CLEAR(m->old_size);
+    Py_CLEAR(m->compute);
+    Py_CLEAR(m->kind);
+    Py_CLEAR(m->place);
+    Py_CLEAR(m->policy);
+    Py_CLEAR(m->view);
+    Py_CLEAR(m->stats);
+    Py_CLEAR(m->cost);
+}
+
+/* the references dropped and the lock released; returns ret (-1 if the release failed) */
 static int
-hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObject *compute, int c,
-        PyObject *kind)
+miss_end(HitPath *self, Miss *m, int ret)
+{
+    miss_drop(m);
+    if (release_lock(self) < 0)
+        return -1;
+    return ret;
+}
+
+/* No room could be made: the event did not happen (Pool._undo_miss), the exception kept. */
+static void
+miss_undo(HitPath *self, Miss *m)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+#endif
+    PyObject *r = call_method(s_undo_miss, self->pool, m->o, m->size, m->old_size);
+    if (r != NULL) {
+        Py_DECREF(r);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyErr_SetRaisedException(exc);
+#else
+        PyErr_Restore(et, ev, tb);
+#endif
+    } else {
+#if PY_VERSION_HEX >= 0x030C0000
+        Py_XDECREF(exc);
+#else
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+#endif
+    }
+}
+
+/* Returns 1 (begun: the lock held, m filled), 0 (nothing written, m empty: the Python method
+ * takes the call) or -1 (an exception is set; m empty, the lock released). */
+static int
+miss_begin(HitPath *self, Miss *m, PyObject *o, PyObject *key, PyObject *size, int w,
+           PyObject *compute, int c, PyObject *kind)
 {
     PyObject *pool = self->pool, *r;
     int created = o == NULL;  /* the first access of ``key``: the object is created here */
     int overflow = 0;
+    memset(m, 0, sizeof(*m));
     if (!PyLong_CheckExact(size))
         return 0;
     long long sz = PyLong_AsLongLongAndOverflow(size, &overflow);
@@ -846,147 +1348,192 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     Py_DECREF(r);
     if (!locked)
         return 0;
-    /* held across the Python calls below, as access() holds its locals (Pool never rebinds
+    /* held across the Python calls to come, as access() holds its locals (Pool never rebinds
      * them; holding them keeps this code safe if a callback did) */
     Py_INCREF(place);
+    m->place = place;
     Py_INCREF(policy);
+    m->policy = policy;
     Py_INCREF(view);
+    m->view = view;
     Py_INCREF(stats);
+    m->stats = stats;
     Py_INCREF(cost);
-    int ret = -1;
-    PyObject *o_held = NULL;  /* our reference to o from _begin on */
+    m->cost = cost;
+    Py_INCREF(key);
+    m->key = key;
+    Py_INCREF(size);
+    m->size = size;
+    Py_XINCREF(compute);
+    m->compute = compute;
+    Py_INCREF(kind);
+    m->kind = kind;
+    m->w = w, m->c = c, m->created = created, m->need = need;
 
-    /* capacity and used of the placement (slots of Arena / ByteAccounting) */
-    PyObject *capo = PyObject_GetAttr(place, s_capacity), *usedo = NULL;
-    long long cap = -1, used = -1;
+    /* capacity of the placement (a slot of Arena / ByteAccounting) */
+    PyObject *capo = PyObject_GetAttr(place, s_capacity);
+    long long cap = -1;
     if (capo != NULL && PyLong_CheckExact(capo))
         cap = PyLong_AsLongLongAndOverflow(capo, &overflow);
     Py_XDECREF(capo);
-    if (cap < 0 || overflow || need > cap) {
-        if (PyErr_Occurred())
-            goto error;
-        goto fallback;  /* oversize: the Python method raises or bypasses */
-    }
+    if (cap < 0 || overflow || need > cap)  /* oversize: the Python method raises or bypasses */
+        return miss_end(self, m, PyErr_Occurred() ? -1 : 0);
+    m->cap = cap;
 
     /* _begin: the miss is counted; the object takes the request's size */
     PyObject *t1 = ADD(v[0], one), *a1 = ADD(v[4], one), *m1 = ADD(v[5], one);
     PyObject *b1 = ADD(v[6], size);
-    PyObject *needo = PyLong_FromLongLong(need);
-    if (t1 == NULL || a1 == NULL || m1 == NULL || b1 == NULL || needo == NULL) {
+    m->needo = PyLong_FromLongLong(need);
+    if (t1 == NULL || a1 == NULL || m1 == NULL || b1 == NULL || m->needo == NULL) {
         Py_XDECREF(t1);
         Py_XDECREF(a1);
         Py_XDECREF(m1);
         Py_XDECREF(b1);
-        Py_XDECREF(needo);
-        goto error;
+        return miss_end(self, m, -1);
     }
     Py_SETREF(SLOT(pool, off_pool_tick), t1);
     Py_SETREF(SLOT(stats, off_accesses), a1);
     Py_SETREF(SLOT(stats, off_misses), m1);
     Py_SETREF(SLOT(stats, off_byte_misses), b1);
-    PyObject *old_size;
     if (created) {  /* ObjectInfo(key, size, kind, _tick); _objs[key] = o */
         PyObject *cargs[4] = {key, size, kind, SLOT(pool, off_pool_tick)};
         o = PyObject_Vectorcall((PyObject *)info_type, cargs, 4, NULL);
         if (o == NULL || PyDict_SetItem(self->objs, key, o) < 0) {
             Py_XDECREF(o);
-            Py_DECREF(needo);
-            goto error;  /* as _begin: the counters stand */
+            return miss_end(self, m, -1);  /* as _begin: the counters stand */
         }
-        o_held = o;
-        old_size = PyLong_FromLong(-1);
-        if (old_size == NULL) {
-            Py_DECREF(needo);
-            goto error;
-        }
+        m->o = o;
+        m->old_size = PyLong_FromLong(-1);
+        if (m->old_size == NULL)
+            return miss_end(self, m, -1);
     } else {
         Py_INCREF(o);
-        o_held = o;
-        old_size = v[11];  /* the slot's reference moves here */
+        m->o = o;
+        m->old_size = v[11];  /* the slot's reference moves here */
         Py_INCREF(size);
         SLOT(o, off_size) = size;
     }
+    if (self->tracker != NULL  /* _begin's on_miss (the FeatureTracker's) */
+        && tr_miss(self, self->tracker, view, key, o, PyLong_AsLongLong(SLOT(pool, off_pool_tick))) < 0)
+        return miss_end(self, m, -1);
+    return 1;
+}
 
-    /* room: place.alloc, else evict with the policy's answers until it fits */
-    PyObject *offset = NULL;
-    usedo = PyObject_GetAttr(place, s_used);
-    if (usedo == NULL)
-        goto room_error;
-    used = PyLong_CheckExact(usedo) ? PyLong_AsLongLongAndOverflow(usedo, &overflow) : -1;
-    Py_DECREF(usedo);
-    if (used < 0 || overflow || cap - used >= need) {
-        r = place_alloc(place, needo, need);
-        if (r == NULL)
-            goto room_error;
-        if (r == Py_None)
-            Py_DECREF(r);
-        else
-            offset = r;
+/* Pool._evict(victim): evict_plain, else the Python method (which also raises for a bad one) */
+static int
+miss_evict(HitPath *self, Miss *m, PyObject *victim)
+{
+    int ev = evict_plain(self, victim, m->stats, m->policy, m->view, m->cost);
+    if (ev == 0) {
+        PyObject *r = call_method(s_evict, self->pool, victim, NULL, NULL);
+        ev = r == NULL ? -1 : 1;
+        Py_XDECREF(r);
     }
-    if (offset == NULL) {
-        PyObject *nev = SLOT(pool, off_pool_n_evictable), *rel = SLOT(pool, off_pool_releases);
-        int plain = nev != NULL && PyObject_IsTrue(nev) == 1 && rel != NULL
-                    && PyList_CheckExact(rel) && PyList_GET_SIZE(rel) == 0;
-        if (plain) {
-            offset = PyLong_FromLong(-1);
-        } else {
-            offset = call_method(s_room_step, pool, size, needo, Py_False);
-        }
-        for (;;) {
-            if (offset == NULL)
-                goto room_error;
-            long long off = PyLong_CheckExact(offset) ? PyLong_AsLongLongAndOverflow(offset, &overflow) : 0;
-            if (off >= 0 || overflow)
-                break;
-            Py_CLEAR(offset);
-            PyObject *victim = call_method(s_victim, policy, view, NULL, NULL);
-            if (victim == NULL)
-                goto room_error;
-            int ev = evict_plain(self, victim, stats, policy, view, cost);
-            if (ev == 0) {  /* anything else (dirty, in use, bad answer): Pool._evict */
-                r = call_method(s_evict, pool, victim, NULL, NULL);
-                ev = r == NULL ? -1 : 1;
-                Py_XDECREF(r);
-            }
-            Py_DECREF(victim);
-            if (ev < 0)
-                goto room_error;
-            r = place_alloc(place, needo, need);
+    return ev < 0 ? -1 : 0;
+}
+
+/* Room for the miss: place.alloc, else evict until it fits, the victims from the policy (or,
+ * with suspend, SUSPENDED where one is needed). ``victim`` (resume): evict it first. Returns
+ * the block's offset (a new reference), SUSPENDED, or NULL (an exception is set: the miss is
+ * undone, as Pool._access_steps undoes it). */
+/* place.alloc(need), else Pool._room_step(size, need, False): a new reference or NULL */
+static PyObject *
+miss_alloc(HitPath *self, Miss *m)
+{
+    PyObject *r = place_alloc(m->place, m->needo, m->need);
+    if (r == NULL || r != Py_None)
+        return r;
+    Py_DECREF(r);
+    return call_method(s_room_step, self->pool, m->size, m->needo, Py_False);
+}
+
+static PyObject *
+miss_room(HitPath *self, Miss *m, PyObject *victim, int suspend)
+{
+    PyObject *offset = NULL, *r, *pool = self->pool;
+    int overflow = 0;
+    if (victim != NULL) {  /* resume */
+        if (miss_evict(self, m, victim) < 0)
+            goto room_error;
+        offset = miss_alloc(self, m);
+    } else {
+        PyObject *usedo = PyObject_GetAttr(m->place, s_used);
+        if (usedo == NULL)
+            goto room_error;
+        long long used = PyLong_CheckExact(usedo) ? PyLong_AsLongLongAndOverflow(usedo, &overflow) : -1;
+        Py_DECREF(usedo);
+        if (used < 0 || overflow || m->cap - used >= m->need) {
+            r = place_alloc(m->place, m->needo, m->need);
             if (r == NULL)
                 goto room_error;
-            if (r == Py_None) {
+            if (r == Py_None)
                 Py_DECREF(r);
-                offset = call_method(s_room_step, pool, size, needo, Py_False);
-            } else {
+            else
                 offset = r;
-            }
+        }
+        if (offset == NULL) {
+            PyObject *nev = SLOT(pool, off_pool_n_evictable), *rel = SLOT(pool, off_pool_releases);
+            int plain = nev != NULL && PyObject_IsTrue(nev) == 1 && rel != NULL
+                        && PyList_CheckExact(rel) && PyList_GET_SIZE(rel) == 0;
+            if (plain)
+                offset = PyLong_FromLong(-1);
+            else
+                offset = call_method(s_room_step, pool, m->size, m->needo, Py_False);
         }
     }
+    for (;;) {
+        if (offset == NULL)
+            goto room_error;
+        overflow = 0;
+        long long off = PyLong_CheckExact(offset) ? PyLong_AsLongLongAndOverflow(offset, &overflow) : 0;
+        if (off >= 0 || overflow)
+            return offset;
+        Py_CLEAR(offset);
+        if (suspend)
+            return SUSPENDED;
+        PyObject *v = call_method(s_victim, m->policy, m->view, NULL, NULL);
+        if (v == NULL)
+            goto room_error;
+        int ev = miss_evict(self, m, v);
+        Py_DECREF(v);
+        if (ev < 0)
+            goto room_error;
+        offset = miss_alloc(self, m);
+    }
+room_error:
+    miss_undo(self, m);
+    return NULL;
+}
 
-    /* _insert: the object lands in its block (a fetch: instant copies, no backend) */
+/* _insert (the object lands in its block: a fetch with instant copies and no backend, or a
+ * first write's allocation) and _end. Takes the reference to offset. Returns 1 or -1. */
+static int
+miss_finish(HitPath *self, Miss *m, PyObject *offset)
+{
+    PyObject *pool = self->pool, *o = m->o, *stats = m->stats, *cost = m->cost, *r;
     Py_XSETREF(SLOT(o, off_offset), offset);
-    Py_XSETREF(SLOT(o, off_nbytes), needo);
-    Py_DECREF(old_size);
-    usedo = PyObject_GetAttr(place, s_used);
+    Py_INCREF(m->needo);
+    Py_XSETREF(SLOT(o, off_nbytes), m->needo);
+    PyObject *usedo = PyObject_GetAttr(m->place, s_used);
     if (usedo == NULL)
-        goto error;
+        return -1;
     PyObject *peak = SLOT(stats, off_peak);
     int gt = peak == NULL ? 1 : PyObject_RichCompareBool(usedo, peak, Py_GT);
     if (gt < 0) {
         Py_DECREF(usedo);
-        goto error;
+        return -1;
     }
     if (gt)
         Py_XSETREF(SLOT(stats, off_peak), usedo);
     else
         Py_DECREF(usedo);
-    if (created && w) {  /* a first write allocates without a copy */
+    if (m->created && m->w) {  /* a first write allocates without a copy */
         PyObject *al = SLOT(stats, off_allocations);
         PyObject *al1 = al != NULL ? ADD(al, one) : NULL;
         if (al1 == NULL) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: allocations was deleted");
-            goto error;
+            return -1;
         }
         Py_XSETREF(SLOT(stats, off_allocations), al1);
         goto landed;
@@ -996,7 +1543,7 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
     if (later < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "allocator._fastpath: pool clock unset");
-        goto error;
+        return -1;
     }
     PyObject *done = later ? busy : now;
     Py_INCREF(done);
@@ -1006,14 +1553,14 @@ hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObje
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: a counter was deleted");
         Py_DECREF(done);
-        goto error;
+        return -1;
     }
     Py_XSETREF(SLOT(stats, off_bytes_h2d), h1);
     Py_XSETREF(SLOT(o, off_ready_ns), done);
     if (later) {  /* cost.wait_until(done), as _insert */
         r = call_method(s_wait_until, cost, done, NULL, NULL);
         if (r == NULL)
-            goto error;
+            return -1;
         Py_DECREF(r);
     }
 landed:
@@ -1024,13 +1571,23 @@ landed:
     if (nev1 == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: _n_evictable was deleted");
-        goto error;
+        return -1;
     }
     Py_XSETREF(SLOT(pool, off_pool_n_evictable), nev1);
-    r = call_method(s_on_insert, policy, view, key, NULL);
-    if (r == NULL)
-        goto error;
-    Py_DECREF(r);
+    PyObject *tick = SLOT(pool, off_pool_tick);
+    if (self->tracker != NULL) {
+        if (tick == NULL || !PyLong_CheckExact(tick)) {
+            PyErr_SetString(PyExc_TypeError, "allocator._fastpath: the pool's tick is not an int");
+            return -1;
+        }
+        if (tr_insert(self, self->tracker, m->view, m->key, o, PyLong_AsLongLong(tick)) < 0)
+            return -1;
+    } else {
+        r = call_method(s_on_insert, m->policy, m->view, m->key, NULL);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
 
     /* _end */
     PyObject *n0 = SLOT(o, off_n_access);
@@ -1038,114 +1595,106 @@ landed:
     if (n1 == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: n_access was deleted");
-        goto error;
+        return -1;
     }
     Py_XSETREF(SLOT(o, off_n_access), n1);
-    PyObject *tick = SLOT(pool, off_pool_tick);
+    tick = SLOT(pool, off_pool_tick);
     Py_XINCREF(tick);
     Py_XSETREF(SLOT(o, off_last_tick), tick);
-    if (w) {
+    if (m->w) {
         Py_INCREF(Py_True);
         Py_XSETREF(SLOT(o, off_dirty), Py_True);
     }
-    if (c) {
-        r = call_method(s_compute, cost, compute, NULL, NULL);
+    if (m->c) {
+        r = call_method(s_compute, cost, m->compute, NULL, NULL);
         if (r == NULL)
-            goto error;
+            return -1;
         Py_DECREF(r);
     }
-    ret = 1;
-    goto done;
-
-room_error:
-    /* no room could be made: the event did not happen (Pool._undo_miss) */
-    Py_DECREF(needo);
-    {
-#if PY_VERSION_HEX >= 0x030C0000
-        PyObject *exc = PyErr_GetRaisedException();
-#else
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-#endif
-        r = call_method(s_undo_miss, pool, o, size, old_size);
-        Py_DECREF(old_size);
-        if (r != NULL) {
-            Py_DECREF(r);
-#if PY_VERSION_HEX >= 0x030C0000
-            PyErr_SetRaisedException(exc);
-#else
-            PyErr_Restore(et, ev, tb);
-#endif
-        } else {
-#if PY_VERSION_HEX >= 0x030C0000
-            Py_XDECREF(exc);
-#else
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-#endif
-        }
-    }
-error:
-    ret = -1;
-    goto done;
-
-fallback:
-    ret = 0;
-done:
-    Py_XDECREF(o_held);
-    Py_DECREF(place);
-    Py_DECREF(policy);
-    Py_DECREF(view);
-    Py_DECREF(stats);
-    Py_DECREF(cost);
-    if (release_lock(self) < 0)
-        return -1;
-    return ret;
+    return 1;
 }
 
-static PyObject *
-hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* Returns 1 (done: the access missed), 2 (suspended: self->pend waits for a victim), 0
+ * (nothing written: the Python method takes the call) or -1 (an exception is set). */
+static int
+hp_miss(HitPath *self, PyObject *o, PyObject *key, PyObject *size, int w, PyObject *compute, int c,
+        PyObject *kind, int suspend)
 {
-    HitPath *self = (HitPath *)self_;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *key, *write = NULL, *compute = NULL, *kind = zero, *pool = self->pool, *r;
-    int w = 0, c = 0, locked = 0;
-
-    if (!self->enabled || nargs < 2 || nargs > 3)
-        goto fallback;
-    key = args[0];
-    if (!PyLong_CheckExact(key))
-        goto fallback;
-    if (nargs == 3)
-        write = args[2];
-    if (kwnames != NULL) {
-        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
-        for (Py_ssize_t i = 0; i < nk; i++) {
-            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-            if (name == s_compute_ns)
-                compute = args[nargs + i];
-            else if (name == s_kind)
-                kind = args[nargs + i];  /* read by a first access only */
-            else if (name == s_write && write == NULL)
-                write = args[nargs + i];
-            else
-                goto fallback;  /* the Python method parses (or rejects) the rest */
-        }
+    Miss m;
+    int r = miss_begin(self, &m, o, key, size, w, compute, c, kind);
+    if (r <= 0)
+        return r;
+    PyObject *offset = miss_room(self, &m, NULL, suspend);
+    if (offset == SUSPENDED) {
+        self->pend = m;
+        self->pending = 1;
+        return 2;
     }
-    if (write != NULL && (w = int_truth(write)) < 0)
-        goto fallback;
-    if (compute != NULL && (c = int_truth(compute)) < 0)
-        goto fallback;
-    if (w && !self->fast_write)
-        goto fallback;
+    if (offset == NULL)
+        return miss_end(self, &m, -1);
+    return miss_end(self, &m, miss_finish(self, &m, offset));
+}
 
+/* resume(victim): the suspended miss continues with ``victim`` evicted. Returns None (another
+ * victim is needed) or False (the miss is complete, the lock released). An error (a bad
+ * victim) undoes the miss, releases the lock and raises, as Pool.steps' generator does. */
+static PyObject *
+hp_resume(HitPath *self, PyObject *victim)
+{
+    if (!self->pending) {
+        PyErr_SetString(PyExc_RuntimeError, "HitPath.resume: no miss is waiting for a victim");
+        return NULL;
+    }
+    Miss m = self->pend;
+    self->pending = 0;
+    memset(&self->pend, 0, sizeof(self->pend));
+    PyObject *offset = miss_room(self, &m, victim, 1);
+    if (offset == SUSPENDED) {
+        self->pend = m;
+        self->pending = 1;
+        Py_RETURN_NONE;
+    }
+    int r = offset == NULL ? miss_end(self, &m, -1) : miss_end(self, &m, miss_finish(self, &m, offset));
+    if (r < 0)
+        return NULL;
+    self->misses++;
+    Py_RETURN_FALSE;
+}
+
+/* abandon(): undo a suspended miss (Pool._undo_miss) and release the lock; False when none */
+static PyObject *
+hp_abandon(HitPath *self, PyObject *unused)
+{
+    if (!self->pending)
+        Py_RETURN_FALSE;
+    Miss m = self->pend;
+    self->pending = 0;
+    memset(&self->pend, 0, sizeof(self->pend));
+    PyObject *r = call_method(s_undo_miss, self->pool, m.o, m.size, m.old_size);
+    int ok = r != NULL;
+    Py_XDECREF(r);
+    if (miss_end(self, &m, 0) < 0 || !ok)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+/* An access through the C paths: Py_True (a hit), Py_False (a miss), Py_None (with suspend:
+ * a miss waiting for a victim, see hp_miss), NULL (an exception is set) or FALLBACK (nothing
+ * written: the Python method takes the call). compute may be NULL (c = 0). */
+static PyObject *
+hp_access(HitPath *self, PyObject *key, PyObject *size, int w, PyObject *compute, int c,
+          PyObject *kind, int suspend)
+{
+    PyObject *pool = self->pool, *r;
+    int locked = 0;
+    if (!self->enabled || self->pending || !PyLong_CheckExact(key) || (w && !self->fast_write))
+        return FALLBACK;
     if (self->peek && !c) {
         /* nobody else inside the pool (see the header); nothing below runs Python code */
         size_t count = *(size_t *)((char *)self->lock + off_rlock_count);
         if (count != 0
             && *(size_t *)((char *)self->lock + off_rlock_owner) != (size_t)PyThread_get_thread_ident())
-            goto fallback;
+            return FALLBACK;
     } else {
         PyObject *argv[2] = {NULL, Py_False};
         r = PyObject_Vectorcall(self->acquire, argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
@@ -1154,10 +1703,11 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
         locked = r == Py_True;
         Py_DECREF(r);
         if (!locked)
-            goto fallback;  /* another thread is inside the pool */
+            return FALLBACK;  /* another thread is inside the pool */
     }
 
     PyObject *o = PyDict_GetItemWithError(self->objs, key);  /* borrowed */
+    int done = 0;
     if (o == NULL) {
         if (PyErr_Occurred()) {
             PyErr_Clear();
@@ -1170,14 +1720,8 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
                 return NULL;
             locked = 0;
         }
-        int done = hp_miss(self, NULL, key, args[1], w, compute, c, kind);  /* a new object */
-        if (done < 0)
-            return NULL;
-        if (done > 0) {
-            self->misses++;
-            Py_RETURN_FALSE;
-        }
-        goto fallback;
+        done = hp_miss(self, NULL, key, size, w, compute, c, kind, suspend);  /* a new object */
+        goto missed;
     }
     if (Py_TYPE(o) != info_type)
         goto unlock_fallback;
@@ -1193,15 +1737,9 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
             locked = 0;
         }
         Py_INCREF(o);
-        int done = hp_miss(self, o, key, args[1], w, compute, c, kind);
+        done = hp_miss(self, o, key, size, w, compute, c, kind, suspend);
         Py_DECREF(o);
-        if (done < 0)
-            return NULL;
-        if (done > 0) {
-            self->misses++;
-            Py_RETURN_FALSE;
-        }
-        goto fallback;
+        goto missed;
     }
     PyObject *acc, *hits, *ph;
     /* state == DEVICE (0), counters plain ints: anything else is the Python method's */
@@ -1242,10 +1780,15 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
         Py_XSETREF(SLOT(o, off_dirty), Py_True);
     }
     self->calls++;
-    r = PyObject_Vectorcall(self->touch, &key, 1, NULL);
-    if (r == NULL)
-        goto error;
-    Py_DECREF(r);
+    if (self->tracker != NULL) {  /* the FeatureTracker's on_hit (access() calls it when touch is None) */
+        if (tr_hit(self, self->tracker, SLOT(pool, off_pool_view), key, PyLong_AsLongLong(t1)) < 0)
+            goto error;
+    } else {
+        r = PyObject_Vectorcall(self->touch, &key, 1, NULL);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
     if (c) {
         PyObject *cost = PyObject_GetAttr(pool, s_cost);
         if (cost == NULL)
@@ -1261,6 +1804,17 @@ hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *k
         return NULL;
     Py_RETURN_TRUE;
 
+missed:
+    if (done < 0)
+        return NULL;
+    if (done == 2)
+        Py_RETURN_NONE;
+    if (done == 1) {
+        self->misses++;
+        Py_RETURN_FALSE;
+    }
+    return FALLBACK;
+
 error:
     if (locked)
         release_lock(self);
@@ -1269,8 +1823,69 @@ error:
 unlock_fallback:
     if (locked && release_lock(self) < 0)
         return NULL;
+    return FALLBACK;
+}
+
+static PyObject *
+hp_vectorcall(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    HitPath *self = (HitPath *)self_;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *write = NULL, *compute = NULL, *kind = zero;
+    int w = 0, c = 0;
+
+    if (!self->enabled || nargs < 2 || nargs > 3)
+        goto fallback;
+    if (nargs == 3)
+        write = args[2];
+    if (kwnames != NULL) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t i = 0; i < nk; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            if (name == s_compute_ns)
+                compute = args[nargs + i];
+            else if (name == s_kind)
+                kind = args[nargs + i];  /* read by a first access only */
+            else if (name == s_write && write == NULL)
+                write = args[nargs + i];
+            else
+                goto fallback;  /* the Python method parses (or rejects) the rest */
+        }
+    }
+    if (write != NULL && (w = int_truth(write)) < 0)
+        goto fallback;
+    if (compute != NULL && (c = int_truth(compute)) < 0)
+        goto fallback;
+    PyObject *r = hp_access(self, args[0], args[1], w, compute, c, kind, 0);
+    if (r != FALLBACK)
+        return r;
 fallback:
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* step(key, size, write, kind, compute_ns): Pool.access's C paths for the environments' loop,
+ * a miss suspending where a victim is needed: True (a hit), False (a miss), None (a miss waits
+ * for resume(victim)), NotImplemented (not served, nothing written: run the event the Python
+ * way, Pool.steps). */
+static PyObject *
+hp_step(HitPath *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "HitPath.step takes (key, size, write, kind, compute_ns)");
+        return NULL;
+    }
+    int w = int_truth(args[2]), c = int_truth(args[4]);
+    PyObject *r = (w < 0 || c < 0) ? FALLBACK : hp_access(self, args[0], args[1], w, args[4], c, args[3], 1);
+    if (r == FALLBACK)
+        Py_RETURN_NOTIMPLEMENTED;
+    return r;
+}
+
+/* tracks(policy): whether the hooks of ``policy`` run here (exactly a FeatureTracker) */
+static PyObject *
+hp_tracks(HitPath *self, PyObject *policy)
+{
+    return PyBool_FromLong(tracker_type != NULL && Py_TYPE(policy) == tracker_type);
 }
 
 static int
@@ -1283,6 +1898,23 @@ hp_traverse(HitPath *self, visitproc visit, void *arg)
     Py_VISIT(self->acquire);
     Py_VISIT(self->release);
     Py_VISIT(self->touch);
+    Py_VISIT(self->tracker);
+    Py_VISIT(self->tr_buf.obj);
+    if (self->pending) {
+        Miss *m = &self->pend;
+        Py_VISIT(m->o);
+        Py_VISIT(m->key);
+        Py_VISIT(m->size);
+        Py_VISIT(m->needo);
+        Py_VISIT(m->old_size);
+        Py_VISIT(m->compute);
+        Py_VISIT(m->kind);
+        Py_VISIT(m->place);
+        Py_VISIT(m->policy);
+        Py_VISIT(m->view);
+        Py_VISIT(m->stats);
+        Py_VISIT(m->cost);
+    }
     return 0;
 }
 
@@ -1297,6 +1929,13 @@ hp_clear(HitPath *self)
     Py_CLEAR(self->acquire);
     Py_CLEAR(self->release);
     Py_CLEAR(self->touch);
+    Py_CLEAR(self->tracker);
+    if (self->tr_buf.obj != NULL)
+        PyBuffer_Release(&self->tr_buf);
+    if (self->pending) {  /* the pool is going away with it: nothing to undo */
+        self->pending = 0;
+        miss_drop(&self->pend);
+    }
     return 0;
 }
 
@@ -1365,8 +2004,8 @@ static PyObject *
 hp_configure(HitPath *self, PyObject *args)
 {
     int enabled, fast_write, miss = 0;
-    PyObject *touch;
-    if (!PyArg_ParseTuple(args, "ppO|p:configure", &enabled, &fast_write, &touch, &miss))
+    PyObject *touch, *tracker = Py_None;
+    if (!PyArg_ParseTuple(args, "ppO|pO:configure", &enabled, &fast_write, &touch, &miss, &tracker))
         return NULL;
     if (touch == Py_None) {
         touch = NULL;
@@ -1374,13 +2013,25 @@ hp_configure(HitPath *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "HitPath.configure: touch must be callable or None");
         return NULL;
     }
+    if (tracker == Py_None) {
+        tracker = NULL;
+    } else if (tracker_type == NULL || Py_TYPE(tracker) != tracker_type) {
+        PyErr_SetString(PyExc_TypeError, "HitPath.configure: tracker must be a FeatureTracker or None");
+        return NULL;
+    }
     Py_XINCREF(touch);
     Py_XSETREF(self->touch, touch);
+    Py_XINCREF(tracker);
+    Py_XSETREF(self->tracker, tracker);
+    if (self->tr_buf.obj != NULL)
+        PyBuffer_Release(&self->tr_buf);
     self->fast_write = fast_write;
-    self->enabled = enabled && touch != NULL && self->pool != NULL && info_type != NULL;
+    self->enabled = enabled && (touch != NULL || tracker != NULL) && self->pool != NULL
+                    && info_type != NULL;
     self->miss = self->enabled && miss;
-    self->peek = self->enabled && rlock_type != NULL && Py_TYPE(self->lock) == rlock_type
-                 && touch_is_builtin(touch);
+    /* the tracker's hooks may call Python (a new slot, renormalising): the lock is taken */
+    self->peek = self->enabled && tracker == NULL && rlock_type != NULL
+                 && Py_TYPE(self->lock) == rlock_type && touch_is_builtin(touch);
     Py_RETURN_NONE;
 }
 
@@ -1425,10 +2076,27 @@ hp_get_calls(HitPath *self, void *closure)
     return PyLong_FromLong(self->calls);
 }
 
+static PyObject *
+hp_get_pending(HitPath *self, void *closure)
+{
+    return PyBool_FromLong(self->pending);
+}
+
 static PyMethodDef hp_methods[] = {
     {"configure", (PyCFunction)hp_configure, METH_VARARGS,
-     "configure(enabled, fast_write, touch, miss=False): the pool's fast-path configuration "
-     "changed (miss: plain misses are served too)"},
+     "configure(enabled, fast_write, touch, miss=False, tracker=None): the pool's fast-path "
+     "configuration changed (miss: plain misses are served too; tracker: the pool's policy, a "
+     "FeatureTracker whose hooks run in C)"},
+    {"step", (PyCFunction)(void (*)(void))hp_step, METH_FASTCALL,
+     "step(key, size, write, kind, compute_ns): an access, a miss suspending where a victim is "
+     "needed: True (hit), False (miss), None (waits for resume), NotImplemented (not served)"},
+    {"resume", (PyCFunction)hp_resume, METH_O,
+     "resume(victim): the suspended miss continues with victim evicted: None (another victim is "
+     "needed) or False (complete)"},
+    {"abandon", (PyCFunction)hp_abandon, METH_NOARGS,
+     "abandon(): undo a suspended miss and release the pool's lock (False when none waits)"},
+    {"tracks", (PyCFunction)hp_tracks, METH_O,
+     "tracks(policy): whether the policy's hooks run in C (exactly a FeatureTracker)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1439,6 +2107,7 @@ static PyGetSetDef hp_getset[] = {
     {"peek", (getter)hp_get_peek, NULL, "whether the lock is checked without a call", NULL},
     {"misses", (getter)hp_get_misses, NULL, "misses served in C so far", NULL},
     {"calls", (getter)hp_get_calls, NULL, "hits served in C so far", NULL},
+    {"pending", (getter)hp_get_pending, NULL, "whether a miss waits for resume(victim)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -2075,6 +2744,9 @@ static PyMethodDef fp_methods[] = {
     {"head", fp_head, METH_VARARGS,
      "head(pool, tracker, n, K, out, consts): a decision's globals (policies/features.py's "
      "_pack head) into out[0:17]; False when the Python code must compute them"},
+    {"set_tracker", fp_set_tracker, METH_VARARGS,
+     "set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, (ih0, ih1, ih2), "
+     "alpha, renorm): the tracker class whose hooks the C paths run, and its row layout"},
     {"gather", fp_gather, METH_VARARGS,
      "gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None): the usual cases of a decision's "
      "candidate selection and record reads (policies/features.py); see the source"},
@@ -2113,6 +2785,21 @@ PyInit__fastpath(void)
     INTERN(s_wait_until, "wait_until");
     INTERN(s_release, "release");
     INTERN(s_on_evict, "on_evict");
+    INTERN(s_slot_map, "_slot");
+    INTERN(s_order, "_order");
+    INTERN(s_V, "_V");
+    INTERN(s_epoch, "_epoch");
+    INTERN(s_miss_rate, "miss_rate");
+    INTERN(s_res, "_res");
+    INTERN(s_res_pos, "_res_pos");
+    INTERN(s_res_rec, "_res_rec");
+    INTERN(s_res_slot, "_res_slot");
+    INTERN(s_move_to_end, "move_to_end");
+    INTERN(s_new_slot, "_new_slot");
+    INTERN(s_renormalise, "_renormalise");
+    INTERN(s_on_hit, "on_hit");
+    INTERN(s_on_miss, "on_miss");
+    INTERN(s_append, "append");
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;

@@ -336,12 +336,15 @@ class Pool:
         if self._hit_path is not None:
             # the C path serves exactly access()'s plain hit with ``touch`` and nothing due
             # (``pool.access`` is it while enabled); disabled, it hands every call to the
-            # Python method, so a caller holding an old ``pool.access`` stays right
-            on = self._fast_read and self._touch is not None and self._due is None
+            # Python method, so a caller holding an old ``pool.access`` stays right. A
+            # FeatureTracker policy (the environments') has its hooks run there in C instead.
+            tracked = self._hit_path.tracks(policy)
+            on = self._fast_read and (self._touch is not None or tracked) and self._due is None
             # and the plain miss: no backend, instant copies, no on_miss / admit to ask
-            miss = (on and self.backend is None and self._on_miss is None
+            miss = (on and self.backend is None and (self._on_miss is None or tracked)
                     and self._admit is None and self.cost.instant)
-            self._hit_path.configure(on, self._fast_write, self._touch, miss)
+            self._hit_path.configure(on, self._fast_write, self._touch, miss,
+                                     policy if tracked else None)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,

@@ -153,7 +153,7 @@ class EvictEnv(PoolEnv):
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
         self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
-        self._loop: Generator[EvictionRequest, int, None] | None = None
+        self._loop: Generator[EvictionRequest | None, int, None] | None = None
         self._keys: list[int] = []
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
@@ -205,13 +205,19 @@ class EvictEnv(PoolEnv):
         self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
         self._loop = self._episode()
 
-    def _episode(self) -> Generator[EvictionRequest, int, None]:
+    def _episode(self) -> Generator[EvictionRequest | None, int, None]:
         """The window's rows through the pool. A miss runs as :meth:`Pool.steps`, whose
         eviction requests pass through (``yield from``) to :meth:`_advance`, which sends the
         victims back; everything else runs without stopping."""
         pool, w = self.pool, self._w
         assert pool is not None
         resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
+        # the pool's C paths (allocator/_fastpath.c), when built and the configuration allows:
+        # a hit or a miss in one call, a miss suspending at its eviction decision until
+        # resume(victim) (the same effects, in the same order, as Pool.steps)
+        hp = pool._hit_path
+        cstep: Any = hp.step if hp is not None and hp.enabled else None
+        resume: Any = hp.resume if cstep is not None else None
         nxt = self._nxt
         free_, write_ = _FREE, _WRITE  # plain ints in fast locals
         for k, op, size, kind, comp, nu in zip(w.key, w.op, w.size, w.kind, w.compute_ns,
@@ -220,6 +226,18 @@ class EvictEnv(PoolEnv):
                 free(k)
                 continue
             nxt[k] = nu
+            if cstep is not None:
+                r = cstep(k, size, op == write_, kind, comp)
+                if r is None:  # suspended: victims until the object fits
+                    try:
+                        while resume((yield None)) is None:
+                            pass
+                    except BaseException:
+                        hp.abandon()  # closed at a decision: the miss is undone, the lock released
+                        raise
+                    continue
+                if r is not NotImplemented:
+                    continue
             if resident(k):  # a hit never needs room: the fast path of the same loop
                 access(k, size, op == write_, kind=kind, compute_ns=comp)
             else:

@@ -255,23 +255,25 @@ static Py_ssize_t (*best_kernel)(const Scorer *, const float *, Py_ssize_t, Py_s
  * callback: rows, their count, the packed buffer, K, the output), set by set_features(). */
 typedef void (*features_fn)(const double *, long long, const double *, long long, float *);
 static features_fn features_kernel = NULL;
-static Py_ssize_t features_head = -1, features_ncol = -1;
+static Py_ssize_t features_head = -1, features_ncol = -1, features_nf = -1;
 
-/* set_features(address, head, ncol): the feature kernel's address and its buffer layout */
+/* set_features(address, head, ncol, nf): the feature kernel's address, its buffer layout and
+ * the number of features per candidate it writes */
 static PyObject *
 mlp_set_features(PyObject *mod, PyObject *args)
 {
     unsigned long long address;
-    Py_ssize_t head, ncol;
-    if (!PyArg_ParseTuple(args, "Knn:set_features", &address, &head, &ncol))
+    Py_ssize_t head, ncol, nf;
+    if (!PyArg_ParseTuple(args, "Knnn:set_features", &address, &head, &ncol, &nf))
         return NULL;
-    if (address == 0 || head < 1 || ncol < 1) {
-        PyErr_SetString(PyExc_ValueError, "set_features: a non-null address, head >= 1, ncol >= 1");
+    if (address == 0 || head < 1 || ncol < 1 || nf < 1) {
+        PyErr_SetString(PyExc_ValueError, "set_features: a non-null address, head, ncol, nf >= 1");
         return NULL;
     }
     features_kernel = (features_fn)(uintptr_t)address;
     features_head = head;
     features_ncol = ncol;
+    features_nf = nf;
     Py_RETURN_NONE;
 }
 
@@ -348,7 +350,7 @@ scorer_decide(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
     if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
         || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
         || bx.ndim != 2 || bx.itemsize != 4 || strcmp(bx.format, "f") != 0 || bx.shape[1] != s->F
-        || K < 1 || bv.shape[0] != features_head + 2 * K || !(n >= 1.0 && n <= (double)K)
+        || s->F != features_nf || K < 1 || bv.shape[0] != features_head + 2 * K || !(n >= 1.0 && n <= (double)K)
         || n != (double)(Py_ssize_t)n) {
         PyErr_Format(PyExc_ValueError,
                      "decide: S must be float64 (rows, %zd), v float64 (%zd + 2K) with 1 <= v[0] <= K, "
@@ -358,6 +360,55 @@ scorer_decide(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
     features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
                     (long long)K, (float *)bx.buf);
     res = PyLong_FromSsize_t(best_kernel(s, (const float *)bx.buf, (Py_ssize_t)n, K));
+done:
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&bx);
+    return res;
+}
+
+/* features(S, v, x): the features of the packed candidates into x (the kernel of
+ * set_features), as decide computes them, without the forward pass (the environments' step) */
+static PyObject *
+mlp_features(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "features(S, v, x) takes three arguments");
+        return NULL;
+    }
+    if (features_kernel == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "features: set_features() not called");
+        return NULL;
+    }
+    Py_buffer bs, bv, bx;
+    if (PyObject_GetBuffer(args[0], &bs, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &bv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+        PyBuffer_Release(&bs);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &bx, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+        PyBuffer_Release(&bs);
+        PyBuffer_Release(&bv);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    Py_ssize_t K = bx.ndim == 2 ? bx.shape[0] - 1 : -1;
+    double n = bv.ndim == 1 && bv.len >= 8 ? ((const double *)bv.buf)[0] : -1.0;
+    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
+        || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
+        || bx.ndim != 2 || bx.itemsize != 4 || strcmp(bx.format, "f") != 0
+        || bx.shape[1] != features_nf || K < 1
+        || bv.shape[0] != features_head + 2 * K || !(n >= 0.0 && n <= (double)K)
+        || n != (double)(Py_ssize_t)n) {
+        PyErr_Format(PyExc_ValueError,
+                     "features: S must be float64 (rows, %zd), v float64 (%zd + 2K) with 0 <= v[0] <= K, "
+                     "x float32 (K + 1, %zd)", features_ncol, features_head, features_nf);
+        goto done;
+    }
+    features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
+                    (long long)K, (float *)bx.buf);
+    res = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&bs);
     PyBuffer_Release(&bv);
@@ -402,8 +453,10 @@ static PyTypeObject ScorerType = {
 
 static PyMethodDef mlp_methods[] = {
     {"set_features", mlp_set_features, METH_VARARGS,
-     "set_features(address, head, ncol): the feature kernel Scorer.decide calls (a numba cfunc "
-     "of policies.features) and its packed buffer's head length and row width"},
+     "set_features(address, head, ncol, nf): the feature kernel Scorer.decide calls (a numba "
+     "cfunc of policies.features), its packed buffer's head length, row width and features"},
+    {"features", (PyCFunction)(void (*)(void))mlp_features, METH_FASTCALL,
+     "features(S, v, x): the feature kernel of set_features on the packed buffer v into x"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -369,6 +369,13 @@ class FeatureTracker(EvictionPolicyBase):
                 self._res_pos[last] = i
 
 
+# the C hit and miss paths of allocator/_fastpath.c run this class's per-access hooks (exactly
+# this class: a subclass keeps its own Python methods); they need the row layout
+if _pool._fastpath is not None:
+    _pool._fastpath.set_tracker(FeatureTracker, _NCOL, _COUNT, _RING0, _RING, _E0, _INSERT, _CREATE,
+                                _IH, _MISS_ALPHA, _RENORM * HALF_LIVES[0])
+
+
 class Observed(EvictionPolicyBase):
     """``policy`` answers ``victim``; ``tracker`` (then ``policy``) sees every hook."""
 
@@ -616,7 +623,7 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     if isinstance(packed, np.ndarray):
         # the usual case, every candidate has history (and numba is on: tests turn it off by
         # setting _numeric_kernel to None): one kernel call gathers the rows and computes
-        _observe_kernel(tracker._S, packed, out)
+        (c_features() or _observe_kernel)(tracker._S, packed, out)
         return cand, mask, glob
     sls, codes, t, decay, inv_cap, times, g = packed
     glob[:] = g
@@ -893,6 +900,24 @@ def observe_kernel_address() -> int | None:
 
         _observe_c = observe_c
     return int(_observe_c.address)
+
+
+_features_c: Any = None  # policies._mlp.features once set up; False: not available
+
+
+def c_features() -> Any:
+    """``policies._mlp.features(S, v, x)`` with :func:`_observe_kernel_py` (numba, as a C
+    callback) behind it: a decision's features in one C call, without numba's dispatch (set up
+    on first use; ``None`` without the extension or numba)."""
+    global _features_c
+    if _features_c is None:
+        _features_c = False
+        mlp = _pool.load_accelerator("policies._mlp")
+        addr = observe_kernel_address() if mlp is not None else None
+        if addr is not None:
+            mlp.set_features(addr, _HEAD, _NCOL, F)
+            _features_c = mlp.features
+    return _features_c or None
 
 
 ACCELERATED = _numeric_kernel is not None

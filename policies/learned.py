@@ -214,10 +214,7 @@ _mlp: Any = load_accelerator("policies._mlp")
 def _c_decisions() -> bool:
     """Whether ``Scorer.decide`` (features + forward pass in one C call) is available: the C
     forward pass and the numba feature kernel as a C callback (handed to it on the first call)."""
-    addr = _features.observe_kernel_address() if _mlp is not None else None
-    if addr is not None:
-        _mlp.set_features(addr, _features._HEAD, _features._NCOL)
-    return addr is not None
+    return _mlp is not None and _features.c_features() is not None
 
 
 # ---------------------------------------------------------------------- the file

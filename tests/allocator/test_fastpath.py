@@ -23,6 +23,7 @@ import allocator.pool as pool_mod
 from allocator.arena import ALIGN, Arena, ByteAccounting
 from allocator.errors import CachegymError
 from allocator.pool import Pool, PoolView
+from allocator.trace import Op
 from policies.lru import LRU
 
 B = ALIGN
@@ -353,3 +354,166 @@ def test_place_release_equals_arena_release() -> None:
     acc.alloc(3 * B)
     _c_module().PlaceRelease(acc)(0, B)
     assert acc.used == 2 * B
+
+
+# ---------------------------------------------------------------- a FeatureTracker policy
+# The environments put a FeatureTracker in the pool's policy slot: the C paths then run its
+# hooks (on_hit, on_miss, on_insert, on_evict) themselves, and HitPath.step / resume / abandon
+# serve Pool.steps' miss with the decision left to the caller.
+
+def _tracker_pool(pure: bool, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Pool:
+    from policies.features import FeatureTracker
+
+    with monkeypatch.context() as m:
+        if pure:
+            m.setattr(pool_mod, "_fastpath", None)
+        return Pool(kw.pop("capacity", 12 * B), FeatureTracker(initial_slots=16), **kw)
+
+
+def _tracker_fingerprint(p: Pool) -> tuple:
+    """The pool's records, counters and blocks, and the tracker's whole state (rows bit for bit)."""
+    t: Any = p.policy
+    objs = tuple((k, tuple(getattr(o, f) for f in FIELDS)) for k, o in sorted(p._objs.items()))
+    live = sorted(t._slot.items())
+    rows = tuple(t._S[s].tobytes() for _, s in live)
+    assert all(rec is p._objs[k] for k, rec in zip(t._res, t._res_rec))  # the pool's records
+    tracker = (live, rows, list(t._order), list(t._res), dict(t._res_pos), list(t._res_slot),
+               t.miss_rate, t._epoch, t._next, sorted(t._free_slots))
+    return (p.snapshot(), p._tick, objs, p._place.used, p.cost.now, tracker)
+
+
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+@pytest.mark.parametrize("write_policy", ["write-back", "write-through"])
+@pytest.mark.parametrize("cost", [None, "h100_pcie5"])
+def test_tracker_hooks_in_c_equal_python(placement: str, write_policy: str, cost: str | None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same mixed workload (long enough for the tracker to renormalise its counters and
+    grow its rows) through a FeatureTracker pool on both paths: identical answers, pool and
+    tracker, every 25 events."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    kw: dict[str, Any] = dict(placement=placement, write_policy=write_policy, cost=cost)
+    fast, pure = _tracker_pool(False, monkeypatch, **kw), _tracker_pool(True, monkeypatch, **kw)
+    assert fast._hit_path.tracks(fast.policy) and not fast._hit_path.tracks(LRU())
+    ev_fast: list[dict] = []
+    ev_pure: list[dict] = []
+    for i, op in enumerate(_workload(hash((placement, write_policy, cost, "tracker")) % 1000, 12000)):
+        got_fast, got_pure = _apply(fast, op, ev_fast), _apply(pure, op, ev_pure)
+        assert got_fast == got_pure, (i, op)
+        if i % 25 == 0:
+            assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure), (i, op)
+    assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure)
+    assert fast.policy._epoch > 0  # type: ignore[attr-defined]  # renormalised on the way
+    fast._check()
+    hp = fast._hit_path
+    assert 0 < hp.calls < fast.stats.hits
+    if cost is None:
+        assert 0 < hp.misses <= fast.stats.misses
+
+
+def _events(seed: int, n: int, n_keys: int = 30) -> list[tuple[int, int, bool]]:
+    """(key, size, write) accesses, sizes of one to three blocks (a miss may need several
+    victims), and frees (size 0)."""
+    rng = random.Random(seed)
+    return [(rng.randrange(n_keys), 0 if rng.random() < 0.04 else rng.choice((B // 2, B, 2 * B, 3 * B)),
+             rng.random() < 0.3) for _ in range(n)]
+
+
+def _pick(p: Pool, rng: random.Random) -> int:
+    """A victim drawn among the evictable residents in the tracker's LRU order."""
+    cands = [k for k in p.policy._order if p.view.evictable(k)]  # type: ignore[attr-defined]
+    return cands[min(len(cands) - 1, int(rng.random() * 4))]
+
+
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+def test_step_and_resume_equal_pool_steps(placement: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HitPath.step / resume (the environments' loop) against Pool.steps on the Python path,
+    the same victims chosen from the same state: identical pools and trackers after every
+    event, the same number of decisions."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    fast = _tracker_pool(False, monkeypatch, placement=placement)
+    pure = _tracker_pool(True, monkeypatch, placement=placement)
+    hp = fast._hit_path
+    r_fast, r_pure = random.Random(1), random.Random(1)
+    decisions = [0, 0]
+    several = 0  # misses that needed more than one victim
+    for i, (k, size, write) in enumerate(_events(5, 3000)):
+        if size == 0:
+            if k in fast:
+                fast.free(k)
+                pure.free(k)
+            continue
+        r = hp.step(k, size, write, 3, 0)
+        assert r is not NotImplemented
+        asked = 0
+        while r is None:
+            assert hp.pending
+            asked += 1
+            r = hp.resume(_pick(fast, r_fast))
+        decisions[0] += asked
+        several += asked > 1
+        gen = pure.steps(k, size, Op.WRITE if write else Op.READ, kind=3)
+        try:
+            req = next(gen)
+            while True:
+                assert req.key == k
+                decisions[1] += 1
+                req = gen.send(_pick(pure, r_pure))
+        except StopIteration as stop:
+            assert stop.value == r, i
+        assert not hp.pending
+        assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure), i
+    assert decisions[0] == decisions[1] > 500
+    assert several > 100 and fast.stats.evictions == decisions[0]
+    fast._check()
+
+
+def test_abandon_and_a_bad_victim_undo_the_miss_as_closing_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At a suspended decision: abandon() leaves what closing Pool.steps' generator leaves;
+    resume() with a pinned victim raises InvalidVictim and undoes the miss; either way the
+    pool's lock is free again; a call while a miss waits is not served; resume() with nothing
+    waiting raises."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    from allocator.errors import InvalidVictim
+
+    fast = _tracker_pool(False, monkeypatch, capacity=4 * B, placement="bytes")
+    pure = _tracker_pool(True, monkeypatch, capacity=4 * B, placement="bytes")
+    hp = fast._hit_path
+    for p in (fast, pure):
+        for k in range(4):
+            p.access(k, B)
+        p.pin(1)
+    assert hp.step(9, B, True, 2, 0) is None and hp.pending  # a new object, room needed
+    assert hp.step(0, B, False, 0, 0) is NotImplemented  # one miss at a time
+    gen = pure.steps(9, B, Op.WRITE, kind=2)
+    next(gen)
+    assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure)  # both wait at the decision
+    assert hp.abandon() is True and not hp.pending
+    gen.close()
+    assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure) and 9 not in fast
+    assert hp.abandon() is False
+    with pytest.raises(RuntimeError, match="no miss is waiting"):
+        hp.resume(0)
+
+    assert hp.step(9, B, False, 0, 0) is None  # again, answered with the pinned object
+    gen = pure.steps(9, B, Op.READ)
+    next(gen)
+    with pytest.raises(InvalidVictim):
+        hp.resume(1)
+    with pytest.raises(InvalidVictim):
+        gen.send(1)
+    assert not hp.pending
+    assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure) and 9 not in fast
+    got: list[bool] = []
+
+    def take() -> None:
+        got.append(fast._lock.acquire(timeout=5))
+        if got[-1]:
+            fast._lock.release()
+
+    t = threading.Thread(target=take)
+    t.start()
+    t.join()
+    assert got == [True]  # released by the failed resume (and by abandon before it)

@@ -367,19 +367,29 @@ def test_c_head_equals_python_head(placement, cost) -> None:
 def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
     """The tracker's per-access update and the sample rule's distinct draws give bit-identical
     results compiled and as plain Python (what a machine without numba runs), so a policy
-    deployed there sees the same features and candidates."""
+    deployed there sees the same features and candidates. The update runs three ways: in the
+    pool's C paths (allocator/_fastpath.c, when built: the hooks of a FeatureTracker policy),
+    as the Python hooks with the numba kernel, and as plain Python."""
+    import allocator.pool as pool_mod
+
     trace = _trace(8000, 600, 5)  # long enough to renormalise the decayed counters
     states, draws = [], []
-    for compiled in (True, False):
-        if not compiled:
-            monkeypatch.setattr(fm, "_access_kernel", fm._access_kernel_py)
-            monkeypatch.setattr(fm, "_distinct_kernel", None)
-        tracker = FeatureTracker()
-        pool = _replay(trace, 40 * 4 * 4096, tracker)
-        states.append((tracker._S[: tracker._next].copy(), tracker._epoch))
-        rng = np.random.default_rng(3)
-        draws.append([fm._first_distinct(rng, 500, 52, 32) for _ in range(50)])
-        assert len(pool.view.candidates()) > 0
-    assert states[0][1] == states[1][1] > 0
-    np.testing.assert_array_equal(states[0][0], states[1][0])
-    assert draws[0] == draws[1]
+    for way in ("c", "numba", "python"):
+        with monkeypatch.context() as m:
+            if way != "c":
+                m.setattr(pool_mod, "_fastpath", None)  # pools without the C paths
+            if way == "python":
+                m.setattr(fm, "_access_kernel", fm._access_kernel_py)
+                m.setattr(fm, "_distinct_kernel", None)
+            tracker = FeatureTracker()
+            pool = _replay(trace, 40 * 4 * 4096, tracker)
+            if way == "c" and pool._hit_path is not None:
+                assert pool._hit_path.misses > 0 and pool._hit_path.calls > 0
+            states.append((tracker._S[: tracker._next].copy(), tracker._epoch))
+            rng = np.random.default_rng(3)
+            draws.append([fm._first_distinct(rng, 500, 52, 32) for _ in range(50)])
+            assert len(pool.view.candidates()) > 0
+    assert states[0][1] == states[1][1] == states[2][1] > 0
+    for st_ in states[1:]:
+        np.testing.assert_array_equal(states[0][0], st_[0])
+    assert draws[0] == draws[1] == draws[2]

@@ -405,9 +405,14 @@ def test_c_decision_equals_features_then_forward_pass():
         features._observe_kernel(tracker._S, v, x2)
         np.testing.assert_array_equal(x1[:len(keys)], x2[:len(keys)])
         assert got == nat.best(x2, len(keys))
+        x3 = np.zeros((K + 1, features.F), np.float32)  # the features alone (the envs' call)
+        features.c_features()(tracker._S, v, x3)
+        np.testing.assert_array_equal(x3, x2)
     bad_v = v.copy()
     bad_v[0] = K + 1
     for args in ((tracker._S, bad_v, x1), (tracker._S, v[:-1], x1), (tracker._S[:, :5].copy(), v, x1),
                  (tracker._S, v, x1.astype(np.float64)), (tracker._S, v, x1[:, :5].copy())):
         with pytest.raises(ValueError, match="decide"):
             nat.decide(*args)
+        with pytest.raises(ValueError, match="features"):
+            features.c_features()(*args)
