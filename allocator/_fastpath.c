@@ -83,6 +83,8 @@ static Py_ssize_t off_pool_place, off_pool_policy, off_pool_view, off_pool_n_evi
 static Py_ssize_t off_pool_releases, off_pool_landing, off_pool_cost, off_pool_fp_mask;
 static Py_ssize_t off_pins, off_key, off_evictions, off_useless, off_pool_place_release, off_pool_hook;
 static Py_ssize_t off_cost_now, off_kind, off_created;
+/* a dirty victim's write-back (instant copies), a free, compute time */
+static Py_ssize_t off_writebacks, off_bytes_d2h, off_frees, off_cost_instant, off_cost_compute;
 /* what fp_head reads besides (policies/features.py's globals) */
 static Py_ssize_t off_pool_capacity, off_pool_inflight, off_cost_stall, off_cost_preset;
 static PyObject *s_alloc, *s_victim, *s_evict, *s_room_step, *s_undo_miss, *s_on_insert;
@@ -242,6 +244,9 @@ fp_setup(PyObject *mod, PyObject *args)
         || slot_offset(pt, "_fp_mask", &off_pool_fp_mask) || slot_offset(ct, "now", &off_cost_now)
         || slot_offset(it, "pins", &off_pins) || slot_offset(it, "key", &off_key)
         || slot_offset(it, "kind", &off_kind) || slot_offset(it, "created_tick", &off_created)
+        || slot_offset(st, "writebacks", &off_writebacks) || slot_offset(st, "bytes_d2h", &off_bytes_d2h)
+        || slot_offset(st, "frees", &off_frees) || slot_offset(ct, "instant", &off_cost_instant)
+        || slot_offset(ct, "compute_ns", &off_cost_compute)
         || slot_offset(pt, "capacity", &off_pool_capacity)
         || slot_offset(pt, "_inflight_bytes", &off_pool_inflight)
         || slot_offset(ct, "stall_ns", &off_cost_stall) || slot_offset(ct, "preset", &off_cost_preset)
@@ -725,27 +730,54 @@ place_alloc(PyObject *place, PyObject *needo, long long need)
  * renormalisation (_renormalise), any attribute of an unexpected type (the whole hook). */
 static PyTypeObject *tracker_type = NULL;
 static Py_ssize_t tr_ncol, tr_count, tr_ring0, tr_ring, tr_e0, tr_col_insert, tr_col_create;
+static Py_ssize_t tr_col_size, tr_col_kind;
 static double tr_ih[3], tr_alpha, tr_renorm;
+static double *tr_empty = NULL;  /* _EMPTY_ROW: a new slot's row before its first fields */
 static PyObject *s_slot_map, *s_order, *s_V, *s_epoch, *s_miss_rate, *s_res, *s_res_pos,
     *s_res_rec, *s_res_slot, *s_move_to_end, *s_new_slot, *s_renormalise, *s_on_hit, *s_on_miss,
-    *s_append;
+    *s_append, *s_free_slots, *s_next, *s_on_free;
 
-/* set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, (ih0, ih1, ih2),
- * alpha, renorm): the class and its row layout (policies/features.py registers them) */
+/* set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, size, kind,
+ * (ih0, ih1, ih2), alpha, renorm, empty_row): the class and its row layout (policies/features.py
+ * registers them) */
 static PyObject *
 fp_set_tracker(PyObject *mod, PyObject *args)
 {
     PyTypeObject *t;
-    Py_ssize_t ncol, count, ring0, ring, e0, ins, cre;
+    Py_ssize_t ncol, count, ring0, ring, e0, ins, cre, size, kind;
     double ih[3], alpha, renorm;
-    if (!PyArg_ParseTuple(args, "O!nnnnnnn(ddd)dd:set_tracker", &PyType_Type, &t, &ncol, &count,
-                          &ring0, &ring, &e0, &ins, &cre, &ih[0], &ih[1], &ih[2], &alpha, &renorm))
+    PyObject *empty;
+    if (!PyArg_ParseTuple(args, "O!nnnnnnnnn(ddd)ddO:set_tracker", &PyType_Type, &t, &ncol, &count,
+                          &ring0, &ring, &e0, &ins, &cre, &size, &kind, &ih[0], &ih[1], &ih[2],
+                          &alpha, &renorm, &empty))
         return NULL;
     if (ncol <= 0 || ring <= 0 || count < 0 || count >= ncol || ring0 < 0 || ring0 + ring > ncol
-        || e0 < 0 || e0 + 3 > ncol || ins < 0 || ins >= ncol || cre < 0 || cre >= ncol) {
+        || e0 < 0 || e0 + 3 > ncol || ins < 0 || ins >= ncol || cre < 0 || cre >= ncol
+        || size < 0 || size >= ncol || kind < 0 || kind >= ncol) {
         PyErr_SetString(PyExc_ValueError, "set_tracker: a column lies outside the row");
         return NULL;
     }
+    PyObject *seq = PySequence_Fast(empty, "set_tracker: empty_row must be a sequence of floats");
+    if (seq == NULL)
+        return NULL;
+    double *row = PyMem_Malloc((size_t)ncol * sizeof(double));
+    if (row == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != ncol) {
+        PyErr_SetString(PyExc_ValueError, "set_tracker: empty_row must have ncol values");
+        goto bad;
+    }
+    for (Py_ssize_t i = 0; i < ncol; i++) {
+        row[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+        if (row[i] == -1.0 && PyErr_Occurred())
+            goto bad;
+    }
+    Py_DECREF(seq);
+    PyMem_Free(tr_empty);
+    tr_empty = row;
+    tr_col_size = size, tr_col_kind = kind;
     tr_ncol = ncol, tr_count = count, tr_ring0 = ring0, tr_ring = ring, tr_e0 = e0;
     tr_col_insert = ins, tr_col_create = cre, tr_alpha = alpha, tr_renorm = renorm;
     for (int i = 0; i < 3; i++)
@@ -753,13 +785,17 @@ fp_set_tracker(PyObject *mod, PyObject *args)
     Py_INCREF(t);
     Py_XSETREF(tracker_type, t);
     Py_RETURN_NONE;
+bad:
+    Py_DECREF(seq);
+    PyMem_Free(row);
+    return NULL;
 }
 
 /* The tracker's attributes a hook reads, borrowed from its __dict__ (d, a new reference).
  * Returns 1, 0 when one is missing or of another type (nothing read: the Python method serves)
  * or -1 (an exception is set). */
 typedef struct {
-    PyObject *d, *slot, *order, *res, *res_pos, *res_rec, *res_slot, *miss_rate;
+    PyObject *d, *slot, *order, *res, *res_pos, *res_rec, *res_slot, *miss_rate, *free_slots;
 } Tracked;
 
 static int
@@ -777,6 +813,7 @@ tr_open(PyObject *tracker, Tracked *t)
     t->res_rec = PyDict_GetItemWithError(d, s_res_rec);
     t->res_slot = PyDict_GetItemWithError(d, s_res_slot);
     t->miss_rate = PyDict_GetItemWithError(d, s_miss_rate);
+    t->free_slots = PyDict_GetItemWithError(d, s_free_slots);
     if (PyErr_Occurred()) {
         Py_CLEAR(t->d);
         return -1;
@@ -785,7 +822,8 @@ tr_open(PyObject *tracker, Tracked *t)
         || !PyODict_CheckExact(t->order) || t->res == NULL || !PyList_CheckExact(t->res)
         || t->res_pos == NULL || !PyDict_CheckExact(t->res_pos) || t->res_rec == NULL
         || !PyList_CheckExact(t->res_rec) || t->res_slot == NULL || t->miss_rate == NULL
-        || !PyFloat_CheckExact(t->miss_rate)) {
+        || !PyFloat_CheckExact(t->miss_rate) || t->free_slots == NULL
+        || !PyList_CheckExact(t->free_slots)) {
         Py_CLEAR(t->d);
         return 0;
     }
@@ -905,14 +943,72 @@ tr_current_slot(HitPath *self, Tracked *t, PyObject *key, PyObject *o)
     return row[tr_col_create] != PyLong_AsDouble(ct) ? -1 : s;
 }
 
-/* tracker._new_slot(view, key) as a C integer (-1 with an exception) */
+/* FeatureTracker._new_slot(view, key) at tick t for record o: the key's slot (its own, a freed
+ * one, or the next), its row reset; the Python method where the rows must grow. The slot, or -1
+ * with an exception. */
 static long long
-tr_new_slot(PyObject *tracker, PyObject *view, PyObject *key)
+tr_new_slot(HitPath *self, PyObject *tracker, Tracked *tk, PyObject *view, PyObject *key,
+            PyObject *o, long long t)
 {
+    PyObject *ct = SLOT(o, off_created), *osz = SLOT(o, off_size), *okd = SLOT(o, off_kind);
+    PyObject *nx = PyDict_GetItemWithError(tk->d, s_next);
+    Py_ssize_t n;
+    double *V = tr_rows(self, tk->d, &n);
+    if (V == NULL)
+        return -1;
+    long long s = tr_slot_of(tk, key), next = nx != NULL && PyLong_CheckExact(nx) ? PyLong_AsLongLong(nx) : -1;
+    if (s == -3 || PyErr_Occurred())
+        return -1;
+    if (tr_empty == NULL || ct == NULL || !PyLong_CheckExact(ct) || osz == NULL || !PyLong_CheckExact(osz)
+        || okd == NULL || !PyLong_CheckExact(okd) || s == -2 || next < 0
+        || (s == -1 && PyList_GET_SIZE(tk->free_slots) == 0 && next >= n / tr_ncol))
+        goto python;  /* the rows grow (or something unusual): the Python method */
+    if (s == -1) {
+        PyObject *so;
+        Py_ssize_t nf = PyList_GET_SIZE(tk->free_slots);
+        if (nf > 0) {
+            so = PyList_GET_ITEM(tk->free_slots, nf - 1);
+            if (!PyLong_CheckExact(so))
+                goto python;
+            s = PyLong_AsLongLong(so);
+            if (s < 0 || (s + 1) * (long long)tr_ncol > (long long)n) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_IndexError, "allocator._fastpath: a free slot out of range");
+                return -1;
+            }
+            Py_INCREF(so);
+            if (PyList_SetSlice(tk->free_slots, nf - 1, nf, NULL) < 0) {
+                Py_DECREF(so);
+                return -1;
+            }
+        } else {
+            s = next;
+            PyObject *n1 = PyLong_FromLongLong(next + 1);
+            so = n1 != NULL ? PyLong_FromLongLong(s) : NULL;
+            if (so == NULL || PyDict_SetItem(tk->d, s_next, n1) < 0) {
+                Py_XDECREF(n1);
+                Py_XDECREF(so);
+                return -1;
+            }
+            Py_DECREF(n1);
+        }
+        int err = PyDict_SetItem(tk->slot, key, so);
+        Py_DECREF(so);
+        if (err < 0)
+            return -1;
+    }
+    double *row = V + s * tr_ncol;
+    memcpy(row, tr_empty, (size_t)tr_ncol * sizeof(double));
+    row[tr_col_insert] = (double)t;
+    row[tr_col_create] = PyLong_AsDouble(ct);
+    row[tr_col_size] = PyLong_AsDouble(osz);
+    row[tr_col_kind] = PyLong_AsDouble(okd);
+    return PyErr_Occurred() ? -1 : s;
+python:;
     PyObject *r = call_method(s_new_slot, tracker, view, key, NULL);
     if (r == NULL)
         return -1;
-    long long s = PyLong_AsLongLong(r);
+    s = PyLong_AsLongLong(r);
     Py_DECREF(r);
     if (s < 0 && !PyErr_Occurred())
         PyErr_SetString(PyExc_ValueError, "allocator._fastpath: _new_slot returned a negative slot");
@@ -981,7 +1077,7 @@ tr_miss(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObjec
     long long s = tr_current_slot(self, &tk, key, o);
     if (s == -2)
         goto done;
-    if (s < 0 && (s = tr_new_slot(tracker, view, key)) < 0)
+    if (s < 0 && (s = tr_new_slot(self, tracker, &tk, view, key, o, t)) < 0)
         goto done;
     ret = tr_access(self, tracker, tk.d, s, t);
 done:
@@ -1009,7 +1105,7 @@ tr_insert(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObj
     if (s == -2)
         goto done;
     if (s < 0) {
-        if ((s = tr_new_slot(tracker, view, key)) < 0)
+        if ((s = tr_new_slot(self, tracker, &tk, view, key, o, t)) < 0)
             goto done;
         Py_DECREF(tk.d);  /* Python ran: read the attributes again */
         ok = tr_open(tracker, &tk);
@@ -1062,49 +1158,38 @@ done:
     return ret;
 }
 
-/* FeatureTracker.on_evict(view, key): _drop_resident(key) */
+/* FeatureTracker._drop_resident(key) on an opened tracker: 0 or -1 */
 static int
-tr_evict(PyObject *tracker, PyObject *view, PyObject *key)
+tr_drop(Tracked *tk, PyObject *key)
 {
-    Tracked tk;
-    int ok = tr_open(tracker, &tk);
-    if (ok <= 0) {
-        if (ok < 0)
-            return -1;
-        PyObject *r = call_method(s_on_evict, tracker, view, key, NULL);
-        Py_XDECREF(r);
-        return r == NULL ? -1 : 0;
-    }
     int ret = -1;
     PyObject *i = NULL, *last = NULL, *rec = NULL, *slot = NULL;
-    int present = PyDict_Contains(tk.order, key);
-    if (present <= 0) {
-        ret = present;
-        goto done;
-    }
-    if (PyODict_DelItem(tk.order, key) < 0)
-        goto done;
-    i = PyDict_GetItemWithError(tk.res_pos, key);
+    int present = PyDict_Contains(tk->order, key);
+    if (present <= 0)
+        return present;
+    if (PyODict_DelItem(tk->order, key) < 0)
+        return -1;
+    i = PyDict_GetItemWithError(tk->res_pos, key);
     if (i == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetObject(PyExc_KeyError, key);
-        goto done;
+        return -1;
     }
     Py_INCREF(i);
-    Py_ssize_t n = PyList_GET_SIZE(tk.res), ns = PySequence_Size(tk.res_slot);
-    if (PyDict_DelItem(tk.res_pos, key) < 0 || ns < 0)
+    Py_ssize_t n = PyList_GET_SIZE(tk->res), ns = PySequence_Size(tk->res_slot);
+    if (PyDict_DelItem(tk->res_pos, key) < 0 || ns < 0)
         goto done;
-    if (n == 0 || PyList_GET_SIZE(tk.res_rec) != n || ns != n) {
+    if (n == 0 || PyList_GET_SIZE(tk->res_rec) != n || ns != n) {
         PyErr_SetString(PyExc_IndexError, "allocator._fastpath: the tracker's resident lists differ in length");
         goto done;
     }
-    last = PyList_GET_ITEM(tk.res, n - 1);
-    rec = PyList_GET_ITEM(tk.res_rec, n - 1);
+    last = PyList_GET_ITEM(tk->res, n - 1);
+    rec = PyList_GET_ITEM(tk->res_rec, n - 1);
     Py_INCREF(last);
     Py_INCREF(rec);
-    slot = PySequence_GetItem(tk.res_slot, n - 1);
-    if (slot == NULL || PyList_SetSlice(tk.res, n - 1, n, NULL) < 0
-        || PyList_SetSlice(tk.res_rec, n - 1, n, NULL) < 0 || PySequence_DelItem(tk.res_slot, n - 1) < 0)
+    slot = PySequence_GetItem(tk->res_slot, n - 1);
+    if (slot == NULL || PyList_SetSlice(tk->res, n - 1, n, NULL) < 0
+        || PyList_SetSlice(tk->res_rec, n - 1, n, NULL) < 0 || PySequence_DelItem(tk->res_slot, n - 1) < 0)
         goto done;
     int differ = PyObject_RichCompareBool(last, key, Py_NE);
     if (differ < 0)
@@ -1118,10 +1203,10 @@ tr_evict(PyObject *tracker, PyObject *view, PyObject *key)
             goto done;
         }
         Py_INCREF(last);
-        PyList_SetItem(tk.res, ii, last);
+        PyList_SetItem(tk->res, ii, last);
         Py_INCREF(rec);
-        PyList_SetItem(tk.res_rec, ii, rec);
-        if (PySequence_SetItem(tk.res_slot, ii, slot) < 0 || PyDict_SetItem(tk.res_pos, last, i) < 0)
+        PyList_SetItem(tk->res_rec, ii, rec);
+        if (PySequence_SetItem(tk->res_slot, ii, slot) < 0 || PyDict_SetItem(tk->res_pos, last, i) < 0)
             goto done;
     }
     ret = 0;
@@ -1130,12 +1215,40 @@ done:
     Py_XDECREF(last);
     Py_XDECREF(rec);
     Py_XDECREF(slot);
+    return ret;
+}
+
+/* FeatureTracker.on_evict(view, key) (free: on_free, which also gives the key's slot back) */
+static int
+tr_evict(PyObject *tracker, PyObject *view, PyObject *key, int free)
+{
+    Tracked tk;
+    int ok = tr_open(tracker, &tk);
+    if (ok <= 0) {
+        if (ok < 0)
+            return -1;
+        PyObject *r = call_method(free ? s_on_free : s_on_evict, tracker, view, key, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    int ret = tr_drop(&tk, key);
+    if (ret == 0 && free) {  /* s = _slot.pop(key, None); if s is not None: _free_slots.append(s) */
+        PyObject *s = PyDict_GetItemWithError(tk.slot, key);
+        if (s != NULL) {
+            Py_INCREF(s);
+            ret = PyDict_DelItem(tk.slot, key) < 0 || PyList_Append(tk.free_slots, s) < 0 ? -1 : 0;
+            Py_DECREF(s);
+        } else if (PyErr_Occurred()) {
+            ret = -1;
+        }
+    }
     Py_DECREF(tk.d);
     return ret;
 }
 
-/* Pool._evict(victim) for a clean victim whose block can go back at once, on a pool without a
- * hook or backend (the miss path's configuration): the same effects in the same order.
+/* Pool._evict(victim) for a victim whose block can go back at once, on a pool without a hook or
+ * backend (the miss path's configuration): the same effects in the same order. A dirty victim's
+ * write-back is instant (copies take no time): Pool._copy_out's counters, then the block back. 
  * Returns 1 (done), 0 (nothing written: call Pool._evict, which also raises for a bad victim)
  * or -1 (an exception is set). */
 static int
@@ -1150,8 +1263,17 @@ evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, 
         PyErr_Clear();
         return 0;
     }
-    if (Py_TYPE(o) != info_type || SLOT(o, off_dirty) != Py_False)
+    PyObject *dirty = SLOT(o, off_dirty);
+    if (Py_TYPE(o) != info_type || (dirty != Py_False && dirty != Py_True))
         return 0;
+    PyObject *wb1 = NULL, *d2h1 = NULL;  /* a dirty victim's counters */
+    if (dirty == Py_True) {
+        PyObject *wb = SLOT(stats, off_writebacks), *d2h = SLOT(stats, off_bytes_d2h);
+        PyObject *osz = SLOT(o, off_size);
+        if (SLOT(cost, off_cost_instant) != Py_True || wb == NULL || !PyLong_CheckExact(wb)
+            || d2h == NULL || !PyLong_CheckExact(d2h) || osz == NULL || !PyLong_CheckExact(osz))
+            return 0;
+    }
     PyObject *pref = SLOT(o, off_prefetched), *release = SLOT(pool, off_pool_place_release);
     PyObject *v[] = {SLOT(o, off_state), SLOT(o, off_pins), SLOT(o, off_busy_until),
                      SLOT(o, off_offset), SLOT(o, off_nbytes), SLOT(cost, off_cost_now),
@@ -1164,10 +1286,17 @@ evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, 
         return 0;
     PyObject *e1 = ADD(v[6], one), *n1 = PyNumber_Subtract(v[7], one);
     PyObject *u1 = pref == Py_True ? ADD(v[8], one) : NULL;
-    if (e1 == NULL || n1 == NULL || (pref == Py_True && u1 == NULL)) {
+    if (dirty == Py_True) {
+        wb1 = ADD(SLOT(stats, off_writebacks), one);
+        d2h1 = ADD(SLOT(stats, off_bytes_d2h), SLOT(o, off_size));
+    }
+    if (e1 == NULL || n1 == NULL || (pref == Py_True && u1 == NULL)
+        || (dirty == Py_True && (wb1 == NULL || d2h1 == NULL))) {
         Py_XDECREF(e1);
         Py_XDECREF(n1);
         Py_XDECREF(u1);
+        Py_XDECREF(wb1);
+        Py_XDECREF(d2h1);
         return -1;
     }
     Py_INCREF(o);
@@ -1182,7 +1311,7 @@ evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, 
     PyObject *key = SLOT(o, off_key), *off = NULL, *nb = NULL, *r;
     Py_XINCREF(key);
     if (key != NULL && self->tracker != NULL)
-        r = tr_evict(self->tracker, view, key) < 0 ? NULL : Py_NewRef(Py_None);
+        r = tr_evict(self->tracker, view, key, 0) < 0 ? NULL : Py_NewRef(Py_None);
     else
         r = key != NULL ? call_method(s_on_evict, policy, view, key, NULL) : NULL;
     Py_XDECREF(key);
@@ -1192,6 +1321,17 @@ evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, 
         goto done;
     }
     Py_DECREF(r);
+    if (wb1 != NULL) {  /* writebacks += 1; _copy_out: busy_until = max(now, busy_until) = now */
+        Py_SETREF(SLOT(stats, off_writebacks), wb1);
+        wb1 = NULL;
+        PyObject *now0 = SLOT(cost, off_cost_now);
+        Py_XINCREF(now0);
+        Py_XSETREF(SLOT(o, off_busy_until), now0);
+        Py_SETREF(SLOT(stats, off_bytes_d2h), d2h1);
+        d2h1 = NULL;
+        Py_INCREF(Py_False);
+        Py_XSETREF(SLOT(o, off_dirty), Py_False);
+    }
     Py_INCREF(one);
     Py_XSETREF(SLOT(o, off_state), one);  /* HOST */
     off = SLOT(o, off_offset);
@@ -1223,6 +1363,8 @@ evict_plain(HitPath *self, PyObject *victim, PyObject *stats, PyObject *policy, 
 done:
     Py_XDECREF(off);
     Py_XDECREF(nb);
+    Py_XDECREF(wb1);
+    Py_XDECREF(d2h1);
     Py_DECREF(o);
     return ret;
 }
@@ -1436,6 +1578,39 @@ miss_evict(HitPath *self, Miss *m, PyObject *victim)
  * with suspend, SUSPENDED where one is needed). ``victim`` (resume): evict it first. Returns
  * the block's offset (a new reference), SUSPENDED, or NULL (an exception is set: the miss is
  * undone, as Pool._access_steps undoes it). */
+/* cost.compute(ns): CostModel's two additions (now, compute_ns) in C, else the method. 0 or -1. */
+static int
+cost_compute(PyObject *cost, PyObject *ns)
+{
+    PyObject *now, *cns;
+    if (Py_TYPE(cost) == cost_type && PyLong_CheckExact(ns) && (now = SLOT(cost, off_cost_now)) != NULL
+        && PyLong_CheckExact(now) && (cns = SLOT(cost, off_cost_compute)) != NULL && PyLong_CheckExact(cns)) {
+        PyObject *n1 = ADD(now, ns), *c1 = n1 != NULL ? ADD(cns, ns) : NULL;
+        if (c1 == NULL) {
+            Py_XDECREF(n1);
+            return -1;
+        }
+        Py_SETREF(SLOT(cost, off_cost_now), n1);
+        Py_SETREF(SLOT(cost, off_cost_compute), c1);
+        return 0;
+    }
+    PyObject *r = call_method(s_compute, cost, ns, NULL, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Pool._room_step(size, need, False) where it answers -1 at once: nothing waits to be
+ * released and something is evictable (a new reference; NULL without an error: ask it) */
+static PyObject *
+room_plain(PyObject *pool)
+{
+    PyObject *nev = SLOT(pool, off_pool_n_evictable), *rel = SLOT(pool, off_pool_releases);
+    if (nev != NULL && PyLong_CheckExact(nev) && PyObject_IsTrue(nev) == 1 && rel != NULL
+        && PyList_CheckExact(rel) && PyList_GET_SIZE(rel) == 0)
+        return PyLong_FromLong(-1);
+    return NULL;
+}
+
 /* place.alloc(need), else Pool._room_step(size, need, False): a new reference or NULL */
 static PyObject *
 miss_alloc(HitPath *self, Miss *m)
@@ -1444,6 +1619,9 @@ miss_alloc(HitPath *self, Miss *m)
     if (r == NULL || r != Py_None)
         return r;
     Py_DECREF(r);
+    r = room_plain(self->pool);
+    if (r != NULL || PyErr_Occurred())
+        return r;
     return call_method(s_room_step, self->pool, m->size, m->needo, Py_False);
 }
 
@@ -1472,12 +1650,8 @@ miss_room(HitPath *self, Miss *m, PyObject *victim, int suspend)
                 offset = r;
         }
         if (offset == NULL) {
-            PyObject *nev = SLOT(pool, off_pool_n_evictable), *rel = SLOT(pool, off_pool_releases);
-            int plain = nev != NULL && PyObject_IsTrue(nev) == 1 && rel != NULL
-                        && PyList_CheckExact(rel) && PyList_GET_SIZE(rel) == 0;
-            if (plain)
-                offset = PyLong_FromLong(-1);
-            else
+            offset = room_plain(pool);
+            if (offset == NULL && !PyErr_Occurred())
                 offset = call_method(s_room_step, pool, m->size, m->needo, Py_False);
         }
     }
@@ -1605,12 +1779,8 @@ landed:
         Py_INCREF(Py_True);
         Py_XSETREF(SLOT(o, off_dirty), Py_True);
     }
-    if (m->c) {
-        r = call_method(s_compute, cost, m->compute, NULL, NULL);
-        if (r == NULL)
-            return -1;
-        Py_DECREF(r);
-    }
+    if (m->c && cost_compute(cost, m->compute) < 0)
+        return -1;
     return 1;
 }
 
@@ -1793,12 +1963,10 @@ hp_access(HitPath *self, PyObject *key, PyObject *size, int w, PyObject *compute
         PyObject *cost = PyObject_GetAttr(pool, s_cost);
         if (cost == NULL)
             goto error;
-        PyObject *cargs[2] = {cost, compute};
-        r = PyObject_VectorcallMethod(s_compute, cargs, 2, NULL);
+        int ok = cost_compute(cost, compute);
         Py_DECREF(cost);
-        if (r == NULL)
+        if (ok < 0)
             goto error;
-        Py_DECREF(r);
     }
     if (locked && release_lock(self) < 0)
         return NULL;
@@ -1879,6 +2047,113 @@ hp_step(HitPath *self, PyObject *const *args, Py_ssize_t nargs)
     if (r == FALLBACK)
         Py_RETURN_NOTIMPLEMENTED;
     return r;
+}
+
+/* free(key): Pool.free for the environments' loop, the plain case (a pool serving plain misses
+ * and no hook; an unpinned object on the device, its block free to go back, or in host memory):
+ * Pool._free's effects in its order (the tracker's on_free in C). None, or NotImplemented (not
+ * served, nothing written: call Pool.free, which also raises for an unknown key). */
+static PyObject *
+hp_free(HitPath *self, PyObject *key)
+{
+    PyObject *pool = self->pool, *r;
+    if (!self->enabled || !self->miss || self->pending || !PyLong_CheckExact(key)
+        || SLOT(pool, off_pool_hook) != Py_None)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *o = PyDict_GetItemWithError(self->objs, key);
+    if (o == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *stats = SLOT(pool, off_pool_stats), *cost = SLOT(pool, off_pool_cost);
+    PyObject *policy = SLOT(pool, off_pool_policy), *view = SLOT(pool, off_pool_view);
+    if (Py_TYPE(o) != info_type || stats == NULL || Py_TYPE(stats) != stats_type || cost == NULL
+        || Py_TYPE(cost) != cost_type || policy == NULL || view == NULL
+        || SLOT(pool, off_pool_place_release) == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *pref = SLOT(o, off_prefetched);
+    PyObject *v[] = {SLOT(o, off_state), SLOT(o, off_pins), SLOT(pool, off_pool_tick),
+                     SLOT(stats, off_frees), SLOT(o, off_busy_until), SLOT(cost, off_cost_now),
+                     SLOT(pool, off_pool_n_evictable), SLOT(stats, off_useless),
+                     SLOT(o, off_offset), SLOT(o, off_nbytes)};
+    if (!exact_ints(v, 4) || (pref != Py_True && pref != Py_False))
+        Py_RETURN_NOTIMPLEMENTED;
+    int ovf = 0;
+    long state = PyLong_AsLongAndOverflow(v[0], &ovf);
+    if (ovf || PyObject_IsTrue(v[1]) || (state != 0 && state != 1))  /* pinned, in flight */
+        Py_RETURN_NOTIMPLEMENTED;
+    if (state == 0 && (!exact_ints(v + 4, 6) || PyObject_RichCompareBool(v[4], v[5], Py_LE) != 1))
+        Py_RETURN_NOTIMPLEMENTED;  /* a copy out of its block still runs: Pool._free queues it */
+    PyObject *argv[2] = {NULL, Py_False};
+    r = PyObject_Vectorcall(self->acquire, argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return NULL;
+    int locked = r == Py_True;
+    Py_DECREF(r);
+    if (!locked)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *t1 = ADD(v[2], one), *f1 = ADD(v[3], one), *n1 = NULL, *u1 = NULL;
+    if (state == 0) {
+        n1 = PyNumber_Subtract(v[6], one);
+        u1 = pref == Py_True ? ADD(v[7], one) : NULL;
+    }
+    int ret = -1;
+    Py_INCREF(o);
+    Py_INCREF(policy);
+    Py_INCREF(view);
+    if (t1 == NULL || f1 == NULL || (state == 0 && (n1 == NULL || (pref == Py_True && u1 == NULL)))) {
+        Py_XDECREF(t1);
+        Py_XDECREF(f1);
+        Py_XDECREF(n1);
+        Py_XDECREF(u1);
+        goto done;
+    }
+    Py_SETREF(SLOT(pool, off_pool_tick), t1);
+    Py_SETREF(SLOT(stats, off_frees), f1);
+    if (PyDict_DelItem(self->objs, key) < 0) {
+        Py_XDECREF(n1);
+        Py_XDECREF(u1);
+        goto done;
+    }
+    if (state == 0) {  /* on the device: useless prefetch, n_evictable, on_free, the block */
+        if (u1 != NULL)
+            Py_SETREF(SLOT(stats, off_useless), u1);
+        Py_SETREF(SLOT(pool, off_pool_n_evictable), n1);
+        if (self->tracker != NULL) {
+            if (tr_evict(self->tracker, view, key, 1) < 0)
+                goto done;
+        } else {
+            r = call_method(s_on_free, policy, view, key, NULL);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
+        }
+        PyObject *off = SLOT(o, off_offset), *nb = SLOT(o, off_nbytes);  /* _release_block */
+        if (off == NULL || nb == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "allocator._fastpath: the object's block was deleted");
+            goto done;
+        }
+        SLOT(o, off_offset) = PyLong_FromLong(-1);
+        Py_INCREF(zero);
+        SLOT(o, off_nbytes) = zero;
+        PyObject *rargs[2] = {off, nb};
+        r = SLOT(o, off_offset) != NULL
+            ? PyObject_Vectorcall(SLOT(pool, off_pool_place_release), rargs, 2, NULL) : NULL;
+        Py_DECREF(off);
+        Py_DECREF(nb);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    ret = 0;
+done:
+    Py_DECREF(o);
+    Py_DECREF(policy);
+    Py_DECREF(view);
+    if (release_lock(self) < 0 || ret < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /* tracks(policy): whether the hooks of ``policy`` run here (exactly a FeatureTracker) */
@@ -2095,6 +2370,8 @@ static PyMethodDef hp_methods[] = {
      "needed) or False (complete)"},
     {"abandon", (PyCFunction)hp_abandon, METH_NOARGS,
      "abandon(): undo a suspended miss and release the pool's lock (False when none waits)"},
+    {"free", (PyCFunction)hp_free, METH_O,
+     "free(key): Pool.free's plain case in C: None, or NotImplemented (not served: call Pool.free)"},
     {"tracks", (PyCFunction)hp_tracks, METH_O,
      "tracks(policy): whether the policy's hooks run in C (exactly a FeatureTracker)"},
     {NULL, NULL, 0, NULL},
@@ -2800,6 +3077,9 @@ PyInit__fastpath(void)
     INTERN(s_on_hit, "on_hit");
     INTERN(s_on_miss, "on_miss");
     INTERN(s_append, "append");
+    INTERN(s_free_slots, "_free_slots");
+    INTERN(s_next, "_next");
+    INTERN(s_on_free, "on_free");
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;

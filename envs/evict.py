@@ -218,12 +218,14 @@ class EvictEnv(PoolEnv):
         hp = pool._hit_path
         cstep: Any = hp.step if hp is not None and hp.enabled else None
         resume: Any = hp.resume if cstep is not None else None
+        cfree: Any = hp.free if cstep is not None else None
         nxt = self._nxt
         free_, write_ = _FREE, _WRITE  # plain ints in fast locals
         for k, op, size, kind, comp, nu in zip(w.key, w.op, w.size, w.kind, w.compute_ns,
                                                w.next_use.tolist()):
             if op == free_:
-                free(k)
+                if cfree is None or cfree(k) is NotImplemented:
+                    free(k)
                 continue
             nxt[k] = nu
             if cstep is not None:

@@ -373,7 +373,8 @@ class FeatureTracker(EvictionPolicyBase):
 # this class: a subclass keeps its own Python methods); they need the row layout
 if _pool._fastpath is not None:
     _pool._fastpath.set_tracker(FeatureTracker, _NCOL, _COUNT, _RING0, _RING, _E0, _INSERT, _CREATE,
-                                _IH, _MISS_ALPHA, _RENORM * HALF_LIVES[0])
+                                _SIZE, _KIND, _IH, _MISS_ALPHA, _RENORM * HALF_LIVES[0],
+                                _EMPTY_ROW.tolist())
 
 
 class Observed(EvictionPolicyBase):

@@ -310,22 +310,20 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", e
 
 def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5, env: Any = None
                    ) -> dict[str, float]:
-    """The pool's loop alone, per Evict-v0 decision: one episode's victims (a random agent's)
-    replayed through :meth:`Pool.steps` as the env drives it, with the env's FeatureTracker in
-    the policy slot and with a policy whose hooks do nothing (the pool core alone). CPU time,
-    best of ``repeats``. ``env``: an EvictEnv to replay instead of ``EvictEnv(K=K,
-    candidates=candidates)``."""
-    from allocator.pool import Pool
-    from allocator.trace import Op
+    """The env's pool loop alone, per Evict-v0 decision: one episode's victims (a random
+    agent's) sent into the env's own loop (``EvictEnv._episode``: the window's rows through the
+    pool, the FeatureTracker's hooks, the oracle's bookkeeping) with no observation between
+    decisions; on the pool's C paths (``allocator/_fastpath.c``: hits and misses, the tracker's
+    hooks, a miss suspended at its decision) and on the pure-Python path (``Pool.steps``, what
+    ``CACHEGYM_PURE_PYTHON=1`` runs). CPU time, best of ``repeats``. ``env``: an EvictEnv to
+    replay instead of ``EvictEnv(K=K, candidates=candidates)``."""
+    import allocator.pool as pool_mod
     from envs.evict import EvictEnv
-    from policies.base import EvictionPolicyBase
-    from policies.features import FeatureTracker
 
     if env is None:
         env = EvictEnv(K=K, candidates=candidates)
     env.reset(seed=seed)
-    assert env.pool is not None
-    w, cap = env._w, env.pool.capacity
+    w = env._w
     rng = np.random.default_rng(seed)
     victims: list[int] = []
     while True:
@@ -335,40 +333,35 @@ def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5,
             break
     env.close()
 
-    class NoHooks(EvictionPolicyBase):
-        name = "no-hooks"
-
-        def victim(self, view: Any) -> int | None:
-            raise AssertionError("the replay answers every eviction")
-
-    free_, write_ = int(Op.FREE), int(Op.WRITE)
-
-    def replay(policy: Any) -> float:
-        pool = Pool(cap, policy, **env.pool_kwargs)
-        vi = iter(victims)
-        resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
+    def replay(c_paths: bool) -> float:
+        saved = pool_mod._fastpath
+        try:
+            if not c_paths:
+                pool_mod._fastpath = None  # pools made now have no C paths
+            env._start(w)  # a fresh pool and tracker on the same window
+        finally:
+            pool_mod._fastpath = saved
+        loop = env._loop
+        assert loop is not None and (env.pool._hit_path is not None) == (c_paths and saved is not None)
+        sent, ended = 0, False
         t0 = time.process_time()
-        for k, op, size, kind, comp in zip(w.key, w.op, w.size, w.kind, w.compute_ns):
-            if op == free_:
-                free(k)
-            elif resident(k):
-                access(k, size, op == write_, kind=kind, compute_ns=comp)
-            else:
-                gen = steps(k, size, op, kind=kind, compute_ns=comp)
-                try:
-                    next(gen)
-                    while True:
-                        gen.send(next(vi))
-                except StopIteration:
-                    pass
+        next(loop)
+        try:
+            for v in victims:
+                sent += 1
+                loop.send(v)
+        except StopIteration:
+            ended = True
         dt = time.process_time() - t0
-        assert next(vi, None) is None, "the replay diverged from the episode"
+        env._loop = None
+        assert ended and sent == len(victims), "the replay diverged from the episode"
+        env.close()
         return dt / len(victims) * 1e6
 
-    tracker = min(replay(FeatureTracker()) for _ in range(repeats))
-    bare = min(replay(NoHooks()) for _ in range(repeats))
-    return {"decisions": len(victims), "rows": len(w), "with_tracker_us": tracker,
-            "pool_core_us": bare, "tracker_hooks_us": tracker - bare}
+    out = {"decisions": float(len(victims)), "rows": float(len(w)),
+           "python_us": min(replay(False) for _ in range(repeats))}
+    out["c_us"] = min(replay(True) for _ in range(repeats)) if pool_mod._fastpath is not None else float("nan")
+    return out
 
 
 def machine_speed() -> dict[str, float]:
@@ -418,9 +411,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"rest of step {g['step_rest']:.1f}] + resets {g['outside']:.1f}")
             c = pool_loop_cost(args.K, args.seed, rule, env=env)
             out[f"evict_pool_loop_{rule}"] = c
-            print(f"  Evict-v0 {rule:7s} pool loop alone, one episode's victims replayed ({c['decisions']} decisions, "
-                  f"{c['rows']} rows; CPU): {c['with_tracker_us']:.1f} us/decision = pool core "
-                  f"{c['pool_core_us']:.1f} + FeatureTracker hooks {c['tracker_hooks_us']:.1f}")
+            print(f"  Evict-v0 {rule:7s} pool loop alone, one episode's victims replayed ({c['decisions']:.0f} "
+                  f"decisions, {c['rows']:.0f} rows; CPU): {c['c_us']:.1f} us/decision on the C paths, "
+                  f"{c['python_us']:.1f} on the pure-Python path")
     for agent in ("sb3", "project"):
         p = ppo_env_share(args.K, args.ppo_steps, args.seed, agent, args.torch_threads)
         out[f"ppo_{agent}"] = p

@@ -427,9 +427,9 @@ def _pick(p: Pool, rng: random.Random) -> int:
 
 @pytest.mark.parametrize("placement", ["bytes", "arena"])
 def test_step_and_resume_equal_pool_steps(placement: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """HitPath.step / resume (the environments' loop) against Pool.steps on the Python path,
-    the same victims chosen from the same state: identical pools and trackers after every
-    event, the same number of decisions."""
+    """HitPath.step / resume / free (the environments' loop) against Pool.steps and Pool.free on
+    the Python path, the same victims chosen from the same state: identical pools and trackers
+    after every event, the same number of decisions."""
     if _c_module() is None:
         pytest.skip(NOT_BUILT)
     fast = _tracker_pool(False, monkeypatch, placement=placement)
@@ -438,11 +438,18 @@ def test_step_and_resume_equal_pool_steps(placement: str, monkeypatch: pytest.Mo
     r_fast, r_pure = random.Random(1), random.Random(1)
     decisions = [0, 0]
     several = 0  # misses that needed more than one victim
+    freed = 0  # frees served in C
     for i, (k, size, write) in enumerate(_events(5, 3000)):
         if size == 0:
             if k in fast:
-                fast.free(k)
+                if hp.free(k) is NotImplemented:
+                    fast.free(k)
+                else:
+                    freed += 1
                 pure.free(k)
+                assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure), i
+            else:
+                assert hp.free(k) is NotImplemented  # Pool.free raises UnknownKey for it
             continue
         r = hp.step(k, size, write, 3, 0)
         assert r is not NotImplemented
@@ -466,6 +473,7 @@ def test_step_and_resume_equal_pool_steps(placement: str, monkeypatch: pytest.Mo
         assert _tracker_fingerprint(fast) == _tracker_fingerprint(pure), i
     assert decisions[0] == decisions[1] > 500
     assert several > 100 and fast.stats.evictions == decisions[0]
+    assert freed > 20 and fast.stats.writebacks > 100  # dirty victims written back in C too
     fast._check()
 
 
