@@ -2156,6 +2156,79 @@ done:
     Py_RETURN_NONE;
 }
 
+/* run(keys, ops, sizes, kinds, compute_ns, next_use, i, nxt, free_op, write_op): the
+ * environments' row loop from row i of a window (its columns as lists): a free through
+ * HitPath.free, an access through HitPath.step after nxt[key] = next_use[i] (the oracle's
+ * bookkeeping), until one of: the end (RUN_END, n), a miss waiting for a victim (RUN_DECISION,
+ * the next row), a row not served here (RUN_PYTHON, its index: nothing of it done but nxt). */
+enum { RUN_END = 0, RUN_DECISION = 1, RUN_PYTHON = 2 };
+
+static PyObject *
+hp_run(HitPath *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "HitPath.run takes (keys, ops, sizes, kinds, compute_ns, "
+                        "next_use, i, nxt, free_op, write_op)");
+        return NULL;
+    }
+    PyObject *nxt = args[7];
+    for (int j = 0; j < 6; j++) {
+        if (!PyList_CheckExact(args[j]) || PyList_GET_SIZE(args[j]) != PyList_GET_SIZE(args[0])) {
+            PyErr_SetString(PyExc_TypeError, "HitPath.run: the columns must be lists of one length");
+            return NULL;
+        }
+    }
+    if (!PyDict_CheckExact(nxt)) {
+        PyErr_SetString(PyExc_TypeError, "HitPath.run: nxt must be a dict");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(args[0]), i = PyLong_AsSsize_t(args[6]);
+    long free_op = PyLong_AsLong(args[8]), write_op = PyLong_AsLong(args[9]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (i < 0 || i > n) {
+        PyErr_SetString(PyExc_IndexError, "HitPath.run: row index out of range");
+        return NULL;
+    }
+    int status = RUN_END;
+    for (; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(args[0], i), *opo = PyList_GET_ITEM(args[1], i), *r;
+        long op = PyLong_CheckExact(opo) ? PyLong_AsLong(opo) : -1;
+        if (op == -1 && PyErr_Occurred())
+            return NULL;
+        if (op == free_op) {
+            r = hp_free(self, k);
+            if (r == NULL)
+                return NULL;
+            Py_DECREF(r);
+            if (r == Py_NotImplemented) {
+                status = RUN_PYTHON;
+                break;
+            }
+            continue;
+        }
+        if (PyDict_SetItem(nxt, k, PyList_GET_ITEM(args[5], i)) < 0)
+            return NULL;
+        PyObject *comp = PyList_GET_ITEM(args[4], i);
+        int c = int_truth(comp);
+        r = c < 0 ? FALLBACK : hp_access(self, k, PyList_GET_ITEM(args[2], i), op == write_op, comp, c,
+                                          PyList_GET_ITEM(args[3], i), 1);
+        if (r == NULL)
+            return NULL;
+        if (r == FALLBACK) {
+            status = RUN_PYTHON;
+            break;
+        }
+        Py_DECREF(r);
+        if (r == Py_None) {
+            status = RUN_DECISION;
+            i++;
+            break;
+        }
+    }
+    return Py_BuildValue("(in)", status, i);
+}
+
 /* tracks(policy): whether the hooks of ``policy`` run here (exactly a FeatureTracker) */
 static PyObject *
 hp_tracks(HitPath *self, PyObject *policy)
@@ -2370,6 +2443,10 @@ static PyMethodDef hp_methods[] = {
      "needed) or False (complete)"},
     {"abandon", (PyCFunction)hp_abandon, METH_NOARGS,
      "abandon(): undo a suspended miss and release the pool's lock (False when none waits)"},
+    {"run", (PyCFunction)(void (*)(void))hp_run, METH_FASTCALL,
+     "run(keys, ops, sizes, kinds, compute_ns, next_use, i, nxt, free_op, write_op) -> (status, i): "
+     "the environments' row loop from row i until RUN_END, RUN_DECISION (a miss waits for resume) "
+     "or RUN_PYTHON (row i is not served here)"},
     {"free", (PyCFunction)hp_free, METH_O,
      "free(key): Pool.free's plain case in C: None, or NotImplemented (not served: call Pool.free)"},
     {"tracks", (PyCFunction)hp_tracks, METH_O,
@@ -3104,7 +3181,10 @@ PyInit__fastpath(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "GATHER_MAX_K", GATHER_MAX_K) < 0) {  /* gather's bound on K */
+    if (PyModule_AddIntConstant(m, "RUN_END", RUN_END) < 0
+        || PyModule_AddIntConstant(m, "RUN_DECISION", RUN_DECISION) < 0
+        || PyModule_AddIntConstant(m, "RUN_PYTHON", RUN_PYTHON) < 0
+        || PyModule_AddIntConstant(m, "GATHER_MAX_K", GATHER_MAX_K) < 0) {  /* gather's bound on K */
         Py_DECREF(m);
         return NULL;
     }

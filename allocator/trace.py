@@ -195,16 +195,28 @@ class Trace:
 
     # ------------------------------------------------------------------ derived arrays
     def object_ids(self) -> np.ndarray:
-        """Dense id per row of the object it touches: a key reused after a free is a new object."""
-        return _objects_and_next_use(self.key, self.op)[0]
+        """Dense id per row of the object it touches: a key reused after a free is a new object.
+        (Read-only: computed once per trace, as :meth:`next_use`.)"""
+        return self._objects_next()[0]
 
     def next_use(self) -> np.ndarray:
         """For each row, the row index of the next read/write of the same object, or :data:`INF`.
 
         Free rows get INF. This is what Belady's oracle and libCacheSim's oracleGeneral
-        ``next access`` field read.
+        ``next access`` field read. (Read-only: computed once per trace.)
         """
-        return _objects_and_next_use(self.key, self.op)[1]
+        return self._objects_next()[1]
+
+    def _objects_next(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(object_ids, next_use)``, computed on first use and kept (the trace is immutable;
+        an environment's reset asks for both of its window)."""
+        got = self.__dict__.get("_derived")
+        if got is None:
+            got = _objects_and_next_use(self.key, self.op)
+            for a in got:
+                a.setflags(write=False)
+            object.__setattr__(self, "_derived", got)
+        return got  # type: ignore[no-any-return]
 
     def working_set_bytes(self) -> int:
         """Sum of the sizes of distinct objects (first size seen for each)."""

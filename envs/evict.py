@@ -9,6 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 from allocator.errors import ConfigError, InvalidActionError
+from allocator import pool as _pool
 from allocator.pool import EvictionRequest, Pool
 from allocator.trace import Op
 from envs.common import (
@@ -36,6 +37,9 @@ __all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
 
 EVICT_REWARDS = ("misses", "bytes", "stall")
 _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an IntEnum member costs 6x
+# HitPath.run's answers (allocator/_fastpath.c; unused without it)
+_RUN_END: int = getattr(_pool._fastpath, "RUN_END", 0)
+_RUN_DECISION: int = getattr(_pool._fastpath, "RUN_DECISION", 1)
 INVALID_ACTIONS = ("raise", "lru")
 
 
@@ -208,42 +212,47 @@ class EvictEnv(PoolEnv):
     def _episode(self) -> Generator[EvictionRequest | None, int, None]:
         """The window's rows through the pool. A miss runs as :meth:`Pool.steps`, whose
         eviction requests pass through (``yield from``) to :meth:`_advance`, which sends the
-        victims back; everything else runs without stopping."""
+        victims back; everything else runs without stopping.
+
+        Where the pool's C paths serve (``allocator/_fastpath.c``: no prefetcher, no backend,
+        instant copies), ``HitPath.run`` takes the rows in one call up to the next decision: the
+        same accesses, frees and hooks, a miss suspended at its eviction request until
+        ``HitPath.resume(victim)`` (the same effects, in the same order, as Pool.steps); a row
+        it does not serve runs here."""
         pool, w = self.pool, self._w
         assert pool is not None
         resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
-        # the pool's C paths (allocator/_fastpath.c), when built and the configuration allows:
-        # a hit or a miss in one call, a miss suspending at its eviction decision until
-        # resume(victim) (the same effects, in the same order, as Pool.steps)
         hp = pool._hit_path
-        cstep: Any = hp.step if hp is not None and hp.enabled else None
-        resume: Any = hp.resume if cstep is not None else None
-        cfree: Any = hp.free if cstep is not None else None
+        run: Any = hp.run if hp is not None and hp.enabled else None
         nxt = self._nxt
+        keys, ops, sizes, kinds, comps = w.key, w.op, w.size, w.kind, w.compute_ns
+        nus = w.next_use.tolist()
         free_, write_ = _FREE, _WRITE  # plain ints in fast locals
-        for k, op, size, kind, comp, nu in zip(w.key, w.op, w.size, w.kind, w.compute_ns,
-                                               w.next_use.tolist()):
-            if op == free_:
-                if cfree is None or cfree(k) is NotImplemented:
-                    free(k)
-                continue
-            nxt[k] = nu
-            if cstep is not None:
-                r = cstep(k, size, op == write_, kind, comp)
-                if r is None:  # suspended: victims until the object fits
+        i, n = 0, len(keys)
+        while i < n:
+            if run is not None:
+                status, i = run(keys, ops, sizes, kinds, comps, nus, i, nxt, free_, write_)
+                if status == _RUN_DECISION:  # a miss waits: victims until the object fits
                     try:
-                        while resume((yield None)) is None:
+                        while hp.resume((yield None)) is None:
                             pass
                     except BaseException:
                         hp.abandon()  # closed at a decision: the miss is undone, the lock released
                         raise
                     continue
-                if r is not NotImplemented:
-                    continue
+                if status == _RUN_END:
+                    break
+            # row i the Python way (also every row where the C paths are absent or off)
+            k, op, size = keys[i], ops[i], sizes[i]
+            i += 1
+            if op == free_:
+                free(k)
+                continue
+            nxt[k] = nus[i - 1]
             if resident(k):  # a hit never needs room: the fast path of the same loop
-                access(k, size, op == write_, kind=kind, compute_ns=comp)
+                access(k, size, op == write_, kind=kinds[i - 1], compute_ns=comps[i - 1])
             else:
-                yield from steps(k, size, op, kind=kind, compute_ns=comp)
+                yield from steps(k, size, op, kind=kinds[i - 1], compute_ns=comps[i - 1])
 
     def _advance(self, victim: int | None) -> bool:
         """Answer the pending request with ``victim`` (``None``: start the episode) and run
