@@ -2689,7 +2689,8 @@ gather_at(PyObject *key, PyObject *recs, const long long *rslots, Py_ssize_t j, 
  *      lock, and the GIL is held throughout), index = int(x * n), and the first K distinct
  *      indices (in draw order) name the candidates, when they are K and all evictable;
  *    - n <= 4K: the evictable residents in list order, and when there are more than K of
- *      them, the first K of rng.permutation(count) (called as Python does) pick among them.
+ *      them, K picked among them by a partial Fisher-Yates shuffle over K doubles drawn as
+ *      rng.random(K) draws them (policies.features._sample_indices).
  * With recs and rslots (rule "sample": the tracker's records and slots at the same indices as
  * src) the records are read from there instead of looked up by key, the answers the same.
  * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]
@@ -2721,8 +2722,8 @@ fp_gather(PyObject *mod, PyObject *args)
     Py_buffer buf;
     if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    PyObject *keys = NULL, *it = NULL, *cap = NULL, *perm = NULL, *chosen = NULL;
-    Py_buffer pb = {0}, rb = {0};
+    PyObject *keys = NULL, *it = NULL, *cap = NULL, *chosen = NULL;
+    Py_buffer rb = {0};
     const long long *rslots = NULL;  /* with recs: the residents' records and slots by index */
     if (rng != Py_None && recs != Py_None && rslots_obj != Py_None) {
         if (!PyList_CheckExact(recs)
@@ -2797,28 +2798,39 @@ fp_gather(PyObject *mod, PyObject *args)
             Py_SETREF(keys, chosen);
             chosen = NULL;
             memmove(tmp + K, tmp + stride, (size_t)c * sizeof(double));
-        } else {  /* rng.permutation(c)[:K] picks among them, as the Python path */
-            perm = PyObject_CallMethod(rng, "permutation", "n", c);
-            if (perm == NULL)
+        } else {  /* K of them: a partial Fisher-Yates shuffle over K uniform draws, drawn as
+                   * Generator.random(K) draws (features._sample_indices, the same steps) */
+            cap = PyObject_GetAttrString(rng, "bit_generator");
+            if (cap != NULL)
+                Py_SETREF(cap, PyObject_GetAttrString(cap, "capsule"));
+            if (cap == NULL)
                 goto error;
-            if (PyObject_GetBuffer(perm, &pb, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            fp_bitgen_t *bg = (fp_bitgen_t *)PyCapsule_GetPointer(cap, "BitGenerator");
+            if (bg == NULL)
                 goto error;
-            if (pb.itemsize != 8 || pb.format == NULL || pb.len / 8 != c
-                || (strcmp(pb.format, "l") != 0 && strcmp(pb.format, "q") != 0)) {
-                PyErr_SetString(PyExc_TypeError, "gather: rng.permutation gave no int64 array");
-                goto error;
-            }
-            const long long *p = pb.buf;
+            Py_ssize_t *idx = PyMem_Malloc((size_t)c * sizeof(Py_ssize_t));
             double *sel = PyMem_Malloc(2 * (size_t)K * sizeof(double));
-            if (sel == NULL) {
+            if (idx == NULL || sel == NULL) {
+                PyMem_Free(idx);
+                PyMem_Free(sel);
                 PyErr_NoMemory();
                 goto error;
             }
+            for (Py_ssize_t i = 0; i < c; i++)
+                idx[i] = i;
+            for (Py_ssize_t j = 0; j < K; j++) {
+                double x = bg->next_double(bg->state);
+                Py_ssize_t r = j + (Py_ssize_t)(x * (double)(c - j));  /* truncation, as int() */
+                if (r > c - 1)
+                    r = c - 1;
+                Py_ssize_t t = idx[j];
+                idx[j] = idx[r];
+                idx[r] = t;
+            }
             for (Py_ssize_t i = 0; i < K; i++) {
-                long long j = p[i];
-                if (j < 0 || j >= c || PyList_Append(keys, PyList_GET_ITEM(chosen, j)) < 0) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetString(PyExc_ValueError, "gather: a permutation index is out of range");
+                Py_ssize_t j = idx[i];
+                if (PyList_Append(keys, PyList_GET_ITEM(chosen, j)) < 0) {
+                    PyMem_Free(idx);
                     PyMem_Free(sel);
                     goto error;
                 }
@@ -2826,6 +2838,7 @@ fp_gather(PyObject *mod, PyObject *args)
                 sel[K + i] = tmp[stride + j];
             }
             memcpy(tmp, sel, 2 * (size_t)K * sizeof(double));
+            PyMem_Free(idx);
             PyMem_Free(sel);
         }
     } else {  /* n > 4K: m draws, the first K distinct */
@@ -2884,11 +2897,8 @@ pass:
 error:
     result = NULL;
 done:
-    if (pb.obj != NULL)
-        PyBuffer_Release(&pb);
     if (rb.obj != NULL)
         PyBuffer_Release(&rb);
-    Py_XDECREF(perm);
     Py_XDECREF(chosen);
     Py_XDECREF(cap);
     Py_XDECREF(it);
