@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from allocator.errors import ConfigError, InvalidActionError
 from allocator import pool as _pool
+from allocator.errors import ConfigError, InvalidActionError
 from allocator.pool import EvictionRequest, Pool
 from allocator.trace import Op
 from envs.common import (
