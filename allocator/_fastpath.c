@@ -3031,8 +3031,8 @@ fp_head(PyObject *mod, PyObject *args)
 
 /* decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist) -> int
  *
- * envs.common.decision_info's work (the teacher's oracle and next-use distances) on two lists
- * of ints: writes the keys into out_keys (int64, K) and the ticks from tick to each next use
+ * envs.common.decision_info's work (the teacher's oracle and next-use distances) on a list of
+ * keys and their next uses (a list of ints at the same indices, or a dict by key): writes the keys into out_keys (int64, K) and the ticks from tick to each next use
  * into out_dist (float64, K; inf for INF = 2**63 - 1), -1 in the padding, and returns the
  * oracle: with farthest, the candidate used farthest ahead (the largest key among equals);
  * without, the first used soonest (-1 when none is used again); -1 without candidates. */
@@ -3043,11 +3043,16 @@ fp_decision_info(PyObject *mod, PyObject *args)
     long long tick;
     Py_ssize_t K;
     int farthest;
-    if (!PyArg_ParseTuple(args, "O!O!LnpOO:decision_info", &PyList_Type, &keys, &PyList_Type,
-                          &nxt, &tick, &K, &farthest, &ko, &dobj))
+    if (!PyArg_ParseTuple(args, "O!OLnpOO:decision_info", &PyList_Type, &keys, &nxt, &tick, &K,
+                          &farthest, &ko, &dobj))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(keys);
-    if (PyList_GET_SIZE(nxt) != n || n > K) {
+    int by_key = PyDict_CheckExact(nxt);
+    if (!by_key && !PyList_CheckExact(nxt)) {
+        PyErr_SetString(PyExc_TypeError, "decision_info: nxt must be a list or a dict");
+        return NULL;
+    }
+    if ((!by_key && PyList_GET_SIZE(nxt) != n) || n > K) {
         PyErr_SetString(PyExc_ValueError, "decision_info: keys and nxt of one length n <= K");
         return NULL;
     }
@@ -3073,7 +3078,18 @@ fp_decision_info(PyObject *mod, PyObject *args)
         long long k = PyLong_AsLongLong(PyList_GET_ITEM(keys, i));
         if (k == -1 && PyErr_Occurred())
             goto done;
-        long long x = PyLong_AsLongLong(PyList_GET_ITEM(nxt, i));
+        PyObject *xo;
+        if (by_key) {
+            xo = PyDict_GetItemWithError(nxt, PyList_GET_ITEM(keys, i));
+            if (xo == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys, i));
+                goto done;
+            }
+        } else {
+            xo = PyList_GET_ITEM(nxt, i);
+        }
+        long long x = PyLong_AsLongLong(xo);
         if (x == -1 && PyErr_Occurred())
             goto done;
         ok_[i] = k;

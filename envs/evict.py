@@ -319,7 +319,7 @@ class EvictEnv(PoolEnv):
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
         # Belady's choice and each candidate's next-use distance
-        j, keys, dist = decision_info(kl, list(map(self._nxt.__getitem__, kl)), t, self.K, True)
+        j, keys, dist = decision_info(kl, self._nxt, t, self.K, True)
         info["oracle_action"] = j
         if not kl:
             info["stats"] = pool.snapshot().as_dict()
