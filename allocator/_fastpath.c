@@ -2156,34 +2156,28 @@ done:
     Py_RETURN_NONE;
 }
 
-/* run(keys, ops, sizes, kinds, compute_ns, next_use, i, nxt, free_op, write_op): the
- * environments' row loop from row i of a window (its columns as lists): a free through
- * HitPath.free, an access through HitPath.step after nxt[key] = next_use[i] (the oracle's
- * bookkeeping), until one of: the end (RUN_END, n), a miss waiting for a victim (RUN_DECISION,
- * the next row), a row not served here (RUN_PYTHON, its index: nothing of it done but nxt). */
+/* run(keys, ops, sizes, kinds, compute_ns, i, free_op, write_op): the environments' row loop
+ * from row i of a window (its columns as lists): a free through HitPath.free, an access through
+ * HitPath.step, until one of: the end (RUN_END, n), a miss waiting for a victim (RUN_DECISION,
+ * the next row), a row not served here (RUN_PYTHON, its index: nothing of it done). */
 enum { RUN_END = 0, RUN_DECISION = 1, RUN_PYTHON = 2 };
 
 static PyObject *
 hp_run(HitPath *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
+    if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "HitPath.run takes (keys, ops, sizes, kinds, compute_ns, "
-                        "next_use, i, nxt, free_op, write_op)");
+                        "i, free_op, write_op)");
         return NULL;
     }
-    PyObject *nxt = args[7];
-    for (int j = 0; j < 6; j++) {
+    for (int j = 0; j < 5; j++) {
         if (!PyList_CheckExact(args[j]) || PyList_GET_SIZE(args[j]) != PyList_GET_SIZE(args[0])) {
             PyErr_SetString(PyExc_TypeError, "HitPath.run: the columns must be lists of one length");
             return NULL;
         }
     }
-    if (!PyDict_CheckExact(nxt)) {
-        PyErr_SetString(PyExc_TypeError, "HitPath.run: nxt must be a dict");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(args[0]), i = PyLong_AsSsize_t(args[6]);
-    long free_op = PyLong_AsLong(args[8]), write_op = PyLong_AsLong(args[9]);
+    Py_ssize_t n = PyList_GET_SIZE(args[0]), i = PyLong_AsSsize_t(args[5]);
+    long free_op = PyLong_AsLong(args[6]), write_op = PyLong_AsLong(args[7]);
     if (PyErr_Occurred())
         return NULL;
     if (i < 0 || i > n) {
@@ -2207,8 +2201,6 @@ hp_run(HitPath *self, PyObject *const *args, Py_ssize_t nargs)
             }
             continue;
         }
-        if (PyDict_SetItem(nxt, k, PyList_GET_ITEM(args[5], i)) < 0)
-            return NULL;
         PyObject *comp = PyList_GET_ITEM(args[4], i);
         int c = int_truth(comp);
         r = c < 0 ? FALLBACK : hp_access(self, k, PyList_GET_ITEM(args[2], i), op == write_op, comp, c,
@@ -2444,7 +2436,7 @@ static PyMethodDef hp_methods[] = {
     {"abandon", (PyCFunction)hp_abandon, METH_NOARGS,
      "abandon(): undo a suspended miss and release the pool's lock (False when none waits)"},
     {"run", (PyCFunction)(void (*)(void))hp_run, METH_FASTCALL,
-     "run(keys, ops, sizes, kinds, compute_ns, next_use, i, nxt, free_op, write_op) -> (status, i): "
+     "run(keys, ops, sizes, kinds, compute_ns, i, free_op, write_op) -> (status, i): "
      "the environments' row loop from row i until RUN_END, RUN_DECISION (a miss waits for resume) "
      "or RUN_PYTHON (row i is not served here)"},
     {"free", (PyCFunction)hp_free, METH_O,
@@ -3032,7 +3024,8 @@ fp_head(PyObject *mod, PyObject *args)
 /* decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist) -> int
  *
  * envs.common.decision_info's work (the teacher's oracle and next-use distances) on a list of
- * keys and their next uses (a list of ints at the same indices, or a dict by key): writes the keys into out_keys (int64, K) and the ticks from tick to each next use
+ * keys and their next uses (a list of ints or an int64 buffer at the same indices, or a dict by
+ * key): writes the keys into out_keys (int64, K) and the ticks from tick to each next use
  * into out_dist (float64, K; inf for INF = 2**63 - 1), -1 in the padding, and returns the
  * oracle: with farthest, the candidate used farthest ahead (the largest key among equals);
  * without, the first used soonest (-1 when none is used again); -1 without candidates. */
@@ -3047,23 +3040,37 @@ fp_decision_info(PyObject *mod, PyObject *args)
                           &farthest, &ko, &dobj))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(keys);
-    int by_key = PyDict_CheckExact(nxt);
-    if (!by_key && !PyList_CheckExact(nxt)) {
-        PyErr_SetString(PyExc_TypeError, "decision_info: nxt must be a list or a dict");
-        return NULL;
+    int by_key = PyDict_CheckExact(nxt), by_list = PyList_CheckExact(nxt);
+    Py_buffer bn = {0};
+    const long long *nxt_arr = NULL;
+    if (!by_key && !by_list) {
+        if (PyObject_GetBuffer(nxt, &bn, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        if (bn.itemsize != 8 || bn.format == NULL || (strcmp(bn.format, "q") != 0 && strcmp(bn.format, "l") != 0)
+            || bn.len / 8 < n) {
+            PyBuffer_Release(&bn);
+            PyErr_SetString(PyExc_TypeError, "decision_info: nxt must be a list, a dict or an int64 "
+                            "array of at least n values");
+            return NULL;
+        }
+        nxt_arr = bn.buf;
     }
-    if ((!by_key && PyList_GET_SIZE(nxt) != n) || n > K) {
+    if ((by_list && PyList_GET_SIZE(nxt) != n) || n > K) {
+        if (bn.obj != NULL)
+            PyBuffer_Release(&bn);
         PyErr_SetString(PyExc_ValueError, "decision_info: keys and nxt of one length n <= K");
         return NULL;
     }
-    Py_buffer bk, bd;
-    if (PyObject_GetBuffer(ko, &bk, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(dobj, &bd, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyBuffer_Release(&bk);
-        return NULL;
-    }
+    Py_buffer bk = {0}, bd = {0};
     PyObject *res = NULL;
+    if (PyObject_GetBuffer(ko, &bk, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        bk.obj = NULL;
+        goto done;
+    }
+    if (PyObject_GetBuffer(dobj, &bd, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        bd.obj = NULL;
+        goto done;
+    }
     if (bk.itemsize != 8 || bk.len / 8 != K || (strcmp(bk.format, "q") != 0 && strcmp(bk.format, "l") != 0)
         || bd.itemsize != 8 || bd.len / 8 != K || strcmp(bd.format, "d") != 0) {
         PyErr_SetString(PyExc_ValueError, "decision_info: out_keys int64 (K,), out_dist float64 (K,)");
@@ -3078,20 +3085,25 @@ fp_decision_info(PyObject *mod, PyObject *args)
         long long k = PyLong_AsLongLong(PyList_GET_ITEM(keys, i));
         if (k == -1 && PyErr_Occurred())
             goto done;
-        PyObject *xo;
-        if (by_key) {
-            xo = PyDict_GetItemWithError(nxt, PyList_GET_ITEM(keys, i));
-            if (xo == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys, i));
-                goto done;
-            }
+        long long x;
+        if (nxt_arr != NULL) {
+            x = nxt_arr[i];
         } else {
-            xo = PyList_GET_ITEM(nxt, i);
+            PyObject *xo;
+            if (by_key) {
+                xo = PyDict_GetItemWithError(nxt, PyList_GET_ITEM(keys, i));
+                if (xo == NULL) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys, i));
+                    goto done;
+                }
+            } else {
+                xo = PyList_GET_ITEM(nxt, i);
+            }
+            x = PyLong_AsLongLong(xo);
+            if (x == -1 && PyErr_Occurred())
+                goto done;
         }
-        long long x = PyLong_AsLongLong(xo);
-        if (x == -1 && PyErr_Occurred())
-            goto done;
         ok_[i] = k;
         od[i] = x == inf_row ? Py_HUGE_VAL : (double)(x - tick);
         if (j < 0 || (farthest ? (x > jx || (x == jx && k > jk)) : x < jx)) {
@@ -3108,8 +3120,83 @@ fp_decision_info(PyObject *mod, PyObject *args)
         j = -1;
     res = PyLong_FromSsize_t(j);
 done:
-    PyBuffer_Release(&bk);
-    PyBuffer_Release(&bd);
+    if (bk.obj != NULL)
+        PyBuffer_Release(&bk);
+    if (bd.obj != NULL)
+        PyBuffer_Release(&bd);
+    if (bn.obj != NULL)
+        PyBuffer_Release(&bn);
+    return res;
+}
+
+/* last_uses(S, v, head, n, next_use, out) -> bool
+ *
+ * For each of the n candidates whose tracker slots a decision packed into v[head:head + n] (see
+ * policies/features.py): the row of the object's last access is the largest tick in its row's
+ * ring (FeatureTracker._access writes each access's tick there; in an environment's pool the
+ * tick of row r is r), and out[i] = next_use[that row] (int64). False, writing nothing more,
+ * when a candidate has no access in its ring or a row lies outside next_use. */
+static PyObject *
+fp_last_uses(PyObject *mod, PyObject *args)
+{
+    PyObject *So, *vo, *nuo, *oo;
+    Py_ssize_t head, n;
+    if (!PyArg_ParseTuple(args, "OOnnOO:last_uses", &So, &vo, &head, &n, &nuo, &oo))
+        return NULL;
+    if (tracker_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "last_uses: set_tracker() has not run");
+        return NULL;
+    }
+    Py_buffer b[4] = {{0}};
+    PyObject *objs[4] = {So, vo, nuo, oo};
+    PyObject *res = NULL;
+    for (int q = 0; q < 4; q++) {
+        if (PyObject_GetBuffer(objs[q], &b[q], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (q == 3 ? PyBUF_WRITABLE : 0)) < 0) {
+            b[q].obj = NULL;
+            goto done;
+        }
+    }
+    int i64[4] = {0, 0, 1, 1};
+    for (int q = 0; q < 4; q++) {
+        const char *f = b[q].format;
+        int ok = b[q].itemsize == 8 && f != NULL
+                 && (i64[q] ? (strcmp(f, "q") == 0 || strcmp(f, "l") == 0) : strcmp(f, "d") == 0);
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "last_uses: S and v float64, next_use and out int64");
+            goto done;
+        }
+    }
+    Py_ssize_t rows = b[0].len / 8 / tr_ncol, nv = b[1].len / 8, nn = b[2].len / 8;
+    if (n < 0 || head < 0 || head + n > nv || n > b[3].len / 8) {
+        PyErr_SetString(PyExc_ValueError, "last_uses: v holds fewer than head + n values, or out fewer than n");
+        goto done;
+    }
+    const double *S = b[0].buf, *v = b[1].buf;
+    const long long *nu = b[2].buf;
+    long long *out = b[3].buf;
+    res = Py_True;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double sd = v[head + i];
+        if (!(sd >= 0.0 && sd < (double)rows)) {
+            res = Py_False;
+            break;
+        }
+        const double *row = S + (Py_ssize_t)sd * tr_ncol + tr_ring0;
+        double last = row[0];
+        for (Py_ssize_t r = 1; r < tr_ring; r++)
+            if (row[r] > last)
+                last = row[r];
+        if (!(last >= 0.0 && last < (double)nn)) {
+            res = Py_False;
+            break;
+        }
+        out[i] = nu[(Py_ssize_t)last];
+    }
+    Py_INCREF(res);
+done:
+    for (int q = 0; q < 4; q++)
+        if (b[q].obj != NULL)
+            PyBuffer_Release(&b[q]);
     return res;
 }
 
@@ -3118,6 +3205,9 @@ static PyMethodDef fp_methods[] = {
      "setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN, RLock()): find the "
      "__slots__ the fast paths read and "
      "writes and the lock's layout; returns whether the layout is known"},
+    {"last_uses", fp_last_uses, METH_VARARGS,
+     "last_uses(S, v, head, n, next_use, out): next_use at each packed candidate's last access "
+     "(the largest tick in its tracker row's ring) into out; False when one has none"},
     {"decision_info", fp_decision_info, METH_VARARGS,
      "decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist): the oracle's choice and "
      "the next-use distances of envs.common.decision_info; returns the oracle"},

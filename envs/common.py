@@ -261,12 +261,13 @@ def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) 
     return np.where(nxt == INF, np.inf, (nxt - tick).astype(np.float64))
 
 
-def decision_info(keys: list[int], nxt: list[int] | dict[int, int], tick: int, K: int,
+def decision_info(keys: list[int], nxt: list[int] | dict[int, int] | np.ndarray, tick: int, K: int,
                   farthest: bool) -> tuple[int, np.ndarray, np.ndarray]:
     """The teacher's part of a decision's ``info``: ``(oracle, keys, next_use)``.
 
     ``keys`` are the ``n <= K`` candidates and ``nxt`` the row of each one's next access
-    (``INF``: never), a list in the order of ``keys`` or a dict by key. ``oracle`` is, with ``farthest``, Belady's choice: the candidate used
+    (``INF``: never): a list in the order of ``keys``, an int64 array whose first ``n`` values
+    are in that order, or a dict by key. ``oracle`` is, with ``farthest``, Belady's choice: the candidate used
     farthest in the future, among those never used again the largest key (as
     :class:`policies.priority.Belady`); without it, the candidate used soonest (the first of
     equals), ``-1`` when none is used again; ``-1`` when there are no candidates. The arrays
@@ -275,6 +276,8 @@ def decision_info(keys: list[int], nxt: list[int] | dict[int, int], tick: int, K
     if _info_kernel is None:
         if isinstance(nxt, dict):
             nxt = list(map(nxt.__getitem__, keys))
+        elif not isinstance(nxt, list):
+            nxt = np.asarray(nxt)[:len(keys)].tolist()
         return _decision_info_py(keys, nxt, tick, K, farthest)
     out_keys, out_dist = np.empty(K, np.int64), np.empty(K, np.float64)
     j = _info_kernel(keys, nxt, tick, K, farthest, out_keys, out_dist)

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from allocator import pool as _pool
 from allocator.errors import ConfigError, InvalidActionError
 from allocator.pool import EvictionRequest, Pool
-from allocator.trace import Op
+from allocator.trace import INF, Op
 from envs.common import (
     Episodes,
     PoolEnv,
@@ -40,6 +40,7 @@ _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an Int
 # HitPath.run's answers (allocator/_fastpath.c; unused without it)
 _RUN_END: int = getattr(_pool._fastpath, "RUN_END", 0)
 _RUN_DECISION: int = getattr(_pool._fastpath, "RUN_DECISION", 1)
+_last_uses: Any = getattr(_pool._fastpath, "last_uses", None)
 INVALID_ACTIONS = ("raise", "lru")
 
 
@@ -159,6 +160,8 @@ class EvictEnv(PoolEnv):
         self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
         self._loop: Generator[EvictionRequest | None, int, None] | None = None
         self._keys: list[int] = []
+        self._slots_packed = False
+        self._nx = np.zeros(self.K, np.int64)  # the candidates' next uses (_info)
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
@@ -205,7 +208,9 @@ class EvictEnv(PoolEnv):
         self.pool = Pool(cap, self.tracker, **self.pool_kwargs)  # type: ignore[arg-type]
         self._view = self.pool.view
         self._invalid = 0
-        self._nxt: dict[int, int] = {}  # key -> row of its next access after its last one (the oracle's input)
+        # the oracle's input: a candidate's next access is the window's next_use at the row of its
+        # last access, which is the tick in its tracker row (the pool's tick of row r is r)
+        self._next_use = w.next_use
         self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
         self._loop = self._episode()
 
@@ -224,14 +229,12 @@ class EvictEnv(PoolEnv):
         resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
         hp = pool._hit_path
         run: Any = hp.run if hp is not None and hp.enabled else None
-        nxt = self._nxt
         keys, ops, sizes, kinds, comps = w.key, w.op, w.size, w.kind, w.compute_ns
-        nus = w.next_use.tolist()
         free_, write_ = _FREE, _WRITE  # plain ints in fast locals
         i, n = 0, len(keys)
         while i < n:
             if run is not None:
-                status, i = run(keys, ops, sizes, kinds, comps, nus, i, nxt, free_, write_)
+                status, i = run(keys, ops, sizes, kinds, comps, i, free_, write_)
                 if status == _RUN_DECISION:  # a miss waits: victims until the object fits
                     try:
                         while hp.resume((yield None)) is None:
@@ -248,7 +251,6 @@ class EvictEnv(PoolEnv):
             if op == free_:
                 free(k)
                 continue
-            nxt[k] = nus[i - 1]
             if resident(k):  # a hit never needs room: the fast path of the same loop
                 access(k, size, op == write_, kind=kinds[i - 1], compute_ns=comps[i - 1])
             else:
@@ -275,6 +277,7 @@ class EvictEnv(PoolEnv):
         view = self._view
         v = self._packed
         keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random, v)
+        self._slots_packed = codes is True  # v holds the candidates' tracker slots
         if not keys:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
         cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes, v)
@@ -318,8 +321,14 @@ class EvictEnv(PoolEnv):
         t = self._view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
-        # Belady's choice and each candidate's next-use distance
-        j, keys, dist = decision_info(kl, self._nxt, t, self.K, True)
+        # Belady's choice and each candidate's next-use distance: the next use after each one's
+        # last access (C: from the tracker rows of the packed slots)
+        nx = self._nx
+        if not (self._slots_packed and _last_uses is not None
+                and _last_uses(self.tracker._S, self._packed, features._HEAD, len(kl), self._next_use, nx)):
+            last = self.tracker.last_access(kl)
+            nx[:len(kl)] = np.where(last >= 0, self._next_use[np.maximum(last, 0)], INF)
+        j, keys, dist = decision_info(kl, nx, t, self.K, True)
         info["oracle_action"] = j
         if not kl:
             info["stats"] = pool.snapshot().as_dict()

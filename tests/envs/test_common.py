@@ -11,6 +11,7 @@ from rollout_helpers import rollout
 
 from allocator.trace import INF
 from envs import common
+from envs import evict as evict_mod
 from envs.common import decision_info
 from envs.evict import EvictEnv
 from envs.joint import JointEnv
@@ -97,3 +98,31 @@ def test_action_masks_are_the_callers_own(make) -> None:
         obs, _, term, _, _ = env.step(int(np.flatnonzero(want)[0]))
         if term:
             break
+
+
+@pytest.mark.skipif(evict_mod._last_uses is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set): only the reference exists")
+@pytest.mark.parametrize("candidates", ["lru", "sample"])
+def test_evict_next_uses_from_tracker_rows_equal_the_python_reference(candidates, monkeypatch) -> None:
+    """Evict-v0 reads each candidate's next use at the row of its last access, the largest tick
+    in its tracker row (allocator._fastpath.last_uses); the Python reference asks
+    FeatureTracker.last_access. Same infos over whole rollouts with frees and writes."""
+    from allocator.trace import Trace
+
+    rng0 = np.random.default_rng(3)
+    key = rng0.zipf(1.2, 4000) % 300
+    op = np.where(rng0.random(4000) < 0.3, 1, 0)
+    tr = Trace.from_arrays(key, rng0.integers(1, 5, 300)[key] * 4096, op)
+
+    def run() -> list:
+        rng = np.random.default_rng(0)
+        env = EvictEnv(tr, K=16, candidates=candidates, window=2000, capacity=0.2)
+        _, _, infos = rollout(env, lambda o, i: int(rng.choice(np.flatnonzero(env.action_masks()))))
+        return infos
+
+    fast = run()
+    monkeypatch.setattr(evict_mod, "_last_uses", None)
+    ref = run()
+    assert len(fast) == len(ref) > 100
+    for a, b in zip(fast, ref):
+        assert a["oracle_action"] == b["oracle_action"]
+        np.testing.assert_array_equal(a["next_use"], b["next_use"])
