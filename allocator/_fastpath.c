@@ -2669,13 +2669,49 @@ gather_at(PyObject *key, PyObject *recs, const long long *rslots, Py_ssize_t j, 
 
 #define GATHER_MAX_K 4096
 
+/* The bit generator behind rng: a np.random.Generator, or its bit generator's capsule itself
+ * (rng.bit_generator.capsule: looking it up costs more than the draws on a cold cache, so
+ * callers may keep it). *cap receives a new reference to the capsule; NULL with an exception. */
+static fp_bitgen_t *
+bitgen_of(PyObject *rng, PyObject **cap)
+{
+    if (PyCapsule_CheckExact(rng)) {
+        Py_INCREF(rng);
+        *cap = rng;
+    } else {
+        *cap = PyObject_GetAttrString(rng, "bit_generator");
+        if (*cap != NULL)
+            Py_SETREF(*cap, PyObject_GetAttrString(*cap, "capsule"));
+        if (*cap == NULL)
+            return NULL;
+    }
+    return (fp_bitgen_t *)PyCapsule_GetPointer(*cap, "BitGenerator");
+}
+
+/* Ask for the cache lines of record o that rec_code and gather_at read (its state, pins, dirty,
+ * prefetched, kind and key slots): a decision reads records scattered in memory, which the
+ * training loop between two decisions has evicted from the caches; asking for all candidates'
+ * records first overlaps those misses instead of taking them one after another. */
+static inline void
+prefetch_rec(PyObject *o)
+{
+    char *b = (char *)o;
+    __builtin_prefetch(b + off_state);
+    __builtin_prefetch(b + off_pins);
+    __builtin_prefetch(b + off_dirty);
+    __builtin_prefetch(b + off_prefetched);
+    __builtin_prefetch(b + off_kind);
+    __builtin_prefetch(b + off_key);
+}
+
 /* gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None)
  *     -> list | None | False
  *
  * The usual cases of policies.features._select followed by _pack's record reads:
  *  - rng None (rule "lru"): the first K keys of the iterable src (the tracker's LRU order),
  *    when all are evictable;
- *  - rule "sample" (rng the np.random.Generator; src the tracker's list of n residents):
+ *  - rule "sample" (rng the np.random.Generator, or its bit generator's capsule; src the
+ *    tracker's list of n residents):
  *    - n > 4K: m uniform doubles drawn from rng's bit generator exactly as rng.random(m)
  *      draws them (without taking the Generator's lock: a decision runs under the pool's
  *      lock, and the GIL is held throughout), index = int(x * n), and the first K distinct
@@ -2714,7 +2750,8 @@ fp_gather(PyObject *mod, PyObject *args)
     Py_buffer buf;
     if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    PyObject *keys = NULL, *it = NULL, *cap = NULL, *chosen = NULL;
+    PyObject *keys = NULL, *it = NULL, *cap = NULL;
+    Py_ssize_t *ev = NULL;  /* the scan: indices of the evictable residents */
     Py_buffer rb = {0};
     const long long *rslots = NULL;  /* with recs: the residents' records and slots by index */
     if (rng != Py_None && recs != Py_None && rslots_obj != Py_None) {
@@ -2768,36 +2805,36 @@ fp_gather(PyObject *mod, PyObject *args)
                 goto pass;
         }
     } else if (PyList_GET_SIZE(src) <= 4 * K) {  /* the scan (n <= 4K) */
+        /* the evictable residents' indices (their slots and codes into tmp as they come); the
+         * keys are only read for those chosen. No Python code runs in the loop: src keeps its
+         * items alive. */
         Py_ssize_t n = PyList_GET_SIZE(src), c = 0;
-        chosen = PyList_New(0);
-        if (chosen == NULL)
+        ev = PyMem_Malloc(((size_t)n + 1) * sizeof(Py_ssize_t));
+        if (ev == NULL) {
+            PyErr_NoMemory();
             goto error;
-        for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(src); i++) {
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (rslots != NULL && i + 8 < n)  /* a record 8 ahead (see prefetch_rec) */
+                prefetch_rec(PyList_GET_ITEM(recs, i + 8));
             PyObject *k = PyList_GET_ITEM(src, i);
-            Py_INCREF(k);
             int r = rslots != NULL ? gather_at(k, recs, rslots, i, tmp, c, stride)
                                    : gather_one(k, objs, slots, tmp, c, stride);
-            if (r == 1)
-                r = PyList_Append(chosen, k) == 0 ? 1 : -1;
-            Py_DECREF(k);
             if (r < 0)
                 goto error;
             if (r == 2)
                 goto pass;
-            c += r;
+            if (r == 1)
+                ev[c++] = i;
         }
         if (c <= K) {  /* every evictable resident, in list order */
-            Py_SETREF(keys, chosen);
-            chosen = NULL;
+            for (Py_ssize_t i = 0; i < c; i++)
+                if (PyList_Append(keys, PyList_GET_ITEM(src, ev[i])) < 0)
+                    goto error;
             memmove(tmp + K, tmp + stride, (size_t)c * sizeof(double));
         } else {  /* K of them: a partial Fisher-Yates shuffle over K uniform draws, drawn as
                    * Generator.random(K) draws (features._sample_indices, the same steps) */
-            cap = PyObject_GetAttrString(rng, "bit_generator");
-            if (cap != NULL)
-                Py_SETREF(cap, PyObject_GetAttrString(cap, "capsule"));
-            if (cap == NULL)
-                goto error;
-            fp_bitgen_t *bg = (fp_bitgen_t *)PyCapsule_GetPointer(cap, "BitGenerator");
+            fp_bitgen_t *bg = bitgen_of(rng, &cap);
             if (bg == NULL)
                 goto error;
             Py_ssize_t *idx = PyMem_Malloc((size_t)c * sizeof(Py_ssize_t));
@@ -2821,7 +2858,7 @@ fp_gather(PyObject *mod, PyObject *args)
             }
             for (Py_ssize_t i = 0; i < K; i++) {
                 Py_ssize_t j = idx[i];
-                if (PyList_Append(keys, PyList_GET_ITEM(chosen, j)) < 0) {
+                if (PyList_Append(keys, PyList_GET_ITEM(src, ev[j])) < 0) {
                     PyMem_Free(idx);
                     PyMem_Free(sel);
                     goto error;
@@ -2835,12 +2872,7 @@ fp_gather(PyObject *mod, PyObject *args)
         }
     } else {  /* n > 4K: m draws, the first K distinct */
         Py_ssize_t n = PyList_GET_SIZE(src);
-        cap = PyObject_GetAttrString(rng, "bit_generator");
-        if (cap != NULL)
-            Py_SETREF(cap, PyObject_GetAttrString(cap, "capsule"));
-        if (cap == NULL)
-            goto error;
-        fp_bitgen_t *bg = (fp_bitgen_t *)PyCapsule_GetPointer(cap, "BitGenerator");
+        fp_bitgen_t *bg = bitgen_of(rng, &cap);
         if (bg == NULL)
             goto error;
         Py_ssize_t idx[GATHER_MAX_K], c = 0;
@@ -2861,6 +2893,22 @@ fp_gather(PyObject *mod, PyObject *args)
         result = Py_False;  /* drawn: from here the Python path continues past its first draw */
         if (c < K)
             goto pass;
+        if (rslots != NULL) {  /* the K candidates' list entries and records, asked for at once */
+            PyObject **ritems = PySequence_Fast_ITEMS(recs), **kitems = PySequence_Fast_ITEMS(src);
+            for (Py_ssize_t i = 0; i < K; i++) {
+                if (idx[i] < n) {
+                    __builtin_prefetch(&ritems[idx[i]]);
+                    __builtin_prefetch(&kitems[idx[i]]);
+                    __builtin_prefetch(&rslots[idx[i]]);
+                }
+            }
+            for (Py_ssize_t i = 0; i < K; i++) {
+                if (idx[i] < n) {
+                    prefetch_rec(ritems[idx[i]]);
+                    __builtin_prefetch(kitems[idx[i]]);
+                }
+            }
+        }
         for (Py_ssize_t i = 0; i < K; i++) {
             if (idx[i] >= PyList_GET_SIZE(src))  /* cannot happen: x < 1 */
                 goto pass;
@@ -2891,7 +2939,7 @@ error:
 done:
     if (rb.obj != NULL)
         PyBuffer_Release(&rb);
-    Py_XDECREF(chosen);
+    PyMem_Free(ev);
     Py_XDECREF(cap);
     Py_XDECREF(it);
     Py_XDECREF(keys);

@@ -492,8 +492,8 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if rule == "lru":
                 got = _gather(tracker._order, objs_c, tracker._slot, K, v, _HEAD)
             elif rule == "sample" and rng is not None:
-                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, rng, K + K // 2 + 4,
-                              tracker._res_rec, tracker._res_slot)
+                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, _bitgen_capsule(rng),
+                              K + K // 2 + 4, tracker._res_rec, tracker._res_slot)
             else:
                 got = None
             if got:
@@ -554,6 +554,18 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             picked += rest
         return picked, None
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
+
+
+_last_rng: list[Any] = [None, None]  # (Generator, its bit generator's capsule) of the last call
+
+
+def _bitgen_capsule(rng: np.random.Generator) -> Any:
+    """``rng.bit_generator.capsule``, kept for the last Generator asked about: the C gather draws
+    through it, and the attribute lookups cost more than the draws when the caches are cold (as
+    between two steps of a training loop)."""
+    if rng is not _last_rng[0]:
+        _last_rng[:] = [rng, rng.bit_generator.capsule]
+    return _last_rng[1]
 
 
 def _sample_indices(rng: np.random.Generator, m: int, k: int) -> list[int]:
