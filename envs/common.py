@@ -275,10 +275,12 @@ def decision_info(keys: list[int], nxt: list[int] | dict[int, int] | np.ndarray,
     from ``tick`` to each next use (float64, ``inf`` if never), ``-1`` in the padding."""
     if _info_kernel is None:
         if isinstance(nxt, dict):
-            nxt = list(map(nxt.__getitem__, keys))
-        elif not isinstance(nxt, list):
-            nxt = np.asarray(nxt)[:len(keys)].tolist()
-        return _decision_info_py(keys, nxt, tick, K, farthest)
+            rows = list(map(nxt.__getitem__, keys))
+        elif isinstance(nxt, list):
+            rows = nxt
+        else:
+            rows = np.asarray(nxt)[:len(keys)].tolist()
+        return _decision_info_py(keys, rows, tick, K, farthest)
     out_keys, out_dist = np.empty(K, np.int64), np.empty(K, np.float64)
     j = _info_kernel(keys, nxt, tick, K, farthest, out_keys, out_dist)
     return j, out_keys, out_dist
