@@ -51,7 +51,10 @@ class EvictEnv(PoolEnv):
     (:meth:`Pool.steps`) over a window of a trace. Hits, misses, evictions and every statistic
     are the pool's; the agent only answers the pool's :class:`~allocator.pool.EvictionRequest`
     (several per access when one victim does not free enough room). Everything between two
-    requests is fast-forwarded inside the pool.
+    requests is fast-forwarded inside the pool: where the pool's C paths serve the
+    configuration (no cost model, the default), in one call of ``HitPath.run`` that stops at
+    the next request, with the same effects as :meth:`Pool.steps` (the pure-Python path gives
+    bit-identical rollouts).
 
     ## Action space
 
@@ -75,7 +78,8 @@ class EvictEnv(PoolEnv):
     ``F = len(policies.features.FEATURE_NAMES)``, ``G = len(policies.features.GLOBAL_NAMES)``.
     Candidates (``candidates=``): ``"lru"``, the K least recently used evictable objects,
     least recent first; ``"sample"``, K drawn uniformly among the evictable ones (as LRB does),
-    from ``self.np_random``.
+    from ``self.np_random`` (with at most ``4K`` residents, by a partial Fisher-Yates shuffle
+    over ``K`` draws).
 
     ## Rewards
 
@@ -119,7 +123,9 @@ class EvictEnv(PoolEnv):
 
     ## Version history
 
-    * v0: initial version.
+    * v0: initial version. (2026-11-30: with ``candidates="sample"`` and at most ``4K``
+      residents the K candidates come from a partial shuffle over K draws instead of a
+      permutation of all residents: the same distribution, other draws for a given seed.)
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

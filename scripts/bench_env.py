@@ -8,9 +8,10 @@
   shared machine the median is the figure other processes disturb least);
 * where an Evict-v0 decision's time goes (``--segments``, on by default; for each candidate
   rule over the default trace, and for ``project``: ``conf/env/evict.yaml`` over
-  ``conf/train.yaml``'s training traces at its first capacity): the agent, the pool's loop between decisions, candidate selection, observation,
-  info and the rest of ``step``; and the pool's loop alone, replaying one episode's exact
-  victims, with the FeatureTracker's hooks and with no-op hooks (the pool core);
+  ``conf/train.yaml``'s training traces at its first capacity): the agent, the pool's loop
+  between decisions, candidate selection, observation, info and the rest of ``step``; and the
+  env's pool loop alone, one episode's exact victims replayed on the pool's C paths and on the
+  pure-Python path;
 * the share of a short stable-baselines3 PPO training run spent inside the environment (time
   in ``env.step`` and ``env.reset`` over the wall time of ``learn()``), for SB3's defaults
   (``MultiInputPolicy``, one env) and for the project's default PPO run (``scripts/train.py
