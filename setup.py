@@ -13,7 +13,9 @@ setup(
     ext_modules=[
         Extension(
             "allocator._fastpath",
-            sources=["allocator/_fastpath.c"],
+            sources=["allocator/_fastpath.c"],  # one translation unit: it includes allocator/csrc/
+            depends=[f"allocator/csrc/{f}" for f in
+                     ("core.h", "placement.c", "tracker.c", "access.c", "decision.c")],
             optional=True,
         ),
         Extension(

@@ -1,0 +1,694 @@
+/* allocator._fastpath, part 5 of 5 (see allocator/_fastpath.c): an eviction decision's inputs for
+ * policies/features.py and the environments -- candidate gathering, the global features (head),
+ * the teacher's info (decision_info) and candidates' next uses (last_uses). */
+
+/* ---------------------------------------------------------------- candidate gathering
+ * policies/features.py's _select + the part of _pack that reads the pool's records, for the
+ * usual case of a decision (every candidate evictable), in one call: see fp_gather. */
+
+/* numpy's bitgen_t (numpy/random/bitgen.h): the C interface of a BitGenerator's capsule */
+typedef struct {
+    void *state;
+    uint64_t (*next_uint64)(void *st);
+    uint32_t (*next_uint32)(void *st);
+    double (*next_double)(void *st);
+    uint64_t (*next_raw)(void *st);
+} fp_bitgen_t;
+
+/* A small exact int (or bool) as a C long; -1 with no exception set when it is not one. */
+static inline long
+small_int(PyObject *v)
+{
+    if (v == Py_True)
+        return 1;
+    if (v == Py_False)
+        return 0;
+    if (!PyLong_Check(v))  /* ints and int subclasses (an IntEnum kind) */
+        return -1;
+    int overflow;
+    long r = PyLong_AsLongAndOverflow(v, &overflow);
+    if (overflow || (r == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return r;
+}
+
+/* The state code of an evictable record (policies/features.py: dirty + 2 * prefetched +
+ * _STATE_CODE[DEVICE] (8) + 16 * kind); -1 when it is not evictable (not on the device, or
+ * pinned: view.evictable), -2 when the record holds something unusual. */
+static long
+rec_code(PyObject *o)
+{
+    if (Py_TYPE(o) != info_type)
+        return -2;
+    long state = small_int(SLOT(o, off_state)), pins = small_int(SLOT(o, off_pins));
+    if (state < 0 || pins < 0)
+        return -2;
+    if (state != 0 || pins != 0)
+        return -1;
+    long dirty = small_int(SLOT(o, off_dirty)), pre = small_int(SLOT(o, off_prefetched));
+    long kind = small_int(SLOT(o, off_kind));
+    if (dirty < 0 || dirty > 1 || pre < 0 || pre > 1 || kind < 0 || kind > 1000)
+        return -2;
+    return dirty + 2 * pre + 8 + 16 * kind;
+}
+
+/* Candidate i = key: writes its slot and state code into out[i], out[stride + i].
+ * 1: done; 0: the key is not evictable (no record, not on the device, pinned); 2: its record
+ * holds something unusual (the Python path decides); -1: error (no slot for a resident key:
+ * the tracker's invariant is broken). */
+static int
+gather_one(PyObject *key, PyObject *objs, PyObject *slots, double *out, Py_ssize_t i,
+           Py_ssize_t stride)
+{
+    PyObject *o = PyDict_GetItemWithError(objs, key);
+    if (o == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    long code = rec_code(o);
+    if (code < 0)
+        return code == -1 ? 0 : 2;
+    PyObject *s = PyDict_GetItemWithError(slots, key);
+    if (s == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_RuntimeError, "FeatureTracker: resident key %R has no slot", key);
+        return -1;
+    }
+    long sl = small_int(s);
+    if (sl < 0) {
+        PyErr_Format(PyExc_RuntimeError, "FeatureTracker: key %R has slot %R", key, s);
+        return -1;
+    }
+    out[i] = (double)sl;
+    out[stride + i] = (double)code;
+    return 1;
+}
+
+/* gather_one for the resident at index j of the tracker's lists, reading its record and slot
+ * from recs / rslots (kept beside the list of residents) instead of looking them up: the same
+ * answers, or 2 when the record is not the key's (the Python path then decides). */
+static int
+gather_at(PyObject *key, PyObject *recs, const long long *rslots, Py_ssize_t j, double *out,
+          Py_ssize_t i, Py_ssize_t stride)
+{
+    PyObject *o = PyList_GET_ITEM(recs, j);
+    long code = rec_code(o);
+    if (code < -1)
+        return 2;
+    PyObject *rk = SLOT(o, off_key);
+    if (rk != key) {
+        int eq = rk == NULL ? 0 : PyObject_RichCompareBool(rk, key, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (!eq)
+            return 2;
+    }
+    if (code < 0)
+        return 0;
+    if (rslots[j] < 0)
+        return 2;
+    out[i] = (double)rslots[j];
+    out[stride + i] = (double)code;
+    return 1;
+}
+
+#define GATHER_MAX_K 4096
+
+/* The bit generator behind rng: a np.random.Generator, or its bit generator's capsule itself
+ * (rng.bit_generator.capsule: looking it up costs more than the draws on a cold cache, so
+ * callers may keep it). *cap receives a new reference to the capsule; NULL with an exception. */
+static fp_bitgen_t *
+bitgen_of(PyObject *rng, PyObject **cap)
+{
+    if (PyCapsule_CheckExact(rng)) {
+        Py_INCREF(rng);
+        *cap = rng;
+    } else {
+        *cap = PyObject_GetAttrString(rng, "bit_generator");
+        if (*cap != NULL)
+            Py_SETREF(*cap, PyObject_GetAttrString(*cap, "capsule"));
+        if (*cap == NULL)
+            return NULL;
+    }
+    return (fp_bitgen_t *)PyCapsule_GetPointer(*cap, "BitGenerator");
+}
+
+/* Ask for the cache lines of record o that rec_code and gather_at read (its state, pins, dirty,
+ * prefetched, kind and key slots): a decision reads records scattered in memory, which the
+ * training loop between two decisions has evicted from the caches; asking for all candidates'
+ * records first overlaps those misses instead of taking them one after another. */
+static inline void
+prefetch_rec(PyObject *o)
+{
+    char *b = (char *)o;
+    __builtin_prefetch(b + off_state);
+    __builtin_prefetch(b + off_pins);
+    __builtin_prefetch(b + off_dirty);
+    __builtin_prefetch(b + off_prefetched);
+    __builtin_prefetch(b + off_kind);
+    __builtin_prefetch(b + off_key);
+}
+
+/* gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None)
+ *     -> list | None | False
+ *
+ * The usual cases of policies.features._select followed by _pack's record reads:
+ *  - rng None (rule "lru"): the first K keys of the iterable src (the tracker's LRU order),
+ *    when all are evictable;
+ *  - rule "sample" (rng the np.random.Generator, or its bit generator's capsule; src the
+ *    tracker's list of n residents):
+ *    - n > 4K: m uniform doubles drawn from rng's bit generator exactly as rng.random(m)
+ *      draws them (without taking the Generator's lock: a decision runs under the pool's
+ *      lock, and the GIL is held throughout), index = int(x * n), and the first K distinct
+ *      indices (in draw order) name the candidates, when they are K and all evictable;
+ *    - n <= 4K: the evictable residents in list order, and when there are more than K of
+ *      them, K picked among them by a partial Fisher-Yates shuffle over K doubles drawn as
+ *      rng.random(K) draws them (policies.features._sample_indices).
+ * With recs and rslots (rule "sample": the tracker's records and slots at the same indices as
+ * src) the records are read from there instead of looked up by key, the answers the same.
+ * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]
+ * (out: a float64 buffer) and returns the keys (a list of n <= K). Otherwise changes nothing in
+ * out and returns None (nothing drawn: run the Python path from the start) or False (rule
+ * "sample" after the draw: continue the Python path past its first draw).
+ */
+static PyObject *
+fp_gather(PyObject *mod, PyObject *args)
+{
+    PyObject *src, *objs, *slots, *outobj, *rng = Py_None, *recs = Py_None, *rslots_obj = Py_None;
+    Py_ssize_t K, base, m = 0;
+    if (!PyArg_ParseTuple(args, "OO!O!nOn|OnOO:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
+                          &slots, &K, &outobj, &base, &rng, &m, &recs, &rslots_obj))
+        return NULL;
+    if (info_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gather: setup() has not run");
+        return NULL;
+    }
+    if (K <= 0 || K > GATHER_MAX_K || base < 0) {
+        PyErr_Format(PyExc_ValueError, "gather: K must be in 1..%d and base >= 0", GATHER_MAX_K);
+        return NULL;
+    }
+    if (rng != Py_None && (!PyList_CheckExact(src) || m < K || m > 2 * GATHER_MAX_K)) {
+        PyErr_Format(PyExc_TypeError, "gather: rule 'sample' needs the list of residents and "
+                     "K <= m <= %d", 2 * GATHER_MAX_K);
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *keys = NULL, *it = NULL, *cap = NULL;
+    Py_ssize_t *ev = NULL;  /* the scan: indices of the evictable residents */
+    Py_buffer rb = {0};
+    const long long *rslots = NULL;  /* with recs: the residents' records and slots by index */
+    if (rng != Py_None && recs != Py_None && rslots_obj != Py_None) {
+        if (!PyList_CheckExact(recs)
+            || PyObject_GetBuffer(rslots_obj, &rb, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            rb.obj = NULL;
+        } else if (rb.itemsize == 8 && rb.format != NULL
+                   && (strcmp(rb.format, "q") == 0 || strcmp(rb.format, "l") == 0)
+                   && rb.len / 8 == PyList_GET_SIZE(src) && PyList_GET_SIZE(recs) == PyList_GET_SIZE(src)) {
+            rslots = (const long long *)rb.buf;
+        }
+    }
+    double *out = (double *)buf.buf, *tmp = NULL;
+    /* tmp: slots in [0, stride), codes in [stride, 2 * stride); the answer's codes end up at
+     * tmp + K */
+    Py_ssize_t stride = K;
+    PyObject *result = Py_None;  /* the answer when a case does not serve */
+    if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0
+        || buf.len / 8 < base + 2 * K) {
+        PyErr_SetString(PyExc_ValueError, "gather: out must be a float64 buffer of base + 2K values");
+        goto error;
+    }
+    if (rng != Py_None && PyList_GET_SIZE(src) <= 4 * K)
+        stride = PyList_GET_SIZE(src);  /* the scan: every resident may be a candidate */
+    tmp = PyMem_Malloc(2 * (size_t)(stride > K ? stride : K) * sizeof(double));
+    keys = PyList_New(0);
+    if (tmp == NULL || keys == NULL) {
+        if (tmp == NULL)
+            PyErr_NoMemory();
+        goto error;
+    }
+    if (rng == Py_None) {
+        it = PyObject_GetIter(src);
+        if (it == NULL)
+            goto error;
+        for (Py_ssize_t i = 0; i < K; i++) {
+            PyObject *k = PyIter_Next(it);
+            if (k == NULL) {
+                if (PyErr_Occurred())
+                    goto error;
+                break;
+            }
+            int r = gather_one(k, objs, slots, tmp, i, stride);
+            if (r == 1)
+                r = PyList_Append(keys, k) == 0 ? 1 : -1;
+            Py_DECREF(k);
+            if (r < 0)
+                goto error;
+            if (r != 1)  /* one of the K least recent is pinned or in flight, or unusual */
+                goto pass;
+        }
+    } else if (PyList_GET_SIZE(src) <= 4 * K) {  /* the scan (n <= 4K) */
+        /* the evictable residents' indices (their slots and codes into tmp as they come); the
+         * keys are only read for those chosen. No Python code runs in the loop: src keeps its
+         * items alive. */
+        Py_ssize_t n = PyList_GET_SIZE(src), c = 0;
+        ev = PyMem_Malloc(((size_t)n + 1) * sizeof(Py_ssize_t));
+        if (ev == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (rslots != NULL && i + 8 < n)  /* a record 8 ahead (see prefetch_rec) */
+                prefetch_rec(PyList_GET_ITEM(recs, i + 8));
+            PyObject *k = PyList_GET_ITEM(src, i);
+            int r = rslots != NULL ? gather_at(k, recs, rslots, i, tmp, c, stride)
+                                   : gather_one(k, objs, slots, tmp, c, stride);
+            if (r < 0)
+                goto error;
+            if (r == 2)
+                goto pass;
+            if (r == 1)
+                ev[c++] = i;
+        }
+        if (c <= K) {  /* every evictable resident, in list order */
+            for (Py_ssize_t i = 0; i < c; i++)
+                if (PyList_Append(keys, PyList_GET_ITEM(src, ev[i])) < 0)
+                    goto error;
+            memmove(tmp + K, tmp + stride, (size_t)c * sizeof(double));
+        } else {  /* K of them: a partial Fisher-Yates shuffle over K uniform draws, drawn as
+                   * Generator.random(K) draws (features._sample_indices, the same steps) */
+            fp_bitgen_t *bg = bitgen_of(rng, &cap);
+            if (bg == NULL)
+                goto error;
+            Py_ssize_t *idx = PyMem_Malloc((size_t)c * sizeof(Py_ssize_t));
+            double *sel = PyMem_Malloc(2 * (size_t)K * sizeof(double));
+            if (idx == NULL || sel == NULL) {
+                PyMem_Free(idx);
+                PyMem_Free(sel);
+                PyErr_NoMemory();
+                goto error;
+            }
+            for (Py_ssize_t i = 0; i < c; i++)
+                idx[i] = i;
+            for (Py_ssize_t j = 0; j < K; j++) {
+                double x = bg->next_double(bg->state);
+                Py_ssize_t r = j + (Py_ssize_t)(x * (double)(c - j));  /* truncation, as int() */
+                if (r > c - 1)
+                    r = c - 1;
+                Py_ssize_t t = idx[j];
+                idx[j] = idx[r];
+                idx[r] = t;
+            }
+            for (Py_ssize_t i = 0; i < K; i++) {
+                Py_ssize_t j = idx[i];
+                if (PyList_Append(keys, PyList_GET_ITEM(src, ev[j])) < 0) {
+                    PyMem_Free(idx);
+                    PyMem_Free(sel);
+                    goto error;
+                }
+                sel[i] = tmp[j];
+                sel[K + i] = tmp[stride + j];
+            }
+            memcpy(tmp, sel, 2 * (size_t)K * sizeof(double));
+            PyMem_Free(idx);
+            PyMem_Free(sel);
+        }
+    } else {  /* n > 4K: m draws, the first K distinct */
+        Py_ssize_t n = PyList_GET_SIZE(src);
+        fp_bitgen_t *bg = bitgen_of(rng, &cap);
+        if (bg == NULL)
+            goto error;
+        Py_ssize_t idx[GATHER_MAX_K], c = 0;
+        for (Py_ssize_t j = 0; j < m; j++) {  /* all m drawn, as Generator.random(m) */
+            double x = bg->next_double(bg->state);
+            if (c == K)
+                continue;
+            Py_ssize_t v = (Py_ssize_t)(x * (double)n);  /* truncation, as astype(np.intp) */
+            int fresh = 1;
+            for (Py_ssize_t q = 0; q < c; q++)
+                if (idx[q] == v) {
+                    fresh = 0;
+                    break;
+                }
+            if (fresh)
+                idx[c++] = v;
+        }
+        result = Py_False;  /* drawn: from here the Python path continues past its first draw */
+        if (c < K)
+            goto pass;
+        if (rslots != NULL) {  /* the K candidates' list entries and records, asked for at once */
+            PyObject **ritems = PySequence_Fast_ITEMS(recs), **kitems = PySequence_Fast_ITEMS(src);
+            for (Py_ssize_t i = 0; i < K; i++) {
+                if (idx[i] < n) {
+                    __builtin_prefetch(&ritems[idx[i]]);
+                    __builtin_prefetch(&kitems[idx[i]]);
+                    __builtin_prefetch(&rslots[idx[i]]);
+                }
+            }
+            for (Py_ssize_t i = 0; i < K; i++) {
+                if (idx[i] < n) {
+                    prefetch_rec(ritems[idx[i]]);
+                    __builtin_prefetch(kitems[idx[i]]);
+                }
+            }
+        }
+        for (Py_ssize_t i = 0; i < K; i++) {
+            if (idx[i] >= PyList_GET_SIZE(src))  /* cannot happen: x < 1 */
+                goto pass;
+            PyObject *k = PyList_GET_ITEM(src, idx[i]);
+            Py_INCREF(k);
+            int r = rslots != NULL ? gather_at(k, recs, rslots, idx[i], tmp, i, stride)
+                                   : gather_one(k, objs, slots, tmp, i, stride);
+            if (r == 1)
+                r = PyList_Append(keys, k) == 0 ? 1 : -1;
+            Py_DECREF(k);
+            if (r < 0)
+                goto error;
+            if (r != 1)
+                goto pass;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    memcpy(out + base, tmp, (size_t)n * sizeof(double));
+    memcpy(out + base + K, tmp + K, (size_t)n * sizeof(double));  /* codes: moved to tmp + K */
+    result = keys;
+    keys = NULL;
+    goto done;
+pass:
+    Py_INCREF(result);
+    goto done;
+error:
+    result = NULL;
+done:
+    if (rb.obj != NULL)
+        PyBuffer_Release(&rb);
+    PyMem_Free(ev);
+    Py_XDECREF(cap);
+    Py_XDECREF(it);
+    Py_XDECREF(keys);
+    PyMem_Free(tmp);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* An int (or bool) or float slot value as a double (ints beyond 2**53 round, as float()
+ * does); sets *ok = 0 when it is neither. */
+static inline double
+int_value(PyObject *v, int *ok)
+{
+    if (v != NULL && PyFloat_CheckExact(v))
+        return PyFloat_AS_DOUBLE(v);
+    if (v == NULL || !PyLong_Check(v)) {
+        *ok = 0;
+        return 0.0;
+    }
+    double d = PyLong_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    return d;
+}
+
+/* A float or int attribute of obj as a double; sets *ok = 0 when it is neither. */
+static double
+number_attr(PyObject *obj, const char *name, int *ok)
+{
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    double d = 0.0;
+    if (v != NULL)
+        d = int_value(v, ok);
+    else {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    Py_XDECREF(v);
+    return d;
+}
+
+/* Python's min(a, b) / max(a, b) for floats: the first unless the second is strictly beyond */
+static inline double py_min(double a, double b) { return b < a ? b : a; }
+static inline double py_max(double a, double b) { return b > a ? b : a; }
+
+/* head(pool, tracker, n, K, out, (ih0, ih1, ih2, log_n)) -> bool
+ *
+ * policies/features.py's _pack head, the same arithmetic on the same values: writes
+ * (n, t, decay x3, 1/capacity, h2d latency, 1/h2d bandwidth, d2h latency, 1/d2h bandwidth,
+ * timed, occupancy, in flight, miss rate, n/K, stall fraction, residents) into out[0:17].
+ * Returns False, writing nothing, when an object is not of the kind it knows (the Python code
+ * then computes the head). */
+static PyObject *
+fp_head(PyObject *mod, PyObject *args)
+{
+    PyObject *pool, *tracker, *outobj;
+    Py_ssize_t n, K;
+    double ih[3], log_n;
+    if (!PyArg_ParseTuple(args, "OOnnO(dddd):head", &pool, &tracker, &n, &K, &outobj, &ih[0],
+                          &ih[1], &ih[2], &log_n))
+        return NULL;
+    if (pool_type == NULL || Py_TYPE(pool) != pool_type || K <= 0)
+        Py_RETURN_FALSE;
+    PyObject *place = SLOT(pool, off_pool_place), *cost = SLOT(pool, off_pool_cost);
+    if (place == NULL || cost == NULL || Py_TYPE(cost) != cost_type)
+        Py_RETURN_FALSE;
+    int ok = 1;
+    double used;
+    if (Py_TYPE(place) == arena_type)
+        used = int_value(SLOT(place, off_ar_used), &ok);
+    else if (Py_TYPE(place) == bytes_type)
+        used = int_value(SLOT(place, off_ba_used), &ok);
+    else
+        Py_RETURN_FALSE;
+    double t = int_value(SLOT(pool, off_pool_tick), &ok);
+    double cap = int_value(SLOT(pool, off_pool_capacity), &ok);
+    double inflight = int_value(SLOT(pool, off_pool_inflight), &ok);
+    double now = int_value(SLOT(cost, off_cost_now), &ok);
+    double stall = int_value(SLOT(cost, off_cost_stall), &ok);
+    PyObject *preset = SLOT(cost, off_cost_preset);
+    double times[5] = {0.0, 1.0, 0.0, 1.0, 0.0};  /* features._NO_TIMES */
+    if (preset == NULL)
+        ok = 0;
+    else if (preset != Py_None) {
+        times[0] = number_attr(preset, "h2d_latency_ns", &ok);
+        times[1] = 1.0 / number_attr(preset, "h2d_gbps", &ok);
+        times[2] = number_attr(preset, "d2h_latency_ns", &ok);
+        times[3] = 1.0 / number_attr(preset, "d2h_gbps", &ok);
+        times[4] = 1.0;
+    }
+    double epoch = number_attr(tracker, "_epoch", &ok);
+    double miss = number_attr(tracker, "miss_rate", &ok);
+    PyObject *order = PyObject_GetAttrString(tracker, "_order");
+    Py_ssize_t n_order = order != NULL ? PyObject_Length(order) : -1;
+    Py_XDECREF(order);
+    if (n_order < 0) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    if (!ok || cap <= 0.0)
+        Py_RETURN_FALSE;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0 || buf.len / 8 < 17) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "head: out must be a float64 buffer of >= 17 values");
+        return NULL;
+    }
+    double *o = (double *)buf.buf, x = epoch - t;  /* ticks are exact in a double */
+    o[0] = (double)n;
+    o[1] = t;
+    for (int i = 0; i < 3; i++)
+        o[2 + i] = pow(2.0, x * ih[i]);  /* Python's 2.0 ** y */
+    o[5] = 1.0 / cap;
+    for (int i = 0; i < 5; i++)
+        o[6 + i] = times[i];
+    o[11] = py_min(used / cap, 1.0);
+    o[12] = py_min(inflight / cap, 1.0);
+    o[13] = py_min(py_max(miss, 0.0), 1.0);
+    o[14] = (double)n / (double)K;
+    o[15] = now > 0.0 ? stall / now : 0.0;
+    o[16] = py_min(log1p((double)n_order) / log_n, 1.0);
+    PyBuffer_Release(&buf);
+    Py_RETURN_TRUE;
+}
+
+/* decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist) -> int
+ *
+ * envs.common.decision_info's work (the teacher's oracle and next-use distances) on a list of
+ * keys and their next uses (a list of ints or an int64 buffer at the same indices, or a dict by
+ * key): writes the keys into out_keys (int64, K) and the ticks from tick to each next use
+ * into out_dist (float64, K; inf for INF = 2**63 - 1), -1 in the padding, and returns the
+ * oracle: with farthest, the candidate used farthest ahead (the largest key among equals);
+ * without, the first used soonest (-1 when none is used again); -1 without candidates. */
+static PyObject *
+fp_decision_info(PyObject *mod, PyObject *args)
+{
+    PyObject *keys, *nxt, *ko, *dobj;
+    long long tick;
+    Py_ssize_t K;
+    int farthest;
+    if (!PyArg_ParseTuple(args, "O!OLnpOO:decision_info", &PyList_Type, &keys, &nxt, &tick, &K,
+                          &farthest, &ko, &dobj))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    int by_key = PyDict_CheckExact(nxt), by_list = PyList_CheckExact(nxt);
+    Py_buffer bn = {0};
+    const long long *nxt_arr = NULL;
+    if (!by_key && !by_list) {
+        if (PyObject_GetBuffer(nxt, &bn, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        if (bn.itemsize != 8 || bn.format == NULL || (strcmp(bn.format, "q") != 0 && strcmp(bn.format, "l") != 0)
+            || bn.len / 8 < n) {
+            PyBuffer_Release(&bn);
+            PyErr_SetString(PyExc_TypeError, "decision_info: nxt must be a list, a dict or an int64 "
+                            "array of at least n values");
+            return NULL;
+        }
+        nxt_arr = bn.buf;
+    }
+    if ((by_list && PyList_GET_SIZE(nxt) != n) || n > K) {
+        if (bn.obj != NULL)
+            PyBuffer_Release(&bn);
+        PyErr_SetString(PyExc_ValueError, "decision_info: keys and nxt of one length n <= K");
+        return NULL;
+    }
+    Py_buffer bk = {0}, bd = {0};
+    PyObject *res = NULL;
+    if (PyObject_GetBuffer(ko, &bk, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        bk.obj = NULL;
+        goto done;
+    }
+    if (PyObject_GetBuffer(dobj, &bd, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        bd.obj = NULL;
+        goto done;
+    }
+    if (bk.itemsize != 8 || bk.len / 8 != K || (strcmp(bk.format, "q") != 0 && strcmp(bk.format, "l") != 0)
+        || bd.itemsize != 8 || bd.len / 8 != K || strcmp(bd.format, "d") != 0) {
+        PyErr_SetString(PyExc_ValueError, "decision_info: out_keys int64 (K,), out_dist float64 (K,)");
+        goto done;
+    }
+    long long *ok_ = bk.buf;
+    double *od = bd.buf;
+    const long long inf_row = 0x7fffffffffffffffLL;  /* allocator.trace.INF */
+    Py_ssize_t j = -1;
+    long long jk = 0, jx = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long k = PyLong_AsLongLong(PyList_GET_ITEM(keys, i));
+        if (k == -1 && PyErr_Occurred())
+            goto done;
+        long long x;
+        if (nxt_arr != NULL) {
+            x = nxt_arr[i];
+        } else {
+            PyObject *xo;
+            if (by_key) {
+                xo = PyDict_GetItemWithError(nxt, PyList_GET_ITEM(keys, i));
+                if (xo == NULL) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys, i));
+                    goto done;
+                }
+            } else {
+                xo = PyList_GET_ITEM(nxt, i);
+            }
+            x = PyLong_AsLongLong(xo);
+            if (x == -1 && PyErr_Occurred())
+                goto done;
+        }
+        ok_[i] = k;
+        od[i] = x == inf_row ? Py_HUGE_VAL : (double)(x - tick);
+        if (j < 0 || (farthest ? (x > jx || (x == jx && k > jk)) : x < jx)) {
+            j = i;
+            jk = k;
+            jx = x;
+        }
+    }
+    for (Py_ssize_t i = n; i < K; i++) {
+        ok_[i] = -1;
+        od[i] = -1.0;
+    }
+    if (!farthest && j >= 0 && jx == inf_row)
+        j = -1;
+    res = PyLong_FromSsize_t(j);
+done:
+    if (bk.obj != NULL)
+        PyBuffer_Release(&bk);
+    if (bd.obj != NULL)
+        PyBuffer_Release(&bd);
+    if (bn.obj != NULL)
+        PyBuffer_Release(&bn);
+    return res;
+}
+
+/* last_uses(S, v, head, n, next_use, out) -> bool
+ *
+ * For each of the n candidates whose tracker slots a decision packed into v[head:head + n] (see
+ * policies/features.py): the row of the object's last access is the largest tick in its row's
+ * ring (FeatureTracker._access writes each access's tick there; in an environment's pool the
+ * tick of row r is r), and out[i] = next_use[that row] (int64). False, writing nothing more,
+ * when a candidate has no access in its ring or a row lies outside next_use. */
+static PyObject *
+fp_last_uses(PyObject *mod, PyObject *args)
+{
+    PyObject *So, *vo, *nuo, *oo;
+    Py_ssize_t head, n;
+    if (!PyArg_ParseTuple(args, "OOnnOO:last_uses", &So, &vo, &head, &n, &nuo, &oo))
+        return NULL;
+    if (tracker_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "last_uses: set_tracker() has not run");
+        return NULL;
+    }
+    Py_buffer b[4] = {{0}};
+    PyObject *objs[4] = {So, vo, nuo, oo};
+    PyObject *res = NULL;
+    for (int q = 0; q < 4; q++) {
+        if (PyObject_GetBuffer(objs[q], &b[q], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (q == 3 ? PyBUF_WRITABLE : 0)) < 0) {
+            b[q].obj = NULL;
+            goto done;
+        }
+    }
+    int i64[4] = {0, 0, 1, 1};
+    for (int q = 0; q < 4; q++) {
+        const char *f = b[q].format;
+        int ok = b[q].itemsize == 8 && f != NULL
+                 && (i64[q] ? (strcmp(f, "q") == 0 || strcmp(f, "l") == 0) : strcmp(f, "d") == 0);
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "last_uses: S and v float64, next_use and out int64");
+            goto done;
+        }
+    }
+    Py_ssize_t rows = b[0].len / 8 / tr_ncol, nv = b[1].len / 8, nn = b[2].len / 8;
+    if (n < 0 || head < 0 || head + n > nv || n > b[3].len / 8) {
+        PyErr_SetString(PyExc_ValueError, "last_uses: v holds fewer than head + n values, or out fewer than n");
+        goto done;
+    }
+    const double *S = b[0].buf, *v = b[1].buf;
+    const long long *nu = b[2].buf;
+    long long *out = b[3].buf;
+    res = Py_True;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double sd = v[head + i];
+        if (!(sd >= 0.0 && sd < (double)rows)) {
+            res = Py_False;
+            break;
+        }
+        const double *row = S + (Py_ssize_t)sd * tr_ncol + tr_ring0;
+        double last = row[0];
+        for (Py_ssize_t r = 1; r < tr_ring; r++)
+            if (row[r] > last)
+                last = row[r];
+        if (!(last >= 0.0 && last < (double)nn)) {
+            res = Py_False;
+            break;
+        }
+        out[i] = nu[(Py_ssize_t)last];
+    }
+    Py_INCREF(res);
+done:
+    for (int q = 0; q < 4; q++)
+        if (b[q].obj != NULL)
+            PyBuffer_Release(&b[q]);
+    return res;
+}
