@@ -78,8 +78,7 @@ class EvictEnv(PoolEnv):
     ``F = len(policies.features.FEATURE_NAMES)``, ``G = len(policies.features.GLOBAL_NAMES)``.
     Candidates (``candidates=``): ``"lru"``, the K least recently used evictable objects,
     least recent first; ``"sample"``, K drawn uniformly among the evictable ones (as LRB does),
-    from ``self.np_random`` (with at most ``4K`` residents, by a partial Fisher-Yates shuffle
-    over ``K`` draws).
+    from ``self.np_random``.
 
     ## Rewards
 
@@ -123,9 +122,7 @@ class EvictEnv(PoolEnv):
 
     ## Version history
 
-    * v0: initial version. (2026-11-30: with ``candidates="sample"`` and at most ``4K``
-      residents the K candidates come from a partial shuffle over K draws instead of a
-      permutation of all residents: the same distribution, other draws for a given seed.)
+    * v0: initial version.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

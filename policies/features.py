@@ -512,12 +512,12 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if objs_ is None:
                 pool_ = [k for k in res if ev(k)]
                 if len(pool_) > K:
-                    pool_ = [pool_[i] for i in _sample_indices(rng, len(pool_), K)]
+                    pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
                 return pool_, None
             # the same draw, reading each record once for the codes too
             ok = [(k, o) for k, o in zip(res, map(objs_.get, res)) if _evictable(o)]
             if len(ok) > K:
-                ok = [ok[i] for i in _sample_indices(rng, len(ok), K)]
+                ok = [ok[i] for i in rng.permutation(len(ok))[:K].tolist()]
             return [k for k, _ in ok], [_state_code(o) for _, o in ok]
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
@@ -550,7 +550,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             got = set(picked)
             rest = [k for k in res if k not in got and ev(k)]
             if len(rest) > K - len(picked):
-                rest = [rest[i] for i in _sample_indices(rng, len(rest), K - len(picked))]
+                rest = [rest[i] for i in rng.permutation(len(rest))[:K - len(picked)].tolist()]
             picked += rest
         return picked, None
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
@@ -566,17 +566,6 @@ def _bitgen_capsule(rng: np.random.Generator) -> Any:
     if rng is not _last_rng[0]:
         _last_rng[:] = [rng, rng.bit_generator.capsule]
     return _last_rng[1]
-
-
-def _sample_indices(rng: np.random.Generator, m: int, k: int) -> list[int]:
-    """``k < m`` distinct indices of ``range(m)``, a uniform sample in random order: a partial
-    Fisher-Yates shuffle over ``rng.random(k)`` (``k`` draws where ``rng.permutation(m)`` makes
-    ``m``; ``allocator/_fastpath.c``'s gather draws and swaps the same)."""
-    idx = list(range(m))
-    for j, u in enumerate(rng.random(k).tolist()):
-        r = min(j + int(u * (m - j)), m - 1)
-        idx[j], idx[r] = idx[r], idx[j]
-    return idx[:k]
 
 
 def _uniform_ints(rng: np.random.Generator, n: int, m: int) -> list[int]:

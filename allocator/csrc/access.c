@@ -174,29 +174,11 @@ miss_end(HitPath *self, Miss *m, int ret)
 static void
 miss_undo(HitPath *self, Miss *m)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-#endif
+    SavedError e;
+    error_save(&e);
     PyObject *r = call_method(s_undo_miss, self->pool, m->o, m->size, m->old_size);
-    if (r != NULL) {
-        Py_DECREF(r);
-#if PY_VERSION_HEX >= 0x030C0000
-        PyErr_SetRaisedException(exc);
-#else
-        PyErr_Restore(et, ev, tb);
-#endif
-    } else {
-#if PY_VERSION_HEX >= 0x030C0000
-        Py_XDECREF(exc);
-#else
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-#endif
-    }
+    Py_XDECREF(r);
+    error_restore(&e, r != NULL);
 }
 
 /* Returns 1 (begun: the lock held, m filled), 0 (nothing written, m empty: the Python method
@@ -1148,36 +1130,6 @@ hp_get_doc(HitPath *self, void *closure)
     return PyObject_GetAttrString(self->fallback, "__doc__");
 }
 
-static PyObject *
-hp_get_enabled(HitPath *self, void *closure)
-{
-    return PyBool_FromLong(self->enabled);
-}
-
-static PyObject *
-hp_get_peek(HitPath *self, void *closure)
-{
-    return PyBool_FromLong(self->peek);
-}
-
-static PyObject *
-hp_get_misses(HitPath *self, void *closure)
-{
-    return PyLong_FromLong(self->misses);
-}
-
-static PyObject *
-hp_get_calls(HitPath *self, void *closure)
-{
-    return PyLong_FromLong(self->calls);
-}
-
-static PyObject *
-hp_get_pending(HitPath *self, void *closure)
-{
-    return PyBool_FromLong(self->pending);
-}
-
 static PyMethodDef hp_methods[] = {
     {"configure", (PyCFunction)hp_configure, METH_VARARGS,
      "configure(enabled, fast_write, touch, miss=False, tracker=None): the pool's fast-path "
@@ -1205,12 +1157,16 @@ static PyMethodDef hp_methods[] = {
 static PyGetSetDef hp_getset[] = {
     {"__wrapped__", (getter)hp_get_wrapped, NULL, "the Python method this path accelerates", NULL},
     {"__doc__", (getter)hp_get_doc, NULL, NULL, NULL},
-    {"enabled", (getter)hp_get_enabled, NULL, "whether plain hits are served in C", NULL},
-    {"peek", (getter)hp_get_peek, NULL, "whether the lock is checked without a call", NULL},
-    {"misses", (getter)hp_get_misses, NULL, "misses served in C so far", NULL},
-    {"calls", (getter)hp_get_calls, NULL, "hits served in C so far", NULL},
-    {"pending", (getter)hp_get_pending, NULL, "whether a miss waits for resume(victim)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef hp_members[] = {  /* read-only ints (1 / 0 for the flags) */
+    {"enabled", FP_T_INT, offsetof(HitPath, enabled), FP_READONLY, "whether plain hits are served in C"},
+    {"peek", FP_T_INT, offsetof(HitPath, peek), FP_READONLY, "whether the lock is checked without a call"},
+    {"pending", FP_T_INT, offsetof(HitPath, pending), FP_READONLY, "whether a miss waits for resume(victim)"},
+    {"misses", FP_T_LONG, offsetof(HitPath, misses), FP_READONLY, "misses served in C so far"},
+    {"calls", FP_T_LONG, offsetof(HitPath, calls), FP_READONLY, "hits served in C so far"},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyTypeObject HitPathType = {
@@ -1226,6 +1182,7 @@ static PyTypeObject HitPathType = {
     .tp_clear = (inquiry)hp_clear,
     .tp_methods = hp_methods,
     .tp_getset = hp_getset,
+    .tp_members = hp_members,
     .tp_new = hp_new,
 };
 

@@ -16,6 +16,13 @@
 #else
 #define FP_T_OBJECT_EX T_OBJECT_EX
 #endif
+#ifdef Py_T_INT
+#define FP_T_INT Py_T_INT
+#define FP_T_LONG Py_T_LONG
+#else
+#define FP_T_INT T_INT
+#define FP_T_LONG T_LONG
+#endif
 #ifdef Py_READONLY
 #define FP_READONLY Py_READONLY
 #else
@@ -232,37 +239,56 @@ fp_setup(PyObject *mod, PyObject *args)
     return PyBool_FromLong(rlock_type != NULL);
 }
 
+/* An exception put aside while cleanup code runs (the version-dependent C API in one place):
+ * error_restore puts it back when the cleanup succeeded (ok), and drops it when the cleanup
+ * raised (its error wins, as in a Python ``finally``). */
+typedef struct {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc;
+#else
+    PyObject *et, *ev, *tb;
+#endif
+} SavedError;
+
+static inline void
+error_save(SavedError *e)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    e->exc = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&e->et, &e->ev, &e->tb);
+#endif
+}
+
+static inline void
+error_restore(SavedError *e, int ok)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (ok && e->exc != NULL)
+        PyErr_SetRaisedException(e->exc);
+    else
+        Py_XDECREF(e->exc);
+#else
+    if (ok && e->et != NULL) {
+        PyErr_Restore(e->et, e->ev, e->tb);
+    } else {
+        Py_XDECREF(e->et);
+        Py_XDECREF(e->ev);
+        Py_XDECREF(e->tb);
+    }
+#endif
+}
+
 /* Release the pool's lock, keeping an exception already set (if any). */
 static int
 release_lock(HitPath *self)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-#endif
+    SavedError e;
+    error_save(&e);
     PyObject *r = PyObject_Vectorcall(self->release, NULL, 0, NULL);
     int ok = r != NULL;
     Py_XDECREF(r);
-#if PY_VERSION_HEX >= 0x030C0000
-    if (exc != NULL) {
-        if (!ok)
-            Py_DECREF(exc);  /* the release error wins, as in a Python ``finally`` */
-        else
-            PyErr_SetRaisedException(exc);
-    }
-#else
-    if (et != NULL) {
-        if (!ok) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-        } else {
-            PyErr_Restore(et, ev, tb);
-        }
-    }
-#endif
+    error_restore(&e, ok);
     return ok ? 0 : -1;
 }
 

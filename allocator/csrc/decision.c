@@ -114,6 +114,30 @@ gather_at(PyObject *key, PyObject *recs, const long long *rslots, Py_ssize_t j, 
 
 #define GATHER_MAX_K 4096
 
+/* numpy's random_interval (numpy/random/src/distributions/distributions.c): a uniform integer in
+ * [0, max] by masked rejection, 32-bit draws while max fits in 32 bits */
+static uint64_t
+np_random_interval(fp_bitgen_t *bg, uint64_t max)
+{
+    if (max == 0)
+        return 0;
+    uint64_t mask = max, value;
+    mask |= mask >> 1;
+    mask |= mask >> 2;
+    mask |= mask >> 4;
+    mask |= mask >> 8;
+    mask |= mask >> 16;
+    mask |= mask >> 32;
+    if (max <= 0xffffffffUL) {
+        while ((value = (bg->next_uint32(bg->state) & mask)) > max)
+            ;
+    } else {
+        while ((value = (bg->next_uint64(bg->state) & mask)) > max)
+            ;
+    }
+    return value;
+}
+
 /* The bit generator behind rng: a np.random.Generator, or its bit generator's capsule itself
  * (rng.bit_generator.capsule: looking it up costs more than the draws on a cold cache, so
  * callers may keep it). *cap receives a new reference to the capsule; NULL with an exception. */
@@ -162,8 +186,8 @@ prefetch_rec(PyObject *o)
  *      lock, and the GIL is held throughout), index = int(x * n), and the first K distinct
  *      indices (in draw order) name the candidates, when they are K and all evictable;
  *    - n <= 4K: the evictable residents in list order, and when there are more than K of
- *      them, K picked among them by a partial Fisher-Yates shuffle over K doubles drawn as
- *      rng.random(K) draws them (policies.features._sample_indices).
+ *      them, the first K of rng.permutation(count) pick among them (numpy's shuffle steps,
+ *      in C, from the same bit generator).
  * With recs and rslots (rule "sample": the tracker's records and slots at the same indices as
  * src) the records are read from there instead of looked up by key, the answers the same.
  * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]
@@ -277,8 +301,9 @@ fp_gather(PyObject *mod, PyObject *args)
                 if (PyList_Append(keys, PyList_GET_ITEM(src, ev[i])) < 0)
                     goto error;
             memmove(tmp + K, tmp + stride, (size_t)c * sizeof(double));
-        } else {  /* K of them: a partial Fisher-Yates shuffle over K uniform draws, drawn as
-                   * Generator.random(K) draws (features._sample_indices, the same steps) */
+        } else {  /* rng.permutation(c)[:K] picks K of them: numpy's own steps (Generator.shuffle of
+                   * arange(c): i from c - 1 down to 1 swaps with random_interval(i)), the same
+                   * draws from the same bit generator (tests hold it equal to the Python call) */
             fp_bitgen_t *bg = bitgen_of(rng, &cap);
             if (bg == NULL)
                 goto error;
@@ -292,14 +317,11 @@ fp_gather(PyObject *mod, PyObject *args)
             }
             for (Py_ssize_t i = 0; i < c; i++)
                 idx[i] = i;
-            for (Py_ssize_t j = 0; j < K; j++) {
-                double x = bg->next_double(bg->state);
-                Py_ssize_t r = j + (Py_ssize_t)(x * (double)(c - j));  /* truncation, as int() */
-                if (r > c - 1)
-                    r = c - 1;
-                Py_ssize_t t = idx[j];
-                idx[j] = idx[r];
-                idx[r] = t;
+            for (Py_ssize_t i = c - 1; i >= 1; i--) {
+                Py_ssize_t j = (Py_ssize_t)np_random_interval(bg, (uint64_t)i);
+                Py_ssize_t t = idx[i];
+                idx[i] = idx[j];
+                idx[j] = t;
             }
             for (Py_ssize_t i = 0; i < K; i++) {
                 Py_ssize_t j = idx[i];

@@ -111,6 +111,19 @@ tr_open(PyObject *tracker, Tracked *t)
     return 1;
 }
 
+/* tr_open, or, when the tracker's attributes are not the usual ones, its Python method ``name``
+ * (view, key) in its place: 1 (opened), 0 (the method ran: nothing left to do) or -1. */
+static int
+tr_open_or_call(PyObject *tracker, Tracked *t, PyObject *name, PyObject *view, PyObject *key)
+{
+    int ok = tr_open(tracker, t);
+    if (ok != 0)
+        return ok;
+    PyObject *r = call_method(name, tracker, view, key, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 /* The tracker's rows (its flat float64 view _V): a pointer kept with a buffer export while
  * _V stays the same object; n_out is the number of doubles. */
 static double *
@@ -296,6 +309,19 @@ python:;
     return s < 0 ? -1 : s;
 }
 
+/* The row of key for record o: its current one, else a new slot (FeatureTracker.on_miss and
+ * on_insert's test; _new_slot may run the Python method, which rebinds only _S and _V, read
+ * afresh by tr_row). The slot, or -1 with an exception. */
+static long long
+tr_slot_for(HitPath *self, PyObject *tracker, Tracked *tk, PyObject *view, PyObject *key,
+            PyObject *o, long long t)
+{
+    long long s = tr_current_slot(self, tk, key, o);
+    if (s == -1)
+        s = tr_new_slot(self, tracker, tk, view, key, o, t);
+    return s < 0 ? -1 : s;
+}
+
 static int
 tr_move_to_end(PyObject *order, PyObject *key)
 {
@@ -342,23 +368,16 @@ static int
 tr_miss(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObject *o, long long t)
 {
     Tracked tk;
-    int ok = tr_open(tracker, &tk);
-    if (ok <= 0) {
-        if (ok < 0)
-            return -1;
-        PyObject *r = call_method(s_on_miss, tracker, view, key, NULL);
-        Py_XDECREF(r);
-        return r == NULL ? -1 : 0;
-    }
+    int ok = tr_open_or_call(tracker, &tk, s_on_miss, view, key);
+    if (ok <= 0)
+        return ok;
     int ret = -1;
     double m0 = PyFloat_AS_DOUBLE(tk.miss_rate);
     PyObject *mr = PyFloat_FromDouble(m0 + tr_alpha * (1.0 - m0));
     if (mr == NULL || PyDict_SetItem(tk.d, s_miss_rate, mr) < 0)
         goto done;
-    long long s = tr_current_slot(self, &tk, key, o);
-    if (s == -2)
-        goto done;
-    if (s < 0 && (s = tr_new_slot(self, tracker, &tk, view, key, o, t)) < 0)
+    long long s = tr_slot_for(self, tracker, &tk, view, key, o, t);
+    if (s < 0)
         goto done;
     ret = tr_access(self, tracker, tk.d, s, t);
 done:
@@ -372,30 +391,14 @@ static int
 tr_insert(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObject *o, long long t)
 {
     Tracked tk;
-    int ok = tr_open(tracker, &tk);
-    if (ok <= 0) {
-        if (ok < 0)
-            return -1;
-        PyObject *r = call_method(s_on_insert, tracker, view, key, NULL);
-        Py_XDECREF(r);
-        return r == NULL ? -1 : 0;
-    }
+    int ok = tr_open_or_call(tracker, &tk, s_on_insert, view, key);
+    if (ok <= 0)
+        return ok;
     int ret = -1;
     PyObject *so = NULL, *n = NULL;
-    long long s = tr_current_slot(self, &tk, key, o);
-    if (s == -2)
+    long long s = tr_slot_for(self, tracker, &tk, view, key, o, t);
+    if (s < 0)
         goto done;
-    if (s < 0) {
-        if ((s = tr_new_slot(self, tracker, &tk, view, key, o, t)) < 0)
-            goto done;
-        Py_DECREF(tk.d);  /* Python ran: read the attributes again */
-        ok = tr_open(tracker, &tk);
-        if (ok <= 0) {
-            if (ok == 0)
-                PyErr_SetString(PyExc_TypeError, "allocator._fastpath: _new_slot changed the tracker's attributes");
-            return -1;
-        }
-    }
     double *row = tr_row(self, tk.d, s);
     if (row == NULL)
         goto done;
@@ -504,14 +507,9 @@ static int
 tr_evict(PyObject *tracker, PyObject *view, PyObject *key, int free)
 {
     Tracked tk;
-    int ok = tr_open(tracker, &tk);
-    if (ok <= 0) {
-        if (ok < 0)
-            return -1;
-        PyObject *r = call_method(free ? s_on_free : s_on_evict, tracker, view, key, NULL);
-        Py_XDECREF(r);
-        return r == NULL ? -1 : 0;
-    }
+    int ok = tr_open_or_call(tracker, &tk, free ? s_on_free : s_on_evict, view, key);
+    if (ok <= 0)
+        return ok;
     int ret = tr_drop(&tk, key);
     if (ret == 0 && free) {  /* s = _slot.pop(key, None); if s is not None: _free_slots.append(s) */
         PyObject *s = PyDict_GetItemWithError(tk.slot, key);

@@ -226,29 +226,6 @@ def test_sample_rule_is_uniform_distinct_and_seeded() -> None:
         select_candidates(tracker, view, 32, "mru")
 
 
-def test_partial_shuffle_is_a_uniform_ordered_sample() -> None:
-    """``_sample_indices`` (the sample rule with few residents, and the C gather's draws): k
-    distinct indices, each index equally likely in every position."""
-    rng = np.random.default_rng(0)
-    m, k, n = 10, 3, 30000
-    pos = np.zeros((k, m))
-    for _ in range(n):
-        idx = fm._sample_indices(rng, m, k)
-        assert len(set(idx)) == k and all(0 <= i < m for i in idx)
-        pos[np.arange(k), idx] += 1
-    assert np.abs(pos / n - 1 / m).max() < 0.012  # 1/m = 0.1, std ~0.0017
-    # through the rule: 100 residents (the scan with a shuffle), every one drawn about as often
-    trace = Trace.from_arrays(np.arange(100), 512)
-    tracker = FeatureTracker()
-    pool = _replay(trace, 512 * 100, tracker)
-    counts = np.zeros(100)
-    for s in range(400):
-        keys = select_candidates(tracker, pool.view, 32, "sample", np.random.default_rng(s))
-        assert len(set(keys.tolist())) == 32
-        counts[keys] += 1
-    assert 0.7 * counts.mean() < counts.min() and counts.max() < 1.3 * counts.mean()  # mean 128
-
-
 @pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the NumPy path exists")
 @pytest.mark.parametrize("cost", [None, "h100_pcie5"])
 def test_numba_kernel_equals_the_numpy_reference(cost, monkeypatch) -> None:
@@ -279,7 +256,7 @@ def test_private_select_codes_give_the_public_observation(n_resident) -> None:
     """The env and the learned policy use ``_select`` (which returns each candidate's state
     code where it reads the record anyway) and ``_observe``/``_pack`` with those codes; the
     result equals the public ``select_candidates`` + ``observe`` (same draws, same features),
-    with few residents (<= 4K: the partial shuffle) and many, dirty objects included."""
+    with few residents (<= 4K: the permutation path) and many, dirty objects included."""
     trace = _trace(6000, 2000, 11)
     tracker = FeatureTracker()
     pool = _replay(trace, n_resident * 4 * 4096, tracker)
@@ -330,7 +307,7 @@ def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -
             for a, b in zip(got[True][1], got[False][1]):
                 np.testing.assert_array_equal(a, b)
             assert got[True][2] == got[False][2]  # the same draws were consumed
-    if pinned == 0:  # the C path served every one (the scan and shuffle with few residents)
+    if pinned == 0:  # the C path served every one (the scan and permutation with few residents)
         assert served == 12
     ref_keys = select_candidates(tracker, view, 32, "lru")
     assert all(view.evictable(int(k)) for k in ref_keys)
