@@ -144,6 +144,7 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3", torch_threa
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from envs.registration import register_envs
+    from policies.training.agents import quiet_logger
 
     register_envs()
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -154,6 +155,7 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3", torch_threa
             torch.set_num_threads(torch_threads)
         timed = [TimedEnv(gym.make("cachegym/Evict-v0", K=K, invalid_action="lru"))]
         model = PPO("MultiInputPolicy", DummyVecEnv([lambda: timed[0]]), seed=seed, device="cpu")
+        quiet_logger(model)
         what = f"SB3 defaults, MultiInputPolicy, 1 env, torch_threads={torch.get_num_threads()}"
     else:
         model, what = _project_ppo(seed, timed)

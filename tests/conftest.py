@@ -22,6 +22,13 @@ GPU_SKIP_REASON = "needs a CUDA GPU and cupy"
 pytest_plugins = ["pytester"]  # tests/allocator/test_gpu_skip.py runs the hook in a sandbox
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _sb3_logs_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """stable-baselines3 makes an ``SB3-<time>`` folder in the system's temporary directory at
+    every ``learn()`` of a model without a log folder: the tests' go to one pytest folder."""
+    os.environ.setdefault("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3")))
+
+
 @functools.lru_cache(maxsize=1)
 def have_gpu() -> bool:
     """True when cupy imports and sees at least one CUDA device."""

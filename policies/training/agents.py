@@ -132,8 +132,11 @@ class SB3Agent:
                     "dqn": (DQN, ScorerDQNPolicy)}[self.algo]
         kw = dict(self.kwargs)
         kw.setdefault("verbose", 0)
-        return cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden), "ignore": list(ctx.ignore)}, seed=ctx.seed,
-                   tensorboard_log=ctx.log_dir, device="cpu", **kw)
+        model = cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden), "ignore": list(ctx.ignore)},
+                    seed=ctx.seed, tensorboard_log=ctx.log_dir, device="cpu", **kw)
+        if ctx.log_dir is None and not kw["verbose"]:
+            quiet_logger(model)
+        return model
 
     def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
         model = self.build(ctx)
@@ -153,6 +156,15 @@ class SB3Agent:
         model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo)
         model.policy.set_training_mode(False)
         return model.policy.scorer  # type: ignore[no-any-return]
+
+
+def quiet_logger(model: Any) -> None:
+    """A logger that writes nothing: without one, every ``learn()`` of a model with neither a
+    TensorBoard folder nor verbosity makes an empty ``SB3-<time>`` folder in the system's
+    temporary directory (stable-baselines3's ``configure``)."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
 
 
 @dataclass
