@@ -525,3 +525,31 @@ def test_abandon_and_a_bad_victim_undo_the_miss_as_closing_steps(monkeypatch: py
     t.start()
     t.join()
     assert got == [True]  # released by the failed resume (and by abandon before it)
+
+
+def test_a_suspended_miss_holds_the_pool_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a miss waits for its victim (HitPath.step -> None), the pool's lock stays held, as
+    Pool.steps' generator holds it: another thread's access waits until resume() completes the
+    miss, then runs on the state after it."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    p = _tracker_pool(False, monkeypatch, capacity=4 * B, placement="bytes")
+    hp = p._hit_path
+    for k in range(4):
+        p.access(k, B)
+    assert hp.step(9, B, False, 0, 0) is None and hp.pending
+    done = threading.Event()
+    got: list[bool] = []
+
+    def other() -> None:
+        got.append(p.access(9, B))  # blocks on the lock until the miss of 9 completes
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert not done.wait(0.3)  # still waiting while the miss is suspended
+    assert hp.resume(0) is False and not hp.pending
+    t.join(5)
+    assert done.is_set() and got == [True]  # then a hit on the object the miss brought in
+    assert 0 not in p.view.candidates() and p.stats.hits == 1
+    p._check()
