@@ -173,7 +173,7 @@ prefetch_rec(PyObject *o)
     __builtin_prefetch(b + off_key);
 }
 
-/* gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None)
+/* gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None, rows=None)
  *     -> list | None | False
  *
  * The usual cases of policies.features._select followed by _pack's record reads:
@@ -190,7 +190,9 @@ prefetch_rec(PyObject *o)
  *      in C, from the same bit generator).
  * With recs and rslots (rule "sample": the tracker's records and slots at the same indices as
  * src) the records are read from there instead of looked up by key, the answers the same.
- * Then writes the slots into out[base:base+n] and the state codes into out[base+K:base+K+n]
+ * With rows (the tracker's float64 rows) the candidates' rows are asked for in the cache (the
+ * feature kernel reads them next). Then writes the slots into out[base:base+n] and the state
+ * codes into out[base+K:base+K+n]
  * (out: a float64 buffer) and returns the keys (a list of n <= K). Otherwise changes nothing in
  * out and returns None (nothing drawn: run the Python path from the start) or False (rule
  * "sample" after the draw: continue the Python path past its first draw).
@@ -199,9 +201,10 @@ static PyObject *
 fp_gather(PyObject *mod, PyObject *args)
 {
     PyObject *src, *objs, *slots, *outobj, *rng = Py_None, *recs = Py_None, *rslots_obj = Py_None;
+    PyObject *rows = Py_None;
     Py_ssize_t K, base, m = 0;
-    if (!PyArg_ParseTuple(args, "OO!O!nOn|OnOO:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
-                          &slots, &K, &outobj, &base, &rng, &m, &recs, &rslots_obj))
+    if (!PyArg_ParseTuple(args, "OO!O!nOn|OnOOO:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
+                          &slots, &K, &outobj, &base, &rng, &m, &recs, &rslots_obj, &rows))
         return NULL;
     if (info_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gather: setup() has not run");
@@ -393,6 +396,24 @@ fp_gather(PyObject *mod, PyObject *args)
         }
     }
     Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (rows != Py_None && tracker_type != NULL) {  /* the candidates' tracker rows, asked for
+                                                    * now: the feature kernel reads them next */
+        Py_buffer sb;
+        if (PyObject_GetBuffer(rows, &sb, PyBUF_C_CONTIGUOUS) == 0) {
+            const char *S = sb.buf;
+            Py_ssize_t rowb = tr_ncol * (Py_ssize_t)sizeof(double);
+            for (Py_ssize_t i = 0; i < n; i++) {
+                Py_ssize_t at = (Py_ssize_t)tmp[i] * rowb;
+                if (at >= 0 && at + rowb <= sb.len) {
+                    __builtin_prefetch(S + at);
+                    __builtin_prefetch(S + at + rowb - 1);
+                }
+            }
+            PyBuffer_Release(&sb);
+        } else {
+            PyErr_Clear();
+        }
+    }
     memcpy(out + base, tmp, (size_t)n * sizeof(double));
     memcpy(out + base + K, tmp + K, (size_t)n * sizeof(double));  /* codes: moved to tmp + K */
     result = keys;
