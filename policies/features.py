@@ -557,16 +557,22 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
 
 
-_last_rng: list[Any] = [None, None]  # (Generator, its bit generator's capsule) of the last call
+_CAPSULES: dict[int, tuple[Any, Any]] = {}  # id(Generator) -> (Generator, its capsule)
 
 
 def _bitgen_capsule(rng: np.random.Generator) -> Any:
-    """``rng.bit_generator.capsule``, kept for the last Generator asked about: the C gather draws
-    through it, and the attribute lookups cost more than the draws when the caches are cold (as
-    between two steps of a training loop)."""
-    if rng is not _last_rng[0]:
-        _last_rng[:] = [rng, rng.bit_generator.capsule]
-    return _last_rng[1]
+    """``rng.bit_generator.capsule``, kept for the last 16 Generators asked about (several envs
+    step in turn): the C gather draws through it, and the attribute lookups cost more than the
+    draws when the caches are cold (as between two steps of a training loop). An entry holds
+    its Generator, so no other object can take its id while it is there."""
+    got = _CAPSULES.get(id(rng))
+    if got is not None:
+        return got[1]
+    if len(_CAPSULES) >= 16:
+        del _CAPSULES[next(iter(_CAPSULES))]
+    cap = rng.bit_generator.capsule
+    _CAPSULES[id(rng)] = (rng, cap)
+    return cap
 
 
 def _uniform_ints(rng: np.random.Generator, n: int, m: int) -> list[int]:

@@ -393,3 +393,13 @@ def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
     for st_ in states[1:]:
         np.testing.assert_array_equal(states[0][0], st_[0])
     assert draws[0] == draws[1] == draws[2]
+
+
+def test_bitgen_capsules_are_kept_per_generator() -> None:
+    """The C gather draws through each Generator's own bit generator, whatever order several
+    envs ask in; the cache stays bounded."""
+    gens = [np.random.default_rng(s) for s in range(20)]
+    for _ in range(2):
+        for g in gens + gens[:3]:
+            assert fm._bitgen_capsule(g) is g.bit_generator.capsule
+    assert len(fm._CAPSULES) <= 16
