@@ -490,8 +490,8 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         objs_c: dict[int, Any] | None = getattr(view, "_objs", None)
         if objs_c is not None:
             if rule == "lru":
-                got = _gather(tracker._order, objs_c, tracker._slot, K, v, _HEAD, None, 0, None, None,
-                              tracker._S)
+                got = _gather(tracker._order, objs_c, tracker._res_pos, K, v, _HEAD, None, 0,
+                              tracker._res_rec, tracker._res_slot, tracker._S)
             elif rule == "sample" and rng is not None:
                 got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, _bitgen_capsule(rng),
                               K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S)

@@ -188,8 +188,9 @@ prefetch_rec(PyObject *o)
  *    - n <= 4K: the evictable residents in list order, and when there are more than K of
  *      them, the first K of rng.permutation(count) pick among them (numpy's shuffle steps,
  *      in C, from the same bit generator).
- * With recs and rslots (rule "sample": the tracker's records and slots at the same indices as
- * src) the records are read from there instead of looked up by key, the answers the same.
+ * With recs and rslots (the tracker's records and slots by resident index: for rule "sample"
+ * at the same indices as src; for rule "lru" found through slots, then the tracker's key ->
+ * index map) the records are read from there instead of looked up by key, the answers the same.
  * With rows (the tracker's float64 rows) the candidates' rows are asked for in the cache (the
  * feature kernel reads them next). Then writes the slots into out[base:base+n] and the state
  * codes into out[base+K:base+K+n]
@@ -226,17 +227,21 @@ fp_gather(PyObject *mod, PyObject *args)
     Py_ssize_t *ev = NULL;  /* the scan: indices of the evictable residents */
     Py_buffer rb = {0};
     const long long *rslots = NULL;  /* with recs: the residents' records and slots by index */
-    if (rng != Py_None && recs != Py_None && rslots_obj != Py_None) {
+    if (recs != Py_None && rslots_obj != Py_None) {
         if (!PyList_CheckExact(recs)
             || PyObject_GetBuffer(rslots_obj, &rb, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
             PyErr_Clear();
             rb.obj = NULL;
         } else if (rb.itemsize == 8 && rb.format != NULL
                    && (strcmp(rb.format, "q") == 0 || strcmp(rb.format, "l") == 0)
-                   && rb.len / 8 == PyList_GET_SIZE(src) && PyList_GET_SIZE(recs) == PyList_GET_SIZE(src)) {
+                   && rb.len / 8 == PyList_GET_SIZE(recs)
+                   && (rng == Py_None || PyList_GET_SIZE(recs) == PyList_GET_SIZE(src))) {
             rslots = (const long long *)rb.buf;
         }
     }
+    /* rule "lru" with recs and rslots: the tracker's key -> index map of its residents (slots is
+     * then that map, _res_pos): one lookup per candidate instead of the record's and the slot's */
+    int by_pos = rng == Py_None && rslots != NULL;
     double *out = (double *)buf.buf, *tmp = NULL;
     /* tmp: slots in [0, stride), codes in [stride, 2 * stride); the answer's codes end up at
      * tmp + K */
@@ -257,6 +262,8 @@ fp_gather(PyObject *mod, PyObject *args)
         goto error;
     }
     if (rng == Py_None) {
+        if (recs != Py_None && !by_pos)  /* slots is the index map, but the lists do not serve */
+            goto pass;
         it = PyObject_GetIter(src);
         if (it == NULL)
             goto error;
@@ -267,7 +274,19 @@ fp_gather(PyObject *mod, PyObject *args)
                     goto error;
                 break;
             }
-            int r = gather_one(k, objs, slots, tmp, i, stride);
+            int r;
+            if (by_pos) {
+                PyObject *po = PyDict_GetItemWithError(slots, k);
+                Py_ssize_t j = po != NULL && PyLong_CheckExact(po) ? PyLong_AsSsize_t(po) : -1;
+                if (j < 0 || j >= PyList_GET_SIZE(recs)) {
+                    PyErr_Clear();
+                    r = 2;  /* not where the lists say: the Python path decides */
+                } else {
+                    r = gather_at(k, recs, rslots, j, tmp, i, stride);
+                }
+            } else {
+                r = gather_one(k, objs, slots, tmp, i, stride);
+            }
             if (r == 1)
                 r = PyList_Append(keys, k) == 0 ? 1 : -1;
             Py_DECREF(k);
