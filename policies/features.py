@@ -637,8 +637,14 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     # one buffer: rows 0..K-1 the candidates' features, row K the global features (G <= F)
     if out is None:
         out = np.zeros((K + 1, F), np.float32)
-    cand, glob = out[:K], out[K, :G]
     mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
+    if (codes is True and _features_c and _head is not None
+            and _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS)):
+        # the usual case, in C: _select packed the slots and codes, head the globals, and the
+        # feature kernel (set up by a first call of the general path below) computes
+        _features_c(tracker._S, v, out)
+        return out[:K], mask, out[K, :G]
+    cand, glob = out[:K], out[K, :G]
     packed = _pack(tracker, view, keys, K, codes, v)
     if isinstance(packed, np.ndarray):
         # the usual case, every candidate has history (and numba is on: tests turn it off by

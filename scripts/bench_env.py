@@ -87,7 +87,7 @@ class TimedEnv(gym.Wrapper):  # type: ignore[type-arg]
 def random_action(env: Any, rng: np.random.Generator) -> int:
     """The benchmark's agent: a uniform choice among the valid actions of ``action_masks()``
     (``rng.random`` scaled: ``rng.integers`` costs ~2 us more per call)."""
-    valid = np.flatnonzero(env.action_masks())
+    valid = env.action_masks().nonzero()[0]
     return int(valid[int(rng.random() * len(valid))])
 
 
