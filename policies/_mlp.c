@@ -319,50 +319,70 @@ scorer_reduce(Scorer *s, PyObject *unused)
     return Py_BuildValue("(OO)", (PyObject *)Py_TYPE(s), s->args);
 }
 
+/* What decide and features share: their three buffers (S, v, x) checked, and the feature kernel
+ * run on them. Returns K, with n = v[0] (>= min_n) in *n and x kept in *bx (the caller releases
+ * it); -1 with an exception, every buffer released. nf: the features per candidate x must hold. */
+static Py_ssize_t
+features_call(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t nf,
+              Py_ssize_t min_n, Py_buffer *bx, Py_ssize_t *n_out)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s(S, v, x) takes three arguments", name);
+        return -1;
+    }
+    if (features_kernel == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: set_features() not called", name);
+        return -1;
+    }
+    Py_buffer bs, bv;
+    if (PyObject_GetBuffer(args[0], &bs, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+        return -1;
+    if (PyObject_GetBuffer(args[1], &bv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+        PyBuffer_Release(&bs);
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[2], bx, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
+        PyBuffer_Release(&bs);
+        PyBuffer_Release(&bv);
+        return -1;
+    }
+    Py_ssize_t K = bx->ndim == 2 ? bx->shape[0] - 1 : -1;
+    double n = bv.ndim == 1 && bv.len >= 8 ? ((const double *)bv.buf)[0] : -1.0;
+    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
+        || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
+        || bx->ndim != 2 || bx->itemsize != 4 || strcmp(bx->format, "f") != 0 || bx->shape[1] != nf
+        || nf != features_nf || K < 1 || bv.shape[0] != features_head + 2 * K
+        || !(n >= (double)min_n && n <= (double)K) || n != (double)(Py_ssize_t)n) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: S must be float64 (rows, %zd), v float64 (%zd + 2K) with %zd <= v[0] <= K, "
+                     "x float32 (K + 1, %zd)", name, features_ncol, features_head, min_n, nf);
+        K = -1;
+    } else {
+        features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
+                        (long long)K, (float *)bx->buf);
+        *n_out = (Py_ssize_t)n;
+    }
+    PyBuffer_Release(&bs);
+    PyBuffer_Release(&bv);
+    if (K < 0)
+        PyBuffer_Release(bx);
+    return K;
+}
+
 /* Scorer.decide(S, v, x): one decision -- the features of the packed candidates (the kernel
  * of set_features) into x, then best(x, n) with n = v[0] */
 static PyObject *
 scorer_decide(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "decide(S, v, x) takes three arguments");
+    if (s->wc == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "decide: Scorer not initialised");
         return NULL;
     }
-    if (s->wc == NULL || features_kernel == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "decide: Scorer not initialised or set_features() not called");
+    Py_buffer bx;
+    Py_ssize_t n = 0, K = features_call("decide", args, nargs, s->F, 1, &bx, &n);
+    if (K < 0)
         return NULL;
-    }
-    Py_buffer bs, bv, bx;
-    if (PyObject_GetBuffer(args[0], &bs, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &bv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
-        PyBuffer_Release(&bs);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &bx, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
-        PyBuffer_Release(&bs);
-        PyBuffer_Release(&bv);
-        return NULL;
-    }
-    PyObject *res = NULL;
-    Py_ssize_t K = bx.ndim == 2 ? bx.shape[0] - 1 : -1;
-    double n = bv.ndim == 1 && bv.len >= 8 ? ((const double *)bv.buf)[0] : -1.0;
-    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
-        || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
-        || bx.ndim != 2 || bx.itemsize != 4 || strcmp(bx.format, "f") != 0 || bx.shape[1] != s->F
-        || s->F != features_nf || K < 1 || bv.shape[0] != features_head + 2 * K || !(n >= 1.0 && n <= (double)K)
-        || n != (double)(Py_ssize_t)n) {
-        PyErr_Format(PyExc_ValueError,
-                     "decide: S must be float64 (rows, %zd), v float64 (%zd + 2K) with 1 <= v[0] <= K, "
-                     "x float32 (K + 1, %d)", features_ncol, features_head, s->F);
-        goto done;
-    }
-    features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
-                    (long long)K, (float *)bx.buf);
-    res = PyLong_FromSsize_t(best_kernel(s, (const float *)bx.buf, (Py_ssize_t)n, K));
-done:
-    PyBuffer_Release(&bs);
-    PyBuffer_Release(&bv);
+    PyObject *res = PyLong_FromSsize_t(best_kernel(s, (const float *)bx.buf, n, K));
     PyBuffer_Release(&bx);
     return res;
 }
@@ -372,48 +392,12 @@ done:
 static PyObject *
 mlp_features(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "features(S, v, x) takes three arguments");
+    Py_buffer bx;
+    Py_ssize_t n = 0;
+    if (features_call("features", args, nargs, features_nf, 0, &bx, &n) < 0)
         return NULL;
-    }
-    if (features_kernel == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "features: set_features() not called");
-        return NULL;
-    }
-    Py_buffer bs, bv, bx;
-    if (PyObject_GetBuffer(args[0], &bs, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &bv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
-        PyBuffer_Release(&bs);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[2], &bx, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0) {
-        PyBuffer_Release(&bs);
-        PyBuffer_Release(&bv);
-        return NULL;
-    }
-    PyObject *res = NULL;
-    Py_ssize_t K = bx.ndim == 2 ? bx.shape[0] - 1 : -1;
-    double n = bv.ndim == 1 && bv.len >= 8 ? ((const double *)bv.buf)[0] : -1.0;
-    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
-        || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
-        || bx.ndim != 2 || bx.itemsize != 4 || strcmp(bx.format, "f") != 0
-        || bx.shape[1] != features_nf || K < 1
-        || bv.shape[0] != features_head + 2 * K || !(n >= 0.0 && n <= (double)K)
-        || n != (double)(Py_ssize_t)n) {
-        PyErr_Format(PyExc_ValueError,
-                     "features: S must be float64 (rows, %zd), v float64 (%zd + 2K) with 0 <= v[0] <= K, "
-                     "x float32 (K + 1, %zd)", features_ncol, features_head, features_nf);
-        goto done;
-    }
-    features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
-                    (long long)K, (float *)bx.buf);
-    res = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&bs);
-    PyBuffer_Release(&bv);
     PyBuffer_Release(&bx);
-    return res;
+    Py_RETURN_NONE;
 }
 
 static PyObject *
