@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 __all__ = [
     "PoolEnv", "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
     "resolve_capacity",
-    "observation_space", "pack_obs", "empty_obs", "next_use_distance", "decision_info", "CAPACITY_OF",
+    "observation_space", "pack_obs", "empty_obs", "next_use_rows", "next_use_distance", "decision_info",
+    "CAPACITY_OF",
 ]
 
 TraceSource = Union[Trace, str, "os.PathLike[str]", Mapping[str, Any]]
@@ -254,32 +255,33 @@ def empty_obs(K: int) -> dict[str, np.ndarray]:
             "mask": np.zeros(K, np.int8)}
 
 
+def next_use_rows(next_use: np.ndarray, last_access: np.ndarray) -> np.ndarray:
+    """The row of each object's next access (``INF``: never), given the row of its last access
+    (``-1``: never accessed) and the window's ``next_use``."""
+    return np.where(last_access >= 0, next_use[np.maximum(last_access, 0)], INF)
+
+
 def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) -> np.ndarray:
     """Ticks from ``tick`` to each object's next access (``inf`` if never), given the row of
     its last access (``-1``: never accessed, distance ``inf``)."""
-    nxt = np.where(last_access >= 0, next_use[np.maximum(last_access, 0)], INF)
+    nxt = next_use_rows(next_use, last_access)
     return np.where(nxt == INF, np.inf, (nxt - tick).astype(np.float64))
 
 
-def decision_info(keys: list[int], nxt: list[int] | dict[int, int] | np.ndarray, tick: int, K: int,
+def decision_info(keys: list[int], nxt: list[int] | np.ndarray, tick: int, K: int,
                   farthest: bool) -> tuple[int, np.ndarray, np.ndarray]:
     """The teacher's part of a decision's ``info``: ``(oracle, keys, next_use)``.
 
     ``keys`` are the ``n <= K`` candidates and ``nxt`` the row of each one's next access
-    (``INF``: never): a list in the order of ``keys``, an int64 array whose first ``n`` values
-    are in that order, or a dict by key. ``oracle`` is, with ``farthest``, Belady's choice: the candidate used
+    (``INF``: never): a list in the order of ``keys``, or an int64 array whose first ``n``
+    values are in that order. ``oracle`` is, with ``farthest``, Belady's choice: the candidate used
     farthest in the future, among those never used again the largest key (as
     :class:`policies.priority.Belady`); without it, the candidate used soonest (the first of
     equals), ``-1`` when none is used again; ``-1`` when there are no candidates. The arrays
     are ``(K,)`` and new at every call (callers keep infos): the keys (int64) and the ticks
     from ``tick`` to each next use (float64, ``inf`` if never), ``-1`` in the padding."""
     if _info_kernel is None:
-        if isinstance(nxt, dict):
-            rows = list(map(nxt.__getitem__, keys))
-        elif isinstance(nxt, list):
-            rows = nxt
-        else:
-            rows = np.asarray(nxt)[:len(keys)].tolist()
+        rows = nxt if isinstance(nxt, list) else np.asarray(nxt)[:len(keys)].tolist()
         return _decision_info_py(keys, rows, tick, K, farthest)
     out_keys, out_dist = np.empty(K, np.int64), np.empty(K, np.float64)
     j = _info_kernel(keys, nxt, tick, K, farthest, out_keys, out_dist)

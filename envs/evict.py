@@ -11,7 +11,7 @@ from gymnasium import spaces
 from allocator import pool as _pool
 from allocator.errors import ConfigError, InvalidActionError
 from allocator.pool import EvictionRequest, Pool
-from allocator.trace import INF, Op
+from allocator.trace import Op
 from envs.common import (
     Episodes,
     PoolEnv,
@@ -25,6 +25,7 @@ from envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
+    next_use_rows,
     observation_space,
     pack_obs,
     resolve_capacity,
@@ -249,15 +250,14 @@ class EvictEnv(PoolEnv):
                 if status == _RUN_END:
                     break
             # row i the Python way (also every row where the C paths are absent or off)
-            k, op, size = keys[i], ops[i], sizes[i]
+            k, op, size, kind, comp = keys[i], ops[i], sizes[i], kinds[i], comps[i]
             i += 1
             if op == free_:
                 free(k)
-                continue
-            if resident(k):  # a hit never needs room: the fast path of the same loop
-                access(k, size, op == write_, kind=kinds[i - 1], compute_ns=comps[i - 1])
+            elif resident(k):  # a hit never needs room: the fast path of the same loop
+                access(k, size, op == write_, kind=kind, compute_ns=comp)
             else:
-                yield from steps(k, size, op, kind=kinds[i - 1], compute_ns=comps[i - 1])
+                yield from steps(k, size, op, kind=kind, compute_ns=comp)
 
     def _advance(self, victim: int | None) -> bool:
         """Answer the pending request with ``victim`` (``None``: start the episode) and run
@@ -329,8 +329,7 @@ class EvictEnv(PoolEnv):
         nx = self._nx
         if not (self._slots_packed and _last_uses is not None
                 and _last_uses(self.tracker._S, self._packed, features._HEAD, len(kl), self._next_use, nx)):
-            last = self.tracker.last_access(kl)
-            nx[:len(kl)] = np.where(last >= 0, self._next_use[np.maximum(last, 0)], INF)
+            nx[:len(kl)] = next_use_rows(self._next_use, self.tracker.last_access(kl))
         j, keys, dist = decision_info(kl, nx, t, self.K, True)
         info["oracle_action"] = j
         if not kl:

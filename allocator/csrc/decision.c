@@ -579,8 +579,7 @@ fp_head(PyObject *mod, PyObject *args)
 /* decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist) -> int
  *
  * envs.common.decision_info's work (the teacher's oracle and next-use distances) on a list of
- * keys and their next uses (a list of ints or an int64 buffer at the same indices, or a dict by
- * key): writes the keys into out_keys (int64, K) and the ticks from tick to each next use
+ * keys and their next uses (a list of ints or an int64 buffer at the same indices): writes the keys into out_keys (int64, K) and the ticks from tick to each next use
  * into out_dist (float64, K; inf for INF = 2**63 - 1), -1 in the padding, and returns the
  * oracle: with farthest, the candidate used farthest ahead (the largest key among equals);
  * without, the first used soonest (-1 when none is used again); -1 without candidates. */
@@ -595,17 +594,17 @@ fp_decision_info(PyObject *mod, PyObject *args)
                           &farthest, &ko, &dobj))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(keys);
-    int by_key = PyDict_CheckExact(nxt), by_list = PyList_CheckExact(nxt);
+    int by_list = PyList_CheckExact(nxt);
     Py_buffer bn = {0};
     const long long *nxt_arr = NULL;
-    if (!by_key && !by_list) {
+    if (!by_list) {
         if (PyObject_GetBuffer(nxt, &bn, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
             return NULL;
         if (bn.itemsize != 8 || bn.format == NULL || (strcmp(bn.format, "q") != 0 && strcmp(bn.format, "l") != 0)
             || bn.len / 8 < n) {
             PyBuffer_Release(&bn);
-            PyErr_SetString(PyExc_TypeError, "decision_info: nxt must be a list, a dict or an int64 "
-                            "array of at least n values");
+            PyErr_SetString(PyExc_TypeError, "decision_info: nxt must be a list or an int64 array of "
+                            "at least n values");
             return NULL;
         }
         nxt_arr = bn.buf;
@@ -640,25 +639,9 @@ fp_decision_info(PyObject *mod, PyObject *args)
         long long k = PyLong_AsLongLong(PyList_GET_ITEM(keys, i));
         if (k == -1 && PyErr_Occurred())
             goto done;
-        long long x;
-        if (nxt_arr != NULL) {
-            x = nxt_arr[i];
-        } else {
-            PyObject *xo;
-            if (by_key) {
-                xo = PyDict_GetItemWithError(nxt, PyList_GET_ITEM(keys, i));
-                if (xo == NULL) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys, i));
-                    goto done;
-                }
-            } else {
-                xo = PyList_GET_ITEM(nxt, i);
-            }
-            x = PyLong_AsLongLong(xo);
-            if (x == -1 && PyErr_Occurred())
-                goto done;
-        }
+        long long x = nxt_arr != NULL ? nxt_arr[i] : PyLong_AsLongLong(PyList_GET_ITEM(nxt, i));
+        if (x == -1 && PyErr_Occurred())
+            goto done;
         ok_[i] = k;
         od[i] = x == inf_row ? Py_HUGE_VAL : (double)(x - tick);
         if (j < 0 || (farthest ? (x > jx || (x == jx && k > jk)) : x < jx)) {

@@ -49,14 +49,15 @@ def test_kernel_equals_the_python_reference(data, K, farthest, tick) -> None:
     nxt = data.draw(st.lists(st.one_of(st.integers(tick + 1, tick + 10**9), st.just(INF)),
                              min_size=n, max_size=n))
     rj, rk, rd = common._decision_info_py(keys, nxt, tick, K, farthest)
-    for given_nxt in (nxt, dict(zip(keys, nxt))):  # a list in key order, or a dict by key
+    # a list in key order, or an int64 array (longer than n: only its first n values count)
+    for given_nxt in (nxt, np.array(nxt + [7] * (K - n), np.int64)):
         j, k, d = decision_info(keys, given_nxt, tick, K, farthest)
         assert j == rj
         assert k.dtype == rk.dtype and k.tobytes() == rk.tobytes()
         assert d.dtype == rd.dtype and d.tobytes() == rd.tobytes()
     if keys:
-        with pytest.raises(KeyError):
-            decision_info(keys, {}, tick, K, farthest)
+        with pytest.raises(TypeError, match="int64"):
+            decision_info(keys, np.array(nxt, np.float64), tick, K, farthest)
 
 
 @pytest.mark.skipif(common._info_kernel is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set): only the reference exists")
