@@ -638,18 +638,19 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     if out is None:
         out = np.zeros((K + 1, F), np.float32)
     mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
-    if (codes is True and _features_c and _head is not None
+    fc = _features_c if _features_c is not None else c_features()
+    if (codes is True and fc and _head is not None
             and _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS)):
         # the usual case, in C: _select packed the slots and codes, head the globals, and the
-        # feature kernel (set up by a first call of the general path below) computes
-        _features_c(tracker._S, v, out)
+        # feature kernel computes
+        fc(tracker._S, v, out)
         return out[:K], mask, out[K, :G]
     cand, glob = out[:K], out[K, :G]
     packed = _pack(tracker, view, keys, K, codes, v)
     if isinstance(packed, np.ndarray):
         # the usual case, every candidate has history (and numba is on: tests turn it off by
         # setting _numeric_kernel to None): one kernel call gathers the rows and computes
-        (c_features() or _observe_kernel)(tracker._S, packed, out)
+        (fc or _observe_kernel)(tracker._S, packed, out)
         return cand, mask, glob
     sls, codes, t, decay, inv_cap, times, g = packed
     glob[:] = g
