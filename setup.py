@@ -20,7 +20,8 @@ setup(
         ),
         Extension(
             "policies._mlp",
-            sources=["policies/_mlp.c"],
+            sources=["policies/_mlp.c"],  # includes policies/csrc/features.c
+            depends=["policies/csrc/features.c"],
             optional=True,
         ),
     ]

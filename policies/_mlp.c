@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "csrc/features.c"  /* the feature kernel: ft_compute, set_layout */
+
 #define TW 32      /* hidden units per register block (4 vectors of 8) */
 #define MAXF 4096  /* sanity bounds on the shapes */
 #define MAXH 4096
@@ -251,32 +253,6 @@ KERNEL(best_avx2, __attribute__((target("avx2,fma"))))
 
 static Py_ssize_t (*best_kernel)(const Scorer *, const float *, Py_ssize_t, Py_ssize_t) = best_generic;
 
-/* The feature kernel (policies/features.py's _observe_kernel compiled by numba as a C
- * callback: rows, their count, the packed buffer, K, the output), set by set_features(). */
-typedef void (*features_fn)(const double *, long long, const double *, long long, float *);
-static features_fn features_kernel = NULL;
-static Py_ssize_t features_head = -1, features_ncol = -1, features_nf = -1;
-
-/* set_features(address, head, ncol, nf): the feature kernel's address, its buffer layout and
- * the number of features per candidate it writes */
-static PyObject *
-mlp_set_features(PyObject *mod, PyObject *args)
-{
-    unsigned long long address;
-    Py_ssize_t head, ncol, nf;
-    if (!PyArg_ParseTuple(args, "Knnn:set_features", &address, &head, &ncol, &nf))
-        return NULL;
-    if (address == 0 || head < 1 || ncol < 1 || nf < 1) {
-        PyErr_SetString(PyExc_ValueError, "set_features: a non-null address, head, ncol, nf >= 1");
-        return NULL;
-    }
-    features_kernel = (features_fn)(uintptr_t)address;
-    features_head = head;
-    features_ncol = ncol;
-    features_nf = nf;
-    Py_RETURN_NONE;
-}
-
 /* Scorer.best(x, n) */
 static PyObject *
 scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
@@ -330,8 +306,8 @@ features_call(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssiz
         PyErr_Format(PyExc_TypeError, "%s(S, v, x) takes three arguments", name);
         return -1;
     }
-    if (features_kernel == NULL) {
-        PyErr_Format(PyExc_RuntimeError, "%s: set_features() not called", name);
+    if (ft_table == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: set_layout() not called", name);
         return -1;
     }
     Py_buffer bs, bv;
@@ -348,19 +324,21 @@ features_call(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssiz
     }
     Py_ssize_t K = bx->ndim == 2 ? bx->shape[0] - 1 : -1;
     double n = bv.ndim == 1 && bv.len >= 8 ? ((const double *)bv.buf)[0] : -1.0;
-    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != features_ncol
+    if (bs.ndim != 2 || bs.itemsize != 8 || strcmp(bs.format, "d") != 0 || bs.shape[1] != FT_NCOL
         || bv.ndim != 1 || bv.itemsize != 8 || strcmp(bv.format, "d") != 0
         || bx->ndim != 2 || bx->itemsize != 4 || strcmp(bx->format, "f") != 0 || bx->shape[1] != nf
-        || nf != features_nf || K < 1 || bv.shape[0] != features_head + 2 * K
+        || nf != FT_F || K < 1 || bv.shape[0] != FT_HEAD + 2 * K
         || !(n >= (double)min_n && n <= (double)K) || n != (double)(Py_ssize_t)n) {
         PyErr_Format(PyExc_ValueError,
                      "%s: S must be float64 (rows, %zd), v float64 (%zd + 2K) with %zd <= v[0] <= K, "
-                     "x float32 (K + 1, %zd)", name, features_ncol, features_head, min_n, nf);
+                     "x float32 (K + 1, %d)", name, FT_NCOL, FT_HEAD, min_n, FT_F);
         K = -1;
     } else {
-        features_kernel((const double *)bs.buf, (long long)bs.shape[0], (const double *)bv.buf,
-                        (long long)K, (float *)bx->buf);
-        *n_out = (Py_ssize_t)n;
+        if (ft_compute((const double *)bs.buf, bs.shape[0], (const double *)bv.buf, K,
+                       (float *)bx->buf) < 0)
+            K = -1;
+        else
+            *n_out = (Py_ssize_t)n;
     }
     PyBuffer_Release(&bs);
     PyBuffer_Release(&bv);
@@ -394,7 +372,7 @@ mlp_features(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer bx;
     Py_ssize_t n = 0;
-    if (features_call("features", args, nargs, features_nf, 0, &bx, &n) < 0)
+    if (features_call("features", args, nargs, FT_F, 0, &bx, &n) < 0)
         return NULL;
     PyBuffer_Release(&bx);
     Py_RETURN_NONE;
@@ -436,11 +414,13 @@ static PyTypeObject ScorerType = {
 };
 
 static PyMethodDef mlp_methods[] = {
-    {"set_features", mlp_set_features, METH_VARARGS,
-     "set_features(address, head, ncol, nf): the feature kernel Scorer.decide calls (a numba "
-     "cfunc of policies.features), its packed buffer's head length, row width and features"},
+    {"set_layout", mlp_set_layout, METH_VARARGS,
+     "set_layout(layout, inv_scale, table, inv_log_ns): policies.features' layout constants "
+     "(checked), the log block's float32 scale factors, the state table, 1 / log1p(1e9)"},
+    {"log_f32", mlp_log_f32, METH_O,
+     "log_f32(x): float32(log(x)) of a float64 array as bytes, as the feature kernel computes it"},
     {"features", (PyCFunction)(void (*)(void))mlp_features, METH_FASTCALL,
-     "features(S, v, x): the feature kernel of set_features on the packed buffer v into x"},
+     "features(S, v, x): the features of the packed candidates v (policies.features) into x"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -453,6 +433,7 @@ static struct PyModuleDef mlp_module = {
 PyMODINIT_FUNC
 PyInit__mlp(void)
 {
+    ft_init();
 #ifdef HAVE_AVX2_KERNEL
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))

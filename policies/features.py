@@ -31,14 +31,16 @@ Speed: the per-access hooks are a few scalar writes into one float64 row per obj
 numba call). A decision's candidates are selected, in the usual cases, by the C extension
 (``allocator._fastpath.gather``: the same candidates and random draws as the Python selection
 here, which serves every other case), their slots, state codes and the global features packed
-into one float64 buffer (:func:`_pack`), and the matrix computed in one call of a numba kernel
-(:data:`ACCELERATED`) or, where numba is absent, with the NumPy reference
-(:func:`_numeric_numpy`); tests hold the C and Python selections and the numba and NumPy
-features equal, so a policy trained with one can be deployed with the other.
+into one float64 buffer (:func:`_pack`), and the matrix computed in one call: of the C kernel
+(``policies/csrc/features.c``, :func:`c_features`), else of a numba kernel (:data:`ACCELERATED`),
+else of the NumPy reference (:func:`_numeric_numpy`); tests hold the C and Python selections
+equal, and the C, numba and NumPy features equal, so a policy trained with one can be deployed
+with another.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 from array import array
@@ -55,6 +57,8 @@ from policies.base import EvictionPolicy, EvictionPolicyBase
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "N_GAPS", "RULES",
@@ -904,46 +908,34 @@ if _numeric_kernel is not None:
     _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
     _distinct_kernel = njit(cache=True, nogil=True)(_distinct_kernel_py)
 
-_observe_c: Any = None  # the callback, kept alive here: its address must stay valid
-
-
-def observe_kernel_address() -> int | None:
-    """Address of :func:`_observe_kernel_py` compiled by numba as a C callback
-    ``void(const double *S, int64 rows, const double *v, int64 K, float *out)`` (built on first
-    use; ``None`` without numba): what ``policies._mlp.Scorer.decide`` calls."""
-    global _observe_c
-    if _observe_kernel is None:
-        return None
-    if _observe_c is None:
-        from numba import carray, cfunc, types
-
-        kernel, ncol, head, nf = _observe_kernel, _NCOL, _HEAD, F
-
-        @cfunc(types.void(types.CPointer(types.float64), types.int64, types.CPointer(types.float64),
-                          types.int64, types.CPointer(types.float32)), cache=True)
-        def observe_c(S_ptr, rows, v_ptr, K, out_ptr):  # type: ignore[no-untyped-def]
-            kernel(carray(S_ptr, (rows, ncol)), carray(v_ptr, (head + 2 * K,)),
-                   carray(out_ptr, (K + 1, nf)))
-
-        _observe_c = observe_c
-    return int(_observe_c.address)
-
-
 _features_c: Any = None  # policies._mlp.features once set up; False: not available
 
 
+def _layout() -> dict[str, int]:
+    """This module's constants the C feature kernel (policies/csrc/features.c) is written for."""
+    return {"INSERT": _INSERT, "CREATE": _CREATE, "COUNT": _COUNT, "E0": _E0, "RING0": _RING0,
+            "RING": _RING, "SIZE": _SIZE, "NCOL": _NCOL, "NPRM": _NPRM, "G": G, "HEAD": _HEAD,
+            "N_LOG": _N_LOG, "I_GAP": _I_GAP, "I_RANK": _I_RANK, "I_STATE": _I_STATE,
+            "N_STATE": 4 + N_KINDS, "I_SEEN": _I_SEEN, "F": F}
+
+
 def c_features() -> Any:
-    """``policies._mlp.features(S, v, x)`` with :func:`_observe_kernel_py` (numba, as a C
-    callback) behind it: a decision's features in one C call, without numba's dispatch (set up
-    on first use; ``None`` without the extension or numba)."""
+    """``policies._mlp.features(S, v, x)``: :func:`_observe_kernel_py` in C (a decision's
+    features in one call; set up on first use; ``None`` without the extension, or with a build
+    written for another layout of this module: the numba kernel or NumPy then serve)."""
     global _features_c
     if _features_c is None:
         _features_c = False
         mlp = _pool.load_accelerator("policies._mlp")
-        addr = observe_kernel_address() if mlp is not None else None
-        if addr is not None:
-            mlp.set_features(addr, _HEAD, _NCOL, F)
-            _features_c = mlp.features
+        if mlp is not None:
+            try:
+                mlp.set_layout(_layout(), _INV_LOG_SCALE, _STATE_TABLE32, float(np.float32(1.0 / _LOG_NS)))
+            except (AttributeError, ValueError) as e:  # a stale build
+                _log.warning(
+                    "policies._mlp does not match policies.features (%s): features computed "
+                    "without it; rebuild with `pip install -e .`", e)
+            else:
+                _features_c = mlp.features
     return _features_c or None
 
 

@@ -213,7 +213,7 @@ _mlp: Any = load_accelerator("policies._mlp")
 @functools.cache
 def _c_decisions() -> bool:
     """Whether ``Scorer.decide`` (features + forward pass in one C call) is available: the C
-    forward pass and the numba feature kernel as a C callback (handed to it on the first call)."""
+    extension ``policies._mlp``, set up for this features module on the first call."""
     return _mlp is not None and _features.c_features() is not None
 
 

@@ -382,13 +382,14 @@ def machine_speed() -> dict[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from policies import features
 
-    out: dict[str, Any] = {"K": args.K, "numba_features": features.ACCELERATED}
+    kernel = "C" if features.c_features() else "numba" if features.ACCELERATED else "NumPy"
+    out: dict[str, Any] = {"K": args.K, "feature_kernel": kernel}
     out["machine"] = m = machine_speed()
     if hasattr(os, "getloadavg"):
         m["load_avg_1min"], m["cpus"] = os.getloadavg()[0], float(os.cpu_count() or 0)
     print(f"machine: a NumPy op on 100 floats {m['numpy_op_us']:.2f} us, a dict lookup "
           f"{m['dict_get_ns']:.0f} ns (a recent desktop: about 0.4 us and 30 ns); "
-          f"features through numba: {features.ACCELERATED}; load average "
+          f"feature kernel: {kernel}; load average "
           f"{m.get('load_avg_1min', float('nan')):.1f} on {m.get('cpus', 0):.0f} CPUs")
     for name, env_id in (("evict", "cachegym/Evict-v0"), ("prefetch", "cachegym/Prefetch-v0"),
                          ("joint", "cachegym/Joint-v0")):

@@ -403,3 +403,77 @@ def test_bitgen_capsules_are_kept_per_generator() -> None:
         for g in gens + gens[:3]:
             assert fm._bitgen_capsule(g) is g.bit_generator.capsule
     assert len(fm._CAPSULES) <= 16
+
+
+_mlp_ext = fm._pool.load_accelerator("policies._mlp")
+
+
+@pytest.mark.skipif(_mlp_ext is None, reason="policies._mlp is not built (or CACHEGYM_PURE_PYTHON)")
+def test_c_logs_are_libm_logs_rounded_to_float32() -> None:
+    """The C feature kernel's logarithms (four at a time, fdlibm's algorithm, libm's log where
+    rounding to float32 is close) are float32(log(x)) bit for bit: integers, tick distances,
+    values just above 1, powers of two and their neighbours, and values outside the kernel's
+    domain (which go to libm)."""
+    rng = np.random.default_rng(11)
+    xs = np.concatenate([
+        np.exp(rng.random(200_000) * 45),
+        rng.integers(1, 2**40, 200_000).astype(np.float64),
+        1 + rng.integers(0, 2**20, 100_000) * 2.0**-52,
+        2.0 ** rng.integers(0, 60, 100_000) * (1 + rng.integers(-3, 4, 100_000) * 2.0**-52),
+        [1.0, 2.0, 0.0, -1.0, 0.5, 1e-310, np.inf, np.nan, 2.0**1000, 2.0**1023, 3.0],
+    ])
+    got = np.frombuffer(_mlp_ext.log_f32(xs), np.float32)
+    with np.errstate(all="ignore"):
+        ref = np.log(xs).astype(np.float32)
+    np.testing.assert_array_equal(got, ref)  # NaN == NaN here
+    ok = xs > 0
+    some = np.flatnonzero(ok)[::97]  # and libm's own log (what numba calls), through Python
+    np.testing.assert_array_equal(got[some], np.float32([math.log(x) for x in xs[some]]))
+
+
+@pytest.mark.skipif(fm.c_features() is None or not fm.ACCELERATED,
+                    reason="needs policies._mlp and numba (the kernels compared)")
+@pytest.mark.parametrize("timed", [False, True])
+def test_c_feature_kernel_equals_numba_on_any_rows(timed) -> None:
+    """policies/csrc/features.c computes what numba's _observe_kernel computes, bit for bit, on
+    rows far outside what a short replay makes: ticks up to 2**45, empty reuse-gap rings, huge
+    counts and decayed counters, every state code, K above the kernel's stack scratch; rows past
+    the candidates are left as they were; a bad slot or state code is refused."""
+    rng = np.random.default_rng(5)
+    fc = fm.c_features()
+    n_rows = 500
+    for trial in range(40):
+        S = np.empty((n_rows, fm._NCOL))
+        t = float(rng.integers(1, 2**45)) if trial % 2 else float(rng.integers(1, 5000))
+        for r in range(n_rows):
+            row = fm._EMPTY_ROW.copy()
+            m = int(rng.integers(0, fm._RING + 3))  # accesses so far
+            ticks = np.sort(rng.integers(0, int(t) + 1, m)).astype(np.float64)
+            for i, tk in enumerate(ticks):
+                row[fm._RING0 + i % fm._RING] = tk
+            row[fm._INSERT] = ticks[0] if m else float(rng.integers(0, int(t) + 1))
+            row[fm._CREATE] = min(row[fm._INSERT], float(rng.integers(0, int(t) + 1)))
+            row[fm._COUNT] = m if trial % 3 else float(rng.integers(0, 10**9))
+            row[fm._E0:fm._RING0] = rng.random(3) * 10.0 ** rng.integers(0, 12, 3)
+            row[fm._SIZE] = float(rng.integers(1, 2**40))
+            row[fm._KIND] = float(rng.integers(0, fm.N_KINDS))
+            S[r] = row
+        K = (1, 5, 32, 100)[trial % 4]
+        n = int(rng.integers(0, K + 1))
+        v = fm._packed_buffer(K)
+        decay = 2.0 ** (-rng.random(3) * 50)
+        times = (float(rng.integers(1000, 10**6)), 1 / 25.0, 2000.0, 1 / 12.0, 1.0) if timed else fm._NO_TIMES
+        glob = rng.random(fm.G)
+        v[:fm._HEAD] = (n, t, *decay, 1.0 / float(rng.integers(2**20, 2**36)), *times, *glob)
+        v[fm._HEAD:fm._HEAD + n] = rng.integers(0, n_rows, n)
+        v[fm._HEAD + K:fm._HEAD + K + n] = rng.integers(0, len(fm._STATE_TABLE), n)
+        x_c = np.full((K + 1, fm.F), 7.0, np.float32)
+        x_nb = np.full((K + 1, fm.F), 7.0, np.float32)
+        fc(S, v, x_c)
+        fm._observe_kernel(S, v, x_nb)
+        np.testing.assert_array_equal(x_c, x_nb)
+        assert (x_c[n:K] == 7.0).all()
+    v[fm._HEAD] = n_rows  # a slot past the rows
+    v[0] = max(n, 1)
+    with pytest.raises(ValueError, match="slot"):
+        fc(S, v, x_c)
