@@ -1,15 +1,18 @@
-/* The learned eviction policy's forward pass in C (optional; see policies/learned.py).
+/* policies._mlp: the learned eviction policy's forward pass in C (optional; see
+ * policies/learned.py), part 2 of 2 -- part 1, the candidates' features, is csrc/features.c.
  *
  * Scorer(wc, wg, b0, w1, b1, wo, bo) holds the weights of a candidate MLP with one or two
  * hidden ReLU layers (policies.learned.CandidateScorer's arrays; w1/b1 empty for one layer),
  * copied once into zero-padded blocks of TW hidden units. Scorer.best(x, n) scores the first n
  * rows of x (float32, (K + 1, F): candidates in rows 0..K-1, the global features in the first
  * G values of row K) and returns the index of the best (the first of equal scores), exactly
- * the choice of CandidateScorer.choose_first up to float32 summation order.
+ * the choice of CandidateScorer.choose_first up to float32 summation order. Scorer.decide(S, v, x)
+ * computes the features of a decision's packed candidates (policies.features) into x first.
  *
  * Speed: the hidden units of TW-wide blocks are accumulated in registers, two candidates at
- * a time (independent FMA chains), instead of through memory; compiled for AVX2+FMA where the
- * CPU has it (chosen at run time) and for the baseline x86-64 / other targets otherwise.
+ * a time (independent FMA chains), instead of through memory, skipping the rows of zero inputs
+ * (see KERNEL); compiled for AVX2+FMA where the CPU has it (chosen at run time) and for the
+ * baseline x86-64 / other targets otherwise.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -156,7 +159,13 @@ done:
 
 /* The kernel: written once, compiled twice (AVX2+FMA and baseline) through KERNEL(). A block
  * of TW hidden units of two candidates lives in 2 * TW / 8 vector registers (GCC's vector
- * extension: the baseline build splits each into two SSE registers). */
+ * extension: the baseline build splits each into two SSE registers).
+ *
+ * Zero inputs are skipped: a layer's input row r (a feature, or a unit of hidden layer 1) is
+ * accumulated only where one of the two candidates has a nonzero value there. A skipped term is
+ * 0 * w, and adding it changes no sum, so the scores are those of the dense loop bit for bit --
+ * but a third or more of the work goes: a state's one-hot flags, copy times without a cost
+ * model, and about half of hidden layer 1 after its ReLU are zeros. */
 #if defined(__GNUC__)
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* unaligned loads */
@@ -165,23 +174,43 @@ typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* unaligned lo
 typedef int v8i __attribute__((vector_size(32)));
 #define RELU(v) ((v8)((v8i)(v) & ((v) > 0.0f)))  /* the comparison gives -1 (all bits) or 0 */
 
-/* a0..a3 / b0..b3 (a block of TW units of candidates a and b) += the ROWS rows of W (ROWS x
- * STRIDE floats, the block's columns from W) times the inputs XA[r] / XB[r] */
-#define ACCUMULATE(XA, XB, W, STRIDE, ROWS)                                                   \
-    for (int r = 0; r < (ROWS); r++) {                                                        \
-        const float *w = (W) + (Py_ssize_t)r * (STRIDE);                                      \
-        const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);                \
-        const v8 va = (v8){0} + (XA)[r], vb = (v8){0} + (XB)[r];                              \
-        a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                           \
-        b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                           \
+/* a0..a3 / b0..b3 (a block of TW units of candidates a and b) += row r of W (STRIDE floats
+ * apart, the block's columns from W) times the inputs XA[r] / XB[r], for every r whose bit is
+ * set in the masks M[0..] (bit q of M[c]: row 64 c + q) */
+#define ACCUMULATE(XA, XB, W, STRIDE, M, NM)                                                  \
+    for (int c_ = 0; c_ < (NM); c_++)                                                         \
+        for (uint64_t m_ = (M)[c_]; m_; m_ &= m_ - 1) {                                       \
+            const int r = 64 * c_ + __builtin_ctzll(m_);                                      \
+            const float *w = (W) + (Py_ssize_t)r * (STRIDE);                                  \
+            const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);            \
+            const v8 va = (v8){0} + (XA)[r], vb = (v8){0} + (XB)[r];                          \
+            a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                       \
+            b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                       \
+        }
+
+/* The masks of rows 0..N-1 where XA or XB is nonzero (NaN counts as nonzero), into M[0..] */
+#define NONZERO(XA, XB, N, M)                                                                 \
+    for (int c_ = 0; c_ * 64 < (N); c_++) {                                                   \
+        uint64_t m_ = 0;                                                                      \
+        const int e_ = (N) - 64 * c_ < 64 ? (N) - 64 * c_ : 64;                               \
+        int q_ = 0;                                                                           \
+        for (; q_ + 8 <= e_; q_ += 8) {                                                       \
+            const v8i nz_ = (LD((XA) + 64 * c_ + q_) != 0.0f) | (LD((XB) + 64 * c_ + q_) != 0.0f); \
+            m_ |= (uint64_t)MASK8(nz_) << q_;                                                 \
+        }                                                                                     \
+        for (; q_ < e_; q_++)                                                                 \
+            m_ |= (uint64_t)(((XA)[64 * c_ + q_] != 0.0f) | ((XB)[64 * c_ + q_] != 0.0f)) << q_; \
+        (M)[c_] = m_;                                                                         \
     }
 
 #define KERNEL(NAME, ATTR)                                                                    \
 ATTR static Py_ssize_t                                                                        \
-NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)                           \
+NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K, float *scores)            \
 {                                                                                             \
     const int F = s->F, G = s->G, P0 = s->P0, P1 = s->P1;                                     \
+    const int NF = (F + 63) / 64, NH = (P0 + 63) / 64;                                        \
     float *g = s->scratch, *ha = g + P0, *hb = ha + P0;                                        \
+    uint64_t mf[(MAXF + 63) / 64], mh[(MAXH + 63) / 64];                                       \
     const float *xg = x + K * F;                                                              \
     for (int j = 0; j < P0; j++)                                                              \
         g[j] = s->b0[j];                                                                      \
@@ -196,16 +225,19 @@ NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)               
     for (Py_ssize_t i = 0; i < n; i += 2) {                                                   \
         const int pair = i + 1 < n;                                                           \
         const float *xa = x + i * F, *xb = pair ? xa + F : xa;                                \
+        NONZERO(xa, xb, F, mf)                                                                \
         /* layer 1: TW hidden units of both candidates per pass over the features */         \
         for (int j0 = 0; j0 < P0; j0 += TW) {                                                 \
             v8 a0 = LD(g + j0), a1 = LD(g + j0 + 8), a2 = LD(g + j0 + 16), a3 = LD(g + j0 + 24); \
             v8 b0 = a0, b1 = a1, b2 = a2, b3 = a3;                                            \
-            ACCUMULATE(xa, xb, s->wc + j0, P0, F)                                             \
+            ACCUMULATE(xa, xb, s->wc + j0, P0, mf, NF)                                        \
             ST(ha + j0, RELU(a0)); ST(ha + j0 + 8, RELU(a1));                                 \
             ST(ha + j0 + 16, RELU(a2)); ST(ha + j0 + 24, RELU(a3));                           \
             ST(hb + j0, RELU(b0)); ST(hb + j0 + 8, RELU(b1));                                 \
             ST(hb + j0 + 16, RELU(b2)); ST(hb + j0 + 24, RELU(b3));                           \
         }                                                                                     \
+        if (P1)                                                                               \
+            NONZERO(ha, hb, P0, mh)                                                           \
         float sa = s->bo, sb = s->bo;                                                         \
         const int last = P1 ? P1 : P0;                                                        \
         for (int m0 = 0; m0 < last; m0 += TW) {                                               \
@@ -217,7 +249,7 @@ NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)               
                 const float *c = s->b1 + m0;                                                  \
                 a0 = LD(c); a1 = LD(c + 8); a2 = LD(c + 16); a3 = LD(c + 24);                 \
                 b0 = a0; b1 = a1; b2 = a2; b3 = a3;                                           \
-                ACCUMULATE(ha, hb, s->w1 + m0, P1, P0)                                        \
+                ACCUMULATE(ha, hb, s->w1 + m0, P1, mh, NH)                                    \
                 a0 = RELU(a0); a1 = RELU(a1); a2 = RELU(a2); a3 = RELU(a3);                   \
                 b0 = RELU(b0); b1 = RELU(b1); b2 = RELU(b2); b3 = RELU(b3);                   \
             }                                                                                 \
@@ -229,6 +261,11 @@ NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)               
                 sa += ta[t];                                                                  \
                 sb += tb[t];                                                                  \
             }                                                                                 \
+        }                                                                                     \
+        if (scores != NULL) {                                                                 \
+            scores[i] = sa;                                                                   \
+            if (pair)                                                                         \
+                scores[i + 1] = sb;                                                           \
         }                                                                                     \
         if (sa > best || i == 0) {                                                            \
             best = sa;                                                                        \
@@ -242,23 +279,32 @@ NAME(const Scorer *s, const float *x, Py_ssize_t n, Py_ssize_t K)               
     return best_i;                                                                            \
 }
 
+/* the 8 lanes' signs as bits (baseline: one by one) */
+#define MASK8(v) ((unsigned)((v)[0] != 0) | (unsigned)((v)[1] != 0) << 1 | (unsigned)((v)[2] != 0) << 2 \
+                  | (unsigned)((v)[3] != 0) << 3 | (unsigned)((v)[4] != 0) << 4                   \
+                  | (unsigned)((v)[5] != 0) << 5 | (unsigned)((v)[6] != 0) << 6                   \
+                  | (unsigned)((v)[7] != 0) << 7)
 KERNEL(best_generic, )
+#undef MASK8
 #if defined(__x86_64__) || defined(__i386__)
 #define HAVE_AVX2_KERNEL 1
+#define MASK8(v) ((unsigned)__builtin_ia32_movmskps256((v8)(v)))
 KERNEL(best_avx2, __attribute__((target("avx2,fma"))))
+#undef MASK8
 #endif
 #else
 #error "policies/_mlp.c needs GCC or Clang (vector extensions); the package falls back to NumPy"
 #endif
 
-static Py_ssize_t (*best_kernel)(const Scorer *, const float *, Py_ssize_t, Py_ssize_t) = best_generic;
+static Py_ssize_t (*best_kernel)(const Scorer *, const float *, Py_ssize_t, Py_ssize_t, float *) = best_generic;
 
-/* Scorer.best(x, n) */
+/* Scorer.best(x, n), and with want_scores Scorer.scores(x, n) */
 static PyObject *
-scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
+scorer_run(Scorer *s, PyObject *const *args, Py_ssize_t nargs, int want_scores)
 {
+    const char *name = want_scores ? "scores" : "best";
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "best(x, n) takes two arguments");
+        PyErr_Format(PyExc_TypeError, "%s(x, n) takes two arguments", name);
         return NULL;
     }
     if (s->wc == NULL) {
@@ -275,13 +321,41 @@ scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
     if (b.itemsize != 4 || b.format == NULL || strcmp(b.format, "f") != 0 || b.ndim != 2
         || b.shape[1] != s->F || K < 0 || n < 1 || n > K) {
         PyErr_Format(PyExc_ValueError,
-                     "best: x must be a float32 (K + 1, %d) array and n in 1..K", s->F);
+                     "%s: x must be a float32 (K + 1, %d) array and n in 1..K", name, s->F);
         PyBuffer_Release(&b);
         return NULL;
     }
-    Py_ssize_t i = best_kernel(s, (const float *)b.buf, n, K);
+    float *sc = want_scores ? PyMem_Malloc((size_t)n * sizeof(float)) : NULL;
+    if (want_scores && sc == NULL) {
+        PyBuffer_Release(&b);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t i = best_kernel(s, (const float *)b.buf, n, K, sc);
     PyBuffer_Release(&b);
-    return PyLong_FromSsize_t(i);
+    if (!want_scores)
+        return PyLong_FromSsize_t(i);
+    PyObject *res = PyList_New(n);
+    for (Py_ssize_t q = 0; res != NULL && q < n; q++) {
+        PyObject *f = PyFloat_FromDouble((double)sc[q]);
+        if (f == NULL)
+            Py_CLEAR(res);
+        else
+            PyList_SET_ITEM(res, q, f);
+    }
+    PyMem_Free(sc);
+    return res;
+}
+
+static PyObject *
+scorer_best(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return scorer_run(s, args, nargs, 0);
+}
+
+static PyObject *
+scorer_scores(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    return scorer_run(s, args, nargs, 1);
 }
 
 /* Scorer.__reduce__: rebuilt from its constructor's arguments (pickle, copy) */
@@ -360,7 +434,7 @@ scorer_decide(Scorer *s, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = 0, K = features_call("decide", args, nargs, s->F, 1, &bx, &n);
     if (K < 0)
         return NULL;
-    PyObject *res = PyLong_FromSsize_t(best_kernel(s, (const float *)bx.buf, n, K));
+    PyObject *res = PyLong_FromSsize_t(best_kernel(s, (const float *)bx.buf, n, K, NULL));
     PyBuffer_Release(&bx);
     return res;
 }
@@ -388,6 +462,8 @@ static PyMethodDef scorer_methods[] = {
     {"best", (PyCFunction)(void (*)(void))scorer_best, METH_FASTCALL,
      "best(x, n): index of the best of the first n candidates of x (float32 (K + 1, F), "
      "globals in row K)"},
+    {"scores", (PyCFunction)(void (*)(void))scorer_scores, METH_FASTCALL,
+     "scores(x, n): the first n candidates' scores (float32 values as floats), as best computes them"},
     {"decide", (PyCFunction)(void (*)(void))scorer_decide, METH_FASTCALL,
      "decide(S, v, x): the features of the packed candidates v (policies.features) into x, "
      "then best(x, v[0])"},

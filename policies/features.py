@@ -46,7 +46,7 @@ import struct
 from array import array
 from collections import OrderedDict
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -479,31 +479,40 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
     return out, codes
 
 
+def _c_gather(tracker: FeatureTracker, objs: dict[int, Any], K: int, rule: str,
+              rng: np.random.Generator | None, v: np.ndarray) -> list[int] | Literal[False] | None:
+    """The C extension's answer for the usual case of :func:`_select` (``allocator._fastpath.
+    gather``, when built and ``K <= _GATHER_MAX_K``; ``objs``: the pool's records): the keys, their
+    slots and codes written into ``v``; ``None``, nothing drawn (the Python selection decides);
+    or ``False``, drawn and not served (it continues past its first draw)."""
+    if rule == "lru":
+        got: list[int] | Literal[False] | None = _gather(tracker._order, objs, tracker._res_pos, K, v, _HEAD,
+                                               None, 0, tracker._res_rec, tracker._res_slot, tracker._S)
+        return got
+    if rule == "sample" and rng is not None:
+        got = _gather(tracker._res, objs, tracker._slot, K, v, _HEAD, _bitgen_capsule(rng),
+                      K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S)
+        return got
+    return None
+
+
 def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
-            rng: np.random.Generator | None, v: np.ndarray | None = None
-            ) -> tuple[list[int], list[int] | bool | None]:
+            rng: np.random.Generator | None, v: np.ndarray | None = None,
+            tried: list[int] | Literal[False] | None = None) -> tuple[list[int], list[int] | bool | None]:
     """:func:`select_candidates` as a list of keys, with their state codes where they came
     for free (else ``None``; :func:`_observe` computes them).
 
     ``v``: a packed buffer (:func:`_packed_buffer`). Where the C extension serves the usual
-    case (every candidate evictable; ``allocator._fastpath.gather``: the same candidates from
-    the same draws), their slots and codes are written into ``v`` and the codes returned are
-    ``True``."""
-    drawn_once = False
-    if v is not None and _gather is not None and K <= _GATHER_MAX_K:
+    case (every candidate evictable; :func:`_c_gather`: the same candidates from the same
+    draws), their slots and codes are written into ``v`` and the codes returned are ``True``.
+    ``tried``: :func:`_c_gather`'s answer when the caller asked it already."""
+    if tried is None and v is not None and _gather is not None and K <= _GATHER_MAX_K:
         objs_c: dict[int, Any] | None = getattr(view, "_objs", None)
         if objs_c is not None:
-            if rule == "lru":
-                got = _gather(tracker._order, objs_c, tracker._res_pos, K, v, _HEAD, None, 0,
-                              tracker._res_rec, tracker._res_slot, tracker._S)
-            elif rule == "sample" and rng is not None:
-                got = _gather(tracker._res, objs_c, tracker._slot, K, v, _HEAD, _bitgen_capsule(rng),
-                              K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S)
-            else:
-                got = None
-            if got:
-                return got, True
-            drawn_once = got is False  # the first draw is made (and did not serve)
+            tried = _c_gather(tracker, objs_c, K, rule, rng, v)
+    if tried:
+        return tried, True
+    drawn_once = tried is False  # the first draw is made (and did not serve)
     if rule == "lru":
         return _select_lru(tracker, view, K)
     ev = view.evictable

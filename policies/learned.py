@@ -217,6 +217,10 @@ def _c_decisions() -> bool:
     return _mlp is not None and _features.c_features() is not None
 
 
+_c_head: Any = _features._head  # allocator._fastpath.head (None without it)
+_HEAD_CONSTS = _features._HEAD_CONSTS
+
+
 # ---------------------------------------------------------------------- the file
 def weights_checksum(arrays: Mapping[str, np.ndarray]) -> str:
     """SHA-256 over every array's name, dtype, shape and bytes, in name order."""
@@ -440,7 +444,10 @@ class LearnedPolicy(EvictionPolicyBase):
         # code computes (``compiled`` False: the NumPy forward pass, the reference)
         self._native: Any = scorer.native() if scorer.n_features == _features.F else None
         self.compiled = self._native is not None
-        self._decide_c = self.compiled and _c_decisions()
+        # the whole usual decision in C: the candidates (allocator._fastpath.gather), the globals
+        # (head), features and forward pass (Scorer.decide)
+        self._decide_c = (self.compiled and _c_decisions() and _c_head is not None
+                          and _features._gather is not None and self.K <= _features._GATHER_MAX_K)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._packed = _features._packed_buffer(self.K)
         self.decision_ns: list[int] = []
@@ -501,18 +508,24 @@ class LearnedPolicy(EvictionPolicyBase):
         self.decisions += 1
         choice: int | None = None
         try:
-            tracker = self.tracker
-            keys, codes = _features._select(tracker, view, self.K, self.candidate_rule, self._rng,
-                                            self._packed)
-            n = len(keys)
-            if n and codes is True and self.compiled and self._decide_c:  # the usual case: C
-                v = _features._pack(tracker, view, keys, self.K, True, self._packed)
-                choice = keys[self._native.decide(tracker._S, v, self._buf)]
-            elif n:
-                buf = self._buf
-                cand, _, glob = _features._observe(tracker, view, keys, self.K, codes, self._packed, buf)
-                choice = keys[self._native.best(buf, n) if self.compiled
-                              else self.scorer.choose_first(cand, glob, n)]
+            tracker, K, v = self.tracker, self.K, self._packed
+            got = None
+            objs = getattr(view, "_objs", None) if self.compiled and self._decide_c else None
+            if objs is not None:  # the usual case, three C calls: candidates, globals, decision
+                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, v)
+                if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, v, _HEAD_CONSTS):
+                    choice = got[self._native.decide(tracker._S, v, self._buf)]
+            if choice is None:
+                keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng, v, got)
+                n = len(keys)
+                if n and codes is True and self.compiled and self._decide_c:
+                    v = _features._pack(tracker, view, keys, K, True, v)
+                    choice = keys[self._native.decide(tracker._S, v, self._buf)]
+                elif n:
+                    buf = self._buf
+                    cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
+                    choice = keys[self._native.best(buf, n) if self.compiled
+                                  else self.scorer.choose_first(cand, glob, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None

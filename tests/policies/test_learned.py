@@ -416,3 +416,32 @@ def test_c_decision_equals_features_then_forward_pass():
             nat.decide(*args)
         with pytest.raises(ValueError, match="features"):
             features.c_features()(*args)
+
+
+@pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
+@pytest.mark.parametrize("hidden", [(64, 32), (40,), (33, 70)])
+def test_c_scores_do_not_depend_on_the_other_candidates(hidden):
+    """The C forward pass takes two candidates at a time and skips the inputs that are zero for
+    both (one-hot state flags, ReLU zeros): a candidate's score is the same float32 value bit
+    for bit whichever candidate shares its pass, at whatever position, so skipping changes no
+    sum; and it is the NumPy score up to summation order."""
+    a = random_arrays(seed=6, hidden=hidden)
+    nat = CandidateScorer(a).native()
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        cand = rng.random((33, features.F)).astype(np.float32)
+        cand *= rng.random((33, features.F)) > 0.5  # many exact zeros, different per candidate
+        cand[:, 17:] = rng.random((33, features.F - 17)) > 0.8
+        cand[rng.integers(0, 32, 3)] = 0.0  # whole rows of zeros
+        x = np.zeros((33, features.F), np.float32)
+        x[:32], x[32, :features.G] = cand[:32], rng.random(features.G)
+        s = np.array(nat.scores(x, 32), np.float32)
+        perm = rng.permutation(32)
+        xp = x.copy()
+        xp[:32] = x[perm]
+        np.testing.assert_array_equal(np.array(nat.scores(xp, 32), np.float32), s[perm])
+        for n in (1, 7):  # odd counts: the last candidate is paired with itself
+            np.testing.assert_array_equal(np.array(nat.scores(x, n), np.float32), s[:n])
+        ref = reference_scores(a, x[:32], x[32, :features.G])
+        np.testing.assert_allclose(s, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+        assert nat.best(x, 32) == int(np.argmax(s))
