@@ -74,13 +74,13 @@ static PyMethodDef fp_methods[] = {
     {"decision_info", fp_decision_info, METH_VARARGS,
      "decision_info(keys, nxt, tick, K, farthest, out_keys, out_dist): the oracle's choice and "
      "the next-use distances of envs.common.decision_info; returns the oracle"},
-    {"head", fp_head, METH_VARARGS,
+    {"head", (PyCFunction)(void (*)(void))fp_head, METH_FASTCALL,
      "head(pool, tracker, n, K, out, consts): a decision's globals (policies/features.py's "
      "_pack head) into out[0:17]; False when the Python code must compute them"},
     {"set_tracker", fp_set_tracker, METH_VARARGS,
      "set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, (ih0, ih1, ih2), "
      "alpha, renorm): the tracker class whose hooks the C paths run, and its row layout"},
-    {"gather", fp_gather, METH_VARARGS,
+    {"gather", (PyCFunction)(void (*)(void))fp_gather, METH_FASTCALL,
      "gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None): the usual cases of a decision's "
      "candidate selection and record reads (policies/features.py); see the source"},
     {NULL, NULL, 0, NULL},
@@ -101,6 +101,10 @@ PyInit__fastpath(void)
 #define INTERN(var, text) \
     if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_tick, "_tick");
+    INTERN(s_h2d_latency_ns, "h2d_latency_ns");
+    INTERN(s_h2d_gbps, "h2d_gbps");
+    INTERN(s_d2h_latency_ns, "d2h_latency_ns");
+    INTERN(s_d2h_gbps, "d2h_gbps");
     INTERN(s_stats, "stats");
     INTERN(s_cost, "cost");
     INTERN(s_compute, "compute");

@@ -56,6 +56,7 @@ static PyObject *s_capacity, *s_used, *s_wait_until, *s_release, *s_on_evict;
 static PyTypeObject *rlock_type = NULL;
 static Py_ssize_t off_rlock_owner, off_rlock_count;
 static PyObject *s_tick, *s_stats, *s_cost, *s_compute, *s_write, *s_kind, *s_compute_ns;
+static PyObject *s_h2d_latency_ns, *s_h2d_gbps, *s_d2h_latency_ns, *s_d2h_gbps;  /* a cost preset */
 static PyObject *one, *zero;
 
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))

@@ -199,13 +199,19 @@ prefetch_rec(PyObject *o)
  * "sample" after the draw: continue the Python path past its first draw).
  */
 static PyObject *
-fp_gather(PyObject *mod, PyObject *args)
+fp_gather(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *src, *objs, *slots, *outobj, *rng = Py_None, *recs = Py_None, *rslots_obj = Py_None;
-    PyObject *rows = Py_None;
-    Py_ssize_t K, base, m = 0;
-    if (!PyArg_ParseTuple(args, "OO!O!nOn|OnOOO:gather", &src, &PyDict_Type, &objs, &PyDict_Type,
-                          &slots, &K, &outobj, &base, &rng, &m, &recs, &rslots_obj, &rows))
+    if (nargs < 6 || nargs > 11 || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "gather(src, objs: dict, slots: dict, K, out, base, rng=None, "
+                        "m=0, recs=None, rslots=None, rows=None)");
+        return NULL;
+    }
+    PyObject *src = args[0], *objs = args[1], *slots = args[2], *outobj = args[4];
+    PyObject *rng = nargs > 6 ? args[6] : Py_None, *recs = nargs > 8 ? args[8] : Py_None;
+    PyObject *rslots_obj = nargs > 9 ? args[9] : Py_None, *rows = nargs > 10 ? args[10] : Py_None;
+    Py_ssize_t K = PyLong_AsSsize_t(args[3]), base = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t m = nargs > 7 ? PyLong_AsSsize_t(args[7]) : 0;
+    if ((K == -1 || base == -1 || m == -1) && PyErr_Occurred())
         return NULL;
     if (info_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "gather: setup() has not run");
@@ -474,11 +480,12 @@ int_value(PyObject *v, int *ok)
     return d;
 }
 
-/* A float or int attribute of obj as a double; sets *ok = 0 when it is neither. */
+/* A float or int attribute of obj (an interned name) as a double; sets *ok = 0 when it is
+ * neither. */
 static double
-number_attr(PyObject *obj, const char *name, int *ok)
+number_attr_o(PyObject *obj, PyObject *name, int *ok)
 {
-    PyObject *v = PyObject_GetAttrString(obj, name);
+    PyObject *v = PyObject_GetAttr(obj, name);
     double d = 0.0;
     if (v != NULL)
         d = int_value(v, ok);
@@ -502,14 +509,26 @@ static inline double py_max(double a, double b) { return b > a ? b : a; }
  * Returns False, writing nothing, when an object is not of the kind it knows (the Python code
  * then computes the head). */
 static PyObject *
-fp_head(PyObject *mod, PyObject *args)
+fp_head(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *pool, *tracker, *outobj;
-    Py_ssize_t n, K;
-    double ih[3], log_n;
-    if (!PyArg_ParseTuple(args, "OOnnO(dddd):head", &pool, &tracker, &n, &K, &outobj, &ih[0],
-                          &ih[1], &ih[2], &log_n))
+    if (nargs != 6 || !PyTuple_Check(args[5]) || PyTuple_GET_SIZE(args[5]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "head(pool, tracker, n, K, out, (ih0, ih1, ih2, log_n))");
         return NULL;
+    }
+    PyObject *pool = args[0], *tracker = args[1], *outobj = args[4];
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]), K = PyLong_AsSsize_t(args[3]);
+    if ((n == -1 || K == -1) && PyErr_Occurred())
+        return NULL;
+    double ih[3], log_n;
+    for (int i = 0; i < 4; i++) {
+        double c = PyFloat_AsDouble(PyTuple_GET_ITEM(args[5], i));
+        if (c == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (i < 3)
+            ih[i] = c;
+        else
+            log_n = c;
+    }
     if (pool_type == NULL || Py_TYPE(pool) != pool_type || K <= 0)
         Py_RETURN_FALSE;
     PyObject *place = SLOT(pool, off_pool_place), *cost = SLOT(pool, off_pool_cost);
@@ -533,15 +552,15 @@ fp_head(PyObject *mod, PyObject *args)
     if (preset == NULL)
         ok = 0;
     else if (preset != Py_None) {
-        times[0] = number_attr(preset, "h2d_latency_ns", &ok);
-        times[1] = 1.0 / number_attr(preset, "h2d_gbps", &ok);
-        times[2] = number_attr(preset, "d2h_latency_ns", &ok);
-        times[3] = 1.0 / number_attr(preset, "d2h_gbps", &ok);
+        times[0] = number_attr_o(preset, s_h2d_latency_ns, &ok);
+        times[1] = 1.0 / number_attr_o(preset, s_h2d_gbps, &ok);
+        times[2] = number_attr_o(preset, s_d2h_latency_ns, &ok);
+        times[3] = 1.0 / number_attr_o(preset, s_d2h_gbps, &ok);
         times[4] = 1.0;
     }
-    double epoch = number_attr(tracker, "_epoch", &ok);
-    double miss = number_attr(tracker, "miss_rate", &ok);
-    PyObject *order = PyObject_GetAttrString(tracker, "_order");
+    double epoch = number_attr_o(tracker, s_epoch, &ok);
+    double miss = number_attr_o(tracker, s_miss_rate, &ok);
+    PyObject *order = PyObject_GetAttr(tracker, s_order);
     Py_ssize_t n_order = order != NULL ? PyObject_Length(order) : -1;
     Py_XDECREF(order);
     if (n_order < 0) {
