@@ -445,3 +445,57 @@ def test_c_scores_do_not_depend_on_the_other_candidates(hidden):
         ref = reference_scores(a, x[:32], x[32, :features.G])
         np.testing.assert_allclose(s, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
         assert nat.best(x, 32) == int(np.argmax(s))
+
+
+@pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
+@pytest.mark.parametrize("rule", ["lru", "sample"])
+def test_compiled_decisions_equal_the_reference_with_pins_and_copies_in_flight(tmp_path, rule, monkeypatch):
+    """With pinned objects and prefetches in flight (a timing model), the C candidate gathering
+    often meets a candidate it cannot take and hands the decision to the Python selection
+    (after its first draw, for rule "sample"): the victims stay those of features.observe + the
+    NumPy forward pass, request by request, and the same random draws follow."""
+    p = save_policy_file(tmp_path / "p.npz", random_arrays(seed=3, hidden=(64, 32)),
+                         header(K=8, candidate_rule=rule, arch=dict(header()["arch"], hidden=[64, 32])))  # type: ignore[arg-type]
+    trace = generate("zipf", seed=8, n_requests=5000, n_objects=300, alpha=0.8, size=4096)
+    keys, sizes = trace.key.tolist(), trace.size.tolist()
+    evicted: dict[bool, list[int]] = {}
+    handed: list[object] = []  # what the C gathering answered where the Python selection took over
+    select = features._select
+
+    def counting_select(*a, **kw):
+        if pol.compiled:
+            handed.append(a[6] if len(a) > 6 else None)
+        return select(*a, **kw)
+
+    monkeypatch.setattr(features, "_select", counting_select)
+    for compiled in (True, False):
+        pol = LearnedPolicy.load(p, guard=False, budget_us=None)
+        pol.compiled = compiled
+        log: list[int] = []
+        inner = pol.victim
+
+        def victim(view, inner=inner, log=log):
+            k = inner(view)
+            log.append(k)
+            return k
+
+        pol.victim = victim  # type: ignore[method-assign]
+        pool = Pool(40 * 4096, pol, placement="bytes", cost="a100_pcie4")
+        rng = np.random.default_rng(1)
+        pinned: list[int] = []
+        for i, (k, s) in enumerate(zip(keys, sizes)):
+            pool.access(k, s)
+            old = keys[max(i - 25, 0)]  # pinned a while after its access: among the least recent
+            if rng.random() < 0.3 and len(pinned) < 6 and pool.view.is_resident(old):
+                pool.pin(old)
+                pinned.append(old)
+            elif pinned and rng.random() < 0.3:
+                pool.unpin(pinned.pop(0))
+            nxt = keys[(i + 3) % len(keys)]
+            if nxt in pool and not pool.view.is_resident(nxt):
+                pool.prefetch(nxt)
+        assert pool.stats.fallbacks == 0
+        evicted[compiled] = log
+    assert len(evicted[True]) > 1000 and evicted[True] == evicted[False]
+    assert len(handed) > 50  # the hand-over was exercised (rule "sample": after the first draw)
+    assert (False in handed) == (rule == "sample")
