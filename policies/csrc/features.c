@@ -17,13 +17,16 @@
  */
 #include <math.h>
 
-#if defined(__clang__)
-#pragma clang fp contract(off)
+#if defined(__clang__)  /* see FT_CLANG_NO_CONTRACT, the first line of ft_compute's body */
 #define FT_NO_CONTRACT
+#define FT_CLANG_NO_CONTRACT _Pragma("clang fp contract(off)")
 #elif defined(__GNUC__)
 #define FT_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 #else
 #define FT_NO_CONTRACT
+#endif
+#ifndef FT_CLANG_NO_CONTRACT
+#define FT_CLANG_NO_CONTRACT
 #endif
 
 /* policies/features.py's layout (set_layout checks that the module agrees) */
@@ -178,6 +181,7 @@ static void (*ft_post)(const double *, const double *, float *, float *, Py_ssiz
 FT_NO_CONTRACT static int
 ft_compute(const double *S, Py_ssize_t rows, const double *v, Py_ssize_t K, float *out)
 {
+    FT_CLANG_NO_CONTRACT  /* products and sums stay apart, as in numba's code */
     const Py_ssize_t n = (Py_ssize_t)v[0];
     const double *prm = v + 1, *slots = v + FT_HEAD, *codes = v + FT_HEAD + K;
     const double t = prm[0], d0 = prm[1], d1 = prm[2], d2 = prm[3], inv_cap = prm[4];
