@@ -36,7 +36,14 @@ def main(argv: list[str] | None = None) -> int:
             mod.add_args(p)
             p.set_defaults(_run=mod.run)
     args = parser.parse_args(argv)
-    figures = args._run(args)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from allocator.errors import CachegymError
+
+    try:
+        figures = args._run(args)
+    except CachegymError as e:  # a bad input (file, trace, value): its message, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)

@@ -24,9 +24,16 @@ import numpy as np
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="exported policy file (default: a random network, same shape)")
-    p.add_argument("--K", type=int, default=32, help="candidates per decision (default 32)")
+    p.add_argument("--K", type=_at_least_one, default=32, help="candidates per decision (default 32)")
     p.add_argument("--requests", type=int, default=60_000, help="trace length")
     p.add_argument("--hidden", type=int, nargs="+", default=[64, 32], help="random network's widths")
+
+
+def _at_least_one(text: str) -> int:
+    k = int(text)
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 candidates, got {k}")
+    return k
 
 
 def _random_policy(hidden: list[int], K: int, d: str) -> str:
