@@ -277,6 +277,15 @@ def _finish(path: str, meta: dict[str, Any], skipped: int, **cols: Any) -> Trace
     meta["skipped"] = skipped
     if skipped:
         log.warning("%s: skipped %d malformed record(s)", path, skipped)
+    if len(cols["key"]) == 0:  # nothing to replay: say why rather than report zeros later
+        if skipped:
+            hint = "check the file's format and columns"
+        elif meta.get("source", {}).get("format") == "csv":
+            hint = "the file is empty, or its only line was read as a header: pass has_header=False if it is a record"
+        else:
+            hint = "the file is empty"
+        raise TraceError("no records" + (f": all {skipped} were malformed and skipped" if skipped else ""),
+                         path=path, hint=hint)
     return Trace.from_arrays(**cols, meta=meta, name=Path(path).stem, path=path)
 
 

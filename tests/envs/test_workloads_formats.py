@@ -244,3 +244,21 @@ def test_oracle_general_read_is_vectorised(tmp_path: Path) -> None:
     t = read_oracle_general(tmp_path / "m.oracleGeneral")
     assert len(t) == n
     assert time.perf_counter() - t0 < 5.0  # ~0.1 s; a per-record loop takes far longer
+
+
+def test_a_file_without_records_is_refused_saying_why(tmp_path: Path) -> None:
+    """An empty file, a csv whose one line reads as a header, or one whose every record is
+    malformed (with skip_bad) would replay as an empty trace: each is refused, naming why."""
+    empty = tmp_path / "empty.oracleGeneral"
+    empty.write_bytes(b"")
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("garbage\n")
+    all_bad = tmp_path / "bad.csv"
+    all_bad.write_text("1,2\nx,y\n")
+    with pytest.raises(TraceError, match=r"no records \(the file is empty\)"):
+        read_trace(empty)
+    with pytest.raises(TraceError, match="only line was read as a header: pass has_header=False"):
+        read_trace(header_only)
+    assert len(read_trace(header_only, has_header=False, obj_id_is_num=False)) == 1
+    with pytest.raises(TraceError, match="no records: all 1 were malformed and skipped"):
+        read_trace(all_bad, obj_id_col=2, skip_bad=True, has_header=True)
