@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from allocator import __version__
-from allocator.errors import ConfigError
+from allocator.errors import ConfigError, PolicyFileError
 from policies import features
 from policies.learned import save_policy_file
 from policies.training.nets import CandidateScorerNet, export_arrays
@@ -77,6 +77,9 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     from policies.learned import LearnedPolicy, read_policy_file
 
     src = os.fspath(source)
+    if src.endswith((".npz", ".zip")) and not os.path.isfile(src):
+        raise PolicyFileError(f"{src}: no such file (a checkpoint under outputs/train/<run>/checkpoints/, "
+                              "a policy .npz, or an SB3 model .zip)")
     if src.endswith(".npz"):
         LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
         header, arrays = read_policy_file(src)

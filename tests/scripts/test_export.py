@@ -59,6 +59,8 @@ def test_bad_sources_are_refused(sb3_zip, tmp_path):
         export_file(sb3_zip[0], tmp_path / "x.npz")
     with pytest.raises(ConfigError, match="checkpoint"):
         export_file(tmp_path / "model.pt", tmp_path / "x.npz")
+    with pytest.raises(PolicyFileError, match="missing.npz: no such file .a checkpoint"):
+        export_file(tmp_path / "missing.npz", tmp_path / "x.npz")
     broken = tmp_path / "broken.npz"
     broken.write_bytes(b"PK\x03\x04 not a policy")
     with pytest.raises(PolicyFileError):
