@@ -77,10 +77,15 @@ class PoolError(CachegymError):
 
 
 class ObjectTooLarge(PoolError, ValueError):
-    def __init__(self, key: int, size: int, capacity: int) -> None:
+    """``capacity``: what the placement can hold; ``requested``: the pool's capacity as given,
+    when the placement holds less of it (an arena counts whole aligned blocks)."""
+
+    def __init__(self, key: int, size: int, capacity: int, requested: int | None = None) -> None:
         self.key, self.size, self.capacity = key, size, capacity
+        of = ("" if requested is None or requested == capacity
+              else f" (the {requested} bytes asked for, in whole aligned blocks)")
         super().__init__(
-            f"object {key} of {size} bytes is larger than the pool's capacity of {capacity} bytes; "
+            f"object {key} of {size} bytes is larger than the pool's capacity of {capacity} bytes{of}; "
             "raise the capacity or split the object"
         )
 

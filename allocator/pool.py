@@ -494,7 +494,7 @@ class Pool:
         if raw.nbytes == 0:
             raise ConfigError(f"put: object {key} has no bytes; store at least one byte")
         if self._place.footprint(raw.nbytes) > self._place.capacity:
-            raise ObjectTooLarge(key, raw.nbytes, self._place.capacity)  # even with "bypass"
+            raise ObjectTooLarge(key, raw.nbytes, self._place.capacity, self.capacity)  # even with "bypass"
         with self._lock:
             old = self._objs.get(key)
             if old is not None and old.size != raw.nbytes:
@@ -522,7 +522,7 @@ class Pool:
         with self._lock:
             o = self._get(key, "get")
             if o.nbytes == 0 and self._place.footprint(o.size) > self._place.capacity:
-                raise ObjectTooLarge(key, o.size, self._place.capacity)  # a bypassed object
+                raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)  # a bypassed object
             self._drive(self._access_steps(key, o.size, False, o.kind, 0))
             o = self._objs[key]
             buf = be.device_buffer(o.offset, o.size)
@@ -625,7 +625,7 @@ class Pool:
         place = self._place
         need = (size + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
         if need > place.capacity and not self.bypass_oversize:
-            raise ObjectTooLarge(key, size, place.capacity)
+            raise ObjectTooLarge(key, size, place.capacity, self.capacity)
         self._tick += 1
         st.accesses += 1
         st.misses += 1
@@ -738,7 +738,7 @@ class Pool:
         if need > self._place.capacity:
             if self.bypass_oversize:
                 return False
-            raise ObjectTooLarge(key, o.size, self._place.capacity)
+            raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)
         if created:
             self._objs[key] = o
         try:

@@ -376,6 +376,9 @@ def test_object_larger_than_the_pool() -> None:
         p.prefetch(3, 5 * B)
     assert _state(p) == before and 2 not in p and 3 not in p
     p._check()
+    # an arena holds whole aligned blocks: the message names the capacity asked for too
+    with pytest.raises(ObjectTooLarge, match=r"capacity of 512 bytes \(the 1000 bytes asked for"):
+        Pool(1000, placement="arena").access(1, 900)
     # libCacheSim semantics on request: a bypassed miss, never inserted
     q = Pool(4 * B, oversize="bypass")
     assert not q.access(2, 5 * B)
