@@ -80,6 +80,9 @@ static PyMethodDef fp_methods[] = {
     {"set_tracker", fp_set_tracker, METH_VARARGS,
      "set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, (ih0, ih1, ih2), "
      "alpha, renorm): the tracker class whose hooks the C paths run, and its row layout"},
+    {"pack", (PyCFunction)(void (*)(void))fp_pack, METH_FASTCALL,
+     "pack(keys, objs, slots, K, out, base): candidates' slots and state codes (any state) into "
+     "out, as policies/features.py's _pack; False when the Python code must pack"},
     {"gather", (PyCFunction)(void (*)(void))fp_gather, METH_FASTCALL,
      "gather(src, objs, slots, K, out, base, rng=None, m=0, recs=None, rslots=None): the usual cases of a decision's "
      "candidate selection and record reads (policies/features.py); see the source"},

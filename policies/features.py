@@ -142,11 +142,12 @@ _I_STATE = _N_LOG + 2
 _I_SEEN = _I_STATE + 4 + N_KINDS
 _STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
 assert (DEVICE, H2D) == (0, 2)
-assert _STATE_CODE[DEVICE] == 8, "allocator/_fastpath.c's gather writes this code"
+assert _STATE_CODE == (8, 0, 12, 0), "allocator/csrc/decision.c's gather and pack write these codes"
 # the C extension's candidate gathering (allocator/_fastpath.c; None without it: Python serves)
 _gather: Any = getattr(_pool._fastpath, "gather", None)
 _GATHER_MAX_K: int = getattr(_pool._fastpath, "GATHER_MAX_K", 0)  # its bound on K
 _head: Any = getattr(_pool._fastpath, "head", None)
+_pack_c: Any = getattr(_pool._fastpath, "pack", None)
 _STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
 for _c in range(16 * N_KINDS):
     _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
@@ -712,9 +713,16 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
     n = len(keys)
     if codes is True:  # _select wrote the slots and codes into v
         assert v is not None
-        if _head is None or not _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS):
-            _put_head(v, 0, *_head_py(tracker, view, n, K))
+        _head_into(tracker, view, n, K, v)
         return v
+    if (codes is None and n and _pack_c is not None and type(keys) is list
+            and (_features_c or _observe_kernel is not None)):
+        # candidates of any state (a prefetch decision's), every one tracked: packed in C
+        objs: dict[int, Any] | None = getattr(view, "_objs", None)
+        w = _packed_buffer(K) if v is None else v
+        if objs is not None and _pack_c(keys, objs, tracker._slot, K, w, _HEAD):
+            _head_into(tracker, view, n, K, w)
+            return w
     head = _head_py(tracker, view, n, K)
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))
@@ -737,6 +745,13 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
         v[_HEAD + K:_HEAD + K + n] = codes
         return v
     return sls, codes, head[1], head[2:5], head[5], head[6:11], head[_HEAD - G:]
+
+
+def _head_into(tracker: FeatureTracker, view: PoolView, n: int, K: int, v: np.ndarray) -> None:
+    """The head of a decision over ``n`` candidates into ``v[:_HEAD]``: in C where it knows the
+    pool's objects, else :func:`_head_py`."""
+    if _head is None or not _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS):
+        _put_head(v, 0, *_head_py(tracker, view, n, K))
 
 
 def _head_py(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> tuple[float, ...]:

@@ -54,6 +54,21 @@ rec_code(PyObject *o)
     return dirty + 2 * pre + 8 + 16 * kind;
 }
 
+/* The state code of any record (policies/features.py's _state_code: dirty + 2 * prefetched +
+ * (8, 0, 12, 0)[state] + 16 * kind, pins aside); -2 when the record holds something unusual. */
+static long
+rec_code_any(PyObject *o)
+{
+    static const long by_state[4] = {8, 0, 12, 0};  /* DEVICE, HOST, H2D, D2H */
+    if (Py_TYPE(o) != info_type)
+        return -2;
+    long state = small_int(SLOT(o, off_state)), dirty = small_int(SLOT(o, off_dirty));
+    long pre = small_int(SLOT(o, off_prefetched)), kind = small_int(SLOT(o, off_kind));
+    if (state < 0 || state > 3 || dirty < 0 || dirty > 1 || pre < 0 || pre > 1 || kind < 0 || kind > 1000)
+        return -2;
+    return dirty + 2 * pre + by_state[state] + 16 * kind;
+}
+
 /* Candidate i = key: writes its slot and state code into out[i], out[stride + i].
  * 1: done; 0: the key is not evictable (no record, not on the device, pinned); 2: its record
  * holds something unusual (the Python path decides); -1: error (no slot for a resident key:
@@ -459,6 +474,67 @@ done:
     PyMem_Free(tmp);
     PyBuffer_Release(&buf);
     return result;
+}
+
+/* pack(keys, objs, slots, K, out, base) -> bool
+ *
+ * policies/features.py's _pack for candidates of any state (a prefetch decision's are on the
+ * host or being written back): each key's slot (slots: the tracker's key -> slot map) into
+ * out[base + i] and its state code into out[base + K + i], for a list of n <= K keys. False,
+ * writing nothing, when a key has no slot or no record, or a record is unusual (the Python
+ * code then packs). */
+static PyObject *
+fp_pack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "pack(keys: list, objs: dict, slots: dict, K, out, base)");
+        return NULL;
+    }
+    PyObject *keys = args[0], *objs = args[1], *slots = args[2];
+    Py_ssize_t K = PyLong_AsSsize_t(args[3]), base = PyLong_AsSsize_t(args[5]);
+    if ((K == -1 || base == -1) && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (info_type == NULL || n > K || base < 0)
+        Py_RETURN_FALSE;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[4], &b, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *res = NULL;
+    double *tmp = PyMem_Malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
+    if (tmp == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (b.itemsize != 8 || b.format == NULL || strcmp(b.format, "d") != 0 || b.len / 8 < base + 2 * K) {
+        PyErr_SetString(PyExc_ValueError, "pack: out must be a float64 buffer of base + 2K values");
+        goto done;
+    }
+    res = Py_False;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *o = PyDict_GetItemWithError(objs, k);
+        PyObject *sl = o != NULL ? PyDict_GetItemWithError(slots, k) : NULL;
+        if (sl == NULL) {
+            if (PyErr_Occurred())
+                res = NULL;
+            goto done;
+        }
+        long code = rec_code_any(o), slot = PyBool_Check(sl) ? -1 : small_int(sl);
+        if (code < 0 || slot < 0)
+            goto done;
+        tmp[i] = (double)slot;
+        tmp[n + i] = (double)code;
+    }
+    double *out = (double *)b.buf + base;
+    memcpy(out, tmp, (size_t)n * sizeof(double));
+    memcpy(out + K, tmp + n, (size_t)n * sizeof(double));
+    res = Py_True;
+done:
+    Py_XINCREF(res);
+    PyMem_Free(tmp);
+    PyBuffer_Release(&b);
+    return res;
 }
 
 /* An int (or bool) or float slot value as a double (ints beyond 2**53 round, as float()

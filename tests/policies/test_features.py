@@ -477,3 +477,31 @@ def test_c_feature_kernel_equals_numba_on_any_rows(timed) -> None:
     v[0] = max(n, 1)
     with pytest.raises(ValueError, match="slot"):
         fc(S, v, x_c)
+
+
+@pytest.mark.skipif(fm._pack_c is None, reason="allocator._fastpath is not built (or CACHEGYM_PURE_PYTHON)")
+def test_c_pack_of_candidates_in_any_state_equals_python(monkeypatch) -> None:
+    """Candidates on the host, in flight either way, dirty, prefetched, pinned or resident (a
+    prefetch decision's mix) are packed in C (allocator._fastpath.pack) into the same slots and
+    state codes as the Python code, so their features are the same; a key without a record or
+    a slot leaves it to Python."""
+    trace = _trace(3000, 300, 4)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 30 * 4 * 4096, tracker, cost="a100_pcie4", prefetch_every=3)
+    view = pool.view
+    known = sorted(k for k in tracker._slot if k in view)
+    states = {view.info(k).state for k in known}
+    assert len(states) >= 3  # host, device and in flight among them
+    rng = np.random.default_rng(0)
+    sets = [[int(k) for k in rng.choice(known, size=int(rng.integers(1, 33)), replace=False)]
+            for _ in range(60)]
+    fast = [observe(tracker, view, keys, 32) for keys in sets]
+    v = fm._packed_buffer(32)
+    assert fm._pack_c(sets[0], view._objs, tracker._slot, 32, v, fm._HEAD) is True
+    assert fm._pack_c(sets[0] + [10**12], view._objs, tracker._slot, 32, v, fm._HEAD) is False
+    monkeypatch.setattr(fm, "_pack_c", None)
+    for keys, (c, m, g) in zip(sets, fast):
+        c2, m2, g2 = observe(tracker, view, keys, 32)
+        np.testing.assert_array_equal(c, c2)
+        np.testing.assert_array_equal(m, m2)
+        np.testing.assert_array_equal(g, g2)
