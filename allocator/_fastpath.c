@@ -80,6 +80,9 @@ static PyMethodDef fp_methods[] = {
     {"set_tracker", fp_set_tracker, METH_VARARGS,
      "set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, (ih0, ih1, ih2), "
      "alpha, renorm): the tracker class whose hooks the C paths run, and its row layout"},
+    {"propose", (PyCFunction)(void (*)(void))fp_propose, METH_FASTCALL,
+     "propose(succ, key, K, hops, objs): envs.candidates.SuccessorPredictor.propose with the "
+     "pool's records; None when the Python method must serve"},
     {"pack", (PyCFunction)(void (*)(void))fp_pack, METH_FASTCALL,
      "pack(keys, objs, slots, K, out, base): candidates' slots and state codes (any state) into "
      "out, as policies/features.py's _pack; False when the Python code must pack"},

@@ -537,6 +537,106 @@ done:
     return res;
 }
 
+/* propose(succ, key, K, hops, objs) -> list | None
+ *
+ * envs.candidates.SuccessorPredictor.propose, reading the pool's records (objs): breadth-first
+ * from key over succ (key -> dict of its successors, least recent first), the most recent
+ * successors first, up to hops levels; the first K objects the pool knows that are on the host
+ * or being written back (HOST, D2H: what a prefetch can bring in). None when an object is not
+ * of the usual types (the Python method then serves). */
+static PyObject *
+fp_propose(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyDict_Check(args[0]) || !PyDict_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "propose(succ: dict, key, K, hops, objs: dict)");
+        return NULL;
+    }
+    PyObject *succ = args[0], *key = args[1], *objs = args[4];
+    Py_ssize_t K = PyLong_AsSsize_t(args[2]), hops = PyLong_AsSsize_t(args[3]);
+    if ((K == -1 || hops == -1) && PyErr_Occurred())
+        return NULL;
+    if (info_type == NULL || hops < 1)
+        Py_RETURN_NONE;
+    PyObject *out = PyList_New(0), *seen = PySet_New(NULL), *frontier = PyList_New(0), *nxt = NULL;
+    PyObject *res = NULL, **tmp = NULL;
+    Py_ssize_t ntmp = 0;
+    if (out == NULL || seen == NULL || frontier == NULL || PySet_Add(seen, key) < 0
+        || PyList_Append(frontier, key) < 0)
+        goto done;
+    for (Py_ssize_t hop = 0; hop < hops; hop++) {
+        int last = hop == hops - 1;
+        Py_XSETREF(nxt, last ? NULL : PyList_New(0));
+        if (!last && nxt == NULL)
+            goto done;
+        for (Py_ssize_t f = 0; f < PyList_GET_SIZE(frontier); f++) {
+            PyObject *s = PyDict_GetItemWithError(succ, PyList_GET_ITEM(frontier, f));
+            if (s == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                continue;
+            }
+            if (!PyDict_CheckExact(s))
+                goto unusual;
+            Py_ssize_t n = PyDict_GET_SIZE(s), pos = 0, j = 0;
+            if (n == 0)
+                continue;
+            if (n > ntmp) {  /* its keys, to walk them most recent first */
+                PyObject **t = PyMem_Realloc(tmp, (size_t)n * sizeof(PyObject *));
+                if (t == NULL) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+                tmp = t;
+                ntmp = n;
+            }
+            PyObject *z, *val;
+            while (j < n && PyDict_Next(s, &pos, &z, &val))
+                tmp[j++] = z;  /* borrowed: no Python code runs before they are used */
+            while (j-- > 0) {
+                z = tmp[j];
+                int r = PySet_Contains(seen, z);
+                if (r < 0 || (r == 0 && PySet_Add(seen, z) < 0))
+                    goto done;
+                if (r)
+                    continue;
+                if (!last && PyList_Append(nxt, z) < 0)
+                    goto done;
+                PyObject *o = PyDict_GetItemWithError(objs, z);
+                if (o == NULL) {
+                    if (PyErr_Occurred())
+                        goto done;
+                    continue;
+                }
+                long st = Py_TYPE(o) == info_type ? small_int(SLOT(o, off_state)) : -1;
+                if (st < 0 || st > 3)
+                    goto unusual;
+                if (st != 1 && st != 3)  /* not HOST, not D2H */
+                    continue;
+                if (PyList_Append(out, z) < 0)
+                    goto done;
+                if (PyList_GET_SIZE(out) == K) {
+                    res = Py_NewRef(out);
+                    goto done;
+                }
+            }
+        }
+        if (last || PyList_GET_SIZE(nxt) == 0)
+            break;
+        Py_SETREF(frontier, Py_NewRef(nxt));
+    }
+    res = Py_NewRef(out);
+    goto done;
+unusual:
+    res = Py_NewRef(Py_None);
+done:
+    PyMem_Free(tmp);
+    Py_XDECREF(nxt);
+    Py_XDECREF(frontier);
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    return res;
+}
+
 /* An int (or bool) or float slot value as a double (ints beyond 2**53 round, as float()
  * does); sets *ok = 0 when it is neither. */
 static inline double
