@@ -314,6 +314,20 @@ def test_deeper_networks_take_the_numpy_forward_pass(tmp_path):
     assert st.evictions > 0 and st.fallbacks == 0
 
 
+def log_victims(pol: LearnedPolicy) -> list[int]:
+    """The list that ``pol``'s victims are appended to from now on, decision by decision."""
+    log: list[int] = []
+    inner = pol.victim
+
+    def victim(view):
+        k = inner(view)
+        log.append(k)
+        return k
+
+    pol.victim = victim  # type: ignore[method-assign]
+    return log
+
+
 @pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
 @pytest.mark.parametrize("rule", ["lru", "sample"])
 def test_compiled_decisions_equal_the_numpy_reference(tmp_path, rule):
@@ -327,15 +341,7 @@ def test_compiled_decisions_equal_the_numpy_reference(tmp_path, rule):
         pol = LearnedPolicy.load(p, guard=False)
         assert pol.compiled
         pol.compiled = compiled
-        log: list[int] = []
-        inner = pol.victim
-
-        def victim(view, inner=inner, log=log):
-            k = inner(view)
-            log.append(k)
-            return k
-
-        pol.victim = victim  # type: ignore[method-assign]
+        log = log_victims(pol)
         st = Pool(60 * 4096, pol, placement="bytes").replay(trace)
         assert st.fallbacks == 0
         evicted[compiled] = log
@@ -471,15 +477,7 @@ def test_compiled_decisions_equal_the_reference_with_pins_and_copies_in_flight(t
     for compiled in (True, False):
         pol = LearnedPolicy.load(p, guard=False, budget_us=None)
         pol.compiled = compiled
-        log: list[int] = []
-        inner = pol.victim
-
-        def victim(view, inner=inner, log=log):
-            k = inner(view)
-            log.append(k)
-            return k
-
-        pol.victim = victim  # type: ignore[method-assign]
+        log = log_victims(pol)
         pool = Pool(40 * 4096, pol, placement="bytes", cost="a100_pcie4")
         rng = np.random.default_rng(1)
         pinned: list[int] = []
