@@ -7,13 +7,15 @@
  * numbers live in one place and a change of the Python side cannot pass unnoticed.
  *
  * Speed: twelve of a candidate's features are float32(log(x)) of a float64 x >= 1, and with
- * glibc's log (about 8 ns each here) those logs were nine tenths of the kernel. ft_logs
- * computes them four at a time with fdlibm's e_log.c algorithm in AVX2 (within 2 ulp of the
- * exact logarithm in float64), rounds to float32, and recomputes with libm's log every value
- * whose float64 logarithm lies so near the middle between two float32 values that two results
- * within a few ulp of each other could round differently (about one value in a million): the
- * float32 results are then libm's, bit for bit (tests/policies/test_learned.py holds C == numba
- * == NumPy on every feature, and log_f32 == float32(numpy.log) on millions of values).
+ * glibc's log (about 8 ns each here) those logs were nine tenths of the kernel. ft_logs_avx2
+ * computes them four at a time with fdlibm's e_log.c algorithm (within a few ulp of the exact
+ * logarithm in float64), rounds to float32, and flags any value whose float64 logarithm lies
+ * within 2^-20 of a half float32 ulp of the middle between two float32 values, where two
+ * results a few ulp apart could round differently (about one value in 500,000): ft_post_avx2
+ * then takes libm's log for the whole decision. The float32 results are libm's, bit for bit
+ * (tests/policies/test_features.py: log_f32 == float32(log) on 600,000 values -- 100,000,000
+ * checked once -- and C == numba on every feature of rows far outside what replays make).
+ * The rank (a comparison of every pair) and the clipping run eight or four lanes at a time.
  */
 #include <math.h>
 
