@@ -10,8 +10,8 @@
  * glibc's log (about 8 ns each here) those logs were nine tenths of the kernel. ft_logs_avx2
  * computes them four at a time with fdlibm's e_log.c algorithm (within a few ulp of the exact
  * logarithm in float64), rounds to float32, and flags any value whose float64 logarithm lies
- * within 2^-20 of a half float32 ulp of the middle between two float32 values, where two
- * results a few ulp apart could round differently (about one value in 500,000): ft_post_avx2
+ * near the middle between two float32 values (closer than 2^-20 of half their spacing), where
+ * two results a few ulp apart could round differently (about one value in 500,000): ft_post_avx2
  * then takes libm's log for the whole decision. The float32 results are libm's, bit for bit
  * (tests/policies/test_features.py: log_f32 == float32(log) on 600,000 values -- 100,000,000
  * checked once -- and C == numba on every feature of rows far outside what replays make).
