@@ -3,7 +3,8 @@
 
 Both policies replay the same trace in a pool with the same capacity; ``victim`` is timed per
 call. The learned policy runs without its LRU guard, so every decision is the network's. Also reported: the forward pass alone on the same observations (the part the file format
-controls), and the machine's own tail: busy waits as long as the learned policy's median
+controls), the usual decision's three C calls timed apart (candidates, globals, features +
+forward pass), and the machine's own tail: busy waits as long as the learned policy's median
 decision, timed the same way (an interrupt landing in a wait delays it as it delays a decision).
 Target from the issue: p99 <= 20 us for K = 32.
 
@@ -76,6 +77,40 @@ def machine_floor(us: float, n: int = 20_000) -> tuple[float, float, float]:
     return float(p50), float(p99), float((a > 20.0).mean())
 
 
+def stage_times(path: str, K: int, cap: int, trace: Any) -> dict[str, list[int]] | None:
+    """The usual decision's three C calls timed one by one over a replay (candidates, globals,
+    features + forward pass), as ``LearnedPolicy.victim`` makes them; ``None`` where the C
+    extensions do not serve that path."""
+    from allocator.pool import Pool
+    from policies import features as F
+    from policies.learned import LearnedPolicy
+
+    pol = LearnedPolicy.load(path, K=K, guard=False)
+    if not (pol.compiled and pol._decide_c):
+        return None
+    clock = time.perf_counter_ns
+    out: dict[str, list[int]] = {"candidates": [], "globals": [], "features + forward pass": []}
+    tr, v, buf, nat, rule, rng, inner = (pol.tracker, pol._packed, pol._buf, pol._native,
+                                         pol.candidate_rule, pol._rng, pol.victim)
+
+    def staged(view: Any) -> Any:
+        t0 = clock()
+        got = F._c_gather(tr, view._objs, K, rule, rng, v)
+        t1 = clock()
+        if not got or not F._head(view._pool, tr, len(got), K, v, F._HEAD_CONSTS):
+            return inner(view)  # a case for the Python path (not timed)
+        t2 = clock()
+        i = nat.decide(tr._S, v, buf)
+        t3 = clock()
+        for name, dt in zip(out, (t1 - t0, t2 - t1, t3 - t2)):
+            out[name].append(dt)
+        return got[i]
+
+    pol.victim = staged  # type: ignore[method-assign]
+    Pool(cap, pol, placement="bytes").replay(trace)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from allocator.pool import Pool
     from envs.evaluation import TimedPolicy
@@ -105,6 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             tp = TimedPolicy(pol)
             Pool(cap, tp, placement="bytes").replay(trace)  # type: ignore[arg-type]
             timed[name] = tp.times_ns
+        stages = stage_times(path, args.K, cap, trace)
     sc = learned.scorer
     fwd: list[int] = []  # the forward pass deployment runs (C where policies._mlp is built)
     fwd_np: list[int] = []  # the NumPy reference forward pass
@@ -138,6 +174,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{'busy wait of learned p50':26s} {sp50:9.1f} {sp99:9.1f} {20_000:10d}   (the machine's "
           "own tail at that length)")
     print(f"share over 20 us: learned {over:.2%}, busy wait {sover:.2%}")
+    split: dict[str, float] = {}
+    if stages is not None:
+        split = {name: _pct(ns)[0] for name, ns in stages.items()}
+        print("the usual decision's C calls timed apart (another replay), p50 us: "
+              + ", ".join(f"{name} {t:.1f}" for name, t in split.items()))
     print(f"ratio learned/lru: p50 {lp50 / rp50:.1f}x, p99 {lp99 / rp99:.1f}x; "
           f"target p99 <= 20 us: whole decision {'met' if lp99 <= 20 else 'NOT met'}, "
           f"forward pass {'met' if fp99 <= 20 else 'NOT met'}")
@@ -145,4 +186,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "forward_p99_us": fp99, "numpy_forward_p50_us": np50,
             "numpy_forward_p99_us": np99, "compiled": nat is not None, "lru_p50_us": rp50, "lru_p99_us": rp99,
             "learned_share_over_20us": over, "busy_wait_p50_us": sp50, "busy_wait_p99_us": sp99,
-            "busy_wait_share_over_20us": sover}
+            "busy_wait_share_over_20us": sover,
+            "stage_p50_us": split}

@@ -25,3 +25,22 @@ def test_bad_candidate_count_is_an_argument_error() -> None:
     r = _bench("decision", "--K", "0")
     assert r.returncode == 2 and "argument --K: must be >= 1 candidates, got 0" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_decision_bench_smoke_run(tmp_path: Path) -> None:
+    """A short run of the decision benchmark on a random network prints every row and writes
+    the figures, the C calls' split included where the extensions are built."""
+    import json
+
+    from policies import learned
+
+    out = tmp_path / "d.json"
+    r = _bench("decision", "--requests", "4000", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    for row in ("learned (whole decision)", "learned forward pass only", "lru", "busy wait of learned p50",
+                "share over 20 us"):
+        assert row in r.stdout
+    fig = json.loads(out.read_text())
+    assert fig["K"] == 32 and fig["learned_p50_us"] > 0 and fig["busy_wait_p50_us"] > 0
+    if learned._c_decisions() and learned._features._gather is not None:
+        assert set(fig["stage_p50_us"]) == {"candidates", "globals", "features + forward pass"}
