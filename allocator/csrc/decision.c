@@ -512,9 +512,10 @@ fp_pack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     }
     res = Py_False;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PyList_GET_ITEM(keys, i);
+        PyObject *k = Py_NewRef(PyList_GET_ITEM(keys, i));  /* held through the lookups */
         PyObject *o = PyDict_GetItemWithError(objs, k);
         PyObject *sl = o != NULL ? PyDict_GetItemWithError(slots, k) : NULL;
+        Py_DECREF(k);
         if (sl == NULL) {
             if (PyErr_Occurred())
                 res = NULL;
@@ -559,7 +560,7 @@ fp_propose(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     PyObject *out = PyList_New(0), *seen = PySet_New(NULL), *frontier = PyList_New(0), *nxt = NULL;
     PyObject *res = NULL, **tmp = NULL;
-    Py_ssize_t ntmp = 0;
+    Py_ssize_t ntmp = 0, nheld = 0;  /* tmp's size, and how many of its first keys are held */
     if (out == NULL || seen == NULL || frontier == NULL || PySet_Add(seen, key) < 0
         || PyList_Append(frontier, key) < 0)
         goto done;
@@ -591,7 +592,8 @@ fp_propose(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
             }
             PyObject *z, *val;
             while (j < n && PyDict_Next(s, &pos, &z, &val))
-                tmp[j++] = z;  /* borrowed: no Python code runs before they are used */
+                tmp[j++] = Py_NewRef(z);  /* held: a key's __hash__ or __eq__ could change s */
+            nheld = j;
             while (j-- > 0) {
                 z = tmp[j];
                 int r = PySet_Contains(seen, z);
@@ -619,6 +621,8 @@ fp_propose(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                     goto done;
                 }
             }
+            for (; nheld > 0; nheld--)
+                Py_DECREF(tmp[nheld - 1]);
         }
         if (last || PyList_GET_SIZE(nxt) == 0)
             break;
@@ -629,6 +633,8 @@ fp_propose(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 unusual:
     res = Py_NewRef(Py_None);
 done:
+    for (; nheld > 0; nheld--)
+        Py_DECREF(tmp[nheld - 1]);
     PyMem_Free(tmp);
     Py_XDECREF(nxt);
     Py_XDECREF(frontier);
