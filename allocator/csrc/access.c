@@ -1113,21 +1113,30 @@ hp_configure(HitPath *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The Python function a C path stands for (None when cleared), and its docstring: what
+ * __wrapped__ and __doc__ answer for HitPath and AccessDescriptor */
+static PyObject *
+wrapped_or_none(PyObject *f)
+{
+    return Py_NewRef(f != NULL ? f : Py_None);
+}
+
+static PyObject *
+doc_of(PyObject *f)
+{
+    return f != NULL ? PyObject_GetAttrString(f, "__doc__") : Py_NewRef(Py_None);
+}
+
 static PyObject *
 hp_get_wrapped(HitPath *self, void *closure)
 {
-    if (self->fallback == NULL)
-        Py_RETURN_NONE;
-    Py_INCREF(self->fallback);
-    return self->fallback;
+    return wrapped_or_none(self->fallback);
 }
 
 static PyObject *
 hp_get_doc(HitPath *self, void *closure)
 {
-    if (self->fallback == NULL)
-        Py_RETURN_NONE;
-    return PyObject_GetAttrString(self->fallback, "__doc__");
+    return doc_of(self->fallback);
 }
 
 static PyMethodDef hp_methods[] = {
@@ -1236,17 +1245,13 @@ ad_get(AccessDescr *self, PyObject *obj, PyObject *type)
 static PyObject *
 ad_get_wrapped(AccessDescr *self, void *closure)
 {
-    PyObject *f = self->func != NULL ? self->func : Py_None;
-    Py_INCREF(f);
-    return f;
+    return wrapped_or_none(self->func);
 }
 
 static PyObject *
 ad_get_doc(AccessDescr *self, void *closure)
 {
-    if (self->func == NULL)
-        Py_RETURN_NONE;
-    return PyObject_GetAttrString(self->func, "__doc__");
+    return doc_of(self->func);
 }
 
 static PyGetSetDef ad_getset[] = {

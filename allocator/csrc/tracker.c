@@ -331,6 +331,16 @@ tr_move_to_end(PyObject *order, PyObject *key)
     return r == NULL ? -1 : 0;
 }
 
+/* The tracker's miss_rate (its EWMA of demand misses) set to v: 0, or -1 with an exception */
+static int
+tr_set_miss_rate(Tracked *tk, double v)
+{
+    PyObject *mr = PyFloat_FromDouble(v);
+    int r = mr == NULL ? -1 : PyDict_SetItem(tk->d, s_miss_rate, mr);
+    Py_XDECREF(mr);
+    return r;
+}
+
 /* FeatureTracker.on_hit(view, key) at tick t */
 static int
 tr_hit(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, long long t)
@@ -351,14 +361,9 @@ tr_hit(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, long lon
         return r == NULL ? -1 : 0;
     }
     int ret = -1;
-    PyObject *mr = PyFloat_FromDouble(PyFloat_AS_DOUBLE(tk.miss_rate) * (1.0 - tr_alpha));
-    if (mr == NULL || PyDict_SetItem(tk.d, s_miss_rate, mr) < 0)
-        goto done;
-    if (tr_move_to_end(tk.order, key) < 0)
-        goto done;
-    ret = tr_access(self, tracker, tk.d, s, t);
-done:
-    Py_XDECREF(mr);
+    if (tr_set_miss_rate(&tk, PyFloat_AS_DOUBLE(tk.miss_rate) * (1.0 - tr_alpha)) == 0
+        && tr_move_to_end(tk.order, key) == 0)
+        ret = tr_access(self, tracker, tk.d, s, t);
     Py_DECREF(tk.d);
     return ret;
 }
@@ -373,15 +378,11 @@ tr_miss(HitPath *self, PyObject *tracker, PyObject *view, PyObject *key, PyObjec
         return ok;
     int ret = -1;
     double m0 = PyFloat_AS_DOUBLE(tk.miss_rate);
-    PyObject *mr = PyFloat_FromDouble(m0 + tr_alpha * (1.0 - m0));
-    if (mr == NULL || PyDict_SetItem(tk.d, s_miss_rate, mr) < 0)
-        goto done;
-    long long s = tr_slot_for(self, tracker, &tk, view, key, o, t);
-    if (s < 0)
-        goto done;
-    ret = tr_access(self, tracker, tk.d, s, t);
-done:
-    Py_XDECREF(mr);
+    if (tr_set_miss_rate(&tk, m0 + tr_alpha * (1.0 - m0)) == 0) {
+        long long s = tr_slot_for(self, tracker, &tk, view, key, o, t);
+        if (s >= 0)
+            ret = tr_access(self, tracker, tk.d, s, t);
+    }
     Py_DECREF(tk.d);
     return ret;
 }
