@@ -719,10 +719,12 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
             and (_features_c or _observe_kernel is not None)):
         # candidates of any state (a prefetch decision's), every one tracked: packed in C
         objs: dict[int, Any] | None = getattr(view, "_objs", None)
-        w = _packed_buffer(K) if v is None else v
-        if objs is not None and _pack_c(keys, objs, tracker._slot, K, w, _HEAD):
-            _head_into(tracker, view, n, K, w)
-            return w
+        if objs is not None:
+            if v is None:
+                v = _packed_buffer(K)  # also the buffer of the Python packing below
+            if _pack_c(keys, objs, tracker._slot, K, v, _HEAD):
+                _head_into(tracker, view, n, K, v)
+                return v
     head = _head_py(tracker, view, n, K)
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))

@@ -665,7 +665,7 @@ int_value(PyObject *v, int *ok)
 /* A float or int attribute of obj (an interned name) as a double; sets *ok = 0 when it is
  * neither. */
 static double
-number_attr_o(PyObject *obj, PyObject *name, int *ok)
+number_attr(PyObject *obj, PyObject *name, int *ok)
 {
     PyObject *v = PyObject_GetAttr(obj, name);
     double d = 0.0;
@@ -734,14 +734,14 @@ fp_head(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (preset == NULL)
         ok = 0;
     else if (preset != Py_None) {
-        times[0] = number_attr_o(preset, s_h2d_latency_ns, &ok);
-        times[1] = 1.0 / number_attr_o(preset, s_h2d_gbps, &ok);
-        times[2] = number_attr_o(preset, s_d2h_latency_ns, &ok);
-        times[3] = 1.0 / number_attr_o(preset, s_d2h_gbps, &ok);
+        times[0] = number_attr(preset, s_h2d_latency_ns, &ok);
+        times[1] = 1.0 / number_attr(preset, s_h2d_gbps, &ok);
+        times[2] = number_attr(preset, s_d2h_latency_ns, &ok);
+        times[3] = 1.0 / number_attr(preset, s_d2h_gbps, &ok);
         times[4] = 1.0;
     }
-    double epoch = number_attr_o(tracker, s_epoch, &ok);
-    double miss = number_attr_o(tracker, s_miss_rate, &ok);
+    double epoch = number_attr(tracker, s_epoch, &ok);
+    double miss = number_attr(tracker, s_miss_rate, &ok);
     PyObject *order = PyObject_GetAttr(tracker, s_order);
     Py_ssize_t n_order = order != NULL ? PyObject_Length(order) : -1;
     Py_XDECREF(order);
