@@ -504,7 +504,9 @@ class LearnedPolicy(EvictionPolicyBase):
         if self.guard is not None and self.guard.active:
             self.guard_decisions += 1
             return self.tracker.victim(view)
-        t0 = time.perf_counter_ns()
+        budget = self._budget_ns
+        timed = budget is not None or self.record_latency  # else the decision reads no clock
+        t0 = time.perf_counter_ns() if timed else 0
         self.decisions += 1
         choice: int | None = None
         try:
@@ -529,10 +531,13 @@ class LearnedPolicy(EvictionPolicyBase):
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None
-        dt = time.perf_counter_ns() - t0
-        if self.record_latency:
-            self.decision_ns.append(dt)
-        if choice is None or (self._budget_ns is not None and dt > self._budget_ns):
+        if timed:
+            dt = time.perf_counter_ns() - t0
+            if self.record_latency:
+                self.decision_ns.append(dt)
+            if budget is not None and dt > budget:
+                choice = None
+        if choice is None:
             self.fallbacks += 1
             view.stats.fallbacks += 1
             return self.tracker.victim(view)

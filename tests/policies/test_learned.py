@@ -123,6 +123,22 @@ def test_zero_budget_falls_back_to_lru_and_counts(policy_file):
     assert (st.hits, st.misses, st.evictions) == (lru.hits, lru.misses, lru.evictions)
 
 
+def test_latency_recorded_only_when_asked(policy_file):
+    """Without a budget a decision reads no clock unless ``record_latency`` asks for its time;
+    with it, one positive time per network decision, and the same decisions either way."""
+    trace = generate("zipf", seed=2, n_requests=2000, n_objects=200, alpha=0.9, size=4096)
+    runs = []
+    for record in (False, True):
+        pol = LearnedPolicy.load(policy_file, budget_us=None, guard=False)
+        pol.record_latency = record
+        st = Pool(40 * 4096, pol, placement="bytes").replay(trace)
+        runs.append((st.hits, st.misses, st.evictions))
+        assert st.evictions > 0 and pol.fallbacks == 0
+        assert len(pol.decision_ns) == (pol.decisions if record else 0)
+        assert all(t > 0 for t in pol.decision_ns)
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.parametrize("path", ["numpy", "compiled"])
 def test_failing_decision_falls_back(policy_file, path, monkeypatch):
     pol = LearnedPolicy.load(policy_file)
