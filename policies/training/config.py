@@ -60,6 +60,7 @@ class DaggerConfig:
     rank_weight: float = 0.1
     regression_weight: float = 0.0
     max_samples: int | None = 200_000
+    average_from: int | None = None
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from allocator.errors import ConfigError
 from policies.learned import CandidateScorer
 from policies.training.nets import NEG, CandidateScorerNet, export_arrays
 
@@ -156,7 +157,12 @@ def agreement(net: CandidateScorerNet, data: Dataset) -> float:
 @dataclass
 class ImitationConfig:
     """DAgger schedule: ``rounds`` collections of ``steps_per_round`` decisions each, the
-    expert driving with probability ``beta0 * beta_decay**r`` in round ``r`` (round 0: 1)."""
+    expert driving with probability ``beta0 * beta_decay**r`` in round ``r`` (round 0: 1).
+
+    ``average_from``: when set, the network that comes out is the mean of the weights at the end
+    of rounds ``average_from`` .. ``rounds - 1`` (each round's fit anneals its learning rate to
+    zero, so these are the ends of the cycles of stochastic weight averaging, Izmailov et al.
+    2018); the rounds' own rollouts still use the latest weights. ``None``: the last round's."""
 
     rounds: int = 3
     steps_per_round: int = 20_000
@@ -168,6 +174,7 @@ class ImitationConfig:
     rank_weight: float = 0.1
     regression_weight: float = 0.0
     max_samples: int | None = 200_000
+    average_from: int | None = None
 
 
 def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None,
@@ -181,7 +188,11 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
     rng = np.random.default_rng(seed)
     data = Dataset()
 
+    if cfg.average_from is not None and not 0 <= cfg.average_from < cfg.rounds:
+        raise ConfigError(f"dagger.average_from must be a round in 0..{cfg.rounds - 1} (rounds="
+                          f"{cfg.rounds}) or null, got {cfg.average_from}")
     learner: Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None = None
+    ends: list[list[th.Tensor]] = []  # the weights at the end of the averaged rounds
     for r in range(cfg.rounds):
         beta = 1.0 if r == 0 else cfg.beta0 * cfg.beta_decay ** r
         samples = collect(learner, beta, cfg.steps_per_round, rng)
@@ -194,6 +205,8 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
         hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                    rank_weight=cfg.rank_weight, regression_weight=cfg.regression_weight,
                    seed=seed + r, set_normalization=r == 0)
+        if cfg.average_from is not None and r >= cfg.average_from:
+            ends.append([p.detach().clone() for p in net.parameters()])
         twin = CandidateScorer(export_arrays(net))  # the NumPy twin: fast rollouts
         learner = lambda c, m, g, twin=twin: twin.choose(c, g, m)  # noqa: E731
         stats = {"round": r, "beta": beta, "samples": len(data), "new": len(samples),
@@ -201,4 +214,10 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
         log.info("dagger round %d: %s", r, stats)
         if on_round is not None:
             on_round(r, stats)
+    if len(ends) > 1:
+        with th.no_grad():
+            for p, *at_ends in zip(net.parameters(), *ends):
+                p.copy_(th.stack(at_ends).mean(0))
+        log.info("dagger: weights averaged over the ends of rounds %d..%d (agreement %.4g)",
+                 cfg.average_from, cfg.rounds - 1, agreement(net, data))
     return data

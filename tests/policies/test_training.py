@@ -121,6 +121,34 @@ def test_behaviour_cloning_learns_an_obvious_rule():
     assert agreement(net, batch(300)) > 0.9
 
 
+def test_dagger_weight_averaging_is_the_mean_of_the_rounds_ends():
+    """``average_from``: the network that comes out is the mean of the weights at the end of
+    the averaged rounds (recorded here by on_round), not the last round's; a round outside
+    the schedule is a config error."""
+    from allocator.errors import ConfigError
+    from policies.training.imitation import ImitationConfig, dagger
+
+    rng = np.random.default_rng(3)
+
+    def collect(learner, beta, n, r):
+        out = []
+        for _ in range(n):
+            cand = rng.random((8, F), dtype=np.float32)
+            out.append(DecisionSample(cand, np.ones(8, bool), rng.random(G, dtype=np.float32),
+                                      cand[:, 0].astype(np.float64) * 100))
+        return out
+
+    cfg = ImitationConfig(rounds=3, steps_per_round=200, epochs=2, batch_size=64, average_from=1)
+    net = CandidateScorerNet(F, G, (16, 8))
+    ends = []
+    dagger(net, collect, cfg, on_round=lambda r, s: ends.append([p.detach().clone() for p in net.parameters()]))
+    for p, *at in zip(net.parameters(), *ends):
+        assert not th.equal(p, at[-1])  # not the last round's weights
+        th.testing.assert_close(p.detach(), th.stack(at[1:]).mean(0))
+    with pytest.raises(ConfigError, match="average_from"):
+        dagger(net, collect, ImitationConfig(rounds=3, average_from=3))
+
+
 @pytest.mark.parametrize("policy_cls", [ScorerActorCriticPolicy, MaskableScorerActorCriticPolicy])
 def test_actor_critic_logits_are_the_scorers_scores(policy_cls):
     env = EvictEnv(None, K=8, window=2000, capacity=0.2)
