@@ -59,14 +59,15 @@ def _pct(ns: list[int]) -> tuple[float, float]:
     return float(p50), float(p99)
 
 
-def machine_floor(path: str, K: int, cap: int, trace: Any, us: float) -> dict[str, float] | None:
+def machine_floor(path: str, K: int, cap: int, trace: Any, us: float, n: int) -> dict[str, float] | None:
     """The machine's own tail for a fixed amount of work as long as a median decision: ``r``
     forward passes of the same network on one fixed, cache-hot observation (``r`` chosen so that
-    they take ``us`` microseconds at the median), timed right after each decision of another
-    replay, so at the same moments as the decisions and between the same pool work. Neither the
-    work nor its data change from one call to the next: its spread is the machine's (timer
-    interrupts, and neighbours slowing this core down; a busy wait sees only the first).
-    ``None`` without the C forward pass."""
+    they take ``us`` microseconds at the median: one pass after each of the second twentieth of
+    the replay's ``n`` decisions calibrates, past the first twentieth's warm-up), timed right
+    after each later decision of another replay, so at the same moments as the decisions and
+    between the same pool work. Neither the work nor its data change from one call to the next:
+    its spread is the machine's (timer interrupts, and neighbours slowing this core down; a busy
+    wait sees only the first). ``None`` without the C forward pass."""
     from allocator.pool import Pool
     from policies.learned import LearnedPolicy
 
@@ -76,21 +77,25 @@ def machine_floor(path: str, K: int, cap: int, trace: Any, us: float) -> dict[st
         return None
     x = np.random.default_rng(0).random((K + 1, pol.scorer.n_features)).astype(np.float32)
     clock = time.perf_counter_ns
-    warm = []
-    for _ in range(2000):
-        t0 = clock()
-        nat.best(x, K)
-        warm.append(clock() - t0)
-    reps = max(1, round(us * 1000 / float(np.median(warm))))
+    one: list[int] = []  # decisions n/20 .. n/10 calibrate: one pass each, in situ
+    lo = max(1, n // 20)
+    reps = 0
     out: list[int] = []
     inner = pol.victim
 
     def victim(view: Any) -> Any:
+        nonlocal reps
         got = inner(view)
         t0 = clock()
-        for _ in range(reps):
+        for _ in range(reps or 1):
             nat.best(x, K)
-        out.append(clock() - t0)
+        dt = clock() - t0
+        if reps:
+            out.append(dt)
+        else:
+            one.append(dt)
+            if len(one) == 2 * lo:
+                reps = max(1, round(us * 1000 / float(np.median(one[lo:]))))
         return got
 
     pol.victim = victim  # type: ignore[method-assign]
@@ -164,9 +169,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             tp = TimedPolicy(pol)
             Pool(cap, tp, placement="bytes").replay(trace)  # type: ignore[arg-type]
             timed[name] = tp.times_ns
+        if len(timed["learned"]) < 100:
+            from allocator.errors import ConfigError
+
+            raise ConfigError(f"--requests {args.requests} leaves {len(timed['learned'])} eviction "
+                              "decisions (fewer than 100) in a pool of 400 objects: use --requests "
+                              "2000 or more")
         stages = stage_times(path, args.K, cap, trace)
         lp50, lp99 = _pct(timed["learned"])
-        floor = machine_floor(path, args.K, cap, trace, lp50)
+        floor = machine_floor(path, args.K, cap, trace, lp50, len(timed["learned"]))
     sc = learned.scorer
     fwd: list[int] = []  # the forward pass deployment runs (C where policies._mlp is built)
     fwd_np: list[int] = []  # the NumPy reference forward pass

@@ -27,6 +27,12 @@ def test_bad_candidate_count_is_an_argument_error() -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_trace_too_short_for_decisions_is_one_line() -> None:
+    r = _bench("decision", "--requests", "600")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: --requests 600 leaves ") and "use --requests 2000 or more" in r.stderr
+
+
 def test_decision_bench_smoke_run(tmp_path: Path) -> None:
     """A short run of the decision benchmark on a random network prints every row and writes
     the figures, the C calls' split included where the extensions are built."""
