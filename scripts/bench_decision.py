@@ -4,9 +4,10 @@
 Both policies replay the same trace in a pool with the same capacity; ``victim`` is timed per
 call. The learned policy runs without its LRU guard, so every decision is the network's. Also reported: the forward pass alone on the same observations (the part the file format
 controls), the usual decision's three C calls timed apart (candidates, globals, features +
-forward pass), and the machine's own tail: a fixed amount of work (forward passes on one cache-hot
-observation) as long as the learned policy's median decision, timed after each decision of another
-replay (what interrupts and noisy neighbours do to any work of that length).
+forward pass), and the machine's own tail, side by side: in another replay each decision is timed
+and followed by a fixed amount of work as long as a median decision (forward passes on one
+cache-hot observation), timed too -- what interrupts and noisy neighbours do to any work of that
+length.
 Target from the issue: p99 <= 20 us for K = 32.
 
     python scripts/bench.py decision --policy PATH [--K 32]
@@ -59,15 +60,15 @@ def _pct(ns: list[int]) -> tuple[float, float]:
     return float(p50), float(p99)
 
 
-def machine_floor(path: str, K: int, cap: int, trace: Any, us: float, n: int) -> dict[str, float] | None:
-    """The machine's own tail for a fixed amount of work as long as a median decision: ``r``
-    forward passes of the same network on one fixed, cache-hot observation (``r`` chosen so that
-    they take ``us`` microseconds at the median: one pass after each of the second twentieth of
-    the replay's ``n`` decisions calibrates, past the first twentieth's warm-up), timed right
-    after each later decision of another replay, so at the same moments as the decisions and
-    between the same pool work. Neither the work nor its data change from one call to the next:
-    its spread is the machine's (timer interrupts, and neighbours slowing this core down; a busy
-    wait sees only the first). ``None`` without the C forward pass."""
+def machine_floor(path: str, K: int, cap: int, trace: Any, n: int) -> dict[str, float] | None:
+    """The machine's own tail for a fixed amount of work as long as a median decision, measured
+    side by side with the decisions: another replay times each decision and, right after it,
+    ``r`` forward passes of the same network on one fixed, cache-hot observation. ``r`` makes
+    the two medians match: over the second twentieth of the replay's ``n`` decisions (past the
+    first twentieth's warm-up) one pass follows each decision, and ``r`` is the ratio of their
+    medians; the later decisions are measured. Neither the work nor its data change from one call
+    to the next: its spread is the machine's (timer interrupts, and neighbours slowing this core
+    down, which a busy wait would not see). ``None`` without the C forward pass."""
     from allocator.pool import Pool
     from policies.learned import LearnedPolicy
 
@@ -77,33 +78,34 @@ def machine_floor(path: str, K: int, cap: int, trace: Any, us: float, n: int) ->
         return None
     x = np.random.default_rng(0).random((K + 1, pol.scorer.n_features)).astype(np.float32)
     clock = time.perf_counter_ns
-    one: list[int] = []  # decisions n/20 .. n/10 calibrate: one pass each, in situ
     lo = max(1, n // 20)
     reps = 0
-    out: list[int] = []
+    dec: list[int] = []
+    work: list[int] = []
     inner = pol.victim
 
     def victim(view: Any) -> Any:
         nonlocal reps
-        got = inner(view)
         t0 = clock()
+        got = inner(view)
+        t1 = clock()
         for _ in range(reps or 1):
             nat.best(x, K)
-        dt = clock() - t0
-        if reps:
-            out.append(dt)
-        else:
-            one.append(dt)
-            if len(one) == 2 * lo:
-                reps = max(1, round(us * 1000 / float(np.median(one[lo:]))))
+        t2 = clock()
+        dec.append(t1 - t0)
+        work.append(t2 - t1)
+        if not reps and len(dec) == 2 * lo:
+            reps = max(1, round(float(np.median(dec[lo:])) / float(np.median(work[lo:]))))
+            del dec[:], work[:]
         return got
 
     pol.victim = victim  # type: ignore[method-assign]
     Pool(cap, pol, placement="bytes").replay(trace)
-    a = np.asarray(out, np.float64) / 1e3
-    p50, p99 = np.percentile(a, [50, 99])
-    return {"p50": float(p50), "p99": float(p99), "over": float((a > 20.0).mean()), "reps": reps,
-            "n": len(a)}
+    d, w = np.asarray(dec, np.float64) / 1e3, np.asarray(work, np.float64) / 1e3
+    (d50, d99), (w50, w99) = np.percentile(d, [50, 99]), np.percentile(w, [50, 99])
+    return {"p50": float(w50), "p99": float(w99), "over": float((w > 20.0).mean()), "reps": reps,
+            "n": len(w), "decision_p50": float(d50), "decision_p99": float(d99),
+            "decision_over": float((d > 20.0).mean())}
 
 
 def stage_times(path: str, K: int, cap: int, trace: Any) -> dict[str, list[int]] | None:
@@ -177,7 +179,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "2000 or more")
         stages = stage_times(path, args.K, cap, trace)
         lp50, lp99 = _pct(timed["learned"])
-        floor = machine_floor(path, args.K, cap, trace, lp50, len(timed["learned"]))
+        floor = machine_floor(path, args.K, cap, trace, len(timed["learned"]))
     sc = learned.scorer
     fwd: list[int] = []  # the forward pass deployment runs (C where policies._mlp is built)
     fwd_np: list[int] = []  # the NumPy reference forward pass
@@ -206,13 +208,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"   ({'C' if nat is not None else 'NumPy'})")
     print(f"{'  NumPy forward pass':26s} {np50:9.1f} {np99:9.1f} {len(fwd_np):10d}   (reference)")
     print(f"{'lru':26s} {rp50:9.1f} {rp99:9.1f} {len(timed['lru']):10d}")
+    print(f"share over 20 us: learned {over:.2%}")
     if floor is not None:
-        print(f"{'fixed work of learned p50':26s} {floor['p50']:9.1f} {floor['p99']:9.1f} {floor['n']:10d}"
-              f"   ({floor['reps']} forward passes on one cache-hot observation after each decision "
-              "of another replay: the machine's own tail at that length)")
-        print(f"share over 20 us: learned {over:.2%}, fixed work {floor['over']:.2%}")
-    else:
-        print(f"share over 20 us: learned {over:.2%}")
+        print(f"the machine's own tail, side by side in another replay: after each decision, "
+              f"{floor['reps']} forward passes on one cache-hot observation (fixed work as long as "
+              "a median decision)")
+        print(f"{'  decisions':26s} {floor['decision_p50']:9.1f} {floor['decision_p99']:9.1f} "
+              f"{floor['n']:10d}   ({floor['decision_over']:.2%} over 20 us)")
+        print(f"{'  fixed work':26s} {floor['p50']:9.1f} {floor['p99']:9.1f} {floor['n']:10d}   "
+              f"({floor['over']:.2%} over 20 us)")
     split: dict[str, float] = {}
     if stages is not None:
         split = {name: _pct(ns)[0] for name, ns in stages.items()}
