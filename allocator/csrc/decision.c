@@ -15,6 +15,14 @@ typedef struct {
     uint64_t (*next_raw)(void *st);
 } fp_bitgen_t;
 
+/* 1 when b (a buffer asked for with PyBUF_FORMAT) holds float64 values, at least n of them:
+ * the output buffers of gather, pack and head */
+static inline int
+f64_buffer(const Py_buffer *b, Py_ssize_t n)
+{
+    return b->itemsize == 8 && b->format != NULL && strcmp(b->format, "d") == 0 && b->len / 8 >= n;
+}
+
 /* A small exact int (or bool) as a C long; -1 with no exception set when it is not one. */
 static inline long
 small_int(PyObject *v)
@@ -268,8 +276,7 @@ fp_gather(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
      * tmp + K */
     Py_ssize_t stride = K;
     PyObject *result = Py_None;  /* the answer when a case does not serve */
-    if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0
-        || buf.len / 8 < base + 2 * K) {
+    if (!f64_buffer(&buf, base + 2 * K)) {
         PyErr_SetString(PyExc_ValueError, "gather: out must be a float64 buffer of base + 2K values");
         goto error;
     }
@@ -506,7 +513,7 @@ fp_pack(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    if (b.itemsize != 8 || b.format == NULL || strcmp(b.format, "d") != 0 || b.len / 8 < base + 2 * K) {
+    if (!f64_buffer(&b, base + 2 * K)) {
         PyErr_SetString(PyExc_ValueError, "pack: out must be a float64 buffer of base + 2K values");
         goto done;
     }
@@ -754,7 +761,7 @@ fp_head(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     Py_buffer buf;
     if (PyObject_GetBuffer(outobj, &buf, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
-    if (buf.itemsize != 8 || buf.format == NULL || strcmp(buf.format, "d") != 0 || buf.len / 8 < 17) {
+    if (!f64_buffer(&buf, 17)) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_ValueError, "head: out must be a float64 buffer of >= 17 values");
         return NULL;

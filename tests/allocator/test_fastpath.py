@@ -553,3 +553,31 @@ def test_a_suspended_miss_holds_the_pool_lock(monkeypatch: pytest.MonkeyPatch) -
     assert done.is_set() and got == [True]  # then a hit on the object the miss brought in
     assert 0 not in p.view.candidates() and p.stats.hits == 1
     p._check()
+
+
+def test_decision_outputs_must_be_float64_buffers_long_enough() -> None:
+    """gather, pack and head write a decision's inputs into a float64 buffer: one of another
+    type or too short is refused with a ValueError naming the call, and nothing is written."""
+    if _c_module() is None:
+        pytest.skip(NOT_BUILT)
+    import numpy as np
+
+    from policies import features as F
+
+    fp, tr = _c_module(), F.FeatureTracker()
+    p = Pool(64 * 4096, tr, placement="bytes")
+    for k in range(80):
+        p.access(k, 4096)
+    keys = list(tr._order)[:8]
+    calls = {  # name: (call on a buffer, the values it needs)
+        "gather": (lambda b: fp.gather(tr._order, p._objs, tr._res_pos, 8, b, F._HEAD), F._HEAD + 16),
+        "pack": (lambda b: fp.pack(keys, p._objs, tr._slot, 8, b, F._HEAD), F._HEAD + 16),
+        "head": (lambda b: fp.head(p, tr, 8, 8, b, F._HEAD_CONSTS), 17),
+    }
+    for name, (call, need) in calls.items():
+        for bad in (np.full(need, 7.0, np.float32), np.full(need - 1, 7.0)):
+            with pytest.raises(ValueError, match=f"{name}: out must be a float64 buffer"):
+                call(bad)
+            assert (bad == 7.0).all()
+        good = np.zeros(need)
+        assert call(good) and good.any()
