@@ -172,6 +172,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4)));  /* unaligned lo
 #define LD(p) (*(const v8u *)(p))
 #define ST(p, v) (*(v8u *)(p) = (v))
 typedef int v8i __attribute__((vector_size(32)));
+#define BCAST(p) ((v8){*(p), *(p), *(p), *(p), *(p), *(p), *(p), *(p)})  /* one value in every lane */
 #define RELU(v) ((v8)((v8i)(v) & ((v) > 0.0f)))  /* the comparison gives -1 (all bits) or 0 */
 
 /* a0..a3 / b0..b3 (a block of TW units of candidates a and b) += row r of W (STRIDE floats
@@ -183,7 +184,7 @@ typedef int v8i __attribute__((vector_size(32)));
             const int r = 64 * c_ + __builtin_ctzll(m_);                                      \
             const float *w = (W) + (Py_ssize_t)r * (STRIDE);                                  \
             const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);            \
-            const v8 va = (v8){0} + (XA)[r], vb = (v8){0} + (XB)[r];                          \
+            const v8 va = BCAST((XA) + r), vb = BCAST((XB) + r);                                      \
             a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                       \
             b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                       \
         }

@@ -47,6 +47,18 @@ static float *ft_table = NULL;       /* state code -> FT_NSTATE flags (float32) 
 static Py_ssize_t ft_table_rows = 0;
 static float ft_inv_log_ns = 0.0f;   /* float32(1 / log1p(1e9)) */
 
+/* a < b ? a : b and a > b ? a : b (the second operand when they are equal or one is NaN), as
+ * the instructions minsd / maxsd compute them where SSE2 is there: the compiler turns the
+ * ternaries of the sorting network below into branches, which the data mispredict */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define FT_MIN(a, b) _mm_cvtsd_f64(_mm_min_sd(_mm_set_sd(a), _mm_set_sd(b)))
+#define FT_MAX(a, b) _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(a), _mm_set_sd(b)))
+#else
+#define FT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define FT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#endif
+
 /* ------------------------------------------------------------------ float32(log(x)), x >= 1 */
 static void
 ft_logs_libm(const double *x, float *out, Py_ssize_t m)
@@ -214,11 +226,11 @@ ft_compute(const double *S, Py_ssize_t rows, const double *v, Py_ssize_t K, floa
             return -1;
         }
         const double *r = S + (Py_ssize_t)sd * FT_NCOL;
-        /* the last accesses' ticks, ascending: a sorting network (no data-dependent branch) */
+        /* the last accesses' ticks, ascending: a sorting network of FT_MIN / FT_MAX (no branch) */
         double ring[FT_RING];
         memcpy(ring, r + FT_RING0, sizeof ring);
-#define FT_CSWAP(p, q) do { const double lo = ring[q] < ring[p] ? ring[q] : ring[p];   \
-                            const double hi = ring[q] < ring[p] ? ring[p] : ring[q];   \
+#define FT_CSWAP(p, q) do { const double lo = FT_MIN(ring[q], ring[p]);                \
+                            const double hi = FT_MAX(ring[p], ring[q]);                \
                             ring[p] = lo; ring[q] = hi; } while (0)
         FT_CSWAP(0, 1); FT_CSWAP(3, 4); FT_CSWAP(2, 4); FT_CSWAP(2, 3); FT_CSWAP(0, 3);
         FT_CSWAP(0, 2); FT_CSWAP(1, 4); FT_CSWAP(1, 3); FT_CSWAP(1, 2);
