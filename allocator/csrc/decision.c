@@ -33,6 +33,14 @@ small_int(PyObject *v)
         return 0;
     if (!PyLong_Check(v))  /* ints and int subclasses (an IntEnum kind) */
         return -1;
+    /* a record's fields are small non-negative ints: read one digit instead of calling out */
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v))
+        return (long)PyUnstable_Long_CompactValue((PyLongObject *)v);
+#elif !defined(Py_LIMITED_API)
+    if (Py_SIZE(v) == 0 || Py_SIZE(v) == 1)
+        return Py_SIZE(v) == 0 ? 0 : (long)((PyLongObject *)v)->ob_digit[0];
+#endif
     int overflow;
     long r = PyLong_AsLongAndOverflow(v, &overflow);
     if (overflow || (r == -1 && PyErr_Occurred())) {
@@ -393,20 +401,32 @@ fp_gather(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         if (bg == NULL)
             goto error;
         Py_ssize_t idx[GATHER_MAX_K], c = 0;
+        /* the indices drawn so far, in an open-addressing set (-1: empty) of at least 2 m slots
+         * on the stack for the usual m (K = 32: m = 52): a draw is checked in a step or two
+         * instead of against every index before it */
+        Py_ssize_t hstack[256], *hset = hstack, hmask = 255;
+        while (hmask + 1 < 2 * m)
+            hmask = 2 * hmask + 1;
+        if (hmask > 255 && (hset = PyMem_Malloc((size_t)(hmask + 1) * sizeof(Py_ssize_t))) == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        memset(hset, 0xff, (size_t)(hmask + 1) * sizeof(Py_ssize_t));
         for (Py_ssize_t j = 0; j < m; j++) {  /* all m drawn, as Generator.random(m) */
             double x = bg->next_double(bg->state);
             if (c == K)
                 continue;
             Py_ssize_t v = (Py_ssize_t)(x * (double)n);  /* truncation, as astype(np.intp) */
-            int fresh = 1;
-            for (Py_ssize_t q = 0; q < c; q++)
-                if (idx[q] == v) {
-                    fresh = 0;
-                    break;
-                }
-            if (fresh)
+            Py_ssize_t h = (Py_ssize_t)(((uint64_t)v * 0x9E3779B97F4A7C15ULL) >> 40) & hmask;
+            while (hset[h] != -1 && hset[h] != v)
+                h = (h + 1) & hmask;
+            if (hset[h] == -1) {  /* fresh */
+                hset[h] = v;
                 idx[c++] = v;
+            }
         }
+        if (hset != hstack)
+            PyMem_Free(hset);
         result = Py_False;  /* drawn: from here the Python path continues past its first draw */
         if (c < K)
             goto pass;
@@ -426,16 +446,17 @@ fp_gather(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
         }
+        Py_SETREF(keys, PyList_New(K));  /* all K or none: filled in place */
+        if (keys == NULL)
+            goto error;
         for (Py_ssize_t i = 0; i < K; i++) {
             if (idx[i] >= PyList_GET_SIZE(src))  /* cannot happen: x < 1 */
                 goto pass;
             PyObject *k = PyList_GET_ITEM(src, idx[i]);
             Py_INCREF(k);
+            PyList_SET_ITEM(keys, i, k);  /* keys holds it alive through a comparison's code */
             int r = rslots != NULL ? gather_at(k, recs, rslots, idx[i], tmp, i, stride)
                                    : gather_one(k, objs, slots, tmp, i, stride);
-            if (r == 1)
-                r = PyList_Append(keys, k) == 0 ? 1 : -1;
-            Py_DECREF(k);
             if (r < 0)
                 goto error;
             if (r != 1)

@@ -274,13 +274,14 @@ def test_private_select_codes_give_the_public_observation(n_resident) -> None:
 
 
 @pytest.mark.skipif(fm._gather is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
-@pytest.mark.parametrize("n_resident", [10, 20, 60, 400])
+@pytest.mark.parametrize("n_resident,K", [(10, 32), (20, 32), (60, 32), (400, 32), (1000, 100)])
 @pytest.mark.parametrize("pinned", [0, 1, 30])
-def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -> None:
+def test_c_gather_selects_and_packs_as_python(n_resident, K, pinned, monkeypatch) -> None:
     """``allocator._fastpath.gather`` (the usual case of a decision's candidate selection in
     C) gives the candidates, the packed slots and codes, the observation and the random state
     of the Python path, including when it has to hand over (pinned candidates; few residents;
-    fewer than K residents), for both rules."""
+    fewer than K residents), for both rules; K = 100 draws more indices than the set of drawn
+    indices keeps on the stack."""
     trace = _trace(6000, 2000, 11)
     tracker = FeatureTracker()
     pool = _replay(trace, n_resident * 4 * 4096, tracker)
@@ -298,10 +299,10 @@ def test_c_gather_selects_and_packs_as_python(n_resident, pinned, monkeypatch) -
             for use_c in (True, False):
                 monkeypatch.setattr(fm, "_gather", c_gather if use_c else None)
                 rng = np.random.default_rng(seed)
-                v = fm._packed_buffer(32)
-                keys, codes = fm._select(tracker, view, 32, rule, rng, v)
+                v = fm._packed_buffer(K)
+                keys, codes = fm._select(tracker, view, K, rule, rng, v)
                 served += use_c and codes is True
-                obs = fm._observe(tracker, view, keys, 32, codes, v)
+                obs = fm._observe(tracker, view, keys, K, codes, v)
                 got[use_c] = (keys, obs, rng.random())
             assert got[True][0] == got[False][0]
             for a, b in zip(got[True][1], got[False][1]):
