@@ -481,7 +481,7 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
 
 
 def _c_gather(tracker: FeatureTracker, objs: dict[int, Any], K: int, rule: str,
-              rng: np.random.Generator | None, v: np.ndarray) -> list[int] | Literal[False] | None:
+              rng: np.random.Generator | None, v: np.ndarray | memoryview) -> list[int] | Literal[False] | None:
     """The C extension's answer for the usual case of :func:`_select` (``allocator._fastpath.
     gather``, when built and ``K <= _GATHER_MAX_K``; ``objs``: the pool's records): the keys, their
     slots and codes written into ``v``; ``None``, nothing drawn (the Python selection decides);

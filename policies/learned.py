@@ -450,8 +450,21 @@ class LearnedPolicy(EvictionPolicyBase):
                           and _features._gather is not None and self.K <= _features._GATHER_MAX_K)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._packed = _features._packed_buffer(self.K)
+        # the same two arrays as memoryviews, for the C calls of the usual decision: a C function
+        # gets a memoryview's buffer for less than a tenth of what NumPy's costs it (it builds
+        # the format string each time), and the usual decision asks for these four times
+        self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
         self.decision_ns: list[int] = []
         self.record_latency = False
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: the memoryviews are of the arrays
+        state = self.__dict__.copy()
+        del state["_packed_mv"], state["_buf_mv"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
 
     # construction ------------------------------------------------------
     @classmethod
@@ -514,9 +527,10 @@ class LearnedPolicy(EvictionPolicyBase):
             got = None
             objs = getattr(view, "_objs", None) if self.compiled and self._decide_c else None
             if objs is not None:  # the usual case, three C calls: candidates, globals, decision
-                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, v)
-                if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, v, _HEAD_CONSTS):
-                    choice = got[self._native.decide(tracker._S, v, self._buf)]
+                vm = self._packed_mv
+                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, vm)
+                if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, vm, _HEAD_CONSTS):
+                    choice = got[self._native.decide(tracker._S, vm, self._buf_mv)]
             if choice is None:
                 keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng, v, got)
                 n = len(keys)

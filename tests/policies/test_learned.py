@@ -385,7 +385,8 @@ def test_c_forward_pass_refuses_bad_shapes_and_arguments():
 @pytest.mark.parametrize("guard", [True, False])
 def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     """A LearnedPolicy survives pickle and deepcopy (the C forward pass is rebuilt from its
-    weights; the tracker's flat view stays a view of its rows): a copy evicts exactly what the
+    weights; the tracker's flat view stays a view of its rows, the decision's memoryviews views of
+    the copy's arrays): a copy evicts exactly what the
     original evicts, and a copy taken half-way through a trace holds the same history."""
     import copy
     import pickle
@@ -402,6 +403,7 @@ def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     Pool(40 * 4096, pol, placement="bytes").replay(trace.window(0, 2000))
     twin = pickle.loads(pickle.dumps(pol))
     assert np.shares_memory(twin.tracker._V, twin.tracker._S)
+    assert twin._packed_mv.obj is twin._packed and twin._buf_mv.obj is twin._buf  # its own buffers
     np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
 
 
