@@ -230,6 +230,8 @@ def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
 
 
 def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:
+    from policies.registry import is_import_spec, resolve_import_spec
+
     if not names:
         raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
     for n in names:
@@ -240,9 +242,13 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
             if not os.path.isfile(path):
                 raise ConfigError(f"{key}: learned policy file {path!r} does not exist")
             continue
+        if is_import_spec(n):  # a class of the user's: found now, before any trace is read
+            resolve_import_spec(n)
+            continue
         if n not in allowed:
-            extra = " or learned:PATH" if learned else ""
-            raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra}")
+            extra = ", learned:PATH" if learned else ""
+            raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
+                              "or FILE.py:Class / module:Class (a class of your own)")
 
 
 def _check_presets(presets: Sequence[str]) -> None:
@@ -406,9 +412,13 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def policy_label(policy: str) -> str:
-    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz``."""
+    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz``,
+    ``/long/path/my_policies.py:MRU`` -> ``my_policies.py:MRU``."""
     if policy.startswith("learned:"):
         return "learned:" + os.path.basename(policy[len("learned:"):])
+    where, sep, cls = policy.rpartition(":")
+    if sep and where.endswith(".py"):
+        return f"{os.path.basename(where)}:{cls}"[:24]
     return policy[:24]
 
 

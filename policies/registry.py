@@ -5,11 +5,20 @@
 ``make_prefetch("lookahead", trace=trace, depth=4)``. Unknown names raise
 :class:`~allocator.errors.ConfigError` listing the valid ones. Extra keyword parameters go to
 the class constructor.
+
+A policy of your own needs no change here: name it by where it lives, ``my_policies.py:MRU``
+(a file) or ``my_pkg.policies:MRU`` (an importable module; the working directory is searched
+too), e.g. ``eval.policies=[lru,my_policies.py:MRU]``. Its class is called with no arguments,
+or with ``trace=`` when its constructor takes one (an oracle).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -67,11 +76,14 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
         from policies.learned import LearnedPolicy  # lazy: written separately, may pull numpy only
 
         return LearnedPolicy.load(path)  # type: ignore[no-any-return]
+    if is_import_spec(name):
+        return _build_imported(name, "victim", trace, params)  # type: ignore[no-any-return]
     classes = _eviction_classes()
     if key not in classes:
         raise ConfigError(
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
-            "or 'learned:PATH' for an exported policy file")
+            "'learned:PATH' for an exported policy file, or FILE.py:Class / module:Class for "
+            "a class of your own")
     if key == "random":
         params.setdefault("seed", seed)
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
@@ -81,10 +93,13 @@ def make_prefetch(name: str | None, *, trace: Trace | None = None,
                   **params: Any) -> PrefetchPolicy:
     """The prefetch policy called ``name`` (see :data:`PREFETCH_NAMES`; ``None`` is "none")."""
     key = "none" if name is None else str(name).strip().lower()
+    if name is not None and is_import_spec(str(name)):
+        return _build_imported(str(name), "prefetch", trace, params)  # type: ignore[no-any-return]
     classes = _prefetch_classes()
     if key not in classes:
         raise ConfigError(
-            f"unknown prefetch policy {name!r}; valid names: {', '.join(PREFETCH_NAMES)}")
+            f"unknown prefetch policy {name!r}; valid names: {', '.join(PREFETCH_NAMES)}, or "
+            "FILE.py:Class / module:Class for a class of your own")
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
 
 
@@ -100,3 +115,76 @@ def _build(key: str, cls: Callable[..., Any], trace: Trace | None, params: dict[
         raise ConfigError(f"bad parameters for policy {key!r}: {e}; "
                           f"accepted: {inspect.signature(cls)}") from None
     return cls(**params)
+
+
+def is_import_spec(name: str) -> bool:
+    """``FILE.py:Class`` or ``module.path:Class`` (``learned:PATH`` is not one)."""
+    where, sep, attr = name.strip().rpartition(":")
+    return bool(sep and where and attr) and not name.strip().lower().startswith("learned:") \
+        and attr.isidentifier()
+
+
+def resolve_import_spec(name: str) -> Callable[..., Any]:
+    """The class named by ``FILE.py:Class`` or ``module.path:Class``; a
+    :class:`~allocator.errors.ConfigError` that says what is missing otherwise."""
+    where, _, attr = name.strip().rpartition(":")
+    if where.endswith(".py"):
+        path = os.path.abspath(where)
+        if not os.path.isfile(path):
+            raise ConfigError(f"policy {name!r}: no file {where!r} (from {os.getcwd()})")
+        mod_name = f"cachegym_user_{abs(hash(path)):x}"
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise ConfigError(f"policy {name!r}: {where!r} cannot be loaded as Python")
+            mod = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(mod)
+            except Exception as e:
+                raise ConfigError(f"policy {name!r}: importing {where!r} failed: "
+                                  f"{type(e).__name__}: {e}") from e
+            sys.modules[mod_name] = mod
+    else:
+        try:
+            try:
+                mod = importlib.import_module(where)
+            except ModuleNotFoundError as e:
+                if e.name is None or not where.startswith(e.name) or os.getcwd() in sys.path:
+                    raise
+                sys.path.append(os.getcwd())  # a module beside the user, as `python -m` finds it
+                mod = importlib.import_module(where)
+        except ModuleNotFoundError as e:
+            raise ConfigError(f"policy {name!r}: no module {where!r} ({e}); put it on PYTHONPATH, "
+                              "in the working directory, or name its file: FILE.py:Class") from e
+        except Exception as e:
+            raise ConfigError(f"policy {name!r}: importing {where!r} failed: "
+                              f"{type(e).__name__}: {e}") from e
+    cls = getattr(mod, attr, None)
+    if cls is None or not callable(cls):
+        found = sorted(k for k, v in vars(mod).items() if isinstance(v, type) and not k.startswith("_"))
+        raise ConfigError(f"policy {name!r}: {where!r} has no class {attr!r}"
+                          + (f"; it has {', '.join(found)}" if found else ""))
+    return cls  # type: ignore[no-any-return]
+
+
+def _build_imported(name: str, method: str, trace: Trace | None, params: dict[str, Any]) -> Any:
+    """An instance of the class that ``name`` (an import spec) names, checked to have
+    ``method`` (``victim`` for eviction, ``prefetch`` for prefetching)."""
+    cls = resolve_import_spec(name)
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None and "trace" in sig.parameters and trace is not None:
+        params = {"trace": trace, **params}
+    try:
+        obj = cls(**params)
+    except TypeError as e:
+        raise ConfigError(f"policy {name!r}: constructing it failed: {e}"
+                          + (f"; its signature: {sig}" if sig is not None else "")) from e
+    if not callable(getattr(obj, method, None)):
+        kind = "an eviction policy" if method == "victim" else "a prefetch policy"
+        raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {method}() method, so it "
+                          f"is not {kind} (see policies/base.py)")
+    return obj

@@ -267,3 +267,87 @@ def test_registry_resolves_learned_path_lazily(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(learned.LearnedPolicy, "load", staticmethod(fake_load))
     assert make_eviction("learned:runs/x/policy.npz") is sentinel
     assert seen == ["runs/x/policy.npz"]
+
+
+# ------------------------------------------------- a policy of the user's, named by where it lives
+def _readme_policy(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    """The README's "Add a policy" example, written to a file as a reader would copy it."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = re.search(r"## Add a policy.*?```python\n(.*?)```", readme, re.S)
+    assert block is not None, "README: the 'Add a policy' section lost its Python example"
+    path = tmp_path / "my_policies.py"
+    path.write_text(block.group(1))
+    return str(path)
+
+
+def test_readme_policy_by_file_and_module_keeps_the_invariants(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``FILE.py:Class`` and ``module:Class`` build the README's MRU without touching the
+    registry; it keeps the pool's invariants (pins, frees, oversize) and evicts the most
+    recently used object."""
+    import sys
+
+    path = _readme_policy(tmp_path)
+    trace = mixed_trace(seed=1)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the working directory is appended below
+    monkeypatch.setitem(sys.modules, "my_policies", None)  # blocks an import until deleted
+    del sys.modules["my_policies"]  # (monkeypatch restores the absence when the test ends)
+    for spec in (f"{path}:MRU", "my_policies:MRU"):
+        if ":" in spec and not spec.startswith(path):
+            monkeypatch.chdir(tmp_path)  # a module beside the user is found too
+        checked = Checked(make_eviction(spec))
+        pool = Pool(150_000, checked, placement="bytes", oversize="bypass")
+        drive(pool, checked, trace)
+        assert checked.victims > 100
+    mru = make_eviction(f"{path}:MRU")
+    pool = Pool(3, mru, placement="bytes")
+    for k in (1, 2, 3, 2, 4):  # full at 1 2 3; 2 is the most recent when 4 arrives
+        pool.access(k, 1)
+    assert sorted(pool.resident_keys()) == [1, 3, 4]
+
+
+@pytest.mark.parametrize("spec,body,match", [
+    ("missing.py:MRU", None, "no file 'missing.py'"),
+    ("mod_nope_xyz.sub:MRU", None, "no module 'mod_nope_xyz.sub'"),
+    ("p.py:LRUX", "class MRU:\n    def victim(self, view): return None\n", "has no class 'LRUX'; it has MRU"),
+    ("p.py:NotAPolicy", "class NotAPolicy:\n    pass\n", "has no victim\\(\\) method"),
+    ("p.py:Needs", "class Needs:\n    def __init__(self, x): pass\n    def victim(self, v): return None\n",
+     "constructing it failed"),
+    ("p.py:X", "raise RuntimeError('broken at import')\n", "RuntimeError: broken at import"),
+])
+def test_user_policy_errors_say_what_is_wrong(spec, body, match, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from allocator.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    if body is not None:
+        (tmp_path / spec.split(":")[0]).write_text(body)
+    with pytest.raises(ConfigError, match=match):
+        make_eviction(spec)
+
+
+def test_user_prefetcher_by_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``make_prefetch("FILE.py:Class")`` builds a prefetcher of the user's, handing it the trace
+    when its constructor takes one; an eviction policy there is refused as a prefetcher."""
+    from allocator.errors import ConfigError
+    from policies.registry import make_prefetch
+
+    (tmp_path / "pf.py").write_text(
+        "class Next:\n"
+        "    name = 'next'\n"
+        "    def __init__(self, trace=None):\n"
+        "        self.trace = trace\n"
+        "    def prefetch(self, view, key):\n"
+        "        return (key + 1,)\n"
+        "class Evicts:\n"
+        "    def victim(self, view):\n"
+        "        return None\n")
+    trace = mixed_trace(seed=2, n=50)
+    pf = make_prefetch(f"{tmp_path / 'pf.py'}:Next", trace=trace)
+    assert pf.trace is trace and pf.prefetch(None, 41) == (42,)  # type: ignore[attr-defined,arg-type]
+    with pytest.raises(ConfigError, match="has no prefetch\\(\\) method, so it is not a prefetch policy"):
+        make_prefetch(f"{tmp_path / 'pf.py'}:Evicts")

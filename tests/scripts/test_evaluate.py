@@ -123,6 +123,23 @@ def test_csv_trace_with_reader_options_as_the_readme_says(og_file: Path, tmp_pat
     assert all(r["requests"] == 2500 for r in via_csv)
 
 
+def test_policy_of_the_users_by_file_in_the_policy_list(og_file: Path, tmp_path: Path) -> None:
+    """``eval.policies=[lru,FILE.py:Class]``: a class of the user's runs through the pool beside
+    the built-in ones (its row labelled by file and class); a misspelt class fails before any
+    replay with the classes the file has."""
+    (tmp_path / "mine.py").write_text(
+        "from policies.lru import LRU\n\nclass MyLRU(LRU):\n    name = 'mylru'\n")
+    spec = f"{tmp_path / 'mine.py'}:MyLRU"
+    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.05]",
+                                    f"eval.policies=[lru,{spec}]", "eval.plots=false",
+                                    f"out_dir={tmp_path / 'o'}"])))
+    by = {r["policy"]: r for r in res["rows"]}
+    assert by[spec]["misses"] == by["lru"]["misses"] and not by[spec]["fast"]
+    with pytest.raises(ConfigError, match="has no class 'MyLRUX'; it has .*MyLRU"):
+        evaluate(_compose(_quiet([f"trace.path={og_file}", f"eval.policies=[{spec}X]",
+                                  f"out_dir={tmp_path / 'x'}"])))
+
+
 def test_fast_and_pool_paths_give_the_same_rows(og_file: Path, tmp_path: Path) -> None:
     base = [f"trace.path={og_file}", "eval.capacities=[0.05,0.3]", "eval.policies=[lru,fifo,lfu]",
             "eval.presets=[none,h100_pcie5]", "eval.plots=false"]
