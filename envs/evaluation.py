@@ -241,6 +241,9 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
             path = n[len("learned:"):]
             if not os.path.isfile(path):
                 raise ConfigError(f"{key}: learned policy file {path!r} does not exist")
+            from policies.learned import LearnedPolicy
+
+            LearnedPolicy.load(path)  # a corrupt or mismatched file fails now, before any replay
             continue
         if is_import_spec(n):  # a class of the user's: found now, before any trace is read
             resolve_import_spec(n)

@@ -249,6 +249,15 @@ def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -
     row = next(r for r in res["rows"] if r["policy"] == f"learned:{path}")
     assert row["requests"] == 2500 and not row["fast"] and row["decision_p50_us"] > 0
     assert not math.isnan(row["normalized_hit_rate"])
+    # a corrupt file is refused before any replay: nothing is written
+    from allocator.errors import PolicyFileError
+
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(Path(path).read_bytes()[:100])  # truncated
+    with pytest.raises(PolicyFileError, match="truncated or corrupt"):
+        evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]",
+                                  f"eval.policies=[lru,learned:{bad}]", f"out_dir={tmp_path / 'b'}"])))
+    assert not (tmp_path / "b" / "results.csv").exists()
 
 
 def test_normalized_hit_rate_is_one_definition() -> None:
