@@ -153,7 +153,9 @@ def read_csv(
             raise ConfigError(f"{name}_col must be a 1-based column number, got {c!r}")
     if len(delimiter) != 1:
         raise ConfigError(f"delimiter must be one character, got {delimiter!r}")
-    table, lines, skipped = _read_table(p, delimiter, cols, has_header, obj_id_is_num, skip_bad)
+    table, lines, skipped, header = _read_table(p, delimiter, cols, has_header, obj_id_is_num, skip_bad)
+    if header is not None:
+        _check_header_names(p, header, obj_id_col, obj_size_col)
     parsed: dict[str, np.ndarray] = {}
     bad = np.zeros(len(lines), bool)
     for name, c in cols.items():
@@ -322,11 +324,11 @@ def _read_table(
     has_header: bool | None,
     obj_id_is_num: bool,
     skip_bad: bool,
-) -> tuple[np.ndarray, np.ndarray, int]:
+) -> tuple[np.ndarray, np.ndarray, int, list[str] | None]:
     """Split the file into a 2-D string table (one row per record).
 
-    Returns the table, each row's 0-based line number, and the count of rows dropped for a
-    wrong column count (only with ``skip_bad``).
+    Returns the table, each row's 0-based line number, the count of rows dropped for a
+    wrong column count (only with ``skip_bad``) and the header's fields (``None`` without one).
     """
     buf = np.fromfile(path, np.uint8)
     if buf[:_SNIFF_BYTES].tobytes().startswith(_ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
@@ -357,8 +359,9 @@ def _read_table(
                          path=path, row=r, hint="fix the record or pass skip_bad=True")
     skipped = int(bad.sum())
     starts, ends, line_no = starts[~bad], ends[~bad], line_no[~bad]
+    header = first if has_header else None
     if len(starts) == 0:
-        return np.zeros((0, expected), dtype="U1"), line_no, skipped
+        return np.zeros((0, expected), dtype="U1"), line_no, skipped, header
     text = _join_lines(buf, starts, ends)
     try:
         table = np.loadtxt(io.BytesIO(text), dtype=str, delimiter=delimiter, comments=None,
@@ -366,7 +369,28 @@ def _read_table(
     except (ValueError, UnicodeDecodeError) as e:
         raise TraceError(f"cannot parse the file as {delimiter!r}-delimited text ({e})",
                          path=path) from None
-    return table, line_no, skipped
+    return table, line_no, skipped, header
+
+
+_ID_NAMES = {"obj_id", "objid", "object_id", "obj", "object", "id", "key", "block", "block_id", "lba"}
+_SIZE_NAMES = {"obj_size", "objsize", "object_size", "size", "bytes", "nbytes", "len", "length"}
+
+
+def _check_header_names(path: str, header: list[str], obj_id_col: int,
+                        obj_size_col: int | None) -> None:
+    """Warn when the header names another column as the object ids (or sizes) than the options
+    read: ``time,obj_id,obj_size`` read with the default ``obj_id_col=1`` counts timestamps."""
+    names = [h.strip().strip('"').lower() for h in header]
+    ids = [i + 1 for i, h in enumerate(names) if h in _ID_NAMES]
+    sizes = [i + 1 for i, h in enumerate(names) if h in _SIZE_NAMES]
+    if ids and obj_id_col not in ids and names[obj_id_col - 1] not in _ID_NAMES:
+        log.warning("%s: object ids are read from column %d (%r), but the header names column %d "
+                    "%r; pass obj_id_col=%d (trace.options) if that is the object id", path,
+                    obj_id_col, header[obj_id_col - 1], ids[0], header[ids[0] - 1], ids[0])
+    if sizes and obj_size_col is None:
+        log.warning("%s: every object has size 1 (no obj_size_col), but the header names column "
+                    "%d %r; pass obj_size_col=%d for sizes in bytes", path, sizes[0],
+                    header[sizes[0] - 1], sizes[0])
 
 
 def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -112,6 +112,26 @@ def test_hand_written_csv_with_header(tmp_path: Path) -> None:
     assert t.step.tolist() == [5, 6, 7]
 
 
+def test_csv_header_naming_other_columns_warns(tmp_path: Path, trace: Trace,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Our own ``time,obj_id,obj_size`` file read with the default options (ids from column 1)
+    warns, naming the columns the header names and the options to pass; read as the header
+    says, it warns about nothing and gives the trace back."""
+    from envs.workloads.formats import write_csv
+
+    p = tmp_path / "t.csv"
+    write_csv(trace, p)
+    with caplog.at_level(logging.WARNING, logger="envs.workloads.formats"):
+        read_csv(p)
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "column 1 ('time')" in text and "pass obj_id_col=2" in text and "obj_size_col=3" in text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="envs.workloads.formats"):
+        t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3)
+    assert not caplog.records
+    assert t.key.tolist() == trace.key.tolist() and t.size.tolist() == trace.size.tolist()
+
+
 def test_hand_written_csv_no_header_libcachesim_columns(tmp_path: Path) -> None:
     p = tmp_path / "h.csv"
     p.write_text("1.5\t9\t64\n2.0\t9\t64\n3.25\t10\t32")  # no final newline
