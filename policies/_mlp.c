@@ -178,16 +178,27 @@ typedef int v8i __attribute__((vector_size(32)));
 /* a0..a3 / b0..b3 (a block of TW units of candidates a and b) += row r of W (STRIDE floats
  * apart, the block's columns from W) times the inputs XA[r] / XB[r], for every r whose bit is
  * set in the masks M[0..] (bit q of M[c]: row 64 c + q) */
+#define ACC_ROW(XA, XB, W, STRIDE, R)                                                         \
+    do {                                                                                      \
+        const float *w = (W) + (Py_ssize_t)(R) * (STRIDE);                                    \
+        const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);                \
+        const v8 va = BCAST((XA) + (R)), vb = BCAST((XB) + (R));                              \
+        a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                           \
+        b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                           \
+    } while (0)
 #define ACCUMULATE(XA, XB, W, STRIDE, M, NM)                                                  \
-    for (int c_ = 0; c_ < (NM); c_++)                                                         \
-        for (uint64_t m_ = (M)[c_]; m_; m_ &= m_ - 1) {                                       \
-            const int r = 64 * c_ + __builtin_ctzll(m_);                                      \
-            const float *w = (W) + (Py_ssize_t)r * (STRIDE);                                  \
-            const v8 w0 = LD(w), w1 = LD(w + 8), w2 = LD(w + 16), w3 = LD(w + 24);            \
-            const v8 va = BCAST((XA) + r), vb = BCAST((XB) + r);                                      \
-            a0 += va * w0; a1 += va * w1; a2 += va * w2; a3 += va * w3;                       \
-            b0 += vb * w0; b1 += vb * w1; b2 += vb * w2; b3 += vb * w3;                       \
-        }
+    for (int c_ = 0; c_ < (NM); c_++) {                                                       \
+        uint64_t m_ = (M)[c_];                                                                \
+        for (; m_ & (m_ - 1); m_ &= m_ - 1) {  /* two rows a pass, in ascending order */      \
+            const int r1 = 64 * c_ + __builtin_ctzll(m_);                                     \
+            m_ &= m_ - 1;                                                                     \
+            const int r2 = 64 * c_ + __builtin_ctzll(m_);                                     \
+            ACC_ROW(XA, XB, W, STRIDE, r1);                                                   \
+            ACC_ROW(XA, XB, W, STRIDE, r2);                                                   \
+        }                                                                                     \
+        if (m_)                                                                               \
+            ACC_ROW(XA, XB, W, STRIDE, 64 * c_ + __builtin_ctzll(m_));                        \
+    }
 
 /* The masks of rows 0..N-1 where XA or XB is nonzero (NaN counts as nonzero), into M[0..] */
 #define NONZERO(XA, XB, N, M)                                                                 \
