@@ -211,6 +211,7 @@ class FeatureTracker(EvictionPolicyBase):
         """Forget everything (a new pool)."""
         self._S = np.zeros((self._initial, _NCOL), np.float64)
         self._V = self._S.reshape(-1)  # flat view: scalar writes are cheaper
+        self._S_mv = self._S.data  # for the C calls: a memoryview's buffer costs them less than NumPy's
         self._slot: dict[int, int] = {}
         self._free_slots: list[int] = []
         self._next = 0
@@ -223,14 +224,15 @@ class FeatureTracker(EvictionPolicyBase):
         self._epoch = 0
         self.miss_rate = 0.0
 
-    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _V must stay a view of _S
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _V and _S_mv must stay views of _S
         state = self.__dict__.copy()
-        del state["_V"]
+        del state["_V"], state["_S_mv"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._V = self._S.reshape(-1)
+        self._S_mv = self._S.data
 
     # ------------------------------------------------------------------ hooks
     def victim(self, view: PoolView) -> int | None:
@@ -352,6 +354,7 @@ class FeatureTracker(EvictionPolicyBase):
             S[: len(self._S)] = self._S
             self._S = S
             self._V = S.reshape(-1)
+            self._S_mv = S.data
 
     def _add_resident(self, key: int, rec: Any, slot: int) -> None:
         i = self._res_pos.get(key)
@@ -488,11 +491,11 @@ def _c_gather(tracker: FeatureTracker, objs: dict[int, Any], K: int, rule: str,
     or ``False``, drawn and not served (it continues past its first draw)."""
     if rule == "lru":
         got: list[int] | Literal[False] | None = _gather(tracker._order, objs, tracker._res_pos, K, v, _HEAD,
-                                               None, 0, tracker._res_rec, tracker._res_slot, tracker._S)
+                                               None, 0, tracker._res_rec, tracker._res_slot, tracker._S_mv)
         return got
     if rule == "sample" and rng is not None:
         got = _gather(tracker._res, objs, tracker._slot, K, v, _HEAD, _bitgen_capsule(rng),
-                      K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S)
+                      K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S_mv)
         return got
     return None
 
@@ -657,7 +660,7 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
             and _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS)):
         # the usual case, in C: _select packed the slots and codes, head the globals, and the
         # feature kernel computes
-        fc(tracker._S, v, out)
+        fc(tracker._S_mv, v, out)
         return out[:K], mask, out[K, :G]
     cand, glob = out[:K], out[K, :G]
     packed = _pack(tracker, view, keys, K, codes, v)

@@ -530,7 +530,7 @@ class LearnedPolicy(EvictionPolicyBase):
                 vm = self._packed_mv
                 got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, vm)
                 if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, vm, _HEAD_CONSTS):
-                    choice = got[self._native.decide(tracker._S, vm, self._buf_mv)]
+                    choice = got[self._native.decide(tracker._S_mv, vm, self._buf_mv)]
             if choice is None:
                 keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng, v, got)
                 n = len(keys)

@@ -88,6 +88,8 @@ def test_features_bounded_whatever_the_scale(size_scale, n_keys, seed, cost, cap
     tracker = FeatureTracker(initial_slots=16)  # forces growth
     pool = _replay(trace, cap_objects * 8 * size_scale, tracker, cost=cost, prefetch_every=5)
     view = pool.view
+    # the views the C calls get are of the rows after growth
+    assert tracker._S_mv.obj is tracker._S and np.shares_memory(tracker._V, tracker._S)
     for rule in ("lru", "sample"):
         keys = select_candidates(tracker, view, 32, rule, np.random.default_rng(seed))
         cand, mask, glob = observe(tracker, view, keys, 32)
