@@ -484,17 +484,19 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
 
 
 def _c_gather(tracker: FeatureTracker, objs: dict[int, Any], K: int, rule: str,
-              rng: np.random.Generator | None, v: np.ndarray | memoryview) -> list[int] | Literal[False] | None:
+              rng: np.random.Generator | None, v: np.ndarray | memoryview,
+              cap: Any = None) -> list[int] | Literal[False] | None:
     """The C extension's answer for the usual case of :func:`_select` (``allocator._fastpath.
     gather``, when built and ``K <= _GATHER_MAX_K``; ``objs``: the pool's records): the keys, their
     slots and codes written into ``v``; ``None``, nothing drawn (the Python selection decides);
-    or ``False``, drawn and not served (it continues past its first draw)."""
+    or ``False``, drawn and not served (it continues past its first draw). ``cap``: ``rng``'s
+    bit generator capsule where the caller keeps it (with ``rng``), else looked up."""
     if rule == "lru":
         got: list[int] | Literal[False] | None = _gather(tracker._order, objs, tracker._res_pos, K, v, _HEAD,
                                                None, 0, tracker._res_rec, tracker._res_slot, tracker._S_mv)
         return got
     if rule == "sample" and rng is not None:
-        got = _gather(tracker._res, objs, tracker._slot, K, v, _HEAD, _bitgen_capsule(rng),
+        got = _gather(tracker._res, objs, tracker._slot, K, v, _HEAD, cap or _bitgen_capsule(rng),
                       K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S_mv)
         return got
     return None

@@ -430,6 +430,7 @@ class LearnedPolicy(EvictionPolicyBase):
         self.budget_us = budget_us
         self._budget_ns = None if budget_us is None else int(budget_us * 1000)
         self._rng = np.random.default_rng(seed)
+        self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
         self.tracker = _features.FeatureTracker()
         self.guard = (LRUGuard() if guard is True else guard) if guard else None
         self.guard_decisions = 0
@@ -457,14 +458,15 @@ class LearnedPolicy(EvictionPolicyBase):
         self.decision_ns: list[int] = []
         self.record_latency = False
 
-    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: the memoryviews are of the arrays
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: views of this copy's arrays and generator
         state = self.__dict__.copy()
-        del state["_packed_mv"], state["_buf_mv"]
+        del state["_packed_mv"], state["_buf_mv"], state["_cap"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
+        self._cap = self._rng.bit_generator.capsule
 
     # construction ------------------------------------------------------
     @classmethod
@@ -528,7 +530,7 @@ class LearnedPolicy(EvictionPolicyBase):
             objs = getattr(view, "_objs", None) if self.compiled and self._decide_c else None
             if objs is not None:  # the usual case, three C calls: candidates, globals, decision
                 vm = self._packed_mv
-                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, vm)
+                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, vm, self._cap)
                 if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, vm, _HEAD_CONSTS):
                     choice = got[self._native.decide(tracker._S_mv, vm, self._buf_mv)]
             if choice is None:

@@ -404,6 +404,7 @@ def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     twin = pickle.loads(pickle.dumps(pol))
     assert np.shares_memory(twin.tracker._V, twin.tracker._S) and twin.tracker._S_mv.obj is twin.tracker._S
     assert twin._packed_mv.obj is twin._packed and twin._buf_mv.obj is twin._buf  # its own buffers
+    assert twin._cap is twin._rng.bit_generator.capsule  # and its own generator's draws
     np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
 
 
