@@ -131,17 +131,17 @@ def stage_times(path: str, K: int, cap: int, trace: Any) -> dict[str, list[int]]
         return None
     clock = time.perf_counter_ns
     out: dict[str, list[int]] = {"candidates": [], "globals": [], "features + forward pass": []}
-    tr, v, buf, nat, rule, rng, inner = (pol.tracker, pol._packed, pol._buf, pol._native,
-                                         pol.candidate_rule, pol._rng, pol.victim)
+    tr, v, buf, nat, rule, rng, bg, inner = (pol.tracker, pol._packed_mv, pol._buf_mv, pol._native,
+                                             pol.candidate_rule, pol._rng, pol._cap, pol.victim)
 
     def staged(view: Any) -> Any:
         t0 = clock()
-        got = F._c_gather(tr, view._objs, K, rule, rng, v)
+        got = F._c_gather(tr, view._objs, K, rule, rng, v, bg)
         t1 = clock()
         if not got or not F._head(view._pool, tr, len(got), K, v, F._HEAD_CONSTS):
             return inner(view)  # a case for the Python path (not timed)
         t2 = clock()
-        i = nat.decide(tr._S, v, buf)
+        i = nat.decide(tr._S_mv, v, buf)
         t3 = clock()
         for name, dt in zip(out, (t1 - t0, t2 - t1, t3 - t2)):
             out[name].append(dt)
