@@ -139,12 +139,13 @@ def resolve_import_spec(name: str) -> Callable[..., Any]:
             if spec is None or spec.loader is None:
                 raise ConfigError(f"policy {name!r}: {where!r} cannot be loaded as Python")
             mod = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = mod  # before running it, as an import does (dataclasses need it)
             try:
                 spec.loader.exec_module(mod)
             except Exception as e:
+                del sys.modules[mod_name]
                 raise ConfigError(f"policy {name!r}: importing {where!r} failed: "
                                   f"{type(e).__name__}: {e}") from e
-            sys.modules[mod_name] = mod
     else:
         try:
             try:

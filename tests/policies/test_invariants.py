@@ -351,3 +351,21 @@ def test_user_prefetcher_by_file(tmp_path) -> None:  # type: ignore[no-untyped-d
     assert pf.trace is trace and pf.prefetch(None, 41) == (42,)  # type: ignore[attr-defined,arg-type]
     with pytest.raises(ConfigError, match="has no prefetch\\(\\) method, so it is not a prefetch policy"):
         make_prefetch(f"{tmp_path / 'pf.py'}:Evicts")
+
+
+def test_user_policy_file_with_dataclasses_loads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A policy file that defines a dataclass (with postponed annotations) loads: the module is
+    in ``sys.modules`` while it runs, as an import would have it."""
+    (tmp_path / "dcpol.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "from policies.lru import LRU\n\n"
+        "@dataclass\n"
+        "class Opts:\n"
+        "    depth: int = 2\n\n"
+        "class DCLRU(LRU):\n"
+        "    def __init__(self) -> None:\n"
+        "        super().__init__()\n"
+        "        self.opts = Opts()\n")
+    p = make_eviction(f"{tmp_path / 'dcpol.py'}:DCLRU")
+    assert p.opts.depth == 2  # type: ignore[attr-defined]
