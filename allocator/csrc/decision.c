@@ -291,7 +291,8 @@ fp_gather(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     if (rng != Py_None && PyList_GET_SIZE(src) <= 4 * K)
         stride = PyList_GET_SIZE(src);  /* the scan: every resident may be a candidate */
     tmp = PyMem_Malloc(2 * (size_t)(stride > K ? stride : K) * sizeof(double));
-    keys = PyList_New(0);
+    /* the draws (rule "sample", n > 4K) fill all K keys in place; the other cases append */
+    keys = PyList_New(rng != Py_None && PyList_GET_SIZE(src) > 4 * K ? K : 0);
     if (tmp == NULL || keys == NULL) {
         if (tmp == NULL)
             PyErr_NoMemory();
@@ -446,10 +447,7 @@ fp_gather(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
                 }
             }
         }
-        Py_SETREF(keys, PyList_New(K));  /* all K or none: filled in place */
-        if (keys == NULL)
-            goto error;
-        for (Py_ssize_t i = 0; i < K; i++) {
+        for (Py_ssize_t i = 0; i < K; i++) {  /* all K keys or none (keys has K empty items) */
             if (idx[i] >= PyList_GET_SIZE(src))  /* cannot happen: x < 1 */
                 goto pass;
             PyObject *k = PyList_GET_ITEM(src, idx[i]);
