@@ -385,9 +385,9 @@ def test_c_forward_pass_refuses_bad_shapes_and_arguments():
 @pytest.mark.parametrize("guard", [True, False])
 def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     """A LearnedPolicy survives pickle and deepcopy (the C forward pass is rebuilt from its
-    weights; the tracker's flat view stays a view of its rows, the decision's memoryviews views of
-    the copy's arrays): a copy evicts exactly what the
-    original evicts, and a copy taken half-way through a trace holds the same history."""
+    weights; the tracker's flat view stays a view of its rows, the decision's memoryviews and
+    bit-generator capsule those of the copy's own arrays and generator): a copy evicts exactly
+    what the original evicts, and a copy taken half-way through a trace holds the same history."""
     import copy
     import pickle
 
