@@ -8,7 +8,9 @@ the usual decision's three C calls timed apart (candidates, globals, features + 
 and the machine's own tail, side by side: in another replay each decision is timed and followed
 by a fixed amount of work as long as a median decision (forward passes, the last one over part
 of the candidates, on one cache-hot observation), timed too -- what interrupts and noisy
-neighbours do to any work of that length.
+neighbours do to any work of that length; and the interruptions themselves, seen by a busy loop
+reading the clock (their rate and length: work of d us is interrupted with probability about
+d x rate).
 Target from the issue: p99 <= 20 us for K = 32.
 
     python scripts/bench.py decision --policy PATH [--K 32]
@@ -118,6 +120,28 @@ def machine_floor(path: str, K: int, cap: int, trace: Any, n: int) -> dict[str, 
             "decision_over": float((d > 20.0).mean())}
 
 
+def interruptions(seconds: float = 0.5, threshold_ns: int = 3000) -> dict[str, float]:
+    """The machine's interruptions, measured by a busy loop that reads the clock for ``seconds``:
+    every step between two reads longer than ``threshold_ns`` is time the loop did not run
+    (timer ticks, interrupts, the hypervisor, a neighbour on the core). ``rate``: such gaps per
+    second; ``p50``/``p90``/``max``: their lengths in us. A piece of work of d us is then
+    interrupted with probability about ``d * rate / 1e6`` whatever the work is, and a gap longer
+    than 20 us - d pushes it over the target."""
+    clock = time.perf_counter_ns
+    gaps: list[int] = []
+    prev = clock()
+    end = prev + int(seconds * 1e9)
+    while prev < end:
+        t = clock()
+        if t - prev > threshold_ns:
+            gaps.append(t - prev)
+        prev = t
+    g = np.asarray(gaps, np.float64) / 1e3
+    p50, p90 = (np.percentile(g, [50, 90]) if len(g) else (0.0, 0.0))
+    return {"rate": len(g) / seconds, "p50": float(p50), "p90": float(p90),
+            "max": float(g.max()) if len(g) else 0.0, "threshold_us": threshold_ns / 1e3}
+
+
 def stage_times(path: str, K: int, cap: int, trace: Any) -> dict[str, list[int]] | None:
     """The usual decision's three C calls timed one by one over a replay (candidates, globals,
     features + forward pass), as ``LearnedPolicy.victim`` makes them; ``None`` where the C
@@ -190,6 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stages = stage_times(path, args.K, cap, trace)
         lp50, lp99 = _pct(timed["learned"])
         floor = machine_floor(path, args.K, cap, trace, len(timed["learned"]))
+        gaps = interruptions()
     sc = learned.scorer
     fwd: list[int] = []  # the forward pass deployment runs (C where policies._mlp is built)
     fwd_np: list[int] = []  # the NumPy reference forward pass
@@ -227,6 +252,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"{floor['n']:10d}   ({floor['decision_over']:.2%} over 20 us)")
         print(f"{'  fixed work':26s} {floor['p50']:9.1f} {floor['p99']:9.1f} {floor['n']:10d}   "
               f"({floor['over']:.2%} over 20 us)")
+    print(f"interruptions of this core (a busy loop reading the clock for 0.5 s): {gaps['rate']:.0f}/s "
+          f"over {gaps['threshold_us']:.0f} us, lasting p50 {gaps['p50']:.1f} / p90 {gaps['p90']:.1f} / "
+          f"max {gaps['max']:.1f} us: a median decision is interrupted with probability "
+          f"{lp50 * gaps['rate'] / 1e6:.2%}")
     split: dict[str, float] = {}
     if stages is not None:
         split = {name: _pct(ns)[0] for name, ns in stages.items()}
@@ -239,5 +268,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "forward_p99_us": fp99, "numpy_forward_p50_us": np50,
             "numpy_forward_p99_us": np99, "compiled": nat is not None, "lru_p50_us": rp50, "lru_p99_us": rp99,
             "learned_share_over_20us": over,
-            "fixed_work": floor,
+            "fixed_work": floor, "interruptions": gaps,
             "stage_p50_us": split}

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,6 +49,9 @@ def test_decision_bench_smoke_run(tmp_path: Path) -> None:
         assert row in r.stdout
     fig = json.loads(out.read_text())
     assert fig["K"] == 32 and fig["learned_p50_us"] > 0
+    gaps = fig["interruptions"]  # the busy loop's gaps: a rate, and lengths above the threshold
+    assert "interruptions of this core" in r.stdout and gaps["rate"] >= 0 and gaps["threshold_us"] == 3
+    assert gaps["rate"] == 0 or gaps["max"] >= gaps["p90"] >= gaps["p50"] > gaps["threshold_us"]
     if fig["compiled"]:  # the machine's tail: fixed work (C forward passes) after each decision
         assert "the machine's own tail, side by side" in r.stdout and "  fixed work" in r.stdout
         fw = fig["fixed_work"]
@@ -54,3 +59,17 @@ def test_decision_bench_smoke_run(tmp_path: Path) -> None:
         assert fw["p50"] > 0 and fw["decision_p50"] > 0 and fw["n"] > 0
     if learned._c_decisions() and learned._features._gather is not None:
         assert set(fig["stage_p50_us"]) == {"candidates", "globals", "features + forward pass"}
+
+
+def test_interruptions_are_the_clock_steps_over_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The busy loop counts every step between two clock reads longer than the threshold (and
+    only those), over the time asked for."""
+    import time
+
+    from scripts import bench_decision
+
+    reads = iter([0, 1_000, 2_000, 9_000, 10_000, 30_000, 31_000, 500_031_000])
+    monkeypatch.setattr(time, "perf_counter_ns", lambda: next(reads))
+    g = bench_decision.interruptions(seconds=0.5, threshold_ns=3_000)
+    # steps of 7 us, 20 us and the last (the loop's end): three gaps in 0.5 s
+    assert g["rate"] == 6.0 and g["p50"] == 20.0 and g["max"] == 500_000.0
