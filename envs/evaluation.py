@@ -230,7 +230,10 @@ def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
 
 
 def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:
-    from policies.registry import is_import_spec, resolve_import_spec
+    """Every name of config list ``key`` is usable, checked before any replay: the eviction list
+    (``learned``: ``learned:PATH`` files load; a class of the user's needs ``victim``) or the
+    prefetch list (a class of the user's needs ``prefetch``)."""
+    from policies.registry import check_import_spec, is_import_spec
 
     if not names:
         raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
@@ -245,8 +248,8 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
 
             LearnedPolicy.load(path)  # a corrupt or mismatched file fails now, before any replay
             continue
-        if is_import_spec(n):  # a class of the user's: found now, before any trace is read
-            resolve_import_spec(n)
+        if is_import_spec(n):  # a class of the user's: found and built now, before any replay
+            check_import_spec(n, "victim" if learned else "prefetch")
             continue
         if n not in allowed:
             extra = ", learned:PATH" if learned else ""

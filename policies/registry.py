@@ -169,14 +169,35 @@ def resolve_import_spec(name: str) -> Callable[..., Any]:
     return cls  # type: ignore[no-any-return]
 
 
+def _signature(cls: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(cls)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_import_spec(name: str, method: str) -> None:
+    """What the evaluator checks of an import spec before it replays anything: the class is
+    found, and one is built now (then dropped) and has ``method`` -- unless it takes the trace
+    (read later), in which case its signature must accept ``trace`` alone. The errors are
+    those of building it for a run."""
+    cls = resolve_import_spec(name)
+    sig = _signature(cls)
+    if sig is not None and "trace" in sig.parameters:
+        try:
+            sig.bind(trace=None)
+        except TypeError as e:
+            raise ConfigError(f"policy {name!r}: constructing it will fail: {e}; its signature: "
+                              f"{sig} (the evaluator passes trace= alone)") from None
+        return
+    _build_imported(name, method, None, {})
+
+
 def _build_imported(name: str, method: str, trace: Trace | None, params: dict[str, Any]) -> Any:
     """An instance of the class that ``name`` (an import spec) names, checked to have
     ``method`` (``victim`` for eviction, ``prefetch`` for prefetching)."""
     cls = resolve_import_spec(name)
-    try:
-        sig = inspect.signature(cls)
-    except (TypeError, ValueError):
-        sig = None
+    sig = _signature(cls)
     if sig is not None and "trace" in sig.parameters and trace is not None:
         params = {"trace": trace, **params}
     try:

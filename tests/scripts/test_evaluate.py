@@ -140,6 +140,51 @@ def test_policy_of_the_users_by_file_in_the_policy_list(og_file: Path, tmp_path:
                                   f"out_dir={tmp_path / 'x'}"])))
 
 
+@pytest.mark.parametrize("key,body,match", [
+    ("policies", "class Needs:\n    def __init__(self, x): pass\n    def victim(self, view): return None\n",
+     "constructing it failed: .*missing 1 required positional argument: 'x'; its signature: \\(x\\)"),
+    ("policies", "class Thing:\n    pass\n", "Thing has no victim\\(\\) method"),
+    ("policies", "class NeedsMore:\n    def __init__(self, trace, depth): pass\n",
+     "constructing it will fail: missing a required argument: 'depth'"),
+    ("prefetchers", "class Evicts:\n    def victim(self, view): return None\n",
+     "Evicts has no prefetch\\(\\) method, so it is not a prefetch policy"),
+])
+def test_users_class_that_cannot_run_fails_before_any_replay(
+        key: str, body: str, match: str, og_file: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class of the user's that cannot be built without arguments (the evaluator builds it as
+    ``Class()``, or ``Class(trace=...)`` when it takes the trace) or lacks the method of its
+    list fails at validation: no replay runs, nothing is written."""
+    import envs.evaluation as ev
+
+    (tmp_path / "mine.py").write_text(body)
+    spec = f"{tmp_path / 'mine.py'}:{body.split()[1].rstrip(':')}"
+
+    def no_replay(*a: object, **k: object) -> None:
+        raise AssertionError("a replay ran before the bad class was refused")
+
+    monkeypatch.setattr(ev, "run_one", no_replay)
+    with pytest.raises(ConfigError, match=match):
+        evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.05]",
+                                  f"eval.{key}=[{'lru' if key == 'policies' else 'none'},{spec}]",
+                                  f"out_dir={tmp_path / 'o'}"])))
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_users_class_that_takes_the_trace_is_not_built_at_validation(og_file: Path, tmp_path: Path) -> None:
+    """A class whose constructor takes ``trace`` passes validation on its signature and runs with
+    the replayed trace."""
+    (tmp_path / "tr.py").write_text(
+        "from policies.lru import LRU\n\nclass WithTrace(LRU):\n"
+        "    def __init__(self, trace):\n        super().__init__()\n        self.n = len(trace)\n")
+    spec = f"{tmp_path / 'tr.py'}:WithTrace"
+    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.05]",
+                                    f"eval.policies=[lru,{spec}]", "eval.plots=false",
+                                    f"out_dir={tmp_path / 'o'}"])))
+    by = {r["policy"]: r for r in res["rows"]}
+    assert by[spec]["misses"] == by["lru"]["misses"]
+
+
 def test_fast_and_pool_paths_give_the_same_rows(og_file: Path, tmp_path: Path) -> None:
     base = [f"trace.path={og_file}", "eval.capacities=[0.05,0.3]", "eval.policies=[lru,fifo,lfu]",
             "eval.presets=[none,h100_pcie5]", "eval.plots=false"]
