@@ -123,12 +123,17 @@ def test_csv_trace_with_reader_options_as_the_readme_says(og_file: Path, tmp_pat
     assert all(r["requests"] == 2500 for r in via_csv)
 
 
-def test_policy_of_the_users_by_file_in_the_policy_list(og_file: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("body", [
+    "class MyLRU(LRU):\n    name = 'mylru'\n",
+    # a constructor that takes the trace: checked on its signature, built with the replayed trace
+    "class MyLRU(LRU):\n    def __init__(self, trace):\n        super().__init__()\n"
+    "        self.n = len(trace)\n",
+])
+def test_policy_of_the_users_by_file_in_the_policy_list(body: str, og_file: Path, tmp_path: Path) -> None:
     """``eval.policies=[lru,FILE.py:Class]``: a class of the user's runs through the pool beside
     the built-in ones (its row labelled by file and class); a misspelt class fails before any
     replay with the classes the file has."""
-    (tmp_path / "mine.py").write_text(
-        "from policies.lru import LRU\n\nclass MyLRU(LRU):\n    name = 'mylru'\n")
+    (tmp_path / "mine.py").write_text("from policies.lru import LRU\n\n" + body)
     spec = f"{tmp_path / 'mine.py'}:MyLRU"
     res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.05]",
                                     f"eval.policies=[lru,{spec}]", "eval.plots=false",
@@ -169,20 +174,6 @@ def test_users_class_that_cannot_run_fails_before_any_replay(
                                   f"eval.{key}=[{'lru' if key == 'policies' else 'none'},{spec}]",
                                   f"out_dir={tmp_path / 'o'}"])))
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
-
-
-def test_users_class_that_takes_the_trace_is_not_built_at_validation(og_file: Path, tmp_path: Path) -> None:
-    """A class whose constructor takes ``trace`` passes validation on its signature and runs with
-    the replayed trace."""
-    (tmp_path / "tr.py").write_text(
-        "from policies.lru import LRU\n\nclass WithTrace(LRU):\n"
-        "    def __init__(self, trace):\n        super().__init__()\n        self.n = len(trace)\n")
-    spec = f"{tmp_path / 'tr.py'}:WithTrace"
-    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.05]",
-                                    f"eval.policies=[lru,{spec}]", "eval.plots=false",
-                                    f"out_dir={tmp_path / 'o'}"])))
-    by = {r["policy"]: r for r in res["rows"]}
-    assert by[spec]["misses"] == by["lru"]["misses"]
 
 
 def test_fast_and_pool_paths_give_the_same_rows(og_file: Path, tmp_path: Path) -> None:
