@@ -71,6 +71,7 @@ ft_logs_libm(const double *x, float *out, Py_ssize_t m)
 #define HAVE_AVX2_LOGS 1
 typedef double ft_v4d __attribute__((vector_size(32)));
 typedef long long ft_v4q __attribute__((vector_size(32)));
+typedef unsigned long long ft_v4u __attribute__((vector_size(32)));  /* logical shifts (vpsrlq) */
 typedef float ft_v4f __attribute__((vector_size(16)));
 typedef double ft_v4du __attribute__((vector_size(32), aligned(8)));  /* unaligned loads */
 typedef float ft_v4fu __attribute__((vector_size(16), aligned(4)));
@@ -93,7 +94,7 @@ ft_logs_avx2(const double *x, float *out, Py_ssize_t m)
         const ft_v4d v = *(const ft_v4du *)(x + i);
         bad |= ~((v >= 1.0) & (v < 0x1p1000));  /* finite, and no subnormal */
         const ft_v4q bits = (ft_v4q)v;
-        ft_v4q k = (bits >> 52) - 1023;
+        ft_v4q k = (ft_v4q)((ft_v4u)bits >> 52) - 1023;  /* the exponent (v >= 1: no sign bit) */
         ft_v4d mant = (ft_v4d)((bits & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);  /* [1, 2) */
         const ft_v4q up = mant >= 0x1.6a09e667f3bcdp+0;  /* >= sqrt(2): halve, k + 1 */
         mant = (ft_v4d)(((ft_v4q)(mant * 0.5) & up) | ((ft_v4q)mant & ~up));
@@ -110,7 +111,8 @@ ft_logs_avx2(const double *x, float *out, Py_ssize_t m)
         /* near a midpoint between two float32 values (l >= 0 here): |l - float32(l)| within
          * 2^-20 of half a float32 ulp, 2^(e - 24) for l in [2^e, 2^(e + 1)) */
         const ft_v4q lb = (ft_v4q)l;
-        const ft_v4d half = (ft_v4d)(((lb >> 52) - 24) << 52), tol = (ft_v4d)(((lb >> 52) - 44) << 52);
+        const ft_v4q e = (ft_v4q)((ft_v4u)lb >> 52);  /* l >= 0 wherever the result is kept */
+        const ft_v4d half = (ft_v4d)((e - 24) << 52), tol = (ft_v4d)((e - 44) << 52);
         const ft_v4d d = l - __builtin_convertvector(fl, ft_v4d);
         const ft_v4d gap = (ft_v4d)((ft_v4q)((ft_v4d)((ft_v4q)d & 0x7fffffffffffffffLL) - half)
                                     & 0x7fffffffffffffffLL);
