@@ -75,8 +75,8 @@ class CandidateScorerNet(nn.Module):
     def __init__(self, n_features: int, n_globals: int, hidden: Sequence[int] = (64, 64),
                  ignore: Sequence[int] = ()) -> None:
         super().__init__()
-        if not hidden:
-            raise ValueError("hidden needs at least one layer width")
+        if not hidden or min(hidden) < 1:
+            raise ValueError(f"hidden needs at least one layer, every width >= 1; got {list(hidden)}")
         self.n_features, self.n_globals, self.hidden = n_features, n_globals, list(hidden)
         keep = th.ones(n_features)
         keep[list(ignore)] = 0.0

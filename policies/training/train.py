@@ -162,6 +162,14 @@ def _ignored(patterns: Sequence[str]) -> list[int]:
         raise ConfigError(f"policy.{e}") from None
 
 
+def _hidden(widths: Any) -> list[int]:
+    w = list(widths)
+    if not w or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in w):
+        raise ConfigError(f"policy.hidden: the hidden layers' widths must be ints >= 1, one layer "
+                          f"at least, got {w}; e.g. policy.hidden=[64,32]")
+    return w
+
+
 def _out_dir(cfg: Any) -> str:
     out = cfg.get("out_dir")
     try:
@@ -183,6 +191,7 @@ def train(cfg: Any) -> dict[str, Any]:
     "validation": {...}, "history": [...], "wall_s": ...}``."""
     t0 = time.perf_counter()
     seed = int(cfg.seed)
+    hidden, ignore = _hidden(cfg.policy.hidden), _ignored(cfg.policy.ignore_features)  # before any work
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     out = _out_dir(cfg)
     traces = load_trace_list(cfg.traces, "traces")
@@ -207,8 +216,7 @@ def train(cfg: Any) -> dict[str, Any]:
     agent = instantiate(cfg.agent)
     collector = Collector(factory, progress=bool(cfg.progress))
     ctx = TrainContext(
-        make_env=factory, hidden=list(cfg.policy.hidden), seed=seed,
-        ignore=_ignored(cfg.policy.ignore_features),
+        make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
         on_eval=validator, eval_every=int(val.every), progress=bool(cfg.progress),
         collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed))

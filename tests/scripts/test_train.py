@@ -59,6 +59,15 @@ def test_bad_values_fail_at_compose_time():
         instantiate(cfg_of(["agent=ppo", "agent.algo=a3c"]).agent)
 
 
+@pytest.mark.parametrize("hidden", ["[0]", "[]", "[64,-1]"])
+def test_hidden_widths_below_one_are_refused_before_any_work(hidden, tmp_path):
+    """``policy.hidden`` composes as a list of ints, but a width below 1 (or no layer) would
+    train a network of empty layers: ``train`` refuses it first, naming the key."""
+    with pytest.raises(ConfigError, match=r"policy.hidden: .* ints >= 1, one layer at least"):
+        train(cfg_of([*TINY, f"policy.hidden={hidden}", f"out_dir={tmp_path}"]))
+    assert not any(tmp_path.iterdir())  # nothing recorded, trained or written
+
+
 @pytest.mark.parametrize("agent,extra", [
     ("imitation", ["agent.dagger.rounds=2", "agent.dagger.steps_per_round=150", "agent.dagger.epochs=1"]),
     ("ppo", ["agent.total_timesteps=128", "agent.n_envs=2", "agent.kwargs.n_steps=64", "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1"]),
