@@ -222,6 +222,19 @@ def _root_cause(e: BaseException) -> BaseException:
 
 
 # ---------------------------------------------------------------------- traces
+def _missing_file_advice(p: str) -> str:
+    """What to do about a trace file ``p`` that is not there: for a relative path, where it was
+    looked for and the project's file of that name if there is one (the bundled configs name
+    ``data/traces/...`` from the project root)."""
+    if os.path.isabs(p):
+        return "give an existing trace file"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(root, p)):
+        return (f"relative paths are read from the working directory ({os.getcwd()}); the project "
+                f"has {os.path.join(root, p)}: run from {root} or give that path")
+    return f"give an existing trace file (relative paths are read from {os.getcwd()})"
+
+
 def load_traces(
     path: str | None = None,
     paths: list[str] | None = None,
@@ -244,7 +257,7 @@ def load_traces(
     for p in files:
         p = os.path.expanduser(str(p))
         if not os.path.isfile(p):
-            raise ConfigError(f"trace.path: no such file {p!r}; give an existing trace file")
+            raise ConfigError(f"trace.path: no such file {p!r}; {_missing_file_advice(p)}")
         traces.append(read_trace(p, format=fmt, **opts))
     if not files:
         if not generator:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,22 @@ def test_instantiate_lets_cachegym_errors_through() -> None:
     tnode.path = "/no/such/trace.npz"
     with pytest.raises(ConfigError, match="trace.path: no such file"):
         instantiate(tnode)
+
+
+def test_missing_relative_trace_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative trace path is read from the working directory; when it is missing there but the
+    project has that file (the bundled configs' data/traces/...), the error names both."""
+    from envs.config import load_traces
+
+    monkeypatch.chdir(tmp_path)
+    here = re.escape(os.getcwd())
+    with pytest.raises(ConfigError, match=rf"no such file 'data/traces/gpt.npz'; relative paths are "
+                                          rf"read from the working directory \({here}\); the project "
+                                          rf"has .*data/traces/gpt.npz: run from "):
+        load_traces(path="data/traces/gpt.npz")
+    with pytest.raises(ConfigError, match=rf"no such file 'nope.npz'; give an existing trace file "
+                                          rf"\(relative paths are read from {here}\)"):
+        load_traces(path="nope.npz")
 
 
 def test_load_traces_files_generator_and_window(tmp_path: Path) -> None:
