@@ -231,16 +231,23 @@ def observation_space(K: int) -> spaces.Dict:
 
 
 def action_int(action: Any, n: int, note: str = "") -> int:
-    """``action`` as a Python int: an int, a NumPy integer or a 0-d array of one. Anything else
-    raises :class:`InvalidActionError` naming the space, ``Discrete(n)`` (``note`` is appended to
-    its range). Range and mask are the caller's to check."""
+    """``action`` as a Python int: an int, a NumPy integer, a float of integral value (3.0) or a
+    0-d array of one. Anything else (1.5, NaN, a bool, a string, an array of several) raises
+    :class:`InvalidActionError` naming the space, ``Discrete(n)`` (``note`` is appended to its
+    range). Range and mask are the caller's to check."""
     if type(action) is int or isinstance(action, np.integer):
         return int(action)
     try:
         if np.ndim(action) != 0:
             raise TypeError
-        return int(action)
-    except (TypeError, ValueError):
+        a = action.item() if isinstance(action, (np.ndarray, np.generic)) else action
+        if isinstance(a, (bool, str, bytes)):
+            raise TypeError
+        i = int(a)
+        if i != a:  # 1.5 is no slot (int() would truncate it to 1)
+            raise ValueError
+        return i
+    except (TypeError, ValueError, OverflowError):
         raise InvalidActionError(f"action {action!r} is not an integer; Discrete({n}) takes "
                                  f"0..{n - 1}{note}") from None
 

@@ -158,8 +158,13 @@ def test_invalid_actions() -> None:
         env.step(64)
     with pytest.raises(InvalidActionError, match="padded slot"):
         env.step(n)
-    with pytest.raises(InvalidActionError, match="not an integer"):
-        env.step("x")
+    for bad in ("x", "3", 1.5, np.float32(2.5), float("nan"), float("inf"), True, np.array([1, 2])):
+        with pytest.raises(InvalidActionError, match="not an integer"):  # nothing truncated or parsed
+            env.step(bad)
+    from envs.common import action_int
+
+    for fine in (np.int64(7), np.array(7), 7.0, np.float32(7.0), np.array(7.0)):  # integral values
+        assert action_int(fine, 64) == 7 and type(action_int(fine, 64)) is int
     lenient = EvictEnv(trace, K=64, window=None, capacity=0.2, invalid_action="lru")
     lenient.reset(seed=0)
     _, _, _, _, info = lenient.step(63)
