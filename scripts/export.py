@@ -3,10 +3,12 @@
 
     python scripts/export.py outputs/train/<run>/checkpoints/step_4.npz --out policy.npz
     python scripts/export.py model.zip --algo maskable_ppo --out policy.npz [--K 32]
+    python scripts/export.py policy.npz --onnx policy.onnx      # also (or only) an ONNX model
 
 (``scripts/train.py`` and the main job already export their final policy; this script turns a
-checkpoint, or an SB3 model saved with ``model.save()``, into a deployable file.) The logic is
-``policies.training.export.export_file``.
+checkpoint, or an SB3 model saved with ``model.save()``, into a deployable file; ``--onnx`` writes
+the same network as an ONNX model, for serving outside Python -- it needs the ``onnx`` package.)
+The logic is ``policies.training.export.export_file`` and ``export_onnx``.
 """
 
 from __future__ import annotations
@@ -23,19 +25,31 @@ from allocator.errors import CachegymError  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="checkpoint/policy .npz, or SB3 model .zip")
-    p.add_argument("--out", required=True, help="policy file to write (.npz)")
+    p.add_argument("--out", help="policy file to write (.npz); may be left out with --onnx and a "
+                   "policy .npz source")
+    p.add_argument("--onnx", metavar="PATH", help="also write the network as an ONNX model (inputs "
+                   "candidates (N, K, F) and globals (N, G), output scores (N, K))")
     p.add_argument("--K", type=int, default=None, help="candidates per decision (default: the source's)")
     p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None)
     p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None, help="for an SB3 .zip")
     args = p.parse_args(argv)
-    from policies.training.export import export_file
+    if args.out is None and not (args.onnx and args.source.endswith(".npz")):
+        p.error("--out is required (it may be left out only with --onnx and a policy .npz source)")
+    from policies.training.export import export_file, export_onnx
 
     try:
-        path = export_file(args.source, args.out, K=args.K, candidate_rule=args.candidate_rule, algo=args.algo)
+        path = args.source
+        if args.out is not None:
+            path = export_file(args.source, args.out, K=args.K, candidate_rule=args.candidate_rule,
+                               algo=args.algo)
+        onnx_path = export_onnx(path, args.onnx) if args.onnx else None
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"policy: {os.path.abspath(path)}")
+    if onnx_path is not None:
+        print(f"onnx: {os.path.abspath(onnx_path)}")
+    if args.out is not None:
+        print(f"policy: {os.path.abspath(path)}")
     return 0
 
 

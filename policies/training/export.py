@@ -8,13 +8,15 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from allocator import __version__
 from allocator.errors import ConfigError, PolicyFileError
 from policies import features
 from policies.learned import save_policy_file
 from policies.training.nets import CandidateScorerNet, export_arrays
 
-__all__ = ["export_policy", "export_file", "config_hash", "scorer_of"]
+__all__ = ["export_policy", "export_file", "export_onnx", "config_hash", "scorer_of"]
 
 
 def config_hash(config: Any) -> str:
@@ -105,3 +107,74 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule or "lru",
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
+
+
+ONNX_OPSET = 17
+
+
+def export_onnx(policy: str | os.PathLike[str], out: str | os.PathLike[str]) -> str:
+    """Write the network of the policy file ``policy`` as an ONNX model at ``out``; returns its
+    path. Needs the ``onnx`` package (``pip install -e '.[onnx]'``), not torch.
+
+    The model computes :meth:`policies.learned.CandidateScorer.scores` without the mask: inputs
+    ``candidates`` (N, K, F) and ``globals`` (N, G), float32, the features of
+    :mod:`policies.features` in its order (the normalisation is folded into the weights); output
+    ``scores`` (N, K), the best candidate the highest (mask padded slots before taking it).
+    ``K`` and ``N`` are free. The policy file's header (feature specification, K, candidate rule,
+    library version, config hash) is in the model's metadata as JSON under ``cachegym_header``.
+    """
+    from policies.learned import CandidateScorer, LearnedPolicy, read_policy_file
+
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        raise ConfigError("ONNX export needs the onnx package: pip install -e '.[onnx]' (or pip "
+                          "install onnx)") from None
+    src = os.fspath(policy)
+    LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
+    header, arrays = read_policy_file(src)
+    sc = CandidateScorer(arrays)
+    inits = [numpy_helper.from_array(np.asarray(a, np.float32), name) for name, a in (
+        ("wc", sc.wc), ("wg", sc.wg), ("b0", sc.b0), ("wo", sc.wo.reshape(-1, 1)),
+        ("bo", np.asarray(sc.bo, np.float32).reshape(1)))]
+    inits += [numpy_helper.from_array(np.asarray(v, np.int64), n)
+              for n, v in (("axis1", [1]), ("axis2", [2]))]
+    nodes = [
+        helper.make_node("MatMul", ["globals", "wg"], ["g0"]),
+        helper.make_node("Add", ["g0", "b0"], ["g1"]),
+        helper.make_node("Unsqueeze", ["g1", "axis1"], ["g"]),  # (N, 1, H0): the same for every candidate
+        helper.make_node("MatMul", ["candidates", "wc"], ["c0"]),
+        helper.make_node("Add", ["c0", "g"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["h0"]),
+    ]
+    h = "h0"
+    for i, (w, b) in enumerate(sc.layers, 1):
+        inits += [numpy_helper.from_array(np.asarray(w, np.float32), f"w{i}"),
+                  numpy_helper.from_array(np.asarray(b, np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"h{i}"])]
+        h = f"h{i}"
+    nodes += [helper.make_node("MatMul", [h, "wo"], ["s0"]),
+              helper.make_node("Squeeze", ["s0", "axis2"], ["s1"]),
+              helper.make_node("Add", ["s1", "bo"], ["scores"])]
+    F, G = sc.n_features, sc.n_globals
+    graph = helper.make_graph(
+        nodes, "cachegym_candidate_scorer",
+        [helper.make_tensor_value_info("candidates", TensorProto.FLOAT, ["N", "K", F]),
+         helper.make_tensor_value_info("globals", TensorProto.FLOAT, ["N", G])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", "K"])], inits)
+    model = helper.make_model(graph, producer_name="cachegym", producer_version=__version__,
+                              opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    model.ir_version = 8  # what opset 17 needs: loads in onnxruntime >= 1.13
+    model.doc_string = ("cachegym learned eviction policy: scores of K candidates (higher: evict "
+                        "first); features in the order of metadata cachegym_header.feature_spec")
+    helper.set_model_props(model, {"cachegym_header": json.dumps(header, sort_keys=True)})
+    onnx.checker.check_model(model)
+    dst = os.fspath(out)
+    d = os.path.dirname(dst)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    onnx.save(model, dst)
+    return dst

@@ -76,3 +76,81 @@ def test_script_prints_the_policy_path(sb3_zip, tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), sb3_zip[0],
                         "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and "error:" in r.stderr
+
+
+# ---------------------------------------------------------------------- ONNX
+def _random_policy(tmp_path, hidden: list[int]) -> str:
+    from policies import features
+    from policies.learned import save_policy_file
+
+    rng = np.random.default_rng(len(hidden))
+    a = {"wc": rng.normal(size=(features.F, hidden[0])), "wg": rng.normal(size=(features.G, hidden[0])),
+         "b0": rng.normal(size=hidden[0])}
+    for i, (h0, h1) in enumerate(zip(hidden[:-1], hidden[1:]), 1):
+        a[f"w{i}"], a[f"b{i}"] = rng.normal(size=(h0, h1)), rng.normal(size=h1)
+    a["wo"], a["bo"] = rng.normal(size=hidden[-1]), rng.normal(size=1)
+    hdr = {"task": "evict", "K": 16, "candidate_rule": "sample", "feature_spec": features.feature_spec(),
+           "arch": {"type": "candidate_mlp", "n_features": features.F, "n_globals": features.G,
+                    "hidden": hidden, "activation": "relu"}}
+    return save_policy_file(tmp_path / f"p{len(hidden)}.npz", a, hdr)
+
+
+@pytest.mark.parametrize("hidden", [[24], [32, 16], [16, 12, 8]])
+def test_onnx_model_scores_as_the_policy_does(hidden, tmp_path):
+    """The ONNX model of a policy file gives CandidateScorer's scores (float32 summation order
+    aside) for any batch and any K, and carries the file's header in its metadata."""
+    import json
+
+    onnx = pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (pip install -e '.[onnx]')")
+    from policies.learned import CandidateScorer
+    from policies.training.export import export_onnx
+
+    src = _random_policy(tmp_path, hidden)
+    path = export_onnx(src, tmp_path / "sub" / "p.onnx")
+    header, arrays = read_policy_file(src)
+    sc = CandidateScorer(arrays)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for n, k in ((1, 16), (4, 32), (2, 3)):
+        cand = rng.random((n, k, sc.n_features)).astype(np.float32)
+        cand[rng.random(cand.shape) < 0.3] = 0.0
+        glob = rng.random((n, sc.n_globals)).astype(np.float32)
+        got = sess.run(["scores"], {"candidates": cand, "globals": glob})[0]
+        want = np.stack([sc.scores(cand[i], glob[i]).copy() for i in range(n)])
+        assert got.shape == (n, k)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        assert (got.argmax(1) == want.argmax(1)).all()
+    meta = {p.key: p.value for p in onnx.load(path).metadata_props}
+    assert json.loads(meta["cachegym_header"]) == header
+
+
+def test_onnx_export_refuses_bad_sources_and_says_what_to_install(tmp_path, monkeypatch):
+    from policies.training.export import export_onnx
+
+    pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"PK\x03\x04 not a policy")
+    with pytest.raises(PolicyFileError):
+        export_onnx(broken, tmp_path / "x.onnx")
+    assert not (tmp_path / "x.onnx").exists()
+    monkeypatch.setitem(sys.modules, "onnx", None)  # as if it were not installed
+    with pytest.raises(ConfigError, match=r"ONNX export needs the onnx package: pip install -e '\.\[onnx\]'"):
+        export_onnx(_random_policy(tmp_path, [8]), tmp_path / "x.onnx")
+
+
+def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path):
+    pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
+    src = _random_policy(tmp_path, [8, 4])
+    script = os.path.join(ROOT, "scripts", "export.py")
+    r = subprocess.run([sys.executable, script, src, "--onnx", str(tmp_path / "a.onnx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == [f"onnx: {tmp_path / 'a.onnx'}"]
+    r = subprocess.run([sys.executable, script, src, "--onnx", str(tmp_path / "b.onnx"), "--out",
+                        str(tmp_path / "b.npz"), "--K", "8"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == [f"onnx: {tmp_path / 'b.onnx'}", f"policy: {tmp_path / 'b.npz'}"]
+    assert read_policy_file(tmp_path / "b.npz")[0]["K"] == 8
+    r = subprocess.run([sys.executable, script, src], capture_output=True, text=True)
+    assert r.returncode == 2 and "--out is required" in r.stderr
