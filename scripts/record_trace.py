@@ -13,19 +13,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from allocator.errors import CachegymError
     from envs.workloads.models import WORKLOADS, make_workload
     from envs.workloads.recorder import record
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", choices=sorted(WORKLOADS), help="ready-made workload")
-    ap.add_argument("--steps", type=int, default=3, help="iterations to record (default 3)")
+    ap.add_argument("--steps", type=_positive, default=3, help="iterations to record (default 3)")
     ap.add_argument("--seed", type=int, default=0, help="seed of model, batches and recording")
     ap.add_argument("--out", type=Path, required=True, help="output .npz trace")
     ap.add_argument("--inference", action="store_true", help="forward passes only, no optimizer")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (default 1)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -34,10 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     opt = None if args.inference else w.optimizer
     meta = {"workload": args.model, "description": w.description, "inference": args.inference,
             "command": " ".join(["python", "scripts/record_trace.py", *(argv or sys.argv[1:])])}
-    trace = record(w.model, opt, w.make_batch, w.loss_fn, steps=args.steps, seed=args.seed,
-                   name=args.out.stem, meta=meta)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    trace.save(args.out)
+    try:
+        trace = record(w.model, opt, w.make_batch, w.loss_fn, steps=args.steps, seed=args.seed,
+                       name=args.out.stem, meta=meta)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        trace.save(args.out)
+    except CachegymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     logging.info("%s: %d events, %d objects, peak live %d bytes -> %s", args.model, len(trace),
                  int(trace.object_ids().max()) + 1, trace.peak_live_bytes(), args.out)
     return 0

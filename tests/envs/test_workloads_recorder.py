@@ -111,6 +111,22 @@ def test_record_script_smoke(tmp_path: Path) -> None:
     assert len(t) > 1000 and t.meta["workload"] == "resnet"
 
 
+@pytest.mark.parametrize("flag", ["--steps", "--threads"])
+def test_record_script_refuses_counts_below_one(flag: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """--steps 0 or --threads 0 is an argument error naming the flag (it was a traceback)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import record_trace
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(SystemExit) as e:
+        record_trace.main(["resnet", flag, "0", "--out", str(tmp_path / "r.npz")])
+    assert e.value.code == 2
+    assert f"argument {flag}: must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "r.npz").exists()
+
+
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.npz")), ids=lambda p: p.stem)
 def test_bundled_traces(path: Path) -> None:
     t = Trace.load(path)
