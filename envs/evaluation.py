@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from policies.base import EvictionPolicy
 
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
-           "add_normalized_hit_rate", "write_results", "format_table", "plot_results"]
+           "add_normalized_hit_rate", "write_results", "format_table", "plot_results",
+           "check_capacities", "check_eviction_names"]
 
 log = logging.getLogger(__name__)
 
@@ -116,16 +117,33 @@ def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "wo
     return int(value)
 
 
-def check_capacity(value: Any) -> None:
-    """ConfigError unless ``value`` is a positive integer or a fraction in (0, 1]."""
+def check_capacity(value: Any, key: str = "eval.capacities") -> None:
+    """ConfigError (naming config list ``key``) unless ``value`` is a positive integer or a
+    fraction in (0, 1]."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"eval.capacities: {value!r} is not a number; give bytes (an integer) "
+        raise ConfigError(f"{key}: {value!r} is not a number; give bytes (an integer) "
                           "or a fraction of the working set such as 0.1")
     if not value > 0 or not math.isfinite(value):
-        raise ConfigError(f"eval.capacities: capacity must be > 0, got {value!r}")
+        raise ConfigError(f"{key}: capacity must be > 0, got {value!r}")
     if isinstance(value, (float, np.floating)) and value > 1.0 and value != int(value):
-        raise ConfigError(f"eval.capacities: {value!r} is neither a whole number of bytes nor "
+        raise ConfigError(f"{key}: {value!r} is neither a whole number of bytes nor "
                           "a fraction in (0, 1]")
+
+
+def check_capacities(key: str, values: Sequence[Any]) -> None:
+    """Every capacity of config list ``key`` valid (:func:`check_capacity`), and one at least."""
+    if not values:
+        raise ConfigError(f"{key}: the list is empty; give bytes or fractions like 0.1")
+    for c in values:  # reject bad values before loading anything
+        check_capacity(c, key)
+
+
+def check_eviction_names(key: str, names: Sequence[str]) -> None:
+    """Every name of config list ``key`` an eviction policy the evaluator can run (a registered
+    name, ``learned:PATH`` or a class of the user's), checked before any replay."""
+    from policies.registry import EVICTION_NAMES
+
+    _check_names(key, names, EVICTION_NAMES, learned=True)
 
 
 def _stats_row(spec: RunSpec, st: PoolStats, requested_bytes: int) -> dict[str, Any]:
@@ -304,23 +322,20 @@ def _out_dir(cfg: Any) -> str:
 
 def evaluate(cfg: Any) -> dict[str, Any]:
     """Run the sweep that ``cfg`` describes and write results.csv / results.json (and plots)."""
-    from policies.registry import EVICTION_NAMES, PREFETCH_NAMES
+    from policies.registry import PREFETCH_NAMES
 
     ev = cfg.eval
     mode = str(enum_value(ev.mode))
     if mode not in ("bytes", "objects"):
         raise ConfigError(f"eval.mode: {mode!r} is not allowed; allowed: bytes, objects")
     policies = plan_policies(ev.policies)
-    _check_names("eval.policies", list(ev.policies), EVICTION_NAMES, learned=True)
+    check_eviction_names("eval.policies", list(ev.policies))
     prefetchers = [str(p) for p in ev.prefetchers]
     _check_names("eval.prefetchers", prefetchers, PREFETCH_NAMES, learned=False)
     presets = [str(p) for p in ev.presets]
     _check_presets(presets)
     capacities = list(ev.capacities)
-    if not capacities:
-        raise ConfigError("eval.capacities: the list is empty; give bytes or fractions like 0.1")
-    for c in capacities:  # reject bad values before loading anything
-        check_capacity(c)
+    check_capacities("eval.capacities", capacities)
     if str(ev.capacity_of) not in CAPACITY_OF:
         raise ConfigError(f"eval.capacity_of: {ev.capacity_of!r} is not allowed; "
                           f"allowed: {list(CAPACITY_OF)}")

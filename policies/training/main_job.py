@@ -18,33 +18,52 @@ from omegaconf import OmegaConf
 
 from allocator.errors import ConfigError
 from envs.config import EvaluateConfig
-from envs.evaluation import evaluate
+from envs.evaluation import check_capacities, check_eviction_names, evaluate
 from policies.training.quality import HeldOut, default_held_out
 from policies.training.train import _out_dir, train
 
-__all__ = ["run_main", "held_out_traces"]
+__all__ = ["run_main", "held_out_traces", "check_main"]
 
 log = logging.getLogger(__name__)
 
 
-def held_out_traces(spec: list[str]) -> list[HeldOut]:
-    """Trace files, or ``["default"]`` (see :func:`policies.training.quality.default_held_out`)."""
+def _held_out_files(spec: list[str]) -> list[str] | None:
+    """The files ``main.held_out`` names (checked), or ``None`` for ``["default"]``."""
     if list(spec) == ["default"]:
-        return default_held_out()
-    from envs.workloads import read_trace
-
-    out = []
+        return None
+    if not spec:
+        raise ConfigError("main.held_out: the list is empty; give trace files or [default]")
     for p in spec:
         if not os.path.isfile(p):
             raise ConfigError(f"main.held_out: no such trace file {p!r}; give files or 'default'")
-        out.append(HeldOut(read_trace(p), "dl"))
-    return out
+    return list(spec)
+
+
+def held_out_traces(spec: list[str]) -> list[HeldOut]:
+    """Trace files, or ``["default"]`` (see :func:`policies.training.quality.default_held_out`)."""
+    files = _held_out_files(spec)
+    if files is None:
+        return default_held_out()
+    from envs.workloads import read_trace
+
+    return [HeldOut(read_trace(p), "dl") for p in files]
+
+
+def check_main(m: Any) -> None:
+    """The ``main`` section (held-out traces, capacities, baselines) checked before training, so a
+    typo there does not surface only after minutes of it."""
+    _held_out_files([str(p) for p in m.held_out])
+    check_capacities("main.capacities", list(m.capacities))
+    baselines = [str(b) for b in m.baselines]
+    if baselines:  # none is fine: the evaluator always adds LRU and Belady
+        check_eviction_names("main.baselines", baselines)
 
 
 def run_main(cfg: Any) -> dict[str, Any]:
     """Train, export and evaluate as ``cfg`` says; returns ``{"policy", "out_dir", "table",
     "csv", "plots", "train", "wall_s"}``."""
     t0 = time.perf_counter()
+    check_main(cfg.main)
     out = _out_dir(cfg)
     tcfg = OmegaConf.merge(cfg, {"out_dir": os.path.join(out, "train")})
     log.info("main job: training (outputs under %s)", out)

@@ -55,3 +55,31 @@ def test_main_job_end_to_end(tmp_path):
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0, r2.stderr[-3000:]
     assert "learned:" in r2.stdout
+
+
+@pytest.mark.parametrize("override,match", [
+    ("main.held_out=[no_such_trace.npz]", "main.held_out: no such trace file 'no_such_trace.npz'"),
+    ("main.held_out=[]", "main.held_out: the list is empty"),
+    ("main.capacities=[0]", "main.capacities: capacity must be > 0"),
+    ("main.capacities=[]", "main.capacities: the list is empty"),
+    ("main.baselines=[lru,lfuu]", "main.baselines: unknown value 'lfuu'"),
+])
+def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
+    """A typo in ``main`` (what the evaluation after training reads) is refused before training
+    starts; nothing is written."""
+    from hydra import compose, initialize_config_dir
+
+    from allocator.errors import ConfigError
+    from policies.training import main_job
+    from policies.training.config import register_train_configs
+
+    def no_training(cfg):  # type: ignore[no-untyped-def]
+        raise AssertionError("training started before the main section was checked")
+
+    monkeypatch.setattr(main_job, "train", no_training)
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("main", overrides=[*TINY, override, f"out_dir={tmp_path / 'out'}"])
+    with pytest.raises(ConfigError, match=match):
+        main_job.run_main(cfg)
+    assert not (tmp_path / "out").exists()
