@@ -176,6 +176,26 @@ class ImitationConfig:
     max_samples: int | None = 200_000
     average_from: int | None = None
 
+    def __post_init__(self) -> None:  # a bad schedule fails when the agent is built, not later
+        bad = [f"{k}={getattr(self, k)!r} (must be an int >= 1)"
+               for k in ("rounds", "steps_per_round", "epochs", "batch_size")
+               if not (isinstance(getattr(self, k), int) and getattr(self, k) >= 1)]
+        if self.max_samples is not None and not self.max_samples >= 1:
+            bad.append(f"max_samples={self.max_samples!r} (must be >= 1, or null: keep all)")
+        if not self.lr > 0:
+            bad.append(f"lr={self.lr!r} (must be > 0)")
+        if not (0.0 <= self.beta0 <= 1.0 and self.beta_decay >= 0.0):
+            bad.append(f"beta0={self.beta0!r}, beta_decay={self.beta_decay!r} (beta0 in [0, 1], "
+                       "beta_decay >= 0)")
+        if not (self.rank_weight >= 0 and self.regression_weight >= 0):
+            bad.append(f"rank_weight={self.rank_weight!r}, regression_weight="
+                       f"{self.regression_weight!r} (must be >= 0)")
+        if bad:
+            raise ConfigError("agent.dagger: " + "; ".join(bad))
+        if self.average_from is not None and not 0 <= self.average_from < self.rounds:
+            raise ConfigError(f"dagger.average_from must be a round in 0..{self.rounds - 1} (rounds="
+                              f"{self.rounds}) or null, got {self.average_from}")
+
 
 def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None,
                                                        float, int, np.random.Generator],
@@ -188,9 +208,6 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
     rng = np.random.default_rng(seed)
     data = Dataset()
 
-    if cfg.average_from is not None and not 0 <= cfg.average_from < cfg.rounds:
-        raise ConfigError(f"dagger.average_from must be a round in 0..{cfg.rounds - 1} (rounds="
-                          f"{cfg.rounds}) or null, got {cfg.average_from}")
     learner: Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None = None
     ends: list[list[th.Tensor]] = []  # the weights at the end of the averaged rounds
     for r in range(cfg.rounds):

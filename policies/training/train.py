@@ -170,6 +170,22 @@ def _hidden(widths: Any) -> list[int]:
     return w
 
 
+def _check_outputs(cfg: Any) -> None:
+    """What training reads only at its end, checked at its start: the validation settings and
+    the export file name."""
+    from envs.evaluation import CAPACITY_OF, check_capacities
+
+    val = cfg.validation
+    if val.traces:
+        check_capacities("validation.capacities", list(val.capacities))
+    if str(val.capacity_of) not in CAPACITY_OF:
+        raise ConfigError(f"validation.capacity_of: {val.capacity_of!r} is not allowed; allowed: "
+                          f"{list(CAPACITY_OF)}")
+    name = str(cfg.export_name)
+    if not os.path.basename(name.strip()):
+        raise ConfigError(f"export_name: {name!r} names no file; give one such as policy.npz")
+
+
 def _out_dir(cfg: Any) -> str:
     out = cfg.get("out_dir")
     try:
@@ -192,7 +208,9 @@ def train(cfg: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     seed = int(cfg.seed)
     hidden, ignore = _hidden(cfg.policy.hidden), _ignored(cfg.policy.ignore_features)  # before any work
+    _check_outputs(cfg)
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
+    agent = instantiate(cfg.agent)  # its config checked too, before any trace is read
     out = _out_dir(cfg)
     traces = load_trace_list(cfg.traces, "traces")
     if cfg.record_inference:
@@ -213,7 +231,6 @@ def train(cfg: Any) -> dict[str, Any]:
                           oversize=str(enum_value(alloc.oversize)),
                           write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg)
     factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
-    agent = instantiate(cfg.agent)
     collector = Collector(factory, progress=bool(cfg.progress))
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,

@@ -59,13 +59,25 @@ def test_bad_values_fail_at_compose_time():
         instantiate(cfg_of(["agent=ppo", "agent.algo=a3c"]).agent)
 
 
-@pytest.mark.parametrize("hidden", ["[0]", "[]", "[64,-1]"])
-def test_hidden_widths_below_one_are_refused_before_any_work(hidden, tmp_path):
-    """``policy.hidden`` composes as a list of ints, but a width below 1 (or no layer) would
-    train a network of empty layers: ``train`` refuses it first, naming the key."""
-    with pytest.raises(ConfigError, match=r"policy.hidden: .* ints >= 1, one layer at least"):
-        train(cfg_of([*TINY, f"policy.hidden={hidden}", f"out_dir={tmp_path}"]))
-    assert not any(tmp_path.iterdir())  # nothing recorded, trained or written
+@pytest.mark.parametrize("override,match", [
+    # these compose (the types are right) but would train nothing, or a network of empty layers
+    ("policy.hidden=[0]", r"policy.hidden: .* ints >= 1, one layer at least"),
+    ("policy.hidden=[]", r"policy.hidden: .* ints >= 1, one layer at least"),
+    ("policy.hidden=[64,-1]", r"policy.hidden: .* ints >= 1, one layer at least"),
+    ("agent.dagger.rounds=0", r"agent.dagger: rounds=0 \(must be an int >= 1\)"),
+    ("agent.dagger.steps_per_round=0", r"agent.dagger: steps_per_round=0"),
+    ("agent.dagger.lr=-1", r"agent.dagger: lr=-1.0 \(must be > 0\)"),
+    ("agent.dagger.beta0=2", r"agent.dagger: beta0=2.0"),
+    # or fail only at the end of training
+    ("validation.capacities=[0]", r"validation.capacities: capacity must be > 0"),
+    ("validation.capacity_of=peak", r"validation.capacity_of: 'peak' is not allowed"),
+    ("export_name=''", r"export_name: '' names no file"),
+])
+def test_values_that_would_train_nothing_or_fail_late_are_refused_before_any_work(override, match, tmp_path):
+    """``train`` refuses them first, naming the key: nothing recorded, trained or written."""
+    with pytest.raises(ConfigError, match=match):
+        train(cfg_of([*TINY, override, f"out_dir={tmp_path}"]))
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("agent,extra", [
