@@ -119,17 +119,52 @@ class SB3Agent:
             raise ConfigError(f"agent.algo: unknown algorithm {self.algo!r}; choose one of {ALGOS}")
         if self.total_timesteps < 1 or self.n_envs < 1:
             raise ConfigError("agent.total_timesteps and agent.n_envs must be >= 1")
+        self._check_kwargs()
 
-    def build(self, ctx: TrainContext) -> Any:
+    def _classes(self) -> tuple[Any, Any]:
         from sb3_contrib import MaskablePPO
         from stable_baselines3 import DQN, PPO
+
+        return {"ppo": (PPO, ScorerActorCriticPolicy),
+                "maskable_ppo": (MaskablePPO, MaskableScorerActorCriticPolicy),
+                "dqn": (DQN, ScorerDQNPolicy)}[self.algo]
+
+    def _check_kwargs(self) -> None:
+        """``kwargs`` the algorithm takes, with the sizes and rates SB3 itself does not check in
+        range (``batch_size=0`` ends in a tensor reshape error deep inside ``learn``)."""
+        import inspect
+
+        cls = self._classes()[0]
+        where = f"agent.kwargs ({self.algo})"
+        takes = inspect.signature(cls.__init__).parameters
+        ours = {"policy": "the scorer policies", "env": "the env config", "policy_kwargs": "policy.*",
+                "seed": "seed=", "tensorboard_log": "tensorboard=", "device": "the CPU"}
+        mine = sorted(k for k in self.kwargs if k in ours)
+        if mine:
+            raise ConfigError(f"{where}: {mine} are set by cachegym (from "
+                              f"{', '.join(ours[k] for k in mine)}); leave them out")
+        unknown = sorted(k for k in self.kwargs if k not in takes)
+        if unknown:
+            allowed = sorted(k for k in takes if k not in ours and k != "self" and not k.startswith("_"))
+            raise ConfigError(f"{where}: {unknown} are not settings of {cls.__name__}; it takes {allowed}")
+        bad = [f"{k}={v!r} (must be an int >= 1)" for k, v in self.kwargs.items()
+               if k in ("batch_size", "n_steps", "n_epochs", "buffer_size")
+               and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1)]
+        lr = self.kwargs.get("learning_rate")
+        if isinstance(lr, (int, float)) and not lr >= 0:  # 0 freezes the weights (a test does)
+            bad.append(f"learning_rate={lr!r} (must be >= 0)")
+        gamma = self.kwargs.get("gamma")
+        if isinstance(gamma, (int, float)) and not 0 <= gamma <= 1:
+            bad.append(f"gamma={gamma!r} (must be in [0, 1])")
+        if bad:
+            raise ConfigError(f"{where}: " + "; ".join(bad))
+
+    def build(self, ctx: TrainContext) -> Any:
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         venv = DummyVecEnv([partial(ctx.make_env, i) for i in range(self.n_envs)])
         venv.seed(ctx.seed)
-        cls, pol = {"ppo": (PPO, ScorerActorCriticPolicy),
-                    "maskable_ppo": (MaskablePPO, MaskableScorerActorCriticPolicy),
-                    "dqn": (DQN, ScorerDQNPolicy)}[self.algo]
+        cls, pol = self._classes()
         kw = dict(self.kwargs)
         kw.setdefault("verbose", 0)
         model = cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden), "ignore": list(ctx.ignore)},

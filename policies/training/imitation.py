@@ -182,8 +182,8 @@ class ImitationConfig:
                if not (isinstance(getattr(self, k), int) and getattr(self, k) >= 1)]
         if self.max_samples is not None and not self.max_samples >= 1:
             bad.append(f"max_samples={self.max_samples!r} (must be >= 1, or null: keep all)")
-        if not self.lr > 0:
-            bad.append(f"lr={self.lr!r} (must be > 0)")
+        if not self.lr >= 0:
+            bad.append(f"lr={self.lr!r} (must be >= 0)")
         if not (0.0 <= self.beta0 <= 1.0 and self.beta_decay >= 0.0):
             bad.append(f"beta0={self.beta0!r}, beta_decay={self.beta_decay!r} (beta0 in [0, 1], "
                        "beta_decay >= 0)")

@@ -66,17 +66,23 @@ def test_bad_values_fail_at_compose_time():
     ("policy.hidden=[64,-1]", r"policy.hidden: .* ints >= 1, one layer at least"),
     ("agent.dagger.rounds=0", r"agent.dagger: rounds=0 \(must be an int >= 1\)"),
     ("agent.dagger.steps_per_round=0", r"agent.dagger: steps_per_round=0"),
-    ("agent.dagger.lr=-1", r"agent.dagger: lr=-1.0 \(must be > 0\)"),
+    ("agent.dagger.lr=-1", r"agent.dagger: lr=-1.0 \(must be >= 0\)"),
     ("agent.dagger.beta0=2", r"agent.dagger: beta0=2.0"),
     # or fail only at the end of training
     ("validation.capacities=[0]", r"validation.capacities: capacity must be > 0"),
     ("validation.capacity_of=peak", r"validation.capacity_of: 'peak' is not allowed"),
     ("export_name=''", r"export_name: '' names no file"),
+    # or end in an error deep inside SB3
+    ("agent=dqn agent.kwargs.batch_size=0", r"agent.kwargs \(dqn\): batch_size=0 \(must be an int >= 1\)"),
+    ("agent=ppo +agent.kwargs.nonsense=3", r"agent.kwargs \(ppo\): \['nonsense'\] are not settings of PPO; "
+                                           r"it takes \[.*'batch_size'"),
+    ("agent=ppo +agent.kwargs.seed=3", r"\['seed'\] are set by cachegym \(from seed=\)"),
+    ("agent=imitation_ppo agent.finetune.kwargs.learning_rate=-0.1", r"\(maskable_ppo\): learning_rate=-0.1 "),
 ])
 def test_values_that_would_train_nothing_or_fail_late_are_refused_before_any_work(override, match, tmp_path):
     """``train`` refuses them first, naming the key: nothing recorded, trained or written."""
     with pytest.raises(ConfigError, match=match):
-        train(cfg_of([*TINY, override, f"out_dir={tmp_path}"]))
+        train(cfg_of([*TINY, *override.split(), f"out_dir={tmp_path}"]))
     assert not any(tmp_path.iterdir())
 
 
