@@ -15,6 +15,7 @@ Conventions for libCacheSim formats (which have no op, kind or compute columns):
 
 from __future__ import annotations
 
+import inspect
 import io
 import logging
 import os
@@ -231,12 +232,12 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     fmt = _resolve_format(path, format)
     readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "csv": read_csv,
                "txt": read_txt}
-    try:
-        return readers[fmt](path, **options)  # type: ignore[operator]
-    except TypeError as e:
-        if "unexpected keyword" not in str(e):
-            raise
-        raise ConfigError(f"format {fmt!r} does not take that option: {e}") from None
+    reader = readers[fmt]
+    takes = [k for k in inspect.signature(reader).parameters if k != "path"]
+    unknown = sorted(k for k in options if k not in takes)
+    if unknown:
+        raise ConfigError(f"format {fmt!r} does not take the option(s) {unknown}; it takes {takes}")
+    return reader(path, **options)  # type: ignore[operator]
 
 
 def write_trace(trace: Trace, path: PathLike, format: str | None = None, **options: Any) -> None:

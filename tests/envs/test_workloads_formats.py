@@ -248,8 +248,12 @@ def test_missing_file_and_bad_options(tmp_path: Path) -> None:
         read_csv(tmp_path / "a.csv", obj_id_col=0)
     with pytest.raises(TraceError, match="options name column 5"):
         read_csv(tmp_path / "a.csv", obj_id_col=5)
-    with pytest.raises(ConfigError, match="does not take"):
+    with pytest.raises(ConfigError, match=r"format 'txt' does not take the option\(s\) \['obj_size_col'\]; "
+                                          r"it takes \[.+\]"):
         read_trace(tmp_path / "a.csv", "txt", obj_size_col=2)
+    with pytest.raises(ConfigError, match=r"format 'csv' does not take the option\(s\) \['bogus'\]; "
+                                          r"it takes \['time_col', 'obj_id_col', 'obj_size_col'"):
+        read_trace(tmp_path / "a.csv", "csv", bogus=1)
 
 
 # ---------------------------------------------------------------------- speed
