@@ -21,6 +21,11 @@ import os
 import sys
 
 BENCHES = ("pool", "replay", "env", "decision", "offload", "quality")
+# the benchmarks' options that count something (requests, objects, steps, seconds, threads, ...):
+# each must be positive when given
+COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",
+          "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads",
+          "max_requests", "dl_tiled", "capacity")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
             mod.add_args(p)
             p.set_defaults(_run=mod.run)
     args = parser.parse_args(argv)
+    for name in COUNTS:
+        v = getattr(args, name, None)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from allocator.errors import CachegymError
 

@@ -29,6 +29,14 @@ def test_bad_candidate_count_is_an_argument_error() -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("bench,flag,value", [("decision", "--requests", "-5"), ("replay", "--requests", "0"),
+                                              ("env", "--seconds", "0.0"), ("offload", "--steps", "0")])
+def test_counts_below_one_are_argument_errors(bench: str, flag: str, value: str) -> None:
+    r = _bench(bench, flag, value)
+    assert r.returncode == 2 and f"argument {flag}: must be > 0, got {value}" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_trace_too_short_for_decisions_is_one_line() -> None:
     r = _bench("decision", "--requests", "600")
     assert r.returncode == 2 and "Traceback" not in r.stderr
