@@ -230,6 +230,17 @@ def test_truncated_file_is_refused(policy_file, tmp_path):
             LearnedPolicy.load(p)
 
 
+def test_a_file_of_another_kind_is_named_as_such(policy_file, tmp_path):
+    """Not a zip archive at all (a text file, an ONNX export given instead of the .npz): said so,
+    not reported as a corrupt policy."""
+    for name, blob in (("notes.npz", b"hello, not a policy\n"), ("policy.onnx", b"\x08\x08\x12\x08cachegym")):
+        p = tmp_path / name
+        p.write_bytes(blob)
+        with pytest.raises(PolicyFileError, match=r"is not a cachegym policy file \(the .npz zip archive"
+                                                  + (r".*ONNX model is for serving outside" if name.endswith("onnx") else "")):
+            LearnedPolicy.load(p)
+
+
 def test_corrupt_file_is_refused(policy_file, tmp_path):
     with open(policy_file, "rb") as f:
         blob = bytearray(f.read())
