@@ -30,7 +30,7 @@ import numpy as np
 
 from allocator.errors import TraceError
 
-__all__ = ["Op", "Kind", "Trace", "INF"]
+__all__ = ["Op", "Kind", "Trace", "INF", "not_a_zip_archive"]
 
 INF = np.iinfo(np.int64).max
 """Next-use distance of an object that is never used again."""
@@ -62,6 +62,14 @@ _DTYPES = {
     "kind": np.uint8,
     "step": np.int64,
 }
+
+
+def not_a_zip_archive(path: str | os.PathLike[str]) -> bool:
+    """True when the file at ``path`` holds 4 bytes or more and does not begin as a zip archive
+    (what every ``.npz`` is): another kind of file, not a damaged ``.npz``."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    return len(magic) == 4 and magic != b"PK\x03\x04"
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +123,10 @@ class Trace:
         p = os.fspath(path)
         if not os.path.exists(p):
             raise TraceError("no such file", path=p, hint="check the path")
+        if os.path.isfile(p) and not_a_zip_archive(p):
+            raise TraceError("not an .npz trace (an .npz is a zip archive; this file is not one)", path=p,
+                             hint="for libCacheSim formats use envs.workloads.read_trace(path, "
+                                  "format=...), or trace.format= in the configs")
         try:
             with np.load(p, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}

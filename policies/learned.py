@@ -40,6 +40,7 @@ import numpy as np
 
 from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import load_accelerator
+from allocator.trace import not_a_zip_archive
 from policies import features as _features
 from policies.base import EvictionPolicyBase
 
@@ -259,9 +260,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
     p = os.fspath(path)
     if not os.path.isfile(p):
         raise PolicyFileError(f"policy file {p}: no such file (export one with scripts/export.py)")
-    with open(p, "rb") as f:
-        magic = f.read(4)
-    if len(magic) == 4 and magic != b"PK\x03\x04":  # an .npz is a zip archive
+    if not_a_zip_archive(p):
         onnx = " (an ONNX model is for serving outside cachegym)" if p.lower().endswith(".onnx") else ""
         raise PolicyFileError(f"policy file {p} is not a cachegym policy file (the .npz zip archive "
                               f"that scripts/export.py or training writes){onnx}; give that file")

@@ -110,8 +110,13 @@ def test_load_errors_name_the_file(tmp_path) -> None:
         Trace.load(tmp_path / "absent.npz")
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip")
-    with pytest.raises(TraceError, match="junk.npz"):
+    with pytest.raises(TraceError, match=r"junk.npz: not an .npz trace \(an .npz is a zip archive"):
         Trace.load(junk)
+    cut = tmp_path / "cut.npz"  # a zip archive cut short: unreadable
+    np.savez(cut, key=np.array([1]), size=np.array([1]), op=np.array([0]))
+    cut.write_bytes(cut.read_bytes()[:30])
+    with pytest.raises(TraceError, match="cut.npz: not a readable .npz trace"):
+        Trace.load(cut)
     p = tmp_path / "nosize.npz"
     np.savez(p, key=np.array([1]), op=np.array([0]))
     with pytest.raises(TraceError, match="size"):

@@ -223,7 +223,7 @@ def test_malformed_txt(tmp_path: Path) -> None:
     ("npz", "oracleGeneral", "npz"),
     ("oracleGeneral", "csv", "binary data"),
     ("npz", "txt", "binary data"),
-    ("oracleGeneral", "npz", "not a readable .npz"),
+    ("oracleGeneral", "npz", r"not an .npz trace \(an .npz is a zip archive; this file is not one\)"),
 ])
 def test_wrong_format(tmp_path: Path, trace: Trace, writer: str, reader: str, match: str) -> None:
     p = tmp_path / "file"
