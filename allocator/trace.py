@@ -30,7 +30,7 @@ import numpy as np
 
 from allocator.errors import TraceError
 
-__all__ = ["Op", "Kind", "Trace", "INF", "not_a_zip_archive"]
+__all__ = ["Op", "Kind", "Trace", "INF", "ZIP_MAGIC", "not_a_zip_archive"]
 
 INF = np.iinfo(np.int64).max
 """Next-use distance of an object that is never used again."""
@@ -64,12 +64,16 @@ _DTYPES = {
 }
 
 
+ZIP_MAGIC = b"PK\x03\x04"
+"""The first bytes of a zip archive, which every ``.npz`` is."""
+
+
 def not_a_zip_archive(path: str | os.PathLike[str]) -> bool:
     """True when the file at ``path`` holds 4 bytes or more and does not begin as a zip archive
     (what every ``.npz`` is): another kind of file, not a damaged ``.npz``."""
     with open(path, "rb") as f:
-        magic = f.read(4)
-    return len(magic) == 4 and magic != b"PK\x03\x04"
+        magic = f.read(len(ZIP_MAGIC))
+    return len(magic) == len(ZIP_MAGIC) and magic != ZIP_MAGIC
 
 
 @dataclass(frozen=True, eq=False)

@@ -35,6 +35,7 @@ from allocator.fastreplay import fast_applicable, replay_fast
 from allocator.pool import Pool
 from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
+from envs.common import CAPACITY_OF
 from envs.config import enum_value, instantiate
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "add_normalized_hit_rate", "write_results", "format_table", "plot_results",
-           "check_capacities", "check_eviction_names"]
+           "check_capacities", "check_capacity_of", "check_eviction_names"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ COLUMNS = (
 )
 EXTRA_COLUMNS = ("capacity_spec", "placement", "evictions", "writebacks", "bypasses",
                  "fallbacks", "fast", "wall_s")
-CAPACITY_OF = ("working_set", "peak_live")
 _ALWAYS = ("lru", "belady")
 
 
@@ -108,9 +108,7 @@ def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "wo
     peak live bytes)."""
     check_capacity(value)
     if isinstance(value, (float, np.floating)) and value <= 1.0:
-        if capacity_of not in CAPACITY_OF:
-            raise ConfigError(f"eval.capacity_of: {capacity_of!r} is not allowed; "
-                              f"allowed: {list(CAPACITY_OF)}")
+        check_capacity_of(capacity_of)
         t = trace if mode == "bytes" else trace.with_sizes(1)
         basis = t.working_set_bytes() if capacity_of == "working_set" else t.peak_live_bytes()
         return max(1, int(basis * float(value)))
@@ -136,6 +134,12 @@ def check_capacities(key: str, values: Sequence[Any]) -> None:
         raise ConfigError(f"{key}: the list is empty; give bytes or fractions like 0.1")
     for c in values:  # reject bad values before loading anything
         check_capacity(c, key)
+
+
+def check_capacity_of(value: str, key: str = "eval.capacity_of") -> None:
+    """ConfigError (naming config key ``key``) unless ``value`` is one of :data:`CAPACITY_OF`."""
+    if value not in CAPACITY_OF:
+        raise ConfigError(f"{key}: {value!r} is not allowed; allowed: {list(CAPACITY_OF)}")
 
 
 def check_eviction_names(key: str, names: Sequence[str]) -> None:
@@ -336,9 +340,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     _check_presets(presets)
     capacities = list(ev.capacities)
     check_capacities("eval.capacities", capacities)
-    if str(ev.capacity_of) not in CAPACITY_OF:
-        raise ConfigError(f"eval.capacity_of: {ev.capacity_of!r} is not allowed; "
-                          f"allowed: {list(CAPACITY_OF)}")
+    check_capacity_of(str(ev.capacity_of))
     alloc = cfg.allocator
     placement = str(enum_value(alloc.placement))
     write_policy = str(enum_value(alloc.write_policy))

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from allocator.errors import ConfigError, TraceError
-from allocator.trace import Op, Trace
+from allocator.trace import ZIP_MAGIC, Op, Trace
 
 __all__ = [
     "ORACLE_GENERAL_DTYPE",
@@ -51,7 +51,6 @@ ORACLE_GENERAL_DTYPE = np.dtype(
 """One packed, little-endian oracleGeneral record (24 bytes); ``next_access`` is -1 for never."""
 
 _SNIFF_BYTES = 1 << 16
-_ZIP_MAGIC = b"PK\x03\x04"
 
 
 # ---------------------------------------------------------------------- npz
@@ -304,7 +303,7 @@ def _reject_non_binary(path: str) -> None:
     """oracleGeneral files are binary: refuse zip (``.npz``) and plain-text files."""
     with open(path, "rb") as f:
         head = f.read(_SNIFF_BYTES)
-    if head.startswith(_ZIP_MAGIC):
+    if head.startswith(ZIP_MAGIC):
         raise TraceError("this is a zip/.npz file, not an oracleGeneral trace", path=path,
                          hint="use read_trace(path, format='npz')")
     if head and _looks_like_text(head):
@@ -332,7 +331,7 @@ def _read_table(
     wrong column count (only with ``skip_bad``) and the header's fields (``None`` without one).
     """
     buf = np.fromfile(path, np.uint8)
-    if buf[:_SNIFF_BYTES].tobytes().startswith(_ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
+    if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
         raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
                          "file)", path=path, hint="pass the right format= to read_trace")
     starts, ends = _line_bounds(buf)

@@ -173,14 +173,12 @@ def _hidden(widths: Any) -> list[int]:
 def _check_outputs(cfg: Any) -> None:
     """What training reads only at its end, checked at its start: the validation settings and
     the export file name."""
-    from envs.evaluation import CAPACITY_OF, check_capacities
+    from envs.evaluation import check_capacities, check_capacity_of
 
     val = cfg.validation
     if val.traces:
         check_capacities("validation.capacities", list(val.capacities))
-    if str(val.capacity_of) not in CAPACITY_OF:
-        raise ConfigError(f"validation.capacity_of: {val.capacity_of!r} is not allowed; allowed: "
-                          f"{list(CAPACITY_OF)}")
+    check_capacity_of(str(val.capacity_of), "validation.capacity_of")
     name = str(cfg.export_name)
     if not os.path.basename(name.strip()):
         raise ConfigError(f"export_name: {name!r} names no file; give one such as policy.npz")
