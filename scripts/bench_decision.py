@@ -139,7 +139,8 @@ def interruptions(seconds: float = 0.5, threshold_ns: int = 3000) -> dict[str, f
     g = np.asarray(gaps, np.float64) / 1e3
     p50, p90 = (np.percentile(g, [50, 90]) if len(g) else (0.0, 0.0))
     return {"rate": len(g) / seconds, "p50": float(p50), "p90": float(p90),
-            "max": float(g.max()) if len(g) else 0.0, "threshold_us": threshold_ns / 1e3}
+            "max": float(g.max()) if len(g) else 0.0, "threshold_us": threshold_ns / 1e3,
+            "seconds": seconds}
 
 
 def stage_times(path: str, K: int, cap: int, trace: Any) -> dict[str, list[int]] | None:
@@ -252,7 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"{floor['n']:10d}   ({floor['decision_over']:.2%} over 20 us)")
         print(f"{'  fixed work':26s} {floor['p50']:9.1f} {floor['p99']:9.1f} {floor['n']:10d}   "
               f"({floor['over']:.2%} over 20 us)")
-    print(f"interruptions of this core (a busy loop reading the clock for 0.5 s): {gaps['rate']:.0f}/s "
+    print(f"interruptions of this core (a busy loop reading the clock for {gaps['seconds']:g} s): {gaps['rate']:.0f}/s "
           f"over {gaps['threshold_us']:.0f} us, lasting p50 {gaps['p50']:.1f} / p90 {gaps['p90']:.1f} / "
           f"max {gaps['max']:.1f} us: a median decision is interrupted with probability "
           f"{lp50 * gaps['rate'] / 1e6:.2%}")
