@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # an output that cannot be written (a directory in the way, permissions)
+        print(f"error: cannot write {e.filename!r}: {e.strerror}; give --out/--onnx paths in a "
+              "writable directory", file=sys.stderr)
+        return 2
     if onnx_path is not None:
         print(f"onnx: {os.path.abspath(onnx_path)}")
     if args.out is not None:

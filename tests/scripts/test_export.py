@@ -154,3 +154,10 @@ def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path):
     assert read_policy_file(tmp_path / "b.npz")[0]["K"] == 8
     r = subprocess.run([sys.executable, script, src], capture_output=True, text=True)
     assert r.returncode == 2 and "--out is required" in r.stderr
+    blocker = tmp_path / "a_file"  # a file where the output's directory would be
+    blocker.write_text("")
+    for flag in ("--onnx", "--out"):
+        r = subprocess.run([sys.executable, script, src, flag, str(blocker / "x.bin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("error: cannot write ") and "writable directory" in r.stderr
