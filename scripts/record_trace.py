@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # --out cannot be written (a file where its directory should be, permissions)
+        print(f"error: cannot write {e.filename!r}: {e.strerror}; give --out in a writable directory",
+              file=sys.stderr)
+        return 2
     logging.info("%s: %d events, %d objects, peak live %d bytes -> %s", args.model, len(trace),
                  int(trace.object_ids().max()) + 1, trace.peak_live_bytes(), args.out)
     return 0

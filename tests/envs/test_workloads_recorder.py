@@ -99,12 +99,18 @@ def test_import_does_not_load_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_record_script_smoke(tmp_path: Path) -> None:
+def _record_script():  # type: ignore[no-untyped-def]
+    """scripts/record_trace.py as a module."""
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import record_trace
     finally:
         sys.path.pop(0)
+    return record_trace
+
+
+def test_record_script_smoke(tmp_path: Path) -> None:
+    record_trace = _record_script()
     out = tmp_path / "r.npz"
     assert record_trace.main(["resnet", "--steps", "1", "--seed", "0", "--out", str(out)]) == 0
     t = Trace.load(out)
@@ -115,16 +121,22 @@ def test_record_script_smoke(tmp_path: Path) -> None:
 def test_record_script_refuses_counts_below_one(flag: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """--steps 0 or --threads 0 is an argument error naming the flag (it was a traceback)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import record_trace
-    finally:
-        sys.path.pop(0)
+    record_trace = _record_script()
     with pytest.raises(SystemExit) as e:
         record_trace.main(["resnet", flag, "0", "--out", str(tmp_path / "r.npz")])
     assert e.value.code == 2
     assert f"argument {flag}: must be an integer >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "r.npz").exists()
+
+
+def test_record_script_unwritable_out_is_one_error_line(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    record_trace = _record_script()
+    blocker = tmp_path / "a_file"  # a file where --out's directory would be
+    blocker.write_text("")
+    assert record_trace.main(["resnet", "--steps", "1", "--out", str(blocker / "r.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and "writable directory" in err
 
 
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.npz")), ids=lambda p: p.stem)
