@@ -45,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         v = getattr(args, name, None)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 0:
             parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
+    if args.json:  # refuse a path the figures cannot be written to before a run of minutes
+        d = os.path.dirname(os.path.abspath(args.json))
+        if os.path.isdir(args.json) or not os.path.isdir(d) or not os.access(d, os.W_OK):
+            why = ("it is a directory" if os.path.isdir(args.json) else
+                   f"{d} is not a directory" if not os.path.isdir(d) else f"{d} is not writable")
+            parser.error(f"argument --json: cannot write {args.json!r}: {why}")
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from allocator.errors import CachegymError
 
@@ -54,8 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=2)
+        except OSError as e:  # the run's figures are not lost: printed instead
+            print(json.dumps(figures, indent=2))
+            print(f"error: cannot write {args.json!r}: {e.strerror or e}; the figures are printed "
+                  "above", file=sys.stderr)
+            return 2
         print(f"figures written to {args.json}")
     return 0
 

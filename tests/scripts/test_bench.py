@@ -81,3 +81,37 @@ def test_interruptions_are_the_clock_steps_over_the_threshold(monkeypatch: pytes
     g = bench_decision.interruptions(seconds=0.5, threshold_ns=3_000)
     # steps of 7 us, 20 us and the last (the loop's end): three gaps in 0.5 s
     assert g["rate"] == 6.0 and g["p50"] == 20.0 and g["max"] == 500_000.0
+
+
+def test_unwritable_json_path_is_refused_before_the_run(tmp_path: Path) -> None:
+    r = _bench("pool", "--json", str(tmp_path / "no_dir" / "f.json"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"argument --json: cannot write '{tmp_path / 'no_dir' / 'f.json'}': " \
+           f"{tmp_path / 'no_dir'} is not a directory" in r.stderr
+    r = _bench("pool", "--json", str(tmp_path))
+    assert r.returncode == 2 and "it is a directory" in r.stderr
+
+
+def test_figures_survive_a_json_write_that_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The directory disappears during the run: the figures are printed, exit status 2."""
+    import types
+
+    out_dir = tmp_path / "gone"
+    out_dir.mkdir()
+
+    def run(args: object) -> dict[str, float]:
+        out_dir.rmdir()
+        return {"ratio": 1.5}
+
+    fake = types.SimpleNamespace(add_args=lambda p: None, run=run)
+    monkeypatch.setitem(sys.modules, "bench_pool", fake)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    assert bench.main(["pool", "--json", str(out_dir / "f.json")]) == 2
+    cap = capsys.readouterr()
+    assert '"ratio": 1.5' in cap.out
+    assert cap.err.startswith(f"error: cannot write '{out_dir / 'f.json'}': ") and "printed above" in cap.err
