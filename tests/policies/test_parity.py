@@ -2,14 +2,16 @@
 
 Both sides replay a generated trace written to libCacheSim's oracleGeneral format: libCacheSim
 through ``cache.get(req)`` for every request of its own reader, we through
-``Pool(capacity, policy, placement="bytes", oversize="bypass")``. Object mode has every size 1
-(capacity = object count), byte mode the generator's log-normal sizes.
+``Pool(capacity, policy, placement="bytes", oversize="bypass")``, one ``access`` per request
+(:mod:`policies.parity`). The exact cases agree to the request: every request is a hit on both
+sides or a miss on both, and the miss and byte-miss counts are equal. Object mode has every
+size 1 (capacity = object count), byte mode the generator's log-normal sizes.
 
-libCacheSim parameters used (passed explicitly to the C ``*_init`` functions):
-Clock ``n-bit-counter=1, init-freq=0``; S3FIFO ``small-size-ratio=0.1, ghost-size-ratio=0.9,
-move-to-main-threshold=2``; SLRU ``n-seg=4`` (libCacheSim's C default, which its Python
-``SLRU`` class also gets, since it passes no parameters); LIRS, ARC, GDSF, Belady, LRU, FIFO,
-LFU, Sieve: none (C defaults).
+libCacheSim parameters used (passed explicitly to the C ``*_init`` functions,
+:data:`policies.parity.LCS_INIT`): Clock ``n-bit-counter=1, init-freq=0``; S3FIFO
+``small-size-ratio=0.1, ghost-size-ratio=0.9, move-to-main-threshold=2``; SLRU ``n-seg=4``
+(libCacheSim's C default, which its Python ``SLRU`` class also gets, since it passes no
+parameters); LIRS, ARC, GDSF, Belady, LRU, FIFO, LFU, Sieve: none (C defaults).
 
 Where libCacheSim evicts at moments the pool never asks for a victim, our class runs
 libCacheSim's algorithm as a model (:class:`policies.shadow.ShadowPolicy`) whose own miss
@@ -34,29 +36,13 @@ import numpy as np
 import pytest
 
 from allocator.pool import Pool
-from allocator.trace import Trace
+from allocator.trace import Op, Trace
 from envs.workloads import synthetic, write_oracle_general
+from policies.parity import EXACT, first_difference, libcachesim_hits, pool_hits
 from policies.registry import make_eviction
 from policies.shadow import ShadowPolicy
 
-lcs = pytest.importorskip("libcachesim")
-from libcachesim import libcachesim_python as _lcs_c  # noqa: E402
-
-_LCS = {  # our name -> (libCacheSim init function name, cache-specific parameters)
-    "lru": ("LRU_init", ""),
-    "fifo": ("FIFO_init", ""),
-    "lfu": ("LFU_init", ""),
-    "clock": ("Clock_init", "n-bit-counter=1, init-freq=0"),
-    "sieve": ("Sieve_init", ""),
-    "arc": ("ARC_init", ""),
-    "s3fifo": ("S3FIFO_init",
-               "small-size-ratio=0.1, ghost-size-ratio=0.9, move-to-main-threshold=2"),
-    "slru": ("SLRU_init", "n-seg=4"),
-    "lirs": ("LIRS_init", ""),
-    "gdsf": ("GDSF_init", ""),
-    "belady": ("Belady_init", ""),
-}
-
+pytest.importorskip("libcachesim")
 
 @cache
 def _traces() -> dict[str, tuple[Trace, tuple[int, ...]]]:
@@ -85,43 +71,42 @@ def _traces() -> dict[str, tuple[Trace, tuple[int, ...]]]:
     }
 
 
-_LCS_CACHE: dict[tuple[str, str, int], tuple[int, int]] = {}
+_LCS_CACHE: dict[tuple[str, str, int], tuple[np.ndarray, int, int]] = {}
+
+
+def lcs_run(trace_name: str, policy: str, capacity: int, tmp_dir: str) -> tuple[np.ndarray, int, int]:
+    """libCacheSim's ``policy`` on the named trace: (hit of every request, misses, byte misses)."""
+    ck = (trace_name, policy, capacity)
+    if ck not in _LCS_CACHE:
+        trace = _traces()[trace_name][0]
+        path = os.path.join(tmp_dir, f"{trace_name}.oracleGeneral")
+        if not os.path.exists(path):
+            write_oracle_general(trace, path)
+        hits, byte_misses = libcachesim_hits(path, policy, capacity)
+        assert len(hits) == len(trace), "libCacheSim read a different number of requests"
+        _LCS_CACHE[ck] = (hits, int((~hits).sum()), byte_misses)
+    return _LCS_CACHE[ck]
 
 
 def lcs_misses(trace_name: str, policy: str, capacity: int, tmp_dir: str) -> tuple[int, int]:
     """(misses, byte misses) of libCacheSim's ``policy`` on the named trace."""
-    ck = (trace_name, policy, capacity)
-    if ck in _LCS_CACHE:
-        return _LCS_CACHE[ck]
+    return lcs_run(trace_name, policy, capacity, tmp_dir)[1:]
+
+
+def our_run(trace_name: str, policy: str, capacity: int) -> tuple[np.ndarray, int, int, int]:
+    """Our ``policy`` through the pool, one access per request: (hit of every request, pool
+    misses, pool byte misses, the model's own misses or -1)."""
     trace = _traces()[trace_name][0]
-    path = os.path.join(tmp_dir, f"{trace_name}.oracleGeneral")
-    if not os.path.exists(path):
-        write_oracle_general(trace, path)
-    reader = lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE)
-    init_name, params = _LCS[policy]
-    cc = _lcs_c.CommonCacheParams(cache_size=capacity, default_ttl=86400 * 300, hashpower=20,
-                                  consider_obj_metadata=False)
-    init = getattr(_lcs_c, init_name)
-    c = init(cc, params) if params else init(cc)
-    misses = byte_misses = n = 0
-    for req in reader:
-        n += 1
-        if not c.get(req):
-            misses += 1
-            byte_misses += req.obj_size
-    assert n == len(trace), "libCacheSim read a different number of requests"
-    _LCS_CACHE[ck] = (misses, byte_misses)
-    return misses, byte_misses
+    assert (trace.op == Op.READ).all(), "the parity traces are reads (oracleGeneral has no ops)"
+    hits, pool, p = pool_hits(trace, policy, capacity)
+    st = pool.snapshot()
+    assert st.hits + st.misses == len(trace) and st.hits == int(hits.sum())
+    return hits, st.misses, st.byte_misses, (p.model_misses if isinstance(p, ShadowPolicy) else -1)
 
 
 def our_misses(trace_name: str, policy: str, capacity: int) -> tuple[int, int, int]:
     """(pool misses, pool byte misses, the model's own misses or -1) of our ``policy``."""
-    trace = _traces()[trace_name][0]
-    p = make_eviction(policy, trace=trace)
-    pool = Pool(capacity, p, placement="bytes", oversize="bypass")
-    st = pool.replay(trace)
-    assert st.hits + st.misses == len(trace)
-    return st.misses, st.byte_misses, (p.model_misses if isinstance(p, ShadowPolicy) else -1)
+    return our_run(trace_name, policy, capacity)[1:]
 
 
 @pytest.fixture(scope="module")
@@ -137,16 +122,19 @@ _ALL = ("zipf-obj", "scan-obj", "zipf-bytes", "scan-bytes")
 _OBJ = ("zipf-obj", "scan-obj")
 _BYTES = ("zipf-bytes", "scan-bytes")
 _EXACT = (
-    _cases(("lru", "fifo", "lfu", "clock", "sieve", "arc", "s3fifo", "belady", "slru", "gdsf"),
-           _ALL + ("zipf-bytes-small", "zipf-bytes-wide", "varsize"))
+    _cases(EXACT, _ALL + ("zipf-bytes-small", "zipf-bytes-wide", "varsize"))
     + _cases(("lirs",), ("scan-obj",))
 )
 
 
 @pytest.mark.parametrize("policy,trace_name,capacity", _EXACT)
 def test_exact_parity(policy: str, trace_name: str, capacity: int, tmp_dir: str) -> None:
-    want = lcs_misses(trace_name, policy, capacity, tmp_dir)
-    got = our_misses(trace_name, policy, capacity)[:2]
+    """To the request: every request is a hit on our side exactly when it is one in
+    libCacheSim, and the miss and byte-miss counts are equal."""
+    want_hits, *want = lcs_run(trace_name, policy, capacity, tmp_dir)
+    got_hits, *got = our_run(trace_name, policy, capacity)[:3]
+    where = first_difference(got_hits, want_hits, _traces()[trace_name][0])
+    assert not where, f"{policy} on {trace_name} @ {capacity}: {where}"
     assert got == want, f"{policy} on {trace_name} @ {capacity}: (misses, byte misses) ours {got} != libCacheSim {want}"
 
 

@@ -1,0 +1,150 @@
+"""Request-by-request agreement with libCacheSim, the field's reference C simulator.
+
+Both sides replay the same oracleGeneral file at the same capacity in bytes: libCacheSim through
+``cache.get(req)`` for every request of its own reader (the C ``*_init`` of the policy with the
+parameters in :data:`LCS_INIT`), cachegym through ``Pool(capacity, policy, placement="bytes",
+oversize="bypass")``, one :meth:`~allocator.pool.Pool.access` per request. A request agrees
+when it is a hit on both sides or a miss on both.
+
+Every policy in :data:`LCS_INIT` but LIRS agrees on every request of the parity traces
+(``tests/policies/test_parity.py``); LIRS within 1.5% of the misses, because libCacheSim's LIRS
+can hold more bytes than its capacity (see that test's docstring). ``scripts/parity.py`` runs
+this on any trace (``python scripts/parity.py TRACE``); libCacheSim is the ``libcachesim``
+package (``pip install libcachesim``, part of the ``dev`` extra), imported when first needed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from allocator.errors import ConfigError
+from allocator.pool import Pool
+from allocator.trace import Trace
+
+__all__ = ["LCS_INIT", "EXACT", "ParityResult", "libcachesim_hits", "pool_hits",
+           "first_difference", "compare"]
+
+LCS_INIT: dict[str, tuple[str, str]] = {  # our name -> (libCacheSim init function, parameters)
+    "lru": ("LRU_init", ""),
+    "fifo": ("FIFO_init", ""),
+    "lfu": ("LFU_init", ""),
+    "clock": ("Clock_init", "n-bit-counter=1, init-freq=0"),
+    "sieve": ("Sieve_init", ""),
+    "arc": ("ARC_init", ""),
+    "s3fifo": ("S3FIFO_init", "small-size-ratio=0.1, ghost-size-ratio=0.9, move-to-main-threshold=2"),
+    "slru": ("SLRU_init", "n-seg=4"),  # libCacheSim's C default, which its Python SLRU also gets
+    "lirs": ("LIRS_init", ""),
+    "gdsf": ("GDSF_init", ""),
+    "belady": ("Belady_init", ""),
+}
+EXACT = tuple(p for p in LCS_INIT if p != "lirs")
+"""The policies that agree with libCacheSim on every request (LIRS: see the module docstring)."""
+
+
+def _libcachesim() -> Any:
+    try:
+        import libcachesim
+    except ImportError:
+        raise ConfigError("libCacheSim is not installed: pip install libcachesim "
+                          "(or pip install -e '.[dev]')") from None
+    return libcachesim
+
+
+def libcachesim_hits(path: str, policy: str, capacity: int) -> tuple[np.ndarray, int]:
+    """libCacheSim's ``policy`` over the oracleGeneral file ``path`` at ``capacity`` bytes:
+    (whether each request hit, byte misses)."""
+    lcs = _libcachesim()
+    from libcachesim import libcachesim_python as c_api
+
+    init_name, params = LCS_INIT[policy]
+    cc = c_api.CommonCacheParams(cache_size=int(capacity), default_ttl=86400 * 300, hashpower=20,
+                                 consider_obj_metadata=False)
+    init = getattr(c_api, init_name)
+    cache = init(cc, params) if params else init(cc)
+    get = cache.get
+    hits: list[bool] = []
+    byte_misses = 0
+    for req in lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE):
+        hit = bool(get(req))
+        hits.append(hit)
+        if not hit:
+            byte_misses += req.obj_size
+    return np.array(hits, bool), byte_misses
+
+
+def pool_hits(trace: Trace, policy: str, capacity: int) -> tuple[np.ndarray, Pool, Any]:
+    """cachegym's ``policy`` over ``trace``'s requests (reads; ops are ignored, as in an
+    oracleGeneral file) at ``capacity`` bytes: (whether each request hit, the pool, the policy)."""
+    from policies.registry import make_eviction
+
+    p = make_eviction(policy, trace=trace)
+    pool = Pool(int(capacity), p, placement="bytes", oversize="bypass")
+    access = pool.access
+    hits = np.array([access(k, s) for k, s in zip(trace.key.tolist(), trace.size.tolist())], bool)
+    return hits, pool, p
+
+
+def first_difference(ours: np.ndarray, theirs: np.ndarray, trace: Trace) -> str:
+    """Where two per-request hit sequences first part, in words ('' when they are equal)."""
+    diff = np.flatnonzero(ours != theirs)
+    if not len(diff):
+        return ""
+    i = int(diff[0])
+    return (f"{len(diff)} requests differ; the first is request {i} (key {int(trace.key[i])}, "
+            f"size {int(trace.size[i])}): ours {'hit' if ours[i] else 'miss'}, libCacheSim "
+            f"{'hit' if theirs[i] else 'miss'}")
+
+
+@dataclass
+class ParityResult:
+    policy: str
+    capacity: int
+    requests: int
+    misses: int            # ours, counted by the pool
+    lcs_misses: int
+    byte_misses: int       # ours
+    lcs_byte_misses: int
+    differing: int         # requests that are a hit on one side and a miss on the other
+    first: str             # first_difference's words, '' when none
+
+    @property
+    def agrees(self) -> bool:
+        return self.differing == 0 and (self.misses, self.byte_misses) == (
+            self.lcs_misses, self.lcs_byte_misses)
+
+
+def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
+            tmp_dir: str | None = None) -> list[ParityResult]:
+    """Every policy at every capacity (bytes), on ``trace`` written once as oracleGeneral and
+    read back, so that both sides replay exactly the file's requests (frees dropped, reads and
+    writes as requests: :func:`envs.workloads.formats.write_oracle_general`)."""
+    from envs.workloads.formats import read_trace, write_oracle_general
+
+    unknown = [p for p in policies if p not in LCS_INIT]
+    if unknown:
+        raise ConfigError(f"no libCacheSim counterpart for {unknown}; choose from {sorted(LCS_INIT)}")
+    bad = [c for c in capacities if isinstance(c, bool) or not isinstance(c, (int, np.integer))
+           or c < 1]
+    if bad:
+        raise ConfigError(f"capacities must be whole numbers of bytes >= 1, got {bad}")
+    _libcachesim()
+    with tempfile.TemporaryDirectory(dir=tmp_dir) as d:
+        path = os.path.join(d, "trace.oracleGeneral")
+        write_oracle_general(trace, path)
+        replayed = read_trace(path, "oracleGeneral")
+        out = []
+        for cap in capacities:
+            for pol in policies:
+                theirs, lcs_bytes = libcachesim_hits(path, pol, int(cap))
+                ours, pool, _ = pool_hits(replayed, pol, int(cap))
+                st = pool.snapshot()
+                out.append(ParityResult(
+                    pol, int(cap), len(replayed), st.misses, int((~theirs).sum()), st.byte_misses,
+                    lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, replayed)))
+    return out

@@ -1,0 +1,99 @@
+"""scripts/parity.py and policies.parity.compare: request-by-request agreement with libCacheSim
+on a user's trace, a reported difference, and bad input in one line."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from allocator.errors import ConfigError
+from allocator.trace import Op, Trace
+from envs.workloads import generate
+from policies import parity
+
+ROOT = Path(__file__).resolve().parents[2]
+pytest.importorskip("libcachesim")
+
+
+def _script() -> Any:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import parity as script
+    finally:
+        sys.path.pop(0)
+    return script
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("parity") / "z.npz"
+    generate("zipf", seed=3, n_requests=3000, n_objects=400, size_sigma=0.8).save(p)
+    return p
+
+
+def test_script_agrees_on_every_request(trace_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _script().main([str(trace_file), "--capacities", "0.05,0.2",
+                           "--policies", "lru,arc,s3fifo,belady"]) == 0
+    out = capsys.readouterr().out
+    assert "3000 requests" in out and "agree on every request: 8 of 8 (policy, capacity) pairs" in out
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["lru"], ["arc"])]
+    assert len(rows) == 4 and all(r[-1] == "0" and r[2] == r[3] for r in rows)
+
+
+def test_a_difference_is_reported_with_its_request(trace_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The comparison can fail: libCacheSim's FIFO standing in for LRU differs, and the script
+    names the first request that does and exits 1."""
+    monkeypatch.setitem(parity.LCS_INIT, "lru", ("FIFO_init", ""))
+    assert _script().main([str(trace_file), "--capacities", "0.1", "--policies", "lru"]) == 1
+    out = capsys.readouterr().out
+    assert "requests differ; the first is request" in out and "ours hit, libCacheSim miss" in out
+    assert "0 of 1 (policy, capacity) pairs; 1 differ" in out
+
+
+def test_compare_replays_the_oracle_general_requests() -> None:
+    """Frees are dropped and writes become requests, on both sides alike."""
+    t = Trace.from_arrays([1, 2, 1, 3, 1, 2, 3, 1], [10, 20, 10, 30, 10, 20, 30, 10],
+                          op=[Op.READ, Op.WRITE, Op.READ, Op.READ, Op.FREE, Op.READ, Op.READ, Op.READ])
+    rows = parity.compare(t, ["lru", "lfu"], [40, 60])
+    assert all(r.requests == 7 and r.agrees for r in rows)
+    assert [r.misses for r in rows] == [r.lcs_misses for r in rows]
+
+
+def test_compare_refuses_bad_input() -> None:
+    t = generate("zipf", seed=0, n_requests=100)
+    with pytest.raises(ConfigError, match=r"no libCacheSim counterpart for \['lruu'\]; choose from"):
+        parity.compare(t, ["lruu"], [1000])
+    with pytest.raises(ConfigError, match="whole numbers of bytes >= 1, got \\[0\\]"):
+        parity.compare(t, ["lru"], [0])
+
+
+def test_script_bad_input_is_one_line(trace_file: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    script = _script()
+    assert script.main([str(trace_file), "--policies", "lru,learned"]) == 2
+    assert capsys.readouterr().err.startswith("error: no libCacheSim counterpart for ['learned']")
+    assert script.main([str(trace_file), "--capacities", "0"]) == 2
+    assert "--capacities: capacity must be > 0, got 0" in capsys.readouterr().err
+    assert script.main([str(tmp_path / "none.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        script.main([str(trace_file), "--capacities", "half"])
+    assert e.value.code == 2 and "'half' is not a number" in capsys.readouterr().err
+
+
+def test_missing_libcachesim_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = builtins.__import__
+
+    def no_lcs(name: str, *a: Any, **k: Any) -> Any:
+        if name.startswith("libcachesim"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_lcs)
+    with pytest.raises(ConfigError, match=r"pip install libcachesim"):
+        parity.compare(generate("zipf", seed=0, n_requests=50), ["lru"], [1000])
