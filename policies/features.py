@@ -61,14 +61,24 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 __all__ = [
-    "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "N_GAPS", "RULES",
+    "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES",
     "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
     "ACCELERATED", "F", "G",
 ]
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 HALF_LIVES: tuple[int, ...] = (16, 256, 4096)
 """Half-lives (in ticks) of the decayed access counters."""
+HORIZON = 16384
+"""Ticks beyond which the features stop growing, so that they are stationary: every tick
+distance (recency, age, lifetime, reuse gaps) is capped at ``HORIZON``, and the access count of
+an object older than that is scaled to its last ``HORIZON`` ticks (``frequency`` is then
+``count * (HORIZON + 1) / (lifetime + 1)``, the same rate of access). Within the first
+``HORIZON`` ticks of a pool (the whole of a training window: ``conf/env/evict.yaml``'s
+``window``) nothing changes; a pool that has served millions of accesses still shows the
+network the ranges it was trained on. Without the cap a network trained on 16,384-access
+windows ranked a long-running Zipf workload's objects by their ever-growing ages and counts,
+and lost to LRU (version 1 of the features)."""
 N_GAPS = 4
 """Number of most recent reuse gaps kept per object."""
 N_KINDS = 7  # allocator.trace.Kind
@@ -78,8 +88,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     # log-scaled tick distances, counts and size
     "recency",            # ticks since the last access (1.0 if never accessed)
     "age",                # ticks since inserted on the device (since first seen if not resident)
-    "lifetime",           # ticks since the object was created
-    "frequency",          # accesses so far
+    "lifetime",           # ticks since the object was created (at most HORIZON, as every distance)
+    "frequency",          # accesses so far (scaled to the last HORIZON ticks: see HORIZON)
     *(f"decay_h{h}" for h in HALF_LIVES),  # exponentially decayed access counts
     *(f"gap_{i + 1}" for i in range(N_GAPS)),  # the last reuse gaps, most recent first
     "size_log",           # log1p(size) / log1p(2**40)
@@ -127,6 +137,7 @@ _SIZE = _RING0 + _RING
 _KIND = _SIZE + 1
 _NCOL = _KIND + 1
 _MISSING = 2.0**50  # an empty ring entry j holds -(j + 1) * _MISSING: every gap to it is huge
+_H1 = HORIZON + 1.0  # the cap of the log block's tick distances (which hold distance + 1)
 _EMPTY_ROW = np.zeros(_NCOL)
 _EMPTY_ROW[_RING0:_SIZE] = -_MISSING * np.arange(1, _RING + 1)
 
@@ -162,9 +173,10 @@ def feature_spec() -> dict[str, Any]:
         "globals": list(GLOBAL_NAMES),
         "half_lives": list(HALF_LIVES),
         "n_gaps": N_GAPS,
+        "horizon": HORIZON,
         "normalisation": {
-            "ticks": "log1p(d)/log1p(2**32)",
-            "counts": "log1p(n)/log1p(2**24)",
+            "ticks": "log1p(min(d, horizon))/log1p(2**32)",
+            "counts": "log1p(n * min(1, (horizon + 1)/(lifetime + 1)))/log1p(2**24)",
             "decay": "log1p(c)/log1p(c_max(h))",
             "size_rel": "size/capacity",
             "size_log": "log1p(size)/log1p(2**40)",
@@ -800,10 +812,19 @@ def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
     np.subtract(ring[:, :0:-1], ring[:, -2::-1], out=raw[:, _I_GAP:_I_GAP + N_GAPS])
     raw[:, -1] = rows[:, _SIZE]
     raw[:, 3:] += 1.0
+    rec = raw[:, 0].copy()  # the rank compares the distances as they are
+    # HORIZON: the count of an older object scaled to its last HORIZON ticks, every distance
+    # capped (the gaps and recency only where they are real: an empty ring entry stays huge)
+    old = raw[:, 2] > _H1
+    if old.any():
+        raw[old, 3] = rows[old, _COUNT] * (_H1 / raw[old, 2]) + 1.0
+    np.minimum(raw[:, 1:3], _H1, out=raw[:, 1:3])
+    np.minimum(raw[:, 0], _H1, out=raw[:, 0], where=ring[:, -1] >= 0.0)
+    gaps = raw[:, _I_GAP:_I_GAP + N_GAPS]
+    np.minimum(gaps, _H1, out=gaps, where=ring[:, -2::-1] >= 0.0)
     out = cand[:n]
     np.log(raw, out=out[:, :_N_LOG])
     out[:, :_N_LOG] *= _INV_LOG_SCALE
-    rec = raw[:, 0]
     out[:, _I_RANK] = (rec[:, None] > rec).sum(1)
     out[:, _I_RANK] *= 1.0 / max(n - 1, 1)
     out[:, _I_RANK + 1] = rows[:, _SIZE]
@@ -849,18 +870,28 @@ def _numeric_kernel_py(S: np.ndarray, sl: np.ndarray, codes: np.ndarray, seen: n
             ring[m] = v
         r0 = t + 1.0 - ring[_RING - 1]
         rec[i] = r0
+        if r0 > _H1 and ring[_RING - 1] >= 0.0:  # HORIZON caps the real distances
+            r0 = _H1
+        age = min(t + 1.0 - S[s, _INSERT], _H1)
+        life = t + 1.0 - S[s, _CREATE]
+        cnt = S[s, _COUNT] + 1.0
+        if life > _H1:
+            cnt = S[s, _COUNT] * (_H1 / life) + 1.0
+            life = _H1
         o = out[i]
         # log-scaled block, in _N_LOG order (the same float64 values as _numeric_numpy's raw)
         o[0] = np.float32(np.log(r0)) * np.float32(inv_scale[0])
-        o[1] = np.float32(np.log(t + 1.0 - S[s, _INSERT])) * np.float32(inv_scale[1])
-        o[2] = np.float32(np.log(t + 1.0 - S[s, _CREATE])) * np.float32(inv_scale[2])
-        o[3] = np.float32(np.log(S[s, _COUNT] + 1.0)) * np.float32(inv_scale[3])
+        o[1] = np.float32(np.log(age)) * np.float32(inv_scale[1])
+        o[2] = np.float32(np.log(life)) * np.float32(inv_scale[2])
+        o[3] = np.float32(np.log(cnt)) * np.float32(inv_scale[3])
         o[4] = np.float32(np.log(S[s, _E0] * d0 + 1.0)) * np.float32(inv_scale[4])
         o[5] = np.float32(np.log(S[s, _E0 + 1] * d1 + 1.0)) * np.float32(inv_scale[5])
         o[6] = np.float32(np.log(S[s, _E0 + 2] * d2 + 1.0)) * np.float32(inv_scale[6])
         for j in range(N_GAPS):
-            o[_I_GAP + j] = (np.float32(np.log((ring[_RING - 1 - j] - ring[_RING - 2 - j]) + 1.0))
-                             * np.float32(inv_scale[_I_GAP + j]))
+            g = (ring[_RING - 1 - j] - ring[_RING - 2 - j]) + 1.0
+            if g > _H1 and ring[_RING - 2 - j] >= 0.0:
+                g = _H1
+            o[_I_GAP + j] = np.float32(np.log(g)) * np.float32(inv_scale[_I_GAP + j])
         o[_N_LOG - 1] = np.float32(np.log(S[s, _SIZE] + 1.0)) * np.float32(inv_scale[_N_LOG - 1])
         o[_I_RANK + 1] = np.float32(S[s, _SIZE]) * np.float32(inv_cap)
         c = codes[i]
@@ -947,7 +978,7 @@ def _layout() -> dict[str, int]:
     return {"INSERT": _INSERT, "CREATE": _CREATE, "COUNT": _COUNT, "E0": _E0, "RING0": _RING0,
             "RING": _RING, "SIZE": _SIZE, "NCOL": _NCOL, "NPRM": _NPRM, "G": G, "HEAD": _HEAD,
             "N_LOG": _N_LOG, "I_GAP": _I_GAP, "I_RANK": _I_RANK, "I_STATE": _I_STATE,
-            "N_STATE": 4 + N_KINDS, "I_SEEN": _I_SEEN, "F": F}
+            "N_STATE": 4 + N_KINDS, "I_SEEN": _I_SEEN, "F": F, "HORIZON": HORIZON}
 
 
 def c_features() -> Any:

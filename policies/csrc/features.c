@@ -40,6 +40,7 @@ enum {
     FT_NLOG = 12, FT_IGAP = 7,   /* the log-scaled block: features 0..NLOG-1, the gaps from IGAP */
     FT_NGAPS = FT_RING - 1,
     FT_IRANK = 12, FT_ISTATE = 14, FT_NSTATE = 11, FT_ISEEN = 25, FT_F = 28,
+    FT_HORIZON = 16384,          /* the cap of tick distances (features.HORIZON) */
 };
 
 static float ft_inv_scale[FT_NLOG];  /* float32(1 / log scale) of the log block */
@@ -238,17 +239,28 @@ ft_compute(const double *S, Py_ssize_t rows, const double *v, Py_ssize_t K, floa
         FT_CSWAP(0, 2); FT_CSWAP(1, 4); FT_CSWAP(1, 3); FT_CSWAP(1, 2);
 #undef FT_CSWAP
         double *ai = a + i * FT_NLOG;
+        const double h1 = FT_HORIZON + 1.0;
         ai[0] = t + 1.0 - ring[FT_RING - 1];
+        rec[i] = ai[0];  /* the rank compares the distances as they are */
+        if (ai[0] > h1 && ring[FT_RING - 1] >= 0.0)  /* the horizon caps the real distances */
+            ai[0] = h1;
         ai[1] = t + 1.0 - r[FT_INSERT];
+        if (ai[1] > h1)
+            ai[1] = h1;
         ai[2] = t + 1.0 - r[FT_CREATE];
         ai[3] = r[FT_COUNT] + 1.0;
+        if (ai[2] > h1) {  /* an older object's count, scaled to its last FT_HORIZON ticks */
+            ai[3] = r[FT_COUNT] * (h1 / ai[2]) + 1.0;
+            ai[2] = h1;
+        }
         ai[4] = r[FT_E0] * d0 + 1.0;
         ai[5] = r[FT_E0 + 1] * d1 + 1.0;
         ai[6] = r[FT_E0 + 2] * d2 + 1.0;
-        for (int j = 0; j < FT_NGAPS; j++)
-            ai[FT_IGAP + j] = (ring[FT_RING - 1 - j] - ring[FT_RING - 2 - j]) + 1.0;
+        for (int j = 0; j < FT_NGAPS; j++) {
+            const double g = (ring[FT_RING - 1 - j] - ring[FT_RING - 2 - j]) + 1.0;
+            ai[FT_IGAP + j] = g > h1 && ring[FT_RING - 2 - j] >= 0.0 ? h1 : g;
+        }
         ai[FT_NLOG - 1] = r[FT_SIZE] + 1.0;
-        rec[i] = ai[0];
         float *o = out + i * FT_F;
         const double size = r[FT_SIZE];
         o[FT_IRANK + 1] = (float)size * (float)inv_cap;
@@ -292,7 +304,7 @@ mlp_set_layout(PyObject *mod, PyObject *args)
         {"RING0", FT_RING0}, {"RING", FT_RING}, {"SIZE", FT_SIZE}, {"NCOL", FT_NCOL},
         {"NPRM", FT_NPRM}, {"G", FT_G}, {"HEAD", FT_HEAD}, {"N_LOG", FT_NLOG}, {"I_GAP", FT_IGAP},
         {"I_RANK", FT_IRANK}, {"I_STATE", FT_ISTATE}, {"N_STATE", FT_NSTATE},
-        {"I_SEEN", FT_ISEEN}, {"F", FT_F},
+        {"I_SEEN", FT_ISEEN}, {"F", FT_F}, {"HORIZON", FT_HORIZON},
     };
     if (PyDict_GET_SIZE(layout) != (Py_ssize_t)(sizeof expect / sizeof expect[0])) {
         PyErr_Format(PyExc_ValueError, "set_layout: %zd layout constants, this build knows %zd",

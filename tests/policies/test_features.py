@@ -228,6 +228,98 @@ def test_sample_rule_is_uniform_distinct_and_seeded() -> None:
         select_candidates(tracker, view, 32, "mru")
 
 
+def _periodic(t_end: int, period: int, offset: int) -> Trace:
+    """Key 0 every ``period`` accesses from ``offset`` on, key 1 once at the start and once at
+    ``t_end - 1``, key 2 once at the start only; key 3 fills the other accesses."""
+    key = np.full(t_end, 3)
+    key[offset::period] = 0
+    key[1] = key[2] = 1
+    key[5] = 2
+    key[-1] = 1
+    return Trace.from_arrays(key, 1024)
+
+
+def test_features_stop_growing_at_the_horizon() -> None:
+    """HORIZON: tick distances are capped, and an older object's count is scaled to its last
+    HORIZON ticks, so a stationary access pattern shows the same features after 10 horizons as
+    after 3 (within float32 rounding); the cap holds for a long reuse gap and an old recency."""
+    H = fm.HORIZON
+    period = 97
+    feats = []
+    for t_end in (3 + period * (3 * H // period) + 40, 3 + period * (10 * H // period) + 40):
+        tracker = FeatureTracker()
+        pool = _replay(_periodic(t_end, period, 3), 1024 * 1000, tracker)
+        cand, _, _ = observe(tracker, pool.view, [0, 1, 2], 32)
+        feats.append(cand[:3].copy())
+        t = pool.view.tick
+        cap = math.log1p(H) / fm._LOG_T
+        # key 0: lifetime capped, frequency the count of its last H ticks
+        assert cand[0, IDX["lifetime"]] == pytest.approx(cap, rel=1e-6)
+        n0 = len(range(3, t_end, period))
+        want = n0 * (H + 1) / (t - 3 + 1)  # first seen at tick 3 (0-based row 3, tick 4)
+        got = math.expm1(cand[0, IDX["frequency"]] * fm._LOG_N)
+        assert got == pytest.approx(want, rel=2e-3)
+        assert math.expm1(cand[0, IDX["gap_1"]] * fm._LOG_T) == pytest.approx(period, rel=1e-4)
+        # key 1: its one reuse gap (t_end - 2) is longer than H: capped, like its age
+        assert cand[1, IDX["gap_1"]] == pytest.approx(cap, rel=1e-6)
+        assert cand[1, IDX["age"]] == pytest.approx(cap, rel=1e-6)
+        # key 2: not accessed for more than H ticks: recency capped; its empty gaps stay at 1
+        assert cand[2, IDX["recency"]] == pytest.approx(cap, rel=1e-6)
+        assert (cand[2, [IDX[f"gap_{j + 1}"] for j in range(fm.N_GAPS)]] == 1.0).all()
+    np.testing.assert_allclose(feats[0][0], feats[1][0], rtol=0, atol=2e-4)
+    # key 2 (one access, long ago): the same capped distances; its rate of access keeps falling
+    np.testing.assert_array_equal(feats[0][2][:3], feats[1][2][:3])
+    assert feats[1][2][IDX["frequency"]] < feats[0][2][IDX["frequency"]]
+
+
+def test_features_within_the_horizon_are_the_distances_themselves() -> None:
+    """Before HORIZON ticks nothing is capped or scaled (the features of a training window)."""
+    H = fm.HORIZON
+    tracker = FeatureTracker()
+    pool = _replay(_periodic(H - 10, 97, 3), 1024 * 1000, tracker)
+    cand, _, _ = observe(tracker, pool.view, [0, 1, 2], 32)
+    t = pool.view.tick
+    assert math.expm1(cand[0, IDX["frequency"]] * fm._LOG_N) == pytest.approx(
+        len(range(3, H - 10, 97)), rel=1e-5)
+    assert math.expm1(cand[2, IDX["recency"]] * fm._LOG_T) == pytest.approx(t - 6, rel=1e-4)
+    assert math.expm1(cand[1, IDX["gap_1"]] * fm._LOG_T) == pytest.approx(H - 10 - 3, rel=1e-4)
+
+
+@pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the NumPy path exists")
+def test_numba_kernel_equals_the_numpy_reference_beyond_the_horizon() -> None:
+    """Rows of pools far past HORIZON (ticks up to 2**45, old and young objects, empty rings,
+    huge counts): the NumPy reference and the numba kernel agree."""
+    rng = np.random.default_rng(11)
+    for trial in range(20):
+        t = float(rng.integers(fm.HORIZON, 2**45)) if trial % 2 else float(rng.integers(1, 3 * fm.HORIZON))
+        n = 40
+        S = np.empty((n, fm._NCOL))
+        for r in range(n):
+            row = fm._EMPTY_ROW.copy()
+            m = int(rng.integers(0, fm._RING + 3))
+            lo = max(0, int(t) - int(rng.choice([100, 10 * fm.HORIZON, int(t)])))
+            ticks = np.sort(rng.integers(lo, int(t) + 1, m)).astype(np.float64)
+            for i, tk in enumerate(ticks):
+                row[fm._RING0 + i % fm._RING] = tk
+            row[fm._INSERT] = ticks[0] if m else float(rng.integers(lo, int(t) + 1))
+            row[fm._CREATE] = min(row[fm._INSERT], float(rng.integers(0, int(t) + 1)))
+            row[fm._COUNT] = m if trial % 3 else float(rng.integers(0, 10**9))
+            row[fm._E0:fm._RING0] = rng.random(3) * 10.0 ** rng.integers(0, 6, 3)
+            row[fm._SIZE] = float(rng.integers(1, 2**30))
+            S[r] = row
+        sl = np.arange(n)
+        codes = rng.integers(0, len(fm._STATE_TABLE), n)
+        seen = np.ones(n)
+        decay = tuple(2.0 ** (-rng.random(3) * 50))
+        prm = np.array([t, *decay, 1.0 / 2**30, *fm._NO_TIMES])
+        a = np.zeros((n, fm.F), np.float32)
+        b = np.zeros((n, fm.F), np.float32)
+        fm._numeric_numpy(S, codes, seen, t, decay, 1.0 / 2**30, fm._NO_TIMES, a)
+        fm._numeric_kernel(S, sl, codes, seen, prm, b)
+        np.testing.assert_allclose(a, b, rtol=0, atol=2e-7)
+        assert (a <= 1.0).all() and (a >= 0.0).all()
+
+
 @pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the NumPy path exists")
 @pytest.mark.parametrize("cost", [None, "h100_pcie5"])
 def test_numba_kernel_equals_the_numpy_reference(cost, monkeypatch) -> None:
