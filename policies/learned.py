@@ -42,6 +42,7 @@ from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import load_accelerator
 from allocator.trace import not_a_zip_archive
 from policies import features as _features
+from policies.adaptive import S3FIFO
 from policies.base import EvictionPolicyBase
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "CandidateScorer", "LearnedPolicy", "save_policy_file",
-    "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US", "LRUGuard",
+    "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US", "Guard", "LRUGuard",
 ]
 
 log = logging.getLogger(__name__)
@@ -318,46 +319,94 @@ def diff_feature_spec(file_spec: Mapping[str, Any], code_spec: Mapping[str, Any]
     return out
 
 
-# ---------------------------------------------------------------------- the LRU guard
-class LRUGuard:
-    """Keeps a learned policy from doing worse than LRU for long.
+# ---------------------------------------------------------------------- the guard
+class _ModelS3FIFO(S3FIFO):
+    """S3-FIFO as the guard's model: it sees every request but not the evictions other
+    policies choose, so its hits are S3-FIFO's own whoever decides; its :meth:`victim` is
+    :class:`~policies.shadow.ShadowPolicy`'s (a resident object the model no longer holds
+    first), so a pool it decides for converges to the model's content and then evicts as
+    S3-FIFO does."""
 
-    A shadow LRU cache (keys and sizes only, the pool's capacity in bytes) sees the same
-    accesses; every ``window`` accesses the policy's hits are compared with the shadow's. A
-    window where the learned policy lost by more than ``margin`` (a fraction of the window's
-    accesses) switches decisions to LRU for ``backoff`` windows (doubling on each repeated loss,
-    up to ``max_backoff``), then the learned policy is tried again. A window of the learned
-    policy is cut short, as a loss, as soon as it trails the shadow by more than ``abort`` hits
-    (default: four times a whole window's allowance, at least 16), so that a workload the
-    policy does badly on costs a few dozen misses per trial rather than a window's worth.
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self._in_pool.discard(key)
+        self._pending.pop(key, None)
+        if key == self._outside:
+            self._outside = None
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.on_evict(view, key)
+        self._remove(key)  # the object is gone: the model forgets it too
+
+
+class Guard:
+    """Keeps a learned policy from doing worse than the heuristics for long.
+
+    Shadow caches see the same accesses at the pool's capacity in bytes: an LRU of keys and
+    sizes, and (``s3fifo``, on by default) an S3-FIFO model (:class:`_ModelS3FIFO`). Every
+    ``window`` accesses the policy's hits are compared with each shadow's. A window where the
+    learned policy lost to LRU's shadow by more than ``margin``, or to S3-FIFO's by more than
+    ``s3fifo_margin`` (fractions of the window's accesses), hands the decisions to the better of
+    the two heuristics for ``backoff`` windows (doubling on each repeated loss, up to
+    ``max_backoff``; the heuristic is chosen again at the end of each of them), then the
+    learned policy is tried again. A window of the learned policy is cut short, as a loss, as
+    soon as it trails LRU's shadow by more than ``abort`` hits (default: four times a whole
+    window's allowance, at least 16), so that a workload the policy does badly on costs a few
+    dozen misses per trial rather than a window's worth. S3-FIFO needs a whole window lost by
+    its wider margin: its decisions first evict what its model no longer holds (so the pool
+    converges to the model's content), which costs misses after each hand-over, and its hits
+    come in bursts on loops and scans where the learned policy is ahead over a whole window.
+    LRU's decisions come from the policy's tracker (the pool's LRU order).
+
+    ``expert`` says who decides now (``None``: the learned policy); ``lru_windows`` counts the
+    windows a heuristic decided, ``s3fifo_windows`` those of S3-FIFO among them.
     Invariant: ``_used`` is the sum of the sizes in ``_lru``.
     """
 
-    __slots__ = ("window", "margin", "max_backoff", "abort", "_lru", "_used", "_n", "_hits",
-                 "_shadow_hits", "_off", "_backoff", "lru_windows", "windows", "aborts")
+    __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_lru", "_used",
+                 "_n", "_hits", "_shadow_hits", "_off", "_backoff", "lru_windows", "windows",
+                 "aborts", "model", "_model_hits0", "expert", "s3fifo_windows")
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
-                 abort: float | None = None) -> None:
-        if not (window >= 1 and margin >= 0 and max_backoff >= 1 and (abort is None or abort >= 0)):
+                 abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01) -> None:
+        if not (window >= 1 and margin >= 0 and s3fifo_margin >= 0 and max_backoff >= 1
+                and (abort is None or abort >= 0)):
             raise ConfigError(
-                f"LRUGuard: window must be >= 1 accesses, margin >= 0, max_backoff >= 1 windows and "
-                f"abort >= 0 hits (or None); got window={window!r}, margin={margin!r}, "
+                f"{type(self).__name__}: window must be >= 1 accesses, margin and s3fifo_margin "
+                f">= 0, max_backoff >= 1 windows and abort >= 0 hits (or None); got "
+                f"window={window!r}, margin={margin!r}, s3fifo_margin={s3fifo_margin!r}, "
                 f"max_backoff={max_backoff!r}, abort={abort!r}")
         self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
+        self.s3fifo_margin = float(s3fifo_margin)
         self.abort = max(16.0, 4 * self.margin * self.window) if abort is None else float(abort)
         self.aborts = 0
         self._lru: OrderedDict[int, int] = OrderedDict()
         self._used = 0
         self._n = self._hits = self._shadow_hits = 0
-        self._off = 0  # windows left in LRU mode
+        self._off = 0  # windows left to a heuristic
         self._backoff = 1
         self.lru_windows = 0
+        self.s3fifo_windows = 0
         self.windows = 0
+        self.model: _ModelS3FIFO | None = _ModelS3FIFO() if s3fifo else None
+        self._model_hits0 = 0  # the model's hits at the start of the window
+        self.expert: str | None = None
 
     @property
     def active(self) -> bool:
-        """True while decisions should be LRU's."""
+        """True while a heuristic decides (``expert``)."""
         return self._off > 0
+
+    def _model_hits(self) -> int:
+        m = self.model
+        return 0 if m is None else (m.model_requests - m.model_misses) - self._model_hits0
+
+    def victim(self, view: PoolView, tracker: Any) -> int | None:
+        """The deciding heuristic's victim."""
+        if self.expert == "s3fifo" and self.model is not None:
+            k = self.model.victim(view)
+            if k is not None:
+                return k
+        return tracker.victim(view)
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         lru = self._lru
@@ -372,30 +421,63 @@ class LRUGuard:
                     self._used -= lru.popitem(last=False)[1]
                 lru[key] = size
                 self._used += size
+        m = self.model
+        if m is not None:
+            (m.on_hit if hit else m.on_miss)(view, key)
         self._hits += hit
         self._n += 1
         if self._n >= self.window:
             self._end_window()
         elif self._off == 0 and self._shadow_hits - self._hits > self.abort:
-            self.aborts += 1  # the trial is lost already: back to LRU now
+            self.aborts += 1  # the trial is lost already: back to a heuristic now
             self._end_window()
 
-    def free(self, key: int) -> None:
+    def insert(self, view: PoolView, key: int) -> None:
+        if self.model is not None:
+            self.model.on_insert(view, key)
+
+    def evict(self, view: PoolView, key: int) -> None:
+        if self.model is not None:
+            self.model.on_evict(view, key)
+
+    def free(self, key: int, view: PoolView | None = None) -> None:
         size = self._lru.pop(key, None)
         if size is not None:
             self._used -= size
+        if self.model is not None and view is not None:
+            self.model.on_free(view, key)
 
     def _end_window(self) -> None:
         self.windows += 1
+        allowance = self.margin * self._n
+        model_hits = self._model_hits()
+        lost_lru = self._hits < self._shadow_hits - allowance
+        lost_model = self.model is not None and self._hits < model_hits - self.s3fifo_margin * self._n
+        best = "s3fifo" if self.model is not None and model_hits > self._shadow_hits else "lru"
         if self._off > 0:
             self._off -= 1
             self.lru_windows += 1
-        elif self._hits < self._shadow_hits - self.margin * self._n:
+            self.s3fifo_windows += self.expert == "s3fifo"
+            self.expert = best if self._off > 0 else None
+        elif lost_lru or lost_model:
             self._off = self._backoff
             self._backoff = min(2 * self._backoff, self.max_backoff)
+            self.expert = best
         else:
             self._backoff = max(1, self._backoff // 2)
         self._n = self._hits = self._shadow_hits = 0
+        if self.model is not None:
+            self._model_hits0 = self.model.model_requests - self.model.model_misses
+
+
+class LRUGuard(Guard):
+    """:class:`Guard` with LRU as the only heuristic (no S3-FIFO model: less work per access)."""
+
+    __slots__ = ()
+
+    def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
+                 abort: float | None = None) -> None:
+        super().__init__(window, margin, max_backoff, abort, s3fifo=False)
 
 
 # ---------------------------------------------------------------------- the policy
@@ -410,9 +492,11 @@ class LearnedPolicy(EvictionPolicyBase):
     decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
     ``view.stats.fallbacks``; so does one with no valid candidate.
 
-    ``guard`` (default on): an :class:`LRUGuard` compares the policy's hits with a shadow LRU's
-    over windows of accesses and hands decisions to LRU for a while after a losing window
-    (``guard_decisions`` counts them), so a workload unlike the training data costs little.
+    ``guard`` (default on; ``False`` for the network alone, or a :class:`Guard` /
+    :class:`LRUGuard` of your own): a :class:`Guard` compares the policy's hits with a shadow
+    LRU's and an S3-FIFO model's over windows of accesses and hands decisions to the better
+    heuristic for a while after a losing window (``guard_decisions`` counts them), so a
+    workload unlike the training data costs little.
 
     Build with :meth:`load`.
     """
@@ -422,7 +506,7 @@ class LearnedPolicy(EvictionPolicyBase):
     def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
                  budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
                  path: str | None = None, K: int | None = None,
-                 guard: bool | LRUGuard = True) -> None:
+                 guard: bool | Guard = True) -> None:
         self.scorer = scorer
         self.header = dict(header)
         self.path = path
@@ -437,13 +521,14 @@ class LearnedPolicy(EvictionPolicyBase):
         self._rng = np.random.default_rng(seed)
         self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
         self.tracker = _features.FeatureTracker()
-        self.guard = (LRUGuard() if guard is True else guard) if guard else None
+        self.guard = (Guard() if guard is True else guard) if guard else None
         self.guard_decisions = 0
         # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
         t = self.tracker
-        self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         if self.guard is None:
             self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
+        if self.guard is None or self.guard.model is None:
+            self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         self.decisions = 0
         self.fallbacks = 0
         # the C forward pass, when it is built and the network reads exactly the features this
@@ -518,12 +603,20 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracker.on_free(view, key)
-        self.guard.free(key)  # type: ignore[union-attr]
+        self.guard.free(key, view)  # type: ignore[union-attr]
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self.tracker.on_insert(view, key)
+        self.guard.insert(view, key)  # type: ignore[union-attr]
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.tracker.on_evict(view, key)
+        self.guard.evict(view, key)  # type: ignore[union-attr]
 
     def victim(self, view: PoolView) -> int | None:
         if self.guard is not None and self.guard.active:
             self.guard_decisions += 1
-            return self.tracker.victim(view)
+            return self.guard.victim(view, self.tracker)
         budget = self._budget_ns
         timed = budget is not None or self.record_latency  # else the decision reads no clock
         t0 = time.perf_counter_ns() if timed else 0

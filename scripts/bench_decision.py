@@ -2,7 +2,7 @@
 (feature computation + forward pass + choice) against LRU's, in the same run, at K candidates.
 
 Both policies replay the same trace in a pool with the same capacity; ``victim`` is timed per
-call. The learned policy runs without its LRU guard, so every decision is the network's. Also
+call. The learned policy runs without its guard, so every decision is the network's. Also
 reported: the forward pass alone on the same observations (the part the file format controls),
 the usual decision's three C calls timed apart (candidates, globals, features + forward pass),
 and the machine's own tail, side by side: in another replay each decision is timed and followed

@@ -62,8 +62,10 @@ def default_held_out(max_requests: int | None = None) -> list[HeldOut]:
 def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     """More workload families than the targets name (family ``"other"``, reported without a
     target): a Zipf/scan mixture, an LLM KV cache, embedding rows (read then update), a loop
-    larger than the cache, uniform, a steep Zipf (alpha 1.2) and a phase change; seeds and
-    shapes never used in training."""
+    larger than the cache, uniform, a steep Zipf (alpha 1.2), a phase change, and two long Zipf
+    workloads of many objects (200,000-300,000 requests, far past the features' horizon: a
+    CDN-like alpha 0.7 over 200,000 objects, and alpha 1.1 over 10,000); seeds and shapes never
+    used in training."""
     from envs.workloads import generate
 
     specs: list[tuple[str, dict[str, Any]]] = [
@@ -74,6 +76,10 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
         ("uniform", {}),
         ("zipf", {"alpha": 1.2}),
         ("phase_change", {}),
+        ("zipf", {"alpha": 0.7, "n_requests": 300_000, "n_objects": 200_000, "size": 4096,
+                  "size_sigma": 1.0}),
+        ("zipf", {"alpha": 1.1, "n_requests": 200_000, "n_objects": 10_000, "size": 4096,
+                  "size_sigma": 0.5}),
     ]
     out = []
     for name, params in specs:
@@ -81,6 +87,8 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
         if max_requests and len(t) > max_requests:
             t = t.window(0, max_requests)
         label = f"{name}_a{params['alpha']}" if "alpha" in params else name
+        if "n_objects" in params:
+            label += f"_n{params['n_objects'] // 1000}k"
         out.append(HeldOut(_named(t, f"{label}_s777"), "other"))
     return out
 

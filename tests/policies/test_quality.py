@@ -35,7 +35,7 @@ def test_broad_held_out_rows_and_verdict(tmp_path) -> None:
         assert math.isclose(r["gap_to_best"], miss["learned"] - miss[best], abs_tol=1e-9)
     v = verdict(rows)
     other = [r for r in rows if r["family"] == "other"]
-    assert v["other_cells"] == len(other) == 7
+    assert v["other_cells"] == len(other) == 9
     assert v["other_worst_gap"] == max(r["gap_to_best"] for r in other)
     assert v["other_cells_behind_lru"] == sum(r["miss_learned"] > r["miss_lru"] for r in other)
     assert math.isnan(v["dl_mean_normalized_hit_rate"]) and not v["dl_target_met"]
