@@ -172,16 +172,21 @@ def hottest_arrays() -> dict[str, np.ndarray]:
     return a
 
 
-def test_lru_guard_hands_decisions_to_lru_after_losing_windows(tmp_path):
+def hottest_policy(tmp_path) -> LearnedPolicy:
+    """:func:`hottest_arrays` as a policy file (K = 16, sampled candidates), without a guard."""
     p = save_policy_file(tmp_path / "hot.npz", hottest_arrays(), header(
         K=16, candidate_rule="sample", arch=dict(header()["arch"], hidden=[4])))  # type: ignore[arg-type]
+    return LearnedPolicy.load(p, guard=False)
+
+
+def test_lru_guard_hands_decisions_to_lru_after_losing_windows(tmp_path):
     trace = generate("zipf", seed=3, n_requests=20_000, n_objects=2000, alpha=1.0, size=4096)
     cap = 200 * 4096
 
     def hits(policy) -> int:
         return Pool(cap, policy, placement="bytes").replay(trace).hits
 
-    bare = LearnedPolicy.load(p, guard=False)
+    bare = hottest_policy(tmp_path)
     guarded = LearnedPolicy(bare.scorer, bare.header, guard=LRUGuard(window=512, margin=0.0))
     h_bare, h_guard, h_lru = hits(bare), hits(guarded), hits(LRU())
     assert h_bare < 0.9 * h_lru  # evicting the hottest object loses on Zipf
@@ -194,11 +199,9 @@ def test_lru_guard_cuts_a_losing_trial_short(tmp_path):
     """A trial window of a policy that loses to LRU ends as soon as it trails the shadow by
     ``abort`` hits: with the default abort the bad policy costs a small fraction of what
     whole-window trials cost, and the count of cut trials says so."""
-    p = save_policy_file(tmp_path / "hot.npz", hottest_arrays(), header(
-        K=16, candidate_rule="sample", arch=dict(header()["arch"], hidden=[4])))  # type: ignore[arg-type]
     trace = generate("zipf", seed=3, n_requests=40_000, n_objects=2000, alpha=1.0, size=4096)
     cap = 200 * 4096
-    bare = LearnedPolicy.load(p, guard=False)
+    bare = hottest_policy(tmp_path)
     misses = {}
     guards = {"whole windows": LRUGuard(abort=float("inf")), "cut short": LRUGuard()}
     for name, guard in guards.items():
@@ -225,15 +228,13 @@ def test_guard_hands_decisions_to_s3fifo_where_it_leads(tmp_path):
     """On a Zipf workload of many objects, where S3-FIFO is well ahead of LRU, a network that
     evicts the hottest object is handed over to S3-FIFO (not LRU), and the pool then follows the
     S3-FIFO model; the LRU-only guard stays behind it."""
-    p = save_policy_file(tmp_path / "hot.npz", hottest_arrays(), header(
-        K=16, candidate_rule="sample", arch=dict(header()["arch"], hidden=[4])))  # type: ignore[arg-type]
     trace = generate("zipf", seed=4, n_requests=60_000, n_objects=20_000, alpha=0.8, size=4096)
     cap = 1000 * 4096
 
     def misses(policy) -> int:
         return Pool(cap, policy, placement="bytes").replay(trace).misses
 
-    bare = LearnedPolicy.load(p, guard=False)
+    bare = hottest_policy(tmp_path)
     guard = Guard()
     m_guard = misses(LearnedPolicy(bare.scorer, bare.header, guard=guard))
     m_lru_guard = misses(LearnedPolicy(bare.scorer, bare.header, guard=LRUGuard()))
