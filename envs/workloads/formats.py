@@ -259,8 +259,9 @@ def _resolve_format(path: PathLike, format: str | None) -> str:
                          (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral")):
             if name.endswith(ext) or (fmt == "oracleGeneral" and ext in name):
                 return fmt
-        raise ConfigError(f"cannot infer the trace format of {os.fspath(path)!r}; "
-                          f"pass format= one of {FORMATS}")
+        raise ConfigError(f"cannot infer the trace format of {os.fspath(path)!r} from its name; "
+                          f"give it as one of {FORMATS} (format= in Python, trace.format= to the "
+                          "Hydra scripts, --format to trace_stats.py and parity.py)")
     fmt_key = _ALIASES.get(format.lower())
     if fmt_key is None:
         raise ConfigError(f"unknown trace format {format!r}; choose one of {FORMATS}")
