@@ -255,15 +255,16 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
     """Every name of config list ``key`` is usable, checked before any replay: the eviction list
     (``learned``: ``learned:PATH`` files load; a class of the user's needs ``victim``) or the
     prefetch list (a class of the user's needs ``prefetch``)."""
-    from policies.registry import check_import_spec, is_import_spec
+    from policies.registry import check_import_spec, is_import_spec, split_learned
 
     if not names:
         raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
     for n in names:
         if not isinstance(n, str):
             raise ConfigError(f"{key}: {n!r} is not a name; allowed: {', '.join(allowed)}")
-        if learned and n.startswith("learned:"):
-            path = n[len("learned:"):]
+        spec = split_learned(n) if learned else None
+        if spec is not None:
+            path = spec[1]
             if not os.path.isfile(path):
                 raise ConfigError(f"{key}: learned policy file {path!r} does not exist")
             from policies.learned import LearnedPolicy
@@ -274,7 +275,7 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
             check_import_spec(n, "victim" if learned else "prefetch")
             continue
         if n not in allowed:
-            extra = ", learned:PATH" if learned else ""
+            extra = ", learned:PATH (learned_lru:PATH, learned_bare:PATH)" if learned else ""
             raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
                               "or FILE.py:Class / module:Class (a class of your own)")
 
@@ -437,8 +438,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def policy_label(policy: str) -> str:
     """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz``,
     ``/long/path/my_policies.py:MRU`` -> ``my_policies.py:MRU``."""
-    if policy.startswith("learned:"):
-        return "learned:" + os.path.basename(policy[len("learned:"):])
+    from policies.registry import split_learned
+
+    learned = split_learned(policy)
+    if learned is not None:
+        return f"{learned[0]}:{os.path.basename(learned[1])}"
     where, sep, cls = policy.rpartition(":")
     if sep and where.endswith(".py"):
         return f"{os.path.basename(where)}:{cls}"[:24]

@@ -561,7 +561,7 @@ class LearnedPolicy(EvictionPolicyBase):
     # construction ------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
-             seed: int = 0, K: int | None = None, guard: bool = True, **_: Any) -> LearnedPolicy:
+             seed: int = 0, K: int | None = None, guard: bool | Guard = True, **_: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it). Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""

@@ -1,7 +1,9 @@
 """Config names -> policy instances.
 
 ``make_eviction("lru")``, ``make_eviction("belady", trace=trace)``,
-``make_eviction("learned:path/to/policy.npz")``; ``make_prefetch("markov")``,
+``make_eviction("learned:path/to/policy.npz")`` (an exported policy under its default guard;
+``learned_lru:PATH`` under the LRU-only guard, ``learned_bare:PATH`` the network alone: see
+:data:`LEARNED_PREFIXES`); ``make_prefetch("markov")``,
 ``make_prefetch("lookahead", trace=trace, depth=4)``. Unknown names raise
 :class:`~allocator.errors.ConfigError` listing the valid ones. Extra keyword parameters go to
 the class constructor.
@@ -63,27 +65,46 @@ PREFETCH_NAMES = ("none", "markov", "stride", "lookahead")
 _NEEDS_TRACE = {"belady", "lookahead"}
 
 
+LEARNED_PREFIXES: dict[str, str] = {
+    "learned": "the exported policy under its default guard (LRU and S3-FIFO)",
+    "learned_lru": "the exported policy under the LRU-only guard",
+    "learned_bare": "the exported network alone, without a guard",
+}
+"""``PREFIX:PATH`` names of an exported policy file, and what each builds."""
+
+
+def split_learned(name: str) -> tuple[str, str] | None:
+    """``(prefix, path)`` of a ``learned:PATH`` name (or another :data:`LEARNED_PREFIXES`
+    prefix), else ``None``. The path may be empty (refused by :func:`make_eviction`)."""
+    prefix, sep, path = name.strip().partition(":")
+    if sep and prefix.lower() in LEARNED_PREFIXES:
+        return prefix.lower(), path
+    return None
+
+
 def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
                   **params: Any) -> EvictionPolicy:
     """The eviction policy called ``name`` (see :data:`EVICTION_NAMES`, or ``learned:PATH``)."""
     if not isinstance(name, str):
         raise ConfigError(f"eviction policy name must be a string, got {name!r}")
     key = name.strip().lower()
-    if key.startswith("learned:"):
-        path = name.strip()[len("learned:"):]
+    learned = split_learned(name)
+    if learned is not None:
+        prefix, path = learned
         if not path:
-            raise ConfigError("learned policy needs a file: 'learned:PATH'")
-        from policies.learned import LearnedPolicy  # lazy: written separately, may pull numpy only
+            raise ConfigError(f"learned policy needs a file: '{prefix}:PATH'")
+        from policies.learned import Guard, LearnedPolicy, LRUGuard  # lazy: may pull numpy only
 
-        return LearnedPolicy.load(path)  # type: ignore[no-any-return]
+        guard: bool | Guard = LRUGuard() if prefix == "learned_lru" else prefix == "learned"
+        return LearnedPolicy.load(path, guard=guard)
     if is_import_spec(name):
         return _build_imported(name, "victim", trace, params)  # type: ignore[no-any-return]
     classes = _eviction_classes()
     if key not in classes:
         raise ConfigError(
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
-            "'learned:PATH' for an exported policy file, or FILE.py:Class / module:Class for "
-            "a class of your own")
+            "'learned:PATH' for an exported policy file (learned_lru:PATH, learned_bare:PATH: "
+            "other guards), or FILE.py:Class / module:Class for a class of your own")
     if key == "random":
         params.setdefault("seed", seed)
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
@@ -120,8 +141,7 @@ def _build(key: str, cls: Callable[..., Any], trace: Trace | None, params: dict[
 def is_import_spec(name: str) -> bool:
     """``FILE.py:Class`` or ``module.path:Class`` (``learned:PATH`` is not one)."""
     where, sep, attr = name.strip().rpartition(":")
-    return bool(sep and where and attr) and not name.strip().lower().startswith("learned:") \
-        and attr.isidentifier()
+    return bool(sep and where and attr) and split_learned(name) is None and attr.isidentifier()
 
 
 def resolve_import_spec(name: str) -> Callable[..., Any]:

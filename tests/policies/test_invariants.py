@@ -260,13 +260,14 @@ def test_registry_resolves_learned_path_lazily(monkeypatch: pytest.MonkeyPatch) 
     seen: list[str] = []
     sentinel = object()
 
-    def fake_load(path: str) -> object:
+    def fake_load(path: str, guard: object = True) -> object:
         seen.append(path)
         return sentinel
 
     monkeypatch.setattr(learned.LearnedPolicy, "load", staticmethod(fake_load))
     assert make_eviction("learned:runs/x/policy.npz") is sentinel
-    assert seen == ["runs/x/policy.npz"]
+    assert make_eviction("learned_bare:runs/y.npz") is sentinel
+    assert seen == ["runs/x/policy.npz", "runs/y.npz"]
 
 
 # ------------------------------------------------- a policy of the user's, named by where it lives
