@@ -4,7 +4,8 @@
 short MaskablePPO fine-tune), exports the policy, writes the held-out workloads (never trained
 on) as trace files and evaluates them with :func:`envs.evaluation.evaluate` (the evaluator of
 ``scripts/evaluate.py``) against ``cfg.main.baselines`` at ``cfg.main.capacities`` of each
-trace's peak live bytes; the results table, CSV/JSON and plots land in ``OUT/eval``.
+trace's peak live bytes, the policy both under its guard (``learned:``) and alone
+(``learned_bare:``); the results table, CSV/JSON and plots land in ``OUT/eval``.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def run_main(cfg: Any) -> dict[str, Any]:
         "trace": {"paths": paths},
         "allocator": OmegaConf.to_container(cfg.allocator),
         "eval": {"capacities": [float(c) for c in cfg.main.capacities], "capacity_of": "peak_live",
-                 "policies": [f"learned:{policy}", *[str(b) for b in cfg.main.baselines]],
+                 # the deployed policy (network and guard) and the network alone, side by side
+                 "policies": [f"learned:{policy}", f"learned_bare:{policy}",
+                              *[str(b) for b in cfg.main.baselines]],
                  "plots": bool(cfg.main.plots), "progress": bool(cfg.progress),
                  "decision_timing": True},
         "out_dir": os.path.join(out, "eval"),
