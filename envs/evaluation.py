@@ -255,7 +255,7 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
     """Every name of config list ``key`` is usable, checked before any replay: the eviction list
     (``learned``: ``learned:PATH`` files load; a class of the user's needs ``victim``) or the
     prefetch list (a class of the user's needs ``prefetch``)."""
-    from policies.registry import check_import_spec, is_import_spec, split_learned
+    from policies.registry import LEARNED_SPECS, check_import_spec, is_import_spec, split_learned
 
     if not names:
         raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
@@ -275,7 +275,7 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
             check_import_spec(n, "victim" if learned else "prefetch")
             continue
         if n not in allowed:
-            extra = ", learned:PATH (learned_lru:PATH, learned_bare:PATH)" if learned else ""
+            extra = f", {LEARNED_SPECS}" if learned else ""
             raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
                               "or FILE.py:Class / module:Class (a class of your own)")
 

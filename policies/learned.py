@@ -440,11 +440,11 @@ class Guard:
         if self.model is not None:
             self.model.on_evict(view, key)
 
-    def free(self, key: int, view: PoolView | None = None) -> None:
+    def free(self, view: PoolView, key: int) -> None:
         size = self._lru.pop(key, None)
         if size is not None:
             self._used -= size
-        if self.model is not None and view is not None:
+        if self.model is not None:
             self.model.on_free(view, key)
 
     def _end_window(self) -> None:
@@ -603,7 +603,7 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracker.on_free(view, key)
-        self.guard.free(key, view)  # type: ignore[union-attr]
+        self.guard.free(view, key)  # type: ignore[union-attr]
 
     def on_insert(self, view: PoolView, key: int) -> None:
         self.tracker.on_insert(view, key)

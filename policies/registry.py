@@ -71,6 +71,8 @@ LEARNED_PREFIXES: dict[str, str] = {
     "learned_bare": "the exported network alone, without a guard",
 }
 """``PREFIX:PATH`` names of an exported policy file, and what each builds."""
+LEARNED_SPECS = ", ".join(f"{p}:PATH" for p in LEARNED_PREFIXES)
+"""The :data:`LEARNED_PREFIXES` names as error messages list them."""
 
 
 def split_learned(name: str) -> tuple[str, str] | None:
@@ -103,8 +105,8 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
     if key not in classes:
         raise ConfigError(
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
-            "'learned:PATH' for an exported policy file (learned_lru:PATH, learned_bare:PATH: "
-            "other guards), or FILE.py:Class / module:Class for a class of your own")
+            f"{LEARNED_SPECS} for an exported policy file (under its default guard, the "
+            "LRU-only guard, or none), or FILE.py:Class / module:Class for a class of your own")
     if key == "random":
         params.setdefault("seed", seed)
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
