@@ -521,6 +521,9 @@ class LearnedPolicy(EvictionPolicyBase):
         self._rng = np.random.default_rng(seed)
         self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
         self.tracker = _features.FeatureTracker()
+        if not isinstance(guard, (bool, Guard)):
+            raise ConfigError(f"guard must be True (the default Guard), False (none) or a Guard / "
+                              f"LRUGuard instance, got {guard!r}")
         self.guard = (Guard() if guard is True else guard) if guard else None
         self.guard_decisions = 0
         # the tracker (which also keeps the LRU order of the fallback) sees every hook directly

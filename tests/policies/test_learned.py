@@ -224,6 +224,12 @@ def test_bad_guard_settings_are_config_errors(kw):
         Guard(s3fifo_margin=-0.5)
 
 
+@pytest.mark.parametrize("guard", ["yes", 1, None])
+def test_a_guard_that_is_not_one_is_a_config_error(policy_file, guard):
+    with pytest.raises(ConfigError, match="guard must be True .* got"):
+        LearnedPolicy.load(policy_file, guard=guard)
+
+
 def test_guard_hands_decisions_to_s3fifo_where_it_leads(tmp_path):
     """On a Zipf workload of many objects, where S3-FIFO is well ahead of LRU, a network that
     evicts the hottest object is handed over to S3-FIFO (not LRU), and the pool then follows the
