@@ -27,7 +27,7 @@ from allocator.errors import ConfigError
 from allocator.pool import Pool
 from allocator.trace import Trace
 
-__all__ = ["LCS_INIT", "EXACT", "ParityResult", "libcachesim_hits", "pool_hits",
+__all__ = ["LCS_INIT", "LCS_MIN_CAPACITY", "EXACT", "ParityResult", "libcachesim_hits", "pool_hits",
            "first_difference", "compare"]
 
 LCS_INIT: dict[str, tuple[str, str]] = {  # our name -> (libCacheSim init function, parameters)
@@ -43,6 +43,11 @@ LCS_INIT: dict[str, tuple[str, str]] = {  # our name -> (libCacheSim init functi
     "gdsf": ("GDSF_init", ""),
     "belady": ("Belady_init", ""),
 }
+LCS_MIN_CAPACITY: dict[str, tuple[int, str]] = {  # policy -> (bytes, why)
+    "s3fifo": (10, "its small queue, 10% of the capacity, would hold 0 bytes"),
+}
+"""Capacities below which libCacheSim's init aborts the whole process; :func:`compare` refuses
+them first."""
 EXACT = tuple(p for p in LCS_INIT if p != "lirs")
 """The policies that agree with libCacheSim on every request (LIRS: see the module docstring)."""
 
@@ -133,6 +138,11 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
            or c < 1]
     if bad:
         raise ConfigError(f"capacities must be whole numbers of bytes >= 1, got {bad}")
+    for p in policies:
+        least, why = LCS_MIN_CAPACITY.get(p, (1, ""))
+        if min(capacities, default=least) < least:
+            raise ConfigError(f"libCacheSim's {p} cannot run at capacity {min(capacities)} ({why}): "
+                              f"give capacities of at least {least} bytes, or leave {p} out")
     _libcachesim()
     with tempfile.TemporaryDirectory(dir=tmp_dir) as d:
         path = os.path.join(d, "trace.oracleGeneral")

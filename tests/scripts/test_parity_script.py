@@ -70,6 +70,10 @@ def test_compare_refuses_bad_input() -> None:
         parity.compare(t, ["lruu"], [1000])
     with pytest.raises(ConfigError, match="whole numbers of bytes >= 1, got \\[0\\]"):
         parity.compare(t, ["lru"], [0])
+    # libCacheSim's S3-FIFO would abort the process (its small queue would hold 0 bytes)
+    with pytest.raises(ConfigError, match=r"s3fifo cannot run at capacity 9 \(its small queue.*"
+                                          r"at least 10 bytes, or leave s3fifo out"):
+        parity.compare(t, ["lru", "s3fifo"], [1000, 9])
 
 
 def test_script_bad_input_is_one_line(trace_file: Path, tmp_path: Path,
