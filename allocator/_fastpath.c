@@ -146,6 +146,7 @@ PyInit__fastpath(void)
     INTERN(s_free_slots, "_free_slots");
     INTERN(s_next, "_next");
     INTERN(s_on_free, "on_free");
+    INTERN(s_on_free_untracked, "on_free_untracked");
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL || (zero = PyLong_FromLong(0)) == NULL)
         return NULL;

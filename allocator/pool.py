@@ -1007,6 +1007,10 @@ class Pool:
                 self._n_evictable -= 1
             self.policy.on_free(self.view, key)
             self._release_block(o)
+        else:  # in host memory only: a policy with a cache model of its own may still hold it
+            untracked = getattr(self.policy, "on_free_untracked", None)  # optional hook (policies.base)
+            if untracked is not None:
+                untracked(self.view, key)
         if self.backend is not None:
             for ev in (o.h2d_event, o.d2h_event):
                 if ev is not None:

@@ -9,7 +9,10 @@ may observe hooks. The pool calls, for every access of object ``k``:
   inserted: only ``on_miss`` is called)
 * prefetch of ``k`` (issued by a prefetch policy or ``Pool.prefetch``): evictions as above, then
   ``on_insert(view, k)``
-* free of a tracked (resident or incoming) object: ``on_free(view, k)``
+* free of a tracked (resident or incoming) object: ``on_free(view, k)``; of an object in host
+  memory only, ``on_free_untracked(view, k)`` where the policy defines it (optional, ``None``
+  counts as absent: for a policy that models a cache of its own, which may still hold an object
+  the pool evicted, such as :class:`~policies.shadow.ShadowPolicy` or the learned policy's guard)
 
 A policy therefore tracks exactly the objects that are on the device or being copied there.
 Optionally, a policy class may define ``touch``: ``None`` or a callable of the key alone with

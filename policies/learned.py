@@ -530,6 +530,7 @@ class LearnedPolicy(EvictionPolicyBase):
         t = self.tracker
         if self.guard is None:
             self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
+            self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
         if self.guard is None or self.guard.model is None:
             self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         self.decisions = 0
@@ -606,6 +607,11 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracker.on_free(view, key)
+        self.guard.free(view, key)  # type: ignore[union-attr]
+
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        """A freed object the pool held in host memory only: the guard's shadow caches may
+        still hold it (they are not told whom the pool evicts) and must drop it."""
         self.guard.free(view, key)  # type: ignore[union-attr]
 
     def on_insert(self, view: PoolView, key: int) -> None:

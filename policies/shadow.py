@@ -143,3 +143,10 @@ class ShadowPolicy(EvictionPolicyBase):
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.on_evict(view, key)
+
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        """A freed object the pool had already given up: the model may still hold it (a
+        fallback victim it kept, or, under another decider, anything), and forgets it as on a
+        free."""
+        if self._ready:
+            self.on_free(view, key)

@@ -823,6 +823,20 @@ hp_free(HitPath *self, PyObject *key)
         Py_RETURN_NOTIMPLEMENTED;
     if (state == 0 && (!exact_ints(v + 4, 6) || PyObject_RichCompareBool(v[4], v[5], Py_LE) != 1))
         Py_RETURN_NOTIMPLEMENTED;  /* a copy out of its block still runs: Pool._free queues it */
+    if (state == 1) {  /* in host memory: a policy's on_free_untracked runs in Pool._free */
+        PyObject *hook = NULL;  /* looked up without raising AttributeError when it is absent */
+#if PY_VERSION_HEX >= 0x030D0000
+        int has = PyObject_GetOptionalAttr(policy, s_on_free_untracked, &hook);
+#else
+        int has = _PyObject_LookupAttr(policy, s_on_free_untracked, &hook);
+#endif
+        if (has < 0)
+            return NULL;
+        has = has && hook != Py_None;  /* None: the policy has nothing to be told */
+        Py_XDECREF(hook);
+        if (has)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
     PyObject *argv[2] = {NULL, Py_False};
     r = PyObject_Vectorcall(self->acquire, argv + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (r == NULL)

@@ -16,7 +16,7 @@ static double tr_ih[3], tr_alpha, tr_renorm;
 static double *tr_empty = NULL;  /* _EMPTY_ROW: a new slot's row before its first fields */
 static PyObject *s_slot_map, *s_order, *s_V, *s_epoch, *s_miss_rate, *s_res, *s_res_pos,
     *s_res_rec, *s_res_slot, *s_move_to_end, *s_new_slot, *s_renormalise, *s_on_hit, *s_on_miss,
-    *s_append, *s_free_slots, *s_next, *s_on_free;
+    *s_append, *s_free_slots, *s_next, *s_on_free, *s_on_free_untracked;
 
 /* set_tracker(FeatureTracker, ncol, count, ring0, ring, e0, insert, create, size, kind,
  * (ih0, ih1, ih2), alpha, renorm, empty_row): the class and its row layout (policies/features.py

@@ -667,3 +667,45 @@ def test_every_error_message_says_what_to_do(numpy_backend: NumpyBackend) -> Non
         p.pin(1)
     p._check()
     p.close()
+
+
+class _Untracked(LRU):
+    """LRU that records the optional hook for frees of objects in host memory only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.untracked: list[int] = []
+        self.freed: list[int] = []
+
+    def on_free(self, view, key):  # type: ignore[no-untyped-def]
+        self.freed.append(key)
+        super().on_free(view, key)
+
+    def on_free_untracked(self, view, key):  # type: ignore[no-untyped-def]
+        self.untracked.append(key)
+
+
+def test_free_of_an_evicted_object_calls_on_free_untracked() -> None:
+    """A policy that models a cache of its own (a shadow cache) may still hold an object the
+    pool evicted: the optional ``on_free_untracked`` hook tells it of that object's free;
+    ``on_free`` stays for tracked objects only, and a policy without the hook (or with it set
+    to None) is not asked. The C free of the environments' loop leaves such a free to
+    ``Pool.free``, and serves it where there is nothing to tell."""
+    pol = _Untracked()
+    p = Pool(2 * B, pol, placement="bytes")
+    for k in (1, 2, 3, 4, 5):  # 1, 2, 3 are evicted
+        p.access(k, B)
+    p.free(1)
+    p.free(4)
+    assert pol.untracked == [1] and pol.freed == [4]
+    hp = p._hit_path
+    if hp is not None:
+        assert hp.free(2) is NotImplemented and p.state(2) == "host"  # nothing done
+    p.free(2)
+    assert pol.untracked == [1, 2] and 2 not in p
+    pol.on_free_untracked = None  # type: ignore[method-assign, assignment]
+    if hp is not None:
+        assert hp.free(3) is None  # served in C
+    else:
+        p.free(3)
+    assert 3 not in p and pol.untracked == [1, 2]
