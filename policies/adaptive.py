@@ -143,6 +143,17 @@ class ARC(EvictionPolicyBase):
         if s is not None:
             self.t2_bytes -= s
 
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        """A freed object the pool had evicted: its ghost goes too (libCacheSim's
+        ``ARC_remove``), so that a new object under the same key is no ghost hit."""
+        s = self.b1.pop(key, None)
+        if s is not None:
+            self.b1_bytes -= s
+            return
+        s = self.b2.pop(key, None)
+        if s is not None:
+            self.b2_bytes -= s
+
     # ---------------------------------------------------------------- internals
     def _plan(self, capacity: int) -> tuple[str, int]:
         """``(ghost to trim first: "b1" | "b2" | "drop" | "", list to evict from: 1 | 2)``;
@@ -229,6 +240,10 @@ class S3FIFO(ShadowPolicy):
         else:
             del self.main[key]
             self.main_bytes -= size
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        super().on_free(view, key)
+        self._forget_ghost(key)  # a freed object's ghost goes too (libCacheSim's S3FIFO_remove)
 
     def _request(self, key: int, size: int) -> bool:
         # find

@@ -335,7 +335,8 @@ class _ModelS3FIFO(S3FIFO):
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.on_evict(view, key)
-        self._remove(key)  # the object is gone: the model forgets it too
+        self._remove(key)  # the object is gone: the model forgets it too, and its ghost
+        self._forget_ghost(key)
 
 
 class Guard:

@@ -2,11 +2,14 @@
 
     python scripts/parity.py TRACE [--capacities 0.01,0.1] [--policies lru,arc,s3fifo]
     python scripts/parity.py data/traces/gpt.npz --capacity-of peak_live --capacities 0.25,0.5
+    python scripts/parity.py data/traces/gpt.npz --frees   # frees as libCacheSim deletes
 
 The trace (any format ``read_trace`` takes) is written once as oracleGeneral; libCacheSim and
 the pool replay that file at each capacity (bytes, or a fraction of the working set / peak live
 bytes) and every request is compared: a hit on both sides or a miss on both. Prints one row per
-policy and capacity, and the first request that differs, if any. Exit status 0 when every
+policy and capacity, and the first request that differs, if any. With ``--frees`` the trace's
+frees stay: ``Pool.free`` in the pool, ``remove`` (a delete) in libCacheSim, both sides fed the
+trace's rows directly (all policies but Belady and SLRU; see ``policies.parity.FREES_UNSERVED``). Exit status 0 when every
 policy but LIRS agrees on every request (LIRS is expected within about 1.5% of the misses; see
 ``policies/parity.py``), 1 otherwise, 2 on bad input. Needs ``pip install libcachesim``.
 """
@@ -39,7 +42,7 @@ def _list(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from policies.parity import EXACT, LCS_INIT
+    from policies.parity import EXACT, FREES_UNSERVED, LCS_INIT
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", type=Path, help="trace file")
@@ -48,9 +51,14 @@ def main(argv: list[str] | None = None) -> int:
                     default=[0.01, 0.1],
                     help="comma-separated: bytes (integers) or fractions of --capacity-of in (0, 1]")
     ap.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
-    ap.add_argument("--policies", type=_list, default=list(LCS_INIT),
-                    help=f"comma-separated, from {','.join(LCS_INIT)} (default: all)")
+    ap.add_argument("--policies", type=_list, default=None,
+                    help=f"comma-separated, from {','.join(LCS_INIT)} (default: all; with --frees "
+                         "all that libCacheSim can delete from)")
+    ap.add_argument("--frees", action="store_true",
+                    help="keep the trace's frees: Pool.free here, libCacheSim's remove there")
     args = ap.parse_args(argv)
+    if args.policies is None:
+        args.policies = [p for p in LCS_INIT if not (args.frees and p in FREES_UNSERVED)]
     try:
         from envs.evaluation import check_capacities, resolve_capacity
         from policies.parity import compare
@@ -58,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         check_capacities("--capacities", args.capacities)
         trace = read_trace(args.path, args.format)
         caps = [resolve_capacity(c, trace, "bytes", args.capacity_of) for c in args.capacities]
-        rows = compare(trace, args.policies, caps)
+        rows = compare(trace, args.policies, caps, frees=args.frees)
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{args.path}: {rows[0].requests if rows else 0} requests (frees dropped)")
+    print(f"{args.path}: {rows[0].requests if rows else 0} requests "
+          f"({'frees as libCacheSim deletes' if args.frees else 'frees dropped'})")
     print(f"{'policy':<8} {'capacity':>12} {'miss ratio':>10} {'libCacheSim':>11} "
           f"{'byte misses':>13} {'libCacheSim':>13} {'differ':>7}")
     failed = 0

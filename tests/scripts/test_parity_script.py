@@ -101,3 +101,16 @@ def test_missing_libcachesim_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(builtins, "__import__", no_lcs)
     with pytest.raises(ConfigError, match=r"pip install libcachesim"):
         parity.compare(generate("zipf", seed=0, n_requests=50), ["lru"], [1000])
+
+
+def test_script_with_frees(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--frees`` keeps a trace's frees (libCacheSim deletes); its default policies leave out
+    the two libCacheSim cannot delete from, and naming one is bad input."""
+    p = ROOT / "data" / "traces" / "gpt.npz"
+    script = _script()
+    assert script.main([str(p), "--frees", "--capacity-of", "peak_live", "--capacities", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "frees as libCacheSim deletes" in out and "agree on every request: 8 of 8" in out
+    assert "belady" not in out and "slru" not in out and "lirs" in out
+    assert script.main([str(p), "--frees", "--policies", "lru,belady"]) == 2
+    assert "no comparison with frees for ['belady']" in capsys.readouterr().err
