@@ -404,6 +404,8 @@ class Observed(EvictionPolicyBase):
         self.policy = policy
         self.tracker = tracker if tracker is not None else FeatureTracker()
         self.name = f"observed-{policy.name}"
+        # the policy's optional hook for frees of evicted objects (policies.base), or None
+        self.on_free_untracked = getattr(policy, "on_free_untracked", None)
 
     def victim(self, view: PoolView) -> int | None:
         return self.policy.victim(view)

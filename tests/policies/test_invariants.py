@@ -39,6 +39,7 @@ class Checked:
         self.name = inner.name
         self.tracked: set[int] = set()
         self.victims = 0
+        self.untracked_frees = 0
 
     def victim(self, view: PoolView) -> int | None:
         k = self.inner.victim(view)
@@ -70,6 +71,13 @@ class Checked:
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracked.remove(key)
         self.inner.on_free(view, key)
+
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        assert key not in self.tracked, f"{self.name}: untracked free of tracked {key}"
+        self.untracked_frees += 1
+        hook = getattr(self.inner, "on_free_untracked", None)
+        if hook is not None:
+            hook(view, key)
 
 
 def mixed_trace(seed: int = 0, n: int = 1500, n_objects: int = 120) -> Trace:
@@ -130,6 +138,12 @@ def test_invariants_bytes_with_pins_and_frees(name: str) -> None:
     pool = Pool(150_000, checked, placement="bytes", oversize="bypass")
     drive(pool, checked, trace)
     assert checked.victims > 100  # the workload really evicts
+    assert checked.untracked_frees > 5  # and frees objects it evicted (on_free_untracked)
+    p = checked.inner
+    for q in ("t1", "t2", "b1", "b2", "ghost", "small", "main"):  # byte counts of ARC / S3-FIFO queues
+        if isinstance(getattr(p, q, None), dict):
+            sizes = p._size if q in ("small", "main") else getattr(p, q)
+            assert getattr(p, f"{q}_bytes") == sum(sizes[k] for k in getattr(p, q)), f"{name}: {q}"
 
 
 @pytest.mark.parametrize("name", EVICTION_NAMES)
