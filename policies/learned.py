@@ -353,9 +353,10 @@ class Guard:
     soon as it trails LRU's shadow by more than ``abort`` hits (default: four times a whole
     window's allowance, at least 16), so that a workload the policy does badly on costs a few
     dozen misses per trial rather than a window's worth. S3-FIFO needs a whole window lost by
-    its wider margin: its decisions first evict what its model no longer holds (so the pool
-    converges to the model's content), which costs misses after each hand-over, and its hits
-    come in bursts on loops and scans where the learned policy is ahead over a whole window.
+    its wider margin: its decisions first evict what its model no longer holds, and the pool
+    admits only what the model admits (:meth:`admit`), so that the pool converges to the
+    model's content, which costs misses after each hand-over; and its hits come in bursts on
+    loops and scans where the learned policy is ahead over a whole window.
     LRU's decisions come from the policy's tracker (the pool's LRU order).
 
     ``expert`` says who decides now (``None``: the learned policy); ``lru_windows`` counts the
@@ -400,6 +401,13 @@ class Guard:
     def _model_hits(self) -> int:
         m = self.model
         return 0 if m is None else (m.model_requests - m.model_misses) - self._model_hits0
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        """Whether the pool admits a missed object: while S3-FIFO decides, what its model took
+        in (it refuses objects of at least its small queue's size, as libCacheSim's does), so
+        that the pool holds what S3-FIFO would; otherwise always."""
+        m = self.model
+        return self.expert != "s3fifo" or m is None or m.admit(view, key, size)
 
     def victim(self, view: PoolView, tracker: Any) -> int | None:
         """The deciding heuristic's victim."""
@@ -532,6 +540,7 @@ class LearnedPolicy(EvictionPolicyBase):
         if self.guard is None:
             self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
             self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
+            self.admit = None  # type: ignore[method-assign, assignment]  # the pool admits every miss
         if self.guard is None or self.guard.model is None:
             self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         self.decisions = 0
@@ -614,6 +623,11 @@ class LearnedPolicy(EvictionPolicyBase):
         """A freed object the pool held in host memory only: the guard's shadow caches may
         still hold it (they are not told whom the pool evicts) and must drop it."""
         self.guard.free(view, key)  # type: ignore[union-attr]
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        """The pool's admission question (``policies.base``), asked after ``on_miss``: the
+        guard's answer (:meth:`Guard.admit`)."""
+        return self.guard.admit(view, key, size)  # type: ignore[union-attr]
 
     def on_insert(self, view: PoolView, key: int) -> None:
         self.tracker.on_insert(view, key)

@@ -593,3 +593,25 @@ def test_compiled_decisions_equal_the_reference_with_pins_and_copies_in_flight(t
     assert len(evicted[True]) > 1000 and evicted[True] == evicted[False]
     assert len(handed) > 50  # the hand-over was exercised (rule "sample": after the first draw)
     assert (False in handed) == (rule == "sample")
+
+
+def test_guard_admits_what_s3fifo_admits_while_it_decides(policy_file):
+    """While S3-FIFO decides, the pool admits a missed object only if S3-FIFO's model took it
+    in (it refuses objects of at least its small queue's size); while the network or LRU
+    decides, every miss is admitted; a policy without a guard asks nothing."""
+    assert Pool(1 << 20, LearnedPolicy.load(policy_file, guard=False))._admit is None
+    guard = Guard()
+    pol = LearnedPolicy(LearnedPolicy.load(policy_file).scorer, LearnedPolicy.load(policy_file).header,
+                        guard=guard)
+    pool = Pool(100 * 4096, pol, placement="bytes", oversize="bypass")
+    for k in range(200):
+        pool.access(k, 4096)
+    big = 20 * 4096  # above S3-FIFO's small queue (10% of the capacity)
+    for expert, admitted in ((None, True), ("lru", True), ("s3fifo", False)):
+        guard.expert = expert
+        key = 1000 + len(str(expert))
+        pool.access(key, big)
+        assert (pool.state(key) == "device") is admitted, expert
+    guard.expert = "s3fifo"
+    pool.access(2000, 4096)  # a small new object enters S3-FIFO's small queue: admitted
+    assert pool.state(2000) == "device" and guard.model is not None and guard.model._resident(2000)
