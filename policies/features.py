@@ -404,7 +404,10 @@ class Observed(EvictionPolicyBase):
         self.policy = policy
         self.tracker = tracker if tracker is not None else FeatureTracker()
         self.name = f"observed-{policy.name}"
-        # the policy's optional hook for frees of evicted objects (policies.base), or None
+        # the policy's optional methods (policies.base), or None: admission, evictions of its
+        # own (a model's, such as S3-FIFO's or SLRU's), frees of objects it had evicted
+        self.admit = getattr(policy, "admit", None)
+        self.pending_evictions = getattr(policy, "pending_evictions", None)
         self.on_free_untracked = getattr(policy, "on_free_untracked", None)
 
     def victim(self, view: PoolView) -> int | None:

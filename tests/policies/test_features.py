@@ -600,3 +600,24 @@ def test_c_pack_of_candidates_in_any_state_equals_python(monkeypatch) -> None:
         np.testing.assert_array_equal(c, c2)
         np.testing.assert_array_equal(m, m2)
         np.testing.assert_array_equal(g, g2)
+
+
+@pytest.mark.parametrize("name", ["s3fifo", "slru", "arc"])
+def test_observed_policy_decides_as_alone(name: str) -> None:
+    """Observed (the prefetch environment's non-LRU eviction) forwards the policy's optional
+    methods -- admission, its own evictions, frees of evicted objects -- so the pool decides
+    exactly as with the policy alone (S3-FIFO refuses large objects; SLRU evicts during hits)."""
+    from envs.workloads import generate
+    from policies.registry import make_eviction
+
+    z = generate("zipf", seed=4, n_requests=6000, n_objects=600, size=4096, size_sigma=1.0)
+    cap = int(0.1 * z.working_set_bytes())
+    alone = Pool(cap, make_eviction(name), placement="bytes", oversize="bypass")
+    seen = Pool(cap, Observed(make_eviction(name)), placement="bytes", oversize="bypass")
+    for i, (k, s) in enumerate(zip(z.key.tolist(), z.size.tolist())):
+        assert alone.access(k, s) == seen.access(k, s), f"request {i}"
+        if i % 50 == 49:  # free an object now and then (resident or evicted)
+            alone.free(k)
+            seen.free(k)
+    assert alone.snapshot() == seen.snapshot()
+    assert alone.snapshot().bypasses > 0 or name != "s3fifo"  # the admission was exercised
