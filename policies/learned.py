@@ -334,9 +334,8 @@ class _ModelS3FIFO(S3FIFO):
             self._outside = None
 
     def on_free(self, view: PoolView, key: int) -> None:
-        self.on_evict(view, key)
-        self._remove(key)  # the object is gone: the model forgets it too, and its ghost
-        self._forget_ghost(key)
+        super().on_free(view, key)  # on_evict above, and the object's ghost (S3FIFO.on_free)
+        self._remove(key)  # the object is gone: the model forgets it too
 
 
 class Guard:

@@ -73,18 +73,24 @@ def _libcachesim() -> Any:
     return libcachesim
 
 
-def libcachesim_hits(path: str, policy: str, capacity: int) -> tuple[np.ndarray, int]:
-    """libCacheSim's ``policy`` over the oracleGeneral file ``path`` at ``capacity`` bytes:
-    (whether each request hit, byte misses)."""
-    lcs = _libcachesim()
+def _lcs_cache(policy: str, capacity: int) -> Any:
+    """A libCacheSim cache of ``policy`` (its C ``*_init`` with :data:`LCS_INIT`'s parameters)
+    at ``capacity`` bytes."""
+    _libcachesim()
     from libcachesim import libcachesim_python as c_api
 
     init_name, params = LCS_INIT[policy]
     cc = c_api.CommonCacheParams(cache_size=int(capacity), default_ttl=86400 * 300, hashpower=20,
                                  consider_obj_metadata=False)
     init = getattr(c_api, init_name)
-    cache = init(cc, params) if params else init(cc)
-    get = cache.get
+    return init(cc, params) if params else init(cc)
+
+
+def libcachesim_hits(path: str, policy: str, capacity: int) -> tuple[np.ndarray, int]:
+    """libCacheSim's ``policy`` over the oracleGeneral file ``path`` at ``capacity`` bytes:
+    (whether each request hit, byte misses)."""
+    lcs = _libcachesim()
+    get = _lcs_cache(policy, capacity).get
     hits: list[bool] = []
     byte_misses = 0
     for req in lcs.TraceReader(path, lcs.TraceType.ORACLE_GENERAL_TRACE):
@@ -95,28 +101,28 @@ def libcachesim_hits(path: str, policy: str, capacity: int) -> tuple[np.ndarray,
     return np.array(hits, bool), byte_misses
 
 
-def libcachesim_hits_with_frees(trace: Trace, policy: str, capacity: int) -> np.ndarray:
+def libcachesim_hits_with_frees(trace: Trace, policy: str, capacity: int) -> tuple[np.ndarray, int]:
     """libCacheSim's ``policy`` over ``trace`` in order, each free as libCacheSim's
-    ``cache.remove`` (a delete): whether each request that is not a free hit. Belady is not
-    served (libCacheSim's needs each request's next access time, which only its readers fill)."""
-    _libcachesim()
+    ``cache.remove`` (a delete): (whether each request that is not a free hit, byte misses).
+    Belady is not served (libCacheSim's needs each request's next access time, which only its
+    readers fill)."""
     from libcachesim import libcachesim_python as c_api
 
-    init_name, params = LCS_INIT[policy]
-    cc = c_api.CommonCacheParams(cache_size=int(capacity), default_ttl=86400 * 300, hashpower=20,
-                                 consider_obj_metadata=False)
-    init = getattr(c_api, init_name)
-    cache = init(cc, params) if params else init(cc)
+    cache = _lcs_cache(policy, capacity)
     get, remove, req = cache.get, cache.remove, c_api.Request()
     req.valid = True
     hits: list[bool] = []
+    byte_misses = 0
     for k, s, o in zip(trace.key.tolist(), trace.size.tolist(), trace.op.tolist()):
         if o == Op.FREE:
             remove(k)
-        else:
-            req.obj_id, req.obj_size = k, s
-            hits.append(bool(get(req)))
-    return np.array(hits, bool)
+            continue
+        req.obj_id, req.obj_size = k, s
+        hit = bool(get(req))
+        hits.append(hit)
+        if not hit:
+            byte_misses += s
+    return np.array(hits, bool), byte_misses
 
 
 def pool_hits(trace: Trace, policy: str, capacity: int, frees: bool = False) -> tuple[np.ndarray, Pool, Any]:
@@ -197,31 +203,28 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
             raise ConfigError(f"libCacheSim's {p} cannot run at capacity {min(capacities)} ({why}): "
                               f"give capacities of at least {least} bytes, or leave {p} out")
     _libcachesim()
-    if frees:
-        reads = trace.op != Op.FREE
-        asked = Trace.from_arrays(trace.key[reads], trace.size[reads])  # the requests, for messages
+    with tempfile.TemporaryDirectory(dir=tmp_dir) as d:
+        if frees:  # both sides replay the trace's rows; a free is no request
+            replayed = trace
+            reads = trace.op != Op.FREE
+            asked = Trace.from_arrays(trace.key[reads], trace.size[reads])  # for the messages
+
+            def theirs_of(pol: str, cap: int) -> tuple[np.ndarray, int]:
+                return libcachesim_hits_with_frees(trace, pol, cap)
+        else:
+            path = os.path.join(d, "trace.oracleGeneral")
+            write_oracle_general(trace, path)
+            replayed = asked = read_trace(path, "oracleGeneral")
+
+            def theirs_of(pol: str, cap: int) -> tuple[np.ndarray, int]:
+                return libcachesim_hits(path, pol, cap)
         out = []
         for cap in capacities:
             for pol in policies:
-                theirs = libcachesim_hits_with_frees(trace, pol, int(cap))
-                ours, pool, _ = pool_hits(trace, pol, int(cap), frees=True)
+                theirs, lcs_bytes = theirs_of(pol, int(cap))
+                ours, pool, _ = pool_hits(replayed, pol, int(cap), frees=frees)
                 st = pool.snapshot()
-                lcs_bytes = int(asked.size[~theirs].sum())
                 out.append(ParityResult(
                     pol, int(cap), len(asked), st.misses, int((~theirs).sum()), st.byte_misses,
                     lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, asked)))
-        return out
-    with tempfile.TemporaryDirectory(dir=tmp_dir) as d:
-        path = os.path.join(d, "trace.oracleGeneral")
-        write_oracle_general(trace, path)
-        replayed = read_trace(path, "oracleGeneral")
-        out = []
-        for cap in capacities:
-            for pol in policies:
-                theirs, lcs_bytes = libcachesim_hits(path, pol, int(cap))
-                ours, pool, _ = pool_hits(replayed, pol, int(cap))
-                st = pool.snapshot()
-                out.append(ParityResult(
-                    pol, int(cap), len(replayed), st.misses, int((~theirs).sum()), st.byte_misses,
-                    lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, replayed)))
     return out

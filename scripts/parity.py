@@ -9,9 +9,10 @@ the pool replay that file at each capacity (bytes, or a fraction of the working 
 bytes) and every request is compared: a hit on both sides or a miss on both. Prints one row per
 policy and capacity, and the first request that differs, if any. With ``--frees`` the trace's
 frees stay: ``Pool.free`` in the pool, ``remove`` (a delete) in libCacheSim, both sides fed the
-trace's rows directly (all policies but Belady and SLRU; see ``policies.parity.FREES_UNSERVED``). Exit status 0 when every
-policy but LIRS agrees on every request (LIRS is expected within about 1.5% of the misses; see
-``policies/parity.py``), 1 otherwise, 2 on bad input. Needs ``pip install libcachesim``.
+trace's rows directly (all policies but Belady and SLRU; see ``policies.parity.FREES_UNSERVED``).
+Exit status 0 when every policy but LIRS agrees on every request (LIRS is expected within about
+1.5% of the misses; see ``policies/parity.py``), 1 otherwise, 2 on bad input. Needs
+``pip install libcachesim``.
 """
 
 from __future__ import annotations
