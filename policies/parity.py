@@ -16,8 +16,13 @@ An oracleGeneral file has no frees. ``compare(..., frees=True)`` keeps a trace's
 ``Pool.free`` here and libCacheSim's ``cache.remove`` (a delete) there: on the bundled recorded
 DL traces, which free most tensors (many after the pool evicted them), every policy but Belady
 and SLRU (:data:`FREES_UNSERVED`) then agrees on every request too, LIRS included
-(``tests/policies/test_parity.py``). On generated DL traces ARC can still differ on a few
-requests (6 of 272 in one case; not traced to its cause).
+(``tests/policies/test_parity.py``). ARC can differ where a freed key comes back (a KV-cache
+block id reused, a tensor id recycled): libCacheSim's ``ARC_remove`` of a ghost takes it off
+its list but leaves it in its hash table, so the key's next request is a ghost hit there (``p``
+adapts, the object enters T2, and its bytes come off the ghost size a second time); our ARC
+forgets a freed object's ghost, since the key now names new data. :func:`compare` then replays
+a model of that remove (:class:`_RemoveKeepsGhostARC`) and, when it agrees on every request,
+says so in :attr:`ParityResult.explained` (:data:`FREES_EXPLAINED`).
 """
 
 from __future__ import annotations
@@ -26,17 +31,21 @@ import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from allocator.errors import ConfigError
 from allocator.pool import Pool
 from allocator.trace import Op, Trace
+from policies.adaptive import ARC
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
 
 __all__ = ["LCS_INIT", "LCS_MIN_CAPACITY", "FREES_UNSERVED", "EXACT", "ParityResult",
-           "libcachesim_hits", "libcachesim_hits_with_frees", "pool_hits", "first_difference",
-           "compare"]
+           "FREES_EXPLAINED", "libcachesim_hits", "libcachesim_hits_with_frees", "pool_hits",
+           "first_difference", "compare"]
 
 LCS_INIT: dict[str, tuple[str, str]] = {  # our name -> (libCacheSim init function, parameters)
     "lru": ("LRU_init", ""),
@@ -59,6 +68,10 @@ them first."""
 FREES_UNSERVED: dict[str, str] = {  # policy -> why compare(frees=True) cannot run it
     "belady": "libCacheSim's needs each request's next access time, which only its trace readers set",
     "slru": "libCacheSim's SLRU crashes the process on remove",
+}
+FREES_EXPLAINED: dict[str, str] = {  # policy -> why it can differ with frees, checked by a model
+    "arc": "libCacheSim's ARC_remove leaves a removed ghost in its hash table, so the key's next "
+           "request is a ghost hit there; a model of that remove agrees on every request",
 }
 EXACT = tuple(p for p in LCS_INIT if p != "lirs")
 """The policies that agree with libCacheSim on every request (LIRS: see the module docstring)."""
@@ -125,13 +138,13 @@ def libcachesim_hits_with_frees(trace: Trace, policy: str, capacity: int) -> tup
     return np.array(hits, bool), byte_misses
 
 
-def pool_hits(trace: Trace, policy: str, capacity: int, frees: bool = False) -> tuple[np.ndarray, Pool, Any]:
-    """cachegym's ``policy`` over ``trace``'s requests at ``capacity`` bytes: (whether each
-    request hit, the pool, the policy). Ops are ignored, as in an oracleGeneral file; with
-    ``frees``, a free is ``Pool.free`` and is no request."""
+def pool_hits(trace: Trace, policy: str | Any, capacity: int, frees: bool = False) -> tuple[np.ndarray, Pool, Any]:
+    """cachegym's ``policy`` (a name, or a policy object) over ``trace``'s requests at
+    ``capacity`` bytes: (whether each request hit, the pool, the policy). Ops are ignored, as
+    in an oracleGeneral file; with ``frees``, a free is ``Pool.free`` and is no request."""
     from policies.registry import make_eviction
 
-    p = make_eviction(policy, trace=trace)
+    p = make_eviction(policy, trace=trace) if isinstance(policy, str) else policy
     pool = Pool(int(capacity), p, placement="bytes", oversize="bypass")
     access, free = pool.access, pool.free
     if not frees:
@@ -144,6 +157,64 @@ def pool_hits(trace: Trace, policy: str, capacity: int, frees: bool = False) -> 
             else:
                 hits.append(access(k, s))
     return np.array(hits, bool), pool, p
+
+
+def _c_ratio(a: int, b: int) -> float:
+    """libCacheSim's ``MAX((double)a / b, 1)`` as C computes it: x / 0 is +inf for x > 0 and NaN
+    for 0 (which ``MAX``'s ``>`` turns into 1), -inf for x < 0."""
+    if b == 0:
+        return float("inf") if a > 0 else 1.0
+    return max(a / b, 1.0)
+
+
+class _RemoveKeepsGhostARC(ARC):
+    """ARC with libCacheSim's ``ARC_remove`` of a ghost, for :func:`compare` to check that an
+    ARC difference with frees comes from it alone: the removed ghost leaves its list and its
+    bytes leave the ghost size, but it stays in libCacheSim's hash table (``removed``: key ->
+    (list 1 or 2, size)), so the key's next request is a ghost hit of that list -- ``p`` adapts
+    with the ghost sizes as they are, the size comes off them again, and the object enters T2
+    -- after which it is gone from the table. Not a policy to run: a freed key names new data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removed: dict[int, tuple[int, int]] = {}
+
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        for lid, q in ((1, self.b1), (2, self.b2)):
+            if key in q:
+                self.removed[key] = (lid, q[key])
+        super().on_free_untracked(view, key)
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.removed.pop(key, None)
+        super().on_hit(view, key)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        """ARC.on_miss, with a removed ghost's hit, and C's division (the double subtraction
+        can leave a ghost size at 0 or below while the list still holds ghosts)."""
+        old = self.removed.pop(key, None)
+        self._n_req += 1
+        self._incoming = view.size(key)
+        if key in self.b1:
+            lid, size = 1, self.b1.pop(key)
+        elif key in self.b2:
+            lid, size = 2, self.b2.pop(key)
+        elif old is not None:
+            lid, size = old
+        else:
+            return  # a miss on all queues leaves the ghost flags as they were
+        self._ghost_req = self._n_req
+        if lid == 1:
+            self._in_b1, self._in_b2 = True, False
+            self.p = min(self.p + _c_ratio(self.b2_bytes, self.b1_bytes), float(view.capacity))
+            self.b1_bytes -= size
+        else:
+            self._in_b1, self._in_b2 = False, True
+            self.p = max(self.p - _c_ratio(self.b1_bytes, self.b2_bytes), 0.0)
+            self.b2_bytes -= size
+
+
+_EXPLAINED_MODELS: dict[str, type[ARC]] = {"arc": _RemoveKeepsGhostARC}
 
 
 def first_difference(ours: np.ndarray, theirs: np.ndarray, trace: Trace) -> str:
@@ -168,6 +239,7 @@ class ParityResult:
     lcs_byte_misses: int
     differing: int         # requests that are a hit on one side and a miss on the other
     first: str             # first_difference's words, '' when none
+    explained: str = ""    # with frees: FREES_EXPLAINED's reason, when its model agrees exactly
 
     @property
     def agrees(self) -> bool:
@@ -182,7 +254,10 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
     writes as requests: :func:`envs.workloads.formats.write_oracle_general`).
 
     ``frees``: the trace's frees stay, as ``Pool.free`` here and libCacheSim's ``remove`` (a
-    delete) there, both sides fed the trace's rows directly (:data:`FREES_UNSERVED` cannot)."""
+    delete) there, both sides fed the trace's rows directly (:data:`FREES_UNSERVED` cannot). A
+    policy of :data:`FREES_EXPLAINED` that differs is replayed once more as the model of
+    libCacheSim's remove; the row's ``explained`` says why when that model agrees on every
+    request (the row still does not ``agree``)."""
     from envs.workloads.formats import read_trace, write_oracle_general
 
     unknown = [p for p in policies if p not in LCS_INIT]
@@ -224,7 +299,13 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
                 theirs, lcs_bytes = theirs_of(pol, int(cap))
                 ours, pool, _ = pool_hits(replayed, pol, int(cap), frees=frees)
                 st = pool.snapshot()
-                out.append(ParityResult(
+                row = ParityResult(
                     pol, int(cap), len(asked), st.misses, int((~theirs).sum()), st.byte_misses,
-                    lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, asked)))
+                    lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, asked))
+                if frees and pol in FREES_EXPLAINED and not row.agrees:
+                    model, mpool, _ = pool_hits(replayed, _EXPLAINED_MODELS[pol](), int(cap), frees=True)
+                    ms = mpool.snapshot()
+                    if (model == theirs).all() and (ms.misses, ms.byte_misses) == (row.lcs_misses, lcs_bytes):
+                        row.explained = FREES_EXPLAINED[pol]
+                out.append(row)
     return out

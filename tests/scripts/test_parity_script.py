@@ -114,3 +114,15 @@ def test_script_with_frees(capsys: pytest.CaptureFixture[str]) -> None:
     assert "belady" not in out and "slru" not in out and "lirs" in out
     assert script.main([str(p), "--frees", "--policies", "lru,belady"]) == 2
     assert "no comparison with frees for ['belady']" in capsys.readouterr().err
+
+
+def test_script_with_frees_explains_arc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A generated KV cache reuses freed block ids: ARC differs there (libCacheSim's remove
+    keeps the ghost), the script says why and still exits 0, as the model agrees."""
+    p = tmp_path / "kv.npz"
+    generate("llm_kv_cache", seed=0, n_steps=120).save(p)
+    assert _script().main([str(p), "--frees", "--capacity-of", "peak_live", "--capacities", "0.2",
+                           "--policies", "lru,arc"]) == 0
+    out = capsys.readouterr().out
+    assert "requests differ" in out and "ARC_remove leaves a removed ghost" in out
+    assert "agree on every request: 1 of 2 (policy, capacity) pairs; 1 differ as explained" in out
