@@ -1,14 +1,15 @@
 """Compiled whole-trace replay: an accelerator of :meth:`Pool.replay`, never a second model.
 
-:func:`replay_fast` replays a trace with LRU, FIFO, LFU or Belady through one numba kernel that
-takes the same decisions as the pool's access loop driven by the policy classes in
-:mod:`policies`, request by request (tests/allocator/test_fastreplay.py proves it: hit/miss
-sequence, eviction victims, every counter of :class:`~allocator.stats.PoolStats`). It applies
-only where the pool path is plain: byte-accounting placement, no prefetcher, no backend, no
-hook, nothing pinned. The timing model (a :class:`~allocator.cost.Preset`) is reproduced exactly:
-demand fetches queue on the h2d engine and stall compute, dirty victims are written back on the
-d2h engine and their space returns only when that copy completes, write-through copies every
-write. Where it does not apply it returns ``None`` and the caller uses :meth:`Pool.replay`.
+:func:`replay_fast` replays a trace with LRU, FIFO, CLOCK, SIEVE, LFU, ARC or Belady (with
+their registry parameters) through one numba kernel that takes the same decisions as the
+pool's access loop driven by the policy classes in :mod:`policies`, request by request
+(tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction victims, every
+counter of :class:`~allocator.stats.PoolStats`). It applies only where the pool path is plain:
+byte-accounting placement, no prefetcher, no backend, no hook, nothing pinned. The timing model
+(a :class:`~allocator.cost.Preset`) is reproduced exactly: demand fetches queue on the h2d
+engine and stall compute, dirty victims are written back on the d2h engine and their space
+returns only when that copy completes, write-through copies every write. Where it does not
+apply it returns ``None`` and the caller uses :meth:`Pool.replay`.
 
 Objects are dense ids over the trace's keys (the pool's table is keyed by key; a free drops the
 record, and a later access to the same key creates a new object, as in the pool). Belady reads
@@ -33,15 +34,17 @@ from numba import njit
 from allocator.cost import CostModel, Preset, get_preset
 from allocator.stats import PoolStats
 from allocator.trace import Trace
+from policies.classic import CLOCK
 
 __all__ = ["FAST_POLICIES", "FastReplay", "replay_fast", "fast_applicable", "warm_up"]
 
 log = logging.getLogger(__name__)
 
-FAST_POLICIES = ("lru", "fifo", "lfu", "belady")
-"""Eviction policies the kernel reproduces (registry names)."""
+FAST_POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "belady", "arc")
+"""Eviction policies the kernel reproduces (registry names, with their registry parameters)."""
 
-_LRU, _FIFO, _LFU, _BELADY = 0, 1, 2, 3
+_LRU, _FIFO, _CLOCK, _SIEVE, _LFU, _BELADY, _ARC = range(7)  # FAST_POLICIES.index
+_CLOCK_MAX, _CLOCK_INIT = CLOCK().max_freq, CLOCK().init_freq  # the registry's CLOCK
 
 # object states (as allocator.pool, plus ABSENT: no record for the key)
 _ABSENT, _HOST, _DEVICE, _D2H = 0, 1, 2, 3
@@ -221,10 +224,30 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     # LFU (as policies.classic.LFU): one such list per frequency f (bucket f, in the order its
     # objects reached f), the non-empty buckets linked in ascending order (bnext/bprev from
     # bmin); the victim is the head of bucket bmin.
+    # CLOCK (policies.classic.CLOCK): that list, oldest first, with a counter per object (cnt);
+    # a victim search moves counted objects to the tail. SIEVE (policies.classic.SIEVE): that
+    # list, oldest first; hand = -1 (start at the head) or an object; vis: the visited bits.
     prv = np.full(n_ids, -1, np.int64)
     nxl = np.full(n_ids, -1, np.int64)
     head = -1
     tail = -1
+    cnt = np.zeros(n_ids if policy == _CLOCK else 1, np.int64)
+    vis = np.zeros(n_ids if policy == _SIEVE else 1, np.bool_)
+    hand = -1
+    # ARC (policies.adaptive.ARC): lists 1 = T1, 2 = T2, 3 = B1, 4 = B2 through prv/nxl (heads
+    # lh, the next to leave; tails lt), lid[id] the list an object is on (0: none), asz[id] its
+    # size there; the lists' bytes, the target p of T1 and the ghost-hit flags in locals
+    lid = np.zeros(n_ids if policy == _ARC else 1, np.int8)
+    asz = np.zeros(n_ids if policy == _ARC else 1, np.int64)
+    lh = np.full(5, -1, np.int64)
+    lt = np.full(5, -1, np.int64)
+    t1b = t2b = b1b = b2b = 0
+    arc_p = 0.0
+    in_b1 = in_b2 = False
+    n_req = 0
+    ghost_req = -1
+    incoming = 1
+    trim = 0  # the victim's plan: 0 none, 1 trim B1, 2 trim B2, 3 drop (no ghost)
     nb = n_freq if policy == _LFU else 1
     freq = np.zeros(n_ids if policy == _LFU else 1, np.int64)
     bhead = np.full(nb, -1, np.int64)
@@ -271,7 +294,9 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             if state[k] == _DEVICE:
                 n_evictable -= 1
                 # policy.on_free
-                if policy <= _FIFO:
+                if policy <= _SIEVE:
+                    if policy == _SIEVE and hand == k:
+                        hand = nxl[k]
                     p, q = prv[k], nxl[k]
                     if p >= 0:
                         nxl[p] = q
@@ -300,6 +325,22 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                             bmin = q
                         if q >= 0:
                             bprev[q] = p
+                elif policy == _ARC:
+                    L = lid[k]
+                    p, q = prv[k], nxl[k]  # k out of list L
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        lh[L] = q
+                    if q >= 0:
+                        prv[q] = p
+                    else:
+                        lt[L] = p
+                    if L == 1:
+                        t1b -= asz[k]
+                    else:
+                        t2b -= asz[k]
+                    lid[k] = 0
                 # (Belady: the entry dies with the object's state)
                 # _release_block
                 done = busy[k]
@@ -310,6 +351,22 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     used -= nbytes[k]
                 nbytes[k] = 0
+            elif policy == _ARC and lid[k] >= 3:  # policy.on_free_untracked: the ghost goes
+                L = lid[k]
+                p, q = prv[k], nxl[k]  # k out of list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                if L == 3:
+                    b1b -= asz[k]
+                else:
+                    b2b -= asz[k]
+                lid[k] = 0
             state[k] = _ABSENT
             continue
         w = op[i] == 1
@@ -379,6 +436,36 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                         bmin = q
                     if q >= 0:
                         bprev[q] = p
+            elif policy == _CLOCK:
+                if cnt[k] < _CLOCK_MAX:
+                    cnt[k] += 1
+            elif policy == _SIEVE:
+                vis[k] = True
+            elif policy == _ARC:
+                n_req += 1
+                in_b1 = in_b2 = False
+                L = lid[k]
+                p, q = prv[k], nxl[k]
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                if L == 1:
+                    t1b -= asz[k]
+                    t2b += asz[k]
+                    lid[k] = 2
+                t = lt[2]
+                prv[k] = t
+                nxl[k] = -1
+                if t >= 0:
+                    nxl[t] = k
+                else:
+                    lh[2] = k
+                lt[2] = k
             elif policy == _BELADY:
                 if hn == hcap:
                     stamp += 1
@@ -432,6 +519,30 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             state[k] = _HOST
             dirty[k] = False
             busy[k] = 0
+        if policy == _ARC:  # policy.on_miss: a ghost hit adapts p
+            n_req += 1
+            incoming = s
+            L = lid[k]
+            if L >= 3:
+                ghost_req = n_req
+                if L == 3:
+                    in_b1, in_b2 = True, False
+                    arc_p = min(arc_p + max(b2b / b1b, 1.0), float(capacity))
+                    b1b -= asz[k]
+                else:
+                    in_b1, in_b2 = False, True
+                    arc_p = max(arc_p - max(b1b / b2b, 1.0), 0.0)
+                    b2b -= asz[k]
+                p, q = prv[k], nxl[k]  # k out of list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                lid[k] = 0
         if s > capacity:
             n_bypass += 1
             if record:
@@ -458,8 +569,42 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             # policy.victim
             if policy <= _FIFO:
                 v = head
+            elif policy == _CLOCK:
+                while cnt[head] >= 1:  # a counted object: one less, to the tail
+                    v = head
+                    cnt[v] -= 1
+                    if v != tail:
+                        head = nxl[v]
+                        prv[head] = -1
+                        prv[v] = tail
+                        nxl[v] = -1
+                        nxl[tail] = v
+                        tail = v
+                v = head
+            elif policy == _SIEVE:
+                v = head if hand < 0 else hand
+                while vis[v]:  # the hand clears visited bits, towards the newest, wrapping
+                    vis[v] = False
+                    v = nxl[v]
+                    if v < 0:
+                        v = head
+                hand = v
             elif policy == _LFU:
                 v = bhead[bmin]
+            elif policy == _ARC:  # ARC._plan: the ghost to trim first, the list to evict from
+                src = 1 if ((t1b > 0 and (t1b > arc_p or (t1b == arc_p and in_b2))) or t2b == 0) else 2
+                trim = 0
+                if not (ghost_req == n_req and (in_b1 or in_b2)):
+                    if t1b + b1b + incoming > capacity:
+                        if b1b > 0:
+                            trim = 1
+                        else:
+                            trim, src = 3, 1
+                    elif t1b + b1b + t2b + b2b >= 2 * capacity and b2b > 0:
+                        trim = 2
+                v = lh[src]
+                if v < 0:
+                    v = lh[3 - src]
             else:
                 while True:
                     x = -heap[0]
@@ -474,7 +619,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             # _evict
             n_evict += 1
             n_evictable -= 1
-            if policy <= _FIFO:  # policy.on_evict
+            if policy <= _CLOCK:  # policy.on_evict (v heads the list)
                 q = nxl[v]
                 head = q
                 if q >= 0:
@@ -495,6 +640,82 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                     if q >= 0:
                         bprev[q] = -1
                 nxl[v] = -1
+            elif policy == _SIEVE:  # the hand rests on the next newer object
+                p, q = prv[v], nxl[v]
+                hand = q
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    head = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    tail = p
+            elif policy == _ARC:  # the planned ghost trimmed, v to its ghost list (or dropped)
+                if trim == 1:
+                    g = lh[3]
+                    p, q = prv[g], nxl[g]  # g out of list 3
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        lh[3] = q
+                    if q >= 0:
+                        prv[q] = p
+                    else:
+                        lt[3] = p
+                    b1b -= asz[g]
+                    lid[g] = 0
+                elif trim == 2:
+                    g = lh[4]
+                    p, q = prv[g], nxl[g]  # g out of list 4
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        lh[4] = q
+                    if q >= 0:
+                        prv[q] = p
+                    else:
+                        lt[4] = p
+                    b2b -= asz[g]
+                    lid[g] = 0
+                L = lid[v]
+                p, q = prv[v], nxl[v]  # v out of list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                if L == 1:
+                    t1b -= asz[v]
+                else:
+                    t2b -= asz[v]
+                if trim == 3:
+                    lid[v] = 0
+                elif L == 1:
+                    p = lt[3]  # v onto list 3's tail
+                    prv[v] = p
+                    nxl[v] = -1
+                    if p >= 0:
+                        nxl[p] = v
+                    else:
+                        lh[3] = v
+                    lt[3] = v
+                    lid[v] = 3
+                    b1b += asz[v]
+                else:
+                    p = lt[4]  # v onto list 4's tail
+                    prv[v] = p
+                    nxl[v] = -1
+                    if p >= 0:
+                        nxl[p] = v
+                    else:
+                        lh[4] = v
+                    lt[4] = v
+                    lid[v] = 4
+                    b2b += asz[v]
             else:
                 hn = _pk_pop(heap, hn)
             if dirty[v]:
@@ -543,7 +764,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
         state[k] = _DEVICE
         n_evictable += 1
         # policy.on_insert
-        if policy <= _FIFO:
+        if policy <= _SIEVE:
             prv[k] = tail
             nxl[k] = -1
             if tail >= 0:
@@ -551,6 +772,36 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             else:
                 head = k
             tail = k
+            if policy == _CLOCK:
+                cnt[k] = _CLOCK_INIT
+            elif policy == _SIEVE:
+                vis[k] = False
+        elif policy == _ARC:  # (a ghost of k left at its miss already)
+            asz[k] = s
+            if ghost_req == n_req and (in_b1 or in_b2):
+                p = lt[2]  # k onto list 2's tail
+                prv[k] = p
+                nxl[k] = -1
+                if p >= 0:
+                    nxl[p] = k
+                else:
+                    lh[2] = k
+                lt[2] = k
+                lid[k] = 2
+                t2b += s
+                in_b1 = in_b2 = False
+                ghost_req = -1
+            else:
+                p = lt[1]  # k onto list 1's tail
+                prv[k] = p
+                nxl[k] = -1
+                if p >= 0:
+                    nxl[p] = k
+                else:
+                    lh[1] = k
+                lt[1] = k
+                lid[k] = 1
+                t1b += s
         elif policy == _LFU:
             if bhead[1] < 0:  # bucket 1 enters the chain at its front
                 q = bmin

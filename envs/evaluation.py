@@ -6,8 +6,8 @@
 ``@hydra.main`` wrapper. One row per run, columns :data:`COLUMNS` (first) plus a few extra.
 
 Every run drives the pool's one access loop (:meth:`Pool.replay`) with a policy from
-:mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, LFU, Belady; byte
-placement; no prefetcher), the compiled kernel :func:`allocator.fastreplay.replay_fast`, which is
+:mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, CLOCK, SIEVE, LFU,
+ARC, Belady; byte placement; no prefetcher), the compiled kernel :func:`allocator.fastreplay.replay_fast`, which is
 proven to take the same decisions (``fast`` column says which ran; ``eval.fast=false`` forces
 the pool). Decision latency (time in ``policy.victim`` per eviction, through
 :class:`TimedPolicy`) is measured on pool runs only; fast runs leave it blank.

@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
-POLICIES = ("lru", "fifo", "lfu", "belady")
-LCS_NAMES = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "belady": "Belady"}
+POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "arc", "belady")
+# libCacheSim's classes; Clock's defaults (n_bit_counter=1, init_freq=0) are the registry's
+LCS_NAMES = {"lru": "LRU", "fifo": "FIFO", "clock": "Clock", "sieve": "Sieve", "lfu": "LFU",
+             "arc": "ARC", "belady": "Belady"}
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

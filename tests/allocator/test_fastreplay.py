@@ -148,7 +148,7 @@ def test_replay_equals_pool_replay_method() -> None:
 
 def test_not_applicable_returns_none() -> None:
     trace = gen_trace(4, n=200)
-    assert replay_fast(trace, 5_000, "arc") is None
+    assert replay_fast(trace, 5_000, "s3fifo") is None
     assert replay_fast(trace, 5_000, "lru", placement="arena") is None
     assert replay_fast(trace, 5_000, "lru", prefetch="next") is None
     # an object larger than the pool with oversize="error": the pool must raise, not the kernel

@@ -76,7 +76,7 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
         assert by[("belady", cap)]["normalized_hit_rate"] == 1.0
         assert all(by[(p, cap)]["misses"] >= by[("belady", cap)]["misses"] for p, _ in by)
         # pool runs carry decision latencies; compiled runs leave them blank
-        assert by[("arc", cap)]["decision_p50_us"] > 0 and not by[("arc", cap)]["fast"]
+        assert by[("s3fifo", cap)]["decision_p50_us"] > 0 and not by[("s3fifo", cap)]["fast"]
         assert math.isnan(by[("lru", cap)]["decision_p50_us"]) and by[("lru", cap)]["fast"]
     with open(tmp_path / "results.json") as f:
         js = json.load(f)
