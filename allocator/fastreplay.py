@@ -291,6 +291,26 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             n_free += 1
             if record:
                 outcome[i] = FREE
+            if policy == _ARC and lid[k] > 0:  # on_free (T1, T2) or on_free_untracked (B1, B2)
+                L = lid[k]
+                p, q = prv[k], nxl[k]  # k out of list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                if L == 1:
+                    t1b -= asz[k]
+                elif L == 2:
+                    t2b -= asz[k]
+                elif L == 3:
+                    b1b -= asz[k]
+                else:
+                    b2b -= asz[k]
+                lid[k] = 0
             if state[k] == _DEVICE:
                 n_evictable -= 1
                 # policy.on_free
@@ -325,22 +345,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                             bmin = q
                         if q >= 0:
                             bprev[q] = p
-                elif policy == _ARC:
-                    L = lid[k]
-                    p, q = prv[k], nxl[k]  # k out of list L
-                    if p >= 0:
-                        nxl[p] = q
-                    else:
-                        lh[L] = q
-                    if q >= 0:
-                        prv[q] = p
-                    else:
-                        lt[L] = p
-                    if L == 1:
-                        t1b -= asz[k]
-                    else:
-                        t2b -= asz[k]
-                    lid[k] = 0
                 # (Belady: the entry dies with the object's state)
                 # _release_block
                 done = busy[k]
@@ -351,22 +355,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     used -= nbytes[k]
                 nbytes[k] = 0
-            elif policy == _ARC and lid[k] >= 3:  # policy.on_free_untracked: the ghost goes
-                L = lid[k]
-                p, q = prv[k], nxl[k]  # k out of list L
-                if p >= 0:
-                    nxl[p] = q
-                else:
-                    lh[L] = q
-                if q >= 0:
-                    prv[q] = p
-                else:
-                    lt[L] = p
-                if L == 3:
-                    b1b -= asz[k]
-                else:
-                    b2b -= asz[k]
-                lid[k] = 0
             state[k] = _ABSENT
             continue
         w = op[i] == 1
@@ -652,31 +640,22 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     tail = p
             elif policy == _ARC:  # the planned ghost trimmed, v to its ghost list (or dropped)
-                if trim == 1:
-                    g = lh[3]
-                    p, q = prv[g], nxl[g]  # g out of list 3
+                if trim == 1 or trim == 2:
+                    G = trim + 2  # B1 or B2
+                    g = lh[G]
+                    p, q = prv[g], nxl[g]  # g out of list G
                     if p >= 0:
                         nxl[p] = q
                     else:
-                        lh[3] = q
+                        lh[G] = q
                     if q >= 0:
                         prv[q] = p
                     else:
-                        lt[3] = p
-                    b1b -= asz[g]
-                    lid[g] = 0
-                elif trim == 2:
-                    g = lh[4]
-                    p, q = prv[g], nxl[g]  # g out of list 4
-                    if p >= 0:
-                        nxl[p] = q
+                        lt[G] = p
+                    if G == 3:
+                        b1b -= asz[g]
                     else:
-                        lh[4] = q
-                    if q >= 0:
-                        prv[q] = p
-                    else:
-                        lt[4] = p
-                    b2b -= asz[g]
+                        b2b -= asz[g]
                     lid[g] = 0
                 L = lid[v]
                 p, q = prv[v], nxl[v]  # v out of list L
@@ -694,28 +673,21 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                     t2b -= asz[v]
                 if trim == 3:
                     lid[v] = 0
-                elif L == 1:
-                    p = lt[3]  # v onto list 3's tail
-                    prv[v] = p
-                    nxl[v] = -1
-                    if p >= 0:
-                        nxl[p] = v
-                    else:
-                        lh[3] = v
-                    lt[3] = v
-                    lid[v] = 3
-                    b1b += asz[v]
                 else:
-                    p = lt[4]  # v onto list 4's tail
+                    G = L + 2  # T1's ghosts go to B1, T2's to B2
+                    p = lt[G]  # v onto list G's tail
                     prv[v] = p
                     nxl[v] = -1
                     if p >= 0:
                         nxl[p] = v
                     else:
-                        lh[4] = v
-                    lt[4] = v
-                    lid[v] = 4
-                    b2b += asz[v]
+                        lh[G] = v
+                    lt[G] = v
+                    lid[v] = G
+                    if G == 3:
+                        b1b += asz[v]
+                    else:
+                        b2b += asz[v]
             else:
                 hn = _pk_pop(heap, hn)
             if dirty[v]:
@@ -778,30 +750,23 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 vis[k] = False
         elif policy == _ARC:  # (a ghost of k left at its miss already)
             asz[k] = s
+            L = 1  # T1, or T2 right after a ghost hit
             if ghost_req == n_req and (in_b1 or in_b2):
-                p = lt[2]  # k onto list 2's tail
-                prv[k] = p
-                nxl[k] = -1
-                if p >= 0:
-                    nxl[p] = k
-                else:
-                    lh[2] = k
-                lt[2] = k
-                lid[k] = 2
+                L = 2
                 t2b += s
                 in_b1 = in_b2 = False
                 ghost_req = -1
             else:
-                p = lt[1]  # k onto list 1's tail
-                prv[k] = p
-                nxl[k] = -1
-                if p >= 0:
-                    nxl[p] = k
-                else:
-                    lh[1] = k
-                lt[1] = k
-                lid[k] = 1
                 t1b += s
+            p = lt[L]  # k onto list L's tail
+            prv[k] = p
+            nxl[k] = -1
+            if p >= 0:
+                nxl[p] = k
+            else:
+                lh[L] = k
+            lt[L] = k
+            lid[k] = L
         elif policy == _LFU:
             if bhead[1] < 0:  # bucket 1 enters the chain at its front
                 q = bmin
