@@ -1,15 +1,15 @@
 """Compiled whole-trace replay: an accelerator of :meth:`Pool.replay`, never a second model.
 
-:func:`replay_fast` replays a trace with LRU, FIFO, CLOCK, SIEVE, LFU, ARC or Belady (with
-their registry parameters) through one numba kernel that takes the same decisions as the
-pool's access loop driven by the policy classes in :mod:`policies`, request by request
-(tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction victims, every
-counter of :class:`~allocator.stats.PoolStats`). It applies only where the pool path is plain:
-byte-accounting placement, no prefetcher, no backend, no hook, nothing pinned. The timing model
-(a :class:`~allocator.cost.Preset`) is reproduced exactly: demand fetches queue on the h2d
-engine and stall compute, dirty victims are written back on the d2h engine and their space
-returns only when that copy completes, write-through copies every write. Where it does not
-apply it returns ``None`` and the caller uses :meth:`Pool.replay`.
+:func:`replay_fast` replays a trace with LRU, FIFO, CLOCK, SIEVE, LFU, ARC, S3-FIFO (without a
+timing model) or Belady (with their registry parameters) through one numba kernel that takes
+the same decisions as the pool's access loop driven by the policy classes in :mod:`policies`,
+request by request (tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction
+victims, every counter of :class:`~allocator.stats.PoolStats`). It applies only where the pool
+path is plain: byte-accounting placement, no prefetcher, no backend, no hook, nothing pinned.
+The timing model (a :class:`~allocator.cost.Preset`) is reproduced exactly: demand fetches
+queue on the h2d engine and stall compute, dirty victims are written back on the d2h engine and
+their space returns only when that copy completes, write-through copies every write. Where it
+does not apply it returns ``None`` and the caller uses :meth:`Pool.replay`.
 
 Objects are dense ids over the trace's keys (the pool's table is keyed by key; a free drops the
 record, and a later access to the same key creates a new object, as in the pool). Belady reads
@@ -34,17 +34,20 @@ from numba import njit
 from allocator.cost import CostModel, Preset, get_preset
 from allocator.stats import PoolStats
 from allocator.trace import Trace
+from policies.adaptive import S3FIFO
 from policies.classic import CLOCK
 
 __all__ = ["FAST_POLICIES", "FastReplay", "replay_fast", "fast_applicable", "warm_up"]
 
 log = logging.getLogger(__name__)
 
-FAST_POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "belady", "arc")
+FAST_POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "belady", "arc", "s3fifo")
 """Eviction policies the kernel reproduces (registry names, with their registry parameters)."""
 
-_LRU, _FIFO, _CLOCK, _SIEVE, _LFU, _BELADY, _ARC = range(7)  # FAST_POLICIES.index
+_LRU, _FIFO, _CLOCK, _SIEVE, _LFU, _BELADY, _ARC, _S3FIFO = range(8)  # FAST_POLICIES.index
 _CLOCK_MAX, _CLOCK_INIT = CLOCK().max_freq, CLOCK().init_freq  # the registry's CLOCK
+_S3 = S3FIFO()  # the registry's S3-FIFO: queue ratios and promotion threshold
+_S3_SMALL, _S3_GHOST, _S3_THRESHOLD = _S3.small_size_ratio, _S3.ghost_size_ratio, _S3.threshold
 
 # object states (as allocator.pool, plus ABSENT: no record for the key)
 _ABSENT, _HOST, _DEVICE, _D2H = 0, 1, 2, 3
@@ -248,6 +251,24 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     ghost_req = -1
     incoming = 1
     trim = 0  # the victim's plan: 0 none, 1 trim B1, 2 trim B2, 3 drop (no ghost)
+    # S3-FIFO (policies.adaptive.S3FIFO, a ShadowPolicy: the pool follows libCacheSim's
+    # algorithm run as a model): lists 1 = small, 2 = main, 3 = ghost through prv/nxl, lh/lt
+    # (mlist[id]: 0 none, 1, 2, 3; mc the access counters, msz the sizes), the model's drops of
+    # one miss in pq[pq_lo:pq_hi] (the pool's pending evictions, its victims in that order).
+    # Without a timing model the pool holds exactly the model's residents plus those drops;
+    # where that would not hold (a drop left over, a hit the model misses), the kernel stops and
+    # replay_fast hands the trace to the pool (unserved).
+    mlist = np.zeros(n_ids if policy == _S3FIFO else 1, np.int8)
+    mc = np.zeros(n_ids if policy == _S3FIFO else 1, np.int64)
+    msz = np.zeros(n_ids if policy == _S3FIFO else 1, np.int64)
+    pq = np.zeros(n_ids + 1 if policy == _S3FIFO else 1, np.int64)
+    pq_lo = pq_hi = 0
+    small_b = main_b = ghost_b = 0
+    small_cap = int(capacity * _S3_SMALL)
+    main_cap = capacity - small_cap
+    ghost_cap = int(capacity * _S3_GHOST)
+    has_evicted = False
+    unserved = False
     nb = n_freq if policy == _LFU else 1
     freq = np.zeros(n_ids if policy == _LFU else 1, np.int64)
     bhead = np.full(nb, -1, np.int64)
@@ -291,6 +312,24 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             n_free += 1
             if record:
                 outcome[i] = FREE
+            if policy == _S3FIFO and mlist[k] > 0:  # on_free: the model forgets it (or its ghost)
+                L = mlist[k]
+                p, q = prv[k], nxl[k]  # k out of list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                if L == 1:
+                    small_b -= msz[k]
+                elif L == 2:
+                    main_b -= msz[k]
+                else:
+                    ghost_b -= msz[k]
+                mlist[k] = 0
             if policy == _ARC and lid[k] > 0:  # on_free (T1, T2) or on_free_untracked (B1, B2)
                 L = lid[k]
                 p, q = prv[k], nxl[k]  # k out of list L
@@ -454,6 +493,12 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     lh[2] = k
                 lt[2] = k
+            elif policy == _S3FIFO:  # the model's hit
+                if mlist[k] == 1 or mlist[k] == 2:
+                    mc[k] += 1
+                else:
+                    unserved = True  # the pool hit what the model dropped
+                    break
             elif policy == _BELADY:
                 if hn == hcap:
                     stamp += 1
@@ -531,7 +576,124 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     lt[L] = p
                 lid[k] = 0
-        if s > capacity:
+        elif policy == _S3FIFO:  # policy.on_miss: the model's request (S3FIFO._request)
+            pq_lo = pq_hi = 0
+            L = mlist[k]
+            if L == 1 or L == 2:
+                unserved = True  # the model holds what the pool does not
+                break
+            ghost_hit = L == 3
+            if ghost_hit:  # the ghost goes
+                p, q = prv[k], nxl[k]  # k out of list 3
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[3] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[3] = p
+                ghost_b -= msz[k]
+                mlist[k] = 0
+            if s <= small_cap and s <= capacity:  # larger objects are never admitted
+                while small_b + main_b + s > capacity:  # S3FIFO._evict
+                    has_evicted = True
+                    if main_b > main_cap or small_b == 0:
+                        while lh[2] >= 0:  # main: a counted object goes round once more
+                            x = lh[2]
+                            p = nxl[x]  # x out of list 2 (its head)
+                            lh[2] = p
+                            if p >= 0:
+                                prv[p] = -1
+                            else:
+                                lt[2] = -1
+                            if mc[x] >= 1:
+                                mc[x] = min(mc[x], 3) - 1
+                                p = lt[2]  # x onto list 2's tail
+                                prv[x] = p
+                                nxl[x] = -1
+                                if p >= 0:
+                                    nxl[p] = x
+                                else:
+                                    lh[2] = x
+                                lt[2] = x
+                            else:
+                                main_b -= msz[x]
+                                mlist[x] = 0
+                                if state[x] == _DEVICE:  # _drop: pending in the pool
+                                    pq[pq_hi] = x
+                                    pq_hi += 1
+                                break
+                    else:
+                        while lh[1] >= 0:  # small: promote the counted, evict the first other
+                            x = lh[1]
+                            p = nxl[x]  # x out of list 1 (its head)
+                            lh[1] = p
+                            if p >= 0:
+                                prv[p] = -1
+                            else:
+                                lt[1] = -1
+                            sz = msz[x]
+                            small_b -= sz
+                            if mc[x] >= _S3_THRESHOLD:
+                                mc[x] = 0
+                                main_b += sz
+                                mlist[x] = 2
+                                L = 2
+                            else:
+                                mlist[x] = 0
+                                L = 0
+                                if sz <= ghost_cap:  # _ghost_insert
+                                    while ghost_b + sz > ghost_cap:
+                                        y = lh[3]
+                                        p = nxl[y]  # y out of list 3 (its head)
+                                        lh[3] = p
+                                        if p >= 0:
+                                            prv[p] = -1
+                                        else:
+                                            lt[3] = -1
+                                        ghost_b -= msz[y]
+                                        mlist[y] = 0
+                                    ghost_b += sz
+                                    mlist[x] = 3
+                                    L = 3
+                            if L > 0:
+                                p = lt[L]  # x onto list L's tail
+                                prv[x] = p
+                                nxl[x] = -1
+                                if p >= 0:
+                                    nxl[p] = x
+                                else:
+                                    lh[L] = x
+                                lt[L] = x
+                            if L != 2:
+                                if state[x] == _DEVICE:  # _drop: pending in the pool
+                                    pq[pq_hi] = x
+                                    pq_hi += 1
+                                break
+                L = 0  # where k goes: main after a ghost hit or before the first eviction
+                if ghost_hit or (s < small_cap and not has_evicted and small_b >= small_cap):
+                    L = 2
+                    main_b += s
+                elif s < small_cap:  # (an object of the small queue's size is refused)
+                    L = 1
+                    small_b += s
+                if L > 0:
+                    p = lt[L]  # k onto list L's tail
+                    prv[k] = p
+                    nxl[k] = -1
+                    if p >= 0:
+                        nxl[p] = k
+                    else:
+                        lh[L] = k
+                    lt[L] = k
+                    mlist[k] = L
+                    mc[k] = 0
+                    msz[k] = s
+        if s > capacity or (policy == _S3FIFO and mlist[k] != 1 and mlist[k] != 2):  # or admit()
+            if pq_hi > pq_lo:
+                unserved = True  # drops stay pending past this event
+                break
             n_bypass += 1
             if record:
                 outcome[i] = BYPASS
@@ -593,6 +755,12 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 v = lh[src]
                 if v < 0:
                     v = lh[3 - src]
+            elif policy == _S3FIFO:  # the model's drops first (ShadowPolicy.victim)
+                if pq_lo == pq_hi:
+                    unserved = True  # the pool would give up an object the model keeps
+                    break
+                v = pq[pq_lo]
+                pq_lo += 1  # (on_evict: no longer pending)
             else:
                 while True:
                     x = -heap[0]
@@ -688,7 +856,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                         b1b += asz[v]
                     else:
                         b2b += asz[v]
-            else:
+            elif policy == _BELADY:
                 hn = _pk_pop(heap, hn)
             if dirty[v]:
                 n_wb += 1
@@ -715,6 +883,8 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             else:
                 used -= nbytes[v]
             nbytes[v] = 0
+        if unserved:
+            break
         used += s
         nbytes[k] = s
         if used > peak:
@@ -784,7 +954,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 bhead[1] = k
             btail[1] = k
             freq[k] = 1
-        else:
+        elif policy == _BELADY:
             if hn == hcap:
                 stamp += 1
                 hn = _belady_compact(heap, hn, state, cur, seen, stamp)
@@ -802,6 +972,9 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     break
             hn += 1
+        if pq_hi > pq_lo:
+            unserved = True  # drops left pending: the pool evicts them after the event
+            break
         if w:
             dirty[k] = True
             if write_through:
@@ -822,7 +995,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
         comp_total += c
     st = np.array([n_acc, n_hit, n_miss, b_miss, n_alloc, n_evict, n_wb, n_bypass, n_free,
                    b_h2d, b_d2h, stall, comp_total, now, used, peak], np.int64)
-    return st, outcome, vrow[:nv], vid[:nv]
+    return st, outcome, vrow[:nv], vid[:nv], unserved
 
 
 # ---------------------------------------------------------------------- front door
@@ -885,7 +1058,9 @@ def replay_fast(
     """Replay ``trace`` from row 0 as ``Pool(capacity, make_eviction(policy), placement=
     "bytes", cost=cost, write_policy=..., oversize=...).replay(trace)`` would, or return
     ``None`` when the configuration needs the pool (see :func:`fast_applicable`; also when
-    ``oversize="error"`` and an object is larger than the pool, so that the pool raises).
+    ``oversize="error"`` and an object is larger than the pool, so that the pool raises; and
+    for S3-FIFO with a timing model, or where its pool and model would part: an object of
+    exactly the small queue's size after evictions, whose drops the pool evicts after the event).
 
     ``mode="objects"`` counts every object as size 1 (libCacheSim's ``--ignore-obj-size``).
     """
@@ -904,6 +1079,8 @@ def replay_fast(
     if oversize == "error" and len(trace) and int(size.max()) > capacity:
         return None
     timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two = _timing(cost)
+    if timed and policy == "s3fifo":
+        return None  # copies in flight let the pool and S3-FIFO's model part: the pool follows
     ids, uniq, n_ids = dense_ids(trace.key)
     code = FAST_POLICIES.index(policy)
     if len(trace) >= 1 << 31 or n_ids >= 1 << 31:
@@ -911,12 +1088,15 @@ def replay_fast(
     t0 = time.perf_counter()
     nxt = _next_use(ids, trace.op, n_ids) if code == _BELADY else np.zeros(1, np.int64)
     n_freq = int(np.bincount(ids).max()) + 2 if code == _LFU and len(ids) else 2
-    st, outcome, vrow, vid = _kernel(
+    st, outcome, vrow, vid, unserved = _kernel(
         ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, nxt, n_ids,
         n_freq, capacity, code, write_policy == "write-through", oversize == "bypass", timed,
         h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two, record,
     )
     kernel_s = time.perf_counter() - t0
+    if unserved:
+        log.debug("replay_fast: S3-FIFO's pool and model parted (a drop left pending); the pool replays it")
+        return None
     stats = PoolStats(**{f: int(v) for f, v in zip(_STAT_FIELDS, st)})
     vkeys = vid if uniq is None else uniq[vid]
     return FastReplay(stats, outcome, vrow, vkeys, kernel_s)

@@ -586,10 +586,10 @@ class Pool:
             self._insert(o, offset, need, write, old_size)
         if need >= 0:
             self._end(o, write, defer_wt)
-            if self._due is not None:
-                self._evict_due(key)
-            if self._prefetcher is not None:
-                yield from self._prefetches(o)
+        if self._due is not None:  # (after a bypass too, as access() does)
+            self._evict_due(key)
+        if need >= 0 and self._prefetcher is not None:
+            yield from self._prefetches(o)
         if compute_ns:
             self.cost.compute(compute_ns)
         return need == 0
