@@ -709,3 +709,32 @@ def test_free_of_an_evicted_object_calls_on_free_untracked() -> None:
     else:
         p.free(3)
     assert 3 not in p and pol.untracked == [1, 2]
+
+
+def test_steps_evicts_pending_drops_after_a_bypass_as_access_does() -> None:
+    """S3-FIFO's model evicts for an object of exactly its small queue's size and then refuses
+    it: the pool bypasses the object and evicts the model's drops right away, on both paths
+    (the generator ``steps`` used to leave them pending until the next event)."""
+    import dataclasses
+
+    from policies.adaptive import S3FIFO
+
+    keys, sizes = list(range(20)) + [99], [60] * 20 + [100]
+    out = []
+    for path in ("access", "steps"):
+        pol = S3FIFO()
+        pool = Pool(1000, pol, placement="bytes", oversize="bypass")
+        for k, s in zip(keys, sizes):
+            if path == "access":
+                pool.access(k, s)
+                continue
+            g = pool.steps(k, s)
+            try:
+                next(g)
+                while True:
+                    g.send(pol.victim(pool.view))
+            except StopIteration:
+                pass
+        assert pol.pending_evictions() == [] and pool.stats.bypasses == 1
+        out.append(dataclasses.asdict(pool.snapshot()))
+    assert out[0] == out[1] and out[0]["evictions"] == 5
