@@ -237,14 +237,16 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     cnt = np.zeros(n_ids if policy == _CLOCK else 1, np.int64)
     vis = np.zeros(n_ids if policy == _SIEVE else 1, np.bool_)
     hand = -1
-    # ARC (policies.adaptive.ARC): lists 1 = T1, 2 = T2, 3 = B1, 4 = B2 through prv/nxl (heads
-    # lh, the next to leave; tails lt), lid[id] the list an object is on (0: none), asz[id] its
-    # size there; the lists' bytes, the target p of T1 and the ghost-hit flags in locals
-    lid = np.zeros(n_ids if policy == _ARC else 1, np.int8)
-    asz = np.zeros(n_ids if policy == _ARC else 1, np.int64)
+    # ARC and S3-FIFO: numbered lists through prv/nxl (heads lh, the next to leave; tails lt),
+    # lid[id] the list an object is on (0: none), lsz[id] its size there, lb[L] list L's bytes.
+    # ARC (policies.adaptive.ARC): lists 1 = T1, 2 = T2, 3 = B1, 4 = B2; the target p of T1
+    # and the ghost-hit flags in locals
+    lists = policy in (_ARC, _S3FIFO)
+    lid = np.zeros(n_ids if lists else 1, np.int8)
+    lsz = np.zeros(n_ids if lists else 1, np.int64)
     lh = np.full(5, -1, np.int64)
     lt = np.full(5, -1, np.int64)
-    t1b = t2b = b1b = b2b = 0
+    lb = np.zeros(5, np.int64)
     arc_p = 0.0
     in_b1 = in_b2 = False
     n_req = 0
@@ -252,18 +254,15 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     incoming = 1
     trim = 0  # the victim's plan: 0 none, 1 trim B1, 2 trim B2, 3 drop (no ghost)
     # S3-FIFO (policies.adaptive.S3FIFO, a ShadowPolicy: the pool follows libCacheSim's
-    # algorithm run as a model): lists 1 = small, 2 = main, 3 = ghost through prv/nxl, lh/lt
-    # (mlist[id]: 0 none, 1, 2, 3; mc the access counters, msz the sizes), the model's drops of
-    # one miss in pq[pq_lo:pq_hi] (the pool's pending evictions, its victims in that order).
+    # algorithm run as a model): lists 1 = small, 2 = main, 3 = ghost (mc the access counters),
+    # the model's drops of one miss in pq[pq_lo:pq_hi] (the pool's pending evictions, its
+    # victims in that order).
     # Without a timing model the pool holds exactly the model's residents plus those drops;
     # where that would not hold (a drop left over, a hit the model misses), the kernel stops and
     # replay_fast hands the trace to the pool (unserved).
-    mlist = np.zeros(n_ids if policy == _S3FIFO else 1, np.int8)
     mc = np.zeros(n_ids if policy == _S3FIFO else 1, np.int64)
-    msz = np.zeros(n_ids if policy == _S3FIFO else 1, np.int64)
     pq = np.zeros(n_ids + 1 if policy == _S3FIFO else 1, np.int64)
     pq_lo = pq_hi = 0
-    small_b = main_b = ghost_b = 0
     small_cap = int(capacity * _S3_SMALL)
     main_cap = capacity - small_cap
     ghost_cap = int(capacity * _S3_GHOST)
@@ -312,8 +311,8 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             n_free += 1
             if record:
                 outcome[i] = FREE
-            if policy == _S3FIFO and mlist[k] > 0:  # on_free: the model forgets it (or its ghost)
-                L = mlist[k]
+            if lists and lid[k] > 0:  # ARC's on_free or on_free_untracked (its ghost goes),
+                L = lid[k]           # S3-FIFO's on_free (its model forgets it, or its ghost)
                 p, q = prv[k], nxl[k]  # k out of list L
                 if p >= 0:
                     nxl[p] = q
@@ -323,32 +322,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                     prv[q] = p
                 else:
                     lt[L] = p
-                if L == 1:
-                    small_b -= msz[k]
-                elif L == 2:
-                    main_b -= msz[k]
-                else:
-                    ghost_b -= msz[k]
-                mlist[k] = 0
-            if policy == _ARC and lid[k] > 0:  # on_free (T1, T2) or on_free_untracked (B1, B2)
-                L = lid[k]
-                p, q = prv[k], nxl[k]  # k out of list L
-                if p >= 0:
-                    nxl[p] = q
-                else:
-                    lh[L] = q
-                if q >= 0:
-                    prv[q] = p
-                else:
-                    lt[L] = p
-                if L == 1:
-                    t1b -= asz[k]
-                elif L == 2:
-                    t2b -= asz[k]
-                elif L == 3:
-                    b1b -= asz[k]
-                else:
-                    b2b -= asz[k]
+                lb[L] -= lsz[k]
                 lid[k] = 0
             if state[k] == _DEVICE:
                 n_evictable -= 1
@@ -482,8 +456,8 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     lt[L] = p
                 if L == 1:
-                    t1b -= asz[k]
-                    t2b += asz[k]
+                    lb[1] -= lsz[k]
+                    lb[2] += lsz[k]
                     lid[k] = 2
                 t = lt[2]
                 prv[k] = t
@@ -494,7 +468,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                     lh[2] = k
                 lt[2] = k
             elif policy == _S3FIFO:  # the model's hit
-                if mlist[k] == 1 or mlist[k] == 2:
+                if lid[k] == 1 or lid[k] == 2:
                     mc[k] += 1
                 else:
                     unserved = True  # the pool hit what the model dropped
@@ -552,53 +526,41 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             state[k] = _HOST
             dirty[k] = False
             busy[k] = 0
-        if policy == _ARC:  # policy.on_miss: a ghost hit adapts p
+        # policy.on_miss: ARC's ghost hit adapts p; S3-FIFO's model makes its request
+        L = lid[k] if lists else 0
+        ghost_hit = L >= 3  # (ARC's lists 3 and 4, S3-FIFO's 3 hold ghosts)
+        if policy == _ARC:
             n_req += 1
             incoming = s
-            L = lid[k]
-            if L >= 3:
+            if ghost_hit:
                 ghost_req = n_req
                 if L == 3:
                     in_b1, in_b2 = True, False
-                    arc_p = min(arc_p + max(b2b / b1b, 1.0), float(capacity))
-                    b1b -= asz[k]
+                    arc_p = min(arc_p + max(lb[4] / lb[3], 1.0), float(capacity))
                 else:
                     in_b1, in_b2 = False, True
-                    arc_p = max(arc_p - max(b1b / b2b, 1.0), 0.0)
-                    b2b -= asz[k]
-                p, q = prv[k], nxl[k]  # k out of list L
-                if p >= 0:
-                    nxl[p] = q
-                else:
-                    lh[L] = q
-                if q >= 0:
-                    prv[q] = p
-                else:
-                    lt[L] = p
-                lid[k] = 0
-        elif policy == _S3FIFO:  # policy.on_miss: the model's request (S3FIFO._request)
+                    arc_p = max(arc_p - max(lb[3] / lb[4], 1.0), 0.0)
+        elif policy == _S3FIFO and L > 0 and not ghost_hit:
+            unserved = True  # the model holds what the pool does not
+            break
+        if ghost_hit:  # the ghost goes
+            p, q = prv[k], nxl[k]  # k out of list L
+            if p >= 0:
+                nxl[p] = q
+            else:
+                lh[L] = q
+            if q >= 0:
+                prv[q] = p
+            else:
+                lt[L] = p
+            lb[L] -= lsz[k]
+            lid[k] = 0
+        if policy == _S3FIFO:  # S3FIFO._request: admit, evict, insert
             pq_lo = pq_hi = 0
-            L = mlist[k]
-            if L == 1 or L == 2:
-                unserved = True  # the model holds what the pool does not
-                break
-            ghost_hit = L == 3
-            if ghost_hit:  # the ghost goes
-                p, q = prv[k], nxl[k]  # k out of list 3
-                if p >= 0:
-                    nxl[p] = q
-                else:
-                    lh[3] = q
-                if q >= 0:
-                    prv[q] = p
-                else:
-                    lt[3] = p
-                ghost_b -= msz[k]
-                mlist[k] = 0
             if s <= small_cap and s <= capacity:  # larger objects are never admitted
-                while small_b + main_b + s > capacity:  # S3FIFO._evict
+                while lb[1] + lb[2] + s > capacity:  # S3FIFO._evict
                     has_evicted = True
-                    if main_b > main_cap or small_b == 0:
+                    if lb[2] > main_cap or lb[1] == 0:
                         while lh[2] >= 0:  # main: a counted object goes round once more
                             x = lh[2]
                             p = nxl[x]  # x out of list 2 (its head)
@@ -618,8 +580,8 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                                     lh[2] = x
                                 lt[2] = x
                             else:
-                                main_b -= msz[x]
-                                mlist[x] = 0
+                                lb[2] -= lsz[x]
+                                lid[x] = 0
                                 if state[x] == _DEVICE:  # _drop: pending in the pool
                                     pq[pq_hi] = x
                                     pq_hi += 1
@@ -633,18 +595,18 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                                 prv[p] = -1
                             else:
                                 lt[1] = -1
-                            sz = msz[x]
-                            small_b -= sz
+                            sz = lsz[x]
+                            lb[1] -= sz
                             if mc[x] >= _S3_THRESHOLD:
                                 mc[x] = 0
-                                main_b += sz
-                                mlist[x] = 2
+                                lb[2] += sz
+                                lid[x] = 2
                                 L = 2
                             else:
-                                mlist[x] = 0
+                                lid[x] = 0
                                 L = 0
                                 if sz <= ghost_cap:  # _ghost_insert
-                                    while ghost_b + sz > ghost_cap:
+                                    while lb[3] + sz > ghost_cap:
                                         y = lh[3]
                                         p = nxl[y]  # y out of list 3 (its head)
                                         lh[3] = p
@@ -652,10 +614,10 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                                             prv[p] = -1
                                         else:
                                             lt[3] = -1
-                                        ghost_b -= msz[y]
-                                        mlist[y] = 0
-                                    ghost_b += sz
-                                    mlist[x] = 3
+                                        lb[3] -= lsz[y]
+                                        lid[y] = 0
+                                    lb[3] += sz
+                                    lid[x] = 3
                                     L = 3
                             if L > 0:
                                 p = lt[L]  # x onto list L's tail
@@ -672,13 +634,12 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                                     pq_hi += 1
                                 break
                 L = 0  # where k goes: main after a ghost hit or before the first eviction
-                if ghost_hit or (s < small_cap and not has_evicted and small_b >= small_cap):
+                if ghost_hit or (s < small_cap and not has_evicted and lb[1] >= small_cap):
                     L = 2
-                    main_b += s
                 elif s < small_cap:  # (an object of the small queue's size is refused)
                     L = 1
-                    small_b += s
                 if L > 0:
+                    lb[L] += s
                     p = lt[L]  # k onto list L's tail
                     prv[k] = p
                     nxl[k] = -1
@@ -687,10 +648,10 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                     else:
                         lh[L] = k
                     lt[L] = k
-                    mlist[k] = L
+                    lid[k] = L
                     mc[k] = 0
-                    msz[k] = s
-        if s > capacity or (policy == _S3FIFO and mlist[k] != 1 and mlist[k] != 2):  # or admit()
+                    lsz[k] = s
+        if s > capacity or (policy == _S3FIFO and lid[k] != 1 and lid[k] != 2):  # or admit()
             if pq_hi > pq_lo:
                 unserved = True  # drops stay pending past this event
                 break
@@ -742,15 +703,15 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             elif policy == _LFU:
                 v = bhead[bmin]
             elif policy == _ARC:  # ARC._plan: the ghost to trim first, the list to evict from
-                src = 1 if ((t1b > 0 and (t1b > arc_p or (t1b == arc_p and in_b2))) or t2b == 0) else 2
+                src = 1 if ((lb[1] > 0 and (lb[1] > arc_p or (lb[1] == arc_p and in_b2))) or lb[2] == 0) else 2
                 trim = 0
                 if not (ghost_req == n_req and (in_b1 or in_b2)):
-                    if t1b + b1b + incoming > capacity:
-                        if b1b > 0:
+                    if lb[1] + lb[3] + incoming > capacity:
+                        if lb[3] > 0:
                             trim = 1
                         else:
                             trim, src = 3, 1
-                    elif t1b + b1b + t2b + b2b >= 2 * capacity and b2b > 0:
+                    elif lb[1] + lb[3] + lb[2] + lb[4] >= 2 * capacity and lb[4] > 0:
                         trim = 2
                 v = lh[src]
                 if v < 0:
@@ -820,10 +781,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                         prv[q] = p
                     else:
                         lt[G] = p
-                    if G == 3:
-                        b1b -= asz[g]
-                    else:
-                        b2b -= asz[g]
+                    lb[G] -= lsz[g]
                     lid[g] = 0
                 L = lid[v]
                 p, q = prv[v], nxl[v]  # v out of list L
@@ -835,10 +793,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                     prv[q] = p
                 else:
                     lt[L] = p
-                if L == 1:
-                    t1b -= asz[v]
-                else:
-                    t2b -= asz[v]
+                lb[L] -= lsz[v]
                 if trim == 3:
                     lid[v] = 0
                 else:
@@ -852,10 +807,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                         lh[G] = v
                     lt[G] = v
                     lid[v] = G
-                    if G == 3:
-                        b1b += asz[v]
-                    else:
-                        b2b += asz[v]
+                    lb[G] += lsz[v]
             elif policy == _BELADY:
                 hn = _pk_pop(heap, hn)
             if dirty[v]:
@@ -919,15 +871,13 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             elif policy == _SIEVE:
                 vis[k] = False
         elif policy == _ARC:  # (a ghost of k left at its miss already)
-            asz[k] = s
             L = 1  # T1, or T2 right after a ghost hit
             if ghost_req == n_req and (in_b1 or in_b2):
                 L = 2
-                t2b += s
                 in_b1 = in_b2 = False
                 ghost_req = -1
-            else:
-                t1b += s
+            lsz[k] = s
+            lb[L] += s
             p = lt[L]  # k onto list L's tail
             prv[k] = p
             nxl[k] = -1

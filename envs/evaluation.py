@@ -7,10 +7,11 @@
 
 Every run drives the pool's one access loop (:meth:`Pool.replay`) with a policy from
 :mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, CLOCK, SIEVE, LFU,
-ARC, Belady, and S3-FIFO without a timing model; byte placement; no prefetcher), the compiled kernel :func:`allocator.fastreplay.replay_fast`, which is
-proven to take the same decisions (``fast`` column says which ran; ``eval.fast=false`` forces
-the pool). Decision latency (time in ``policy.victim`` per eviction, through
-:class:`TimedPolicy`) is measured on pool runs only; fast runs leave it blank.
+ARC, Belady, and S3-FIFO without a timing model; byte placement; no prefetcher), the compiled
+kernel :func:`allocator.fastreplay.replay_fast`, which is proven to take the same decisions
+(``fast`` column says which ran; ``eval.fast=false`` forces the pool). Decision latency (time
+in ``policy.victim`` per eviction, through :class:`TimedPolicy`) is measured on pool runs only;
+fast runs leave it blank.
 
 ``normalized_hit_rate = (hits - hits_lru) / (hits_belady - hits_lru)`` per (trace, mode,
 capacity, prefetch, preset): lru and belady always run; blank when belady equals lru.
