@@ -77,18 +77,28 @@ class ARC(EvictionPolicyBase):
         self._n_req += 1
         self._incoming = view.size(key)
         if key in self.b1:
-            self._in_b1, self._in_b2 = True, False
-            self._ghost_req = self._n_req
-            delta = max(self.b2_bytes / self.b1_bytes, 1.0)
-            self.p = min(self.p + delta, float(view.capacity))
-            self.b1_bytes -= self.b1.pop(key)
+            self._ghost_hit(1, self.b1.pop(key), view.capacity)
         elif key in self.b2:
-            self._in_b1, self._in_b2 = False, True
-            self._ghost_req = self._n_req
-            delta = max(self.b1_bytes / self.b2_bytes, 1.0)
-            self.p = max(self.p - delta, 0.0)
-            self.b2_bytes -= self.b2.pop(key)
+            self._ghost_hit(2, self.b2.pop(key), view.capacity)
         # a miss on all queues leaves the ghost flags as they were (as libCacheSim does)
+
+    def _ghost_hit(self, ghost: int, size: int, capacity: int) -> None:
+        """A hit on ghost list 1 (B1) or 2 (B2) of an object of ``size`` bytes, taken off it
+        already: ``p`` moves by ``max(|B2| / |B1|, 1)`` (or the reverse) and the list's bytes
+        drop."""
+        self._ghost_req = self._n_req
+        if ghost == 1:
+            self._in_b1, self._in_b2 = True, False
+            self.p = min(self.p + self._ratio(self.b2_bytes, self.b1_bytes), float(capacity))
+            self.b1_bytes -= size
+        else:
+            self._in_b1, self._in_b2 = False, True
+            self.p = max(self.p - self._ratio(self.b1_bytes, self.b2_bytes), 0.0)
+            self.b2_bytes -= size
+
+    @staticmethod
+    def _ratio(a: int, b: int) -> float:
+        return max(a / b, 1.0)
 
     def on_insert(self, view: PoolView, key: int) -> None:
         size = view.size(key)

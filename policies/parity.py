@@ -190,28 +190,17 @@ class _RemoveKeepsGhostARC(ARC):
         super().on_hit(view, key)
 
     def on_miss(self, view: PoolView, key: int) -> None:
-        """ARC.on_miss, with a removed ghost's hit, and C's division (the double subtraction
-        can leave a ghost size at 0 or below while the list still holds ghosts)."""
         old = self.removed.pop(key, None)
+        if old is None or key in self.b1 or key in self.b2:
+            super().on_miss(view, key)
+            return
         self._n_req += 1
         self._incoming = view.size(key)
-        if key in self.b1:
-            lid, size = 1, self.b1.pop(key)
-        elif key in self.b2:
-            lid, size = 2, self.b2.pop(key)
-        elif old is not None:
-            lid, size = old
-        else:
-            return  # a miss on all queues leaves the ghost flags as they were
-        self._ghost_req = self._n_req
-        if lid == 1:
-            self._in_b1, self._in_b2 = True, False
-            self.p = min(self.p + _c_ratio(self.b2_bytes, self.b1_bytes), float(view.capacity))
-            self.b1_bytes -= size
-        else:
-            self._in_b1, self._in_b2 = False, True
-            self.p = max(self.p - _c_ratio(self.b1_bytes, self.b2_bytes), 0.0)
-            self.b2_bytes -= size
+        self._ghost_hit(*old, view.capacity)
+
+    # C's division: the double subtraction can leave a ghost size at 0 or below while its list
+    # still holds ghosts
+    _ratio = staticmethod(_c_ratio)
 
 
 _EXPLAINED_MODELS: dict[str, type[ARC]] = {"arc": _RemoveKeepsGhostARC}
