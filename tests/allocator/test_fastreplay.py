@@ -22,6 +22,7 @@ from allocator.fastreplay import (
 )
 from allocator.pool import Pool
 from allocator.trace import Op, Trace
+from policies.adaptive import S3FIFO
 from policies.base import EvictionPolicy
 from policies.registry import make_eviction
 
@@ -98,7 +99,8 @@ def _s3fifo_parts(policy: str, trace: Trace, capacity: int, mode: str, cost: str
     if policy != "s3fifo":
         return False
     size = trace.size if mode == "bytes" else np.ones(len(trace), np.int64)
-    return cost is not None or bool((size[trace.op != Op.FREE] == int(capacity * 0.1)).any())
+    small = int(capacity * S3FIFO().small_size_ratio)
+    return cost is not None or bool((size[trace.op != Op.FREE] == small).any())
 
 
 CASES = [
