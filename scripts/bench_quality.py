@@ -6,6 +6,7 @@ scan), with the targets' verdict. All policies replay each trace in the same run
     python scripts/bench.py quality            # newest main-job policy, else train one first
     python scripts/bench.py quality --train    # train afresh with conf/main.yaml's settings
     python scripts/bench.py quality --broad    # also other workload families (no target)
+    python scripts/bench.py quality --zoo      # also DL traces of nine architectures never trained on
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broad", action="store_true",
                    help="also replay more workload families (mixture, KV cache, embedding, loop, "
                         "uniform, steep Zipf, phase change; reported, no target)")
+    p.add_argument("--zoo", action="store_true",
+                   help="also DL training traces of nine architectures never trained on (recurrent "
+                        "LMs, speech, U-Net, VAE, Mixer, ViT, TCN, DenseNet; DL target), recorded "
+                        "on first use into outputs/recorded/ (about a minute; needs torch)")
 
 
 def _train(seed: int) -> str:
@@ -51,6 +56,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         format_quality,
         quality_rows,
         verdict,
+        zoo_held_out,
     )
 
     logging.basicConfig(level=logging.WARNING)
@@ -64,6 +70,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         path = _train(args.seed)
     print(f"policy: {path}")
     held = default_held_out(args.max_requests)
+    if args.zoo:
+        held += zoo_held_out(max_requests=args.max_requests)
     if args.broad:
         held += broad_held_out(args.max_requests)
     rows = quality_rows(path, held, args.capacities, seed=args.seed, progress=True)
@@ -71,7 +79,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     v = verdict(rows)
     print(f"DL traces: mean normalised hit rate {v['dl_mean_normalized_hit_rate']:.3f} (target >= 0.7), "
           f"min {v['dl_min_normalized_hit_rate']:.3f} (target >= 0): "
-          f"{'met' if v['dl_target_met'] else 'NOT met'}")
+          f"{'met' if v['dl_target_met'] else 'NOT met'}; learned behind LRU in "
+          f"{v['dl_cells_behind_lru']} of {v['dl_cells']} cells")
     print(f"Zipf/scan: worst hit-ratio gap to the best heuristic {v['zipf_scan_worst_gap']:+.4f} "
           f"(target <= 0.02): {'met' if v['zipf_scan_target_met'] else 'NOT met'}")
     if args.broad:

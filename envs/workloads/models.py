@@ -15,7 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["Workload", "WORKLOADS", "make_workload", "TinyGPT", "SmallResNet", "EmbeddingMLP"]
+__all__ = ["Workload", "WORKLOADS", "make_workload", "TinyGPT", "SmallResNet", "EmbeddingMLP", "RecurrentLM",
+           "SpeechGRU", "UNet", "VAE", "MLPMixer", "ViT", "TCN", "DenseNet"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,149 @@ class EmbeddingMLP(nn.Module):
         return self.mlp(torch.cat([self.table(ids), x], dim=1)).squeeze(1)
 
 
+class RecurrentLM(nn.Module):
+    """A language model: token embedding, a stacked GRU or LSTM, a vocabulary head."""
+
+    def __init__(self, cell: str, vocab: int, d: int, hidden: int, layers: int) -> None:
+        super().__init__()
+        rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
+        self.emb = nn.Embedding(vocab, d)
+        self.rnn = rnn(d, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rnn(self.emb(idx))[0])
+
+
+class SpeechGRU(nn.Module):
+    """Speech-style: three Conv1d layers over feature frames, a 2-layer GRU, a label per frame."""
+
+    def __init__(self, feats: int, labels: int, hidden: int = 128) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv1d(feats, 64, 5, padding=2), nn.ReLU(),
+                                  nn.Conv1d(64, 64, 5, padding=2), nn.ReLU(),
+                                  nn.Conv1d(64, 96, 3, padding=1), nn.ReLU())
+        self.rnn = nn.GRU(96, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, labels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, labels, frames)
+        return self.head(self.rnn(self.conv(x).transpose(1, 2))[0]).transpose(1, 2)
+
+
+def _conv_bn(cin: int, cout: int) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class UNet(nn.Module):
+    """A two-level U-Net: encoder, bottleneck, decoder with concatenated skips, per-pixel labels."""
+
+    def __init__(self, width: int = 16, classes: int = 2) -> None:
+        super().__init__()
+        w = width
+        self.d1, self.d2, self.d3 = _conv_bn(3, w), _conv_bn(w, 2 * w), _conv_bn(2 * w, 4 * w)
+        self.u2, self.u1 = _conv_bn(6 * w, 2 * w), _conv_bn(3 * w, w)
+        self.out = nn.Conv2d(w, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.d1(x)
+        b = self.d2(F.max_pool2d(a, 2))
+        c = self.d3(F.max_pool2d(b, 2))
+        y = self.u2(torch.cat([F.interpolate(c, scale_factor=2.0), b], 1))
+        return self.out(self.u1(torch.cat([F.interpolate(y, scale_factor=2.0), a], 1)))
+
+
+class VAE(nn.Module):
+    """A variational autoencoder of MLPs (reparameterised latent); ``forward`` returns the loss."""
+
+    def __init__(self, dim: int = 784, hidden: int = 400, latent: int = 20) -> None:
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden // 2), nn.ReLU())
+        self.mu, self.logvar = nn.Linear(hidden // 2, latent), nn.Linear(hidden // 2, latent)
+        self.dec = nn.Sequential(nn.Linear(latent, hidden // 2), nn.ReLU(), nn.Linear(hidden // 2, hidden),
+                                 nn.ReLU(), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.enc(x)
+        mu, logvar = self.mu(h), self.logvar(h)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp()
+        kl = -0.5 * (1 + logvar - mu**2 - logvar.exp()).mean()
+        return F.mse_loss(self.dec(z), x) + kl
+
+
+class MLPMixer(nn.Module):
+    """MLP-Mixer: token-mixing and channel-mixing MLPs over a sequence of patches."""
+
+    def __init__(self, patch_dim: int, tokens: int, d: int, blocks: int, classes: int = 10) -> None:
+        super().__init__()
+        self.inp = nn.Linear(patch_dim, d)
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(2 * blocks))
+        self.token_mlps = nn.ModuleList(nn.Sequential(nn.Linear(tokens, 2 * tokens), nn.GELU(),
+                                                      nn.Linear(2 * tokens, tokens)) for _ in range(blocks))
+        self.channel_mlps = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+                                          for _ in range(blocks))
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for i, (tok, ch) in enumerate(zip(self.token_mlps, self.channel_mlps)):
+            h = h + tok(self.norms[2 * i](h).transpose(1, 2)).transpose(1, 2)
+            h = h + ch(self.norms[2 * i + 1](h))
+        return self.head(h.mean(1))
+
+
+class ViT(nn.Module):
+    """A small vision transformer: patch embedding, class token, ``nn.TransformerEncoder``."""
+
+    def __init__(self, d: int = 96, layers: int = 4, heads: int = 4, patch: int = 4, classes: int = 10) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, d, patch, patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], 1)
+        return self.head(self.body(h)[:, 0])
+
+
+class TCN(nn.Module):
+    """A temporal convolutional network: residual dilated Conv1d layers (dilation 1, 2, 4, ...)."""
+
+    def __init__(self, feats: int, channels: int, layers: int, classes: int = 5) -> None:
+        super().__init__()
+        self.inp = nn.Conv1d(feats, channels, 1)
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.Conv1d(channels, channels, 3, padding=2**i, dilation=2**i),
+                          nn.BatchNorm1d(channels), nn.ReLU()) for i in range(layers))
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for layer in self.layers:
+            h = h + layer(h)
+        return self.head(h.mean(2))
+
+
+class DenseNet(nn.Module):
+    """One dense block: each layer (BN, ReLU, conv) sees the concatenation of all before it."""
+
+    def __init__(self, growth: int, layers: int, stem: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, stem, 3, padding=1)
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(stem + i * growth), nn.ReLU(),
+                          nn.Conv2d(stem + i * growth, growth, 3, padding=1)) for i in range(layers))
+        self.head = nn.Linear(stem + layers * growth, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        for layer in self.layers:
+            h = torch.cat([h, layer(h)], 1)
+        return self.head(h.mean((2, 3)))
+
+
 # ---------------------------------------------------------------------- workloads
 def _gpt(seed: int, vocab: int, d: int, layers: int, heads: int, seq: int, batch: int) -> Workload:
     torch.manual_seed(seed)
@@ -172,6 +316,46 @@ def _mlp_embedding(seed: int, rows: int, dim: int, hidden: int, depth: int, batc
     return Workload(model, opt, make_batch, loss_fn, desc)
 
 
+def _supervised(seed: int, model_fn: Callable[[], nn.Module], optimizer: str,
+                make_input: Callable[[torch.Generator], Any], loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+                desc: str) -> Workload:
+    """A workload from a model constructor, an optimizer name (``sgd`` with momentum, ``adam``,
+    ``adamw``) and a batch drawn from a seeded generator; the model is built after
+    ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    model = model_fn()
+    opts: dict[str, Callable[[], torch.optim.Optimizer]] = {
+        "sgd": lambda: torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=False),
+        "adam": lambda: torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False),
+        "adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False),
+    }
+    gen = torch.Generator().manual_seed(seed)
+    return Workload(model, opts[optimizer](), lambda step: make_input(gen), loss_fn, f"{desc}, {optimizer}")
+
+
+def _lm(seed: int, cell: str, vocab: int, d: int, hidden: int, layers: int, seq: int, batch: int) -> Workload:
+    def loss(m: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(m(idx[:, :-1]).reshape(-1, vocab), idx[:, 1:].reshape(-1))
+
+    return _supervised(seed, lambda: RecurrentLM(cell, vocab, d, hidden, layers), "adam",
+                       lambda g: torch.randint(0, vocab, (batch, seq + 1), generator=g), loss,
+                       f"RecurrentLM({cell}, vocab={vocab}, d={d}, hidden={hidden}, layers={layers}), "
+                       f"batch {batch}x{seq}")
+
+
+def _classify(seed: int, model_fn: Callable[[], nn.Module], optimizer: str, shape: tuple[int, ...],
+              classes: int, desc: str, labels: tuple[int, ...] | None = None) -> Workload:
+    """Random inputs of ``shape`` (batch first) and labels of shape ``labels`` (default: one per
+    sample; a per-position model, whose output has classes in dimension 1, gives its own)."""
+    def make_input(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.randn(*shape, generator=g), torch.randint(0, classes, labels or shape[:1], generator=g)
+
+    def loss(m: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(m(b[0]), b[1])
+
+    return _supervised(seed, model_fn, optimizer, make_input, loss, f"{desc}, batch {shape}")
+
+
 WORKLOADS: dict[str, Callable[[int], Workload]] = {
     "gpt": lambda seed: _gpt(seed, vocab=512, d=64, layers=12, heads=4, seq=32, batch=4),
     "gpt_wide": lambda seed: _gpt(seed, vocab=1024, d=128, layers=8, heads=8, seq=64, batch=4),
@@ -179,6 +363,22 @@ WORKLOADS: dict[str, Callable[[int], Workload]] = {
     "resnet_deep": lambda seed: _resnet(seed, width=8, stages=4, blocks=4, batch=4, hw=16),
     "mlp_embedding": lambda seed: _mlp_embedding(seed, rows=100_000, dim=32, hidden=128, depth=6,
                                                  batch=64, bag=8),
+    # more architectures (none is trained on by default; see conf/train.yaml and the README)
+    "gru_lm": lambda seed: _lm(seed, "gru", vocab=3000, d=96, hidden=192, layers=3, seq=24, batch=8),
+    "lstm_lm": lambda seed: _lm(seed, "lstm", vocab=2000, d=128, hidden=256, layers=2, seq=32, batch=8),
+    "speech_gru": lambda seed: _classify(seed, lambda: SpeechGRU(40, 30), "sgd", (8, 40, 60), 30,
+                                         "SpeechGRU(40 features, 30 labels)", labels=(8, 60)),
+    "unet": lambda seed: _classify(seed, lambda: UNet(16, 2), "adamw", (4, 3, 32, 32), 2, "UNet(width=16)",
+                                   labels=(4, 32, 32)),
+    "vae": lambda seed: _supervised(seed, VAE, "adam", lambda g: torch.rand(32, 784, generator=g),
+                                    lambda m, x: m(x), "VAE(784-400-200-20), batch 32"),
+    "mixer": lambda seed: _classify(seed, lambda: MLPMixer(48, 64, 128, 4), "adam", (16, 64, 48), 10,
+                                    "MLPMixer(64 tokens, d=128, 4 blocks)"),
+    "vit": lambda seed: _classify(seed, ViT, "adamw", (8, 3, 32, 32), 10, "ViT(d=96, 4 layers, patch 4)"),
+    "tcn": lambda seed: _classify(seed, lambda: TCN(16, 64, 6), "sgd", (16, 16, 128), 5,
+                                  "TCN(64 channels, 6 dilated layers)"),
+    "densenet": lambda seed: _classify(seed, lambda: DenseNet(12, 6), "sgd", (8, 3, 16, 16), 10,
+                                       "DenseNet(growth 12, 6 layers)"),
 }
 """Ready-made workloads by name; each takes the seed."""
 

@@ -17,7 +17,7 @@ from typing import Any
 from allocator.trace import Trace
 from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_one
 
-__all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "quality_rows",
+__all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out", "quality_rows",
            "format_quality", "verdict"]
 
 HEURISTICS = ("lru", "lfu", "arc", "s3fifo")
@@ -93,6 +93,41 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     return out
 
 
+ZOO: dict[str, int] = {"gru_lm": 3, "lstm_lm": 30, "speech_gru": 3, "unet": 16, "vae": 24, "mixer": 10,
+                       "vit": 8, "tcn": 20, "densenet": 20}
+"""The architectures of :mod:`envs.workloads.models` that no training config here uses, and the
+training steps recorded of each (12,000-43,000 requests, like the bundled traces)."""
+
+
+def zoo_held_out(cache_dir: str | None = None, max_requests: int | None = None,
+                 names: Sequence[str] | None = None) -> list[HeldOut]:
+    """DL training traces of architectures never trained on (:data:`ZOO`: recurrent language
+    models, a speech model, a U-Net, a VAE, an MLP-Mixer, a ViT, a TCN, a DenseNet), family
+    ``dl``. Recorded with :func:`envs.workloads.recorder.record` (seed 0) on first use, a minute
+    or so for all nine, and kept in ``cache_dir`` (default ``outputs/recorded``) for the next runs.
+    Recording needs torch; the keys, sizes and ops depend on torch's operator decompositions, so
+    another torch version may record slightly different traces."""
+    from envs.workloads import read_trace
+    from envs.workloads.models import make_workload
+    from envs.workloads.recorder import record
+
+    cache_dir = cache_dir or os.path.join(ROOT, "outputs", "recorded")
+    out = []
+    for name in names or ZOO:
+        steps = ZOO[name]
+        path = os.path.join(cache_dir, f"{name}_s0_steps{steps}.npz")
+        if not os.path.isfile(path):
+            w = make_workload(name, seed=0)
+            t = record(w.model, w.optimizer, w.make_batch, w.loss_fn, steps=steps, seed=0, name=name,
+                       meta={"workload": name, "description": w.description})
+            os.makedirs(cache_dir, exist_ok=True)
+            t.save(path)
+        t = read_trace(path)
+        if max_requests and len(t) > max_requests:
+            t = t.window(0, max_requests)
+        out.append(HeldOut(_named(t, name), "dl"))
+    return out
+
 def _named(t: Trace, name: str) -> Trace:
     return Trace(t.key, t.size, t.op, t.compute_ns, t.kind, t.step, t.meta, name)
 
@@ -140,7 +175,10 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     worst_gap = max(other) if other else math.nan
     broad = [r["gap_to_best"] for r in rows if r["family"] == "other"]
     behind_lru = [r for r in rows if r["family"] == "other" and r["miss_learned"] > r["miss_lru"]]
+    dl_rows = [r for r in rows if r["family"] == "dl"]
     return {
+        "dl_cells": len(dl_rows),
+        "dl_cells_behind_lru": sum(r["miss_learned"] > r["miss_lru"] for r in dl_rows),
         "other_worst_gap": max(broad) if broad else math.nan,
         "other_mean_gap": sum(broad) / len(broad) if broad else math.nan,
         "other_cells_behind_lru": len(behind_lru),

@@ -99,6 +99,29 @@ def test_import_does_not_load_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
+
+@pytest.mark.parametrize("name", ["gru_lm", "lstm_lm", "speech_gru", "unet", "vae", "mixer", "vit", "tcn",
+                                  "densenet"])
+def test_every_ready_made_architecture_records_a_training_step(name: str) -> None:
+    """Each architecture of the zoo trains (a finite loss, so the batches fit the model) and
+    its trace has what a training step has: parameters read and updated, gradients,
+    optimizer state, activations freed within the step."""
+    from envs.workloads.models import make_workload
+    from envs.workloads.recorder import record
+
+    w = make_workload(name, seed=0)
+    assert torch.isfinite(w.loss_fn(w.model, w.make_batch(0)))
+    w = make_workload(name, seed=0)
+    t = record(w.model, w.optimizer, w.make_batch, w.loss_fn, steps=1, seed=0, name=name)
+    kinds = set(np.unique(t.kind).tolist())
+    assert {Kind.PARAMETER, Kind.GRADIENT, Kind.OPTIMIZER_STATE, Kind.ACTIVATION} <= kinds, name
+    params = t.kind == Kind.PARAMETER
+    assert len(np.unique(t.key[params])) == len(list(w.model.parameters()))
+    assert (t.op[params] == Op.WRITE).any()  # the optimizer's in-place updates
+    acts = np.unique(t.key[t.kind == Kind.ACTIVATION])
+    assert np.isin(acts, t.key[t.op == Op.FREE]).mean() > 0.5  # activations die within the step
+    assert w.description and len(t) > 300
+
 def _record_script():  # type: ignore[no-untyped-def]
     """scripts/record_trace.py as a module."""
     sys.path.insert(0, str(ROOT / "scripts"))

@@ -5,10 +5,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from policies import features
 from policies.learned import save_policy_file
-from policies.training.quality import broad_held_out, default_held_out, quality_rows, verdict
+from policies.training.quality import (
+    broad_held_out,
+    default_held_out,
+    quality_rows,
+    verdict,
+    zoo_held_out,
+)
 
 
 def _policy(tmp_path) -> str:
@@ -39,3 +46,20 @@ def test_broad_held_out_rows_and_verdict(tmp_path) -> None:
     assert v["other_worst_gap"] == max(r["gap_to_best"] for r in other)
     assert v["other_cells_behind_lru"] == sum(r["miss_learned"] > r["miss_lru"] for r in other)
     assert math.isnan(v["dl_mean_normalized_hit_rate"]) and not v["dl_target_met"]
+
+
+def test_zoo_held_out_records_once_then_reuses(tmp_path) -> None:
+    """An architecture of the zoo is recorded on first use into the cache directory and read
+    back from there next time; it counts as a DL trace (the normalised-hit-rate target)."""
+    pytest.importorskip("torch")
+    cache = tmp_path / "rec"
+    (h,) = zoo_held_out(str(cache), max_requests=2000, names=["vae"])
+    (f,) = list(cache.iterdir())
+    assert h.family == "dl" and h.trace.name == "vae" and len(h.trace) == 2000
+    stamp = f.stat().st_mtime_ns
+    (h2,) = zoo_held_out(str(cache), max_requests=2000, names=["vae"])
+    assert f.stat().st_mtime_ns == stamp  # not recorded again
+    np.testing.assert_array_equal(h.trace.key, h2.trace.key)
+    rows = quality_rows(_policy(tmp_path), [h], capacities=[0.25])
+    v = verdict(rows)
+    assert v["dl_cells"] == 1 and v["dl_cells_behind_lru"] == int(rows[0]["miss_learned"] > rows[0]["miss_lru"])
