@@ -174,6 +174,11 @@ class PoolView:
         o = self._objs.get(key)
         return o is not None and o.state in (DEVICE, H2D)
 
+    @property
+    def writing(self) -> bool:
+        """Whether the access being served is a write (in the policy's hooks of an access)."""
+        return self._pool._writing
+
 
 Placement = Literal["arena", "bytes"]
 
@@ -206,7 +211,7 @@ class Pool:
         "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_place", "_fp_mask", "_objs",
         "_tick", "_lock", "_acquire", "_release", "_landing", "_releases",
         "_pending_release_bytes", "_inflight_bytes", "_seq", "_n_evictable", "_hit_path",
-        "_place_release",
+        "_place_release", "_writing",
         "__weakref__",
     )
 
@@ -272,6 +277,7 @@ class Pool:
         self._pending_release_bytes = 0
         self._inflight_bytes = 0
         self._seq = 0
+        self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
         self.view = PoolView(self)
         # not when a subclass overrides access (its override must run)
@@ -281,6 +287,32 @@ class Pool:
             self._refresh_fast_path()
         if backend is not None:
             backend.attach(self._place.capacity)
+
+    # ------------------------------------------------------------------ pickle / copy
+    # A pool pickles (and deep-copies) with its objects, policy, clock and counters; the lock and
+    # the C paths, which hold references into this instance, are made anew for the copy. (A
+    # backend holding device memory does not pickle.)
+    _UNPICKLED = ("_lock", "_acquire", "_release", "_hit_path", "_place_release", "_touch", "_on_hit",
+                  "_on_miss", "_admit", "_due", "_fast_read", "_fast_write", "view")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__
+                if k != "__weakref__" and k not in self._UNPICKLED and hasattr(self, k)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self._lock = threading.RLock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
+        self._place_release = (self._place.release if _fastpath is None
+                               else _fastpath.PlaceRelease(self._place))
+        self._hit_path = None
+        self._refresh_fast_path()
+        self.view = PoolView(self)
+        if _fastpath is not None and type(self).access is _py_access:
+            self._hit_path = _fastpath.HitPath(self, types.MethodType(_py_access, self),
+                                               self._objs, self._lock)
+            self._refresh_fast_path()
 
     # ------------------------------------------------------------------ configuration
     # Who answers and who listens can change between calls; the hit fast path caches them.
@@ -370,6 +402,7 @@ class Pool:
                     st.prefetch_hits += 1
                 if write:
                     o.dirty = True
+                self._writing = write
                 touch = self._touch
                 if touch is not None:
                     touch(key)
@@ -383,7 +416,7 @@ class Pool:
             if not self._fast_read:
                 return self._drive(self._access_steps(key, size, write, kind, compute_ns))
             # _access_steps' phases without its generator (there is no prefetcher to ask)
-            o, need, old_size = self._begin(key, size, kind)
+            o, need, old_size = self._begin(key, size, kind, write)
             if need > 0:
                 place = self._place
                 # no block can fit while fewer bytes than that are free: skip the attempt
@@ -574,7 +607,7 @@ class Pool:
     # without a generator when there is no prefetcher (the policy answers the evictions).
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
                       defer_wt: bool = False) -> Generator[EvictionRequest, int, bool]:
-        o, need, old_size = self._begin(key, size, kind)
+        o, need, old_size = self._begin(key, size, kind, write)
         if need > 0:
             offset = self._place.alloc(need)
             if offset is None:
@@ -594,10 +627,11 @@ class Pool:
             self.cost.compute(compute_ns)
         return need == 0
 
-    def _begin(self, key: int, size: int, kind: int) -> tuple[ObjectInfo, int, int]:
-        """Count the access; a hit is complete here. Returns ``(object, need, old_size)``:
-        ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to place;
-        ``old_size`` -1 when the miss created the object."""
+    def _begin(self, key: int, size: int, kind: int, write: bool) -> tuple[ObjectInfo, int, int]:
+        """Count the access (a write if ``write``); a hit is complete here. Returns ``(object,
+        need, old_size)``: ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to
+        place; ``old_size`` -1 when the miss created the object."""
+        self._writing = write
         if self._landing or self._releases:
             self._retire()
         st = self.stats

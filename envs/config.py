@@ -114,8 +114,9 @@ class AllocatorConfig:
 class EvalConfig:
     """What the evaluator sweeps. ``capacities``: bytes (or objects in ``objects`` mode) as
     integers, or fractions in (0, 1] of the working set (``capacity_of=peak_live``: of the peak
-    live bytes). ``policies``: registry names or ``learned:PATH`` (``learned_lru:PATH``,
-    ``learned_bare:PATH``: other guards); lru and belady are always run (normalised hit rate).
+    live bytes). ``policies``: registry names or ``learned:PATH`` (``learned_trial:PATH``,
+    ``learned_lru:PATH``, ``learned_bare:PATH``: other guards, or none); lru and belady are
+    always run (normalised hit rate).
     ``presets``: cost presets, ``none`` for instant copies."""
 
     mode: Mode = Mode.bytes

@@ -44,6 +44,7 @@ from allocator.trace import not_a_zip_archive
 from policies import features as _features
 from policies.adaptive import S3FIFO
 from policies.base import EvictionPolicyBase
+from policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "CandidateScorer", "LearnedPolicy", "save_policy_file",
     "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US", "Guard", "LRUGuard",
+    "ShadowGuard",
 ]
 
 log = logging.getLogger(__name__)
@@ -339,7 +341,9 @@ class _ModelS3FIFO(S3FIFO):
 
 
 class Guard:
-    """Keeps a learned policy from doing worse than the heuristics for long.
+    """Keeps a learned policy from doing worse than the heuristics for long, by trial windows
+    (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
+    instead; this one is ``learned_trial:PATH`` in the registry).
 
     Shadow caches see the same accesses at the pool's capacity in bytes: an LRU of keys and
     sizes, and (``s3fifo``, on by default) an S3-FIFO model (:class:`_ModelS3FIFO`). Every
@@ -396,6 +400,9 @@ class Guard:
     def active(self) -> bool:
         """True while a heuristic decides (``expert``)."""
         return self._off > 0
+
+    def attach(self, policy: Any) -> None:
+        """Called once by the :class:`LearnedPolicy` the guard serves."""
 
     def _model_hits(self) -> int:
         m = self.model
@@ -488,6 +495,190 @@ class LRUGuard(Guard):
         super().__init__(window, margin, max_backoff, abort, s3fifo=False)
 
 
+
+class _Both:
+    """``first(view, key)`` then ``then(key)``: a picklable hook wrapper."""
+
+    __slots__ = ("first", "then")
+
+    def __init__(self, first: Any, then: Any) -> None:
+        self.first, self.then = first, then
+
+    def __call__(self, view: PoolView, key: int) -> None:
+        self.first(view, key)
+        self.then(key)
+
+
+class _ModelNetwork(ShadowPolicy):
+    """The network alone, in a shadow pool of the guarded pool's capacity (bytes placement,
+    oversized objects bypassed): it sees every request (with its kind and whether it writes)
+    but not the evictions others choose, so its hits are the network's own whoever decides.
+    Its :meth:`victim` is :class:`~policies.shadow.ShadowPolicy`'s (a resident object the
+    shadow no longer holds first), so a pool it decides for converges to the shadow's content;
+    ``None`` when the pool holds nothing the shadow lacks (the caller then uses LRU)."""
+
+    def __init__(self, policy: LearnedPolicy) -> None:
+        super().__init__()
+        self._parent = (policy.scorer, policy.header, policy.budget_us, policy.K)
+        self.pool: Any = None
+        self.policy: LearnedPolicy | None = None
+        self._kind, self._write = 0, False  # of the request being served
+
+    def _setup(self, capacity: int) -> None:
+        from allocator.pool import Pool
+
+        scorer, header, budget_us, K = self._parent
+        pol = LearnedPolicy(scorer, header, budget_us=budget_us, K=K, guard=False)
+        pol.on_evict = _Both(pol.on_evict, self._drop)  # type: ignore[method-assign]  # before the pool reads its hooks
+        self.policy = pol
+        self.pool = Pool(capacity, pol, placement="bytes", oversize="bypass")
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self._kind, self._write = view.info(key).kind, view.writing
+        super().on_hit(view, key)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self._kind, self._write = view.info(key).kind, view.writing
+        super().on_miss(view, key)
+
+    def _request(self, key: int, size: int) -> bool:
+        return bool(self.pool.access(key, size, self._write, kind=self._kind))
+
+    def _resident(self, key: int) -> bool:
+        return bool(self.pool.view.is_resident(key))
+
+    def _remove(self, key: int) -> None:  # pragma: no cover - on_evict below never asks
+        pass
+
+    def _fallback(self) -> list[int]:
+        return []
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self._in_pool.discard(key)
+        self._pending.pop(key, None)
+        if key == self._outside:
+            self._outside = None
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.on_evict(view, key)
+        if self.pool is not None and key in self.pool:
+            self.pool.free(key)
+
+
+class ShadowGuard(Guard):
+    """A :class:`Guard` that also runs the network alone in a shadow pool
+    (:class:`_ModelNetwork`), so that all three experts -- the network, LRU, S3-FIFO -- are
+    measured on every access whoever decides, and no window is spent trying the network
+    blind. Every ``window`` accesses the pool follows the expert whose shadow hit most in the
+    window, if it beat the one followed now by more than ``margin`` of the window's accesses
+    (``s3fifo_margin`` to hand over to S3-FIFO, whose content the pool must first converge
+    to); within a window, as soon as another expert leads the followed one by more than
+    ``abort`` hits. The network and S3-FIFO decide by evicting first what their shadow no
+    longer holds (the pool converges to it), LRU through the policy's tracker.
+
+    Costs a second pool's work per access (and the network's decisions happen in the shadow
+    pool). ``expert`` is ``None`` while the network is followed."""
+
+    __slots__ = ("net", "_net_hits0", "switches")
+
+    def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
+                 s3fifo_margin: float = 0.01) -> None:
+        super().__init__(window, margin, 1, abort, True, s3fifo_margin)
+        self.net: _ModelNetwork | None = None
+        self._net_hits0 = 0
+        self.switches = 0
+
+    def attach(self, policy: Any) -> None:
+        self.net = _ModelNetwork(policy)
+
+    @property
+    def active(self) -> bool:
+        return True  # every decision is the followed expert's (the network's in its shadow)
+
+    def _net_hits(self) -> int:
+        n = self.net
+        return 0 if n is None else (n.model_requests - n.model_misses) - self._net_hits0
+
+    def _scores(self) -> dict[str | None, int]:
+        return {None: self._net_hits(), "lru": self._shadow_hits, "s3fifo": self._model_hits()}
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        if self.expert is None and self.net is not None:
+            return self.net.admit(view, key, size)
+        return super().admit(view, key, size)
+
+    def victim(self, view: PoolView, tracker: Any) -> int | None:
+        if self.expert is None and self.net is not None:
+            k = self.net.victim(view)
+            return tracker.victim(view) if k is None else k
+        return super().victim(view, tracker)
+
+    def access(self, view: PoolView, key: int, hit: bool) -> None:
+        if self.net is not None:
+            (self.net.on_hit if hit else self.net.on_miss)(view, key)
+        lru = self._lru
+        if key in lru:
+            lru.move_to_end(key)
+            self._shadow_hits += 1
+        else:
+            size = view.info(key).size
+            cap = view.capacity
+            if size <= cap:
+                while self._used + size > cap:
+                    self._used -= lru.popitem(last=False)[1]
+                lru[key] = size
+                self._used += size
+        m = self.model
+        if m is not None:
+            (m.on_hit if hit else m.on_miss)(view, key)
+        self._hits += hit
+        self._n += 1
+        if self._n >= self.window:
+            self._end_window()
+            return
+        # another expert (the network or LRU) ahead of the followed one by ``abort`` hits
+        net = self._net_hits()
+        lru_h = self._shadow_hits
+        e = self.expert
+        cur = net if e is None else lru_h if e == "lru" else self._model_hits()
+        if (net if net > lru_h else lru_h) - cur > self.abort:
+            self.aborts += 1
+            self._end_window(force=True)
+
+    def insert(self, view: PoolView, key: int) -> None:
+        super().insert(view, key)
+        if self.net is not None:
+            self.net.on_insert(view, key)
+
+    def evict(self, view: PoolView, key: int) -> None:
+        super().evict(view, key)
+        if self.net is not None:
+            self.net.on_evict(view, key)
+
+    def free(self, view: PoolView, key: int) -> None:
+        super().free(view, key)
+        if self.net is not None:
+            self.net.on_free(view, key)
+
+    def _end_window(self, force: bool = False) -> None:
+        self.windows += 1
+        sc = self._scores()
+        cur = self.expert
+        # S3-FIFO's hits come in bursts (loops, scans): it needs a whole window to take over
+        best = max((e for e in sc if not (force and e == "s3fifo")), key=lambda e: (sc[e], e is None))
+        need = 0.0 if force else (self.s3fifo_margin if best == "s3fifo" else self.margin) * self._n
+        if best != cur and sc[best] - sc[cur] > need:
+            self.expert = best
+            self.switches += 1
+        if self.expert is not None:
+            self.lru_windows += 1
+            self.s3fifo_windows += self.expert == "s3fifo"
+        self._n = self._hits = self._shadow_hits = 0
+        if self.model is not None:
+            self._model_hits0 = self.model.model_requests - self.model.model_misses
+        if self.net is not None:
+            self._net_hits0 = self.net.model_requests - self.net.model_misses
+
 # ---------------------------------------------------------------------- the policy
 class LearnedPolicy(EvictionPolicyBase):
     """An exported eviction policy. Satisfies :class:`policies.base.EvictionPolicy` (and
@@ -500,11 +691,11 @@ class LearnedPolicy(EvictionPolicyBase):
     decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
     ``view.stats.fallbacks``; so does one with no valid candidate.
 
-    ``guard`` (default on; ``False`` for the network alone, or a :class:`Guard` /
-    :class:`LRUGuard` of your own): a :class:`Guard` compares the policy's hits with a shadow
-    LRU's and an S3-FIFO model's over windows of accesses and hands decisions to the better
-    heuristic for a while after a losing window (``guard_decisions`` counts them), so a
-    workload unlike the training data costs little.
+    ``guard`` (default on: a :class:`ShadowGuard`; ``False`` for the network alone, or a
+    :class:`ShadowGuard` / :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
+    and an S3-FIFO model run in shadow caches of the pool's capacity, and the pool follows
+    whichever hit most over the last window (``guard_decisions`` counts the decisions a
+    heuristic made), so a workload unlike the training data costs little.
 
     Build with :meth:`load`.
     """
@@ -530,9 +721,11 @@ class LearnedPolicy(EvictionPolicyBase):
         self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
         self.tracker = _features.FeatureTracker()
         if not isinstance(guard, (bool, Guard)):
-            raise ConfigError(f"guard must be True (the default Guard), False (none) or a Guard / "
-                              f"LRUGuard instance, got {guard!r}")
-        self.guard = (Guard() if guard is True else guard) if guard else None
+            raise ConfigError(f"guard must be True (the default ShadowGuard), False (none) or a "
+                              f"ShadowGuard / Guard / LRUGuard instance, got {guard!r}")
+        self.guard = (ShadowGuard() if guard is True else guard) if guard else None
+        if self.guard is not None:
+            self.guard.attach(self)
         self.guard_decisions = 0
         # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
         t = self.tracker
@@ -638,7 +831,7 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def victim(self, view: PoolView) -> int | None:
         if self.guard is not None and self.guard.active:
-            self.guard_decisions += 1
+            self.guard_decisions += self.guard.expert is not None
             return self.guard.victim(view, self.tracker)
         budget = self._budget_ns
         timed = budget is not None or self.record_latency  # else the decision reads no clock

@@ -66,8 +66,11 @@ _NEEDS_TRACE = {"belady", "lookahead"}
 
 
 LEARNED_PREFIXES: dict[str, str] = {
-    "learned": "the exported policy under its default guard (LRU and S3-FIFO)",
-    "learned_lru": "the exported policy under the LRU-only guard",
+    "learned": "the exported policy under its default guard (ShadowGuard: the network, LRU and "
+               "S3-FIFO in shadow caches, the pool following the best)",
+    "learned_trial": "the exported policy under the trial-window guard (Guard: LRU and S3-FIFO "
+                     "in shadow caches, the network tried again after a back-off)",
+    "learned_lru": "the exported policy under the LRU-only trial-window guard",
     "learned_bare": "the exported network alone, without a guard",
 }
 """``PREFIX:PATH`` names of an exported policy file, and what each builds."""
@@ -97,7 +100,8 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
             raise ConfigError(f"learned policy needs a file: '{prefix}:PATH'")
         from policies.learned import Guard, LearnedPolicy, LRUGuard  # lazy: may pull numpy only
 
-        guard: bool | Guard = LRUGuard() if prefix == "learned_lru" else prefix == "learned"
+        guard: bool | Guard = (Guard() if prefix == "learned_trial" else LRUGuard() if prefix == "learned_lru"
+                               else prefix == "learned")  # True: the default ShadowGuard
         return LearnedPolicy.load(path, guard=guard)
     if is_import_spec(name):
         return _build_imported(name, "victim", trace, params)  # type: ignore[no-any-return]
@@ -106,7 +110,7 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
         raise ConfigError(
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
             f"{LEARNED_SPECS} for an exported policy file (under its default guard, the "
-            "LRU-only guard, or none), or FILE.py:Class / module:Class for a class of your own")
+            "trial-window guards, or none), or FILE.py:Class / module:Class for a class of your own")
     if key == "random":
         params.setdefault("seed", seed)
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]

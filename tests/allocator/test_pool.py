@@ -738,3 +738,49 @@ def test_steps_evicts_pending_drops_after_a_bypass_as_access_does() -> None:
         assert pol.pending_evictions() == [] and pool.stats.bypasses == 1
         out.append(dataclasses.asdict(pool.snapshot()))
     assert out[0] == out[1] and out[0]["evictions"] == 5
+
+
+@pytest.mark.parametrize("placement", ["arena", "bytes"])
+def test_a_pool_pickles_and_copies_mid_trace(placement: str) -> None:
+    """A pool pickled (or deep-copied) half-way through a trace continues exactly as the
+    original: the same hits, evictions and residents; the copy has its own lock and C paths."""
+    import copy
+    import pickle
+
+    from envs.workloads.registry import generate
+
+    trace = generate("zipf", seed=1, n_requests=6000, n_objects=600, size=4096, write_fraction=0.3)
+    a = Pool(60 * 4096, LRU(), placement=placement)
+    a.replay(trace.window(0, 3000))
+    twins = [pickle.loads(pickle.dumps(a)), copy.deepcopy(a)]
+    for t in twins:
+        assert t._lock is not a._lock and t.view._pool is t
+        if a._hit_path is not None:
+            assert t._hit_path is not None and t._hit_path is not a._hit_path
+    want = a.replay(trace.window(3000, 6000))
+    for t in twins:
+        got = t.replay(trace.window(3000, 6000))
+        assert (got.hits, got.evictions, got.writebacks) == (want.hits, want.evictions, want.writebacks)
+        assert t.resident_keys() == a.resident_keys()
+
+
+def test_policy_hooks_see_whether_the_access_writes() -> None:
+    """``view.writing`` tells a policy's on_hit / on_miss whether the access being served is a
+    write (a miss's object is not dirty yet when on_miss runs)."""
+    seen: list[tuple[str, int, bool]] = []
+
+    class Spy(LRU):
+        def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+            seen.append(("hit", key, view.writing))
+            super().on_hit(view, key)
+
+        def on_miss(self, view, key):  # type: ignore[no-untyped-def]
+            seen.append(("miss", key, view.writing))
+            super().on_miss(view, key)
+
+    p = Pool(4 * B, Spy(), placement="bytes")
+    p.access(1, B, write=True)
+    p.access(1, B)
+    p.access(2, B)
+    p.access(2, B, write=True)
+    assert seen == [("miss", 1, True), ("hit", 1, False), ("miss", 2, False), ("hit", 2, True)]

@@ -22,6 +22,7 @@ from policies.learned import (
     Guard,
     LearnedPolicy,
     LRUGuard,
+    ShadowGuard,
     diff_feature_spec,
     read_policy_file,
     save_policy_file,
@@ -223,6 +224,9 @@ def test_bad_guard_settings_are_config_errors(kw):
         Guard(**kw)
     with pytest.raises(ConfigError, match="s3fifo_margin=-0.5"):
         Guard(s3fifo_margin=-0.5)
+    if "max_backoff" not in kw:  # (the ShadowGuard has no back-off)
+        with pytest.raises(ConfigError, match="ShadowGuard: window must be"):
+            ShadowGuard(**kw)
 
 
 @pytest.mark.parametrize("guard", ["yes", 1, None])
@@ -615,3 +619,68 @@ def test_guard_admits_what_s3fifo_admits_while_it_decides(policy_file):
     guard.expert = "s3fifo"
     pool.access(2000, 4096)  # a small new object enters S3-FIFO's small queue: admitted
     assert pool.state(2000) == "device" and guard.model is not None and guard.model._resident(2000)
+
+
+def mru_policy(tmp_path, guard: bool | Guard = False) -> LearnedPolicy:
+    """A network whose score is ``1 - recency``: it evicts the most recently used candidate,
+    which wins on a loop larger than the cache (where LRU never hits)."""
+    a = {k: np.zeros_like(v) for k, v in random_arrays(hidden=(4,)).items()}
+    a["wc"][features.FEATURE_NAMES.index("recency"), 0] = -1.0
+    a["b0"][0] = 1.0
+    a["wo"][0] = 1.0
+    p = save_policy_file(tmp_path / "mru.npz", a, header(K=16, candidate_rule="sample",
+                                                         arch=dict(header()["arch"], hidden=[4])))  # type: ignore[arg-type]
+    return LearnedPolicy.load(p, guard=guard)
+
+
+@pytest.mark.parametrize("trace_name", ["zipf", "dl_training"])
+def test_shadow_guard_network_shadow_is_the_network_alone(tmp_path, trace_name):
+    """The ShadowGuard's shadow pool runs the network alone on every request (with its kind and
+    whether it writes, and the frees): its hits and evictions are exactly those of the network
+    without a guard, whoever decides in the guarded pool."""
+    trace = (generate("dl_training", seed=5) if trace_name == "dl_training" else
+             generate("zipf", seed=3, n_requests=20_000, n_objects=2000, alpha=1.0, size=4096))
+    cap = int(0.25 * (trace.peak_live_bytes() if trace_name == "dl_training" else trace.working_set_bytes()))
+    bare = hottest_policy(tmp_path)
+    guard = ShadowGuard(window=1024)
+    guarded = LearnedPolicy(bare.scorer, bare.header, guard=guard)
+    Pool(cap, guarded, placement="bytes", oversize="bypass").replay(trace)
+    alone = Pool(cap, bare, placement="bytes", oversize="bypass").replay(trace)
+    assert guard.net is not None
+    shadow = guard.net.pool.stats
+    assert (shadow.hits, shadow.misses, shadow.evictions) == (alone.hits, alone.misses, alone.evictions)
+    if trace_name == "zipf":
+        assert guard.lru_windows > 0  # the hottest-first network lost: heuristics decided meanwhile
+
+
+def test_shadow_guard_follows_lru_without_trials(tmp_path):
+    """A network that loses to LRU throughout costs the ShadowGuard only its first window and
+    the switch: it never hands decisions back to the network for a trial, so it ends far
+    closer to LRU than the Guard, which tries the network again after each back-off."""
+    trace = generate("zipf", seed=3, n_requests=60_000, n_objects=2000, alpha=1.0, size=4096)
+    cap = 200 * 4096
+
+    def misses(guard: Guard) -> int:
+        bare = hottest_policy(tmp_path)
+        return Pool(cap, LearnedPolicy(bare.scorer, bare.header, guard=guard), placement="bytes").replay(trace).misses
+
+    sg, g = ShadowGuard(), LRUGuard()
+    m_sg, m_g = misses(sg), misses(g)
+    m_lru = Pool(cap, LRU(), placement="bytes").replay(trace).misses
+    assert sg.aborts == 1 and sg.expert in ("lru", "s3fifo")
+    assert sg.windows - sg.lru_windows <= 1  # the network decided only until the first abort
+    assert m_sg - m_lru < 0.002 * len(trace) and m_sg - m_lru < 0.5 * (m_g - m_lru)
+
+
+def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
+    """On a loop larger than the cache the most-recent-first network beats LRU and S3-FIFO:
+    the ShadowGuard never hands over, and the guarded pool hits exactly as the
+    network alone (the pool follows its shadow)."""
+    trace = generate("loop", seed=1, n_requests=30_000, n_objects=600, size=4096)
+    cap = 200 * 4096
+    bare = Pool(cap, mru_policy(tmp_path), placement="bytes").replay(trace)
+    guard = ShadowGuard()
+    st = Pool(cap, mru_policy(tmp_path, guard), placement="bytes").replay(trace)
+    others = [Pool(cap, p, placement="bytes").replay(trace).hits for p in (LRU(), S3FIFO())]
+    assert bare.hits > max(others) and others[0] == 0  # (measured: 9,172 against 0 and 8,820)
+    assert guard.switches == 0 and guard.lru_windows == 0 and st.hits == bare.hits

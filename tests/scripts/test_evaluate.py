@@ -281,19 +281,21 @@ def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -
               "library_version": "test", "config_sha256": "", "meta": {}}
     path = save_policy_file(tmp_path / "p.npz", arrays, header)
     res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]",
-                                    f"eval.policies=[learned:{path},learned_lru:{path},learned_bare:{path}]",
+                                    f"eval.policies=[learned:{path},learned_trial:{path},learned_lru:{path},"
+                                    f"learned_bare:{path}]",
                                     "eval.plots=false", f"out_dir={tmp_path}"])))
     row = next(r for r in res["rows"] if r["policy"] == f"learned:{path}")
     assert row["requests"] == 2500 and not row["fast"] and row["decision_p50_us"] > 0
     assert not math.isnan(row["normalized_hit_rate"])
-    # the three guards of one file, each a row with its own label in the table
-    for prefix in ("learned_lru", "learned_bare"):
+    # the four guards of one file, each a row with its own label in the table
+    for prefix in ("learned_trial", "learned_lru", "learned_bare"):
         assert next(r for r in res["rows"] if r["policy"] == f"{prefix}:{path}")["requests"] == 2500
         assert f"{prefix}:p.npz" in res["table"]
-    from policies.learned import Guard, LRUGuard
+    from policies.learned import Guard, LRUGuard, ShadowGuard
     from policies.registry import is_import_spec, make_eviction
 
-    assert type(make_eviction(f"learned:{path}").guard) is Guard
+    assert type(make_eviction(f"learned:{path}").guard) is ShadowGuard
+    assert type(make_eviction(f"learned_trial:{path}").guard) is Guard
     assert type(make_eviction(f"learned_lru:{path}").guard) is LRUGuard
     assert make_eviction(f"learned_bare:{path}").guard is None
     assert not is_import_spec(f"learned_bare:{path}")
