@@ -423,7 +423,8 @@ class Guard:
                 return k
         return tracker.victim(view)
 
-    def access(self, view: PoolView, key: int, hit: bool) -> None:
+    def _shadows(self, view: PoolView, key: int, hit: bool) -> None:
+        """The shadow LRU and the S3-FIFO model see the access; the window counts it."""
         lru = self._lru
         if key in lru:
             lru.move_to_end(key)
@@ -441,6 +442,9 @@ class Guard:
             (m.on_hit if hit else m.on_miss)(view, key)
         self._hits += hit
         self._n += 1
+
+    def access(self, view: PoolView, key: int, hit: bool) -> None:
+        self._shadows(view, key, hit)
         if self._n >= self.window:
             self._end_window()
         elif self._off == 0 and self._shadow_hits - self._hits > self.abort:
@@ -569,21 +573,28 @@ class ShadowGuard(Guard):
     """A :class:`Guard` that also runs the network alone in a shadow pool
     (:class:`_ModelNetwork`), so that all three experts -- the network, LRU, S3-FIFO -- are
     measured on every access whoever decides, and no window is spent trying the network
-    blind. Every ``window`` accesses the pool follows the expert whose shadow hit most in the
-    window, if it beat the one followed now by more than ``margin`` of the window's accesses
-    (``s3fifo_margin`` to hand over to S3-FIFO, whose content the pool must first converge
-    to); within a window, as soon as another expert leads the followed one by more than
-    ``abort`` hits. The network and S3-FIFO decide by evicting first what their shadow no
-    longer holds (the pool converges to it), LRU through the policy's tracker.
+    blind. Every ``window`` accesses the pool follows the expert whose shadow hit most over
+    the windows so far, each weighing ``decay`` times the next (0.5: mostly the last two), if
+    it beat the one followed now by more than ``margin`` of those accesses (``s3fifo_margin``
+    to hand over to S3-FIFO, whose content the pool must first converge to, and whose hits come
+    in bursts on loops and scans); within a window, as soon as the network or LRU leads the
+    followed expert by more than ``abort`` hits. The network and S3-FIFO decide by evicting
+    first what their shadow no longer holds (the pool converges to it), LRU through the
+    policy's tracker.
 
     Costs a second pool's work per access (and the network's decisions happen in the shadow
     pool). ``expert`` is ``None`` while the network is followed."""
 
-    __slots__ = ("net", "_net_hits0", "switches")
+    __slots__ = ("net", "_net_hits0", "switches", "decay", "_score", "_seen")
 
     def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
-                 s3fifo_margin: float = 0.01) -> None:
+                 s3fifo_margin: float = 0.01, decay: float = 0.5) -> None:
         super().__init__(window, margin, 1, abort, True, s3fifo_margin)
+        if not 0 <= decay < 1:
+            raise ConfigError(f"ShadowGuard: decay must be in [0, 1), got {decay!r}")
+        self.decay = float(decay)
+        self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0}
+        self._seen = 0.0
         self.net: _ModelNetwork | None = None
         self._net_hits0 = 0
         self.switches = 0
@@ -616,23 +627,7 @@ class ShadowGuard(Guard):
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         if self.net is not None:
             (self.net.on_hit if hit else self.net.on_miss)(view, key)
-        lru = self._lru
-        if key in lru:
-            lru.move_to_end(key)
-            self._shadow_hits += 1
-        else:
-            size = view.info(key).size
-            cap = view.capacity
-            if size <= cap:
-                while self._used + size > cap:
-                    self._used -= lru.popitem(last=False)[1]
-                lru[key] = size
-                self._used += size
-        m = self.model
-        if m is not None:
-            (m.on_hit if hit else m.on_miss)(view, key)
-        self._hits += hit
-        self._n += 1
+        self._shadows(view, key, hit)
         if self._n >= self.window:
             self._end_window()
             return
@@ -663,11 +658,19 @@ class ShadowGuard(Guard):
     def _end_window(self, force: bool = False) -> None:
         self.windows += 1
         sc = self._scores()
+        score, d = self._score, self.decay
+        for e, h in sc.items():
+            score[e] = d * score[e] + h
+        self._seen = d * self._seen + self._n
         cur = self.expert
-        # S3-FIFO's hits come in bursts (loops, scans): it needs a whole window to take over
-        best = max((e for e in sc if not (force and e == "s3fifo")), key=lambda e: (sc[e], e is None))
-        need = 0.0 if force else (self.s3fifo_margin if best == "s3fifo" else self.margin) * self._n
-        if best != cur and sc[best] - sc[cur] > need:
+        if force:  # the network or LRU leads the followed expert by ``abort`` hits: follow it now
+            best = max((None, "lru"), key=lambda e: (sc[e], e is None))
+            better = sc[best] > sc[cur]
+        else:  # over the windows so far, the last weighing most (S3-FIFO's hits come in bursts)
+            best = max(score, key=lambda e: (score[e], e is None))  # ties: the network
+            need = (self.s3fifo_margin if best == "s3fifo" else self.margin) * self._seen
+            better = score[best] - score[cur] > need
+        if best != cur and better:
             self.expert = best
             self.switches += 1
         if self.expert is not None:
