@@ -523,16 +523,18 @@ class _ModelNetwork(ShadowPolicy):
 
     def __init__(self, policy: LearnedPolicy) -> None:
         super().__init__()
-        self._parent = (policy.scorer, policy.header, policy.budget_us, policy.K)
+        self._owner = policy  # the guarded policy (its network, budget, K, record_latency)
         self.pool: Any = None
         self.policy: LearnedPolicy | None = None
         self._kind, self._write = 0, False  # of the request being served
+        self._fallbacks = 0  # the shadow pool's, already added to the guarded pool's stats
 
     def _setup(self, capacity: int) -> None:
         from allocator.pool import Pool
 
-        scorer, header, budget_us, K = self._parent
-        pol = LearnedPolicy(scorer, header, budget_us=budget_us, K=K, guard=False)
+        o = self._owner
+        pol = LearnedPolicy(o.scorer, o.header, budget_us=o.budget_us, K=o.K, guard=False)
+        pol.record_latency = o.record_latency
         pol.on_evict = _Both(pol.on_evict, self._drop)  # type: ignore[method-assign]  # before the pool reads its hooks
         self.policy = pol
         self.pool = Pool(capacity, pol, placement="bytes", oversize="bypass")
@@ -540,10 +542,20 @@ class _ModelNetwork(ShadowPolicy):
     def on_hit(self, view: PoolView, key: int) -> None:
         self._kind, self._write = view.info(key).kind, view.writing
         super().on_hit(view, key)
+        self._count_fallbacks(view)
 
     def on_miss(self, view: PoolView, key: int) -> None:
         self._kind, self._write = view.info(key).kind, view.writing
         super().on_miss(view, key)
+        self._count_fallbacks(view)
+
+    def _count_fallbacks(self, view: PoolView) -> None:
+        """The network's decisions happen in the shadow pool: the guarded pool's stats count
+        their fallbacks to LRU (over the latency budget, failed, no candidate) too."""
+        n = self.pool.stats.fallbacks
+        if n != self._fallbacks:
+            view.stats.fallbacks += n - self._fallbacks
+            self._fallbacks = n
 
     def _request(self, key: int, size: int) -> bool:
         return bool(self.pool.access(key, size, self._write, kind=self._kind))
@@ -878,6 +890,15 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         return ()
+
+    @property
+    def network_decision_ns(self) -> list[int]:
+        """The network's decision times (ns; recorded while ``record_latency`` is set, which
+        must be before the first access): its own, and under a :class:`ShadowGuard` those it
+        made in the guard's shadow pool, where the network decides."""
+        net = getattr(self.guard, "net", None)
+        shadow = net.policy if net is not None else None
+        return self.decision_ns + (shadow.decision_ns if shadow is not None else [])
 
     def __repr__(self) -> str:
         return f"LearnedPolicy({self.path!r}, K={self.K}, budget_us={self.budget_us})"

@@ -125,6 +125,13 @@ def test_zero_budget_falls_back_to_lru_and_counts(policy_file):
     lru = Pool(40 * 4096, LRU(), placement="bytes").replay(trace)
     assert st.evictions > 0 and st.fallbacks == st.evictions == pol.fallbacks
     assert (st.hits, st.misses, st.evictions) == (lru.hits, lru.misses, lru.evictions)
+    # under the default guard the network decides in its shadow pool: the pool counts those
+    # fallbacks all the same
+    guarded = LearnedPolicy.load(policy_file, budget_us=0)
+    st = Pool(40 * 4096, guarded, placement="bytes").replay(trace)
+    assert isinstance(guarded.guard, ShadowGuard) and guarded.guard.net is not None
+    shadow = guarded.guard.net.pool.stats
+    assert shadow.evictions > 0 and st.fallbacks == shadow.fallbacks == shadow.evictions
 
 
 def test_latency_recorded_only_when_asked(policy_file):
