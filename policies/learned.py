@@ -322,18 +322,24 @@ def diff_feature_spec(file_spec: Mapping[str, Any], code_spec: Mapping[str, Any]
 
 
 # ---------------------------------------------------------------------- the guard
-class _ModelS3FIFO(S3FIFO):
-    """S3-FIFO as the guard's model: it sees every request but not the evictions other
-    policies choose, so its hits are S3-FIFO's own whoever decides; its :meth:`victim` is
-    :class:`~policies.shadow.ShadowPolicy`'s (a resident object the model no longer holds
-    first), so a pool it decides for converges to the model's content and then evicts as
-    S3-FIFO does."""
+class _NotTold(ShadowPolicy):
+    """A shadow model that is not told whom the pool evicts, so that its hits stay its own: an
+    eviction only takes the object off the pool's side (a victim of the model's own choosing
+    is the pool catching up with it)."""
 
     def on_evict(self, view: PoolView, key: int) -> None:
         self._in_pool.discard(key)
         self._pending.pop(key, None)
         if key == self._outside:
             self._outside = None
+
+
+class _ModelS3FIFO(_NotTold, S3FIFO):
+    """S3-FIFO as the guard's model: it sees every request but not the evictions other
+    policies choose, so its hits are S3-FIFO's own whoever decides; its :meth:`victim` is
+    :class:`~policies.shadow.ShadowPolicy`'s (a resident object the model no longer holds
+    first), so a pool it decides for converges to the model's content and then evicts as
+    S3-FIFO does."""
 
     def on_free(self, view: PoolView, key: int) -> None:
         super().on_free(view, key)  # on_evict above, and the object's ghost (S3FIFO.on_free)
@@ -513,7 +519,7 @@ class _Both:
         self.then(key)
 
 
-class _ModelNetwork(ShadowPolicy):
+class _ModelNetwork(_NotTold):
     """The network alone, in a shadow pool of the guarded pool's capacity (bytes placement,
     oversized objects bypassed): it sees every request (with its kind and whether it writes)
     but not the evictions others choose, so its hits are the network's own whoever decides.
@@ -563,17 +569,11 @@ class _ModelNetwork(ShadowPolicy):
     def _resident(self, key: int) -> bool:
         return bool(self.pool.view.is_resident(key))
 
-    def _remove(self, key: int) -> None:  # pragma: no cover - on_evict below never asks
+    def _remove(self, key: int) -> None:  # pragma: no cover - _NotTold.on_evict never asks
         pass
 
     def _fallback(self) -> list[int]:
         return []
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        self._in_pool.discard(key)
-        self._pending.pop(key, None)
-        if key == self._outside:
-            self._outside = None
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.on_evict(view, key)
