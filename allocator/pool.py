@@ -370,13 +370,16 @@ class Pool:
             # (``pool.access`` is it while enabled); disabled, it hands every call to the
             # Python method, so a caller holding an old ``pool.access`` stays right. A
             # FeatureTracker policy (the environments') has its hooks run there in C instead.
-            tracked = self._hit_path.tracks(policy)
+            # (or a policy whose hooks are exactly a FeatureTracker's, which names it as its
+            # ``hook_tracker``: an exported network alone; only its victim is asked in Python)
+            tracker = policy if self._hit_path.tracks(policy) else getattr(policy, "hook_tracker", None)
+            tracked = tracker is not None and self._hit_path.tracks(tracker)
             on = self._fast_read and (self._touch is not None or tracked) and self._due is None
             # and the plain miss: no backend, instant copies, no on_miss / admit to ask
             miss = (on and self.backend is None and (self._on_miss is None or tracked)
                     and self._admit is None and self.cost.instant)
             self._hit_path.configure(on, self._fast_write, self._touch, miss,
-                                     policy if tracked else None)
+                                     tracker if tracked else None)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,

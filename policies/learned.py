@@ -506,17 +506,19 @@ class LRUGuard(Guard):
 
 
 
-class _Both:
-    """``first(view, key)`` then ``then(key)``: a picklable hook wrapper."""
+class _Dropping:
+    """``victim(view)``, and ``drop(key)`` of the key it names: a picklable wrapper."""
 
-    __slots__ = ("first", "then")
+    __slots__ = ("victim", "drop")
 
-    def __init__(self, first: Any, then: Any) -> None:
-        self.first, self.then = first, then
+    def __init__(self, victim: Any, drop: Any) -> None:
+        self.victim, self.drop = victim, drop
 
-    def __call__(self, view: PoolView, key: int) -> None:
-        self.first(view, key)
-        self.then(key)
+    def __call__(self, view: PoolView) -> int | None:
+        key = self.victim(view)
+        if key is not None:
+            self.drop(key)
+        return key
 
 
 class _ModelNetwork(_NotTold):
@@ -541,7 +543,9 @@ class _ModelNetwork(_NotTold):
         o = self._owner
         pol = LearnedPolicy(o.scorer, o.header, budget_us=o.budget_us, K=o.K, guard=False)
         pol.record_latency = o.record_latency
-        pol.on_evict = _Both(pol.on_evict, self._drop)  # type: ignore[method-assign]  # before the pool reads its hooks
+        # the shadow's victims are its drops: its hooks stay exactly the tracker's, so that
+        # the shadow pool's C path serves them (a pool of this kind only evicts on request)
+        pol.victim = _Dropping(pol.victim, self._drop)  # type: ignore[method-assign]
         self.policy = pol
         self.pool = Pool(capacity, pol, placement="bytes", oversize="bypass")
 
@@ -890,6 +894,19 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         return ()
+
+    @property
+    def hook_tracker(self) -> Any:
+        """The :class:`~policies.features.FeatureTracker` whose methods are exactly this
+        policy's hooks (no guard: the network decides, the tracker hears everything), else
+        ``None``. The pool's C path then runs the tracker's hooks itself and asks only
+        :meth:`victim` of the policy (``Pool._refresh_fast_path``)."""
+        t = self.tracker
+        hooks = (self.__dict__.get(h) for h in ("on_hit", "on_miss", "on_insert", "on_evict", "on_free"))
+        mine = (getattr(t, h) for h in ("on_hit", "on_miss", "on_insert", "on_evict", "on_free"))
+        ok = (self.guard is None and self.__dict__.get("admit", 0) is None
+              and self.__dict__.get("on_free_untracked", 0) is None and all(a == b for a, b in zip(hooks, mine)))
+        return t if ok else None
 
     @property
     def network_decision_ns(self) -> list[int]:

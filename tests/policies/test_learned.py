@@ -693,3 +693,41 @@ def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
     assert bare.hits > max(others) and others[0] == 0  # (measured: 9,172 against 0 and 8,820)
     assert guard.lru_windows <= 2 < guard.windows - 10 and guard.expert is None
     assert max(others) < st.hits and st.hits > 0.97 * bare.hits  # (measured: 9,039)
+
+
+@pytest.mark.parametrize("trace_name", ["zipf", "dl_training"])
+def test_network_alone_takes_the_pools_c_path_with_the_same_decisions(policy_file, trace_name):
+    """An exported network without a guard names its FeatureTracker as ``hook_tracker`` (its
+    hooks are exactly the tracker's): the pool's C path then runs those hooks itself and asks
+    only for victims. It evicts exactly what the Python path evicts, with the same counters and
+    the same tracker state."""
+    import functools
+
+    trace = (generate("dl_training", seed=5) if trace_name == "dl_training" else
+             generate("zipf", seed=3, n_requests=20_000, n_objects=2000, alpha=1.0, size=4096,
+                      size_sigma=0.5, write_fraction=0.2))
+    cap = int(0.2 * (trace.peak_live_bytes() if trace_name == "dl_training" else trace.working_set_bytes()))
+    runs = {}
+    for path in ("c", "python"):
+        pol = LearnedPolicy.load(policy_file, guard=False)
+        if path == "python":  # the same hooks, but not the tracker's own methods: no C path
+            pol.on_hit = functools.partial(pol.tracker.on_hit)  # type: ignore[method-assign]
+        assert (pol.hook_tracker is pol.tracker) == (path == "c")
+        victims: list[int] = []
+        decide = pol.victim
+
+        def logged(view, decide=decide, victims=victims):  # type: ignore[no-untyped-def]
+            k = decide(view)
+            victims.append(k)
+            return k
+
+        pol.victim = logged  # type: ignore[method-assign]
+        pool = Pool(cap, pol, placement="bytes", oversize="bypass")
+        if pool._hit_path is not None:
+            assert pool._hit_path.tracks(pol.tracker) and (pool.access is pool._hit_path) == (path == "c")
+        st = pool.replay(trace)
+        runs[path] = (st.hits, st.misses, st.evictions, st.writebacks, victims, pol.tracker._S.copy())
+    c, py = runs["c"], runs["python"]
+    assert c[:5] == py[:5] and len(c[4]) > 100
+    np.testing.assert_array_equal(c[5], py[5])
+    assert LearnedPolicy.load(policy_file).hook_tracker is None  # a guard hears the hooks first
