@@ -55,11 +55,14 @@ def test_zoo_held_out_records_once_then_reuses(tmp_path) -> None:
     cache = tmp_path / "rec"
     (h,) = zoo_held_out(str(cache), max_requests=2000, names=["vae"])
     (f,) = list(cache.iterdir())
-    assert h.family == "dl" and h.trace.name == "vae" and len(h.trace) == 2000
+    assert h.family == "dl_zoo" and h.trace.name == "vae" and len(h.trace) == 2000
     stamp = f.stat().st_mtime_ns
     (h2,) = zoo_held_out(str(cache), max_requests=2000, names=["vae"])
     assert f.stat().st_mtime_ns == stamp  # not recorded again
     np.testing.assert_array_equal(h.trace.key, h2.trace.key)
     rows = quality_rows(_policy(tmp_path), [h], capacities=[0.25])
     v = verdict(rows)
-    assert v["dl_cells"] == 1 and v["dl_cells_behind_lru"] == int(rows[0]["miss_learned"] > rows[0]["miss_lru"])
+    r = rows[0]
+    assert v["dl_cells"] == 0 and v["zoo_cells"] == 1  # reported apart from the default set's target
+    assert v["zoo_cells_behind_lru"] == int(r["miss_learned"] > r["miss_lru"])
+    assert math.isclose(v["zoo_mean_gain_over_lru"], r["miss_lru"] - r["miss_learned"])
