@@ -549,15 +549,38 @@ class _ModelNetwork(_NotTold):
         self.policy = pol
         self.pool = Pool(capacity, pol, placement="bytes", oversize="bypass")
 
+    # on_hit / on_miss: ShadowPolicy's, written out (they run on every access of the pool)
     def on_hit(self, view: PoolView, key: int) -> None:
-        self._kind, self._write = view.info(key).kind, view.writing
-        super().on_hit(view, key)
-        self._count_fallbacks(view)
+        o = view.info(key)
+        if not self._ready:
+            self._ensure(view)
+        self._kind, self._write = o.kind, view.writing
+        self.model_requests += 1
+        pool = self.pool
+        if not pool.access(key, o.size, self._write, kind=o.kind):
+            self.model_misses += 1
+            self.divergent_hits += 1
+        if pool.view.is_resident(key):  # _settle
+            self._pending.pop(key, None)
+        else:
+            self._pending[key] = None
+        if pool.stats.fallbacks != self._fallbacks:
+            self._count_fallbacks(view)
 
     def on_miss(self, view: PoolView, key: int) -> None:
-        self._kind, self._write = view.info(key).kind, view.writing
-        super().on_miss(view, key)
-        self._count_fallbacks(view)
+        o = view.info(key)
+        if not self._ready:
+            self._ensure(view)
+        self._last_miss = key
+        self._kind, self._write = o.kind, view.writing
+        self.model_requests += 1
+        pool = self.pool
+        if pool.access(key, o.size, self._write, kind=o.kind):
+            self.divergent_misses += 1
+        else:
+            self.model_misses += 1
+        if pool.stats.fallbacks != self._fallbacks:
+            self._count_fallbacks(view)
 
     def _count_fallbacks(self, view: PoolView) -> None:
         """The network's decisions happen in the shadow pool: the guarded pool's stats count
@@ -648,7 +671,8 @@ class ShadowGuard(Guard):
             self._end_window()
             return
         # another expert (the network or LRU) ahead of the followed one by ``abort`` hits
-        net = self._net_hits()
+        n = self.net
+        net = 0 if n is None else n.model_requests - n.model_misses - self._net_hits0
         lru_h = self._shadow_hits
         e = self.expert
         cur = net if e is None else lru_h if e == "lru" else self._model_hits()
