@@ -251,8 +251,6 @@ class Pool:
         self._prefetcher = prefetcher
         self._hook = hook
         self._write_through = write_policy == "write-through"
-        self._hit_path: Any = None  # the C hit path of access() (None: pure Python)
-        self._refresh_fast_path()
         self.cost = cost if isinstance(cost, CostModel) else CostModel(cost)
         self.backend = backend
         self.placement = placement
@@ -263,13 +261,8 @@ class Pool:
         )
         # footprint(n) == (n + _fp_mask) & ~_fp_mask (ALIGN - 1 for the arena, 0 for bytes)
         self._fp_mask = ALIGN - 1 if placement == "arena" else 0
-        # _place.release, the same steps in C when the extension is built
-        self._place_release: Any = (self._place.release if _fastpath is None
-                                    else _fastpath.PlaceRelease(self._place))
         self._objs: dict[int, ObjectInfo] = {}
         self._tick = -1
-        self._lock = threading.RLock()
-        self._acquire, self._release = self._lock.acquire, self._lock.release
         # (done_ns, seq, key) of h2d copies in flight; (done_ns, seq, offset, nbytes, event) of
         # device blocks whose release waits for a copy out of them.
         self._landing: list[tuple[int, int, int]] = []
@@ -279,12 +272,7 @@ class Pool:
         self._seq = 0
         self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
-        self.view = PoolView(self)
-        # not when a subclass overrides access (its override must run)
-        if _fastpath is not None and type(self).access is _py_access:
-            self._hit_path = _fastpath.HitPath(self, types.MethodType(_py_access, self),
-                                               self._objs, self._lock)
-            self._refresh_fast_path()
+        self._attach_runtime()
         if backend is not None:
             backend.attach(self._place.capacity)
 
@@ -302,13 +290,19 @@ class Pool:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
             object.__setattr__(self, k, v)
+        self._attach_runtime()
+
+    def _attach_runtime(self) -> None:
+        """What holds references into this instance, made by ``__init__`` and anew for a copy:
+        the lock, the view, ``_place.release`` (its C form when the extension is built) and the
+        C hit path of ``access`` (not when a subclass overrides access: its override must run)."""
+        self._place_release: Any = (self._place.release if _fastpath is None
+                                    else _fastpath.PlaceRelease(self._place))
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
-        self._place_release = (self._place.release if _fastpath is None
-                               else _fastpath.PlaceRelease(self._place))
-        self._hit_path = None
-        self._refresh_fast_path()
         self.view = PoolView(self)
+        self._hit_path: Any = None  # the C hit path of access() (None: pure Python)
+        self._refresh_fast_path()
         if _fastpath is not None and type(self).access is _py_access:
             self._hit_path = _fastpath.HitPath(self, types.MethodType(_py_access, self),
                                                self._objs, self._lock)
