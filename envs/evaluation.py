@@ -9,9 +9,11 @@ Every run drives the pool's one access loop (:meth:`Pool.replay`) with a policy 
 :mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, CLOCK, SIEVE, LFU,
 ARC, Belady, and S3-FIFO without a timing model; byte placement; no prefetcher), the compiled
 kernel :func:`allocator.fastreplay.replay_fast`, which is proven to take the same decisions
-(``fast`` column says which ran; ``eval.fast=false`` forces the pool). Decision latency (time
-in ``policy.victim`` per eviction, through :class:`TimedPolicy`) is measured on pool runs only;
-fast runs leave it blank.
+(``fast`` column says which ran; ``eval.fast=false`` forces the pool). Decision latency is
+measured on pool runs only (fast runs leave it blank): time in ``policy.victim`` per eviction,
+through :class:`TimedPolicy`; for an exported policy, the time of its network's decisions
+(``LearnedPolicy.network_decision_ns``: under its default guard they happen in the guard's
+shadow pool, not in the pool's victim calls).
 
 ``normalized_hit_rate = (hits - hits_lru) / (hits_belady - hits_lru)`` per (trace, mode,
 capacity, prefetch, preset): lru and belady always run; blank when belady equals lru.

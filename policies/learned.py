@@ -505,7 +505,6 @@ class LRUGuard(Guard):
         super().__init__(window, margin, max_backoff, abort, s3fifo=False)
 
 
-
 class _Dropping:
     """``victim(view)``, and ``drop(key)`` of the key it names: a picklable wrapper."""
 
@@ -584,11 +583,11 @@ class _ModelNetwork(_NotTold):
 
     def _count_fallbacks(self, view: PoolView) -> None:
         """The network's decisions happen in the shadow pool: the guarded pool's stats count
-        their fallbacks to LRU (over the latency budget, failed, no candidate) too."""
+        their fallbacks to LRU (over the latency budget, failed, no candidate) too (called when
+        the shadow pool's count moved)."""
         n = self.pool.stats.fallbacks
-        if n != self._fallbacks:
-            view.stats.fallbacks += n - self._fallbacks
-            self._fallbacks = n
+        view.stats.fallbacks += n - self._fallbacks
+        self._fallbacks = n
 
     def _request(self, key: int, size: int) -> bool:
         return bool(self.pool.access(key, size, self._write, kind=self._kind))
@@ -671,8 +670,7 @@ class ShadowGuard(Guard):
             self._end_window()
             return
         # another expert (the network or LRU) ahead of the followed one by ``abort`` hits
-        n = self.net
-        net = 0 if n is None else n.model_requests - n.model_misses - self._net_hits0
+        net = self._net_hits()
         lru_h = self._shadow_hits
         e = self.expert
         cur = net if e is None else lru_h if e == "lru" else self._model_hits()
