@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from allocator.errors import ConfigError
 from allocator.trace import Trace
 from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_one
 
-__all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out", "quality_rows",
-           "format_quality", "verdict"]
+__all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out",
+           "quality_rows", "format_quality", "verdict"]
 
 HEURISTICS = ("lru", "lfu", "arc", "s3fifo")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,10 +54,7 @@ def default_held_out(max_requests: int | None = None) -> list[HeldOut]:
     out.append(HeldOut(_named(generate("scan", seed=202, n_requests=30_000, n_hot=800, alpha=0.8,
                                        scan_length=1500, scan_every=5000, size=4096),
                               "scan_s202"), "scan"))
-    if max_requests:
-        out = [HeldOut(h.trace if len(h.trace) <= max_requests else _named(
-            h.trace.window(0, max_requests), h.trace.name), h.family) for h in out]
-    return out
+    return [HeldOut(_first(h.trace, max_requests), h.family) for h in out]
 
 
 def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
@@ -83,9 +81,7 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     ]
     out = []
     for name, params in specs:
-        t = generate(name, seed=777, **params)
-        if max_requests and len(t) > max_requests:
-            t = t.window(0, max_requests)
+        t = _first(generate(name, seed=777, **params), max_requests)
         label = f"{name}_a{params['alpha']}" if "alpha" in params else name
         if "n_objects" in params:
             label += f"_n{params['n_objects'] // 1000}k"
@@ -102,15 +98,19 @@ training steps recorded of each (12,000-43,000 requests, like the bundled traces
 def zoo_held_out(cache_dir: str | None = None, max_requests: int | None = None,
                  names: Sequence[str] | None = None) -> list[HeldOut]:
     """DL training traces of architectures never trained on (:data:`ZOO`: recurrent language
-    models, a speech model, a U-Net, a VAE, an MLP-Mixer, a ViT, a TCN, a DenseNet), family
-    ``dl_zoo`` (the DL target, reported apart from the default set's by :func:`verdict`). Recorded with :func:`envs.workloads.recorder.record` (seed 0) on first use, a minute
-    or so for all nine, and kept in ``cache_dir`` (default ``outputs/recorded``) for the next runs.
-    Recording needs torch; the keys, sizes and ops depend on torch's operator decompositions, so
+    models, a speech model, a U-Net, a VAE, an MLP-Mixer, a ViT, a TCN, a DenseNet; ``names``
+    picks some), family ``dl_zoo`` (the DL target, reported apart from the default set's by
+    :func:`verdict`). Recorded with :func:`envs.workloads.recorder.record` (seed 0) on first
+    use, a minute or so for all nine, and kept in ``cache_dir`` (default ``outputs/recorded``)
+    for the next runs. Recording needs torch; the keys, sizes and ops depend on torch's operator decompositions, so
     another torch version may record slightly different traces."""
     from envs.workloads import read_trace
     from envs.workloads.models import make_workload
     from envs.workloads.recorder import record
 
+    unknown = [n for n in names or () if n not in ZOO]
+    if unknown:
+        raise ConfigError(f"zoo_held_out: unknown architecture(s) {unknown}; choose from {sorted(ZOO)}")
     cache_dir = cache_dir or os.path.join(ROOT, "outputs", "recorded")
     out = []
     for name in names or ZOO:
@@ -122,14 +122,19 @@ def zoo_held_out(cache_dir: str | None = None, max_requests: int | None = None,
                        meta={"workload": name, "description": w.description})
             os.makedirs(cache_dir, exist_ok=True)
             t.save(path)
-        t = read_trace(path)
-        if max_requests and len(t) > max_requests:
-            t = t.window(0, max_requests)
-        out.append(HeldOut(_named(t, name), "dl_zoo"))
+        out.append(HeldOut(_named(_first(read_trace(path), max_requests), name), "dl_zoo"))
     return out
+
 
 def _named(t: Trace, name: str) -> Trace:
     return Trace(t.key, t.size, t.op, t.compute_ns, t.kind, t.step, t.meta, name)
+
+
+def _first(t: Trace, max_requests: int | None) -> Trace:
+    """``t``'s first ``max_requests`` rows (all of it for ``None``), under its name."""
+    if not max_requests or len(t) <= max_requests:
+        return t
+    return _named(t.window(0, max_requests), t.name)
 
 
 def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequence[float] = (0.25, 0.5),
@@ -166,6 +171,11 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     return rows
 
 
+def _behind_lru(rows: Sequence[dict[str, Any]]) -> int:
+    """How many of ``rows`` the learned policy missed more often than LRU."""
+    return sum(r["miss_learned"] > r["miss_lru"] for r in rows)
+
+
 def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Whether the targets are met, and by how much they are missed."""
     dl = [r["normalized_hit_rate"] for r in rows if r["family"] == "dl" and not math.isnan(r["normalized_hit_rate"])]
@@ -173,23 +183,23 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mean_dl = sum(dl) / len(dl) if dl else math.nan
     min_dl = min(dl) if dl else math.nan
     worst_gap = max(other) if other else math.nan
-    broad = [r["gap_to_best"] for r in rows if r["family"] == "other"]
-    behind_lru = [r for r in rows if r["family"] == "other" and r["miss_learned"] > r["miss_lru"]]
+    other_rows = [r for r in rows if r["family"] == "other"]
+    broad = [r["gap_to_best"] for r in other_rows]
     dl_rows = [r for r in rows if r["family"] == "dl"]
     zoo = [r for r in rows if r["family"] == "dl_zoo"]
     zoo_nhr = sorted(r["normalized_hit_rate"] for r in zoo if not math.isnan(r["normalized_hit_rate"]))
     return {
         "dl_cells": len(dl_rows),
-        "dl_cells_behind_lru": sum(r["miss_learned"] > r["miss_lru"] for r in dl_rows),
+        "dl_cells_behind_lru": _behind_lru(dl_rows),
         "zoo_cells": len(zoo),
-        "zoo_cells_behind_lru": sum(r["miss_learned"] > r["miss_lru"] for r in zoo),
+        "zoo_cells_behind_lru": _behind_lru(zoo),
         "zoo_mean_gain_over_lru": (sum(r["miss_lru"] - r["miss_learned"] for r in zoo) / len(zoo)
                                    if zoo else math.nan),
         "zoo_median_normalized_hit_rate": zoo_nhr[len(zoo_nhr) // 2] if zoo_nhr else math.nan,
         "zoo_min_normalized_hit_rate": zoo_nhr[0] if zoo_nhr else math.nan,
         "other_worst_gap": max(broad) if broad else math.nan,
         "other_mean_gap": sum(broad) / len(broad) if broad else math.nan,
-        "other_cells_behind_lru": len(behind_lru),
+        "other_cells_behind_lru": _behind_lru(other_rows),
         "other_cells": len(broad),
         "dl_mean_normalized_hit_rate": mean_dl, "dl_min_normalized_hit_rate": min_dl,
         "dl_target_met": bool(dl) and mean_dl >= 0.7 and min_dl >= 0.0,

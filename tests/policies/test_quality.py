@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from allocator.errors import ConfigError
 from policies import features
 from policies.learned import save_policy_file
 from policies.training.quality import (
@@ -66,3 +67,6 @@ def test_zoo_held_out_records_once_then_reuses(tmp_path) -> None:
     assert v["dl_cells"] == 0 and v["zoo_cells"] == 1  # reported apart from the default set's target
     assert v["zoo_cells_behind_lru"] == int(r["miss_learned"] > r["miss_lru"])
     assert math.isclose(v["zoo_mean_gain_over_lru"], r["miss_lru"] - r["miss_learned"])
+    with pytest.raises(ConfigError, match=r"unknown architecture\(s\) \['resnet_big'\]; choose from"):
+        zoo_held_out(str(cache), names=["vae", "resnet_big"])
+    assert len(list(cache.iterdir())) == 1  # nothing recorded for the bad request
