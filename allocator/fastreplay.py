@@ -1,9 +1,10 @@
 """Compiled whole-trace replay: an accelerator of :meth:`Pool.replay`, never a second model.
 
-:func:`replay_fast` replays a trace with LRU, FIFO, CLOCK, SIEVE, LFU, ARC, S3-FIFO (without a
-timing model) or Belady (with their registry parameters) through one numba kernel that takes
-the same decisions as the pool's access loop driven by the policy classes in :mod:`policies`,
-request by request (tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction
+:func:`replay_fast` replays a trace with LRU, FIFO, CLOCK, SIEVE, LFU, ARC, Belady, or S3-FIFO,
+SLRU and GDSF (these three without a timing model: :data:`UNTIMED_ONLY`), with their registry
+parameters, through a numba kernel (one, and a second for SLRU and GDSF) that takes the same
+decisions as the pool's access loop driven by the policy classes in :mod:`policies`, request
+by request (tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction
 victims, every counter of :class:`~allocator.stats.PoolStats`). It applies only where the pool
 path is plain: byte-accounting placement, no prefetcher, no backend, no hook, nothing pinned.
 The timing model (a :class:`~allocator.cost.Preset`) is reproduced exactly: demand fetches
@@ -17,9 +18,11 @@ the next use of each row (a compiled pass equal to ``Trace.next_use()``, tested)
 row, which is the pool's ``view.tick`` on a replay from row 0.
 
 Compilation uses ``cache=True``; the first call in a fresh environment compiles (seconds):
-callers that measure throughput call :func:`warm_up` first. The kernel is one function with
+callers that measure throughput call :func:`warm_up` first. Each kernel is one function with
 its list and heap operations written out, and its counters in locals: numba passes arrays to
 calls with reference counting and cannot keep array elements in registers, which cost 3-10x.
+SLRU and GDSF have a kernel of their own (:func:`_shadow_kernel`): their state in the main
+loop cost every other policy 10-20% of its speed.
 """
 
 from __future__ import annotations
@@ -34,20 +37,25 @@ from numba import njit
 from allocator.cost import CostModel, Preset, get_preset
 from allocator.stats import PoolStats
 from allocator.trace import Trace
-from policies.adaptive import S3FIFO
+from policies.adaptive import S3FIFO, SLRU
 from policies.classic import CLOCK
 
-__all__ = ["FAST_POLICIES", "FastReplay", "replay_fast", "fast_applicable", "warm_up"]
+__all__ = ["FAST_POLICIES", "UNTIMED_ONLY", "FastReplay", "replay_fast", "fast_applicable",
+           "warm_up"]
 
 log = logging.getLogger(__name__)
 
-FAST_POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "belady", "arc", "s3fifo")
-"""Eviction policies the kernel reproduces (registry names, with their registry parameters)."""
+FAST_POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "belady", "arc", "s3fifo", "slru", "gdsf")
+"""Eviction policies the kernels reproduce (registry names, with their registry parameters)."""
+UNTIMED_ONLY = ("s3fifo", "slru", "gdsf")
+"""Those of them reproduced only without a timing model (the pool follows their models' drops):
+with one, :func:`replay_fast` returns ``None`` and the pool replays."""
 
-_LRU, _FIFO, _CLOCK, _SIEVE, _LFU, _BELADY, _ARC, _S3FIFO = range(8)  # FAST_POLICIES.index
+_LRU, _FIFO, _CLOCK, _SIEVE, _LFU, _BELADY, _ARC, _S3FIFO, _SLRU, _GDSF = range(10)  # .index
 _CLOCK_MAX, _CLOCK_INIT = CLOCK().max_freq, CLOCK().init_freq  # the registry's CLOCK
 _S3 = S3FIFO()  # the registry's S3-FIFO: queue ratios and promotion threshold
 _S3_SMALL, _S3_GHOST, _S3_THRESHOLD = _S3.small_size_ratio, _S3.ghost_size_ratio, _S3.threshold
+_NSEG = SLRU().n_seg  # the registry's SLRU: its number of segments
 
 # object states (as allocator.pool, plus ABSENT: no record for the key)
 _ABSENT, _HOST, _DEVICE, _D2H = 0, 1, 2, 3
@@ -948,6 +956,426 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     return st, outcome, vrow[:nv], vid[:nv], unserved
 
 
+# ---------------------------------------------------------------------- model-following policies
+@njit(cache=True)
+def _gdsf_compact(k1, k2, p1, p2, n, gin, gt):  # type: ignore[no-untyped-def]
+    """Keep GDSF's live heap entries (one per object of its model) and restore the heap order;
+    returns the size. (Live entries are distinct, so the order of pops does not change.)"""
+    m = 0
+    for j in range(n):
+        x = p1[j]
+        if gin[x] and gt[x] == k2[j]:
+            k1[m], k2[m], p1[m], p2[m] = k1[j], k2[j], x, p2[j]
+            m += 1
+    for start in range(m // 2 - 1, -1, -1):
+        i = start
+        while True:
+            left = 2 * i + 1
+            if left >= m:
+                break
+            c = left
+            if left + 1 < m and _less(k1, k2, left + 1, left):
+                c = left + 1
+            if _less(k1, k2, c, i):
+                _swap(k1, k2, p1, p2, c, i)
+                i = c
+            else:
+                break
+    return m
+
+
+@njit(cache=True)
+def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_through, record):  # type: ignore[no-untyped-def]
+    """:func:`_kernel` for SLRU and GDSF, without a timing model (their own function: their
+    models' state in :func:`_kernel`'s loop cost the other policies 10-20% of their speed).
+
+    Both are :class:`~policies.shadow.ShadowPolicy` models of libCacheSim's algorithms. The
+    model's request comes first on every access, a hit or a miss of the pool (``on_hit`` /
+    ``on_miss``), with the size the pool knows (the cached one on a hit). Its drops of objects
+    the pool holds go onto the pending list (``pd``: on it; ``pdp``/``pdn``, ``pdh``/``pdt``:
+    links, oldest drop first), which the pool empties during the same access: the first ones
+    as make-room's victims (``ShadowPolicy.victim``), the rest after it (``Pool._evict_due``).
+    The pool thus holds the model's residents plus at most the object just accessed; where
+    it would not (the pool missing what the model holds, or needing a victim with nothing
+    pending) the kernel stops (``unserved``). Without a timing model no copy outlasts an access
+    (the pool's busy times never exceed its clock), so the kernel keeps no copy times.
+    Keep in step with :func:`_kernel` (the pool's side) and policies/adaptive.py (SLRU),
+    policies/priority.py (GDSF).
+    """
+    n = len(ids)
+    n_acc = n_hit = n_miss = b_miss = n_alloc = n_evict = n_wb = n_bypass = n_free = 0
+    b_h2d = b_d2h = peak = used = now = 0
+    outcome = np.zeros(n if record else 0, np.uint8)
+    vrow = np.empty(n if record else 0, np.int64)
+    vid = np.empty(n if record else 0, np.int64)
+    nv = 0
+    state = np.zeros(n_ids, np.int8)
+    dirty = np.zeros(n_ids, np.bool_)
+    nbytes = np.zeros(n_ids, np.int64)
+    pd = np.zeros(n_ids, np.bool_)
+    pdp = np.full(n_ids, -1, np.int64)
+    pdn = np.full(n_ids, -1, np.int64)
+    pdh = pdt = -1
+    occ = 0  # the model's bytes (SLRU.occupied, GDSF.occupied)
+    unserved = False
+    # SLRU (policies.adaptive.SLRU): segment i is list i + 1 through prv/nxl (lh: its LRU end,
+    # lt: its MRU end, lb: its bytes), seg_cap bytes each; lid[id] the list (0: none), lsz[id]
+    # the size; stk/act: the stack of its recursive _cool, emulated.
+    m = n_ids if policy == _SLRU else 1
+    lid = np.zeros(m, np.int8)
+    lsz = np.zeros(m, np.int64)
+    prv = np.full(m, -1, np.int64)
+    nxl = np.full(m, -1, np.int64)
+    lh = np.full(_NSEG + 1, -1, np.int64)
+    lt = np.full(_NSEG + 1, -1, np.int64)
+    lb = np.zeros(_NSEG + 1, np.int64)
+    seg_cap = capacity // _NSEG
+    stk = np.zeros(_NSEG + 1, np.int64)
+    act = np.zeros(_NSEG + 1, np.bool_)
+    # GDSF (policies.priority.GDSF): a heap of (priority, vtime) -> id (gk1, gk2, gp1), an entry
+    # live while gin[id] and gt[id] == vtime, compacted when full; gcl the clock, vt the vtime
+    m = n_ids if policy == _GDSF else 1
+    gcap = 2 * n_ids + 66 if policy == _GDSF else 1
+    gk1 = np.empty(gcap, np.float64)
+    gk2 = np.empty(gcap, np.int64)
+    gp1 = np.empty(gcap, np.int64)
+    gp2 = np.empty(gcap, np.int64)
+    gn = 0
+    gin = np.zeros(m, np.bool_)
+    gt = np.zeros(m, np.int64)
+    gfreq = np.zeros(m, np.int64)
+    gsz = np.zeros(m, np.int64)
+    gcl = 0.0
+    vt = 0
+
+    for i in range(n):
+        k = ids[i]
+        sk = state[k]
+        if op[i] == 2:
+            # ---------------------------------------------------------- Pool._free
+            n_free += 1
+            if record:
+                outcome[i] = FREE
+            # ShadowPolicy.on_free (GDSF's): a pending object leaves the list, else the model
+            # forgets the object (a free is no eviction: GDSF's clock stays)
+            if pd[k]:
+                p, q = pdp[k], pdn[k]
+                if p >= 0:
+                    pdn[p] = q
+                else:
+                    pdh = q
+                if q >= 0:
+                    pdp[q] = p
+                else:
+                    pdt = p
+                pd[k] = False
+            elif policy == _SLRU and lid[k] > 0:
+                L = lid[k]
+                p, q = prv[k], nxl[k]  # k out of segment list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                lb[L] -= lsz[k]
+                occ -= lsz[k]
+                lid[k] = 0
+            elif policy == _GDSF and gin[k]:
+                gin[k] = False
+                occ -= gsz[k]
+            if sk == _DEVICE:  # _release_block
+                used -= nbytes[k]
+                nbytes[k] = 0
+            state[k] = _ABSENT
+            continue
+        w = op[i] == 1
+        s = size[i]
+        n_acc += 1
+        # -------------------------------------------------------------- the model's request
+        ms = nbytes[k] if sk == _DEVICE else s  # the size the pool knows (view.size)
+        mhit = False
+        if policy == _SLRU:  # SLRU._request
+            L = lid[k]
+            if L == _NSEG:  # a hit in the top segment: to its MRU end
+                mhit = True
+                if k != lt[L]:
+                    p, q = prv[k], nxl[k]
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        lh[L] = q
+                    prv[q] = p
+                    p = lt[L]
+                    prv[k] = p
+                    nxl[k] = -1
+                    nxl[p] = k
+                    lt[L] = k
+            elif L > 0:  # _promote: up one segment, then cool what overflows
+                mhit = True
+                p, q = prv[k], nxl[k]  # k out of list L
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                lb[L] -= lsz[k]
+                L += 1
+                p = lt[L]  # onto list L's MRU end
+                prv[k] = p
+                nxl[k] = -1
+                if p >= 0:
+                    nxl[p] = k
+                else:
+                    lh[L] = k
+                lt[L] = k
+                lb[L] += lsz[k]
+                lid[k] = L
+                while lid[k] > 0 and lb[lid[k]] > seg_cap:
+                    # _cool(lid[k]), its recursion on a stack: _cool(j) demotes list j's
+                    # LRU end to list j - 1 (list 1: _evict_lowest, and no more), then
+                    # cools list j - 1 while it overflows
+                    stk[0] = lid[k]
+                    act[0] = True
+                    top = 1
+                    while top > 0:
+                        j = stk[top - 1]
+                        if act[top - 1]:
+                            act[top - 1] = False
+                            if j == 1:
+                                for jj in range(1, _NSEG + 1):  # _evict_lowest
+                                    x = lh[jj]
+                                    if x >= 0:
+                                        q = nxl[x]  # x out of list jj (its head)
+                                        lh[jj] = q
+                                        if q >= 0:
+                                            prv[q] = -1
+                                        else:
+                                            lt[jj] = -1
+                                        lb[jj] -= lsz[x]
+                                        occ -= lsz[x]
+                                        lid[x] = 0
+                                        if state[x] == _DEVICE and not pd[x]:  # _drop
+                                            pdp[x] = pdt
+                                            pdn[x] = -1
+                                            if pdt >= 0:
+                                                pdn[pdt] = x
+                                            else:
+                                                pdh = x
+                                            pdt = x
+                                            pd[x] = True
+                                        break
+                                top -= 1
+                                continue
+                            x = lh[j]  # the LRU end of list j down to list j - 1
+                            q = nxl[x]
+                            lh[j] = q
+                            if q >= 0:
+                                prv[q] = -1
+                            else:
+                                lt[j] = -1
+                            lb[j] -= lsz[x]
+                            p = lt[j - 1]
+                            prv[x] = p
+                            nxl[x] = -1
+                            if p >= 0:
+                                nxl[p] = x
+                            else:
+                                lh[j - 1] = x
+                            lt[j - 1] = x
+                            lb[j - 1] += lsz[x]
+                            lid[x] = j - 1
+                        if lb[j - 1] > seg_cap:
+                            stk[top] = j - 1
+                            act[top] = True
+                            top += 1
+                        else:
+                            top -= 1
+            elif ms <= capacity and ms <= seg_cap:  # a miss the model admits
+                while occ + ms > capacity:
+                    for jj in range(1, _NSEG + 1):  # _evict_lowest
+                        x = lh[jj]
+                        if x >= 0:
+                            q = nxl[x]  # x out of list jj (its head)
+                            lh[jj] = q
+                            if q >= 0:
+                                prv[q] = -1
+                            else:
+                                lt[jj] = -1
+                            lb[jj] -= lsz[x]
+                            occ -= lsz[x]
+                            lid[x] = 0
+                            if state[x] == _DEVICE and not pd[x]:  # _drop
+                                pdp[x] = pdt
+                                pdn[x] = -1
+                                if pdt >= 0:
+                                    pdn[pdt] = x
+                                else:
+                                    pdh = x
+                                pdt = x
+                                pd[x] = True
+                            break
+                L = 1  # the lowest segment with room, else segment 0
+                while L <= _NSEG and lb[L] + ms > seg_cap:
+                    L += 1
+                if L > _NSEG:
+                    L = 1
+                p = lt[L]  # onto list L's MRU end
+                prv[k] = p
+                nxl[k] = -1
+                if p >= 0:
+                    nxl[p] = k
+                else:
+                    lh[L] = k
+                lt[L] = k
+                lsz[k] = ms
+                lb[L] += ms
+                lid[k] = L
+                occ += ms
+            resident = lid[k] > 0
+        else:  # GDSF._request
+            vt += 1
+            if gin[k]:
+                mhit = True
+                gfreq[k] += 1
+            elif ms <= capacity:
+                gfreq[k] = 1
+                gsz[k] = ms
+                occ += ms
+                gin[k] = True
+            if gin[k]:  # _push: priority = clock + freq * 1e6 / size
+                if gn == gcap:
+                    gn = _gdsf_compact(gk1, gk2, gp1, gp2, gn, gin, gt)
+                gt[k] = vt
+                gn = _heap_push(gk1, gk2, gp1, gp2, gn, gcl + gfreq[k] * 1.0e6 / gsz[k], vt, k, 0)
+                while occ > capacity:  # _pop_min, then _drop
+                    x = gp1[0]
+                    if gin[x] and gt[x] == gk2[0]:
+                        gcl = gk1[0]
+                        gin[x] = False
+                        occ -= gsz[x]
+                        if state[x] == _DEVICE and not pd[x]:
+                            pdp[x] = pdt
+                            pdn[x] = -1
+                            if pdt >= 0:
+                                pdn[pdt] = x
+                            else:
+                                pdh = x
+                            pdt = x
+                            pd[x] = True
+                    gn = _heap_pop(gk1, gk2, gp1, gp2, gn)
+            resident = gin[k]
+        if sk == _DEVICE:
+            # ShadowPolicy._settle: k is pending exactly when the model lacks it
+            if resident and pd[k]:
+                p, q = pdp[k], pdn[k]
+                if p >= 0:
+                    pdn[p] = q
+                else:
+                    pdh = q
+                if q >= 0:
+                    pdp[q] = p
+                else:
+                    pdt = p
+                pd[k] = False
+            elif not resident and not pd[k]:
+                pdp[k] = pdt
+                pdn[k] = -1
+                if pdt >= 0:
+                    pdn[pdt] = k
+                else:
+                    pdh = k
+                pdt = k
+                pd[k] = True
+        elif mhit:
+            unserved = True  # the model holds what the pool does not
+            break
+        else:
+            # ---------------------------------------------------------- miss (counters)
+            n_miss += 1
+            b_miss += s
+            if sk == _ABSENT:
+                state[k] = _HOST
+                dirty[k] = False
+        # -------------------------------------------------------------- the pool evicts
+        # every pending object but k, oldest drop first: on a miss it places, the first ones
+        # as make-room's victims while k does not fit, the others after the access
+        # (Pool._evict_due); without a timing model nothing in between depends on when
+        fit = sk != _DEVICE and resident and s <= capacity
+        x = pdh
+        while x >= 0:
+            y = pdn[x]
+            if x != k:
+                if record and fit and used + s > capacity:
+                    vrow[nv] = i
+                    vid[nv] = x
+                    nv += 1
+                p = pdp[x]  # x off the pending list (on_evict)
+                if p >= 0:
+                    pdn[p] = y
+                else:
+                    pdh = y
+                if y >= 0:
+                    pdp[y] = p
+                else:
+                    pdt = p
+                pd[x] = False
+                n_evict += 1  # _evict
+                if dirty[x]:
+                    n_wb += 1
+                    b_d2h += nbytes[x]
+                    dirty[x] = False
+                    state[x] = _D2H
+                else:
+                    state[x] = _HOST
+                used -= nbytes[x]
+                nbytes[x] = 0
+            x = y
+        if sk == _DEVICE:
+            # ---------------------------------------------------------- hit
+            n_hit += 1
+            if record:
+                outcome[i] = HIT
+            if w:
+                if write_through:
+                    b_d2h += nbytes[k]
+                else:
+                    dirty[k] = True
+        elif not fit:
+            # ---------------------------------------------------------- bypass (admit())
+            n_bypass += 1
+            if record:
+                outcome[i] = BYPASS
+        else:
+            # ---------------------------------------------------------- insert
+            if used + s > capacity:
+                unserved = True  # the pool would give up an object the model keeps
+                break
+            used += s
+            nbytes[k] = s
+            if used > peak:
+                peak = used
+            if sk == _ABSENT and w:
+                n_alloc += 1
+            else:
+                b_h2d += s  # demand fetch
+            state[k] = _DEVICE
+            if w:
+                if write_through:
+                    b_d2h += s
+                else:
+                    dirty[k] = True
+        now += compute[i]
+    st = np.array([n_acc, n_hit, n_miss, b_miss, n_alloc, n_evict, n_wb, n_bypass, n_free,
+                   b_h2d, b_d2h, 0, now, now, used, peak], np.int64)
+    return st, outcome, vrow[:nv], vid[:nv], unserved
+
+
 # ---------------------------------------------------------------------- front door
 def fast_applicable(
     policy: str,
@@ -1008,9 +1436,10 @@ def replay_fast(
     """Replay ``trace`` from row 0 as ``Pool(capacity, make_eviction(policy), placement=
     "bytes", cost=cost, write_policy=..., oversize=...).replay(trace)`` would, or return
     ``None`` when the configuration needs the pool (see :func:`fast_applicable`; also when
-    ``oversize="error"`` and an object is larger than the pool, so that the pool raises; and
-    for S3-FIFO with a timing model, or where its pool and model would part: an object of
-    exactly the small queue's size after evictions, whose drops the pool evicts after the event).
+    ``oversize="error"`` and an object is larger than the pool, so that the pool raises; for
+    :data:`UNTIMED_ONLY` with a timing model; and for S3-FIFO where its pool and model would
+    part: an object of exactly the small queue's size after evictions, whose drops the pool
+    evicts after the event).
 
     ``mode="objects"`` counts every object as size 1 (libCacheSim's ``--ignore-obj-size``).
     """
@@ -1029,8 +1458,9 @@ def replay_fast(
     if oversize == "error" and len(trace) and int(size.max()) > capacity:
         return None
     timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two = _timing(cost)
-    if timed and policy == "s3fifo":
-        return None  # copies in flight let the pool and S3-FIFO's model part: the pool follows
+    if timed and policy in UNTIMED_ONLY:
+        return None  # copies in flight let the pool and S3-FIFO's model part, and outlast the
+        # evictions of SLRU's and GDSF's drops (their kernel has no clock): the pool replays
     ids, uniq, n_ids = dense_ids(trace.key)
     code = FAST_POLICIES.index(policy)
     if len(trace) >= 1 << 31 or n_ids >= 1 << 31:
@@ -1038,14 +1468,19 @@ def replay_fast(
     t0 = time.perf_counter()
     nxt = _next_use(ids, trace.op, n_ids) if code == _BELADY else np.zeros(1, np.int64)
     n_freq = int(np.bincount(ids).max()) + 2 if code == _LFU and len(ids) else 2
-    st, outcome, vrow, vid, unserved = _kernel(
-        ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, nxt, n_ids,
-        n_freq, capacity, code, write_policy == "write-through", oversize == "bypass", timed,
-        h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two, record,
-    )
+    if code in (_SLRU, _GDSF):
+        st, outcome, vrow, vid, unserved = _shadow_kernel(
+            ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, n_ids,
+            capacity, code, write_policy == "write-through", record)
+    else:
+        st, outcome, vrow, vid, unserved = _kernel(
+            ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, nxt, n_ids,
+            n_freq, capacity, code, write_policy == "write-through", oversize == "bypass", timed,
+            h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two, record,
+        )
     kernel_s = time.perf_counter() - t0
     if unserved:
-        log.debug("replay_fast: S3-FIFO's pool and model parted (a drop left pending); the pool replays it")
+        log.debug("replay_fast: the pool and %s's model part; the pool replays it", policy)
         return None
     stats = PoolStats(**{f: int(v) for f, v in zip(_STAT_FIELDS, st)})
     vkeys = vid if uniq is None else uniq[vid]

@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "arc", "s3fifo", "belady")
+POLICIES = ("lru", "fifo", "clock", "sieve", "lfu", "arc", "s3fifo", "slru", "gdsf", "belady")
 # libCacheSim's classes; their defaults are the registry's parameters (Clock: n_bit_counter=1,
-# init_freq=0; S3FIFO: small_size_ratio=0.1, ghost_size_ratio=0.9, move_to_main_threshold=2)
+# init_freq=0; S3FIFO: small_size_ratio=0.1, ghost_size_ratio=0.9, move_to_main_threshold=2;
+# SLRU: n-seg=4)
 LCS_NAMES = {"lru": "LRU", "fifo": "FIFO", "clock": "Clock", "sieve": "Sieve", "lfu": "LFU",
-             "arc": "ARC", "s3fifo": "S3FIFO", "belady": "Belady"}
+             "arc": "ARC", "s3fifo": "S3FIFO", "slru": "SLRU", "gdsf": "GDSF", "belady": "Belady"}
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -101,7 +102,7 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import libcachesim as lcs
 
-    from allocator.fastreplay import replay_fast, warm_up
+    from allocator.fastreplay import UNTIMED_ONLY, replay_fast, warm_up
     from envs.workloads import read_trace, write_oracle_general
 
     warm_up()  # JIT compilation (or loading numba's cache) happens here, outside the timings
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ratio": t_lcs / t_ours, "ratio_e2e": t_lcs / t_e2e,
                 "ours_miss_ratio": res.stats.miss_ratio, "lcs_miss_ratio": float(mr_lcs[0]),
             }
-            if args.preset and pol != "s3fifo":  # (S3-FIFO with a timing model: the pool)
+            if args.preset and pol not in UNTIMED_ONLY:  # (those with one: the pool)
                 dt, _ = _best(lambda pol=pol, trace=trace, cap=cap: replay_fast(
                     trace, cap, pol, cost=args.preset), max(1, args.repeat))
                 row["ours_timed_rps"] = n / dt

@@ -15,6 +15,7 @@ from allocator.fastreplay import (
     FREE,
     HIT,
     MISS,
+    UNTIMED_ONLY,
     _next_use,
     dense_ids,
     replay_fast,
@@ -93,9 +94,12 @@ def pool_replay(trace: Trace, capacity: int, policy: str, mode: str, **pool_kw):
     return pool.snapshot(), outcome, rec.victims
 
 
-def _s3fifo_parts(policy: str, trace: Trace, capacity: int, mode: str, cost: str | None) -> bool:
-    """Where the kernel may hand S3-FIFO to the pool: a timing model, or a request of exactly
-    the small queue's size (10% of the capacity), which the model can refuse after evicting."""
+def _hands_over(policy: str, trace: Trace, capacity: int, mode: str, cost: str | None) -> bool:
+    """Where the kernel may hand a trace to the pool: SLRU and GDSF with a timing model; S3-FIFO
+    with one, or with a request of exactly the small queue's size (10% of the capacity), which
+    its model can refuse after evicting. Nowhere else."""
+    if policy in ("slru", "gdsf"):
+        return cost is not None  # UNTIMED_ONLY
     if policy != "s3fifo":
         return False
     size = trace.size if mode == "bytes" else np.ones(len(trace), np.int64)
@@ -129,7 +133,7 @@ def test_kernel_equals_pool_loop(policy: str, case: tuple, seed: int) -> None:
     trace = gen_trace(seed, big_keys=seed == 1)
     fast = replay_fast(trace, capacity, policy, mode, cost=cost, write_policy=wp, record=True)
     if fast is None:  # the pool replays it (test_s3fifo_hands_over_where_pool_and_model_part)
-        assert _s3fifo_parts(policy, trace, capacity, mode, cost)
+        assert _hands_over(policy, trace, capacity, mode, cost)
         return
     ref_stats, ref_outcome, ref_victims = pool_replay(trace, capacity, policy, mode, cost=cost,
                                                       write_policy=wp)
@@ -163,7 +167,10 @@ def test_replay_equals_pool_replay_method() -> None:
 
 def test_not_applicable_returns_none() -> None:
     trace = gen_trace(4, n=200)
-    assert replay_fast(trace, 5_000, "slru") is None
+    assert replay_fast(trace, 5_000, "lirs") is None
+    for policy in UNTIMED_ONLY:  # their models with a timing model: the pool
+        assert replay_fast(trace, 5_000, policy) is not None
+        assert replay_fast(trace, 5_000, policy, cost="a100_pcie4") is None
     assert replay_fast(trace, 5_000, "lru", placement="arena") is None
     assert replay_fast(trace, 5_000, "lru", prefetch="next") is None
     # an object larger than the pool with oversize="error": the pool must raise, not the kernel
@@ -214,7 +221,7 @@ def test_bench_replay_smoke_agrees_with_libcachesim() -> None:
             row = figs[tname][pol]
             assert row["ours_miss_ratio"] == pytest.approx(row["lcs_miss_ratio"], abs=1e-12)
             assert row["ours_rps"] > 0 and row["lcs_rps"] > 0
-            assert pol == "s3fifo" or row["ours_timed_rps"] > 0  # (S3-FIFO timed: the pool)
+            assert pol in UNTIMED_ONLY or row["ours_timed_rps"] > 0  # (timed: the pool)
 
 
 @st.composite
@@ -253,7 +260,7 @@ def test_kernel_equals_pool_loop_on_random_small_traces(case: tuple) -> None:
                                                       write_policy=wp)
     fast = replay_fast(trace, capacity, policy, mode, cost=cost, write_policy=wp, record=True)
     if fast is None:
-        assert _s3fifo_parts(policy, trace, capacity, mode, cost)
+        assert _hands_over(policy, trace, capacity, mode, cost)
         return
     assert np.array_equal(fast.outcome, ref_outcome)
     assert list(zip(fast.victim_rows.tolist(), fast.victim_keys.tolist())) == ref_victims
