@@ -21,7 +21,7 @@ from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_
 __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out",
            "quality_rows", "format_quality", "verdict"]
 
-HEURISTICS = ("lru", "lfu", "arc", "s3fifo")
+HEURISTICS = ("lru", "lfu", "arc", "s3fifo", "gdsf")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

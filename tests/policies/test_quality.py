@@ -11,6 +11,7 @@ from allocator.errors import ConfigError
 from policies import features
 from policies.learned import save_policy_file
 from policies.training.quality import (
+    HEURISTICS,
     broad_held_out,
     default_held_out,
     quality_rows,
@@ -36,9 +37,9 @@ def test_broad_held_out_rows_and_verdict(tmp_path) -> None:
     rows = quality_rows(_policy(tmp_path), held, capacities=[0.25])
     assert len(rows) == len(held)
     for r in rows:
-        miss = {n: r[f"miss_{n}"] for n in ("learned", "lru", "lfu", "arc", "s3fifo", "belady")}
+        miss = {n: r[f"miss_{n}"] for n in ("learned", *HEURISTICS, "belady")}
         assert all(0.0 <= m <= 1.0 for m in miss.values())
-        best = min(("lru", "lfu", "arc", "s3fifo"), key=miss.__getitem__)
+        best = min(HEURISTICS, key=miss.__getitem__)
         # the gap is in hit ratio: best heuristic's hits minus the learned policy's, per access
         assert math.isclose(r["gap_to_best"], miss["learned"] - miss[best], abs_tol=1e-9)
     v = verdict(rows)

@@ -44,7 +44,7 @@ def test_main_job_end_to_end(tmp_path):
     with open(out / "eval" / "results.csv") as f:
         rows = list(csv.DictReader(f))
     names = {row["policy"] for row in rows}
-    assert {"lru", "lfu", "arc", "s3fifo", "belady", f"learned:{policy}", f"learned_bare:{policy}"} <= names
+    assert {"lru", "lfu", "arc", "s3fifo", "gdsf", "belady", f"learned:{policy}", f"learned_bare:{policy}"} <= names
     assert {row["trace"] for row in rows} == {"held0", "held1"}
     assert any(p.endswith(".png") for p in os.listdir(out / "eval"))
     # the printed path is what scripts/evaluate.py takes
