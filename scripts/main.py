@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""The main job (``make demo``): train a learned eviction policy (imitation of Belady, then a
-short RL fine-tune), export it, evaluate it on held-out workloads against LRU, LFU, ARC,
-S3-FIFO and Belady, print the table and save the plots.
+"""The main job (``make demo``): train a learned eviction policy (imitation of Belady-Size,
+then a short RL fine-tune), export it, evaluate it on held-out workloads against LRU, LFU, ARC,
+S3-FIFO, GDSF and Belady, print the table and save the plots.
 
     python scripts/main.py                      # outputs under outputs/main/<time>/
     python scripts/main.py out_dir=DIR seed=1

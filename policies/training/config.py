@@ -61,6 +61,7 @@ class DaggerConfig:
     regression_weight: float = 0.0
     max_samples: int | None = 200_000
     average_from: int | None = None
+    teacher: str = "belady_size"
 
 
 @dataclass
@@ -111,7 +112,7 @@ class MainSection:
 
     held_out: list[str] = field(default_factory=lambda: ["default"])
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
-    baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "belady"])
+    baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "gdsf", "belady"])
     plots: bool = True
 
 

@@ -1,5 +1,13 @@
 """Imitation of the Belady oracle: behaviour cloning with DAgger-style data collection.
 
+The teacher (``ImitationConfig.teacher``) is ``"belady_size"`` by default: the candidate whose
+next use is farthest *times its size* (libCacheSim's BeladySize). Belady's own choice (farthest
+next use, ``"belady"``) minimises misses when objects have one size; with sizes as varied as a
+DL step's tensors, evicting one large object often spares several small ones, and imitating
+plain Belady left the network behind GDSF on most DL traces (by up to a tenth of the
+accesses). Distances in the labels stay ticks: a candidate's is its next-use distance scaled
+by its size over the mean size of the decision's candidates.
+
 Round 0 drives the environment with the oracle's own choices; every later round drives it with
 the learner's current policy (with probability ``1 - beta_r`` per decision, ``beta_r =
 beta0 * decay**r``) while the env labels every visited state with the oracle's choice. The
@@ -27,7 +35,11 @@ from allocator.errors import ConfigError
 from policies.learned import CandidateScorer
 from policies.training.nets import NEG, CandidateScorerNet, export_arrays
 
-__all__ = ["Dataset", "DecisionSample", "fit", "bc_loss", "ImitationConfig", "dagger"]
+__all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "fit", "bc_loss",
+           "ImitationConfig", "dagger"]
+
+TEACHERS = ("belady_size", "belady")
+_NEVER = 1e12  # ticks: a candidate never used again (finite, so that size still ranks those)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +79,24 @@ class Dataset:
                 np.stack(self.glob).astype(np.float32), np.stack(self.dist).astype(np.float64))
 
 
+def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
+                      teacher: str = "belady_size") -> np.ndarray:
+    """The distances the teacher ranks candidates by (the farthest is its choice): the next-use
+    distances ``dist`` (``(..., K)``, ticks, ``inf`` never) for ``"belady"``; for
+    ``"belady_size"`` those (never: :data:`_NEVER`) times each candidate's size over the mean
+    size of the valid candidates (sizes from the ``size_rel`` feature of ``cand`` (``(..., K,
+    F)``), so the scale of ticks is kept)."""
+    if teacher == "belady":
+        return dist
+    from policies.features import FEATURE_NAMES
+
+    size = cand[..., FEATURE_NAMES.index("size_rel")].astype(np.float64)
+    size = np.where(mask, np.maximum(size, 1e-30), 0.0)
+    mean = size.sum(axis=-1, keepdims=True) / np.maximum(mask.sum(axis=-1, keepdims=True), 1)
+    d = np.where(np.isfinite(dist), dist, _NEVER)
+    return np.where(mask, d * size / np.maximum(mean, 1e-30), -1.0)
+
+
 def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(best, rank_key)``: ``best`` (N, K) marks the optimal candidates (farthest next use among
     valid ones); ``rank_key`` is ``log1p(distance)`` (``inf`` -> a large finite value)."""
@@ -104,13 +134,14 @@ def bc_loss(scores: th.Tensor, best: th.Tensor, mask: th.Tensor, key: th.Tensor,
 
 def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: int = 256,
         lr: float = 3e-3, rank_weight: float = 0.1, regression_weight: float = 0.0, seed: int = 0,
-        weight_decay: float = 1e-5, set_normalization: bool = True,
+        weight_decay: float = 1e-5, set_normalization: bool = True, teacher: str = "belady_size",
         progress: Callable[[int, float], None] | None = None) -> list[float]:
-    """Fit ``net`` on ``data`` (behaviour cloning); returns the mean loss of every epoch."""
+    """Fit ``net`` on ``data`` (behaviour cloning of ``teacher``); returns the mean loss of
+    every epoch."""
     cand, mask, glob, dist = data.arrays()
     if set_normalization:
         net.set_normalization(cand, mask, glob)
-    best, key = targets(mask, dist)
+    best, key = targets(mask, teacher_distances(dist, cand, mask, teacher))
     keep = best.any(axis=1) & (mask.sum(axis=1) > 1)  # decisions with a real choice
     tc, tm, tg = th.as_tensor(cand[keep]), th.as_tensor(mask[keep]), th.as_tensor(glob[keep])
     tb, tk = th.as_tensor(best[keep]), th.as_tensor(key[keep])
@@ -144,10 +175,10 @@ def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: 
     return history
 
 
-def agreement(net: CandidateScorerNet, data: Dataset) -> float:
-    """Fraction of decisions where the net's choice is one of the oracle's optimal ones."""
+def agreement(net: CandidateScorerNet, data: Dataset, teacher: str = "belady_size") -> float:
+    """Fraction of decisions where the net's choice is one of the teacher's optimal ones."""
     cand, mask, glob, dist = data.arrays()
-    best, _ = targets(mask, dist)
+    best, _ = targets(mask, teacher_distances(dist, cand, mask, teacher))
     with th.no_grad():
         s = net(th.as_tensor(cand), th.as_tensor(glob), th.as_tensor(mask).float()).numpy()
     choice = s.argmax(axis=1)
@@ -162,7 +193,10 @@ class ImitationConfig:
     ``average_from``: when set, the network that comes out is the mean of the weights at the end
     of rounds ``average_from`` .. ``rounds - 1`` (each round's fit anneals its learning rate to
     zero, so these are the ends of the cycles of stochastic weight averaging, Izmailov et al.
-    2018); the rounds' own rollouts still use the latest weights. ``None``: the last round's."""
+    2018); the rounds' own rollouts still use the latest weights. ``None``: the last round's.
+
+    ``teacher``: whose choices are imitated (:data:`TEACHERS`; see the module docstring):
+    ``"belady_size"`` (next use times size) or ``"belady"`` (next use)."""
 
     rounds: int = 3
     steps_per_round: int = 20_000
@@ -175,6 +209,7 @@ class ImitationConfig:
     regression_weight: float = 0.0
     max_samples: int | None = 200_000
     average_from: int | None = None
+    teacher: str = "belady_size"
 
     def __post_init__(self) -> None:  # a bad schedule fails when the agent is built, not later
         bad = [f"{k}={getattr(self, k)!r} (must be an int >= 1)"
@@ -190,6 +225,8 @@ class ImitationConfig:
         if not (self.rank_weight >= 0 and self.regression_weight >= 0):
             bad.append(f"rank_weight={self.rank_weight!r}, regression_weight="
                        f"{self.regression_weight!r} (must be >= 0)")
+        if self.teacher not in TEACHERS:
+            bad.append(f"teacher={self.teacher!r} (one of {', '.join(TEACHERS)})")
         if bad:
             raise ConfigError("agent.dagger: " + "; ".join(bad))
         if self.average_from is not None and not 0 <= self.average_from < self.rounds:
@@ -221,13 +258,14 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
                 del lst[:drop]
         hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                    rank_weight=cfg.rank_weight, regression_weight=cfg.regression_weight,
-                   seed=seed + r, set_normalization=r == 0)
+                   seed=seed + r, set_normalization=r == 0, teacher=cfg.teacher)
         if cfg.average_from is not None and r >= cfg.average_from:
             ends.append([p.detach().clone() for p in net.parameters()])
         twin = CandidateScorer(export_arrays(net))  # the NumPy twin: fast rollouts
         learner = lambda c, m, g, twin=twin: twin.choose(c, g, m)  # noqa: E731
         stats = {"round": r, "beta": beta, "samples": len(data), "new": len(samples),
-                 "loss": hist[-1] if hist else float("nan"), "agreement": agreement(net, data)}
+                 "loss": hist[-1] if hist else float("nan"),
+                 "agreement": agreement(net, data, cfg.teacher)}
         log.info("dagger round %d: %s", r, stats)
         if on_round is not None:
             on_round(r, stats)
@@ -236,5 +274,5 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
             for p, *at_ends in zip(net.parameters(), *ends):
                 p.copy_(th.stack(at_ends).mean(0))
         log.info("dagger: weights averaged over the ends of rounds %d..%d (agreement %.4g)",
-                 cfg.average_from, cfg.rounds - 1, agreement(net, data))
+                 cfg.average_from, cfg.rounds - 1, agreement(net, data, cfg.teacher))
     return data

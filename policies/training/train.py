@@ -31,7 +31,7 @@ from allocator.trace import Trace
 from envs.config import enum_value, instantiate, to_container
 from policies.training.agents import TrainContext
 from policies.training.export import config_hash, export_policy
-from policies.training.imitation import DecisionSample
+from policies.training.imitation import DecisionSample, teacher_distances
 from policies.training.nets import feature_indices, obs_dims
 from policies.training.validation import Validator
 
@@ -107,14 +107,17 @@ class EnvFactory:
 
 class Collector:
     """Drives the envs for imitation: ``collect(learner, beta, n, rng)`` returns ``n`` labelled
-    decisions. Each decision is acted on by the oracle (``info["oracle_action"]``) with
-    probability ``beta`` (always when ``learner`` is None), else by ``learner(cand, mask, glob)``;
-    every visited state is labelled with the env's next-use distances."""
+    decisions. Each decision is acted on by the teacher with probability ``beta`` (always when
+    ``learner`` is None), else by ``learner(cand, mask, glob)``; every visited state is labelled
+    with the env's next-use distances. The teacher (:data:`policies.training.imitation.TEACHERS`)
+    is Belady (the env's ``info["oracle_action"]``) or Belady-Size (the candidate whose next use
+    times size is farthest: :func:`~policies.training.imitation.teacher_distances`)."""
 
-    def __init__(self, factory: EnvFactory, progress: bool = False) -> None:
+    def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size") -> None:
         self.envs = [factory(i) for i in range(len(factory.capacities))]
         self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
         self.progress = progress
+        self.teacher = teacher
         self._n_resets = 0
 
     def __call__(self, learner: Any, beta: float, n: int, rng: np.random.Generator) -> list[DecisionSample]:
@@ -132,9 +135,13 @@ class Collector:
                 cand = np.asarray(obs["candidates"], np.float32).reshape(K, F)
                 mask = np.asarray(obs["mask"]).astype(bool)
                 glob = np.asarray(obs["globals"], np.float32)
-                out.append(DecisionSample(cand, mask, glob, np.asarray(info["next_use"], np.float64)))
+                dist = np.asarray(info["next_use"], np.float64)
+                out.append(DecisionSample(cand, mask, glob, dist))
                 if learner is None or rng.random() < beta:
-                    a = int(info["oracle_action"])
+                    if self.teacher == "belady":
+                        a = int(info["oracle_action"])
+                    else:
+                        a = int(np.argmax(teacher_distances(dist, cand, mask, self.teacher)))
                 else:
                     a = int(learner(cand, mask, glob))
                 obs, _, term, trunc, info = env.step(a)
@@ -229,7 +236,9 @@ def train(cfg: Any) -> dict[str, Any]:
                           oversize=str(enum_value(alloc.oversize)),
                           write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg)
     factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
-    collector = Collector(factory, progress=bool(cfg.progress))
+    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
+    collector = Collector(factory, progress=bool(cfg.progress),
+                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")))
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,

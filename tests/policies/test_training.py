@@ -7,13 +7,24 @@ import pytest
 
 th = pytest.importorskip("torch")  # the train extra
 
+from allocator.errors import ConfigError  # noqa: E402
 from allocator.pool import Pool  # noqa: E402
 from envs.evict import EvictEnv  # noqa: E402
 from envs.workloads.registry import generate  # noqa: E402
 from policies import features  # noqa: E402
+from policies.features import FEATURE_NAMES  # noqa: E402
 from policies.learned import CandidateScorer, LearnedPolicy  # noqa: E402
 from policies.training.export import export_policy  # noqa: E402
-from policies.training.imitation import Dataset, DecisionSample, agreement, bc_loss, fit, targets  # noqa: E402
+from policies.training.imitation import (  # noqa: E402
+    Dataset,
+    DecisionSample,
+    ImitationConfig,
+    agreement,
+    bc_loss,
+    fit,
+    targets,
+    teacher_distances,
+)
 from policies.training.nets import (  # noqa: E402
     NEG,
     CandidateScorerNet,
@@ -116,9 +127,58 @@ def test_behaviour_cloning_learns_an_obvious_rule():
 
     net = CandidateScorerNet(F, G, (16, 8))
     th.manual_seed(0)
-    hist = fit(net, batch(1500), epochs=8, batch_size=64, lr=1e-2)
+    hist = fit(net, batch(1500), epochs=8, batch_size=64, lr=1e-2, teacher="belady")
     assert hist[-1] < hist[0]
-    assert agreement(net, batch(300)) > 0.9
+    assert agreement(net, batch(300), "belady") > 0.9
+
+
+def test_belady_size_teacher_ranks_by_next_use_times_size():
+    """Belady-Size: the candidate whose next use times size is farthest (never used again:
+    the largest of those); distances keep the scale of ticks (sizes over the decision's mean);
+    Belady's own distances are the next-use ones, unchanged."""
+    size_col = FEATURE_NAMES.index("size_rel")
+    cand = np.zeros((1, 4, F), np.float32)
+    cand[0, :, size_col] = [0.1, 0.4, 0.2, 0.3]
+    mask = np.array([[True, True, True, False]])
+    dist = np.array([[100.0, 40.0, 150.0, 1e6]])  # times size: 10, 16, 30 (the fourth: padding)
+    d = teacher_distances(dist, cand, mask)
+    assert d[0, 3] == -1 and int(np.argmax(d)) == 2
+    assert np.allclose(d[0, :3], dist[0, :3] * np.array([0.1, 0.4, 0.2]) / (0.7 / 3))
+    assert teacher_distances(dist, cand, mask, "belady") is dist
+    never = np.array([[np.inf, np.inf, 5.0, 1.0]])  # two never used again: the larger goes
+    assert int(np.argmax(teacher_distances(never, cand, mask))) == 1
+    best, _ = targets(mask, teacher_distances(dist, cand, mask))
+    assert best.tolist() == [[False, False, True, False]]
+
+
+def test_behaviour_cloning_of_belady_size_learns_to_evict_the_largest():
+    """With every candidate's next use equally far, Belady-Size evicts the largest: BC of that
+    teacher must learn it from the size feature (BC of Belady has no reason to)."""
+    rng = np.random.default_rng(7)
+    size_col = FEATURE_NAMES.index("size_rel")
+
+    def batch(n):
+        d = Dataset()
+        for _ in range(n):
+            cand = rng.random((8, F), dtype=np.float32)
+            d.add(DecisionSample(cand, np.ones(8, bool), rng.random(G, dtype=np.float32),
+                                 np.full(8, 500.0)))
+        return d
+
+    net = CandidateScorerNet(F, G, (16, 8))
+    th.manual_seed(0)
+    fit(net, batch(1500), epochs=8, batch_size=64, lr=1e-2)
+    test = batch(300)
+    assert agreement(net, test) > 0.9
+    cand, _, glob, _ = test.arrays()
+    with th.no_grad():
+        s = net(th.as_tensor(cand), th.as_tensor(glob), th.ones(300, 8)).numpy()
+    assert (s.argmax(axis=1) == cand[:, :, size_col].argmax(axis=1)).mean() > 0.9
+
+
+def test_a_wrong_teacher_is_a_config_error():
+    with pytest.raises(ConfigError, match="teacher='oracle' .one of belady_size, belady"):
+        ImitationConfig(teacher="oracle")
 
 
 def test_dagger_weight_averaging_is_the_mean_of_the_rounds_ends():
