@@ -959,14 +959,14 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
 
 # ---------------------------------------------------------------------- model-following policies
 @njit(cache=True)
-def _gdsf_compact(k1, k2, p1, p2, n, gin, gt):  # type: ignore[no-untyped-def]
+def _gdsf_compact(k1, k2, p1, n, gin, gt):  # type: ignore[no-untyped-def]
     """Keep GDSF's live heap entries (one per object of its model) and restore the heap order;
     returns the size. (Live entries are distinct, so the order of pops does not change.)"""
     m = 0
     for j in range(n):
         x = p1[j]
         if gin[x] and gt[x] == k2[j]:
-            k1[m], k2[m], p1[m], p2[m] = k1[j], k2[j], x, p2[j]
+            k1[m], k2[m], p1[m] = k1[j], k2[j], x
             m += 1
     for start in range(m // 2 - 1, -1, -1):
         i = start
@@ -978,7 +978,9 @@ def _gdsf_compact(k1, k2, p1, p2, n, gin, gt):  # type: ignore[no-untyped-def]
             if left + 1 < m and _less(k1, k2, left + 1, left):
                 c = left + 1
             if _less(k1, k2, c, i):
-                _swap(k1, k2, p1, p2, c, i)
+                k1[c], k1[i] = k1[i], k1[c]
+                k2[c], k2[i] = k2[i], k2[c]
+                p1[c], p1[i] = p1[i], p1[c]
                 i = c
             else:
                 break
@@ -1033,14 +1035,14 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
     seg_cap = capacity // _NSEG
     stk = np.zeros(_NSEG + 1, np.int64)
     act = np.zeros(_NSEG + 1, np.bool_)
-    # GDSF (policies.priority.GDSF): a heap of (priority, vtime) -> id (gk1, gk2, gp1), an entry
-    # live while gin[id] and gt[id] == vtime, compacted when full; gcl the clock, vt the vtime
+    # GDSF (policies.priority.GDSF): a min-heap of (priority, vtime) -> id (gk1, gk2, gp1; its
+    # pushes and pops written out), an entry live while gin[id] and gt[id] == vtime, compacted
+    # when full; gcl the clock, vt the vtime
     m = n_ids if policy == _GDSF else 1
     gcap = 2 * n_ids + 66 if policy == _GDSF else 1
     gk1 = np.empty(gcap, np.float64)
     gk2 = np.empty(gcap, np.int64)
     gp1 = np.empty(gcap, np.int64)
-    gp2 = np.empty(gcap, np.int64)
     gn = 0
     gin = np.zeros(m, np.bool_)
     gt = np.zeros(m, np.int64)
@@ -1251,9 +1253,19 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
                 gin[k] = True
             if gin[k]:  # _push: priority = clock + freq * 1e6 / size
                 if gn == gcap:
-                    gn = _gdsf_compact(gk1, gk2, gp1, gp2, gn, gin, gt)
+                    gn = _gdsf_compact(gk1, gk2, gp1, gn, gin, gt)
                 gt[k] = vt
-                gn = _heap_push(gk1, gk2, gp1, gp2, gn, gcl + gfreq[k] * 1.0e6 / gsz[k], vt, k, 0)
+                a1 = gcl + gfreq[k] * 1.0e6 / gsz[k]
+                j = gn  # push (a1, vt) -> k: the hole moves up to its place
+                gn += 1
+                while j > 0:
+                    q = (j - 1) >> 1
+                    if a1 < gk1[q] or (a1 == gk1[q] and vt < gk2[q]):
+                        gk1[j], gk2[j], gp1[j] = gk1[q], gk2[q], gp1[q]
+                        j = q
+                    else:
+                        break
+                gk1[j], gk2[j], gp1[j] = a1, vt, k
                 while occ > capacity:  # _pop_min, then _drop
                     x = gp1[0]
                     if gin[x] and gt[x] == gk2[0]:
@@ -1269,7 +1281,22 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
                                 pdh = x
                             pdt = x
                             pd[x] = True
-                    gn = _heap_pop(gk1, gk2, gp1, gp2, gn)
+                    gn -= 1  # pop: the last entry moves down from the top to its place
+                    if gn > 0:
+                        a1, a2, ap = gk1[gn], gk2[gn], gp1[gn]
+                        j = 0
+                        while True:
+                            c = 2 * j + 1
+                            if c >= gn:
+                                break
+                            if c + 1 < gn and (gk1[c + 1] < gk1[c] or (gk1[c + 1] == gk1[c] and gk2[c + 1] < gk2[c])):
+                                c += 1
+                            if gk1[c] < a1 or (gk1[c] == a1 and gk2[c] < a2):
+                                gk1[j], gk2[j], gp1[j] = gk1[c], gk2[c], gp1[c]
+                                j = c
+                            else:
+                                break
+                        gk1[j], gk2[j], gp1[j] = a1, a2, ap
             resident = gin[k]
         if sk == _DEVICE:
             # ShadowPolicy._settle: k is pending exactly when the model lacks it
