@@ -2,7 +2,8 @@
 
 :func:`replay_fast` replays a trace with LRU, FIFO, CLOCK, SIEVE, LFU, ARC, Belady, or S3-FIFO,
 SLRU and GDSF (these three without a timing model: :data:`UNTIMED_ONLY`), with their registry
-parameters, through a numba kernel (one, and a second for SLRU and GDSF) that takes the same
+parameters, through a numba kernel (one, and a second for S3-FIFO, SLRU and GDSF, whose
+models the pool follows) that takes the same
 decisions as the pool's access loop driven by the policy classes in :mod:`policies`, request
 by request (tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction
 victims, every counter of :class:`~allocator.stats.PoolStats`). It applies only where the pool
@@ -21,8 +22,8 @@ Compilation uses ``cache=True``; the first call in a fresh environment compiles 
 callers that measure throughput call :func:`warm_up` first. Each kernel is one function with
 its list and heap operations written out, and its counters in locals: numba passes arrays to
 calls with reference counting and cannot keep array elements in registers, which cost 3-10x.
-SLRU and GDSF have a kernel of their own (:func:`_shadow_kernel`): their state in the main
-loop cost every other policy 10-20% of its speed. (Its list operations are written out too:
+S3-FIFO, SLRU and GDSF have a kernel of their own (:func:`_shadow_kernel`): SLRU's and GDSF's
+state in the main loop cost every other policy 10-20% of its speed. (Its list operations are written out too:
 as ``inline="always"`` helpers they made SLRU 2.7x slower, measured side by side.)
 """
 
@@ -246,11 +247,11 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     cnt = np.zeros(n_ids if policy == _CLOCK else 1, np.int64)
     vis = np.zeros(n_ids if policy == _SIEVE else 1, np.bool_)
     hand = -1
-    # ARC and S3-FIFO: numbered lists through prv/nxl (heads lh, the next to leave; tails lt),
+    # ARC: numbered lists through prv/nxl (heads lh, the next to leave; tails lt),
     # lid[id] the list an object is on (0: none), lsz[id] its size there, lb[L] list L's bytes.
     # ARC (policies.adaptive.ARC): lists 1 = T1, 2 = T2, 3 = B1, 4 = B2; the target p of T1
     # and the ghost-hit flags in locals
-    lists = policy in (_ARC, _S3FIFO)
+    lists = policy == _ARC
     lid = np.zeros(n_ids if lists else 1, np.int8)
     lsz = np.zeros(n_ids if lists else 1, np.int64)
     lh = np.full(5, -1, np.int64)
@@ -262,21 +263,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
     ghost_req = -1
     incoming = 1
     trim = 0  # the victim's plan: 0 none, 1 trim B1, 2 trim B2, 3 drop (no ghost)
-    # S3-FIFO (policies.adaptive.S3FIFO, a ShadowPolicy: the pool follows libCacheSim's
-    # algorithm run as a model): lists 1 = small, 2 = main, 3 = ghost (mc the access counters),
-    # the model's drops of one miss in pq[pq_lo:pq_hi] (the pool's pending evictions, its
-    # victims in that order).
-    # Without a timing model the pool holds exactly the model's residents plus those drops;
-    # where that would not hold (a drop left over, a hit the model misses), the kernel stops and
-    # replay_fast hands the trace to the pool (unserved).
-    mc = np.zeros(n_ids if policy == _S3FIFO else 1, np.int64)
-    pq = np.zeros(n_ids + 1 if policy == _S3FIFO else 1, np.int64)
-    pq_lo = pq_hi = 0
-    small_cap = int(capacity * _S3_SMALL)
-    main_cap = capacity - small_cap
-    ghost_cap = int(capacity * _S3_GHOST)
-    has_evicted = False
-    unserved = False
     nb = n_freq if policy == _LFU else 1
     freq = np.zeros(n_ids if policy == _LFU else 1, np.int64)
     bhead = np.full(nb, -1, np.int64)
@@ -320,8 +306,8 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             n_free += 1
             if record:
                 outcome[i] = FREE
-            if lists and lid[k] > 0:  # ARC's on_free or on_free_untracked (its ghost goes),
-                L = lid[k]           # S3-FIFO's on_free (its model forgets it, or its ghost)
+            if lists and lid[k] > 0:  # ARC's on_free or on_free_untracked (its ghost goes)
+                L = lid[k]
                 p, q = prv[k], nxl[k]  # k out of list L
                 if p >= 0:
                     nxl[p] = q
@@ -476,12 +462,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     lh[2] = k
                 lt[2] = k
-            elif policy == _S3FIFO:  # the model's hit
-                if lid[k] == 1 or lid[k] == 2:
-                    mc[k] += 1
-                else:
-                    unserved = True  # the pool hit what the model dropped
-                    break
             elif policy == _BELADY:
                 if hn == hcap:
                     stamp += 1
@@ -535,9 +515,9 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             state[k] = _HOST
             dirty[k] = False
             busy[k] = 0
-        # policy.on_miss: ARC's ghost hit adapts p; S3-FIFO's model makes its request
+        # policy.on_miss: ARC's ghost hit adapts p
         L = lid[k] if lists else 0
-        ghost_hit = L >= 3  # (ARC's lists 3 and 4, S3-FIFO's 3 hold ghosts)
+        ghost_hit = L >= 3  # (ARC's lists 3 and 4 hold ghosts)
         if policy == _ARC:
             n_req += 1
             incoming = s
@@ -549,9 +529,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     in_b1, in_b2 = False, True
                     arc_p = max(arc_p - max(lb[3] / lb[4], 1.0), 0.0)
-        elif policy == _S3FIFO and L > 0 and not ghost_hit:
-            unserved = True  # the model holds what the pool does not
-            break
         if ghost_hit:  # the ghost goes
             p, q = prv[k], nxl[k]  # k out of list L
             if p >= 0:
@@ -564,106 +541,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 lt[L] = p
             lb[L] -= lsz[k]
             lid[k] = 0
-        if policy == _S3FIFO:  # S3FIFO._request: admit, evict, insert
-            pq_lo = pq_hi = 0
-            if s <= small_cap and s <= capacity:  # larger objects are never admitted
-                while lb[1] + lb[2] + s > capacity:  # S3FIFO._evict
-                    has_evicted = True
-                    if lb[2] > main_cap or lb[1] == 0:
-                        while lh[2] >= 0:  # main: a counted object goes round once more
-                            x = lh[2]
-                            p = nxl[x]  # x out of list 2 (its head)
-                            lh[2] = p
-                            if p >= 0:
-                                prv[p] = -1
-                            else:
-                                lt[2] = -1
-                            if mc[x] >= 1:
-                                mc[x] = min(mc[x], 3) - 1
-                                p = lt[2]  # x onto list 2's tail
-                                prv[x] = p
-                                nxl[x] = -1
-                                if p >= 0:
-                                    nxl[p] = x
-                                else:
-                                    lh[2] = x
-                                lt[2] = x
-                            else:
-                                lb[2] -= lsz[x]
-                                lid[x] = 0
-                                if state[x] == _DEVICE:  # _drop: pending in the pool
-                                    pq[pq_hi] = x
-                                    pq_hi += 1
-                                break
-                    else:
-                        while lh[1] >= 0:  # small: promote the counted, evict the first other
-                            x = lh[1]
-                            p = nxl[x]  # x out of list 1 (its head)
-                            lh[1] = p
-                            if p >= 0:
-                                prv[p] = -1
-                            else:
-                                lt[1] = -1
-                            sz = lsz[x]
-                            lb[1] -= sz
-                            if mc[x] >= _S3_THRESHOLD:
-                                mc[x] = 0
-                                lb[2] += sz
-                                lid[x] = 2
-                                L = 2
-                            else:
-                                lid[x] = 0
-                                L = 0
-                                if sz <= ghost_cap:  # _ghost_insert
-                                    while lb[3] + sz > ghost_cap:
-                                        y = lh[3]
-                                        p = nxl[y]  # y out of list 3 (its head)
-                                        lh[3] = p
-                                        if p >= 0:
-                                            prv[p] = -1
-                                        else:
-                                            lt[3] = -1
-                                        lb[3] -= lsz[y]
-                                        lid[y] = 0
-                                    lb[3] += sz
-                                    lid[x] = 3
-                                    L = 3
-                            if L > 0:
-                                p = lt[L]  # x onto list L's tail
-                                prv[x] = p
-                                nxl[x] = -1
-                                if p >= 0:
-                                    nxl[p] = x
-                                else:
-                                    lh[L] = x
-                                lt[L] = x
-                            if L != 2:
-                                if state[x] == _DEVICE:  # _drop: pending in the pool
-                                    pq[pq_hi] = x
-                                    pq_hi += 1
-                                break
-                L = 0  # where k goes: main after a ghost hit or before the first eviction
-                if ghost_hit or (s < small_cap and not has_evicted and lb[1] >= small_cap):
-                    L = 2
-                elif s < small_cap:  # (an object of the small queue's size is refused)
-                    L = 1
-                if L > 0:
-                    lb[L] += s
-                    p = lt[L]  # k onto list L's tail
-                    prv[k] = p
-                    nxl[k] = -1
-                    if p >= 0:
-                        nxl[p] = k
-                    else:
-                        lh[L] = k
-                    lt[L] = k
-                    lid[k] = L
-                    mc[k] = 0
-                    lsz[k] = s
-        if s > capacity or (policy == _S3FIFO and lid[k] != 1 and lid[k] != 2):  # or admit()
-            if pq_hi > pq_lo:
-                unserved = True  # drops stay pending past this event
-                break
+        if s > capacity:
             n_bypass += 1
             if record:
                 outcome[i] = BYPASS
@@ -725,12 +603,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 v = lh[src]
                 if v < 0:
                     v = lh[3 - src]
-            elif policy == _S3FIFO:  # the model's drops first (ShadowPolicy.victim)
-                if pq_lo == pq_hi:
-                    unserved = True  # the pool would give up an object the model keeps
-                    break
-                v = pq[pq_lo]
-                pq_lo += 1  # (on_evict: no longer pending)
             else:
                 while True:
                     x = -heap[0]
@@ -844,8 +716,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
             else:
                 used -= nbytes[v]
             nbytes[v] = 0
-        if unserved:
-            break
         used += s
         nbytes[k] = s
         if used > peak:
@@ -931,9 +801,6 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
                 else:
                     break
             hn += 1
-        if pq_hi > pq_lo:
-            unserved = True  # drops left pending: the pool evicts them after the event
-            break
         if w:
             dirty[k] = True
             if write_through:
@@ -954,7 +821,7 @@ def _kernel(ids, size, op, compute, nxt, n_ids, n_freq, capacity, policy, write_
         comp_total += c
     st = np.array([n_acc, n_hit, n_miss, b_miss, n_alloc, n_evict, n_wb, n_bypass, n_free,
                    b_h2d, b_d2h, stall, comp_total, now, used, peak], np.int64)
-    return st, outcome, vrow[:nv], vid[:nv], unserved
+    return st, outcome, vrow[:nv], vid[:nv], False
 
 
 # ---------------------------------------------------------------------- model-following policies
@@ -989,10 +856,10 @@ def _gdsf_compact(k1, k2, p1, n, gin, gt):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_through, record):  # type: ignore[no-untyped-def]
-    """:func:`_kernel` for SLRU and GDSF, without a timing model (their own function: their
-    models' state in :func:`_kernel`'s loop cost the other policies 10-20% of their speed).
+    """:func:`_kernel` for S3-FIFO, SLRU and GDSF, without a timing model (their own function:
+    their models' state in :func:`_kernel`'s loop cost the other policies 10-20% of their speed).
 
-    Both are :class:`~policies.shadow.ShadowPolicy` models of libCacheSim's algorithms. The
+    All three are :class:`~policies.shadow.ShadowPolicy` models of libCacheSim's algorithms. The
     model's request comes first on every access, a hit or a miss of the pool (``on_hit`` /
     ``on_miss``), with the size the pool knows (the cached one on a hit). Its drops of objects
     the pool holds go onto the pending list (``pd``: on it; ``pdp``/``pdn``, ``pdh``/``pdt``:
@@ -1002,8 +869,8 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
     it would not (the pool missing what the model holds, or needing a victim with nothing
     pending) the kernel stops (``unserved``). Without a timing model no copy outlasts an access
     (the pool's busy times never exceed its clock), so the kernel keeps no copy times.
-    Keep in step with :func:`_kernel` (the pool's side) and policies/adaptive.py (SLRU),
-    policies/priority.py (GDSF).
+    Keep in step with :func:`_kernel` (the pool's side) and policies/adaptive.py (S3-FIFO,
+    SLRU), policies/priority.py (GDSF).
     """
     n = len(ids)
     n_acc = n_hit = n_miss = b_miss = n_alloc = n_evict = n_wb = n_bypass = n_free = 0
@@ -1024,15 +891,22 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
     # SLRU (policies.adaptive.SLRU): segment i is list i + 1 through prv/nxl (lh: its LRU end,
     # lt: its MRU end, lb: its bytes), seg_cap bytes each; lid[id] the list (0: none), lsz[id]
     # the size; stk/act: the stack of its recursive _cool, emulated.
-    m = n_ids if policy == _SLRU else 1
+    # S3-FIFO (policies.adaptive.S3FIFO): lists 1 = small, 2 = main, 3 = ghost through the same
+    # arrays, mc[id] the access counters; the queues' capacities and has_evicted as the model's.
+    m = n_ids if policy in (_SLRU, _S3FIFO) else 1
     lid = np.zeros(m, np.int8)
     lsz = np.zeros(m, np.int64)
     prv = np.full(m, -1, np.int64)
     nxl = np.full(m, -1, np.int64)
-    lh = np.full(_NSEG + 1, -1, np.int64)
-    lt = np.full(_NSEG + 1, -1, np.int64)
-    lb = np.zeros(_NSEG + 1, np.int64)
+    lh = np.full(max(_NSEG + 1, 4), -1, np.int64)
+    lt = np.full(max(_NSEG + 1, 4), -1, np.int64)
+    lb = np.zeros(max(_NSEG + 1, 4), np.int64)
     seg_cap = capacity // _NSEG
+    mc = np.zeros(n_ids if policy == _S3FIFO else 1, np.int64)
+    small_cap = int(capacity * _S3_SMALL)
+    main_cap = capacity - small_cap
+    ghost_cap = int(capacity * _S3_GHOST)
+    has_evicted = False
     stk = np.zeros(_NSEG + 1, np.int64)
     act = np.zeros(_NSEG + 1, np.bool_)
     # GDSF (policies.priority.GDSF): a min-heap of (priority, vtime) -> id (gk1, gk2, gp1; its
@@ -1089,6 +963,19 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
             elif policy == _GDSF and gin[k]:
                 gin[k] = False
                 occ -= gsz[k]
+            if policy == _S3FIFO and lid[k] > 0:  # out of the model, or its ghost (S3FIFO.on_free)
+                L = lid[k]
+                p, q = prv[k], nxl[k]
+                if p >= 0:
+                    nxl[p] = q
+                else:
+                    lh[L] = q
+                if q >= 0:
+                    prv[q] = p
+                else:
+                    lt[L] = p
+                lb[L] -= lsz[k]
+                lid[k] = 0
             if sk == _DEVICE:  # _release_block
                 used -= nbytes[k]
                 nbytes[k] = 0
@@ -1241,6 +1128,136 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
                 lid[k] = L
                 occ += ms
             resident = lid[k] > 0
+        elif policy == _S3FIFO:  # S3FIFO._request
+            L = lid[k]
+            hog = False
+            if L == 1:  # a hit in the small queue
+                mhit = True
+                mc[k] += 1
+            else:
+                if L == 3:  # a ghost hit: the ghost goes
+                    p, q = prv[k], nxl[k]
+                    if p >= 0:
+                        nxl[p] = q
+                    else:
+                        lh[3] = q
+                    if q >= 0:
+                        prv[q] = p
+                    else:
+                        lt[3] = p
+                    lb[3] -= lsz[k]
+                    lid[k] = 0
+                    hog = True
+                if L == 2:  # a hit in the main queue
+                    mhit = True
+                    mc[k] += 1
+                elif ms <= small_cap and ms <= capacity:  # larger objects are never admitted
+                    while lb[1] + lb[2] + ms > capacity:  # S3FIFO._evict
+                        has_evicted = True
+                        if lb[2] > main_cap or lb[1] == 0:
+                            while lh[2] >= 0:  # main: a counted object goes round once more
+                                x = lh[2]
+                                p = nxl[x]  # x out of list 2 (its head)
+                                lh[2] = p
+                                if p >= 0:
+                                    prv[p] = -1
+                                else:
+                                    lt[2] = -1
+                                if mc[x] >= 1:
+                                    mc[x] = min(mc[x], 3) - 1
+                                    p = lt[2]  # x onto list 2's tail
+                                    prv[x] = p
+                                    nxl[x] = -1
+                                    if p >= 0:
+                                        nxl[p] = x
+                                    else:
+                                        lh[2] = x
+                                    lt[2] = x
+                                else:
+                                    lb[2] -= lsz[x]
+                                    lid[x] = 0
+                                    if state[x] == _DEVICE and not pd[x]:  # _drop
+                                        pdp[x] = pdt
+                                        pdn[x] = -1
+                                        if pdt >= 0:
+                                            pdn[pdt] = x
+                                        else:
+                                            pdh = x
+                                        pdt = x
+                                        pd[x] = True
+                                    break
+                        else:
+                            while lh[1] >= 0:  # small: promote the counted, evict the first other
+                                x = lh[1]
+                                p = nxl[x]  # x out of list 1 (its head)
+                                lh[1] = p
+                                if p >= 0:
+                                    prv[p] = -1
+                                else:
+                                    lt[1] = -1
+                                sz = lsz[x]
+                                lb[1] -= sz
+                                if mc[x] >= _S3_THRESHOLD:
+                                    mc[x] = 0
+                                    lb[2] += sz
+                                    lid[x] = 2
+                                    L = 2
+                                else:
+                                    lid[x] = 0
+                                    L = 0
+                                    if sz <= ghost_cap:  # _ghost_insert
+                                        while lb[3] + sz > ghost_cap:
+                                            y = lh[3]
+                                            p = nxl[y]  # y out of list 3 (its head)
+                                            lh[3] = p
+                                            if p >= 0:
+                                                prv[p] = -1
+                                            else:
+                                                lt[3] = -1
+                                            lb[3] -= lsz[y]
+                                            lid[y] = 0
+                                        lb[3] += sz
+                                        lid[x] = 3
+                                        L = 3
+                                if L > 0:
+                                    p = lt[L]  # x onto list L's tail
+                                    prv[x] = p
+                                    nxl[x] = -1
+                                    if p >= 0:
+                                        nxl[p] = x
+                                    else:
+                                        lh[L] = x
+                                    lt[L] = x
+                                if L != 2:
+                                    if state[x] == _DEVICE and not pd[x]:  # _drop
+                                        pdp[x] = pdt
+                                        pdn[x] = -1
+                                        if pdt >= 0:
+                                            pdn[pdt] = x
+                                        else:
+                                            pdh = x
+                                        pdt = x
+                                        pd[x] = True
+                                    break
+                    L = 0  # where k goes: main after a ghost hit or before the first eviction
+                    if hog or (ms < small_cap and not has_evicted and lb[1] >= small_cap):
+                        L = 2
+                    elif ms < small_cap:  # (an object of the small queue's size is refused)
+                        L = 1
+                    if L > 0:
+                        p = lt[L]  # k onto list L's tail
+                        prv[k] = p
+                        nxl[k] = -1
+                        if p >= 0:
+                            nxl[p] = k
+                        else:
+                            lh[L] = k
+                        lt[L] = k
+                        lb[L] += ms
+                        lid[k] = L
+                        mc[k] = 0
+                        lsz[k] = ms
+            resident = lid[k] == 1 or lid[k] == 2
         else:  # GDSF._request
             vt += 1
             if gin[k]:
@@ -1464,10 +1481,8 @@ def replay_fast(
     """Replay ``trace`` from row 0 as ``Pool(capacity, make_eviction(policy), placement=
     "bytes", cost=cost, write_policy=..., oversize=...).replay(trace)`` would, or return
     ``None`` when the configuration needs the pool (see :func:`fast_applicable`; also when
-    ``oversize="error"`` and an object is larger than the pool, so that the pool raises; for
-    :data:`UNTIMED_ONLY` with a timing model; and for S3-FIFO where its pool and model would
-    part: an object of exactly the small queue's size after evictions, whose drops the pool
-    evicts after the event).
+    ``oversize="error"`` and an object is larger than the pool, so that the pool raises; and for
+    :data:`UNTIMED_ONLY` with a timing model).
 
     ``mode="objects"`` counts every object as size 1 (libCacheSim's ``--ignore-obj-size``).
     """
@@ -1487,8 +1502,8 @@ def replay_fast(
         return None
     timed, h2d_lat, h2d_gbps, d2h_lat, d2h_gbps, two = _timing(cost)
     if timed and policy in UNTIMED_ONLY:
-        return None  # copies in flight let the pool and S3-FIFO's model part, and outlast the
-        # evictions of SLRU's and GDSF's drops (their kernel has no clock): the pool replays
+        return None  # copies in flight outlast the evictions of the models' drops (their kernel
+        # has no clock): the pool replays
     ids, uniq, n_ids = dense_ids(trace.key)
     code = FAST_POLICIES.index(policy)
     if len(trace) >= 1 << 31 or n_ids >= 1 << 31:
@@ -1496,7 +1511,7 @@ def replay_fast(
     t0 = time.perf_counter()
     nxt = _next_use(ids, trace.op, n_ids) if code == _BELADY else np.zeros(1, np.int64)
     n_freq = int(np.bincount(ids).max()) + 2 if code == _LFU and len(ids) else 2
-    if code in (_SLRU, _GDSF):
+    if code in (_S3FIFO, _SLRU, _GDSF):
         st, outcome, vrow, vid, unserved = _shadow_kernel(
             ids, np.ascontiguousarray(size, np.int64), trace.op, trace.compute_ns, n_ids,
             capacity, code, write_policy == "write-through", record)

@@ -23,7 +23,6 @@ from allocator.fastreplay import (
 )
 from allocator.pool import Pool
 from allocator.trace import Op, Trace
-from policies.adaptive import S3FIFO
 from policies.base import EvictionPolicy
 from policies.registry import make_eviction
 
@@ -95,16 +94,9 @@ def pool_replay(trace: Trace, capacity: int, policy: str, mode: str, **pool_kw):
 
 
 def _hands_over(policy: str, trace: Trace, capacity: int, mode: str, cost: str | None) -> bool:
-    """Where the kernel may hand a trace to the pool: SLRU and GDSF with a timing model; S3-FIFO
-    with one, or with a request of exactly the small queue's size (10% of the capacity), which
-    its model can refuse after evicting. Nowhere else."""
-    if policy in ("slru", "gdsf"):
-        return cost is not None  # UNTIMED_ONLY
-    if policy != "s3fifo":
-        return False
-    size = trace.size if mode == "bytes" else np.ones(len(trace), np.int64)
-    small = int(capacity * S3FIFO().small_size_ratio)
-    return cost is not None or bool((size[trace.op != Op.FREE] == small).any())
+    """Where the kernel may hand a trace to the pool: S3-FIFO, SLRU and GDSF with a timing model
+    (:data:`UNTIMED_ONLY`). Nowhere else."""
+    return policy in UNTIMED_ONLY and cost is not None
 
 
 CASES = [
@@ -132,7 +124,7 @@ def test_kernel_equals_pool_loop(policy: str, case: tuple, seed: int) -> None:
     mode, capacity, cost, wp = case
     trace = gen_trace(seed, big_keys=seed == 1)
     fast = replay_fast(trace, capacity, policy, mode, cost=cost, write_policy=wp, record=True)
-    if fast is None:  # the pool replays it (test_s3fifo_hands_over_where_pool_and_model_part)
+    if fast is None:  # the pool replays it (with a timing model: _hands_over)
         assert _hands_over(policy, trace, capacity, mode, cost)
         return
     ref_stats, ref_outcome, ref_victims = pool_replay(trace, capacity, policy, mode, cost=cost,
@@ -270,17 +262,17 @@ def test_kernel_equals_pool_loop_on_random_small_traces(case: tuple) -> None:
         assert getattr(fast.stats, f) == getattr(ref_stats, f), f
 
 
-def test_s3fifo_hands_over_where_pool_and_model_part() -> None:
+def test_s3fifo_serves_an_object_its_model_refuses_after_evicting():
     """An object of exactly S3-FIFO's small-queue size (10% of 1,000 bytes) makes the model
-    evict and then refuse it: the pool bypasses it and evicts the model's drops after the
-    event, which the kernel does not model, so replay_fast answers None (the caller replays
-    through the pool), and only there; a timing model, likewise."""
-    keys, sizes = list(range(20)) + [99], [60] * 20 + [100]
-    assert replay_fast(Trace.from_arrays(keys, sizes), 1000, "s3fifo") is None
-    whole = replay_fast(Trace.from_arrays(keys[:-1], sizes[:-1]), 1000, "s3fifo", record=True)
-    assert whole is not None and whole.stats.evictions == 4
-    ref_stats, _, ref_victims = pool_replay(Trace.from_arrays(keys[:-1], sizes[:-1]), 1000,
-                                            "s3fifo", "bytes")
-    assert list(zip(whole.victim_rows.tolist(), whole.victim_keys.tolist())) == ref_victims
-    assert replay_fast(Trace.from_arrays(keys[:-1], sizes[:-1]), 1000, "s3fifo",
-                       cost="a100_pcie4") is None
+    evict and then refuse it: the pool bypasses it and evicts the model's drops after the event
+    (Pool._evict_due). The kernel does the same (it handed such traces to the pool before S3-FIFO
+    moved to the model-following kernel); with a timing model the pool replays."""
+    keys, sizes = list(range(20)) + [99, 5], [60] * 20 + [100, 60]
+    trace = Trace.from_arrays(keys, sizes)
+    fast = replay_fast(trace, 1000, "s3fifo", record=True)
+    assert fast is not None
+    ref_stats, ref_outcome, ref_victims = pool_replay(trace, 1000, "s3fifo", "bytes")
+    assert fast.outcome[20] == BYPASS and np.array_equal(fast.outcome, ref_outcome)
+    assert list(zip(fast.victim_rows.tolist(), fast.victim_keys.tolist())) == ref_victims
+    assert fast.stats.evictions == ref_stats.evictions > len(ref_victims)  # (drops after the event)
+    assert replay_fast(trace, 1000, "s3fifo", cost="a100_pcie4") is None
