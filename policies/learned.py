@@ -33,7 +33,7 @@ import os
 import time
 import zipfile
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -357,6 +357,69 @@ class _ModelGDSF(_NotTold, GDSF):
             self._forget(key)  # clock stays, as in GDSF.on_free)
 
 
+class _ModelLFU(_NotTold):
+    """LFU as the :class:`ShadowGuard`'s model: a byte-capacity LFU cache (the least frequently
+    used object goes first, the one that reached that count first among equals, as
+    :class:`~policies.classic.LFU`), its hits its own whoever decides, and a pool it decides for
+    converges to its content. Invariant: ``_freq`` holds the model's objects, each in
+    ``_buckets[_freq[k]]`` (insertion-ordered); ``_min`` is at most the smallest count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cap = -1
+        self.occupied = 0
+        self._freq: dict[int, int] = {}
+        self._size: dict[int, int] = {}
+        self._buckets: dict[int, dict[int, None]] = {}
+        self._min = 1
+
+    def _setup(self, capacity: int) -> None:
+        self.cap = capacity
+
+    def _resident(self, key: int) -> bool:
+        return key in self._freq
+
+    def _request(self, key: int, size: int) -> bool:
+        f = self._freq.get(key)
+        b = self._buckets
+        if f is not None:
+            del b[f][key]
+            b.setdefault(f + 1, {})[key] = None
+            self._freq[key] = f + 1
+            return True
+        if size > self.cap:
+            return False
+        while self.occupied + size > self.cap:
+            while not b.get(self._min):
+                self._min += 1
+            k = next(iter(b[self._min]))
+            self._forget(k)
+            self._drop(k)
+        self._freq[key] = 1
+        self._size[key] = size
+        self.occupied += size
+        b.setdefault(1, {})[key] = None
+        self._min = 1
+        return False
+
+    def _forget(self, key: int) -> None:
+        del self._buckets[self._freq.pop(key)][key]
+        self.occupied -= self._size.pop(key)
+
+    def _remove(self, key: int) -> None:  # pragma: no cover - _NotTold.on_evict never asks
+        if key in self._freq:
+            self._forget(key)
+
+    def _fallback(self) -> Iterable[int]:
+        for f in sorted(self._buckets):
+            yield from list(self._buckets[f])
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        _NotTold.on_evict(self, view, key)
+        if key in self._freq:  # the object is gone: the model forgets it
+            self._forget(key)
+
+
 class Guard:
     """Keeps a learned policy from doing worse than the heuristics for long, by trial windows
     (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
@@ -620,41 +683,54 @@ class _ModelNetwork(_NotTold):
 
 class ShadowGuard(Guard):
     """A :class:`Guard` that also runs the network alone in a shadow pool
-    (:class:`_ModelNetwork`), so that all its experts -- the network, LRU, S3-FIFO and (with
-    ``gdsf``, the default) GDSF -- are measured on every access whoever decides, and no window
-    is spent trying the network blind. Every ``window`` accesses the pool follows the expert
-    whose shadow hit most over the windows so far, each weighing ``decay`` times the next (0.5:
-    mostly the last two), if it beat the one followed now by more than ``margin`` of those
-    accesses (``s3fifo_margin`` to hand over to S3-FIFO or GDSF, whose content the pool must
-    first converge to, and whose hits come in bursts on loops and scans for S3-FIFO); within a
+    (:class:`_ModelNetwork`), so that all its experts -- the network, LRU, S3-FIFO, and (by
+    default) GDSF and LFU -- are measured on every access whoever decides, and no window is
+    spent trying the network blind. Every ``window`` accesses the pool follows the expert whose
+    shadow hit most over the windows so far, each weighing ``decay`` times the next (0.5: mostly
+    the last two), if it beat the one followed now by more than ``margin`` of those accesses
+    (``s3fifo_margin`` to hand over to S3-FIFO, GDSF or LFU, whose content the pool must first
+    converge to, and whose hits come in bursts on loops and scans for S3-FIFO); within a
     window, as soon as the network or LRU leads the followed expert by more than ``abort`` hits
-    (GDSF: if it also does over the windows so far). The network, S3-FIFO and GDSF decide by evicting first what their shadow no longer
-    holds (the pool converges to it; S3-FIFO and GDSF also choose what the pool admits), LRU
-    through the policy's tracker. GDSF is there for variable sizes: evicting large objects
-    first, it hits more often than the others on most DL traces (by up to a tenth of the
-    accesses), where the network, imitating Belady's object-count choices, does not.
+    (GDSF or LFU: if it also does over the windows so far). The network and the models (S3-FIFO,
+    GDSF, LFU) decide by evicting first what their shadow no longer holds (the pool converges to
+    it; the models also choose what the pool admits), LRU through the policy's tracker. GDSF is
+    there for variable sizes (evicting large objects first, it hits more often than the others
+    on most DL traces), LFU for frequency (an LLM KV cache's shared prefixes).
 
-    Costs a second pool's work per access (and the network's decisions happen in the shadow
-    pool). ``expert`` is ``None`` while the network is followed."""
+    ``gdsf`` / ``lfu``: whether those two experts run (each costs throughput). Costs a second
+    pool's work per access (and the network's decisions happen in the shadow pool).
+    ``expert`` is ``None`` while the network is followed."""
 
-    __slots__ = ("net", "_net_hits0", "switches", "decay", "_score", "_seen", "gdsf", "_gdsf_hits0")
+    __slots__ = ("net", "_net_hits0", "switches", "decay", "_score", "_seen", "extra", "_extra0",
+                 "_abort_x")
 
     def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
-                 s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True) -> None:
+                 s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True,
+                 lfu: bool = True) -> None:
         super().__init__(window, margin, 1, abort, True, s3fifo_margin)
         if not 0 <= decay < 1:
             raise ConfigError(f"ShadowGuard: decay must be in [0, 1), got {decay!r}")
         self.decay = float(decay)
-        self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0}
-        self.gdsf: _ModelGDSF | None = None
+        # the models beyond S3-FIFO (Guard.model), by expert name, and their hits at the start
+        # of the window
+        self.extra: dict[str, _NotTold] = {}
         if gdsf:
-            self.gdsf = _ModelGDSF()
-            self._score["gdsf"] = 0.0
-        self._gdsf_hits0 = 0
+            self.extra["gdsf"] = _ModelGDSF()
+        if lfu:
+            self.extra["lfu"] = _ModelLFU()
+        self._extra0 = dict.fromkeys(self.extra, 0)
+        self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0,
+                                                **dict.fromkeys(self.extra, 0.0)}
         self._seen = 0.0
         self.net: _ModelNetwork | None = None
         self._net_hits0 = 0
         self.switches = 0
+        self._abort_x = 1.0  # the abort threshold's multiplier (doubles at each forced switch)
+
+    @property
+    def gdsf(self) -> _NotTold | None:
+        """The GDSF model (``None`` without it)."""
+        return self.extra.get("gdsf")
 
     def attach(self, policy: Any) -> None:
         self.net = _ModelNetwork(policy)
@@ -667,20 +743,17 @@ class ShadowGuard(Guard):
         n = self.net
         return 0 if n is None else (n.model_requests - n.model_misses) - self._net_hits0
 
-    def _gdsf_hits(self) -> int:
-        g = self.gdsf
-        return 0 if g is None else (g.model_requests - g.model_misses) - self._gdsf_hits0
-
     def _scores(self) -> dict[str | None, int]:
-        sc = {None: self._net_hits(), "lru": self._shadow_hits, "s3fifo": self._model_hits()}
-        if self.gdsf is not None:
-            sc["gdsf"] = self._gdsf_hits()
+        sc: dict[str | None, int] = {None: self._net_hits(), "lru": self._shadow_hits,
+                                     "s3fifo": self._model_hits()}
+        for name, m in self.extra.items():
+            sc[name] = (m.model_requests - m.model_misses) - self._extra0[name]
         return sc
 
     def _follows(self) -> ShadowPolicy | None:
         """The shadow whose content the pool converges to now (``None``: LRU's tracker)."""
         e = self.expert
-        return self.net if e is None else self.model if e == "s3fifo" else self.gdsf if e == "gdsf" else None
+        return self.net if e is None else self.model if e == "s3fifo" else self.extra.get(e)
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         m = self._follows()
@@ -694,58 +767,61 @@ class ShadowGuard(Guard):
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         if self.net is not None:
             (self.net.on_hit if hit else self.net.on_miss)(view, key)
-        if self.gdsf is not None:
-            (self.gdsf.on_hit if hit else self.gdsf.on_miss)(view, key)
+        for m in self.extra.values():
+            (m.on_hit if hit else m.on_miss)(view, key)
         self._shadows(view, key, hit)
         if self._n >= self.window:
             self._end_window()
             return
         # another expert ahead of the followed one by ``abort`` hits in this window: the network
-        # or LRU; GDSF only if it leads over the windows so far too (:meth:`_gdsf_leads`)
+        # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
         net = self._net_hits()
         lead = self._shadow_hits
         if net > lead:
             lead = net
         e = self.expert
-        cur = (net if e is None else self._shadow_hits if e == "lru"
-               else self._model_hits() if e == "s3fifo" else self._gdsf_hits())
-        if self.gdsf is not None and e != "gdsf":
-            g = self._gdsf_hits()
-            if g > lead and self._gdsf_leads(g, cur):
-                lead = g
-        if lead - cur > self.abort:
+        if self.extra:
+            sc = self._scores()
+            cur = sc[e]
+            for name in self.extra:
+                h = sc[name]
+                if h > lead and name != e and self._leads(name, h, cur):
+                    lead = h
+        else:
+            cur = net if e is None else self._shadow_hits if e == "lru" else self._model_hits()
+        if lead - cur > self.abort * self._abort_x:
             self.aborts += 1
             self._end_window(force=True)
 
-    def _gdsf_leads(self, g: float, cur: float) -> bool:
-        """Whether GDSF (``g`` hits in this window) leads the followed expert (``cur``) by
-        ``abort`` hits over the windows so far, this one included, as :meth:`_end_window`
-        weighs them: within a window GDSF often leads for a while where it loses over the
-        trace (measured: the pool flapped between LRU and GDSF eleven times on a recurrent
+    def _leads(self, name: str, h: float, cur: float) -> bool:
+        """Whether model ``name`` (``h`` hits in this window) leads the followed expert
+        (``cur``) by ``abort`` hits over the windows so far, this one included, as
+        :meth:`_end_window` weighs them: within a window GDSF often leads where it loses over
+        the trace (measured: the pool flapped between LRU and GDSF eleven times on a recurrent
         model's trace, and between S3-FIFO and GDSF on an LLM KV cache, 3.1% behind LFU)."""
         d, score = self.decay, self._score
-        return d * score["gdsf"] + g > d * score[self.expert] + cur + self.abort
+        return d * score[name] + h > d * score[self.expert] + cur + self.abort
 
     def insert(self, view: PoolView, key: int) -> None:
         super().insert(view, key)
         if self.net is not None:
             self.net.on_insert(view, key)
-        if self.gdsf is not None:
-            self.gdsf.on_insert(view, key)
+        for m in self.extra.values():
+            m.on_insert(view, key)
 
     def evict(self, view: PoolView, key: int) -> None:
         super().evict(view, key)
         if self.net is not None:
             self.net.on_evict(view, key)
-        if self.gdsf is not None:
-            self.gdsf.on_evict(view, key)
+        for m in self.extra.values():
+            m.on_evict(view, key)
 
     def free(self, view: PoolView, key: int) -> None:
         super().free(view, key)
         if self.net is not None:
             self.net.on_free(view, key)
-        if self.gdsf is not None:
-            self.gdsf.on_free(view, key)
+        for m in self.extra.values():
+            m.on_free(view, key)
 
     def _end_window(self, force: bool = False) -> None:
         self.windows += 1
@@ -755,21 +831,24 @@ class ShadowGuard(Guard):
             score[e] = d * score[e] + h
         self._seen = d * self._seen + self._n
         cur = self.expert
-        if force:  # the network, LRU or GDSF leads the followed expert by ``abort`` hits: follow
-            # it now (not S3-FIFO, whose hits come in bursts; GDSF only if it also leads over
-            # the windows so far, this one now included in ``score``)
+        if force:  # the network, LRU, GDSF or LFU leads the followed expert by ``abort`` hits:
+            # follow it now (not S3-FIFO, whose hits come in bursts; GDSF and LFU only if they
+            # also lead over the windows so far, this one now included in ``score``)
             cands: list[str | None] = [None, "lru"]
-            if self.gdsf is not None and score["gdsf"] > score[cur] + self.abort:
-                cands.append("gdsf")
+            cands += [n for n in self.extra if score[n] > score[cur] + self.abort]
             best = max(cands, key=lambda e: (sc[e], e is None))
             better = sc[best] > sc[cur]
         else:  # over the windows so far, the last weighing most (S3-FIFO's hits come in bursts)
             best = max(score, key=lambda e: (score[e], e is None))  # ties: the network
-            need = (self.s3fifo_margin if best in ("s3fifo", "gdsf") else self.margin) * self._seen
+            need = (self.margin if best in (None, "lru") else self.s3fifo_margin) * self._seen
             better = score[best] - score[cur] > need
         if best != cur and better:
             self.expert = best
             self.switches += 1
+        # forced switches back and forth between experts that trade the lead in bursts cost the
+        # pool a convergence each: each one doubles the next abort's threshold, each window end
+        # halves it again
+        self._abort_x = min(16.0, 2 * self._abort_x) if force else max(1.0, self._abort_x / 2)
         if self.expert is not None:
             self.lru_windows += 1
             self.s3fifo_windows += self.expert == "s3fifo"
@@ -778,8 +857,8 @@ class ShadowGuard(Guard):
             self._model_hits0 = self.model.model_requests - self.model.model_misses
         if self.net is not None:
             self._net_hits0 = self.net.model_requests - self.net.model_misses
-        if self.gdsf is not None:
-            self._gdsf_hits0 = self.gdsf.model_requests - self.gdsf.model_misses
+        for name, m in self.extra.items():
+            self._extra0[name] = m.model_requests - m.model_misses
 
 # ---------------------------------------------------------------------- the policy
 class LearnedPolicy(EvictionPolicyBase):

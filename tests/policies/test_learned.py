@@ -294,6 +294,40 @@ def test_guard_model_is_s3fifo_whoever_decides(policy_file, frees):
         assert all(last_op[k] != Op.FREE for k in guard.model._size)
 
 
+@pytest.mark.parametrize("frees", [False, True])
+def test_shadow_guard_gdsf_and_lfu_models_are_their_policies_whoever_decides(policy_file, frees):
+    """The ShadowGuard's GDSF and LFU models are not told whom the pool evicts: their misses
+    are exactly GDSF's (its model's own count) and LFU's alone on the trace, frees included."""
+    trace = generate("dl_training", seed=5) if frees else generate(
+        "zipf", seed=6, n_requests=20_000, n_objects=3000, alpha=0.9, size=4096, size_sigma=1.0)
+    cap = int(0.25 * (trace.peak_live_bytes() if frees else trace.working_set_bytes()))
+    guard = ShadowGuard()
+    pol = LearnedPolicy(LearnedPolicy.load(policy_file).scorer, LearnedPolicy.load(policy_file).header,
+                        guard=guard)
+    Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace)
+    gdsf = GDSF()
+    Pool(cap, gdsf, placement="bytes", oversize="bypass").replay(trace)
+    lfu = Pool(cap, LFU(), placement="bytes", oversize="bypass").replay(trace)
+    g, f = guard.extra["gdsf"], guard.extra["lfu"]
+    assert g.model_requests == gdsf.model_requests == f.model_requests == lfu.accesses > 0
+    assert g.model_misses == gdsf.model_misses and f.model_misses == lfu.misses
+    assert guard.switches > 0  # (others decided for a while: the models were not told)
+
+
+def test_shadow_guard_abort_threshold_backs_off():
+    """Each forced switch doubles the next abort's threshold (up to 16 times), each window end
+    halves it again, so that experts trading the lead in bursts do not make the pool flap."""
+    g = ShadowGuard()
+    g._end_window(force=True)
+    g._end_window(force=True)
+    assert g._abort_x == 4.0
+    for _ in range(5):
+        g._end_window(force=True)
+    assert g._abort_x == 16.0
+    g._end_window()
+    assert g._abort_x == 8.0
+
+
 def test_negative_budget_is_a_config_error(policy_file):
     with pytest.raises(ConfigError, match="budget_us"):
         LearnedPolicy.load(policy_file, budget_us=-1)
@@ -676,8 +710,9 @@ def test_shadow_guard_follows_lru_without_trials(tmp_path):
     sg, g = ShadowGuard(), LRUGuard()
     m_sg, m_g = misses(sg), misses(g)
     m_lru = Pool(cap, LRU(), placement="bytes").replay(trace).misses
-    # aborts: the network's first loss to LRU, then at most one more, to GDSF (ahead of LRU)
-    assert 1 <= sg.aborts <= 2 and sg.expert in ("lru", "s3fifo", "gdsf")
+    # aborts: the network's first loss to LRU, then at most one more, to GDSF or LFU (ahead of
+    # LRU on this Zipf workload, as S3-FIFO is)
+    assert 1 <= sg.aborts <= 2 and sg.expert in ("lru", "s3fifo", "gdsf", "lfu")
     assert sg.windows - sg.lru_windows <= 1  # the network decided only until the first abort
     assert m_sg - m_lru < 0.002 * len(trace) and m_sg - m_lru < 0.5 * (m_g - m_lru)
 
