@@ -266,6 +266,14 @@ def test_guard_hands_decisions_to_s3fifo_where_it_leads(tmp_path):
     assert m_guard - m_s3 < 0.35 * (m_lru_guard - m_s3)
 
 
+def guarded_replay(policy_file, guard, trace, cap) -> None:  # type: ignore[no-untyped-def]
+    """Replay ``trace`` through a pool of ``cap`` bytes deciding with the file's network under
+    ``guard``."""
+    base = LearnedPolicy.load(policy_file)
+    pol = LearnedPolicy(base.scorer, base.header, guard=guard)
+    Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace)
+
+
 @pytest.mark.parametrize("frees", [False, "generated", "recorded"])
 def test_guard_model_is_s3fifo_whoever_decides(policy_file, frees):
     """The guard's S3-FIFO model is not told whom the pool evicts: its misses are exactly those
@@ -280,9 +288,7 @@ def test_guard_model_is_s3fifo_whoever_decides(policy_file, frees):
     share = 0.2 if frees == "recorded" else 0.25
     cap = max(1, int(share * (trace.peak_live_bytes() if frees else trace.working_set_bytes())))
     guard = Guard()
-    pol = LearnedPolicy(LearnedPolicy.load(policy_file).scorer, LearnedPolicy.load(policy_file).header,
-                        guard=guard)
-    Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace)
+    guarded_replay(policy_file, guard, trace, cap)
     alone = S3FIFO()
     Pool(cap, alone, placement="bytes", oversize="bypass").replay(trace)
     assert guard.model is not None and alone.model_requests == guard.model.model_requests > 0
@@ -302,9 +308,7 @@ def test_shadow_guard_gdsf_and_lfu_models_are_their_policies_whoever_decides(pol
         "zipf", seed=6, n_requests=20_000, n_objects=3000, alpha=0.9, size=4096, size_sigma=1.0)
     cap = int(0.25 * (trace.peak_live_bytes() if frees else trace.working_set_bytes()))
     guard = ShadowGuard()
-    pol = LearnedPolicy(LearnedPolicy.load(policy_file).scorer, LearnedPolicy.load(policy_file).header,
-                        guard=guard)
-    Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace)
+    guarded_replay(policy_file, guard, trace, cap)
     gdsf = GDSF()
     Pool(cap, gdsf, placement="bytes", oversize="bypass").replay(trace)
     lfu = Pool(cap, LFU(), placement="bytes", oversize="bypass").replay(trace)
