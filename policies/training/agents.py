@@ -2,7 +2,7 @@
 
 * :class:`SB3Agent` (``algo`` = ``ppo`` | ``maskable_ppo`` | ``dqn``): stable-baselines3 /
   sb3-contrib with the scorer policies of :mod:`policies.training.nets`, on vectorised envs.
-* :class:`ImitationAgent`: behaviour cloning of the Belady oracle with DAgger
+* :class:`ImitationAgent`: behaviour cloning of the Belady(-Size) oracle with DAgger
   (:mod:`policies.training.imitation`), optionally followed by an RL fine-tune (an
   :class:`SB3Agent` started from the imitation weights).
 

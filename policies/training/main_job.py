@@ -1,6 +1,6 @@
 """The main job (``make demo`` / ``python scripts/main.py``): train, export, evaluate, report.
 
-``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of Belady, then a
+``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of Belady-Size, then a
 short MaskablePPO fine-tune), exports the policy, writes the held-out workloads (never trained
 on) as trace files and evaluates them with :func:`envs.evaluation.evaluate` (the evaluator of
 ``scripts/evaluate.py``) against ``cfg.main.baselines`` at ``cfg.main.capacities`` of each
