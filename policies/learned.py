@@ -702,7 +702,7 @@ class ShadowGuard(Guard):
     ``expert`` is ``None`` while the network is followed."""
 
     __slots__ = ("net", "_net_hits0", "switches", "decay", "_score", "_seen", "extra", "_extra0",
-                 "_abort_x")
+                 "_abort_x", "_told")
 
     def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
                  s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True,
@@ -726,6 +726,9 @@ class ShadowGuard(Guard):
         self._net_hits0 = 0
         self.switches = 0
         self._abort_x = 1.0  # the abort threshold's multiplier (doubles at each forced switch)
+        # the shadows told of every pool event beside Guard's: the network's (once attached),
+        # then the extra models
+        self._told: tuple[ShadowPolicy, ...] = tuple(self.extra.values())
 
     @property
     def gdsf(self) -> _NotTold | None:
@@ -734,6 +737,7 @@ class ShadowGuard(Guard):
 
     def attach(self, policy: Any) -> None:
         self.net = _ModelNetwork(policy)
+        self._told = (self.net, *self.extra.values())
 
     @property
     def active(self) -> bool:
@@ -765,9 +769,7 @@ class ShadowGuard(Guard):
         return tracker.victim(view) if k is None else k
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
-        if self.net is not None:
-            (self.net.on_hit if hit else self.net.on_miss)(view, key)
-        for m in self.extra.values():
+        for m in self._told:
             (m.on_hit if hit else m.on_miss)(view, key)
         self._shadows(view, key, hit)
         if self._n >= self.window:
@@ -775,20 +777,14 @@ class ShadowGuard(Guard):
             return
         # another expert ahead of the followed one by ``abort`` hits in this window: the network
         # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
-        net = self._net_hits()
-        lead = self._shadow_hits
-        if net > lead:
-            lead = net
+        sc = self._scores()
         e = self.expert
-        if self.extra:
-            sc = self._scores()
-            cur = sc[e]
-            for name in self.extra:
-                h = sc[name]
-                if h > lead and name != e and self._leads(name, h, cur):
-                    lead = h
-        else:
-            cur = net if e is None else self._shadow_hits if e == "lru" else self._model_hits()
+        cur = sc[e]
+        lead = max(sc[None], sc["lru"])
+        for name in self.extra:
+            h = sc[name]
+            if h > lead and name != e and self._leads(name, h, cur):
+                lead = h
         if lead - cur > self.abort * self._abort_x:
             self.aborts += 1
             self._end_window(force=True)
@@ -804,23 +800,17 @@ class ShadowGuard(Guard):
 
     def insert(self, view: PoolView, key: int) -> None:
         super().insert(view, key)
-        if self.net is not None:
-            self.net.on_insert(view, key)
-        for m in self.extra.values():
+        for m in self._told:
             m.on_insert(view, key)
 
     def evict(self, view: PoolView, key: int) -> None:
         super().evict(view, key)
-        if self.net is not None:
-            self.net.on_evict(view, key)
-        for m in self.extra.values():
+        for m in self._told:
             m.on_evict(view, key)
 
     def free(self, view: PoolView, key: int) -> None:
         super().free(view, key)
-        if self.net is not None:
-            self.net.on_free(view, key)
-        for m in self.extra.values():
+        for m in self._told:
             m.on_free(view, key)
 
     def _end_window(self, force: bool = False) -> None:
