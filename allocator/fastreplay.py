@@ -989,6 +989,8 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
         mhit = False
         if policy == _SLRU:  # SLRU._request
             L = lid[k]
+            cool_k = False  # after a promotion: k's list is cooled while it overflows
+            admit = L == 0 and ms <= capacity and ms <= seg_cap  # a miss the model admits
             if L == _NSEG:  # a hit in the top segment: to its MRU end
                 mhit = True
                 if k != lt[L]:
@@ -1003,7 +1005,7 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
                     nxl[k] = -1
                     nxl[p] = k
                     lt[L] = k
-            elif L > 0:  # _promote: up one segment, then cool what overflows
+            elif L > 0:  # _promote: up one segment, then cool what overflows (below)
                 mhit = True
                 p, q = prv[k], nxl[k]  # k out of list L
                 if p >= 0:
@@ -1026,90 +1028,75 @@ def _shadow_kernel(ids, size, op, compute, n_ids, capacity, policy, write_throug
                 lt[L] = k
                 lb[L] += lsz[k]
                 lid[k] = L
-                while lid[k] > 0 and lb[lid[k]] > seg_cap:
-                    # _cool(lid[k]), its recursion on a stack: _cool(j) demotes list j's
-                    # LRU end to list j - 1 (list 1: _evict_lowest, and no more), then
-                    # cools list j - 1 while it overflows
-                    stk[0] = lid[k]
-                    act[0] = True
-                    top = 1
-                    while top > 0:
-                        j = stk[top - 1]
-                        if act[top - 1]:
-                            act[top - 1] = False
-                            if j == 1:
-                                for jj in range(1, _NSEG + 1):  # _evict_lowest
-                                    x = lh[jj]
-                                    if x >= 0:
-                                        q = nxl[x]  # x out of list jj (its head)
-                                        lh[jj] = q
-                                        if q >= 0:
-                                            prv[q] = -1
+                cool_k = True
+            # _cool(j), its recursion on a stack: _cool(j) demotes list j's LRU end to list j - 1
+            # (list 1: _evict_lowest, and no more), then cools list j - 1 while it overflows.
+            # After a promotion k's list is cooled while it overflows (_promote); before an
+            # admission list 1 while k does not fit (_request's _evict_lowest is _cool(1)).
+            while True:
+                if cool_k and lid[k] > 0 and lb[lid[k]] > seg_cap:
+                    j = lid[k]
+                elif admit and occ + ms > capacity:
+                    j = 1
+                else:
+                    break
+                stk[0] = j
+                act[0] = True
+                top = 1
+                while top > 0:
+                    j = stk[top - 1]
+                    if act[top - 1]:
+                        act[top - 1] = False
+                        if j == 1:
+                            for jj in range(1, _NSEG + 1):  # _evict_lowest
+                                x = lh[jj]
+                                if x >= 0:
+                                    q = nxl[x]  # x out of list jj (its head)
+                                    lh[jj] = q
+                                    if q >= 0:
+                                        prv[q] = -1
+                                    else:
+                                        lt[jj] = -1
+                                    lb[jj] -= lsz[x]
+                                    occ -= lsz[x]
+                                    lid[x] = 0
+                                    if state[x] == _DEVICE and not pd[x]:  # _drop
+                                        pdp[x] = pdt
+                                        pdn[x] = -1
+                                        if pdt >= 0:
+                                            pdn[pdt] = x
                                         else:
-                                            lt[jj] = -1
-                                        lb[jj] -= lsz[x]
-                                        occ -= lsz[x]
-                                        lid[x] = 0
-                                        if state[x] == _DEVICE and not pd[x]:  # _drop
-                                            pdp[x] = pdt
-                                            pdn[x] = -1
-                                            if pdt >= 0:
-                                                pdn[pdt] = x
-                                            else:
-                                                pdh = x
-                                            pdt = x
-                                            pd[x] = True
-                                        break
-                                top -= 1
-                                continue
-                            x = lh[j]  # the LRU end of list j down to list j - 1
-                            q = nxl[x]
-                            lh[j] = q
-                            if q >= 0:
-                                prv[q] = -1
-                            else:
-                                lt[j] = -1
-                            lb[j] -= lsz[x]
-                            p = lt[j - 1]
-                            prv[x] = p
-                            nxl[x] = -1
-                            if p >= 0:
-                                nxl[p] = x
-                            else:
-                                lh[j - 1] = x
-                            lt[j - 1] = x
-                            lb[j - 1] += lsz[x]
-                            lid[x] = j - 1
-                        if lb[j - 1] > seg_cap:
-                            stk[top] = j - 1
-                            act[top] = True
-                            top += 1
-                        else:
+                                            pdh = x
+                                        pdt = x
+                                        pd[x] = True
+                                    break
                             top -= 1
-            elif ms <= capacity and ms <= seg_cap:  # a miss the model admits
-                while occ + ms > capacity:
-                    for jj in range(1, _NSEG + 1):  # _evict_lowest
-                        x = lh[jj]
-                        if x >= 0:
-                            q = nxl[x]  # x out of list jj (its head)
-                            lh[jj] = q
-                            if q >= 0:
-                                prv[q] = -1
-                            else:
-                                lt[jj] = -1
-                            lb[jj] -= lsz[x]
-                            occ -= lsz[x]
-                            lid[x] = 0
-                            if state[x] == _DEVICE and not pd[x]:  # _drop
-                                pdp[x] = pdt
-                                pdn[x] = -1
-                                if pdt >= 0:
-                                    pdn[pdt] = x
-                                else:
-                                    pdh = x
-                                pdt = x
-                                pd[x] = True
-                            break
+                            continue
+                        x = lh[j]  # the LRU end of list j down to list j - 1
+                        q = nxl[x]
+                        lh[j] = q
+                        if q >= 0:
+                            prv[q] = -1
+                        else:
+                            lt[j] = -1
+                        lb[j] -= lsz[x]
+                        p = lt[j - 1]
+                        prv[x] = p
+                        nxl[x] = -1
+                        if p >= 0:
+                            nxl[p] = x
+                        else:
+                            lh[j - 1] = x
+                        lt[j - 1] = x
+                        lb[j - 1] += lsz[x]
+                        lid[x] = j - 1
+                    if lb[j - 1] > seg_cap:
+                        stk[top] = j - 1
+                        act[top] = True
+                        top += 1
+                    else:
+                        top -= 1
+            if admit:
                 L = 1  # the lowest segment with room, else segment 0
                 while L <= _NSEG and lb[L] + ms > seg_cap:
                     L += 1
