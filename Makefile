@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt setup.py allocator/_fastpath.c $(wildcard allocator/csrc/*) policies/_mlp.c $(wildcard policies/csrc/*)
+$(VENV)/.installed: pyproject.toml constraints.txt setup.py $(wildcard allocator/*.pxd) policies/_mlp.c $(wildcard policies/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'

@@ -1,23 +1,40 @@
-"""Builds the optional C accelerators (metadata lives in pyproject.toml): ``allocator._fastpath``
-(the pool's plain hit and miss, and a decision's candidate gathering) and ``policies._mlp`` (the
-learned policy's forward pass).
+"""Builds the compiled core (metadata lives in pyproject.toml).
 
-``optional=True``: without a C compiler or Python headers the build warns and the package
-installs as pure Python (``allocator.pool`` then runs its Python hit path, with the same effects;
-``policies.learned`` its NumPy forward pass).
+The core's modules are ordinary Python files typed for Cython's pure-Python mode (each ``.py``
+has a ``.pxd`` beside it with the native layout): where Cython and a C compiler are present they
+are compiled from that one source; elsewhere the package installs and runs them interpreted,
+with the same results. ``policies._mlp`` is the learned policy's C forward pass (optional too).
 """
+
+import os
 
 from setuptools import Extension, setup
 
+# the modules compiled from their .py (allocator/__init__.py names the same list for
+# CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
+CORE = ["allocator/stats.py", "allocator/arena.py", "allocator/cost.py", "allocator/pool.py"]
+
+
+def core_extensions() -> list[Extension]:
+    if os.environ.get("CACHEGYM_NO_COMPILE", "") not in ("", "0"):
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:  # no Cython: the core runs interpreted
+        return []
+    exts = cythonize(
+        CORE,
+        # the .py's annotations are for mypy; the native types come from the .pxd files
+        compiler_directives={"language_level": 3, "annotation_typing": False},
+        quiet=True,
+    )
+    for e in exts:
+        e.optional = True  # no compiler or headers: a warning, and the .py runs
+    return exts
+
+
 setup(
-    ext_modules=[
-        Extension(
-            "allocator._fastpath",
-            sources=["allocator/_fastpath.c"],  # one translation unit: it includes allocator/csrc/
-            depends=[f"allocator/csrc/{f}" for f in
-                     ("core.h", "placement.c", "tracker.c", "access.c", "decision.c")],
-            optional=True,
-        ),
+    ext_modules=core_extensions() + [
         Extension(
             "policies._mlp",
             sources=["policies/_mlp.c"],  # includes policies/csrc/features.c

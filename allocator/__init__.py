@@ -1,5 +1,10 @@
 """The pool core: arena, residency, the one access loop, timing model, backends."""
 
+from allocator import _purepy
+
+if _purepy.requested():  # run the core interpreted even where it is compiled
+    _purepy.install()
+
 from allocator.arena import Arena, ByteAccounting
 from allocator.backends import Backend, NumpyBackend
 from allocator.cost import PRESETS, CostModel, Preset, get_preset

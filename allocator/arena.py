@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+import cython
+
 ALIGN = 512
 _MASK = ALIGN - 1  # ALIGN is a power of two
 
@@ -22,8 +24,8 @@ def align(nbytes: int, alignment: int = ALIGN) -> int:
     return (nbytes + alignment - 1) // alignment * alignment
 
 
+@cython.cclass
 class ByteAccounting:
-    __slots__ = ("capacity", "used")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)
@@ -54,6 +56,7 @@ class ByteAccounting:
         return 0.0
 
 
+@cython.cclass
 class Arena:
     """Best-fit allocator over ``[0, capacity)``.
 
@@ -61,8 +64,6 @@ class Arena:
     ``_by_size`` holds ``(size, offset)`` of every free block, sorted; ``_free`` maps each free
     block's offset to its size; ``used + free_bytes == capacity``.
     """
-
-    __slots__ = ("capacity", "used", "_free", "_by_size", "_ends")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity) // ALIGN * ALIGN

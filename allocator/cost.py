@@ -15,6 +15,8 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
+import cython
+
 from allocator.errors import ConfigError
 
 __all__ = ["Preset", "PRESETS", "CostModel", "get_preset", "load_preset"]
@@ -93,13 +95,12 @@ def save_preset(preset: Preset, path: str) -> None:
         json.dump(asdict(preset), f, indent=2)
 
 
+@cython.cclass
 class CostModel:
     """The simulated clock. Not thread-safe on its own: the pool's lock guards it.
 
     Attributes ``now`` (ns), ``stall_ns`` and ``compute_ns`` only grow.
     """
-
-    __slots__ = ("preset", "instant", "now", "stall_ns", "compute_ns", "_free_at", "_engine")
 
     def __init__(self, preset: Preset | str | None = None) -> None:
         if isinstance(preset, str):
@@ -109,28 +110,40 @@ class CostModel:
         self.now = 0
         self.stall_ns = 0
         self.compute_ns = 0
-        self._free_at = [0, 0]  # per engine: when its queue drains
-        # direction -> engine index: 0 h2d, 1 d2h (one engine: both use engine 0)
-        self._engine = (0, 1) if preset is None or preset.copy_engines == 2 else (0, 0)
+        self._free0 = 0  # when engine 0's queue drains (h2d; both directions with one engine)
+        self._free1 = 0  # when engine 1's queue drains (d2h, with two engines)
+        self._two = preset is None or preset.copy_engines == 2
+        if preset is not None:
+            self._h2d_lat, self._h2d_gbps = preset.h2d_latency_ns, preset.h2d_gbps
+            self._d2h_lat, self._d2h_gbps = preset.d2h_latency_ns, preset.d2h_gbps
+        else:
+            self._h2d_lat, self._h2d_gbps, self._d2h_lat, self._d2h_gbps = 0, 1.0, 0, 1.0
 
     def copy_time(self, direction: int, nbytes: int) -> int:
         """Duration of one copy (0 = h2d, 1 = d2h) of ``nbytes``, in ns."""
-        p = self.preset
-        if p is None:
+        if self.instant:
             return 0
         if direction == 0:
-            return p.h2d_latency_ns + int(nbytes / p.h2d_gbps)
-        return p.d2h_latency_ns + int(nbytes / p.d2h_gbps)
+            return self._h2d_lat + int(nbytes / self._h2d_gbps)
+        return self._d2h_lat + int(nbytes / self._d2h_gbps)
 
     def copy(self, direction: int, nbytes: int, not_before: int = 0) -> int:
         """Queue a copy on its engine; returns its completion time. It starts when the engine
         is free, not before ``now`` and not before ``not_before`` (a data dependency)."""
         if self.instant:
             return max(self.now, not_before)
-        e = self._engine[direction]
-        start = max(self.now, self._free_at[e], not_before)
+        second = direction == 1 and self._two  # engine 1
+        start = self.now
+        free = self._free1 if second else self._free0
+        if free > start:
+            start = free
+        if not_before > start:
+            start = not_before
         done = start + self.copy_time(direction, nbytes)
-        self._free_at[e] = done
+        if second:
+            self._free1 = done
+        else:
+            self._free0 = done
         return done
 
     def compute(self, ns: int) -> None:
@@ -151,4 +164,4 @@ class CostModel:
         return self.now
 
     def busy_until(self, direction: int) -> int:
-        return self._free_at[self._engine[direction]]
+        return self._free1 if direction == 1 and self._two else self._free0

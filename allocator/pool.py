@@ -14,11 +14,10 @@ Locking: every public method takes ``_lock`` (re-entrant); all access to ``_objs
 placement, the clock and the stats requires it. A ``steps`` generator holds the lock from its
 first ``next`` until it finishes or is closed.
 
-The plain hit and the plain miss of :meth:`Pool.access` also exist in C
-(``allocator/_fastpath.c``, built when a compiler is at hand): while the configuration allows
-it, ``pool.access`` is that C callable, which serves them (only while no other thread holds
-``_lock``; a miss through the same Python methods for placement and eviction) and hands every
-other call to the Python method. ``CACHEGYM_PURE_PYTHON=1`` keeps the pure-Python path.
+This file is the only implementation of the loop. Where a C compiler is present it is compiled
+by Cython in pure-Python mode (the types live in ``pool.pxd`` beside it: native integer fields,
+extension-type records); elsewhere, or with ``CACHEGYM_PURE_PYTHON=1``, the same source runs
+interpreted, with the same effects.
 """
 
 from __future__ import annotations
@@ -28,10 +27,10 @@ import importlib
 import logging
 import os
 import threading
-import types
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
+import cython
 import numpy as np
 
 from allocator.arena import ALIGN, Arena, ByteAccounting
@@ -58,11 +57,12 @@ __all__ = ["Pool", "PoolView", "ObjectInfo", "EvictionRequest", "DEVICE", "HOST"
 _log = logging.getLogger(__name__)
 
 DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
+COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 STATE_NAMES = ("device", "host", "h2d", "d2h")
 
 
 def load_accelerator(name: str) -> Any:
-    """One of the optional C extensions (``"allocator._fastpath"``, ``"policies._mlp"``), or
+    """The optional C extension ``"policies._mlp"`` (the learned policy's forward pass), or
     ``None`` (not built, or ``CACHEGYM_PURE_PYTHON`` set: everything runs as Python/NumPy)."""
     if os.environ.get("CACHEGYM_PURE_PYTHON", "") not in ("", "0"):
         return None
@@ -72,14 +72,9 @@ def load_accelerator(name: str) -> Any:
         return None
 
 
+@cython.cclass
 class ObjectInfo:
     """Per-object record. Read-only to everything outside this module."""
-
-    __slots__ = (
-        "key", "size", "nbytes", "state", "dirty", "pins", "offset", "ready_ns",
-        "prefetched", "busy_until", "kind", "created_tick", "last_tick", "n_access",
-        "h2d_event", "d2h_event",
-    )
 
     def __init__(self, key: int, size: int, kind: int, tick: int) -> None:
         self.key = key
@@ -115,10 +110,9 @@ class EvictionRequest(NamedTuple):
     view: PoolView
 
 
+@cython.cclass
 class PoolView:
     """Read-only view of a pool handed to policies. Valid only inside the pool's calls."""
-
-    __slots__ = ("_pool", "_objs")
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
@@ -183,6 +177,7 @@ class PoolView:
 Placement = Literal["arena", "bytes"]
 
 
+@cython.cclass
 class Pool:
     """A device memory pool of ``capacity`` bytes with host memory behind it.
 
@@ -202,18 +197,6 @@ class Pool:
             ``"bypass"`` counts a miss and never inserts it (libCacheSim's semantics).
         hook: optional callable receiving one dict per event (see :class:`JsonlHook`).
     """
-
-    # slots: attribute reads are the loop's most frequent operation (and the C hit path reads
-    # _tick, stats and _hit_path at their offsets)
-    __slots__ = (
-        "capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "view",
-        "_policy", "_prefetcher", "_hook", "_write_through", "_fast_read", "_fast_write",
-        "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_place", "_fp_mask", "_objs",
-        "_tick", "_lock", "_acquire", "_release", "_landing", "_releases",
-        "_pending_release_bytes", "_inflight_bytes", "_seq", "_n_evictable", "_hit_path",
-        "_place_release", "_writing",
-        "__weakref__",
-    )
 
     def __init__(
         self,
@@ -278,35 +261,33 @@ class Pool:
 
     # ------------------------------------------------------------------ pickle / copy
     # A pool pickles (and deep-copies) with its objects, policy, clock and counters; the lock and
-    # the C paths, which hold references into this instance, are made anew for the copy. (A
-    # backend holding device memory does not pickle.)
-    _UNPICKLED = ("_lock", "_acquire", "_release", "_hit_path", "_place_release", "_touch", "_on_hit",
-                  "_on_miss", "_admit", "_due", "_fast_read", "_fast_write", "view")
+    # the view, which hold references into this instance, are made anew for the copy. (A backend
+    # holding device memory does not pickle.)
+    _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
+              "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
+              "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
+              "_n_evictable", "_writing")
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__
-                if k != "__weakref__" and k not in self._UNPICKLED and hasattr(self, k)}
+    def __reduce__(self) -> tuple[Any, ...]:
+        extra = getattr(self, "__dict__", None)  # a Python subclass's own attributes
+        return (_new_pool, (type(self),), ({k: getattr(self, k) for k in Pool._STATE}, extra))
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        for k, v in state.items():
-            object.__setattr__(self, k, v)
+    def __setstate__(self, state: tuple[dict[str, Any], dict[str, Any] | None]) -> None:
+        fields, extra = state
+        for k, v in fields.items():
+            setattr(self, k, v)
+        if extra:
+            self.__dict__.update(extra)
         self._attach_runtime()
 
     def _attach_runtime(self) -> None:
         """What holds references into this instance, made by ``__init__`` and anew for a copy:
-        the lock, the view, ``_place.release`` (its C form when the extension is built) and the
-        C hit path of ``access`` (not when a subclass overrides access: its override must run)."""
-        self._place_release: Any = (self._place.release if _fastpath is None
-                                    else _fastpath.PlaceRelease(self._place))
+        the lock and the view."""
+        self._place_release = self._place.release
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self.view = PoolView(self)
-        self._hit_path: Any = None  # the C hit path of access() (None: pure Python)
         self._refresh_fast_path()
-        if _fastpath is not None and type(self).access is _py_access:
-            self._hit_path = _fastpath.HitPath(self, types.MethodType(_py_access, self),
-                                               self._objs, self._lock)
-            self._refresh_fast_path()
 
     # ------------------------------------------------------------------ configuration
     # Who answers and who listens can change between calls; the hit fast path caches them.
@@ -359,21 +340,6 @@ class Pool:
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
         self._admit = getattr(policy, "admit", None)
         self._due = getattr(policy, "pending_evictions", None)
-        if self._hit_path is not None:
-            # the C path serves exactly access()'s plain hit with ``touch`` and nothing due
-            # (``pool.access`` is it while enabled); disabled, it hands every call to the
-            # Python method, so a caller holding an old ``pool.access`` stays right. A
-            # FeatureTracker policy (the environments') has its hooks run there in C instead.
-            # (or a policy whose hooks are exactly a FeatureTracker's, which names it as its
-            # ``hook_tracker``: an exported network alone; only its victim is asked in Python)
-            tracker = policy if self._hit_path.tracks(policy) else getattr(policy, "hook_tracker", None)
-            tracked = tracker is not None and self._hit_path.tracks(tracker)
-            on = self._fast_read and (self._touch is not None or tracked) and self._due is None
-            # and the plain miss: no backend, instant copies, no on_miss / admit to ask
-            miss = (on and self.backend is None and (self._on_miss is None or tracked)
-                    and self._admit is None and self.cost.instant)
-            self._hit_path.configure(on, self._fast_write, self._touch, miss,
-                                     tracker if tracked else None)
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
@@ -512,7 +478,7 @@ class Pool:
             st.total_ns = self.cost.now
             st.device_bytes = self._place.used
             st.fragmentation = self._place.fragmentation
-            return PoolStats(**{f: getattr(st, f) for f in st.__dataclass_fields__})
+            return st.copy()
 
     # data plane (needs a backend)
     def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
@@ -1106,17 +1072,7 @@ def _is_noop(policy: Any, hook: str) -> bool:
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
-_py_access = Pool.access  # the Python method (the class attribute may become its C descriptor)
-_fastpath = load_accelerator("allocator._fastpath")
-if _fastpath is not None:
-    try:
-        _fastpath.setup(ObjectInfo, PoolStats, Pool, CostModel, Arena, ByteAccounting, ALIGN,
-                        threading.RLock())
-    except (TypeError, AttributeError) as e:  # a stale build: the slots it knows have changed
-        _log.warning("allocator._fastpath does not match allocator.pool (%s): using the "
-                     "pure-Python hit path; rebuild with `pip install -e .`", e)
-        _fastpath = None
-    else:
-        # ``Pool.access`` stays the function above; ``pool.access`` is the pool's C hit path
-        # while it is enabled, else the bound method
-        setattr(Pool, "access", _fastpath.AccessDescriptor(_py_access))  # noqa: B010
+def _new_pool(cls: type[Pool]) -> Pool:
+    """A blank pool of class ``cls`` for :meth:`Pool.__setstate__` (unpickling)."""
+    return cls.__new__(cls)
+

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from allocator import pool as _pool
 from allocator.errors import ConfigError
 from allocator.pool import D2H, DEVICE, H2D, HOST
 
@@ -17,7 +16,6 @@ __all__ = ["SuccessorPredictor"]
 _AWAY = (HOST, D2H)  # the residency states of an object that is known and not resident
 assert {DEVICE, H2D}.isdisjoint(_AWAY) and len({DEVICE, H2D, *_AWAY}) == 4
 assert (HOST, D2H) == (1, 3), "allocator/csrc/decision.c's propose reads these states"
-_propose_c: Any = getattr(_pool._fastpath, "propose", None)  # the same walk in C (None without it)
 
 
 class SuccessorPredictor:
@@ -62,10 +60,6 @@ class SuccessorPredictor:
     def propose(self, key: int, K: int, view: PoolView) -> list[int]:
         """Up to ``K`` objects known to the pool and not resident, most likely next first."""
         objs: dict[int, Any] | None = getattr(view, "_objs", None)
-        if objs is not None and _propose_c is not None:  # the same walk in C
-            got: list[int] | None = _propose_c(self._succ, key, K, self.hops, objs)
-            if got is not None:
-                return got
         out: list[int] = []
         seen = {key}
         frontier = [key]

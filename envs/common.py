@@ -13,7 +13,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from allocator import pool as _pool
 from allocator.errors import ConfigError, InvalidActionError
 from allocator.trace import INF, Op, Trace
 from policies import features
@@ -287,32 +286,18 @@ def decision_info(keys: list[int], nxt: list[int] | np.ndarray, tick: int, K: in
     equals), ``-1`` when none is used again; ``-1`` when there are no candidates. The arrays
     are ``(K,)`` and new at every call (callers keep infos): the keys (int64) and the ticks
     from ``tick`` to each next use (float64, ``inf`` if never), ``-1`` in the padding."""
-    if _info_kernel is None:
-        rows = nxt if isinstance(nxt, list) else np.asarray(nxt)[:len(keys)].tolist()
-        return _decision_info_py(keys, rows, tick, K, farthest)
-    out_keys, out_dist = np.empty(K, np.int64), np.empty(K, np.float64)
-    j = _info_kernel(keys, nxt, tick, K, farthest, out_keys, out_dist)
-    return j, out_keys, out_dist
-
-
-def _decision_info_py(keys: list[int], nxt: list[int], tick: int, K: int, farthest: bool
-                      ) -> tuple[int, np.ndarray, np.ndarray]:
-    """:func:`decision_info` in plain Python (the reference for the C kernel)."""
+    rows: list[int] = nxt if isinstance(nxt, list) else np.asarray(nxt)[:len(keys)].tolist()
     n = len(keys)
     if n == 0:
         j = -1
     elif farthest:
-        j = keys.index(max(zip(nxt, keys))[1])
+        j = keys.index(max(zip(rows, keys))[1])
     else:
-        j = nxt.index(min(nxt))
-        if nxt[j] >= INF:
+        j = rows.index(min(rows))
+        if rows[j] >= INF:
             j = -1
     never, inf = INF, float("inf")  # closure cells, not globals, in the comprehension
-    dist = [x - tick if x < never else inf for x in nxt]
+    dist = [x - tick if x < never else inf for x in rows]
     return (j, np.array(keys + [-1] * (K - n), np.int64),
             np.array(dist + [-1.0] * (K - n), np.float64))
 
-
-# the C version (allocator/_fastpath.c, as allocator.pool loaded it; None without it): the
-# Python reference's answers, from the two lists directly
-_info_kernel: Any = getattr(_pool._fastpath, "decision_info", None)

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from allocator import pool as _pool
 from allocator.errors import ConfigError, InvalidActionError
 from allocator.pool import EvictionRequest, Pool
 from allocator.trace import Op
@@ -38,10 +37,6 @@ __all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
 
 EVICT_REWARDS = ("misses", "bytes", "stall")
 _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an IntEnum member costs 6x
-# HitPath.run's answers (allocator/_fastpath.c; unused without it)
-_RUN_END: int = getattr(_pool._fastpath, "RUN_END", 0)
-_RUN_DECISION: int = getattr(_pool._fastpath, "RUN_DECISION", 1)
-_last_uses: Any = getattr(_pool._fastpath, "last_uses", None)
 INVALID_ACTIONS = ("raise", "lru")
 
 
@@ -164,7 +159,6 @@ class EvictEnv(PoolEnv):
         self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
         self._loop: Generator[EvictionRequest | None, int, None] | None = None
         self._keys: list[int] = []
-        self._slots_packed = False
         self._nx = np.zeros(self.K, np.int64)  # the candidates' next uses (_info)
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
@@ -221,35 +215,14 @@ class EvictEnv(PoolEnv):
     def _episode(self) -> Generator[EvictionRequest | None, int, None]:
         """The window's rows through the pool. A miss runs as :meth:`Pool.steps`, whose
         eviction requests pass through (``yield from``) to :meth:`_advance`, which sends the
-        victims back; everything else runs without stopping.
-
-        Where the pool's C paths serve (``allocator/_fastpath.c``: no prefetcher, no backend,
-        instant copies), ``HitPath.run`` takes the rows in one call up to the next decision: the
-        same accesses, frees and hooks, a miss suspended at its eviction request until
-        ``HitPath.resume(victim)`` (the same effects, in the same order, as Pool.steps); a row
-        it does not serve runs here."""
+        victims back; everything else runs without stopping."""
         pool, w = self.pool, self._w
         assert pool is not None
         resident, access, free, steps = pool.view.is_resident, pool.access, pool.free, pool.steps
-        hp = pool._hit_path
-        run: Any = hp.run if hp is not None and hp.enabled else None
         keys, ops, sizes, kinds, comps = w.key, w.op, w.size, w.kind, w.compute_ns
         free_, write_ = _FREE, _WRITE  # plain ints in fast locals
         i, n = 0, len(keys)
         while i < n:
-            if run is not None:
-                status, i = run(keys, ops, sizes, kinds, comps, i, free_, write_)
-                if status == _RUN_DECISION:  # a miss waits: victims until the object fits
-                    try:
-                        while hp.resume((yield None)) is None:
-                            pass
-                    except BaseException:
-                        hp.abandon()  # closed at a decision: the miss is undone, the lock released
-                        raise
-                    continue
-                if status == _RUN_END:
-                    break
-            # row i the Python way (also every row where the C paths are absent or off)
             k, op, size, kind, comp = keys[i], ops[i], sizes[i], kinds[i], comps[i]
             i += 1
             if op == free_:
@@ -279,8 +252,7 @@ class EvictEnv(PoolEnv):
         # reading each candidate's pool record once): the same observation
         view = self._view
         v = self._packed
-        keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random, v)
-        self._slots_packed = codes is True  # v holds the candidates' tracker slots
+        keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
         if not keys:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
         cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes, v)
@@ -325,11 +297,9 @@ class EvictEnv(PoolEnv):
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
         # Belady's choice and each candidate's next-use distance: the next use after each one's
-        # last access (C: from the tracker rows of the packed slots)
+        # last access
         nx = self._nx
-        if not (self._slots_packed and _last_uses is not None
-                and _last_uses(self.tracker._S, self._packed, features._HEAD, len(kl), self._next_use, nx)):
-            nx[:len(kl)] = next_use_rows(self._next_use, self.tracker.last_access(kl))
+        nx[:len(kl)] = next_use_rows(self._next_use, self.tracker.last_access(kl))
         j, keys, dist = decision_info(kl, nx, t, self.K, True)
         info["oracle_action"] = j
         if not kl:

@@ -213,7 +213,7 @@ class JointEnv(PoolEnv):
                 try:
                     next(gen)
                     while True:
-                        keys, codes = select(tracker, view, K, rule, self.np_random, self._packed)
+                        keys, codes = select(tracker, view, K, rule, self.np_random)
                         decide(evict_, keys, codes)
                         gen.send((yield))  # type: ignore[arg-type]
                 except StopIteration as e:

@@ -28,13 +28,10 @@ A missing reuse gap (fewer accesses than gaps) reads 1.0 (as long as can be).
 Tick = the pool's event index (``view.tick``): distances count accesses and frees, not time.
 
 Speed: the per-access hooks are a few scalar writes into one float64 row per object (one
-numba call). A decision's candidates are selected, in the usual cases, by the C extension
-(``allocator._fastpath.gather``: the same candidates and random draws as the Python selection
-here, which serves every other case), their slots, state codes and the global features packed
-into one float64 buffer (:func:`_pack`), and the matrix computed in one call: of the C kernel
+numba call). A decision's candidates are selected here, their slots, state codes and the global
+features packed into one float64 buffer (:func:`_pack`), and the matrix computed in one call: of the C kernel
 (``policies/csrc/features.c``, :func:`c_features`), else of a numba kernel (:data:`ACCELERATED`),
-else of the NumPy reference (:func:`_numeric_numpy`); tests hold the C and Python selections
-equal, and the C, numba and NumPy features equal, so a policy trained with one can be deployed
+else of the NumPy reference (:func:`_numeric_numpy`); tests hold the C, numba and NumPy features equal, so a policy trained with one can be deployed
 with another.
 """
 
@@ -46,7 +43,7 @@ import struct
 from array import array
 from collections import OrderedDict
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -153,12 +150,6 @@ _I_STATE = _N_LOG + 2
 _I_SEEN = _I_STATE + 4 + N_KINDS
 _STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
 assert (DEVICE, H2D) == (0, 2)
-assert _STATE_CODE == (8, 0, 12, 0), "allocator/csrc/decision.c's gather and pack write these codes"
-# the C extension's candidate gathering (allocator/_fastpath.c; None without it: Python serves)
-_gather: Any = getattr(_pool._fastpath, "gather", None)
-_GATHER_MAX_K: int = getattr(_pool._fastpath, "GATHER_MAX_K", 0)  # its bound on K
-_head: Any = getattr(_pool._fastpath, "head", None)
-_pack_c: Any = getattr(_pool._fastpath, "pack", None)
 _STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
 for _c in range(16 * N_KINDS):
     _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
@@ -389,14 +380,6 @@ class FeatureTracker(EvictionPolicyBase):
                 self._res_pos[last] = i
 
 
-# the C hit and miss paths of allocator/_fastpath.c run this class's per-access hooks (exactly
-# this class: a subclass keeps its own Python methods); they need the row layout
-if _pool._fastpath is not None:
-    _pool._fastpath.set_tracker(FeatureTracker, _NCOL, _COUNT, _RING0, _RING, _E0, _INSERT, _CREATE,
-                                _SIZE, _KIND, _IH, _MISS_ALPHA, _RENORM * HALF_LIVES[0],
-                                _EMPTY_ROW.tolist())
-
-
 class Observed(EvictionPolicyBase):
     """``policy`` answers ``victim``; ``tracker`` (then ``policy``) sees every hook."""
 
@@ -500,42 +483,10 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
     return out, codes
 
 
-def _c_gather(tracker: FeatureTracker, objs: dict[int, Any], K: int, rule: str,
-              rng: np.random.Generator | None, v: np.ndarray | memoryview,
-              cap: Any = None) -> list[int] | Literal[False] | None:
-    """The C extension's answer for the usual case of :func:`_select` (``allocator._fastpath.
-    gather``, when built and ``K <= _GATHER_MAX_K``; ``objs``: the pool's records): the keys, their
-    slots and codes written into ``v``; ``None``, nothing drawn (the Python selection decides);
-    or ``False``, drawn and not served (it continues past its first draw). ``cap``: ``rng``'s
-    bit generator capsule where the caller keeps it (with ``rng``), else looked up."""
-    if rule == "lru":
-        got: list[int] | Literal[False] | None = _gather(tracker._order, objs, tracker._res_pos, K, v, _HEAD,
-                                               None, 0, tracker._res_rec, tracker._res_slot, tracker._S_mv)
-        return got
-    if rule == "sample" and rng is not None:
-        got = _gather(tracker._res, objs, tracker._slot, K, v, _HEAD, cap or _bitgen_capsule(rng),
-                      K + K // 2 + 4, tracker._res_rec, tracker._res_slot, tracker._S_mv)
-        return got
-    return None
-
-
 def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
-            rng: np.random.Generator | None, v: np.ndarray | None = None,
-            tried: list[int] | Literal[False] | None = None) -> tuple[list[int], list[int] | bool | None]:
+            rng: np.random.Generator | None) -> tuple[list[int], list[int] | None]:
     """:func:`select_candidates` as a list of keys, with their state codes where they came
-    for free (else ``None``; :func:`_observe` computes them).
-
-    ``v``: a packed buffer (:func:`_packed_buffer`). Where the C extension serves the usual
-    case (every candidate evictable; :func:`_c_gather`: the same candidates from the same
-    draws), their slots and codes are written into ``v`` and the codes returned are ``True``.
-    ``tried``: :func:`_c_gather`'s answer when the caller asked it already."""
-    if tried is None and v is not None and _gather is not None and K <= _GATHER_MAX_K:
-        objs_c: dict[int, Any] | None = getattr(view, "_objs", None)
-        if objs_c is not None:
-            tried = _c_gather(tracker, objs_c, K, rule, rng, v)
-    if tried:
-        return tried, True
-    drawn_once = tried is False  # the first draw is made (and did not serve)
+    for free (else ``None``; :func:`_observe` computes them)."""
     if rule == "lru":
         return _select_lru(tracker, view, K)
     ev = view.evictable
@@ -559,7 +510,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
-        first = [] if drawn_once else list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
+        first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
         if len(first) == K:
             objs: dict[int, Any] | None = getattr(view, "_objs", None)
             if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
@@ -591,24 +542,6 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             picked += rest
         return picked, None
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
-
-
-_CAPSULES: dict[int, tuple[Any, Any]] = {}  # id(Generator) -> (Generator, its capsule)
-
-
-def _bitgen_capsule(rng: np.random.Generator) -> Any:
-    """``rng.bit_generator.capsule``, kept for the last 16 Generators asked about (several envs
-    step in turn): the C gather draws through it, and the attribute lookups cost more than the
-    draws when the caches are cold (as between two steps of a training loop). An entry holds
-    its Generator, so no other object can take its id while it is there."""
-    got = _CAPSULES.get(id(rng))
-    if got is not None:
-        return got[1]
-    if len(_CAPSULES) >= 16:
-        del _CAPSULES[next(iter(_CAPSULES))]
-    cap = rng.bit_generator.capsule
-    _CAPSULES[id(rng)] = (rng, cap)
-    return cap
 
 
 def _uniform_ints(rng: np.random.Generator, n: int, m: int) -> list[int]:
@@ -675,12 +608,6 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
         out = np.zeros((K + 1, F), np.float32)
     mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
     fc = _features_c if _features_c is not None else c_features()
-    if (codes is True and fc and _head is not None
-            and _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS)):
-        # the usual case, in C: _select packed the slots and codes, head the globals, and the
-        # feature kernel computes
-        fc(tracker._S_mv, v, out)
-        return out[:K], mask, out[K, :G]
     cand, glob = out[:K], out[K, :G]
     packed = _pack(tracker, view, keys, K, codes, v)
     if isinstance(packed, np.ndarray):
@@ -737,16 +664,6 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
         assert v is not None
         _head_into(tracker, view, n, K, v)
         return v
-    if (codes is None and n and _pack_c is not None and type(keys) is list
-            and (_features_c or _observe_kernel is not None)):
-        # candidates of any state (a prefetch decision's), every one tracked: packed in C
-        objs: dict[int, Any] | None = getattr(view, "_objs", None)
-        if objs is not None:
-            if v is None:
-                v = _packed_buffer(K)  # also the buffer of the Python packing below
-            if _pack_c(keys, objs, tracker._slot, K, v, _HEAD):
-                _head_into(tracker, view, n, K, v)
-                return v
     head = _head_py(tracker, view, n, K)
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))
@@ -772,15 +689,13 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
 
 
 def _head_into(tracker: FeatureTracker, view: PoolView, n: int, K: int, v: np.ndarray) -> None:
-    """The head of a decision over ``n`` candidates into ``v[:_HEAD]``: in C where it knows the
-    pool's objects, else :func:`_head_py`."""
-    if _head is None or not _head(getattr(view, "_pool", None), tracker, n, K, v, _HEAD_CONSTS):
-        _put_head(v, 0, *_head_py(tracker, view, n, K))
+    """The head of a decision over ``n`` candidates into ``v[:_HEAD]`` (:func:`_head_py`)."""
+    _put_head(v, 0, *_head_py(tracker, view, n, K))
 
 
 def _head_py(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> tuple[float, ...]:
     """``(n, prm[_NPRM], globals[G])`` of a decision over ``n`` candidates (float64 here,
-    float32 in the observation); ``allocator._fastpath.head`` computes the same in C."""
+    float32 in the observation)."""
     cap = view.capacity
     cost = view.cost
     now = cost.now
@@ -966,7 +881,6 @@ def _access_kernel_py(V: np.ndarray, b: int, t: int, x: int, two: float) -> None
 
 
 _IH0, _IH1, _IH2 = _IH
-_HEAD_CONSTS = (_IH0, _IH1, _IH2, _LOG_N)  # what allocator._fastpath.head needs of this module
 _observe_kernel: Any = None
 _distinct_kernel: Any = None
 _access_kernel: Any = _access_kernel_py

@@ -222,8 +222,6 @@ def _c_decisions() -> bool:
     return _mlp is not None and _features.c_features() is not None
 
 
-_c_head: Any = _features._head  # allocator._fastpath.head (None without it)
-_HEAD_CONSTS = _features._HEAD_CONSTS
 
 
 # ---------------------------------------------------------------------- the file
@@ -889,7 +887,6 @@ class LearnedPolicy(EvictionPolicyBase):
         self.budget_us = budget_us
         self._budget_ns = None if budget_us is None else int(budget_us * 1000)
         self._rng = np.random.default_rng(seed)
-        self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
         self.tracker = _features.FeatureTracker()
         if not isinstance(guard, (bool, Guard)):
             raise ConfigError(f"guard must be True (the default ShadowGuard), False (none) or a "
@@ -912,28 +909,11 @@ class LearnedPolicy(EvictionPolicyBase):
         # code computes (``compiled`` False: the NumPy forward pass, the reference)
         self._native: Any = scorer.native() if scorer.n_features == _features.F else None
         self.compiled = self._native is not None
-        # the whole usual decision in C: the candidates (allocator._fastpath.gather), the globals
-        # (head), features and forward pass (Scorer.decide)
-        self._decide_c = (self.compiled and _c_decisions() and _c_head is not None
-                          and _features._gather is not None and self.K <= _features._GATHER_MAX_K)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._packed = _features._packed_buffer(self.K)
-        # the same two arrays as memoryviews, for the C calls of the usual decision: a C function
-        # gets a memoryview's buffer for less than a tenth of what NumPy's costs it (it builds
-        # the format string each time), and the usual decision asks for these four times
-        self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
         self.decision_ns: list[int] = []
         self.record_latency = False
 
-    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: views of this copy's arrays and generator
-        state = self.__dict__.copy()
-        del state["_packed_mv"], state["_buf_mv"], state["_cap"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
-        self._cap = self._rng.bit_generator.capsule
 
     # construction ------------------------------------------------------
     @classmethod
@@ -1011,24 +991,13 @@ class LearnedPolicy(EvictionPolicyBase):
         choice: int | None = None
         try:
             tracker, K, v = self.tracker, self.K, self._packed
-            got = None
-            objs = getattr(view, "_objs", None) if self.compiled and self._decide_c else None
-            if objs is not None:  # the usual case, three C calls: candidates, globals, decision
-                vm = self._packed_mv
-                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, vm, self._cap)
-                if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, vm, _HEAD_CONSTS):
-                    choice = got[self._native.decide(tracker._S_mv, vm, self._buf_mv)]
-            if choice is None:
-                keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng, v, got)
-                n = len(keys)
-                if n and codes is True and self.compiled and self._decide_c:
-                    v = _features._pack(tracker, view, keys, K, True, v)
-                    choice = keys[self._native.decide(tracker._S, v, self._buf)]
-                elif n:
-                    buf = self._buf
-                    cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
-                    choice = keys[self._native.best(buf, n) if self.compiled
-                                  else self.scorer.choose_first(cand, glob, n)]
+            keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng)
+            n = len(keys)
+            if n:
+                buf = self._buf
+                cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
+                choice = keys[self._native.best(buf, n) if self.compiled
+                              else self.scorer.choose_first(cand, glob, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None
@@ -1046,19 +1015,6 @@ class LearnedPolicy(EvictionPolicyBase):
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         return ()
-
-    @property
-    def hook_tracker(self) -> Any:
-        """The :class:`~policies.features.FeatureTracker` whose methods are exactly this
-        policy's hooks (no guard: the network decides, the tracker hears everything), else
-        ``None``. The pool's C path then runs the tracker's hooks itself and asks only
-        :meth:`victim` of the policy (``Pool._refresh_fast_path``)."""
-        t = self.tracker
-        hooks = (self.__dict__.get(h) for h in ("on_hit", "on_miss", "on_insert", "on_evict", "on_free"))
-        mine = (getattr(t, h) for h in ("on_hit", "on_miss", "on_insert", "on_evict", "on_free"))
-        ok = (self.guard is None and self.__dict__.get("admit", 0) is None
-              and self.__dict__.get("on_free_untracked", 0) is None and all(a == b for a, b in zip(hooks, mine)))
-        return t if ok else None
 
     @property
     def network_decision_ns(self) -> list[int]:

@@ -143,40 +143,6 @@ def interruptions(seconds: float = 0.5, threshold_ns: int = 3000) -> dict[str, f
             "seconds": seconds}
 
 
-def stage_times(path: str, K: int, cap: int, trace: Any) -> dict[str, list[int]] | None:
-    """The usual decision's three C calls timed one by one over a replay (candidates, globals,
-    features + forward pass), as ``LearnedPolicy.victim`` makes them; ``None`` where the C
-    extensions do not serve that path."""
-    from allocator.pool import Pool
-    from policies import features as F
-    from policies.learned import LearnedPolicy
-
-    pol = LearnedPolicy.load(path, K=K, guard=False)
-    if not (pol.compiled and pol._decide_c):
-        return None
-    clock = time.perf_counter_ns
-    out: dict[str, list[int]] = {"candidates": [], "globals": [], "features + forward pass": []}
-    tr, v, buf, nat, rule, rng, bg, inner = (pol.tracker, pol._packed_mv, pol._buf_mv, pol._native,
-                                             pol.candidate_rule, pol._rng, pol._cap, pol.victim)
-
-    def staged(view: Any) -> Any:
-        t0 = clock()
-        got = F._c_gather(tr, view._objs, K, rule, rng, v, bg)
-        t1 = clock()
-        if not got or not F._head(view._pool, tr, len(got), K, v, F._HEAD_CONSTS):
-            return inner(view)  # a case for the Python path (not timed)
-        t2 = clock()
-        i = nat.decide(tr._S_mv, v, buf)
-        t3 = clock()
-        for name, dt in zip(out, (t1 - t0, t2 - t1, t3 - t2)):
-            out[name].append(dt)
-        return got[i]
-
-    pol.victim = staged  # type: ignore[method-assign]
-    Pool(cap, pol, placement="bytes").replay(trace)
-    return out
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from allocator.pool import Pool
     from envs.evaluation import TimedPolicy
@@ -212,7 +178,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"--requests {args.requests} leaves {len(timed['learned'])} eviction "
                               "decisions (fewer than 100) in a pool of 400 objects: use --requests "
                               "2000 or more")
-        stages = stage_times(path, args.K, cap, trace)
         lp50, lp99 = _pct(timed["learned"])
         floor = machine_floor(path, args.K, cap, trace, len(timed["learned"]))
         gaps = interruptions()
@@ -257,11 +222,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"over {gaps['threshold_us']:.0f} us, lasting p50 {gaps['p50']:.1f} / p90 {gaps['p90']:.1f} / "
           f"max {gaps['max']:.1f} us: a median decision is interrupted with probability "
           f"{lp50 * gaps['rate'] / 1e6:.2%}")
-    split: dict[str, float] = {}
-    if stages is not None:
-        split = {name: _pct(ns)[0] for name, ns in stages.items()}
-        print("the usual decision's C calls timed apart (another replay), p50 us: "
-              + ", ".join(f"{name} {t:.1f}" for name, t in split.items()))
     print(f"ratio learned/lru: p50 {lp50 / rp50:.1f}x, p99 {lp99 / rp99:.1f}x; "
           f"target p99 <= 20 us: whole decision {'met' if lp99 <= 20 else 'NOT met'}, "
           f"forward pass {'met' if fp99 <= 20 else 'NOT met'}")
@@ -269,5 +229,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "forward_p99_us": fp99, "numpy_forward_p50_us": np50,
             "numpy_forward_p99_us": np99, "compiled": nat is not None, "lru_p50_us": rp50, "lru_p99_us": rp99,
             "learned_share_over_20us": over,
-            "fixed_work": floor, "interruptions": gaps,
-            "stage_p50_us": split}
+            "fixed_work": floor, "interruptions": gaps}

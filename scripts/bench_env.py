@@ -316,11 +316,9 @@ def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5,
     """The env's pool loop alone, per Evict-v0 decision: one episode's victims (a random
     agent's) sent into the env's own loop (``EvictEnv._episode``: the window's rows through the
     pool, the FeatureTracker's hooks, the oracle's bookkeeping) with no observation between
-    decisions; on the pool's C paths (``allocator/_fastpath.c``: hits and misses, the tracker's
-    hooks, a miss suspended at its decision) and on the pure-Python path (``Pool.steps``, what
-    ``CACHEGYM_PURE_PYTHON=1`` runs). CPU time, best of ``repeats``. ``env``: an EvictEnv to
-    replay instead of ``EvictEnv(K=K, candidates=candidates)``."""
-    import allocator.pool as pool_mod
+    decisions (``Pool.steps``, the pool's one access loop, compiled where it is built). CPU time,
+    best of ``repeats``. ``env``: an EvictEnv to replay instead of ``EvictEnv(K=K,
+    candidates=candidates)``."""
     from envs.evict import EvictEnv
 
     if env is None:
@@ -336,16 +334,10 @@ def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5,
             break
     env.close()
 
-    def replay(c_paths: bool) -> float:
-        saved = pool_mod._fastpath
-        try:
-            if not c_paths:
-                pool_mod._fastpath = None  # pools made now have no C paths
-            env._start(w)  # a fresh pool and tracker on the same window
-        finally:
-            pool_mod._fastpath = saved
+    def replay() -> float:
+        env._start(w)  # a fresh pool and tracker on the same window
         loop = env._loop
-        assert loop is not None and (env.pool._hit_path is not None) == (c_paths and saved is not None)
+        assert loop is not None
         sent, ended = 0, False
         t0 = time.process_time()
         next(loop)
@@ -362,8 +354,7 @@ def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5,
         return dt / len(victims) * 1e6
 
     out = {"decisions": float(len(victims)), "rows": float(len(w)),
-           "python_us": min(replay(False) for _ in range(repeats))}
-    out["c_us"] = min(replay(True) for _ in range(repeats)) if pool_mod._fastpath is not None else float("nan")
+           "loop_us": min(replay() for _ in range(repeats))}
     return out
 
 
@@ -416,8 +407,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             c = pool_loop_cost(args.K, args.seed, rule, env=env)
             out[f"evict_pool_loop_{rule}"] = c
             print(f"  Evict-v0 {rule:7s} pool loop alone, one episode's victims replayed ({c['decisions']:.0f} "
-                  f"decisions, {c['rows']:.0f} rows; CPU): {c['c_us']:.1f} us/decision on the C paths, "
-                  f"{c['python_us']:.1f} on the pure-Python path")
+                  f"decisions, {c['rows']:.0f} rows; CPU): {c['loop_us']:.1f} us/decision")
     for agent in ("sb3", "project"):
         p = ppo_env_share(args.K, args.ppo_steps, args.seed, agent, args.torch_threads)
         out[f"ppo_{agent}"] = p

@@ -96,12 +96,6 @@ def pool_lru(pool: Any, keys: list[int], sizes: list[int]) -> int:
     return int(pool.stats.misses)
 
 
-def _c_served(pool: Any) -> int:
-    """Accesses the pool's C fast path has served so far (0 without the extension)."""
-    hp = pool._hit_path
-    return 0 if hp is None else int(hp.calls + hp.misses)
-
-
 def _workloads(args: argparse.Namespace) -> dict[str, tuple[list[int], list[int], int]]:
     """phase -> (warm-up keys, timed keys, capacity). A warm-up (not timed) fills the cache
     with objects 0..n-1: every timed access of the hit phase is a hit; the miss phase scans
@@ -141,10 +135,9 @@ def _measure(warm: list[int], keys: list[int], cap: int, size: int, placement: s
         t_bare.append(dt)
         pool = Pool(cap, LRU(), placement=placement)  # type: ignore[arg-type]
         pool_lru(pool, warm, wsizes)
-        before, c_before = pool.stats.misses, _c_served(pool)
+        before = pool.stats.misses
         dt, after = _timed(lambda: pool_lru(pool, keys, sizes))  # noqa: B023
         misses_pool = after - before
-        c_served = _c_served(pool) - c_before
         t_pool.append(dt)
         if floor:
             f = _Floor(OrderedDict((k, size) for k in warm))
@@ -153,7 +146,6 @@ def _measure(warm: list[int], keys: list[int], cap: int, size: int, placement: s
         raise AssertionError(f"the pool and the reference disagree: {misses_pool} vs {misses_bare} misses")
     n = len(keys)
     out = {"pool_ns": min(t_pool) / n * 1e9, "bare_ns": min(t_bare) / n * 1e9,
-           "c_served": c_served,  # accesses of the last timed run served by the C fast path
            # the median of the ratios of adjacent runs: robust to load that comes and goes
            "ratio": statistics.median(p / b for p, b in zip(t_pool, t_bare)),
            "ratio_of_best": min(t_pool) / min(t_bare), "misses": misses_pool, "accesses": n}
@@ -171,13 +163,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "targets": {"hit": HIT_TARGET, "miss": MISS_TARGET}}
     from allocator import pool as pool_mod
 
-    c_path = pool_mod._fastpath is not None
-    figures["c_fast_path"] = c_path
-    print("Pool.access fast path: " + ("C (allocator._fastpath); 'in C' counts the accesses it served"
-                                       if c_path else
-                                       "pure Python (extension not built, or CACHEGYM_PURE_PYTHON set)"))
+    figures["compiled"] = pool_mod.COMPILED
+    print("access loop: " + ("compiled (Cython, from allocator/pool.py)" if pool_mod.COMPILED else
+                             "interpreted (not built, or CACHEGYM_PURE_PYTHON set)"))
     print(f"{'placement':<9} {'phase':<5} {'pool ns/access':>15} {'bare ns/access':>15} "
-          f"{'ratio':>6} {'best/best':>9} {'target':>7} {'misses':>8} {'in C':>8}")
+          f"{'ratio':>6} {'best/best':>9} {'target':>7} {'misses':>8}")
     # one untimed pass first: the interpreter's specialisation and the CPU's clock settle
     for warm, keys, cap in work.values():
         _measure(warm, keys[: len(keys) // 5], cap, args.size, placements[0], 2, floor=True)
@@ -190,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             figures[f"{placement}_{phase}"] = r
             print(f"{placement:<9} {phase:<5} {r['pool_ns']:>15.0f} {r['bare_ns']:>15.0f} "
                   f"{r['ratio']:>5.2f}x {r['ratio_of_best']:>8.2f}x {'<=' + str(target) + 'x':>7} "
-                  f"{r['misses']:>8} {r['c_served']:>8}{'' if r['met'] else '  MISSED'}")
+                  f"{r['misses']:>8}{'' if r['met'] else '  MISSED'}")
             if "floor_ns" in r:
                 print(f"{'':<9} {'floor':<5} {r['floor_ns']:>15.0f} {'':>15} {r['floor_ratio']:>5.2f}x"
                       "   (method call + lock + dict lookup + move_to_end: the least a "

@@ -31,9 +31,7 @@ def test_random_agent_rate_and_segments() -> None:
     assert sum(g[p] for p in parts) == pytest.approx(g["total"], rel=0.5)
     c = b.pool_loop_cost(8, 0, "lru", repeats=1)
     assert c["decisions"] > 0 and c["rows"] >= c["decisions"]
-    assert c["python_us"] > 0
-    if c["c_us"] == c["c_us"]:  # not NaN: the C paths are built
-        assert c["c_us"] > 0
+    assert c["loop_us"] > 0
 
 
 @pytest.mark.slow

@@ -367,47 +367,6 @@ def test_private_select_codes_give_the_public_observation(n_resident) -> None:
     assert any(pool.view.info(k).dirty for k in tracker.resident())
 
 
-@pytest.mark.skipif(fm._gather is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
-@pytest.mark.parametrize("n_resident,K", [(10, 32), (20, 32), (60, 32), (400, 32), (1000, 100)])
-@pytest.mark.parametrize("pinned", [0, 1, 30])
-def test_c_gather_selects_and_packs_as_python(n_resident, K, pinned, monkeypatch) -> None:
-    """``allocator._fastpath.gather`` (the usual case of a decision's candidate selection in
-    C) gives the candidates, the packed slots and codes, the observation and the random state
-    of the Python path, including when it has to hand over (pinned candidates; few residents;
-    fewer than K residents), for both rules; K = 100 draws more indices than the set of drawn
-    indices keeps on the stack."""
-    trace = _trace(6000, 2000, 11)
-    tracker = FeatureTracker()
-    pool = _replay(trace, n_resident * 4 * 4096, tracker)
-    view = pool.view
-    for k in tracker.lru_order()[:pinned]:
-        pool.pin(k)
-    # the records and slots kept beside the residents (what the C path reads) are the pool's
-    assert len(tracker._res_rec) == len(tracker._res_slot) == len(tracker._res)
-    for k, rec, sl in zip(tracker._res, tracker._res_rec, tracker._res_slot):
-        assert rec is view.info(k) and sl == tracker._slot[k]
-    c_gather, served = fm._gather, 0
-    for rule in ("lru", "sample"):
-        for seed in range(6):
-            got: dict[bool, tuple] = {}
-            for use_c in (True, False):
-                monkeypatch.setattr(fm, "_gather", c_gather if use_c else None)
-                rng = np.random.default_rng(seed)
-                v = fm._packed_buffer(K)
-                keys, codes = fm._select(tracker, view, K, rule, rng, v)
-                served += use_c and codes is True
-                obs = fm._observe(tracker, view, keys, K, codes, v)
-                got[use_c] = (keys, obs, rng.random())
-            assert got[True][0] == got[False][0]
-            for a, b in zip(got[True][1], got[False][1]):
-                np.testing.assert_array_equal(a, b)
-            assert got[True][2] == got[False][2]  # the same draws were consumed
-    if pinned == 0:  # the C path served every one (the scan and permutation with few residents)
-        assert served == 12
-    ref_keys = select_candidates(tracker, view, 32, "lru")
-    assert all(view.evictable(int(k)) for k in ref_keys)
-
-
 @pytest.mark.parametrize("cost", [None, "a100_pcie4"])
 def test_tracker_keeps_residents_records_and_slots(cost) -> None:
     """Through misses, writes, frees and prefetches, ``_res_rec``/``_res_slot`` hold each
@@ -425,39 +384,6 @@ def test_tracker_keeps_residents_records_and_slots(cost) -> None:
     assert pool.stats.evictions > 0
 
 
-@pytest.mark.skipif(fm._head is None, reason="allocator._fastpath is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
-@pytest.mark.parametrize("placement", ["bytes", "arena"])
-@pytest.mark.parametrize("cost", [None, "a100_pcie4"])
-def test_c_head_equals_python_head(placement, cost) -> None:
-    """``allocator._fastpath.head`` writes exactly (bit for bit) the decision globals that
-    :func:`_head_py` computes, through a run with misses, frees, writes and (with a cost model)
-    prefetches in flight; a view that is not a pool's gets False and nothing written."""
-    trace = _trace(3000, 400, 7, frees=True)
-    tracker = FeatureTracker()
-    pool = Pool(60 * 4096 * 4, tracker, placement=placement, cost=cost)
-    checked = 0
-    for i in range(len(trace)):
-        k, o = int(trace.key[i]), int(trace.op[i])
-        if o == Op.FREE:
-            pool.free(k)
-        else:
-            pool.access(k, int(trace.size[i]), o == Op.WRITE, kind=int(trace.kind[i]), compute_ns=500)
-            nxt = int(trace.key[(i + 5) % len(trace)])
-            if cost and i % 7 == 0 and nxt in pool and not pool.view.is_resident(nxt):
-                pool.prefetch(nxt)
-        if i % 97 == 0:
-            for n, K in ((1, 32), (17, 32), (8, 8)):
-                c, py = fm._packed_buffer(K), fm._packed_buffer(K)
-                assert fm._head(pool, tracker, n, K, c, fm._HEAD_CONSTS) is True
-                fm._put_head(py, 0, *fm._head_py(tracker, pool.view, n, K))
-                assert c.tobytes() == py.tobytes()
-                checked += 1
-    assert checked > 50 and pool.stats.evictions > 0
-    assert (pool.cost.stall_ns > 0) == (cost is not None)  # the stall fraction was exercised
-    v = fm._packed_buffer(8)
-    assert fm._head(pool.view, tracker, 3, 8, v, fm._HEAD_CONSTS) is False and not v.any()
-
-
 @pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the Python path exists")
 def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
     """The tracker's per-access update and the sample rule's distinct draws give bit-identical
@@ -465,39 +391,24 @@ def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
     deployed there sees the same features and candidates. The update runs three ways: in the
     pool's C paths (allocator/_fastpath.c, when built: the hooks of a FeatureTracker policy),
     as the Python hooks with the numba kernel, and as plain Python."""
-    import allocator.pool as pool_mod
 
     trace = _trace(8000, 600, 5)  # long enough to renormalise the decayed counters
     states, draws = [], []
-    for way in ("c", "numba", "python"):
+    for way in ("numba", "python"):
         with monkeypatch.context() as m:
-            if way != "c":
-                m.setattr(pool_mod, "_fastpath", None)  # pools without the C paths
             if way == "python":
                 m.setattr(fm, "_access_kernel", fm._access_kernel_py)
                 m.setattr(fm, "_distinct_kernel", None)
             tracker = FeatureTracker()
             pool = _replay(trace, 40 * 4 * 4096, tracker)
-            if way == "c" and pool._hit_path is not None:
-                assert pool._hit_path.misses > 0 and pool._hit_path.calls > 0
             states.append((tracker._S[: tracker._next].copy(), tracker._epoch))
             rng = np.random.default_rng(3)
             draws.append([fm._first_distinct(rng, 500, 52, 32) for _ in range(50)])
             assert len(pool.view.candidates()) > 0
-    assert states[0][1] == states[1][1] == states[2][1] > 0
+    assert states[0][1] == states[1][1] > 0
     for st_ in states[1:]:
         np.testing.assert_array_equal(states[0][0], st_[0])
-    assert draws[0] == draws[1] == draws[2]
-
-
-def test_bitgen_capsules_are_kept_per_generator() -> None:
-    """The C gather draws through each Generator's own bit generator, whatever order several
-    envs ask in; the cache stays bounded."""
-    gens = [np.random.default_rng(s) for s in range(20)]
-    for _ in range(2):
-        for g in gens + gens[:3]:
-            assert fm._bitgen_capsule(g) is g.bit_generator.capsule
-    assert len(fm._CAPSULES) <= 16
+    assert draws[0] == draws[1]
 
 
 _mlp_ext = fm._pool.load_accelerator("policies._mlp")
@@ -572,34 +483,6 @@ def test_c_feature_kernel_equals_numba_on_any_rows(timed) -> None:
     v[0] = max(n, 1)
     with pytest.raises(ValueError, match="slot"):
         fc(S, v, x_c)
-
-
-@pytest.mark.skipif(fm._pack_c is None, reason="allocator._fastpath is not built (or CACHEGYM_PURE_PYTHON)")
-def test_c_pack_of_candidates_in_any_state_equals_python(monkeypatch) -> None:
-    """Candidates on the host, in flight either way, dirty, prefetched, pinned or resident (a
-    prefetch decision's mix) are packed in C (allocator._fastpath.pack) into the same slots and
-    state codes as the Python code, so their features are the same; a key without a record or
-    a slot leaves it to Python."""
-    trace = _trace(3000, 300, 4)
-    tracker = FeatureTracker()
-    pool = _replay(trace, 30 * 4 * 4096, tracker, cost="a100_pcie4", prefetch_every=3)
-    view = pool.view
-    known = sorted(k for k in tracker._slot if k in view)
-    states = {view.info(k).state for k in known}
-    assert len(states) >= 3  # host, device and in flight among them
-    rng = np.random.default_rng(0)
-    sets = [[int(k) for k in rng.choice(known, size=int(rng.integers(1, 33)), replace=False)]
-            for _ in range(60)]
-    fast = [observe(tracker, view, keys, 32) for keys in sets]
-    v = fm._packed_buffer(32)
-    assert fm._pack_c(sets[0], view._objs, tracker._slot, 32, v, fm._HEAD) is True
-    assert fm._pack_c(sets[0] + [10**12], view._objs, tracker._slot, 32, v, fm._HEAD) is False
-    monkeypatch.setattr(fm, "_pack_c", None)
-    for keys, (c, m, g) in zip(sets, fast):
-        c2, m2, g2 = observe(tracker, view, keys, 32)
-        np.testing.assert_array_equal(c, c2)
-        np.testing.assert_array_equal(m, m2)
-        np.testing.assert_array_equal(g, g2)
 
 
 @pytest.mark.parametrize("name", ["s3fifo", "slru", "arc"])

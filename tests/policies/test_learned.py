@@ -531,8 +531,6 @@ def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     Pool(40 * 4096, pol, placement="bytes").replay(trace.window(0, 2000))
     twin = pickle.loads(pickle.dumps(pol))
     assert np.shares_memory(twin.tracker._V, twin.tracker._S) and twin.tracker._S_mv.obj is twin.tracker._S
-    assert twin._packed_mv.obj is twin._packed and twin._buf_mv.obj is twin._buf  # its own buffers
-    assert twin._cap is twin._rng.bit_generator.capsule  # and its own generator's draws
     np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
 
 
@@ -549,10 +547,9 @@ def test_c_decision_equals_features_then_forward_pass():
     K = 32
     rng = np.random.default_rng(0)
     for _ in range(50):
-        v = features._packed_buffer(K)
-        keys, codes = features._select(tracker, pool.view, K, "sample", rng, v)
-        assert codes is True
-        features._pack(tracker, pool.view, keys, K, True, v)
+        keys, codes = features._select(tracker, pool.view, K, "sample", rng)
+        v = features._pack(tracker, pool.view, keys, K, codes, features._packed_buffer(K))
+        assert isinstance(v, np.ndarray)
         x1, x2 = np.zeros((K + 1, features.F), np.float32), np.zeros((K + 1, features.F), np.float32)
         got = nat.decide(tracker._S, v, x1)
         features._observe_kernel(tracker._S, v, x2)
@@ -602,25 +599,15 @@ def test_c_scores_do_not_depend_on_the_other_candidates(hidden):
 
 @pytest.mark.skipif(learned_mod._mlp is None, reason="policies._mlp is not available (not built, or CACHEGYM_PURE_PYTHON is set)")
 @pytest.mark.parametrize("rule", ["lru", "sample"])
-def test_compiled_decisions_equal_the_reference_with_pins_and_copies_in_flight(tmp_path, rule, monkeypatch):
-    """With pinned objects and prefetches in flight (a timing model), the C candidate gathering
-    often meets a candidate it cannot take and hands the decision to the Python selection
-    (after its first draw, for rule "sample"): the victims stay those of features.observe + the
-    NumPy forward pass, request by request, and the same random draws follow."""
+def test_compiled_decisions_equal_the_reference_with_pins_and_copies_in_flight(tmp_path, rule):
+    """With pinned objects and prefetches in flight (a timing model): the victims of the C
+    forward pass stay those of features.observe + the NumPy forward pass, request by request,
+    and the same random draws follow."""
     p = save_policy_file(tmp_path / "p.npz", random_arrays(seed=3, hidden=(64, 32)),
                          header(K=8, candidate_rule=rule, arch=dict(header()["arch"], hidden=[64, 32])))  # type: ignore[arg-type]
     trace = generate("zipf", seed=8, n_requests=5000, n_objects=300, alpha=0.8, size=4096)
     keys, sizes = trace.key.tolist(), trace.size.tolist()
     evicted: dict[bool, list[int]] = {}
-    handed: list[object] = []  # what the C gathering answered where the Python selection took over
-    select = features._select
-
-    def counting_select(*a, **kw):
-        if pol.compiled:
-            handed.append(a[6] if len(a) > 6 else None)
-        return select(*a, **kw)
-
-    monkeypatch.setattr(features, "_select", counting_select)
     for compiled in (True, False):
         pol = LearnedPolicy.load(p, guard=False, budget_us=None)
         pol.compiled = compiled
@@ -642,8 +629,6 @@ def test_compiled_decisions_equal_the_reference_with_pins_and_copies_in_flight(t
         assert pool.stats.fallbacks == 0
         evicted[compiled] = log
     assert len(evicted[True]) > 1000 and evicted[True] == evicted[False]
-    assert len(handed) > 50  # the hand-over was exercised (rule "sample": after the first draw)
-    assert (False in handed) == (rule == "sample")
 
 
 def test_guard_admits_what_s3fifo_admits_while_it_decides(policy_file):
@@ -759,41 +744,3 @@ def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
     assert bare.hits > max(others) and others[0] == 0  # (measured: 9,172 against 0 and 8,820)
     assert guard.lru_windows <= 2 < guard.windows - 10 and guard.expert is None
     assert max(others) < st.hits and st.hits > 0.97 * bare.hits  # (measured: 9,039)
-
-
-@pytest.mark.parametrize("trace_name", ["zipf", "dl_training"])
-def test_network_alone_takes_the_pools_c_path_with_the_same_decisions(policy_file, trace_name):
-    """An exported network without a guard names its FeatureTracker as ``hook_tracker`` (its
-    hooks are exactly the tracker's): the pool's C path then runs those hooks itself and asks
-    only for victims. It evicts exactly what the Python path evicts, with the same counters and
-    the same tracker state."""
-    import functools
-
-    trace = (generate("dl_training", seed=5) if trace_name == "dl_training" else
-             generate("zipf", seed=3, n_requests=20_000, n_objects=2000, alpha=1.0, size=4096,
-                      size_sigma=0.5, write_fraction=0.2))
-    cap = int(0.2 * (trace.peak_live_bytes() if trace_name == "dl_training" else trace.working_set_bytes()))
-    runs = {}
-    for path in ("c", "python"):
-        pol = LearnedPolicy.load(policy_file, guard=False)
-        if path == "python":  # the same hooks, but not the tracker's own methods: no C path
-            pol.on_hit = functools.partial(pol.tracker.on_hit)  # type: ignore[method-assign]
-        assert (pol.hook_tracker is pol.tracker) == (path == "c")
-        victims: list[int] = []
-        decide = pol.victim
-
-        def logged(view, decide=decide, victims=victims):  # type: ignore[no-untyped-def]
-            k = decide(view)
-            victims.append(k)
-            return k
-
-        pol.victim = logged  # type: ignore[method-assign]
-        pool = Pool(cap, pol, placement="bytes", oversize="bypass")
-        if pool._hit_path is not None:
-            assert pool._hit_path.tracks(pol.tracker) and (pool.access is pool._hit_path) == (path == "c")
-        st = pool.replay(trace)
-        runs[path] = (st.hits, st.misses, st.evictions, st.writebacks, victims, pol.tracker._S.copy())
-    c, py = runs["c"], runs["python"]
-    assert c[:5] == py[:5] and len(c[4]) > 100
-    np.testing.assert_array_equal(c[5], py[5])
-    assert LearnedPolicy.load(policy_file).hook_tracker is None  # a guard hears the hooks first
