@@ -85,11 +85,15 @@ def diff(expected: Any, got: Any, where: str, index_name: str = "row") -> list[s
     if isinstance(expected, (str, list)) and isinstance(got, type(expected)):
         n = min(len(expected), len(got))
         first = next((i for i in range(n) if not _same(expected[i], got[i])), n)
-        lo = max(0, first - 5)
-        lines = [f"{where}: first difference at {index_name} {first} (lengths expected "
-                 f"{len(expected)}, got {len(got)}): expected {_clip(expected[first:first + 1])}, "
-                 f"got {_clip(got[first:first + 1])}"]
+        at = f"{where}: first difference at {index_name} {first} (lengths expected {len(expected)}, got {len(got)})"
+        if first == n:
+            return [f"{at}: one ends there"]
+        e, g = expected[first], got[first]
+        if isinstance(e, (dict, list)) and isinstance(g, type(e)):
+            return [f"{at}:", *diff(e, g, f"{where}[{first}]", index_name)]
+        lines = [f"{at}: expected {_clip(e)}, got {_clip(g)}"]
         if isinstance(expected, str):
+            lo = max(0, first - 5)
             lines.append(f"    context from {index_name} {lo}: expected {expected[lo:first + 20]!r}, "
                          f"got {got[lo:first + 20]!r}")
         return lines
