@@ -1,0 +1,76 @@
+"""Regenerate every golden file of ``tests/golden`` (deterministic and seeded).
+
+    PYTHONPATH=. python -m tests.golden.record             # every group
+    PYTHONPATH=. python tests/golden/record.py envs pool   # some groups
+
+The goldens were recorded at commit 80edfc6, before the one-core refactor (one compiled source
+for the pool's access loop, its C fast paths and the numba replay kernels), so that the refactor
+can prove it changed no result: ``tests/golden/test_golden.py`` recomputes them and compares
+exactly. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
+results, and say why in the commit.
+
+Groups (one ``<group>.json.gz`` each; the cases are in ``golden_cases.py``, how each is run in
+``golden_run.py``): ``classic`` (every classic policy x test_fastreplay's cases x seeds 0-2:
+outcomes, victims, statistics), ``pool`` (placements x timing presets x write policies,
+prefetchers, scripted pin/unpin/free/prefetch calls, bundled traces), ``envs`` (seeded rollouts
+of every environment id), ``learned`` (the exported policy ``policy.npz`` under each guard on
+the bundled traces), ``quality`` (the quality benchmark's table for ``policy.npz``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _p in (_HERE, os.path.dirname(os.path.dirname(_HERE))):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import golden_cases as gc  # noqa: E402
+import golden_run as gr  # noqa: E402
+
+
+def _replays(cases: list[gc.ReplayCase]) -> dict[str, gr.Record]:
+    out = {}
+    for c in cases:
+        golden = gr.replay_record(c)
+        bad = gr.variant_diffs(golden, gr.replay_variants(c), c.id)
+        if bad:  # the loop, the bare loop and Pool.replay must agree before anything is written
+            raise SystemExit("variants disagree:\n" + "\n".join(bad))
+        out[c.id] = golden
+    return out
+
+
+def record_group(group: str) -> dict[str, gr.Record]:
+    if group == "classic":
+        return _replays(gc.classic_cases())
+    if group == "pool":
+        out = _replays(gc.pool_cases())
+        out.update({c.id: gr.script_record(c) for c in gc.SCRIPT_CASES})
+        return out
+    if group == "envs":
+        return {f"{c.id}/{ch}": gr.env_record(c, ch) for c, ch in gc.env_cases()}
+    if group == "learned":
+        return _replays(gc.learned_cases())
+    if group == "quality":
+        return {"quality": gr.quality_record(gc.POLICY_FILE, gc.QUALITY_CAPACITIES,
+                                             gc.QUALITY_MAX_REQUESTS)}
+    raise SystemExit(f"unknown group {group!r}; groups: {', '.join(gc.GROUPS)}")
+
+
+def main(argv: list[str]) -> None:
+    mode = "pure Python" if os.environ.get("CACHEGYM_PURE_PYTHON", "") not in ("", "0") else "compiled"
+    for group in argv or gc.GROUPS:
+        t0 = time.perf_counter()
+        data = record_group(group)
+        path = gc.golden_path(group)
+        gr.save(path, data)
+        print(f"{path}: {len(data)} records, {os.path.getsize(path):,} bytes, "
+              f"{time.perf_counter() - t0:.1f} s ({mode})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
