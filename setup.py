@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 
 # the modules compiled from their .py (allocator/__init__.py names the same list for
 # CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
-CORE = ["allocator/stats.py", "allocator/arena.py", "allocator/cost.py", "allocator/pool.py"]
+CORE = ["allocator/arena.py", "allocator/cost.py", "allocator/pool.py"]
 
 
 def core_extensions() -> list[Extension]:

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 # the modules setup.py compiles (keep the two lists equal: tests/allocator/test_core.py checks)
-CORE = ("allocator.stats", "allocator.arena", "allocator.cost", "allocator.pool")
+CORE = ("allocator.arena", "allocator.cost", "allocator.pool")
 
 
 def requested() -> bool:

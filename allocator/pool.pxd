@@ -3,7 +3,14 @@
 # tests read them; the loop's methods stay Python-visible (a subclass or a test may call them).
 from allocator.arena cimport Arena, ByteAccounting
 from allocator.cost cimport CostModel
-from allocator.stats cimport PoolStats
+
+
+cdef class Counters:
+    cdef public long long accesses, hits, misses, byte_misses, allocations, prefetches
+    cdef public long long prefetch_hits, late_prefetches, useless_prefetches, evictions
+    cdef public long long writebacks, bypasses, frees, bytes_h2d, bytes_d2h, stall_ns
+    cdef public long long compute_ns, total_ns, device_bytes, peak_device_bytes, fallbacks
+    cdef public double fragmentation
 
 
 cdef class ObjectInfo:
@@ -24,7 +31,7 @@ cdef class Pool:
     cdef public CostModel cost
     cdef public object backend, placement
     cdef public bint bypass_oversize
-    cdef public PoolStats stats
+    cdef public Counters stats
     cdef public PoolView view
     cdef public object _policy, _prefetcher, _hook
     cdef public bint _write_through, _fast_read, _fast_write, _writing

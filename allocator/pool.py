@@ -73,6 +73,68 @@ def load_accelerator(name: str) -> Any:
 
 
 @cython.cclass
+class Counters:
+    """The live counters of a pool (``pool.stats``), written by the access loop: native
+    integers where compiled (``pool.pxd``). Fields and meaning are :class:`PoolStats`'s;
+    :meth:`snapshot` (``pool.snapshot()``) returns them as a :class:`PoolStats`."""
+
+    accesses: int
+    hits: int
+    misses: int
+    byte_misses: int
+    allocations: int
+    prefetches: int
+    prefetch_hits: int
+    late_prefetches: int
+    useless_prefetches: int
+    evictions: int
+    writebacks: int
+    bypasses: int
+    frees: int
+    bytes_h2d: int
+    bytes_d2h: int
+    stall_ns: int
+    compute_ns: int
+    total_ns: int
+    device_bytes: int
+    peak_device_bytes: int
+    fragmentation: float
+    fallbacks: int
+
+    def __init__(self) -> None:
+        for f in _STAT_FIELDS:
+            setattr(self, f, 0.0 if f == "fragmentation" else 0)
+
+    def snapshot(self) -> PoolStats:
+        return PoolStats(**{f: getattr(self, f) for f in _STAT_FIELDS})
+
+    @property
+    def miss_ratio(self) -> float:
+        return self.misses / self.accesses if self.accesses else 0.0
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.accesses if self.accesses else 0.0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_counters, (self.snapshot(),))
+
+    def __repr__(self) -> str:
+        return "Counters(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in _STAT_FIELDS) + ")"
+
+
+def _counters(stats: PoolStats) -> Counters:
+    """Counters holding ``stats`` (unpickling)."""
+    c = Counters()
+    for f in _STAT_FIELDS:
+        setattr(c, f, getattr(stats, f))
+    return c
+
+
+_STAT_FIELDS = tuple(PoolStats.__dataclass_fields__)
+
+
+@cython.cclass
 class ObjectInfo:
     """Per-object record. Read-only to everything outside this module."""
 
@@ -144,7 +206,7 @@ class PoolView:
         return self._pool.cost
 
     @property
-    def stats(self) -> PoolStats:
+    def stats(self) -> Counters:
         return self._pool.stats
 
     def evictable(self, key: int) -> bool:
@@ -238,7 +300,7 @@ class Pool:
         self.backend = backend
         self.placement = placement
         self.bypass_oversize = oversize == "bypass"
-        self.stats = PoolStats()
+        self.stats = Counters()
         self._place: Arena | ByteAccounting = (
             Arena(self.capacity) if placement == "arena" else ByteAccounting(self.capacity)
         )
@@ -478,7 +540,7 @@ class Pool:
             st.total_ns = self.cost.now
             st.device_bytes = self._place.used
             st.fragmentation = self._place.fragmentation
-            return st.copy()
+            return st.snapshot()
 
     # data plane (needs a backend)
     def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
