@@ -48,7 +48,7 @@ def test_decision_bench_smoke_run(tmp_path: Path) -> None:
     the figures, the C calls' split included where the extensions are built."""
     import json
 
-    from policies import learned
+    from policies import features, learned
 
     out = tmp_path / "d.json"
     r = _bench("decision", "--requests", "4000", "--json", str(out))
@@ -65,7 +65,7 @@ def test_decision_bench_smoke_run(tmp_path: Path) -> None:
         fw = fig["fixed_work"]
         assert fw["reps"] >= 0 and 0 <= fw["extra"] < 32 and fw["reps"] * 32 + fw["extra"] >= 1
         assert fw["p50"] > 0 and fw["decision_p50"] > 0 and fw["n"] > 0
-    if learned._c_decisions() and learned._features._gather is not None:
+    if learned._c_decisions() and features._gather is not None:
         assert set(fig["stage_p50_us"]) == {"candidates", "globals", "features + forward pass"}
 
 

@@ -1,0 +1,254 @@
+"""The learned policy: :class:`LearnedPolicy`, an exported policy file's network deciding
+evictions in the pool, under a guard (:mod:`policies.learned.guards`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from allocator.errors import ConfigError, PolicyFileError
+from policies import features as _features
+from policies.base import EvictionPolicyBase
+from policies.learned.guards import Guard, ShadowGuard
+from policies.learned.network import _HEAD_CONSTS, CandidateScorer, _c_decisions, _c_head
+from policies.learned.policy_file import diff_feature_spec, read_policy_file
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET_US: float | None = None
+"""Default latency budget per decision (``None``: no limit). Wall-clock budgets make results
+depend on machine load, so evaluation runs without one by default; a deployment sets its own
+(``LearnedPolicy.load(path, budget_us=50)``): a decision slower than that falls back to LRU."""
+
+
+class LearnedPolicy(EvictionPolicyBase):
+    """An exported eviction policy. Satisfies :class:`policies.base.EvictionPolicy` (and
+    :class:`~policies.base.PrefetchPolicy`, answering no prefetches for an eviction file).
+
+    At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
+    their features with :mod:`policies.features` (the code the env trains with), scores them and
+    evicts the best. The scores come from the C forward pass (``policies/_mlp.c``, see
+    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A
+    decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
+    ``view.stats.fallbacks``; so does one with no valid candidate.
+
+    ``guard`` (default on: a :class:`ShadowGuard`; ``False`` for the network alone, or a
+    :class:`ShadowGuard` / :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
+    and an S3-FIFO model run in shadow caches of the pool's capacity, and the pool follows
+    whichever hit most over the last window (``guard_decisions`` counts the decisions a
+    heuristic made), so a workload unlike the training data costs little.
+
+    Build with :meth:`load`.
+    """
+
+    name = "learned"
+
+    def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
+                 budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
+                 path: str | None = None, K: int | None = None,
+                 guard: bool | Guard = True) -> None:
+        self.scorer = scorer
+        self.header = dict(header)
+        self.path = path
+        self.K = int(header["K"]) if K is None else int(K)
+        if self.K < 1:
+            raise ConfigError(f"K must be >= 1 candidates, got {self.K}")
+        self.candidate_rule = str(header.get("candidate_rule", "lru"))
+        if budget_us is not None and budget_us < 0:
+            raise ConfigError(f"budget_us must be >= 0 microseconds or None, got {budget_us}")
+        self.budget_us = budget_us
+        self._budget_ns = None if budget_us is None else int(budget_us * 1000)
+        self._rng = np.random.default_rng(seed)
+        self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
+        self.tracker = _features.FeatureTracker()
+        if not isinstance(guard, (bool, Guard)):
+            raise ConfigError(f"guard must be True (the default ShadowGuard), False (none) or a "
+                              f"ShadowGuard / Guard / LRUGuard instance, got {guard!r}")
+        self.guard = (ShadowGuard() if guard is True else guard) if guard else None
+        if self.guard is not None:
+            self.guard.attach(self)
+        self.guard_decisions = 0
+        # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
+        t = self.tracker
+        if self.guard is None:
+            self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
+            self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
+            self.admit = None  # type: ignore[method-assign, assignment]  # the pool admits every miss
+        if self.guard is None or self.guard.model is None:
+            self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
+        self.decisions = 0
+        self.fallbacks = 0
+        # the C forward pass, when it is built and the network reads exactly the features this
+        # code computes (``compiled`` False: the NumPy forward pass, the reference)
+        self._native: Any = scorer.native() if scorer.n_features == _features.F else None
+        self.compiled = self._native is not None
+        # the whole usual decision in C: the candidates (allocator._fastpath.gather), the globals
+        # (head), features and forward pass (Scorer.decide)
+        self._decide_c = (self.compiled and _c_decisions() and _c_head is not None
+                          and _features._gather is not None and self.K <= _features._GATHER_MAX_K)
+        self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
+        self._packed = _features._packed_buffer(self.K)
+        # the same two arrays as memoryviews, for the C calls of the usual decision: a C function
+        # gets a memoryview's buffer for less than a tenth of what NumPy's costs it (it builds
+        # the format string each time), and the usual decision asks for these four times
+        self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
+        self.decision_ns: list[int] = []
+        self.record_latency = False
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: views of this copy's arrays and generator
+        state = self.__dict__.copy()
+        del state["_packed_mv"], state["_buf_mv"], state["_cap"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._packed_mv, self._buf_mv = self._packed.data, self._buf.data
+        self._cap = self._rng.bit_generator.capsule
+
+    # construction ------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
+             seed: int = 0, K: int | None = None, guard: bool | Guard = True, **_: Any) -> LearnedPolicy:
+        """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
+        the file was trained with (the network does not depend on it). Raises
+        :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""
+        p = os.fspath(path)
+        header, arrays = read_policy_file(p)
+        if header.get("task", "evict") != "evict":
+            raise PolicyFileError(f"policy file {p} is a {header.get('task')!r} policy; "
+                                  "LearnedPolicy loads eviction policies")
+        diffs = diff_feature_spec(header.get("feature_spec") or {}, _features.feature_spec())
+        if diffs:
+            raise PolicyFileError(
+                f"policy file {p} was trained with another feature specification than this code "
+                f"computes: {'; '.join(diffs)}. Retrain/export with this version, or run the "
+                "version that wrote it")
+        scorer = CandidateScorer(arrays)
+        arch = header.get("arch", {})
+        if (arch.get("n_features"), arch.get("n_globals")) != (scorer.n_features, scorer.n_globals):
+            raise PolicyFileError(
+                f"policy file {p}: arch says {arch.get('n_features')} features and "
+                f"{arch.get('n_globals')} globals, weights have {scorer.n_features} and {scorer.n_globals}")
+        if "K" not in header or int(header["K"]) < 1:
+            raise PolicyFileError(f"policy file {p}: header lacks a valid K")
+        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard)
+
+    # decisions ---------------------------------------------------------
+    def observe(self, view: PoolView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, cand, mask, glob)`` exactly as the env builds them for this view."""
+        keys = _features.select_candidates(self.tracker, view, self.K, self.candidate_rule, self._rng)
+        cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
+        return keys, cand, mask, glob
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.tracker.on_hit(view, key)
+        self.guard.access(view, key, True)  # type: ignore[union-attr]
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self.tracker.on_miss(view, key)
+        self.guard.access(view, key, False)  # type: ignore[union-attr]
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.tracker.on_free(view, key)
+        self.guard.free(view, key)  # type: ignore[union-attr]
+
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        """A freed object the pool held in host memory only: the guard's shadow caches may
+        still hold it (they are not told whom the pool evicts) and must drop it."""
+        self.guard.free(view, key)  # type: ignore[union-attr]
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        """The pool's admission question (``policies.base``), asked after ``on_miss``: the
+        guard's answer (:meth:`Guard.admit`)."""
+        return self.guard.admit(view, key, size)  # type: ignore[union-attr]
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self.tracker.on_insert(view, key)
+        self.guard.insert(view, key)  # type: ignore[union-attr]
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.tracker.on_evict(view, key)
+        self.guard.evict(view, key)  # type: ignore[union-attr]
+
+    def victim(self, view: PoolView) -> int | None:
+        if self.guard is not None and self.guard.active:
+            self.guard_decisions += self.guard.expert is not None
+            return self.guard.victim(view, self.tracker)
+        budget = self._budget_ns
+        timed = budget is not None or self.record_latency  # else the decision reads no clock
+        t0 = time.perf_counter_ns() if timed else 0
+        self.decisions += 1
+        choice: int | None = None
+        try:
+            tracker, K, v = self.tracker, self.K, self._packed
+            got = None
+            objs = getattr(view, "_objs", None) if self.compiled and self._decide_c else None
+            if objs is not None:  # the usual case, three C calls: candidates, globals, decision
+                vm = self._packed_mv
+                got = _features._c_gather(tracker, objs, K, self.candidate_rule, self._rng, vm, self._cap)
+                if got and _c_head(getattr(view, "_pool", None), tracker, len(got), K, vm, _HEAD_CONSTS):
+                    choice = got[self._native.decide(tracker._S_mv, vm, self._buf_mv)]
+            if choice is None:
+                keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng, v, got)
+                n = len(keys)
+                if n and codes is True and self.compiled and self._decide_c:
+                    v = _features._pack(tracker, view, keys, K, True, v)
+                    choice = keys[self._native.decide(tracker._S, v, self._buf)]
+                elif n:
+                    buf = self._buf
+                    cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
+                    choice = keys[self._native.best(buf, n) if self.compiled
+                                  else self.scorer.choose_first(cand, glob, n)]
+        except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
+            log.exception("learned policy decision failed; falling back to LRU")
+            choice = None
+        if timed:
+            dt = time.perf_counter_ns() - t0
+            if self.record_latency:
+                self.decision_ns.append(dt)
+            if budget is not None and dt > budget:
+                choice = None
+        if choice is None:
+            self.fallbacks += 1
+            view.stats.fallbacks += 1
+            return self.tracker.victim(view)
+        return choice
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        return ()
+
+    @property
+    def hook_tracker(self) -> Any:
+        """The :class:`~policies.features.FeatureTracker` whose methods are exactly this
+        policy's hooks (no guard: the network decides, the tracker hears everything), else
+        ``None``. The pool's C path then runs the tracker's hooks itself and asks only
+        :meth:`victim` of the policy (``Pool._refresh_fast_path``)."""
+        t = self.tracker
+        hooks = (self.__dict__.get(h) for h in ("on_hit", "on_miss", "on_insert", "on_evict", "on_free"))
+        mine = (getattr(t, h) for h in ("on_hit", "on_miss", "on_insert", "on_evict", "on_free"))
+        ok = (self.guard is None and self.__dict__.get("admit", 0) is None
+              and self.__dict__.get("on_free_untracked", 0) is None and all(a == b for a, b in zip(hooks, mine)))
+        return t if ok else None
+
+    @property
+    def network_decision_ns(self) -> list[int]:
+        """The network's decision times (ns; recorded while ``record_latency`` is set, which
+        must be before the first access): its own, and under a :class:`ShadowGuard` those it
+        made in the guard's shadow pool, where the network decides."""
+        net = getattr(self.guard, "net", None)
+        shadow = net.policy if net is not None else None
+        return self.decision_ns + (shadow.decision_ns if shadow is not None else [])
+
+    def __repr__(self) -> str:
+        return f"LearnedPolicy({self.path!r}, K={self.K}, budget_us={self.budget_us})"
