@@ -3,7 +3,8 @@
     policy_file   the file format: save_policy_file, read_policy_file (load and verify)
     network       the forward pass: CandidateScorer (NumPy), the C one where it is built
     models        the shadow models the guards measure (heuristics, the network alone)
-    guards        ShadowGuard (the default), Guard (trial windows), LRUGuard
+    guards        ShadowGuard (the default), Guard (trial windows), LRUGuard; make_guard
+                  builds one by name (GuardName: conf/policy/guard/'s options)
     policy        LearnedPolicy: the network deciding evictions in the pool, under a guard
 
 Each module imports only those above it in this list.
@@ -11,7 +12,7 @@ Each module imports only those above it in this list.
 
 from __future__ import annotations
 
-from policies.learned.guards import Guard, LRUGuard, ShadowGuard
+from policies.learned.guards import GUARD_NAMES, Guard, GuardName, LRUGuard, ShadowGuard, make_guard
 from policies.learned.network import CandidateScorer
 from policies.learned.network import _c_decisions as _c_decisions
 from policies.learned.network import _mlp as _mlp
@@ -28,5 +29,5 @@ from policies.learned.policy_file import (
 __all__ = [
     "FORMAT", "FORMAT_VERSION", "CandidateScorer", "LearnedPolicy", "save_policy_file",
     "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US", "Guard", "LRUGuard",
-    "ShadowGuard",
+    "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard",
 ]

@@ -2,12 +2,16 @@
 
 :class:`ShadowGuard` (the default) measures the network and the heuristics in shadow caches
 and follows the best; :class:`Guard` tries the network in trial windows against LRU and
-S3-FIFO; :class:`LRUGuard` is :class:`Guard` with LRU alone.
+S3-FIFO; :class:`LRUGuard` is :class:`Guard` with LRU alone. :func:`make_guard` builds one by
+its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: ``shadow``,
+``trial``, ``lru``, and ``none`` for the network alone).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from allocator.errors import ConfigError
@@ -17,13 +21,13 @@ from policies.shadow import ShadowPolicy
 if TYPE_CHECKING:
     from allocator.pool import PoolView
 
-__all__ = ["Guard", "LRUGuard", "ShadowGuard"]
+__all__ = ["Guard", "LRUGuard", "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard"]
 
 
 class Guard:
     """Keeps a learned policy from doing worse than the heuristics for long, by trial windows
     (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
-    instead; this one is ``learned_trial:PATH`` in the registry).
+    instead; this one is the guard ``trial``: :func:`make_guard`, ``conf/policy/guard/trial.yaml``).
 
     Shadow caches see the same accesses at the pool's capacity in bytes: an LRU of keys and
     sizes, and (``s3fifo``, on by default) an S3-FIFO model (:class:`_ModelS3FIFO`). Every
@@ -347,3 +351,45 @@ class ShadowGuard(Guard):
             self._net_hits0 = self.net.model_requests - self.net.model_misses
         for name, m in self.extra.items():
             self._extra0[name] = m.model_requests - m.model_misses
+
+
+# ---------------------------------------------------------------------- by name
+class GuardName(str, Enum):
+    """A guard by name: the options of the config group ``conf/policy/guard/``."""
+
+    shadow = "shadow"  # ShadowGuard, the default
+    trial = "trial"  # Guard: trial windows against LRU and S3-FIFO
+    lru = "lru"  # LRUGuard: trial windows against LRU alone
+    none = "none"  # no guard: the network alone
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+GUARD_NAMES: tuple[str, ...] = tuple(g.value for g in GuardName)
+"""The :class:`GuardName` values, in order."""
+
+
+def make_guard(name: GuardName | str, **params: Any) -> Guard | None:
+    """A new guard called ``name`` (a :class:`GuardName`; ``params`` go to its constructor):
+    ``shadow`` a :class:`ShadowGuard`, ``trial`` a :class:`Guard`, ``lru`` an :class:`LRUGuard`,
+    ``none`` no guard (``None``; it takes no parameters). A guard serves one policy: build one
+    per :class:`~policies.learned.LearnedPolicy`. Raises
+    :class:`~allocator.errors.ConfigError` naming the choices for an unknown name."""
+    try:
+        g = GuardName(str(name).strip().lower())
+    except ValueError:
+        raise ConfigError(f"unknown guard {name!r}; choices: {', '.join(GUARD_NAMES)} (the options "
+                          "of conf/policy/guard/)") from None
+    if g is GuardName.none:
+        if params:
+            raise ConfigError(f"guard 'none' (the network alone) takes no parameters, got "
+                              f"{', '.join(sorted(params))}")
+        return None
+    cls = ShadowGuard if g is GuardName.shadow else Guard if g is GuardName.trial else LRUGuard
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as e:
+        raise ConfigError(f"guard {g.value!r}: bad parameters: {e}; accepted: "
+                          f"{inspect.signature(cls)}") from None
+    return cls(**params)

@@ -15,7 +15,7 @@ import numpy as np
 from allocator.errors import ConfigError, PolicyFileError
 from policies import features as _features
 from policies.base import EvictionPolicyBase
-from policies.learned.guards import Guard, ShadowGuard
+from policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
 from policies.learned.network import _HEAD_CONSTS, CandidateScorer, _c_decisions, _c_head
 from policies.learned.policy_file import diff_feature_spec, read_policy_file
 
@@ -43,8 +43,10 @@ class LearnedPolicy(EvictionPolicyBase):
     decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
     ``view.stats.fallbacks``; so does one with no valid candidate.
 
-    ``guard`` (default on: a :class:`ShadowGuard`; ``False`` for the network alone, or a
-    :class:`ShadowGuard` / :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
+    ``guard`` (default on: a :class:`ShadowGuard`; ``False`` for the network alone,
+    a :class:`~policies.learned.guards.GuardName` -- ``"shadow"``, ``"trial"``, ``"lru"``,
+    ``"none"``, the options of ``conf/policy/guard/`` -- or a :class:`ShadowGuard` /
+    :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
     and an S3-FIFO model run in shadow caches of the pool's capacity, and the pool follows
     whichever hit most over the last window (``guard_decisions`` counts the decisions a
     heuristic made), so a workload unlike the training data costs little.
@@ -57,7 +59,7 @@ class LearnedPolicy(EvictionPolicyBase):
     def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
                  budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
                  path: str | None = None, K: int | None = None,
-                 guard: bool | Guard = True) -> None:
+                 guard: bool | GuardName | str | Guard = True) -> None:
         self.scorer = scorer
         self.header = dict(header)
         self.path = path
@@ -72,9 +74,12 @@ class LearnedPolicy(EvictionPolicyBase):
         self._rng = np.random.default_rng(seed)
         self._cap = self._rng.bit_generator.capsule  # the C gather draws through it (lives as long as _rng)
         self.tracker = _features.FeatureTracker()
+        if isinstance(guard, str):  # a GuardName ("none": no guard)
+            guard = make_guard(guard) or False
         if not isinstance(guard, (bool, Guard)):
-            raise ConfigError(f"guard must be True (the default ShadowGuard), False (none) or a "
-                              f"ShadowGuard / Guard / LRUGuard instance, got {guard!r}")
+            raise ConfigError(f"guard must be True (the default ShadowGuard), False (none), a guard's "
+                              f"name (shadow, trial, lru, none) or a ShadowGuard / Guard / LRUGuard "
+                              f"instance, got {guard!r}")
         self.guard = (ShadowGuard() if guard is True else guard) if guard else None
         if self.guard is not None:
             self.guard.attach(self)
@@ -119,9 +124,11 @@ class LearnedPolicy(EvictionPolicyBase):
     # construction ------------------------------------------------------
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
-             seed: int = 0, K: int | None = None, guard: bool | Guard = True, **_: Any) -> LearnedPolicy:
+             seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
+             **_: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
-        the file was trained with (the network does not depend on it). Raises
+        the file was trained with (the network does not depend on it); ``guard`` as the
+        constructor takes it (``guard="none"``: the network alone). Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""
         p = os.fspath(path)
         header, arrays = read_policy_file(p)
