@@ -16,6 +16,10 @@ when the config is composed, not halfway through a sweep::
 Schemas stored (``ConfigStore`` name -> node): ``evaluate_schema`` (the whole evaluate.yaml),
 ``trace/base_trace``, ``allocator/base_allocator``, ``eval/base_eval``. A yaml file of a group
 extends its schema with ``defaults: [base_trace, _self_]``.
+
+The guards of a learned policy are the config group ``conf/policy/guard/`` (one yaml per guard,
+with the ``_target_`` that builds it); lists of them (``eval.learned_guards``) name its options,
+which :func:`guard_node` reads and :func:`build_guard` instantiates through :func:`instantiate`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from allocator.trace import Trace
 __all__ = [
     "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
     "AllocatorConfig", "EvalConfig", "EvaluateConfig", "register_configs", "instantiate",
-    "load_traces", "load_trace", "config_error", "enum_value",
+    "load_traces", "load_trace", "config_error", "enum_value", "GUARD_GROUP", "guard_options",
+    "guard_node", "build_guard",
 ]
 
 log = logging.getLogger(__name__)
@@ -114,15 +119,18 @@ class AllocatorConfig:
 class EvalConfig:
     """What the evaluator sweeps. ``capacities``: bytes (or objects in ``objects`` mode) as
     integers, or fractions in (0, 1] of the working set (``capacity_of=peak_live``: of the peak
-    live bytes). ``policies``: registry names or ``learned:PATH`` (``learned_trial:PATH``,
-    ``learned_lru:PATH``, ``learned_bare:PATH``: other guards, or none); lru and belady are
-    always run (normalised hit rate).
-    ``presets``: cost presets, ``none`` for instant copies."""
+    live bytes). ``policies``: registry names (or ``FILE.py:Class``); lru and belady are always
+    run (normalised hit rate). ``learned``: exported policy files, each run under every guard of
+    ``learned_guards`` (options of the config group ``conf/policy/guard/``: see
+    :func:`guard_node`), named ``learned[GUARD]`` in the results (``learned[GUARD]:NAME`` for
+    several files, NAME the file's name without ``.npz``). ``presets``: cost presets, ``none`` for instant copies."""
 
     mode: Mode = Mode.bytes
     capacities: list[Any] = field(default_factory=lambda: [0.01, 0.1])
     capacity_of: str = "working_set"
     policies: list[str] = field(default_factory=lambda: ["lru", "fifo", "lfu", "belady"])
+    learned: list[str] = field(default_factory=list)
+    learned_guards: list[str] = field(default_factory=lambda: ["shadow"])
     prefetchers: list[str] = field(default_factory=lambda: ["none"])
     presets: list[str] = field(default_factory=lambda: ["none"])
     fast: bool = True
@@ -221,6 +229,40 @@ def _root_cause(e: BaseException) -> BaseException:
         e = e.__cause__
         seen += 1
     return e
+
+
+# ---------------------------------------------------------------------- guards
+GUARD_GROUP = "policy/guard"
+"""The config group of a learned policy's guards (``conf/policy/guard/``)."""
+_CONF_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+
+
+def guard_options() -> list[str]:
+    """The options of :data:`GUARD_GROUP`: its yaml files' names, sorted."""
+    d = os.path.join(_CONF_DIR, GUARD_GROUP)
+    if not os.path.isdir(d):
+        raise ConfigError(f"the config group {GUARD_GROUP} is missing: no directory {d} (the "
+                          "guards' configs live in the project's conf/)")
+    return sorted(f[:-5] for f in os.listdir(d) if f.endswith(".yaml"))
+
+
+def guard_node(name: str, key: str = "eval.learned_guards") -> DictConfig:
+    """The config of guard ``name``, an option of :data:`GUARD_GROUP` (``conf/policy/guard/
+    NAME.yaml``); a :class:`ConfigError` naming config key ``key`` and the choices otherwise."""
+    options = guard_options()
+    if not isinstance(name, str) or name not in options:
+        raise ConfigError(f"{key}: unknown guard {name!r}; choices: {', '.join(options)} (the "
+                          f"options of conf/{GUARD_GROUP}/)")
+    node = OmegaConf.load(os.path.join(_CONF_DIR, GUARD_GROUP, f"{name}.yaml"))
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"conf/{GUARD_GROUP}/{name}.yaml: expected a mapping with _target_")
+    return node
+
+
+def build_guard(name: str, key: str = "eval.learned_guards") -> Any:
+    """A new guard (or ``None``: the network alone) from the config of guard ``name``
+    (:func:`guard_node`), through :func:`instantiate`: one per policy, since a guard holds state."""
+    return instantiate(guard_node(name, key))
 
 
 # ---------------------------------------------------------------------- traces

@@ -15,6 +15,12 @@ through :class:`TimedPolicy`; for an exported policy, the time of its network's 
 (``LearnedPolicy.network_decision_ns``: under its default guard they happen in the guard's
 shadow pool, not in the pool's victim calls).
 
+Exported policies are given apart from the registry names: ``eval.learned=[FILE, ...]``, each
+file run under every guard of ``eval.learned_guards`` (options of the config group
+``conf/policy/guard/``, built through :func:`envs.config.build_guard`), before the other
+policies, and named ``learned[GUARD]`` in the results and plots (``learned[GUARD]:NAME`` with
+several files, NAME the file's name without ``.npz``; the ``policy_file`` column holds its path).
+
 ``normalized_hit_rate = (hits - hits_lru) / (hits_belady - hits_lru)`` per (trace, mode,
 capacity, prefetch, preset): lru and belady always run; blank when belady equals lru.
 """
@@ -39,7 +45,7 @@ from allocator.pool import Pool
 from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
 from envs.common import CAPACITY_OF
-from envs.config import enum_value, instantiate
+from envs.config import build_guard, enum_value, guard_node, instantiate
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -47,7 +53,8 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "add_normalized_hit_rate", "write_results", "format_table", "plot_results",
-           "check_capacities", "check_capacity_of", "check_eviction_names"]
+           "check_capacities", "check_capacity_of", "check_eviction_names", "plan_learned",
+           "learned_name"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +64,7 @@ COLUMNS = (
     "useless_prefetches", "bytes_h2d", "bytes_d2h", "stall_ns", "total_ns",
     "normalized_hit_rate", "decision_p50_us", "decision_p99_us",
 )
-EXTRA_COLUMNS = ("capacity_spec", "placement", "evictions", "writebacks", "bypasses",
+EXTRA_COLUMNS = ("capacity_spec", "policy_file", "placement", "evictions", "writebacks", "bypasses",
                  "fallbacks", "fast", "wall_s")
 _ALWAYS = ("lru", "belady")
 
@@ -101,6 +108,10 @@ def _percentiles_us(times_ns: list[int]) -> tuple[float, float]:
 # ---------------------------------------------------------------------- one run
 @dataclass(frozen=True)
 class RunSpec:
+    """One run. ``policy`` is a registry name (or ``FILE.py:Class``), unless ``learned`` is set:
+    then the exported policy file ``learned`` runs under guard ``guard`` (an option of
+    ``conf/policy/guard/``) and ``policy`` is its name in the results (:func:`learned_name`)."""
+
     trace_name: str
     capacity: int
     capacity_spec: str
@@ -108,6 +119,8 @@ class RunSpec:
     policy: str
     prefetch: str
     preset: str
+    learned: str | None = None
+    guard: str = "shadow"
 
 
 def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "working_set") -> int:
@@ -152,7 +165,8 @@ def check_capacity_of(value: str, key: str = "eval.capacity_of") -> None:
 
 def check_eviction_names(key: str, names: Sequence[str]) -> None:
     """Every name of config list ``key`` an eviction policy the evaluator can run (a registered
-    name, ``learned:PATH`` or a class of the user's), checked before any replay."""
+    name or a class of the user's; exported policy files are given apart, see
+    :func:`plan_learned`), checked before any replay."""
     from policies.registry import EVICTION_NAMES
 
     _check_names(key, names, EVICTION_NAMES, learned=True)
@@ -172,7 +186,7 @@ def _stats_row(spec: RunSpec, st: PoolStats, requested_bytes: int) -> dict[str, 
         "normalized_hit_rate": math.nan, "decision_p50_us": math.nan,
         "decision_p99_us": math.nan, "capacity_spec": spec.capacity_spec,
         "evictions": st.evictions, "writebacks": st.writebacks, "bypasses": st.bypasses,
-        "fallbacks": st.fallbacks,
+        "fallbacks": st.fallbacks, "policy_file": spec.learned,
     }
 
 
@@ -200,7 +214,7 @@ def run_one(
     reads = trace.op != Op.FREE
     requested = int(trace.size[reads].sum())
     t0 = time.perf_counter()
-    if (fast and _plain_pool(allocator_cfg)
+    if (fast and spec.learned is None and _plain_pool(allocator_cfg)
             and fast_applicable(spec.policy, placement=placement, prefetch=prefetch) is None):
         res = replay_fast(trace, spec.capacity, spec.policy, "bytes", cost=preset,
                           write_policy=write_policy, oversize=oversize,  # type: ignore[arg-type]
@@ -209,7 +223,11 @@ def run_one(
             row = _stats_row(spec, res.stats, requested)
             row.update(placement=placement, fast=True, wall_s=time.perf_counter() - t0)
             return row
-    policy = make_eviction(spec.policy, trace=trace, seed=seed)
+    if spec.learned is not None:
+        guard = build_guard(spec.guard)  # None: the guard "none", the network alone
+        policy = make_eviction("learned", path=spec.learned, guard=False if guard is None else guard)
+    else:
+        policy = make_eviction(spec.policy, trace=trace, seed=seed)
     # an exported policy times its network's decisions itself (under its default guard they
     # happen in the guard's shadow pool, not in the pool's victim calls)
     own_timing = decision_timing and hasattr(policy, "network_decision_ns")
@@ -268,29 +286,26 @@ def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
 
 def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:
     """Every name of config list ``key`` is usable, checked before any replay: the eviction list
-    (``learned``: ``learned:PATH`` files load; a class of the user's needs ``victim``) or the
-    prefetch list (a class of the user's needs ``prefetch``)."""
-    from policies.registry import LEARNED_SPECS, check_import_spec, is_import_spec, split_learned
+    (``learned``: a class of the user's needs ``victim``; exported policy files are given apart,
+    see :func:`plan_learned`) or the prefetch list (a class of the user's needs ``prefetch``)."""
+    from policies.registry import check_import_spec, is_import_spec, old_learned_name_error
 
     if not names:
         raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
     for n in names:
         if not isinstance(n, str):
             raise ConfigError(f"{key}: {n!r} is not a name; allowed: {', '.join(allowed)}")
-        spec = split_learned(n) if learned else None
-        if spec is not None:
-            path = spec[1]
-            if not os.path.isfile(path):
-                raise ConfigError(f"{key}: learned policy file {path!r} does not exist")
-            from policies.learned import LearnedPolicy
-
-            LearnedPolicy.load(path)  # a corrupt or mismatched file fails now, before any replay
-            continue
+        old = old_learned_name_error(n, key) if learned else None
+        if old is not None:
+            raise old
+        if learned and n.strip().lower() == "learned":
+            raise ConfigError(f"{key}: 'learned' needs its file: give eval.learned=[PATH] (and "
+                              "eval.learned_guards=[shadow,...] for its guards) instead")
         if is_import_spec(n):  # a class of the user's: found and built now, before any replay
             check_import_spec(n, "victim" if learned else "prefetch")
             continue
         if n not in allowed:
-            extra = f", {LEARNED_SPECS}" if learned else ""
+            extra = " (exported policy files: eval.learned=[PATH])" if learned else ""
             raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
                               "or FILE.py:Class / module:Class (a class of your own)")
 
@@ -305,6 +320,38 @@ def _check_presets(presets: Sequence[str]) -> None:
         if p not in allowed and not (str(p).endswith(".json") and os.path.isfile(str(p))):
             raise ConfigError(f"eval.presets: unknown preset {p!r}; allowed: "
                               f"{', '.join(allowed)} or a calibrated preset .json file")
+
+
+def learned_name(guard: str, file_label: str | None = None) -> str:
+    """The results' name of an exported policy under ``guard``: ``learned[shadow]``, or
+    ``learned[shadow]:policy`` where several files are evaluated (``file_label``)."""
+    return f"learned[{guard}]" + (f":{file_label}" if file_label else "")
+
+
+def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
+                 ) -> list[tuple[str, str, str]]:
+    """``(name, file, guard)`` of every run of exported policy ``files`` under every guard of
+    ``guards`` (options of ``conf/policy/guard/``), files first, checked before any replay: the
+    files load, the guards are options (``key``: the config section that holds ``learned`` and
+    ``learned_guards``, in the errors). Several files are told apart by their names."""
+    if not files:
+        return []
+    guards = list(dict.fromkeys(guards))
+    if not guards:
+        raise ConfigError(f"{key}.learned_guards: the list is empty; give guards of the exported "
+                          f"policies (options of conf/policy/guard/, e.g. [shadow,none])")
+    for g in guards:
+        guard_node(g, f"{key}.learned_guards")
+    from policies.learned import LearnedPolicy
+
+    files = list(dict.fromkeys(files))
+    for f in files:
+        if not os.path.isfile(f):
+            raise ConfigError(f"{key}.learned: learned policy file {f!r} does not exist")
+        LearnedPolicy.load(f)  # a corrupt or mismatched file fails now, before any replay
+    labels = (_unique_names([os.path.splitext(os.path.basename(f))[0] for f in files])
+              if len(files) > 1 else [None])
+    return [(learned_name(g, lab), f, g) for f, lab in zip(files, labels) for g in guards]
 
 
 def plan_policies(policies: Iterable[str]) -> list[str]:
@@ -348,8 +395,12 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     mode = str(enum_value(ev.mode))
     if mode not in ("bytes", "objects"):
         raise ConfigError(f"eval.mode: {mode!r} is not allowed; allowed: bytes, objects")
-    policies = plan_policies(ev.policies)
-    check_eviction_names("eval.policies", list(ev.policies))
+    learned = plan_learned([str(p) for p in ev.learned], [str(g) for g in ev.learned_guards])
+    names = [str(p) for p in ev.policies]
+    if names or not learned:  # with exported policies, the registry's list may be empty
+        check_eviction_names("eval.policies", names)
+    policies: list[tuple[str, str | None, str]] = [
+        *learned, *((p, None, "shadow") for p in plan_policies(names))]
     prefetchers = [str(p) for p in ev.prefetchers]
     _check_names("eval.prefetchers", prefetchers, PREFETCH_NAMES, learned=False)
     presets = [str(p) for p in ev.presets]
@@ -372,8 +423,9 @@ def evaluate(cfg: Any) -> dict[str, Any]:
             cap = resolve_capacity(c, trace, mode, str(ev.capacity_of))
             for preset in presets:
                 for pf in prefetchers:
-                    for pol in policies:
-                        runs.append((t, RunSpec(tname, cap, str(c), mode, pol, pf, preset)))
+                    for pol, path, guard in policies:
+                        runs.append((t, RunSpec(tname, cap, str(c), mode, pol, pf, preset,
+                                                learned=path, guard=guard)))
 
     from tqdm.auto import tqdm
 
@@ -451,13 +503,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def policy_label(policy: str) -> str:
-    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz``,
-    ``/long/path/my_policies.py:MRU`` -> ``my_policies.py:MRU``."""
-    from policies.registry import split_learned
-
-    learned = split_learned(policy)
-    if learned is not None:
-        return f"{learned[0]}:{os.path.basename(learned[1])}"
+    """A short display name: ``/long/path/my_policies.py:MRU`` -> ``my_policies.py:MRU``
+    (an exported policy's name, ``learned[shadow]``, is short already)."""
+    if policy.startswith("learned["):
+        return policy
     where, sep, cls = policy.rpartition(":")
     if sep and where.endswith(".py"):
         return f"{os.path.basename(where)}:{cls}"[:24]

@@ -1,9 +1,9 @@
 """Config names -> policy instances.
 
 ``make_eviction("lru")``, ``make_eviction("belady", trace=trace)``,
-``make_eviction("learned:path/to/policy.npz")`` (an exported policy under its default guard;
-``learned_lru:PATH`` under the LRU-only guard, ``learned_bare:PATH`` the network alone: see
-:data:`LEARNED_PREFIXES`); ``make_prefetch("markov")``,
+``make_eviction("learned", path="path/to/policy.npz", guard="none")`` (an exported policy file
+under a guard: a :class:`~policies.learned.GuardName`, the options of ``conf/policy/guard/``,
+``shadow`` by default; see :func:`make_learned`); ``make_prefetch("markov")``,
 ``make_prefetch("lookahead", trace=trace, depth=4)``. Unknown names raise
 :class:`~allocator.errors.ConfigError` listing the valid ones. Extra keyword parameters go to
 the class constructor.
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from allocator.trace import Trace
     from policies.base import EvictionPolicy, PrefetchPolicy
 
-__all__ = ["make_eviction", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES"]
+__all__ = ["make_eviction", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES"]
 
 
 def _eviction_classes() -> dict[str, Callable[..., Any]]:
@@ -65,52 +65,68 @@ PREFETCH_NAMES = ("none", "markov", "stride", "lookahead")
 _NEEDS_TRACE = {"belady", "lookahead"}
 
 
-LEARNED_PREFIXES: dict[str, str] = {
-    "learned": "the exported policy under its default guard (ShadowGuard: the network, LRU and "
-               "S3-FIFO in shadow caches, the pool following the best)",
-    "learned_trial": "the exported policy under the trial-window guard (Guard: LRU and S3-FIFO "
-                     "in shadow caches, the network tried again after a back-off)",
-    "learned_lru": "the exported policy under the LRU-only trial-window guard",
-    "learned_bare": "the exported network alone, without a guard",
-}
-"""``PREFIX:PATH`` names of an exported policy file, and what each builds."""
-LEARNED_SPECS = ", ".join(f"{p}:PATH" for p in LEARNED_PREFIXES)
-"""The :data:`LEARNED_PREFIXES` names as error messages list them."""
+_OLD_LEARNED_PREFIXES = {"learned": "shadow", "learned_trial": "trial", "learned_lru": "lru",
+                         "learned_bare": "none"}
+"""The ``PREFIX:PATH`` names an exported policy had before the guard became a config group, and
+the guard each stood for: refused with :func:`old_learned_name_error`."""
 
 
-def split_learned(name: str) -> tuple[str, str] | None:
-    """``(prefix, path)`` of a ``learned:PATH`` name (or another :data:`LEARNED_PREFIXES`
-    prefix), else ``None``. The path may be empty (refused by :func:`make_eviction`)."""
+def old_learned_name_error(name: str, key: str | None = None) -> ConfigError | None:
+    """The error for a ``learned:PATH`` name (or ``learned_trial:``, ``learned_lru:``,
+    ``learned_bare:``) saying what to write instead, with ``key`` the config key that holds it
+    (``None``: a Python caller); ``None`` for any other name."""
     prefix, sep, path = name.strip().partition(":")
-    if sep and prefix.lower() in LEARNED_PREFIXES:
-        return prefix.lower(), path
-    return None
+    guard = _OLD_LEARNED_PREFIXES.get(prefix.lower()) if sep else None
+    if guard is None:
+        return None
+    path = path or "PATH"
+    where = f"{key}: " if key else ""
+    return ConfigError(
+        f"{where}{name!r}: exported policies are no longer named PREFIX:PATH; the guard is a config "
+        f"group (conf/policy/guard/: {', '.join(_guard_names())}): write eval.learned=[{path}] "
+        f"eval.learned_guards=[{guard}] on the command line, or make_eviction('learned', "
+        f"path={path!r}, guard={guard!r}) in Python")
+
+
+def _guard_names() -> tuple[str, ...]:
+    from policies.learned import GUARD_NAMES
+
+    return GUARD_NAMES
+
+
+def make_learned(path: str | os.PathLike[str], *, guard: Any = "shadow", **params: Any) -> EvictionPolicy:
+    """The exported policy file ``path`` under ``guard`` (a :class:`~policies.learned.GuardName`:
+    shadow, trial, lru or none; a guard object or ``False`` as :class:`~policies.learned.LearnedPolicy`
+    takes them); ``params`` (``budget_us``, ``K``, ``seed``) go to
+    :meth:`~policies.learned.LearnedPolicy.load`."""
+    if not path or not str(path).strip():
+        raise ConfigError("learned policy needs a file: make_eviction('learned', path=PATH, "
+                          "guard='shadow')")
+    from policies.learned import LearnedPolicy  # lazy: may pull numpy only
+
+    return LearnedPolicy.load(path, guard=guard, **params)
 
 
 def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
                   **params: Any) -> EvictionPolicy:
-    """The eviction policy called ``name`` (see :data:`EVICTION_NAMES`, or ``learned:PATH``)."""
+    """The eviction policy called ``name`` (see :data:`EVICTION_NAMES`; ``"learned"`` with
+    ``path=`` and ``guard=``: :func:`make_learned`)."""
     if not isinstance(name, str):
         raise ConfigError(f"eviction policy name must be a string, got {name!r}")
     key = name.strip().lower()
-    learned = split_learned(name)
-    if learned is not None:
-        prefix, path = learned
-        if not path:
-            raise ConfigError(f"learned policy needs a file: '{prefix}:PATH'")
-        from policies.learned import Guard, LearnedPolicy, LRUGuard  # lazy: may pull numpy only
-
-        guard: bool | Guard = (Guard() if prefix == "learned_trial" else LRUGuard() if prefix == "learned_lru"
-                               else prefix == "learned")  # True: the default ShadowGuard
-        return LearnedPolicy.load(path, guard=guard)
+    old = old_learned_name_error(name)
+    if old is not None:
+        raise old
+    if key == "learned":
+        return make_learned(params.pop("path", None) or "", **params)
     if is_import_spec(name):
         return _build_imported(name, "victim", trace, params)  # type: ignore[no-any-return]
     classes = _eviction_classes()
     if key not in classes:
         raise ConfigError(
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
-            f"{LEARNED_SPECS} for an exported policy file (under its default guard, the "
-            "trial-window guards, or none), or FILE.py:Class / module:Class for a class of your own")
+            "learned (with path=FILE and guard=shadow|trial|lru|none) for an exported policy "
+            "file, or FILE.py:Class / module:Class for a class of your own")
     if key == "random":
         params.setdefault("seed", seed)
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
@@ -145,9 +161,9 @@ def _build(key: str, cls: Callable[..., Any], trace: Trace | None, params: dict[
 
 
 def is_import_spec(name: str) -> bool:
-    """``FILE.py:Class`` or ``module.path:Class`` (``learned:PATH`` is not one)."""
+    """``FILE.py:Class`` or ``module.path:Class`` (an old ``learned:PATH`` name is not one)."""
     where, sep, attr = name.strip().rpartition(":")
-    return bool(sep and where and attr) and split_learned(name) is None and attr.isidentifier()
+    return bool(sep and where and attr) and old_learned_name_error(name) is None and attr.isidentifier()
 
 
 def resolve_import_spec(name: str) -> Callable[..., Any]:

@@ -182,7 +182,7 @@ def _candidates(args: argparse.Namespace, rep: Report) -> tuple[dict[str, Any], 
     if args.policy:
         from policies.registry import make_eviction
 
-        return {"learned": lambda: make_eviction(f"learned:{args.policy}")}, "--policy file"
+        return {"learned": lambda: make_eviction("learned", path=args.policy, guard="shadow")}, "--policy file"
     try:
         from policies.registry import EVICTION_NAMES, make_eviction
     except Exception as e:  # a partial checkout: LRU alone

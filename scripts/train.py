@@ -8,7 +8,7 @@
     python scripts/train.py -m hydra/launcher=slurm ...      # a cluster, by config alone
 
 The last line printed is ``policy: PATH``; evaluate it with
-``python scripts/evaluate.py eval.policies=[lru,learned:PATH]``.
+``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]``.
 """
 
 from __future__ import annotations

@@ -108,11 +108,13 @@ class MainSection:
     """The main job's evaluation: ``held_out`` trace files (or ``[default]``: the traces of
     :func:`policies.training.quality.default_held_out`), the pool
     ``capacities`` (fractions of peak live bytes) and the ``baselines`` evaluated beside the
-    learned policy."""
+    learned policy, which runs under each of ``learned_guards`` (options of
+    ``conf/policy/guard/``)."""
 
     held_out: list[str] = field(default_factory=lambda: ["default"])
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
     baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "gdsf", "belady"])
+    learned_guards: list[str] = field(default_factory=lambda: ["shadow", "none"])
     plots: bool = True
 
 

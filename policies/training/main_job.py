@@ -4,8 +4,9 @@
 short MaskablePPO fine-tune), exports the policy, writes the held-out workloads (never trained
 on) as trace files and evaluates them with :func:`envs.evaluation.evaluate` (the evaluator of
 ``scripts/evaluate.py``) against ``cfg.main.baselines`` at ``cfg.main.capacities`` of each
-trace's peak live bytes, the policy both under its guard (``learned:``) and alone
-(``learned_bare:``); the results table, CSV/JSON and plots land in ``OUT/eval``.
+trace's peak live bytes, the policy under each guard of ``cfg.main.learned_guards`` (by
+default ``shadow``, the deployed guard, and ``none``, the network alone: ``learned[shadow]``
+and ``learned[none]`` in the results); the results table, CSV/JSON and plots land in ``OUT/eval``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from allocator.errors import ConfigError
-from envs.config import EvaluateConfig
+from envs.config import EvaluateConfig, guard_node
 from envs.evaluation import check_capacities, check_eviction_names, evaluate
 from policies.training.quality import HeldOut, default_held_out
 from policies.training.train import _out_dir, train
@@ -51,13 +52,19 @@ def held_out_traces(spec: list[str]) -> list[HeldOut]:
 
 
 def check_main(m: Any) -> None:
-    """The ``main`` section (held-out traces, capacities, baselines) checked before training, so a
-    typo there does not surface only after minutes of it."""
+    """The ``main`` section (held-out traces, capacities, baselines, guards) checked before
+    training, so a typo there does not surface only after minutes of it."""
     _held_out_files([str(p) for p in m.held_out])
     check_capacities("main.capacities", list(m.capacities))
     baselines = [str(b) for b in m.baselines]
     if baselines:  # none is fine: the evaluator always adds LRU and Belady
         check_eviction_names("main.baselines", baselines)
+    guards = [str(g) for g in m.learned_guards]
+    if not guards:
+        raise ConfigError("main.learned_guards: the list is empty; give guards of the exported "
+                          "policy (options of conf/policy/guard/, e.g. [shadow,none])")
+    for g in guards:
+        guard_node(g, "main.learned_guards")
 
 
 def run_main(cfg: Any) -> dict[str, Any]:
@@ -83,9 +90,10 @@ def run_main(cfg: Any) -> dict[str, Any]:
         "trace": {"paths": paths},
         "allocator": OmegaConf.to_container(cfg.allocator),
         "eval": {"capacities": [float(c) for c in cfg.main.capacities], "capacity_of": "peak_live",
-                 # the deployed policy (network and guard) and the network alone, side by side
-                 "policies": [f"learned:{policy}", f"learned_bare:{policy}",
-                              *[str(b) for b in cfg.main.baselines]],
+                 # the exported policy under each guard (by default the deployed one and
+                 # none: the network alone), side by side with the baselines
+                 "learned": [policy], "learned_guards": [str(g) for g in cfg.main.learned_guards],
+                 "policies": [str(b) for b in cfg.main.baselines],
                  "plots": bool(cfg.main.plots), "progress": bool(cfg.progress),
                  "decision_timing": True},
         "out_dir": os.path.join(out, "eval"),

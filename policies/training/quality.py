@@ -16,7 +16,7 @@ from typing import Any
 
 from allocator.errors import ConfigError
 from allocator.trace import Trace
-from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_one
+from envs.evaluation import RunSpec, learned_name, normalized_hit_rate, resolve_capacity, run_one
 
 __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out",
            "quality_rows", "format_quality", "verdict"]
@@ -144,7 +144,6 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     policy's normalised hit rate and its hit-ratio gap to the best heuristic."""
     from tqdm.auto import tqdm
 
-    learned = f"learned:{policy_path}"
     names = ["learned", *heuristics, "belady"]
     rows = []
     jobs = [(h, c) for h in held_out for c in capacities]
@@ -153,7 +152,9 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
         cap = resolve_capacity(float(c), t, "bytes", "peak_live")
         res = {}
         for n in names:
-            spec = RunSpec(t.name, cap, str(c), "bytes", learned if n == "learned" else n, "none", "none")
+            spec = (RunSpec(t.name, cap, str(c), "bytes", learned_name("shadow"), "none", "none",
+                            learned=policy_path, guard="shadow") if n == "learned"
+                    else RunSpec(t.name, cap, str(c), "bytes", n, "none", "none"))
             res[n] = run_one(t, spec, seed=seed, decision_timing=n == "learned")
         hits = {n: r["hits"] for n, r in res.items()}
         acc = max(1, res["lru"]["hits"] + res["lru"]["misses"])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from allocator.trace import Trace
-from envs.evaluation import RunSpec, normalized_hit_rate, resolve_capacity, run_one
+from envs.evaluation import RunSpec, learned_name, normalized_hit_rate, resolve_capacity, run_one
 from policies.training.export import export_policy
 from policies.training.nets import CandidateScorerNet
 
@@ -51,9 +51,9 @@ class Validator:
         self.best_step: int | None = None
         self.best_state: dict[str, Any] | None = None
 
-    def _row(self, i: int, policy: str) -> dict[str, Any]:
+    def _row(self, i: int, policy: str, learned: str | None = None) -> dict[str, Any]:
         t, c, cap = self.runs[i]
-        spec = RunSpec(t.name, cap, str(c), "bytes", policy, "none", "none")
+        spec = RunSpec(t.name, cap, str(c), "bytes", policy, "none", "none", learned=learned)
         return run_one(t, spec, **self.opts)  # type: ignore[arg-type]
 
     def evaluate_file(self, path: str) -> dict[str, float]:
@@ -65,7 +65,7 @@ class Validator:
                 if (i, p) not in self._ref:
                     self._ref[(i, p)] = self._row(i, p)
                 ref[p] = self._ref[(i, p)]
-            row = self._row(i, f"learned:{path}")
+            row = self._row(i, learned_name("shadow"), learned=path)
             learned.append(row["miss_ratio"])
             lru.append(ref["lru"]["miss_ratio"])
             bel.append(ref["belady"]["miss_ratio"])

@@ -344,8 +344,11 @@ def env_cases() -> list[tuple[EnvCase, str]]:
 
 
 # ---------------------------------------------------------------------- d./e. the learned policy
-LEARNED_VARIANTS = ("learned", "learned_trial", "learned_lru", "learned_bare")
-"""The ``PREFIX:PATH`` names of ``policies.registry.LEARNED_PREFIXES`` at 80edfc6."""
+LEARNED_GUARDS = {"learned": "shadow", "learned_trial": "trial", "learned_lru": "lru",
+                  "learned_bare": "none"}
+"""The ``PREFIX:PATH`` names of ``policies.registry.LEARNED_PREFIXES`` at 80edfc6 (the case ids
+keep them), and the guard (``conf/policy/guard/``) each one names since."""
+LEARNED_VARIANTS = tuple(LEARNED_GUARDS)
 
 
 def learned_cases() -> list[ReplayCase]:

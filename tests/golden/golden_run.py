@@ -22,6 +22,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import golden_cases as gc
 import gymnasium as gym
 import numpy as np
 from golden_cases import EnvCase, ReplayCase, ScriptCase, make_trace
@@ -150,8 +151,23 @@ def _capacity(case: ReplayCase, trace: Trace) -> int:
     return int(case.capacity)
 
 
+def _learned(name: str) -> tuple[str, str] | None:
+    """``(path, guard)`` of a case's ``VARIANT:PATH`` learned-policy name, else ``None``."""
+    variant, sep, path = name.partition(":")
+    if sep and variant in gc.LEARNED_GUARDS:
+        return path, gc.LEARNED_GUARDS[variant]
+    return None
+
+
+def _policy(name: str, trace: Trace | None) -> Any:
+    learned = _learned(name)
+    if learned is not None:
+        return make_eviction("learned", path=learned[0], guard=learned[1])
+    return make_eviction(name, trace=trace, seed=0)
+
+
 def _pool(case: ReplayCase, trace: Trace, recorder: bool) -> tuple[Pool, Recorder | None]:
-    policy = make_eviction(case.policy, trace=trace, seed=0)
+    policy = _policy(case.policy, trace)
     rec = Recorder(policy) if recorder else None
     pf = None
     if case.prefetch is not None:
@@ -233,8 +249,9 @@ def evaluator_stats(case: ReplayCase, trace: Trace) -> Record:
     from envs.evaluation import RunSpec, run_one
 
     assert case.prefetch is None
+    learned = _learned(case.policy)
     spec = RunSpec(trace.name, _capacity(case, trace), str(case.capacity), case.mode, case.policy,
-                   "none", case.cost or "none")
+                   "none", case.cost or "none", *(learned or ()))
     row = run_one(trace, spec, placement=case.placement, write_policy=case.write_policy,
                   oversize="bypass", decision_timing=False, seed=0)
     stats = {f: row[f] for f in _ROW_STATS}
@@ -255,7 +272,7 @@ def script_record(case: ScriptCase) -> Record:
     checkpoint: the statistics and the sorted resident keys."""
     rng = np.random.default_rng(case.seed)
     sizes = rng.integers(1, 3_000, case.n_keys).tolist()
-    policy = make_eviction(case.policy, seed=0)
+    policy = _policy(case.policy, None)
     pf = make_prefetch(case.prefetch) if case.prefetch is not None else None
     pool = Pool(case.capacity, policy, prefetcher=pf, cost=case.cost,
                 placement=case.placement,  # type: ignore[arg-type]

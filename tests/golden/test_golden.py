@@ -49,10 +49,11 @@ def test_cases_cover_what_is_registered() -> None:
     and every golden file holds exactly the records of its cases."""
     from allocator.cost import PRESETS
     from envs.registration import ENV_IDS
-    from policies.registry import EVICTION_NAMES, LEARNED_PREFIXES
+    from policies.learned import GUARD_NAMES
+    from policies.registry import EVICTION_NAMES
 
     assert set(EVICTION_NAMES) == set(gc.CLASSIC_POLICIES)
-    assert set(LEARNED_PREFIXES) == set(gc.LEARNED_VARIANTS)
+    assert set(GUARD_NAMES) == set(gc.LEARNED_GUARDS.values())
     assert set(PRESETS) == set(gc.PRESET_NAMES) - {None}
     assert set(ENV_IDS) == {c.env_id for c in gc.ENV_CONFIGS}
     want = {

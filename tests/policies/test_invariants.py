@@ -259,7 +259,7 @@ def test_registry_passes_parameters_and_seed() -> None:
     (lambda: make_eviction("belady"), "trace="),
     (lambda: make_eviction("clock", bits=2), "bad parameters for policy 'clock'"),
     (lambda: make_eviction("clock", n_bits=0), "n_bits"),
-    (lambda: make_eviction("learned:"), "learned:PATH"),
+    (lambda: make_eviction("learned:"), "write eval.learned=\\[PATH\\] eval.learned_guards=\\[shadow\\]"),
 ])
 def test_registry_errors_say_what_to_do(call, match: str) -> None:  # type: ignore[no-untyped-def]
     from allocator.errors import ConfigError
@@ -275,13 +275,13 @@ def test_registry_resolves_learned_path_lazily(monkeypatch: pytest.MonkeyPatch) 
     sentinel = object()
 
     def fake_load(path: str, guard: object = True) -> object:
-        seen.append(path)
+        seen.append((path, guard))
         return sentinel
 
     monkeypatch.setattr(learned.LearnedPolicy, "load", staticmethod(fake_load))
-    assert make_eviction("learned:runs/x/policy.npz") is sentinel
-    assert make_eviction("learned_bare:runs/y.npz") is sentinel
-    assert seen == ["runs/x/policy.npz", "runs/y.npz"]
+    assert make_eviction("learned", path="runs/x/policy.npz") is sentinel
+    assert make_eviction("learned", path="runs/y.npz", guard=learned.GuardName.none) is sentinel
+    assert seen == [("runs/x/policy.npz", "shadow"), ("runs/y.npz", learned.GuardName.none)]
 
 
 # ------------------------------------------------- a policy of the user's, named by where it lives

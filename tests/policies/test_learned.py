@@ -238,9 +238,13 @@ def test_bad_guard_settings_are_config_errors(kw):
             ShadowGuard(**kw)
 
 
-@pytest.mark.parametrize("guard", ["yes", 1, None])
-def test_a_guard_that_is_not_one_is_a_config_error(policy_file, guard):
-    with pytest.raises(ConfigError, match="guard must be True .* got"):
+@pytest.mark.parametrize("guard, match", [
+    ("yes", "unknown guard 'yes'; choices: shadow, trial, lru, none"),
+    (1, "guard must be True .* got"),
+    (None, "guard must be True .* got"),
+])
+def test_a_guard_that_is_not_one_is_a_config_error(policy_file, guard, match):
+    with pytest.raises(ConfigError, match=match):
         LearnedPolicy.load(policy_file, guard=guard)
 
 
@@ -744,3 +748,23 @@ def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
     assert bare.hits > max(others) and others[0] == 0  # (measured: 9,172 against 0 and 8,820)
     assert guard.lru_windows <= 2 < guard.windows - 10 and guard.expert is None
     assert max(others) < st.hits and st.hits > 0.97 * bare.hits  # (measured: 9,039)
+
+
+def test_learned_modules_import_only_those_before_them() -> None:
+    """policies.learned's modules form no import cycle: each imports (at run time) only the
+    modules listed before it in the package's docstring."""
+    import ast
+
+    order = ["policy_file", "network", "models", "guards", "policy"]
+    pkg = os.path.join(ROOT, "policies", "learned")
+    for i, name in enumerate(order):
+        with open(os.path.join(pkg, f"{name}.py")) as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:  # module level, outside ``if TYPE_CHECKING:``
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("policies.learned"):
+                dep = node.module.rpartition(".")[2]  # type: ignore[union-attr]
+                assert dep in order[:i], f"{name} imports {node.module}"
+    for name in order:  # and each one imports alone, in a fresh interpreter
+        r = subprocess.run([sys.executable, "-c", f"import policies.learned.{name}"], cwd=ROOT,
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert r.returncode == 0, r.stderr

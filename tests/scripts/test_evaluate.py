@@ -211,11 +211,19 @@ def test_objects_mode_fractions_and_prefetch(tmp_path: Path) -> None:
     ("eval.prefetchers=[oracle9]", r"eval.prefetchers: unknown value 'oracle9'; allowed: none"),
     ("eval.presets=[tpu]", r"eval.presets: unknown preset 'tpu'; allowed: none, a100_pcie4"),
     ("trace.path=/no/such/file.bin", r"trace.path: no such file"),
-    ("eval.policies=[learned:/no/such.npz]", r"learned policy file '/no/such.npz' does not exist"),
+    ("eval.learned=[/no/such.npz]", r"eval.learned: learned policy file '/no/such.npz' does not exist"),
+    ("eval.learned=[/no/such.npz] eval.learned_guards=[shadw]",
+     r"eval.learned_guards: unknown guard 'shadw'; choices: lru, none, shadow, trial"),
+    ("eval.learned=[/no/such.npz] eval.learned_guards=[]", r"eval.learned_guards: the list is empty"),
+    ("eval.policies=[lru,learned]", r"eval.policies: 'learned' needs its file: give eval.learned=\[PATH\]"),
+    ("eval.policies=[learned:/x/p.npz]", r"eval.policies: 'learned:/x/p.npz': exported policies are no "
+     r"longer named PREFIX:PATH.*write eval.learned=\[/x/p.npz\] eval.learned_guards=\[shadow\]"),
+    ("eval.policies=[learned_bare:/x/p.npz]", r"eval.learned_guards=\[none\].*make_eviction\('learned', "
+     r"path='/x/p.npz', guard='none'\)"),
 ])
 def test_bad_values_give_one_line_errors(override: str, match: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=match) as err:
-        evaluate(_compose(_quiet([override, f"out_dir={tmp_path}"])))
+        evaluate(_compose(_quiet([*override.split(" "), f"out_dir={tmp_path}"])))
     assert "\n" not in str(err.value)
 
 
@@ -266,8 +274,7 @@ def test_arena_placement_goes_through_the_pool(og_file: Path, tmp_path: Path) ->
     assert all(r["placement"] == "arena" for r in res["rows"])
 
 
-def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -> None:
-    """``learned:PATH`` in eval.policies: the registry loads the exported file, the pool runs it."""
+def _policy_file(path: Path) -> str:
     from policies import features
     from policies.learned import save_policy_file
 
@@ -279,28 +286,47 @@ def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -
               "arch": {"type": "candidate_mlp", "n_features": features.F,
                        "n_globals": features.G, "hidden": [8], "activation": "relu"},
               "library_version": "test", "config_sha256": "", "meta": {}}
-    path = save_policy_file(tmp_path / "p.npz", arrays, header)
-    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]",
-                                    f"eval.policies=[learned:{path},learned_trial:{path},learned_lru:{path},"
-                                    f"learned_bare:{path}]",
+    return save_policy_file(path, arrays, header)
+
+
+def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path) -> None:
+    """``eval.learned=[PATH]`` under every guard of ``eval.learned_guards`` (the options of
+    conf/policy/guard/): each a row named ``learned[GUARD]``, which replays exactly what the
+    policy under that guard replays alone."""
+    path = _policy_file(tmp_path / "p.npz")
+    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]", "eval.policies=[lru]",
+                                    f"eval.learned=[{path}]", "eval.learned_guards=[shadow,trial,lru,none]",
                                     "eval.plots=false", f"out_dir={tmp_path}"])))
-    row = next(r for r in res["rows"] if r["policy"] == f"learned:{path}")
+    names = [r["policy"] for r in res["rows"]]
+    assert names == ["learned[shadow]", "learned[trial]", "learned[lru]", "learned[none]", "lru", "belady"]
+    row = res["rows"][0]
     assert row["requests"] == 2500 and not row["fast"] and row["decision_p50_us"] > 0
     assert not math.isnan(row["normalized_hit_rate"])
-    # the four guards of one file, each a row with its own label in the table
-    for prefix in ("learned_trial", "learned_lru", "learned_bare"):
-        assert next(r for r in res["rows"] if r["policy"] == f"{prefix}:{path}")["requests"] == 2500
-        assert f"{prefix}:p.npz" in res["table"]
-    from policies.learned import Guard, LRUGuard, ShadowGuard
-    from policies.registry import is_import_spec, make_eviction
+    for r in res["rows"]:
+        assert r["policy_file"] == (path if r["policy"].startswith("learned[") else None)
+        assert r["policy"] in res["table"]
+    from allocator.pool import Pool
+    from envs.workloads import read_trace
+    from policies.learned import Guard, LearnedPolicy, LRUGuard, ShadowGuard
+    from policies.registry import make_eviction
 
-    assert type(make_eviction(f"learned:{path}").guard) is ShadowGuard
-    assert type(make_eviction(f"learned_trial:{path}").guard) is Guard
-    assert type(make_eviction(f"learned_lru:{path}").guard) is LRUGuard
-    assert make_eviction(f"learned_bare:{path}").guard is None
-    assert not is_import_spec(f"learned_bare:{path}")
-    with pytest.raises(ConfigError, match="learned policy needs a file: 'learned_bare:PATH'"):
-        make_eviction("learned_bare:")
+    trace = read_trace(str(og_file), format="oracleGeneral")
+    cap = res["rows"][0]["capacity"]
+    for r, guard in zip(res["rows"], ("shadow", "trial", "lru", "none")):
+        st = Pool(cap, LearnedPolicy.load(path, guard=guard), placement="bytes",
+                  write_policy="write-back", oversize="bypass").replay(trace)
+        assert (r["hits"], r["misses"]) == (st.hits, st.misses), guard
+    assert type(make_eviction("learned", path=path).guard) is ShadowGuard
+    assert type(make_eviction("learned", path=path, guard="trial").guard) is Guard
+    assert type(make_eviction("learned", path=path, guard="lru").guard) is LRUGuard
+    assert make_eviction("learned", path=path, guard="none").guard is None
+    # two files: told apart by their names; the path is in policy_file
+    other = _policy_file(tmp_path / "q" / "p.npz")
+    res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]", "eval.policies=[]",
+                                    f"eval.learned=[{path},{other}]", "eval.learned_guards=[none]",
+                                    "eval.plots=false", f"out_dir={tmp_path / 'two'}"])))
+    assert [(r["policy"], r["policy_file"]) for r in res["rows"]] == [
+        ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("belady", None)]
     # a corrupt file is refused before any replay: nothing is written
     from allocator.errors import PolicyFileError
 
@@ -308,8 +334,49 @@ def test_learned_policy_file_in_the_policy_list(og_file: Path, tmp_path: Path) -
     bad.write_bytes(Path(path).read_bytes()[:100])  # truncated
     with pytest.raises(PolicyFileError, match="truncated or corrupt"):
         evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.1]",
-                                  f"eval.policies=[lru,learned:{bad}]", f"out_dir={tmp_path / 'b'}"])))
+                                  f"eval.learned=[{bad}]", f"out_dir={tmp_path / 'b'}"])))
     assert not (tmp_path / "b" / "results.csv").exists()
+
+
+def test_guard_group_options_build_the_named_guards() -> None:
+    """Every yaml of conf/policy/guard/ is a guard of :class:`GuardName`, and the config builds
+    (through the one instantiate helper) what ``make_guard`` of that name builds."""
+    from envs.config import build_guard, guard_options
+    from policies.learned import GUARD_NAMES, make_guard
+
+    assert sorted(guard_options()) == sorted(GUARD_NAMES)
+    for name in GUARD_NAMES:
+        g, ref = build_guard(name), make_guard(name)
+        assert type(g) is type(ref) and (g is None or g.window == ref.window)
+    assert build_guard("shadow") is not build_guard("shadow")  # a new guard per policy
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: __import__("policies.learned", fromlist=["make_guard"]).make_guard("bare"),
+     r"unknown guard 'bare'; choices: shadow, trial, lru, none"),
+    (lambda: __import__("policies.learned", fromlist=["make_guard"]).make_guard("none", window=5),
+     r"guard 'none' \(the network alone\) takes no parameters"),
+    (lambda: __import__("policies.learned", fromlist=["make_guard"]).make_guard("lru", s3fifo=True),
+     r"guard 'lru': bad parameters"),
+    (lambda: __import__("policies.registry", fromlist=["make_eviction"]).make_eviction("learned"),
+     r"learned policy needs a file: make_eviction\('learned', path=PATH"),
+    (lambda: __import__("policies.registry", fromlist=["make_eviction"]).make_eviction("learned_lru:x.npz"),
+     r"no longer named PREFIX:PATH.*guard='lru'"),
+])
+def test_guard_names_are_checked(call, match: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=match):
+        call()
+
+
+def test_learned_policy_load_takes_a_guard_name(tmp_path: Path) -> None:
+    from policies.learned import Guard, GuardName, LearnedPolicy, ShadowGuard
+
+    path = _policy_file(tmp_path / "p.npz")
+    assert type(LearnedPolicy.load(path, guard="shadow").guard) is ShadowGuard
+    assert type(LearnedPolicy.load(path, guard=GuardName.trial).guard) is Guard
+    assert LearnedPolicy.load(path, guard=GuardName.none).guard is None
+    with pytest.raises(ConfigError, match="unknown guard 'shadowy'; choices: shadow, trial, lru, none"):
+        LearnedPolicy.load(path, guard="shadowy")
 
 
 def test_normalized_hit_rate_is_one_definition() -> None:

@@ -44,17 +44,18 @@ def test_main_job_end_to_end(tmp_path):
     with open(out / "eval" / "results.csv") as f:
         rows = list(csv.DictReader(f))
     names = {row["policy"] for row in rows}
-    assert {"lru", "lfu", "arc", "s3fifo", "gdsf", "belady", f"learned:{policy}", f"learned_bare:{policy}"} <= names
+    assert {"lru", "lfu", "arc", "s3fifo", "gdsf", "belady", "learned[shadow]", "learned[none]"} <= names
+    assert {row["policy_file"] for row in rows if row["policy"].startswith("learned[")} == {policy}
     assert {row["trace"] for row in rows} == {"held0", "held1"}
     assert any(p.endswith(".png") for p in os.listdir(out / "eval"))
     # the printed path is what scripts/evaluate.py takes
     r2 = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "evaluate.py"),
                          f"trace.path={held[1]}", "eval.capacities=[0.3]", "eval.plots=false",
-                         "eval.progress=false", f"eval.policies=[learned:{policy}]",
+                         "eval.progress=false", "eval.policies=[]", f"eval.learned=[{policy}]",
                          f"out_dir={tmp_path / 'ev'}"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0, r2.stderr[-3000:]
-    assert "learned:" in r2.stdout
+    assert "learned[shadow]" in r2.stdout
 
 
 @pytest.mark.parametrize("override,match", [
@@ -63,6 +64,8 @@ def test_main_job_end_to_end(tmp_path):
     ("main.capacities=[0]", "main.capacities: capacity must be > 0"),
     ("main.capacities=[]", "main.capacities: the list is empty"),
     ("main.baselines=[lru,lfuu]", "main.baselines: unknown value 'lfuu'"),
+    ("main.learned_guards=[shadow,bare]", "main.learned_guards: unknown guard 'bare'; choices: lru, none, shadow, trial"),
+    ("main.learned_guards=[]", "main.learned_guards: the list is empty"),
 ])
 def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
     """A typo in ``main`` (what the evaluation after training reads) is refused before training

@@ -1,0 +1,33 @@
+"""Learned (exported) policies: one self-describing file, loaded with NumPy alone.
+
+    policy_file   the file format: save_policy_file, read_policy_file (load and verify)
+    network       the forward pass: CandidateScorer (NumPy), the C one where it is built
+    models        the shadow models the guards measure (heuristics, the network alone)
+    guards        ShadowGuard (the default), Guard (trial windows), LRUGuard; make_guard
+                  builds one by name (GuardName: conf/policy/guard/'s options)
+    policy        LearnedPolicy: the network deciding evictions in the pool, under a guard
+
+Each module imports only those above it in this list.
+"""
+
+from __future__ import annotations
+
+from policies.learned.guards import GUARD_NAMES, Guard, GuardName, LRUGuard, ShadowGuard, make_guard
+from policies.learned.network import CandidateScorer
+from policies.learned.network import _c_decisions as _c_decisions
+from policies.learned.network import _mlp as _mlp
+from policies.learned.policy import DEFAULT_BUDGET_US, LearnedPolicy
+from policies.learned.policy_file import (
+    FORMAT,
+    FORMAT_VERSION,
+    diff_feature_spec,
+    read_policy_file,
+    save_policy_file,
+    weights_checksum,
+)
+
+__all__ = [
+    "FORMAT", "FORMAT_VERSION", "CandidateScorer", "LearnedPolicy", "save_policy_file",
+    "read_policy_file", "weights_checksum", "diff_feature_spec", "DEFAULT_BUDGET_US", "Guard", "LRUGuard",
+    "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard",
+]

@@ -1,0 +1,395 @@
+"""The guards of a learned policy: they keep it from doing worse than the heuristics for long.
+
+:class:`ShadowGuard` (the default) measures the network and the heuristics in shadow caches
+and follows the best; :class:`Guard` tries the network in trial windows against LRU and
+S3-FIFO; :class:`LRUGuard` is :class:`Guard` with LRU alone. :func:`make_guard` builds one by
+its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: ``shadow``,
+``trial``, ``lru``, and ``none`` for the network alone).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from allocator.errors import ConfigError
+from policies.learned.models import _ModelGDSF, _ModelLFU, _ModelNetwork, _ModelS3FIFO, _NotTold
+from policies.shadow import ShadowPolicy
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["Guard", "LRUGuard", "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard"]
+
+
+class Guard:
+    """Keeps a learned policy from doing worse than the heuristics for long, by trial windows
+    (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
+    instead; this one is the guard ``trial``: :func:`make_guard`, ``conf/policy/guard/trial.yaml``).
+
+    Shadow caches see the same accesses at the pool's capacity in bytes: an LRU of keys and
+    sizes, and (``s3fifo``, on by default) an S3-FIFO model (:class:`_ModelS3FIFO`). Every
+    ``window`` accesses the policy's hits are compared with each shadow's. A window where the
+    learned policy lost to LRU's shadow by more than ``margin``, or to S3-FIFO's by more than
+    ``s3fifo_margin`` (fractions of the window's accesses), hands the decisions to the better of
+    the two heuristics for ``backoff`` windows (doubling on each repeated loss, up to
+    ``max_backoff``; the heuristic is chosen again at the end of each of them), then the
+    learned policy is tried again. A window of the learned policy is cut short, as a loss, as
+    soon as it trails LRU's shadow by more than ``abort`` hits (default: four times a whole
+    window's allowance, at least 16), so that a workload the policy does badly on costs a few
+    dozen misses per trial rather than a window's worth. S3-FIFO needs a whole window lost by
+    its wider margin: its decisions first evict what its model no longer holds, and the pool
+    admits only what the model admits (:meth:`admit`), so that the pool converges to the
+    model's content, which costs misses after each hand-over; and its hits come in bursts on
+    loops and scans where the learned policy is ahead over a whole window.
+    LRU's decisions come from the policy's tracker (the pool's LRU order).
+
+    ``expert`` says who decides now (``None``: the learned policy); ``lru_windows`` counts the
+    windows a heuristic decided, ``s3fifo_windows`` those of S3-FIFO among them.
+    Invariant: ``_used`` is the sum of the sizes in ``_lru``.
+    """
+
+    __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_lru", "_used",
+                 "_n", "_hits", "_shadow_hits", "_off", "_backoff", "lru_windows", "windows",
+                 "aborts", "model", "_model_hits0", "expert", "s3fifo_windows")
+
+    def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
+                 abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01) -> None:
+        if not (window >= 1 and margin >= 0 and s3fifo_margin >= 0 and max_backoff >= 1
+                and (abort is None or abort >= 0)):
+            raise ConfigError(
+                f"{type(self).__name__}: window must be >= 1 accesses, margin and s3fifo_margin "
+                f">= 0, max_backoff >= 1 windows and abort >= 0 hits (or None); got "
+                f"window={window!r}, margin={margin!r}, s3fifo_margin={s3fifo_margin!r}, "
+                f"max_backoff={max_backoff!r}, abort={abort!r}")
+        self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
+        self.s3fifo_margin = float(s3fifo_margin)
+        self.abort = max(16.0, 4 * self.margin * self.window) if abort is None else float(abort)
+        self.aborts = 0
+        self._lru: OrderedDict[int, int] = OrderedDict()
+        self._used = 0
+        self._n = self._hits = self._shadow_hits = 0
+        self._off = 0  # windows left to a heuristic
+        self._backoff = 1
+        self.lru_windows = 0
+        self.s3fifo_windows = 0
+        self.windows = 0
+        self.model: _ModelS3FIFO | None = _ModelS3FIFO() if s3fifo else None
+        self._model_hits0 = 0  # the model's hits at the start of the window
+        self.expert: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """True while a heuristic decides (``expert``)."""
+        return self._off > 0
+
+    def attach(self, policy: Any) -> None:
+        """Called once by the :class:`LearnedPolicy` the guard serves."""
+
+    def _model_hits(self) -> int:
+        m = self.model
+        return 0 if m is None else (m.model_requests - m.model_misses) - self._model_hits0
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        """Whether the pool admits a missed object: while S3-FIFO decides, what its model took
+        in (it refuses objects of at least its small queue's size, as libCacheSim's does), so
+        that the pool holds what S3-FIFO would; otherwise always."""
+        m = self.model
+        return self.expert != "s3fifo" or m is None or m.admit(view, key, size)
+
+    def victim(self, view: PoolView, tracker: Any) -> int | None:
+        """The deciding heuristic's victim."""
+        if self.expert == "s3fifo" and self.model is not None:
+            k = self.model.victim(view)
+            if k is not None:
+                return k
+        return tracker.victim(view)
+
+    def _shadows(self, view: PoolView, key: int, hit: bool) -> None:
+        """The shadow LRU and the S3-FIFO model see the access; the window counts it."""
+        lru = self._lru
+        if key in lru:
+            lru.move_to_end(key)
+            self._shadow_hits += 1
+        else:
+            size = view.info(key).size
+            cap = view.capacity
+            if size <= cap:
+                while self._used + size > cap:
+                    self._used -= lru.popitem(last=False)[1]
+                lru[key] = size
+                self._used += size
+        m = self.model
+        if m is not None:
+            (m.on_hit if hit else m.on_miss)(view, key)
+        self._hits += hit
+        self._n += 1
+
+    def access(self, view: PoolView, key: int, hit: bool) -> None:
+        self._shadows(view, key, hit)
+        if self._n >= self.window:
+            self._end_window()
+        elif self._off == 0 and self._shadow_hits - self._hits > self.abort:
+            self.aborts += 1  # the trial is lost already: back to a heuristic now
+            self._end_window()
+
+    def insert(self, view: PoolView, key: int) -> None:
+        if self.model is not None:
+            self.model.on_insert(view, key)
+
+    def evict(self, view: PoolView, key: int) -> None:
+        if self.model is not None:
+            self.model.on_evict(view, key)
+
+    def free(self, view: PoolView, key: int) -> None:
+        size = self._lru.pop(key, None)
+        if size is not None:
+            self._used -= size
+        if self.model is not None:
+            self.model.on_free(view, key)
+
+    def _end_window(self) -> None:
+        self.windows += 1
+        allowance = self.margin * self._n
+        model_hits = self._model_hits()
+        lost_lru = self._hits < self._shadow_hits - allowance
+        lost_model = self.model is not None and self._hits < model_hits - self.s3fifo_margin * self._n
+        best = "s3fifo" if self.model is not None and model_hits > self._shadow_hits else "lru"
+        if self._off > 0:
+            self._off -= 1
+            self.lru_windows += 1
+            self.s3fifo_windows += self.expert == "s3fifo"
+            self.expert = best if self._off > 0 else None
+        elif lost_lru or lost_model:
+            self._off = self._backoff
+            self._backoff = min(2 * self._backoff, self.max_backoff)
+            self.expert = best
+        else:
+            self._backoff = max(1, self._backoff // 2)
+        self._n = self._hits = self._shadow_hits = 0
+        if self.model is not None:
+            self._model_hits0 = self.model.model_requests - self.model.model_misses
+
+
+class LRUGuard(Guard):
+    """:class:`Guard` with LRU as the only heuristic (no S3-FIFO model: less work per access)."""
+
+    __slots__ = ()
+
+    def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
+                 abort: float | None = None) -> None:
+        super().__init__(window, margin, max_backoff, abort, s3fifo=False)
+
+
+class ShadowGuard(Guard):
+    """A :class:`Guard` that also runs the network alone in a shadow pool
+    (:class:`_ModelNetwork`), so that all its experts -- the network, LRU, S3-FIFO, and (by
+    default) GDSF and LFU -- are measured on every access whoever decides, and no window is
+    spent trying the network blind. Every ``window`` accesses the pool follows the expert whose
+    shadow hit most over the windows so far, each weighing ``decay`` times the next (0.5: mostly
+    the last two), if it beat the one followed now by more than ``margin`` of those accesses
+    (``s3fifo_margin`` to hand over to S3-FIFO, GDSF or LFU, whose content the pool must first
+    converge to, and whose hits come in bursts on loops and scans for S3-FIFO); within a
+    window, as soon as the network or LRU leads the followed expert by more than ``abort`` hits
+    (GDSF or LFU: if it also does over the windows so far). The network and the models (S3-FIFO,
+    GDSF, LFU) decide by evicting first what their shadow no longer holds (the pool converges to
+    it; the models also choose what the pool admits), LRU through the policy's tracker. GDSF is
+    there for variable sizes (evicting large objects first, it hits more often than the others
+    on most DL traces), LFU for frequency (an LLM KV cache's shared prefixes).
+
+    ``gdsf`` / ``lfu``: whether those two experts run (each costs throughput). Costs a second
+    pool's work per access (and the network's decisions happen in the shadow pool).
+    ``expert`` is ``None`` while the network is followed."""
+
+    __slots__ = ("net", "_net_hits0", "switches", "decay", "_score", "_seen", "extra", "_extra0",
+                 "_abort_x", "_told")
+
+    def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
+                 s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True,
+                 lfu: bool = True) -> None:
+        super().__init__(window, margin, 1, abort, True, s3fifo_margin)
+        if not 0 <= decay < 1:
+            raise ConfigError(f"ShadowGuard: decay must be in [0, 1), got {decay!r}")
+        self.decay = float(decay)
+        # the models beyond S3-FIFO (Guard.model), by expert name, and their hits at the start
+        # of the window
+        self.extra: dict[str, _NotTold] = {}
+        if gdsf:
+            self.extra["gdsf"] = _ModelGDSF()
+        if lfu:
+            self.extra["lfu"] = _ModelLFU()
+        self._extra0 = dict.fromkeys(self.extra, 0)
+        self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0,
+                                                **dict.fromkeys(self.extra, 0.0)}
+        self._seen = 0.0
+        self.net: _ModelNetwork | None = None
+        self._net_hits0 = 0
+        self.switches = 0
+        self._abort_x = 1.0  # the abort threshold's multiplier (doubles at each forced switch)
+        # the shadows told of every pool event beside Guard's: the network's (once attached),
+        # then the extra models
+        self._told: tuple[ShadowPolicy, ...] = tuple(self.extra.values())
+
+    @property
+    def gdsf(self) -> _NotTold | None:
+        """The GDSF model (``None`` without it)."""
+        return self.extra.get("gdsf")
+
+    def attach(self, policy: Any) -> None:
+        self.net = _ModelNetwork(policy)
+        self._told = (self.net, *self.extra.values())
+
+    @property
+    def active(self) -> bool:
+        return True  # every decision is the followed expert's (the network's in its shadow)
+
+    def _net_hits(self) -> int:
+        n = self.net
+        return 0 if n is None else (n.model_requests - n.model_misses) - self._net_hits0
+
+    def _scores(self) -> dict[str | None, int]:
+        sc: dict[str | None, int] = {None: self._net_hits(), "lru": self._shadow_hits,
+                                     "s3fifo": self._model_hits()}
+        for name, m in self.extra.items():
+            sc[name] = (m.model_requests - m.model_misses) - self._extra0[name]
+        return sc
+
+    def _follows(self) -> ShadowPolicy | None:
+        """The shadow whose content the pool converges to now (``None``: LRU's tracker)."""
+        e = self.expert
+        return self.net if e is None else self.model if e == "s3fifo" else self.extra.get(e)
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        m = self._follows()
+        return True if m is None else m.admit(view, key, size)
+
+    def victim(self, view: PoolView, tracker: Any) -> int | None:
+        m = self._follows()
+        k = None if m is None else m.victim(view)
+        return tracker.victim(view) if k is None else k
+
+    def access(self, view: PoolView, key: int, hit: bool) -> None:
+        for m in self._told:
+            (m.on_hit if hit else m.on_miss)(view, key)
+        self._shadows(view, key, hit)
+        if self._n >= self.window:
+            self._end_window()
+            return
+        # another expert ahead of the followed one by ``abort`` hits in this window: the network
+        # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
+        sc = self._scores()
+        e = self.expert
+        cur = sc[e]
+        lead = max(sc[None], sc["lru"])
+        for name in self.extra:
+            h = sc[name]
+            if h > lead and name != e and self._leads(name, h, cur):
+                lead = h
+        if lead - cur > self.abort * self._abort_x:
+            self.aborts += 1
+            self._end_window(force=True)
+
+    def _leads(self, name: str, h: float, cur: float) -> bool:
+        """Whether model ``name`` (``h`` hits in this window) leads the followed expert
+        (``cur``) by ``abort`` hits over the windows so far, this one included, as
+        :meth:`_end_window` weighs them: within a window GDSF often leads where it loses over
+        the trace (measured: the pool flapped between LRU and GDSF eleven times on a recurrent
+        model's trace, and between S3-FIFO and GDSF on an LLM KV cache, 3.1% behind LFU)."""
+        d, score = self.decay, self._score
+        return d * score[name] + h > d * score[self.expert] + cur + self.abort
+
+    def insert(self, view: PoolView, key: int) -> None:
+        super().insert(view, key)
+        for m in self._told:
+            m.on_insert(view, key)
+
+    def evict(self, view: PoolView, key: int) -> None:
+        super().evict(view, key)
+        for m in self._told:
+            m.on_evict(view, key)
+
+    def free(self, view: PoolView, key: int) -> None:
+        super().free(view, key)
+        for m in self._told:
+            m.on_free(view, key)
+
+    def _end_window(self, force: bool = False) -> None:
+        self.windows += 1
+        sc = self._scores()
+        score, d = self._score, self.decay
+        for e, h in sc.items():
+            score[e] = d * score[e] + h
+        self._seen = d * self._seen + self._n
+        cur = self.expert
+        if force:  # the network, LRU, GDSF or LFU leads the followed expert by ``abort`` hits:
+            # follow it now (not S3-FIFO, whose hits come in bursts; GDSF and LFU only if they
+            # also lead over the windows so far, this one now included in ``score``)
+            cands: list[str | None] = [None, "lru"]
+            cands += [n for n in self.extra if score[n] > score[cur] + self.abort]
+            best = max(cands, key=lambda e: (sc[e], e is None))
+            better = sc[best] > sc[cur]
+        else:  # over the windows so far, the last weighing most (S3-FIFO's hits come in bursts)
+            best = max(score, key=lambda e: (score[e], e is None))  # ties: the network
+            need = (self.margin if best in (None, "lru") else self.s3fifo_margin) * self._seen
+            better = score[best] - score[cur] > need
+        if best != cur and better:
+            self.expert = best
+            self.switches += 1
+        # forced switches back and forth between experts that trade the lead in bursts cost the
+        # pool a convergence each: each one doubles the next abort's threshold, each window end
+        # halves it again
+        self._abort_x = min(16.0, 2 * self._abort_x) if force else max(1.0, self._abort_x / 2)
+        if self.expert is not None:
+            self.lru_windows += 1
+            self.s3fifo_windows += self.expert == "s3fifo"
+        self._n = self._hits = self._shadow_hits = 0
+        if self.model is not None:
+            self._model_hits0 = self.model.model_requests - self.model.model_misses
+        if self.net is not None:
+            self._net_hits0 = self.net.model_requests - self.net.model_misses
+        for name, m in self.extra.items():
+            self._extra0[name] = m.model_requests - m.model_misses
+
+
+# ---------------------------------------------------------------------- by name
+class GuardName(str, Enum):
+    """A guard by name: the options of the config group ``conf/policy/guard/``."""
+
+    shadow = "shadow"  # ShadowGuard, the default
+    trial = "trial"  # Guard: trial windows against LRU and S3-FIFO
+    lru = "lru"  # LRUGuard: trial windows against LRU alone
+    none = "none"  # no guard: the network alone
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+GUARD_NAMES: tuple[str, ...] = tuple(g.value for g in GuardName)
+"""The :class:`GuardName` values, in order."""
+
+
+def make_guard(name: GuardName | str, **params: Any) -> Guard | None:
+    """A new guard called ``name`` (a :class:`GuardName`; ``params`` go to its constructor):
+    ``shadow`` a :class:`ShadowGuard`, ``trial`` a :class:`Guard`, ``lru`` an :class:`LRUGuard`,
+    ``none`` no guard (``None``; it takes no parameters). A guard serves one policy: build one
+    per :class:`~policies.learned.LearnedPolicy`. Raises
+    :class:`~allocator.errors.ConfigError` naming the choices for an unknown name."""
+    try:
+        g = GuardName(str(name).strip().lower())
+    except ValueError:
+        raise ConfigError(f"unknown guard {name!r}; choices: {', '.join(GUARD_NAMES)} (the options "
+                          "of conf/policy/guard/)") from None
+    if g is GuardName.none:
+        if params:
+            raise ConfigError(f"guard 'none' (the network alone) takes no parameters, got "
+                              f"{', '.join(sorted(params))}")
+        return None
+    cls = ShadowGuard if g is GuardName.shadow else Guard if g is GuardName.trial else LRUGuard
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as e:
+        raise ConfigError(f"guard {g.value!r}: bad parameters: {e}; accepted: "
+                          f"{inspect.signature(cls)}") from None
+    return cls(**params)

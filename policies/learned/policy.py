@@ -1,0 +1,219 @@
+"""The learned policy: :class:`LearnedPolicy`, an exported policy file's network deciding
+evictions in the pool, under a guard (:mod:`policies.learned.guards`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from allocator.errors import ConfigError, PolicyFileError
+from policies import features as _features
+from policies.base import EvictionPolicyBase
+from policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
+from policies.learned.network import CandidateScorer
+from policies.learned.policy_file import diff_feature_spec, read_policy_file
+
+if TYPE_CHECKING:
+    from allocator.pool import PoolView
+
+__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET_US: float | None = None
+"""Default latency budget per decision (``None``: no limit). Wall-clock budgets make results
+depend on machine load, so evaluation runs without one by default; a deployment sets its own
+(``LearnedPolicy.load(path, budget_us=50)``): a decision slower than that falls back to LRU."""
+
+
+class LearnedPolicy(EvictionPolicyBase):
+    """An exported eviction policy. Satisfies :class:`policies.base.EvictionPolicy` (and
+    :class:`~policies.base.PrefetchPolicy`, answering no prefetches for an eviction file).
+
+    At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
+    their features with :mod:`policies.features` (the code the env trains with), scores them and
+    evicts the best. The scores come from the C forward pass (``policies/_mlp.c``, see
+    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A
+    decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
+    ``view.stats.fallbacks``; so does one with no valid candidate.
+
+    ``guard`` (default on: a :class:`ShadowGuard`; ``False`` for the network alone,
+    a :class:`~policies.learned.guards.GuardName` -- ``"shadow"``, ``"trial"``, ``"lru"``,
+    ``"none"``, the options of ``conf/policy/guard/`` -- or a :class:`ShadowGuard` /
+    :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
+    and an S3-FIFO model run in shadow caches of the pool's capacity, and the pool follows
+    whichever hit most over the last window (``guard_decisions`` counts the decisions a
+    heuristic made), so a workload unlike the training data costs little.
+
+    Build with :meth:`load`.
+    """
+
+    name = "learned"
+
+    def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
+                 budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
+                 path: str | None = None, K: int | None = None,
+                 guard: bool | GuardName | str | Guard = True) -> None:
+        self.scorer = scorer
+        self.header = dict(header)
+        self.path = path
+        self.K = int(header["K"]) if K is None else int(K)
+        if self.K < 1:
+            raise ConfigError(f"K must be >= 1 candidates, got {self.K}")
+        self.candidate_rule = str(header.get("candidate_rule", "lru"))
+        if budget_us is not None and budget_us < 0:
+            raise ConfigError(f"budget_us must be >= 0 microseconds or None, got {budget_us}")
+        self.budget_us = budget_us
+        self._budget_ns = None if budget_us is None else int(budget_us * 1000)
+        self._rng = np.random.default_rng(seed)
+        self.tracker = _features.FeatureTracker()
+        if isinstance(guard, str):  # a GuardName ("none": no guard)
+            guard = make_guard(guard) or False
+        if not isinstance(guard, (bool, Guard)):
+            raise ConfigError(f"guard must be True (the default ShadowGuard), False (none), a guard's "
+                              f"name (shadow, trial, lru, none) or a ShadowGuard / Guard / LRUGuard "
+                              f"instance, got {guard!r}")
+        self.guard = (ShadowGuard() if guard is True else guard) if guard else None
+        if self.guard is not None:
+            self.guard.attach(self)
+        self.guard_decisions = 0
+        # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
+        t = self.tracker
+        if self.guard is None:
+            self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
+            self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
+            self.admit = None  # type: ignore[method-assign, assignment]  # the pool admits every miss
+        if self.guard is None or self.guard.model is None:
+            self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
+        self.decisions = 0
+        self.fallbacks = 0
+        # the C forward pass, when it is built and the network reads exactly the features this
+        # code computes (``compiled`` False: the NumPy forward pass, the reference)
+        self._native: Any = scorer.native() if scorer.n_features == _features.F else None
+        self.compiled = self._native is not None
+        self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
+        self._packed = _features._packed_buffer(self.K)
+        self.decision_ns: list[int] = []
+        self.record_latency = False
+
+
+    # construction ------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
+             seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
+             **_: Any) -> LearnedPolicy:
+        """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
+        the file was trained with (the network does not depend on it); ``guard`` as the
+        constructor takes it (``guard="none"``: the network alone). Raises
+        :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""
+        p = os.fspath(path)
+        header, arrays = read_policy_file(p)
+        if header.get("task", "evict") != "evict":
+            raise PolicyFileError(f"policy file {p} is a {header.get('task')!r} policy; "
+                                  "LearnedPolicy loads eviction policies")
+        diffs = diff_feature_spec(header.get("feature_spec") or {}, _features.feature_spec())
+        if diffs:
+            raise PolicyFileError(
+                f"policy file {p} was trained with another feature specification than this code "
+                f"computes: {'; '.join(diffs)}. Retrain/export with this version, or run the "
+                "version that wrote it")
+        scorer = CandidateScorer(arrays)
+        arch = header.get("arch", {})
+        if (arch.get("n_features"), arch.get("n_globals")) != (scorer.n_features, scorer.n_globals):
+            raise PolicyFileError(
+                f"policy file {p}: arch says {arch.get('n_features')} features and "
+                f"{arch.get('n_globals')} globals, weights have {scorer.n_features} and {scorer.n_globals}")
+        if "K" not in header or int(header["K"]) < 1:
+            raise PolicyFileError(f"policy file {p}: header lacks a valid K")
+        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard)
+
+    # decisions ---------------------------------------------------------
+    def observe(self, view: PoolView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, cand, mask, glob)`` exactly as the env builds them for this view."""
+        keys = _features.select_candidates(self.tracker, view, self.K, self.candidate_rule, self._rng)
+        cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
+        return keys, cand, mask, glob
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.tracker.on_hit(view, key)
+        self.guard.access(view, key, True)  # type: ignore[union-attr]
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self.tracker.on_miss(view, key)
+        self.guard.access(view, key, False)  # type: ignore[union-attr]
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.tracker.on_free(view, key)
+        self.guard.free(view, key)  # type: ignore[union-attr]
+
+    def on_free_untracked(self, view: PoolView, key: int) -> None:
+        """A freed object the pool held in host memory only: the guard's shadow caches may
+        still hold it (they are not told whom the pool evicts) and must drop it."""
+        self.guard.free(view, key)  # type: ignore[union-attr]
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        """The pool's admission question (``policies.base``), asked after ``on_miss``: the
+        guard's answer (:meth:`Guard.admit`)."""
+        return self.guard.admit(view, key, size)  # type: ignore[union-attr]
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self.tracker.on_insert(view, key)
+        self.guard.insert(view, key)  # type: ignore[union-attr]
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.tracker.on_evict(view, key)
+        self.guard.evict(view, key)  # type: ignore[union-attr]
+
+    def victim(self, view: PoolView) -> int | None:
+        if self.guard is not None and self.guard.active:
+            self.guard_decisions += self.guard.expert is not None
+            return self.guard.victim(view, self.tracker)
+        budget = self._budget_ns
+        timed = budget is not None or self.record_latency  # else the decision reads no clock
+        t0 = time.perf_counter_ns() if timed else 0
+        self.decisions += 1
+        choice: int | None = None
+        try:
+            tracker, K, v = self.tracker, self.K, self._packed
+            keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng)
+            n = len(keys)
+            if n:
+                buf = self._buf
+                cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
+                choice = keys[self._native.best(buf, n) if self.compiled
+                              else self.scorer.choose_first(cand, glob, n)]
+        except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
+            log.exception("learned policy decision failed; falling back to LRU")
+            choice = None
+        if timed:
+            dt = time.perf_counter_ns() - t0
+            if self.record_latency:
+                self.decision_ns.append(dt)
+            if budget is not None and dt > budget:
+                choice = None
+        if choice is None:
+            self.fallbacks += 1
+            view.stats.fallbacks += 1
+            return self.tracker.victim(view)
+        return choice
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        return ()
+
+    @property
+    def network_decision_ns(self) -> list[int]:
+        """The network's decision times (ns; recorded while ``record_latency`` is set, which
+        must be before the first access): its own, and under a :class:`ShadowGuard` those it
+        made in the guard's shadow pool, where the network decides."""
+        net = getattr(self.guard, "net", None)
+        shadow = net.policy if net is not None else None
+        return self.decision_ns + (shadow.decision_ns if shadow is not None else [])
+
+    def __repr__(self) -> str:
+        return f"LearnedPolicy({self.path!r}, K={self.K}, budget_us={self.budget_us})"
