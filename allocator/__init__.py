@@ -24,7 +24,14 @@ from allocator.errors import (
     TraceError,
     UnknownKey,
 )
-from allocator.pool import EvictionRequest, ObjectInfo, Pool, PoolView
+from allocator.pool import EvictionRequest, ObjectInfo, Pool
+from allocator.seams import (
+    EvictionPolicy,
+    EvictionPolicyBase,
+    PoolView,
+    PrefetchPolicy,
+    PrefetchPolicyBase,
+)
 from allocator.stats import JsonlHook, PoolStats
 from allocator.trace import Kind, Op, Trace
 
@@ -35,5 +42,6 @@ __all__ = [
     "get_preset", "BackendError", "CachegymError", "ConfigError", "InvalidActionError",
     "InvalidVictim", "NotPinned", "NotResident", "ObjectPinned", "ObjectTooLarge", "PolicyFileError", "PoolError",
     "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",
-    "PoolView", "JsonlHook", "PoolStats", "Kind", "Op", "Trace",
+    "PoolView", "JsonlHook", "PoolStats", "Kind", "Op", "Trace", "EvictionPolicy",
+    "EvictionPolicyBase", "PrefetchPolicy", "PrefetchPolicyBase",
 ]

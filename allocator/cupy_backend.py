@@ -543,7 +543,6 @@ def parity_run(backend: Backend, *, seed: int = 0, n_events: int = 600, n_keys: 
     import hashlib
 
     from allocator.pool import Pool
-    from policies.lru import LRU
 
     rng = np.random.default_rng(seed)
     events: list[dict[str, Any]] = []
@@ -551,7 +550,7 @@ def parity_run(backend: Backend, *, seed: int = 0, n_events: int = 600, n_keys: 
     def hook(event: dict[str, Any]) -> None:
         events.append(event)
 
-    pool = Pool(capacity, LRU(), cost=cost, backend=backend, hook=hook)
+    pool = Pool(capacity, cost=cost, backend=backend, hook=hook)  # the default policy: LRU
     truth: dict[int, np.ndarray] = {}
     mismatches = 0
     try:

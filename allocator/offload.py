@@ -62,13 +62,12 @@ from allocator.errors import (
     PoolExhausted,
 )
 from allocator.pool import DEVICE, Pool
+from allocator.seams import PrefetchPolicyBase
 from allocator.trace import Kind, Op, Trace
-from policies.base import PrefetchPolicyBase
 
 if TYPE_CHECKING:
     from allocator.backends import Backend
-    from allocator.pool import PoolView
-    from policies.base import EvictionPolicy, PrefetchPolicy
+    from allocator.seams import EvictionPolicy, PoolView, PrefetchPolicy
 
 __all__ = ["ActivationOffload", "ReversePackOrder", "BudgetTooSmall", "OffloadStats",
            "is_parameter", "TinyTransformer", "make_batches", "lm_loss", "activation_footprint",

@@ -21,18 +21,13 @@ cdef class ObjectInfo:
     cdef public bint dirty, prefetched
 
 
-cdef class PoolView:
-    cdef public Pool _pool
-    cdef public dict _objs
-
-
 cdef class Pool:
     cdef public long long capacity
     cdef public CostModel cost
     cdef public object backend, placement
     cdef public bint bypass_oversize
     cdef public Counters stats
-    cdef public PoolView view
+    cdef public object view
     cdef public object _policy, _prefetcher, _hook
     cdef public bint _write_through, _fast_read, _fast_write, _writing
     cdef public object _touch, _on_hit, _on_miss, _admit, _due

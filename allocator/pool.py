@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import cython
 import numpy as np
@@ -45,20 +45,31 @@ from allocator.errors import (
     PoolExhausted,
     UnknownKey,
 )
+from allocator.seams import (
+    D2H,
+    DEVICE,
+    H2D,
+    HOST,
+    STATE_NAMES,
+    EvictionPolicy,
+    PoolView,
+    PrefetchPolicy,
+    default_eviction_policy,
+    is_noop,
+    optional_hooks,
+    untracked_free_hook,
+)
 from allocator.stats import PoolHook, PoolStats
 from allocator.trace import Op, Trace
 
 if TYPE_CHECKING:
     from allocator.backends import Backend
-    from policies.base import EvictionPolicy, PrefetchPolicy
 
 __all__ = ["Pool", "PoolView", "ObjectInfo", "EvictionRequest", "DEVICE", "HOST", "H2D", "D2H"]
 
 _log = logging.getLogger(__name__)
 
-DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
-STATE_NAMES = ("device", "host", "h2d", "d2h")
 
 
 def load_accelerator(name: str) -> Any:
@@ -172,70 +183,6 @@ class EvictionRequest(NamedTuple):
     view: PoolView
 
 
-@cython.cclass
-class PoolView:
-    """Read-only view of a pool handed to policies. Valid only inside the pool's calls."""
-
-    def __init__(self, pool: Pool) -> None:
-        self._pool = pool
-        self._objs = pool._objs
-
-    @property
-    def tick(self) -> int:
-        """Index of the current event in the pool's event sequence (0-based)."""
-        return self._pool._tick
-
-    @property
-    def now_ns(self) -> int:
-        return self._pool.cost.now
-
-    @property
-    def capacity(self) -> int:
-        return self._pool.capacity
-
-    @property
-    def used(self) -> int:
-        return self._pool._place.used
-
-    @property
-    def bytes_in_flight(self) -> int:
-        return self._pool._inflight_bytes
-
-    @property
-    def cost(self) -> CostModel:
-        return self._pool.cost
-
-    @property
-    def stats(self) -> Counters:
-        return self._pool.stats
-
-    def evictable(self, key: int) -> bool:
-        o = self._objs.get(key)
-        return o is not None and o.state == DEVICE and o.pins == 0
-
-    def candidates(self) -> list[int]:
-        """Evictable keys (resident, unpinned, not in flight), in no particular order."""
-        return [k for k, o in self._objs.items() if o.state == DEVICE and o.pins == 0]
-
-    def info(self, key: int) -> ObjectInfo:
-        return self._objs[key]
-
-    def size(self, key: int) -> int:
-        return self._objs[key].size
-
-    def __contains__(self, key: int) -> bool:
-        return key in self._objs
-
-    def is_resident(self, key: int) -> bool:
-        o = self._objs.get(key)
-        return o is not None and o.state in (DEVICE, H2D)
-
-    @property
-    def writing(self) -> bool:
-        """Whether the access being served is a write (in the policy's hooks of an access)."""
-        return self._pool._writing
-
-
 Placement = Literal["arena", "bytes"]
 
 
@@ -245,7 +192,8 @@ class Pool:
 
     Args:
         capacity: device budget in bytes.
-        policy: eviction policy (default :class:`policies.lru.LRU`).
+        policy: eviction policy (default :class:`policies.lru.LRU`, see
+            :func:`allocator.seams.default_eviction_policy`).
         prefetcher: optional prefetch policy, asked after every access.
         cost: timing model: ``None`` (instant copies), a preset name or :class:`Preset`, or a
             :class:`CostModel`.
@@ -288,9 +236,7 @@ class Pool:
         if backend is not None and placement != "arena":
             raise ConfigError("a backend holds real bytes at arena offsets: use placement='arena'")
         if policy is None:
-            from policies.lru import LRU
-
-            policy = LRU()
+            policy = default_eviction_policy()
         self.capacity = int(capacity)
         self._policy = policy
         self._prefetcher = prefetcher
@@ -394,14 +340,15 @@ class Pool:
         self._fast_read = plain
         self._fast_write = plain and not self._write_through
         policy = self._policy
-        # a class-level ``touch`` only: a wrapper forwarding attributes must not bypass its on_hit
-        self._touch = cast(Any, policy).touch if getattr(type(policy), "touch", None) is not None else None
-        self._on_hit = policy.on_hit
-        self._on_miss = None if _is_noop(policy, "on_miss") else policy.on_miss
-        # optional policy methods (see policies/base.py): admission control and evictions the
+        # the optional members (allocator/seams.py): ``touch`` (of the class only: a wrapper
+        # forwarding attributes must not bypass its on_hit), admission control and evictions the
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
-        self._admit = getattr(policy, "admit", None)
-        self._due = getattr(policy, "pending_evictions", None)
+        hooks = optional_hooks(policy)
+        self._touch = hooks.touch
+        self._on_hit = policy.on_hit
+        self._on_miss = None if is_noop(policy, "on_miss") else policy.on_miss
+        self._admit = hooks.admit
+        self._due = hooks.pending_evictions
 
     # ------------------------------------------------------------------ public API
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
@@ -1067,7 +1014,7 @@ class Pool:
             self.policy.on_free(self.view, key)
             self._release_block(o)
         else:  # in host memory only: a policy with a cache model of its own may still hold it
-            untracked = getattr(self.policy, "on_free_untracked", None)  # optional hook (policies.base)
+            untracked = untracked_free_hook(self.policy)
             if untracked is not None:
                 untracked(self.view, key)
         if self.backend is not None:
@@ -1124,14 +1071,6 @@ class Pool:
             assert st.hits + st.misses == st.accesses
             assert st.prefetch_hits + st.late_prefetches <= st.prefetches
             assert st.writebacks <= st.evictions
-
-
-def _is_noop(policy: Any, hook: str) -> bool:
-    """Whether ``policy``'s ``hook`` is :class:`~policies.base.EvictionPolicyBase`'s no-op."""
-    from policies.base import EvictionPolicyBase
-
-    fn = getattr(type(policy), hook, None)
-    return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
 def _new_pool(cls: type[Pool]) -> Pool:

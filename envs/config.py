@@ -272,7 +272,8 @@ def _missing_file_advice(p: str) -> str:
     ``data/traces/...`` from the project root)."""
     if os.path.isabs(p):
         return "give an existing trace file"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from envs.paths import PROJECT_ROOT as root
+
     if os.path.isfile(os.path.join(root, p)):
         return (f"relative paths are read from the working directory ({os.getcwd()}); the project "
                 f"has {os.path.join(root, p)}: run from {root} or give that path")

@@ -8,7 +8,7 @@
 Every run drives the pool's one access loop (:meth:`Pool.replay`) with a policy from
 :mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, CLOCK, SIEVE, LFU,
 ARC, Belady, and S3-FIFO without a timing model; byte placement; no prefetcher), the compiled
-kernel :func:`allocator.fastreplay.replay_fast`, which is proven to take the same decisions
+kernel :func:`policies.fastreplay.replay_fast`, which is proven to take the same decisions
 (``fast`` column says which ran; ``eval.fast=false`` forces the pool). Decision latency is
 measured on pool runs only (fast runs leave it blank): time in ``policy.victim`` per eviction,
 through :class:`TimedPolicy`; for an exported policy, the time of its network's decisions
@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from allocator.errors import ConfigError
-from allocator.fastreplay import fast_applicable, replay_fast
 from allocator.pool import Pool
 from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
 from envs.common import CAPACITY_OF
 from envs.config import build_guard, enum_value, guard_node, instantiate
+from policies.fastreplay import fast_applicable, replay_fast
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView

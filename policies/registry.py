@@ -250,5 +250,5 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
     if not callable(getattr(obj, method, None)):
         kind = "an eviction policy" if method == "victim" else "a prefetch policy"
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {method}() method, so it "
-                          f"is not {kind} (see policies/base.py)")
+                          f"is not {kind} (see allocator/seams.py)")
     return obj

@@ -29,7 +29,6 @@ COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="bench", required=True)
@@ -51,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
             why = ("it is a directory" if os.path.isdir(args.json) else
                    f"{d} is not a directory" if not os.path.isdir(d) else f"{d} is not writable")
             parser.error(f"argument --json: cannot write {args.json!r}: {why}")
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from allocator.errors import CachegymError
 
     try:

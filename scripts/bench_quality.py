@@ -16,7 +16,7 @@ import glob
 import os
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from envs.paths import PROJECT_ROOT as ROOT
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

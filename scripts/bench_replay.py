@@ -62,9 +62,9 @@ def _zipf(args: argparse.Namespace) -> Any:
 
 def _dl(args: argparse.Namespace) -> Any:
     from allocator.trace import Trace
+    from envs.paths import project_path
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = args.dl_trace or os.path.join(root, "data", "traces", "gpt.npz")
+    path = args.dl_trace or project_path("data", "traces", "gpt.npz")
     if os.path.exists(path):
         return Trace.load(path)
     from envs.workloads import generate
@@ -102,8 +102,8 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import libcachesim as lcs
 
-    from allocator.fastreplay import UNTIMED_ONLY, replay_fast, warm_up
     from envs.workloads import read_trace, write_oracle_general
+    from policies.fastreplay import UNTIMED_ONLY, replay_fast, warm_up
 
     warm_up()  # JIT compilation (or loading numba's cache) happens here, outside the timings
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             res = mr_lcs = None
             for _ in range(max(1, args.repeat)):  # interleaved: both see the same machine load
                 dt, res = _best(ours, 1)
-                if res is None:  # S3-FIFO where its pool and model part (allocator/fastreplay.py)
+                if res is None:  # S3-FIFO where its pool and model part (policies/fastreplay.py)
                     break
                 t_ours = min(t_ours, dt)
                 dt, _ = _best(ours_e2e, 1)

@@ -17,9 +17,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from allocator.errors import CachegymError  # noqa: E402
+from allocator.errors import CachegymError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,9 +34,7 @@ import time
 import traceback
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from envs.paths import PROJECT_ROOT as ROOT
 
 GPU_MODEL = {"vocab": 4096, "d": 768, "heads": 12, "layers": 6, "seq": 512, "batch": 8}
 CPU_MODEL = {"vocab": 64, "d": 32, "heads": 2, "layers": 2, "seq": 16, "batch": 4}

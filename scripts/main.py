@@ -18,10 +18,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from allocator.errors import CachegymError  # noqa: E402
-from policies.training.config import register_train_configs  # noqa: E402
+from allocator.errors import CachegymError
+from policies.training.config import register_train_configs
 
 register_train_configs()
 

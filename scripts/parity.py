@@ -23,10 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from allocator.errors import CachegymError  # noqa: E402
-from envs.workloads.formats import FORMATS, read_trace  # noqa: E402
+from allocator.errors import CachegymError
+from envs.workloads.formats import FORMATS, read_trace
 
 
 def _number(text: str) -> int | float:

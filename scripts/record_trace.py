@@ -10,8 +10,6 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def _positive(text: str) -> int:
     n = int(text)

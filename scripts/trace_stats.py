@@ -9,11 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from allocator.errors import CachegymError  # noqa: E402
-from envs.workloads.formats import FORMATS, read_trace  # noqa: E402
-from envs.workloads.stats import format_stats, plot_reuse_histogram, trace_stats  # noqa: E402
+from allocator.errors import CachegymError
+from envs.workloads.formats import FORMATS, read_trace
+from envs.workloads.stats import format_stats, plot_reuse_histogram, trace_stats
 
 
 def main(argv: list[str] | None = None) -> int:

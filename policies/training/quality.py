@@ -17,12 +17,13 @@ from typing import Any
 from allocator.errors import ConfigError
 from allocator.trace import Trace
 from envs.evaluation import RunSpec, learned_name, normalized_hit_rate, resolve_capacity, run_one
+from envs.paths import PROJECT_ROOT
 
 __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out",
            "quality_rows", "format_quality", "verdict"]
 
 HEURISTICS = ("lru", "lfu", "arc", "s3fifo", "gdsf")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = PROJECT_ROOT
 
 
 @dataclass(frozen=True)

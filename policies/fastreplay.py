@@ -5,7 +5,7 @@ SLRU and GDSF (these three without a timing model: :data:`UNTIMED_ONLY`), with t
 parameters, through a numba kernel (one, and a second for S3-FIFO, SLRU and GDSF, whose
 models the pool follows) that takes the same
 decisions as the pool's access loop driven by the policy classes in :mod:`policies`, request
-by request (tests/allocator/test_fastreplay.py proves it: hit/miss sequence, eviction
+by request (tests/policies/test_fastreplay.py proves it: hit/miss sequence, eviction
 victims, every counter of :class:`~allocator.stats.PoolStats`). It applies only where the pool
 path is plain: byte-accounting placement, no prefetcher, no backend, no hook, nothing pinned.
 The timing model (a :class:`~allocator.cost.Preset`) is reproduced exactly: demand fetches

@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.fastreplay import (
+from allocator.pool import Pool
+from allocator.trace import Op, Trace
+from policies.base import EvictionPolicy
+from policies.fastreplay import (
     BYPASS,
     FAST_POLICIES,
     FREE,
@@ -21,9 +24,6 @@ from allocator.fastreplay import (
     replay_fast,
     warm_up,
 )
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from policies.base import EvictionPolicy
 from policies.registry import make_eviction
 
 

@@ -1,0 +1,266 @@
+"""The seams between the pool and its policies: the read-only view, the two policy protocols and
+their no-op bases. :mod:`policies.base` re-exports them; ``allocator`` imports nothing from
+``policies`` (the one exception is :func:`default_eviction_policy`, see there).
+
+An :class:`EvictionPolicy` answers ``victim(view) -> key`` from a read-only view of the pool and
+may observe hooks. The pool calls, for every access of object ``k``:
+
+* hit:  ``on_hit(view, k)`` (or ``touch(k)``, see below)
+* miss: ``on_miss(view, k)``, then ``admit(view, k, size)``, then ``victim(view)`` /
+  ``on_evict(view, v)`` until the object fits, then ``on_insert(view, k)`` (an object larger
+  than a ``oversize="bypass"`` pool, or one the policy does not admit, is never inserted)
+* prefetch of ``k`` (issued by a prefetch policy or ``Pool.prefetch``): evictions as above, then
+  ``on_insert(view, k)``
+* free of a tracked (resident or incoming) object: ``on_free(view, k)``; of an object in host
+  memory only, ``on_free_untracked(view, k)``
+* after every access: ``pending_evictions()``
+
+A policy therefore tracks exactly the objects that are on the device or being copied there.
+
+The optional members, declared by :class:`EvictionPolicyBase` as ``None`` ("the policy has
+none"; a policy may also set one to ``None`` on an instance, and one written against the six
+required methods alone may omit them):
+
+* ``touch``: a callable of the key alone with exactly ``on_hit``'s effect, which the pool's hit
+  fast path then calls instead of ``on_hit`` (:class:`policies.lru.LRU` hands out its
+  ``OrderedDict.move_to_end``). Read from the policy's class only: a wrapper forwarding
+  attributes must not bypass its own ``on_hit``.
+* ``admit(view, key, size) -> bool``, asked after ``on_miss``: ``False`` leaves the object in
+  host memory (as an oversize bypass: no ``on_insert``). Consulted only by pools without a
+  backend: with real bytes every access must land on the device. (libCacheSim's S3-FIFO and
+  GDSF may refuse to admit an object.)
+* ``pending_evictions() -> Iterable[int]``, asked after every access: the pool evicts each
+  listed evictable object at once (``on_evict`` is called as for any eviction), except the
+  object just accessed, which stays on the device until the next event. (libCacheSim's SLRU
+  demotes and evicts during a hit.)
+* ``on_free_untracked(view, key)``: the free of an object the pool holds in host memory only,
+  for a policy that models a cache of its own, which may still hold an object the pool evicted
+  (:class:`~policies.shadow.ShadowPolicy`, the learned policy's guard).
+
+Hooks left as the no-ops of :class:`EvictionPolicyBase` may be skipped by the pool (an identity
+check: :func:`is_noop`).
+
+``victim`` must return a key for which ``view.evictable(key)`` is true (resident, unpinned, not
+in flight), or ``None`` when it has none; the pool raises :class:`~allocator.errors.InvalidVictim`
+otherwise. ``view.tick`` is the index of the current event in the pool's event sequence (the
+trace row when the pool replays a trace from its start), which oracles use to read the future.
+
+A :class:`PrefetchPolicy` answers ``prefetch(view, key) -> keys`` after every access of ``key``;
+the pool prefetches the returned keys that are known and not resident, in order.
+
+Heuristic, oracle and learned policies are the same kind of object: the evaluator, the
+environments and the allocator cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
+
+if TYPE_CHECKING:
+    from allocator.cost import CostModel
+    from allocator.pool import Counters, ObjectInfo, Pool
+
+__all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
+           "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook", "is_noop",
+           "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "STATE_NAMES"]
+
+# residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
+# device, in flight to the host (a dirty victim being written back)
+DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
+STATE_NAMES = ("device", "host", "h2d", "d2h")
+
+
+class PoolView:
+    """Read-only view of a pool handed to policies. Valid only inside the pool's calls."""
+
+    __slots__ = ("_pool", "_objs")
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._objs = pool._objs
+
+    @property
+    def tick(self) -> int:
+        """Index of the current event in the pool's event sequence (0-based)."""
+        return self._pool._tick
+
+    @property
+    def now_ns(self) -> int:
+        return self._pool.cost.now
+
+    @property
+    def capacity(self) -> int:
+        return self._pool.capacity
+
+    @property
+    def used(self) -> int:
+        return self._pool._place.used
+
+    @property
+    def bytes_in_flight(self) -> int:
+        return self._pool._inflight_bytes
+
+    @property
+    def cost(self) -> CostModel:
+        return self._pool.cost
+
+    @property
+    def stats(self) -> Counters:
+        return self._pool.stats
+
+    def evictable(self, key: int) -> bool:
+        o = self._objs.get(key)
+        return o is not None and o.state == DEVICE and o.pins == 0
+
+    def candidates(self) -> list[int]:
+        """Evictable keys (resident, unpinned, not in flight), in no particular order."""
+        return [k for k, o in self._objs.items() if o.state == DEVICE and o.pins == 0]
+
+    def info(self, key: int) -> ObjectInfo:
+        return self._objs[key]
+
+    def size(self, key: int) -> int:
+        return self._objs[key].size
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._objs
+
+    def is_resident(self, key: int) -> bool:
+        o = self._objs.get(key)
+        return o is not None and o.state in (DEVICE, H2D)
+
+    @property
+    def writing(self) -> bool:
+        """Whether the access being served is a write (in the policy's hooks of an access)."""
+        return self._pool._writing
+
+
+@runtime_checkable
+class EvictionPolicy(Protocol):
+    """Every member the pool reads of an eviction policy (the module docstring gives the order).
+    The last four are optional: ``None`` where the policy has none (see
+    :class:`EvictionPolicyBase`)."""
+
+    name: str
+
+    def victim(self, view: PoolView) -> int | None: ...
+    def on_hit(self, view: PoolView, key: int) -> None: ...
+    def on_miss(self, view: PoolView, key: int) -> None: ...
+    def on_insert(self, view: PoolView, key: int) -> None: ...
+    def on_evict(self, view: PoolView, key: int) -> None: ...
+    def on_free(self, view: PoolView, key: int) -> None: ...
+
+    @property
+    def touch(self) -> Callable[[int], object] | None: ...
+    @property
+    def admit(self) -> Callable[[PoolView, int, int], bool] | None: ...
+    @property
+    def pending_evictions(self) -> Callable[[], Iterable[int]] | None: ...
+    @property
+    def on_free_untracked(self) -> Callable[[PoolView, int], None] | None: ...
+
+
+@runtime_checkable
+class PrefetchPolicy(Protocol):
+    name: str
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]: ...
+
+
+class EvictionPolicyBase:
+    """Convenience base: no-op hooks, and ``None`` for every optional member (the policy has
+    none). Subclasses implement :meth:`victim` and what they need: a subclass defines an
+    optional member as a method (or property) of that name."""
+
+    name = "base"
+
+    # the optional members (module docstring): None, the policy has none
+    admit: Callable[[PoolView, int, int], bool] | None = None
+    pending_evictions: Callable[[], Iterable[int]] | None = None
+    on_free_untracked: Callable[[PoolView, int], None] | None = None
+
+    def victim(self, view: PoolView) -> int | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        pass
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        pass
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        pass
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        pass
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        pass
+
+    @property
+    def touch(self) -> Callable[[int], object] | None:
+        """``on_hit`` as a callable of the key alone, or ``None`` (the pool calls ``on_hit``)."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class PrefetchPolicyBase:
+    name = "none"
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        return ()
+
+
+class OptionalHooks(NamedTuple):
+    """A policy's optional members as the pool uses them, each ``None`` where it has none."""
+
+    touch: Callable[[int], object] | None
+    admit: Callable[[PoolView, int, int], bool] | None
+    pending_evictions: Callable[[], Iterable[int]] | None
+
+
+def optional_hooks(policy: EvictionPolicy) -> OptionalHooks:
+    """``policy``'s optional members (module docstring), read once when the pool's policy is set.
+
+    A policy deriving from :class:`EvictionPolicyBase` has every member; one that satisfies only
+    the six required methods (written before the optional ones were declared, or a proxy) has
+    none of those it omits. ``touch`` is read only where the policy's class declares it.
+    """
+    cls_touch = getattr(type(policy), "touch", None)
+    if isinstance(policy, EvictionPolicyBase):
+        return OptionalHooks(policy.touch if cls_touch is not None else None, policy.admit,
+                             policy.pending_evictions)
+    return OptionalHooks(  # a structural policy: its omitted members count as None
+        cast(Any, policy).touch if cls_touch is not None else None,
+        getattr(policy, "admit", None), getattr(policy, "pending_evictions", None))
+
+
+def untracked_free_hook(policy: EvictionPolicy) -> Callable[[PoolView, int], None] | None:
+    """``policy.on_free_untracked``, or ``None`` where it has none (read at each such free:
+    a policy may drop it at any time by setting it to ``None``)."""
+    if isinstance(policy, EvictionPolicyBase):
+        return policy.on_free_untracked
+    return getattr(policy, "on_free_untracked", None)  # a structural policy may omit it
+
+
+def is_noop(policy: EvictionPolicy, hook: str) -> bool:
+    """Whether ``policy``'s ``hook`` is :class:`EvictionPolicyBase`'s no-op (an identity check:
+    the pool may skip calling it)."""
+    fn = getattr(type(policy), hook, None)
+    return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
+
+
+def default_eviction_policy() -> EvictionPolicy:
+    """A new :class:`policies.lru.LRU`: the policy of ``Pool(capacity)`` without one.
+
+    The one reference from ``allocator`` to ``policies``, deliberately made at call time (so
+    that the import graph of the modules has no edge from ``allocator`` to ``policies``): the
+    pool's default is the one LRU, not a second copy of it here, and ``Pool(capacity)`` must work
+    with nothing but ``allocator`` imported. Pass a policy to avoid it.
+    """
+    from policies.lru import LRU
+
+    return LRU()
