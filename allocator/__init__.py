@@ -18,6 +18,7 @@ from allocator.errors import (
     NotResident,
     ObjectPinned,
     ObjectTooLarge,
+    PolicyError,
     PolicyFileError,
     PoolError,
     PoolExhausted,
@@ -40,7 +41,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Arena", "ByteAccounting", "Backend", "NumpyBackend", "PRESETS", "CostModel", "Preset",
     "get_preset", "BackendError", "CachegymError", "ConfigError", "InvalidActionError",
-    "InvalidVictim", "NotPinned", "NotResident", "ObjectPinned", "ObjectTooLarge", "PolicyFileError", "PoolError",
+    "InvalidVictim", "NotPinned", "NotResident", "ObjectPinned", "ObjectTooLarge", "PolicyError", "PolicyFileError",
+    "PoolError",
     "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",
     "PoolView", "JsonlHook", "PoolStats", "Kind", "Op", "Trace", "EvictionPolicy",
     "EvictionPolicyBase", "PrefetchPolicy", "PrefetchPolicyBase",

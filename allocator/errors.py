@@ -5,7 +5,10 @@
     ├── ConfigError           a configuration value is invalid (names the key and the allowed values)
     ├── PolicyFileError       an exported policy file is corrupt, truncated or mismatched
     ├── InvalidActionError    an agent's action is out of range or masked
-    ├── BackendError          a backend failed (CUDA error, device mismatch); the pool stays consistent
+    ├── BackendError          a backend failed (CUDA error, device mismatch, a failed copy); the pool
+    │                         stays consistent and keeps the last good copy of every object
+    ├── PolicyError           an eviction or prefetch policy raised in one of its hooks (names the
+    │                         policy, the hook and the key; the policy's exception is the cause)
     └── PoolError             a pool operation cannot be carried out; the pool is unchanged
         ├── ObjectTooLarge    an object is larger than the pool's capacity
         ├── PoolExhausted     no space can be made: everything resident is pinned or in flight
@@ -69,7 +72,37 @@ class InvalidActionError(CachegymError, ValueError):
 
 
 class BackendError(CachegymError, RuntimeError):
-    """A backend operation failed (e.g. a CUDA error or a mismatched device)."""
+    """A backend operation failed (e.g. a CUDA error or a mismatched device).
+
+    A failed copy of a pool's object is raised once, by the pool operation that waits for it,
+    with ``key`` (the object) and ``direction`` (``"h2d"``: a fetch, the object stays in host
+    memory; ``"d2h"``: a write-back, the object stays on the device, dirty); both are ``None``
+    for errors that concern no one object.
+    """
+
+    def __init__(self, message: str, *, key: int | None = None,
+                 direction: str | None = None) -> None:
+        self.key, self.direction = key, direction
+        super().__init__(message)
+
+
+class PolicyError(CachegymError, RuntimeError):
+    """A policy raised in a hook the pool called. ``policy``: the policy object; ``hook``: the
+    member called (``"victim"``, ``"on_insert"``, ..., ``"prefetch"``); ``key``: the object the
+    call was about (for ``victim``, the object being made room for). The policy's exception is
+    chained as ``__cause__``. The pool is consistent: an event the hook announced in advance
+    (a miss, an insertion, an eviction, a free) is undone, one it reported after the fact (a
+    hit, pending evictions, prefetches after an access) stands.
+    """
+
+    def __init__(self, policy: object, hook: str, key: object, cause: BaseException,
+                 outcome: str) -> None:
+        self.policy, self.hook, self.key = policy, hook, key
+        name = getattr(policy, "name", None) or type(policy).__name__
+        super().__init__(
+            f"policy {name!r} ({type(policy).__name__}) raised {cause!r} in {hook} for key "
+            f"{key!r}; {outcome}. Fix the policy's {hook} (its exception is chained as the cause)"
+        )
 
 
 class PoolError(CachegymError):

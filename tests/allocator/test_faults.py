@@ -1,0 +1,296 @@
+"""Faults: a copy that fails (host-to-device, device-to-host; at launch or when waited for) and a
+policy hook that raises must leave the pool consistent, lose no data and be raised once, typed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from pool_faults import (
+    EVICTION_HOOKS,
+    FaultyBackend,
+    HookFault,
+    HookFaults,
+    RaisingPolicy,
+    RaisingPrefetcher,
+)
+
+from allocator.arena import ALIGN
+from allocator.errors import BackendError, PolicyError
+from allocator.pool import DEVICE, H2D, Pool, PoolView
+from policies.lru import LRU
+
+B = ALIGN
+COSTS = [None, "a100_pcie4"]  # instant copies (retired at once) and copies in flight
+
+
+def _data(seed: int, n: int = B) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def _tracked(p: Pool) -> set[int]:
+    return {k for k, o in p._objs.items() if o.state in (DEVICE, H2D)}
+
+
+def _ops(p: Pool, fn: Callable[[], object]) -> list[BackendError]:
+    """Run ``fn``; a BackendError is collected (and the invariants checked either way)."""
+    errors = []
+    try:
+        fn()
+    except BackendError as e:
+        errors.append(e)
+    p._check()
+    return errors
+
+
+# ---------------------------------------------------------------------- device-to-host
+@pytest.mark.parametrize("at_launch", [False, True])
+@pytest.mark.parametrize("cost", COSTS)
+def test_a_failed_write_back_keeps_the_victim_on_the_device(cost: str | None, at_launch: bool) -> None:
+    be = FaultyBackend()
+    p = Pool(2 * B, cost=cost, backend=be)
+    d = {k: _data(k) for k in range(1, 9)}
+    p.put(1, d[1])
+    p.put(2, d[2])
+    be.arm("d2h", key=1, at_launch=at_launch)
+    errors: list[BackendError] = []
+    for k in range(3, 9):  # 1 is evicted first (LRU), dirty: its write-back fails
+        errors += _ops(p, lambda k=k: p.put(k, d[k]))  # type: ignore[misc]
+    assert len(errors) == 1, errors
+    e = errors[0]
+    assert (e.key, e.direction) == (1, "d2h") and e.__cause__ is be.failures[0]
+    assert "object 1" in str(e) and "stays on the device" in str(e)
+    for k in range(1, 9):  # nothing lost, and no block leaked: every object fits in turn
+        assert p.get(k).tobytes() == d[k].tobytes(), k
+        p._check()
+    assert set(p.policy.order()) == _tracked(p)  # type: ignore[attr-defined]
+    p.close()
+
+
+def _evict_1_with_its_write_back_in_flight(be: FaultyBackend, at_launch: bool) -> tuple[Pool, np.ndarray]:
+    """Object 1 (dirty, one block) evicted by a write-allocate that needs object 2's two blocks
+    as well: nothing waits for 1's write-back, which fails."""
+    p = Pool(3 * B, cost="a100_pcie4", backend=be)
+    d1 = _data(1)
+    p.put(1, d1)
+    p.put(2, _data(2, 2 * B))
+    p.flush()
+    p.access(1, B, write=True)
+    be.arm("d2h", key=1, at_launch=at_launch)
+    p.access(3, 2 * B, write=True)
+    assert p._objs[1].state != DEVICE and p._releases
+    return p, d1
+
+
+@pytest.mark.parametrize("at_launch", [False, True])
+def test_a_failed_write_back_found_by_the_next_access_of_the_victim(at_launch: bool) -> None:
+    be = FaultyBackend()
+    p, d1 = _evict_1_with_its_write_back_in_flight(be, at_launch)
+    used = p._place.used
+    with pytest.raises(BackendError) as ei:
+        p.get(1)
+    assert (ei.value.key, ei.value.direction) == (1, "d2h")
+    p._check()
+    o = p._objs[1]
+    assert o.state == DEVICE and o.dirty and p._place.used == used and not p._releases
+    assert p.get(1).tobytes() == d1.tobytes()  # raised once: now a hit
+    p.flush()
+    assert be.host_buffer(1).tobytes() == d1.tobytes()  # type: ignore[union-attr]
+    p.close()
+
+
+def test_a_failed_write_back_of_a_freed_object_is_not_raised() -> None:
+    be = FaultyBackend()
+    p, _ = _evict_1_with_its_write_back_in_flight(be, False)
+    p.free(1)  # its bytes are dropped anyway
+    for k in (4, 5, 6, 2, 3):
+        p.access(k, B)
+        p._check()
+    p.flush()
+    p._check()
+    p.close()
+
+
+@pytest.mark.parametrize("write_policy", ["write-back", "write-through"])
+def test_flush_raises_a_failed_copy_and_keeps_the_object_dirty(write_policy: str) -> None:
+    be = FaultyBackend()
+    p = Pool(4 * B, cost="a100_pcie4", backend=be, write_policy=write_policy)  # type: ignore[arg-type]
+    d1, d2 = _data(1), _data(2)
+    if write_policy == "write-back":
+        p.put(1, d1)
+        p.put(2, d2)
+        be.arm("d2h", key=1)
+    else:
+        be.arm("d2h", key=1)
+        p.put(1, d1)  # its write-through copy fails
+        p.put(2, d2)
+    with pytest.raises(BackendError) as ei:
+        p.flush()
+    assert (ei.value.key, ei.value.direction) == (1, "d2h")
+    p._check()
+    assert p._objs[1].dirty and p._objs[1].state == DEVICE and not p._objs[2].dirty
+    assert be.host_buffer(2).tobytes() == d2.tobytes()  # type: ignore[union-attr]
+    p.flush()  # raised once; the second flush writes it
+    assert not p._objs[1].dirty
+    assert be.host_buffer(1).tobytes() == d1.tobytes()  # type: ignore[union-attr]
+    p.close()
+
+
+def test_a_failed_write_through_copy_is_written_back_at_eviction() -> None:
+    be = FaultyBackend()
+    p = Pool(2 * B, cost="a100_pcie4", backend=be, write_policy="write-through")
+    d = {k: _data(k) for k in range(1, 6)}
+    be.arm("d2h", key=1)
+    p.put(1, d[1])  # clean as far as the pool knows until the failed copy is waited for
+    errors: list[BackendError] = []
+    for k in range(2, 6):
+        errors += _ops(p, lambda k=k: p.put(k, d[k]))  # type: ignore[misc]
+    assert [(e.key, e.direction) for e in errors] == [(1, "d2h")]
+    for k in range(1, 6):
+        assert p.get(k).tobytes() == d[k].tobytes(), k
+    p.close()
+
+
+# ---------------------------------------------------------------------- host-to-device
+@pytest.mark.parametrize("at_launch", [False, True])
+@pytest.mark.parametrize("cost", COSTS)
+def test_a_failed_fetch_leaves_the_object_in_host_memory(cost: str | None, at_launch: bool) -> None:
+    be = FaultyBackend()
+    p = Pool(2 * B, cost=cost, backend=be)
+    d1 = _data(1)
+    p.put(1, d1)
+    p.put(2, _data(2))
+    p.put(3, _data(3))  # evicts 1 (written back)
+    p.flush()
+    before = (p.snapshot().accesses, p.snapshot().misses, p._place.used, sorted(_tracked(p)))
+    be.arm("h2d", key=1, at_launch=at_launch)
+    with pytest.raises(BackendError) as ei:
+        p.get(1)
+    assert (ei.value.key, ei.value.direction) == (1, "h2d") and "host memory" in str(ei.value)
+    p._check()
+    assert p.state(1) == "host"
+    # the access did not happen; the block allocated for it is free again (the victim it
+    # evicted to make room stays evicted)
+    st = p.snapshot()
+    assert (st.accesses, st.misses) == before[:2]
+    assert p._place.used <= before[2]
+    assert set(p.policy.order()) == _tracked(p)  # type: ignore[attr-defined]
+    assert p.get(1).tobytes() == d1.tobytes()
+    p._check()
+    p.close()
+
+
+@pytest.mark.parametrize("at_launch", [False, True])
+def test_a_failed_prefetch_leaves_the_object_in_host_memory(at_launch: bool) -> None:
+    be = FaultyBackend()
+    p = Pool(3 * B, cost="a100_pcie4", backend=be)
+    d1 = _data(1)
+    for k in (1, 2, 3, 4):  # 1 is evicted and written back
+        p.put(k, d1 if k == 1 else _data(k))
+    p.flush()
+    be.arm("h2d", key=1, at_launch=at_launch)
+    assert p.prefetch(1)
+    assert p._objs[1].state in (H2D, DEVICE)
+    errors = _ops(p, lambda: p.access(1, B))
+    assert [(e.key, e.direction) for e in errors] == [(1, "h2d")]
+    assert p.state(1) == "host"
+    assert set(p.policy.order()) == _tracked(p)  # type: ignore[attr-defined]
+    assert p.get(1).tobytes() == d1.tobytes()
+    p._check()
+    p.close()
+
+
+def test_a_new_object_whose_first_fetch_fails_is_not_created() -> None:
+    be = FaultyBackend()
+    p = Pool(2 * B, backend=be)
+    be.arm("h2d", key=7)
+    with pytest.raises(BackendError):
+        p.access(7, B)
+    assert 7 not in p and be.host_buffer(7) is None
+    p._check()
+    p.access(7, B)
+    assert p.get(7).tobytes() == bytes(B)
+    p.close()
+
+
+# ---------------------------------------------------------------------- policy hooks
+class _Nothing:
+    name = "nothing"
+
+    def prefetch(self, view: PoolView, key: int) -> list[int]:
+        return []
+
+
+def _hook_pool(hook: str) -> tuple[Pool, RaisingPolicy]:
+    faults = HookFaults()
+    pol = RaisingPolicy(LRU(), faults)
+    p = Pool(2 * B, pol, cost="a100_pcie4", placement="bytes",
+             prefetcher=RaisingPrefetcher(_Nothing(), faults) if hook == "prefetch" else None,
+             hook=(lambda ev: None) if hook == "on_hit" else None)  # on_hit: the slow hit path
+    return p, pol
+
+
+# hook -> (setup, the failing operation, its key, whether the event stands)
+SCENARIOS: dict[str, tuple[Callable[[Pool], object], Callable[[Pool], object], int, bool]] = {
+    "victim": (lambda p: (p.access(1, B), p.access(2, B)), lambda p: p.access(3, B), 3, False),
+    "on_hit": (lambda p: p.access(1, B), lambda p: p.access(1, B), 1, True),
+    "touch": (lambda p: p.access(1, B), lambda p: p.access(1, B, True), 1, True),
+    "on_miss": (lambda p: None, lambda p: p.access(1, B), 1, False),
+    "admit": (lambda p: None, lambda p: p.access(1, B), 1, False),
+    "on_insert": (lambda p: p.access(1, B), lambda p: p.access(2, B, True), 2, False),
+    "on_evict": (lambda p: (p.access(1, B, True), p.access(2, B)), lambda p: p.access(3, B), 1, False),
+    "on_free": (lambda p: p.access(1, B), lambda p: p.free(1), 1, False),
+    "on_free_untracked": (lambda p: [p.access(k, B) for k in (1, 2, 3)], lambda p: p.free(1), 1, False),
+    "pending_evictions": (lambda p: p.access(1, B), lambda p: p.access(2, B), 2, True),
+    "prefetch": (lambda p: p.access(1, B), lambda p: p.access(2, B), 2, True),
+}
+
+
+@pytest.mark.parametrize("hook", [*EVICTION_HOOKS, "prefetch", "on_insert/prefetch"])
+def test_a_raising_policy_hook_is_raised_typed_and_leaves_the_pool_consistent(hook: str) -> None:
+    if hook == "on_insert/prefetch":
+        hook, setup, op, key, stands = ("on_insert", lambda p: None,
+                                        lambda p: p.prefetch(5, B), 5, False)
+    else:
+        setup, op, key, stands = SCENARIOS[hook]
+    p, pol = _hook_pool(hook)
+    setup(p)
+    before = (sorted(p._objs), sorted(_tracked(p)), p.snapshot())
+    pol.arm(hook)
+    with pytest.raises(PolicyError) as ei:
+        op(p)
+    e = ei.value
+    assert pol.faults.fired and pol.faults.armed is None
+    assert e.hook == hook and e.key == key and isinstance(e.__cause__, HookFault)
+    assert e.policy is (p.prefetcher if hook == "prefetch" else pol)
+    assert hook in str(e) and repr(key) in str(e) and "Fix the policy" in str(e)
+    p._check()
+    assert set(pol.inner.order()) == _tracked(p)  # type: ignore[attr-defined]
+    if not stands:  # undone: the pool is as it was
+        assert (sorted(p._objs), sorted(_tracked(p))) == before[:2]
+        st, st0 = p.snapshot(), before[2]
+        assert (st.accesses, st.hits, st.misses, st.evictions, st.frees) == (
+            st0.accesses, st0.hits, st0.misses, st0.evictions, st0.frees)
+    for i, k in enumerate([1, 2, 3, 4, 1, 5, 2, 2, 6, 1]):  # the pool goes on; no KeyError later
+        if i % 4 == 3 and k in p:
+            p.free(k)
+        else:
+            p.access(k, B, write=i % 2 == 0)
+        p._check()
+        assert set(pol.inner.order()) == _tracked(p)  # type: ignore[attr-defined]
+
+
+def test_a_raising_hook_in_the_externally_driven_loop() -> None:
+    """``Pool.steps`` (the environments' driver) undoes a miss whose ``on_insert`` raised."""
+    pol = RaisingPolicy(LRU())
+    p = Pool(2 * B, pol, placement="bytes")
+    p.access(1, B)
+    p.access(2, B)
+    pol.arm("on_insert")
+    gen = p.steps(3, B)
+    req = next(gen)
+    with pytest.raises(PolicyError, match="on_insert"):
+        gen.send(pol.inner.victim(req.view))
+    p._check()
+    assert 3 not in p and set(pol.inner.order()) == _tracked(p)
