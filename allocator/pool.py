@@ -10,6 +10,16 @@ Residency of an object: ``DEVICE``, ``HOST``, in flight to the device (``H2D``) 
 copy to host completes; pinned objects are never evicted; a freed object is dropped everywhere
 without write-back.
 
+Faults: a copy the backend reports failed is raised once, as a :class:`BackendError` naming the
+object and the direction, by the first pool operation that waits for it, and the object keeps its
+last good copy: a failed fetch leaves it in host memory (its new block is freed), a failed
+write-back leaves it on the device, dirty, in the block it had (nothing is released). A failure
+whose copy no longer matters (the object was freed, or a newer copy supersedes it) is not raised.
+A policy hook that raises is raised as a :class:`PolicyError`; an event it announced beforehand
+(``on_miss``, ``admit``, ``victim``, ``on_insert``, ``on_evict``, ``on_free``) is undone first
+(evictions already made for it stay), one it reported afterwards (a hit, pending evictions,
+prefetches) stands. Either way ``_check``'s invariants hold.
+
 Locking: every public method takes ``_lock`` (re-entrant); all access to ``_objs``, the
 placement, the clock and the stats requires it. A ``steps`` generator holds the lock from its
 first ``next`` until it finishes or is closed.
@@ -36,12 +46,14 @@ import numpy as np
 from allocator.arena import ALIGN, Arena, ByteAccounting
 from allocator.cost import CostModel, Preset
 from allocator.errors import (
+    BackendError,
     ConfigError,
     InvalidVictim,
     NotPinned,
     NotResident,
     ObjectPinned,
     ObjectTooLarge,
+    PolicyError,
     PoolExhausted,
     UnknownKey,
 )
@@ -276,8 +288,16 @@ class Pool:
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
               "_n_evictable", "_writing")
 
+    # made anew by _attach_runtime (the lock and what holds references into this instance)
+    _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
+                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due")
+
     def __reduce__(self) -> tuple[Any, ...]:
-        extra = getattr(self, "__dict__", None)  # a Python subclass's own attributes
+        # a Python subclass's own attributes (interpreted, the instance dict holds every
+        # attribute: the state is taken from _STATE, the runtime ones are made anew)
+        d = getattr(self, "__dict__", None)
+        extra = None if d is None else {k: v for k, v in d.items()
+                                        if k not in Pool._STATE and k not in Pool._RUNTIME}
         return (_new_pool, (type(self),), ({k: getattr(self, k) for k in Pool._STATE}, extra))
 
     def __setstate__(self, state: tuple[dict[str, Any], dict[str, Any] | None]) -> None:
@@ -376,10 +396,14 @@ class Pool:
                     o.dirty = True
                 self._writing = write
                 touch = self._touch
-                if touch is not None:
-                    touch(key)
-                else:
-                    self._on_hit(self.view, key)
+                try:
+                    if touch is not None:
+                        touch(key)
+                    else:
+                        self._on_hit(self.view, key)
+                except Exception as e:  # the hit stands
+                    raise self._policy_error(self._policy, "on_hit" if touch is None else "touch",
+                                             key, e, True) from e
                 if self._due is not None:
                     self._evict_due(key)
                 if compute_ns:
@@ -391,15 +415,15 @@ class Pool:
             o, need, old_size = self._begin(key, size, kind, write)
             if need > 0:
                 place = self._place
-                # no block can fit while fewer bytes than that are free: skip the attempt
-                offset = place.alloc(need) if place.capacity - place.used >= need else None
-                if offset is None:
-                    try:
-                        offset = self._make_room_policy(size, need)
-                    except BaseException:
-                        self._undo_miss(o, size, old_size)
-                        raise
-                self._insert(o, offset, need, write, old_size)
+                try:
+                    # no block can fit while fewer bytes than that are free: skip the attempt
+                    offset = place.alloc(need) if place.capacity - place.used >= need else None
+                    if offset is None:
+                        offset = self._make_room_policy(key, size, need)
+                    self._insert(o, offset, need, write, old_size)
+                except BaseException:
+                    self._undo_miss(o, size, old_size)
+                    raise
             if need >= 0:
                 self._end(o, write, False)
             if self._due is not None:
@@ -455,13 +479,37 @@ class Pool:
                 self._n_evictable += 1
 
     def flush(self) -> None:
-        """Write every dirty resident object back to host and wait for all copies."""
+        """Write every dirty resident object back to host and wait for all copies. A copy that
+        failed raises :class:`BackendError` (once) after all the others completed; its object
+        stays on the device, dirty, and the next flush writes it again."""
         with self._lock:
             for o in self._objs.values():
                 if o.state == DEVICE and o.dirty:
                     self._copy_out(o)
                     o.dirty = False
-            self._wait_all()
+            errors: list[BackendError] = []
+            while True:  # each failure is raised once: this ends
+                try:
+                    self._wait_all()
+                    break
+                except BackendError as e:
+                    errors.append(e)
+            for o in self._objs.values():  # the copies of the objects still on the device
+                ev = o.d2h_event
+                if ev is not None and o.state == DEVICE:
+                    o.d2h_event = None
+                    err = self._wait_copy(ev)
+                    if err is not None:
+                        o.dirty = True
+                        errors.append(self._copy_error(o.key, "d2h", err))
+            if errors:
+                failed = sorted({e.key for e in errors if e.key is not None})
+                first = errors[0]
+                if len(errors) == 1:
+                    raise first
+                raise BackendError(f"flush: {len(errors)} copies failed (objects {failed}); the "
+                                   f"first: {first}", key=first.key,
+                                   direction=first.direction) from first
 
     def replay(self, trace: Trace, start: int = 0, stop: int | None = None) -> PoolStats:
         """Drive the access loop over ``trace[start:stop]`` with the pool's policies."""
@@ -493,7 +541,9 @@ class Pool:
     def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
         """Write ``data`` (any array, stored as raw bytes) as object ``key``. An existing
         object of another size is replaced (freed, then created anew); when the new size cannot
-        be placed beside the pinned objects the old object is kept and PoolExhausted raised."""
+        be placed beside the pinned objects the old object is kept and PoolExhausted raised.
+        An error raised by what follows the write (the policy's pending evictions, prefetches)
+        leaves ``data`` stored; any other error leaves the object as it was."""
         be = self._need_backend("put")
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if raw.nbytes == 0:
@@ -510,15 +560,24 @@ class Pool:
                     raise PoolExhausted(raw.nbytes, self._place.used, self._place.capacity,
                                         "the pinned objects leave no block that large")
                 self._free(key)
-            self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True))
+            # the access, up to its end: the phases after it run once the bytes are written
+            self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True,
+                                           tail=False))
             o = self._objs[key]
-            if o.d2h_event is not None:  # a copy out of the block still reads it
-                be.wait(o.d2h_event)
-                o.d2h_event = None
+            ev = o.d2h_event
+            if ev is not None:  # a copy out of the block still reads it (and the write
+                o.d2h_event = None  # supersedes it: its failure does not matter)
+                self._wait_copy(ev)
             be.write(o.offset, raw)
-            if self.write_through:
-                self._copy_out(o)
-                o.dirty = False
+            try:
+                if self._due is not None:
+                    self._evict_due(key)
+                if self._prefetcher is not None:
+                    self._drive(self._prefetches(o))
+            finally:
+                if self.write_through:
+                    self._copy_out(o)
+                    o.dirty = False
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
         """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,
@@ -551,9 +610,11 @@ class Pool:
 
     def close(self) -> None:
         with self._lock:
-            self._wait_all()
-            if self.backend is not None:
-                self.backend.close()
+            try:
+                self._wait_all()
+            finally:
+                if self.backend is not None:
+                    self.backend.close()
 
     def __repr__(self) -> str:
         return (f"Pool(capacity={self.capacity}, policy={self.policy!r}, placement={self.placement!r}, "
@@ -564,9 +625,13 @@ class Pool:
         """Run a step generator, answering every eviction request with the policy."""
         policy, view = self.policy, self.view
         try:
-            next(gen)
+            req = next(gen)
             while True:
-                gen.send(policy.victim(view))  # type: ignore[arg-type]
+                try:
+                    victim = policy.victim(view)
+                except Exception as e:  # the loop undoes its half-done event (gen.close)
+                    raise self._policy_error(policy, "victim", req.key, e, False) from e
+                req = gen.send(victim)  # type: ignore[arg-type]
         except StopIteration as stop:
             return stop.value
         finally:
@@ -578,19 +643,22 @@ class Pool:
     # generator form (an outside driver answers the evictions); access() runs the same phases
     # without a generator when there is no prefetcher (the policy answers the evictions).
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
-                      defer_wt: bool = False) -> Generator[EvictionRequest, int, bool]:
+                      defer_wt: bool = False, tail: bool = True
+                      ) -> Generator[EvictionRequest, int, bool]:
         o, need, old_size = self._begin(key, size, kind, write)
         if need > 0:
-            offset = self._place.alloc(need)
-            if offset is None:
-                try:
+            try:
+                offset = self._place.alloc(need)
+                if offset is None:
                     offset = yield from self._make_room(key, size, need)
-                except BaseException:
-                    self._undo_miss(o, size, old_size)
-                    raise
-            self._insert(o, offset, need, write, old_size)
+                self._insert(o, offset, need, write, old_size)
+            except BaseException:
+                self._undo_miss(o, size, old_size)
+                raise
         if need >= 0:
             self._end(o, write, defer_wt)
+        if not tail:  # put: the caller writes the bytes first, then runs the phases below
+            return need == 0
         if self._due is not None:  # (after a bypass too, as access() does)
             self._evict_due(key)
         if need >= 0 and self._prefetcher is not None:
@@ -609,15 +677,19 @@ class Pool:
         st = self.stats
         o = self._objs.get(key)
         if o is not None and o.state in (DEVICE, H2D):
+            landing = o.state == H2D
+            if landing:  # (a failed copy raises here: the object is in host memory, no hit)
+                self._land(o, wait=True)
             self._tick += 1
             st.accesses += 1
             st.hits += 1
-            if o.state == H2D:
-                self._land(o, wait=True)
-            elif o.prefetched:
+            if not landing and o.prefetched:
                 st.prefetch_hits += 1
             o.prefetched = False
-            self._policy.on_hit(self.view, key)
+            try:
+                self._policy.on_hit(self.view, key)
+            except Exception as e:  # the hit stands
+                raise self._policy_error(self._policy, "on_hit", key, e, True) from e
             if self._hook is not None:
                 self._emit("hit", o)
             return o, 0, 0
@@ -632,6 +704,8 @@ class Pool:
         need = (size + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
         if need > place.capacity and not self.bypass_oversize:
             raise ObjectTooLarge(key, size, place.capacity, self.capacity)
+        if o is not None and o.d2h_event is not None:
+            self._wait_written_back(o)  # before it is fetched (may raise: nothing counted yet)
         self._tick += 1
         st.accesses += 1
         st.misses += 1
@@ -643,11 +717,20 @@ class Pool:
         else:
             old_size = o.size
             o.size = size  # libCacheSim: a miss inserts with the request's size
-        if self._on_miss is not None:
-            self._on_miss(self.view, key)
-        if need > place.capacity or (
-            self._admit is not None and self.backend is None and not self._admit(self.view, key, size)
-        ):
+        hook = "on_miss"
+        try:
+            if self._on_miss is not None:
+                self._on_miss(self.view, key)
+            hook = "admit"
+            refused = need > place.capacity or (
+                self._admit is not None and self.backend is None
+                and not self._admit(self.view, key, size))
+        except BaseException as e:
+            self._undo_miss(o, size, old_size)
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, hook, key, e, False) from e
+            raise
+        if refused:
             st.bypasses += 1
             if self._hook is not None:
                 self._emit("bypass", o)
@@ -657,9 +740,12 @@ class Pool:
         return o, need, old_size
 
     def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:
-        """No room could be made: the event did not happen (evictions it made did, and stay)."""
+        """No room could be made (or the fetch or a hook failed): the event did not happen
+        (evictions it made did, and stay)."""
         if old_size < 0:
             del self._objs[o.key]
+            if self.backend is not None:  # a failed fetch may have made its host buffer
+                self.backend.free_host(o.key)
         else:
             o.size = old_size
         self._tick -= 1
@@ -669,7 +755,10 @@ class Pool:
         st.byte_misses -= int(size)
 
     def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
-        """The missed object lands in its block: allocated (a first write) or fetched."""
+        """The missed object lands in its block: allocated (a first write) or fetched. A failed
+        fetch or a raising ``on_insert`` gives the block back and leaves ``o`` as it was (the
+        caller undoes the miss)."""
+        prev = o.state
         o.offset, o.nbytes = offset, need
         st = self.stats
         used = self._place.used
@@ -691,11 +780,26 @@ class Pool:
                 self._h2d(o, done)
             if done > cost.now:
                 cost.wait_until(done)
-            if o.h2d_event is not None:
-                self._backend_wait_h2d(o)
+            ev = o.h2d_event
+            if ev is not None:
+                o.h2d_event = None
+                err = self._wait_copy(ev)
+                if err is not None:
+                    self._place_release(offset, need)
+                    o.offset, o.nbytes = -1, 0
+                    raise self._copy_error(o.key, "h2d", err) from err
         o.state = DEVICE
         self._n_evictable += 1
-        self._policy.on_insert(self.view, o.key)
+        try:
+            self._policy.on_insert(self.view, o.key)
+        except BaseException as e:
+            o.state = prev
+            self._n_evictable -= 1
+            self._place_release(offset, need)
+            o.offset, o.nbytes = -1, 0
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, "on_insert", o.key, e, False) from e
+            raise
         if self._hook is not None:
             self._emit("miss", o)
 
@@ -716,7 +820,11 @@ class Pool:
             self._n_evictable -= 1
         o.pins += 1
         try:
-            for k in self._prefetcher.prefetch(self.view, o.key):
+            try:
+                keys = self._prefetcher.prefetch(self.view, o.key)
+            except Exception as e:  # the access stands
+                raise self._policy_error(self._prefetcher, "prefetch", o.key, e, True) from e
+            for k in keys:
                 po = self._objs.get(k)
                 if po is not None and po.state in (HOST, D2H):
                     try:
@@ -745,43 +853,80 @@ class Pool:
             if self.bypass_oversize:
                 return False
             raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)
+        if o.d2h_event is not None:
+            self._wait_written_back(o)  # before it is fetched (may raise: nothing done yet)
         if created:
             self._objs[key] = o
         try:
             offset = yield from self._make_room(key, o.size, need)
+            self._place_obj(o, offset, need)
+            prev = o.state
+            done = self.cost.copy(0, o.size, not_before=o.busy_until)
+            self._h2d(o, done)
+            o.prefetched = True
+            self.stats.prefetches += 1
+            if done <= self.cost.now:
+                ev = o.h2d_event
+                if ev is not None:
+                    o.h2d_event = None
+                    err = self._wait_copy(ev)
+                    if err is not None:
+                        self._unprefetch(o)
+                        raise self._copy_error(key, "h2d", err) from err
+                o.state = DEVICE
+                self._n_evictable += 1
+            else:
+                o.state = H2D
+                self._inflight_bytes += o.size
+                self._seq += 1
+                heapq.heappush(self._landing, (done, self._seq, key))
+            try:
+                self._policy.on_insert(self.view, key)
+            except BaseException as e:
+                if o.state == H2D:
+                    self._inflight_bytes -= o.size
+                    ev = o.h2d_event  # the copy into the block ends before the block is reused
+                    if ev is not None:
+                        o.h2d_event = None
+                        self._wait_copy(ev)
+                else:
+                    self._n_evictable -= 1
+                o.state = prev
+                self._unprefetch(o)
+                if isinstance(e, Exception):
+                    raise self._policy_error(self._policy, "on_insert", key, e, False) from e
+                raise
         except BaseException:
             if created:
                 del self._objs[key]
+                if self.backend is not None:
+                    self.backend.free_host(key)
             raise
-        self._place_obj(o, offset, need)
-        done = self.cost.copy(0, o.size, not_before=o.busy_until)
-        self._h2d(o, done)
-        o.prefetched = True
-        self.stats.prefetches += 1
-        if done <= self.cost.now:
-            o.state = DEVICE
-            self._n_evictable += 1
-            self._backend_wait_h2d(o)
-        else:
-            o.state = H2D
-            self._inflight_bytes += o.size
-            self._seq += 1
-            heapq.heappush(self._landing, (done, self._seq, key))
-        self.policy.on_insert(self.view, key)
         self._emit("prefetch", o)
         return True
+
+    def _unprefetch(self, o: ObjectInfo) -> None:
+        """Undo a prefetch of ``o`` that did not happen (its copy is over): its block is free."""
+        self._place_release(o.offset, o.nbytes)
+        o.offset, o.nbytes = -1, 0
+        o.prefetched = False
+        self.stats.prefetches -= 1
 
     # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
     # that a victim is needed); _make_room drives it as a generator (the victim comes from
     # whoever drives Pool.steps); _make_room_policy drives it with the policy's answers.
-    def _make_room_policy(self, size: int, need: int) -> int:
-        """:meth:`_make_room` answered by the eviction policy, without a generator (called
-        after an allocation failed)."""
+    def _make_room_policy(self, key: int, size: int, need: int) -> int:
+        """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
+        generator (called after an allocation failed)."""
         victim, view, alloc = self._policy.victim, self.view, self._place.alloc
         # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
         off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
         while off < 0:
-            self._evict(victim(view))
+            try:
+                v = victim(view)
+            except Exception as e:  # the caller undoes the miss
+                raise self._policy_error(self._policy, "victim", key, e, False) from e
+            self._evict(v)
             got = alloc(need)  # _room_step's first move, without the call
             off = self._room_step(size, need, False) if got is None else got
         return off
@@ -825,7 +970,11 @@ class Pool:
         except the object just accessed: it stays on the device until the next event."""
         assert self._due is not None
         objs = self._objs
-        for k in self._due():
+        try:
+            due = self._due()
+        except Exception as e:  # the access stands
+            raise self._policy_error(self._policy, "pending_evictions", accessed, e, True) from e
+        for k in due:
             o = objs.get(k)
             if o is not None and k != accessed and o.state == DEVICE and o.pins == 0:
                 self._evict(k)
@@ -859,10 +1008,21 @@ class Pool:
         st = self.stats
         st.evictions += 1
         self._n_evictable -= 1
-        if o.prefetched:
+        prefetched = o.prefetched
+        if prefetched:
             st.useless_prefetches += 1
             o.prefetched = False
-        self._policy.on_evict(self.view, o.key)
+        try:
+            self._policy.on_evict(self.view, o.key)
+        except BaseException as e:  # the eviction did not happen
+            st.evictions -= 1
+            self._n_evictable += 1
+            if prefetched:
+                st.useless_prefetches -= 1
+                o.prefetched = True
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, "on_evict", o.key, e, False) from e
+            raise
         if o.dirty:
             st.writebacks += 1
             self._copy_out(o)
@@ -881,10 +1041,15 @@ class Pool:
         self.stats.bytes_d2h += o.size
         if self.hook is not None:
             self._emit("writeback", o)
-        if self.backend is not None:
-            if o.d2h_event is not None:
-                self.backend.wait(o.d2h_event)
-            o.d2h_event = self.backend.copy_d2h(o.key, o.offset, o.size)
+        be = self.backend
+        if be is not None:
+            ev = o.d2h_event
+            if ev is not None:  # (this copy supersedes it: its failure does not matter)
+                self._wait_copy(ev)
+            try:
+                o.d2h_event = be.copy_d2h(o.key, o.offset, o.size)
+            except BackendError as e:  # reported where the copy is waited for, as any failure
+                o.d2h_event = e
 
     def _release_block(self, o: ObjectInfo) -> None:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
@@ -899,8 +1064,11 @@ class Pool:
             heapq.heappush(self._releases, (done, self._seq, off, nb, ev, o.key))
             self._pending_release_bytes += nb
         else:
-            if ev is not None and self.backend is not None:
-                self.backend.wait(ev)
+            if ev is not None:
+                if self._objs.get(o.key) is o:
+                    self._copied_out(o, ev, off, nb)  # a failure keeps the block: it raises
+                else:  # freed: a failure does not matter
+                    self._wait_copy(ev)
             self._place_release(off, nb)
             if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
                 o.state = HOST
@@ -914,16 +1082,38 @@ class Pool:
     def _h2d(self, o: ObjectInfo, done: int) -> None:
         self.stats.bytes_h2d += o.size
         o.ready_ns = done
-        if self.backend is not None:
-            if o.d2h_event is not None:  # the host copy must be complete before reading it
-                self.backend.wait(o.d2h_event)
-                o.d2h_event = None
-            o.h2d_event = self.backend.copy_h2d(o.key, o.offset, o.size)
+        be = self.backend
+        if be is not None:
+            # (the host copy is complete: _begin and _prefetch_steps waited for o.d2h_event)
+            try:
+                o.h2d_event = be.copy_h2d(o.key, o.offset, o.size)
+            except BackendError as e:  # reported where the copy is waited for, as any failure
+                o.h2d_event = e
 
-    def _backend_wait_h2d(self, o: ObjectInfo) -> None:
-        if o.h2d_event is not None and self.backend is not None:
-            self.backend.wait(o.h2d_event)
+    def _landed(self, o: ObjectInfo) -> None:
+        """``o``'s prefetch lands (its time has come): H2D -> DEVICE once the backend's copy
+        is done; a failed copy leaves ``o`` in host memory and raises."""
+        ev = o.h2d_event
+        if ev is not None:
             o.h2d_event = None
+            err = self._wait_copy(ev)
+            if err is not None:
+                self._fetch_failed(o, err)
+        self._to_device(o)
+
+    def _fetch_failed(self, o: ObjectInfo, err: BaseException) -> None:
+        """The prefetch of ``o`` (in flight, tracked by the policy) failed: it is in host
+        memory again (its host copy is the good one), its block is free; raises."""
+        self._inflight_bytes -= o.size
+        self._place_release(o.offset, o.nbytes)  # the copy into it is over
+        o.offset, o.nbytes = -1, 0
+        o.state = HOST
+        o.prefetched = False
+        try:
+            self._policy.on_evict(self.view, o.key)  # it leaves the device: the policy forgets it
+        except Exception as e:
+            raise self._policy_error(self._policy, "on_evict", o.key, e, True) from e
+        raise self._copy_error(o.key, "h2d", err) from err
 
     def _land(self, o: ObjectInfo, wait: bool) -> None:
         """An in-flight prefetch of ``o`` is consumed: late if it has not landed yet."""
@@ -932,9 +1122,8 @@ class Pool:
         if wait and o.ready_ns > self.cost.now:
             self.stats.late_prefetches += 1
             self.cost.wait_until(o.ready_ns)
-        self._to_device(o)
+        self._landed(o)
         o.prefetched = False
-        self._backend_wait_h2d(o)
 
     def _to_device(self, o: ObjectInfo) -> None:
         """H2D -> DEVICE (a prefetch landed)."""
@@ -951,19 +1140,21 @@ class Pool:
             _, _, k = heapq.heappop(landing)
             o = self._objs.get(k)
             if o is not None and o.state == H2D and o.ready_ns <= now:
-                self._to_device(o)
-                self._backend_wait_h2d(o)
+                self._landed(o)
         rel = self._releases
         while rel and rel[0][0] <= now:
             self._pop_release()
 
     def _pop_release(self) -> None:
         done, _, off, nb, ev, key = heapq.heappop(self._releases)
-        if ev is not None and self.backend is not None:
-            self.backend.wait(ev)
         self._pending_release_bytes -= nb
-        self._place_release(off, nb)
         o = self._objs.get(key)
+        if ev is not None:
+            if o is not None:
+                self._copied_out(o, ev, off, nb)  # a failure keeps the block: it raises
+            else:  # freed: a failure does not matter
+                self._wait_copy(ev)
+        self._place_release(off, nb)
         if o is not None and o.state == D2H and o.busy_until <= done:
             o.state = HOST
 
@@ -978,8 +1169,7 @@ class Pool:
             o = self._objs.get(k)
             if o is not None and o.state == H2D:
                 self.cost.wait_until(o.ready_ns)
-                self._to_device(o)
-                self._backend_wait_h2d(o)
+                self._landed(o)
                 return
 
     def _wait_all(self) -> None:
@@ -1004,25 +1194,120 @@ class Pool:
         st = self.stats
         st.frees += 1
         del self._objs[key]
-        if o.state in (DEVICE, H2D):
-            if o.prefetched:
-                st.useless_prefetches += 1
-            if o.state == H2D:
-                self._inflight_bytes -= o.size
-            else:
-                self._n_evictable -= 1
-            self.policy.on_free(self.view, key)
+        tracked = o.state in (DEVICE, H2D)
+        hook = "on_free"
+        try:
+            if tracked:
+                if o.prefetched:
+                    st.useless_prefetches += 1
+                if o.state == H2D:
+                    self._inflight_bytes -= o.size
+                else:
+                    self._n_evictable -= 1
+                self._policy.on_free(self.view, key)
+            else:  # in host memory only: a policy with a cache model of its own may still hold it
+                hook = "on_free_untracked"
+                untracked = untracked_free_hook(self._policy)
+                if untracked is not None:
+                    untracked(self.view, key)
+        except BaseException as e:  # the free did not happen
+            self._objs[key] = o
+            self._tick -= 1
+            st.frees -= 1
+            if tracked:
+                if o.prefetched:
+                    st.useless_prefetches -= 1
+                if o.state == H2D:
+                    self._inflight_bytes += o.size
+                else:
+                    self._n_evictable += 1
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, hook, key, e, False) from e
+            raise
+        if tracked:
             self._release_block(o)
-        else:  # in host memory only: a policy with a cache model of its own may still hold it
-            untracked = untracked_free_hook(self.policy)
-            if untracked is not None:
-                untracked(self.view, key)
         if self.backend is not None:
             for ev in (o.h2d_event, o.d2h_event):
-                if ev is not None:
-                    self.backend.wait(ev)
+                if ev is not None:  # its bytes are dropped: a failed copy does not matter
+                    self._wait_copy(ev)
             self.backend.free_host(key)
         self._emit("free", o)
+
+    # ------------------------------------------------------------------ faults
+    def _wait_copy(self, ev: Any) -> BaseException | None:
+        """Wait for the backend's copy ``ev``; its error, or ``None`` when it succeeded. (A
+        copy that could not start is held as its error.)"""
+        if isinstance(ev, BaseException):
+            return ev
+        be = self.backend
+        assert be is not None  # only a backend's copies have events
+        try:
+            be.wait(ev)
+        except BackendError as e:
+            return e
+        return None
+
+    def _copied_out(self, o: ObjectInfo, ev: Any, off: int, nb: int) -> None:
+        """The copy ``ev`` out of ``o``'s former block ``(off, nb)`` (released once it
+        completes) is done. When it is ``o``'s latest copy to host and failed, ``o`` goes back
+        to that block, dirty, and the failure is raised; otherwise a failure does not matter."""
+        err = self._wait_copy(ev)
+        if o.d2h_event is not ev:
+            return  # superseded (the object was fetched again since, or copied anew)
+        o.d2h_event = None
+        if err is not None:
+            self._writeback_failed(o, off, nb, err)
+
+    def _wait_written_back(self, o: ObjectInfo) -> None:
+        """Wait for the copy to host of ``o`` (in host memory, or on its way there) before it
+        is fetched again. A failure puts ``o`` back in its block (still held, waiting for
+        that copy) and raises."""
+        ev = o.d2h_event
+        o.d2h_event = None
+        err = self._wait_copy(ev)
+        if err is None:
+            return
+        rel = self._releases
+        for i in range(len(rel)):
+            if rel[i][4] is ev:
+                _, _, off, nb, _, _ = rel[i]
+                rel[i] = rel[-1]
+                rel.pop()
+                heapq.heapify(rel)
+                self._pending_release_bytes -= nb
+                self._writeback_failed(o, off, nb, err)
+        # its block was released already: no copy reads it any more, nor could a failed one
+        # have been waited for without handling it; the host copy is stale (unreachable here)
+        raise self._copy_error(o.key, "d2h", err) from err
+
+    def _writeback_failed(self, o: ObjectInfo, off: int, nb: int, err: BaseException) -> None:
+        """``o``'s copy to host failed: its bytes are only in the block ``(off, nb)``, which
+        it takes back (resident, dirty, tracked by the policy again); raises."""
+        o.offset, o.nbytes = off, nb
+        o.state = DEVICE
+        o.dirty = True
+        self._n_evictable += 1
+        try:
+            self._policy.on_insert(self.view, o.key)
+        except Exception as e:
+            raise self._policy_error(self._policy, "on_insert", o.key, e, True) from e
+        raise self._copy_error(o.key, "d2h", err) from err
+
+    def _copy_error(self, key: int, direction: str, err: BaseException) -> BackendError:
+        if direction == "h2d":
+            what = ("the copy of object {k} to the device failed ({e}); it stays in host "
+                    "memory, where its bytes are: access it again to retry")
+        else:
+            what = ("the copy of object {k} to host memory failed ({e}); it stays on the "
+                    "device, dirty, with its bytes: it is written back again when evicted or "
+                    "flushed")
+        return BackendError(what.format(k=key, e=err), key=key, direction=direction)
+
+    def _policy_error(self, policy: Any, hook: str, key: Any, err: BaseException,
+                      stands: bool) -> PolicyError:
+        return PolicyError(policy, hook, key, err,
+                           "the event stands and the pool is consistent" if stands else
+                           "the pool undid the event (evictions made for it stay)")
 
     # ------------------------------------------------------------------ helpers
     def _get(self, key: int, op: str) -> ObjectInfo:

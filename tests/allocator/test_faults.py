@@ -56,7 +56,10 @@ def test_a_failed_write_back_keeps_the_victim_on_the_device(cost: str | None, at
     be.arm("d2h", key=1, at_launch=at_launch)
     errors: list[BackendError] = []
     for k in range(3, 9):  # 1 is evicted first (LRU), dirty: its write-back fails
-        errors += _ops(p, lambda k=k: p.put(k, d[k]))  # type: ignore[misc]
+        err = _ops(p, lambda k=k: p.put(k, d[k]))  # type: ignore[misc]
+        if err:  # the put did not happen: again
+            p.put(k, d[k])
+        errors += err
     assert len(errors) == 1, errors
     e = errors[0]
     assert (e.key, e.direction) == (1, "d2h") and e.__cause__ is be.failures[0]
@@ -70,13 +73,11 @@ def test_a_failed_write_back_keeps_the_victim_on_the_device(cost: str | None, at
 
 def _evict_1_with_its_write_back_in_flight(be: FaultyBackend, at_launch: bool) -> tuple[Pool, np.ndarray]:
     """Object 1 (dirty, one block) evicted by a write-allocate that needs object 2's two blocks
-    as well: nothing waits for 1's write-back, which fails."""
+    (clean) as well: nothing waits for 1's write-back, which fails."""
     p = Pool(3 * B, cost="a100_pcie4", backend=be)
     d1 = _data(1)
     p.put(1, d1)
-    p.put(2, _data(2, 2 * B))
-    p.flush()
-    p.access(1, B, write=True)
+    p.access(2, 2 * B)
     be.arm("d2h", key=1, at_launch=at_launch)
     p.access(3, 2 * B, write=True)
     assert p._objs[1].state != DEVICE and p._releases
@@ -145,7 +146,10 @@ def test_a_failed_write_through_copy_is_written_back_at_eviction() -> None:
     p.put(1, d[1])  # clean as far as the pool knows until the failed copy is waited for
     errors: list[BackendError] = []
     for k in range(2, 6):
-        errors += _ops(p, lambda k=k: p.put(k, d[k]))  # type: ignore[misc]
+        err = _ops(p, lambda k=k: p.put(k, d[k]))  # type: ignore[misc]
+        if err:  # the put did not happen: again
+            p.put(k, d[k])
+        errors += err
     assert [(e.key, e.direction) for e in errors] == [(1, "d2h")]
     for k in range(1, 6):
         assert p.get(k).tobytes() == d[k].tobytes(), k
