@@ -1301,7 +1301,9 @@ class Pool:
             what = ("the copy of object {k} to host memory failed ({e}); it stays on the "
                     "device, dirty, with its bytes: it is written back again when evicted or "
                     "flushed")
-        return BackendError(what.format(k=key, e=err), key=key, direction=direction)
+        e = BackendError(what.format(k=key, e=err), key=key, direction=direction)
+        e.__cause__ = err  # (as ``raise e from err`` does, for errors collected before raising)
+        return e
 
     def _policy_error(self, policy: Any, hook: str, key: Any, err: BaseException,
                       stands: bool) -> PolicyError:

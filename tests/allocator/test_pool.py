@@ -20,6 +20,7 @@ from allocator.errors import (
     NotResident,
     ObjectPinned,
     ObjectTooLarge,
+    PolicyError,
     PoolError,
     PoolExhausted,
     UnknownKey,
@@ -492,11 +493,14 @@ def test_invalid_victim(answer: object) -> None:
     for k in (1, 2, 3):
         pol.lru.on_insert(p.view, k)
     before = _state(p)
-    expected = RuntimeError if isinstance(answer, RuntimeError) else InvalidVictim
+    expected = PolicyError if isinstance(answer, RuntimeError) else InvalidVictim
     with pytest.raises(expected) as ei:
         p.access(4, B)
     if expected is InvalidVictim:
         assert "view.candidates()" in str(ei.value)
+    else:  # the policy's own exception, named and chained
+        assert ei.value.hook == "victim" and ei.value.key == 4  # type: ignore[attr-defined]
+        assert ei.value.__cause__ is answer
     assert _state(p) == before and 4 not in p
     p._check()
     p.access(4, B)  # the next answer is valid: the pool goes on

@@ -3,8 +3,16 @@
 The pool is small (six aligned blocks), holds real bytes (NumpyBackend, copies on worker
 threads) and runs on a cost preset, so prefetches are in flight and write-backs delayed while
 later operations arrive; a next-key prefetcher makes accesses trigger prefetches too. After
-every step: blocks never overlap and accounting adds up (``Pool._check``), and every object
-holds exactly what was last written to it; at the end everything is read back through ``get``.
+every step: blocks never overlap and accounting adds up (``Pool._check``), the LRU policy tracks
+exactly the objects on the device or on their way there, and every object holds exactly what
+was last written to it; at the end everything is read back through ``get``.
+
+Faults are injected between steps (``pool_faults.py``), one at a time: a copy in either
+direction that fails (when waited for, or at launch), or any hook of the eviction or prefetch
+policy that raises (every hook the pool calls with a backend: all but ``admit``, which
+``test_faults.py`` covers). An operation may then raise a ``PolicyError`` (only right after its hook was
+armed) or a ``BackendError`` (each injected failure at most once); the model follows what the
+operation did, and the invariants above must hold all along.
 """
 
 from __future__ import annotations
@@ -16,11 +24,30 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from pool_faults import (
+    COPY_DIRECTIONS,
+    HOOKS,
+    FailedCopy,
+    FaultyBackend,
+    HookFault,
+    HookFaults,
+    RaisingPolicy,
+    RaisingPrefetcher,
+)
 
 from allocator.arena import ALIGN
 from allocator.backends import NumpyBackend
-from allocator.errors import NotPinned, NotResident, ObjectPinned, PoolExhausted, UnknownKey
+from allocator.errors import (
+    BackendError,
+    NotPinned,
+    NotResident,
+    ObjectPinned,
+    PolicyError,
+    PoolExhausted,
+    UnknownKey,
+)
 from allocator.pool import D2H, DEVICE, H2D, HOST, Pool, PoolView
+from policies.lru import LRU
 
 KEYS = st.integers(0, 7)
 SIZES = st.sampled_from([1, 100, ALIGN, ALIGN + 1, 2 * ALIGN - 3, 2 * ALIGN])
@@ -40,29 +67,83 @@ class NextKey:
 
 class PoolMachine(RuleBasedStateMachine):
     write_policy = "write-back"
+    prefetching = True  # without a prefetcher, hits take the pool's fast path (``touch``)
 
     def __init__(self) -> None:
         super().__init__()
-        self.backend = NumpyBackend()
-        self.pool = Pool(CAPACITY, cost="a100_pcie4", backend=self.backend,
-                         write_policy=self.write_policy, prefetcher=NextKey())
+        self.backend = FaultyBackend(NumpyBackend())
+        self.faults = HookFaults()
+        self.policy = RaisingPolicy(LRU(), self.faults)
+        self.pool = Pool(CAPACITY, self.policy, cost="a100_pcie4", backend=self.backend,
+                         write_policy=self.write_policy,
+                         prefetcher=RaisingPrefetcher(NextKey(), self.faults)
+                         if self.prefetching else None)
         self.model: dict[int, bytes] = {}
         self.pins: dict[int, int] = {}
+        self.reported: list[BaseException] = []  # injected failures the pool raised
+        self.written_back_failed: set[int] = set()  # keys whose write-back failed (dirty since)
 
     def teardown(self) -> None:
+        self.backend.disarm()
+        self.faults.armed = None
         try:
             for k, data in self.model.items():  # everything reads back through the public API
-                try:
-                    assert self.pool.get(k).tobytes() == data, f"object {k} lost its bytes"
-                except PoolExhausted:  # pinned objects fill the pool: unpin and read again
-                    for pk, n in self.pins.items():
-                        for _ in range(n):
-                            self.pool.unpin(pk)
-                    self.pins = {}
-                    assert self.pool.get(k).tobytes() == data, f"object {k} lost its bytes"
+                for _ in range(3):  # a failure still pending is raised once
+                    try:
+                        assert self.pool.get(k).tobytes() == data, f"object {k} lost its bytes"
+                        break
+                    except BackendError as e:
+                        self._faulted(e)
+                    except PoolExhausted:  # pinned objects fill the pool: unpin and read again
+                        for pk, n in self.pins.items():
+                            for _ in range(n):
+                                self.pool.unpin(pk)
+                        self.pins = {}
+                else:
+                    raise AssertionError(f"object {k} cannot be read back")
             self.pool._check()
         finally:
             self.pool.close()
+
+    # ------------------------------------------------------------------ faults
+    def _failed_events(self) -> list[object]:
+        """The failed copies the pool still holds (not yet waited for)."""
+        p = self.pool
+        evs = [ev for o in p._objs.values() for ev in (o.h2d_event, o.d2h_event)]
+        evs += [r[4] for r in p._releases]
+        return [ev for ev in evs if isinstance(ev, (FailedCopy, BackendError))]
+
+    def _copy_fault_pending(self) -> bool:
+        return bool(self.backend.armed or self._failed_events())
+
+    def _faulted(self, e: PolicyError | BackendError) -> None:
+        """``e`` came from an injected fault, reported once."""
+        if isinstance(e, PolicyError):
+            assert isinstance(e.__cause__, HookFault), "a PolicyError without an injected fault"
+            assert self.faults.armed is None and self.faults.fired
+            assert e.hook == self.faults.fired[-1][0]
+            return
+        cause = e.__cause__
+        assert any(cause is f for f in self.backend.failures), f"not an injected failure: {e!r}"
+        assert all(cause is not r for r in self.reported), f"a failure raised twice: {e!r}"
+        self.reported.append(cause)
+        assert e.direction in COPY_DIRECTIONS and e.key in range(8), e
+        if e.direction == "d2h":
+            self.written_back_failed.add(e.key)
+
+    @precondition(lambda self: not self._copy_fault_pending())
+    @rule(direction=st.sampled_from(COPY_DIRECTIONS), key=st.one_of(st.none(), KEYS),
+          at_launch=st.booleans())
+    def fail_a_copy(self, direction: str, key: int | None, at_launch: bool) -> None:
+        self.faults.armed = None  # one fault at a time
+        self.backend.arm(direction, key, at_launch=at_launch)
+
+    @precondition(lambda self: self.faults.armed is None and not self._copy_fault_pending())
+    @rule(hook=st.sampled_from(HOOKS))
+    def fail_a_hook(self, hook: str) -> None:
+        """Arm one of the hooks the pool calls here (armed until it fires)."""
+        if hook != "admit" and hook != ("prefetch" if not self.prefetching else "touch"):
+            self.faults.arm(hook)  # (admit is asked only by a pool without a backend)
 
     # ------------------------------------------------------------------ helpers
     def _size(self, key: int) -> int:
@@ -83,6 +164,17 @@ class PoolMachine(RuleBasedStateMachine):
         except PoolExhausted:
             assert self.pins, "only pinned objects can exhaust the pool"
             return
+        except (PolicyError, BackendError) as e:
+            self._faulted(e)
+            o = self.pool._objs.get(key)
+            if o is None:  # a new object, or one put with a new size (freed first)
+                self.model.pop(key, None)
+            elif (o.state == DEVICE and o.size == size and self.backend.device_buffer(
+                    o.offset, size).tobytes() == data.tobytes()):
+                self.model[key] = data.tobytes()  # raised after the write (prefetches)
+            else:
+                assert key in self.model
+            return
         self.model[key] = data.tobytes()
         self.pool.cost.compute(compute)
 
@@ -96,6 +188,9 @@ class PoolMachine(RuleBasedStateMachine):
             got = self.pool.get(key)
         except PoolExhausted:
             assert self.pins
+            return
+        except (PolicyError, BackendError) as e:
+            self._faulted(e)
             return
         assert got.tobytes() == self.model[key]
 
@@ -111,6 +206,11 @@ class PoolMachine(RuleBasedStateMachine):
             assert self.pins
             assert new == (key not in self.pool)
             return
+        except (PolicyError, BackendError) as e:
+            self._faulted(e)
+            if new and key in self.pool:  # the access happened (the error came after it)
+                self.model[key] = bytes(size)
+            return
         if new:
             self.model[key] = bytes(size)
 
@@ -122,6 +222,11 @@ class PoolMachine(RuleBasedStateMachine):
         except PoolExhausted:
             assert self.pins
             assert new == (key not in self.pool)
+            return
+        except (PolicyError, BackendError) as e:
+            self._faulted(e)
+            if new and key in self.pool:  # created, its fetch failed when waited for
+                self.model[key] = bytes(size)
             return
         if new:
             assert started
@@ -136,7 +241,12 @@ class PoolMachine(RuleBasedStateMachine):
             with pytest.raises(ObjectPinned):
                 self.pool.free(key)
         else:
-            self.pool.free(key)
+            try:
+                self.pool.free(key)
+            except PolicyError as e:  # undone
+                self._faulted(e)
+                assert key in self.pool
+                return
             del self.model[key]
 
     @rule(key=KEYS)
@@ -145,9 +255,14 @@ class PoolMachine(RuleBasedStateMachine):
             return
         state = self.pool._objs[key].state
         if state in (DEVICE, H2D):
-            self.pool.pin(key)
+            try:
+                self.pool.pin(key)
+            except BackendError as e:  # its prefetch failed: in host memory
+                self._faulted(e)
+                assert self.pool._objs[key].state == HOST
+                return
             self.pins[key] = self.pins.get(key, 0) + 1
-            assert self.pool.state(key) == "device"
+            assert self.pool._objs[key].state == DEVICE
         else:
             with pytest.raises(NotResident):
                 self.pool.pin(key)
@@ -168,7 +283,11 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model)
     @rule()
     def flush(self) -> None:
-        self.pool.flush()
+        try:
+            self.pool.flush()
+        except BackendError as e:
+            self._faulted(e)
+            return
         assert not any(o.dirty for o in self.pool._objs.values())
 
     # ------------------------------------------------------------------ invariants
@@ -180,6 +299,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert set(p._objs) == set(self.model)
         for k, n in self.pins.items():
             assert p._objs[k].pins == n and p._objs[k].state == DEVICE
+        tracked = {k for k, o in p._objs.items() if o.state in (DEVICE, H2D)}
+        assert set(self.policy.inner.order()) == tracked  # type: ignore[attr-defined]
 
     @invariant()
     def bytes_are_what_was_last_written(self) -> None:
@@ -187,23 +308,38 @@ class PoolMachine(RuleBasedStateMachine):
         otherwise; a clean resident object's host copy is current too."""
         p, be = self.pool, self.backend
         be.synchronize()
+        failed = self._failed_events()
         for k, data in self.model.items():
             o = p._objs[k]
             assert o.size == len(data)
-            host = be.host_buffer(k)
-            if o.state in (DEVICE, H2D):
+            h = be.host_buffer(k)
+            host = bytes(o.size) if h is None else h.tobytes()  # none yet: zeros when fetched
+            # a copy to host that failed (the pool has not waited for it yet): the host copy is
+            # stale, the bytes are in the device block
+            lost = any(o.d2h_event is ev for ev in failed)
+            if o.state == H2D and any(o.h2d_event is ev for ev in failed):
+                assert host == data, f"host copy of {k} (its fetch failed)"
+            elif o.state in (DEVICE, H2D):
                 assert be.device_buffer(o.offset, o.size).tobytes() == data, f"device copy of {k}"
-                if not o.dirty and o.state == DEVICE:
-                    assert host is not None and host.tobytes() == data, f"clean {k}: stale host copy"
+                if not o.dirty and o.state == DEVICE and not lost:
+                    assert host == data, f"clean {k}: stale host copy"
                 if self.write_policy == "write-through":
-                    assert not o.dirty
+                    assert not o.dirty or k in self.written_back_failed
             else:
                 assert o.state in (HOST, D2H)
-                assert host is not None and host.tobytes() == data, f"host copy of {k}"
+                if lost:  # its block is still held, waiting for that copy
+                    off = next(r[2] for r in p._releases if r[4] is o.d2h_event)
+                    assert be.device_buffer(off, o.size).tobytes() == data, f"held block of {k}"
+                else:
+                    assert host == data, f"host copy of {k}"
 
 
 class WriteThroughMachine(PoolMachine):
     write_policy = "write-through"
+
+
+class NoPrefetcherMachine(PoolMachine):
+    prefetching = False
 
 
 _SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None,
@@ -212,3 +348,5 @@ TestPoolWriteBack = PoolMachine.TestCase
 TestPoolWriteBack.settings = _SETTINGS
 TestPoolWriteThrough = WriteThroughMachine.TestCase
 TestPoolWriteThrough.settings = _SETTINGS
+TestPoolNoPrefetcher = NoPrefetcherMachine.TestCase
+TestPoolNoPrefetcher.settings = _SETTINGS
