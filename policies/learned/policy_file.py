@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from allocator.errors import PolicyFileError
-from allocator.trace import not_a_zip_archive
+from allocator.trace import not_a_zip_archive, too_short_for_zip
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "save_policy_file", "read_policy_file", "weights_checksum",
            "diff_feature_spec"]
@@ -81,6 +81,9 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         onnx = " (an ONNX model is for serving outside cachegym)" if p.lower().endswith(".onnx") else ""
         raise PolicyFileError(f"policy file {p} is not a cachegym policy file (the .npz zip archive "
                               f"that scripts/export.py or training writes){onnx}; give that file")
+    short = too_short_for_zip(p)
+    if short is not None:
+        raise PolicyFileError(f"policy file {p} has only {short} bytes: empty or truncated; export it again")
     try:
         with np.load(p, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
