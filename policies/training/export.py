@@ -167,7 +167,7 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
                               f"({type(e).__name__}: {e})") from None
     try:
         space = json.loads(data).get("action_space", {})
-        n = int(space.get("n")) if isinstance(space, dict) else None
+        n = int(space["n"]) if isinstance(space, dict) and "n" in space else None
     except (ValueError, TypeError, AttributeError, RecursionError):
         n = None
     if n is None or n < 1:
