@@ -80,9 +80,9 @@ N_GAPS = 4
 """Number of most recent reuse gaps kept per object."""
 N_KINDS = 7  # allocator.trace.Kind
 RULES = ("lru", "sample")
-MAX_K = 256
-"""Most candidates per decision (an env's ``K``, a policy file's): buffers and masks grow with
-K squared."""
+MAX_K = 1024
+"""Most candidates per decision (an env's ``K``, a policy file's): what a decision allocates grows
+with K, and a file's K is not to set it without limit (K = 100,000 took 9.7 GB, issue #27)."""
 
 FEATURE_NAMES: tuple[str, ...] = (
     # log-scaled tick distances, counts and size
