@@ -171,7 +171,9 @@ def read_csv(
             continue
         values, problem = (_parse_floats(field) if name == "time" else _parse_ints(field))
         if name == "obj_size":  # a value of 2**63 or more is negative here, without a "-"
-            wrapped = (values < 0) & ~np.char.startswith(np.char.strip(field), "-")
+            wrapped = values < 0
+            if wrapped.any():
+                wrapped &= ~np.char.startswith(np.char.strip(field), "-")
             problem[(problem == _OK) & (wrapped | (values > MAX_SIZE))] = _TOO_LARGE
             problem[(problem == _OK) & (values <= 0)] = _NOT_POSITIVE
         parsed[name] = values
@@ -469,16 +471,18 @@ def _parse_ints(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parse a string column of integers: ``(values, problem)``. Values of 2**63 .. 2**64 - 1
     are reinterpreted bit for bit as int64 (as oracleGeneral's unsigned ids); ``problem`` is
     ``_OK``, ``_NOT_A_NUMBER`` or ``_OUT_OF_RANGE`` per row (value 0 there). Each row is judged
-    on its own: one bad record never changes how the others parse."""
+    on its own: one bad record never changes how the others parse. Syntax: an optional sign and
+    ASCII digits."""
     stripped = np.char.strip(field)
-    try:
-        return stripped.astype(np.int64), np.zeros(len(field), np.int8)
-    except (ValueError, OverflowError):
-        pass
+    if _plain_ascii(stripped):  # NumPy's parse then takes exactly this syntax: the fast path
+        try:
+            return stripped.astype(np.int64), np.zeros(len(field), np.int8)
+        except (ValueError, OverflowError):
+            pass
     body = np.char.lstrip(stripped, "+-")
     signs = np.char.str_len(stripped) - np.char.str_len(body)
     neg = np.char.startswith(stripped, "-")
-    ok = (signs <= 1) & (np.char.str_len(body) > 0) & (np.char.str_len(np.char.strip(body, _DIGITS)) == 0)
+    ok = (signs <= 1) & _all_digits(body)
     digits = np.char.lstrip(body, "0")
     n = np.char.str_len(digits)
     too_big = np.where(neg, (n > 19) | ((n == 19) & (digits > _NEG_MAX)),
@@ -492,33 +496,44 @@ def _parse_ints(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _parse_floats(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parse a string column of (finite) real numbers, as :func:`_parse_ints`; a value whose
-    floor int64 cannot hold is ``_OUT_OF_RANGE``."""
+    """Parse a string column of (finite) real numbers, as :func:`_parse_ints` (syntax: an
+    optional sign, digits with at most one ``.``, an optional exponent); a value whose floor
+    int64 cannot hold is ``_OUT_OF_RANGE``."""
     stripped = np.char.strip(field)
     try:
-        values = stripped.astype(np.float64)
-        problem = np.where(np.isfinite(values), _OK, _NOT_A_NUMBER).astype(np.int8)
+        if not _plain_ascii(stripped):
+            raise ValueError("not plain ASCII")
+        values = stripped.astype(np.float64)  # (inf and nan are not finite: refused below)
+        ok = np.ones(len(field), bool)
     except ValueError:
-        low = np.char.lower(stripped)
-        body = np.char.lstrip(low, "+-")
-        signs = np.char.str_len(low) - np.char.str_len(body)
+        body = np.char.lstrip(np.char.lower(stripped), "+-")
+        signs = np.char.str_len(stripped) - np.char.str_len(body)
         parts = np.char.partition(body, "e")
-        mant = np.char.replace(parts[..., 0], ".", "", count=1)
         exp = np.char.lstrip(parts[..., 2], "+-")
         exp_signs = np.char.str_len(parts[..., 2]) - np.char.str_len(exp)
         has_exp = np.char.str_len(parts[..., 1]) > 0
-
-        def all_digits(a: np.ndarray) -> np.ndarray:
-            return (np.char.str_len(a) > 0) & (np.char.str_len(np.char.strip(a, _DIGITS)) == 0)
-
-        ok = (signs <= 1) & all_digits(mant) & (~has_exp | ((exp_signs <= 1) & all_digits(exp)))
+        ok = ((signs <= 1) & _all_digits(np.char.replace(parts[..., 0], ".", "", count=1))
+              & (~has_exp | ((exp_signs <= 1) & _all_digits(exp))))
         values = np.zeros(len(field), np.float64)
         values[ok] = stripped[ok].astype(np.float64)
-        problem = np.where(ok & np.isfinite(values), _OK, _NOT_A_NUMBER).astype(np.int8)
+    problem = np.where(ok & np.isfinite(values), _OK, _NOT_A_NUMBER).astype(np.int8)
     fl = np.floor(np.where(problem == _OK, values, 0.0))
     problem[(problem == _OK) & ((fl < -(2.0**63)) | (fl >= 2.0**63))] = _OUT_OF_RANGE
     values[problem != _OK] = 0.0
     return values, problem
+
+
+def _plain_ascii(a: np.ndarray) -> bool:
+    """Whether every string is ASCII without ``_``: NumPy's own parse of such strings takes
+    exactly the syntax of the slow path (it also takes ``1_000`` and other scripts' digits)."""
+    codes = np.ascontiguousarray(a).view(np.uint32)
+    return not bool(((codes > 127) | (codes == ord("_"))).any())
+
+
+def _all_digits(a: np.ndarray) -> np.ndarray:
+    """True where the string is one or more ASCII digits (not ``_``, not other scripts' digits,
+    which Python's int() and NumPy would take)."""
+    return (np.char.str_len(a) > 0) & (np.char.str_len(np.char.strip(a, _DIGITS)) == 0)
 
 
 def _dense_ids(field: np.ndarray) -> np.ndarray:

@@ -354,3 +354,13 @@ def test_a_tiny_npz_is_called_truncated_not_pickled(tmp_path: Path, content: byt
     p.write_bytes(content)
     with pytest.raises(TraceError, match=f"only {len(content)} bytes: empty or truncated"):
         read_trace(p)
+
+
+def test_numbers_parse_the_same_whatever_else_is_in_the_column(tmp_path: Path) -> None:
+    """NumPy alone takes ``1_000`` and other scripts' digits; a column parses by one syntax
+    whether or not another record is malformed, so a bad row changes nothing else."""
+    for extra in ("", "9,x,8\n"):
+        p = tmp_path / "t.csv"
+        p.write_text("1,1_000,8\n2,\u0663,8\n3,7,8\n" + extra)
+        t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3, skip_bad=True)
+        assert t.key.tolist() == [7] and t.meta["skipped"] == 2 + bool(extra)
