@@ -4,7 +4,7 @@ Columns (names and dtypes are the on-disk ``.npz`` format):
 
 =============  =======  ===============================================================
 ``key``        int64    object id
-``size``       int64    bytes, > 0
+``size``       int64    bytes, in 1 .. :data:`MAX_SIZE` (2**48)
 ``op``         uint8    0 read, 1 write, 2 free (see :class:`Op`)
 ``compute_ns`` int64    time the consumer computes after the access, >= 0 (default 0)
 ``kind``       uint8    optional, see :class:`Kind` (default 0, other)
@@ -16,6 +16,11 @@ Semantics: the first access to a key creates the object (a first write allocates
 device without a copy; a first read is a compulsory miss of an object that starts in host
 memory); a write to an existing non-resident object fetches it first and leaves it dirty; a
 free drops the object everywhere, and a later access to the same key is a new object.
+
+Ranges: every size is at most :data:`MAX_SIZE` and the sizes of all rows, as the compute times
+of all rows, sum to at most :data:`MAX_TOTAL` (2**60), so no byte count, working set or clock
+of any replay path can overflow int64; a trace outside them is refused with a
+:class:`~allocator.errors.TraceError` naming the column and the record.
 """
 
 from __future__ import annotations
@@ -30,10 +35,18 @@ import numpy as np
 
 from allocator.errors import TraceError
 
-__all__ = ["Op", "Kind", "Trace", "INF", "ZIP_MAGIC", "not_a_zip_archive"]
+__all__ = ["Op", "Kind", "Trace", "INF", "MAX_SIZE", "MAX_TOTAL", "ZIP_MAGIC", "not_a_zip_archive",
+           "too_short_for_zip"]
 
 INF = np.iinfo(np.int64).max
 """Next-use distance of an object that is never used again."""
+
+MAX_SIZE = 1 << 48
+"""Largest object size a trace may hold (256 TiB)."""
+
+MAX_TOTAL = 1 << 60
+"""Largest sum of a trace's sizes (over all rows), and of its compute times: with these, byte
+counts and clocks stay far from int64's limit on every replay path."""
 
 
 class Op(IntEnum):
@@ -74,6 +87,14 @@ def not_a_zip_archive(path: str | os.PathLike[str]) -> bool:
     with open(path, "rb") as f:
         magic = f.read(len(ZIP_MAGIC))
     return len(magic) == len(ZIP_MAGIC) and magic != ZIP_MAGIC
+
+
+def too_short_for_zip(path: str | os.PathLike[str]) -> int | None:
+    """The size of the file at ``path`` when it is shorter than the smallest zip archive (an
+    empty one: 22 bytes), else ``None``: such a file is empty or truncated, whatever NumPy
+    would guess of it (it calls a 2-byte file pickled data)."""
+    n = os.path.getsize(path)
+    return n if n < 22 else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,12 +146,18 @@ class Trace:
     def load(cls, path: str | os.PathLike[str]) -> Trace:
         """Load a ``.npz`` trace, validating every column (errors name column and row)."""
         p = os.fspath(path)
+        if os.path.isdir(p):
+            raise TraceError("is a directory, not a trace file", path=p, hint="give the .npz file in it")
         if not os.path.exists(p):
             raise TraceError("no such file", path=p, hint="check the path")
         if os.path.isfile(p) and not_a_zip_archive(p):
             raise TraceError("not an .npz trace (an .npz is a zip archive; this file is not one)", path=p,
                              hint="for libCacheSim formats use envs.workloads.read_trace(path, "
                                   "format=...), or trace.format= in the configs")
+        short = too_short_for_zip(p) if os.path.isfile(p) else None
+        if short is not None:
+            raise TraceError(f"the file has only {short} bytes: empty or truncated, not an .npz trace",
+                             path=p, hint="write it again (Trace.save)")
         try:
             with np.load(p, allow_pickle=False) as z:
                 data = {k: z[k] for k in z.files}
@@ -158,6 +185,8 @@ class Trace:
                     raise ValueError("not a JSON object")
             except ValueError as e:
                 raise TraceError(f"meta is not a JSON object string ({e})", path=p, column="meta") from None
+        if np.ndim(data["key"]) == 1 and len(data["key"]) == 0:  # as every other reader
+            raise TraceError("no records", path=p, hint="the trace is empty: nothing to replay")
         name = os.path.splitext(os.path.basename(p))[0]
         return cls.from_arrays(
             data["key"],
@@ -283,15 +312,19 @@ def _validate(cols: dict[str, np.ndarray], path: str | None) -> None:
             r = int(np.argmax(bad))
             raise TraceError(f"{what} (got {cols[c][r]})", path=path, column=c, row=r)
 
-    # checked before the cast to the on-disk dtypes, so that e.g. op -1 cannot wrap to 255
-    i64max = np.iinfo(np.int64).max
+    # checked before the cast to the on-disk dtypes, so that e.g. op -1 cannot wrap to 255 and
+    # a float size of 2**63 cannot become INT64_MIN
+    for c in ("key", "step"):
+        first_bad(c, _outside_int64(cols[c]), f"{c} does not fit in int64")
     first_bad("size", cols["size"] <= 0, "size must be > 0 bytes")
+    first_bad("size", cols["size"] > MAX_SIZE, f"size must be at most 2**48 = {MAX_SIZE} bytes")
     first_bad("op", (cols["op"] < 0) | (cols["op"] > 2), "op must be 0 (read), 1 (write) or 2 (free)")
     first_bad("compute_ns", cols["compute_ns"] < 0, "compute_ns must be >= 0")
+    first_bad("compute_ns", cols["compute_ns"] > MAX_TOTAL,
+              f"compute_ns must be at most 2**60 = {MAX_TOTAL} ns")
     first_bad("kind", (cols["kind"] < 0) | (cols["kind"] > max(Kind)), f"kind must be in 0..{int(max(Kind))}")
-    for c in ("key", "size", "compute_ns", "step"):
-        if cols[c].dtype.kind == "u" and n and cols[c].max() > i64max:
-            first_bad(c, cols[c] > i64max, f"{c} does not fit in int64")
+    for c, what in (("size", "sizes"), ("compute_ns", "compute times")):
+        _check_total(cols[c], c, what, path)
     if n and (np.asarray(cols["op"]) == Op.FREE).any():
         ok = _frees_of_known_objects(np.asarray(cols["key"], np.int64), np.asarray(cols["op"]))
         bad = ~ok
@@ -303,6 +336,31 @@ def _validate(cols: dict[str, np.ndarray], path: str | None) -> None:
                 column="op",
                 row=r,
             )
+
+
+def _outside_int64(a: np.ndarray) -> np.ndarray:
+    """Mask of the values int64 cannot hold (a float of 2**63 or more, a uint64 above 2**63 - 1)."""
+    if a.dtype.kind == "f":
+        return (a < -(2.0**63)) | (a >= 2.0**63)
+    if a.dtype.kind == "u":
+        return a > np.iinfo(np.int64).max
+    return np.zeros(len(a), bool)
+
+
+def _check_total(values: np.ndarray, column: str, what: str, path: str | None) -> None:
+    """Refuse a column whose running sum passes :data:`MAX_TOTAL`, naming the record where it
+    does. Every value is already in 0 .. 2**60, so the int64 running sum passes MAX_TOTAL
+    before it could wrap: the first crossing it reports is exact."""
+    if not len(values):
+        return
+    total = np.cumsum(values.astype(np.int64, copy=False), dtype=np.int64)
+    over = total > MAX_TOTAL
+    if over.any():
+        r = int(np.argmax(over))
+        raise TraceError(
+            f"the {what} of the records up to this one sum past 2**60 = {MAX_TOTAL}, more than "
+            "any replay can count", path=path, column=column, row=r,
+            hint="split the trace into windows (Trace.window) or scale the column down")
 
 
 def _frees_of_known_objects(key: np.ndarray, op: np.ndarray) -> np.ndarray:

@@ -151,8 +151,8 @@ def check_args(K: Any, *, candidates: str | None = None, reward: str | None = No
                rewards: Sequence[str] = (), cost: Any = None, opportunity: Any = None,
                opportunities: Sequence[str] = ()) -> None:
     """The argument checks every environment shares (each names the value and the choices)."""
-    if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or K < 1:
-        raise ConfigError(f"K must be an int >= 1, got {K!r}")
+    if not isinstance(K, (int, np.integer)) or isinstance(K, bool) or not 1 <= K <= features.MAX_K:
+        raise ConfigError(f"K must be an int in 1..{features.MAX_K} (candidates per decision), got {K!r}")
     if candidates is not None and candidates not in features.RULES:
         raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
     if opportunities and (isinstance(opportunity, bool) or not (

@@ -137,6 +137,9 @@ class EvalConfig:
     decision_timing: bool = True
     plots: bool = True
     progress: bool = True
+    resume: bool = False
+    """Reuse the runs already in ``out_dir/runs.jsonl`` (those an interrupted sweep completed,
+    with the same trace, settings and spec) instead of running them again."""
 
 
 @dataclass

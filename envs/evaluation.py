@@ -23,6 +23,12 @@ several files, NAME the file's name without ``.npz``; the ``policy_file`` column
 
 ``normalized_hit_rate = (hits - hits_lru) / (hits_belady - hits_lru)`` per (trace, mode,
 capacity, prefetch, preset): lru and belady always run; blank when belady equals lru.
+
+Interruptions (SIGINT, SIGTERM, a crash) lose at most the run in progress: each completed run
+is appended to ``out_dir/runs.jsonl`` as it finishes (:mod:`envs.journal`), the final files are
+replaced whole (temporary file + ``os.replace``), and the final files of an earlier sweep in
+``out_dir`` are removed before the first run, so they never sit beside another sweep's runs.
+``eval.resume=true`` reuses the completed runs whose trace, settings and spec match.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
 from envs.common import CAPACITY_OF
 from envs.config import build_guard, enum_value, guard_node, instantiate
+from envs.journal import RunJournal, digest, replace_atomically
 from policies.fastreplay import fast_applicable, replay_fast
 
 if TYPE_CHECKING:
@@ -383,8 +390,36 @@ def _out_dir(cfg: Any) -> str:
     out = os.path.expanduser(str(out))
     if job_suffix is not None:
         out = os.path.join(out, f"job_{job_suffix}")
-    os.makedirs(out, exist_ok=True)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"out_dir: {out!r} is a file, not a directory; give a directory to "
+                          "write the results in") from None
+    except OSError as e:  # a file in the path, no permission, ...
+        raise ConfigError(f"out_dir: cannot create the directory {out!r} ({e.strerror}); give a "
+                          "writable directory") from None
     return out
+
+
+def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str) -> None:
+    """Warn (with the counts) when some of ``trace``'s requests are larger than ``capacity``:
+    the pool streams them, nothing of them stays resident. Refuse when all of them are: such a
+    run measures nothing but the link."""
+    reads = trace.op != Op.FREE
+    big = reads & (trace.size > capacity)
+    n_big = int(big.sum())
+    if not n_big:
+        return
+    n = int(reads.sum())
+    largest = int(trace.size[reads].max())
+    if n_big == n:
+        raise ConfigError(f"eval.capacities: {spec!r} is {capacity} bytes for trace {tname!r}, below "
+                          f"every object it requests (the smallest is {int(trace.size[reads].min())} "
+                          "bytes): nothing could ever be resident; raise the capacity")
+    n_obj = len(np.unique(trace.object_ids()[big]))
+    log.warning("trace %s, capacity %s = %d bytes: %d of %d requests (%d objects) are larger than "
+                "the capacity (the largest object has %d bytes) and are streamed, never resident",
+                tname, spec, capacity, n_big, n, n_obj, largest)
 
 
 def evaluate(cfg: Any) -> dict[str, Any]:
@@ -421,6 +456,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
         t = trace if mode == "bytes" else trace.with_sizes(1)
         for c in capacities:
             cap = resolve_capacity(c, trace, mode, str(ev.capacity_of))
+            check_oversized(t, cap, c, tname)
             for preset in presets:
                 for pf in prefetchers:
                     for pol, path, guard in policies:
@@ -429,14 +465,33 @@ def evaluate(cfg: Any) -> dict[str, Any]:
 
     from tqdm.auto import tqdm
 
+    # the final files of an earlier sweep here describe another sweep: gone before the first run
+    for old in ("results.csv", "results.json"):
+        if os.path.isfile(os.path.join(out_dir, old)):
+            os.unlink(os.path.join(out_dir, old))
+    keys = _run_keys(cfg, runs)
     rows: list[dict[str, Any]] = []
-    bar = tqdm(runs, desc="evaluate", unit="run", disable=not ev.progress)
-    for t, spec in bar:
-        bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
-        rows.append(run_one(t, spec, placement=placement, write_policy=write_policy,
-                            oversize=oversize, fast=bool(ev.fast),
-                            decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
-                            allocator_cfg=alloc))
+    with RunJournal(out_dir, resume=bool(ev.get("resume", False))) as journal:
+        reused = sum(journal.get(k) is not None for k in keys)
+        if reused:
+            log.info("resuming: %d of %d runs are already in %s", reused, len(runs), journal.path)
+        bar = tqdm(runs, desc="evaluate", unit="run", disable=not ev.progress)
+        try:
+            for (t, spec), key in zip(bar, keys):
+                row = journal.get(key)
+                if row is None:
+                    bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
+                    row = run_one(t, spec, placement=placement, write_policy=write_policy,
+                                  oversize=oversize, fast=bool(ev.fast),
+                                  decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
+                                  allocator_cfg=alloc)
+                    journal.add(key, row)
+                rows.append(row)
+        except KeyboardInterrupt:
+            log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
+                        "same command with eval.resume=true to finish the sweep", len(rows),
+                        len(runs), journal.path)
+            raise
     add_normalized_hit_rate(rows)
     csv_path, json_path = write_results(rows, out_dir)
     plots = plot_results(rows, out_dir) if ev.plots else []
@@ -444,6 +499,38 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     log.info("wrote %s, %s and %d plot(s)", csv_path, json_path, len(plots))
     return {"rows": rows, "table": table, "csv": csv_path, "json": json_path, "plots": plots,
             "out_dir": out_dir}
+
+
+def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
+    """One key per run: what decides its row (the trace's content, the run's spec, the pool's
+    and replay's settings, the seed, an exported policy file's bytes), so that a resumed sweep
+    reuses a run only where running it again would give the same counts."""
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    alloc = cfg.allocator
+    common = {"allocator": OmegaConf.to_container(alloc, resolve=True) if OmegaConf.is_config(alloc) else alloc,
+              "seed": int(cfg.seed), "fast": bool(cfg.eval.fast),
+              "decision_timing": bool(cfg.eval.decision_timing), "columns": list(COLUMNS)}
+    traces: dict[int, str] = {}
+    files: dict[str, str] = {}
+    keys = []
+    for t, spec in runs:
+        if id(t) not in traces:
+            traces[id(t)] = digest([_sha(a.tobytes()) for a in (t.key, t.size, t.op, t.compute_ns, t.kind)])
+        if spec.learned is not None and spec.learned not in files:
+            with open(spec.learned, "rb") as f:
+                files[spec.learned] = _sha(f.read())
+        keys.append(digest({"common": common, "trace": traces[id(t)], "spec": asdict(spec),
+                            "policy_file": files.get(spec.learned or "")}))
+    return keys
+
+
+def _sha(b: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(b).hexdigest()
 
 
 def _unique_names(names: list[str]) -> list[str]:
@@ -468,16 +555,17 @@ def _cell(v: Any) -> Any:
 def write_results(rows: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
     """``results.csv`` (NaN as blank) and ``results.json`` (NaN as null) in ``out_dir``."""
     cols = list(COLUMNS) + [c for c in EXTRA_COLUMNS if rows and c in rows[0]]
-    csv_path = os.path.join(out_dir, "results.csv")
-    with open(csv_path, "w", newline="") as f:
+    def write_csv(f: Any) -> None:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow({c: _cell(r.get(c)) for c in cols})
-    json_path = os.path.join(out_dir, "results.json")
-    with open(json_path, "w") as f:
-        json.dump([{c: (None if _cell(r.get(c)) == "" and isinstance(r.get(c), float)
-                        else r.get(c)) for c in cols} for r in rows], f, indent=1)
+
+    # each file replaced whole (temporary file + os.replace): an interrupt leaves the old or the new
+    csv_path = replace_atomically(os.path.join(out_dir, "results.csv"), write_csv)
+    json_path = replace_atomically(os.path.join(out_dir, "results.json"), lambda f: json.dump(
+        [{c: (None if _cell(r.get(c)) == "" and isinstance(r.get(c), float) else r.get(c))
+          for c in cols} for r in rows], f, indent=1))
     return csv_path, json_path
 
 
@@ -566,7 +654,7 @@ def _save(fig: Any, path: str) -> str:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    replace_atomically(path, lambda f: fig.savefig(f, format="png", dpi=100), binary=True)
     plt.close(fig)
     return path
 

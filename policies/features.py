@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 __all__ = [
-    "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES",
+    "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES", "MAX_K",
     "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
     "ACCELERATED", "F", "G",
 ]
@@ -80,6 +80,9 @@ N_GAPS = 4
 """Number of most recent reuse gaps kept per object."""
 N_KINDS = 7  # allocator.trace.Kind
 RULES = ("lru", "sample")
+MAX_K = 1024
+"""Most candidates per decision (an env's ``K``, a policy file's): what a decision allocates grows
+with K, and a file's K is not to set it without limit (K = 100,000 took 9.7 GB, issue #27)."""
 
 FEATURE_NAMES: tuple[str, ...] = (
     # log-scaled tick distances, counts and size

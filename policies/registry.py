@@ -247,6 +247,9 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
     except TypeError as e:
         raise ConfigError(f"policy {name!r}: constructing it failed: {e}"
                           + (f"; its signature: {sig}" if sig is not None else "")) from e
+    except Exception as e:  # the user's own code failed: say whose, keep the cause chained
+        raise ConfigError(f"policy {name!r}: its constructor raised {type(e).__name__}: {e}; fix "
+                          "the class or its arguments") from e
     if not callable(getattr(obj, method, None)):
         kind = "an eviction policy" if method == "victim" else "a prefetch policy"
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {method}() method, so it "

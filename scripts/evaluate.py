@@ -6,12 +6,16 @@
     python scripts/evaluate.py -m trace.path=A,B            # a parallel sweep (joblib)
 
 Writes results.csv, results.json and PNG plots; the logic is envs.evaluation.evaluate(cfg).
+Each completed run is kept in OUT/runs.jsonl as it finishes: after SIGINT or SIGTERM, the same
+command with eval.resume=true runs only what is missing.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 
 import hydra
 from omegaconf import DictConfig
@@ -23,10 +27,20 @@ from envs.evaluation import evaluate
 register_configs()
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
+    if threading.current_thread() is threading.main_thread():  # (a launcher's worker thread cannot)
+        signal.signal(signal.SIGTERM, _terminated)  # as SIGINT: the sweep stops between lines it wrote
     try:
         result = evaluate(cfg)
+    except KeyboardInterrupt as e:
+        print(f"interrupted ({e or 'SIGINT'}): the completed runs are kept in runs.jsonl; run the "
+              "same command with eval.resume=true to finish", file=sys.stderr)
+        sys.exit(130)
     except CachegymError as e:
         logging.getLogger("evaluate").debug("failed", exc_info=True)
         print(f"error: {e}", file=sys.stderr)

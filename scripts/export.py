@@ -8,6 +8,11 @@
 (``scripts/train.py`` and the main job already export their final policy; this script turns a
 checkpoint, or an SB3 model saved with ``model.save()``, into a deployable file; ``--onnx`` writes
 the same network as an ONNX model, for serving outside Python -- it needs the ``onnx`` package.)
+
+An SB3 .zip is read without running its code: only the tensors of its policy.pth
+(torch.load(weights_only=True)) and plain JSON fields. stable-baselines3's own load unpickles
+entries of the zip, so a crafted file runs any command it likes; --trust-pickle uses it anyway,
+for files you made yourself only.
 The logic is ``policies.training.export.export_file`` and ``export_onnx``.
 """
 
@@ -30,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--K", type=int, default=None, help="candidates per decision (default: the source's)")
     p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None)
     p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None, help="for an SB3 .zip")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="load an SB3 .zip with stable-baselines3's load, which unpickles (runs code "
+                        "from) the file: only for files you made yourself (default: read its "
+                        "tensors only)")
     args = p.parse_args(argv)
     if args.out is None and not (args.onnx and args.source.endswith(".npz")):
         p.error("--out is required (it may be left out only with --onnx and a policy .npz source)")
@@ -39,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.source
         if args.out is not None:
             path = export_file(args.source, args.out, K=args.K, candidate_rule=args.candidate_rule,
-                               algo=args.algo)
+                               algo=args.algo, trust_pickle=args.trust_pickle)
         onnx_path = export_onnx(path, args.onnx) if args.onnx else None
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)

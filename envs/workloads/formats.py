@@ -9,8 +9,12 @@ Conventions for libCacheSim formats (which have no op, kind or compute columns):
 
 - every request is a read; ``compute_ns`` and ``kind`` are 0;
 - the request's clock time goes into the ``step`` column (row index when there is no time);
-- oracleGeneral object ids are unsigned 64-bit; they are reinterpreted bit for bit as int64 keys
-  (ids above 2**63 become negative keys), so write -> read -> write is exact.
+- object ids are unsigned 64-bit in every format (csv and txt also take negative ids down to
+  -2**63); ids of 2**63 and above are reinterpreted bit for bit as int64 keys (they become
+  negative keys), so write -> read -> write is exact;
+- a record whose number does not parse, or is out of range (a size above 2**48, a time or id
+  int64 cannot hold), is that record's error: the others are read as they are;
+- a file with no records is an error in every format (``.npz`` included).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from allocator.errors import ConfigError, TraceError
-from allocator.trace import ZIP_MAGIC, Op, Trace
+from allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace
 
 __all__ = [
     "ORACLE_GENERAL_DTYPE",
@@ -165,16 +169,21 @@ def read_csv(
         if name == "obj_id" and not obj_id_is_num:
             parsed[name] = _dense_ids(field)
             continue
-        values, bad_rows = _parse_numbers(field, integer=name != "time")
-        if name == "obj_size":
-            bad_rows |= values <= 0
+        values, problem = (_parse_floats(field) if name == "time" else _parse_ints(field))
+        if name == "obj_size":  # a value of 2**63 or more is negative here, without a "-"
+            wrapped = values < 0
+            if wrapped.any():
+                wrapped &= ~np.char.startswith(np.char.strip(field), "-")
+            problem[(problem == _OK) & (wrapped | (values > MAX_SIZE))] = _TOO_LARGE
+            problem[(problem == _OK) & (values <= 0)] = _NOT_POSITIVE
         parsed[name] = values
+        bad_rows = problem != _OK
         bad |= bad_rows
         if bad_rows.any() and not skip_bad:
             r = int(np.argmax(bad_rows))
-            what = "size must be > 0" if name == "obj_size" and _is_int(field[r]) else "not a number"
             raise TraceError(
-                f"line {lines[r] + 1}, column {c} ({name}): {what} (got {str(field[r])!r})",
+                f"line {lines[r] + 1}, column {c} ({name}): {_PROBLEMS[name][problem[r]]} "
+                f"(got {str(field[r])!r})",
                 path=p,
                 row=r,
                 hint="fix the record or pass skip_bad=True to drop bad records",
@@ -271,6 +280,8 @@ def _resolve_format(path: PathLike, format: str | None) -> str:
 # ---------------------------------------------------------------------- helpers
 def _existing(path: PathLike) -> str:
     p = os.fspath(path)
+    if os.path.isdir(p):
+        raise TraceError("is a directory, not a trace file", path=p, hint="give the trace file in it")
     if not os.path.isfile(p):
         raise TraceError("no such file", path=p, hint="check the path")
     return p
@@ -442,33 +453,87 @@ def _is_number(s: str) -> bool:
     return True
 
 
-def _is_int(s: str) -> bool:
-    try:
-        int(s)
-    except ValueError:
-        return False
-    return True
+# why a numeric field is refused (codes of the per-row problem arrays)
+_OK, _NOT_A_NUMBER, _OUT_OF_RANGE, _NOT_POSITIVE, _TOO_LARGE = range(5)
+_PROBLEMS = {
+    "obj_id": {_NOT_A_NUMBER: "not an integer",
+               _OUT_OF_RANGE: "object id out of range (ids are -2**63 .. 2**64 - 1)"},
+    "obj_size": {_NOT_A_NUMBER: "not an integer", _OUT_OF_RANGE: "size out of range (max 2**48)",
+                 _NOT_POSITIVE: "size must be > 0", _TOO_LARGE: f"size must be at most 2**48 = {MAX_SIZE}"},
+    "time": {_NOT_A_NUMBER: "not a finite number", _OUT_OF_RANGE: "time out of range (int64)"},
+}
+_U64_MAX = str(2**64 - 1)
+_NEG_MAX = str(2**63)
+_DIGITS = "0123456789"
 
 
-def _parse_numbers(field: np.ndarray, *, integer: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Parse a string column; returns the values (0 where bad) and the mask of bad rows."""
-    dtype = np.int64 if integer else np.float64
+def _parse_ints(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a string column of integers: ``(values, problem)``. Values of 2**63 .. 2**64 - 1
+    are reinterpreted bit for bit as int64 (as oracleGeneral's unsigned ids); ``problem`` is
+    ``_OK``, ``_NOT_A_NUMBER`` or ``_OUT_OF_RANGE`` per row (value 0 there). Each row is judged
+    on its own: one bad record never changes how the others parse. Syntax: an optional sign and
+    ASCII digits."""
+    stripped = np.char.strip(field)
+    if _plain_ascii(stripped):  # NumPy's parse then takes exactly this syntax: the fast path
+        try:
+            return stripped.astype(np.int64), np.zeros(len(field), np.int8)
+        except (ValueError, OverflowError):
+            pass
+    body = np.char.lstrip(stripped, "+-")
+    signs = np.char.str_len(stripped) - np.char.str_len(body)
+    neg = np.char.startswith(stripped, "-")
+    ok = (signs <= 1) & _all_digits(body)
+    digits = np.char.lstrip(body, "0")
+    n = np.char.str_len(digits)
+    too_big = np.where(neg, (n > 19) | ((n == 19) & (digits > _NEG_MAX)),
+                       (n > 20) | ((n == 20) & (digits > _U64_MAX)))
+    problem = np.where(ok, np.where(too_big, _OUT_OF_RANGE, _OK), _NOT_A_NUMBER).astype(np.int8)
+    good = problem == _OK
+    mag = np.zeros(len(field), np.uint64)
+    mag[good] = np.where(n[good] > 0, digits[good], "0").astype(np.uint64)
+    mag[neg] = np.uint64(0) - mag[neg]  # two's complement: -2**63 .. -1
+    return mag.view(np.int64), problem
+
+
+def _parse_floats(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a string column of (finite) real numbers, as :func:`_parse_ints` (syntax: an
+    optional sign, digits with at most one ``.``, an optional exponent); a value whose floor
+    int64 cannot hold is ``_OUT_OF_RANGE``."""
     stripped = np.char.strip(field)
     try:
-        values = stripped.astype(dtype)
-        bad = np.zeros(len(field), bool) if integer else ~np.isfinite(values)
-        return values, bad
-    except (ValueError, OverflowError):
-        pass
-    unsigned = np.char.lstrip(stripped, "+-")
-    signs = np.char.str_len(stripped) - np.char.str_len(unsigned)
-    body = unsigned if integer else np.char.replace(unsigned, ".", "", count=1)
-    ok = np.char.isdigit(body) & (signs <= 1)
-    if integer:
-        ok &= np.char.str_len(unsigned) <= 18
-    values = np.zeros(len(field), dtype)
-    values[ok] = stripped[ok].astype(dtype)
-    return values, ~ok
+        if not _plain_ascii(stripped):
+            raise ValueError("not plain ASCII")
+        values = stripped.astype(np.float64)  # (inf and nan are not finite: refused below)
+        ok = np.ones(len(field), bool)
+    except ValueError:
+        body = np.char.lstrip(np.char.lower(stripped), "+-")
+        signs = np.char.str_len(stripped) - np.char.str_len(body)
+        parts = np.char.partition(body, "e")
+        exp = np.char.lstrip(parts[..., 2], "+-")
+        exp_signs = np.char.str_len(parts[..., 2]) - np.char.str_len(exp)
+        has_exp = np.char.str_len(parts[..., 1]) > 0
+        ok = ((signs <= 1) & _all_digits(np.char.replace(parts[..., 0], ".", "", count=1))
+              & (~has_exp | ((exp_signs <= 1) & _all_digits(exp))))
+        values = np.zeros(len(field), np.float64)
+        values[ok] = stripped[ok].astype(np.float64)
+    problem = np.where(ok & np.isfinite(values), _OK, _NOT_A_NUMBER).astype(np.int8)
+    fl = np.floor(np.where(problem == _OK, values, 0.0))
+    problem[(problem == _OK) & ((fl < -(2.0**63)) | (fl >= 2.0**63))] = _OUT_OF_RANGE
+    values[problem != _OK] = 0.0
+    return values, problem
+
+
+def _plain_ascii(a: np.ndarray) -> bool:
+    """Whether every string is ASCII without ``_``: NumPy's own parse of such strings takes
+    exactly the syntax of the slow path (it also takes ``1_000`` and other scripts' digits)."""
+    codes = np.ascontiguousarray(a).view(np.uint32)
+    return not bool(((codes > 127) | (codes == ord("_"))).any())
+
+
+def _all_digits(a: np.ndarray) -> np.ndarray:
+    """True where the string is one or more ASCII digits (not ``_``, not other scripts' digits,
+    which Python's int() and NumPy would take)."""
+    return (np.char.str_len(a) > 0) & (np.char.str_len(np.char.strip(a, _DIGITS)) == 0)
 
 
 def _dense_ids(field: np.ndarray) -> np.ndarray:

@@ -64,9 +64,15 @@ class LearnedPolicy(EvictionPolicyBase):
         self.header = dict(header)
         self.path = path
         self.K = int(header["K"]) if K is None else int(K)
-        if self.K < 1:
-            raise ConfigError(f"K must be >= 1 candidates, got {self.K}")
+        if not 1 <= self.K <= _features.MAX_K:
+            raise ConfigError(f"K must be in 1..{_features.MAX_K} candidates, got {self.K}")
         self.candidate_rule = str(header.get("candidate_rule", "lru"))
+        if self.candidate_rule not in _features.RULES:
+            raise ConfigError(f"candidate_rule must be one of {list(_features.RULES)}, got "
+                              f"{self.candidate_rule!r}")
+        if (scorer.n_features, scorer.n_globals) != (_features.F, _features.G):
+            raise ConfigError(f"the network reads {scorer.n_features} features and {scorer.n_globals} "
+                              f"globals; this code computes {_features.F} and {_features.G}")
         if budget_us is not None and budget_us < 0:
             raise ConfigError(f"budget_us must be >= 0 microseconds or None, got {budget_us}")
         self.budget_us = budget_us
@@ -95,7 +101,7 @@ class LearnedPolicy(EvictionPolicyBase):
         self.fallbacks = 0
         # the C forward pass, when it is built and the network reads exactly the features this
         # code computes (``compiled`` False: the NumPy forward pass, the reference)
-        self._native: Any = scorer.native() if scorer.n_features == _features.F else None
+        self._native: Any = scorer.native()
         self.compiled = self._native is not None
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._packed = _features._packed_buffer(self.K)
@@ -123,14 +129,9 @@ class LearnedPolicy(EvictionPolicyBase):
                 f"policy file {p} was trained with another feature specification than this code "
                 f"computes: {'; '.join(diffs)}. Retrain/export with this version, or run the "
                 "version that wrote it")
+        # read_policy_file validated the header and the weights' shapes against it; the spec
+        # equals this code's, so the network reads exactly the features this code computes
         scorer = CandidateScorer(arrays)
-        arch = header.get("arch", {})
-        if (arch.get("n_features"), arch.get("n_globals")) != (scorer.n_features, scorer.n_globals):
-            raise PolicyFileError(
-                f"policy file {p}: arch says {arch.get('n_features')} features and "
-                f"{arch.get('n_globals')} globals, weights have {scorer.n_features} and {scorer.n_globals}")
-        if "K" not in header or int(header["K"]) < 1:
-            raise PolicyFileError(f"policy file {p}: header lacks a valid K")
         return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard)
 
     # decisions ---------------------------------------------------------

@@ -10,34 +10,50 @@ The header holds ``format`` (``"cachegym-policy"``), ``format_version``, ``task`
 "activation"}``), ``feature_spec`` (exactly :func:`policies.features.feature_spec` of the code
 that trained it: names, order, normalisation), ``K`` and ``candidate_rule`` (how the candidate
 set is drawn), ``library_version``, ``config_sha256`` (hash of the training config),
-``weights_sha256`` (checksum of every weight array: name, dtype, shape and bytes) and free-form
+``weights_sha256`` (checksum of every weight array: name, dtype, shape and bytes), ``sha256``
+(version 2: checksum of the header without this field and of the weights) and free-form
 ``meta``. Input normalisation is folded into the first layer at export, so the file's network
 reads raw feature values.
 
-A file that is truncated or corrupt, whose checksum does not match, or whose feature
-specification differs from the running code's is refused with
-:class:`~allocator.errors.PolicyFileError` naming what differs.
+The whole file is validated on load, since it comes from outside: every header field's type and
+range (``K`` in 1..:data:`~policies.features.MAX_K`, ``candidate_rule`` one of
+:data:`~policies.features.RULES`, widths and depth bounded), the weight arrays exactly those the
+``arch`` names, of the shapes it and the feature specification declare, and finite. A file that
+is truncated or corrupt, whose checksum does not match, that fails any of these checks, or whose
+feature specification differs from the running code's is refused with
+:class:`~allocator.errors.PolicyFileError` naming the field. Version 1 files (no header
+checksum) still load when valid, with a logged warning that their header is unchecked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import zipfile
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from allocator.errors import PolicyFileError
-from allocator.trace import not_a_zip_archive
+from allocator.trace import not_a_zip_archive, too_short_for_zip
+from policies.features import MAX_K, RULES
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "save_policy_file", "read_policy_file", "weights_checksum",
-           "diff_feature_spec"]
+           "file_checksum", "check_policy", "diff_feature_spec"]
+
+log = logging.getLogger(__name__)
 
 FORMAT = "cachegym-policy"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2 adds ``sha256`` over header and weights; version 1 files are still read."""
+_READS = (1, 2)
+MAX_WIDTH = 4096
+"""Widest hidden layer, and most features or globals, a policy file may declare."""
+MAX_LAYERS = 8
+"""Most hidden layers a policy file may declare."""
 
 
 def weights_checksum(arrays: Mapping[str, np.ndarray]) -> str:
@@ -50,16 +66,28 @@ def weights_checksum(arrays: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def file_checksum(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 over the header (canonical JSON, without its ``sha256`` field) and the weights."""
+    rest = {k: v for k, v in header.items() if k != "sha256"}
+    h = hashlib.sha256(json.dumps(rest, sort_keys=True).encode())
+    h.update(b"|" + weights_checksum(arrays).encode())
+    return h.hexdigest()
+
+
 def save_policy_file(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray],
                      header: Mapping[str, Any]) -> str:
     """Write ``arrays`` (network weights) and ``header`` as one policy file; returns the path.
-    ``format``, ``format_version`` and ``weights_sha256`` are filled in here."""
+    ``format``, ``format_version``, ``weights_sha256`` and ``sha256`` are filled in here; the
+    file is validated as :func:`read_policy_file` does before it is written."""
     p = os.fspath(path)
     if not p.endswith(".npz"):
         p += ".npz"
     arrs = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
     hdr = dict(header)
     hdr.update(format=FORMAT, format_version=FORMAT_VERSION, weights_sha256=weights_checksum(arrs))
+    hdr.pop("sha256", None)
+    hdr["sha256"] = file_checksum(hdr, arrs)
+    check_policy(p, hdr, arrs)
     blob = np.frombuffer(json.dumps(hdr, sort_keys=True).encode(), np.uint8)
     d = os.path.dirname(p)
     if d:
@@ -81,6 +109,10 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         onnx = " (an ONNX model is for serving outside cachegym)" if p.lower().endswith(".onnx") else ""
         raise PolicyFileError(f"policy file {p} is not a cachegym policy file (the .npz zip archive "
                               f"that scripts/export.py or training writes){onnx}; give that file")
+    short = too_short_for_zip(p)
+    if short is not None:
+        raise PolicyFileError(f"policy file {p} is truncated or corrupt (only {short} bytes, "
+                              "less than any zip archive); export it again")
     try:
         with np.load(p, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -94,21 +126,104 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         header = json.loads(data.pop("header").tobytes().decode())
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise PolicyFileError(f"policy file {p}: corrupt header ({e})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise PolicyFileError(f"policy file {p}: corrupt header ({type(e).__name__}: {e})") from None
     if header.get("format") != FORMAT:
         raise PolicyFileError(f"policy file {p}: format is {header.get('format')!r}, not {FORMAT!r}")
-    if header.get("format_version") != FORMAT_VERSION:
+    version = header.get("format_version")
+    if type(version) is not int or version not in _READS:
         raise PolicyFileError(
-            f"policy file {p}: format version {header.get('format_version')!r}, this code reads "
-            f"version {FORMAT_VERSION}; export the policy again with this version")
-    arrays = {k[2:]: v for k, v in data.items() if k.startswith("w/")}
+            f"policy file {p}: format version {version!r}, this code reads versions "
+            f"{list(_READS)}; export the policy again with this version")
+    other = sorted(k for k in data if not k.startswith("w/"))
+    if other:
+        raise PolicyFileError(f"policy file {p}: unknown entries {other} (a policy file holds "
+                              "header and w/<name> weight arrays only)")
+    arrays = {k[2:]: v for k, v in data.items()}
     got = weights_checksum(arrays)
     if got != header.get("weights_sha256"):
         raise PolicyFileError(
             f"policy file {p}: weights checksum mismatch (header {header.get('weights_sha256')}, "
             f"arrays {got}): the file is corrupt; export it again")
+    if version >= 2:
+        whole = file_checksum(header, arrays)
+        if whole != header.get("sha256"):
+            raise PolicyFileError(
+                f"policy file {p}: header checksum mismatch (field 'sha256' is "
+                f"{header.get('sha256')!r}, header and weights give {whole}): the header was "
+                "edited or is corrupt; export it again")
+    else:
+        log.warning("policy file %s: format version 1 has no header checksum, so its header is "
+                    "unchecked (its fields are validated, its weights checksummed); export it "
+                    "again to add one", p)
+    check_policy(p, header, arrays)
     return header, arrays
+
+
+def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """Refuse (:class:`PolicyFileError` naming the field) a header field of the wrong type or
+    range, or weight arrays that are not exactly those ``arch`` declares (names, shapes from
+    ``arch`` and the feature specification's lengths, finite float values)."""
+
+    def fail(field: str, problem: str) -> NoReturn:
+        raise PolicyFileError(f"policy file {p}: header field {field!r} {problem}; export the "
+                              "policy again (scripts/export.py)")
+
+    def count(v: Any, lo: int, hi: int) -> bool:
+        return type(v) is int and lo <= v <= hi
+
+    if not isinstance(header.get("task", "evict"), str):
+        fail("task", f"must be a string, got {header.get('task')!r}")
+    if not count(header.get("K"), 1, MAX_K):
+        fail("K", f"must be an int in 1..{MAX_K} (candidates per decision), got {header.get('K')!r}")
+    if header.get("candidate_rule", "lru") not in RULES:
+        fail("candidate_rule", f"must be one of {list(RULES)}, got {header.get('candidate_rule')!r}")
+    for f in ("library_version", "config_sha256"):
+        if f in header and not isinstance(header[f], str):
+            fail(f, f"must be a string, got {header[f]!r}")
+    if not isinstance(header.get("meta", {}), dict):
+        fail("meta", f"must be a JSON object, got {type(header.get('meta')).__name__}")
+    spec = header.get("feature_spec")
+    if not isinstance(spec, dict):
+        fail("feature_spec", f"must be a JSON object, got {type(spec).__name__}")
+    for f in ("features", "globals"):
+        if not isinstance(spec.get(f), list):
+            fail(f"feature_spec.{f}", "must be a list of names")
+    arch = header.get("arch")
+    if not isinstance(arch, dict):
+        fail("arch", f"must be a JSON object, got {type(arch).__name__}")
+    if arch.get("type") != "candidate_mlp":
+        fail("arch.type", f"must be 'candidate_mlp', got {arch.get('type')!r}")
+    if arch.get("activation", "relu") != "relu":
+        fail("arch.activation", f"must be 'relu', got {arch.get('activation')!r}")
+    nf, ng, hidden = arch.get("n_features"), arch.get("n_globals"), arch.get("hidden")
+    if nf != len(spec["features"]) or not count(nf, 1, MAX_WIDTH):
+        fail("arch.n_features", f"is {nf!r}, but the feature specification names "
+             f"{len(spec['features'])} features")
+    if ng != len(spec["globals"]) or not count(ng, 1, MAX_WIDTH):
+        fail("arch.n_globals", f"is {ng!r}, but the feature specification names "
+             f"{len(spec['globals'])} globals")
+    if not (isinstance(hidden, list) and 1 <= len(hidden) <= MAX_LAYERS
+            and all(count(h, 1, MAX_WIDTH) for h in hidden)):
+        fail("arch.hidden", f"must be a list of 1..{MAX_LAYERS} widths in 1..{MAX_WIDTH}, got {hidden!r}")
+    shapes = {"wc": (nf, hidden[0]), "wg": (ng, hidden[0]), "b0": (hidden[0],),
+              "wo": (hidden[-1],), "bo": (1,)}
+    for i in range(1, len(hidden)):
+        shapes[f"w{i}"], shapes[f"b{i}"] = (hidden[i - 1], hidden[i]), (hidden[i],)
+    missing, extra = sorted(set(shapes) - set(arrays)), sorted(set(arrays) - set(shapes))
+    if missing or extra:
+        raise PolicyFileError(f"policy file {p}: the weights do not match arch.hidden {hidden}: "
+                              f"missing {missing}, unexpected {extra}; export the policy again")
+    for name, shape in shapes.items():
+        a = arrays[name]
+        if a.shape != shape or a.dtype.kind != "f":
+            raise PolicyFileError(f"policy file {p}: weight array {name!r} has shape {a.shape} and "
+                                  f"dtype {a.dtype}, arch and feature specification declare float "
+                                  f"{shape}; export the policy again")
+        if not np.isfinite(a).all():
+            raise PolicyFileError(f"policy file {p}: weight array {name!r} holds "
+                                  f"{int((~np.isfinite(a)).sum())} NaN or infinite value(s); "
+                                  "the network that wrote it diverged: retrain it")
 
 
 def diff_feature_spec(file_spec: Mapping[str, Any], code_spec: Mapping[str, Any]) -> list[str]:

@@ -68,13 +68,19 @@ def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate
 
 
 def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, K: int | None = None,
-                candidate_rule: str | None = None, algo: str | None = None) -> str:
+                candidate_rule: str | None = None, algo: str | None = None,
+                trust_pickle: bool = False) -> str:
     """Export ``source`` to a policy file at ``out``; returns its path.
 
     ``source`` is a training checkpoint or policy file (``.npz``: verified, then rewritten with
     ``K``/``candidate_rule`` changed where given) or a stable-baselines3 model saved with
     ``model.save()`` (``.zip``; ``algo`` one of ``ppo``, ``maskable_ppo``, ``dqn``, whose policy
     carries the candidate scorer).
+
+    An SB3 zip is read without running any of its code: only the tensors of its ``policy.pth``
+    (``torch.load(..., weights_only=True)``) and plain JSON fields of its ``data`` entry. SB3's
+    own ``load`` unpickles entries of the zip, which runs whatever code a crafted file holds;
+    ``trust_pickle=True`` (``--trust-pickle``) uses it, for a file you made yourself only.
     """
     from policies.learned import LearnedPolicy, read_policy_file
 
@@ -91,7 +97,7 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
             if candidate_rule not in features.RULES:
                 raise ConfigError(f"candidate_rule must be one of {list(features.RULES)}, got {candidate_rule!r}")
             header["candidate_rule"] = candidate_rule
-        for k in ("format", "format_version", "weights_sha256"):
+        for k in ("format", "format_version", "weights_sha256", "sha256"):
             header.pop(k, None)
         return save_policy_file(out, arrays, header)
     if src.endswith(".zip"):
@@ -99,14 +105,75 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
                  "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
         if algo not in algos:
             raise ConfigError(f"an SB3 model needs --algo, one of {sorted(algos)} (got {algo!r})")
-        import importlib
+        model: Any
+        if trust_pickle:
+            import importlib
 
-        mod, cls = algos[algo]
-        model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
-        n_cand = K if K is not None else int(model.observation_space["mask"].n)
+            mod, cls = algos[algo]
+            model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
+            n_cand = K if K is not None else int(model.observation_space["mask"].n)
+        else:
+            model, n_cand_read = sb3_scorer(src)
+            n_cand = K if K is not None else n_cand_read
         return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule or "lru",
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
+
+
+def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
+    """The :class:`CandidateScorerNet` of an SB3 model zip and its ``K`` (the action space's
+    ``n``), read without unpickling anything: the policy's tensors through
+    ``torch.load(weights_only=True)``, ``K`` from the ``data`` entry's plain JSON fields."""
+    import io
+    import zipfile
+
+    import torch as th
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            if "policy.pth" not in names:
+                raise PolicyFileError(f"{path}: no policy.pth entry: not an SB3 model saved with "
+                                      "model.save()")
+            blob = z.read("policy.pth")
+            data = z.read("data") if "data" in names else b"{}"
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise PolicyFileError(f"{path}: not a readable SB3 model zip ({type(e).__name__}: {e})") from None
+    try:
+        state = th.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch's restricted unpickler refuses anything but tensors
+        raise PolicyFileError(
+            f"{path}: its policy.pth holds more than tensors, and is not unpickled ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}); pass --trust-pickle (trust_pickle=True) "
+            "only if you made the file yourself") from None
+    if not isinstance(state, Mapping):
+        raise PolicyFileError(f"{path}: policy.pth is not a state dict")
+    heads = sorted((k[:-len("cand_in.weight")] for k in state if str(k).endswith("scorer.cand_in.weight")),
+                   key=lambda h: ("target" in h, len(h), h))
+    if not heads:
+        raise ConfigError(f"{path}: the policy carries no CandidateScorerNet; train it with the "
+                          "policies in policies.training.nets")
+    head = heads[0]
+    sub = {k[len(head):]: v for k, v in state.items() if k.startswith(head)}
+    try:
+        n_layers = sum(1 for k in sub if k.startswith("layers.") and k.endswith(".weight"))
+        hidden = [int(sub["cand_in.weight"].shape[0])] + [int(sub[f"layers.{i}.weight"].shape[0])
+                                                         for i in range(n_layers)]
+        net = CandidateScorerNet(int(sub["cand_in.weight"].shape[1]), int(sub["glob_in.weight"].shape[1]),
+                                 hidden)
+        net.load_state_dict(sub, strict=True)
+    except (KeyError, RuntimeError, ValueError, IndexError) as e:
+        raise PolicyFileError(f"{path}: the scorer's tensors do not form a CandidateScorerNet "
+                              f"({type(e).__name__}: {e})") from None
+    try:
+        space = json.loads(data).get("action_space", {})
+        n = int(space["n"]) if isinstance(space, dict) and "n" in space else None
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        n = None
+    if n is None or n < 1:
+        raise ConfigError(f"{path}: the number of candidates cannot be read without unpickling; "
+                          "give it with --K (K=)")
+    return net, n
 
 
 ONNX_OPSET = 17

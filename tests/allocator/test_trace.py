@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -206,3 +207,28 @@ def test_window_drops_frees_of_objects_created_before() -> None:
 def test_with_sizes() -> None:
     t = _trace().with_sizes(1)
     assert set(t.size.tolist()) == {1} and t.key.tolist() == _trace().key.tolist()
+
+
+# ---------------------------------------------------------------------- ranges (issue #27, item 3)
+@pytest.mark.parametrize(("column", "values", "row", "says"), [
+    ("size", [8.0, 2.0**63], 1, "at most 2**48"),          # was INT64_MIN after the > 0 check
+    ("size", [8, 2**62], 1, "at most 2**48"),               # working set wrapped negative
+    ("size", [2**48] * 5000, 4096, "sum past 2**60"),       # each fits, their sum does not
+    ("compute_ns", [0, 2**62], 1, "at most 2**60"),         # clocks of the two replays disagreed
+    ("compute_ns", [2**59, 2**59, 1], 2, "sum past 2**60"),
+    ("key", [1.0, 1e19], 1, "does not fit in int64"),
+    ("step", [0.0, -1e30], 1, "does not fit in int64"),
+])
+def test_out_of_range_columns_are_refused_naming_column_and_record(
+        column: str, values: list[float], row: int, says: str) -> None:
+    cols: dict[str, object] = {"key": list(range(len(values))), "size": 8}
+    cols[column] = np.asarray(values)
+    with pytest.raises(TraceError, match=re.escape(says)) as e:
+        Trace.from_arrays(**cols)  # type: ignore[arg-type]
+    assert (e.value.column, e.value.row) == (column, row)
+
+
+def test_largest_allowed_values_are_kept_exactly() -> None:
+    t = Trace.from_arrays([1, 2], [2**48, 1], compute_ns=[2**60 - 1, 1])
+    assert t.size.tolist() == [2**48, 1] and t.compute_ns.tolist() == [2**60 - 1, 1]
+    assert t.working_set_bytes() == 2**48 + 1

@@ -177,7 +177,7 @@ def test_invalid_actions() -> None:
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"K": 0}, "K must be"), ({"candidates": "mru"}, "candidates must be"),
+    ({"K": 0}, "K must be"), ({"K": 100_000}, r"K must be an int in 1\.\.1024"), ({"candidates": "mru"}, "candidates must be"),
     ({"reward": "hits"}, "reward must be"), ({"reward": "stall"}, "cost model"),
     ({"capacity": 1.5}, "fraction"), ({"capacity": -3}, "> 0"), ({"capacity_of": "x"}, "capacity_of"),
     ({"invalid_action": "skip"}, "invalid_action"), ({"window": 0}, "window"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import struct
 import time
 from pathlib import Path
@@ -195,8 +196,8 @@ def test_oracle_general_size_zero(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content,match,row", [
     ("1,10,100\n2,20\n", "expected 3 columns, got 2", 1),
     ("1,10,100\n2,20,100,5\n", "expected 3 columns, got 4", 1),
-    ("1,10,100\n2,abc,100\n", "not a number", 1),
-    ("1,10,100\n2,20,1.5\n", "not a number", 1),
+    ("1,10,100\n2,abc,100\n", "not an integer", 1),
+    ("1,10,100\n2,20,1.5\n", "not an integer", 1),
     ("1,10,100\n2,20,0\n", "size must be > 0", 1),
     ("1,10,100\n2,20,-4\n3,30,5\n", "size must be > 0", 1),
 ])
@@ -286,3 +287,80 @@ def test_a_file_without_records_is_refused_saying_why(tmp_path: Path) -> None:
     assert len(read_trace(header_only, has_header=False, obj_id_is_num=False)) == 1
     with pytest.raises(TraceError, match="no records: all 1 were malformed and skipped"):
         read_trace(all_bad, obj_id_col=2, skip_bad=True, has_header=True)
+
+
+# ---------------------------------------------------------------------- every reader agrees (issue #27, item 4)
+def test_one_bad_row_leaves_the_valid_ids_above_18_digits_alone(tmp_path: Path) -> None:
+    rows = [f"{i},{10**19 + i},8" for i in range(1000)]
+    p = tmp_path / "t.csv"
+    p.write_text("\n".join(rows[:500] + ["500,xx,8"] + rows[500:]) + "\n")
+    t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3, skip_bad=True)
+    assert t.meta["skipped"] == 1 and len(t) == 1000  # was: skipped 1001, no records
+    np.testing.assert_array_equal(t.key.view(np.uint64), np.arange(1000, dtype=np.uint64) + 10**19)
+    with pytest.raises(TraceError, match="line 501, column 2 .obj_id.: not an integer .got 'xx'") as ei:
+        read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3)  # was: a valid record named
+    assert ei.value.row == 500
+
+
+@pytest.mark.parametrize(("record", "says"), [
+    ("1,5,9223372036854775808", "size must be at most 2**48"),  # was: "size must be > 0"
+    ("1,5,281474976710657", "size must be at most 2**48"),
+    ("1,5,0", "size must be > 0"),
+    ("1,18446744073709551616,8", "object id out of range"),
+    ("1e30,5,8", "time out of range"),  # was: INT64_MIN with a RuntimeWarning
+    ("nan,5,8", "time): not a finite number"),
+])
+def test_csv_range_errors_say_what_is_wrong(tmp_path: Path, record: str, says: str) -> None:
+    p = tmp_path / "t.csv"
+    p.write_text(f"0,1,8\n{record}\n")
+    with pytest.raises(TraceError, match=re.escape(says)) as ei:
+        read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3)
+    assert ei.value.row == 1
+
+
+def test_largest_unsigned_id_reads_in_every_format(tmp_path: Path) -> None:
+    want = np.array([2**64 - 1, 5], np.uint64).view(np.int64)
+    (tmp_path / "t.txt").write_text("18446744073709551615\n5\n")
+    (tmp_path / "t.csv").write_text("1,18446744073709551615,8\n2,-5,8\n")
+    p = tmp_path / "t.oracleGeneral"
+    p.write_bytes(_og_record(0, 2**64 - 1, 8, -1) + _og_record(1, 5, 8, -1))
+    np.testing.assert_array_equal(read_txt(tmp_path / "t.txt").key, want)
+    np.testing.assert_array_equal(read_oracle_general(p).key, want)
+    assert read_csv(tmp_path / "t.csv", obj_id_col=2).key.tolist() == [-1, -5]
+
+
+@pytest.mark.parametrize("fmt", ["npz", "oracleGeneral", "csv", "txt"])
+def test_a_directory_is_not_called_missing(tmp_path: Path, fmt: str) -> None:
+    d = tmp_path / f"dir.{fmt}"
+    d.mkdir()
+    with pytest.raises(TraceError, match="is a directory"):
+        read_trace(d, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["npz", "oracleGeneral", "csv", "txt"])
+def test_an_empty_trace_is_an_error_in_every_format(tmp_path: Path, fmt: str) -> None:
+    p = tmp_path / f"empty.{fmt}"
+    if fmt == "npz":
+        Trace.from_arrays(np.zeros(0, np.int64), 1).save(p)  # was: loaded, NaN rows in results
+    else:
+        p.write_bytes(b"")
+    with pytest.raises(TraceError, match="no records"):
+        read_trace(p, fmt)
+
+
+@pytest.mark.parametrize("content", [b"", b"PK", b"\x80\x02"])
+def test_a_tiny_npz_is_called_truncated_not_pickled(tmp_path: Path, content: bytes) -> None:
+    p = tmp_path / "tiny.npz"
+    p.write_bytes(content)
+    with pytest.raises(TraceError, match=f"only {len(content)} bytes: empty or truncated"):
+        read_trace(p)
+
+
+def test_numbers_parse_the_same_whatever_else_is_in_the_column(tmp_path: Path) -> None:
+    """NumPy alone takes ``1_000`` and other scripts' digits; a column parses by one syntax
+    whether or not another record is malformed, so a bad row changes nothing else."""
+    for extra in ("", "9,x,8\n"):
+        p = tmp_path / "t.csv"
+        p.write_text("1,1_000,8\n2,\u0663,8\n3,7,8\n" + extra)
+        t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3, skip_bad=True)
+        assert t.key.tolist() == [7] and t.meta["skipped"] == 2 + bool(extra)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import pickle
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,6 +81,66 @@ def test_script_prints_the_policy_path(sb3_zip, tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), sb3_zip[0],
                         "--out", str(out)], capture_output=True, text=True)
     assert r.returncode == 2 and "error:" in r.stderr
+
+
+# ---------------------------------------------------------------------- untrusted zips (issue #27, item 6)
+class _Touch:
+    """Unpickling this creates the file ``path``: what a crafted model file would do."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (open, (self.path, "w"))
+
+
+def _crafted(src: str, dst: Path, marker: Path, entry: str) -> Path:
+    """``src`` with ``entry`` (``data``: every serialized JSON field; ``policy.pth``: the whole
+    entry) replaced by a pickle that creates ``marker`` when unpickled."""
+    payload = pickle.dumps(_Touch(str(marker)))
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w") as out:
+        for name in z.namelist():
+            blob = z.read(name)
+            if name == entry == "data":
+                data = json.loads(blob)
+                for v in data.values():
+                    if isinstance(v, dict) and ":serialized:" in v:
+                        v[":serialized:"] = base64.b64encode(payload).decode()
+                blob = json.dumps(data).encode()
+            elif name == entry:
+                blob = payload
+            out.writestr(name, blob)
+    return dst
+
+
+def test_a_crafted_sb3_zip_runs_no_code(sb3_zip, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = _crafted(sb3_zip[0], tmp_path / "evil.zip", marker, "data")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), str(evil),
+                        "--algo", "maskable_ppo", "--out", str(tmp_path / "p.npz")],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert not marker.exists(), "reading the zip ran its pickled code"
+    assert r.returncode == 0, r.stderr  # the tensors alone make the policy file
+    want = export_arrays(scorer_of(sb3_zip[1]))
+    _, got = read_policy_file(tmp_path / "p.npz")
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+    evil = _crafted(sb3_zip[0], tmp_path / "evil_pth.zip", marker, "policy.pth")
+    with pytest.raises(PolicyFileError, match="more than tensors.*--trust-pickle"):
+        export_file(evil, tmp_path / "q.npz", algo="maskable_ppo")
+    assert not marker.exists()
+
+
+def test_trust_pickle_is_what_runs_the_code(sb3_zip, tmp_path: Path) -> None:
+    """The crafted file is effective: SB3's load, asked for explicitly, does run it."""
+    marker = tmp_path / "pwned"
+    evil = _crafted(sb3_zip[0], tmp_path / "evil.zip", marker, "data")
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whatever the payload leaves behind
+        export_file(evil, tmp_path / "p.npz", algo="maskable_ppo", trust_pickle=True)
+    assert marker.exists()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), "--help"],
+                       capture_output=True, text=True)
+    assert "--trust-pickle" in r.stdout and "runs code" in r.stdout.replace("\n", " ")
 
 
 # ---------------------------------------------------------------------- ONNX

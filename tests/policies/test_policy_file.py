@@ -1,0 +1,169 @@
+"""A policy file comes from outside: every field is validated on load (issue #27, item 5).
+
+Each crafted file below carries valid checksums, so that what refuses it is the check of the
+field named, not the checksum; each was accepted (or failed with an untyped error) before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from allocator.errors import ConfigError, PolicyFileError
+from policies import features
+from policies.learned import LearnedPolicy, read_policy_file, save_policy_file
+from policies.learned.policy_file import FORMAT, file_checksum, weights_checksum
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "policy.npz"
+
+
+def arrays(hidden: tuple[int, ...] = (16, 8), n_features: int = features.F,
+           n_globals: int = features.G) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    a = {"wc": rng.normal(size=(n_features, hidden[0])), "wg": rng.normal(size=(n_globals, hidden[0])),
+         "b0": rng.normal(size=hidden[0])}
+    for i, (h0, h1) in enumerate(zip(hidden[:-1], hidden[1:]), 1):
+        a[f"w{i}"], a[f"b{i}"] = rng.normal(size=(h0, h1)), rng.normal(size=h1)
+    a["wo"], a["bo"] = rng.normal(size=hidden[-1]), rng.normal(size=1)
+    return {k: v.astype(np.float32) for k, v in a.items()}
+
+
+def header(**over: Any) -> dict[str, Any]:
+    h: dict[str, Any] = {
+        "format": FORMAT, "format_version": 2, "task": "evict", "K": 8, "candidate_rule": "lru",
+        "feature_spec": features.feature_spec(),
+        "arch": {"type": "candidate_mlp", "n_features": features.F, "n_globals": features.G,
+                 "hidden": [16, 8], "activation": "relu"},
+        "library_version": "test", "config_sha256": "", "meta": {},
+    }
+    h.update(over)
+    return h
+
+
+def craft(path: Path, hdr: dict[str, Any] | bytes, arrs: dict[str, np.ndarray], *,
+          sign: bool = True) -> Path:
+    """Write a policy file as an attacker would: any header, any arrays, valid checksums."""
+    if isinstance(hdr, dict):
+        hdr = dict(hdr, weights_sha256=weights_checksum(arrs))
+        if sign:
+            hdr["sha256"] = file_checksum(hdr, arrs)
+        blob = json.dumps(hdr).encode()
+    else:
+        blob = hdr
+    np.savez(path, header=np.frombuffer(blob, np.uint8), **{f"w/{k}": v for k, v in arrs.items()})
+    return path
+
+
+def test_a_crafted_valid_file_loads(tmp_path: Path) -> None:
+    pol = LearnedPolicy.load(craft(tmp_path / "ok.npz", header(), arrays()))
+    assert pol.K == 8 and pol.candidate_rule == "lru"
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"K": 100_000}, "K"),                 # built a K x K table: 9.7 GB
+    ({"K": 0}, "K"),
+    ({"K": "8"}, "K"),                     # TypeError before
+    ({"K": True}, "K"),
+    ({"K": 8.5}, "K"),
+    ({"candidate_rule": "mru"}, "candidate_rule"),  # loaded, then every decision fell back to LRU
+    ({"task": ["evict"]}, "task"),
+    ({"meta": []}, "meta"),
+    ({"feature_spec": 5}, "feature_spec"),
+    ({"arch": "mlp"}, "arch"),
+    ({"arch": {"type": "transformer"}}, "arch.type"),
+    ({"arch": dict(header()["arch"], hidden=[16, [8]])}, "arch.hidden"),
+    ({"arch": dict(header()["arch"], hidden=[10**9])}, "arch.hidden"),
+    ({"arch": dict(header()["arch"], activation="tanh")}, "arch.activation"),
+])
+def test_bad_header_fields_are_refused_naming_the_field(tmp_path: Path, over: dict[str, Any],
+                                                        field: str) -> None:
+    p = craft(tmp_path / "bad.npz", header(**over), arrays())
+    with pytest.raises(PolicyFileError, match=re.escape(f"header field {field!r}")):
+        LearnedPolicy.load(p)
+
+
+@pytest.mark.parametrize(("n_features", "n_globals", "field"), [
+    (features.F, 8, "arch.n_globals"),      # the C path ran it, the NumPy path fell back: they disagreed
+    (features.F - 1, features.G, "arch.n_features"),
+])
+def test_a_network_for_other_features_is_refused(tmp_path: Path, n_features: int, n_globals: int,
+                                                 field: str) -> None:
+    arch = dict(header()["arch"], n_features=n_features, n_globals=n_globals)
+    p = craft(tmp_path / "other.npz", header(arch=arch), arrays(n_features=n_features, n_globals=n_globals))
+    with pytest.raises(PolicyFileError, match=re.escape(f"header field {field!r}")):
+        LearnedPolicy.load(p)
+
+
+def test_weights_not_those_the_arch_declares_are_refused(tmp_path: Path) -> None:
+    a = arrays()
+    a["w9"] = np.zeros((8, 8), np.float32)
+    with pytest.raises(PolicyFileError, match=r"unexpected \['w9'\]"):
+        LearnedPolicy.load(craft(tmp_path / "extra.npz", header(), a))
+    a = arrays(hidden=(16, 8))
+    with pytest.raises(PolicyFileError, match=r"missing \['b2', 'w2'\]"):
+        LearnedPolicy.load(craft(tmp_path / "few.npz", header(arch=dict(header()["arch"], hidden=[16, 8, 4])), a))
+    a = arrays()
+    a["b0"] = a["b0"][:, None]
+    with pytest.raises(PolicyFileError, match="weight array 'b0' has shape"):
+        LearnedPolicy.load(craft(tmp_path / "shape.npz", header(), a))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_weights_are_refused(tmp_path: Path, bad: float) -> None:
+    a = arrays()
+    a["w1"][3, 2] = bad
+    with pytest.raises(PolicyFileError, match="'w1' holds 1 NaN or infinite"):
+        LearnedPolicy.load(craft(tmp_path / "nan.npz", header(), a))
+    with pytest.raises(PolicyFileError, match="'w1' holds 1 NaN or infinite"):
+        save_policy_file(tmp_path / "nan_saved.npz", a, header())  # nor written
+
+
+def test_the_checksum_covers_the_header(tmp_path: Path) -> None:
+    p = save_policy_file(tmp_path / "p.npz", arrays(), header())
+    hdr, arrs = read_policy_file(p)
+    hdr["K"] = 16  # a valid value: only the checksum can tell
+    np.savez(tmp_path / "edited.npz", header=np.frombuffer(json.dumps(hdr).encode(), np.uint8),
+             **{f"w/{k}": v for k, v in arrs.items()})
+    with pytest.raises(PolicyFileError, match="header checksum mismatch"):
+        LearnedPolicy.load(tmp_path / "edited.npz")
+
+
+@pytest.mark.parametrize("blob", [b"[" * 100_000 + b"]" * 100_000,   # RecursionError before
+                                  b'{"format": "cachegym-policy", "format_version": "2"}',
+                                  b'{"format": "cachegym-policy", "format_version": 2.0}',
+                                  b'\xff\xfe'])
+def test_malformed_headers_give_a_typed_error(tmp_path: Path, blob: bytes) -> None:
+    with pytest.raises(PolicyFileError, match="corrupt header|format version"):
+        LearnedPolicy.load(craft(tmp_path / "h.npz", blob, arrays()))
+
+
+def test_unknown_entries_are_refused(tmp_path: Path) -> None:
+    p = save_policy_file(tmp_path / "p.npz", arrays(), header())
+    with np.load(p) as z:
+        data = {k: z[k] for k in z.files}
+    np.savez(tmp_path / "more.npz", **data, payload=np.zeros(3))
+    with pytest.raises(PolicyFileError, match=r"unknown entries \['payload'\]"):
+        read_policy_file(tmp_path / "more.npz")
+
+
+def test_version_1_files_load_with_a_warning_that_the_header_is_unchecked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    v1 = header(format_version=1)
+    with caplog.at_level(logging.WARNING, "policies.learned.policy_file"):
+        LearnedPolicy.load(craft(tmp_path / "v1.npz", v1, arrays(), sign=False))
+        LearnedPolicy.load(GOLDEN)
+    assert caplog.text.count("its header is unchecked") == 2
+    with pytest.raises(PolicyFileError, match="header field 'K'"):  # still validated
+        LearnedPolicy.load(craft(tmp_path / "v1bad.npz", dict(v1, K=10**6), arrays(), sign=False))
+
+
+def test_K_override_is_bounded(tmp_path: Path) -> None:
+    p = save_policy_file(tmp_path / "p.npz", arrays(), header())
+    with pytest.raises(ConfigError, match=f"K must be in 1..{features.MAX_K}"):
+        LearnedPolicy.load(p, K=100_000)

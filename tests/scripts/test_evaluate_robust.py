@@ -1,0 +1,171 @@
+"""scripts/evaluate.py under interruption and bad settings (issue #27, items 7 and 8): completed
+runs survive SIGINT/SIGTERM and a resumed sweep runs only the rest; out_dir, capacities and
+users' classes that cannot work give errors (or warnings) that name them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import envs.evaluation as evaluation
+from allocator.errors import ConfigError
+from allocator.trace import Trace
+from envs.config import register_configs
+from envs.evaluation import evaluate
+from envs.workloads import generate
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ["eval.capacities=[0.02,0.05,0.1,0.2]", "eval.policies=[lru,fifo,lfu,arc,clock,sieve,s3fifo,belady]",
+         "eval.fast=false", "eval.plots=false", "eval.progress=false", "eval.decision_timing=false"]
+N_RUNS = 4 * 8
+VOLATILE = ("wall_s",)
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    t = generate("zipf", seed=5, n_requests=12_000, n_objects=1500, size=4096, size_sigma=1.0)
+    p = tmp_path_factory.mktemp("tr") / "z.npz"
+    t.save(p)
+    return p
+
+
+def _compose(overrides: list[str]):  # type: ignore[no-untyped-def]
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("evaluate", overrides=overrides)
+
+
+def _stable(rows: list[dict[str, Any]]) -> str:
+    """The rows without their wall times, as JSON (so that NaN equals NaN)."""
+    return json.dumps([{k: v for k, v in r.items() if k not in VOLATILE} for r in rows], sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def fresh_rows(trace_file: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("fresh")
+    return evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={out}"]))["rows"]  # type: ignore[no-any-return]
+
+
+def _journal(out: Path) -> list[str]:
+    p = out / "runs.jsonl"
+    return p.read_text().splitlines() if p.exists() else []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_keeps_its_runs_and_resumes(
+        sig: int, trace_file: Path, fresh_rows: list[dict[str, Any]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text("an earlier sweep's results\n")  # must not outlive the new sweep
+    (out / "results.json").write_text("[]")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "evaluate.py"), f"trace.path={trace_file}",
+                             *SWEEP, f"out_dir={out}"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while len(_journal(out)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    done = _journal(out)
+    assert proc.returncode == 130, err  # stopped by the signal, not finished
+    assert "eval.resume=true" in err and "Traceback" not in err
+    assert 2 <= len(done) < N_RUNS, "the sweep was not interrupted mid-way"
+    assert all(json.loads(line)["row"]["requests"] == 12_000 for line in done)
+    assert not (out / "results.csv").exists() and not (out / "results.json").exists()
+    with open(out / "runs.jsonl", "a") as f:
+        f.write('{"key": "cut short by a kill", "ro')  # a line a SIGKILL could leave
+
+    ran: list[str] = []
+    real = evaluation.run_one
+
+    def counting(t: Trace, spec: Any, **kw: Any) -> dict[str, Any]:
+        ran.append(spec.policy)
+        return real(t, spec, **kw)
+
+    monkeypatch.setattr(evaluation, "run_one", counting)
+    with caplog.at_level(logging.INFO):
+        res = evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={out}", "eval.resume=true"]))
+    assert len(ran) == N_RUNS - len(done)  # only the missing runs ran
+    assert f"resuming: {len(done)} of {N_RUNS} runs" in caplog.text and "not a complete record" in caplog.text
+    assert _stable(res["rows"]) == _stable(fresh_rows)  # the same results as one uninterrupted sweep
+    assert len(json.loads((out / "results.json").read_text())) == N_RUNS
+    assert len(_journal(out)) == N_RUNS
+
+    ran.clear()  # without resume, a sweep starts afresh
+    evaluate(_compose([f"trace.path={trace_file}", *SWEEP[:1], "eval.policies=[lru]", *SWEEP[2:],
+                       f"out_dir={out}"]))
+    assert len(ran) == 4 * 2 and len(_journal(out)) == 4 * 2  # lru and belady: always run
+
+
+def test_results_are_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure while writing leaves the earlier results.csv whole, and no temporary file."""
+    rows = [{"trace": "t", "capacity": 1, "miss_ratio": 0.5}]
+    evaluation.write_results(rows, str(tmp_path))
+    before = (tmp_path / "results.csv").read_text()
+
+    class Boom(Exception):
+        pass
+
+    def bad_cell(v: Any) -> Any:
+        raise Boom
+
+    monkeypatch.setattr(evaluation, "_cell", bad_cell)
+    with pytest.raises(Boom):
+        evaluation.write_results(rows * 2, str(tmp_path))
+    assert (tmp_path / "results.csv").read_text() == before
+    assert sorted(os.listdir(tmp_path)) == ["results.csv", "results.json"]
+
+
+# ---------------------------------------------------------------------- item 8
+def test_out_dir_that_is_a_file_is_a_config_error(trace_file: Path, tmp_path: Path) -> None:
+    f = tmp_path / "taken"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match="out_dir: .*taken' is a file, not a directory"):
+        evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={f}"]))
+    with pytest.raises(ConfigError, match="out_dir: cannot create"):
+        evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={f / 'below'}"]))
+
+
+def test_capacity_below_objects(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    t = Trace.from_arrays([1, 2, 3, 1, 2, 3], [100, 5000, 300, 100, 5000, 300])
+    p = tmp_path / "t.npz"
+    t.save(p)
+    base = [f"trace.path={p}", "eval.policies=[lru]", "eval.plots=false", "eval.progress=false",
+            f"out_dir={tmp_path / 'o'}"]
+    for cap in (1, 2, 99):  # nothing could ever be resident: was a run of every request streamed
+        with pytest.raises(ConfigError, match=f"eval.capacities: {cap} is {cap} bytes .* nothing could ever be resident"):
+            evaluate(_compose([*base, f"eval.capacities=[{cap}]"]))
+    with caplog.at_level(logging.WARNING):
+        res = evaluate(_compose([*base, "eval.capacities=[1000]"]))
+    assert "2 of 6 requests (1 objects) are larger than the capacity" in caplog.text
+    assert res["rows"][0]["bypasses"] == 2
+
+
+def test_a_users_policy_whose_constructor_raises_is_named(trace_file: Path, tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text("class Broken:\n    def __init__(self):\n"
+                                      "        raise RuntimeError('no GPU here')\n"
+                                      "    def victim(self, view):\n        return None\n")
+    spec = f"{tmp_path / 'mine.py'}:Broken"
+    with pytest.raises(ConfigError, match=f"policy '{spec}': its constructor raised RuntimeError: no GPU here") as e:
+        evaluate(_compose([f"trace.path={trace_file}", "eval.capacities=[0.1]", f"eval.policies=[{spec}]",
+                           "eval.plots=false", "eval.progress=false", f"out_dir={tmp_path / 'o'}"]))
+    assert isinstance(e.value.__cause__, RuntimeError)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"), f"trace.path={trace_file}",
+                        "eval.capacities=[0.1]", f"eval.policies=[{spec}]", "eval.plots=false",
+                        "eval.progress=false", f"out_dir={tmp_path / 'o'}"], cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "its constructor raised RuntimeError" in r.stderr and "Traceback" not in r.stderr
+
+
