@@ -83,6 +83,8 @@ _log = logging.getLogger(__name__)
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
+REPLAY_CHUNK = 1 << 16  # rows of a trace that Pool.replay converts at once
+
 
 def load_accelerator(name: str) -> Any:
     """The optional C extension ``"policies._mlp"`` (the learned policy's forward pass), or
@@ -512,19 +514,33 @@ class Pool:
                                    direction=first.direction) from first
 
     def replay(self, trace: Trace, start: int = 0, stop: int | None = None) -> PoolStats:
-        """Drive the access loop over ``trace[start:stop]`` with the pool's policies."""
-        key, size, op = trace.key, trace.size, trace.op
-        comp, kind = trace.compute_ns, trace.kind
-        stop = len(trace) if stop is None else stop
+        """Drive the access loop over rows ``start`` to ``stop`` of ``trace`` (all of it by
+        default) with the pool's policies: :meth:`access` for a read or write, :meth:`free` for
+        a free, row by row, then :meth:`snapshot`.
+
+        The columns are read in chunks of :data:`REPLAY_CHUNK` rows as Python integers (one
+        conversion per chunk, not one NumPy scalar per field and row), and the lock is held for
+        the whole replay (each access re-enters it).
+        """
+        n = len(trace)
+        stop = n if stop is None else stop
+        if not (isinstance(start, (int, np.integer)) and isinstance(stop, (int, np.integer))
+                and 0 <= start <= stop <= n):
+            raise ConfigError(f"replay: rows {start!r}..{stop!r} are not a range of the trace's "
+                              f"{n} rows; pass 0 <= start <= stop <= {n}")
         access, free = self.access, self.free
-        for i in range(start, stop):
-            k = int(key[i])
-            o = int(op[i])
-            if o == Op.FREE:
-                free(k)
-            else:
-                access(k, int(size[i]), o == Op.WRITE, kind=int(kind[i]), compute_ns=int(comp[i]))
-        return self.snapshot()
+        key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
+        with self._lock:
+            for lo in range(int(start), int(stop), REPLAY_CHUNK):
+                hi = min(lo + REPLAY_CHUNK, int(stop))
+                for k, s, o, c, kd in zip(key[lo:hi].tolist(), size[lo:hi].tolist(),
+                                          op[lo:hi].tolist(), comp[lo:hi].tolist(),
+                                          kind[lo:hi].tolist()):
+                    if o == 2:  # Op.FREE
+                        free(k)
+                    else:
+                        access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+            return self.snapshot()
 
     def snapshot(self) -> PoolStats:
         """A copy of the statistics with the derived fields filled in."""

@@ -1,6 +1,7 @@
-"""Whole-trace replay throughput: cachegym's compiled replay vs libCacheSim, side by side.
+"""Whole-trace replay throughput: cachegym's replays vs libCacheSim, side by side.
 
     python scripts/bench.py replay [--requests 1000000] [--capacity 0.1] [--repeat 3]
+                                   [--pool-repeat 1 | --no-pool]
 
 For each trace (a Zipf trace of ``--requests`` requests; a recorded DL trace from
 data/traces/, else a synthetic DL-like one) the trace is written once as an oracleGeneral file.
@@ -11,6 +12,10 @@ Both sides replay that same request stream at the same capacity (byte accounting
 * ours: ``replay_fast(trace, capacity, policy)`` on the trace read back from that file
   (dense-id remap, Belady's next-use array and the stats inside the timed region). ``ours_e2e``
   also times reading the file (``read_trace``), the like-for-like figure.
+* pool: ``Pool(capacity, make_eviction(policy), placement="bytes", oversize="bypass")
+  .replay(trace)``, the one access loop (compiled where built) with the policy classes; the
+  policy's construction is inside the timed region (Belady's next-use pass, as in ``ours``).
+  Its miss ratio must equal ``ours``' (the run stops otherwise). Best of ``--pool-repeat``.
 
 The DL trace is also replayed repeated to about ``--requests`` requests (``dl_tiled``, same
 object ids), since on the small recorded trace fixed per-call costs dominate.
@@ -51,6 +56,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dl-tiled", type=int, default=None,
                    help="also replay the DL trace repeated to about this many requests "
                         "(default --requests; 0 skips)")
+    p.add_argument("--pool-repeat", type=int, default=1,
+                   help="timings of Pool.replay per policy (best of; it is the slow one)")
+    p.add_argument("--no-pool", dest="pool", action="store_false",
+                   help="skip the Pool.replay column")
 
 
 def _zipf(args: argparse.Namespace) -> Any:
@@ -99,6 +108,15 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
     return best, out
 
 
+def _pool_replay(trace: Any, cap: int, pol: str) -> Any:
+    """The pool's replay of ``trace`` with the registry's ``pol`` (its stats)."""
+    from allocator.pool import Pool
+    from policies.registry import make_eviction
+
+    return Pool(cap, make_eviction(pol, trace=trace), placement="bytes",
+                oversize="bypass").replay(trace)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import libcachesim as lcs
 
@@ -110,7 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"capacity_fraction": args.capacity, "repeat": args.repeat}
     tmp = tempfile.mkdtemp(prefix="bench_replay_")
     print(f"{'trace':<10} {'policy':<7} {'requests':>9} {'ours Mreq/s':>12} {'ours e2e':>9} "
-          f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9}")
+          f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9} "
+          f"{'pool Mreq/s':>11} {'pool/lcs':>8}")
     sources = [("zipf", _zipf), ("dl", _dl)]
     if args.dl_tiled != 0:
         sources.append(("dl_tiled", _dl_tiled))
@@ -152,6 +171,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "ratio": t_lcs / t_ours, "ratio_e2e": t_lcs / t_e2e,
                 "ours_miss_ratio": res.stats.miss_ratio, "lcs_miss_ratio": float(mr_lcs[0]),
             }
+            pool_txt = ""
+            if args.pool:
+                dt, st = _best(lambda pol=pol, trace=trace, cap=cap: _pool_replay(trace, cap, pol),
+                               max(1, args.pool_repeat))
+                if st != res.stats:
+                    raise AssertionError(f"{tname}/{pol}: Pool.replay and replay_fast disagree: "
+                                         f"{st} != {res.stats}")
+                row.update(pool_rps=n / dt, pool_ratio=t_lcs / dt)
+                pool_txt = f" {row['pool_rps'] / 1e6:>11.3f} {row['pool_ratio']:>8.3f}"
             if args.preset and pol not in UNTIMED_ONLY:  # (those with one: the pool)
                 dt, _ = _best(lambda pol=pol, trace=trace, cap=cap: replay_fast(
                     trace, cap, pol, cost=args.preset), max(1, args.repeat))
@@ -160,12 +188,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{tname:<10} {pol:<7} {n:>9} {row['ours_rps'] / 1e6:>12.2f} "
                   f"{row['ours_e2e_rps'] / 1e6:>9.2f} {row['lcs_rps'] / 1e6:>11.2f} "
                   f"{row['ratio']:>6.2f} {row['ratio_e2e']:>9.2f} "
-                  f"{row['ours_miss_ratio']:>9.4f} {row['lcs_miss_ratio']:>9.4f}")
+                  f"{row['ours_miss_ratio']:>9.4f} {row['lcs_miss_ratio']:>9.4f}{pool_txt}")
     if args.preset:
         print(f"timing model ({args.preset}), ours only, Mreq/s: " + ", ".join(
             f"{t}/{p}={figures[t][p]['ours_timed_rps'] / 1e6:.2f}"
             for t, _ in sources for p in policies if "ours_timed_rps" in figures[t][p]))
-    print("ratio = libCacheSim time / ours (>= 1: ours at least as fast); JIT warm-up excluded; "
+    print("ratio = libCacheSim time / ours (>= 1: ours at least as fast), pool/lcs the same for "
+          "Pool.replay; JIT warm-up excluded; "
           f"best of {args.repeat}, interleaved")
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))

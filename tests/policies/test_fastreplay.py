@@ -213,6 +213,7 @@ def test_bench_replay_smoke_agrees_with_libcachesim() -> None:
             row = figs[tname][pol]
             assert row["ours_miss_ratio"] == pytest.approx(row["lcs_miss_ratio"], abs=1e-12)
             assert row["ours_rps"] > 0 and row["lcs_rps"] > 0
+            assert row["pool_rps"] > 0  # (run() raised had Pool.replay's stats differed)
             assert pol in UNTIMED_ONLY or row["ours_timed_rps"] > 0  # (timed: the pool)
 
 
