@@ -559,7 +559,8 @@ class Pool:
         object of another size is replaced (freed, then created anew); when the new size cannot
         be placed beside the pinned objects the old object is kept and PoolExhausted raised.
         An error raised by what follows the write (the policy's pending evictions, prefetches)
-        leaves ``data`` stored; any other error leaves the object as it was."""
+        leaves ``data`` stored; any other error stores nothing (an object being replaced by one
+        of another size is freed first: it is then gone)."""
         be = self._need_backend("put")
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if raw.nbytes == 0:
