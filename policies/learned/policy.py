@@ -38,8 +38,8 @@ class LearnedPolicy(EvictionPolicyBase):
 
     At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
     their features with :mod:`policies.features` (the code the env trains with), scores them and
-    evicts the best. The scores come from the C forward pass (``policies/_mlp.c``, see
-    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A
+    evicts the best. The scores come from :class:`CandidateScorer` (``compiled`` says whether
+    :mod:`policies.kernels` runs compiled or interpreted: the same scores either way). A
     decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
     ``view.stats.fallbacks``; so does one with no valid candidate.
 
@@ -93,10 +93,7 @@ class LearnedPolicy(EvictionPolicyBase):
             self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         self.decisions = 0
         self.fallbacks = 0
-        # the C forward pass, when it is built and the network reads exactly the features this
-        # code computes (``compiled`` False: the NumPy forward pass, the reference)
-        self._native: Any = scorer.native() if scorer.n_features == _features.F else None
-        self.compiled = self._native is not None
+        self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._packed = _features._packed_buffer(self.K)
         self.decision_ns: list[int] = []
@@ -185,9 +182,8 @@ class LearnedPolicy(EvictionPolicyBase):
             n = len(keys)
             if n:
                 buf = self._buf
-                cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
-                choice = keys[self._native.best(buf, n) if self.compiled
-                              else self.scorer.choose_first(cand, glob, n)]
+                _features._observe(tracker, view, keys, K, codes, v, buf)
+                choice = keys[self.scorer.kernel.best(buf, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None
