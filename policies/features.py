@@ -119,6 +119,7 @@ COMPILED: bool = _k.COMPILED
 """True where the kernels run compiled (Cython), False where they run interpreted."""
 
 _LOG_T, _LOG_N, _LOG_SIZE, _LOG_NS = _k.LOG_T, _k.LOG_N, _k.LOG_SIZE, _k.LOG_NS
+_LOG_SCALE = _k.LOG_SCALE  # the denominators of the log-scaled block
 _MISS_ALPHA = 1.0 / 128
 _RENORM = 256.0  # renormalise decayed counters when (t - epoch) / h_min exceeds this
 assert len(HALF_LIVES) == 3, "FeatureTracker._access unrolls three decayed counters"

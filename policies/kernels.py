@@ -98,9 +98,7 @@ LAYOUT: dict[str, Any] = {
 
 def f32(x: float) -> float:
     """``x`` rounded to float32 (compiled: the conversion of the C return type does it)."""
-    if cython.compiled:
-        return x
-    return float(np.float32(x))
+    return x if cython.compiled else float(np.float32(x))
 
 
 # ---------------------------------------------------------------------- the tracker
@@ -258,7 +256,9 @@ def features(S: Any, v: Any, x: Any) -> int:
 
 
 # ---------------------------------------------------------------------- the forward pass
-_F32 = np.dtype(np.float32)
+def _is_f32(a: Any, ndim: int) -> bool:
+    """``a`` is a float32 array of ``ndim`` dimensions."""
+    return getattr(getattr(a, "dtype", None), "type", None) is np.float32 and a.ndim == ndim
 
 
 def _f32_matrix(a: Any, name: str, ndim: int) -> Any:
@@ -332,15 +332,16 @@ class Scorer:
     def best(self, x: Any, n: int) -> int:
         """Index of the best of the first ``n`` candidates of ``x`` (float32 ``(K + 1, F)``,
         the globals in row ``K``): the first of equal scores."""
-        if getattr(x, "dtype", None) is not _F32:
-            raise ConfigError(f"forward pass: x must be a float32 array, got {type(x).__name__} "
-                              f"of {getattr(x, 'dtype', None)}")
+        if not _is_f32(x, 2):
+            raise ConfigError(f"forward pass: x must be a 2-d float32 array (K + 1, {self._nf}), "
+                              f"got {type(x).__name__} of {getattr(x, 'dtype', None)}")
         return self._run(x, n, None)
 
     def scores(self, x: Any, n: int, out: Any) -> int:
         """The first ``n`` candidates' scores into ``out[:n]`` (float32); returns :meth:`best`."""
-        if getattr(x, "dtype", None) is not _F32 or getattr(out, "dtype", None) is not _F32:
-            raise ConfigError("scores: x and out must be float32 arrays")
+        if not _is_f32(x, 2) or not _is_f32(out, 1):
+            raise ConfigError(f"scores: x must be a 2-d float32 array (K + 1, {self._nf}) and out "
+                              "a 1-d float32 array")
         if out.shape[0] < n:
             raise ConfigError(f"scores: out holds {out.shape[0]} scores, fewer than n={n}")
         return self._run(x, n, out)
