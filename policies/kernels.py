@@ -279,7 +279,7 @@ class Scorer:
     Pickles by its weights.
     """
 
-    def __init__(self, wc: Any, wg: Any, b0: Any, layers: Any, wo: Any, bo: float) -> None:
+    def __init__(self, wc: Any, wg: Any, b0: Any, layers: Any, wo: Any, bo: Any) -> None:
         wc_ = _f32_matrix(wc, "wc", 2)
         wg_ = _f32_matrix(wg, "wg", 2)
         b0_ = _f32_matrix(b0, "b0", 1)
