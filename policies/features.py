@@ -198,7 +198,7 @@ class FeatureTracker(EvictionPolicyBase):
     def reset(self) -> None:
         """Forget everything (a new pool)."""
         self._S = np.zeros((self._initial, _NCOL), np.float64)
-        self._V = self._S.reshape(-1)  # flat view: what kernels.access writes
+        self._views()
         self._slot: dict[int, int] = {}
         self._free_slots: list[int] = []
         self._next = 0
@@ -211,14 +211,21 @@ class FeatureTracker(EvictionPolicyBase):
         self._epoch = 0
         self.miss_rate = 0.0
 
-    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _V must stay a view of _S
+    def _views(self) -> None:
+        """``_V``: ``_S`` flat (what :func:`policies.kernels.access` writes); ``_Sk``, ``_Vk``:
+        ``_S`` and ``_V`` as the kernels take them (:func:`policies.kernels.matrix`)."""
+        self._V = self._S.reshape(-1)
+        self._Sk = _k.matrix(self._S)
+        self._Vk = _k.vector(self._V)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: the views must stay views of _S
         state = self.__dict__.copy()
-        del state["_V"]
+        del state["_V"], state["_Sk"], state["_Vk"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._V = self._S.reshape(-1)
+        self._views()
 
     # ------------------------------------------------------------------ hooks
     def victim(self, view: PoolView) -> int | None:
@@ -300,7 +307,7 @@ class FeatureTracker(EvictionPolicyBase):
         if x > _RENORM * HALF_LIVES[0]:
             self._renormalise(t)
             x = 0
-        _k.access(self._V, s * _NCOL, t, x, 2.0)
+        _k.access(self._Vk, s * _NCOL, t, x, 2.0)
 
     def _renormalise(self, t: int) -> None:
         self._S[: self._next, _E0:_RING0] *= np.exp2(-(t - self._epoch) * _H_INV)
@@ -338,7 +345,7 @@ class FeatureTracker(EvictionPolicyBase):
             S = np.zeros((2 * len(self._S), _NCOL), np.float64)
             S[: len(self._S)] = self._S
             self._S = S
-            self._V = S.reshape(-1)
+            self._views()
 
     def _add_resident(self, key: int, rec: Any, slot: int) -> None:
         i = self._res_pos.get(key)
@@ -564,6 +571,7 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     if n > K:
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     # one buffer: rows 0..K-1 the candidates' features, row K the global features (G <= F)
+    reused = out is not None  # a caller's buffer, used again: its kernel view is kept
     if out is None:
         out = np.zeros((K + 1, F), np.float32)
     if v is None:
@@ -572,7 +580,8 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     cand, glob = out[:K], out[K, :G]
     sls = _pack(tracker, view, keys, K, codes, v)
     if sls is None:  # the usual case, every candidate has history: one kernel call
-        _k.features(tracker._S, v, out)
+        _k.features(tracker._Sk, _kernel_view(v, _k.vector),
+                    _kernel_view(out, _k.observation) if reused else out)
         return cand, mask, glob
     # keys without history (a prefetch candidate may be one): their rows are made here, an
     # empty history and what the pool knows of them, and the kernel runs on these rows
@@ -598,6 +607,22 @@ _HEAD = _L["HEAD"]  # packed buffer: n, prm[_NPRM], globals[G], then slots[K], c
 
 
 _put_head: Any = struct.Struct(f"{_HEAD}d").pack_into  # v[:_HEAD] = head, without NumPy's conversion
+
+
+_VIEWS: OrderedDict[int, tuple[np.ndarray, Any]] = OrderedDict()
+
+
+def _kernel_view(a: np.ndarray, make: Any) -> Any:
+    """``make(a)`` (a kernel's view of a buffer that is used again and again: an env's or a
+    policy's), kept for the last 64 buffers (each entry holds ``a``, so its id is not reused)."""
+    hit = _VIEWS.get(id(a))
+    if hit is not None:
+        return hit[1]
+    kv = make(a)
+    _VIEWS[id(a)] = (a, kv)
+    if len(_VIEWS) > 64:
+        _VIEWS.popitem(last=False)
+    return kv
 
 
 def _packed_buffer(K: int) -> np.ndarray:

@@ -13,6 +13,10 @@ cdef Py_ssize_t _n_codes
 
 cdef inline float f32(double x)
 
+cpdef object vector(double[::1] a)
+cpdef object matrix(double[:, ::1] a)
+cpdef object observation(float[:, ::1] a)
+
 cpdef void access(double[::1] V, Py_ssize_t b, double t, double x, double two) except *
 
 @cython.locals(c=Py_ssize_t, m=Py_ssize_t, j=Py_ssize_t, q=Py_ssize_t, w=cython.longlong, new=bint)
@@ -34,6 +38,9 @@ cdef class Scorer:
     cdef Py_ssize_t[::1] _widths, _woff, _boff
     cdef float _bo
     cdef Py_ssize_t _nf, _ng, _depth
+
+    @cython.locals(xv=float[:, ::1])
+    cpdef Py_ssize_t best(self, object x, Py_ssize_t n) except -1
 
     @cython.locals(K=Py_ssize_t, nf=Py_ssize_t, h0=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
                    f=Py_ssize_t, a=float, best=Py_ssize_t, top=float, score=float,

@@ -40,7 +40,8 @@ from cython.cimports.libc.math import log, log1p, pow
 
 from allocator.errors import ConfigError, PolicyFileError
 
-__all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "Scorer"]
+__all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "Scorer", "vector",
+           "matrix", "observation"]
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
@@ -99,6 +100,25 @@ LAYOUT: dict[str, Any] = {
 def f32(x: float) -> float:
     """``x`` rounded to float32 (compiled: the conversion of the C return type does it)."""
     return x if cython.compiled else float(np.float32(x))
+
+
+# ---------------------------------------------------------------------- buffers
+# Compiled, each kernel call turns its array arguments into typed memoryviews; from a NumPy
+# array that is a new buffer request (about a microsecond), from the memoryview these return
+# (of the same array, sharing its memory) it is a check. Interpreted, they return the array.
+def vector(a: Any) -> Any:
+    """A float64 1-d contiguous array as the kernels take it fastest."""
+    return a
+
+
+def matrix(a: Any) -> Any:
+    """A float64 2-d C-contiguous array as the kernels take it fastest."""
+    return a
+
+
+def observation(a: Any) -> Any:
+    """A float32 2-d C-contiguous array (an observation buffer) as the kernels take it fastest."""
+    return a
 
 
 # ---------------------------------------------------------------------- the tracker
@@ -332,10 +352,15 @@ class Scorer:
     def best(self, x: Any, n: int) -> int:
         """Index of the best of the first ``n`` candidates of ``x`` (float32 ``(K + 1, F)``,
         the globals in row ``K``): the first of equal scores."""
-        if not _is_f32(x, 2):
+        if not cython.compiled and not _is_f32(x, 2):  # compiled, the conversion below checks
             raise ConfigError(f"forward pass: x must be a 2-d float32 array (K + 1, {self._nf}), "
                               f"got {type(x).__name__} of {getattr(x, 'dtype', None)}")
-        return self._run(x, n, None)
+        try:
+            xv = x
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"forward pass: x must be a 2-d float32 array (K + 1, {self._nf}): "
+                              f"{e}") from None
+        return self._run(xv, n, None)
 
     def scores(self, x: Any, n: int, out: Any) -> int:
         """The first ``n`` candidates' scores into ``out[:n]`` (float32); returns :meth:`best`."""

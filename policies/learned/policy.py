@@ -14,6 +14,7 @@ import numpy as np
 
 from allocator.errors import ConfigError, PolicyFileError
 from policies import features as _features
+from policies import kernels
 from policies.base import EvictionPolicyBase
 from policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
 from policies.learned.network import CandidateScorer
@@ -95,10 +96,20 @@ class LearnedPolicy(EvictionPolicyBase):
         self.fallbacks = 0
         self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
+        self._buf_k = kernels.observation(self._buf)  # the same memory, as the kernels take it
         self._packed = _features._packed_buffer(self.K)
         self.decision_ns: list[int] = []
         self.record_latency = False
 
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _buf_k is rebuilt from _buf
+        state = self.__dict__.copy()
+        del state["_buf_k"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._buf_k = kernels.observation(self._buf)
 
     # construction ------------------------------------------------------
     @classmethod
@@ -183,7 +194,7 @@ class LearnedPolicy(EvictionPolicyBase):
             if n:
                 buf = self._buf
                 _features._observe(tracker, view, keys, K, codes, v, buf)
-                choice = keys[self.scorer.kernel.best(buf, n)]
+                choice = keys[self.scorer.kernel.best(self._buf_k, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None
