@@ -423,8 +423,8 @@ def _evictable(o: Any) -> bool:
 
 
 def _state_code(o: Any) -> int:
-    """A record's state flags and kind as one code: row of :data:`_STATE_TABLE` (the C gather
-    writes the same for an evictable record)."""
+    """A record's state flags and kind as one code: the row of
+    :data:`policies.kernels.STATE_TABLE32` the features are read from."""
     return o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
 
 
