@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt setup.py $(wildcard allocator/*.pxd) policies/_mlp.c $(wildcard policies/csrc/*)
+$(VENV)/.installed: pyproject.toml constraints.txt setup.py $(wildcard allocator/*.pxd) $(wildcard policies/*.pxd)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'

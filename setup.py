@@ -3,7 +3,7 @@
 The core's modules are ordinary Python files typed for Cython's pure-Python mode (each ``.py``
 has a ``.pxd`` beside it with the native layout): where Cython and a C compiler are present they
 are compiled from that one source; elsewhere the package installs and runs them interpreted,
-with the same results. ``policies._mlp`` is the learned policy's C forward pass (optional too).
+with the same results.
 """
 
 import os
@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 
 # the modules compiled from their .py (allocator/__init__.py names the same list for
 # CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
-CORE = ["allocator/arena.py", "allocator/cost.py", "allocator/pool.py"]
+CORE = ["allocator/arena.py", "allocator/cost.py", "allocator/pool.py", "policies/kernels.py"]
 
 
 def core_extensions() -> list[Extension]:
@@ -33,13 +33,4 @@ def core_extensions() -> list[Extension]:
     return exts
 
 
-setup(
-    ext_modules=core_extensions() + [
-        Extension(
-            "policies._mlp",
-            sources=["policies/_mlp.c"],  # includes policies/csrc/features.c
-            depends=["policies/csrc/features.c"],
-            optional=True,
-        ),
-    ]
-)
+setup(ext_modules=core_extensions())

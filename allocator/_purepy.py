@@ -3,7 +3,7 @@ are compiled (Cython pure-Python mode builds ``allocator/X.py`` into an extensio
 same name, which Python would otherwise import first).
 
 Installed by ``allocator/__init__`` before anything imports the core. It uses importlib's public
-machinery only: for each name in :data:`CORE`, a spec that loads the ``.py`` beside the package.
+machinery only: for each name in :data:`CORE`, a spec that loads the ``.py`` in its package.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 # the modules setup.py compiles (keep the two lists equal: tests/allocator/test_core.py checks)
-CORE = ("allocator.arena", "allocator.cost", "allocator.pool")
+CORE = ("allocator.arena", "allocator.cost", "allocator.pool", "policies.kernels")
 
 
 def requested() -> bool:
@@ -29,9 +29,8 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in CORE:
             return None
-        pkg, _, name = fullname.rpartition(".")
-        here = os.path.dirname(os.path.abspath(__file__))
-        src = os.path.join(here, name + ".py")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # above allocator/
+        src = os.path.join(root, *fullname.split(".")) + ".py"
         loader = importlib.machinery.SourceFileLoader(fullname, src)
         return importlib.util.spec_from_file_location(fullname, src, loader=loader)
 

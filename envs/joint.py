@@ -247,7 +247,7 @@ class JointEnv(PoolEnv):
             if comp:
                 compute(comp)  # the access's compute (Pool.access's last step)
 
-    def _decide(self, phase: int, keys: list[int], codes: list[int] | bool | None) -> None:
+    def _decide(self, phase: int, keys: list[int], codes: list[int] | None) -> None:
         pool = self.pool
         assert pool is not None
         cand, mask, glob = features._observe(self.tracker, pool.view, keys, self.K, codes, self._packed)

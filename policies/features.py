@@ -1,5 +1,6 @@
 """Per-candidate features of a pool: one module, used by the environments during training and by
-the exported learned policy in deployment, unchanged. NumPy (numba optional); no gymnasium, no torch.
+the exported learned policy in deployment, unchanged. NumPy and :mod:`policies.kernels`; no
+gymnasium, no torch.
 
 API (stable; bump :data:`FEATURE_VERSION` on any change of names, order or normalisation):
 
@@ -28,16 +29,16 @@ A missing reuse gap (fewer accesses than gaps) reads 1.0 (as long as can be).
 Tick = the pool's event index (``view.tick``): distances count accesses and frees, not time.
 
 Speed: the per-access hooks are a few scalar writes into one float64 row per object (one
-numba call). A decision's candidates are selected here, their slots, state codes and the global
-features packed into one float64 buffer (:func:`_pack`), and the matrix computed in one call: of the C kernel
-(``policies/csrc/features.c``, :func:`c_features`), else of a numba kernel (:data:`ACCELERATED`),
-else of the NumPy reference (:func:`_numeric_numpy`); tests hold the C, numba and NumPy features equal, so a policy trained with one can be deployed
-with another.
+call of :func:`policies.kernels.access`). A decision's candidates are selected here, their
+slots, state codes and the global features packed into one float64 buffer (:func:`_pack`), and
+the matrix computed in one call of :func:`policies.kernels.features`: the one implementation of
+the arithmetic, compiled by Cython where it is built (:data:`COMPILED`) and interpreted
+elsewhere, with the same float32 results bit for bit. (A NumPy oracle of the same arithmetic
+lives in ``tests/policies/feature_oracle.py``.)
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import struct
 from array import array
@@ -47,26 +48,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from allocator import pool as _pool
 from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import DEVICE, H2D
+from policies import kernels as _k
 from policies.base import EvictionPolicy, EvictionPolicyBase
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
 
-_log = logging.getLogger(__name__)
-
 __all__ = [
     "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES", "MAX_K",
     "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
-    "ACCELERATED", "F", "G",
+    "COMPILED", "F", "G",
 ]
 
+_L = _k.LAYOUT  # the numbers of the arithmetic live with it, in policies/kernels.py
+
 FEATURE_VERSION = 2
-HALF_LIVES: tuple[int, ...] = (16, 256, 4096)
+HALF_LIVES: tuple[int, ...] = tuple(_L["HALF_LIVES"])
 """Half-lives (in ticks) of the decayed access counters."""
-HORIZON = 16384
+HORIZON: int = _L["HORIZON"]
 """Ticks beyond which the features stop growing, so that they are stationary: every tick
 distance (recency, age, lifetime, reuse gaps) is capped at ``HORIZON``, and the access count of
 an object older than that is scaled to its last ``HORIZON`` ticks (``frequency`` is then
@@ -76,9 +77,9 @@ an object older than that is scaled to its last ``HORIZON`` ticks (``frequency``
 network the ranges it was trained on. Without the cap a network trained on 16,384-access
 windows ranked a long-running Zipf workload's objects by their ever-growing ages and counts,
 and lost to LRU (version 1 of the features)."""
-N_GAPS = 4
+N_GAPS: int = _L["N_GAPS"]
 """Number of most recent reuse gaps kept per object."""
-N_KINDS = 7  # allocator.trace.Kind
+N_KINDS: int = _L["N_KINDS"]  # allocator.trace.Kind
 RULES = ("lru", "sample")
 MAX_K = 1024
 """Most candidates per decision (an env's ``K``, a policy file's): what a decision allocates grows
@@ -116,47 +117,31 @@ GLOBAL_NAMES: tuple[str, ...] = (
 )
 F = len(FEATURE_NAMES)
 G = len(GLOBAL_NAMES)
+assert (_L["F"], _L["G"]) == (F, G), "policies/kernels.py computes another number of features"
+COMPILED: bool = _k.COMPILED
+"""True where the kernels run compiled (Cython), False where they run interpreted."""
 
-_LOG_T = math.log1p(2.0**32)
-_LOG_N = math.log1p(2.0**24)
-_LOG_SIZE = math.log1p(2.0**40)
-_LOG_NS = math.log1p(1e9)
+_LOG_T, _LOG_N, _LOG_SIZE, _LOG_NS = _k.LOG_T, _k.LOG_N, _k.LOG_SIZE, _k.LOG_NS
+_LOG_SCALE = _k.LOG_SCALE  # the denominators of the log-scaled block
 _MISS_ALPHA = 1.0 / 128
 _RENORM = 256.0  # renormalise decayed counters when (t - epoch) / h_min exceeds this
 assert len(HALF_LIVES) == 3, "FeatureTracker._access unrolls three decayed counters"
 assert len(GLOBAL_NAMES) <= len(FEATURE_NAMES), "observe keeps the globals in one more candidate row"
 _IH = tuple(1.0 / h for h in HALF_LIVES)
+_IH0, _IH1, _IH2 = _IH
 _H_INV = np.array(_IH)
 
-# columns of the per-slot state array
-_INSERT, _CREATE, _COUNT = 0, 1, 2
-_E0 = 3  # decayed counters, scaled by 2**((t - epoch) / h): value = E * 2**(-(now - epoch) / h)
-_RING0 = _E0 + len(HALF_LIVES)
-_RING = N_GAPS + 1  # ticks of the last N_GAPS + 1 accesses, circular
-_SIZE = _RING0 + _RING
-_KIND = _SIZE + 1
-_NCOL = _KIND + 1
-_MISSING = 2.0**50  # an empty ring entry j holds -(j + 1) * _MISSING: every gap to it is huge
-_H1 = HORIZON + 1.0  # the cap of the log block's tick distances (which hold distance + 1)
+# columns of the per-slot state array (policies/kernels.py's docstring: a tracker row)
+_INSERT, _CREATE, _COUNT, _E0 = _L["INSERT"], _L["CREATE"], _L["COUNT"], _L["E0"]
+_RING0, _RING = _L["RING0"], _L["RING"]  # ticks of the last N_GAPS + 1 accesses, circular
+_SIZE, _KIND, _NCOL = _L["SIZE"], _L["KIND"], _L["NCOL"]
+_MISSING = _L["MISSING"]  # an empty ring entry j holds -(j + 1) * _MISSING: every gap to it is huge
 _EMPTY_ROW = np.zeros(_NCOL)
 _EMPTY_ROW[_RING0:_SIZE] = -_MISSING * np.arange(1, _RING + 1)
-
-# the log-scaled block: (t - [ring max, insert, create]), count, decayed counters, gaps, size
-_N_LOG = 3 + 1 + len(HALF_LIVES) + N_GAPS + 1
-_LOG_SCALE = np.array([_LOG_T] * 3 + [_LOG_N]
-                      + [math.log1p(1.0 / (1.0 - 2.0 ** (-1.0 / h))) for h in HALF_LIVES]
-                      + [_LOG_T] * N_GAPS + [_LOG_SIZE])
-_INV_LOG_SCALE = (1.0 / _LOG_SCALE).astype(np.float32)
-_I_GAP = 3 + 1 + len(HALF_LIVES)
-_I_RANK = _N_LOG
-_I_STATE = _N_LOG + 2
-_I_SEEN = _I_STATE + 4 + N_KINDS
+_N_LOG, _I_GAP, _I_RANK = _L["N_LOG"], _L["I_GAP"], _L["I_RANK"]
+_I_STATE, _I_SEEN = _L["I_STATE"], _L["I_SEEN"]
 _STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
 assert (DEVICE, H2D) == (0, 2)
-_STATE_TABLE = np.zeros((16 * N_KINDS, 4 + N_KINDS))
-for _c in range(16 * N_KINDS):
-    _STATE_TABLE[_c, :4] = [(_c >> b) & 1 for b in range(4)]
-    _STATE_TABLE[_c, 4 + (_c >> 4)] = 1.0
 
 
 def feature_spec() -> dict[str, Any]:
@@ -216,29 +201,34 @@ class FeatureTracker(EvictionPolicyBase):
     def reset(self) -> None:
         """Forget everything (a new pool)."""
         self._S = np.zeros((self._initial, _NCOL), np.float64)
-        self._V = self._S.reshape(-1)  # flat view: scalar writes are cheaper
-        self._S_mv = self._S.data  # for the C calls: a memoryview's buffer costs them less than NumPy's
+        self._views()
         self._slot: dict[int, int] = {}
         self._free_slots: list[int] = []
         self._next = 0
         self._order: OrderedDict[int, None] = OrderedDict()
         self._res: list[int] = []
         self._res_pos: dict[int, int] = {}
-        # beside _res: each resident's pool record and slot (what the C gather reads)
+        # beside _res: each resident's pool record and slot
         self._res_rec: list[Any] = []
         self._res_slot = array("q")
         self._epoch = 0
         self.miss_rate = 0.0
 
-    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _V and _S_mv must stay views of _S
+    def _views(self) -> None:
+        """``_V``: ``_S`` flat (what :func:`policies.kernels.access` writes); ``_Sk``, ``_Vk``:
+        ``_S`` and ``_V`` as the kernels take them (:func:`policies.kernels.matrix`)."""
+        self._V = self._S.reshape(-1)
+        self._Sk = _k.matrix(self._S)
+        self._Vk = _k.vector(self._V)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: the views must stay views of _S
         state = self.__dict__.copy()
-        del state["_V"], state["_S_mv"]
+        del state["_V"], state["_Sk"], state["_Vk"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._V = self._S.reshape(-1)
-        self._S_mv = self._S.data
+        self._views()
 
     # ------------------------------------------------------------------ hooks
     def victim(self, view: PoolView) -> int | None:
@@ -315,13 +305,12 @@ class FeatureTracker(EvictionPolicyBase):
 
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:
-        # per-access cost matters (it is paid on every hit): one compiled call (the same
-        # function runs as Python where numba is absent)
+        # per-access cost matters (it is paid on every hit): one kernel call
         x = t - self._epoch
         if x > _RENORM * HALF_LIVES[0]:
             self._renormalise(t)
             x = 0
-        _access_kernel(self._V, s * _NCOL, t, x, 2.0)
+        _k.access(self._Vk, s * _NCOL, t, x, 2.0)
 
     def _renormalise(self, t: int) -> None:
         self._S[: self._next, _E0:_RING0] *= np.exp2(-(t - self._epoch) * _H_INV)
@@ -359,8 +348,7 @@ class FeatureTracker(EvictionPolicyBase):
             S = np.zeros((2 * len(self._S), _NCOL), np.float64)
             S[: len(self._S)] = self._S
             self._S = S
-            self._V = S.reshape(-1)
-            self._S_mv = S.data
+            self._views()
 
     def _add_resident(self, key: int, rec: Any, slot: int) -> None:
         i = self._res_pos.get(key)
@@ -438,8 +426,8 @@ def _evictable(o: Any) -> bool:
 
 
 def _state_code(o: Any) -> int:
-    """A record's state flags and kind as one code: row of :data:`_STATE_TABLE` (the C gather
-    writes the same for an evictable record)."""
+    """A record's state flags and kind as one code: the row of
+    :data:`policies.kernels.STATE_TABLE32` the features are read from."""
     return o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
 
 
@@ -554,30 +542,9 @@ def _uniform_ints(rng: np.random.Generator, n: int, m: int) -> list[int]:
 
 def _first_distinct(rng: np.random.Generator, n: int, m: int, K: int) -> list[int]:
     """The first (at most) ``K`` distinct values of :func:`_uniform_ints` ``(rng, n, m)``, in
-    draw order (the same draws and the same result with and without numba)."""
-    if _distinct_kernel is None:
-        return list(dict.fromkeys(_uniform_ints(rng, n, m)))[:K]
+    draw order."""
     out = np.empty(K, np.int64)
-    return out[:_distinct_kernel(rng.random(m), n, out)].tolist()  # type: ignore[no-any-return]
-
-
-def _distinct_kernel_py(x: np.ndarray, n: int, out: np.ndarray) -> int:
-    """Writes the first distinct values of ``int(x * n)`` into ``out`` (as many as fit);
-    returns how many."""
-    c = 0
-    for j in range(x.shape[0]):
-        v = int(x[j] * n)  # truncation, as astype(np.intp) (x * n >= 0)
-        new = True
-        for q in range(c):
-            if out[q] == v:
-                new = False
-                break
-        if new:
-            out[c] = v
-            c += 1
-            if c == out.shape[0]:
-                break
-    return c
+    return out[:_k.first_distinct(rng.random(m), n, out)].tolist()  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------- features
@@ -597,76 +564,82 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
 
 
 def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
-             codes: list[int] | bool | None, v: np.ndarray | None = None,
+             codes: list[int] | None, v: np.ndarray | None = None,
              out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`observe` of a sequence of Python ints; ``codes`` (each key's state code, as
-    :func:`_select` gives them; ``True``: already in ``v``) spares reading the pool's records
-    again. ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows ``len(keys)..K-1`` are then
-    left as they were), else a new one."""
+    :func:`_select` gives them) spares reading the pool's records again. ``v``: a
+    :func:`_packed_buffer` to reuse; ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows
+    ``len(keys)..K-1`` are then left as they were), else new ones."""
     n = len(keys)
     if n > K:
         raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     # one buffer: rows 0..K-1 the candidates' features, row K the global features (G <= F)
+    reused = out is not None  # a caller's buffer, used again: its kernel view is kept
     if out is None:
         out = np.zeros((K + 1, F), np.float32)
+    if v is None:
+        v = _packed_buffer(K)
     mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
-    fc = _features_c if _features_c is not None else c_features()
     cand, glob = out[:K], out[K, :G]
-    packed = _pack(tracker, view, keys, K, codes, v)
-    if isinstance(packed, np.ndarray):
-        # the usual case, every candidate has history (and numba is on: tests turn it off by
-        # setting _numeric_kernel to None): one kernel call gathers the rows and computes
-        (fc or _observe_kernel)(tracker._S, packed, out)
+    sls = _pack(tracker, view, keys, K, codes, v)
+    if sls is None:  # the usual case, every candidate has history: one kernel call
+        _k.features(tracker._Sk, _kernel_view(v, _k.vector),
+                    _kernel_view(out, _k.observation) if reused else out)
         return cand, mask, glob
-    sls, codes, t, decay, inv_cap, times, g = packed
-    glob[:] = g
-    if n == 0:
-        return cand, mask, glob
-    rows = tracker._S[sls]  # a copy; rows of keys without history are filled below
-    seen: Any = 1.0
-    if -1 in sls:
-        for i, s in enumerate(sls):
-            if s < 0:
-                oi = view.info(keys[i]) if keys[i] in view else None
-                rows[i] = _EMPTY_ROW
-                rows[i, _INSERT] = rows[i, _CREATE] = oi.created_tick if oi is not None else t
-                rows[i, _SIZE] = oi.size if oi is not None else 0.0
-                rows[i, _KIND] = oi.kind if oi is not None else 0.0
-        seen = [float(s >= 0) for s in sls]
-    if _numeric_kernel is None:
-        _numeric_numpy(rows, np.array(codes, np.int64), seen, t, decay, inv_cap, times, cand)
-    else:
-        seen_a = np.ones(n) if isinstance(seen, float) else np.array(seen)
-        _numeric_kernel(rows, np.arange(n), np.array(codes, np.int64), seen_a,
-                        np.array((t, *decay, inv_cap) + times), cand)
+    # keys without history (a prefetch candidate may be one): their rows are made here, an
+    # empty history and what the pool knows of them, and the kernel runs on these rows
+    rows = tracker._S[[max(s, 0) for s in sls]]  # a copy
+    t = view.tick
+    for i, s in enumerate(sls):
+        if s < 0:
+            oi = view.info(keys[i]) if keys[i] in view else None
+            rows[i] = _EMPTY_ROW
+            rows[i, _INSERT] = rows[i, _CREATE] = oi.created_tick if oi is not None else t
+            rows[i, _SIZE] = oi.size if oi is not None else 0.0
+            rows[i, _KIND] = oi.kind if oi is not None else 0.0
+    v[_HEAD:_HEAD + n] = range(n)
+    _k.features(rows, v, out)
+    for i, s in enumerate(sls):
+        if s < 0:
+            out[i, _I_SEEN] = 0.0
     return cand, mask, glob
 
 
-_NPRM = 10  # length of _numeric_kernel_py's prm
-_HEAD = 1 + _NPRM + G  # packed buffer: n, prm[_NPRM], globals[G], then slots[K], codes[K]
+_NPRM = _L["NPRM"]
+_HEAD = _L["HEAD"]  # packed buffer: n, prm[_NPRM], globals[G], then slots[K], codes[K], scratch[K]
 
 
 _put_head: Any = struct.Struct(f"{_HEAD}d").pack_into  # v[:_HEAD] = head, without NumPy's conversion
 
 
+_VIEWS: OrderedDict[int, tuple[np.ndarray, Any]] = OrderedDict()
+
+
+def _kernel_view(a: np.ndarray, make: Any) -> Any:
+    """``make(a)`` (a kernel's view of a buffer that is used again and again: an env's or a
+    policy's), kept for the last 64 buffers (each entry holds ``a``, so its id is not reused)."""
+    hit = _VIEWS.get(id(a))
+    if hit is not None:
+        return hit[1]
+    kv = make(a)
+    _VIEWS[id(a)] = (a, kv)
+    if len(_VIEWS) > 64:
+        _VIEWS.popitem(last=False)
+    return kv
+
+
 def _packed_buffer(K: int) -> np.ndarray:
-    """A buffer for :func:`_pack` / :func:`_select` at ``K`` candidates."""
-    return np.zeros(_HEAD + 2 * K, np.float64)
+    """A buffer for :func:`_pack` at ``K`` candidates (``policies/kernels.py``'s layout)."""
+    return np.zeros(_HEAD + 3 * K, np.float64)
 
 
 def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
-          codes: list[int] | bool | None, v: np.ndarray | None = None) -> Any:
-    """Everything :func:`_observe` computes from besides the tracker's rows. When numba is on
-    and every key has history: the float64 array ``(n, prm[_NPRM], globals[G], slots[K],
-    codes[K])`` for :func:`_observe_kernel` (all values exact in float64; ``v`` when given, else
-    a new one; ``codes`` ``True``: the slots and codes are in ``v`` already, from
-    :func:`_select`); otherwise the tuple ``(slots, codes, t, decay, 1 / capacity, times,
-    globals)`` (slot ``-1``: no history)."""
+          codes: list[int] | None, v: np.ndarray) -> list[int] | None:
+    """Writes into ``v`` everything :func:`policies.kernels.features` computes from besides
+    the tracker's rows: ``(n, prm[_NPRM], globals[G], slots[K], codes[K])`` (all values exact
+    in float64). Returns ``None`` when every key has history, else each key's slot (``-1``: no
+    history; ``v``'s slots are then not set)."""
     n = len(keys)
-    if codes is True:  # _select wrote the slots and codes into v
-        assert v is not None
-        _head_into(tracker, view, n, K, v)
-        return v
     head = _head_py(tracker, view, n, K)
     try:  # candidates are tracked objects: every key has a row
         sls = list(map(tracker._slot.__getitem__, keys))
@@ -681,19 +654,12 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
             for i, k in enumerate(keys):
                 if k in view:
                     codes[i] = _state_code(view.info(k))
-    if _numeric_kernel is not None and _observe_kernel is not None and n and -1 not in sls:
-        if v is None:
-            v = _packed_buffer(K)
-        _put_head(v, 0, *head)
-        v[_HEAD:_HEAD + n] = sls
-        v[_HEAD + K:_HEAD + K + n] = codes
-        return v
-    return sls, codes, head[1], head[2:5], head[5], head[6:11], head[_HEAD - G:]
-
-
-def _head_into(tracker: FeatureTracker, view: PoolView, n: int, K: int, v: np.ndarray) -> None:
-    """The head of a decision over ``n`` candidates into ``v[:_HEAD]`` (:func:`_head_py`)."""
-    _put_head(v, 0, *_head_py(tracker, view, n, K))
+    _put_head(v, 0, *head)
+    v[_HEAD + K:_HEAD + K + n] = codes
+    if -1 in sls:
+        return sls
+    v[_HEAD:_HEAD + n] = sls
+    return None
 
 
 def _head_py(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> tuple[float, ...]:
@@ -718,213 +684,7 @@ def _head_py(tracker: FeatureTracker, view: PoolView, n: int, K: int) -> tuple[f
     )
 
 
-def _numeric_numpy(rows: np.ndarray, codes: np.ndarray, seen: Any, t: int,
-                   decay: tuple[float, ...], inv_cap: float, times: tuple[float, ...],
-                   cand: np.ndarray) -> None:
-    """The arithmetic of :func:`observe` (the reference; :func:`_numeric_kernel` is the same
-    with numba): writes the features of ``rows`` into ``cand[:len(rows)]``."""
-    n = len(rows)
-    ring = np.sort(rows[:, _RING0:_SIZE], axis=1)  # oldest (or empty) first
-    # raw = 1 + [tick distances, count, decayed counts, gaps, size]; its log is the block
-    raw = np.empty((n, _N_LOG))
-    raw[:, 0] = ring[:, -1]
-    raw[:, 1:3] = rows[:, _INSERT:_COUNT]
-    np.subtract(t + 1.0, raw[:, :3], out=raw[:, :3])
-    raw[:, 3:_I_GAP] = rows[:, _COUNT:_RING0]
-    raw[:, 4:_I_GAP] *= decay
-    np.subtract(ring[:, :0:-1], ring[:, -2::-1], out=raw[:, _I_GAP:_I_GAP + N_GAPS])
-    raw[:, -1] = rows[:, _SIZE]
-    raw[:, 3:] += 1.0
-    rec = raw[:, 0].copy()  # the rank compares the distances as they are
-    # HORIZON: the count of an older object scaled to its last HORIZON ticks, every distance
-    # capped (the gaps and recency only where they are real: an empty ring entry stays huge)
-    old = raw[:, 2] > _H1
-    if old.any():
-        raw[old, 3] = rows[old, _COUNT] * (_H1 / raw[old, 2]) + 1.0
-    np.minimum(raw[:, 1:3], _H1, out=raw[:, 1:3])
-    np.minimum(raw[:, 0], _H1, out=raw[:, 0], where=ring[:, -1] >= 0.0)
-    gaps = raw[:, _I_GAP:_I_GAP + N_GAPS]
-    np.minimum(gaps, _H1, out=gaps, where=ring[:, -2::-1] >= 0.0)
-    out = cand[:n]
-    np.log(raw, out=out[:, :_N_LOG])
-    out[:, :_N_LOG] *= _INV_LOG_SCALE
-    out[:, _I_RANK] = (rec[:, None] > rec).sum(1)
-    out[:, _I_RANK] *= 1.0 / max(n - 1, 1)
-    out[:, _I_RANK + 1] = rows[:, _SIZE]
-    out[:, _I_RANK + 1] *= inv_cap
-    out[:, _I_STATE:_I_SEEN] = _STATE_TABLE[codes]
-    out[:, _I_SEEN] = seen
-    if times[4]:
-        size = rows[:, _SIZE]
-        out[:, _I_SEEN + 1] = np.log1p(times[0] + size * times[1])
-        out[:, _I_SEEN + 2] = out[:, _I_STATE] * np.log1p(times[2] + size * times[3])
-        out[:, _I_SEEN + 1:] *= 1.0 / _LOG_NS
-    else:
-        out[:, _I_SEEN + 1:] = 0.0
-    np.minimum(out, 1.0, out=out)
-
-
 _NO_TIMES = (0.0, 1.0, 0.0, 1.0, 0.0)  # no cost preset: copy times are not features
-_INV_LOG_SCALE64 = _INV_LOG_SCALE.astype(np.float64)
-_STATE_TABLE32 = _STATE_TABLE.astype(np.float32)
-
-
-def _numeric_kernel_py(S: np.ndarray, sl: np.ndarray, codes: np.ndarray, seen: np.ndarray,
-                       prm: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_numeric_numpy` as one loop, compiled by numba when it is installed; candidate
-    ``i``'s row is ``S[sl[i]]``. ``prm`` is ``(t, decay_0, decay_1, decay_2, 1 / capacity, h2d
-    latency, 1 / h2d bandwidth, d2h latency, 1 / d2h bandwidth, timed)``; few arguments,
-    because numba's call overhead grows with them. Allocates nothing but two small scratch
-    arrays."""
-    t, d0, d1, d2, inv_cap = prm[0], prm[1], prm[2], prm[3], prm[4]
-    h2d_lat, h2d_inv_bw, d2h_lat, d2h_inv_bw, timed = prm[5], prm[6], prm[7], prm[8], prm[9]
-    inv_scale, table = _INV_LOG_SCALE64, _STATE_TABLE32
-    n = sl.shape[0]
-    ring = np.empty(_RING)
-    rec = np.empty(n)  # raw recency (t + 1 - last access) of each candidate, for the rank
-    for i in range(n):
-        s = sl[i]
-        for j in range(_RING):  # insertion sort, ascending
-            v = S[s, _RING0 + j]
-            m = j
-            while m > 0 and ring[m - 1] > v:
-                ring[m] = ring[m - 1]
-                m -= 1
-            ring[m] = v
-        r0 = t + 1.0 - ring[_RING - 1]
-        rec[i] = r0
-        if r0 > _H1 and ring[_RING - 1] >= 0.0:  # HORIZON caps the real distances
-            r0 = _H1
-        age = min(t + 1.0 - S[s, _INSERT], _H1)
-        life = t + 1.0 - S[s, _CREATE]
-        cnt = S[s, _COUNT] + 1.0
-        if life > _H1:
-            cnt = S[s, _COUNT] * (_H1 / life) + 1.0
-            life = _H1
-        o = out[i]
-        # log-scaled block, in _N_LOG order (the same float64 values as _numeric_numpy's raw)
-        o[0] = np.float32(np.log(r0)) * np.float32(inv_scale[0])
-        o[1] = np.float32(np.log(age)) * np.float32(inv_scale[1])
-        o[2] = np.float32(np.log(life)) * np.float32(inv_scale[2])
-        o[3] = np.float32(np.log(cnt)) * np.float32(inv_scale[3])
-        o[4] = np.float32(np.log(S[s, _E0] * d0 + 1.0)) * np.float32(inv_scale[4])
-        o[5] = np.float32(np.log(S[s, _E0 + 1] * d1 + 1.0)) * np.float32(inv_scale[5])
-        o[6] = np.float32(np.log(S[s, _E0 + 2] * d2 + 1.0)) * np.float32(inv_scale[6])
-        for j in range(N_GAPS):
-            g = (ring[_RING - 1 - j] - ring[_RING - 2 - j]) + 1.0
-            if g > _H1 and ring[_RING - 2 - j] >= 0.0:
-                g = _H1
-            o[_I_GAP + j] = np.float32(np.log(g)) * np.float32(inv_scale[_I_GAP + j])
-        o[_N_LOG - 1] = np.float32(np.log(S[s, _SIZE] + 1.0)) * np.float32(inv_scale[_N_LOG - 1])
-        o[_I_RANK + 1] = np.float32(S[s, _SIZE]) * np.float32(inv_cap)
-        c = codes[i]
-        for j in range(4 + N_KINDS):
-            o[_I_STATE + j] = table[c, j]
-        o[_I_SEEN] = seen[i]
-        if timed:
-            size = S[s, _SIZE]
-            o[_I_SEEN + 1] = np.float32(np.log1p(h2d_lat + size * h2d_inv_bw)) * np.float32(1.0 / _LOG_NS)
-            o[_I_SEEN + 2] = (o[_I_STATE] * np.float32(np.log1p(d2h_lat + size * d2h_inv_bw))
-                              * np.float32(1.0 / _LOG_NS))
-        else:
-            o[_I_SEEN + 1] = 0.0
-            o[_I_SEEN + 2] = 0.0
-    inv_n1 = np.float32(1.0 / max(n - 1, 1))
-    for i in range(n):
-        o = out[i]
-        r = 0
-        for m in range(n):
-            if rec[i] > rec[m]:
-                r += 1
-        o[_I_RANK] = np.float32(r) * inv_n1
-        for j in range(F):
-            if o[j] > 1.0:
-                o[j] = 1.0
-
-
-_numeric_kernel: Any = None
-try:  # numba is optional: NumPy alone computes the same features (tests hold them equal)
-    from numba import njit
-
-    _numeric_kernel = njit(cache=True, nogil=True)(_numeric_kernel_py)
-except ImportError:  # pragma: no cover - numba is a dependency; this keeps deployment NumPy-only
-    pass
-
-
-
-def _observe_kernel_py(S: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_numeric_kernel_py` plus the globals, from one array: ``v`` is ``(n, prm[_NPRM],
-    globals[G], slots[K], codes[K])`` as float64 (all exact; :func:`_pack`), ``out`` the
-    ``(K + 1, F)`` float32 buffer (candidates in rows ``0..K-1``, globals in row ``K``; rows
-    ``n..K-1`` are left as they are)."""
-    n = int(v[0])
-    K = out.shape[0] - 1
-    sl = np.empty(n, np.int64)
-    codes = np.empty(n, np.int64)
-    seen = np.empty(n)
-    for i in range(n):
-        sl[i] = int(v[_HEAD + i])
-        codes[i] = int(v[_HEAD + K + i])
-        seen[i] = 1.0
-    _numeric_kernel(S, sl, codes, seen, v[1:1 + _NPRM], out[:K])
-    for j in range(G):
-        out[K, j] = np.float32(v[1 + _NPRM + j])
-
-
-def _access_kernel_py(V: np.ndarray, b: int, t: int, x: int, two: float) -> None:
-    """:meth:`FeatureTracker._access`'s writes into row ``V[b:b + _NCOL]`` (``x`` = ticks since
-    the counters' epoch). ``two`` is 2.0, passed at run time: with a constant base the compiler
-    would turn ``pow`` into ``exp2``, which rounds differently from Python's ``**``."""
-    c = V[b + _COUNT]
-    V[b + _RING0 + int(c) % _RING] = t
-    V[b + _COUNT] = c + 1.0
-    V[b + _E0] += two ** (x * _IH0)
-    V[b + _E0 + 1] += two ** (x * _IH1)
-    V[b + _E0 + 2] += two ** (x * _IH2)
-
-
-_IH0, _IH1, _IH2 = _IH
-_observe_kernel: Any = None
-_distinct_kernel: Any = None
-_access_kernel: Any = _access_kernel_py
-if _numeric_kernel is not None:
-    _access_kernel = njit(cache=True, nogil=True)(_access_kernel_py)
-    _observe_kernel = njit(cache=True, nogil=True)(_observe_kernel_py)
-    _distinct_kernel = njit(cache=True, nogil=True)(_distinct_kernel_py)
-
-_features_c: Any = None  # policies._mlp.features once set up; False: not available
-
-
-def _layout() -> dict[str, int]:
-    """This module's constants the C feature kernel (policies/csrc/features.c) is written for."""
-    return {"INSERT": _INSERT, "CREATE": _CREATE, "COUNT": _COUNT, "E0": _E0, "RING0": _RING0,
-            "RING": _RING, "SIZE": _SIZE, "NCOL": _NCOL, "NPRM": _NPRM, "G": G, "HEAD": _HEAD,
-            "N_LOG": _N_LOG, "I_GAP": _I_GAP, "I_RANK": _I_RANK, "I_STATE": _I_STATE,
-            "N_STATE": 4 + N_KINDS, "I_SEEN": _I_SEEN, "F": F, "HORIZON": HORIZON}
-
-
-def c_features() -> Any:
-    """``policies._mlp.features(S, v, x)``: :func:`_observe_kernel_py` in C (a decision's
-    features in one call; set up on first use; ``None`` without the extension, or with a build
-    written for another layout of this module: the numba kernel or NumPy then serve)."""
-    global _features_c
-    if _features_c is None:
-        _features_c = False
-        mlp = _pool.load_accelerator("policies._mlp")
-        if mlp is not None:
-            try:
-                mlp.set_layout(_layout(), _INV_LOG_SCALE, _STATE_TABLE32, float(np.float32(1.0 / _LOG_NS)))
-            except (AttributeError, ValueError) as e:  # a stale build
-                _log.warning(
-                    "policies._mlp does not match policies.features (%s): features computed "
-                    "without it; rebuild with `pip install -e .`", e)
-            else:
-                _features_c = mlp.features
-    return _features_c or None
-
-
-ACCELERATED = _numeric_kernel is not None
-"""True when the numba kernel computes the features (else the NumPy reference does)."""
 
 
 _MASKS: dict[int, np.ndarray] = {}

@@ -4,7 +4,6 @@
 Both policies replay the same trace in a pool with the same capacity; ``victim`` is timed per
 call. The learned policy runs without its guard, so every decision is the network's. Also
 reported: the forward pass alone on the same observations (the part the file format controls),
-the usual decision's three C calls timed apart (candidates, globals, features + forward pass),
 and the machine's own tail, side by side: in another replay each decision is timed and followed
 by a fixed amount of work as long as a median decision (forward passes, the last one over part
 of the candidates, on one cache-hot observation), timed too -- what interrupts and noisy
@@ -73,13 +72,14 @@ def machine_floor(path: str, K: int, cap: int, trace: Any, n: int) -> dict[str, 
     and a fraction ``m / K``, sets them; the later decisions are measured. Neither the work nor
     its data change from one call to the next: its spread is the machine's (timer interrupts, and
     neighbours slowing this core down, which a busy wait would not see). ``None`` without the C
-    forward pass."""
+    forward pass (policies.kernels interpreted)."""
     from allocator.pool import Pool
+    from policies import kernels
     from policies.learned import LearnedPolicy
 
     pol = LearnedPolicy.load(path, K=K, guard=False)
-    nat = pol.scorer.native()
-    if nat is None:
+    nat = pol.scorer.kernel
+    if not kernels.COMPILED:
         return None
     x = np.random.default_rng(0).random((K + 1, pol.scorer.n_features)).astype(np.float32)
     clock = time.perf_counter_ns
@@ -181,33 +181,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lp50, lp99 = _pct(timed["learned"])
         floor = machine_floor(path, args.K, cap, trace, len(timed["learned"]))
         gaps = interruptions()
-    sc = learned.scorer
-    fwd: list[int] = []  # the forward pass deployment runs (C where policies._mlp is built)
-    fwd_np: list[int] = []  # the NumPy reference forward pass
-    nat = sc.native()
+    from policies import kernels
+
+    fwd: list[int] = []  # the forward pass deployment runs (policies.kernels.Scorer)
+    nat = learned.scorer.kernel
     for c, m, g in obs * 5:
         n = int(m.sum())
         x = np.zeros((c.shape[0] + 1, c.shape[1]), np.float32)
         x[:-1], x[-1, :g.shape[0]] = c, g
         t0 = time.perf_counter_ns()
-        if nat is not None:
-            nat.best(x, n)
-        else:
-            sc.choose_first(c, g, n)
-        t1 = time.perf_counter_ns()
-        sc.choose_first(c, g, n)
-        fwd_np.append(time.perf_counter_ns() - t1)
-        fwd.append(t1 - t0)
+        nat.best(x, n)
+        fwd.append(time.perf_counter_ns() - t0)
     over = float((np.asarray(timed["learned"]) > 20_000).mean())
     rp50, rp99 = _pct(timed["lru"])
     fp50, fp99 = _pct(fwd)
-    np50, np99 = _pct(fwd_np)
     print(f"policy: {path if args.policy else 'random network ' + str(args.hidden)}  K={args.K}")
     print(f"{'':26s} {'p50 us':>9s} {'p99 us':>9s} {'decisions':>10s}")
     print(f"{'learned (whole decision)':26s} {lp50:9.1f} {lp99:9.1f} {len(timed['learned']):10d}")
     print(f"{'learned forward pass only':26s} {fp50:9.1f} {fp99:9.1f} {len(fwd):10d}"
-          f"   ({'C' if nat is not None else 'NumPy'})")
-    print(f"{'  NumPy forward pass':26s} {np50:9.1f} {np99:9.1f} {len(fwd_np):10d}   (reference)")
+          f"   ({'compiled' if kernels.COMPILED else 'interpreted'}: policies/kernels.py)")
     print(f"{'lru':26s} {rp50:9.1f} {rp99:9.1f} {len(timed['lru']):10d}")
     print(f"share over 20 us: learned {over:.2%}")
     if floor is not None:
@@ -226,7 +218,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"target p99 <= 20 us: whole decision {'met' if lp99 <= 20 else 'NOT met'}, "
           f"forward pass {'met' if fp99 <= 20 else 'NOT met'}")
     return {"K": args.K, "learned_p50_us": lp50, "learned_p99_us": lp99, "forward_p50_us": fp50,
-            "forward_p99_us": fp99, "numpy_forward_p50_us": np50,
-            "numpy_forward_p99_us": np99, "compiled": nat is not None, "lru_p50_us": rp50, "lru_p99_us": rp99,
+            "forward_p99_us": fp99, "compiled": kernels.COMPILED, "lru_p50_us": rp50, "lru_p99_us": rp99,
             "learned_share_over_20us": over,
             "fixed_work": floor, "interruptions": gaps}

@@ -17,8 +17,8 @@
   (``MultiInputPolicy``, one env) and for the project's default PPO run (``scripts/train.py
   agent=ppo``: ``conf/train.yaml``'s traces and capacities, ``conf/env/evict.yaml``,
   ``conf/agent/ppo.yaml``, the scorer of ``conf/policy/scorer.yaml``, one torch thread). The
-  envs are warmed up first (numba loads or compiles its kernels at the first decision: a
-  one-off, not a per-step cost); ``learn()`` reseeds them, so the run is the same. The
+  envs are warmed up first (first-decision costs, such as caches filling, are a one-off, not
+  a per-step cost); ``learn()`` reseeds them, so the run is the same. The
   share without the envs' first reset in ``learn()`` (a fresh pool fast-forwarded to its
   first decision: a run's setup, paid once however long the run) is printed beside it.
 
@@ -100,7 +100,7 @@ def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[st
     env = gym.make(env_id, K=K).unwrapped
     rng = np.random.default_rng(seed)
     env.reset(seed=seed)
-    for _ in range(200):  # warm-up: numba's kernel loads (or compiles) on the first decision
+    for _ in range(200):  # warm-up: first-decision costs are a one-off
         valid = np.flatnonzero(env.action_masks())  # type: ignore[attr-defined]
         if env.step(int(valid[0]))[2]:
             env.reset()
@@ -160,7 +160,7 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3", torch_threa
     else:
         model, what = _project_ppo(seed, timed)
     try:
-        for e in timed:  # warm-up: numba loads (or compiles) its kernels at the first decision
+        for e in timed:  # warm-up: first-decision costs are a one-off
             _warm_up(e, seed)
             e.clear()
         t0 = time.perf_counter()
@@ -373,7 +373,7 @@ def machine_speed() -> dict[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from policies import features
 
-    kernel = "C" if features.c_features() else "numba" if features.ACCELERATED else "NumPy"
+    kernel = "compiled" if features.COMPILED else "interpreted"  # policies/kernels.py
     out: dict[str, Any] = {"K": args.K, "feature_kernel": kernel}
     out["machine"] = m = machine_speed()
     if hasattr(os, "getloadavg"):

@@ -1,7 +1,7 @@
 """Learned (exported) policies: one self-describing file, loaded with NumPy alone.
 
     policy_file   the file format: save_policy_file, read_policy_file (load and verify)
-    network       the forward pass: CandidateScorer (NumPy), the C one where it is built
+    network       the forward pass: CandidateScorer (over policies.kernels.Scorer)
     models        the shadow models the guards measure (heuristics, the network alone)
     guards        ShadowGuard (the default), Guard (trial windows), LRUGuard; make_guard
                   builds one by name (GuardName: conf/policy/guard/'s options)
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from policies.learned.guards import GUARD_NAMES, Guard, GuardName, LRUGuard, ShadowGuard, make_guard
 from policies.learned.network import CandidateScorer
-from policies.learned.network import _c_decisions as _c_decisions
-from policies.learned.network import _mlp as _mlp
 from policies.learned.policy import DEFAULT_BUDGET_US, LearnedPolicy
 from policies.learned.policy_file import (
     FORMAT,

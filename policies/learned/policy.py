@@ -14,6 +14,7 @@ import numpy as np
 
 from allocator.errors import ConfigError, PolicyFileError
 from policies import features as _features
+from policies import kernels
 from policies.base import EvictionPolicyBase
 from policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
 from policies.learned.network import CandidateScorer
@@ -38,8 +39,8 @@ class LearnedPolicy(EvictionPolicyBase):
 
     At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
     their features with :mod:`policies.features` (the code the env trains with), scores them and
-    evicts the best. The scores come from the C forward pass (``policies/_mlp.c``, see
-    :meth:`CandidateScorer.native`; ``compiled`` says whether it runs) or else NumPy's. A
+    evicts the best. The scores come from :class:`CandidateScorer` (``compiled`` says whether
+    :mod:`policies.kernels` runs compiled or interpreted: the same scores either way). A
     decision that takes longer than ``budget_us`` or fails falls back to LRU and increments
     ``view.stats.fallbacks``; so does one with no valid candidate.
 
@@ -99,15 +100,22 @@ class LearnedPolicy(EvictionPolicyBase):
             self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         self.decisions = 0
         self.fallbacks = 0
-        # the C forward pass, when it is built and the network reads exactly the features this
-        # code computes (``compiled`` False: the NumPy forward pass, the reference)
-        self._native: Any = scorer.native()
-        self.compiled = self._native is not None
+        self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
+        self._buf_k = kernels.observation(self._buf)  # the same memory, as the kernels take it
         self._packed = _features._packed_buffer(self.K)
         self.decision_ns: list[int] = []
         self.record_latency = False
 
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _buf_k is rebuilt from _buf
+        state = self.__dict__.copy()
+        del state["_buf_k"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._buf_k = kernels.observation(self._buf)
 
     # construction ------------------------------------------------------
     @classmethod
@@ -186,9 +194,8 @@ class LearnedPolicy(EvictionPolicyBase):
             n = len(keys)
             if n:
                 buf = self._buf
-                cand, _, glob = _features._observe(tracker, view, keys, K, codes, v, buf)
-                choice = keys[self._native.best(buf, n) if self.compiled
-                              else self.scorer.choose_first(cand, glob, n)]
+                _features._observe(tracker, view, keys, K, codes, v, buf)
+                choice = keys[self.scorer.kernel.best(self._buf_k, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")
             choice = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import feature_oracle as oracle
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import Pool
 from allocator.trace import Op, Trace
 from policies import features as fm
+from policies import kernels
 from policies.features import (
     FEATURE_NAMES,
     GLOBAL_NAMES,
@@ -88,8 +90,8 @@ def test_features_bounded_whatever_the_scale(size_scale, n_keys, seed, cost, cap
     tracker = FeatureTracker(initial_slots=16)  # forces growth
     pool = _replay(trace, cap_objects * 8 * size_scale, tracker, cost=cost, prefetch_every=5)
     view = pool.view
-    # the views the C calls get are of the rows after growth
-    assert tracker._S_mv.obj is tracker._S and np.shares_memory(tracker._V, tracker._S)
+    # the flat view the access kernel writes is of the rows after growth
+    assert np.shares_memory(tracker._V, tracker._S)
     for rule in ("lru", "sample"):
         keys = select_candidates(tracker, view, 32, rule, np.random.default_rng(seed))
         cand, mask, glob = observe(tracker, view, keys, 32)
@@ -285,45 +287,84 @@ def test_features_within_the_horizon_are_the_distances_themselves() -> None:
     assert math.expm1(cand[1, IDX["gap_1"]] * fm._LOG_T) == pytest.approx(H - 10 - 3, rel=1e-4)
 
 
-@pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the NumPy path exists")
-def test_numba_kernel_equals_the_numpy_reference_beyond_the_horizon() -> None:
-    """Rows of pools far past HORIZON (ticks up to 2**45, old and young objects, empty rings,
-    huge counts): the NumPy reference and the numba kernel agree."""
+def _far_rows(rng: np.random.Generator, n: int, t: float, trial: int) -> np.ndarray:
+    """Tracker rows of pools far past HORIZON (old and young objects, empty rings, huge counts
+    and decayed counters)."""
+    S = np.empty((n, fm._NCOL))
+    for r in range(n):
+        row = fm._EMPTY_ROW.copy()
+        m = int(rng.integers(0, fm._RING + 3))  # accesses so far
+        lo = max(0, int(t) - int(rng.choice([100, 10 * fm.HORIZON, int(t)])))
+        ticks = np.sort(rng.integers(lo, int(t) + 1, m)).astype(np.float64)
+        for i, tk in enumerate(ticks):
+            row[fm._RING0 + i % fm._RING] = tk
+        row[fm._INSERT] = ticks[0] if m else float(rng.integers(lo, int(t) + 1))
+        row[fm._CREATE] = min(row[fm._INSERT], float(rng.integers(0, int(t) + 1)))
+        row[fm._COUNT] = m if trial % 3 else float(rng.integers(0, 10**9))
+        row[fm._E0:fm._RING0] = rng.random(3) * 10.0 ** rng.integers(0, 12, 3)
+        row[fm._SIZE] = float(rng.integers(1, 2**40))
+        row[fm._KIND] = float(rng.integers(0, fm.N_KINDS))
+        S[r] = row
+    return S
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_kernel_equals_the_numpy_oracle_beyond_the_horizon(timed) -> None:
+    """Rows of pools far past HORIZON (ticks up to 2**45): policies.kernels.features and the
+    NumPy oracle (tests/policies/feature_oracle.py) agree within float32 rounding, every value
+    in [0, 1]; the globals are the packed values rounded to float32; rows past the candidates
+    are left as they were."""
     rng = np.random.default_rng(11)
-    for trial in range(20):
+    for trial in range(24):
         t = float(rng.integers(fm.HORIZON, 2**45)) if trial % 2 else float(rng.integers(1, 3 * fm.HORIZON))
-        n = 40
-        S = np.empty((n, fm._NCOL))
-        for r in range(n):
-            row = fm._EMPTY_ROW.copy()
-            m = int(rng.integers(0, fm._RING + 3))
-            lo = max(0, int(t) - int(rng.choice([100, 10 * fm.HORIZON, int(t)])))
-            ticks = np.sort(rng.integers(lo, int(t) + 1, m)).astype(np.float64)
-            for i, tk in enumerate(ticks):
-                row[fm._RING0 + i % fm._RING] = tk
-            row[fm._INSERT] = ticks[0] if m else float(rng.integers(lo, int(t) + 1))
-            row[fm._CREATE] = min(row[fm._INSERT], float(rng.integers(0, int(t) + 1)))
-            row[fm._COUNT] = m if trial % 3 else float(rng.integers(0, 10**9))
-            row[fm._E0:fm._RING0] = rng.random(3) * 10.0 ** rng.integers(0, 6, 3)
-            row[fm._SIZE] = float(rng.integers(1, 2**30))
-            S[r] = row
-        sl = np.arange(n)
-        codes = rng.integers(0, len(fm._STATE_TABLE), n)
-        seen = np.ones(n)
+        S = _far_rows(rng, 60, t, trial)
+        K = (1, 5, 32, 100)[trial % 4]
+        n = int(rng.integers(1, K + 1))
+        sl = rng.integers(0, len(S), n)
+        codes = rng.integers(0, len(oracle.STATE_TABLE), n)
         decay = tuple(2.0 ** (-rng.random(3) * 50))
-        prm = np.array([t, *decay, 1.0 / 2**30, *fm._NO_TIMES])
-        a = np.zeros((n, fm.F), np.float32)
-        b = np.zeros((n, fm.F), np.float32)
-        fm._numeric_numpy(S, codes, seen, t, decay, 1.0 / 2**30, fm._NO_TIMES, a)
-        fm._numeric_kernel(S, sl, codes, seen, prm, b)
-        np.testing.assert_allclose(a, b, rtol=0, atol=2e-7)
-        assert (a <= 1.0).all() and (a >= 0.0).all()
+        inv_cap = 1.0 / float(rng.integers(2**20, 2**36))
+        times = (float(rng.integers(1000, 10**6)), 1 / 25.0, 2000.0, 1 / 12.0, 1.0) if timed else fm._NO_TIMES
+        glob = rng.random(fm.G)
+        v = fm._packed_buffer(K)
+        v[:fm._HEAD] = (n, t, *decay, inv_cap, *times, *glob)
+        v[fm._HEAD:fm._HEAD + n] = sl
+        v[fm._HEAD + K:fm._HEAD + K + n] = codes
+        x = np.full((K + 1, fm.F), 7.0, np.float32)
+        assert kernels.features(S, v, x) == n
+        want = np.zeros((n, fm.F), np.float32)
+        oracle.numeric_numpy(S[sl], codes, 1.0, t, decay, inv_cap, times, want)
+        np.testing.assert_allclose(x[:n], want, rtol=0, atol=2e-7)
+        assert (x[:n] <= 1.0).all() and (x[:n] >= 0.0).all()
+        assert (x[n:K] == 7.0).all()
+        np.testing.assert_array_equal(x[K, :fm.G], glob.astype(np.float32))
 
 
-@pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the NumPy path exists")
+def test_kernel_refuses_bad_buffers() -> None:
+    """A slot or state code out of range, a count above K, or buffers of another shape: a
+    ConfigError that names what is wrong (never a read out of bounds)."""
+    S = _far_rows(np.random.default_rng(0), 10, 100.0, 1)
+    K = 4
+    v = fm._packed_buffer(K)
+    v[0] = 2
+    v[1] = 100.0
+    x = np.zeros((K + 1, fm.F), np.float32)
+    assert kernels.features(S, v, x) == 2
+    for i, val, what in ((fm._HEAD, 10.0, "slot"), (fm._HEAD + 1, -1.0, "slot"),
+                         (fm._HEAD + K, 1e6, "state code"), (0, K + 1.0, "v\\[0\\]"), (0, 1.5, "v\\[0\\]")):
+        bad = v.copy()
+        bad[i] = val
+        with pytest.raises(ConfigError, match=what):
+            kernels.features(S, bad, x)
+    for args in ((S[:, :5].copy(), v, x), (S, v[:-1].copy(), x), (S, v, x[:, :5].copy())):
+        with pytest.raises(ConfigError, match="features: S must be"):
+            kernels.features(*args)
+
+
 @pytest.mark.parametrize("cost", [None, "h100_pcie5"])
-def test_numba_kernel_equals_the_numpy_reference(cost, monkeypatch) -> None:
-    """Deployment without numba computes exactly what training with it computed."""
+def test_observe_equals_the_numpy_oracle(cost) -> None:
+    """observe() (tracked candidates through the packed kernel call, keys without history
+    through rows made for them) gives the oracle's features of the tracker's rows."""
     trace = _trace(3000, 300, 9, size_scale=1 << 16)
     tracker = FeatureTracker()
     pool = _replay(trace, 25 * 8 * (1 << 16), tracker, cost=cost, prefetch_every=4)
@@ -333,12 +374,29 @@ def test_numba_kernel_equals_the_numpy_reference(cost, monkeypatch) -> None:
                 for K in (1, 7, 32) for rule in ("lru", "sample")]
     key_sets.append(np.array([10**12, int(trace.key[5]), int(trace.key[9])]))  # unseen keys
     fast = [observe(tracker, view, keys, 32) for keys in key_sets]
-    monkeypatch.setattr(fm, "_numeric_kernel", None)
     for keys, (c, m, g) in zip(key_sets, fast):
-        c2, m2, g2 = observe(tracker, view, keys, 32)
-        np.testing.assert_allclose(c, c2, rtol=0, atol=2e-7)
-        np.testing.assert_array_equal(m, m2)
-        np.testing.assert_array_equal(g, g2)
+        keys = keys.tolist()
+        n = len(keys)
+        v = fm._packed_buffer(32)
+        sls = fm._pack(tracker, view, keys, 32, None, v)
+        rows = np.array([tracker._S[tracker._slot[k]] if k in tracker else fm._EMPTY_ROW
+                         for k in keys]).reshape(n, fm._NCOL)
+        for i, k in enumerate(keys):
+            if k not in tracker:
+                oi = view.info(k) if k in view else None
+                rows[i, fm._INSERT] = rows[i, fm._CREATE] = oi.created_tick if oi is not None else view.tick
+                rows[i, fm._SIZE] = oi.size if oi is not None else 0.0
+                rows[i, fm._KIND] = oi.kind if oi is not None else 0.0
+        codes = v[fm._HEAD + 32:fm._HEAD + 32 + n].astype(np.int64)
+        head = v[:fm._HEAD]
+        want = np.zeros((32, fm.F), np.float32)
+        seen = [float(k in tracker) for k in keys]
+        oracle.numeric_numpy(rows, codes, seen, head[1], tuple(head[2:5]), head[5],
+                             tuple(head[6:11]), want)
+        np.testing.assert_allclose(c[:n], want[:n], rtol=0, atol=2e-7)
+        assert (sls is None) == all(k in tracker for k in keys)
+        np.testing.assert_array_equal(g, head[fm._HEAD - fm.G:].astype(np.float32))
+        assert m.sum() == n and m[:n].all()
     # the comparison covered dirty objects, unseen keys and (with a cost model) copy times
     assert any(c[:, IDX["dirty"]].any() for c, _, _ in fast)
     assert fast[-1][0][0, IDX["seen"]] == 0
@@ -384,105 +442,77 @@ def test_tracker_keeps_residents_records_and_slots(cost) -> None:
     assert pool.stats.evictions > 0
 
 
-@pytest.mark.skipif(not fm.ACCELERATED, reason="numba is not installed: only the Python path exists")
-def test_compiled_tracker_update_and_draws_equal_python(monkeypatch) -> None:
-    """The tracker's per-access update and the sample rule's distinct draws give bit-identical
-    results compiled and as plain Python (what a machine without numba runs), so a policy
-    deployed there sees the same features and candidates. The update runs three ways: in the
-    pool's C paths (allocator/_fastpath.c, when built: the hooks of a FeatureTracker policy),
-    as the Python hooks with the numba kernel, and as plain Python."""
+def _interpreted_kernels():
+    """policies/kernels.py loaded from its source as a second module, interpreted (what
+    CACHEGYM_PURE_PYTHON=1 runs), beside the compiled one."""
+    import importlib.util
 
-    trace = _trace(8000, 600, 5)  # long enough to renormalise the decayed counters
-    states, draws = [], []
-    for way in ("numba", "python"):
-        with monkeypatch.context() as m:
-            if way == "python":
-                m.setattr(fm, "_access_kernel", fm._access_kernel_py)
-                m.setattr(fm, "_distinct_kernel", None)
-            tracker = FeatureTracker()
-            pool = _replay(trace, 40 * 4 * 4096, tracker)
-            states.append((tracker._S[: tracker._next].copy(), tracker._epoch))
-            rng = np.random.default_rng(3)
-            draws.append([fm._first_distinct(rng, 500, 52, 32) for _ in range(50)])
-            assert len(pool.view.candidates()) > 0
-    assert states[0][1] == states[1][1] > 0
-    for st_ in states[1:]:
-        np.testing.assert_array_equal(states[0][0], st_[0])
-    assert draws[0] == draws[1]
+    spec = importlib.util.spec_from_file_location("kernels_interpreted", kernels.__file__.rsplit(
+        "kernels", 1)[0] + "kernels.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert not mod.COMPILED
+    return mod
 
 
-_mlp_ext = fm._pool.load_accelerator("policies._mlp")
-
-
-@pytest.mark.skipif(_mlp_ext is None, reason="policies._mlp is not built (or CACHEGYM_PURE_PYTHON)")
-def test_c_logs_are_libm_logs_rounded_to_float32() -> None:
-    """The C feature kernel's logarithms (four at a time, fdlibm's algorithm, libm's log where
-    rounding to float32 is close) are float32(log(x)) bit for bit: integers, tick distances,
-    values just above 1, powers of two and their neighbours, and values outside the kernel's
-    domain (which go to libm)."""
-    rng = np.random.default_rng(11)
-    xs = np.concatenate([
-        np.exp(rng.random(200_000) * 45),
-        rng.integers(1, 2**40, 200_000).astype(np.float64),
-        1 + rng.integers(0, 2**20, 100_000) * 2.0**-52,
-        2.0 ** rng.integers(0, 60, 100_000) * (1 + rng.integers(-3, 4, 100_000) * 2.0**-52),
-        [1.0, 2.0, 0.0, -1.0, 0.5, 1e-310, np.inf, np.nan, 2.0**1000, 2.0**1023, 3.0],
-    ])
-    got = np.frombuffer(_mlp_ext.log_f32(xs), np.float32)
-    with np.errstate(all="ignore"):
-        ref = np.log(xs).astype(np.float32)
-    np.testing.assert_array_equal(got, ref)  # NaN == NaN here
-    ok = xs > 0
-    some = np.flatnonzero(ok)[::97]  # and libm's own log (what numba calls), through Python
-    np.testing.assert_array_equal(got[some], np.float32([math.log(x) for x in xs[some]]))
-
-
-@pytest.mark.skipif(fm.c_features() is None or not fm.ACCELERATED,
-                    reason="needs policies._mlp and numba (the kernels compared)")
+@pytest.mark.skipif(not kernels.COMPILED, reason="policies.kernels is not compiled: nothing to compare")
 @pytest.mark.parametrize("timed", [False, True])
-def test_c_feature_kernel_equals_numba_on_any_rows(timed) -> None:
-    """policies/csrc/features.c computes what numba's _observe_kernel computes, bit for bit, on
-    rows far outside what a short replay makes: ticks up to 2**45, empty reuse-gap rings, huge
-    counts and decayed counters, every state code, K above the kernel's stack scratch; rows past
-    the candidates are left as they were; a bad slot or state code is refused."""
+def test_compiled_kernels_equal_the_interpreted_source(timed) -> None:
+    """The compiled kernels and the same source interpreted give the same results bit for bit:
+    features of any rows (float32 roundings, logs, rank, clipping), the tracker's per-access
+    update, the sample rule's distinct draws and the forward pass's scores."""
+    py = _interpreted_kernels()
     rng = np.random.default_rng(5)
-    fc = fm.c_features()
-    n_rows = 500
-    for trial in range(40):
-        S = np.empty((n_rows, fm._NCOL))
+    for trial in range(12):
         t = float(rng.integers(1, 2**45)) if trial % 2 else float(rng.integers(1, 5000))
-        for r in range(n_rows):
-            row = fm._EMPTY_ROW.copy()
-            m = int(rng.integers(0, fm._RING + 3))  # accesses so far
-            ticks = np.sort(rng.integers(0, int(t) + 1, m)).astype(np.float64)
-            for i, tk in enumerate(ticks):
-                row[fm._RING0 + i % fm._RING] = tk
-            row[fm._INSERT] = ticks[0] if m else float(rng.integers(0, int(t) + 1))
-            row[fm._CREATE] = min(row[fm._INSERT], float(rng.integers(0, int(t) + 1)))
-            row[fm._COUNT] = m if trial % 3 else float(rng.integers(0, 10**9))
-            row[fm._E0:fm._RING0] = rng.random(3) * 10.0 ** rng.integers(0, 12, 3)
-            row[fm._SIZE] = float(rng.integers(1, 2**40))
-            row[fm._KIND] = float(rng.integers(0, fm.N_KINDS))
-            S[r] = row
+        S = _far_rows(rng, 80, t, trial)
         K = (1, 5, 32, 100)[trial % 4]
         n = int(rng.integers(0, K + 1))
         v = fm._packed_buffer(K)
-        decay = 2.0 ** (-rng.random(3) * 50)
         times = (float(rng.integers(1000, 10**6)), 1 / 25.0, 2000.0, 1 / 12.0, 1.0) if timed else fm._NO_TIMES
-        glob = rng.random(fm.G)
-        v[:fm._HEAD] = (n, t, *decay, 1.0 / float(rng.integers(2**20, 2**36)), *times, *glob)
-        v[fm._HEAD:fm._HEAD + n] = rng.integers(0, n_rows, n)
-        v[fm._HEAD + K:fm._HEAD + K + n] = rng.integers(0, len(fm._STATE_TABLE), n)
-        x_c = np.full((K + 1, fm.F), 7.0, np.float32)
-        x_nb = np.full((K + 1, fm.F), 7.0, np.float32)
-        fc(S, v, x_c)
-        fm._observe_kernel(S, v, x_nb)
-        np.testing.assert_array_equal(x_c, x_nb)
-        assert (x_c[n:K] == 7.0).all()
-    v[fm._HEAD] = n_rows  # a slot past the rows
-    v[0] = max(n, 1)
-    with pytest.raises(ValueError, match="slot"):
-        fc(S, v, x_c)
+        v[:fm._HEAD] = (n, t, *(2.0 ** (-rng.random(3) * 50)), 1.0 / float(rng.integers(2**20, 2**36)),
+                        *times, *rng.random(fm.G))
+        v[fm._HEAD:fm._HEAD + n] = rng.integers(0, len(S), n)
+        v[fm._HEAD + K:fm._HEAD + K + n] = rng.integers(0, len(oracle.STATE_TABLE), n)
+        xs = [np.full((K + 1, fm.F), 7.0, np.float32) for _ in range(2)]
+        kernels.features(S, v.copy(), xs[0])
+        py.features(S, v.copy(), xs[1])
+        np.testing.assert_array_equal(xs[0], xs[1])
+    V = [np.zeros(fm._NCOL * 4) for _ in range(2)]
+    for mod, W in zip((kernels, py), V):
+        for i in range(3000):
+            mod.access(W, (i % 4) * fm._NCOL, i, i % 4097, 2.0)
+    np.testing.assert_array_equal(V[0], V[1])
+    for _ in range(50):
+        u = rng.random(52)
+        outs = [np.empty(32, np.int64) for _ in range(2)]
+        assert kernels.first_distinct(u, 500, outs[0]) == py.first_distinct(u, 500, outs[1])
+        np.testing.assert_array_equal(outs[0], outs[1])
+    a = {"wc": rng.normal(size=(fm.F, 24)), "wg": rng.normal(size=(fm.G, 24)), "b0": rng.normal(size=24),
+         "w1": rng.normal(size=(24, 16)), "b1": rng.normal(size=16), "wo": rng.normal(size=16)}
+    sc = [m.Scorer(a["wc"], a["wg"], a["b0"], [(a["w1"], a["b1"])], a["wo"], 0.25) for m in (kernels, py)]
+    x = rng.random((33, fm.F)).astype(np.float32) * (rng.random((33, fm.F)) > 0.4)
+    sa, sb = np.empty(32, np.float32), np.empty(32, np.float32)
+    assert sc[0].scores(x, 32, sa) == sc[1].scores(x, 32, sb)
+    np.testing.assert_array_equal(sa, sb)
+
+
+def test_tracker_update_and_draws_are_the_kernels() -> None:
+    """The tracker's rows after a replay are what the access kernel writes (the decayed
+    counters renormalised on the way), and the sample rule's draws the first distinct values
+    of its uniform draws, in draw order."""
+    trace = _trace(8000, 600, 5)  # long enough to renormalise the decayed counters
+    tracker = FeatureTracker()
+    pool = _replay(trace, 40 * 4 * 4096, tracker)
+    assert tracker._epoch > 0 and len(pool.view.candidates()) > 0
+    S = tracker._S[: tracker._next]
+    assert (S[:, fm._COUNT] >= 1).any() and (S[:, fm._E0:fm._RING0] > 0).any()
+    for _ in range(50):
+        seed = int(np.random.default_rng(_).integers(2**31))
+        got = fm._first_distinct(np.random.default_rng(seed), 500, 52, 32)
+        want = list(dict.fromkeys(fm._uniform_ints(np.random.default_rng(seed), 500, 52)))[:32]
+        assert got == want
 
 
 @pytest.mark.parametrize("name", ["s3fifo", "slru", "arc"])

@@ -59,7 +59,7 @@ def test_decision_bench_smoke_run(tmp_path: Path) -> None:
     gaps = fig["interruptions"]  # the busy loop's gaps: a rate, and lengths above the threshold
     assert "interruptions of this core" in r.stdout and gaps["rate"] >= 0 and gaps["threshold_us"] == 3
     assert gaps["rate"] == 0 or gaps["max"] >= gaps["p90"] >= gaps["p50"] > gaps["threshold_us"]
-    if fig["compiled"]:  # the machine's tail: fixed work (C forward passes) after each decision
+    if fig["compiled"]:  # the machine's tail: fixed work (compiled forward passes) after each decision
         assert "the machine's own tail, side by side" in r.stdout and "  fixed work" in r.stdout
         fw = fig["fixed_work"]
         assert fw["reps"] >= 0 and 0 <= fw["extra"] < 32 and fw["reps"] * 32 + fw["extra"] >= 1

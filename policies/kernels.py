@@ -1,0 +1,437 @@
+# distutils: extra_compile_args = -ffp-contract=off
+# cython: boundscheck=False, wraparound=False, initializedcheck=False
+"""The learned policy's numeric kernels, written once: the feature tracker's per-access update,
+a decision's candidate features, the sample rule's distinct draws, and the network's forward pass.
+
+Where Cython and a C compiler are present this file is compiled in pure-Python mode (the native
+types live in ``kernels.pxd`` beside it, as for ``allocator/pool.py``); elsewhere, or with
+``CACHEGYM_PURE_PYTHON=1``, the same source runs interpreted with the same results, bit for bit
+(:data:`COMPILED` says which). :mod:`policies.features` and :mod:`policies.learned.network` are
+the only callers; their docstrings are the manual.
+
+Arithmetic (the contract the exported policies and the goldens rely on): the features are
+computed in float64 in the order written here (no fused multiply-adds: ``-ffp-contract=off``)
+and rounded to float32 where :func:`f32` says so, with libm's ``log``/``log1p``/``pow`` (what
+Python's ``math`` calls); the forward pass is float32, each product rounded before its sum,
+inputs accumulated in ascending order (an input that is zero is skipped: adding ``0 * w``
+changes no sum).
+
+Layouts (:data:`LAYOUT` names them for :mod:`policies.features`):
+
+* a tracker row (``NCOL`` float64): insert tick, creation tick, access count, three decayed
+  counters (scaled by ``2**((t - epoch) / h)``), a ring of the last ``RING`` access ticks
+  (circular; an empty entry ``j`` holds ``-(j + 1) * 2**50``), size, kind;
+* a decision's packed buffer ``v`` (float64, ``HEAD + 3 K``): ``n``, ``prm[NPRM]`` (tick, three
+  decay factors, 1 / capacity, h2d latency, 1 / h2d bandwidth, d2h latency, 1 / d2h
+  bandwidth, timed), ``globals[G]``, then ``slots[K]``, state ``codes[K]`` and ``K`` scratch
+  values the kernel writes (each candidate's raw recency);
+* the observation buffer ``x`` (float32 ``(K + 1, F)``): candidates in rows ``0..K-1``, the
+  global features in the first ``G`` values of row ``K``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cython
+import numpy as np
+from cython.cimports.libc.math import log, log1p, pow
+
+from allocator.errors import ConfigError, PolicyFileError
+
+__all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "Scorer", "vector",
+           "matrix", "observation"]
+
+COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
+
+# ---------------------------------------------------------------------- layout
+HORIZON = 16384  # the cap of tick distances (policies.features.HORIZON)
+N_GAPS = 4
+N_KINDS = 7
+INSERT, CREATE, COUNT, E0 = 0, 1, 2, 3  # columns of a tracker row
+RING0, RING = 6, N_GAPS + 1
+SIZE = RING0 + RING
+KIND = SIZE + 1
+NCOL = KIND + 1
+NPRM, G = 10, 6
+HEAD = 1 + NPRM + G
+N_LOG = 3 + 1 + 3 + N_GAPS + 1  # the log-scaled block: distances, count, decayed counts, gaps, size
+I_GAP = 7
+I_RANK = N_LOG
+I_STATE = N_LOG + 2
+N_STATE = 4 + N_KINDS  # dirty, prefetched, in flight, resident, one-hot kind
+I_SEEN = I_STATE + N_STATE
+F = I_SEEN + 3
+H1 = HORIZON + 1.0  # the cap of the log block's tick distances (which hold distance + 1)
+HALF_LIVES = (16, 256, 4096)
+IH0, IH1, IH2 = (1.0 / h for h in HALF_LIVES)
+MISSING = 2.0**50
+
+LOG_T = math.log1p(2.0**32)
+LOG_N = math.log1p(2.0**24)
+LOG_SIZE = math.log1p(2.0**40)
+LOG_NS = math.log1p(1e9)
+LOG_SCALE = np.array([LOG_T] * 3 + [LOG_N]
+                     + [math.log1p(1.0 / (1.0 - 2.0 ** (-1.0 / h))) for h in HALF_LIVES]
+                     + [LOG_T] * N_GAPS + [LOG_SIZE])
+"""The denominators of the log-scaled block (``N_LOG`` features)."""
+INV_SCALE32 = (1.0 / LOG_SCALE).astype(np.float32)
+STATE_TABLE32 = np.zeros((16 * N_KINDS, N_STATE), np.float32)
+"""State code (dirty + 2 prefetched + 4 in flight + 8 resident + 16 kind) -> its flags."""
+for _c in range(16 * N_KINDS):
+    STATE_TABLE32[_c, :4] = [(_c >> _b) & 1 for _b in range(4)]
+    STATE_TABLE32[_c, 4 + (_c >> 4)] = 1.0
+_inv_scale = INV_SCALE32
+_table = STATE_TABLE32
+_inv_log_ns = float(np.float32(1.0 / LOG_NS))
+_n_codes = len(STATE_TABLE32)
+
+LAYOUT: dict[str, Any] = {
+    "INSERT": INSERT, "CREATE": CREATE, "COUNT": COUNT, "E0": E0, "RING0": RING0, "RING": RING,
+    "SIZE": SIZE, "KIND": KIND, "NCOL": NCOL, "NPRM": NPRM, "G": G, "HEAD": HEAD, "N_LOG": N_LOG,
+    "I_GAP": I_GAP, "I_RANK": I_RANK, "I_STATE": I_STATE, "N_STATE": N_STATE, "I_SEEN": I_SEEN,
+    "F": F, "HORIZON": HORIZON, "N_GAPS": N_GAPS, "N_KINDS": N_KINDS, "MISSING": MISSING,
+    "HALF_LIVES": HALF_LIVES,
+}
+"""The layouts above, for :mod:`policies.features` (compiled, the names are C constants)."""
+
+
+def f32(x: float) -> float:
+    """``x`` rounded to float32 (compiled: the conversion of the C return type does it)."""
+    return x if cython.compiled else float(np.float32(x))
+
+
+# ---------------------------------------------------------------------- buffers
+# Compiled, each kernel call turns its array arguments into typed memoryviews; from a NumPy
+# array that is a new buffer request (about a microsecond), from the memoryview these return
+# (of the same array, sharing its memory) it is a check. Interpreted, they return the array.
+def vector(a: Any) -> Any:
+    """A float64 1-d contiguous array as the kernels take it fastest."""
+    return a
+
+
+def matrix(a: Any) -> Any:
+    """A float64 2-d C-contiguous array as the kernels take it fastest."""
+    return a
+
+
+def observation(a: Any) -> Any:
+    """A float32 2-d C-contiguous array (an observation buffer) as the kernels take it fastest."""
+    return a
+
+
+# ---------------------------------------------------------------------- the tracker
+def access(V: Any, b: int, t: int, x: int, two: float) -> None:
+    """An access at tick ``t`` to the tracker row ``V[b:b + NCOL]`` of the flat float64 rows
+    ``V`` (``x`` = ticks since the decayed counters' epoch). ``two`` is 2.0, passed at run time
+    so that no compiler turns ``pow(2, y)`` into ``exp2``, which rounds differently."""
+    if b < 0 or b + NCOL > V.shape[0]:
+        raise ConfigError(f"access: row offset {b} outside the tracker's {V.shape[0]} values; "
+                          f"pass slot * {NCOL} of an existing slot")
+    c = V[b + COUNT]
+    V[b + RING0 + cython.cast(cython.longlong, c) % RING] = t
+    V[b + COUNT] = c + 1.0
+    V[b + E0] += pow(two, x * IH0)
+    V[b + E0 + 1] += pow(two, x * IH1)
+    V[b + E0 + 2] += pow(two, x * IH2)
+
+
+def first_distinct(u: Any, n: int, out: Any) -> int:
+    """Writes the first distinct values of ``int(u[j] * n)`` (``u`` uniform in [0, 1), float64)
+    into ``out`` (int64; as many as fit) and returns how many."""
+    c = 0
+    m = out.shape[0]
+    if m == 0:
+        return 0
+    for j in range(u.shape[0]):
+        w = cython.cast(cython.longlong, u[j] * n)  # truncation, as astype(np.intp) (u * n >= 0)
+        new = True
+        for q in range(c):
+            if out[q] == w:
+                new = False
+                break
+        if new:
+            out[c] = w
+            c += 1
+            if c == m:
+                break
+    return c
+
+
+# ---------------------------------------------------------------------- the features
+def features(S: Any, v: Any, x: Any) -> int:
+    """The features of the ``n = v[0]`` candidates packed in ``v`` (rows ``v[HEAD + i]`` of the
+    tracker rows ``S``, float64 ``(rows, NCOL)``) into ``x[:n]``, and the globals into
+    ``x[K, :G]`` (``x`` float32 ``(K + 1, F)``; rows ``n..K-1`` are left as they are).
+    Returns ``n``. Raises :class:`ConfigError` on buffers of another shape, or a slot or state
+    code out of range."""
+    K = x.shape[0] - 1
+    if S.shape[1] != NCOL or x.shape[1] != F or K < 1 or v.shape[0] != HEAD + 3 * K:
+        raise ConfigError(
+            f"features: S must be float64 (rows, {NCOL}), x float32 (K + 1, {F}) with K >= 1 and v "
+            f"float64 ({HEAD} + 3K,); got S ({S.shape[0]}, {S.shape[1]}), v ({v.shape[0]},), x "
+            f"({x.shape[0]}, {x.shape[1]}): build v with policies.features._packed_buffer(K)")
+    nd = v[0]
+    if not (0.0 <= nd <= K) or nd != cython.cast(cython.Py_ssize_t, nd):
+        raise ConfigError(f"features: v[0] = {nd!r} candidates; it must be a count in 0..K={K}")
+    n = cython.cast(cython.Py_ssize_t, nd)
+    rows = S.shape[0]
+    for i in range(n):
+        sd = v[HEAD + i]
+        cd = v[HEAD + K + i]
+        if not (0.0 <= sd < rows) or not (0.0 <= cd < _n_codes):
+            raise ConfigError(f"features: candidate {i} has slot {sd!r} and state code {cd!r} "
+                              f"(slots 0..{rows - 1}, codes 0..{_n_codes - 1})")
+    t = v[1]
+    d0 = v[2]
+    d1 = v[3]
+    d2 = v[4]
+    inv_cap = f32(v[5])
+    h2d_lat = v[6]
+    h2d_inv_bw = v[7]
+    d2h_lat = v[8]
+    d2h_inv_bw = v[9]
+    timed = v[10] != 0.0
+    for i in range(n):
+        s = cython.cast(cython.Py_ssize_t, v[HEAD + i])
+        c = cython.cast(cython.Py_ssize_t, v[HEAD + K + i])
+        # the last accesses' ticks, ascending (a sorting network)
+        q0 = S[s, RING0]
+        q1 = S[s, RING0 + 1]
+        q2 = S[s, RING0 + 2]
+        q3 = S[s, RING0 + 3]
+        q4 = S[s, RING0 + 4]
+        q0, q1 = min(q0, q1), max(q0, q1)
+        q3, q4 = min(q3, q4), max(q3, q4)
+        q2, q4 = min(q2, q4), max(q2, q4)
+        q2, q3 = min(q2, q3), max(q2, q3)
+        q0, q3 = min(q0, q3), max(q0, q3)
+        q0, q2 = min(q0, q2), max(q0, q2)
+        q1, q4 = min(q1, q4), max(q1, q4)
+        q1, q3 = min(q1, q3), max(q1, q3)
+        q1, q2 = min(q1, q2), max(q1, q2)
+        r = t + 1.0 - q4
+        v[HEAD + 2 * K + i] = r  # the rank compares the distances as they are
+        if r > H1 and q4 >= 0.0:  # the horizon caps the real distances
+            r = H1
+        age = t + 1.0 - S[s, INSERT]
+        if age > H1:
+            age = H1
+        life = t + 1.0 - S[s, CREATE]
+        cnt = S[s, COUNT] + 1.0
+        if life > H1:  # an older object's count, scaled to its last HORIZON ticks
+            cnt = S[s, COUNT] * (H1 / life) + 1.0
+            life = H1
+        x[i, 0] = f32(f32(log(r)) * _inv_scale[0])
+        x[i, 1] = f32(f32(log(age)) * _inv_scale[1])
+        x[i, 2] = f32(f32(log(life)) * _inv_scale[2])
+        x[i, 3] = f32(f32(log(cnt)) * _inv_scale[3])
+        x[i, 4] = f32(f32(log(S[s, E0] * d0 + 1.0)) * _inv_scale[4])
+        x[i, 5] = f32(f32(log(S[s, E0 + 1] * d1 + 1.0)) * _inv_scale[5])
+        x[i, 6] = f32(f32(log(S[s, E0 + 2] * d2 + 1.0)) * _inv_scale[6])
+        g = (q4 - q3) + 1.0  # the reuse gaps, most recent first
+        if g > H1 and q3 >= 0.0:
+            g = H1
+        x[i, I_GAP] = f32(f32(log(g)) * _inv_scale[I_GAP])
+        g = (q3 - q2) + 1.0
+        if g > H1 and q2 >= 0.0:
+            g = H1
+        x[i, I_GAP + 1] = f32(f32(log(g)) * _inv_scale[I_GAP + 1])
+        g = (q2 - q1) + 1.0
+        if g > H1 and q1 >= 0.0:
+            g = H1
+        x[i, I_GAP + 2] = f32(f32(log(g)) * _inv_scale[I_GAP + 2])
+        g = (q1 - q0) + 1.0
+        if g > H1 and q0 >= 0.0:
+            g = H1
+        x[i, I_GAP + 3] = f32(f32(log(g)) * _inv_scale[I_GAP + 3])
+        size = S[s, SIZE]
+        x[i, N_LOG - 1] = f32(f32(log(size + 1.0)) * _inv_scale[N_LOG - 1])
+        x[i, I_RANK + 1] = f32(f32(size) * inv_cap)
+        for j in range(N_STATE):
+            x[i, I_STATE + j] = _table[c, j]
+        x[i, I_SEEN] = 1.0
+        if timed:
+            x[i, I_SEEN + 1] = f32(f32(log1p(h2d_lat + size * h2d_inv_bw)) * _inv_log_ns)
+            x[i, I_SEEN + 2] = f32(f32(x[i, I_STATE] * f32(log1p(d2h_lat + size * d2h_inv_bw)))
+                                   * _inv_log_ns)
+        else:
+            x[i, I_SEEN + 1] = 0.0
+            x[i, I_SEEN + 2] = 0.0
+    inv_n1 = f32(1.0 / (n - 1 if n - 1 > 1 else 1))
+    for i in range(n):
+        ri = v[HEAD + 2 * K + i]
+        rank = 0
+        for m in range(n):
+            if ri > v[HEAD + 2 * K + m]:
+                rank += 1
+        x[i, I_RANK] = f32(rank * inv_n1)
+        for j in range(F):
+            if x[i, j] > 1.0:
+                x[i, j] = 1.0
+    for j in range(G):
+        x[K, j] = v[1 + NPRM + j]
+    return n
+
+
+# ---------------------------------------------------------------------- the forward pass
+def _is_f32(a: Any, ndim: int) -> bool:
+    """``a`` is a float32 array of ``ndim`` dimensions."""
+    return getattr(getattr(a, "dtype", None), "type", None) is np.float32 and a.ndim == ndim
+
+
+def _f32_matrix(a: Any, name: str, ndim: int) -> Any:
+    arr = np.ascontiguousarray(a, np.float32)
+    if arr.ndim != ndim:
+        raise PolicyFileError(f"weight array {name!r} has shape {arr.shape}; it must have "
+                              f"{ndim} dimension(s)")
+    return arr
+
+
+@cython.cclass
+class Scorer:
+    """A candidate MLP's forward pass: ``h0 = relu(x_c @ wc + x_g @ wg + b0)``, then
+    ``h_i = relu(h_{i-1} @ w_i + b_i)`` for each further layer, score ``h_last @ wo + bo``.
+
+    ``Scorer(wc, wg, b0, layers, wo, bo)`` with ``layers`` a sequence of ``(w_i, b_i)``
+    (float32 copies are kept). Raises :class:`PolicyFileError` when the shapes do not fit.
+    Pickles by its weights.
+    """
+
+    def __init__(self, wc: Any, wg: Any, b0: Any, layers: Any, wo: Any, bo: Any) -> None:
+        wc_ = _f32_matrix(wc, "wc", 2)
+        wg_ = _f32_matrix(wg, "wg", 2)
+        b0_ = _f32_matrix(b0, "b0", 1)
+        wo_ = _f32_matrix(wo, "wo", 1)
+        ws = [_f32_matrix(w, f"w{i}", 2) for i, (w, _) in enumerate(layers, 1)]
+        bs = [_f32_matrix(b, f"b{i}", 1) for i, (_, b) in enumerate(layers, 1)]
+        h = b0_.shape[0]
+        if wc_.shape[1] != h or wg_.shape[1] != h or wg_.shape[0] > wc_.shape[0] or h < 1:
+            raise PolicyFileError(f"first layer shapes do not fit: wc {wc_.shape}, wg {wg_.shape}, "
+                                  f"b0 {b0_.shape} (wc (F, H), wg (G, H) with G <= F, b0 (H,))")
+        widths = [h]
+        for i, (w, b) in enumerate(zip(ws, bs), 1):
+            if w.shape[0] != h or b.shape != (w.shape[1],) or w.shape[1] < 1:
+                raise PolicyFileError(f"layer {i} shapes do not fit: w{i} {w.shape}, b{i} {b.shape}, "
+                                      f"previous width {h}")
+            h = w.shape[1]
+            widths.append(h)
+        if wo_.shape != (h,):
+            raise PolicyFileError(f"output layer wo has shape {wo_.shape}, expected ({h},)")
+        self._wc_arr, self._wg_arr, self._b0_arr, self._wo_arr = wc_, wg_, b0_, wo_
+        self._layers = [(w, b) for w, b in zip(ws, bs)]
+        self._wc, self._wg, self._b0, self._wo = wc_, wg_, b0_, wo_
+        self._bo = f32(float(np.asarray(bo, np.float32).reshape(-1)[0]))
+        self._nf = wc_.shape[0]
+        self._ng = wg_.shape[0]
+        self._depth = len(ws)
+        self._widths = np.array(widths, np.intp)
+        # the further layers flat: layer i's weights from _woff[i], its biases from _boff[i]
+        self._wh = np.concatenate([w.reshape(-1) for w in ws] + [np.zeros(1, np.float32)])
+        self._bh = np.concatenate(bs + [np.zeros(1, np.float32)])
+        self._woff = np.cumsum([0] + [w.size for w in ws]).astype(np.intp)
+        self._boff = np.cumsum([0] + [b.size for b in bs]).astype(np.intp)
+        hmax = max(widths)
+        self._g = np.zeros(hmax, np.float32)
+        self._ha = np.zeros(hmax, np.float32)
+        self._hb = np.zeros(hmax, np.float32)
+
+    def __reduce__(self) -> Any:
+        return (Scorer, (self._wc_arr, self._wg_arr, self._b0_arr, self._layers, self._wo_arr,
+                         self._bo))
+
+    @property
+    def n_features(self) -> int:
+        return self._nf
+
+    @property
+    def n_globals(self) -> int:
+        return self._ng
+
+    def best(self, x: Any, n: int) -> int:
+        """Index of the best of the first ``n`` candidates of ``x`` (float32 ``(K + 1, F)``,
+        the globals in row ``K``): the first of equal scores."""
+        if not cython.compiled and not _is_f32(x, 2):  # compiled, the conversion below checks
+            raise ConfigError(f"forward pass: x must be a 2-d float32 array (K + 1, {self._nf}), "
+                              f"got {type(x).__name__} of {getattr(x, 'dtype', None)}")
+        try:
+            xv = x
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"forward pass: x must be a 2-d float32 array (K + 1, {self._nf}): "
+                              f"{e}") from None
+        return self._run(xv, n, None)
+
+    def scores(self, x: Any, n: int, out: Any) -> int:
+        """The first ``n`` candidates' scores into ``out[:n]`` (float32); returns :meth:`best`."""
+        if not _is_f32(x, 2) or not _is_f32(out, 1):
+            raise ConfigError(f"scores: x must be a 2-d float32 array (K + 1, {self._nf}) and out "
+                              "a 1-d float32 array")
+        if out.shape[0] < n:
+            raise ConfigError(f"scores: out holds {out.shape[0]} scores, fewer than n={n}")
+        return self._run(x, n, out)
+
+    def _run(self, x: Any, n: int, out: Any) -> int:
+        K = x.shape[0] - 1
+        if x.shape[1] != self._nf or K < 1 or n < 1 or n > K:
+            raise ConfigError(f"forward pass: x must be float32 (K + 1, {self._nf}) with K >= 1 and "
+                              f"n in 1..K; got x ({x.shape[0]}, {x.shape[1]}) and n={n}")
+        nf = self._nf
+        h0 = self._b0.shape[0]
+        wc = self._wc
+        wg = self._wg
+        g = self._g
+        ha = self._ha
+        hb = self._hb
+        for j in range(h0):  # the globals' part of layer 1, shared by every candidate
+            g[j] = self._b0[j]
+        for f in range(self._ng):
+            a = x[K, f]
+            if a != 0.0:
+                for j in range(h0):
+                    g[j] = g[j] + a * wg[f, j]
+        best = 0
+        top = f32(0.0)
+        for i in range(n):
+            for j in range(h0):
+                ha[j] = g[j]
+            for f in range(nf):
+                a = x[i, f]
+                if a != 0.0:
+                    for j in range(h0):
+                        ha[j] = ha[j] + a * wc[f, j]
+            for j in range(h0):
+                if not ha[j] > 0.0:
+                    ha[j] = 0.0
+            score = self._layers_and_output(ha, hb)
+            if out is not None:
+                out[i] = score
+            if score > top or i == 0:
+                top = score
+                best = i
+        return best
+
+    def _layers_and_output(self, ha: Any, hb: Any) -> float:
+        """The further layers from ``ha`` (layer 1's units), then the score."""
+        wh = self._wh
+        bh = self._bh
+        width = self._widths[0]
+        for layer in range(self._depth):
+            nxt = self._widths[layer + 1]
+            wo_ = self._woff[layer]
+            bo_ = self._boff[layer]
+            for j in range(nxt):
+                hb[j] = bh[bo_ + j]
+            for u in range(width):
+                a = ha[u]
+                if a != 0.0:
+                    base = wo_ + u * nxt
+                    for j in range(nxt):
+                        hb[j] = hb[j] + a * wh[base + j]
+            for j in range(nxt):
+                ha[j] = hb[j] if hb[j] > 0.0 else 0.0
+            width = nxt
+        score = self._bo
+        for j in range(width):
+            score = f32(score + f32(ha[j] * self._wo[j]))
+        return score
