@@ -75,7 +75,7 @@ class Guard:
         self.lru_windows = 0
         self.s3fifo_windows = 0
         self.windows = 0
-        self.lru = heuristic_expert("lru")
+        self.lru = heuristic_expert("lru", followed=False)  # (LRU decides through the tracker)
         self.model: Expert | None = heuristic_expert("s3fifo") if s3fifo else None
         self.expert: str | None = None
         self._view: PoolView | None = None  # the guarded pool's, from its first event
@@ -88,12 +88,12 @@ class Guard:
                        {"lru": self.lru, "s3fifo": self.model})
 
     def _register(self, named: dict[str | None, Expert]) -> None:
-        """The experts, by name (``None``: the network's): all told every request; all but
-        LRU's (whose decisions are the tracker's) told the guarded pool's insertions and
-        evictions."""
+        """The experts, by name (``None``: the network's): all told every request and free; the
+        followed ones (all but LRU's, whose decisions are the tracker's) the guarded pool's
+        insertions and evictions too."""
         self._named = named
         self._experts = tuple(named.values())
-        self._followed = tuple(e for n, e in named.items() if n != "lru")
+        self._followed = tuple(e for e in named.values() if e.followed)
         self._hits0 = dict.fromkeys(named, 0)
 
     @property

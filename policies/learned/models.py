@@ -59,6 +59,8 @@ class Expert:
     request, insertion, eviction and free of the guarded pool (:meth:`request`, :meth:`insert`,
     :meth:`evict`, :meth:`free`); the shadow pool is told the requests and frees only, so that
     its hits (``hits``, over the guarded pool's requests) are the policy's own whoever decides.
+    An expert that is only measured (``followed=False``: LRU, whose decisions are the guarded
+    policy's tracker's) is told the requests and frees alone.
 
     Followed by the guarded pool, an expert evicts first (:meth:`victim`) what the guarded pool
     holds and its shadow does not -- ``_pending``, oldest first: objects the shadow evicted while
@@ -70,12 +72,13 @@ class Expert:
     flight to it) and the shadow pool does not.
     """
 
-    __slots__ = ("name", "policy", "pool", "hits", "requests", "_pending", "_view", "_access",
-                 "_resident", "_fallbacks")
+    __slots__ = ("name", "policy", "followed", "pool", "hits", "requests", "_pending", "_view",
+                 "_access", "_resident", "_fallbacks")
 
-    def __init__(self, name: str, policy: EvictionPolicy) -> None:
+    def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True) -> None:
         self.name = name
         self.policy = policy
+        self.followed = followed  # False: only measured (never asked for victims or admission)
         self.pool: Pool | None = None
         self.hits = 0  # the shadow's hits over the guarded pool's requests
         self.requests = 0
@@ -107,10 +110,8 @@ class Expert:
         self.requests += 1
         if h:
             self.hits += 1
-            if hit:
-                self._pending.pop(key, None)
-        elif hit:  # the guarded pool holds what its shadow does not (now)
-            if self._resident(key):
+        if hit and self.followed:  # does the guarded pool hold what its shadow does not (now)?
+            if h or self._resident(key):
                 self._pending.pop(key, None)
             else:
                 self._pending[key] = None
@@ -169,11 +170,11 @@ class Expert:
         return f"Expert({self.name!r}, {self.policy!r})"
 
 
-def heuristic_expert(name: str) -> Expert:
+def heuristic_expert(name: str, *, followed: bool = True) -> Expert:
     """The registered policy ``name`` (:func:`policies.registry.make_eviction`) as an expert."""
     from policies.registry import make_eviction
 
-    return Expert(name, make_eviction(name))
+    return Expert(name, make_eviction(name), followed=followed)
 
 
 def network_expert(policy: LearnedPolicy) -> Expert:
