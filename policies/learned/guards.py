@@ -54,7 +54,7 @@ class Guard:
     __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_n", "_hits",
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
-                 "_view", "_last_miss")
+                 "_view", "_last_miss", "_requests")
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01) -> None:
@@ -82,6 +82,7 @@ class Guard:
         self._last_miss: int | None = None
         self._named: dict[str | None, Expert] = {}
         self._experts: tuple[Expert, ...] = ()
+        self._requests: tuple[Any, ...] = ()  # each expert's request(), bound
         self._followed: tuple[Expert, ...] = ()
         self._hits0: dict[str | None, int] = {}
         self._register({"lru": self.lru} if self.model is None else
@@ -93,6 +94,7 @@ class Guard:
         insertions and evictions too."""
         self._named = named
         self._experts = tuple(named.values())
+        self._requests = tuple(e.request for e in self._experts)
         self._followed = tuple(e for e in named.values() if e.followed)
         self._hits0 = dict.fromkeys(named, 0)
 
@@ -145,8 +147,8 @@ class Guard:
             self._start(view)
         o = view.info(key)
         size, kind, write = o.size, o.kind, view.writing
-        for e in self._experts:
-            e.request(key, size, write, kind, hit)
+        for r in self._requests:
+            r(key, size, write, kind, hit)
         if not hit:
             self._last_miss = key
         self._hits += hit
@@ -296,12 +298,14 @@ class ShadowGuard(Guard):
             return
         # another expert ahead of the followed one by ``abort`` hits in this window: the network
         # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
-        sc = self._scores()
-        e = self.expert
-        cur = sc[e]
-        lead = max(sc.get(None, 0), sc["lru"])
-        for name in self.extra:
-            h = sc[name]
+        h0, e = self._hits0, self.expert
+        cur = self._named[e].hits - h0[e]
+        lead = self.lru.hits - h0["lru"]
+        net = self.net
+        if net is not None and net.hits - h0[None] > lead:
+            lead = net.hits - h0[None]
+        for name, x in self.extra.items():
+            h = x.hits - h0[name]
             if h > lead and name != e and self._leads(name, h, cur):
                 lead = h
         if lead - cur > self.abort * self._abort_x:

@@ -72,7 +72,7 @@ class Expert:
     flight to it) and the shadow pool does not.
     """
 
-    __slots__ = ("name", "policy", "followed", "pool", "hits", "requests", "_pending", "_view",
+    __slots__ = ("name", "policy", "followed", "pool", "hits", "_prefetches", "_pending", "_view",
                  "_access", "_resident", "_fallbacks")
 
     def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True) -> None:
@@ -81,7 +81,7 @@ class Expert:
         self.followed = followed  # False: only measured (never asked for victims or admission)
         self.pool: Pool | None = None
         self.hits = 0  # the shadow's hits over the guarded pool's requests
-        self.requests = 0
+        self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
         self._pending: dict[int, None] = {}
         self._view: PoolView | None = None  # the guarded pool's, once it has called
         self._access: Any = None
@@ -106,18 +106,19 @@ class Expert:
 
     def request(self, key: int, size: int, write: bool, kind: int, hit: bool) -> None:
         """A request of the guarded pool (``hit``: whether the guarded pool hit)."""
-        h = self._access(key, size, write, kind=kind)
-        self.requests += 1
-        if h:
+        if self._access(key, size, write, kind=kind):
             self.hits += 1
-        if hit and self.followed:  # does the guarded pool hold what its shadow does not (now)?
-            if h or self._resident(key):
+            return
+        if hit and self.followed:  # the guarded pool holds what its shadow may not (now)
+            # (where both hit there is nothing to do: the shadow took the object back only on a
+            # request, and on that request the guarded pool either hit, which settled it here,
+            # or missed, when the object was not in the guarded pool, so not pending)
+            if self._resident(key):
                 self._pending.pop(key, None)
             else:
                 self._pending[key] = None
-        pool = self.pool
-        if pool.stats.fallbacks != self._fallbacks:  # type: ignore[union-attr]
-            self._count_fallbacks()
+        if self.pool.stats.fallbacks != self._fallbacks:  # type: ignore[union-attr]
+            self._count_fallbacks()  # (a shadow decides on its misses only)
 
     def _count_fallbacks(self) -> None:
         """A network's decisions happen in its shadow pool: the guarded pool's stats count
@@ -126,9 +127,15 @@ class Expert:
         self._view.stats.fallbacks += n - self._fallbacks  # type: ignore[union-attr]
         self._fallbacks = n
 
+    @property
+    def requests(self) -> int:
+        """The guarded pool's requests the shadow has seen (not its prefetches)."""
+        return 0 if self.pool is None else self.pool.stats.accesses - self._prefetches
+
     def prefetched(self, key: int, size: int, kind: int) -> None:
         """The guarded pool brought ``key`` in without a request (a prefetch): the shadow pool
         sees it as a request (not counted in ``hits``)."""
+        self._prefetches += 1
         self._access(key, size, False, kind=kind)
 
     def insert(self, key: int) -> None:
