@@ -541,8 +541,18 @@ def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     pol = LearnedPolicy.load(policy_file, guard=guard)
     Pool(40 * 4096, pol, placement="bytes").replay(trace.window(0, 2000))
     twin = pickle.loads(pickle.dumps(pol))
-    assert np.shares_memory(twin.tracker._V, twin.tracker._S) and twin.tracker._S_mv.obj is twin.tracker._S
-    np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
+
+    def features_of(p: LearnedPolicy) -> features.FeatureTracker:
+        """The tracker of the pool where the network decides (under a ShadowGuard: its shadow's)."""
+        if isinstance(p.guard, ShadowGuard):
+            assert p.guard.net is not None
+            p = p.guard.net.policy  # type: ignore[assignment]
+        assert isinstance(p.tracker, features.FeatureTracker)
+        return p.tracker
+
+    t, t0 = features_of(twin), features_of(pol)
+    assert np.shares_memory(t._V, t._S) and t._S_mv.obj is t._S and t is not t0
+    np.testing.assert_array_equal(t._S, t0._S)
 
 
 @pytest.mark.skipif(not learned_mod._c_decisions(), reason="needs policies._mlp and numba (the C decision)")
