@@ -7,6 +7,8 @@
     python scripts/bench.py decision  [--json PATH]   exported policy decision latency vs LRU
     python scripts/bench.py offload   [--json PATH]   activation-offload overhead vs plain training
     python scripts/bench.py quality   [--json PATH]   learned policy vs heuristics on held-out traces
+    python scripts/bench.py guard     [--json PATH]   guarded learned policy's requests/s (vs another checkout)
+    python scripts/bench.py guardmem  [--json PATH]   guarded learned policy's memory over 10M requests
 
 Each benchmark lives in ``scripts/bench_<name>.py`` and exposes ``add_args(parser)`` and
 ``run(args) -> dict`` (the figures, also written as JSON with ``--json``).
@@ -20,12 +22,12 @@ import json
 import os
 import sys
 
-BENCHES = ("pool", "replay", "env", "decision", "offload", "quality")
+BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "guardmem")
 # the benchmarks' options that count something (requests, objects, steps, seconds, threads, ...):
 # each must be positive when given
 COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",
           "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads",
-          "max_requests", "dl_tiled", "capacity")
+          "max_requests", "dl_tiled", "capacity", "every")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
     policy_file   the file format: save_policy_file, read_policy_file (load and verify)
     network       the forward pass: CandidateScorer (over policies.kernels.Scorer)
-    models        the shadow models the guards measure (heuristics, the network alone)
+    models        the guards' experts: registered policies (LRU, S3-FIFO, GDSF, LFU) and the
+                  network alone, each deciding in a shadow pool of the same core (Expert)
     guards        ShadowGuard (the default), Guard (trial windows), LRUGuard; make_guard
                   builds one by name (GuardName: conf/policy/guard/'s options)
     policy        LearnedPolicy: the network deciding evictions in the pool, under a guard

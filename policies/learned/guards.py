@@ -10,13 +10,11 @@ its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: 
 from __future__ import annotations
 
 import inspect
-from collections import OrderedDict
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from allocator.errors import ConfigError
-from policies.learned.models import _ModelGDSF, _ModelLFU, _ModelNetwork, _ModelS3FIFO, _NotTold
-from policies.shadow import ShadowPolicy
+from policies.learned.models import Expert, heuristic_expert, network_expert
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -29,31 +27,34 @@ class Guard:
     (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
     instead; this one is the guard ``trial``: :func:`make_guard`, ``conf/policy/guard/trial.yaml``).
 
-    Shadow caches see the same accesses at the pool's capacity in bytes: an LRU of keys and
-    sizes, and (``s3fifo``, on by default) an S3-FIFO model (:class:`_ModelS3FIFO`). Every
-    ``window`` accesses the policy's hits are compared with each shadow's. A window where the
-    learned policy lost to LRU's shadow by more than ``margin``, or to S3-FIFO's by more than
-    ``s3fifo_margin`` (fractions of the window's accesses), hands the decisions to the better of
-    the two heuristics for ``backoff`` windows (doubling on each repeated loss, up to
-    ``max_backoff``; the heuristic is chosen again at the end of each of them), then the
-    learned policy is tried again. A window of the learned policy is cut short, as a loss, as
-    soon as it trails LRU's shadow by more than ``abort`` hits (default: four times a whole
-    window's allowance, at least 16), so that a workload the policy does badly on costs a few
-    dozen misses per trial rather than a window's worth. S3-FIFO needs a whole window lost by
-    its wider margin: its decisions first evict what its model no longer holds, and the pool
-    admits only what the model admits (:meth:`admit`), so that the pool converges to the
-    model's content, which costs misses after each hand-over; and its hits come in bursts on
-    loops and scans where the learned policy is ahead over a whole window.
+    Its experts (:class:`~policies.learned.models.Expert`) are registered policies, each deciding
+    alone in a shadow pool of the guarded pool's capacity that sees the same requests: LRU, and
+    (``s3fifo``, on by default) S3-FIFO. Every ``window`` accesses the policy's hits are compared
+    with each shadow's. A window where the learned policy lost to LRU's shadow by more than
+    ``margin``, or to S3-FIFO's by more than ``s3fifo_margin`` (fractions of the window's
+    accesses), hands the decisions to the better of the two heuristics for ``backoff`` windows
+    (doubling on each repeated loss, up to ``max_backoff``; the heuristic is chosen again at the
+    end of each of them), then the learned policy is tried again. A window of the learned policy
+    is cut short, as a loss, as soon as it trails LRU's shadow by more than ``abort`` hits
+    (default: four times a whole window's allowance, at least 16), so that a workload the policy
+    does badly on costs a few dozen misses per trial rather than a window's worth. S3-FIFO needs
+    a whole window lost by its wider margin: its decisions first evict what its shadow no longer
+    holds, and the pool admits only what the shadow admits (:meth:`admit`), so that the pool
+    converges to the shadow's content, which costs misses after each hand-over; and its hits
+    come in bursts on loops and scans where the learned policy is ahead over a whole window.
     LRU's decisions come from the policy's tracker (the pool's LRU order).
 
     ``expert`` says who decides now (``None``: the learned policy); ``lru_windows`` counts the
     windows a heuristic decided, ``s3fifo_windows`` those of S3-FIFO among them.
-    Invariant: ``_used`` is the sum of the sizes in ``_lru``.
+    Invariant: ``_experts`` are told every request and free of the guarded pool, ``_followed``
+    (those whose content the pool may converge to) every insertion and eviction too;
+    ``_hits0[e]`` is expert ``e``'s hits at the start of the window.
     """
 
-    __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_lru", "_used",
-                 "_n", "_hits", "_shadow_hits", "_off", "_backoff", "lru_windows", "windows",
-                 "aborts", "model", "_model_hits0", "expert", "s3fifo_windows")
+    __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_n", "_hits",
+                 "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
+                 "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
+                 "_view", "_last_miss", "_requests")
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01) -> None:
@@ -68,17 +69,39 @@ class Guard:
         self.s3fifo_margin = float(s3fifo_margin)
         self.abort = max(16.0, 4 * self.margin * self.window) if abort is None else float(abort)
         self.aborts = 0
-        self._lru: OrderedDict[int, int] = OrderedDict()
-        self._used = 0
-        self._n = self._hits = self._shadow_hits = 0
+        self._n = self._hits = 0
         self._off = 0  # windows left to a heuristic
         self._backoff = 1
         self.lru_windows = 0
         self.s3fifo_windows = 0
         self.windows = 0
-        self.model: _ModelS3FIFO | None = _ModelS3FIFO() if s3fifo else None
-        self._model_hits0 = 0  # the model's hits at the start of the window
+        self.lru = heuristic_expert("lru", followed=False)  # (LRU decides through the tracker)
+        self.model: Expert | None = heuristic_expert("s3fifo") if s3fifo else None
         self.expert: str | None = None
+        self._view: PoolView | None = None  # the guarded pool's, from its first event
+        self._last_miss: int | None = None
+        self._named: dict[str | None, Expert] = {}
+        self._experts: tuple[Expert, ...] = ()
+        self._requests: tuple[Any, ...] = ()  # each expert's request(), bound
+        self._followed: tuple[Expert, ...] = ()
+        self._hits0: dict[str | None, int] = {}
+        self._register({"lru": self.lru} if self.model is None else
+                       {"lru": self.lru, "s3fifo": self.model})
+
+    def _register(self, named: dict[str | None, Expert]) -> None:
+        """The experts, by name (``None``: the network's): all told every request and free; the
+        followed ones (all but LRU's, whose decisions are the tracker's) the guarded pool's
+        insertions and evictions too."""
+        self._named = named
+        self._experts = tuple(named.values())
+        self._requests = tuple(e.request for e in self._experts)
+        self._followed = tuple(e for e in named.values() if e.followed)
+        self._hits0 = dict.fromkeys(named, 0)
+
+    @property
+    def experts(self) -> dict[str | None, Expert]:
+        """The experts by name (``None``: the network's, under a :class:`ShadowGuard`)."""
+        return dict(self._named)
 
     @property
     def active(self) -> bool:
@@ -88,16 +111,21 @@ class Guard:
     def attach(self, policy: Any) -> None:
         """Called once by the :class:`LearnedPolicy` the guard serves."""
 
+    def _scores(self) -> dict[str | None, int]:
+        """Each expert's hits in this window."""
+        h0 = self._hits0
+        return {n: e.hits - h0[n] for n, e in self._named.items()}
+
     def _model_hits(self) -> int:
         m = self.model
-        return 0 if m is None else (m.model_requests - m.model_misses) - self._model_hits0
+        return 0 if m is None else m.hits - self._hits0["s3fifo"]
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
-        """Whether the pool admits a missed object: while S3-FIFO decides, what its model took
+        """Whether the pool admits a missed object: while S3-FIFO decides, what its shadow took
         in (it refuses objects of at least its small queue's size, as libCacheSim's does), so
         that the pool holds what S3-FIFO would; otherwise always."""
         m = self.model
-        return self.expert != "s3fifo" or m is None or m.admit(view, key, size)
+        return self.expert != "s3fifo" or m is None or m.admit(key)
 
     def victim(self, view: PoolView, tracker: Any) -> int | None:
         """The deciding heuristic's victim."""
@@ -107,56 +135,67 @@ class Guard:
                 return k
         return tracker.victim(view)
 
-    def _shadows(self, view: PoolView, key: int, hit: bool) -> None:
-        """The shadow LRU and the S3-FIFO model see the access; the window counts it."""
-        lru = self._lru
-        if key in lru:
-            lru.move_to_end(key)
-            self._shadow_hits += 1
-        else:
-            size = view.info(key).size
-            cap = view.capacity
-            if size <= cap:
-                while self._used + size > cap:
-                    self._used -= lru.popitem(last=False)[1]
-                lru[key] = size
-                self._used += size
-        m = self.model
-        if m is not None:
-            (m.on_hit if hit else m.on_miss)(view, key)
+    def _start(self, view: PoolView) -> None:
+        """The guarded pool's first event: the shadow pools are made at its capacity."""
+        self._view = view
+        for e in self._experts:
+            e.setup(view)
+
+    def _request(self, view: PoolView, key: int, hit: bool) -> None:
+        """Every expert's shadow sees the request; the window counts it."""
+        if self._view is None:
+            self._start(view)
+        o = view.info(key)
+        size, kind, write = o.size, o.kind, view.writing
+        for r in self._requests:
+            r(key, size, write, kind, hit)
+        if not hit:
+            self._last_miss = key
         self._hits += hit
         self._n += 1
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
-        self._shadows(view, key, hit)
+        self._request(view, key, hit)
         if self._n >= self.window:
             self._end_window()
-        elif self._off == 0 and self._shadow_hits - self._hits > self.abort:
+        elif self._off == 0 and self.lru.hits - self._hits0["lru"] - self._hits > self.abort:
             self.aborts += 1  # the trial is lost already: back to a heuristic now
             self._end_window()
 
     def insert(self, view: PoolView, key: int) -> None:
-        if self.model is not None:
-            self.model.on_insert(view, key)
+        if self._view is None:
+            self._start(view)
+        if key != self._last_miss:  # a prefetch: every shadow sees it as a request (uncounted)
+            o = view.info(key)
+            for e in self._experts:
+                e.prefetched(key, o.size, o.kind)
+        self._last_miss = None
+        for e in self._followed:
+            e.insert(key)
 
     def evict(self, view: PoolView, key: int) -> None:
-        if self.model is not None:
-            self.model.on_evict(view, key)
+        for e in self._followed:
+            e.evict(key)
 
     def free(self, view: PoolView, key: int) -> None:
-        size = self._lru.pop(key, None)
-        if size is not None:
-            self._used -= size
-        if self.model is not None:
-            self.model.on_free(view, key)
+        if self._view is None:
+            self._start(view)
+        for e in self._experts:
+            e.free(key)
+
+    def _reset_window(self) -> None:
+        self._n = self._hits = 0
+        self._hits0 = {n: e.hits for n, e in self._named.items()}
 
     def _end_window(self) -> None:
         self.windows += 1
         allowance = self.margin * self._n
+        sc = self._scores()
         model_hits = self._model_hits()
-        lost_lru = self._hits < self._shadow_hits - allowance
+        shadow_hits = sc["lru"]
+        lost_lru = self._hits < shadow_hits - allowance
         lost_model = self.model is not None and self._hits < model_hits - self.s3fifo_margin * self._n
-        best = "s3fifo" if self.model is not None and model_hits > self._shadow_hits else "lru"
+        best = "s3fifo" if self.model is not None and model_hits > shadow_hits else "lru"
         if self._off > 0:
             self._off -= 1
             self.lru_windows += 1
@@ -168,13 +207,11 @@ class Guard:
             self.expert = best
         else:
             self._backoff = max(1, self._backoff // 2)
-        self._n = self._hits = self._shadow_hits = 0
-        if self.model is not None:
-            self._model_hits0 = self.model.model_requests - self.model.model_misses
+        self._reset_window()
 
 
 class LRUGuard(Guard):
-    """:class:`Guard` with LRU as the only heuristic (no S3-FIFO model: less work per access)."""
+    """:class:`Guard` with LRU as the only heuristic (no S3-FIFO expert: less work per access)."""
 
     __slots__ = ()
 
@@ -185,26 +222,26 @@ class LRUGuard(Guard):
 
 class ShadowGuard(Guard):
     """A :class:`Guard` that also runs the network alone in a shadow pool
-    (:class:`_ModelNetwork`), so that all its experts -- the network, LRU, S3-FIFO, and (by
-    default) GDSF and LFU -- are measured on every access whoever decides, and no window is
-    spent trying the network blind. Every ``window`` accesses the pool follows the expert whose
-    shadow hit most over the windows so far, each weighing ``decay`` times the next (0.5: mostly
-    the last two), if it beat the one followed now by more than ``margin`` of those accesses
-    (``s3fifo_margin`` to hand over to S3-FIFO, GDSF or LFU, whose content the pool must first
-    converge to, and whose hits come in bursts on loops and scans for S3-FIFO); within a
-    window, as soon as the network or LRU leads the followed expert by more than ``abort`` hits
-    (GDSF or LFU: if it also does over the windows so far). The network and the models (S3-FIFO,
-    GDSF, LFU) decide by evicting first what their shadow no longer holds (the pool converges to
-    it; the models also choose what the pool admits), LRU through the policy's tracker. GDSF is
-    there for variable sizes (evicting large objects first, it hits more often than the others
-    on most DL traces), LFU for frequency (an LLM KV cache's shared prefixes).
+    (:func:`~policies.learned.models.network_expert`), so that all its experts -- the network,
+    LRU, S3-FIFO, and (by default) GDSF and LFU, each deciding alone in a shadow pool -- are
+    measured on every access whoever decides, and no window is spent trying the network blind.
+    Every ``window`` accesses the pool follows the expert whose shadow hit most over the windows
+    so far, each weighing ``decay`` times the next (0.5: mostly the last two), if it beat the
+    one followed now by more than ``margin`` of those accesses (``s3fifo_margin`` to hand over to
+    S3-FIFO, GDSF or LFU, whose content the pool must first converge to, and whose hits come in
+    bursts on loops and scans for S3-FIFO); within a window, as soon as the network or LRU leads
+    the followed expert by more than ``abort`` hits (GDSF or LFU: if it also does over the
+    windows so far). The network and S3-FIFO, GDSF, LFU decide by evicting first what their
+    shadow no longer holds (the pool converges to it; they also choose what the pool admits),
+    LRU through the policy's tracker. GDSF is there for variable sizes (evicting large objects
+    first, it hits more often than the others on most DL traces), LFU for frequency (an LLM KV
+    cache's shared prefixes).
 
-    ``gdsf`` / ``lfu``: whether those two experts run (each costs throughput). Costs a second
-    pool's work per access (and the network's decisions happen in the shadow pool).
+    ``gdsf`` / ``lfu``: whether those two experts run (each costs throughput). Costs a shadow
+    pool's work per expert and access (and the network's decisions happen in its shadow pool).
     ``expert`` is ``None`` while the network is followed."""
 
-    __slots__ = ("net", "_net_hits0", "switches", "decay", "_score", "_seen", "extra", "_extra0",
-                 "_abort_x", "_told")
+    __slots__ = ("net", "switches", "decay", "_score", "_seen", "extra", "_abort_x")
 
     def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
                  s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True,
@@ -213,57 +250,41 @@ class ShadowGuard(Guard):
         if not 0 <= decay < 1:
             raise ConfigError(f"ShadowGuard: decay must be in [0, 1), got {decay!r}")
         self.decay = float(decay)
-        # the models beyond S3-FIFO (Guard.model), by expert name, and their hits at the start
-        # of the window
-        self.extra: dict[str, _NotTold] = {}
+        # the experts beyond LRU and S3-FIFO (Guard.model), by name
+        self.extra: dict[str, Expert] = {}
         if gdsf:
-            self.extra["gdsf"] = _ModelGDSF()
+            self.extra["gdsf"] = heuristic_expert("gdsf")
         if lfu:
-            self.extra["lfu"] = _ModelLFU()
-        self._extra0 = dict.fromkeys(self.extra, 0)
+            self.extra["lfu"] = heuristic_expert("lfu")
         self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0,
                                                 **dict.fromkeys(self.extra, 0.0)}
         self._seen = 0.0
-        self.net: _ModelNetwork | None = None
-        self._net_hits0 = 0
+        self.net: Expert | None = None
         self.switches = 0
         self._abort_x = 1.0  # the abort threshold's multiplier (doubles at each forced switch)
-        # the shadows told of every pool event beside Guard's: the network's (once attached),
-        # then the extra models
-        self._told: tuple[ShadowPolicy, ...] = tuple(self.extra.values())
+        self._register({"lru": self.lru, "s3fifo": self.model, **self.extra})  # type: ignore[dict-item]
 
     @property
-    def gdsf(self) -> _NotTold | None:
-        """The GDSF model (``None`` without it)."""
+    def gdsf(self) -> Expert | None:
+        """The GDSF expert (``None`` without it)."""
         return self.extra.get("gdsf")
 
     def attach(self, policy: Any) -> None:
-        self.net = _ModelNetwork(policy)
-        self._told = (self.net, *self.extra.values())
+        self.net = network_expert(policy)
+        self._register({None: self.net, **self._named})
 
     @property
     def active(self) -> bool:
         return True  # every decision is the followed expert's (the network's in its shadow)
 
-    def _net_hits(self) -> int:
-        n = self.net
-        return 0 if n is None else (n.model_requests - n.model_misses) - self._net_hits0
-
-    def _scores(self) -> dict[str | None, int]:
-        sc: dict[str | None, int] = {None: self._net_hits(), "lru": self._shadow_hits,
-                                     "s3fifo": self._model_hits()}
-        for name, m in self.extra.items():
-            sc[name] = (m.model_requests - m.model_misses) - self._extra0[name]
-        return sc
-
-    def _follows(self) -> ShadowPolicy | None:
-        """The shadow whose content the pool converges to now (``None``: LRU's tracker)."""
+    def _follows(self) -> Expert | None:
+        """The expert whose content the pool converges to now (``None``: LRU's tracker)."""
         e = self.expert
-        return self.net if e is None else self.model if e == "s3fifo" else self.extra.get(e)
+        return None if e == "lru" else self._named.get(e)
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         m = self._follows()
-        return True if m is None else m.admit(view, key, size)
+        return True if m is None else m.admit(key)
 
     def victim(self, view: PoolView, tracker: Any) -> int | None:
         m = self._follows()
@@ -271,49 +292,39 @@ class ShadowGuard(Guard):
         return tracker.victim(view) if k is None else k
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
-        for m in self._told:
-            (m.on_hit if hit else m.on_miss)(view, key)
-        self._shadows(view, key, hit)
+        self._request(view, key, hit)
         if self._n >= self.window:
             self._end_window()
             return
         # another expert ahead of the followed one by ``abort`` hits in this window: the network
         # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
-        sc = self._scores()
-        e = self.expert
-        cur = sc[e]
-        lead = max(sc[None], sc["lru"])
-        for name in self.extra:
-            h = sc[name]
+        h0, e = self._hits0, self.expert
+        cur = self._named[e].hits - h0[e]
+        lead = self.lru.hits - h0["lru"]
+        net = self.net
+        if net is not None and net.hits - h0[None] > lead:
+            lead = net.hits - h0[None]
+        for name, x in self.extra.items():
+            h = x.hits - h0[name]
             if h > lead and name != e and self._leads(name, h, cur):
                 lead = h
         if lead - cur > self.abort * self._abort_x:
             self.aborts += 1
             self._end_window(force=True)
 
+    def _scores(self) -> dict[str | None, int]:
+        sc = super()._scores()
+        sc.setdefault(None, 0)  # (no network before attach)
+        return sc
+
     def _leads(self, name: str, h: float, cur: float) -> bool:
-        """Whether model ``name`` (``h`` hits in this window) leads the followed expert
+        """Whether expert ``name`` (``h`` hits in this window) leads the followed expert
         (``cur``) by ``abort`` hits over the windows so far, this one included, as
         :meth:`_end_window` weighs them: within a window GDSF often leads where it loses over
         the trace (measured: the pool flapped between LRU and GDSF eleven times on a recurrent
         model's trace, and between S3-FIFO and GDSF on an LLM KV cache, 3.1% behind LFU)."""
         d, score = self.decay, self._score
         return d * score[name] + h > d * score[self.expert] + cur + self.abort
-
-    def insert(self, view: PoolView, key: int) -> None:
-        super().insert(view, key)
-        for m in self._told:
-            m.on_insert(view, key)
-
-    def evict(self, view: PoolView, key: int) -> None:
-        super().evict(view, key)
-        for m in self._told:
-            m.on_evict(view, key)
-
-    def free(self, view: PoolView, key: int) -> None:
-        super().free(view, key)
-        for m in self._told:
-            m.on_free(view, key)
 
     def _end_window(self, force: bool = False) -> None:
         self.windows += 1
@@ -344,13 +355,7 @@ class ShadowGuard(Guard):
         if self.expert is not None:
             self.lru_windows += 1
             self.s3fifo_windows += self.expert == "s3fifo"
-        self._n = self._hits = self._shadow_hits = 0
-        if self.model is not None:
-            self._model_hits0 = self.model.model_requests - self.model.model_misses
-        if self.net is not None:
-            self._net_hits0 = self.net.model_requests - self.net.model_misses
-        for name, m in self.extra.items():
-            self._extra0[name] = m.model_requests - m.model_misses
+        self._reset_window()
 
 
 # ---------------------------------------------------------------------- by name

@@ -1,218 +1,210 @@
-"""The shadow models of the guards (:mod:`policies.learned.guards`): heuristics and the network
-itself, each in a shadow cache of the pool's capacity that sees every request but not the
-evictions others choose, so that its hits are its own whoever decides.
+"""The experts of the guards (:mod:`policies.learned.guards`): each one a registered policy (LRU,
+S3-FIFO, GDSF, LFU: :func:`policies.registry.make_eviction`) or the network alone, deciding by
+itself in a shadow pool of the guarded pool's capacity (the same core: :class:`allocator.pool.Pool`,
+byte placement, oversized objects bypassed). A shadow pool sees every request of the guarded pool
+but not the evictions others choose there, so that its hits are the expert's own whoever decides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from policies.adaptive import S3FIFO
-from policies.priority import GDSF
-from policies.shadow import ShadowPolicy
+from allocator.seams import EvictionPolicyBase, is_noop, optional_hooks, untracked_free_hook
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from allocator.pool import Pool, PoolView
+    from policies.base import EvictionPolicy
     from policies.learned.policy import LearnedPolicy
 
+__all__ = ["Expert", "heuristic_expert", "network_expert"]
 
-class _NotTold(ShadowPolicy):
-    """A shadow model that is not told whom the pool evicts, so that its hits stay its own: an
-    eviction only takes the object off the pool's side (a victim of the model's own choosing
-    is the pool catching up with it)."""
+
+class _Reporting(EvictionPolicyBase):
+    """``policy`` itself in a shadow pool: the pool reads the policy's own bound methods and
+    optional members from this object, and every eviction is also reported to ``evicted(key)``,
+    after the policy's ``on_evict`` (so that the expert knows what its shadow gave up, in the
+    order it gave it up)."""
+
+    def __init__(self, policy: EvictionPolicy, evicted: Callable[[int], None]) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self._evicted = evicted
+        self._on_evict = policy.on_evict
+        self.victim = policy.victim  # type: ignore[method-assign]
+        for hook in ("on_hit", "on_miss", "on_insert", "on_free"):
+            if not is_noop(policy, hook):  # (a no-op stays the base's: the pool may skip it)
+                setattr(self, hook, getattr(policy, hook))
+        hooks = optional_hooks(policy)
+        self._touch = hooks.touch
+        self.admit = hooks.admit  # type: ignore[assignment]
+        self.pending_evictions = hooks.pending_evictions  # type: ignore[assignment]
+        self.on_free_untracked = untracked_free_hook(policy)  # type: ignore[assignment]
+
+    @property
+    def touch(self) -> Callable[[int], object] | None:
+        return self._touch
 
     def on_evict(self, view: PoolView, key: int) -> None:
-        self._in_pool.discard(key)
-        self._pending.pop(key, None)
-        if key == self._outside:
-            self._outside = None
+        self._on_evict(view, key)
+        self._evicted(key)
+
+    def __repr__(self) -> str:
+        return f"_Reporting({self.policy!r})"
 
 
-class _ModelS3FIFO(_NotTold, S3FIFO):
-    """S3-FIFO as the guard's model: it sees every request but not the evictions other
-    policies choose, so its hits are S3-FIFO's own whoever decides; its :meth:`victim` is
-    :class:`~policies.shadow.ShadowPolicy`'s (a resident object the model no longer holds
-    first), so a pool it decides for converges to the model's content and then evicts as
-    S3-FIFO does."""
+class Expert:
+    """One expert of a guard: ``policy`` deciding alone in a shadow pool of the guarded pool's
+    capacity (made on the first event, when the capacity is known). The guard tells it every
+    request, insertion, eviction and free of the guarded pool (:meth:`request`, :meth:`insert`,
+    :meth:`evict`, :meth:`free`); the shadow pool is told the requests and frees only, so that
+    its hits (``hits``, over the guarded pool's requests) are the policy's own whoever decides.
+    An expert that is only measured (``followed=False``: LRU, whose decisions are the guarded
+    policy's tracker's) is told the requests and frees alone.
 
-    def on_free(self, view: PoolView, key: int) -> None:
-        super().on_free(view, key)  # on_evict above, and the object's ghost (S3FIFO.on_free)
-        self._remove(key)  # the object is gone: the model forgets it too
+    Followed by the guarded pool, an expert evicts first (:meth:`victim`) what the guarded pool
+    holds and its shadow does not -- ``_pending``, oldest first: objects the shadow evicted while
+    the guarded pool held them, and objects the guarded pool holds that the shadow refused -- and
+    admits (:meth:`admit`) what the shadow holds, so that the guarded pool converges to the
+    shadow's content; ``None`` when nothing pending is evictable (the guard then uses LRU).
 
+    Invariant: ``_pending`` holds only objects the guarded pool tracks (on the device or in
+    flight to it) and the shadow pool does not.
+    """
 
-class _ModelGDSF(_NotTold, GDSF):
-    """GDSF as the :class:`ShadowGuard`'s model, as :class:`_ModelS3FIFO` is S3-FIFO: its hits
-    are GDSF's own whoever decides, and a pool it decides for converges to its content."""
+    __slots__ = ("name", "policy", "followed", "pool", "hits", "_prefetches", "_pending", "_view",
+                 "_access", "_resident", "_fallbacks")
 
-    def on_free(self, view: PoolView, key: int) -> None:
-        _NotTold.on_evict(self, view, key)
-        if key in self._rec:  # the object is gone: the model forgets it (no eviction: the
-            self._forget(key)  # clock stays, as in GDSF.on_free)
-
-
-class _ModelLFU(_NotTold):
-    """LFU as the :class:`ShadowGuard`'s model: a byte-capacity LFU cache (the least frequently
-    used object goes first, the one that reached that count first among equals, as
-    :class:`~policies.classic.LFU`), its hits its own whoever decides, and a pool it decides for
-    converges to its content. Invariant: ``_freq`` holds the model's objects, each in
-    ``_buckets[_freq[k]]`` (insertion-ordered); ``_min`` is at most the smallest count."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cap = -1
-        self.occupied = 0
-        self._freq: dict[int, int] = {}
-        self._size: dict[int, int] = {}
-        self._buckets: dict[int, dict[int, None]] = {}
-        self._min = 1
-
-    def _setup(self, capacity: int) -> None:
-        self.cap = capacity
-
-    def _resident(self, key: int) -> bool:
-        return key in self._freq
-
-    def _request(self, key: int, size: int) -> bool:
-        f = self._freq.get(key)
-        b = self._buckets
-        if f is not None:
-            del b[f][key]
-            b.setdefault(f + 1, {})[key] = None
-            self._freq[key] = f + 1
-            return True
-        if size > self.cap:
-            return False
-        while self.occupied + size > self.cap:
-            while not b.get(self._min):
-                self._min += 1
-            k = next(iter(b[self._min]))
-            self._forget(k)
-            self._drop(k)
-        self._freq[key] = 1
-        self._size[key] = size
-        self.occupied += size
-        b.setdefault(1, {})[key] = None
-        self._min = 1
-        return False
-
-    def _forget(self, key: int) -> None:
-        del self._buckets[self._freq.pop(key)][key]
-        self.occupied -= self._size.pop(key)
-
-    def _remove(self, key: int) -> None:  # pragma: no cover - _NotTold.on_evict never asks
-        if key in self._freq:
-            self._forget(key)
-
-    def _fallback(self) -> Iterable[int]:
-        for f in sorted(self._buckets):
-            yield from list(self._buckets[f])
-
-    def on_free(self, view: PoolView, key: int) -> None:
-        _NotTold.on_evict(self, view, key)
-        if key in self._freq:  # the object is gone: the model forgets it
-            self._forget(key)
-
-
-class _Dropping:
-    """``victim(view)``, and ``drop(key)`` of the key it names: a picklable wrapper."""
-
-    __slots__ = ("victim", "drop")
-
-    def __init__(self, victim: Any, drop: Any) -> None:
-        self.victim, self.drop = victim, drop
-
-    def __call__(self, view: PoolView) -> int | None:
-        key = self.victim(view)
-        if key is not None:
-            self.drop(key)
-        return key
-
-
-class _ModelNetwork(_NotTold):
-    """The network alone, in a shadow pool of the guarded pool's capacity (bytes placement,
-    oversized objects bypassed): it sees every request (with its kind and whether it writes)
-    but not the evictions others choose, so its hits are the network's own whoever decides.
-    Its :meth:`victim` is :class:`~policies.shadow.ShadowPolicy`'s (a resident object the
-    shadow no longer holds first), so a pool it decides for converges to the shadow's content;
-    ``None`` when the pool holds nothing the shadow lacks (the caller then uses LRU)."""
-
-    def __init__(self, policy: LearnedPolicy) -> None:
-        super().__init__()
-        self._owner = policy  # the guarded policy (its network, budget, K, record_latency)
-        self.pool: Any = None
-        self.policy: LearnedPolicy | None = None
-        self._kind, self._write = 0, False  # of the request being served
+    def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True) -> None:
+        self.name = name
+        self.policy = policy
+        self.followed = followed  # False: only measured (never asked for victims or admission)
+        self.pool: Pool | None = None
+        self.hits = 0  # the shadow's hits over the guarded pool's requests
+        self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
+        self._pending: dict[int, None] = {}
+        self._view: PoolView | None = None  # the guarded pool's, once it has called
+        self._access: Any = None
+        self._resident: Any = None
         self._fallbacks = 0  # the shadow pool's, already added to the guarded pool's stats
 
-    def _setup(self, capacity: int) -> None:
+    def setup(self, view: PoolView) -> None:
+        """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event)."""
         from allocator.pool import Pool
 
-        o = self._owner
-        # the owner's class (a LearnedPolicy): this module does not import the policy's, which
-        # imports the guards
-        pol = type(o)(o.scorer, o.header, budget_us=o.budget_us, K=o.K, guard=False)
-        pol.record_latency = o.record_latency
-        # the shadow's victims are its drops: its hooks stay exactly the tracker's, so that
-        # the shadow pool's C path serves them (a pool of this kind only evicts on request)
-        pol.victim = _Dropping(pol.victim, self._drop)  # type: ignore[method-assign]
-        self.policy = pol
-        self.pool = Pool(capacity, pol, placement="bytes", oversize="bypass")
+        self._view = view
+        self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
+                                placement="bytes", oversize="bypass")
+        self._access = pool.access
+        self._resident = pool.view.is_resident
 
-    # on_hit / on_miss: ShadowPolicy's, written out (they run on every access of the pool)
-    def on_hit(self, view: PoolView, key: int) -> None:
-        o = view.info(key)
-        if not self._ready:
-            self._ensure(view)
-        self._kind, self._write = o.kind, view.writing
-        self.model_requests += 1
-        pool = self.pool
-        if not pool.access(key, o.size, self._write, kind=o.kind):
-            self.model_misses += 1
-            self.divergent_hits += 1
-        if pool.view.is_resident(key):  # _settle
+    def _evicted(self, key: int) -> None:
+        """The shadow gave ``key`` up: pending if the guarded pool tracks it."""
+        view = self._view
+        if view is not None and view.is_resident(key):
+            self._pending[key] = None
+
+    def request(self, key: int, size: int, write: bool, kind: int, hit: bool) -> None:
+        """A request of the guarded pool (``hit``: whether the guarded pool hit)."""
+        if self._access(key, size, write, kind=kind):
+            self.hits += 1
+            return
+        if hit and self.followed:  # the guarded pool holds what its shadow may not (now)
+            # (where both hit there is nothing to do: the shadow took the object back only on a
+            # request, and on that request the guarded pool either hit, which settled it here,
+            # or missed, when the object was not in the guarded pool, so not pending)
+            if self._resident(key):
+                self._pending.pop(key, None)
+            else:
+                self._pending[key] = None
+        if self.pool.stats.fallbacks != self._fallbacks:  # type: ignore[union-attr]
+            self._count_fallbacks()  # (a shadow decides on its misses only)
+
+    def _count_fallbacks(self) -> None:
+        """A network's decisions happen in its shadow pool: the guarded pool's stats count
+        their fallbacks to LRU (over the latency budget, failed, no candidate) too."""
+        n = self.pool.stats.fallbacks  # type: ignore[union-attr]
+        self._view.stats.fallbacks += n - self._fallbacks  # type: ignore[union-attr]
+        self._fallbacks = n
+
+    @property
+    def requests(self) -> int:
+        """The guarded pool's requests the shadow has seen (not its prefetches)."""
+        return 0 if self.pool is None else self.pool.stats.accesses - self._prefetches
+
+    def prefetched(self, key: int, size: int, kind: int) -> None:
+        """The guarded pool brought ``key`` in without a request (a prefetch): the shadow pool
+        sees it as a request (not counted in ``hits``)."""
+        self._prefetches += 1
+        self._access(key, size, False, kind=kind)
+
+    def insert(self, key: int) -> None:
+        """The guarded pool inserted ``key``: pending unless the shadow holds it."""
+        if self._resident(key):
             self._pending.pop(key, None)
         else:
             self._pending[key] = None
-        if pool.stats.fallbacks != self._fallbacks:
-            self._count_fallbacks(view)
 
-    def on_miss(self, view: PoolView, key: int) -> None:
-        o = view.info(key)
-        if not self._ready:
-            self._ensure(view)
-        self._last_miss = key
-        self._kind, self._write = o.kind, view.writing
-        self.model_requests += 1
+    def evict(self, key: int) -> None:
+        """The guarded pool evicted ``key`` (the shadow is not told)."""
+        self._pending.pop(key, None)
+
+    def free(self, key: int) -> None:
+        """``key`` was freed: gone from the guarded pool, and from the shadow pool too."""
+        self._pending.pop(key, None)
         pool = self.pool
-        if pool.access(key, o.size, self._write, kind=o.kind):
-            self.divergent_misses += 1
-        else:
-            self.model_misses += 1
-        if pool.stats.fallbacks != self._fallbacks:
-            self._count_fallbacks(view)
+        if pool is not None and key in pool:
+            pool.free(key)
 
-    def _count_fallbacks(self, view: PoolView) -> None:
-        """The network's decisions happen in the shadow pool: the guarded pool's stats count
-        their fallbacks to LRU (over the latency budget, failed, no candidate) too (called when
-        the shadow pool's count moved)."""
-        n = self.pool.stats.fallbacks
-        view.stats.fallbacks += n - self._fallbacks
-        self._fallbacks = n
+    def admit(self, key: int) -> bool:
+        """Whether the guarded pool admits a missed ``key`` while it follows this expert: the
+        shadow took it in."""
+        return self._resident is None or bool(self._resident(key))
 
-    def _request(self, key: int, size: int) -> bool:
-        return bool(self.pool.access(key, size, self._write, kind=self._kind))
+    def victim(self, view: PoolView) -> int | None:
+        """The first evictable pending object (the oldest the shadow gave up), or ``None``."""
+        ev = view.evictable
+        for k in self._pending:
+            if ev(k):
+                return k
+        return None
 
-    def _resident(self, key: int) -> bool:
-        return bool(self.pool.view.is_resident(key))
+    def pending_evictions(self) -> list[int]:
+        """What the guarded pool holds and the shadow does not, oldest first."""
+        return list(self._pending)
 
-    def _remove(self, key: int) -> None:  # pragma: no cover - _NotTold.on_evict never asks
-        pass
+    def __repr__(self) -> str:
+        return f"Expert({self.name!r}, {self.policy!r})"
 
-    def _fallback(self) -> list[int]:
-        return []
 
-    def on_free(self, view: PoolView, key: int) -> None:
-        self.on_evict(view, key)
-        if self.pool is not None and key in self.pool:
-            self.pool.free(key)
+def heuristic_expert(name: str, *, followed: bool = True) -> Expert:
+    """The registered policy ``name`` (:func:`policies.registry.make_eviction`) as an expert."""
+    from policies.registry import make_eviction
+
+    return Expert(name, make_eviction(name), followed=followed)
+
+
+def network_expert(policy: LearnedPolicy) -> Expert:
+    """The network of ``policy`` alone (a policy of the same class and file, without a guard;
+    its latency budget, ``K`` and ``record_latency`` as ``policy``'s when the shadow starts) as
+    an expert: its decisions happen in the shadow pool."""
+    return _NetworkExpert(policy)
+
+
+class _NetworkExpert(Expert):
+    """The network's expert: it takes the guarded policy's ``record_latency`` when the shadow
+    pool starts (it may be set after the guard was built, before the first access)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: LearnedPolicy) -> None:
+        # the owner's class (a LearnedPolicy): this module does not import the policy's, which
+        # imports the guards
+        net = type(owner)(owner.scorer, owner.header, budget_us=owner.budget_us, K=owner.K,
+                          guard=False)
+        super().__init__("network", net)
+        self.owner = owner
+
+    def setup(self, view: PoolView) -> None:
+        self.policy.record_latency = self.owner.record_latency  # type: ignore[attr-defined]
+        super().setup(view)

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from policies.base import EvictionPolicyBase
 from policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
 from policies.learned.network import CandidateScorer
 from policies.learned.policy_file import diff_feature_spec, read_policy_file
+from policies.lru import LRU
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -79,7 +80,6 @@ class LearnedPolicy(EvictionPolicyBase):
         self.budget_us = budget_us
         self._budget_ns = None if budget_us is None else int(budget_us * 1000)
         self._rng = np.random.default_rng(seed)
-        self.tracker = _features.FeatureTracker()
         if isinstance(guard, str):  # a GuardName ("none": no guard)
             guard = make_guard(guard) or False
         if not isinstance(guard, (bool, Guard)):
@@ -87,17 +87,20 @@ class LearnedPolicy(EvictionPolicyBase):
                               f"name (shadow, trial, lru, none) or a ShadowGuard / Guard / LRUGuard "
                               f"instance, got {guard!r}")
         self.guard = (ShadowGuard() if guard is True else guard) if guard else None
+        # the tracker keeps the features of this pool's objects and their LRU order (the
+        # fallback's, and LRU's decisions under a guard); under a ShadowGuard the network decides
+        # in its shadow pool, and this pool needs the LRU order alone
+        self.tracker: _features.FeatureTracker | LRU = (
+            LRU() if isinstance(self.guard, ShadowGuard) else _features.FeatureTracker())
         if self.guard is not None:
             self.guard.attach(self)
         self.guard_decisions = 0
-        # the tracker (which also keeps the LRU order of the fallback) sees every hook directly
         t = self.tracker
-        if self.guard is None:
+        if self.guard is None:  # the tracker sees every hook directly
             self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
+            self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
             self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
             self.admit = None  # type: ignore[method-assign, assignment]  # the pool admits every miss
-        if self.guard is None or self.guard.model is None:
-            self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
         self.decisions = 0
         self.fallbacks = 0
         self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
@@ -144,7 +147,13 @@ class LearnedPolicy(EvictionPolicyBase):
 
     # decisions ---------------------------------------------------------
     def observe(self, view: PoolView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(keys, cand, mask, glob)`` exactly as the env builds them for this view."""
+        """``(keys, cand, mask, glob)`` exactly as the env builds them for this view (the network
+        decides in this pool: not under a :class:`ShadowGuard`, where it decides in the guard's
+        shadow pool)."""
+        if not isinstance(self.tracker, _features.FeatureTracker):
+            raise ConfigError("observe(): under a ShadowGuard the network decides in the guard's "
+                              "shadow pool and this pool keeps no features; load the policy with "
+                              "guard='none' (or 'trial', 'lru') to observe the pool it serves")
         keys = _features.select_candidates(self.tracker, view, self.K, self.candidate_rule, self._rng)
         cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
         return keys, cand, mask, glob
@@ -189,7 +198,8 @@ class LearnedPolicy(EvictionPolicyBase):
         self.decisions += 1
         choice: int | None = None
         try:
-            tracker, K, v = self.tracker, self.K, self._packed
+            # (a FeatureTracker: only a ShadowGuard's policy has an LRU, and it never gets here)
+            tracker, K, v = cast(_features.FeatureTracker, self.tracker), self.K, self._packed
             keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng)
             n = len(keys)
             if n:

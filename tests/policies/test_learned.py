@@ -283,15 +283,22 @@ def test_guard_model_is_s3fifo_whoever_decides(policy_file, frees):
     cap = max(1, int(share * (trace.peak_live_bytes() if frees else trace.working_set_bytes())))
     guard = Guard()
     guarded_replay(policy_file, guard, trace, cap)
-    alone = S3FIFO()
-    Pool(cap, alone, placement="bytes", oversize="bypass").replay(trace)
-    assert guard.model is not None and alone.model_requests == guard.model.model_requests > 0
-    assert guard.model.model_misses == alone.model_misses
+    alone = Pool(cap, S3FIFO(), placement="bytes", oversize="bypass").replay(trace)
+    assert guard.model is not None and alone.accesses == guard.model.requests > 0
+    assert guard.model.hits == alone.hits and guard.lru.hits == lru_hits(trace, cap)
+    assert guard.model.pool is not None and guard.model.pool.policy.policy is guard.model.policy
+    assert isinstance(guard.model.policy, S3FIFO)  # the registered policy itself, in the shadow
     if frees:
         from allocator.trace import Op
 
         last_op = {int(k): int(o) for k, o in zip(trace.key, trace.op)}
-        assert all(last_op[k] != Op.FREE for k in guard.model._size)
+        assert all(last_op[k] != Op.FREE for k in guard.model.pool.resident_keys())
+        freed = [k for k, o in last_op.items() if o == Op.FREE]
+        assert freed and not any(guard.model.policy._resident(k) for k in freed)
+
+
+def lru_hits(trace, cap) -> int:  # type: ignore[no-untyped-def]
+    return Pool(cap, LRU(), placement="bytes", oversize="bypass").replay(trace).hits
 
 
 @pytest.mark.parametrize("frees", [False, True])
@@ -303,12 +310,12 @@ def test_shadow_guard_gdsf_and_lfu_models_are_their_policies_whoever_decides(pol
     cap = int(0.25 * (trace.peak_live_bytes() if frees else trace.working_set_bytes()))
     guard = ShadowGuard()
     guarded_replay(policy_file, guard, trace, cap)
-    gdsf = GDSF()
-    Pool(cap, gdsf, placement="bytes", oversize="bypass").replay(trace)
+    gdsf = Pool(cap, GDSF(), placement="bytes", oversize="bypass").replay(trace)
     lfu = Pool(cap, LFU(), placement="bytes", oversize="bypass").replay(trace)
     g, f = guard.extra["gdsf"], guard.extra["lfu"]
-    assert g.model_requests == gdsf.model_requests == f.model_requests == lfu.accesses > 0
-    assert g.model_misses == gdsf.model_misses and f.model_misses == lfu.misses
+    assert isinstance(g.policy, GDSF) and isinstance(f.policy, LFU)
+    assert g.requests == f.requests == gdsf.accesses == lfu.accesses > 0
+    assert g.hits == gdsf.hits and f.hits == lfu.hits
     assert guard.switches > 0  # (others decided for a while: the models were not told)
 
 
@@ -538,8 +545,18 @@ def test_pickled_and_copied_policies_decide_as_the_original(policy_file, guard):
     pol = LearnedPolicy.load(policy_file, guard=guard)
     Pool(40 * 4096, pol, placement="bytes").replay(trace.window(0, 2000))
     twin = pickle.loads(pickle.dumps(pol))
-    assert np.shares_memory(twin.tracker._V, twin.tracker._S)
-    np.testing.assert_array_equal(twin.tracker._S, pol.tracker._S)
+
+    def features_of(p: LearnedPolicy) -> features.FeatureTracker:
+        """The tracker of the pool where the network decides (under a ShadowGuard: its shadow's)."""
+        if isinstance(p.guard, ShadowGuard):
+            assert p.guard.net is not None
+            p = p.guard.net.policy  # type: ignore[assignment]
+        assert isinstance(p.tracker, features.FeatureTracker)
+        return p.tracker
+
+    t, t0 = features_of(twin), features_of(pol)
+    assert np.shares_memory(t._V, t._S) and t is not t0
+    np.testing.assert_array_equal(t._S, t0._S)
 
 
 @pytest.mark.parametrize("hidden", [(64, 32), (40,), (33, 70)])
@@ -638,7 +655,8 @@ def test_guard_admits_what_s3fifo_admits_while_it_decides(policy_file):
         assert (pool.state(key) == "device") is admitted, expert
     guard.expert = "s3fifo"
     pool.access(2000, 4096)  # a small new object enters S3-FIFO's small queue: admitted
-    assert pool.state(2000) == "device" and guard.model is not None and guard.model._resident(2000)
+    assert pool.state(2000) == "device" and guard.model is not None and guard.model.pool is not None
+    assert guard.model.pool.state(2000) == "device"
 
 
 def mru_policy(tmp_path, guard: bool | Guard = False) -> LearnedPolicy:

@@ -112,3 +112,38 @@ def test_figures_survive_a_json_write_that_fails(tmp_path: Path, monkeypatch: py
     cap = capsys.readouterr()
     assert '"ratio": 1.5' in cap.out
     assert cap.err.startswith(f"error: cannot write '{out_dir / 'f.json'}': ") and "printed above" in cap.err
+
+
+def test_guard_bench_side_by_side_smoke_run(tmp_path: Path) -> None:
+    """The guard benchmark replays the guarded policy under this checkout and a baseline in
+    fresh processes (here the same checkout: the results match) and compares the rates."""
+    import json
+
+    out = tmp_path / "g.json"
+    r = _bench("guard", "--requests", "3000", "--baseline", str(ROOT), "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    row = json.loads(out.read_text())["traces"]["gpt"]
+    assert row["same_results"] is True and row["speedup"] > 0
+    assert row["this"]["hits"] + row["this"]["misses"] > 2000
+    assert "requests/s of CPU time" in r.stdout and "median:" in r.stdout
+
+
+def test_guard_bench_bad_baseline_is_one_line(tmp_path: Path) -> None:
+    r = _bench("guard", "--requests", "1000", "--baseline", str(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith(f"error: --baseline {str(tmp_path)!r}: not a checkout")
+
+
+def test_guardmem_bench_samples_rss_and_structures(tmp_path: Path) -> None:
+    """The memory benchmark prints RSS and the largest structure at every sample; on a saturated
+    object set the largest structure stays bounded by the objects."""
+    import json
+
+    out = tmp_path / "m.json"
+    r = _bench("guardmem", "--requests", "6000", "--every", "3000", "--objects", "200",
+               "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    fig = json.loads(out.read_text())
+    assert [s["requests"] for s in fig["samples"]] == [3000, 6000]
+    assert all(s["rss_mib"] > 1 and s["largest"] <= 1024 + 64 for s in fig["samples"])
+    assert "RSS from 3,000 to 6,000 requests" in r.stdout

@@ -1,0 +1,110 @@
+"""``python scripts/bench.py guard``: requests per second of an exported policy under its guard
+(default: the ShadowGuard) replaying a bundled DL trace tiled to ``--requests`` (default 1M) in a
+pool of ``--capacity`` of its peak live bytes; with ``--baseline DIR``, the same replay under the
+code of another checkout (its ``allocator``/``policies`` built, e.g. the commit before a change),
+side by side in the same run: each measurement is a fresh process, the two checkouts alternate
+``--repeat`` times, and the medians are compared (the hits and misses must match where results
+did not change). Requests per second are per second of the process's CPU time (what a loaded
+machine changes least); per second of wall time too.
+
+    python scripts/bench.py guard [--policy PATH] [--trace gpt] [--requests 1000000]
+    python scripts/bench.py guard --baseline ../old-checkout --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default=os.path.join(ROOT, "tests", "golden", "policy.npz"),
+                   help="exported policy file (default: the goldens' tests/golden/policy.npz)")
+    p.add_argument("--guard", default="shadow", help="guard (conf/policy/guard/: shadow, trial, lru, none)")
+    p.add_argument("--trace", nargs="+", default=["gpt"], help="bundled traces (data/traces/NAME.npz)")
+    p.add_argument("--requests", type=int, default=1_000_000, help="requests per replay (default 1M)")
+    p.add_argument("--capacity", type=float, default=0.25, help="fraction of peak live bytes (default 0.25)")
+    p.add_argument("--repeat", type=int, default=1, help="measurements per checkout (default 1)")
+    p.add_argument("--baseline", metavar="DIR", help="another checkout to measure side by side")
+
+
+def measure(root: str, policy: str, guard: str, trace: str, requests: int, capacity: float) -> dict[str, Any]:
+    """One replay in this process, with the code importable here (the child's work)."""
+    import numpy as np
+
+    from allocator.pool import Pool
+    from allocator.trace import Trace
+    from envs.workloads import read_trace
+    from policies.registry import make_eviction
+
+    t = read_trace(os.path.join(root, "data", "traces", f"{trace}.npz"))
+    idx = np.resize(np.arange(len(t)), requests)  # the trace again and again
+    tiled = Trace.from_arrays(t.key[idx], t.size[idx], t.op[idx],
+                              kind=None if t.kind is None else t.kind[idx])
+    cap = max(1, int(capacity * t.peak_live_bytes()))
+    pol = make_eviction("learned", path=policy, guard=guard)
+    pool = Pool(cap, pol, placement="bytes", oversize="bypass")
+    t0, c0 = time.perf_counter(), time.process_time()
+    st = pool.replay(tiled)
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"req_per_s": requests / cpu, "wall_req_per_s": requests / dt, "cpu_s": cpu,
+            "hits": st.hits, "misses": st.misses}
+
+
+def _child(root: str, args: argparse.Namespace, trace: str) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=root)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", root, args.policy, args.guard, trace,
+           str(args.requests), str(args.capacity)]
+    out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
+    if out.returncode != 0:
+        from allocator.errors import ConfigError
+
+        raise ConfigError(f"the replay under {root} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    trees = {"this": ROOT}
+    if args.baseline:
+        from allocator.errors import ConfigError
+
+        base = os.path.abspath(args.baseline)
+        if not os.path.isdir(os.path.join(base, "policies")):
+            raise ConfigError(f"--baseline {args.baseline!r}: not a checkout of this project (no "
+                              "policies/ in it)")
+        trees["baseline"] = base
+    figures: dict[str, Any] = {"requests": args.requests, "guard": args.guard, "traces": {}}
+    for trace in args.trace:
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for _ in range(args.repeat):
+            for name, root in trees.items():  # alternating: load changes hit both alike
+                r = _child(root, args, trace)
+                runs[name].append(r)
+                print(f"{trace:>14} {name:>8}: {r['req_per_s']:>9,.0f} requests/s of CPU time "
+                      f"({r['wall_req_per_s']:,.0f} of wall time; hits {r['hits']:,}, misses "
+                      f"{r['misses']:,})", flush=True)
+        row = {name: {"req_per_s": statistics.median(r["req_per_s"] for r in rs),
+                      "hits": rs[0]["hits"], "misses": rs[0]["misses"]} for name, rs in runs.items()}
+        if "baseline" in row:
+            row["speedup"] = row["this"]["req_per_s"] / row["baseline"]["req_per_s"]
+            row["same_results"] = (row["this"]["hits"], row["this"]["misses"]) == (
+                row["baseline"]["hits"], row["baseline"]["misses"])
+            print(f"{trace:>14}   median: {row['this']['req_per_s']:,.0f} vs "
+                  f"{row['baseline']['req_per_s']:,.0f} requests/s: x{row['speedup']:.2f}"
+                  f"{'' if row['same_results'] else ' (results differ)'}")
+        figures["traces"][trace] = row
+    return figures
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--child"]:
+    root_, policy_, guard_, trace_, n_, cap_ = sys.argv[2:8]
+    print(json.dumps(measure(root_, policy_, guard_, trace_, int(n_), float(cap_))))

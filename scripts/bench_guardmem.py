@@ -1,0 +1,70 @@
+"""``python scripts/bench.py guardmem``: the resident memory of a process serving an exported
+policy under its guard, sampled every ``--every`` requests over ``--requests`` (default 10M)
+requests to a saturated set of ``--objects`` objects (Zipf popularity, fixed sizes, a pool of a
+quarter of them): once every object has been seen, a policy whose memory is bounded by the
+objects it tracks keeps the process flat within noise. Also printed: the largest structure the
+pool and its policy reach (:func:`policies.footprint.structure_sizes`), which must stay O(objects).
+
+    python scripts/bench.py guardmem [--policy PATH] [--guard shadow] [--requests 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from envs.paths import PROJECT_ROOT as ROOT
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default=os.path.join(ROOT, "tests", "golden", "policy.npz"),
+                   help="exported policy file (default: the goldens' tests/golden/policy.npz)")
+    p.add_argument("--guard", default="shadow", help="guard (conf/policy/guard/: shadow, trial, lru, none)")
+    p.add_argument("--requests", type=int, default=10_000_000, help="requests in all (default 10M)")
+    p.add_argument("--objects", type=int, default=2000, help="objects requested (default 2000)")
+    p.add_argument("--every", type=int, default=1_000_000, help="requests between samples (default 1M)")
+    p.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent (default 1.0)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from allocator.pool import Pool
+    from allocator.trace import Trace
+    from envs.workloads.synthetic import zipf_ranks
+    from policies.footprint import rss_bytes, structure_sizes
+    from policies.registry import make_eviction
+
+    m, every = args.objects, min(args.every, args.requests)
+    rng = np.random.default_rng(args.seed)
+    keys = rng.permutation(m).astype(np.int64)
+    size = 4096
+    pol = make_eviction("learned", path=args.policy, guard=args.guard)
+    pool = Pool(max(1, m // 4) * size, pol, placement="bytes", oversize="bypass")
+    samples: list[dict[str, Any]] = []
+    done = 0
+    chunk = min(every, 100_000)
+    t0 = time.perf_counter()
+    print(f"{'requests':>12} {'RSS MiB':>9} {'req/s':>9}  largest structure")
+    while done < args.requests:
+        n = min(chunk, args.requests - done)
+        tr = Trace.from_arrays(keys[zipf_ranks(rng, n, m, args.alpha)], size)
+        pool.replay(tr)
+        done += n
+        if done % every == 0 or done == args.requests:
+            dt = time.perf_counter() - t0
+            sizes = structure_sizes(pool, "pool")
+            path, largest = max(sizes.items(), key=lambda kv: kv[1])
+            s = {"requests": done, "rss_mib": rss_bytes() / 2**20, "req_per_s": done / dt,
+                 "largest": largest, "largest_path": path}
+            samples.append(s)
+            print(f"{done:>12,} {s['rss_mib']:>9.1f} {s['req_per_s']:>9,.0f}  {largest:,} ({path})",
+                  flush=True)
+    first, last = samples[0], samples[-1]
+    growth = last["rss_mib"] - first["rss_mib"]
+    print(f"RSS from {first['requests']:,} to {last['requests']:,} requests: {growth:+.1f} MiB "
+          f"({m:,} objects, guard {args.guard})")
+    return {"objects": m, "guard": args.guard, "samples": samples, "rss_growth_mib": growth}
