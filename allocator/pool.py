@@ -371,6 +371,8 @@ class Pool:
         self._due = hooks.pending_evictions
 
     # ------------------------------------------------------------------ public API
+    @cython.locals(o=ObjectInfo, st=Counters, tick=cython.longlong, need=cython.longlong,
+                    old_size=cython.longlong)
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
                compute_ns: int = 0) -> bool:
         """Read (or write) object ``key`` of ``size`` bytes; returns True on a hit.
@@ -511,19 +513,25 @@ class Pool:
                                    f"first: {first}", key=first.key,
                                    direction=first.direction) from first
 
+    @cython.locals(i=cython.Py_ssize_t, n=cython.Py_ssize_t, o=cython.int, free_op=cython.int,
+                    write_op=cython.int)
     def replay(self, trace: Trace, start: int = 0, stop: int | None = None) -> PoolStats:
         """Drive the access loop over ``trace[start:stop]`` with the pool's policies."""
-        key, size, op = trace.key, trace.size, trace.op
-        comp, kind = trace.compute_ns, trace.kind
-        stop = len(trace) if stop is None else stop
+        # the window's columns as lists of Python ints (one conversion, not one per element)
+        key = trace.key[start:stop].tolist()
+        size = trace.size[start:stop].tolist()
+        op = trace.op[start:stop].tolist()
+        comp = trace.compute_ns[start:stop].tolist()
+        kind = trace.kind[start:stop].tolist()
+        free_op, write_op = int(Op.FREE), int(Op.WRITE)
         access, free = self.access, self.free
-        for i in range(start, stop):
-            k = int(key[i])
-            o = int(op[i])
-            if o == Op.FREE:
-                free(k)
+        n = len(key)
+        for i in range(n):
+            o = op[i]
+            if o == free_op:
+                free(key[i])
             else:
-                access(k, int(size[i]), o == Op.WRITE, kind=int(kind[i]), compute_ns=int(comp[i]))
+                access(key[i], size[i], o == write_op, kind=kind[i], compute_ns=comp[i])
         return self.snapshot()
 
     def snapshot(self) -> PoolStats:
@@ -667,6 +675,8 @@ class Pool:
             self.cost.compute(compute_ns)
         return need == 0
 
+    @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong,
+                    landing=cython.bint, refused=cython.bint)
     def _begin(self, key: int, size: int, kind: int, write: bool) -> tuple[ObjectInfo, int, int]:
         """Count the access (a write if ``write``); a hit is complete here. Returns ``(object,
         need, old_size)``: ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to
@@ -739,6 +749,7 @@ class Pool:
             return o, -1, old_size
         return o, need, old_size
 
+    @cython.locals(o=ObjectInfo, st=Counters)
     def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:
         """No room could be made (or the fetch or a hook failed): the event did not happen
         (evictions it made did, and stay)."""
@@ -754,6 +765,8 @@ class Pool:
         st.misses -= 1
         st.byte_misses -= int(size)
 
+    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong,
+                    need=cython.longlong, used=cython.longlong, prev=cython.int)
     def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
         """The missed object lands in its block: allocated (a first write) or fetched. A failed
         fetch or a raising ``on_insert`` gives the block back and leaves ``o`` as it was (the
@@ -803,6 +816,7 @@ class Pool:
         if self._hook is not None:
             self._emit("miss", o)
 
+    @cython.locals(o=ObjectInfo)
     def _end(self, o: ObjectInfo, write: bool, defer_wt: bool) -> None:
         o.n_access += 1
         o.last_tick = self._tick
@@ -915,6 +929,7 @@ class Pool:
     # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
     # that a victim is needed); _make_room drives it as a generator (the victim comes from
     # whoever drives Pool.steps); _make_room_policy drives it with the policy's answers.
+    @cython.locals(need=cython.longlong, off=cython.longlong)
     def _make_room_policy(self, key: int, size: int, need: int) -> int:
         """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
         generator (called after an allocation failed)."""
@@ -940,6 +955,7 @@ class Pool:
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
 
+    @cython.locals(need=cython.longlong)
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in
         flight where only they can free space; -1 when a victim must be evicted first."""
@@ -965,6 +981,7 @@ class Pool:
             raise PoolExhausted(size, place.used, place.capacity,
                                 "nothing resident can be evicted")
 
+    @cython.locals(o=ObjectInfo)
     def _evict_due(self, accessed: int) -> None:
         """Evict what the policy's algorithm has already given up (``pending_evictions``),
         except the object just accessed: it stays on the device until the next event."""
@@ -992,6 +1009,7 @@ class Pool:
             pos = off + n
         return False
 
+    @cython.locals(o=ObjectInfo, st=Counters, prefetched=cython.bint)
     def _evict(self, victim: Any) -> None:
         if type(victim) is int:
             o = self._objs.get(victim)
@@ -1034,6 +1052,7 @@ class Pool:
         if self._hook is not None:
             self._emit("evict", o)
 
+    @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _copy_out(self, o: ObjectInfo) -> None:
         """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
         done = self.cost.copy(1, o.size, not_before=o.busy_until)
@@ -1051,6 +1070,8 @@ class Pool:
             except BackendError as e:  # reported where the copy is waited for, as any failure
                 o.d2h_event = e
 
+    @cython.locals(o=ObjectInfo, off=cython.longlong, nb=cython.longlong,
+                    done=cython.longlong)
     def _release_block(self, o: ObjectInfo) -> None:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
         off, nb = o.offset, o.nbytes
@@ -1079,6 +1100,7 @@ class Pool:
         if used > self.stats.peak_device_bytes:
             self.stats.peak_device_bytes = used
 
+    @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _h2d(self, o: ObjectInfo, done: int) -> None:
         self.stats.bytes_h2d += o.size
         o.ready_ns = done
@@ -1132,6 +1154,7 @@ class Pool:
         if o.pins == 0:
             self._n_evictable += 1
 
+    @cython.locals(o=ObjectInfo, now=cython.longlong)
     def _retire(self) -> None:
         """Complete every copy whose simulated time has come."""
         now = self.cost.now
