@@ -373,6 +373,8 @@ class Pool:
         self._due = hooks.pending_evictions
 
     # ------------------------------------------------------------------ public API
+    @cython.locals(o=ObjectInfo, st=Counters, tick=cython.longlong, need=cython.longlong,
+                    old_size=cython.longlong)
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
                compute_ns: int = 0) -> bool:
         """Read (or write) object ``key`` of ``size`` bytes; returns True on a hit.
@@ -684,6 +686,8 @@ class Pool:
             self.cost.compute(compute_ns)
         return need == 0
 
+    @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong,
+                    landing=cython.bint, refused=cython.bint)
     def _begin(self, key: int, size: int, kind: int, write: bool) -> tuple[ObjectInfo, int, int]:
         """Count the access (a write if ``write``); a hit is complete here. Returns ``(object,
         need, old_size)``: ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to
@@ -756,6 +760,7 @@ class Pool:
             return o, -1, old_size
         return o, need, old_size
 
+    @cython.locals(o=ObjectInfo, st=Counters)
     def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:
         """No room could be made (or the fetch or a hook failed): the event did not happen
         (evictions it made did, and stay)."""
@@ -771,6 +776,8 @@ class Pool:
         st.misses -= 1
         st.byte_misses -= int(size)
 
+    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong,
+                    need=cython.longlong, used=cython.longlong, prev=cython.int)
     def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
         """The missed object lands in its block: allocated (a first write) or fetched. A failed
         fetch or a raising ``on_insert`` gives the block back and leaves ``o`` as it was (the
@@ -820,6 +827,7 @@ class Pool:
         if self._hook is not None:
             self._emit("miss", o)
 
+    @cython.locals(o=ObjectInfo)
     def _end(self, o: ObjectInfo, write: bool, defer_wt: bool) -> None:
         o.n_access += 1
         o.last_tick = self._tick
@@ -932,6 +940,7 @@ class Pool:
     # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
     # that a victim is needed); _make_room drives it as a generator (the victim comes from
     # whoever drives Pool.steps); _make_room_policy drives it with the policy's answers.
+    @cython.locals(need=cython.longlong, off=cython.longlong)
     def _make_room_policy(self, key: int, size: int, need: int) -> int:
         """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
         generator (called after an allocation failed)."""
@@ -957,6 +966,7 @@ class Pool:
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
 
+    @cython.locals(need=cython.longlong)
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in
         flight where only they can free space; -1 when a victim must be evicted first."""
@@ -982,6 +992,7 @@ class Pool:
             raise PoolExhausted(size, place.used, place.capacity,
                                 "nothing resident can be evicted")
 
+    @cython.locals(o=ObjectInfo)
     def _evict_due(self, accessed: int) -> None:
         """Evict what the policy's algorithm has already given up (``pending_evictions``),
         except the object just accessed: it stays on the device until the next event."""
@@ -1009,6 +1020,7 @@ class Pool:
             pos = off + n
         return False
 
+    @cython.locals(o=ObjectInfo, st=Counters, prefetched=cython.bint)
     def _evict(self, victim: Any) -> None:
         if type(victim) is int:
             o = self._objs.get(victim)
@@ -1051,6 +1063,7 @@ class Pool:
         if self._hook is not None:
             self._emit("evict", o)
 
+    @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _copy_out(self, o: ObjectInfo) -> None:
         """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
         done = self.cost.copy(1, o.size, not_before=o.busy_until)
@@ -1068,6 +1081,8 @@ class Pool:
             except BackendError as e:  # reported where the copy is waited for, as any failure
                 o.d2h_event = e
 
+    @cython.locals(o=ObjectInfo, off=cython.longlong, nb=cython.longlong,
+                    done=cython.longlong)
     def _release_block(self, o: ObjectInfo) -> None:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
         off, nb = o.offset, o.nbytes
@@ -1096,6 +1111,7 @@ class Pool:
         if used > self.stats.peak_device_bytes:
             self.stats.peak_device_bytes = used
 
+    @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _h2d(self, o: ObjectInfo, done: int) -> None:
         self.stats.bytes_h2d += o.size
         o.ready_ns = done
@@ -1149,6 +1165,7 @@ class Pool:
         if o.pins == 0:
             self._n_evictable += 1
 
+    @cython.locals(o=ObjectInfo, now=cython.longlong)
     def _retire(self) -> None:
         """Complete every copy whose simulated time has come."""
         now = self.cost.now
