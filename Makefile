@@ -6,12 +6,20 @@ PY := $(VENV)/bin/python
 
 .PHONY: install demo test lint bench clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(VENV)/.built
 
-$(VENV)/.installed: pyproject.toml constraints.txt setup.py $(wildcard allocator/*.pxd) $(wildcard policies/*.pxd)
+# the compiled core's sources (setup.py's CORE and their .pxd): when one changes, the extension
+# modules are rebuilt in place, so a checkout never runs a core compiled from older source
+CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/pool.p* policies/kernels.p*)
+
+$(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'
+	touch $@ $(VENV)/.built
+
+$(VENV)/.built: $(VENV)/.installed $(CORE_SRC)
+	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
 demo: install
@@ -21,8 +29,14 @@ lint: install
 	$(PY) -m ruff check allocator policies envs scripts tests
 	$(PY) -m mypy
 
+# the suite on the compiled core, then the parity, golden and pool-invariant tests on the same
+# source interpreted (CACHEGYM_PURE_PYTHON=1)
+PURE_TESTS := tests/golden tests/policies/test_parity.py tests/allocator/test_pool.py \
+	tests/allocator/test_pool_stateful.py tests/allocator/test_faults.py tests/allocator/test_core.py
+
 test: lint
 	$(PY) -m pytest -q -p no:cacheprovider --timeout=900
+	CACHEGYM_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PURE_TESTS)
 
 bench: install
 	$(PY) scripts/bench.py pool
