@@ -7,11 +7,17 @@ compute wait for data and accounts the wait as stall. Bandwidths are in GB/s = b
 
 A ``CostModel`` with ``preset=None`` is instant: copies take no time and nothing stalls (the
 mode libCacheSim-style miss counting uses).
+
+The clock saturates at :data:`CLOCK_MAX` (2**62 ns, 146 years) instead of wrapping, compiled or
+interpreted alike: a trace's sizes and compute times are bounded on load (``Trace``), a preset's
+bandwidth and latency here, so only a run of centuries of simulated time can reach it, and then
+a warning says so and times stay at the bound.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass
 
@@ -19,7 +25,13 @@ import cython
 
 from allocator.errors import ConfigError
 
-__all__ = ["Preset", "PRESETS", "CostModel", "get_preset", "load_preset"]
+__all__ = ["Preset", "PRESETS", "CostModel", "CLOCK_MAX", "get_preset", "load_preset"]
+
+CLOCK_MAX = 1 << 62  # ns; the simulated clock and every completion time stay at or below it
+MIN_GBPS = 1e-3  # 1 MB/s: a copy of the largest object (2**48 bytes) takes < 2**58 ns
+MAX_LATENCY_NS = 10**12  # 1000 s per copy
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,10 +50,16 @@ class Preset:
     calibrated: bool = False
 
     def __post_init__(self) -> None:
-        if self.h2d_gbps <= 0 or self.d2h_gbps <= 0:
-            raise ConfigError(f"preset {self.name}: bandwidths must be > 0 GB/s")
-        if self.h2d_latency_ns < 0 or self.d2h_latency_ns < 0:
-            raise ConfigError(f"preset {self.name}: latencies must be >= 0 ns")
+        for field in ("h2d_gbps", "d2h_gbps"):
+            v = getattr(self, field)
+            if not MIN_GBPS <= v < float("inf"):  # also refuses NaN
+                raise ConfigError(f"preset {self.name}: {field} must be a bandwidth of at least "
+                                  f"{MIN_GBPS} GB/s (1 MB/s), got {v!r}")
+        for field in ("h2d_latency_ns", "d2h_latency_ns"):
+            v = getattr(self, field)
+            if not 0 <= v <= MAX_LATENCY_NS:
+                raise ConfigError(f"preset {self.name}: {field} must be in 0..{MAX_LATENCY_NS} ns, "
+                                  f"got {v!r}")
         if self.copy_engines not in (1, 2):
             raise ConfigError(f"preset {self.name}: copy_engines must be 1 or 2, got {self.copy_engines}")
 
@@ -123,9 +141,10 @@ class CostModel:
         """Duration of one copy (0 = h2d, 1 = d2h) of ``nbytes``, in ns."""
         if self.instant:
             return 0
-        if direction == 0:
-            return self._h2d_lat + int(nbytes / self._h2d_gbps)
-        return self._d2h_lat + int(nbytes / self._d2h_gbps)
+        x = nbytes / (self._h2d_gbps if direction == 0 else self._d2h_gbps)
+        if x >= 4611686018427387904.0:  # CLOCK_MAX: copy() saturates the clock
+            x = 4611686018427387904.0
+        return (self._h2d_lat if direction == 0 else self._d2h_lat) + int(x)
 
     def copy(self, direction: int, nbytes: int, not_before: int = 0) -> int:
         """Queue a copy on its engine; returns its completion time. It starts when the engine
@@ -139,7 +158,11 @@ class CostModel:
             start = free
         if not_before > start:
             start = not_before
-        done = start + self.copy_time(direction, nbytes)
+        t = self.copy_time(direction, nbytes)
+        if start > 0x4000000000000000 - t:  # CLOCK_MAX (a C constant where compiled)
+            done = self._saturated()
+        else:
+            done = start + t
         if second:
             self._free1 = done
         else:
@@ -147,8 +170,15 @@ class CostModel:
         return done
 
     def compute(self, ns: int) -> None:
+        if ns > 0x4000000000000000 - self.now:  # CLOCK_MAX
+            ns = self._saturated() - self.now
         self.now += ns
         self.compute_ns += ns
+
+    def _saturated(self) -> int:
+        _log.warning("the simulated clock reached %d ns (2**62, 146 years) and stays there: "
+                     "the run's times and stall are lower bounds from here on", CLOCK_MAX)
+        return CLOCK_MAX
 
     def wait_until(self, t: int) -> int:
         """Compute waits for data ready at ``t``; returns the stall added."""

@@ -229,3 +229,33 @@ def test_write_back_in_flight_is_d2h_until_it_lands() -> None:
     s = p.snapshot()
     assert s.total_ns == s.stall_ns == 2 * COPY and s.writebacks == 2 and s.allocations == 4
     p._check()
+
+
+@pytest.mark.parametrize("field, value", [("h2d_gbps", 1e-4), ("d2h_gbps", float("nan")),
+                                          ("h2d_gbps", float("inf")), ("d2h_latency_ns", 10**13),
+                                          ("h2d_latency_ns", -1)])
+def test_a_preset_out_of_range_is_refused_naming_the_field(field: str, value: float) -> None:
+    from dataclasses import replace
+
+    from allocator.cost import get_preset
+    with pytest.raises(ConfigError, match=field):
+        replace(get_preset("h100_pcie5"), **{field: value})
+
+
+def test_the_clock_saturates_at_clock_max_instead_of_wrapping(caplog: pytest.LogCaptureFixture) -> None:
+    """Compiled (long long) and interpreted (Python int) alike: no run wraps to negative time."""
+    from dataclasses import replace
+
+    from allocator.cost import CLOCK_MAX, get_preset
+    slow = replace(get_preset("h100_pcie5"), h2d_gbps=1e-3, d2h_gbps=1e-3, h2d_latency_ns=10**12)
+    c = CostModel(slow)
+    for _ in range(3):  # each copy alone near 2**58 ns, the engine's queue past 2**62 after a few
+        done = c.copy(0, 2**62)
+        assert 0 < done <= CLOCK_MAX
+    assert done == CLOCK_MAX and c.busy_until(0) == CLOCK_MAX
+    c.compute(2**60)
+    c.compute(2**62)
+    c.compute(2**62)
+    assert c.now == CLOCK_MAX and 0 < c.compute_ns <= CLOCK_MAX
+    assert c.wait_until(done) == 0 and c.stall_ns >= 0
+    assert any("stays there" in r.getMessage() for r in caplog.records)
