@@ -23,13 +23,19 @@ __all__ = ["structure_sizes", "rss_bytes"]
 
 _OURS = ("allocator.", "policies.", "envs.")
 _CONTAINERS = (dict, list, set, frozenset, tuple, deque, array.array)
-_ATOMS = (int, float, bool, str, bytes, type(None), np.generic)
+_ATOMS = (int, float, bool, str, bytes, type(None), np.generic, memoryview)
 _DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)
 _attr_names: dict[type, tuple[str, ...]] = {}
 
 
+# Cython's utility types in a compiled module of ours (typed memoryviews, cython.view.array):
+# views of NumPy arrays counted already, whose properties (``.T``) make new objects on each read
+_CYTHON_UTILITY = ("memoryview", "_memoryviewslice", "array", "Enum")
+
+
 def _ours(obj: Any) -> bool:
-    return type(obj).__module__.startswith(_OURS)
+    t = type(obj)
+    return t.__module__.startswith(_OURS) and t.__name__ not in _CYTHON_UTILITY
 
 
 def _names(cls: type) -> tuple[str, ...]:
