@@ -45,6 +45,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "save_policy_file", "read_policy_file", "
            "file_checksum", "check_policy", "diff_feature_spec"]
 
 log = logging.getLogger(__name__)
+_unchecked_warned: set[str] = set()  # version-1 files already warned about (once per path)
 
 FORMAT = "cachegym-policy"
 FORMAT_VERSION = 2
@@ -152,7 +153,8 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
                 f"policy file {p}: header checksum mismatch (field 'sha256' is "
                 f"{header.get('sha256')!r}, header and weights give {whole}): the header was "
                 "edited or is corrupt; export it again")
-    else:
+    elif p not in _unchecked_warned:
+        _unchecked_warned.add(p)
         log.warning("policy file %s: format version 1 has no header checksum, so its header is "
                     "unchecked (its fields are validated, its weights checksummed); export it "
                     "again to add one", p)

@@ -167,3 +167,20 @@ def test_K_override_is_bounded(tmp_path: Path) -> None:
     p = save_policy_file(tmp_path / "p.npz", arrays(), header())
     with pytest.raises(ConfigError, match=f"K must be in 1..{features.MAX_K}"):
         LearnedPolicy.load(p, K=100_000)
+
+
+def test_a_version_1_file_loads_with_one_warning_per_path(tmp_path, caplog) -> None:
+    """The goldens' policy is a version-1 file: it loads (fields validated, weights checksummed)
+    and says once that its header is unchecked, not at every load."""
+    import shutil
+    from pathlib import Path
+
+    from policies.learned.policy_file import read_policy_file
+
+    p = tmp_path / "v1.npz"
+    shutil.copy(Path(__file__).resolve().parents[1] / "golden" / "policy.npz", p)
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            header, _arrays = read_policy_file(str(p))
+    assert header["format_version"] == 1
+    assert sum("no header checksum" in r.getMessage() for r in caplog.records) == 1
