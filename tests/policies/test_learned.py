@@ -482,6 +482,22 @@ def _reference_victim(pol: LearnedPolicy, arrays, view) -> tuple[int, float]:
     return int(keys[order[0]]), margin
 
 
+def _check_victims_against_the_reference(pol: LearnedPolicy, arrays) -> list[bool]:
+    """Wraps ``pol.victim`` so that each decision is compared with :func:`_reference_victim`
+    (equal, or the reference's margin under 1e-3); returns the list the comparisons go to."""
+    inner = pol.victim
+    checked: list[bool] = []
+
+    def victim(view):
+        want, margin = _reference_victim(pol, arrays, view)
+        got = inner(view)
+        checked.append(got == want or margin < 1e-3)
+        return got
+
+    pol.victim = victim  # type: ignore[method-assign]
+    return checked
+
+
 @pytest.mark.parametrize("rule", ["lru", "sample"])
 def test_decisions_equal_the_reference(tmp_path, rule):
     """The policy's decision (its own candidate selection, packed features, the kernel's
@@ -492,16 +508,7 @@ def test_decisions_equal_the_reference(tmp_path, rule):
                          header(K=32, candidate_rule=rule, arch=dict(header()["arch"], hidden=[64, 32])))  # type: ignore[arg-type]
     trace = generate("zipf", seed=5, n_requests=6000, n_objects=600, alpha=0.8, size=4096)
     pol = LearnedPolicy.load(p, guard=False)
-    inner = pol.victim
-    checked = []
-
-    def victim(view):
-        want, margin = _reference_victim(pol, arrays, view)
-        got = inner(view)
-        checked.append(got == want or margin < 1e-3)
-        return got
-
-    pol.victim = victim  # type: ignore[method-assign]
+    checked = _check_victims_against_the_reference(pol, arrays)
     st = Pool(60 * 4096, pol, placement="bytes").replay(trace)
     assert st.fallbacks == 0
     assert len(checked) > 1000 and all(checked)
@@ -608,16 +615,7 @@ def test_decisions_equal_the_reference_with_pins_and_copies_in_flight(tmp_path, 
     trace = generate("zipf", seed=8, n_requests=5000, n_objects=300, alpha=0.8, size=4096)
     keys, sizes = trace.key.tolist(), trace.size.tolist()
     pol = LearnedPolicy.load(p, guard=False, budget_us=None)
-    inner = pol.victim
-    checked = []
-
-    def victim(view):
-        want, margin = _reference_victim(pol, arrays, view)
-        got = inner(view)
-        checked.append(got == want or margin < 1e-3)
-        return got
-
-    pol.victim = victim  # type: ignore[method-assign]
+    checked = _check_victims_against_the_reference(pol, arrays)
     pool = Pool(40 * 4096, pol, placement="bytes", cost="a100_pcie4")
     rng = np.random.default_rng(1)
     pinned: list[int] = []
