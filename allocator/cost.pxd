@@ -2,7 +2,7 @@
 # .py when it is compiled; interpreted, the .py runs as it is).
 cdef class CostModel:
     cdef public object preset
-    cdef public bint instant
+    cdef public bint instant, saturated
     cdef public long long now, stall_ns, compute_ns
     cdef long long _free0, _free1, _h2d_lat, _d2h_lat
     cdef double _h2d_gbps, _d2h_gbps

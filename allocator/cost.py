@@ -11,7 +11,7 @@ mode libCacheSim-style miss counting uses).
 The clock saturates at :data:`CLOCK_MAX` (2**62 ns, 146 years) instead of wrapping, compiled or
 interpreted alike: a trace's sizes and compute times are bounded on load (``Trace``), a preset's
 bandwidth and latency here, so only a run of centuries of simulated time can reach it, and then
-a warning says so and times stay at the bound.
+a warning says so (once; ``CostModel.saturated`` tells) and times stay at the bound.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ class CostModel:
         self.now = 0
         self.stall_ns = 0
         self.compute_ns = 0
+        self.saturated = False  # the clock reached CLOCK_MAX (warned about once)
         self._free0 = 0  # when engine 0's queue drains (h2d; both directions with one engine)
         self._free1 = 0  # when engine 1's queue drains (d2h, with two engines)
         self._two = preset is None or preset.copy_engines == 2
@@ -176,6 +177,9 @@ class CostModel:
         self.compute_ns += ns
 
     def _saturated(self) -> int:
+        if self.saturated:
+            return CLOCK_MAX
+        self.saturated = True
         _log.warning("the simulated clock reached %d ns (2**62, 146 years) and stays there: "
                      "the run's times and stall are lower bounds from here on", CLOCK_MAX)
         return CLOCK_MAX
