@@ -133,7 +133,6 @@ class EvalConfig:
     learned_guards: list[str] = field(default_factory=lambda: ["shadow"])
     prefetchers: list[str] = field(default_factory=lambda: ["none"])
     presets: list[str] = field(default_factory=lambda: ["none"])
-    fast: bool = True
     decision_timing: bool = True
     plots: bool = True
     progress: bool = True

@@ -5,12 +5,8 @@
 "json": path, "plots": [paths], "out_dir": path}``; ``scripts/evaluate.py`` is its
 ``@hydra.main`` wrapper. One row per run, columns :data:`COLUMNS` (first) plus a few extra.
 
-Every run drives the pool's one access loop (:meth:`Pool.replay`) with a policy from
-:mod:`policies.registry`, or, where the configuration allows (LRU, FIFO, CLOCK, SIEVE, LFU,
-ARC, Belady, and S3-FIFO without a timing model; byte placement; no prefetcher), the compiled
-kernel :func:`policies.fastreplay.replay_fast`, which is proven to take the same decisions
-(``fast`` column says which ran; ``eval.fast=false`` forces the pool). Decision latency is
-measured on pool runs only (fast runs leave it blank): time in ``policy.victim`` per eviction,
+Every run drives the pool's one access loop (:meth:`Pool.replay`, compiled) with a policy from
+:mod:`policies.registry`. Decision latency is time in ``policy.victim`` per eviction,
 through :class:`TimedPolicy`; for an exported policy, the time of its network's decisions
 (``LearnedPolicy.network_decision_ns``: under its default guard they happen in the guard's
 shadow pool, not in the pool's victim calls).
@@ -52,7 +48,6 @@ from allocator.trace import Op, Trace
 from envs.common import CAPACITY_OF
 from envs.config import build_guard, enum_value, guard_node, instantiate
 from envs.journal import RunJournal, digest, replace_atomically
-from policies.fastreplay import fast_applicable, replay_fast
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -72,7 +67,7 @@ COLUMNS = (
     "normalized_hit_rate", "decision_p50_us", "decision_p99_us",
 )
 EXTRA_COLUMNS = ("capacity_spec", "policy_file", "placement", "evictions", "writebacks", "bypasses",
-                 "fallbacks", "fast", "wall_s")
+                 "fallbacks", "wall_s")
 _ALWAYS = ("lru", "belady")
 
 
@@ -204,7 +199,6 @@ def run_one(
     placement: str = "bytes",
     write_policy: str = "write-back",
     oversize: str = "bypass",
-    fast: bool = True,
     decision_timing: bool = True,
     seed: int = 0,
     allocator_cfg: Any = None,
@@ -221,15 +215,6 @@ def run_one(
     reads = trace.op != Op.FREE
     requested = int(trace.size[reads].sum())
     t0 = time.perf_counter()
-    if (fast and spec.learned is None and _plain_pool(allocator_cfg)
-            and fast_applicable(spec.policy, placement=placement, prefetch=prefetch) is None):
-        res = replay_fast(trace, spec.capacity, spec.policy, "bytes", cost=preset,
-                          write_policy=write_policy, oversize=oversize,  # type: ignore[arg-type]
-                          placement=placement)
-        if res is not None:
-            row = _stats_row(spec, res.stats, requested)
-            row.update(placement=placement, fast=True, wall_s=time.perf_counter() - t0)
-            return row
     if spec.learned is not None:
         guard = build_guard(spec.guard)  # None: the guard "none", the network alone
         policy = make_eviction("learned", path=spec.learned, guard=False if guard is None else guard)
@@ -255,18 +240,9 @@ def run_one(
         row["decision_p50_us"], row["decision_p99_us"] = timed.percentiles_us()
     elif own_timing:
         row["decision_p50_us"], row["decision_p99_us"] = _percentiles_us(policy.network_decision_ns)  # type: ignore[attr-defined]
-    row.update(placement=placement, fast=False, wall_s=time.perf_counter() - t0)
+    row.update(placement=placement, wall_s=time.perf_counter() - t0)
     return row
 
-
-def _plain_pool(allocator_cfg: Any) -> bool:
-    """Whether the allocator config builds a plain :class:`Pool` (only the options the compiled
-    replay reproduces); anything else (another target, a backend, a hook) needs the pool."""
-    if allocator_cfg is None:
-        return True
-    keys = set(allocator_cfg.keys())
-    return (allocator_cfg.get("_target_") == "allocator.pool.Pool"
-            and keys <= {"_target_", "placement", "write_policy", "oversize"})
 
 
 # ---------------------------------------------------------------------- the sweep
@@ -482,7 +458,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
                 if row is None:
                     bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
                     row = run_one(t, spec, placement=placement, write_policy=write_policy,
-                                  oversize=oversize, fast=bool(ev.fast),
+                                  oversize=oversize,
                                   decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
                                   allocator_cfg=alloc)
                     journal.add(key, row)
@@ -511,7 +487,7 @@ def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
 
     alloc = cfg.allocator
     common = {"allocator": OmegaConf.to_container(alloc, resolve=True) if OmegaConf.is_config(alloc) else alloc,
-              "seed": int(cfg.seed), "fast": bool(cfg.eval.fast),
+              "seed": int(cfg.seed),
               "decision_timing": bool(cfg.eval.decision_timing), "columns": list(COLUMNS)}
     traces: dict[int, str] = {}
     files: dict[str, str] = {}
@@ -572,7 +548,7 @@ def write_results(rows: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width table of the main figures, one line per run."""
     head = ("trace", "capacity", "policy", "prefetch", "preset", "miss_ratio",
-            "byte_miss_ratio", "norm_hit", "stall_ms", "p50_us", "p99_us", "fast")
+            "byte_miss_ratio", "norm_hit", "stall_ms", "p50_us", "p99_us")
     lines = []
     for r in rows:
         lines.append((
@@ -580,7 +556,6 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             r["preset"], f"{r['miss_ratio']:.4f}", f"{r['byte_miss_ratio']:.4f}",
             _fmt(r["normalized_hit_rate"], "{:.3f}"), f"{r['stall_ns'] / 1e6:.3f}",
             _fmt(r["decision_p50_us"], "{:.2f}"), _fmt(r["decision_p99_us"], "{:.2f}"),
-            "yes" if r.get("fast") else "no",
         ))
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h)
               for i, h in enumerate(head)]

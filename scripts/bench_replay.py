@@ -1,7 +1,6 @@
-"""Whole-trace replay throughput: cachegym's replays vs libCacheSim, side by side.
+"""Whole-trace replay throughput: the pool's one access loop vs libCacheSim, side by side.
 
     python scripts/bench.py replay [--requests 1000000] [--capacity 0.1] [--repeat 3]
-                                   [--pool-repeat 1 | --no-pool]
 
 For each trace (a Zipf trace of ``--requests`` requests; a recorded DL trace from
 data/traces/, else a synthetic DL-like one) the trace is written once as an oracleGeneral file.
@@ -9,18 +8,15 @@ Both sides replay that same request stream at the same capacity (byte accounting
 
 * libCacheSim: ``cache.process_trace(reader)`` with the C ``TraceReader`` over the file; the
   reader and the cache are built outside the timed region, reading the file is inside it.
-* ours: ``replay_fast(trace, capacity, policy)`` on the trace read back from that file
-  (dense-id remap, Belady's next-use array and the stats inside the timed region). ``ours_e2e``
-  also times reading the file (``read_trace``), the like-for-like figure.
-* pool: ``Pool(capacity, make_eviction(policy), placement="bytes", oversize="bypass")
-  .replay(trace)``, the one access loop (compiled where built) with the policy classes; the
-  policy's construction is inside the timed region (Belady's next-use pass, as in ``ours``).
-  Its miss ratio must equal ``ours``' (the run stops otherwise). Best of ``--pool-repeat``.
+* ours: ``Pool(capacity, make_eviction(policy), placement="bytes", oversize="bypass")
+  .replay(trace)``, the one access loop (compiled where built) with the registry's policy
+  classes, on the trace read back from that file; the policy's construction is inside the timed
+  region (Belady's next-use pass). ``ours_e2e`` also times reading the file (``read_trace``).
+  Its miss ratio must equal libCacheSim's (the run stops otherwise).
 
 The DL trace is also replayed repeated to about ``--requests`` requests (``dl_tiled``, same
 object ids), since on the small recorded trace fixed per-call costs dominate.
 
-numba's JIT compilation is kept out of every timing (``warm_up()`` first; cache=True).
 Timings are best of ``--repeat``, ours and libCacheSim interleaved. The timing-model replay
 (``--preset``) has no libCacheSim counterpart; its throughput is printed for reference.
 """
@@ -56,10 +52,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dl-tiled", type=int, default=None,
                    help="also replay the DL trace repeated to about this many requests "
                         "(default --requests; 0 skips)")
-    p.add_argument("--pool-repeat", type=int, default=1,
-                   help="timings of Pool.replay per policy (best of; it is the slow one)")
-    p.add_argument("--no-pool", dest="pool", action="store_false",
-                   help="skip the Pool.replay column")
 
 
 def _zipf(args: argparse.Namespace) -> Any:
@@ -108,12 +100,12 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
     return best, out
 
 
-def _pool_replay(trace: Any, cap: int, pol: str) -> Any:
+def _pool_replay(trace: Any, cap: int, pol: str, preset: str | None = None) -> Any:
     """The pool's replay of ``trace`` with the registry's ``pol`` (its stats)."""
     from allocator.pool import Pool
     from policies.registry import make_eviction
 
-    return Pool(cap, make_eviction(pol, trace=trace), placement="bytes",
+    return Pool(cap, make_eviction(pol, trace=trace), placement="bytes", cost=preset,
                 oversize="bypass").replay(trace)
 
 
@@ -121,15 +113,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import libcachesim as lcs
 
     from envs.workloads import read_trace, write_oracle_general
-    from policies.fastreplay import UNTIMED_ONLY, replay_fast, warm_up
 
-    warm_up()  # JIT compilation (or loading numba's cache) happens here, outside the timings
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     figures: dict[str, Any] = {"capacity_fraction": args.capacity, "repeat": args.repeat}
     tmp = tempfile.mkdtemp(prefix="bench_replay_")
     print(f"{'trace':<10} {'policy':<7} {'requests':>9} {'ours Mreq/s':>12} {'ours e2e':>9} "
-          f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9} "
-          f"{'pool Mreq/s':>11} {'pool/lcs':>8}")
+          f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9}")
     sources = [("zipf", _zipf), ("dl", _dl)]
     if args.dl_tiled != 0:
         sources.append(("dl_tiled", _dl_tiled))
@@ -143,17 +132,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         figures[tname] = {"requests": n, "capacity": cap, "source": src.name}
         for pol in policies:
             def ours(pol: str = pol, trace: Any = trace, cap: int = cap) -> Any:
-                return replay_fast(trace, cap, pol)
+                return _pool_replay(trace, cap, pol)
 
             def ours_e2e(pol: str = pol, og: str = og, cap: int = cap) -> Any:
-                return replay_fast(read_trace(og, format="oracleGeneral"), cap, pol)
+                return _pool_replay(read_trace(og, format="oracleGeneral"), cap, pol)
 
             t_ours, t_e2e, t_lcs = float("inf"), float("inf"), float("inf")
-            res = mr_lcs = None
+            st = mr_lcs = None
             for _ in range(max(1, args.repeat)):  # interleaved: both see the same machine load
-                dt, res = _best(ours, 1)
-                if res is None:  # S3-FIFO where its pool and model part (policies/fastreplay.py)
-                    break
+                dt, st = _best(ours, 1)
                 t_ours = min(t_ours, dt)
                 dt, _ = _best(ours_e2e, 1)
                 t_e2e = min(t_e2e, dt)
@@ -162,40 +149,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 mr_lcs = cache.process_trace(reader)
                 t_lcs = min(t_lcs, time.perf_counter() - t0)
-            if res is None:
-                print(f"{tname:<10} {pol:<7} the compiled replay hands this trace to the pool; skipped")
-                continue
-            assert mr_lcs is not None
+            assert st is not None and mr_lcs is not None
             row = {
                 "ours_rps": n / t_ours, "ours_e2e_rps": n / t_e2e, "lcs_rps": n / t_lcs,
                 "ratio": t_lcs / t_ours, "ratio_e2e": t_lcs / t_e2e,
-                "ours_miss_ratio": res.stats.miss_ratio, "lcs_miss_ratio": float(mr_lcs[0]),
+                "ours_miss_ratio": st.miss_ratio, "lcs_miss_ratio": float(mr_lcs[0]),
             }
-            pool_txt = ""
-            if args.pool:
-                dt, st = _best(lambda pol=pol, trace=trace, cap=cap: _pool_replay(trace, cap, pol),
-                               max(1, args.pool_repeat))
-                if st != res.stats:
-                    raise AssertionError(f"{tname}/{pol}: Pool.replay and replay_fast disagree: "
-                                         f"{st} != {res.stats}")
-                row.update(pool_rps=n / dt, pool_ratio=t_lcs / dt)
-                pool_txt = f" {row['pool_rps'] / 1e6:>11.3f} {row['pool_ratio']:>8.3f}"
-            if args.preset and pol not in UNTIMED_ONLY:  # (those with one: the pool)
-                dt, _ = _best(lambda pol=pol, trace=trace, cap=cap: replay_fast(
-                    trace, cap, pol, cost=args.preset), max(1, args.repeat))
+            if abs(row["ours_miss_ratio"] - row["lcs_miss_ratio"]) > 1e-12:
+                raise AssertionError(f"{tname}/{pol}: miss ratio {row['ours_miss_ratio']} differs "
+                                     f"from libCacheSim's {row['lcs_miss_ratio']}")
+            if args.preset:
+                dt, _ = _best(lambda pol=pol, trace=trace, cap=cap: _pool_replay(
+                    trace, cap, pol, args.preset), 1)
                 row["ours_timed_rps"] = n / dt
             figures[tname][pol] = row
-            print(f"{tname:<10} {pol:<7} {n:>9} {row['ours_rps'] / 1e6:>12.2f} "
-                  f"{row['ours_e2e_rps'] / 1e6:>9.2f} {row['lcs_rps'] / 1e6:>11.2f} "
-                  f"{row['ratio']:>6.2f} {row['ratio_e2e']:>9.2f} "
-                  f"{row['ours_miss_ratio']:>9.4f} {row['lcs_miss_ratio']:>9.4f}{pool_txt}")
+            print(f"{tname:<10} {pol:<7} {n:>9} {row['ours_rps'] / 1e6:>12.3f} "
+                  f"{row['ours_e2e_rps'] / 1e6:>9.3f} {row['lcs_rps'] / 1e6:>11.2f} "
+                  f"{row['ratio']:>6.3f} {row['ratio_e2e']:>9.3f} "
+                  f"{row['ours_miss_ratio']:>9.4f} {row['lcs_miss_ratio']:>9.4f}")
     if args.preset:
         print(f"timing model ({args.preset}), ours only, Mreq/s: " + ", ".join(
-            f"{t}/{p}={figures[t][p]['ours_timed_rps'] / 1e6:.2f}"
+            f"{t}/{p}={figures[t][p]['ours_timed_rps'] / 1e6:.3f}"
             for t, _ in sources for p in policies if "ours_timed_rps" in figures[t][p]))
-    print("ratio = libCacheSim time / ours (>= 1: ours at least as fast), pool/lcs the same for "
-          "Pool.replay; JIT warm-up excluded; "
-          f"best of {args.repeat}, interleaved")
+    print(f"ratio = libCacheSim time / ours (>= 1: ours at least as fast); best of {args.repeat}, "
+          "interleaved")
     for f in os.listdir(tmp):
         os.remove(os.path.join(tmp, f))
     os.rmdir(tmp)

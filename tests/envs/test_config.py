@@ -57,7 +57,7 @@ def test_sweeps_default_to_joblib_and_local_launcher_composes() -> None:
     ("allocator.write_policy=sometimes", "allocator.write_policy"),
     ("trace.format=parquet", "trace.format"),
     ("eval.mode=pages", "eval.mode"),
-    ("eval.fast=maybe", "eval.fast"),
+    ("eval.plots=maybe", "eval.plots"),
     ("trace.seed=abc", "trace.seed"),
     ("eval.polices=[lru]", "polices"),  # a misspelt key
 ])

@@ -26,7 +26,7 @@ from envs.workloads import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["eval.capacities=[0.02,0.05,0.1,0.2]", "eval.policies=[lru,fifo,lfu,arc,clock,sieve,s3fifo,belady]",
-         "eval.fast=false", "eval.plots=false", "eval.progress=false", "eval.decision_timing=false"]
+         "eval.plots=false", "eval.progress=false", "eval.decision_timing=false"]
 N_RUNS = 4 * 8
 VOLATILE = ("wall_s",)
 

@@ -1,0 +1,31 @@
+"""Smoke run of scripts/bench_replay.py on a small trace: the pool's one loop gives libCacheSim's
+miss ratio for every policy of the bench (the bench raises otherwise), with throughput figures."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_bench_replay_agrees_with_libcachesim(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("libcachesim")
+    spec = importlib.util.spec_from_file_location("bench_replay",
+                                                  os.path.join(ROOT, "scripts", "bench_replay.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    parser = argparse.ArgumentParser()
+    mod.add_args(parser)
+    figs = mod.run(parser.parse_args(["--requests", "6000", "--objects", "600", "--repeat", "1",
+                                      "--preset", "a100_pcie4", "--dl-tiled", "0"]))
+    for tname in ("zipf", "dl"):
+        for pol in mod.POLICIES:
+            row = figs[tname][pol]
+            assert row["ours_miss_ratio"] == pytest.approx(row["lcs_miss_ratio"], abs=1e-12)
+            assert row["ours_rps"] > 0 and row["lcs_rps"] > 0 and row["ours_timed_rps"] > 0
+    assert "libCacheSim" in capsys.readouterr().out
