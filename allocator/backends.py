@@ -35,6 +35,14 @@ class Backend(Protocol):
     def copy_d2h(self, key: int, offset: int, nbytes: int) -> Any:
         """Start copying device ``[offset, offset+nbytes)`` into host buffer ``key``."""
 
+    def stream_in(self, key: int, nbytes: int) -> Any:
+        """A new device array (outside the arena) holding host buffer ``key``'s ``nbytes``
+        bytes: the read of an object the pool did not admit (synchronous)."""
+
+    def stream_out(self, key: int, data: Any) -> None:
+        """Store ``data`` (uint8) as host buffer ``key``: the write of an object the pool did
+        not admit (synchronous)."""
+
     def wait(self, event: Any) -> None: ...
 
     def free_host(self, key: int) -> None: ...
@@ -157,6 +165,12 @@ class NumpyBackend:
         dst = self._host_buf(key, nbytes)
         src = self.device[offset:offset + nbytes]
         return self._submit(1, lambda: np.copyto(dst, src))
+
+    def stream_in(self, key: int, nbytes: int) -> np.ndarray:
+        return self._host_buf(key, nbytes).copy()
+
+    def stream_out(self, key: int, data: np.ndarray) -> None:
+        np.copyto(self._host_buf(key, data.nbytes), data)
 
     def wait(self, event: _Event) -> None:
         event.wait()

@@ -241,6 +241,34 @@ class CupyBackend:
         self._bury()
         return ev
 
+    def stream_in(self, key: int, nbytes: int) -> Any:
+        """Host buffer ``key`` copied into a new device array (outside the arena), in order
+        on the compute stream after any copy still writing that buffer."""
+        host = self._host_buf(key, nbytes, zero=True)
+        self._host_wait([self._last_d2h.get(key)])
+        cp = _cupy()
+        with self._device, _cuda("streaming an object to the device"):
+            out = cp.empty(nbytes, cp.uint8)
+            cp.cuda.runtime.memcpyAsync(out.data.ptr, host.ctypes.data, nbytes, _H2D,
+                                        self._compute())
+            cp.cuda.runtime.streamSynchronize(self._compute())
+        return out
+
+    def stream_out(self, key: int, data: Any) -> None:
+        """``data`` (host or device bytes) stored as host buffer ``key``, after any copy still
+        reading or writing that buffer."""
+        nbytes = int(data.nbytes)
+        host = self._host_buf(key, nbytes, zero=False)
+        self._host_wait([self._last_h2d.get(key), self._last_d2h.get(key)])
+        with self._device, _cuda("streaming an object to host memory"):
+            if hasattr(data, "__cuda_array_interface__"):
+                src = _cupy().ascontiguousarray(data)
+                rt = _cupy().cuda.runtime
+                rt.memcpyAsync(host.ctypes.data, src.data.ptr, nbytes, _D2H, self._compute())
+                rt.streamSynchronize(self._compute())
+            else:
+                np.copyto(host, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+
     def wait(self, event: Any) -> None:
         """The compute stream waits for ``event`` (stream-ordered; the host does not block)."""
         cp = _cupy()

@@ -300,6 +300,7 @@ class ActivationOffload:
             key = self._next_key
             self._next_key += 1
             t0 = self._advance()
+            streamed = pool.stats.streamed
             try:
                 pool.access(key, nbytes, True, kind=Kind.ACTIVATION)
             except ObjectTooLarge as e:
@@ -310,7 +311,10 @@ class ActivationOffload:
             # no pin needed: no pool operation runs before the copy is issued (a device copy is
             # queued on the compute stream, and every later pool copy is ordered after it)
             with torch.no_grad():
-                self._copy_in(self._offset(key, "pack"), t.detach(), stride)
+                if pool.stats.streamed != streamed:  # not admitted: its bytes go to host memory
+                    self._stream_out(key, t.detach(), stride)
+                else:
+                    self._copy_in(self._offset(key, "pack"), t.detach(), stride)
             self._log(key, nbytes, Op.WRITE)
             self._last = t1 = self._now()
         self.counters.packed += 1
@@ -326,10 +330,20 @@ class ActivationOffload:
         pool = self.pool
         with self._lock:
             t0 = self._advance()
+            streamed = pool.stats.streamed
             try:
                 pool.access(h.key, h.nbytes, kind=Kind.ACTIVATION)
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
+            if pool.stats.streamed != streamed:  # not admitted: streamed from host memory
+                raw = self.backend.stream_in(h.key, h.nbytes)
+                self._log(h.key, h.nbytes, Op.READ)
+                self._last = t1 = self._now()
+                self.counters.unpacked += 1
+                self.counters.bytes_unpacked += h.nbytes
+                self.counters.unpack_ns += t1 - t0
+                out = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else torch.from_dlpack(raw)
+                return out.view(h.dtype).as_strided(h.shape, h.stride)
             pool.pin(h.key)
             buf = self.backend.device_buffer(self._offset(h.key, "unpack"), h.nbytes)
             handed = False  # True once a _PinnedView owns the pin
@@ -383,6 +397,14 @@ class ActivationOffload:
             return
         dst = torch.from_numpy(buf) if isinstance(buf, np.ndarray) else torch.from_dlpack(buf)
         dst.view(t.dtype).as_strided(t.shape, stride).copy_(t)
+
+    def _stream_out(self, key: int, t: torch.Tensor, stride: tuple[int, ...]) -> None:
+        """Store ``t`` (laid out with ``stride``) in host buffer ``key``: the pack of a tensor
+        the pool did not admit."""
+        buf = torch.empty(t.numel() * t.element_size(), dtype=torch.uint8, device=t.device)
+        buf.view(t.dtype).as_strided(t.shape, stride).copy_(t)
+        payload: Any = buf.numpy() if buf.device.type == "cpu" else buf
+        self.backend.stream_out(key, payload)
 
     @staticmethod
     def _copy_out(buf: Any) -> torch.Tensor:

@@ -8,7 +8,7 @@ from allocator.cost cimport CostModel
 cdef class Counters:
     cdef public long long accesses, hits, misses, byte_misses, allocations, prefetches
     cdef public long long prefetch_hits, late_prefetches, useless_prefetches, evictions
-    cdef public long long writebacks, bypasses, frees, bytes_h2d, bytes_d2h, stall_ns
+    cdef public long long writebacks, streamed, frees, bytes_h2d, bytes_d2h, stall_ns
     cdef public long long compute_ns, total_ns, device_bytes, peak_device_bytes, fallbacks
     cdef public double fragmentation
 

@@ -114,7 +114,7 @@ class Counters:
     useless_prefetches: int
     evictions: int
     writebacks: int
-    bypasses: int
+    streamed: int
     frees: int
     bytes_h2d: int
     bytes_d2h: int
@@ -218,7 +218,8 @@ class Pool:
         write_policy: ``"write-back"`` (dirty victims are copied to host) or ``"write-through"``
             (every write is also copied to host at once).
         oversize: ``"error"`` raises :class:`ObjectTooLarge` for an object larger than the pool;
-            ``"bypass"`` counts a miss and never inserts it (libCacheSim's semantics).
+            ``"bypass"`` counts a miss and never inserts it (libCacheSim's semantics): the
+            access is streamed (its bytes copied, nothing kept; ``stats.streamed``).
         hook: optional callable receiving one dict per event (see :class:`JsonlHook`).
     """
 
@@ -379,7 +380,9 @@ class Pool:
                compute_ns: int = 0) -> bool:
         """Read (or write) object ``key`` of ``size`` bytes; returns True on a hit.
 
-        The object is on the device when this returns (unless bypassed as oversize).
+        The object is on the device when this returns, unless it was not admitted (refused by
+        the policy, or larger than an ``oversize="bypass"`` pool): then it was streamed (its
+        bytes copied in for this access, and out for a write; ``stats.streamed``).
         ``compute_ns`` advances the clock after the access (the consumer's compute).
         """
         self._acquire()
@@ -567,8 +570,8 @@ class Pool:
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if raw.nbytes == 0:
             raise ConfigError(f"put: object {key} has no bytes; store at least one byte")
-        if self._place.footprint(raw.nbytes) > self._place.capacity:
-            raise ObjectTooLarge(key, raw.nbytes, self._place.capacity, self.capacity)  # even with "bypass"
+        if self._place.footprint(raw.nbytes) > self._place.capacity and not self.bypass_oversize:
+            raise ObjectTooLarge(key, raw.nbytes, self._place.capacity, self.capacity)
         with self._lock:
             old = self._objs.get(key)
             if old is not None and old.size != raw.nbytes:
@@ -583,6 +586,16 @@ class Pool:
             self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True,
                                            tail=False))
             o = self._objs[key]
+            if o.state != DEVICE:  # not admitted: streamed to host memory (_stream counted it)
+                try:
+                    be.stream_out(key, raw)
+                except BackendError as e:
+                    raise BackendError(f"streaming object {key} to host memory failed ({e}); the "
+                                       "pool did not admit it, so these bytes are not stored: put "
+                                       "it again", key=key, direction="d2h") from e
+                if self._due is not None:
+                    self._evict_due(key)
+                return
             ev = o.d2h_event
             if ev is not None:  # a copy out of the block still reads it (and the write
                 o.d2h_event = None  # supersedes it: its failure does not matter)
@@ -600,14 +613,24 @@ class Pool:
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
         """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,
-        valid only while the object is pinned."""
+        valid only while the object is pinned. An object the pool does not admit (refused by the
+        policy, or larger than an ``oversize="bypass"`` pool) is streamed: its bytes are copied
+        into a new device array outside the pool's budget, whatever ``copy`` says."""
         be = self._need_backend("get")
         with self._lock:
             o = self._get(key, "get")
-            if o.nbytes == 0 and self._place.footprint(o.size) > self._place.capacity:
-                raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)  # a bypassed object
+            if (o.nbytes == 0 and not self.bypass_oversize
+                    and self._place.footprint(o.size) > self._place.capacity):
+                raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)
             self._drive(self._access_steps(key, o.size, False, o.kind, 0))
             o = self._objs[key]
+            if o.state != DEVICE:  # streamed (_stream counted it)
+                try:
+                    return be.stream_in(key, o.size)
+                except BackendError as e:
+                    raise BackendError(f"streaming object {key} to the device failed ({e}); it "
+                                       "stays in host memory, where its bytes are: get it again "
+                                       "to retry", key=key, direction="h2d") from e
             buf = be.device_buffer(o.offset, o.size)
             return buf.copy() if copy else buf
 
@@ -744,21 +767,42 @@ class Pool:
                 self._on_miss(self.view, key)
             hook = "admit"
             refused = need > place.capacity or (
-                self._admit is not None and self.backend is None
-                and not self._admit(self.view, key, size))
+                self._admit is not None and not self._admit(self.view, key, size))
         except BaseException as e:
             self._undo_miss(o, size, old_size)
             if isinstance(e, Exception):
                 raise self._policy_error(self._policy, hook, key, e, False) from e
             raise
         if refused:
-            st.bypasses += 1
+            st.streamed += 1
+            self._stream(o, write, old_size < 0)
             if self._hook is not None:
-                self._emit("bypass", o)
+                self._emit("streamed", o)
             o.n_access += 1
             o.last_tick = self._tick
             return o, -1, old_size
         return o, need, old_size
+
+    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong)
+    def _stream(self, o: ObjectInfo, write: bool, created: bool) -> None:
+        """Serve a miss whose object is not admitted (refused by the policy, or larger than
+        the pool) by streaming, the accounting of :meth:`_insert`'s fetch and of a
+        write-through without a block: a read or read-modify-write copies the object's bytes
+        host-to-device (the consumer waits for them as for a demand miss), a write then sends
+        them device-to-host; nothing stays resident. A first write copies nothing in. With a
+        backend, :meth:`get` and :meth:`put` move the real bytes (``Backend.stream_in`` /
+        ``stream_out``); the counts are the same with and without one."""
+        st = self.stats
+        cost = self.cost
+        if not (write and created):
+            done = cost.copy(0, o.size, o.busy_until)
+            st.bytes_h2d += o.size
+            if done > cost.now:
+                cost.wait_until(done)
+        if write:
+            o.busy_until = cost.copy(1, o.size, o.busy_until)
+            st.bytes_d2h += o.size
+            o.dirty = False
 
     @cython.locals(o=ObjectInfo, st=Counters)
     def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:

@@ -8,7 +8,8 @@ may observe hooks. The pool calls, for every access of object ``k``:
 * hit:  ``on_hit(view, k)`` (or ``touch(k)``, see below)
 * miss: ``on_miss(view, k)``, then ``admit(view, k, size)``, then ``victim(view)`` /
   ``on_evict(view, v)`` until the object fits, then ``on_insert(view, k)`` (an object larger
-  than a ``oversize="bypass"`` pool, or one the policy does not admit, is never inserted)
+  than a ``oversize="bypass"`` pool, or one the policy does not admit, is never inserted: the
+  access is streamed, its bytes copied for this access only)
 * prefetch of ``k`` (issued by a prefetch policy or ``Pool.prefetch``): evictions as above, then
   ``on_insert(view, k)``
 * free of a tracked (resident or incoming) object: ``on_free(view, k)``; of an object in host
@@ -26,9 +27,10 @@ required methods alone may omit them):
   ``OrderedDict.move_to_end``). Read from the policy's class only: a wrapper forwarding
   attributes must not bypass its own ``on_hit``.
 * ``admit(view, key, size) -> bool``, asked after ``on_miss``: ``False`` leaves the object in
-  host memory (as an oversize bypass: no ``on_insert``). Consulted only by pools without a
-  backend: with real bytes every access must land on the device. (libCacheSim's S3-FIFO and
-  GDSF may refuse to admit an object.)
+  host memory (as an oversize bypass: no ``on_insert``); the access is streamed (its bytes are
+  copied to the device for this access, and back for a write, and count as traffic and stall).
+  Consulted with and without a backend. (libCacheSim's S3-FIFO and GDSF may refuse to admit an
+  object.)
 * ``pending_evictions() -> Iterable[int]``, asked after every access: the pool evicts each
   listed evictable object at once (``on_evict`` is called as for any eviction), except the
   object just accessed, which stays on the device until the next event. (libCacheSim's SLRU

@@ -16,6 +16,10 @@ class PoolStats:
     * ``misses`` include ``allocations``: first writes that create an object on the device
       without a copy. ``byte_misses`` counts the bytes of every miss.
     * ``useless_prefetches``: prefetched objects evicted or freed before any use.
+    * ``streamed``: misses whose object was not admitted (refused by the policy, or larger than
+      the pool): served by streaming, their bytes are in ``bytes_h2d`` (a read or
+      read-modify-write) and ``bytes_d2h`` (a write), their wait in ``stall_ns``; nothing of
+      them stays on the device.
     """
 
     accesses: int = 0
@@ -29,7 +33,7 @@ class PoolStats:
     useless_prefetches: int = 0
     evictions: int = 0
     writebacks: int = 0
-    bypasses: int = 0
+    streamed: int = 0
     frees: int = 0
     bytes_h2d: int = 0
     bytes_d2h: int = 0
@@ -49,9 +53,21 @@ class PoolStats:
     def hit_ratio(self) -> float:
         return self.hits / self.accesses if self.accesses else 0.0
 
+    @property
+    def traffic_bytes(self) -> int:
+        """Bytes copied between host and device, both ways (streamed accesses included)."""
+        return self.bytes_h2d + self.bytes_d2h
+
+    @property
+    def overhead(self) -> float:
+        """Stall per unit of compute (``stall_ns / compute_ns``); NaN without compute time."""
+        return self.stall_ns / self.compute_ns if self.compute_ns else float("nan")
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["miss_ratio"] = self.miss_ratio
+        d["traffic_bytes"] = self.traffic_bytes
+        d["overhead"] = self.overhead
         return d
 
 

@@ -66,7 +66,7 @@ COLUMNS = (
     "useless_prefetches", "bytes_h2d", "bytes_d2h", "stall_ns", "total_ns",
     "normalized_hit_rate", "decision_p50_us", "decision_p99_us",
 )
-EXTRA_COLUMNS = ("capacity_spec", "policy_file", "placement", "evictions", "writebacks", "bypasses",
+EXTRA_COLUMNS = ("capacity_spec", "policy_file", "placement", "evictions", "writebacks", "streamed",
                  "fallbacks", "wall_s")
 _ALWAYS = ("lru", "belady")
 
@@ -187,7 +187,7 @@ def _stats_row(spec: RunSpec, st: PoolStats, requested_bytes: int) -> dict[str, 
         "bytes_d2h": st.bytes_d2h, "stall_ns": st.stall_ns, "total_ns": st.total_ns,
         "normalized_hit_rate": math.nan, "decision_p50_us": math.nan,
         "decision_p99_us": math.nan, "capacity_spec": spec.capacity_spec,
-        "evictions": st.evictions, "writebacks": st.writebacks, "bypasses": st.bypasses,
+        "evictions": st.evictions, "writebacks": st.writebacks, "streamed": st.streamed,
         "fallbacks": st.fallbacks, "policy_file": spec.learned,
     }
 

@@ -26,6 +26,7 @@ from allocator.errors import (
     UnknownKey,
 )
 from allocator.pool import EvictionRequest, Pool
+from allocator.seams import PoolView
 from allocator.stats import JsonlHook, PoolStats
 from allocator.trace import Op, Trace
 from policies.base import EvictionPolicyBase
@@ -384,7 +385,7 @@ def test_object_larger_than_the_pool() -> None:
     q = Pool(4 * B, oversize="bypass")
     assert not q.access(2, 5 * B)
     s = q.snapshot()
-    assert (s.misses, s.bypasses, s.device_bytes) == (1, 1, 0)
+    assert (s.misses, s.streamed, s.device_bytes) == (1, 1, 0)
     q._check()
 
 
@@ -555,20 +556,87 @@ def test_put_of_a_new_size_that_cannot_fit_keeps_the_old_object(numpy_backend: N
     p.close()
 
 
-def test_data_plane_refuses_oversize_even_when_bypassing(numpy_backend: NumpyBackend) -> None:
+def test_data_plane_streams_what_a_bypass_pool_does_not_admit(numpy_backend: NumpyBackend) -> None:
+    """With ``oversize="bypass"`` an object larger than the pool is streamed: put stores its
+    bytes in host memory, get hands them back in a new array; nothing becomes resident, and
+    the copies count as traffic. With ``oversize="error"`` it is refused."""
     p = Pool(2 * B, backend=numpy_backend, oversize="bypass")
-    with pytest.raises(ObjectTooLarge):
-        p.put(1, np.zeros(3 * B, np.uint8))
-    assert 1 not in p
-    assert not p.access(2, 3 * B)  # metadata access: bypassed
-    with pytest.raises(ObjectTooLarge):
-        p.get(2)
+    data = np.arange(3 * B, dtype=np.int64).view(np.uint8)[: 3 * B]
+    p.put(1, data)
+    assert p.state(1) == "host" and p.resident_keys() == []
+    np.testing.assert_array_equal(p.get(1), data)
+    s = p.snapshot()
+    assert (s.misses, s.streamed, s.device_bytes) == (2, 2, 0)
+    assert (s.bytes_d2h, s.bytes_h2d, s.traffic_bytes) == (3 * B, 3 * B, 6 * B)
+    assert not p.access(2, 3 * B)  # metadata access: streamed (a read of host bytes)
     with pytest.raises(ConfigError):
         p.put(3, np.zeros(0, np.uint8))
     with pytest.raises(ConfigError):
         p.access(4, 0)
     p._check()
     p.close()
+    q = Pool(2 * B, backend=NumpyBackend(threads=False))
+    with pytest.raises(ObjectTooLarge):
+        q.put(1, np.zeros(3 * B, np.uint8))
+    assert 1 not in q
+    q.close()
+
+
+class _Refuses(_OverLRU):
+    """LRU that admits only objects of at most one block."""
+
+    def victim(self, view: PoolView) -> int | None:
+        return self.lru.victim(view)
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        return size <= B
+
+
+@pytest.mark.parametrize("preset", [None, "h100_pcie5"])
+def test_a_streamed_access_pays_its_copies(preset: str | None) -> None:
+    """An access the policy does not admit moves its bytes: a read copies them in (and waits
+    as for a demand miss), a write copies them out, a first write copies nothing in; hit and
+    miss counts are those of a bypass."""
+    p = Pool(8 * B, _Refuses(), cost=preset)
+    assert not p.access(1, 2 * B)  # a read of a host object: streamed in
+    s = p.snapshot()
+    assert (s.misses, s.streamed, s.bytes_h2d, s.bytes_d2h) == (1, 1, 2 * B, 0)
+    assert (s.stall_ns > 0) == (preset is not None)
+    assert not p.access(2, 3 * B, True)  # a first write: out only
+    assert not p.access(1, 2 * B, True)  # a read-modify-write: in, then out
+    s = p.snapshot()
+    assert (s.misses, s.streamed, s.bytes_h2d, s.bytes_d2h) == (3, 3, 4 * B, 5 * B)
+    assert s.traffic_bytes == 9 * B and p.resident_keys() == []
+    assert p.access(3, B) is False and p.access(3, B) is True  # admitted: resident
+    p._check()
+
+
+def test_streaming_decisions_and_counts_equal_with_and_without_a_backend() -> None:
+    """Admission is consulted with a backend too: the same accesses give the same statistics,
+    and a refused object's bytes survive in host memory."""
+    rng = np.random.default_rng(3)
+    ops = [(int(rng.integers(0, 12)), int(rng.integers(1, 3)) * B, bool(rng.random() < 0.4))
+           for _ in range(300)]
+    bare = Pool(6 * B, _Refuses())
+    real = Pool(6 * B, _Refuses(), backend=NumpyBackend(threads=False))
+    sizes: dict[int, int] = {}
+    written: set[int] = set()
+    for k, size, write in ops:
+        size = sizes.setdefault(k, size)
+        bare.access(k, size, write)
+        if write:
+            real.put(k, np.full(size, k, np.uint8))
+            written.add(k)
+        elif k in real:
+            got = real.get(k)
+            if k in written:
+                np.testing.assert_array_equal(got, np.full(size, k, np.uint8))
+        else:
+            real.access(k, size)
+    assert bare.snapshot().streamed > 0
+    assert bare.snapshot() == real.snapshot()
+    real._check()
+    real.close()
 
 
 class _Recorder(_OverLRU):
@@ -733,7 +801,7 @@ def test_steps_evicts_pending_drops_after_a_bypass_as_access_does() -> None:
                     g.send(pol.victim(pool.view))
             except StopIteration:
                 pass
-        assert pol.pending_evictions() == [] and pool.stats.bypasses == 1
+        assert pol.pending_evictions() == [] and pool.stats.streamed == 1
         out.append(dataclasses.asdict(pool.snapshot()))
     assert out[0] == out[1] and out[0]["evictions"] == 5
 

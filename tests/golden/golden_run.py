@@ -199,11 +199,11 @@ def drive(pool: Pool, trace: Trace) -> tuple[str, str]:
             free(key[i])
             out.append("f")
         else:
-            b0, p0, l0 = st.bypasses, st.prefetch_hits, st.late_prefetches
+            b0, p0, l0 = st.streamed, st.prefetch_hits, st.late_prefetches
             if access(key[i], size[i], op[i] == write_op, kind=kind[i], compute_ns=comp[i]):
                 out.append("p" if st.prefetch_hits > p0 else "l" if st.late_prefetches > l0 else "h")
             else:
-                out.append("b" if st.bypasses > b0 else "m")
+                out.append("b" if st.streamed > b0 else "m")
         evicted.append(count_char(st.evictions - ev))
         ev = st.evictions
     return "".join(out), "".join(evicted)
@@ -261,7 +261,7 @@ def evaluator_stats(case: ReplayCase, trace: Trace) -> Record:
 
 _ROW_STATS = ("hits", "misses", "byte_misses", "prefetch_hits", "late_prefetches",
               "useless_prefetches", "bytes_h2d", "bytes_d2h", "stall_ns", "total_ns", "evictions",
-              "writebacks", "bypasses", "fallbacks")
+              "writebacks", "streamed", "fallbacks")
 """The evaluator's row columns that are PoolStats fields (``requests`` is ``accesses``)."""
 
 

@@ -6,7 +6,10 @@
 The goldens were recorded at commit 80edfc6, before the one-core refactor (one compiled source
 for the pool's access loop, its C fast paths and the numba replay kernels), so that the refactor
 can prove it changed no result: ``tests/golden/test_golden.py`` recomputes them and compares
-exactly. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+exactly. Re-recorded on 2026-12-02 for issue 23's streamed accesses (an access whose object is
+not admitted copies its bytes): against the 80edfc6 files only ``bytes_h2d``, ``bytes_d2h``,
+``stall_ns`` and ``total_ns`` changed, and only in runs with streamed accesses; ``bypasses``
+became ``streamed`` with equal counts; every outcome and victim is unchanged. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 

@@ -150,7 +150,7 @@ def test_capacity_below_objects(tmp_path: Path, caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.WARNING):
         res = evaluate(_compose([*base, "eval.capacities=[1000]"]))
     assert "2 of 6 requests (1 objects) are larger than the capacity" in caplog.text
-    assert res["rows"][0]["bypasses"] == 2
+    assert res["rows"][0]["streamed"] == 2
 
 
 def test_a_users_policy_whose_constructor_raises_is_named(trace_file: Path, tmp_path: Path) -> None:
