@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -288,3 +292,21 @@ def test_objects_larger_than_the_pool_stream_every_access() -> None:
     for row in b.values():
         assert row.misses == pytest.approx(3.0)
         assert row.traffic_bytes == pytest.approx(4 + 200)
+
+
+def test_bounds_bench_smoke_run(tmp_path: Path) -> None:
+    """``scripts/bench.py bounds`` on small sizes: figures written, targets met, bounds ordered."""
+    out = tmp_path / "bounds.json"
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "scripts" / "bench.py"), "bounds",
+                           "--foo-requests", "600", "--requests", "20000", "--objects", "2000",
+                           "--json", str(out)], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(out.read_text())
+    assert fig["foo_met"] and fig["pfoo_l_met"]
+    for mode in ("bytes", "objects"):
+        f = fig["foo"][mode]
+        assert f["pfoo_l"]["misses"] <= f["foo_l"]["misses"] + TOL <= f["lru"]["misses"] + 2 * TOL
+        assert f["foo_l"]["traffic_bytes"] <= f["lru"]["traffic_bytes"] + TOL
+    assert "PFOO-L worst" in proc.stdout
