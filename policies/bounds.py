@@ -46,7 +46,8 @@ Objective = Literal["misses", "traffic"]
 @dataclass(frozen=True)
 class Bound:
     """One bound row. ``lower``: ``misses`` and ``traffic_bytes`` are each a lower bound on that
-    cost for any policy (possibly fractional); else both are one feasible schedule's costs."""
+    cost for any policy (possibly fractional); else both are one feasible schedule's costs.
+    ``seconds``: the wall time it took (``foo_u``'s includes the LPs it is rounded from)."""
 
     name: str
     lower: bool
