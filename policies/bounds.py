@@ -2,17 +2,19 @@
 
 FOO (Berger, Beckmann and Harchol-Balter, "Practical bounds on optimal caching with variable
 object sizes", SIGMETRICS 2018) writes optimal caching as a min-cost flow over the chain of
-requests: one arc per reuse interval of an object, carrying its size, whose cost is what not
-caching the interval costs. Its linear relaxation (``foo_l``) is a lower bound on any policy's
-cost; rounding its fractional intervals down to "not cached" gives a feasible schedule
-(``foo_u``), an upper bound on the optimum. PFOO-L relaxes every per-request capacity
-constraint into one total resource (size x interval length <= C x T); its optimum
-(``pfoo_l``) is below ``foo_l`` and takes a sort or a one-dimensional search.
+requests (arcs of capacity C): one arc per reuse interval of an object, carrying its size,
+whose cost is what not keeping the interval costs. Its linear relaxation (``foo_l``) is a lower
+bound on any policy's cost; rounding its fractional intervals down to "not kept" gives a
+feasible schedule (``foo_u``), an upper bound on the optimum. PFOO-L relaxes the capacity of
+every gap into one total resource (size x interval length <= C x T); its optimum (``pfoo_l``)
+is below ``foo_l`` and takes a sort.
 
 The costs are the pool's (:class:`allocator.pool.Pool` with ``placement="bytes"``, no preset,
-write-back): a miss is any access to a non-resident object; traffic is bytes copied
-host-to-device plus device-to-host. ``docs/BOUNDS.md`` derives the model: what each interval
-costs, why a dirty object's write-back makes the byte cost a per-segment maximum, and why
+write-back), admission control included: a miss is any access to a non-resident object;
+traffic is bytes copied host-to-device plus device-to-host, where a first write allocates, a
+dirty victim is written back, a free drops the object, and an access the policy does not admit
+streams its bytes (issue 23). ``docs/BOUNDS.md`` derives the model: what each interval costs,
+why a dirty object's write-back couples the intervals of a segment, and why
 ``pfoo_l <= foo_l <= OPT <= foo_u``.
 
 Every lower-bound row carries two bounds, each the optimum of its own program: ``misses`` (the
@@ -38,6 +40,7 @@ __all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "KINDS",
 
 KINDS = ("foo", "pfoo_l")
 FOO_MAX_REQUESTS = 200_000  # FOO's LP beyond this takes too long: PFOO-L has no such limit
+FILL_CANDIDATES = 2_000  # fractional intervals foo_u tries to add back (each an O(n) check)
 _TOL = 1e-7  # relative tolerance of a bound against a measured cost (the LP solver's accuracy)
 
 Objective = Literal["misses", "traffic"]
@@ -72,19 +75,24 @@ class BoundViolation(CachegymError, AssertionError):
 @dataclass(frozen=True)
 class _Intervals:
     """Every reuse interval of every object (a key between two frees is one object), in order of
-    object then time. Interval ``j`` runs from row ``a[j]`` to row ``b[j]`` (``n`` for the trace's
-    end) and holds ``size[j]`` bytes while cached. ``fetch`` is 1 where it ends in a read or write
-    (not caching it costs that access a miss and a copy); ``seg`` is the dirty segment it belongs
-    to (-1: clean), a segment running from a write to the object's next write or end."""
+    object then time. Interval ``j`` runs from row ``a[j]`` (an access) to row ``b[j]`` (the
+    object's next access or its free, ``n`` for the trace's end) and holds ``size[j]`` bytes
+    while kept. ``miss[j]``/``copy[j]``: what not keeping it costs by itself, in misses and in
+    bytes (a miss and a fetch or a stream where it ends in an access; the stream of the object's
+    first write when it is that write's interval). ``seg[j]``: its dirty segment (-1: clean);
+    segment ``g`` opens at the write of interval ``seg_write[g]``, whose incoming interval is
+    ``seg_in[g]`` (-1 for an object's first access), and holds ``seg_size[g]`` bytes."""
 
     n: int
     a: np.ndarray
     b: np.ndarray
     size: np.ndarray
-    fetch: np.ndarray
+    miss: np.ndarray
+    copy: np.ndarray
     seg: np.ndarray
+    seg_write: np.ndarray
+    seg_in: np.ndarray
     seg_size: np.ndarray
-    access_rows: np.ndarray  # rows that are reads or writes of objects that fit (a constraint each)
     compulsory_misses: int
     compulsory_traffic: int
 
@@ -102,8 +110,7 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
     last[:-1] = so[1:] != so[:-1]
     # an object keeps one size (the pool's residency uses the size of its last miss)
     pa = np.flatnonzero(~is_free)
-    same = so[pa[1:]] == so[pa[:-1]]
-    changed = same & (sz[pa[1:]] != sz[pa[:-1]])
+    changed = (so[pa[1:]] == so[pa[:-1]]) & (sz[pa[1:]] != sz[pa[:-1]])
     if changed.any():
         r = int(order[pa[1:][changed][0]])
         raise ConfigError(f"offline bounds: key {int(key[r])} changes size at row {r} without a "
@@ -111,226 +118,197 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
                           "give the trace one size per key)")
     big = sz > capacity  # never resident: streamed at every access
     acc = ~is_free
-    # compulsory: an object's first access misses; it copies its bytes if it is a read (a first
-    # write allocates); an object larger than the pool misses and streams at every access
+    # compulsory: an object's first access misses, and a first read copies its bytes (a first
+    # write allocates if admitted: its cost is its interval's); an object larger than the pool
+    # misses and streams at every access
     comp_misses = int((first & acc & ~big).sum() + (acc & big).sum())
     comp_traffic = int(sz[first & acc & ~big & (sop == Op.READ)].sum() + sz[acc & big].sum())
-    # interval j starts at sorted position p (an access, not an object's last row)
-    start = acc & ~big
-    has_next = start & ~last
-    pos = np.flatnonzero(start)
-    nxt_pos = np.where(has_next[pos], pos + 1, -1)
+    # interval j starts at sorted position pos[j] (an access of an object that fits)
+    pos = np.flatnonzero(acc & ~big)
+    has_next = ~last[pos]
+    nxt = np.where(has_next, pos + 1, 0)
     a = order[pos]
-    b = np.where(nxt_pos >= 0, order[np.maximum(nxt_pos, 0)], n)
-    ends_access = (nxt_pos >= 0) & ~is_free[np.maximum(nxt_pos, 0)]
+    b = np.where(has_next, order[nxt], n)
+    ends_access = has_next & ~is_free[nxt]
+    s = sz[pos]
+    write = sop[pos] == Op.WRITE
+    first_iv = first[pos]
+    miss = ends_access.astype(np.int64)
+    copy = s * (ends_access.astype(np.int64) + (first_iv & write))
     # dirty segments: a write opens one; it lasts until the object's next write or its end
-    w = (sop[pos] == Op.WRITE).astype(np.int64)
+    w = write.astype(np.int64)
     cw = np.cumsum(w)
-    obj_pos = so[pos]
-    newobj = np.ones(len(pos), bool)
-    newobj[1:] = obj_pos[1:] != obj_pos[:-1]
-    base = np.maximum.accumulate(np.where(newobj, cw - w, 0)) if len(pos) else cw
+    base = np.maximum.accumulate(np.where(first_iv, cw - w, 0)) if len(pos) else cw
     dirty = (cw - base) > 0
-    seg = np.where(dirty, cw - 1, -1)
-    # renumber segments densely
-    used, seg_dense = np.unique(seg[dirty], return_inverse=True)
-    seg_out = np.full(len(pos), -1, np.int64)
-    seg_out[dirty] = seg_dense
-    seg_size = np.zeros(len(used), np.int64)
-    seg_size[seg_dense] = sz[pos][dirty]
-    rows = np.flatnonzero((op != Op.FREE) & (size <= capacity))
-    return _Intervals(n, a.astype(np.int64), b.astype(np.int64), sz[pos], ends_access.astype(np.int64),
-                      seg_out, seg_size, rows, comp_misses, comp_traffic)
+    seg = np.where(dirty, cw - 1, -1)  # segments numbered by their write: dense already
+    seg_write = np.flatnonzero(write)
+    seg_in = np.where(first_iv[seg_write], -1, seg_write - 1)
+    return _Intervals(n, a.astype(np.int64), b.astype(np.int64), s, miss, copy, seg.astype(np.int64),
+                      seg_write, seg_in, s[seg_write], comp_misses, comp_traffic)
 
 
-def _costs(iv: _Intervals, objective: Objective) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(keep, f, seg)``: the intervals that matter to ``objective``, what not caching each
-    costs on its own, and its dirty segment (-1 when the objective has no write-backs)."""
+def _costs(iv: _Intervals, objective: Objective) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(keep, f, segments)``: the intervals that matter to ``objective``, what not keeping
+    each costs by itself, and whether the objective counts write-backs."""
     if objective == "misses":
-        keep = iv.fetch > 0
-        return keep, iv.fetch[keep].astype(np.float64), np.full(int(keep.sum()), -1, np.int64)
-    keep = (iv.fetch > 0) | (iv.seg >= 0)
-    return keep, (iv.fetch * iv.size)[keep].astype(np.float64), iv.seg[keep]
+        keep = iv.miss > 0
+        return keep, iv.miss[keep].astype(np.float64), False
+    keep = (iv.copy > 0) | (iv.seg >= 0)
+    return keep, iv.copy[keep].astype(np.float64), True
 
 
-def _schedule_cost(iv: _Intervals, cached: np.ndarray) -> tuple[int, int]:
-    """Misses and traffic of the schedule that keeps exactly the intervals ``cached``."""
-    miss = iv.fetch.astype(bool) & ~cached
-    misses = iv.compulsory_misses + int(miss.sum())
-    traffic = iv.compulsory_traffic + int(iv.size[miss].sum())
-    s = iv.seg >= 0
-    if s.any():  # a segment writes back once if any of its intervals is not cached
-        broken = np.zeros(len(iv.seg_size), bool)
-        broken[iv.seg[s & ~cached]] = True
-        traffic += int(iv.seg_size[broken].sum())
+def _writebacks(iv: _Intervals, kept: np.ndarray) -> np.ndarray:
+    """Per segment, whether the schedule ``kept`` writes it back: the object is resident at
+    the write (its incoming or its own interval kept) and some interval of the segment is not
+    kept. (A write with neither is streamed: nothing dirty stays on the device.)"""
+    broken = np.bincount(iv.seg[(iv.seg >= 0) & ~kept], minlength=len(iv.seg_write)) > 0
+    inc = np.where(iv.seg_in >= 0, kept[np.maximum(iv.seg_in, 0)], False)
+    return broken & (kept[iv.seg_write] | inc)  # type: ignore[no-any-return]
+
+
+def _schedule_cost(iv: _Intervals, kept: np.ndarray) -> tuple[int, int]:
+    """Misses and traffic of the schedule that keeps exactly the intervals ``kept``."""
+    misses = iv.compulsory_misses + int(iv.miss[~kept].sum())
+    traffic = iv.compulsory_traffic + int(iv.copy[~kept].sum())
+    traffic += int(iv.seg_size[_writebacks(iv, kept)].sum())
     return misses, traffic
 
 
 # ---------------------------------------------------------------------- FOO
 def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float, np.ndarray]:
-    """The LP optimum (cost) and each interval's cached fraction (0 where not in the LP).
+    """The LP optimum (cost beyond the compulsory) and each interval's kept fraction (0 where
+    not in the LP).
 
-    Variables: x_j (interval j's cached fraction), t_g (segment g kept dirty throughout,
-    t_g <= x_j for j in g) and e_i (bytes cached across the gap after row i, as a share of the
-    capacity). Rows: e_i = e_{i-1} + s x_(starting at i) - s x_(ending at i) (the chain), and
-    at every access row i that fits, e_i + s_i (1 - x_(starting at i)) <= C (the accessed object
-    is resident beside everything cached across it).
+    Variables: x_j (interval j's kept fraction), w_g (segment g's write-back) and e_i (bytes
+    kept across the gap after row i, as a share of the capacity, at most 1). Rows: the chain
+    e_i = e_{i-1} + s x_(starting at i) - s x_(ending at i), and for a segment g opened by the
+    write of interval k with incoming interval p: w_g >= x_p - x_k, w_g >= x_k - x_j (j in g).
     """
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    keep, f, seg = _costs(iv, objective)
-    a, b = iv.a[keep], iv.b[keep]
-    s = iv.size[keep].astype(np.float64) / capacity  # every size as a share of the capacity
-    nj, n = len(a), iv.n
-    g_ids = np.unique(seg[seg >= 0])
-    ng = len(g_ids)
-    segsz = iv.seg_size[g_ids].astype(np.float64)
-    const = float(f.sum() + segsz.sum())
-    x_of = np.full(len(iv.a), 0.0)
+    keep, f, segments = _costs(iv, objective)
+    idx = np.flatnonzero(keep)
+    nj, n = len(idx), iv.n
+    const = float(f.sum())
+    x_of = np.zeros(len(iv.a))
     if nj == 0:
         return const, x_of
+    a, b = iv.a[idx], iv.b[idx]
+    s = iv.size[idx].astype(np.float64) / capacity  # every size as a share of the capacity
+    local = np.full(len(iv.a), -1, np.int64)
+    local[idx] = np.arange(nj)
+    ng = len(iv.seg_write) if segments else 0
+    segsz = iv.seg_size[:ng].astype(np.float64)
     unit = max(float(f.max(initial=0.0)), float(segsz.max(initial=0.0)), 1.0)  # cost scale
-    c = np.concatenate([-f / unit, -segsz / unit, np.zeros(n)])
-    xi, ti, ei = 0, nj, nj + ng
-    # chain equalities
+    c = np.concatenate([-f / unit, segsz / unit, np.zeros(n)])
+    wi, ei = nj, nj + ng
     jj = np.arange(nj)
-    r_eq = np.concatenate([np.arange(n), np.arange(1, n), a, b[b < n]])
-    c_eq = np.concatenate([ei + np.arange(n), ei + np.arange(n - 1), xi + jj, xi + jj[b < n]])
-    v_eq = np.concatenate([np.ones(n), -np.ones(n - 1), -s, s[b < n]])
-    a_eq = coo_matrix((v_eq, (r_eq, c_eq)), shape=(n, nj + ng + n)).tocsr()
-    # capacity at access rows: e_i - s_i x_out(i) <= 1 - s_i
-    rows = iv.access_rows
-    out_of = np.full(n, -1, np.int64)
-    out_of[a] = jj
-    row_id = np.arange(len(rows))
-    has_out = out_of[rows] >= 0
-    r_ub = [row_id, row_id[has_out]]
-    c_ub = [ei + rows, xi + out_of[rows][has_out]]
-    v_ub = [np.ones(len(rows)), -s[out_of[rows][has_out]]]
-    # segments: t_g - x_j <= 0
-    in_seg = np.flatnonzero(seg >= 0)
-    g_local = np.searchsorted(g_ids, seg[in_seg])
-    k0 = len(rows)
-    sr = k0 + np.arange(len(in_seg))
-    r_ub += [sr, sr]
-    c_ub += [ti + g_local, xi + in_seg]
-    v_ub += [np.ones(len(in_seg)), -np.ones(len(in_seg))]
-    n_ub = k0 + len(in_seg)
-    a_ub = coo_matrix((np.concatenate(v_ub), (np.concatenate(r_ub), np.concatenate(c_ub))),
-                      shape=(n_ub, nj + ng + n)).tocsr()
-    row_sizes = np.asarray(_row_sizes(iv, rows), np.float64) / capacity
-    b_ub = np.concatenate([1.0 - row_sizes, np.zeros(len(in_seg))])
-    bounds = np.zeros((nj + ng + n, 2))
+    end = b < n
+    r_eq = np.concatenate([np.arange(n), np.arange(1, n), a, b[end]])
+    c_eq = np.concatenate([ei + np.arange(n), ei + np.arange(n - 1), jj, jj[end]])
+    v_eq = np.concatenate([np.ones(n), -np.ones(n - 1), -s, s[end]])
+    nv = nj + ng + n
+    a_eq = coo_matrix((v_eq, (r_eq, c_eq)), shape=(n, nv)).tocsr()
+    a_ub = b_ub = None
+    if ng:
+        # w_g >= x_k - x_j for the other intervals j of g: x_k - x_j - w_g <= 0
+        mem = np.flatnonzero((iv.seg >= 0) & ~np.isin(np.arange(len(iv.a)), iv.seg_write))
+        g1 = iv.seg[mem]
+        k1 = local[iv.seg_write[g1]]
+        j1 = local[mem]
+        # w_g >= x_p - x_k for the write's incoming interval p: x_p - x_k - w_g <= 0
+        g2 = np.flatnonzero(iv.seg_in >= 0)
+        p2 = local[iv.seg_in[g2]]
+        k2 = local[iv.seg_write[g2]]
+        m1, m2 = len(mem), len(g2)
+        r1, r2 = np.arange(m1), m1 + np.arange(m2)
+        rows = np.concatenate([r1, r1, r1, r2, r2, r2])
+        cols = np.concatenate([k1, j1, wi + g1, p2, k2, wi + g2])
+        vals = np.concatenate([np.ones(m1), -np.ones(m1), -np.ones(m1),
+                               np.ones(m2), -np.ones(m2), -np.ones(m2)])
+        a_ub = coo_matrix((vals, (rows, cols)), shape=(m1 + m2, nv)).tocsr()
+        b_ub = np.zeros(m1 + m2)
+    bounds = np.zeros((nv, 2))
     bounds[:, 1] = 1.0
     res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(n), bounds=bounds,
                   method="highs")
     if res.status != 0:  # x = 0 is always feasible: only a numerical failure lands here
         raise RuntimeError(f"FOO's LP did not solve: {res.message}")
-    x = np.clip(res.x[:nj], 0.0, 1.0)
-    x_of[np.flatnonzero(keep)] = x
+    x_of[idx] = np.clip(res.x[:nj], 0.0, 1.0)
     return const + float(res.fun) * unit, x_of
 
 
-def _row_sizes(iv: _Intervals, rows: np.ndarray) -> np.ndarray:
-    out = np.zeros(iv.n, np.int64)
-    out[iv.a] = iv.size  # every fitting access starts an interval of its own size
-    return out[rows]
-
-
-def _feasible(iv: _Intervals, cached: np.ndarray, capacity: int) -> np.ndarray:
-    """Rows (access rows) where the schedule ``cached`` overflows the pool."""
+def _overflow(iv: _Intervals, kept: np.ndarray, capacity: int) -> np.ndarray:
+    """Gaps (after each row) where the schedule ``kept`` holds more than the pool."""
     delta = np.zeros(iv.n + 1, np.int64)
-    np.add.at(delta, iv.a[cached], iv.size[cached])
-    np.add.at(delta, iv.b[cached], -iv.size[cached])
-    load = np.cumsum(delta)[:-1]  # bytes cached across the gap after each row
-    out = np.zeros(iv.n, np.int64)
-    out[iv.a] = np.where(cached, 0, iv.size)  # the accessed object when not kept
-    rows = iv.access_rows
-    return rows[load[rows] + out[rows] > capacity]
+    np.add.at(delta, iv.a[kept], iv.size[kept])
+    np.add.at(delta, iv.b[kept], -iv.size[kept])
+    return np.flatnonzero(np.cumsum(delta)[:-1] > capacity)
 
 
 def _round_down(iv: _Intervals, x: np.ndarray, capacity: int) -> np.ndarray:
     """A feasible integer schedule from fractional ``x``: whole intervals stay, others go."""
-    cached = x >= 1.0 - 1e-7
+    kept = x >= 1.0 - 1e-7
     for _ in range(len(iv.a) + 1):  # (solver tolerance) drop the largest interval across
-        bad = _feasible(iv, cached, capacity)  # an overflowing row until none overflows
+        bad = _overflow(iv, kept, capacity)  # an overflowing gap until none overflows
         if len(bad) == 0:
-            return cached
+            return kept
         r = bad[0]
-        across = np.flatnonzero(cached & (iv.a < r) & (iv.b > r))
-        cached[across[np.argmax(iv.size[across])]] = False
-    raise AssertionError("unreachable: no interval cached is always feasible")
+        across = np.flatnonzero(kept & (iv.a <= r) & (iv.b > r))
+        kept[across[np.argmax(iv.size[across])]] = False
+    raise AssertionError("unreachable: keeping nothing is always feasible")
+
+
+def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
+          objective: Objective) -> np.ndarray:
+    """Add back fractional intervals, most kept first (at most :data:`FILL_CANDIDATES`), each
+    where it fits in every gap it spans and lowers the schedule's cost."""
+    cand = np.flatnonzero(~kept & (x > 1e-7))
+    cand = cand[np.argsort(-x[cand], kind="stable")][:FILL_CANDIDATES]
+    if len(cand) == 0:
+        return kept
+    delta = np.zeros(iv.n + 1, np.int64)
+    np.add.at(delta, iv.a[kept], iv.size[kept])
+    np.add.at(delta, iv.b[kept], -iv.size[kept])
+    load = np.cumsum(delta)[:-1]
+    pick = 0 if objective == "misses" else 1
+    cost = _schedule_cost(iv, kept)[pick]
+    for j in cand:
+        a, b, s = int(iv.a[j]), int(iv.b[j]), int(iv.size[j])
+        if int(load[a:b].max()) + s > capacity:
+            continue
+        kept[j] = True
+        c = _schedule_cost(iv, kept)[pick]
+        if c < cost:
+            cost = c
+            load[a:b] += s
+        else:
+            kept[j] = False
+    return kept
 
 
 # ---------------------------------------------------------------------- PFOO-L
 def _pfoo_l(iv: _Intervals, capacity: int, objective: Objective) -> float:
-    """The optimum of the one-resource relaxation: each interval uses ``size x (access rows
-    strictly inside it)`` of ``sum over access rows of (C - size)``.
-
-    Without write-backs (``misses``, or a trace without writes) it is a fractional knapsack:
-    sort by cost per unit resource and fill greedily. With them the cost is not separable (a
-    segment saves its write-back only when all its intervals are cached), and the optimum is
-    the Lagrangian dual's maximum (strong duality: one constraint, a linear program), found by
-    bisection on the multiplier; any multiplier gives a valid lower bound.
-    """
-    keep, f, seg = _costs(iv, objective)
-    const_f = float(f.sum())
-    rows = iv.access_rows
-    cnt = np.zeros(iv.n + 1, np.int64)
-    cnt[rows + 1] = 1
-    cnt = np.cumsum(cnt)  # cnt[i] = access rows before row i
-    a, b = iv.a[keep], iv.b[keep]
-    inside = cnt[b] - cnt[a + 1]
-    r = iv.size[keep].astype(np.float64) * inside
-    budget = float(capacity * len(rows) - _row_sizes(iv, rows).sum())
-    if not (seg >= 0).any():
-        order = np.argsort(-(f / np.maximum(r, 1e-300)), kind="stable")
-        free = r[order] == 0  # fits in no row's constraint: cached for nothing
-        saved = float(f[order][free].sum())
-        fo, ro = f[order][~free], r[order][~free]
-        cum = np.cumsum(ro)
-        full = cum <= budget
-        saved += float(fo[full].sum())
-        k = int(full.sum())
-        if k < len(fo):
-            left = budget - (float(cum[k - 1]) if k else 0.0)
-            saved += float(fo[k]) * max(left, 0.0) / float(ro[k])
-        return const_f - saved
-    g_ids, g = np.unique(seg[seg >= 0], return_inverse=True)
-    sg = iv.seg_size[g_ids].astype(np.float64)
-    in_seg = seg >= 0
-
-    def dual(lam: float) -> tuple[float, float]:
-        cj = lam * r - f
-        val = -lam * budget + const_f + np.minimum(cj, 0.0).sum()
-        pos = np.bincount(g, weights=np.maximum(cj[in_seg], 0.0), minlength=len(sg))
-        val += np.minimum(sg, pos).sum()
-        whole = sg > pos  # segment kept dirty throughout: all its intervals cached
-        x = (cj < 0).astype(np.float64)
-        xs = x[in_seg]
-        xs[whole[g]] = 1.0
-        x[in_seg] = xs
-        return float(val), float((r * x).sum())
-
-    v0, used0 = dual(0.0)
-    if used0 <= budget:  # everything fits in the one resource
-        return v0
-    rr = np.where(r > 0, r, np.inf)
-    fs = f.copy()
-    fs[in_seg] += sg[g]
-    hi = float(np.max(fs / rr)) * 2.0 + 1e-300
-    lo = 0.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        _, used = dual(mid)
-        if used > budget:
-            lo = mid
-        else:
-            hi = mid
-    return max(dual(lo)[0], dual(hi)[0])
+    """The optimum (beyond the compulsory) of the one-resource relaxation: interval j uses
+    ``size x gaps it spans`` of ``C x gaps``, saves its own cost when kept, and write-backs are
+    relaxed away (they couple intervals). A fractional knapsack: sort by cost saved per unit of
+    resource and fill greedily."""
+    own = iv.copy if objective == "traffic" else iv.miss
+    keep = own > 0
+    f = own[keep].astype(np.float64)
+    r = iv.size[keep].astype(np.float64) * (iv.b[keep] - iv.a[keep])
+    budget = float(capacity) * iv.n
+    order = np.argsort(-(f / r), kind="stable")
+    fo, ro = f[order], r[order]
+    cum = np.cumsum(ro)
+    full = cum <= budget
+    saved = float(fo[full].sum())
+    k = int(full.sum())
+    if k < len(fo):
+        left = budget - (float(cum[k - 1]) if k else 0.0)
+        saved += float(fo[k]) * max(left, 0.0) / float(ro[k])
+    return float(f.sum()) - saved
 
 
 # ---------------------------------------------------------------------- API
@@ -369,7 +347,8 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         t1 = time.perf_counter()
         out["foo_l"] = Bound("foo_l", True, lm + iv.compulsory_misses, lt + iv.compulsory_traffic,
                              prep + t1 - t0)
-        cached = _round_down(iv, xm if primary == "misses" else xt, capacity)
+        x = xm if primary == "misses" else xt
+        cached = _fill(iv, x, _round_down(iv, x, capacity), capacity, primary)
         um, ut = _schedule_cost(iv, cached)
         out["foo_u"] = Bound("foo_u", False, float(um), float(ut),
                              prep + time.perf_counter() - t0)
