@@ -9,6 +9,7 @@
     python scripts/bench.py quality   [--json PATH]   learned policy vs heuristics on held-out traces
     python scripts/bench.py guard     [--json PATH]   guarded learned policy's requests/s (vs another checkout)
     python scripts/bench.py guardmem  [--json PATH]   guarded learned policy's memory over 10M requests
+    python scripts/bench.py bounds    [--json PATH]   offline bounds: FOO on 7k requests, PFOO-L on 10^6
 
 Each benchmark lives in ``scripts/bench_<name>.py`` and exposes ``add_args(parser)`` and
 ``run(args) -> dict`` (the figures, also written as JSON with ``--json``).
@@ -22,12 +23,13 @@ import json
 import os
 import sys
 
-BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "guardmem")
+BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "guardmem", "bounds")
 # the benchmarks' options that count something (requests, objects, steps, seconds, threads, ...):
 # each must be positive when given
 COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",
           "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads",
-          "max_requests", "dl_tiled", "capacity", "every")
+          "max_requests", "dl_tiled", "capacity", "every",
+          "foo_requests")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,385 @@
+"""Offline bounds on what a trace costs a pool of ``capacity``: FOO and PFOO-L.
+
+FOO (Berger, Beckmann and Harchol-Balter, "Practical bounds on optimal caching with variable
+object sizes", SIGMETRICS 2018) writes optimal caching as a min-cost flow over the chain of
+requests (arcs of capacity C): one arc per reuse interval of an object, carrying its size,
+whose cost is what not keeping the interval costs. Its linear relaxation (``foo_l``) is a lower
+bound on any policy's cost; rounding its fractional intervals down to "not kept" gives a
+feasible schedule (``foo_u``), an upper bound on the optimum. PFOO-L relaxes the capacity of
+every gap into one total resource (size x interval length <= C x T); its optimum (``pfoo_l``)
+is below ``foo_l`` and takes a sort.
+
+The costs are the pool's (:class:`allocator.pool.Pool` with ``placement="bytes"``, no preset,
+write-back), admission control included: a miss is any access to a non-resident object;
+traffic is bytes copied host-to-device plus device-to-host, where a first write allocates, a
+dirty victim is written back, a free drops the object, and an access the policy does not admit
+streams its bytes (issue 23). ``docs/BOUNDS.md`` derives the model: what each interval costs,
+why a dirty object's write-back couples the intervals of a segment, and why
+``pfoo_l <= foo_l <= OPT <= foo_u``.
+
+Every lower-bound row carries two bounds, each the optimum of its own program: ``misses`` (the
+object-count objective) and ``traffic_bytes`` (the byte objective). ``foo_u`` is one schedule,
+the rounding of the LP for the objective that ``mode`` names (``objects``: misses; ``bytes``:
+traffic), and carries that schedule's misses and traffic.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from allocator.errors import CachegymError, ConfigError
+from allocator.trace import Op, Trace
+
+__all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "KINDS", "FOO_MAX_REQUESTS"]
+
+KINDS = ("foo", "pfoo_l")
+FOO_MAX_REQUESTS = 200_000  # FOO's LP beyond this takes too long: PFOO-L has no such limit
+FILL_CANDIDATES = 2_000  # fractional intervals foo_u tries to add back (each an O(n) check)
+_TOL = 1e-7  # relative tolerance of a bound against a measured cost (the LP solver's accuracy)
+
+Objective = Literal["misses", "traffic"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One bound row. ``lower``: ``misses`` and ``traffic_bytes`` are each a lower bound on that
+    cost for any policy (possibly fractional); else both are one feasible schedule's costs.
+    ``seconds``: the wall time it took (``foo_u``'s includes the LPs it is rounded from)."""
+
+    name: str
+    lower: bool
+    misses: float
+    traffic_bytes: float
+    seconds: float
+
+
+class BoundViolation(CachegymError, AssertionError):
+    """A policy's measured cost is below a lower bound: the bound, or the replay, is wrong.
+
+    Attributes: ``policy``, ``bound`` (the row's name), ``field`` and the two values."""
+
+    def __init__(self, policy: str, bound: str, field: str, value: float, limit: float) -> None:
+        self.policy, self.bound, self.field, self.value, self.limit = policy, bound, field, value, limit
+        super().__init__(f"policy {policy!r}: {field} {value} is below the lower bound {bound} = "
+                         f"{limit}; one of the two is wrong (check the replay's settings: "
+                         "placement='bytes', no preset, write-back, and the bound's mode)")
+
+
+# ---------------------------------------------------------------------- intervals
+@dataclass(frozen=True)
+class _Intervals:
+    """Every reuse interval of every object (a key between two frees is one object), in order of
+    object then time. Interval ``j`` runs from row ``a[j]`` (an access) to row ``b[j]`` (the
+    object's next access or its free, ``n`` for the trace's end) and holds ``size[j]`` bytes
+    while kept. ``miss[j]``/``copy[j]``: what not keeping it costs by itself, in misses and in
+    bytes (a miss and a fetch or a stream where it ends in an access; the stream of the object's
+    first write when it is that write's interval). ``seg[j]``: its dirty segment (-1: clean);
+    segment ``g`` opens at the write of interval ``seg_write[g]``, whose incoming interval is
+    ``seg_in[g]`` (-1 for an object's first access), and holds ``seg_size[g]`` bytes."""
+
+    n: int
+    a: np.ndarray
+    b: np.ndarray
+    size: np.ndarray
+    miss: np.ndarray
+    copy: np.ndarray
+    seg: np.ndarray
+    seg_write: np.ndarray
+    seg_in: np.ndarray
+    seg_size: np.ndarray
+    compulsory_misses: int
+    compulsory_traffic: int
+
+
+def _intervals(trace: Trace, capacity: int) -> _Intervals:
+    n = len(trace)
+    key, size, op = trace.key, trace.size.astype(np.int64), trace.op
+    obj = trace.object_ids()
+    order = np.lexsort((np.arange(n), obj))
+    so, sz, sop = obj[order], size[order], op[order]
+    is_free = sop == Op.FREE
+    first = np.ones(n, bool)
+    first[1:] = so[1:] != so[:-1]
+    last = np.ones(n, bool)
+    last[:-1] = so[1:] != so[:-1]
+    # an object keeps one size (the pool's residency uses the size of its last miss)
+    pa = np.flatnonzero(~is_free)
+    changed = (so[pa[1:]] == so[pa[:-1]]) & (sz[pa[1:]] != sz[pa[:-1]])
+    if changed.any():
+        r = int(order[pa[1:][changed][0]])
+        raise ConfigError(f"offline bounds: key {int(key[r])} changes size at row {r} without a "
+                          "free before; the bounds model one size per object (free it first, or "
+                          "give the trace one size per key)")
+    big = sz > capacity  # never resident: streamed at every access
+    acc = ~is_free
+    # compulsory: an object's first access misses, and a first read copies its bytes (a first
+    # write allocates if admitted: its cost is its interval's); an object larger than the pool
+    # misses and streams at every access
+    comp_misses = int((first & acc & ~big).sum() + (acc & big).sum())
+    comp_traffic = int(sz[first & acc & ~big & (sop == Op.READ)].sum() + sz[acc & big].sum())
+    # interval j starts at sorted position pos[j] (an access of an object that fits)
+    pos = np.flatnonzero(acc & ~big)
+    has_next = ~last[pos]
+    nxt = np.where(has_next, pos + 1, 0)
+    a = order[pos]
+    b = np.where(has_next, order[nxt], n)
+    ends_access = has_next & ~is_free[nxt]
+    s = sz[pos]
+    write = sop[pos] == Op.WRITE
+    first_iv = first[pos]
+    miss = ends_access.astype(np.int64)
+    copy = s * (ends_access.astype(np.int64) + (first_iv & write))
+    # dirty segments: a write opens one; it lasts until the object's next write or its end
+    w = write.astype(np.int64)
+    cw = np.cumsum(w)
+    base = np.maximum.accumulate(np.where(first_iv, cw - w, 0)) if len(pos) else cw
+    dirty = (cw - base) > 0
+    seg = np.where(dirty, cw - 1, -1)  # segments numbered by their write: dense already
+    seg_write = np.flatnonzero(write)
+    seg_in = np.where(first_iv[seg_write], -1, seg_write - 1)
+    return _Intervals(n, a.astype(np.int64), b.astype(np.int64), s, miss, copy, seg.astype(np.int64),
+                      seg_write, seg_in, s[seg_write], comp_misses, comp_traffic)
+
+
+def _costs(iv: _Intervals, objective: Objective) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(keep, f, segments)``: the intervals that matter to ``objective``, what not keeping
+    each costs by itself, and whether the objective counts write-backs."""
+    if objective == "misses":
+        keep = iv.miss > 0
+        return keep, iv.miss[keep].astype(np.float64), False
+    keep = (iv.copy > 0) | (iv.seg >= 0)
+    return keep, iv.copy[keep].astype(np.float64), True
+
+
+def _writebacks(iv: _Intervals, kept: np.ndarray) -> np.ndarray:
+    """Per segment, whether the schedule ``kept`` writes it back: the object is resident at
+    the write (its incoming or its own interval kept) and some interval of the segment is not
+    kept. (A write with neither is streamed: nothing dirty stays on the device.)"""
+    broken = np.bincount(iv.seg[(iv.seg >= 0) & ~kept], minlength=len(iv.seg_write)) > 0
+    inc = np.where(iv.seg_in >= 0, kept[np.maximum(iv.seg_in, 0)], False)
+    return broken & (kept[iv.seg_write] | inc)  # type: ignore[no-any-return]
+
+
+def _schedule_cost(iv: _Intervals, kept: np.ndarray) -> tuple[int, int]:
+    """Misses and traffic of the schedule that keeps exactly the intervals ``kept``."""
+    misses = iv.compulsory_misses + int(iv.miss[~kept].sum())
+    traffic = iv.compulsory_traffic + int(iv.copy[~kept].sum())
+    traffic += int(iv.seg_size[_writebacks(iv, kept)].sum())
+    return misses, traffic
+
+
+# ---------------------------------------------------------------------- FOO
+def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float, np.ndarray]:
+    """The LP optimum (cost beyond the compulsory) and each interval's kept fraction (0 where
+    not in the LP).
+
+    Variables: x_j (interval j's kept fraction), w_g (segment g's write-back) and e_i (bytes
+    kept across the gap after row i, as a share of the capacity, at most 1). Rows: the chain
+    e_i = e_{i-1} + s x_(starting at i) - s x_(ending at i), and for a segment g opened by the
+    write of interval k with incoming interval p: w_g >= x_p - x_k, w_g >= x_k - x_j (j in g).
+    """
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    keep, f, segments = _costs(iv, objective)
+    idx = np.flatnonzero(keep)
+    nj, n = len(idx), iv.n
+    const = float(f.sum())
+    x_of = np.zeros(len(iv.a))
+    if nj == 0:
+        return const, x_of
+    a, b = iv.a[idx], iv.b[idx]
+    s = iv.size[idx].astype(np.float64) / capacity  # every size as a share of the capacity
+    local = np.full(len(iv.a), -1, np.int64)
+    local[idx] = np.arange(nj)
+    ng = len(iv.seg_write) if segments else 0
+    segsz = iv.seg_size[:ng].astype(np.float64)
+    unit = max(float(f.max(initial=0.0)), float(segsz.max(initial=0.0)), 1.0)  # cost scale
+    c = np.concatenate([-f / unit, segsz / unit, np.zeros(n)])
+    wi, ei = nj, nj + ng
+    jj = np.arange(nj)
+    end = b < n
+    r_eq = np.concatenate([np.arange(n), np.arange(1, n), a, b[end]])
+    c_eq = np.concatenate([ei + np.arange(n), ei + np.arange(n - 1), jj, jj[end]])
+    v_eq = np.concatenate([np.ones(n), -np.ones(n - 1), -s, s[end]])
+    nv = nj + ng + n
+    a_eq = coo_matrix((v_eq, (r_eq, c_eq)), shape=(n, nv)).tocsr()
+    a_ub = b_ub = None
+    if ng:
+        # w_g >= x_k - x_j for the other intervals j of g: x_k - x_j - w_g <= 0
+        mem = np.flatnonzero((iv.seg >= 0) & ~np.isin(np.arange(len(iv.a)), iv.seg_write))
+        g1 = iv.seg[mem]
+        k1 = local[iv.seg_write[g1]]
+        j1 = local[mem]
+        # w_g >= x_p - x_k for the write's incoming interval p: x_p - x_k - w_g <= 0
+        g2 = np.flatnonzero(iv.seg_in >= 0)
+        p2 = local[iv.seg_in[g2]]
+        k2 = local[iv.seg_write[g2]]
+        m1, m2 = len(mem), len(g2)
+        r1, r2 = np.arange(m1), m1 + np.arange(m2)
+        rows = np.concatenate([r1, r1, r1, r2, r2, r2])
+        cols = np.concatenate([k1, j1, wi + g1, p2, k2, wi + g2])
+        vals = np.concatenate([np.ones(m1), -np.ones(m1), -np.ones(m1),
+                               np.ones(m2), -np.ones(m2), -np.ones(m2)])
+        a_ub = coo_matrix((vals, (rows, cols)), shape=(m1 + m2, nv)).tocsr()
+        b_ub = np.zeros(m1 + m2)
+    bounds = np.zeros((nv, 2))
+    bounds[:, 1] = 1.0
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(n), bounds=bounds,
+                  method="highs")
+    if res.status != 0:  # x = 0 is always feasible: only a numerical failure lands here
+        raise RuntimeError(f"FOO's LP did not solve: {res.message}")
+    x_of[idx] = np.clip(res.x[:nj], 0.0, 1.0)
+    return const + float(res.fun) * unit, x_of
+
+
+def _overflow(iv: _Intervals, kept: np.ndarray, capacity: int) -> np.ndarray:
+    """Gaps (after each row) where the schedule ``kept`` holds more than the pool."""
+    delta = np.zeros(iv.n + 1, np.int64)
+    np.add.at(delta, iv.a[kept], iv.size[kept])
+    np.add.at(delta, iv.b[kept], -iv.size[kept])
+    return np.flatnonzero(np.cumsum(delta)[:-1] > capacity)
+
+
+def _round_down(iv: _Intervals, x: np.ndarray, capacity: int) -> np.ndarray:
+    """A feasible integer schedule from fractional ``x``: whole intervals stay, others go."""
+    kept = x >= 1.0 - 1e-7
+    for _ in range(len(iv.a) + 1):  # (solver tolerance) drop the largest interval across
+        bad = _overflow(iv, kept, capacity)  # an overflowing gap until none overflows
+        if len(bad) == 0:
+            return kept
+        r = bad[0]
+        across = np.flatnonzero(kept & (iv.a <= r) & (iv.b > r))
+        kept[across[np.argmax(iv.size[across])]] = False
+    raise AssertionError("unreachable: keeping nothing is always feasible")
+
+
+def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
+          objective: Objective) -> np.ndarray:
+    """Add back fractional intervals, most kept first (at most :data:`FILL_CANDIDATES`), each
+    where it fits in every gap it spans and lowers the schedule's cost."""
+    cand = np.flatnonzero(~kept & (x > 1e-7))
+    cand = cand[np.argsort(-x[cand], kind="stable")][:FILL_CANDIDATES]
+    if len(cand) == 0:
+        return kept
+    delta = np.zeros(iv.n + 1, np.int64)
+    np.add.at(delta, iv.a[kept], iv.size[kept])
+    np.add.at(delta, iv.b[kept], -iv.size[kept])
+    load = np.cumsum(delta)[:-1]
+    pick = 0 if objective == "misses" else 1
+    cost = _schedule_cost(iv, kept)[pick]
+    for j in cand:
+        a, b, s = int(iv.a[j]), int(iv.b[j]), int(iv.size[j])
+        if int(load[a:b].max()) + s > capacity:
+            continue
+        kept[j] = True
+        c = _schedule_cost(iv, kept)[pick]
+        if c < cost:
+            cost = c
+            load[a:b] += s
+        else:
+            kept[j] = False
+    return kept
+
+
+# ---------------------------------------------------------------------- PFOO-L
+def _pfoo_l(iv: _Intervals, capacity: int, objective: Objective) -> float:
+    """The optimum (beyond the compulsory) of the one-resource relaxation: interval j uses
+    ``size x gaps it spans`` of ``C x gaps``, saves its own cost when kept, and write-backs are
+    relaxed away (they couple intervals). A fractional knapsack: sort by cost saved per unit of
+    resource and fill greedily."""
+    own = iv.copy if objective == "traffic" else iv.miss
+    keep = own > 0
+    f = own[keep].astype(np.float64)
+    r = iv.size[keep].astype(np.float64) * (iv.b[keep] - iv.a[keep])
+    budget = float(capacity) * iv.n
+    order = np.argsort(-(f / r), kind="stable")
+    fo, ro = f[order], r[order]
+    cum = np.cumsum(ro)
+    full = cum <= budget
+    saved = float(fo[full].sum())
+    k = int(full.sum())
+    if k < len(fo):
+        left = budget - (float(cum[k - 1]) if k else 0.0)
+        saved += float(fo[k]) * max(left, 0.0) / float(ro[k])
+    return float(f.sum()) - saved
+
+
+# ---------------------------------------------------------------------- API
+def offline_bounds(trace: Trace, capacity: int, mode: str,
+                   kinds: Iterable[str] = KINDS) -> dict[str, Bound]:
+    """Bounds on ``trace``'s cost in a pool of ``capacity`` (bytes; objects in ``objects``
+    mode, where every size counts 1, as the evaluator replays it).
+
+    ``kinds``: ``"foo"`` (rows ``foo_l`` and ``foo_u``; exact LP, up to
+    :data:`FOO_MAX_REQUESTS` requests) and/or ``"pfoo_l"`` (row ``pfoo_l``; any size).
+    """
+    kinds = tuple(kinds)
+    for k in kinds:
+        if k not in KINDS:
+            raise ConfigError(f"offline bounds: unknown kind {k!r}; allowed: {', '.join(KINDS)}")
+    if mode not in ("objects", "bytes"):
+        raise ConfigError(f"offline bounds: mode must be 'objects' or 'bytes', got {mode!r}")
+    if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
+            or capacity <= 0):
+        raise ConfigError(f"offline bounds: capacity must be a positive integer, got {capacity!r}")
+    if "foo" in kinds and len(trace) > FOO_MAX_REQUESTS:
+        raise ConfigError(f"offline bounds: FOO solves a linear program of the whole trace and is "
+                          f"limited to {FOO_MAX_REQUESTS} requests; this trace has {len(trace)}. "
+                          "Use kind 'pfoo_l' (any size), or a window of the trace")
+    capacity = int(capacity)
+    t = trace.with_sizes(1) if mode == "objects" else trace
+    primary: Objective = "misses" if mode == "objects" else "traffic"
+    out: dict[str, Bound] = {}
+    t0 = time.perf_counter()
+    iv = _intervals(t, capacity)
+    prep = time.perf_counter() - t0
+    if "foo" in kinds:
+        t0 = time.perf_counter()
+        lm, xm = _foo_lp(iv, capacity, "misses")
+        lt, xt = _foo_lp(iv, capacity, "traffic")
+        t1 = time.perf_counter()
+        out["foo_l"] = Bound("foo_l", True, lm + iv.compulsory_misses, lt + iv.compulsory_traffic,
+                             prep + t1 - t0)
+        x = xm if primary == "misses" else xt
+        cached = _fill(iv, x, _round_down(iv, x, capacity), capacity, primary)
+        um, ut = _schedule_cost(iv, cached)
+        out["foo_u"] = Bound("foo_u", False, float(um), float(ut),
+                             prep + time.perf_counter() - t0)
+    if "pfoo_l" in kinds:
+        t0 = time.perf_counter()
+        pm = _pfoo_l(iv, capacity, "misses")
+        pt = _pfoo_l(iv, capacity, "traffic")
+        out["pfoo_l"] = Bound("pfoo_l", True, pm + iv.compulsory_misses, pt + iv.compulsory_traffic,
+                              prep + time.perf_counter() - t0)
+    return out
+
+
+def _field(row: Any, name: str) -> float:
+    if isinstance(row, Mapping):
+        if name == "traffic_bytes" and name not in row:
+            return float(row["bytes_h2d"]) + float(row["bytes_d2h"])
+        return float(row[name])
+    if name == "traffic_bytes" and not hasattr(row, name):
+        return float(row.bytes_h2d) + float(row.bytes_d2h)
+    return float(getattr(row, name))
+
+
+def check_bounds(rows: Iterable[Any], bounds: Mapping[str, Bound], tol: float = _TOL) -> None:
+    """Raise :class:`BoundViolation` when a row's ``misses`` or traffic (``traffic_bytes``, or
+    ``bytes_h2d + bytes_d2h``) is below a lower bound of ``bounds`` beyond ``tol`` (relative).
+    A row is a mapping (an evaluator row) or has those attributes (:class:`PoolStats`)."""
+    lower = [b for b in bounds.values() if b.lower]
+    for i, row in enumerate(rows):
+        name = str(row.get("policy", i)) if isinstance(row, Mapping) else str(getattr(row, "policy", i))
+        for b in lower:
+            for fld, lim in (("misses", b.misses), ("traffic_bytes", b.traffic_bytes)):
+                v = _field(row, fld)
+                if v < lim - tol * max(1.0, abs(lim)) and not math.isnan(lim):
+                    raise BoundViolation(name, b.name, fld, v, lim)
