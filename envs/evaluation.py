@@ -17,8 +17,11 @@ file run under every guard of ``eval.learned_guards`` (options of the config gro
 policies, and named ``learned[GUARD]`` in the results and plots (``learned[GUARD]:NAME`` with
 several files, NAME the file's name without ``.npz``; the ``policy_file`` column holds its path).
 
-``normalized_hit_rate = (hits - hits_lru) / (hits_belady - hits_lru)`` per (trace, mode,
-capacity, prefetch, preset): lru and belady always run; blank when belady equals lru.
+Each policy row carries ``traffic_bytes`` (bytes copied both ways, streamed accesses included),
+``overhead`` (stall per unit of compute, with a preset and a trace with compute time) and
+``gap_closed_misses`` / ``_traffic`` / ``_stall``: the share of the gap between LRU and an
+offline bound that the policy closes (:mod:`envs.gaps`; ``eval.bounds`` adds the bound rows,
+``row_kind`` tells them from policy rows). lru always runs.
 
 Interruptions (SIGINT, SIGTERM, a crash) lose at most the run in progress: each completed run
 is appended to ``out_dir/runs.jsonl`` as it finishes (:mod:`envs.journal`), the final files are
@@ -47,6 +50,7 @@ from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
 from envs.common import CAPACITY_OF
 from envs.config import build_guard, enum_value, guard_node, instantiate
+from envs.gaps import STALL_REF, add_gap_closed, bound_rows, check_rows_against_bounds, stall_rows
 from envs.journal import RunJournal, digest, replace_atomically
 
 if TYPE_CHECKING:
@@ -54,7 +58,7 @@ if TYPE_CHECKING:
     from policies.base import EvictionPolicy
 
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
-           "add_normalized_hit_rate", "write_results", "format_table", "plot_results",
+           "write_results", "format_table", "plot_results",
            "check_capacities", "check_capacity_of", "check_eviction_names", "plan_learned",
            "learned_name"]
 
@@ -63,12 +67,13 @@ log = logging.getLogger(__name__)
 COLUMNS = (
     "trace", "capacity", "mode", "policy", "prefetch", "preset", "requests", "hits", "misses",
     "byte_misses", "miss_ratio", "byte_miss_ratio", "prefetch_hits", "late_prefetches",
-    "useless_prefetches", "bytes_h2d", "bytes_d2h", "stall_ns", "total_ns",
-    "normalized_hit_rate", "decision_p50_us", "decision_p99_us",
+    "useless_prefetches", "bytes_h2d", "bytes_d2h", "traffic_bytes", "stall_ns", "total_ns",
+    "overhead", "gap_closed_misses", "gap_closed_traffic", "gap_closed_stall", "gap_bound",
+    "decision_p50_us", "decision_p99_us",
 )
-EXTRA_COLUMNS = ("capacity_spec", "policy_file", "placement", "evictions", "writebacks", "streamed",
+EXTRA_COLUMNS = ("row_kind", "capacity_spec", "policy_file", "placement", "evictions", "writebacks", "streamed",
                  "fallbacks", "wall_s")
-_ALWAYS = ("lru", "belady")
+_ALWAYS = ("lru",)
 
 
 # ---------------------------------------------------------------------- decision timing
@@ -123,6 +128,7 @@ class RunSpec:
     preset: str
     learned: str | None = None
     guard: str = "shadow"
+    label: str | None = None  # "stall_ref": the stall reference (envs/gaps.py), named so
 
 
 def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "working_set") -> int:
@@ -149,6 +155,18 @@ def check_capacity(value: Any, key: str = "eval.capacities") -> None:
     if isinstance(value, (float, np.floating)) and value > 1.0 and value != int(value):
         raise ConfigError(f"{key}: {value!r} is neither a whole number of bytes nor "
                           "a fraction in (0, 1]")
+
+
+def check_bounds_kinds(kinds: list[str], key: str = "eval.bounds") -> list[str]:
+    """``kinds`` if every one is a bound of :mod:`policies.bounds` (``foo``, ``pfoo_l``)."""
+    from policies.bounds import KINDS
+
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise ConfigError(f"{key}: {bad} unknown; allowed: {list(KINDS)} (foo: the exact LP, "
+                          "foo_l and foo_u, up to about 10^5 requests; pfoo_l: its relaxation, "
+                          "any length), or [] for none")
+    return list(dict.fromkeys(kinds))
 
 
 def check_capacities(key: str, values: Sequence[Any]) -> None:
@@ -184,8 +202,10 @@ def _stats_row(spec: RunSpec, st: PoolStats, requested_bytes: int) -> dict[str, 
         "byte_miss_ratio": st.byte_misses / requested_bytes if requested_bytes else math.nan,
         "prefetch_hits": st.prefetch_hits, "late_prefetches": st.late_prefetches,
         "useless_prefetches": st.useless_prefetches, "bytes_h2d": st.bytes_h2d,
-        "bytes_d2h": st.bytes_d2h, "stall_ns": st.stall_ns, "total_ns": st.total_ns,
-        "normalized_hit_rate": math.nan, "decision_p50_us": math.nan,
+        "bytes_d2h": st.bytes_d2h, "traffic_bytes": st.traffic_bytes, "stall_ns": st.stall_ns,
+        "total_ns": st.total_ns, "overhead": st.overhead, "gap_closed_misses": math.nan,
+        "gap_closed_traffic": math.nan, "gap_closed_stall": math.nan, "gap_bound": "",
+        "row_kind": "policy", "decision_p50_us": math.nan,
         "decision_p99_us": math.nan, "capacity_spec": spec.capacity_spec,
         "evictions": st.evictions, "writebacks": st.writebacks, "streamed": st.streamed,
         "fallbacks": st.fallbacks, "policy_file": spec.learned,
@@ -241,6 +261,8 @@ def run_one(
     elif own_timing:
         row["decision_p50_us"], row["decision_p99_us"] = _percentiles_us(policy.network_decision_ns)  # type: ignore[attr-defined]
     row.update(placement=placement, wall_s=time.perf_counter() - t0)
+    if spec.label == "stall_ref":
+        row.update(policy=f"stall_ref[{spec.policy}+{spec.prefetch}]", row_kind="stall_reference")
     return row
 
 
@@ -253,18 +275,6 @@ def normalized_hit_rate(hits: int, lru_hits: int | None, belady_hits: int | None
     if lru_hits is None or belady_hits is None or belady_hits <= lru_hits:
         return math.nan
     return (hits - lru_hits) / (belady_hits - lru_hits)
-
-
-def add_normalized_hit_rate(rows: list[dict[str, Any]]) -> None:
-    """Fill ``normalized_hit_rate`` in place from the lru and belady rows of each group."""
-    groups: dict[tuple[Any, ...], dict[str, int]] = {}
-    for r in rows:
-        g = (r["trace"], r["mode"], r["capacity"], r["prefetch"], r["preset"])
-        if r["policy"] in _ALWAYS:
-            groups.setdefault(g, {})[r["policy"]] = r["hits"]
-    for r in rows:
-        ref = groups.get((r["trace"], r["mode"], r["capacity"], r["prefetch"], r["preset"]), {})
-        r["normalized_hit_rate"] = normalized_hit_rate(r["hits"], ref.get("lru"), ref.get("belady"))
 
 
 def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:
@@ -338,7 +348,8 @@ def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
 
 
 def plan_policies(policies: Iterable[str]) -> list[str]:
-    """The configured policies, in order, with lru and belady added when missing."""
+    """The configured policies, in order, with lru (the reference of every gap) added when
+    missing."""
     out = list(dict.fromkeys(str(p) for p in policies))
     for p in _ALWAYS:
         if p not in out:
@@ -426,18 +437,24 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     traces: list[Trace] = instantiate(cfg.trace)
     out_dir = _out_dir(cfg)
 
+    bounds = check_bounds_kinds([str(b) for b in ev.get("bounds", [])])
     names = _unique_names([t.name for t in traces])
     runs: list[tuple[Trace, RunSpec]] = []
+    groups: list[tuple[Trace, str, int, str]] = []  # (trace, name, capacity, spec): bound rows
     for trace, tname in zip(traces, names):
         t = trace if mode == "bytes" else trace.with_sizes(1)
         for c in capacities:
             cap = resolve_capacity(c, trace, mode, str(ev.capacity_of))
             check_oversized(t, cap, c, tname)
+            groups.append((t, tname, cap, str(c)))
             for preset in presets:
                 for pf in prefetchers:
                     for pol, path, guard in policies:
                         runs.append((t, RunSpec(tname, cap, str(c), mode, pol, pf, preset,
                                                 learned=path, guard=guard)))
+                if preset != "none" and bounds:  # the stall reference (envs/gaps.py)
+                    runs.append((t, RunSpec(tname, cap, str(c), mode, STALL_REF[0], STALL_REF[1],
+                                            preset, label="stall_ref")))
 
     from tqdm.auto import tqdm
 
@@ -468,8 +485,15 @@ def evaluate(cfg: Any) -> dict[str, Any]:
                         "same command with eval.resume=true to finish the sweep", len(rows),
                         len(runs), journal.path)
             raise
-    add_normalized_hit_rate(rows)
+    for t, tname, cap, c in groups:
+        rows.extend(bound_rows(t, tname, cap, c, mode, bounds))
+        if bounds:
+            for preset in presets:
+                if preset != "none":
+                    rows.extend(stall_rows(t, tname, cap, c, mode, preset))
+    add_gap_closed(rows)
     csv_path, json_path = write_results(rows, out_dir)
+    check_rows_against_bounds(rows)  # (after writing: a violation keeps the rows to look at)
     plots = plot_results(rows, out_dir) if ev.plots else []
     table = format_table(rows)
     log.info("wrote %s, %s and %d plot(s)", csv_path, json_path, len(plots))
@@ -546,16 +570,19 @@ def write_results(rows: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """A fixed-width table of the main figures, one line per run."""
-    head = ("trace", "capacity", "policy", "prefetch", "preset", "miss_ratio",
-            "byte_miss_ratio", "norm_hit", "stall_ms", "p50_us", "p99_us")
+    """A fixed-width table of the main figures, one line per run and bound row: traffic and
+    stall first, then the gap each policy closes to the bound (``gap_*``), then hit figures."""
+    head = ("trace", "capacity", "policy", "prefetch", "preset", "traffic", "gap_traffic",
+            "stall_ms", "gap_stall", "miss_ratio", "gap_misses", "byte_miss_ratio", "p50_us")
     lines = []
     for r in rows:
         lines.append((
-            str(r["trace"])[:24], str(r["capacity"]), policy_label(r["policy"]), r["prefetch"],
-            r["preset"], f"{r['miss_ratio']:.4f}", f"{r['byte_miss_ratio']:.4f}",
-            _fmt(r["normalized_hit_rate"], "{:.3f}"), f"{r['stall_ns'] / 1e6:.3f}",
-            _fmt(r["decision_p50_us"], "{:.2f}"), _fmt(r["decision_p99_us"], "{:.2f}"),
+            str(r["trace"])[:24], human_bytes(r["capacity"]) if r["mode"] == "bytes"
+            else str(r["capacity"]), policy_label(r["policy"]), r["prefetch"], r["preset"],
+            human_bytes(r["traffic_bytes"]), _fmt(r["gap_closed_traffic"], "{:.3f}"),
+            _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
+            _fmt(r["miss_ratio"], "{:.4f}"), _fmt(r["gap_closed_misses"], "{:.3f}"),
+            _fmt(r["byte_miss_ratio"], "{:.4f}"), _fmt(r["decision_p50_us"], "{:.2f}"),
         ))
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h)
               for i, h in enumerate(head)]
@@ -563,6 +590,18 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*x) for x in lines]
     return "\n".join(out)
+
+
+def human_bytes(v: Any) -> str:
+    """``1536`` -> ``1.5KiB``; blank for NaN."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    x = float(v)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f}{unit}" if unit == "B" else f"{x:.3g}{unit}"
+        x /= 1024
+    return str(v)
 
 
 def policy_label(policy: str) -> str:
@@ -580,56 +619,82 @@ def _fmt(v: float, f: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f.format(v)
 
 
+_PLOTS = (("miss_ratio", "miss ratio", 1.0), ("byte_miss_ratio", "byte miss ratio", 1.0),
+          ("traffic_bytes", "traffic (bytes copied, both ways)", 1.0), ("stall_ns", "stall (ms)", 1e-6))
+
+
 def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
-    """PNG plots (matplotlib's Agg backend), for every (trace, prefetcher, preset): miss ratio
-    against capacity, one line per policy (``miss_ratio__T__P__C.png``), and stall time by
-    policy, one bar per capacity (``stall__T__P__C.png``; zero without a cost preset)."""
+    """PNG plots (matplotlib's Agg backend), one figure per (trace, prefetcher, preset):
+    ``metrics__T__P__C.png``, miss ratio, byte miss ratio, traffic and (with a preset only) stall
+    against capacity, one line per policy, bounds dashed (``foo_l``, ``pfoo_l``, ``stall_lb``;
+    ``foo_u`` and the stall reference dotted), the legend beside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []
-    groups = dict.fromkeys((r["trace"], r["prefetch"], r["preset"]) for r in rows)
+    pol_rows = [r for r in rows if r.get("row_kind", "policy") == "policy"]
+    groups = dict.fromkeys((r["trace"], r["prefetch"], r["preset"]) for r in pol_rows)
     for tname, pf, preset in groups:
-        sel = [r for r in rows if (r["trace"], r["prefetch"], r["preset"]) == (tname, pf, preset)]
-        pols = list(dict.fromkeys(r["policy"] for r in sel))
+        sel = [r for r in pol_rows if (r["trace"], r["prefetch"], r["preset"]) == (tname, pf, preset)]
+        sel += [r for r in rows if _reference_of(r, tname, preset)]
         caps = sorted(dict.fromkeys(r["capacity"] for r in sel))
+        mode = sel[0]["mode"]
+        metrics = [m for m in _PLOTS if m[0] != "stall_ns" or preset != "none"]
+        fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 2.2, 3.8),
+                                 squeeze=False)
+        handles: dict[str, Any] = {}
+        for ax, (field, ylabel, scale) in zip(axes[0], metrics):
+            for pol in dict.fromkeys(r["policy"] for r in sel):
+                pts = sorted((r["capacity"], float(r[field]) * scale) for r in sel
+                             if r["policy"] == pol and isinstance(r.get(field), (int, float))
+                             and math.isfinite(float(r[field])))
+                if not pts:
+                    continue
+                kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
+                style = {"lower_bound": dict(ls="--", color="black" if pol != "pfoo_l" else "gray"),
+                         "upper_bound": dict(ls=":", color="black"),
+                         "stall_reference": dict(ls=":", color="tab:gray")}.get(kind, {})
+                (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                                  label=policy_label(pol), **style)  # type: ignore[arg-type]
+                handles.setdefault(policy_label(pol), line)
+            ax.set_xscale("log")
+            ax.set_xticks(caps)
+            ax.set_xticklabels([human_bytes(c) if mode == "bytes" else str(c) for c in caps],
+                               rotation=30, fontsize="small")
+            ax.minorticks_off()
+            ax.set_xlabel("capacity" if mode == "bytes" else "capacity (objects)")
+            ax.set_ylabel(ylabel)
+            if field == "traffic_bytes":
+                ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+                    lambda v, _: human_bytes(v)))
+            ax.grid(True, alpha=0.3)
+        fig.suptitle(f"{tname}   prefetch={pf}   preset={preset}")
+        fig.legend(list(handles.values()), list(handles), loc="center left",
+                   bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
         tag = f"{_safe(tname)}__{_safe(pf)}__{_safe(preset)}"
-        title = f"{tname}  prefetch={pf}  preset={preset}"
-
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for pol in pols:
-            pts = sorted((r["capacity"], r["miss_ratio"]) for r in sel if r["policy"] == pol)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy_label(pol))
-        ax.set_xscale("log")
-        ax.set_xlabel("capacity (bytes)" if sel[0]["mode"] == "bytes" else "capacity (objects)")
-        ax.set_ylabel("miss ratio")
-        ax.set_title(title)
-        ax.legend(fontsize="small", ncol=2)
-        ax.grid(True, alpha=0.3)
-        paths.append(_save(fig, os.path.join(out_dir, f"miss_ratio__{tag}.png")))
-
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        width = 0.8 / max(1, len(caps))
-        for j, cap in enumerate(caps):
-            by_pol = {r["policy"]: r["stall_ns"] / 1e6 for r in sel if r["capacity"] == cap}
-            ax.bar(np.arange(len(pols)) + j * width, [by_pol.get(p, 0.0) for p in pols], width,
-                   label=f"capacity {cap}")
-        ax.set_xticks(np.arange(len(pols)) + width * (len(caps) - 1) / 2)
-        ax.set_xticklabels([policy_label(p) for p in pols], rotation=30, ha="right")
-        ax.set_ylabel("stall (ms)")
-        ax.set_title(f"stall time by policy: {title}")
-        ax.legend(fontsize="small")
-        paths.append(_save(fig, os.path.join(out_dir, f"stall__{tag}.png")))
+        paths.append(_save(fig, os.path.join(out_dir, f"metrics__{tag}.png")))
     return paths
+
+
+def _reference_of(r: dict[str, Any], tname: str, preset: str) -> bool:
+    """Whether bound or reference row ``r`` belongs in the plots of (``tname``, ``preset``): the
+    miss and traffic bounds in every preset's, the stall rows in their own preset's."""
+    kind = r.get("row_kind", "policy")
+    if kind == "policy" or r["trace"] != tname:
+        return False
+    if r["policy"] == "stall_lb" or kind == "stall_reference":
+        return bool(r["preset"] == preset)
+    return True
 
 
 def _save(fig: Any, path: str) -> str:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    replace_atomically(path, lambda f: fig.savefig(f, format="png", dpi=100), binary=True)
+    replace_atomically(path, lambda f: fig.savefig(f, format="png", dpi=100, bbox_inches="tight"),
+                       binary=True)
     plt.close(fig)
     return path
 

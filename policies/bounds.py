@@ -36,7 +36,8 @@ import numpy as np
 from allocator.errors import CachegymError, ConfigError
 from allocator.trace import Op, Trace
 
-__all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "KINDS", "FOO_MAX_REQUESTS"]
+__all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "stall_lower_bound", "KINDS",
+           "FOO_MAX_REQUESTS"]
 
 KINDS = ("foo", "pfoo_l")
 FOO_MAX_REQUESTS = 200_000  # FOO's LP beyond this takes too long: PFOO-L has no such limit
@@ -122,7 +123,11 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
     # write allocates if admitted: its cost is its interval's); an object larger than the pool
     # misses and streams at every access
     comp_misses = int((first & acc & ~big).sum() + (acc & big).sum())
-    comp_traffic = int(sz[first & acc & ~big & (sop == Op.READ)].sum() + sz[acc & big].sum())
+    # (a streamed read copies in; a streamed write copies out, after copying in unless it is the
+    # object's first access: the pool's Pool._stream)
+    big_acc = acc & big
+    comp_traffic = int(sz[first & acc & ~big & (sop == Op.READ)].sum() + sz[big_acc].sum()
+                       + sz[big_acc & (sop == Op.WRITE) & ~first].sum())
     # interval j starts at sorted position pos[j] (an access of an object that fits)
     pos = np.flatnonzero(acc & ~big)
     has_next = ~last[pos]
@@ -134,7 +139,7 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
     write = sop[pos] == Op.WRITE
     first_iv = first[pos]
     miss = ends_access.astype(np.int64)
-    copy = s * (ends_access.astype(np.int64) + (first_iv & write))
+    copy = s * ends_access.astype(np.int64)  # (a write's own copy out: its segment's)
     # dirty segments: a write opens one; it lasts until the object's next write or its end
     w = write.astype(np.int64)
     cw = np.cumsum(w)
@@ -158,12 +163,12 @@ def _costs(iv: _Intervals, objective: Objective) -> tuple[np.ndarray, np.ndarray
 
 
 def _writebacks(iv: _Intervals, kept: np.ndarray) -> np.ndarray:
-    """Per segment, whether the schedule ``kept`` writes it back: the object is resident at
-    the write (its incoming or its own interval kept) and some interval of the segment is not
-    kept. (A write with neither is streamed: nothing dirty stays on the device.)"""
-    broken = np.bincount(iv.seg[(iv.seg >= 0) & ~kept], minlength=len(iv.seg_write)) > 0
-    inc = np.where(iv.seg_in >= 0, kept[np.maximum(iv.seg_in, 0)], False)
-    return broken & (kept[iv.seg_write] | inc)  # type: ignore[no-any-return]
+    """Per segment, whether the schedule ``kept`` copies its bytes out once: some interval of
+    the segment is not kept (a dirty object evicted is written back; a write whose own interval
+    is not kept is either evicted dirty or, not admitted, streamed out). Once out, the object
+    is clean until the next write."""
+    return np.bincount(iv.seg[(iv.seg >= 0) & ~kept],  # type: ignore[no-any-return]
+                       minlength=len(iv.seg_write)) > 0
 
 
 def _schedule_cost(iv: _Intervals, kept: np.ndarray) -> tuple[int, int]:
@@ -181,8 +186,8 @@ def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float,
 
     Variables: x_j (interval j's kept fraction), w_g (segment g's write-back) and e_i (bytes
     kept across the gap after row i, as a share of the capacity, at most 1). Rows: the chain
-    e_i = e_{i-1} + s x_(starting at i) - s x_(ending at i), and for a segment g opened by the
-    write of interval k with incoming interval p: w_g >= x_p - x_k, w_g >= x_k - x_j (j in g).
+    e_i = e_{i-1} + s x_(starting at i) - s x_(ending at i), and for every interval j of a
+    segment g: w_g >= 1 - x_j.
     """
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
@@ -212,23 +217,15 @@ def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float,
     a_eq = coo_matrix((v_eq, (r_eq, c_eq)), shape=(n, nv)).tocsr()
     a_ub = b_ub = None
     if ng:
-        # w_g >= x_k - x_j for the other intervals j of g: x_k - x_j - w_g <= 0
-        mem = np.flatnonzero((iv.seg >= 0) & ~np.isin(np.arange(len(iv.a)), iv.seg_write))
-        g1 = iv.seg[mem]
-        k1 = local[iv.seg_write[g1]]
-        j1 = local[mem]
-        # w_g >= x_p - x_k for the write's incoming interval p: x_p - x_k - w_g <= 0
-        g2 = np.flatnonzero(iv.seg_in >= 0)
-        p2 = local[iv.seg_in[g2]]
-        k2 = local[iv.seg_write[g2]]
-        m1, m2 = len(mem), len(g2)
-        r1, r2 = np.arange(m1), m1 + np.arange(m2)
-        rows = np.concatenate([r1, r1, r1, r2, r2, r2])
-        cols = np.concatenate([k1, j1, wi + g1, p2, k2, wi + g2])
-        vals = np.concatenate([np.ones(m1), -np.ones(m1), -np.ones(m1),
-                               np.ones(m2), -np.ones(m2), -np.ones(m2)])
-        a_ub = coo_matrix((vals, (rows, cols)), shape=(m1 + m2, nv)).tocsr()
-        b_ub = np.zeros(m1 + m2)
+        # w_g >= 1 - x_j for every interval j of g: -x_j - w_g <= -1
+        mem = np.flatnonzero(iv.seg >= 0)
+        g1, j1 = iv.seg[mem], local[mem]
+        m = len(mem)
+        r1 = np.arange(m)
+        a_ub = coo_matrix((np.concatenate([-np.ones(m), -np.ones(m)]),
+                           (np.concatenate([r1, r1]), np.concatenate([j1, wi + g1]))),
+                          shape=(m, nv)).tocsr()
+        b_ub = -np.ones(m)
     bounds = np.zeros((nv, 2))
     bounds[:, 1] = 1.0
     res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(n), bounds=bounds,
@@ -293,8 +290,12 @@ def _pfoo_l(iv: _Intervals, capacity: int, objective: Objective) -> float:
     """The optimum (beyond the compulsory) of the one-resource relaxation: interval j uses
     ``size x gaps it spans`` of ``C x gaps``, saves its own cost when kept, and write-backs are
     relaxed away (they couple intervals). A fractional knapsack: sort by cost saved per unit of
-    resource and fill greedily."""
-    own = iv.copy if objective == "traffic" else iv.miss
+    resource and fill greedily. For traffic each segment's copy out is charged to the write's
+    own interval (``w_g >= 1 - x_k`` is one of its constraints: still a relaxation)."""
+    own = iv.miss
+    if objective == "traffic":
+        own = iv.copy.copy()
+        own[iv.seg_write] += iv.seg_size
     keep = own > 0
     f = own[keep].astype(np.float64)
     r = iv.size[keep].astype(np.float64) * (iv.b[keep] - iv.a[keep])
@@ -383,3 +384,40 @@ def check_bounds(rows: Iterable[Any], bounds: Mapping[str, Bound], tol: float = 
                 v = _field(row, fld)
                 if v < lim - tol * max(1.0, abs(lim)) and not math.isnan(lim):
                     raise BoundViolation(name, b.name, fld, v, lim)
+
+
+def stall_lower_bound(trace: Trace, preset: Any) -> int:
+    """A lower bound (ns) on the stall of any schedule of ``trace`` (any eviction, any
+    prefetching, any capacity) under ``preset``'s copy engines (a name, a file or a
+    :class:`~allocator.cost.Preset`), as :class:`~allocator.cost.CostModel` times them.
+
+    A compulsory read (an object's first access, since its last free, that reads it) must be
+    copied host-to-device before it is served; such copies queue on the one host-to-device
+    engine, each taking ``copy_time`` (latency + bytes / bandwidth), and none starts before the
+    trace does. Request ``i`` is served at ``C_i + S_i`` (``C_i`` the compute of the requests
+    before it, ``S_i`` the stall so far), which is at least ``E_i``, the engine time of the
+    compulsory reads up to ``i``. So the stall is at least ``max_i (E_i - C_i)``, and 0. Every
+    other copy (refetches, write-backs, prefetches that are not used) is left out, which keeps it
+    a bound and makes it loose: ``docs/BOUNDS.md``; the sweep's ``stall_ref`` row shows how loose.
+    """
+    from allocator.cost import CostModel
+
+    cost = CostModel(preset)
+    if cost.instant or len(trace) == 0:
+        return 0
+    obj = trace.object_ids()
+    op = trace.op
+    live = op != Op.FREE
+    first = np.zeros(len(trace), bool)
+    rows = np.flatnonzero(live)
+    _, idx = np.unique(obj[rows], return_index=True)
+    first[rows[idx]] = True
+    compulsory = first & (op == Op.READ)
+    sizes = trace.size[compulsory]
+    times = np.fromiter((cost.copy_time(0, int(s)) for s in sizes), np.int64, len(sizes))
+    engine = np.zeros(len(trace), np.int64)
+    engine[compulsory] = times
+    engine = np.cumsum(engine)
+    compute_before = np.concatenate(([0], np.cumsum(trace.compute_ns[:-1], dtype=np.int64)))
+    gap = engine - compute_before
+    return max(0, int(gap[compulsory].max()) if compulsory.any() else 0)

@@ -96,7 +96,8 @@ def exhaustive_opt(trace: Trace, cap: int, objective: str) -> tuple[int, list[tu
         miss = 1 if objective == "misses" else 0
         # refused: a read streams host-to-device, a write device-to-host; nothing stays
         c, plan = best(i + 1, resident, dirty, known | {k})
-        out: tuple[int, Plan] = (miss + (0 if miss else s) + c, (None,) + plan)
+        stream = fetch + (s if o == Op.WRITE else 0)  # in (unless a first write), out if a write
+        out: tuple[int, Plan] = (miss + (0 if miss else stream) + c, (None,) + plan)
         step = miss if miss else fetch
         used = sum(res.values())
         nd = dirty | {k} if o == Op.WRITE else dirty
@@ -115,20 +116,17 @@ def exhaustive_opt(trace: Trace, cap: int, objective: str) -> tuple[int, list[tu
 
 
 class Scripted(EvictionPolicyBase):
-    """Admits (evicting the victims given) or refuses each miss as a plan says. Counts the
-    bytes of the refused accesses (``streamed``), which the pool copies once issue 23 lands."""
+    """Admits (evicting the victims given) or refuses each miss as a plan says."""
 
     name = "scripted"
 
     def __init__(self, plan: list[tuple[int, ...] | None]) -> None:
         self.plan = list(plan)
         self.victims: list[int] = []
-        self.streamed = 0
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         step = self.plan.pop(0)
         if step is None:
-            self.streamed += size
             return False
         self.victims += step
         return True
@@ -151,7 +149,7 @@ def test_tiny_traces_order_of_the_bounds_and_the_optimum(seed: int) -> None:
         st = Pool(cap, pol, placement="bytes").replay(trace)
         assert not pol.plan and not pol.victims
         assert (st.misses if objective == "misses" else
-                st.bytes_h2d + st.bytes_d2h + pol.streamed) == opt
+                st.bytes_h2d + st.bytes_d2h) == opt
         lo_p, lo_f = getattr(b["pfoo_l"], fld), getattr(b["foo_l"], fld)
         assert lo_p <= lo_f + TOL, (objective, lo_p, lo_f)
         assert lo_f <= opt + TOL, (objective, lo_f, opt)
@@ -188,7 +186,9 @@ def test_pfoo_l_is_the_optimum_of_its_relaxation() -> None:
         cap = 120
         iv = _intervals(trace, cap)
         for objective in ("misses", "traffic"):
-            own = iv.miss if objective == "misses" else iv.copy
+            own = iv.miss.copy() if objective == "misses" else iv.copy.copy()
+            if objective == "traffic":  # each segment's copy out, on the write's own interval
+                own[iv.seg_write] += iv.seg_size
             keep = own > 0
             f = own[keep].astype(float)
             r = (iv.size * (iv.b - iv.a))[keep].astype(float)
@@ -198,21 +198,10 @@ def test_pfoo_l_is_the_optimum_of_its_relaxation() -> None:
 
 
 # ---------------------------------------------------------------------- policies above foo_l
-# policies that refuse admission on these traces (S3-FIFO's small queue in both modes; LIRS's
-# non-resident HIR blocks with sizes): on main a refused access copies nothing yet
-STREAMED = {("s3fifo", "bytes"), ("s3fifo", "objects"), ("lirs", "bytes")}
-
-
-def _policy_params(xfail: set[tuple[str, str]]) -> list[object]:
-    out: list[object] = []
-    for name in EVICTION_NAMES:
-        for mode in ("bytes", "objects"):
-            marks = []
-            if (name, mode) in xfail:
-                marks.append(pytest.mark.xfail(
-                    strict=True, reason="streamed accesses: issue 23, landing on main"))
-            out.append(pytest.param(name, mode, marks=marks, id=f"{name}-{mode}"))
-    return out
+# (S3-FIFO and LIRS refuse admission on these traces: their streamed accesses copy their bytes)
+def _policy_params() -> list[object]:
+    return [pytest.param(name, mode, id=f"{name}-{mode}")
+            for name in EVICTION_NAMES for mode in ("bytes", "objects")]
 
 
 @functools.cache
@@ -238,7 +227,7 @@ def _replays(name: str, mode: str) -> Iterator[tuple[dict[str, Any], dict[str, B
         yield {"policy": name, "misses": st.misses, "traffic_bytes": st.bytes_h2d + st.bytes_d2h}, bounds
 
 
-@pytest.mark.parametrize(("name", "mode"), _policy_params(set()))
+@pytest.mark.parametrize(("name", "mode"), _policy_params())
 def test_every_policy_misses_at_least_foo_l(name: str, mode: str) -> None:
     for row, bounds in _replays(name, mode):
         for b in bounds.values():
@@ -246,7 +235,7 @@ def test_every_policy_misses_at_least_foo_l(name: str, mode: str) -> None:
                 assert row["misses"] >= b.misses - TOL, (b.name, row)
 
 
-@pytest.mark.parametrize(("name", "mode"), _policy_params(STREAMED))
+@pytest.mark.parametrize(("name", "mode"), _policy_params())
 def test_every_policy_copies_at_least_foo_l(name: str, mode: str) -> None:
     for row, bounds in _replays(name, mode):
         check_bounds([row], bounds)
@@ -288,7 +277,10 @@ def test_objects_larger_than_the_pool_stream_every_access() -> None:
     b = offline_bounds(trace, 8, "bytes")
     for row in b.values():
         assert row.misses == pytest.approx(3.0)
-        assert row.traffic_bytes == pytest.approx(4 + 200)
+        # 1's first read; 9's read in; 9's write: in (read-modify-write), then out
+        assert row.traffic_bytes == pytest.approx(4 + 100 + 200)
+    st = Pool(8, make_eviction("lru"), placement="bytes", oversize="bypass").replay(trace)
+    assert (st.misses, st.traffic_bytes) == (3, 304)
 
 
 def test_bounds_bench_smoke_run(tmp_path: Path) -> None:
@@ -319,3 +311,29 @@ def test_refusing_admission_can_beat_every_admitting_schedule() -> None:
     b = offline_bounds(trace, 1, "objects")
     assert b["pfoo_l"].misses <= b["foo_l"].misses <= 4 + TOL
     assert b["foo_u"].misses == 4
+
+
+# ---------------------------------------------------------------------- stall
+@pytest.mark.parametrize("preset", ["h100_pcie5", "a100_pcie4"])
+def test_stall_lower_bound_is_below_every_schedule(preset: str) -> None:
+    """No policy, with or without a prefetcher (the lookahead oracle included), stalls less than
+    ``stall_lower_bound``; a trace whose first request is a read stalls at least that copy."""
+    from allocator.cost import CostModel
+    from policies.bounds import stall_lower_bound
+    from policies.registry import make_prefetch
+
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        t = random_trace(rng, 300, n_keys=30, max_size=1 << 20, p_free=0.05)
+        t = Trace.from_arrays(t.key, t.size, t.op, compute_ns=rng.integers(0, 20_000, len(t)))
+        lb = stall_lower_bound(t, preset)
+        assert lb > 0
+        cap = int(t.working_set_bytes() * 0.3)
+        for name in ("lru", "belady", "s3fifo", "gdsf"):
+            for pf in (None, "lookahead"):
+                pool = Pool(cap, make_eviction(name, trace=t), placement="bytes", oversize="bypass",
+                            cost=preset, prefetcher=make_prefetch(pf, trace=t) if pf else None)
+                assert pool.replay(t).stall_ns >= lb, (name, pf)
+    one = Trace.from_arrays([1, 2], [4096, 4096], [Op.READ, Op.WRITE], compute_ns=[10**9, 0])
+    assert stall_lower_bound(one, preset) == CostModel(preset).copy_time(0, 4096)
+    assert stall_lower_bound(one, None) == 0

@@ -1,0 +1,147 @@
+"""What a sweep measures against: offline bounds, the stall reference and the gap each policy
+closes.
+
+For every (trace, mode, capacity) of a sweep, ``eval.bounds`` (``foo``, ``pfoo_l``; see
+:mod:`policies.bounds` and ``docs/BOUNDS.md``) adds bound rows: ``foo_l`` and ``pfoo_l``, lower
+bounds on the misses and on the traffic of any policy, and ``foo_u``, one feasible schedule (an
+upper bound on the optimum). With a timing preset two more rows per preset: ``stall_lb``, a
+lower bound on stall (:func:`policies.bounds.stall_lower_bound`), and ``stall_ref``, the best
+offline schedule computed here (Belady's eviction with the lookahead prefetcher, both reading the
+trace's future). Their gap shows how loose the stall bound is.
+
+Each policy row then gets ``gap_closed_<objective> = (LRU - policy) / (LRU - bound)`` for
+``misses``, ``traffic`` (bytes copied both ways) and ``stall`` (with a preset): 0 is LRU, 1 the
+bound, negative behind LRU; blank where LRU is at the bound. The misses and traffic bound is the
+tightest lower-bound row of the group (``gap_bound`` names it), the stall bound ``stall_lb``. A
+policy below a lower bound raises :class:`~policies.bounds.BoundViolation`: a gap above 1 is
+never reported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from allocator.trace import Trace
+
+__all__ = ["OBJECTIVES", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
+           "STALL_REF"]
+
+OBJECTIVES = {"misses": "misses", "traffic": "traffic_bytes", "stall": "stall_ns"}
+STALL_REF = ("belady", "lookahead")  # the stall reference's eviction and prefetch policies
+_TOL = 1e-7
+
+
+def _blank(tname: str, capacity: int, spec: str, mode: str, name: str, kind: str, preset: str,
+           requests: int) -> dict[str, Any]:
+    nan = math.nan
+    return {"trace": tname, "capacity": capacity, "mode": mode, "policy": name, "prefetch": "none",
+            "preset": preset, "requests": requests, "hits": nan, "misses": nan,
+            "byte_misses": nan, "miss_ratio": nan, "byte_miss_ratio": nan, "prefetch_hits": nan,
+            "late_prefetches": nan, "useless_prefetches": nan, "bytes_h2d": nan,
+            "bytes_d2h": nan, "traffic_bytes": nan, "stall_ns": nan, "total_ns": nan,
+            "overhead": nan, "decision_p50_us": nan, "decision_p99_us": nan,
+            "capacity_spec": spec, "row_kind": kind}
+
+
+def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
+               kinds: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``eval.bounds`` for one (trace, capacity): their ``misses`` and
+    ``traffic_bytes`` (fractional for an LP's optimum), preset ``none`` (they hold for every
+    preset and prefetcher)."""
+    if not kinds:
+        return []
+    from policies.bounds import offline_bounds
+
+    requests = int((trace.op != 2).sum())
+    rows = []
+    for name, b in offline_bounds(trace, capacity, mode, kinds=tuple(kinds)).items():
+        r = _blank(tname, capacity, spec, mode, name, "lower_bound" if b.lower else "upper_bound",
+                   "none", requests)
+        r.update(misses=b.misses, traffic_bytes=b.traffic_bytes,
+                 miss_ratio=b.misses / requests if requests else math.nan, wall_s=b.seconds)
+        rows.append(r)
+    return rows
+
+
+def stall_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
+               preset: str) -> list[dict[str, Any]]:
+    """The stall lower bound's row for one (trace, capacity, preset)."""
+    from policies.bounds import stall_lower_bound
+
+    requests = int((trace.op != 2).sum())
+    r = _blank(tname, capacity, spec, mode, "stall_lb", "lower_bound", preset, requests)
+    r["stall_ns"] = stall_lower_bound(trace, preset)
+    return [r]
+
+
+def _gap(lru: float, value: float, bound: float) -> float:
+    if not (math.isfinite(lru) and math.isfinite(value) and math.isfinite(bound)):
+        return math.nan
+    if lru - bound <= _TOL * max(1.0, abs(lru)):
+        return math.nan
+    return (lru - value) / (lru - bound)
+
+
+def check_rows_against_bounds(rows: list[dict[str, Any]]) -> None:
+    """Raise :class:`~policies.bounds.BoundViolation` where a policy's misses or traffic is below
+    a lower bound of its group, or its stall below its preset's ``stall_lb``."""
+    from policies.bounds import BoundViolation
+
+    lows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("row_kind") == "lower_bound":
+            lows.setdefault((r["trace"], r["mode"], r["capacity"]), []).append(r)
+    for r in rows:
+        if r.get("row_kind", "policy") not in ("policy", "stall_reference"):
+            continue
+        for b in lows.get((r["trace"], r["mode"], r["capacity"]), []):
+            fields = (("stall_ns",) if b["policy"] == "stall_lb" and b["preset"] == r["preset"]
+                      else () if b["policy"] == "stall_lb" else ("misses", "traffic_bytes"))
+            for f in fields:
+                v, lim = float(r[f]), float(b[f])
+                if v < lim - _TOL * max(1.0, abs(lim)):
+                    raise BoundViolation(str(r["policy"]), str(b["policy"]), f, v, lim)
+
+
+def add_gap_closed(rows: list[dict[str, Any]]) -> None:
+    """Fill ``gap_closed_misses``, ``gap_closed_traffic``, ``gap_closed_stall`` and
+    ``gap_bound`` of every policy row in place (bound rows keep them blank)."""
+    best: dict[tuple[Any, ...], dict[str, tuple[float, str]]] = {}
+    stall_lb: dict[tuple[Any, ...], float] = {}
+    lru: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        g = (r["trace"], r["mode"], r["capacity"])
+        if r.get("row_kind") == "lower_bound":
+            if r["policy"] == "stall_lb":
+                stall_lb[(*g, r["preset"])] = float(r["stall_ns"])
+                continue
+            cur = best.setdefault(g, {})
+            for obj in ("misses", "traffic"):
+                v = float(r[OBJECTIVES[obj]])
+                if obj not in cur or v > cur[obj][0]:
+                    cur[obj] = (v, str(r["policy"]))
+        elif r.get("row_kind", "policy") == "policy" and r["policy"] == "lru":
+            lru[(*g, r["prefetch"], r["preset"])] = r
+    for r in rows:
+        for obj in OBJECTIVES:
+            r[f"gap_closed_{obj}"] = math.nan
+        r.setdefault("gap_bound", "")
+        if r.get("row_kind", "policy") not in ("policy", "stall_reference"):
+            continue
+        g = (r["trace"], r["mode"], r["capacity"])
+        ref = lru.get((*g, r["prefetch"], r["preset"]))
+        if ref is None:
+            continue
+        b = best.get(g, {})
+        names = set()
+        for obj in ("misses", "traffic"):
+            if obj in b:
+                f = OBJECTIVES[obj]
+                r[f"gap_closed_{obj}"] = _gap(float(ref[f]), float(r[f]), b[obj][0])
+                names.add(b[obj][1])
+        if r["preset"] != "none" and (*g, r["preset"]) in stall_lb:
+            r["gap_closed_stall"] = _gap(float(ref["stall_ns"]), float(r["stall_ns"]),
+                                         stall_lb[(*g, r["preset"])])
+            names.add("stall_lb")
+        r["gap_bound"] = "+".join(sorted(names))
