@@ -64,27 +64,79 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
         header = reader.fieldnames or []
         rows = list(reader)
     assert list(header[: len(COLUMNS)]) == list(COLUMNS)
-    assert len(rows) == 2 * 8
-    assert {r["policy"] for r in rows} == set(POLICIES.strip("[]").split(","))
+    assert len(rows) == 2 * 8 + 2  # and the default bound, pfoo_l, per capacity
+    assert {r["policy"] for r in rows} == {*POLICIES.strip("[]").split(","), "pfoo_l"}
     assert {int(r["capacity"]) for r in rows} == {134217728, 268435456}
     for r in rows:
-        assert int(r["hits"]) + int(r["misses"]) == int(r["requests"]) == 2500
         assert r["trace"] == "tiny" and r["mode"] == "bytes" and r["preset"] == "none"
+        if r["row_kind"] == "policy":
+            assert int(r["hits"]) + int(r["misses"]) == int(r["requests"]) == 2500
+            assert int(r["traffic_bytes"]) == int(r["bytes_h2d"]) + int(r["bytes_d2h"])
     by = {(r["policy"], int(r["capacity"])): r for r in res["rows"]}
     for cap in (134217728, 268435456):
-        assert by[("lru", cap)]["normalized_hit_rate"] == 0.0
-        assert by[("belady", cap)]["normalized_hit_rate"] == 1.0
-        assert all(by[(p, cap)]["misses"] >= by[("belady", cap)]["misses"] for p, _ in by)
-        # every policy's row carries its decision latency (time in victim per eviction)
-        assert all(by[(p, cap)]["decision_p50_us"] > 0 for p in POLICIES.strip("[]").split(","))
+        lru, bound = by[("lru", cap)], by[("pfoo_l", cap)]
+        assert lru["gap_closed_misses"] == 0.0 and lru["gap_closed_traffic"] == 0.0
+        assert lru["gap_bound"] == "pfoo_l" and math.isnan(lru["gap_closed_stall"])
+        assert bound["row_kind"] == "lower_bound" and math.isnan(bound["gap_closed_traffic"])
+        for p in POLICIES.strip("[]").split(","):
+            r = by[(p, cap)]
+            # the bound is below every policy: no gap above 1
+            assert r["misses"] >= bound["misses"] and r["traffic_bytes"] >= bound["traffic_bytes"]
+            assert r["gap_closed_misses"] <= 1 and r["gap_closed_traffic"] <= 1
+            assert r["gap_closed_traffic"] == pytest.approx(
+                (lru["traffic_bytes"] - r["traffic_bytes"])
+                / (lru["traffic_bytes"] - bound["traffic_bytes"]))
+            # every policy's row carries its decision latency (time in victim per eviction)
+            assert r["decision_p50_us"] > 0
     with open(tmp_path / "results.json") as f:
         js = json.load(f)
-    assert len(js) == 16 and js[0]["decision_p50_us"] > 0
-    assert {os.path.basename(p) for p in res["plots"]} == {"stall__tiny__none__none.png",
-                                                           "miss_ratio__tiny__none__none.png"}
+    assert len(js) == 18 and js[0]["decision_p50_us"] > 0
+    assert {os.path.basename(p) for p in res["plots"]} == {"metrics__tiny__none__none.png"}
     for p in res["plots"]:
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "belady" in res["table"] and "miss_ratio" in res["table"]
+    assert "belady" in res["table"] and "gap_traffic" in res["table"]
+
+
+def test_bounds_stall_rows_and_a_violation(og_file: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eval.bounds=[foo,pfoo_l]`` adds foo_l, foo_u and pfoo_l; with a preset, stall_lb and
+    the stall reference, and gap_closed_stall; a bound above a policy is refused by name."""
+    import envs.evaluation
+    import envs.gaps
+    from envs.workloads import read_trace
+    from policies.bounds import BoundViolation
+
+    src, n, rng = read_trace(str(og_file), format="oracleGeneral"), 600, np.random.default_rng(0)
+    trace = Trace.from_arrays(src.key[:n], src.size[:n], (rng.random(n) < 0.3).astype(np.uint8),
+                              compute_ns=rng.integers(0, 200_000, n), name="t")
+    p = tmp_path / "t.npz"
+    trace.save(p)
+    over = [f"trace.path={p}", "eval.capacities=[0.1]", "eval.policies=[lru,s3fifo]",
+            "eval.presets=[none,h100_pcie5]", "eval.bounds=[foo,pfoo_l]", "eval.plots=true",
+            f"out_dir={tmp_path / 'o'}"]
+    res = evaluate(_compose(_quiet(over)))
+    names = [r["policy"] for r in res["rows"]]
+    assert {"foo_l", "foo_u", "pfoo_l", "stall_lb", "stall_ref[belady+lookahead]"} <= set(names)
+    by = {(r["policy"], r["preset"]): r for r in res["rows"]}
+    assert by[("pfoo_l", "none")]["traffic_bytes"] <= by[("foo_l", "none")]["traffic_bytes"]
+    assert by[("foo_l", "none")]["traffic_bytes"] <= by[("foo_u", "none")]["traffic_bytes"]
+    timed = by[("s3fifo", "h100_pcie5")]
+    assert timed["gap_bound"] == "foo_l+stall_lb" and timed["gap_closed_stall"] <= 1
+    ref = by[("stall_ref[belady+lookahead]", "h100_pcie5")]
+    assert by[("stall_lb", "h100_pcie5")]["stall_ns"] <= ref["stall_ns"]
+    assert {os.path.basename(x) for x in res["plots"]} == {
+        "metrics__t__none__none.png", "metrics__t__none__h100_pcie5.png"}
+    real = envs.gaps.bound_rows
+
+    def too_high(*a: object, **k: object) -> list[dict[str, object]]:
+        rows = real(*a, **k)  # type: ignore[arg-type]
+        for r in rows:
+            r["traffic_bytes"] = 10 * float(r["traffic_bytes"])  # type: ignore[arg-type]
+        return rows
+
+    monkeypatch.setattr(envs.evaluation, "bound_rows", too_high)
+    with pytest.raises(BoundViolation, match="below the lower bound"):
+        evaluate(_compose(_quiet([*over[:-1], "eval.presets=[none]", f"out_dir={tmp_path / 'v'}"])))
 
 
 def test_counts_match_libcachesim(og_file: Path, tmp_path: Path) -> None:
@@ -181,10 +233,13 @@ def test_objects_mode_fractions_and_prefetch(tmp_path: Path) -> None:
         "eval.capacities=[0.1,50]", "eval.policies=[sieve]", "eval.prefetchers=[none,markov]",
         "eval.plots=false", f"out_dir={tmp_path}"])))
     rows = res["rows"]
-    assert {r["policy"] for r in rows} == {"sieve", "lru", "belady"}  # lru, belady added
+    assert {r["policy"] for r in rows} == {"sieve", "lru", "pfoo_l"}  # lru, the bound added
     caps = sorted({r["capacity"] for r in rows})
     assert caps[1] == 50 and 0 < caps[0] < 400  # 10% of the distinct objects
-    assert all(r["mode"] == "objects" and r["byte_misses"] == r["misses"] for r in rows)
+    assert all(r["mode"] == "objects" and r["byte_misses"] == r["misses"] for r in rows
+               if r["row_kind"] == "policy")
+    # with a prefetcher the misses gap counts fetches: still never above 1
+    assert all(r["gap_closed_misses"] <= 1 for r in rows if r["prefetch"] == "markov")
     assert any(r["prefetch"] == "markov" for r in rows)
 
 
@@ -224,10 +279,10 @@ def test_script_runs_the_exact_command(og_file: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 16
-    assert "norm_hit" in proc.stdout
+    assert len(rows) == 18
+    assert "gap_traffic" in proc.stdout
     assert "s3fifo" in proc.stdout  # the printed table
-    assert list(out.glob("miss_ratio__*.png"))
+    assert list(out.glob("metrics__*.png"))
 
 
 def test_script_bad_value_is_one_line_without_traceback(tmp_path: Path) -> None:
@@ -246,16 +301,16 @@ def test_multirun_sweep_with_joblib(og_file: Path, tmp_path: Path) -> None:
                  "hydra.launcher.n_jobs=2"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Joblib" in proc.stdout + proc.stderr
-    for job, policies in (("job_0", {"lru", "belady"}), ("job_1", {"fifo", "lru", "belady"})):
+    for job, policies in (("job_0", {"lru", "pfoo_l"}), ("job_1", {"fifo", "lru", "pfoo_l"})):
         with open(out / job / "results.csv") as f:
-            assert {r["policy"] for r in csv.DictReader(f)} == policies  # lru, belady added
+            assert {r["policy"] for r in csv.DictReader(f)} == policies  # lru, the bound added
 
 
 def test_arena_placement_goes_through_the_pool(og_file: Path, tmp_path: Path) -> None:
     res = evaluate(_compose(_quiet([f"trace.path={og_file}", "allocator.placement=arena",
                                     "eval.capacities=[0.1]", "eval.policies=[lru]",
                                     "eval.plots=false", f"out_dir={tmp_path}"])))
-    assert all(r["placement"] == "arena" for r in res["rows"])
+    assert all(r["placement"] == "arena" for r in res["rows"] if r["row_kind"] == "policy")
 
 
 def _policy_file(path: Path) -> str:
@@ -282,10 +337,10 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
                                     f"eval.learned=[{path}]", "eval.learned_guards=[shadow,trial,lru,none]",
                                     "eval.plots=false", f"out_dir={tmp_path}"])))
     names = [r["policy"] for r in res["rows"]]
-    assert names == ["learned[shadow]", "learned[trial]", "learned[lru]", "learned[none]", "lru", "belady"]
+    assert names == ["learned[shadow]", "learned[trial]", "learned[lru]", "learned[none]", "lru", "pfoo_l"]
     row = res["rows"][0]
     assert row["requests"] == 2500 and row["decision_p50_us"] > 0
-    assert not math.isnan(row["normalized_hit_rate"])
+    assert not math.isnan(row["gap_closed_traffic"]) and row["gap_closed_traffic"] <= 1
     for r in res["rows"]:
         assert r["policy_file"] == (path if r["policy"].startswith("learned[") else None)
         assert r["policy"] in res["table"]
@@ -310,7 +365,7 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
                                     f"eval.learned=[{path},{other}]", "eval.learned_guards=[none]",
                                     "eval.plots=false", f"out_dir={tmp_path / 'two'}"])))
     assert [(r["policy"], r["policy_file"]) for r in res["rows"]] == [
-        ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("belady", None)]
+        ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("pfoo_l", None)]
     # a corrupt file is refused before any replay: nothing is written
     from allocator.errors import PolicyFileError
 
