@@ -277,6 +277,10 @@ class Pool:
         self._seq = 0
         self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
+        # (hook, key) of what a recovery from a failed copy told the policy and it raised on:
+        # told again before the next operation (_settle), so the policy tracks exactly the
+        # objects on the device or on their way there
+        self._owed: list[tuple[str, int]] = []
         self._attach_runtime()
         if backend is not None:
             backend.attach(self._place.capacity)
@@ -288,7 +292,7 @@ class Pool:
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
-              "_n_evictable", "_writing")
+              "_n_evictable", "_writing", "_owed")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
@@ -384,6 +388,8 @@ class Pool:
         """
         self._acquire()
         try:
+            if self._owed:
+                self._settle()
             o = self._objs.get(key)
             if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
                 # a plain hit: _access_steps' hit branch without its generator
@@ -664,6 +670,8 @@ class Pool:
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
                       defer_wt: bool = False, tail: bool = True
                       ) -> Generator[EvictionRequest, int, bool]:
+        if self._owed:
+            self._settle()
         o, need, old_size = self._begin(key, size, kind, write)
         if need > 0:
             try:
@@ -862,6 +870,8 @@ class Pool:
                 self._n_evictable += 1
 
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
+        if self._owed:
+            self._settle()
         self._retire()
         o = self._objs.get(key)
         created = o is None
@@ -1145,7 +1155,8 @@ class Pool:
         try:
             self._policy.on_evict(self.view, o.key)  # it leaves the device: the policy forgets it
         except Exception as e:
-            raise self._policy_error(self._policy, "on_evict", o.key, e, True) from e
+            self._owed.append(("on_evict", o.key))
+            raise self._owed_error("on_evict", o.key, e, err, "h2d")  # (its context: e)
         raise self._copy_error(o.key, "h2d", err) from err
 
     def _land(self, o: ObjectInfo, wait: bool) -> None:
@@ -1219,6 +1230,8 @@ class Pool:
             self.backend.synchronize()
 
     def _free(self, key: int) -> None:
+        if self._owed:
+            self._settle()
         o = self._objs.get(key)
         if o is None:
             raise UnknownKey(key, "free")
@@ -1324,8 +1337,38 @@ class Pool:
         try:
             self._policy.on_insert(self.view, o.key)
         except Exception as e:
-            raise self._policy_error(self._policy, "on_insert", o.key, e, True) from e
+            self._owed.append(("on_insert", o.key))
+            raise self._owed_error("on_insert", o.key, e, err, "d2h")  # (its context: e)
         raise self._copy_error(o.key, "d2h", err) from err
+
+    def _owed_error(self, hook: str, key: int, e: Exception, err: BaseException,
+                    direction: str) -> BackendError:
+        """The failed copy's error, when the policy raised ``e`` in ``hook`` during the
+        recovery too (the pool tells it again before its next operation)."""
+        ce = self._copy_error(key, direction, err)
+        name = getattr(self._policy, "name", None) or type(self._policy).__name__
+        pe = BackendError(f"{ce} (policy {name!r} raised {e!r} in {hook} for key {key!r} during "
+                          f"this recovery: the pool tells it again before its next operation)",
+                          key=key, direction=direction)
+        pe.__cause__ = err
+        return pe
+
+    def _settle(self) -> None:
+        """Tell the policy what a recovery from a failed copy told it and it raised on (still
+        true of the object); raises (undone: told again next time) while it still raises."""
+        owed, policy = self._owed, self._policy
+        while owed:
+            hook, key = owed[0]
+            o = self._objs.get(key)
+            if o is not None and (o.state == DEVICE) == (hook == "on_insert"):
+                try:
+                    if hook == "on_insert":
+                        policy.on_insert(self.view, key)
+                    else:
+                        policy.on_evict(self.view, key)
+                except Exception as e:
+                    raise self._policy_error(policy, hook, key, e, False) from e
+            del owed[0]
 
     def _copy_error(self, key: int, direction: str, err: BaseException) -> BackendError:
         if direction == "h2d":

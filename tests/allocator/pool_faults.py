@@ -16,6 +16,7 @@ import numpy as np
 
 from allocator.backends import NumpyBackend
 from allocator.errors import BackendError
+from allocator.pool import DEVICE, H2D, Pool
 from allocator.seams import EvictionPolicyBase, PoolView, PrefetchPolicy, optional_hooks
 
 COPY_DIRECTIONS = ("h2d", "d2h")
@@ -23,6 +24,16 @@ COPY_DIRECTIONS = ("h2d", "d2h")
 EVICTION_HOOKS = ("victim", "on_hit", "touch", "on_miss", "admit", "on_insert", "on_evict",
                   "on_free", "on_free_untracked", "pending_evictions")
 HOOKS = EVICTION_HOOKS + ("prefetch",)
+
+
+def policy_tracks(pool: Pool) -> set[int]:
+    """The objects a pool's policy must track: those on the device or on their way there, but
+    for what the recovery from a failed copy told it and it raised on (an insertion or an
+    eviction it missed, told again before the pool's next operation: ``Pool._owed``)."""
+    tracked = {k for k, o in pool._objs.items() if o.state in (DEVICE, H2D)}
+    for _, key in pool._owed:
+        tracked ^= {key}
+    return tracked
 
 
 class FailedCopy:

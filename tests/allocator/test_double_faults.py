@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from pool_faults import FaultyBackend, HookFault, RaisingPolicy
+from pool_faults import FaultyBackend, HookFault, RaisingPolicy, policy_tracks
 
 from allocator.arena import ALIGN
 from allocator.errors import BackendError, PolicyError
-from allocator.pool import DEVICE, H2D, Pool
+from allocator.pool import Pool
 from policies.lru import LRU
 
 B = ALIGN
@@ -30,13 +30,13 @@ class _Run:
         self.p = Pool(capacity, self.pol, cost=cost, backend=self.be, **kw)  # type: ignore[arg-type]
         self.model: dict[int, bytes] = {}
         self.raised: list[tuple[str, object, object]] = []  # (kind, key, what) in order
+        self.messages: list[str] = []  # of the BackendErrors
 
     def check(self) -> None:
         p = self.p
         p._check()
         assert set(p._objs) == set(self.model)
-        tracked = {k for k, o in p._objs.items() if o.state in (DEVICE, H2D)}
-        assert set(self.pol.inner.order()) == tracked  # type: ignore[attr-defined]
+        assert set(self.pol.inner.order()) == policy_tracks(p)  # type: ignore[attr-defined]
 
     def op(self, fn: Callable[[], object], then: Callable[[], object] | None = None) -> object:
         """``then`` updates the model once ``fn`` succeeds."""
@@ -49,6 +49,7 @@ class _Run:
                 assert any(e.__cause__ is f for f in self.be.failures), e
                 assert all(e.__cause__ is not r for _, _, r in self.raised), f"raised twice: {e}"
                 self.raised.append((e.direction, e.key, e.__cause__))
+                self.messages.append(str(e))
             except PolicyError as e:
                 assert isinstance(e.__cause__, HookFault), e
                 self.raised.append((e.hook, e.key, e.__cause__))
@@ -155,9 +156,10 @@ def test_a_hook_raising_while_a_failed_write_back_is_recovered(at_launch: bool) 
          lambda: r.model.__setitem__(3, bytes(2 * B)))
     assert r.p.state(1) != "device"
     r.pol.arm("on_insert")
-    r.op(lambda: r.p.get(1))
-    assert ("d2h", 1) in r.kinds() and ("on_insert", 1) in r.kinds()
-    assert r.p.state(1) == "device" and r.p._objs[1].dirty
+    r.op(lambda: r.p.get(1))  # raises 1's failure (the policy's too), then hits
+    assert r.kinds() == [("d2h", 1)] and r.pol.faults.fired == [("on_insert", 1)]
+    assert "raised HookFault" in r.messages[0] and "in on_insert for key 1" in r.messages[0]
+    assert r.p.state(1) == "device" and r.p._objs[1].dirty and not r.p._owed
     r.read_back()
 
 
@@ -172,7 +174,33 @@ def test_a_hook_raising_while_a_failed_prefetch_is_recovered(at_launch: bool) ->
     r.be.arm("h2d", key=1, at_launch=at_launch)
     assert r.op(lambda: r.p.prefetch(1))
     r.pol.arm("on_evict")
-    r.op(lambda: r.p.access(1, B))
-    assert ("h2d", 1) in r.kinds() and ("on_evict", 1) in r.kinds()
-    assert r.p.state(1) == "host"
+    r.op(lambda: r.p.access(1, B))  # raises 1's failure (the policy's too), then fetches it
+    assert r.kinds() == [("h2d", 1)] and r.pol.faults.fired == [("on_evict", 1)]
+    assert "raised HookFault" in r.messages[0] and "in on_evict for key 1" in r.messages[0]
+    assert r.p.state(1) == "device" and not r.p._owed
+    r.read_back()
+
+
+def test_a_policy_still_raising_when_told_again() -> None:
+    """What the recovery owes the policy is told again before each operation, which raises
+    (undone, nothing counted) until the policy takes it."""
+    r = _Run(3 * B)
+    r.put(1, 1)
+    r.op(lambda: r.p.access(2, 2 * B), lambda: r.model.__setitem__(2, bytes(2 * B)))
+    r.be.arm("d2h", key=1)
+    r.op(lambda: r.p.access(3, 2 * B, write=True), lambda: r.model.__setitem__(3, bytes(2 * B)))
+    r.pol.arm("on_insert")
+    with pytest.raises(BackendError):
+        r.p.get(1)
+    r.check()
+    for _ in range(2):
+        r.pol.arm("on_insert")
+        accesses = r.p.snapshot().accesses
+        with pytest.raises(PolicyError) as ei:
+            r.p.access(3, 2 * B)
+        assert (ei.value.hook, ei.value.key) == ("on_insert", 1) and r.p._owed
+        assert r.p.snapshot().accesses == accesses
+        r.check()
+    r.op(lambda: r.p.access(3, 2 * B))
+    assert not r.p._owed
     r.read_back()
