@@ -15,6 +15,8 @@ object and the direction, by the first pool operation that waits for it, and the
 last good copy: a failed fetch leaves it in host memory (its new block is freed), a failed
 write-back leaves it on the device, dirty, in the block it had (nothing is released). A failure
 whose copy no longer matters (the object was freed, or a newer copy supersedes it) is not raised.
+A hook the recovery calls (``on_insert`` after a failed write-back, ``on_evict`` after a failed
+fetch) that raises is named in that error and called again before the next operation.
 A policy hook that raises is raised as a :class:`PolicyError`; an event it announced beforehand
 (``on_miss``, ``admit``, ``victim``, ``on_insert``, ``on_evict``, ``on_free``) is undone first
 (evictions already made for it stay), one it reported afterwards (a hit, pending evictions,
