@@ -530,7 +530,8 @@ class Pool:
 
         The columns are read in chunks of :data:`REPLAY_CHUNK` rows as Python integers (one
         conversion per chunk, not one NumPy scalar per field and row), and the lock is held for
-        the whole replay (each access re-enters it).
+        the whole replay (each access re-enters it). A policy's error (:class:`PolicyError`,
+        :class:`InvalidVictim`) carries the row it was raised at as ``row``.
         """
         n = len(trace)
         stop = n if stop is None else stop
@@ -541,15 +542,20 @@ class Pool:
         access, free = self.access, self.free
         key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
         with self._lock:
-            for lo in range(int(start), int(stop), REPLAY_CHUNK):
-                hi = min(lo + REPLAY_CHUNK, int(stop))
-                for k, s, o, c, kd in zip(key[lo:hi].tolist(), size[lo:hi].tolist(),
-                                          op[lo:hi].tolist(), comp[lo:hi].tolist(),
-                                          kind[lo:hi].tolist()):
-                    if o == 2:  # Op.FREE
-                        free(k)
-                    else:
-                        access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+            i = int(start)
+            try:
+                for lo in range(int(start), int(stop), REPLAY_CHUNK):
+                    hi = min(lo + REPLAY_CHUNK, int(stop))
+                    for i, k, s, o, c, kd in zip(range(lo, hi), key[lo:hi].tolist(),
+                                                 size[lo:hi].tolist(), op[lo:hi].tolist(),
+                                                 comp[lo:hi].tolist(), kind[lo:hi].tolist()):
+                        if o == 2:  # Op.FREE
+                            free(k)
+                        else:
+                            access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+            except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the request
+                e.row = i
+                raise
             return self.snapshot()
 
     def snapshot(self) -> PoolStats:
