@@ -546,14 +546,14 @@ class Pool:
             try:
                 for lo in range(int(start), int(stop), REPLAY_CHUNK):
                     hi = min(lo + REPLAY_CHUNK, int(stop))
-                    for i, k, s, o, c, kd in zip(range(lo, hi), key[lo:hi].tolist(),
+                    for i, k, s, o, c, kd in zip(range(lo, hi), key[lo:hi].tolist(),  # noqa: B007
                                                  size[lo:hi].tolist(), op[lo:hi].tolist(),
                                                  comp[lo:hi].tolist(), kind[lo:hi].tolist()):
                         if o == 2:  # Op.FREE
                             free(k)
                         else:
                             access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
-            except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the request
+            except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the row (i)
                 e.row = i
                 raise
             return self.snapshot()
@@ -1164,7 +1164,7 @@ class Pool:
             self._policy.on_evict(self.view, o.key)  # it leaves the device: the policy forgets it
         except Exception as e:
             self._owed.append(("on_evict", o.key))
-            raise self._owed_error("on_evict", o.key, e, err, "h2d")  # (its context: e)
+            raise self._owed_error("on_evict", o.key, e, err, "h2d") from err  # (context: e)
         raise self._copy_error(o.key, "h2d", err) from err
 
     def _land(self, o: ObjectInfo, wait: bool) -> None:
@@ -1346,20 +1346,18 @@ class Pool:
             self._policy.on_insert(self.view, o.key)
         except Exception as e:
             self._owed.append(("on_insert", o.key))
-            raise self._owed_error("on_insert", o.key, e, err, "d2h")  # (its context: e)
+            raise self._owed_error("on_insert", o.key, e, err, "d2h") from err  # (context: e)
         raise self._copy_error(o.key, "d2h", err) from err
 
     def _owed_error(self, hook: str, key: int, e: Exception, err: BaseException,
                     direction: str) -> BackendError:
-        """The failed copy's error, when the policy raised ``e`` in ``hook`` during the
-        recovery too (the pool tells it again before its next operation)."""
+        """The failed copy's error (raise it ``from err``), when the policy raised ``e`` in
+        ``hook`` during the recovery too (the pool tells it again before its next operation)."""
         ce = self._copy_error(key, direction, err)
         name = getattr(self._policy, "name", None) or type(self._policy).__name__
-        pe = BackendError(f"{ce} (policy {name!r} raised {e!r} in {hook} for key {key!r} during "
-                          f"this recovery: the pool tells it again before its next operation)",
-                          key=key, direction=direction)
-        pe.__cause__ = err
-        return pe
+        return BackendError(f"{ce} (policy {name!r} raised {e!r} in {hook} for key {key!r} during "
+                            f"this recovery: the pool tells it again before its next operation)",
+                            key=key, direction=direction)
 
     def _settle(self) -> None:
         """Tell the policy what a recovery from a failed copy told it and it raised on (still
