@@ -42,7 +42,8 @@ class FailedCopy:
 
     def __init__(self, direction: str, key: int) -> None:
         self.direction, self.key = direction, key
-        self.error = BackendError(f"injected: the {direction} copy of object {key} failed")
+        self.error = BackendError(f"injected: the {direction} copy of object {key} failed",
+                                  key=key, direction=direction)
         self.waits = 0
 
 
@@ -74,7 +75,8 @@ class FaultyBackend:
         if at_launch is None:
             return start()
         if at_launch:
-            err = BackendError(f"injected: the {direction} copy of object {key} could not start")
+            err = BackendError(f"injected: the {direction} copy of object {key} could not start",
+                               key=key, direction=direction)
             self.failures.append(err)
             raise err
         ev = FailedCopy(direction, key)

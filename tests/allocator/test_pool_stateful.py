@@ -174,6 +174,17 @@ class PoolMachine(RuleBasedStateMachine):
         if hook not in skip:
             self.faults.arm(hook)
 
+    @precondition(lambda self: self.max_faults > 1 and self.faults.armed is None
+                  and self._failed_events())
+    @rule()
+    def fail_the_recovery(self) -> None:
+        """A failed copy is held, not yet raised: arm the hook its recovery calls (``on_insert``
+        for a write-back, ``on_evict`` for a prefetch)."""
+        ev = self._failed_events()[0]
+        d2h = any(o.d2h_event is ev for o in self.pool._objs.values()) or any(
+            r[4] is ev for r in self.pool._releases)
+        self.faults.arm("on_insert" if d2h else "on_evict")
+
     # ------------------------------------------------------------------ helpers
     def _size(self, key: int) -> int:
         return len(self.model[key])
@@ -317,6 +328,20 @@ class PoolMachine(RuleBasedStateMachine):
         try:
             self.pool.flush()
         except BackendError as e:
+            if isinstance(e.__cause__, BackendError) and e.__cause__.__cause__ is not None:
+                # several copies failed, raised together (the first chained): every injected
+                # failure the pool no longer holds was raised here or never needed raising
+                assert self.backend is not None
+                held = [ev.error if isinstance(ev, FailedCopy) else ev for ev in self._failed_events()]
+                first = e.__cause__.__cause__
+                assert all(first is not r for r in self.reported), f"a failure raised twice: {e!r}"
+                for f in self.backend.failures:
+                    if all(f is not r for r in self.reported) and all(f is not h for h in held):
+                        self.reported.append(f)
+                        if f.direction == "d2h":
+                            self.written_back_failed.add(f.key)  # type: ignore[arg-type]
+                assert any(first is r for r in self.reported)
+                return
             self._faulted(e)
             return
         assert not any(o.dirty for o in self.pool._objs.values())
