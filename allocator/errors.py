@@ -92,8 +92,11 @@ class PolicyError(CachegymError, RuntimeError):
     call was about (for ``victim``, the object being made room for). The policy's exception is
     chained as ``__cause__``. The pool is consistent: an event the hook announced in advance
     (a miss, an insertion, an eviction, a free) is undone, one it reported after the fact (a
-    hit, pending evictions, prefetches after an access) stands.
+    hit, pending evictions, prefetches after an access) stands. ``row``: the trace row being
+    replayed when :meth:`Pool.replay <allocator.pool.Pool.replay>` raised it, else ``None``.
     """
+
+    row: int | None = None
 
     def __init__(self, policy: object, hook: str, key: object, cause: BaseException,
                  outcome: str) -> None:
@@ -161,6 +164,11 @@ class NotPinned(PoolError):
 
 
 class InvalidVictim(PoolError):
+    """``key``: the victim chosen; ``row``: the trace row being replayed when
+    :meth:`Pool.replay <allocator.pool.Pool.replay>` raised it, else ``None``."""
+
+    row: int | None = None
+
     def __init__(self, key: object, reason: str) -> None:
         self.key = key
         super().__init__(

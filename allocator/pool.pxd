@@ -36,5 +36,5 @@ cdef class Pool:
     cdef public long long _n_evictable
     cdef public dict _objs
     cdef public object _lock, _acquire, _release
-    cdef public list _landing, _releases
+    cdef public list _landing, _releases, _owed
     cdef object __weakref__

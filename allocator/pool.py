@@ -15,6 +15,8 @@ object and the direction, by the first pool operation that waits for it, and the
 last good copy: a failed fetch leaves it in host memory (its new block is freed), a failed
 write-back leaves it on the device, dirty, in the block it had (nothing is released). A failure
 whose copy no longer matters (the object was freed, or a newer copy supersedes it) is not raised.
+A hook the recovery calls (``on_insert`` after a failed write-back, ``on_evict`` after a failed
+fetch) that raises is named in that error and called again before the next operation.
 A policy hook that raises is raised as a :class:`PolicyError`; an event it announced beforehand
 (``on_miss``, ``admit``, ``victim``, ``on_insert``, ``on_evict``, ``on_free``) is undone first
 (evictions already made for it stay), one it reported afterwards (a hit, pending evictions,
@@ -278,6 +280,10 @@ class Pool:
         self._seq = 0
         self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
+        # (hook, key) of what a recovery from a failed copy told the policy and it raised on:
+        # told again before the next operation (_settle), so the policy tracks exactly the
+        # objects on the device or on their way there
+        self._owed: list[tuple[str, int]] = []
         self._attach_runtime()
         if backend is not None:
             backend.attach(self._place.capacity)
@@ -289,7 +295,7 @@ class Pool:
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
-              "_n_evictable", "_writing")
+              "_n_evictable", "_writing", "_owed")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
@@ -387,6 +393,8 @@ class Pool:
         """
         self._acquire()
         try:
+            if self._owed:
+                self._settle()
             o = self._objs.get(key)
             if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
                 # a plain hit: _access_steps' hit branch without its generator
@@ -525,7 +533,8 @@ class Pool:
 
         The columns are read in chunks of :data:`REPLAY_CHUNK` rows as Python integers (one
         conversion per chunk, not one NumPy scalar per field and row), and the lock is held for
-        the whole replay (each access re-enters it).
+        the whole replay (each access re-enters it). A policy's error (:class:`PolicyError`,
+        :class:`InvalidVictim`) carries the row it was raised at as ``row``.
         """
         n = len(trace)
         stop = n if stop is None else stop
@@ -536,15 +545,20 @@ class Pool:
         access, free = self.access, self.free
         key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
         with self._lock:
-            for lo in range(int(start), int(stop), REPLAY_CHUNK):
-                hi = min(lo + REPLAY_CHUNK, int(stop))
-                for k, s, o, c, kd in zip(key[lo:hi].tolist(), size[lo:hi].tolist(),
-                                          op[lo:hi].tolist(), comp[lo:hi].tolist(),
-                                          kind[lo:hi].tolist()):
-                    if o == 2:  # Op.FREE
-                        free(k)
-                    else:
-                        access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+            i = int(start)
+            try:
+                for lo in range(int(start), int(stop), REPLAY_CHUNK):
+                    hi = min(lo + REPLAY_CHUNK, int(stop))
+                    for i, k, s, o, c, kd in zip(range(lo, hi), key[lo:hi].tolist(),  # noqa: B007
+                                                 size[lo:hi].tolist(), op[lo:hi].tolist(),
+                                                 comp[lo:hi].tolist(), kind[lo:hi].tolist()):
+                        if o == 2:  # Op.FREE
+                            free(k)
+                        else:
+                            access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+            except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the row (i)
+                e.row = i
+                raise
             return self.snapshot()
 
     def snapshot(self) -> PoolStats:
@@ -687,6 +701,8 @@ class Pool:
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
                       defer_wt: bool = False, tail: bool = True
                       ) -> Generator[EvictionRequest, int, bool]:
+        if self._owed:
+            self._settle()
         o, need, old_size = self._begin(key, size, kind, write)
         if need > 0:
             try:
@@ -906,6 +922,8 @@ class Pool:
                 self._n_evictable += 1
 
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
+        if self._owed:
+            self._settle()
         self._retire()
         o = self._objs.get(key)
         created = o is None
@@ -1189,7 +1207,8 @@ class Pool:
         try:
             self._policy.on_evict(self.view, o.key)  # it leaves the device: the policy forgets it
         except Exception as e:
-            raise self._policy_error(self._policy, "on_evict", o.key, e, True) from e
+            self._owed.append(("on_evict", o.key))
+            raise self._owed_error("on_evict", o.key, e, err, "h2d") from err  # (context: e)
         raise self._copy_error(o.key, "h2d", err) from err
 
     def _land(self, o: ObjectInfo, wait: bool) -> None:
@@ -1263,6 +1282,8 @@ class Pool:
             self.backend.synchronize()
 
     def _free(self, key: int) -> None:
+        if self._owed:
+            self._settle()
         o = self._objs.get(key)
         if o is None:
             raise UnknownKey(key, "free")
@@ -1368,8 +1389,36 @@ class Pool:
         try:
             self._policy.on_insert(self.view, o.key)
         except Exception as e:
-            raise self._policy_error(self._policy, "on_insert", o.key, e, True) from e
+            self._owed.append(("on_insert", o.key))
+            raise self._owed_error("on_insert", o.key, e, err, "d2h") from err  # (context: e)
         raise self._copy_error(o.key, "d2h", err) from err
+
+    def _owed_error(self, hook: str, key: int, e: Exception, err: BaseException,
+                    direction: str) -> BackendError:
+        """The failed copy's error (raise it ``from err``), when the policy raised ``e`` in
+        ``hook`` during the recovery too (the pool tells it again before its next operation)."""
+        ce = self._copy_error(key, direction, err)
+        name = getattr(self._policy, "name", None) or type(self._policy).__name__
+        return BackendError(f"{ce} (policy {name!r} raised {e!r} in {hook} for key {key!r} during "
+                            f"this recovery: the pool tells it again before its next operation)",
+                            key=key, direction=direction)
+
+    def _settle(self) -> None:
+        """Tell the policy what a recovery from a failed copy told it and it raised on (still
+        true of the object); raises (undone: told again next time) while it still raises."""
+        owed, policy = self._owed, self._policy
+        while owed:
+            hook, key = owed[0]
+            o = self._objs.get(key)
+            if o is not None and (o.state == DEVICE) == (hook == "on_insert"):
+                try:
+                    if hook == "on_insert":
+                        policy.on_insert(self.view, key)
+                    else:
+                        policy.on_evict(self.view, key)
+                except Exception as e:
+                    raise self._policy_error(policy, hook, key, e, False) from e
+            del owed[0]
 
     def _copy_error(self, key: int, direction: str, err: BaseException) -> BackendError:
         if direction == "h2d":

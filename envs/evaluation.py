@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from allocator.errors import ConfigError
+from allocator.errors import ConfigError, InvalidVictim, PolicyError
 from allocator.pool import Pool
 from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
@@ -255,7 +255,13 @@ def run_one(
     else:
         pool = Pool(spec.capacity, pol, prefetcher=pf, cost=preset, placement=placement,  # type: ignore[arg-type]
                     write_policy=write_policy, oversize=oversize)  # type: ignore[arg-type]
-    st = pool.replay(trace)
+    try:
+        st = pool.replay(trace)
+    except (PolicyError, InvalidVictim) as e:  # name the run and the request
+        at = "" if e.row is None else f", request {e.row} (key {int(trace.key[e.row])})"
+        e.args = (f"policy {spec.policy!r} on trace {spec.trace_name!r} at capacity "
+                  f"{spec.capacity_spec} ({spec.capacity} bytes){at}: {e}",)
+        raise
     row = _stats_row(spec, st, requested)
     if timed is not None:
         row["decision_p50_us"], row["decision_p99_us"] = timed.percentiles_us()

@@ -63,6 +63,8 @@ EVICTION_NAMES = ("lru", "fifo", "lfu", "random", "clock", "arc", "sieve", "s3fi
                   "slru", "gdsf", "belady")
 PREFETCH_NAMES = ("none", "markov", "stride", "lookahead")
 _NEEDS_TRACE = {"belady", "lookahead"}
+# the members every eviction policy has (allocator/seams.py: EvictionPolicy); victim is checked apart
+_EVICTION_HOOKS = ("on_hit", "on_miss", "on_insert", "on_evict", "on_free")
 
 
 _OLD_LEARNED_PREFIXES = {"learned": "shadow", "learned_trial": "trial", "learned_lru": "lru",
@@ -254,4 +256,9 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
         kind = "an eviction policy" if method == "victim" else "a prefetch policy"
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {method}() method, so it "
                           f"is not {kind} (see allocator/seams.py)")
+    missing = [m for m in _EVICTION_HOOKS if not callable(getattr(obj, m, None))]
+    if method == "victim" and missing:
+        raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {', '.join(missing)}: an "
+                          f"eviction policy has victim and the hooks {', '.join(_EVICTION_HOOKS)}; "
+                          "derive it from policies.base.EvictionPolicyBase for no-op hooks")
     return obj

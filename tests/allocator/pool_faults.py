@@ -16,6 +16,7 @@ import numpy as np
 
 from allocator.backends import NumpyBackend
 from allocator.errors import BackendError
+from allocator.pool import DEVICE, H2D, Pool
 from allocator.seams import EvictionPolicyBase, PoolView, PrefetchPolicy, optional_hooks
 
 COPY_DIRECTIONS = ("h2d", "d2h")
@@ -25,13 +26,24 @@ EVICTION_HOOKS = ("victim", "on_hit", "touch", "on_miss", "admit", "on_insert", 
 HOOKS = EVICTION_HOOKS + ("prefetch",)
 
 
+def policy_tracks(pool: Pool) -> set[int]:
+    """The objects a pool's policy must track: those on the device or on their way there, but
+    for what the recovery from a failed copy told it and it raised on (an insertion or an
+    eviction it missed, told again before the pool's next operation: ``Pool._owed``)."""
+    tracked = {k for k, o in pool._objs.items() if o.state in (DEVICE, H2D)}
+    for _, key in pool._owed:
+        tracked ^= {key}
+    return tracked
+
+
 class FailedCopy:
     """The event of a copy that failed: nothing was copied; waiting on it raises ``error``
     (one instance, so a test can tell a failure reported twice from two failures)."""
 
     def __init__(self, direction: str, key: int) -> None:
         self.direction, self.key = direction, key
-        self.error = BackendError(f"injected: the {direction} copy of object {key} failed")
+        self.error = BackendError(f"injected: the {direction} copy of object {key} failed",
+                                  key=key, direction=direction)
         self.waits = 0
 
 
@@ -63,7 +75,8 @@ class FaultyBackend:
         if at_launch is None:
             return start()
         if at_launch:
-            err = BackendError(f"injected: the {direction} copy of object {key} could not start")
+            err = BackendError(f"injected: the {direction} copy of object {key} could not start",
+                               key=key, direction=direction)
             self.failures.append(err)
             raise err
         ev = FailedCopy(direction, key)

@@ -9,10 +9,14 @@ was last written to it; at the end everything is read back through ``get``.
 
 Faults are injected between steps (``pool_faults.py``), one at a time: a copy in either
 direction that fails (when waited for, or at launch), or any hook of the eviction or prefetch
-policy that raises (every hook the pool calls with a backend: all but ``admit``, which
-``test_faults.py`` covers). An operation may then raise a ``PolicyError`` (only right after its hook was
-armed) or a ``BackendError`` (each injected failure at most once); the model follows what the
-operation did, and the invariants above must hold all along.
+policy that raises (every hook the pool calls: ``admit`` in the machine without a backend,
+whose model holds each object's size, the only hook it asks there). An operation may then raise
+a ``PolicyError`` (only right after its hook was armed) or a ``BackendError`` (each injected
+failure at most once); the model follows what the operation did, and the invariants above must
+hold all along. The double-fault machine arms a second fault while the first is armed or its
+failure not yet raised (a hook with a copy, two copies: a failed write-back and the fetch of
+the next access), so faults also strike while the pool recovers from one (a hook raising
+inside the recovery is told again before the next operation: ``policy_tracks``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pool_faults import (
     HookFaults,
     RaisingPolicy,
     RaisingPrefetcher,
+    policy_tracks,
 )
 
 from allocator.arena import ALIGN
@@ -68,10 +73,12 @@ class NextKey:
 class PoolMachine(RuleBasedStateMachine):
     write_policy = "write-back"
     prefetching = True  # without a prefetcher, hits take the pool's fast path (``touch``)
+    with_backend = True  # without one, the pool holds no bytes and asks ``admit``
+    max_faults = 1  # armed, or failed and not yet raised, at a time
 
     def __init__(self) -> None:
         super().__init__()
-        self.backend = FaultyBackend(NumpyBackend())
+        self.backend = FaultyBackend(NumpyBackend()) if self.with_backend else None
         self.faults = HookFaults()
         self.policy = RaisingPolicy(LRU(), self.faults)
         self.pool = Pool(CAPACITY, self.policy, cost="a100_pcie4", backend=self.backend,
@@ -84,8 +91,18 @@ class PoolMachine(RuleBasedStateMachine):
         self.written_back_failed: set[int] = set()  # keys whose write-back failed (dirty since)
 
     def teardown(self) -> None:
-        self.backend.disarm()
         self.faults.armed = None
+        if self.backend is None:
+            for pk, n in self.pins.items():
+                for _ in range(n):
+                    self.pool.unpin(pk)
+            for k, data in self.model.items():  # every object is there, of its size
+                self.pool.access(k, len(data))
+                assert self.pool._objs[k].size == len(data)
+            self.pool._check()
+            self.pool.close()
+            return
+        self.backend.disarm()
         try:
             for k, data in self.model.items():  # everything reads back through the public API
                 for _ in range(3):  # a failure still pending is raised once
@@ -113,8 +130,14 @@ class PoolMachine(RuleBasedStateMachine):
         evs += [r[4] for r in p._releases]
         return [ev for ev in evs if isinstance(ev, (FailedCopy, BackendError))]
 
-    def _copy_fault_pending(self) -> bool:
-        return bool(self.backend.armed or self._failed_events())
+    def _copy_faults(self) -> int:
+        """Copy faults armed, and failed copies the pool still holds."""
+        if self.backend is None:
+            return 0
+        return len(self.backend.armed) + len(self._failed_events())
+
+    def _faults(self) -> int:
+        return self._copy_faults() + (self.faults.armed is not None)
 
     def _faulted(self, e: PolicyError | BackendError) -> None:
         """``e`` came from an injected fault, reported once."""
@@ -124,26 +147,43 @@ class PoolMachine(RuleBasedStateMachine):
             assert e.hook == self.faults.fired[-1][0]
             return
         cause = e.__cause__
-        assert any(cause is f for f in self.backend.failures), f"not an injected failure: {e!r}"
+        assert self.backend is not None and any(cause is f for f in self.backend.failures), (
+            f"not an injected failure: {e!r}")
         assert all(cause is not r for r in self.reported), f"a failure raised twice: {e!r}"
         self.reported.append(cause)
         assert e.direction in COPY_DIRECTIONS and e.key in range(8), e
         if e.direction == "d2h":
             self.written_back_failed.add(e.key)
 
-    @precondition(lambda self: not self._copy_fault_pending())
+    @precondition(lambda self: self.backend is not None and self._copy_faults() < self.max_faults)
     @rule(direction=st.sampled_from(COPY_DIRECTIONS), key=st.one_of(st.none(), KEYS),
           at_launch=st.booleans())
     def fail_a_copy(self, direction: str, key: int | None, at_launch: bool) -> None:
-        self.faults.armed = None  # one fault at a time
+        if self.max_faults == 1:
+            self.faults.armed = None  # one fault at a time
+        assert self.backend is not None
         self.backend.arm(direction, key, at_launch=at_launch)
 
-    @precondition(lambda self: self.faults.armed is None and not self._copy_fault_pending())
+    @precondition(lambda self: self.faults.armed is None and self._faults() < self.max_faults)
     @rule(hook=st.sampled_from(HOOKS))
     def fail_a_hook(self, hook: str) -> None:
         """Arm one of the hooks the pool calls here (armed until it fires)."""
-        if hook != "admit" and hook != ("prefetch" if not self.prefetching else "touch"):
-            self.faults.arm(hook)  # (admit is asked only by a pool without a backend)
+        skip = {"prefetch" if not self.prefetching else "touch"}
+        if self.backend is not None:
+            skip.add("admit")  # asked only by a pool without a backend
+        if hook not in skip:
+            self.faults.arm(hook)
+
+    @precondition(lambda self: self.max_faults > 1 and self.faults.armed is None
+                  and self._failed_events())
+    @rule()
+    def fail_the_recovery(self) -> None:
+        """A failed copy is held, not yet raised: arm the hook its recovery calls (``on_insert``
+        for a write-back, ``on_evict`` for a prefetch)."""
+        ev = self._failed_events()[0]
+        d2h = any(o.d2h_event is ev for o in self.pool._objs.values()) or any(
+            r[4] is ev for r in self.pool._releases)
+        self.faults.arm("on_insert" if d2h else "on_evict")
 
     # ------------------------------------------------------------------ helpers
     def _size(self, key: int) -> int:
@@ -153,6 +193,7 @@ class PoolMachine(RuleBasedStateMachine):
         return key in self.pins or len(self.pins) < MAX_PINNED_KEYS
 
     # ------------------------------------------------------------------ rules
+    @precondition(lambda self: self.backend is not None)
     @rule(key=KEYS, size=SIZES, seed=st.integers(0, 2**16), compute=COMPUTE)
     def put(self, key: int, size: int, seed: int, compute: int) -> None:
         data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
@@ -169,7 +210,7 @@ class PoolMachine(RuleBasedStateMachine):
             o = self.pool._objs.get(key)
             if o is None:  # a new object, or one put with a new size (freed first)
                 self.model.pop(key, None)
-            elif (o.state == DEVICE and o.size == size and self.backend.device_buffer(
+            elif (o.state == DEVICE and o.size == size and self.pool.backend.device_buffer(
                     o.offset, size).tobytes() == data.tobytes()):
                 self.model[key] = data.tobytes()  # raised after the write (prefetches)
             else:
@@ -178,6 +219,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.model[key] = data.tobytes()
         self.pool.cost.compute(compute)
 
+    @precondition(lambda self: self.backend is not None)
     @rule(key=KEYS)
     def get(self, key: int) -> None:
         if key not in self.model:
@@ -286,6 +328,20 @@ class PoolMachine(RuleBasedStateMachine):
         try:
             self.pool.flush()
         except BackendError as e:
+            if isinstance(e.__cause__, BackendError) and e.__cause__.__cause__ is not None:
+                # several copies failed, raised together (the first chained): every injected
+                # failure the pool no longer holds was raised here or never needed raising
+                assert self.backend is not None
+                held = [ev.error if isinstance(ev, FailedCopy) else ev for ev in self._failed_events()]
+                first = e.__cause__.__cause__
+                assert all(first is not r for r in self.reported), f"a failure raised twice: {e!r}"
+                for f in self.backend.failures:
+                    if all(f is not r for r in self.reported) and all(f is not h for h in held):
+                        self.reported.append(f)
+                        if f.direction == "d2h":
+                            self.written_back_failed.add(f.key)  # type: ignore[arg-type]
+                assert any(first is r for r in self.reported)
+                return
             self._faulted(e)
             return
         assert not any(o.dirty for o in self.pool._objs.values())
@@ -299,14 +355,16 @@ class PoolMachine(RuleBasedStateMachine):
         assert set(p._objs) == set(self.model)
         for k, n in self.pins.items():
             assert p._objs[k].pins == n and p._objs[k].state == DEVICE
-        tracked = {k for k, o in p._objs.items() if o.state in (DEVICE, H2D)}
-        assert set(self.policy.inner.order()) == tracked  # type: ignore[attr-defined]
+        assert set(self.policy.inner.order()) == policy_tracks(p)  # type: ignore[attr-defined]
 
     @invariant()
     def bytes_are_what_was_last_written(self) -> None:
         """Peek without disturbing the pool: the device copy of a resident object, the host copy
         otherwise; a clean resident object's host copy is current too."""
         p, be = self.pool, self.backend
+        if be is None:
+            assert all(p._objs[k].size == len(data) for k, data in self.model.items())
+            return
         be.synchronize()
         failed = self._failed_events()
         for k, data in self.model.items():
@@ -342,6 +400,20 @@ class NoPrefetcherMachine(PoolMachine):
     prefetching = False
 
 
+class NoBackendMachine(PoolMachine):
+    """Metadata only (sizes, no bytes): the pool asks the policy's ``admit``."""
+
+    with_backend = False
+
+
+class DoubleFaultMachine(PoolMachine):
+    max_faults = 2
+
+
+class DoubleFaultWriteThroughMachine(DoubleFaultMachine):
+    write_policy = "write-through"
+
+
 _SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 TestPoolWriteBack = PoolMachine.TestCase
@@ -350,3 +422,9 @@ TestPoolWriteThrough = WriteThroughMachine.TestCase
 TestPoolWriteThrough.settings = _SETTINGS
 TestPoolNoPrefetcher = NoPrefetcherMachine.TestCase
 TestPoolNoPrefetcher.settings = _SETTINGS
+TestPoolNoBackend = NoBackendMachine.TestCase
+TestPoolNoBackend.settings = _SETTINGS
+TestPoolDoubleFaults = DoubleFaultMachine.TestCase
+TestPoolDoubleFaults.settings = _SETTINGS
+TestPoolDoubleFaultsWriteThrough = DoubleFaultWriteThroughMachine.TestCase
+TestPoolDoubleFaultsWriteThrough.settings = _SETTINGS

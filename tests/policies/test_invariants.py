@@ -328,6 +328,8 @@ def test_readme_policy_by_file_and_module_keeps_the_invariants(tmp_path, monkeyp
     ("mod_nope_xyz.sub:MRU", None, "no module 'mod_nope_xyz.sub'"),
     ("p.py:LRUX", "class MRU:\n    def victim(self, view): return None\n", "has no class 'LRUX'; it has MRU"),
     ("p.py:NotAPolicy", "class NotAPolicy:\n    pass\n", "has no victim\\(\\) method"),
+    ("p.py:Bare", "class Bare:\n    def victim(self, v): return None\n",
+     "Bare has no on_hit, on_miss, on_insert, on_evict, on_free: .*EvictionPolicyBase"),
     ("p.py:Needs", "class Needs:\n    def __init__(self, x): pass\n    def victim(self, v): return None\n",
      "constructing it failed"),
     ("p.py:X", "raise RuntimeError('broken at import')\n", "RuntimeError: broken at import"),

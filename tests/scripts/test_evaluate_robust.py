@@ -18,7 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import envs.evaluation as evaluation
-from allocator.errors import ConfigError
+from allocator.errors import ConfigError, InvalidVictim, PolicyError
 from allocator.trace import Trace
 from envs.config import register_configs
 from envs.evaluation import evaluate
@@ -170,3 +170,31 @@ def test_a_users_policy_whose_constructor_raises_is_named(trace_file: Path, tmp_
     assert r.returncode == 2 and "its constructor raised RuntimeError" in r.stderr and "Traceback" not in r.stderr
 
 
+
+
+@pytest.mark.parametrize("victim,error,says", [
+    ("raise ValueError('bad state')", PolicyError, "raised ValueError\\('bad state'\\) in victim"),
+    ("return 10**6", InvalidVictim, "eviction victim 1000000 is not evictable"),
+])
+def test_a_users_policy_failing_mid_run_names_the_policy_and_the_request(
+        victim: str, error: type[Exception], says: str, tmp_path: Path) -> None:
+    """A user's policy that raises in a hook, or names an impossible victim, at its third
+    decision: the error names the policy, the trace, the capacity and the request (row, key)."""
+    (tmp_path / "mine.py").write_text(
+        "from policies.base import EvictionPolicyBase\n\n"
+        "class Flaky(EvictionPolicyBase):\n"
+        "    def __init__(self):\n        self.n = 0\n"
+        "    def victim(self, view):\n        self.n += 1\n"
+        f"        if self.n == 3:\n            {victim}\n"
+        "        return view.candidates()[0]\n")
+    t = Trace.from_arrays([1, 2, 3, 4, 1, 2, 3, 4, 5, 6], 100)  # one object fits: rows 1.. evict
+    t.save(tmp_path / "t.npz")
+    spec = f"{tmp_path / 'mine.py'}:Flaky"
+    with pytest.raises(error, match=f"policy '{spec}' on trace 't' at capacity 0.3 \\(180 bytes\\), "
+                                    f"request 3 \\(key 4\\): .*{says}") as e:
+        evaluate(_compose([f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.3]",
+                           f"eval.policies=[{spec}]", "eval.plots=false", "eval.progress=false",
+                           f"out_dir={tmp_path / 'o'}"]))
+    assert e.value.row == 3  # type: ignore[attr-defined]
+    if error is PolicyError:
+        assert isinstance(e.value.__cause__, ValueError)
