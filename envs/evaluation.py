@@ -498,6 +498,8 @@ def evaluate(cfg: Any) -> dict[str, Any]:
             for preset in presets:
                 if preset != "none":
                     rows.extend(stall_rows(t, tname, cap, c, mode, preset))
+    order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
+    rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
     add_gap_closed(rows)
     csv_path, json_path = write_results(rows, out_dir)
     check_rows_against_bounds(rows)  # (after writing: a violation keeps the rows to look at)
@@ -618,8 +620,8 @@ def policy_label(policy: str) -> str:
         return policy
     where, sep, cls = policy.rpartition(":")
     if sep and where.endswith(".py"):
-        return f"{os.path.basename(where)}:{cls}"[:24]
-    return policy[:24]
+        return f"{os.path.basename(where)}:{cls}"
+    return policy
 
 
 def _fmt(v: float, f: str) -> str:
@@ -660,7 +662,8 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 if not pts:
                     continue
                 kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
-                style = {"lower_bound": dict(ls="--", color="black" if pol != "pfoo_l" else "gray"),
+                style = {"lower_bound": dict(ls="--", color={"pfoo_l": "gray", "stall_lb": "darkred"}
+                                             .get(pol, "black")),
                          "upper_bound": dict(ls=":", color="black"),
                          "stall_reference": dict(ls=":", color="tab:gray")}.get(kind, {})
                 (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,

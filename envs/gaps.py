@@ -140,7 +140,9 @@ def add_gap_closed(rows: list[dict[str, Any]]) -> None:
         if r.get("row_kind", "policy") not in ("policy", "stall_reference"):
             continue
         g = (r["trace"], r["mode"], r["capacity"])
-        ref = lru.get((*g, r["prefetch"], r["preset"]))
+        # (the stall reference, with its own prefetcher, against LRU without one)
+        pf = "none" if r.get("row_kind") == "stall_reference" else r["prefetch"]
+        ref = lru.get((*g, pf, r["preset"]))
         if ref is None:
             continue
         b = best.get(g, {})
