@@ -275,15 +275,6 @@ def run_one(
 
 
 # ---------------------------------------------------------------------- the sweep
-def normalized_hit_rate(hits: int, lru_hits: int | None, belady_hits: int | None) -> float:
-    """``(hits - lru) / (belady - lru)``: 0 is LRU, 1 is Belady. NaN where it is undefined:
-    a missing reference, or Belady not ahead of LRU (possible in byte mode, where Belady's
-    farthest-next-use rule is not optimal for objects of different sizes)."""
-    if lru_hits is None or belady_hits is None or belady_hits <= lru_hits:
-        return math.nan
-    return (hits - lru_hits) / (belady_hits - lru_hits)
-
-
 def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned: bool) -> None:
     """Every name of config list ``key`` is usable, checked before any replay: the eviction list
     (``learned``: a class of the user's needs ``victim``; exported policy files are given apart,

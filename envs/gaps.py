@@ -24,7 +24,7 @@ from typing import Any
 
 from allocator.trace import Trace
 
-__all__ = ["OBJECTIVES", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
+__all__ = ["OBJECTIVES", "gap_closed", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
            "STALL_REF"]
 
 OBJECTIVES = {"misses": "misses", "traffic": "traffic_bytes", "stall": "stall_ns"}
@@ -85,7 +85,8 @@ def _value(r: dict[str, Any], field: str) -> float:
     return float(r[field])
 
 
-def _gap(lru: float, value: float, bound: float) -> float:
+def gap_closed(lru: float, value: float, bound: float) -> float:
+    """``(lru - value) / (lru - bound)``: 0 is LRU, 1 the bound; NaN where LRU is at the bound."""
     if not (math.isfinite(lru) and math.isfinite(value) and math.isfinite(bound)):
         return math.nan
     if lru - bound <= _TOL * max(1.0, abs(lru)):
@@ -150,10 +151,10 @@ def add_gap_closed(rows: list[dict[str, Any]]) -> None:
         for obj in ("misses", "traffic"):
             if obj in b:
                 f = OBJECTIVES[obj]
-                r[f"gap_closed_{obj}"] = _gap(_value(ref, f), _value(r, f), b[obj][0])
+                r[f"gap_closed_{obj}"] = gap_closed(_value(ref, f), _value(r, f), b[obj][0])
                 names.add(b[obj][1])
         if r["preset"] != "none" and (*g, r["preset"]) in stall_lb:
-            r["gap_closed_stall"] = _gap(float(ref["stall_ns"]), float(r["stall_ns"]),
+            r["gap_closed_stall"] = gap_closed(float(ref["stall_ns"]), float(r["stall_ns"]),
                                          stall_lb[(*g, r["preset"])])
             names.add("stall_lb")
         r["gap_bound"] = "+".join(sorted(names))

@@ -1,4 +1,5 @@
-"""Validation on held-out traces during training: the learned policy against LRU and Belady.
+"""Validation on held-out traces during training: the learned policy against LRU and an offline
+bound (FOO's ``foo_l``, or PFOO-L on long traces: :mod:`policies.bounds`).
 
 Replays go through :func:`envs.evaluation.run_one` (the evaluator's one code path); the learned
 policy is exported to a checkpoint file first, so what is validated is exactly what would be
@@ -16,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from allocator.trace import Trace
-from envs.evaluation import RunSpec, learned_name, normalized_hit_rate, resolve_capacity, run_one
+from envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
+from envs.gaps import gap_closed
 from policies.training.export import export_policy
 from policies.training.nets import CandidateScorerNet
 
@@ -27,10 +29,11 @@ log = logging.getLogger(__name__)
 
 class Validator:
     """``validator(step, net) -> figures``: exports ``net`` to ``ckpt_dir/step_<step>.npz`` and
-    replays every held-out trace at every capacity with it, LRU and Belady.
+    replays every held-out trace at every capacity with it and LRU, beside the offline bound.
 
-    Figures: ``miss_ratio_learned``, ``miss_ratio_lru``, ``miss_ratio_belady`` (means over
-    traces x capacities), ``normalized_hit_rate`` (mean) and ``normalized_hit_rate_min``.
+    Figures (means over traces x capacities): ``miss_ratio_learned``, ``miss_ratio_lru``,
+    ``traffic_learned``, ``traffic_lru`` (bytes copied), ``gap_closed_traffic`` and
+    ``gap_closed_misses`` (``(LRU - learned) / (LRU - bound)``) and their minima (``_min``).
     """
 
     def __init__(self, traces: Sequence[Trace], capacities: Sequence[float], capacity_of: str,
@@ -45,6 +48,7 @@ class Validator:
                      "seed": seed, "decision_timing": False}
         self.config = config
         self._ref: dict[tuple[int, str], dict[str, Any]] = {}
+        self._bounds: dict[int, Any] = {}  # run -> its offline bound (policies.bounds.Bound)
         self.history: list[dict[str, float]] = []
         self.last_path: str | None = None
         self.best_score = -math.inf
@@ -56,38 +60,54 @@ class Validator:
         spec = RunSpec(t.name, cap, str(c), "bytes", policy, "none", "none", learned=learned)
         return run_one(t, spec, **self.opts)  # type: ignore[arg-type]
 
+    def _bound(self, i: int) -> Any:
+        if i not in self._bounds:
+            from policies.bounds import offline_bounds
+            from policies.training.quality import FOO_MAX
+
+            t, _, cap = self.runs[i]
+            kind = "foo" if len(t) <= FOO_MAX else "pfoo_l"
+            self._bounds[i] = offline_bounds(t, cap, "bytes", kinds=(kind,))[
+                "foo_l" if kind == "foo" else "pfoo_l"]
+        return self._bounds[i]
+
     def evaluate_file(self, path: str) -> dict[str, float]:
         """Figures of an exported policy file."""
-        learned, lru, bel, nhr = [], [], [], []
+        learned, lru, t_learned, t_lru = [], [], [], []
+        gaps: dict[str, list[float]] = {"traffic": [], "misses": []}
         for i in range(len(self.runs)):
-            ref = {}
-            for p in ("lru", "belady"):
-                if (i, p) not in self._ref:
-                    self._ref[(i, p)] = self._row(i, p)
-                ref[p] = self._ref[(i, p)]
+            if (i, "lru") not in self._ref:
+                self._ref[(i, "lru")] = self._row(i, "lru")
+            ref, bound = self._ref[(i, "lru")], self._bound(i)
             row = self._row(i, learned_name("shadow"), learned=path)
             learned.append(row["miss_ratio"])
-            lru.append(ref["lru"]["miss_ratio"])
-            bel.append(ref["belady"]["miss_ratio"])
-            x = normalized_hit_rate(row["hits"], ref["lru"]["hits"], ref["belady"]["hits"])
-            if not math.isnan(x):
-                nhr.append(x)
+            lru.append(ref["miss_ratio"])
+            t_learned.append(row["traffic_bytes"])
+            t_lru.append(ref["traffic_bytes"])
+            for obj, field, b in (("traffic", "traffic_bytes", bound.traffic_bytes),
+                                  ("misses", "misses", bound.misses)):
+                x = gap_closed(float(ref[field]), float(row[field]), b)
+                if not math.isnan(x):
+                    gaps[obj].append(x)
         if not self.runs:
             return {}
-        return {
+        out = {
             "miss_ratio_learned": float(np.mean(learned)), "miss_ratio_lru": float(np.mean(lru)),
-            "miss_ratio_belady": float(np.mean(bel)),
-            "normalized_hit_rate": float(np.mean(nhr)) if nhr else math.nan,
-            "normalized_hit_rate_min": float(np.min(nhr)) if nhr else math.nan,
+            "traffic_learned": float(np.mean(t_learned)), "traffic_lru": float(np.mean(t_lru)),
         }
+        for obj, xs in gaps.items():
+            out[f"gap_closed_{obj}"] = float(np.mean(xs)) if xs else math.nan
+            out[f"gap_closed_{obj}_min"] = float(np.min(xs)) if xs else math.nan
+        return out
 
     @staticmethod
     def score(figs: dict[str, float]) -> float:
-        """Model-selection score: mean normalised hit rate, minus the worst shortfall below
-        LRU (a checkpoint that loses to LRU anywhere is penalised)."""
-        m, lo = figs.get("normalized_hit_rate", math.nan), figs.get("normalized_hit_rate_min", math.nan)
+        """Model-selection score: mean gap closed to the bound in traffic (what the pool pays),
+        minus the worst shortfall below LRU (a checkpoint that copies more than LRU anywhere is
+        penalised)."""
+        m, lo = figs.get("gap_closed_traffic", math.nan), figs.get("gap_closed_traffic_min", math.nan)
         if math.isnan(m):
-            return -figs.get("miss_ratio_learned", 1.0)
+            return -figs.get("traffic_learned", math.inf)
         return m + min(0.0, lo)
 
     def __call__(self, step: int, net: CandidateScorerNet) -> dict[str, float]:

@@ -362,6 +362,8 @@ def learned_cases() -> list[ReplayCase]:
 
 
 QUALITY_CAPACITIES = (0.25, 0.5)
-QUALITY_MAX_REQUESTS: int | None = None
+QUALITY_MAX_REQUESTS: int | None = 6000
 """``policies.training.quality.quality_rows`` on ``default_held_out(QUALITY_MAX_REQUESTS)``:
-the full benchmark of ``scripts/bench.py quality`` (its default set and capacities)."""
+the benchmark of ``scripts/bench.py quality`` (its default set and capacities), every trace cut
+to its first 6,000 rows since the traffic metrics (2026-12-02) solve FOO's LP per cell (a
+minute on the full traces, a few seconds so)."""

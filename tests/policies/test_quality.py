@@ -14,6 +14,7 @@ from policies.training.quality import (
     HEURISTICS,
     broad_held_out,
     default_held_out,
+    format_quality,
     quality_rows,
     verdict,
     zoo_held_out,
@@ -39,20 +40,28 @@ def test_broad_held_out_rows_and_verdict(tmp_path) -> None:
     for r in rows:
         miss = {n: r[f"miss_{n}"] for n in ("learned", *HEURISTICS, "belady")}
         assert all(0.0 <= m <= 1.0 for m in miss.values())
-        best = min(HEURISTICS, key=miss.__getitem__)
-        # the gap is in hit ratio: best heuristic's hits minus the learned policy's, per access
-        assert math.isclose(r["gap_to_best"], miss["learned"] - miss[best], abs_tol=1e-9)
+        traffic = {n: r[f"traffic_{n}"] for n in ("learned", *HEURISTICS, "belady")}
+        best = min(HEURISTICS, key=traffic.__getitem__)
+        assert r["best_heuristic"] == best and r["bound"] == "foo_l"  # (short traces: FOO)
+        assert math.isclose(r["traffic_vs_best"], traffic["learned"] / traffic[best] - 1)
+        # the bound is below every policy, so no gap closed above 1
+        assert all(t >= r["traffic_bound"] - 1e-6 for t in traffic.values())
+        assert math.isnan(r["gap_closed_traffic"]) or r["gap_closed_traffic"] <= 1
+        if not math.isnan(r["gap_closed_traffic"]):
+            assert math.isclose(r["gap_closed_traffic"], (traffic["lru"] - traffic["learned"])
+                                / (traffic["lru"] - r["traffic_bound"]))
     v = verdict(rows)
     other = [r for r in rows if r["family"] == "other"]
     assert v["other_cells"] == len(other) == 9
-    assert v["other_worst_gap"] == max(r["gap_to_best"] for r in other)
-    assert v["other_cells_behind_lru"] == sum(r["miss_learned"] > r["miss_lru"] for r in other)
-    assert math.isnan(v["dl_mean_normalized_hit_rate"]) and not v["dl_target_met"]
+    assert v["other_worst_traffic_vs_best"] == max(r["traffic_vs_best"] for r in other)
+    assert v["other_cells_behind_lru"] == sum(r["traffic_learned"] > r["traffic_lru"] for r in other)
+    assert v["dl_cells"] == 0 and math.isnan(v["dl_mean_gap_closed_traffic"]) and not v["dl_target_met"]
+    assert format_quality(rows).count("\n") == len(rows)
 
 
 def test_zoo_held_out_records_once_then_reuses(tmp_path) -> None:
     """An architecture of the zoo is recorded on first use into the cache directory and read
-    back from there next time; it counts as a DL trace (the normalised-hit-rate target)."""
+    back from there next time; it is reported apart from the default DL set."""
     pytest.importorskip("torch")
     cache = tmp_path / "rec"
     (h,) = zoo_held_out(str(cache), max_requests=2000, names=["vae"])
@@ -66,8 +75,8 @@ def test_zoo_held_out_records_once_then_reuses(tmp_path) -> None:
     v = verdict(rows)
     r = rows[0]
     assert v["dl_cells"] == 0 and v["zoo_cells"] == 1  # reported apart from the default set's target
-    assert v["zoo_cells_behind_lru"] == int(r["miss_learned"] > r["miss_lru"])
-    assert math.isclose(v["zoo_mean_gain_over_lru"], r["miss_lru"] - r["miss_learned"])
+    assert v["zoo_cells_behind_lru"] == int(r["traffic_learned"] > r["traffic_lru"])
+    assert v["zoo_mean_traffic_vs_best"] == r["traffic_vs_best"]
     with pytest.raises(ConfigError, match=r"unknown architecture\(s\) \['resnet_big'\]; choose from"):
         zoo_held_out(str(cache), names=["vae", "resnet_big"])
     assert len(list(cache.iterdir())) == 1  # nothing recorded for the bad request

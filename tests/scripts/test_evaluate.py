@@ -418,13 +418,3 @@ def test_learned_policy_load_takes_a_guard_name(tmp_path: Path) -> None:
         LearnedPolicy.load(path, guard="shadowy")
 
 
-def test_normalized_hit_rate_is_one_definition() -> None:
-    """0 at LRU, 1 at Belady, NaN where Belady is not ahead of LRU (byte mode) or a reference
-    is missing; the evaluator, the validation callback and the quality bench all use it."""
-    from envs.evaluation import normalized_hit_rate
-
-    assert normalized_hit_rate(50, 50, 150) == 0.0
-    assert normalized_hit_rate(150, 50, 150) == 1.0
-    assert normalized_hit_rate(25, 50, 150) == -0.25
-    for lru, bel in ((150, 100), (100, 100), (None, 100), (100, None)):
-        assert math.isnan(normalized_hit_rate(120, lru, bel))

@@ -98,7 +98,8 @@ def test_train_smoke(tmp_path, agent, extra):
     hdr, _ = read_policy_file(res["policy"])
     assert hdr["K"] == 32 and len(hdr["config_sha256"]) == 64
     LearnedPolicy.load(res["policy"])
-    assert {"miss_ratio_learned", "miss_ratio_lru", "miss_ratio_belady"} <= set(res["validation"])
+    assert {"miss_ratio_learned", "miss_ratio_lru", "traffic_learned", "gap_closed_traffic",
+            "gap_closed_misses"} <= set(res["validation"])
     assert res["history"], "the validation callback never ran"
     assert os.listdir(tmp_path / "checkpoints")
 
