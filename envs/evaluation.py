@@ -72,7 +72,7 @@ COLUMNS = (
     "decision_p50_us", "decision_p99_us",
 )
 EXTRA_COLUMNS = ("row_kind", "capacity_spec", "policy_file", "placement", "evictions", "writebacks", "streamed",
-                 "fallbacks", "wall_s")
+                 "fallbacks", "guard_switches", "guard_decisions", "wall_s")
 _ALWAYS = ("lru",)
 
 
@@ -267,6 +267,9 @@ def run_one(
         row["decision_p50_us"], row["decision_p99_us"] = timed.percentiles_us()
     elif own_timing:
         row["decision_p50_us"], row["decision_p99_us"] = _percentiles_us(policy.network_decision_ns)  # type: ignore[attr-defined]
+    guard = getattr(policy, "guard", None)
+    if guard is not None:  # who decided: the network or which expert, and how often it changed
+        row.update(guard_switches=guard.switches, guard_decisions=guard.decision_shares())
     row.update(placement=placement, wall_s=time.perf_counter() - t0)
     if spec.label == "stall_ref":
         row.update(policy=f"stall_ref[{spec.policy}+{spec.prefetch}]", row_kind="stall_reference")
@@ -554,7 +557,7 @@ def _cell(v: Any) -> Any:
 
 def write_results(rows: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
     """``results.csv`` (NaN as blank) and ``results.json`` (NaN as null) in ``out_dir``."""
-    cols = list(COLUMNS) + [c for c in EXTRA_COLUMNS if rows and c in rows[0]]
+    cols = list(COLUMNS) + [c for c in EXTRA_COLUMNS if any(c in r for r in rows)]
     def write_csv(f: Any) -> None:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()

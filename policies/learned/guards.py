@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from allocator.errors import ConfigError
-from policies.learned.models import Expert, heuristic_expert, network_expert
+from policies.learned.models import OBJECTIVES, Expert, heuristic_expert, network_expert
 
 if TYPE_CHECKING:
     from allocator.pool import PoolView
@@ -44,8 +44,11 @@ class Guard:
     come in bursts on loops and scans where the learned policy is ahead over a whole window.
     LRU's decisions come from the policy's tracker (the pool's LRU order).
 
+    ``objective``: what the policy and the shadows are compared on, ``traffic`` (bytes copied,
+    the default; margins count in mean requests' bytes) or ``misses`` (hits).
     ``expert`` says who decides now (``None``: the learned policy); ``lru_windows`` counts the
-    windows a heuristic decided, ``s3fifo_windows`` those of S3-FIFO among them.
+    windows a heuristic decided, ``s3fifo_windows`` those of S3-FIFO among them; ``decisions``
+    the accesses each expert decided (``network`` for the learned policy).
     Invariant: ``_experts`` are told every request and free of the guarded pool, ``_followed``
     (those whose content the pool may converge to) every insertion and eviction too;
     ``_hits0[e]`` is expert ``e``'s hits at the start of the window.
@@ -54,10 +57,21 @@ class Guard:
     __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_n", "_hits",
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
-                 "_view", "_last_miss", "_requests")
+                 "_view", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
+                 "decisions", "switches")
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
-                 abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01) -> None:
+                 abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01,
+                 objective: str = "traffic") -> None:
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"{type(self).__name__}: objective must be one of {OBJECTIVES}, got "
+                              f"{objective!r}")
+        self.objective = objective
+        self._bytes = 0  # bytes requested so far, and requests: the traffic objective's unit
+        self._reqs = 0
+        self._own0 = 0  # the guarded pool's traffic at the window's start
+        self.decisions: dict[str, int] = {}  # accesses decided by each expert ("network": None)
+        self.switches = 0  # changes of who decides
         if not (window >= 1 and margin >= 0 and s3fifo_margin >= 0 and max_backoff >= 1
                 and (abort is None or abort >= 0)):
             raise ConfigError(
@@ -75,8 +89,9 @@ class Guard:
         self.lru_windows = 0
         self.s3fifo_windows = 0
         self.windows = 0
-        self.lru = heuristic_expert("lru", followed=False)  # (LRU decides through the tracker)
-        self.model: Expert | None = heuristic_expert("s3fifo") if s3fifo else None
+        self.lru = heuristic_expert("lru", followed=False, objective=objective)  # (decides through
+        # the tracker)
+        self.model: Expert | None = heuristic_expert("s3fifo", objective=objective) if s3fifo else None
         self.expert: str | None = None
         self._view: PoolView | None = None  # the guarded pool's, from its first event
         self._last_miss: int | None = None
@@ -111,14 +126,29 @@ class Guard:
     def attach(self, policy: Any) -> None:
         """Called once by the :class:`LearnedPolicy` the guard serves."""
 
+    @property
+    def unit(self) -> float:
+        """One access's worth of the objective, which margins and ``abort`` are counted in: 1
+        (a miss), or for traffic the mean bytes requested per access so far."""
+        if self.objective == "misses":
+            return 1.0
+        return self._bytes / self._reqs if self._reqs else 1.0
+
+    def _own(self) -> float:
+        """The guarded pool's gain in this window: its hits, or minus the bytes it copied."""
+        if self.objective == "misses":
+            return self._hits
+        st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
+        return 0 if st is None else -(st.bytes_h2d + st.bytes_d2h - self._own0)
+
     def _scores(self) -> dict[str | None, int]:
-        """Each expert's hits in this window."""
+        """Each expert's gain in this window (hits, or minus the bytes it copied)."""
         h0 = self._hits0
-        return {n: e.hits - h0[n] for n, e in self._named.items()}
+        return {n: e.gain - h0[n] for n, e in self._named.items()}
 
     def _model_hits(self) -> int:
         m = self.model
-        return 0 if m is None else m.hits - self._hits0["s3fifo"]
+        return 0 if m is None else m.gain - self._hits0["s3fifo"]
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         """Whether the pool admits a missed object: while S3-FIFO decides, what its shadow took
@@ -153,12 +183,16 @@ class Guard:
             self._last_miss = key
         self._hits += hit
         self._n += 1
+        self._bytes += size
+        self._reqs += 1
+        who = "network" if self.expert is None or not self.active else str(self.expert)
+        self.decisions[who] = self.decisions.get(who, 0) + 1
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         self._request(view, key, hit)
         if self._n >= self.window:
             self._end_window()
-        elif self._off == 0 and self.lru.hits - self._hits0["lru"] - self._hits > self.abort:
+        elif self._off == 0 and self.lru.gain - self._hits0["lru"] - self._own() > self.abort * self.unit:
             self.aborts += 1  # the trial is lost already: back to a heuristic now
             self._end_window()
 
@@ -185,16 +219,31 @@ class Guard:
 
     def _reset_window(self) -> None:
         self._n = self._hits = 0
-        self._hits0 = {n: e.hits for n, e in self._named.items()}
+        self._hits0 = {n: e.gain for n, e in self._named.items()}
+        st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
+        self._own0 = 0 if st is None else st.bytes_h2d + st.bytes_d2h
 
     def _end_window(self) -> None:
+        before = self.expert if self._off > 0 else None
+        self._decide()
+        self.switches += (self.expert if self._off > 0 else None) != before
+
+    def decision_shares(self) -> str:
+        """``"network:0.62 lru:0.30 gdsf:0.08"``: the share of accesses each expert decided."""
+        n = sum(self.decisions.values())
+        return " ".join(f"{k}:{v / n:.2f}" for k, v in sorted(self.decisions.items(),
+                                                             key=lambda kv: -kv[1])) if n else ""
+
+    def _decide(self) -> None:
         self.windows += 1
-        allowance = self.margin * self._n
+        unit = self.unit
+        allowance = self.margin * self._n * unit
         sc = self._scores()
         model_hits = self._model_hits()
         shadow_hits = sc["lru"]
-        lost_lru = self._hits < shadow_hits - allowance
-        lost_model = self.model is not None and self._hits < model_hits - self.s3fifo_margin * self._n
+        own = self._own()
+        lost_lru = own < shadow_hits - allowance
+        lost_model = self.model is not None and own < model_hits - self.s3fifo_margin * self._n * unit
         best = "s3fifo" if self.model is not None and model_hits > shadow_hits else "lru"
         if self._off > 0:
             self._off -= 1
@@ -216,8 +265,8 @@ class LRUGuard(Guard):
     __slots__ = ()
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
-                 abort: float | None = None) -> None:
-        super().__init__(window, margin, max_backoff, abort, s3fifo=False)
+                 abort: float | None = None, objective: str = "traffic") -> None:
+        super().__init__(window, margin, max_backoff, abort, s3fifo=False, objective=objective)
 
 
 class ShadowGuard(Guard):
@@ -225,8 +274,11 @@ class ShadowGuard(Guard):
     (:func:`~policies.learned.models.network_expert`), so that all its experts -- the network,
     LRU, S3-FIFO, and (by default) GDSF and LFU, each deciding alone in a shadow pool -- are
     measured on every access whoever decides, and no window is spent trying the network blind.
-    Every ``window`` accesses the pool follows the expert whose shadow hit most over the windows
-    so far, each weighing ``decay`` times the next (0.5: mostly the last two), if it beat the
+    Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): by default
+    the bytes their shadow copied (``traffic``; margins and ``abort`` then count in units of the
+    mean request's bytes), or their hits (``misses``); below, "hit" reads "gain" in that
+    objective. Every ``window`` accesses the pool follows the expert whose shadow hit most over
+    the windows so far, each weighing ``decay`` times the next (0.5: mostly the last two), if it beat the
     one followed now by more than ``margin`` of those accesses (``s3fifo_margin`` to hand over to
     S3-FIFO, GDSF or LFU, whose content the pool must first converge to, and whose hits come in
     bursts on loops and scans for S3-FIFO); within a window, as soon as the network or LRU leads
@@ -241,26 +293,25 @@ class ShadowGuard(Guard):
     pool's work per expert and access (and the network's decisions happen in its shadow pool).
     ``expert`` is ``None`` while the network is followed."""
 
-    __slots__ = ("net", "switches", "decay", "_score", "_seen", "extra", "_abort_x")
+    __slots__ = ("net", "decay", "_score", "_seen", "extra", "_abort_x")
 
     def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
                  s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True,
-                 lfu: bool = True) -> None:
-        super().__init__(window, margin, 1, abort, True, s3fifo_margin)
+                 lfu: bool = True, objective: str = "traffic") -> None:
+        super().__init__(window, margin, 1, abort, True, s3fifo_margin, objective)
         if not 0 <= decay < 1:
             raise ConfigError(f"ShadowGuard: decay must be in [0, 1), got {decay!r}")
         self.decay = float(decay)
         # the experts beyond LRU and S3-FIFO (Guard.model), by name
         self.extra: dict[str, Expert] = {}
         if gdsf:
-            self.extra["gdsf"] = heuristic_expert("gdsf")
+            self.extra["gdsf"] = heuristic_expert("gdsf", objective=objective)
         if lfu:
-            self.extra["lfu"] = heuristic_expert("lfu")
+            self.extra["lfu"] = heuristic_expert("lfu", objective=objective)
         self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0,
                                                 **dict.fromkeys(self.extra, 0.0)}
         self._seen = 0.0
         self.net: Expert | None = None
-        self.switches = 0
         self._abort_x = 1.0  # the abort threshold's multiplier (doubles at each forced switch)
         self._register({"lru": self.lru, "s3fifo": self.model, **self.extra})  # type: ignore[dict-item]
 
@@ -270,7 +321,7 @@ class ShadowGuard(Guard):
         return self.extra.get("gdsf")
 
     def attach(self, policy: Any) -> None:
-        self.net = network_expert(policy)
+        self.net = network_expert(policy, self.objective)
         self._register({None: self.net, **self._named})
 
     @property
@@ -299,16 +350,16 @@ class ShadowGuard(Guard):
         # another expert ahead of the followed one by ``abort`` hits in this window: the network
         # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
         h0, e = self._hits0, self.expert
-        cur = self._named[e].hits - h0[e]
-        lead = self.lru.hits - h0["lru"]
+        cur = self._named[e].gain - h0[e]
+        lead = self.lru.gain - h0["lru"]
         net = self.net
-        if net is not None and net.hits - h0[None] > lead:
-            lead = net.hits - h0[None]
+        if net is not None and net.gain - h0[None] > lead:
+            lead = net.gain - h0[None]
         for name, x in self.extra.items():
-            h = x.hits - h0[name]
+            h = x.gain - h0[name]
             if h > lead and name != e and self._leads(name, h, cur):
                 lead = h
-        if lead - cur > self.abort * self._abort_x:
+        if lead - cur > self.abort * self._abort_x * self.unit:
             self.aborts += 1
             self._end_window(force=True)
 
@@ -324,7 +375,7 @@ class ShadowGuard(Guard):
         the trace (measured: the pool flapped between LRU and GDSF eleven times on a recurrent
         model's trace, and between S3-FIFO and GDSF on an LLM KV cache, 3.1% behind LFU)."""
         d, score = self.decay, self._score
-        return d * score[name] + h > d * score[self.expert] + cur + self.abort
+        return d * score[name] + h > d * score[self.expert] + cur + self.abort * self.unit
 
     def _end_window(self, force: bool = False) -> None:
         self.windows += 1
@@ -338,12 +389,12 @@ class ShadowGuard(Guard):
             # follow it now (not S3-FIFO, whose hits come in bursts; GDSF and LFU only if they
             # also lead over the windows so far, this one now included in ``score``)
             cands: list[str | None] = [None, "lru"]
-            cands += [n for n in self.extra if score[n] > score[cur] + self.abort]
+            cands += [n for n in self.extra if score[n] > score[cur] + self.abort * self.unit]
             best = max(cands, key=lambda e: (sc[e], e is None))
             better = sc[best] > sc[cur]
         else:  # over the windows so far, the last weighing most (S3-FIFO's hits come in bursts)
             best = max(score, key=lambda e: (score[e], e is None))  # ties: the network
-            need = (self.margin if best in (None, "lru") else self.s3fifo_margin) * self._seen
+            need = (self.margin if best in (None, "lru") else self.s3fifo_margin) * self._seen * self.unit
             better = score[best] - score[cur] > need
         if best != cur and better:
             self.expert = best

@@ -2,7 +2,8 @@
 S3-FIFO, GDSF, LFU: :func:`policies.registry.make_eviction`) or the network alone, deciding by
 itself in a shadow pool of the guarded pool's capacity (the same core: :class:`allocator.pool.Pool`,
 byte placement, oversized objects bypassed). A shadow pool sees every request of the guarded pool
-but not the evictions others choose there, so that its hits are the expert's own whoever decides.
+but not the evictions others choose there, so that its hits and its traffic are the expert's own
+whoever decides; ``Expert.gain`` is what the guard compares (:data:`OBJECTIVES`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from allocator.errors import ConfigError
 from allocator.seams import EvictionPolicyBase, is_noop, optional_hooks, untracked_free_hook
 
 if TYPE_CHECKING:
@@ -17,7 +19,11 @@ if TYPE_CHECKING:
     from policies.base import EvictionPolicy
     from policies.learned.policy import LearnedPolicy
 
-__all__ = ["Expert", "heuristic_expert", "network_expert"]
+__all__ = ["Expert", "heuristic_expert", "network_expert", "OBJECTIVES"]
+
+OBJECTIVES = ("traffic", "misses")
+"""What a guard judges its experts on: bytes copied between host and device (streamed accesses
+included; the default), or misses."""
 
 
 class _Reporting(EvictionPolicyBase):
@@ -72,15 +78,24 @@ class Expert:
     flight to it) and the shadow pool does not.
     """
 
-    __slots__ = ("name", "policy", "followed", "pool", "hits", "_prefetches", "_pending", "_view",
-                 "_access", "_resident", "_fallbacks")
+    __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
+                 "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats")
 
-    def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True) -> None:
+    def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True,
+                 objective: str = "traffic") -> None:
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"expert {name!r}: objective must be one of {OBJECTIVES}, got "
+                              f"{objective!r}")
         self.name = name
         self.policy = policy
         self.followed = followed  # False: only measured (never asked for victims or admission)
+        self.objective = objective
         self.pool: Pool | None = None
         self.hits = 0  # the shadow's hits over the guarded pool's requests
+        # what the guard compares experts on, higher is better: ``misses``: the hits; ``traffic``:
+        # minus the bytes the shadow copied for those requests (streamed accesses included)
+        self.gain = 0
+        self._stats: Any = None
         self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
         self._pending: dict[int, None] = {}
         self._view: PoolView | None = None  # the guarded pool's, once it has called
@@ -97,6 +112,7 @@ class Expert:
                                 placement="bytes", oversize="bypass")
         self._access = pool.access
         self._resident = pool.view.is_resident
+        self._stats = pool.stats
 
     def _evicted(self, key: int) -> None:
         """The shadow gave ``key`` up: pending if the guarded pool tracks it."""
@@ -106,7 +122,15 @@ class Expert:
 
     def request(self, key: int, size: int, write: bool, kind: int, hit: bool) -> None:
         """A request of the guarded pool (``hit``: whether the guarded pool hit)."""
-        if self._access(key, size, write, kind=kind):
+        if self.objective == "traffic":
+            st = self._stats
+            before = st.bytes_h2d + st.bytes_d2h
+            mine = self._access(key, size, write, kind=kind)
+            self.gain -= st.bytes_h2d + st.bytes_d2h - before
+        else:
+            mine = self._access(key, size, write, kind=kind)
+            self.gain += mine
+        if mine:
             self.hits += 1
             return
         if hit and self.followed:  # the guarded pool holds what its shadow may not (now)
@@ -177,18 +201,18 @@ class Expert:
         return f"Expert({self.name!r}, {self.policy!r})"
 
 
-def heuristic_expert(name: str, *, followed: bool = True) -> Expert:
+def heuristic_expert(name: str, *, followed: bool = True, objective: str = "traffic") -> Expert:
     """The registered policy ``name`` (:func:`policies.registry.make_eviction`) as an expert."""
     from policies.registry import make_eviction
 
-    return Expert(name, make_eviction(name), followed=followed)
+    return Expert(name, make_eviction(name), followed=followed, objective=objective)
 
 
-def network_expert(policy: LearnedPolicy) -> Expert:
+def network_expert(policy: LearnedPolicy, objective: str = "traffic") -> Expert:
     """The network of ``policy`` alone (a policy of the same class and file, without a guard;
     its latency budget, ``K`` and ``record_latency`` as ``policy``'s when the shadow starts) as
     an expert: its decisions happen in the shadow pool."""
-    return _NetworkExpert(policy)
+    return _NetworkExpert(policy, objective)
 
 
 class _NetworkExpert(Expert):
@@ -197,12 +221,12 @@ class _NetworkExpert(Expert):
 
     __slots__ = ("owner",)
 
-    def __init__(self, owner: LearnedPolicy) -> None:
+    def __init__(self, owner: LearnedPolicy, objective: str = "traffic") -> None:
         # the owner's class (a LearnedPolicy): this module does not import the policy's, which
         # imports the guards
         net = type(owner)(owner.scorer, owner.header, budget_us=owner.budget_us, K=owner.K,
                           guard=False)
-        super().__init__("network", net)
+        super().__init__("network", net, objective=objective)
         self.owner = owner
 
     def setup(self, view: PoolView) -> None:

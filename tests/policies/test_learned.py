@@ -12,6 +12,7 @@ import pytest
 
 from allocator.errors import ConfigError, PolicyFileError
 from allocator.pool import Pool
+from allocator.trace import Trace
 from envs.workloads import read_trace
 from envs.workloads.registry import generate
 from policies import features
@@ -723,7 +724,7 @@ def test_shadow_guard_follows_gdsf_where_sizes_vary(tmp_path):
         return Pool(cap, policy, placement="bytes").replay(trace).misses
 
     bare = hottest_policy(tmp_path)
-    with_gdsf, without = ShadowGuard(), ShadowGuard(gdsf=False)
+    with_gdsf, without = ShadowGuard(objective="misses"), ShadowGuard(gdsf=False, objective="misses")
     m = misses(LearnedPolicy(bare.scorer, bare.header, guard=with_gdsf))
     m_without = misses(LearnedPolicy(bare.scorer, bare.header, guard=without))
     m_gdsf = misses(GDSF())
@@ -732,6 +733,35 @@ def test_shadow_guard_follows_gdsf_where_sizes_vary(tmp_path):
     assert with_gdsf.expert == "gdsf" and with_gdsf.switches == 1
     assert m < m_gdsf + 0.01 * len(trace)  # (measured: 10,638)
     assert without.gdsf is None and without.expert != "gdsf" and m_without > min(others) - 0.01 * len(trace)
+
+
+def test_shadow_guard_judges_on_traffic_by_default(tmp_path):
+    """By default the ShadowGuard compares its experts on the bytes their shadows copy (streamed
+    accesses included), not on hits: on a Zipf workload with writes and widely varying sizes it
+    ends within 2% of its best expert's traffic and well below a bad network's, and reports who
+    decided how many accesses."""
+    from policies.learned.models import heuristic_expert
+
+    rng = np.random.default_rng(3)
+    base = generate("zipf", seed=7, n_requests=30_000, n_objects=2000, alpha=0.9, size=4096,
+                    size_sigma=1.5)
+    trace = Trace.from_arrays(base.key, base.size, (rng.random(len(base)) < 0.3).astype(np.uint8))
+    cap = int(0.1 * trace.working_set_bytes())
+
+    def traffic(policy) -> int:
+        return Pool(cap, policy, placement="bytes", oversize="bypass").replay(trace).traffic_bytes
+
+    bare = hottest_policy(tmp_path)
+    guard = ShadowGuard()
+    assert guard.objective == "traffic"
+    got = traffic(LearnedPolicy(bare.scorer, bare.header, guard=guard))
+    experts = {n: traffic(heuristic_expert(n).policy) for n in ("lru", "s3fifo", "gdsf", "lfu")}
+    net = traffic(LearnedPolicy(bare.scorer, bare.header, guard=False))
+    best = min(experts.values())
+    assert got <= 1.02 * best < net
+    assert sum(guard.decisions.values()) == len(trace) and guard.decisions.get(guard.expert or "network")
+    with pytest.raises(ConfigError, match="objective must be one of"):
+        ShadowGuard(objective="hits")
 
 
 def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
