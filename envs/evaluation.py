@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "write_results", "format_table", "plot_results",
-           "check_capacities", "check_capacity_of", "check_eviction_names", "plan_learned",
+           "check_capacities", "check_capacity_of", "check_presets", "check_bounds_kinds", "check_eviction_names", "plan_learned",
            "learned_name"]
 
 log = logging.getLogger(__name__)
@@ -304,15 +304,16 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
                               "or FILE.py:Class / module:Class (a class of your own)")
 
 
-def _check_presets(presets: Sequence[str]) -> None:
+def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
+    """Every preset of config list ``key`` known (or a calibrated .json file), and one at least."""
     from allocator.cost import PRESETS
 
     allowed = ["none", *sorted(PRESETS)]
     if not presets:
-        raise ConfigError(f"eval.presets: the list is empty; allowed: {', '.join(allowed)}")
+        raise ConfigError(f"{key}: the list is empty; allowed: {', '.join(allowed)}")
     for p in presets:
         if p not in allowed and not (str(p).endswith(".json") and os.path.isfile(str(p))):
-            raise ConfigError(f"eval.presets: unknown preset {p!r}; allowed: "
+            raise ConfigError(f"{key}: unknown preset {p!r}; allowed: "
                               f"{', '.join(allowed)} or a calibrated preset .json file")
 
 
@@ -427,7 +428,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     prefetchers = [str(p) for p in ev.prefetchers]
     _check_names("eval.prefetchers", prefetchers, PREFETCH_NAMES, learned=False)
     presets = [str(p) for p in ev.presets]
-    _check_presets(presets)
+    check_presets(presets)
     capacities = list(ev.capacities)
     check_capacities("eval.capacities", capacities)
     check_capacity_of(str(ev.capacity_of))

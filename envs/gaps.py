@@ -19,6 +19,7 @@ never reported.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -26,6 +27,8 @@ from allocator.trace import Trace
 
 __all__ = ["OBJECTIVES", "gap_closed", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
            "STALL_REF"]
+
+log = logging.getLogger(__name__)
 
 OBJECTIVES = {"misses": "misses", "traffic": "traffic_bytes", "stall": "stall_ns"}
 STALL_REF = ("belady", "lookahead")  # the stall reference's eviction and prefetch policies
@@ -52,7 +55,14 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
     preset and prefetcher)."""
     if not kinds:
         return []
-    from policies.bounds import offline_bounds
+    from policies.bounds import FOO_MAX_REQUESTS, offline_bounds
+
+    if "foo" in kinds and len(trace) > FOO_MAX_REQUESTS:
+        log.warning("trace %s: %d requests, more than FOO's %d: no foo_l/foo_u rows (pfoo_l "
+                    "holds at any length)", tname, len(trace), FOO_MAX_REQUESTS)
+        kinds = [k for k in kinds if k != "foo"]
+        if not kinds:
+            return []
 
     requests = int((trace.op != 2).sum())
     rows = []

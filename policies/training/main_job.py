@@ -20,7 +20,13 @@ from omegaconf import OmegaConf
 
 from allocator.errors import ConfigError
 from envs.config import EvaluateConfig, guard_node
-from envs.evaluation import check_capacities, check_eviction_names, evaluate
+from envs.evaluation import (
+    check_bounds_kinds,
+    check_capacities,
+    check_eviction_names,
+    check_presets,
+    evaluate,
+)
 from policies.training.quality import HeldOut, default_held_out
 from policies.training.train import _out_dir, train
 
@@ -57,8 +63,10 @@ def check_main(m: Any) -> None:
     _held_out_files([str(p) for p in m.held_out])
     check_capacities("main.capacities", list(m.capacities))
     baselines = [str(b) for b in m.baselines]
-    if baselines:  # none is fine: the evaluator always adds LRU and Belady
+    if baselines:  # none is fine: the evaluator always adds LRU
         check_eviction_names("main.baselines", baselines)
+    check_bounds_kinds([str(b) for b in m.bounds], "main.bounds")
+    check_presets([str(p) for p in m.presets], "main.presets")
     guards = [str(g) for g in m.learned_guards]
     if not guards:
         raise ConfigError("main.learned_guards: the list is empty; give guards of the exported "
@@ -94,6 +102,8 @@ def run_main(cfg: Any) -> dict[str, Any]:
                  # none: the network alone), side by side with the baselines
                  "learned": [policy], "learned_guards": [str(g) for g in cfg.main.learned_guards],
                  "policies": [str(b) for b in cfg.main.baselines],
+                 "bounds": [str(b) for b in cfg.main.bounds],
+                 "presets": [str(p) for p in cfg.main.presets],
                  "plots": bool(cfg.main.plots), "progress": bool(cfg.progress),
                  "decision_timing": True},
         "out_dir": os.path.join(out, "eval"),
