@@ -20,7 +20,7 @@ from allocator.pool import DEVICE, H2D, Pool
 from allocator.seams import EvictionPolicyBase, PoolView, PrefetchPolicy, optional_hooks
 
 COPY_DIRECTIONS = ("h2d", "d2h")
-# every member of allocator/seams.py's protocols the pool calls (admit only without a backend)
+# every member of allocator/seams.py's protocols the pool calls
 EVICTION_HOOKS = ("victim", "on_hit", "touch", "on_miss", "admit", "on_insert", "on_evict",
                   "on_free", "on_free_untracked", "pending_evictions")
 HOOKS = EVICTION_HOOKS + ("prefetch",)
@@ -88,6 +88,21 @@ class FaultyBackend:
 
     def copy_d2h(self, key: int, offset: int, nbytes: int) -> Any:
         return self._copy("d2h", key, lambda: self.inner.copy_d2h(key, offset, nbytes))
+
+    def _stream(self, direction: str, key: int, run: Callable[[], Any]) -> Any:
+        """A streamed copy (synchronous): an armed fault of its direction raises at once."""
+        if self._take(direction, key) is not None:
+            err = BackendError(f"injected: streaming object {key} ({direction}) failed",
+                               key=key, direction=direction)
+            self.failures.append(err)
+            raise err
+        return run()
+
+    def stream_in(self, key: int, nbytes: int) -> np.ndarray:
+        return self._stream("h2d", key, lambda: self.inner.stream_in(key, nbytes))  # type: ignore[no-any-return]
+
+    def stream_out(self, key: int, data: np.ndarray) -> None:
+        self._stream("d2h", key, lambda: self.inner.stream_out(key, data))
 
     def wait(self, event: Any) -> None:
         if isinstance(event, FailedCopy):

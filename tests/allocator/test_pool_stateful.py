@@ -9,8 +9,10 @@ was last written to it; at the end everything is read back through ``get``.
 
 Faults are injected between steps (``pool_faults.py``), one at a time: a copy in either
 direction that fails (when waited for, or at launch), or any hook of the eviction or prefetch
-policy that raises (every hook the pool calls: ``admit`` in the machine without a backend,
-whose model holds each object's size, the only hook it asks there). An operation may then raise
+policy that raises (every hook the pool calls, ``admit`` included; the machine without a
+backend holds each object's size in its model). The streaming machine's policy never admits
+key 7, so its accesses are streamed and, with real bytes, go through ``Backend.stream_in`` /
+``stream_out``, whose copies fail on request too (a failed streamed put stores nothing). An operation may then raise
 a ``PolicyError`` (only right after its hook was armed) or a ``BackendError`` (each injected
 failure at most once); the model follows what the operation did, and the invariants above must
 hold all along. The double-fault machine arms a second fault while the first is armed or its
@@ -70,17 +72,26 @@ class NextKey:
         return [(key + 1) % 8]
 
 
+class RefusesKey7(LRU):
+    """LRU that never admits key 7: its accesses are streamed (with a backend, its bytes go
+    through ``Backend.stream_in`` / ``stream_out``, which can fail too)."""
+
+    def admit(self, view: PoolView, key: int, size: int) -> bool:
+        return key != 7
+
+
 class PoolMachine(RuleBasedStateMachine):
     write_policy = "write-back"
     prefetching = True  # without a prefetcher, hits take the pool's fast path (``touch``)
-    with_backend = True  # without one, the pool holds no bytes and asks ``admit``
+    with_backend = True  # without one, the pool holds no bytes (sizes only)
     max_faults = 1  # armed, or failed and not yet raised, at a time
+    refusing = False  # True: the policy never admits key 7 (every access of it is streamed)
 
     def __init__(self) -> None:
         super().__init__()
         self.backend = FaultyBackend(NumpyBackend()) if self.with_backend else None
         self.faults = HookFaults()
-        self.policy = RaisingPolicy(LRU(), self.faults)
+        self.policy = RaisingPolicy(RefusesKey7() if self.refusing else LRU(), self.faults)
         self.pool = Pool(CAPACITY, self.policy, cost="a100_pcie4", backend=self.backend,
                          write_policy=self.write_policy,
                          prefetcher=RaisingPrefetcher(NextKey(), self.faults)
@@ -169,8 +180,6 @@ class PoolMachine(RuleBasedStateMachine):
     def fail_a_hook(self, hook: str) -> None:
         """Arm one of the hooks the pool calls here (armed until it fires)."""
         skip = {"prefetch" if not self.prefetching else "touch"}
-        if self.backend is not None:
-            skip.add("admit")  # asked only by a pool without a backend
         if hook not in skip:
             self.faults.arm(hook)
 
@@ -401,7 +410,7 @@ class NoPrefetcherMachine(PoolMachine):
 
 
 class NoBackendMachine(PoolMachine):
-    """Metadata only (sizes, no bytes): the pool asks the policy's ``admit``."""
+    """Metadata only (sizes, no bytes)."""
 
     with_backend = False
 
@@ -412,6 +421,13 @@ class DoubleFaultMachine(PoolMachine):
 
 class DoubleFaultWriteThroughMachine(DoubleFaultMachine):
     write_policy = "write-through"
+
+
+class StreamingMachine(DoubleFaultMachine):
+    """The policy never admits key 7: its puts, gets and accesses are streamed (real bytes
+    through ``Backend.stream_in`` / ``stream_out``, whose copies fail on request too)."""
+
+    refusing = True
 
 
 _SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None,
@@ -428,3 +444,5 @@ TestPoolDoubleFaults = DoubleFaultMachine.TestCase
 TestPoolDoubleFaults.settings = _SETTINGS
 TestPoolDoubleFaultsWriteThrough = DoubleFaultWriteThroughMachine.TestCase
 TestPoolDoubleFaultsWriteThrough.settings = _SETTINGS
+TestPoolStreaming = StreamingMachine.TestCase
+TestPoolStreaming.settings = _SETTINGS
