@@ -39,36 +39,48 @@ class TraceStats:
 
 
 @numba.njit(cache=True)
-def _stack_distances(obj: np.ndarray, n_obj: int) -> np.ndarray:  # pragma: no cover - jitted
-    """Fenwick tree over positions; marks sit at each object's last access."""
+def _fenwick_add(tree: np.ndarray, i: int, w: int) -> None:  # pragma: no cover - jitted
+    n = len(tree) - 1
+    while i <= n:
+        tree[i] += w
+        i += i & -i
+
+
+@numba.njit(cache=True)
+def _fenwick_sum(tree: np.ndarray, i: int) -> int:  # pragma: no cover - jitted
+    s = 0
+    while i > 0:
+        s += tree[i]
+        i -= i & -i
+    return s
+
+
+@numba.njit(cache=True)
+def _stack_distances(obj: np.ndarray, weight: np.ndarray, free: np.ndarray,
+                     n_obj: int) -> np.ndarray:  # pragma: no cover - jitted
+    """Weighted LRU stack distances. A Fenwick tree over row positions holds one mark per
+    object on the stack, of the object's weight, at its last access; a free takes the mark off.
+    ``out[i]`` is the total weight of the marks strictly between the previous access to
+    ``obj[i]`` and row ``i`` (the objects above it on the stack); -1 for a first access and
+    for a free row."""
     n = len(obj)
     tree = np.zeros(n + 1, np.int64)
     last = np.full(n_obj, -1, np.int64)
+    last_w = np.zeros(n_obj, np.int64)
     out = np.full(n, -1, np.int64)
     for i in range(n):
         o = obj[i]
         p = last[o]
         if p >= 0:
-            # marks in (p, i): prefix(i) - prefix(p + 1)
-            s = 0
-            j = i
-            while j > 0:
-                s += tree[j]
-                j -= j & -j
-            j = p + 1
-            while j > 0:
-                s -= tree[j]
-                j -= j & -j
-            out[i] = s
-            j = p + 1
-            while j <= n:
-                tree[j] -= 1
-                j += j & -j
-        j = i + 1
-        while j <= n:
-            tree[j] += 1
-            j += j & -j
+            if not free[i]:
+                out[i] = _fenwick_sum(tree, i) - _fenwick_sum(tree, p + 1)
+            _fenwick_add(tree, p + 1, -last_w[o])
+        if free[i]:
+            last[o] = -1
+            continue
+        _fenwick_add(tree, i + 1, weight[i])
         last[o] = i
+        last_w[o] = weight[i]
     return out
 
 
@@ -78,7 +90,8 @@ def reuse_distances(trace: Trace) -> np.ndarray:
     obj = trace.object_ids()[access]
     if len(obj) == 0:
         return np.zeros(0, np.int64)
-    return _stack_distances(obj, int(obj.max()) + 1)
+    ones = np.ones(len(obj), np.int64)
+    return _stack_distances(obj, ones, np.zeros(len(obj), np.bool_), int(obj.max()) + 1)
 
 
 def trace_stats(trace: Trace) -> TraceStats:
