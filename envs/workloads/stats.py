@@ -1,16 +1,19 @@
-"""Trace statistics: request counts, working set, peak live bytes, bytes by kind, reuse distance."""
+"""Trace statistics: request counts, working set, peak live bytes, bytes by kind, reuse distance,
+LRU's miss-ratio curve (exact, or SHARDS-sampled)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import numba
 import numpy as np
 
+from allocator.errors import ConfigError
 from allocator.trace import Kind, Op, Trace
 
-__all__ = ["TraceStats", "trace_stats", "reuse_distances", "plot_reuse_histogram", "format_stats"]
+__all__ = ["TraceStats", "trace_stats", "reuse_distances", "plot_reuse_histogram", "format_stats",
+           "MissRatioCurve", "lru_mrc", "auto_sample_rate", "plot_mrc", "SAMPLE_ABOVE"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,104 @@ def reuse_distances(trace: Trace) -> np.ndarray:
     return _stack_distances(obj, ones, np.zeros(len(obj), np.bool_), int(obj.max()) + 1)
 
 
+SAMPLE_ABOVE = 2_000_000
+""":func:`lru_mrc` samples (SHARDS) a trace with more read/write rows than this, unless told."""
+
+_HASH_MODULUS = 1 << 24
+
+
+class MissRatioCurve(NamedTuple):
+    """LRU's miss ratio (misses / reads and writes) at each capacity (bytes or objects)."""
+
+    capacities: np.ndarray
+    miss_ratios: np.ndarray
+
+
+def auto_sample_rate(n_requests: int) -> float:
+    """The SHARDS rate :func:`lru_mrc` uses by default: 1 (exact) up to :data:`SAMPLE_ABOVE`
+    requests, then a rate keeping about that many."""
+    return 1.0 if n_requests <= SAMPLE_ABOVE else SAMPLE_ABOVE / n_requests
+
+
+def _spatial_hash(obj: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser of each id, modulo :data:`_HASH_MODULUS` (SHARDS' hash)."""
+    with np.errstate(over="ignore"):
+        x = obj.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x % np.uint64(_HASH_MODULUS)).astype(np.int64)
+
+
+def _default_capacities(trace: Trace, mode: str, points: int = 200) -> np.ndarray:
+    if mode == "objects":
+        lo, hi = 1, int(len(np.unique(trace.object_ids())))
+    else:
+        lo, hi = int(trace.size.min()), trace.working_set_bytes()
+    return np.unique(np.geomspace(lo, max(hi, lo), points).round().astype(np.int64))
+
+
+def lru_mrc(trace: Trace, mode: Literal["bytes", "objects"] = "bytes",
+            capacities: Any = None, sample: float | None = None) -> MissRatioCurve:
+    """LRU's miss-ratio curve from stack distances, in one pass over the trace.
+
+    A read or write hits under LRU at capacity ``C`` iff its stack distance, counting the object
+    itself, is at most ``C``: in ``"bytes"`` mode the bytes of the distinct objects used since its
+    last use plus its own size, in ``"objects"`` mode their number plus one (as a pool replaying
+    ``trace.with_sizes(1)``). First accesses always miss. This is exactly the miss ratio of
+    ``Pool(C, LRU(), placement="bytes", oversize="bypass")`` on a trace without frees whose
+    objects keep their size: an object larger than ``C`` is streamed and never on the stack, so
+    capacities below the largest object take one more pass each (per distinct set of objects
+    that fit).
+
+    A free takes its object off the stack. The pool does not refill the space it leaves, so with
+    frees the curve is a lower bound on the pool's miss ratio (the pool's contents are always a
+    prefix of this stack, the curve assumes the longest prefix that fits).
+
+    ``sample``: a SHARDS rate ``0 < R <= 1`` (Waldspurger et al., FAST 2015): keep the objects
+    whose hash modulo 2**24 is below ``R * 2**24``, scale their distances by ``1 / R``, and add
+    the difference between the expected and the sampled number of requests to the hits
+    (SHARDS-adj). ``None`` (default): :func:`auto_sample_rate`. ``1`` is exact.
+    ``capacities``: default a geometric grid of 200 from the smallest object (or one object) to
+    the working set.
+    """
+    if mode not in ("bytes", "objects"):
+        raise ConfigError(f"lru_mrc: mode must be 'bytes' or 'objects', got {mode!r}")
+    access = trace.op != Op.FREE
+    n_access = int(access.sum())
+    rate = auto_sample_rate(n_access) if sample is None else float(sample)
+    if not 0 < rate <= 1:
+        raise ConfigError(f"lru_mrc: sample must be a rate in (0, 1], got {sample!r}")
+    caps = (_default_capacities(trace, mode) if capacities is None
+            else np.asarray(capacities, np.int64).reshape(-1))
+    if n_access == 0:
+        return MissRatioCurve(caps, np.zeros(len(caps)))
+    obj = trace.object_ids()
+    size = trace.size.astype(np.int64) if mode == "bytes" else np.ones(len(obj), np.int64)
+    if rate < 1:
+        keep = _spatial_hash(obj) < rate * _HASH_MODULUS
+        obj, size, access = obj[keep], size[keep], access[keep]
+    free = ~access
+    n_obj = int(obj.max()) + 1 if len(obj) else 0
+    hits = np.zeros(len(caps), np.float64)
+    fits = np.unique(size)  # capacities that admit the same set of sizes share a pass
+    group = np.searchsorted(fits, caps, side="right")
+    for g in np.unique(group):
+        at = group == g
+        if g == 0 or len(obj) == 0:
+            continue  # nothing fits: every request misses
+        limit = fits[g - 1]
+        weight = np.where(size <= limit, size, 0)
+        d = _stack_distances(obj, weight, free, n_obj)
+        reuse = (d >= 0) & (size <= limit)
+        need = np.sort(d[reuse] / rate + size[reuse])
+        hits[at] = np.searchsorted(need, caps[at], side="right")
+    expected = n_access * rate
+    if rate < 1:
+        hits[hits > 0] += expected - int(access.sum())  # SHARDS-adj
+    return MissRatioCurve(caps, np.clip((expected - hits) / expected, 0.0, 1.0))
+
+
 def trace_stats(trace: Trace) -> TraceStats:
     """Compute :class:`TraceStats` for ``trace``."""
     ops = np.bincount(trace.op, minlength=3)
@@ -154,6 +255,32 @@ def plot_reuse_histogram(trace: Trace, path: str, bins: int = 50) -> None:
     ax.set_xlabel("reuse distance (distinct objects between accesses)")
     ax.set_ylabel("accesses")
     ax.set_title(f"{trace.name}: {len(d)} reuses")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_mrc(curve: MissRatioCurve, path: str, mode: str = "bytes", title: str = "") -> None:
+    """Save a miss-ratio curve as a PNG: miss ratio against capacity, log x axis (bytes written
+    human-readably in ``"bytes"`` mode)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    from envs.evaluation import human_bytes
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.step(curve.capacities, curve.miss_ratios, where="post", label="LRU")
+    ax.set_xscale("log")
+    if mode == "bytes":
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+    ax.set_xlabel("capacity (bytes)" if mode == "bytes" else "capacity (objects)")
+    ax.set_ylabel("miss ratio")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
