@@ -290,7 +290,7 @@ def plot_mrc(curve: MissRatioCurve, path: str, mode: str = "bytes", title: str =
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     from envs.evaluation import human_bytes
 
@@ -298,7 +298,9 @@ def plot_mrc(curve: MissRatioCurve, path: str, mode: str = "bytes", title: str =
     ax.step(curve.capacities, curve.miss_ratios, where="post", label="LRU")
     ax.set_xscale("log")
     if mode == "bytes":
+        ax.xaxis.set_major_locator(LogLocator(base=2, numticks=9))  # 1KiB, 32KiB, ..., not 9.77KiB
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("capacity (bytes)" if mode == "bytes" else "capacity (objects)")
     ax.set_ylabel("miss ratio")
     ax.set_ylim(0, 1.02)
