@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -33,15 +34,18 @@ def _with_frees(seed: int, n: int = 3000, n_keys: int = 200) -> Trace:
     for _ in range(n):
         k = int(min(rng.zipf(1.3), n_keys))
         if k in live and rng.random() < 0.05:
-            key.append(k), size.append(live.pop(k)), op.append(Op.FREE)
-            continue
-        s = live.setdefault(k, int(rng.integers(1, 5000)))
-        key.append(k), size.append(s), op.append(Op.WRITE if rng.random() < 0.3 else Op.READ)
+            row = (k, live.pop(k), int(Op.FREE))
+        else:
+            row = (k, live.setdefault(k, int(rng.integers(1, 5000))),
+                   int(Op.WRITE if rng.random() < 0.3 else Op.READ))
+        key.append(row[0])
+        size.append(row[1])
+        op.append(row[2])
     return Trace.from_arrays(key, size, op)
 
 
 @pytest.mark.parametrize("mode", ["bytes", "objects"])
-def test_exact_curve_is_the_pools_lru_miss_ratio(mode: str) -> None:
+def test_exact_curve_is_the_pools_lru_miss_ratio(mode: Literal["bytes", "objects"]) -> None:
     t = generate("zipf", seed=1, n_requests=4000, n_objects=300, size_sigma=1.5, write_fraction=0.3)
     replayed = t if mode == "bytes" else t.with_sizes(1)
     caps, mr = lru_mrc(t, mode, sample=1)
@@ -84,7 +88,7 @@ def test_weighted_stack_distances_match_a_stack() -> None:
 
 
 @pytest.mark.parametrize("mode", ["bytes", "objects"])
-def test_sampled_curve_is_close_to_exact(mode: str) -> None:
+def test_sampled_curve_is_close_to_exact(mode: Literal["bytes", "objects"]) -> None:
     t = generate("zipf", seed=0, n_requests=200_000, n_objects=100_000, alpha=0.8, size_sigma=1.0)
     hi = t.working_set_bytes() if mode == "bytes" else 100_000
     caps = np.unique(np.geomspace(1 if mode == "objects" else 4096, hi, 40).astype(np.int64))
