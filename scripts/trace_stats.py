@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"error: cannot create the output folder {out}: {e}; pass --out DIR", file=sys.stderr)
         return 2
-    rate = auto_sample_rate(stats.requests) if args.sample is None else args.sample
-    how = "exact" if rate >= 1 else f"SHARDS, rate {rate:.3g}"
+    m = round(1 / (auto_sample_rate(stats.requests) if args.sample is None else args.sample))
+    how = "exact" if m <= 1 else f"SHARDS, 1 in {m} objects"
     png = args.png or out / "reuse.png"
     plot_reuse_histogram(trace, str(png))
     plot_mrc(curve, str(out / "mrc.png"), args.mode,
