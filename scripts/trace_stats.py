@@ -1,25 +1,44 @@
-"""Print a trace's statistics and save its reuse-distance histogram.
+"""Print a trace's statistics; save its reuse-distance histogram, LRU's miss-ratio curve (PNG)
+and the curve's points (mrc.csv) in an output folder.
 
-    python scripts/trace_stats.py data/traces/gpt.npz --png gpt_reuse.png
+    python scripts/trace_stats.py data/traces/gpt.npz                # -> outputs/trace_stats/gpt/
+    python scripts/trace_stats.py big.oracleGeneral --sample 0.01 --out /tmp/big
+
+The curve is exact (stack distances) up to 2,000,000 requests and SHARDS-sampled above, or
+at ``--sample R``; with frees in the trace it is a lower bound on LRU's miss ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
 from allocator.errors import CachegymError
 from envs.workloads.formats import FORMATS, read_trace
-from envs.workloads.stats import format_stats, plot_reuse_histogram, trace_stats
+from envs.workloads.stats import (
+    auto_sample_rate,
+    format_stats,
+    lru_mrc,
+    plot_mrc,
+    plot_reuse_histogram,
+    trace_stats,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", type=Path, help="trace file")
     ap.add_argument("--format", default=None, help=f"one of {FORMATS} (default: from the file name)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output folder (default: outputs/trace_stats/<trace stem>/ here; created)")
     ap.add_argument("--png", type=Path, default=None,
-                    help="reuse-distance histogram (default: <trace>_reuse.png next to the trace)")
+                    help="reuse-distance histogram path (default: <out>/reuse.png)")
+    ap.add_argument("--mode", choices=("bytes", "objects"), default="bytes",
+                    help="capacity in bytes, or in objects (every size 1)")
+    ap.add_argument("--sample", type=float, default=None,
+                    help="SHARDS rate in (0, 1] for the curve (default: exact up to 2M requests)")
     ap.add_argument("--obj-id-col", type=int, default=None, help="csv: 1-based id column")
     ap.add_argument("--obj-size-col", type=int, default=None, help="csv: 1-based size column")
     ap.add_argument("--time-col", type=int, default=None, help="csv: 1-based time column")
@@ -28,13 +47,30 @@ def main(argv: list[str] | None = None) -> int:
                                  ("time_col", args.time_col)) if v is not None}
     try:
         trace = read_trace(args.path, args.format, **options)
+        stats = trace_stats(trace)
+        curve = lru_mrc(trace, args.mode, sample=args.sample)
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(format_stats(trace_stats(trace)))
-    png = args.png or args.path.with_name(args.path.stem + "_reuse.png")
+    print(format_stats(stats))
+    out = args.out or Path("outputs") / "trace_stats" / args.path.stem
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot create the output folder {out}: {e}; pass --out DIR", file=sys.stderr)
+        return 2
+    m = round(1 / (auto_sample_rate(stats.requests) if args.sample is None else args.sample))
+    how = "exact" if m <= 1 else f"SHARDS, 1 in {m} objects"
+    png = args.png or out / "reuse.png"
     plot_reuse_histogram(trace, str(png))
+    plot_mrc(curve, str(out / "mrc.png"), args.mode,
+             title=f"{trace.name}: LRU miss ratio ({how}{', frees: lower bound' if stats.frees else ''})")
+    with open(out / "mrc.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([f"capacity_{args.mode}", "lru_miss_ratio"])
+        w.writerows(zip(curve.capacities.tolist(), curve.miss_ratios.tolist()))
     print(f"reuse-distance histogram -> {png}")
+    print(f"LRU miss-ratio curve ({args.mode}, {how}) -> {out / 'mrc.png'}, {out / 'mrc.csv'}")
     return 0
 
 

@@ -40,7 +40,9 @@ def test_stats_of_small_trace() -> None:
     assert s.reuses == 1 and s.cold == 2 and s.reuse_p50 == 1
 
 
-def test_script_prints_and_saves_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_script_prints_and_saves_png(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # the curve goes to outputs/trace_stats/z/ here
     t = generate("zipf", seed=0, n_requests=3000)
     t.save(tmp_path / "z.npz")
     sys.path.insert(0, str(ROOT / "scripts"))

@@ -1,0 +1,144 @@
+"""LRU's miss-ratio curve (envs.workloads.stats.lru_mrc): exact against the pool, frees as a
+lower bound, the weighted stack-distance kernel against a stack, SHARDS against exact."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pytest
+
+from allocator.errors import ConfigError
+from allocator.pool import Pool
+from allocator.trace import Op, Trace
+from envs.workloads import generate
+from envs.workloads.stats import _stack_distances, lru_mrc
+from policies import LRU
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pool_miss_ratio(trace: Trace, capacity: int) -> float:
+    return Pool(capacity, LRU(), placement="bytes", oversize="bypass").replay(trace).miss_ratio
+
+
+def _with_frees(seed: int, n: int = 3000, n_keys: int = 200) -> Trace:
+    """Zipf-ish reads and writes of variable-size objects, a free now and then of a live key
+    (a key used again after its free is a new object, of a new size)."""
+    rng = np.random.default_rng(seed)
+    key, size, op = [], [], []
+    live: dict[int, int] = {}
+    for _ in range(n):
+        k = int(min(rng.zipf(1.3), n_keys))
+        if k in live and rng.random() < 0.05:
+            row = (k, live.pop(k), int(Op.FREE))
+        else:
+            row = (k, live.setdefault(k, int(rng.integers(1, 5000))),
+                   int(Op.WRITE if rng.random() < 0.3 else Op.READ))
+        key.append(row[0])
+        size.append(row[1])
+        op.append(row[2])
+    return Trace.from_arrays(key, size, op)
+
+
+@pytest.mark.parametrize("mode", ["bytes", "objects"])
+def test_exact_curve_is_the_pools_lru_miss_ratio(mode: Literal["bytes", "objects"]) -> None:
+    t = generate("zipf", seed=1, n_requests=4000, n_objects=300, size_sigma=1.5, write_fraction=0.3)
+    replayed = t if mode == "bytes" else t.with_sizes(1)
+    caps, mr = lru_mrc(t, mode, sample=1)
+    assert len(caps) > 50 and np.all(np.diff(caps) > 0)
+    # capacities below the largest object included: those objects are streamed, never cached
+    pick = caps[:: len(caps) // 12]
+    assert mode == "objects" or pick[0] < t.size.max()
+    got = dict(zip(caps.tolist(), mr.tolist()))
+    for c in pick.tolist():
+        assert got[c] == _pool_miss_ratio(replayed, c), c
+
+
+def test_with_frees_the_curve_is_a_lower_bound() -> None:
+    for seed in range(3):
+        t = _with_frees(seed)
+        assert (t.op == Op.FREE).sum() > 20
+        everything = t.working_set_bytes()
+        caps, mr = lru_mrc(t, "bytes", capacities=[2000, 8000, 30_000, 100_000, everything], sample=1)
+        pool = np.array([_pool_miss_ratio(t, c) for c in caps.tolist()])
+        assert np.all(mr <= pool) and np.any(mr < pool), (mr, pool)  # a bound, not exact
+        assert mr[-1] == pool[-1]  # everything fits: only first accesses miss, as in the pool
+
+
+def test_weighted_stack_distances_match_a_stack() -> None:
+    t = _with_frees(7, n=1500)
+    obj, size, free = t.object_ids(), t.size.astype(np.int64), t.op == Op.FREE
+    got = _stack_distances(obj, size, free, int(obj.max()) + 1)
+    stack: list[int] = []  # most recent first
+    for i, o in enumerate(obj.tolist()):
+        above = stack.index(o) if o in stack else -1
+        if free[i]:
+            assert got[i] == -1
+            stack.remove(o)
+            continue
+        want = -1 if above < 0 else sum(int(size[obj == x][0]) for x in stack[:above])
+        assert got[i] == want, i
+        if above >= 0:
+            stack.pop(above)
+        stack.insert(0, o)
+
+
+@pytest.mark.parametrize("mode", ["bytes", "objects"])
+def test_sampled_curve_is_close_to_exact(mode: Literal["bytes", "objects"]) -> None:
+    t = generate("zipf", seed=0, n_requests=200_000, n_objects=100_000, alpha=0.8, size_sigma=1.0)
+    hi = t.working_set_bytes() if mode == "bytes" else 100_000
+    caps = np.unique(np.geomspace(1 if mode == "objects" else 4096, hi, 40).astype(np.int64))
+    _, exact = lru_mrc(t, mode, capacities=caps, sample=1)
+    _, sampled = lru_mrc(t, mode, capacities=caps, sample=0.1)
+    assert np.abs(sampled - exact).max() < 0.02
+
+
+def test_bad_arguments_say_what_is_allowed() -> None:
+    t = generate("zipf", seed=0, n_requests=100)
+    with pytest.raises(ConfigError, match="mode must be"):
+        lru_mrc(t, "pages")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"sample must be a rate in \(0, 1\]"):
+        lru_mrc(t, sample=0)
+
+
+def _script():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import trace_stats
+    finally:
+        sys.path.pop(0)
+    return trace_stats
+
+
+def test_script_writes_into_the_output_folder_never_beside_the_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "in"
+    src.mkdir()
+    generate("zipf", seed=0, n_requests=3000).save(src / "z.npz")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert _script().main([str(src / "z.npz")]) == 0
+    out = work / "outputs" / "trace_stats" / "z"
+    assert sorted(p.name for p in out.iterdir()) == ["mrc.csv", "mrc.png", "reuse.png"]
+    assert sorted(p.name for p in src.iterdir()) == ["z.npz"]
+    assert str(Path("outputs/trace_stats/z/mrc.png")) in capsys.readouterr().out
+    rows = list(csv.reader((out / "mrc.csv").read_text().splitlines()))
+    assert rows[0] == ["capacity_bytes", "lru_miss_ratio"] and len(rows) > 10
+    assert (out / "mrc.png").read_bytes()[:4] == b"\x89PNG"
+    there = tmp_path / "there"
+    assert _script().main([str(src / "z.npz"), "--out", str(there), "--mode", "objects",
+                           "--sample", "0.5"]) == 0
+    assert (there / "mrc.csv").exists() and "SHARDS" in capsys.readouterr().out
+
+
+def test_script_reports_a_bad_sample_rate_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    generate("zipf", seed=0, n_requests=300).save(tmp_path / "z.npz")
+    assert _script().main([str(tmp_path / "z.npz"), "--sample", "2", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
