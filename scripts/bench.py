@@ -28,7 +28,7 @@ BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "
 # each must be positive when given
 COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",
           "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads",
-          "max_requests", "dl_tiled", "capacity", "every",
+          "max_requests", "capacity", "every",
           "foo_requests")
 
 

@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from envs.workloads import read_trace, write_oracle_general
 
+    if args.dl_tiled is not None and args.dl_tiled < 0:
+        raise SystemExit("bench.py replay: --dl-tiled must be >= 0 requests (0 skips the tiled trace)")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     figures: dict[str, Any] = {"capacity_fraction": args.capacity, "repeat": args.repeat}
     tmp = tempfile.mkdtemp(prefix="bench_replay_")
