@@ -172,19 +172,25 @@ def reward_scales(window: Trace, pool: Any) -> tuple[float, float]:
     return mean_size, float(max(1, pool.cost.copy_time(0, int(mean_size))))
 
 
-def demand_marks(pool: Any) -> tuple[int, int, int]:
-    """The pool's demand-miss counters ``(misses, byte misses, stall ns)`` before a decision."""
-    return pool.stats.misses, pool.stats.byte_misses, pool.cost.stall_ns
+def demand_marks(pool: Any) -> tuple[int, int, int, int]:
+    """The pool's counters ``(misses, byte misses, traffic bytes, stall ns)`` before a decision."""
+    st = pool.stats
+    return st.misses, st.byte_misses, st.bytes_h2d + st.bytes_d2h, pool.cost.stall_ns
 
 
-def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int], mean_size: float,
+def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int], mean_size: float,
                   fetch_ns: float) -> float:
-    """The ``misses``, ``bytes`` or ``stall`` reward of what happened since ``marks``."""
-    m0, b0, s0 = marks
+    """The ``misses``, ``bytes`` (bytes of the misses), ``traffic`` (bytes copied both ways,
+    write-backs and streamed accesses included: what the pool pays) or ``stall`` reward of
+    what happened since ``marks``, in units of a miss (bytes over the mean request's)."""
+    m0, b0, t0, s0 = marks
+    st = pool.stats
     if kind == "misses":
-        return -float(pool.stats.misses - m0)
+        return -float(st.misses - m0)
     if kind == "bytes":
-        return -(pool.stats.byte_misses - b0) / mean_size
+        return -(st.byte_misses - b0) / mean_size
+    if kind == "traffic":
+        return -(st.bytes_h2d + st.bytes_d2h - t0) / mean_size
     return -(pool.cost.stall_ns - s0) / fetch_ns
 
 

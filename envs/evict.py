@@ -35,7 +35,7 @@ from policies.features import FeatureTracker
 
 __all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
 
-EVICT_REWARDS = ("misses", "bytes", "stall")
+EVICT_REWARDS = ("misses", "bytes", "traffic", "stall")
 _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an IntEnum member costs 6x
 INVALID_ACTIONS = ("raise", "lru")
 

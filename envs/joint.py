@@ -36,7 +36,7 @@ from policies.features import FeatureTracker
 __all__ = ["JointEnv", "EVICT", "PREFETCH"]
 
 EVICT, PREFETCH = 0, 1
-_REWARDS = ("misses", "bytes", "stall")
+_REWARDS = ("misses", "bytes", "traffic", "stall")
 
 
 class JointEnv(PoolEnv):

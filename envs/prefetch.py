@@ -37,7 +37,7 @@ from policies.features import FeatureTracker, Observed
 
 __all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
 
-PREFETCH_REWARDS = ("pythia", "misses", "bytes", "stall")
+PREFETCH_REWARDS = ("pythia", "misses", "bytes", "traffic", "stall")
 OPPORTUNITIES = ("miss", "access", "step")
 _FREE, _WRITE = int(Op.FREE), int(Op.WRITE)  # plain ints: comparing with an IntEnum member costs 6x
 PYTHIA_WEIGHTS: Mapping[str, float] = {"timely": 1.0, "late": 0.5, "useless": -1.0, "none": 0.0}

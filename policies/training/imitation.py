@@ -1,12 +1,15 @@
 """Imitation of the Belady oracle: behaviour cloning with DAgger-style data collection.
 
-The teacher (``ImitationConfig.teacher``) is ``"belady_size"`` by default: the candidate whose
-next use is farthest *times its size* (libCacheSim's BeladySize). Belady's own choice (farthest
-next use, ``"belady"``) minimises misses when objects have one size; with sizes as varied as a
-DL step's tensors, evicting one large object often spares several small ones, and imitating
-plain Belady left the network behind GDSF on most DL traces (by up to a tenth of the
+The teacher (``ImitationConfig.teacher``, :data:`TEACHERS`) is ``"belady_size"`` by default: the
+candidate whose next use is farthest *times its size* (libCacheSim's BeladySize). Belady's own
+choice (farthest next use, ``"belady"``) minimises misses when objects have one size; with sizes
+as varied as a DL step's tensors, evicting one large object often spares several small ones, and
+imitating plain Belady left the network behind GDSF on most DL traces (by up to a tenth of the
 accesses). Distances in the labels stay ticks: a candidate's is its next-use distance scaled
-by its size over the mean size of the decision's candidates.
+by its size over the mean size of the decision's candidates. ``"traffic"`` teaches what saves
+bytes copied: an eviction costs a refetch and, if the object is dirty, a write-back, both
+proportional to its size, and frees its size for as long as its next use is away, so the size
+cancels and the teacher evicts the farthest next use over ``1 + dirty``.
 
 Round 0 drives the environment with the oracle's own choices; every later round drives it with
 the learner's current policy (with probability ``1 - beta_r`` per decision, ``beta_r =
@@ -38,7 +41,7 @@ from policies.training.nets import NEG, CandidateScorerNet, export_arrays
 __all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "fit", "bc_loss",
            "ImitationConfig", "dagger"]
 
-TEACHERS = ("belady_size", "belady")
+TEACHERS = ("belady_size", "belady", "traffic")
 _NEVER = 1e12  # ticks: a candidate never used again (finite, so that size still ranks those)
 
 log = logging.getLogger(__name__)
@@ -89,6 +92,13 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
     if teacher == "belady":
         return dist
     from policies.features import FEATURE_NAMES
+
+    if teacher == "traffic":
+        # bytes an eviction costs (a refetch, and a write-back if dirty) per byte-tick of space
+        # it frees: size cancels, so farthest next use over (1 + dirty)
+        dirty = cand[..., FEATURE_NAMES.index("dirty")].astype(np.float64) > 0.5
+        d = np.where(np.isfinite(dist), dist, _NEVER)
+        return np.where(mask, d / (1.0 + dirty), -1.0)
 
     size = cand[..., FEATURE_NAMES.index("size_rel")].astype(np.float64)
     size = np.where(mask, np.maximum(size, 1e-30), 0.0)

@@ -190,13 +190,13 @@ def test_bad_arguments_say_what_to_do(kwargs, match) -> None:
 # ---------------------------------------------------------------------- rewards and capacity
 def test_bytes_and_stall_rewards() -> None:
     trace = small_trace(7, n=800, frees=False)
-    for reward, field in (("bytes", "byte_misses"), ("stall", "stall_ns")):
+    for reward, field in (("bytes", "byte_misses"), ("traffic", "traffic_bytes"), ("stall", "stall_ns")):
         env = EvictEnv(trace, K=8, window=None, capacity=0.3, reward=reward, cost="a100_pcie4")
         obs, info = env.reset(seed=0)
         pool = env.pool
-        base = getattr(pool.snapshot(), field)
+        base = pool.snapshot().as_dict()[field]
         total, _, infos = rollout(env, lambda o, i: 0, seed=0)
-        scale = env._mean_size if reward == "bytes" else env._fetch_ns
+        scale = env._fetch_ns if reward == "stall" else env._mean_size
         assert total < 0
         assert -total * scale == pytest.approx(infos[-1]["stats"][field] - base, rel=1e-9)
 

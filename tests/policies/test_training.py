@@ -151,6 +151,22 @@ def test_belady_size_teacher_ranks_by_next_use_times_size():
     assert best.tolist() == [[False, False, True, False]]
 
 
+def test_traffic_teacher_evicts_the_farthest_next_use_over_one_plus_dirty():
+    """The traffic teacher: an eviction costs a refetch and, for a dirty object, a write-back;
+    sizes cancel, so the farthest next use over ``1 + dirty`` goes (a clean object used at 100
+    before a dirty one used at 150), whatever the sizes."""
+    size_col, dirty_col = FEATURE_NAMES.index("size_rel"), FEATURE_NAMES.index("dirty")
+    cand = np.zeros((1, 3, F), np.float32)
+    cand[0, :, size_col] = [0.1, 0.9, 0.5]
+    cand[0, :, dirty_col] = [0, 1, 0]
+    mask = np.array([[True, True, True]])
+    dist = np.array([[100.0, 150.0, 60.0]])
+    d = teacher_distances(dist, cand, mask, "traffic")
+    assert np.allclose(d, [[100.0, 75.0, 60.0]]) and int(np.argmax(d)) == 0
+    never = np.array([[np.inf, np.inf, 1.0]])  # never used again: the clean one first
+    assert int(np.argmax(teacher_distances(never, cand, mask, "traffic"))) == 0
+
+
 def test_behaviour_cloning_of_belady_size_learns_to_evict_the_largest():
     """With every candidate's next use equally far, Belady-Size evicts the largest: BC of that
     teacher must learn it from the size feature (BC of Belady has no reason to)."""
