@@ -111,7 +111,8 @@ class EvictEnv(PoolEnv):
     * ``window`` (4096): rows per episode (``None``: whole traces).
     * ``capacity`` (0.25): pool bytes (``int``) or a fraction (``float``) of the window's
       working set (``capacity_of="working_set"``) or peak live bytes (``"peak_live"``).
-    * ``reward`` (``"misses"``), ``invalid_action`` (``"raise"``).
+    * ``reward`` (``"traffic"``: bytes copied both ways, in mean requests; or ``"misses"``,
+      ``"bytes"``, ``"stall"``), ``invalid_action`` (``"raise"``).
     * ``cost`` (None: instant copies), ``placement`` (``"bytes"``), ``write_policy``
       (``"write-back"``): passed to :class:`Pool`; objects larger than the pool are bypassed.
     * ``render_mode``: accepted for API compatibility; the env does not render.
@@ -132,7 +133,7 @@ class EvictEnv(PoolEnv):
         window: int | None = 4096,
         capacity: float = 0.25,
         capacity_of: str = "working_set",
-        reward: str = "misses",
+        reward: str = "traffic",
         invalid_action: str = "raise",
         cost: Any = None,
         placement: str = "bytes",

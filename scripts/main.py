@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""The main job (``make demo``): train a learned eviction policy (imitation of Belady-Size,
-then a short RL fine-tune), export it, evaluate it on held-out workloads against LRU, LFU, ARC,
+"""The main job (``make demo``): train a learned eviction policy for traffic (imitation of the
+offline ``traffic`` teacher, then a short RL fine-tune on the traffic reward), export it, evaluate it on held-out workloads against LRU, LFU, ARC,
 S3-FIFO, GDSF and Belady, print the table and save the plots.
 
     python scripts/main.py                      # outputs under outputs/main/<time>/

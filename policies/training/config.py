@@ -61,7 +61,7 @@ class DaggerConfig:
     regression_weight: float = 0.0
     max_samples: int | None = 200_000
     average_from: int | None = None
-    teacher: str = "belady_size"
+    teacher: str = "traffic"
 
 
 @dataclass
@@ -84,7 +84,7 @@ class EnvConfig:
     candidates: str = "sample"
     window: int | None = 16384
     capacity_of: str = "peak_live"
-    reward: str = "misses"
+    reward: str = "traffic"
     invalid_action: str = "lru"
     placement: str = "bytes"
 

@@ -1,7 +1,7 @@
 """The main job (``make demo`` / ``python scripts/main.py``): train, export, evaluate, report.
 
-``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of Belady-Size, then a
-short MaskablePPO fine-tune), exports the policy, writes the held-out workloads (never trained
+``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of the ``traffic`` teacher,
+then a short MaskablePPO fine-tune on the traffic reward), exports the policy, writes the held-out workloads (never trained
 on) as trace files and evaluates them with :func:`envs.evaluation.evaluate` (the evaluator of
 ``scripts/evaluate.py``) against ``cfg.main.baselines`` at ``cfg.main.capacities`` of each
 trace's peak live bytes, the policy under each guard of ``cfg.main.learned_guards`` (by

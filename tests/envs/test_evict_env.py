@@ -97,7 +97,7 @@ def test_same_seed_same_rollout() -> None:
 def test_oracle_agent_gets_belady_and_lru_agent_gets_lru(seed: int) -> None:
     trace = small_trace(seed, n=1200, sizes=bool(seed), frees=True)
     cap = 12 * 512 * (3 if seed else 1)
-    env = EvictEnv(trace, K=512, window=None, capacity=cap)
+    env = EvictEnv(trace, K=512, window=None, capacity=cap, reward="misses")
 
     total, steps, infos = rollout(env, lambda obs, info: info["oracle_action"])
     want = replay_misses(trace, cap, Belady(trace))

@@ -294,12 +294,16 @@ class EnvCase:
 CHOOSERS = ("first", "oracle")
 _E, _P, _J = "cachegym/Evict-v0", "cachegym/Prefetch-v0", "cachegym/Joint-v0"
 
+# (the eviction cases name the reward they were recorded with, misses: the env's default became
+# traffic on 2026-12-02)
 ENV_CONFIGS = (
     EnvCase("evict/default-trace-sample", _E, None,
-            (("K", 16), ("candidates", "sample"), ("window", 1500))),
-    EnvCase("evict/lru-K8", _E, ("small", 2), (("K", 8), ("window", 500), ("capacity", 0.3))),
+            (("K", 16), ("candidates", "sample"), ("window", 1500), ("reward", "misses"))),
+    EnvCase("evict/lru-K8", _E, ("small", 2),
+            (("K", 8), ("window", 500), ("capacity", 0.3), ("reward", "misses"))),
     EnvCase("evict/sample-seed7", _E, ("small", 3),
-            (("K", 8), ("window", 500), ("candidates", "sample"), ("capacity", 0.3)), seed=7),
+            (("K", 8), ("window", 500), ("candidates", "sample"), ("capacity", 0.3),
+             ("reward", "misses")), seed=7),
     EnvCase("evict/stall-a100", _E, ("small", 5),
             (("K", 8), ("window", None), ("capacity", 0.3), ("reward", "stall"),
              ("cost", "a100_pcie4"))),
@@ -307,11 +311,13 @@ ENV_CONFIGS = (
             (("K", 12), ("window", 700), ("capacity", 0.25), ("reward", "bytes"),
              ("cost", "h100_pcie5"), ("write_policy", "write-through"))),
     EnvCase("evict/arena", _E, ("small", 8),
-            (("K", 12), ("window", 800), ("capacity", 0.25), ("placement", "arena"))),
+            (("K", 12), ("window", 800), ("capacity", 0.25), ("placement", "arena"),
+             ("reward", "misses"))),
     EnvCase("evict/peak-live-K64-lenient", _E, ("small", 9),
             (("K", 64), ("window", 600), ("capacity", 0.5), ("capacity_of", "peak_live"),
-             ("invalid_action", "lru"))),
-    EnvCase("evict/int-capacity", _E, ("small", 10), (("K", 8), ("window", 500), ("capacity", 6144))),
+             ("invalid_action", "lru"), ("reward", "misses"))),
+    EnvCase("evict/int-capacity", _E, ("small", 10),
+            (("K", 8), ("window", 500), ("capacity", 6144), ("reward", "misses"))),
     EnvCase("prefetch/miss-pythia", _P, ("pattern", 8, 0),
             (("K", 4), ("window", None), ("capacity", 30 * 1024))),
     EnvCase("prefetch/access-a100", _P, ("pattern", 6, 1),
