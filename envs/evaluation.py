@@ -623,6 +623,10 @@ def _fmt(v: float, f: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f.format(v)
 
 
+# policies' colours: tab10 and tab20's darker half, without the greys and black that bounds use
+_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+            "tab:pink", "tab:olive", "tab:cyan", "#393b79", "#637939", "#8c6d31", "#843c39",
+            "#7b4173", "#3182bd", "#e6550d")
 _PLOTS = (("miss_ratio", "miss ratio", 1.0), ("byte_miss_ratio", "byte miss ratio", 1.0),
           ("traffic_bytes", "traffic (bytes copied, both ways)", 1.0), ("stall_ns", "stall (ms)", 1e-6))
 
@@ -649,6 +653,8 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
         fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics) + 2.2, 3.8),
                                  squeeze=False)
         handles: dict[str, Any] = {}
+        pols = list(dict.fromkeys(r["policy"] for r in sel if r.get("row_kind", "policy") == "policy"))
+        colour = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(pols)}
         for ax, (field, ylabel, scale) in zip(axes[0], metrics):
             for pol in dict.fromkeys(r["policy"] for r in sel):
                 pts = sorted((r["capacity"], float(r[field]) * scale) for r in sel
@@ -660,7 +666,8 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 style = {"lower_bound": dict(ls="--", color={"pfoo_l": "gray", "stall_lb": "darkred"}
                                              .get(pol, "black")),
                          "upper_bound": dict(ls=":", color="black"),
-                         "stall_reference": dict(ls=":", color="tab:gray")}.get(kind, {})
+                         "stall_reference": dict(ls=":", color="tab:gray")}.get(
+                             kind, dict(color=colour.get(pol, "tab:blue")))
                 (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
                                   label=policy_label(pol), **style)  # type: ignore[arg-type]
                 handles.setdefault(policy_label(pol), line)
