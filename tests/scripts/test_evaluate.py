@@ -421,3 +421,18 @@ def test_learned_policy_load_takes_a_guard_name(tmp_path: Path) -> None:
         LearnedPolicy.load(path, guard="shadowy")
 
 
+
+
+def test_a_trace_the_bounds_do_not_cover_keeps_its_runs(tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A key that changes size without a free (libCacheSim traces have them) is outside the
+    bounds' model: the sweep's runs stand, without bound rows, and a warning says why."""
+    t = Trace.from_arrays([1, 2, 1, 3, 1, 2] * 50, [100, 200, 150, 100, 150, 200] * 50, name="sz")
+    p = tmp_path / "sz.npz"
+    t.save(p)
+    res = evaluate(_compose(_quiet([f"trace.path={p}", "eval.capacities=[300]",
+                                    "eval.policies=[lru,fifo]", "eval.plots=false",
+                                    f"out_dir={tmp_path / 'o'}"])))
+    assert [r["policy"] for r in res["rows"]] == ["lru", "fifo"]
+    assert all(math.isnan(r["gap_closed_traffic"]) for r in res["rows"])
+    assert "no bound rows" in caplog.text and "changes size" in caplog.text
