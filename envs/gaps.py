@@ -32,7 +32,8 @@ __all__ = ["OBJECTIVES", "gap_closed", "bound_rows", "stall_rows", "add_gap_clos
 log = logging.getLogger(__name__)
 
 OBJECTIVES = {"misses": "misses", "traffic": "traffic_bytes", "stall": "stall_ns"}
-STALL_REF = ("belady", "lookahead")  # the stall reference's eviction and prefetch policies
+STALL_REF = ("belady", "lookahead")
+PFOO_MAX_REQUESTS = 20_000_000  # the evaluator's bound rows stop here (memory)  # the stall reference's eviction and prefetch policies
 _TOL = 1e-7
 
 
@@ -58,6 +59,11 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
         return []
     from policies.bounds import FOO_MAX_REQUESTS, offline_bounds
 
+    if len(trace) > PFOO_MAX_REQUESTS:  # (PFOO-L holds ~160 bytes per request while it sorts)
+        log.warning("trace %s: %d requests: no bound rows past %d (about %d GiB to compute); "
+                    "eval.bounds=[] turns them off", tname, len(trace), PFOO_MAX_REQUESTS,
+                    PFOO_MAX_REQUESTS * 160 >> 30)
+        return []
     if "foo" in kinds and len(trace) > FOO_MAX_REQUESTS:
         log.warning("trace %s: %d requests, more than FOO's %d: no foo_l/foo_u rows (pfoo_l "
                     "holds at any length)", tname, len(trace), FOO_MAX_REQUESTS)
