@@ -228,6 +228,12 @@ class Guard:
         self._decide()
         self.switches += (self.expert if self._off > 0 else None) != before
 
+    def __repr__(self) -> str:
+        """The guard's kind, objective and who decides now (``network``: the learned policy)."""
+        now = "network" if self.expert is None or not self.active else self.expert
+        return (f"{type(self).__name__}(objective={self.objective!r}, window={self.window}, "
+                f"experts={[n or 'network' for n in self._named]}, deciding={now!r})")
+
     def decision_shares(self) -> str:
         """``"network:0.62 lru:0.30 gdsf:0.08"``: the share of accesses each expert decided."""
         n = sum(self.decisions.values())

@@ -234,4 +234,5 @@ class LearnedPolicy(EvictionPolicyBase):
         return self.decision_ns + (shadow.decision_ns if shadow is not None else [])
 
     def __repr__(self) -> str:
-        return f"LearnedPolicy({self.path!r}, K={self.K}, budget_us={self.budget_us})"
+        return (f"LearnedPolicy({self.path!r}, K={self.K}, budget_us={self.budget_us}, "
+                f"guard={self.guard!r})")

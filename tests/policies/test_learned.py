@@ -798,3 +798,16 @@ def test_learned_modules_import_only_those_before_them() -> None:
         r = subprocess.run([sys.executable, "-c", f"import policies.learned.{name}"], cwd=ROOT,
                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
         assert r.returncode == 0, r.stderr
+
+
+def test_guarded_and_bare_policies_print_distinct_reprs(tmp_path):
+    """A policy's repr says its guard (kind, objective, experts, who decides) or that it has
+    none, so two rows of results can never be told apart only by their file."""
+    bare = hottest_policy(tmp_path)
+    from policies.learned.guards import make_guard
+
+    reprs = {g: repr(LearnedPolicy(bare.scorer, bare.header, guard=make_guard(g))) for g in
+             ("shadow", "trial", "lru")}
+    reprs["none"] = repr(LearnedPolicy(bare.scorer, bare.header, guard=False))
+    assert len(set(reprs.values())) == 4 and reprs["none"].endswith("guard=None)")
+    assert "ShadowGuard(objective='traffic'" in reprs["shadow"] and "deciding='network'" in reprs["shadow"]
