@@ -133,10 +133,11 @@ class EvalConfig:
     learned_guards: list[str] = field(default_factory=lambda: ["shadow"])
     prefetchers: list[str] = field(default_factory=lambda: ["none"])
     presets: list[str] = field(default_factory=lambda: ["none"])
-    bounds: list[str] = field(default_factory=lambda: ["pfoo_l"])
+    bounds: list[str] = field(default_factory=lambda: ["auto"])
     """Offline bounds added as rows and used by the gap_closed columns: ``foo`` (FOO's exact LP:
-    rows foo_l and foo_u; up to about 10^5 requests) and ``pfoo_l`` (its relaxation, any
-    length); with a preset also stall_lb and stall_ref (envs/gaps.py). ``[]``: none."""
+    rows foo_l and foo_u; up to 200,000 requests), ``pfoo_l`` (its relaxation, any length, much
+    looser on traffic) or ``auto`` (foo up to 30,000 requests, pfoo_l beyond); with a preset also
+    stall_lb and stall_ref (envs/gaps.py). ``[]``: none."""
     decision_timing: bool = True
     plots: bool = True
     progress: bool = True

@@ -158,14 +158,16 @@ def check_capacity(value: Any, key: str = "eval.capacities") -> None:
 
 
 def check_bounds_kinds(kinds: list[str], key: str = "eval.bounds") -> list[str]:
-    """``kinds`` if every one is a bound of :mod:`policies.bounds` (``foo``, ``pfoo_l``)."""
+    """``kinds`` if every one is a bound of :mod:`policies.bounds` (``foo``, ``pfoo_l``) or
+    ``auto`` (FOO on short traces, PFOO-L on long ones: :func:`policies.bounds.auto_kind`)."""
     from policies.bounds import KINDS
 
-    bad = [k for k in kinds if k not in KINDS]
+    allowed = ["auto", *KINDS]
+    bad = [k for k in kinds if k not in allowed]
     if bad:
-        raise ConfigError(f"{key}: {bad} unknown; allowed: {list(KINDS)} (foo: the exact LP, "
-                          "foo_l and foo_u, up to about 10^5 requests; pfoo_l: its relaxation, "
-                          "any length), or [] for none")
+        raise ConfigError(f"{key}: {bad} unknown; allowed: {allowed} (auto: foo up to 30,000 "
+                          "requests, pfoo_l beyond; foo: the exact LP, foo_l and foo_u, up to "
+                          "200,000 requests; pfoo_l: its relaxation, any length), or [] for none")
     return list(dict.fromkeys(kinds))
 
 

@@ -1,7 +1,8 @@
 """What a sweep measures against: offline bounds, the stall reference and the gap each policy
 closes.
 
-For every (trace, mode, capacity) of a sweep, ``eval.bounds`` (``foo``, ``pfoo_l``; see
+For every (trace, mode, capacity) of a sweep, ``eval.bounds`` (``foo``, ``pfoo_l``, or ``auto``:
+FOO up to 30,000 requests, PFOO-L beyond, the default; see
 :mod:`policies.bounds` and ``docs/BOUNDS.md``) adds bound rows: ``foo_l`` and ``pfoo_l``, lower
 bounds on the misses and on the traffic of any policy, and ``foo_u``, one feasible schedule (an
 upper bound on the optimum). With a timing preset two more rows per preset: ``stall_lb``, a
@@ -57,7 +58,9 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
     preset and prefetcher)."""
     if not kinds:
         return []
-    from policies.bounds import FOO_MAX_REQUESTS, offline_bounds
+    from policies.bounds import FOO_MAX_REQUESTS, auto_kind, offline_bounds
+
+    kinds = list(dict.fromkeys(auto_kind(len(trace)) if k == "auto" else k for k in kinds))
 
     if len(trace) > PFOO_MAX_REQUESTS:  # (PFOO-L holds ~160 bytes per request while it sorts)
         log.warning("trace %s: %d requests: no bound rows past %d (about %d GiB to compute); "

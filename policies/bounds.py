@@ -37,10 +37,17 @@ from allocator.errors import CachegymError, ConfigError
 from allocator.trace import Op, Trace
 
 __all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "stall_lower_bound", "KINDS",
-           "FOO_MAX_REQUESTS"]
+           "FOO_MAX_REQUESTS", "FOO_AUTO_MAX", "auto_kind"]
 
 KINDS = ("foo", "pfoo_l")
 FOO_MAX_REQUESTS = 200_000  # FOO's LP beyond this takes too long: PFOO-L has no such limit
+FOO_AUTO_MAX = 30_000  # "auto": FOO up to this many requests (seconds), PFOO-L beyond
+
+
+def auto_kind(n_requests: int) -> str:
+    """The bound ``auto`` stands for on a trace of ``n_requests`` rows: ``foo`` (exact LP, the
+    tight one) up to :data:`FOO_AUTO_MAX`, ``pfoo_l`` (its relaxation, looser) beyond."""
+    return "foo" if n_requests <= FOO_AUTO_MAX else "pfoo_l"
 FILL_CANDIDATES = 2_000  # fractional intervals foo_u tries to add back (each an O(n) check)
 _TOL = 1e-7  # relative tolerance of a bound against a measured cost (the LP solver's accuracy)
 
@@ -346,8 +353,8 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         lm, xm = _foo_lp(iv, capacity, "misses")
         lt, xt = _foo_lp(iv, capacity, "traffic")
         t1 = time.perf_counter()
-        out["foo_l"] = Bound("foo_l", True, lm + iv.compulsory_misses, lt + iv.compulsory_traffic,
-                             prep + t1 - t0)
+        out["foo_l"] = Bound("foo_l", True, _integral(lm + iv.compulsory_misses),
+                             _integral(lt + iv.compulsory_traffic), prep + t1 - t0)
         x = xm if primary == "misses" else xt
         cached = _fill(iv, x, _round_down(iv, x, capacity), capacity, primary)
         um, ut = _schedule_cost(iv, cached)
@@ -357,9 +364,17 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         t0 = time.perf_counter()
         pm = _pfoo_l(iv, capacity, "misses")
         pt = _pfoo_l(iv, capacity, "traffic")
-        out["pfoo_l"] = Bound("pfoo_l", True, pm + iv.compulsory_misses, pt + iv.compulsory_traffic,
-                              prep + time.perf_counter() - t0)
+        out["pfoo_l"] = Bound("pfoo_l", True, _integral(pm + iv.compulsory_misses),
+                              _integral(pt + iv.compulsory_traffic), prep + time.perf_counter() - t0)
     return out
+
+
+def _integral(lower: float) -> float:
+    """A relaxation's optimum as a bound on an integer cost (misses, bytes): every schedule's
+    cost is an integer at least the optimum, so it is at least the optimum rounded up. The
+    solver's own error (relative ~1e-9) is taken off first, so that an optimum a hair above an
+    integer does not round up past a schedule that costs exactly that integer."""
+    return float(math.ceil(lower - 1e-8 * max(1.0, abs(lower))))
 
 
 def _field(row: Any, name: str) -> float:

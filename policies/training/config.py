@@ -115,8 +115,9 @@ class MainSection:
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
     baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "gdsf", "belady"])
     learned_guards: list[str] = field(default_factory=lambda: ["shadow", "none"])
-    bounds: list[str] = field(default_factory=lambda: ["foo", "pfoo_l"])
-    """Offline bounds beside the results (``eval.bounds``: FOO where a trace is short enough)."""
+    bounds: list[str] = field(default_factory=lambda: ["auto"])
+    """Offline bounds beside the results (``eval.bounds``; ``auto``: FOO up to 30,000 requests,
+    PFOO-L beyond)."""
     presets: list[str] = field(default_factory=lambda: ["h100_pcie5"])
     """Timing presets of the evaluation (stall, its bound and the stall reference; ``none``:
     instant copies, traffic only)."""

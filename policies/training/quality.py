@@ -2,7 +2,7 @@
 in what a device pool pays (bytes copied, streamed accesses included) against an offline bound.
 
 Per (trace, capacity): every policy's traffic and miss ratio, the bound (FOO's ``foo_l`` where
-the trace has at most :data:`FOO_MAX` requests, else ``pfoo_l``; :mod:`policies.bounds`), the
+the trace has at most ``FOO_AUTO_MAX`` requests, else ``pfoo_l``: :func:`policies.bounds.auto_kind`), the
 learned policy's ``gap_closed_traffic`` / ``gap_closed_misses`` (``(LRU - learned) / (LRU -
 bound)``) and its traffic against the best heuristic's. Targets (issue 24, ``objective=traffic``):
 on the DL sets, traffic at most the best heuristic's in every cell and at least half the gap to
@@ -28,7 +28,6 @@ __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO",
            "quality_rows", "format_quality", "verdict"]
 
 HEURISTICS = ("lru", "lfu", "arc", "s3fifo", "gdsf")
-FOO_MAX = 30_000  # FOO's exact LP up to this many requests (seconds each), PFOO-L beyond
 ROOT = PROJECT_ROOT
 
 
@@ -151,7 +150,7 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     learned policy's gap closed to it and its traffic against the best heuristic's."""
     from tqdm.auto import tqdm
 
-    from policies.bounds import Bound, offline_bounds
+    from policies.bounds import Bound, auto_kind, offline_bounds
 
     names = ["learned", *heuristics, "belady"]
     rows = []
@@ -165,7 +164,7 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
                             learned=policy_path, guard="shadow") if n == "learned"
                     else RunSpec(t.name, cap, str(c), "bytes", n, "none", "none"))
             res[n] = run_one(t, spec, seed=seed, decision_timing=n == "learned")
-        kind = "foo" if len(t) <= FOO_MAX else "pfoo_l"
+        kind = auto_kind(len(t))
         try:
             bound = offline_bounds(t, cap, "bytes", kinds=(kind,))["foo_l" if kind == "foo" else "pfoo_l"]
         except ConfigError:  # a trace outside the bounds' model: no gap figures for it

@@ -63,11 +63,10 @@ class Validator:
 
     def _bound(self, i: int) -> Any:
         if i not in self._bounds:
-            from policies.bounds import offline_bounds
-            from policies.training.quality import FOO_MAX
+            from policies.bounds import auto_kind, offline_bounds
 
             t, _, cap = self.runs[i]
-            kind = "foo" if len(t) <= FOO_MAX else "pfoo_l"
+            kind = auto_kind(len(t))
             try:
                 self._bounds[i] = offline_bounds(t, cap, "bytes", kinds=(kind,))[
                     "foo_l" if kind == "foo" else "pfoo_l"]

@@ -337,3 +337,9 @@ def test_stall_lower_bound_is_below_every_schedule(preset: str) -> None:
     one = Trace.from_arrays([1, 2], [4096, 4096], [Op.READ, Op.WRITE], compute_ns=[10**9, 0])
     assert stall_lower_bound(one, preset) == CostModel(preset).copy_time(0, 4096)
     assert stall_lower_bound(one, None) == 0
+
+
+def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
+    from policies.bounds import FOO_AUTO_MAX, auto_kind
+
+    assert auto_kind(FOO_AUTO_MAX) == "foo" and auto_kind(FOO_AUTO_MAX + 1) == "pfoo_l"

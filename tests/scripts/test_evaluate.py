@@ -64,8 +64,8 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
         header = reader.fieldnames or []
         rows = list(reader)
     assert list(header[: len(COLUMNS)]) == list(COLUMNS)
-    assert len(rows) == 2 * 8 + 2  # and the default bound, pfoo_l, per capacity
-    assert {r["policy"] for r in rows} == {*POLICIES.strip("[]").split(","), "pfoo_l"}
+    assert len(rows) == 2 * 8 + 4  # and the default bounds (auto: FOO's foo_l, foo_u) per capacity
+    assert {r["policy"] for r in rows} == {*POLICIES.strip("[]").split(","), "foo_l", "foo_u"}
     assert {int(r["capacity"]) for r in rows} == {134217728, 268435456}
     for r in rows:
         assert r["trace"] == "tiny" and r["mode"] == "bytes" and r["preset"] == "none"
@@ -74,9 +74,9 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
             assert int(r["traffic_bytes"]) == int(r["bytes_h2d"]) + int(r["bytes_d2h"])
     by = {(r["policy"], int(r["capacity"])): r for r in res["rows"]}
     for cap in (134217728, 268435456):
-        lru, bound = by[("lru", cap)], by[("pfoo_l", cap)]
+        lru, bound = by[("lru", cap)], by[("foo_l", cap)]
         assert lru["gap_closed_misses"] == 0.0 and lru["gap_closed_traffic"] == 0.0
-        assert lru["gap_bound"] == "pfoo_l" and math.isnan(lru["gap_closed_stall"])
+        assert lru["gap_bound"] == "foo_l" and math.isnan(lru["gap_closed_stall"])
         assert bound["row_kind"] == "lower_bound" and math.isnan(bound["gap_closed_traffic"])
         for p in POLICIES.strip("[]").split(","):
             r = by[(p, cap)]
@@ -90,7 +90,7 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
             assert r["decision_p50_us"] > 0
     with open(tmp_path / "results.json") as f:
         js = json.load(f)
-    assert len(js) == 18 and js[0]["decision_p50_us"] > 0
+    assert len(js) == 20 and js[0]["decision_p50_us"] > 0
     assert {os.path.basename(p) for p in res["plots"]} == {"metrics__tiny__none__none.png"}
     for p in res["plots"]:
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -233,7 +233,7 @@ def test_objects_mode_fractions_and_prefetch(tmp_path: Path) -> None:
         "eval.capacities=[0.1,50]", "eval.policies=[sieve]", "eval.prefetchers=[none,markov]",
         "eval.plots=false", f"out_dir={tmp_path}"])))
     rows = res["rows"]
-    assert {r["policy"] for r in rows} == {"sieve", "lru", "pfoo_l"}  # lru, the bound added
+    assert {r["policy"] for r in rows} == {"sieve", "lru", "foo_l", "foo_u"}  # lru, the bounds added
     caps = sorted({r["capacity"] for r in rows})
     assert caps[1] == 50 and 0 < caps[0] < 400  # 10% of the distinct objects
     assert all(r["mode"] == "objects" and r["byte_misses"] == r["misses"] for r in rows
@@ -279,7 +279,7 @@ def test_script_runs_the_exact_command(og_file: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 18
+    assert len(rows) == 20
     assert "gap_traffic" in proc.stdout
     assert "s3fifo" in proc.stdout  # the printed table
     assert list(out.glob("metrics__*.png"))
@@ -301,7 +301,7 @@ def test_multirun_sweep_with_joblib(og_file: Path, tmp_path: Path) -> None:
                  "hydra.launcher.n_jobs=2"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Joblib" in proc.stdout + proc.stderr
-    for job, policies in (("job_0", {"lru", "pfoo_l"}), ("job_1", {"fifo", "lru", "pfoo_l"})):
+    for job, policies in (("job_0", {"lru", "foo_l", "foo_u"}), ("job_1", {"fifo", "lru", "foo_l", "foo_u"})):
         with open(out / job / "results.csv") as f:
             assert {r["policy"] for r in csv.DictReader(f)} == policies  # lru, the bound added
 
@@ -337,7 +337,8 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
                                     f"eval.learned=[{path}]", "eval.learned_guards=[shadow,trial,lru,none]",
                                     "eval.plots=false", f"out_dir={tmp_path}"])))
     names = [r["policy"] for r in res["rows"]]
-    assert names == ["learned[shadow]", "learned[trial]", "learned[lru]", "learned[none]", "lru", "pfoo_l"]
+    assert names == ["learned[shadow]", "learned[trial]", "learned[lru]", "learned[none]", "lru", "foo_l",
+                     "foo_u"]
     row = res["rows"][0]
     assert row["requests"] == 2500 and row["decision_p50_us"] > 0
     assert not math.isnan(row["gap_closed_traffic"]) and row["gap_closed_traffic"] <= 1
@@ -368,7 +369,8 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
                                     f"eval.learned=[{path},{other}]", "eval.learned_guards=[none]",
                                     "eval.plots=false", f"out_dir={tmp_path / 'two'}"])))
     assert [(r["policy"], r["policy_file"]) for r in res["rows"]] == [
-        ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("pfoo_l", None)]
+        ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("foo_l", None),
+        ("foo_u", None)]
     # a corrupt file is refused before any replay: nothing is written
     from allocator.errors import PolicyFileError
 

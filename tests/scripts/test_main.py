@@ -48,7 +48,7 @@ def test_main_job_end_to_end(tmp_path):
     assert {row["policy_file"] for row in rows if row["policy"].startswith("learned[")} == {policy}
     assert {row["trace"] for row in rows} == {"held0", "held1"}
     # the bounds and the stall rows under the main job's preset; gap closed in the table
-    assert {"foo_l", "foo_u", "pfoo_l", "stall_lb", "stall_ref[belady+lookahead]"} <= names
+    assert {"foo_l", "foo_u", "stall_lb", "stall_ref[belady+lookahead]"} <= names  # (auto: FOO)
     assert {row["preset"] for row in rows if row["row_kind"] == "policy"} == {"h100_pcie5"}
     assert "gap_traffic" in r.stdout and "stall_ms" in r.stdout
     assert any(p.endswith(".png") for p in os.listdir(out / "eval"))
@@ -70,7 +70,7 @@ def test_main_job_end_to_end(tmp_path):
     ("main.baselines=[lru,lfuu]", "main.baselines: unknown value 'lfuu'"),
     ("main.learned_guards=[shadow,bare]", "main.learned_guards: unknown guard 'bare'; choices: lru, none, shadow, trial"),
     ("main.learned_guards=[]", "main.learned_guards: the list is empty"),
-    ("main.bounds=[fooo]", r"main.bounds: \['fooo'\] unknown; allowed: \['foo', 'pfoo_l'\]"),
+    ("main.bounds=[fooo]", r"main.bounds: \['fooo'\] unknown; allowed: \['auto', 'foo', 'pfoo_l'\]"),
     ("main.presets=[h100]", "main.presets: unknown preset 'h100'"),
 ])
 def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
