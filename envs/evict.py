@@ -58,9 +58,9 @@ class EvictEnv(PoolEnv):
     Rows beyond the number of evictable candidates are padding: ``action_masks()`` (the
     sb3-contrib convention: a bool array of length ``K``, True = valid) marks them. An action
     out of ``[0, K)`` raises :class:`~allocator.errors.InvalidActionError`; a masked action
-    raises it too (``invalid_action="raise"``, the default) or, with ``invalid_action="lru"``,
     is replaced by the least recently used candidate and counted in ``info["invalid_actions"]``
-    (never silently).
+    (``invalid_action="lru"``, the default: never silently, and a random-action rollout never
+    crashes) or raises it too (``invalid_action="raise"``).
 
     ## Observation space
 
@@ -112,7 +112,7 @@ class EvictEnv(PoolEnv):
     * ``capacity`` (0.25): pool bytes (``int``) or a fraction (``float``) of the window's
       working set (``capacity_of="working_set"``) or peak live bytes (``"peak_live"``).
     * ``reward`` (``"traffic"``: bytes copied both ways, in mean requests; or ``"misses"``,
-      ``"bytes"``, ``"stall"``), ``invalid_action`` (``"raise"``).
+      ``"bytes"``, ``"stall"``), ``invalid_action`` (``"lru"``; or ``"raise"``).
     * ``cost`` (None: instant copies), ``placement`` (``"bytes"``), ``write_policy``
       (``"write-back"``): passed to :class:`Pool`; objects larger than the pool are bypassed.
     * ``render_mode``: accepted for API compatibility; the env does not render.
@@ -134,7 +134,7 @@ class EvictEnv(PoolEnv):
         capacity: float = 0.25,
         capacity_of: str = "working_set",
         reward: str = "traffic",
-        invalid_action: str = "raise",
+        invalid_action: str = "lru",
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",

@@ -150,7 +150,7 @@ def test_info_next_use_and_observation_match_the_trace() -> None:
 # ---------------------------------------------------------------------- actions
 def test_invalid_actions() -> None:
     trace = small_trace(6, n=600)
-    env = EvictEnv(trace, K=64, window=None, capacity=0.2)
+    env = EvictEnv(trace, K=64, window=None, capacity=0.2, invalid_action="raise")
     obs, _ = env.reset(seed=0)
     n = int(obs["mask"].sum())
     assert 0 < n < 64
@@ -325,7 +325,8 @@ def test_maskable_ppo_only_takes_valid_actions() -> None:
     from sb3_contrib import MaskablePPO
 
     trace = small_trace(12, n=1500)
-    env = EvictEnv(trace, K=64, window=600, capacity=0.2)  # fewer than 64 evictable objects
+    env = EvictEnv(trace, K=64, window=600, capacity=0.2,  # fewer than 64 evictable objects
+                   invalid_action="raise")
     obs, _ = env.reset(seed=0)
     assert not obs["mask"].all()
     model = MaskablePPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
