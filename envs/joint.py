@@ -79,7 +79,7 @@ class JointEnv(PoolEnv):
 
     ## Version history
 
-    * v0: initial version.
+    * v0: initial version. Default since 2026-12-02: ``invalid_action="default"`` (was ``"raise"``).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

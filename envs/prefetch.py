@@ -114,7 +114,7 @@ class PrefetchEnv(PoolEnv):
 
     ## Version history
 
-    * v0: initial version.
+    * v0: initial version. Default since 2026-12-02: ``invalid_action="noop"`` (was ``"raise"``).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

@@ -1,14 +1,21 @@
-"""Every registered environment, made with default arguments (``gymnasium.make(env_id)``):
-Gymnasium's and SB3's env checkers pass, and a seeded random-action rollout (masked actions
-included) never raises."""
+"""Environment defaults. Every registered environment, made with default arguments
+(``gymnasium.make(env_id)``): Gymnasium's and SB3's env checkers pass, and a seeded random-action
+rollout (masked actions included) never raises. The constructors' defaults are the Hydra
+defaults (``conf/env/*.yaml`` and the ``env`` schema)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
 import warnings
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import yaml
 
 import envs
 from envs.registration import ENV_IDS
@@ -63,3 +70,40 @@ def test_random_action_rollout_never_raises_on_defaults(env_id: str) -> None:
             obs, info = env.reset()
             invalid = 0
     env.close()
+
+
+# ---------------------------------------------------------------------- constructor = Hydra
+CONF_ENV = Path(__file__).resolve().parents[2] / "conf" / "env"
+
+
+def _target(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _defaults(cls: Any) -> dict[str, Any]:
+    return {k: p.default for k, p in inspect.signature(cls).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+@pytest.mark.parametrize("yaml_file", sorted(CONF_ENV.glob("*.yaml")), ids=lambda p: p.name)
+def test_constructor_defaults_equal_the_hydra_defaults(yaml_file: Path) -> None:
+    """Every value of ``conf/env/*.yaml`` is its target's constructor default, so an env made in
+    a plain script (``gymnasium.make``) is the one ``scripts/train.py`` trains on."""
+    cfg = yaml.safe_load(yaml_file.read_text())
+    cfg.pop("defaults", None)
+    defaults = _defaults(_target(cfg.pop("_target_")))
+    assert cfg, yaml_file
+    unknown = set(cfg) - set(defaults)
+    assert not unknown, f"{yaml_file.name}: not constructor arguments: {sorted(unknown)}"
+    differ = {k: (v, defaults[k]) for k, v in cfg.items() if defaults[k] != v}
+    assert not differ, f"{yaml_file.name}: (yaml, constructor) differ: {differ}"
+
+
+def test_env_schema_defaults_equal_the_constructor_defaults() -> None:
+    """The ``env/base_env`` schema (what a yaml that leaves a key out gets) agrees too."""
+    from policies.training.config import EnvConfig
+
+    schema = {f.name: f.default for f in dataclasses.fields(EnvConfig) if f.name != "_target_"}
+    defaults = _defaults(_target(EnvConfig._target_))
+    assert {k: defaults.get(k, "<missing>") for k in schema} == schema
