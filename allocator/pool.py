@@ -280,6 +280,7 @@ class Pool:
         self._seq = 0
         self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
+        self._alloc_retries = 0  # allocations that had to evict first (memory_stats)
         # (hook, key) of what a recovery from a failed copy told the policy and it raised on:
         # told again before the next operation (_settle), so the policy tracks exactly the
         # objects on the device or on their way there
@@ -295,7 +296,7 @@ class Pool:
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
-              "_n_evictable", "_writing", "_owed")
+              "_n_evictable", "_writing", "_owed", "_alloc_retries")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
@@ -571,6 +572,34 @@ class Pool:
             st.device_bytes = self._place.used
             st.fragmentation = self._place.fragmentation
             return st.snapshot()
+
+    def memory_stats(self) -> dict[str, int]:
+        """The keys of ``torch.cuda.memory_stats()`` that apply to the pool, as PyTorch names
+        them (a caching allocator's cache is the pool's evictable objects):
+
+        * ``allocated_bytes.all.current``: device bytes held by blocks (resident objects, and
+          victims whose write-back is still in flight), as ``snapshot().device_bytes``;
+          ``.peak``: their maximum since the pool was made or :meth:`reset_peak_stats`;
+        * ``allocation.all.current``: blocks held;
+        * ``reserved_bytes.all.current`` and ``.peak``: the device budget, reserved up front;
+        * ``num_alloc_retries``: allocations that did not fit at first and were retried after
+          evicting (PyTorch: after flushing its cache).
+        """
+        with self._lock:
+            place = self._place
+            blocks = sum(1 for o in self._objs.values() if o.offset >= 0) + len(self._releases)
+            return {"allocated_bytes.all.current": place.used,
+                    "allocated_bytes.all.peak": max(self.stats.peak_device_bytes, place.used),
+                    "allocation.all.current": blocks,
+                    "reserved_bytes.all.current": place.capacity,
+                    "reserved_bytes.all.peak": place.capacity,
+                    "num_alloc_retries": self._alloc_retries}
+
+    def reset_peak_stats(self) -> None:
+        """Start the peaks (``peak_device_bytes``, ``allocated_bytes.all.peak``) anew from the
+        current value, as ``torch.cuda.reset_peak_memory_stats()``."""
+        with self._lock:
+            self.stats.peak_device_bytes = self._place.used
 
     # data plane (needs a backend)
     def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
@@ -1012,6 +1041,8 @@ class Pool:
         victim, view, alloc = self._policy.victim, self.view, self._place.alloc
         # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
         off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
+        if off < 0:
+            self._alloc_retries += 1
         while off < 0:
             try:
                 v = victim(view)
@@ -1024,10 +1055,14 @@ class Pool:
 
     def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
         """Evict (asking whoever drives the generator) until ``need`` bytes fit."""
+        first = True
         while True:
             off = self._room_step(size, need)
             if off >= 0:
                 return off
+            if first:
+                self._alloc_retries += 1
+                first = False
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
 

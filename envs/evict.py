@@ -58,9 +58,9 @@ class EvictEnv(PoolEnv):
     Rows beyond the number of evictable candidates are padding: ``action_masks()`` (the
     sb3-contrib convention: a bool array of length ``K``, True = valid) marks them. An action
     out of ``[0, K)`` raises :class:`~allocator.errors.InvalidActionError`; a masked action
-    raises it too (``invalid_action="raise"``, the default) or, with ``invalid_action="lru"``,
     is replaced by the least recently used candidate and counted in ``info["invalid_actions"]``
-    (never silently).
+    (``invalid_action="lru"``, the default: never silently, and a random-action rollout never
+    crashes) or raises it too (``invalid_action="raise"``).
 
     ## Observation space
 
@@ -80,13 +80,15 @@ class EvictEnv(PoolEnv):
 
     Collected between a decision and the next one (the pool's counters, differenced):
 
-    * ``"misses"`` (default): ``-1`` per demand miss. Miss count is the quantity Belady's
+    * ``"traffic"`` (default): ``-bytes copied both ways`` (demand fetches, prefetches,
+      write-backs, streamed accesses: what the pool pays) ``/ mean object size of the window``.
+    * ``"misses"``: ``-1`` per demand miss. Miss count is the quantity Belady's
       oracle minimises, so the oracle's actions give the optimal return and imitation and RL
       optimise the same thing; it is dense, needs no scale and does not depend on the cost model.
     * ``"bytes"``: ``-bytes fetched on demand / mean object size of the window``.
     * ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs a ``cost`` preset).
 
-    The return of an episode is minus the misses (bytes, stall) after the first decision.
+    The return of an episode is minus the traffic (misses, bytes, stall) after the first decision.
 
     ## Info
 
@@ -107,19 +109,26 @@ class EvictEnv(PoolEnv):
 
     * ``traces``: a trace, a path, a generator spec ``{"generator": ..., **params}``, or a list
       of them (mixed uniformly); default :func:`envs.common.default_trace`.
-    * ``K`` (32): candidates per decision. ``candidates`` (``"lru"``): the rule above.
-    * ``window`` (4096): rows per episode (``None``: whole traces).
+    * ``K`` (32): candidates per decision. ``candidates`` (``"sample"``): the rule above.
+    * ``window`` (16384): rows per episode (``None``: whole traces).
     * ``capacity`` (0.25): pool bytes (``int``) or a fraction (``float``) of the window's
-      working set (``capacity_of="working_set"``) or peak live bytes (``"peak_live"``).
+      peak live bytes (``capacity_of="peak_live"``) or working set (``"working_set"``).
+
+    The defaults are ``conf/env/evict.yaml``'s (the training configuration), so an env made in
+    a plain script (``gymnasium.make("cachegym/Evict-v0")``) poses the problem
+    ``scripts/train.py`` trains on.
     * ``reward`` (``"traffic"``: bytes copied both ways, in mean requests; or ``"misses"``,
-      ``"bytes"``, ``"stall"``), ``invalid_action`` (``"raise"``).
+      ``"bytes"``, ``"stall"``), ``invalid_action`` (``"lru"``; or ``"raise"``).
     * ``cost`` (None: instant copies), ``placement`` (``"bytes"``), ``write_policy``
       (``"write-back"``): passed to :class:`Pool`; objects larger than the pool are bypassed.
     * ``render_mode``: accepted for API compatibility; the env does not render.
 
     ## Version history
 
-    * v0: initial version.
+    * v0: initial version. Defaults since 2026-12-02: ``reward="traffic"`` (was ``"misses"``),
+      and ``conf/env/evict.yaml``'s ``candidates="sample"``, ``window=16384``,
+      ``capacity_of="peak_live"``, ``invalid_action="lru"`` (were ``"lru"``, 4096,
+      ``"working_set"``, ``"raise"``); passing the old values gives the old behaviour.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -129,12 +138,12 @@ class EvictEnv(PoolEnv):
         traces: TraceSource | Sequence[TraceSource] | None = None,
         *,
         K: int = 32,
-        candidates: str = "lru",
-        window: int | None = 4096,
+        candidates: str = "sample",
+        window: int | None = 16384,
         capacity: float = 0.25,
-        capacity_of: str = "working_set",
+        capacity_of: str = "peak_live",
         reward: str = "traffic",
-        invalid_action: str = "raise",
+        invalid_action: str = "lru",
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",

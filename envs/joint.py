@@ -54,10 +54,10 @@ class JointEnv(PoolEnv):
     is masked); in the prefetch phase ``a < K`` prefetches candidate ``a``, ``K`` does nothing.
     Observation: :func:`envs.common.observation_space` plus ``"phase": Discrete(2)`` (0 evict,
     1 prefetch); the candidates are the eviction rule's (``candidates``) or the predictor's.
-    ``action_masks()`` follows sb3-contrib; a masked action raises
-    :class:`~allocator.errors.InvalidActionError` (``invalid_action="raise"``) or becomes the
-    default of its phase, the LRU candidate or no prefetch (``"default"``), counted in
-    ``info["invalid_actions"]``.
+    ``action_masks()`` follows sb3-contrib; a masked action becomes the default of its phase,
+    the LRU candidate or no prefetch, counted in ``info["invalid_actions"]``
+    (``invalid_action="default"``, the default: a random-action rollout never crashes), or
+    raises :class:`~allocator.errors.InvalidActionError` (``invalid_action="raise"``).
 
     ## Rewards
 
@@ -79,7 +79,7 @@ class JointEnv(PoolEnv):
 
     ## Version history
 
-    * v0: initial version.
+    * v0: initial version. Default since 2026-12-02: ``invalid_action="default"`` (was ``"raise"``).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -95,7 +95,7 @@ class JointEnv(PoolEnv):
         capacity: float = 0.25,
         capacity_of: str = "working_set",
         reward: str = "misses",
-        invalid_action: str = "raise",
+        invalid_action: str = "default",
         predictor: SuccessorPredictor | None = None,
         cost: Any = None,
         placement: str = "bytes",

@@ -61,9 +61,9 @@ class PrefetchEnv(PoolEnv):
     ``Discrete(K + 1)``: ``a < K`` prefetches candidate ``a``; ``a == K`` does nothing (always
     valid). ``action_masks()`` (sb3-contrib convention, bool of length ``K + 1``) marks the
     padded candidate slots invalid. Out-of-range actions raise
-    :class:`~allocator.errors.InvalidActionError`; masked ones raise it too
-    (``invalid_action="raise"``) or become the no-op, counted in ``info["invalid_actions"]``
-    (``invalid_action="noop"``).
+    :class:`~allocator.errors.InvalidActionError`; masked ones become the no-op, counted in
+    ``info["invalid_actions"]`` (``invalid_action="noop"``, the default: a random-action
+    rollout never crashes), or raise it too (``invalid_action="raise"``).
 
     ## Observation space
 
@@ -107,14 +107,14 @@ class PrefetchEnv(PoolEnv):
     * ``opportunity`` (``"miss"``): when the agent is asked, after an access: ``"miss"`` (a
       demand miss), ``"access"`` (every access), ``"step"`` (the last access of each trace
       step, i.e. each op of an ML trace) or an int ``N`` (every ``N`` accesses).
-    * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"raise"``).
+    * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``).
     * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
     * ``predictor``: a :class:`SuccessorPredictor` (default ``depth=2, width=4, hops=3``).
     * ``render_mode``: accepted for API compatibility; the env does not render.
 
     ## Version history
 
-    * v0: initial version.
+    * v0: initial version. Default since 2026-12-02: ``invalid_action="noop"`` (was ``"raise"``).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -130,7 +130,7 @@ class PrefetchEnv(PoolEnv):
         capacity_of: str = "working_set",
         reward: str = "pythia",
         pythia_weights: Mapping[str, float] | None = None,
-        invalid_action: str = "raise",
+        invalid_action: str = "noop",
         eviction: str | EvictionPolicy = "lru",
         predictor: SuccessorPredictor | None = None,
         cost: Any = None,

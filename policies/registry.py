@@ -6,7 +6,8 @@ under a guard: a :class:`~policies.learned.GuardName`, the options of ``conf/pol
 ``shadow`` by default; see :func:`make_learned`); ``make_prefetch("markov")``,
 ``make_prefetch("lookahead", trace=trace, depth=4)``. Unknown names raise
 :class:`~allocator.errors.ConfigError` listing the valid ones. Extra keyword parameters go to
-the class constructor.
+the class constructor; one it does not take is refused by name (a ``ConfigError`` listing the
+accepted ones), never ignored.
 
 A policy of your own needs no change here: name it by where it lives, ``my_policies.py:MRU``
 (a file) or ``my_pkg.policies:MRU`` (an importable module; the working directory is searched
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from allocator.trace import Trace
     from policies.base import EvictionPolicy, PrefetchPolicy
 
-__all__ = ["make_eviction", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES"]
+__all__ = ["make_eviction", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES",
+           "keyword_names", "refuse_unknown"]
 
 
 def _eviction_classes() -> dict[str, Callable[..., Any]]:
@@ -106,6 +108,7 @@ def make_learned(path: str | os.PathLike[str], *, guard: Any = "shadow", **param
                           "guard='shadow')")
     from policies.learned import LearnedPolicy  # lazy: may pull numpy only
 
+    refuse_unknown("policy 'learned'", params, ["path", *LearnedPolicy.load_keywords()])
     return LearnedPolicy.load(path, guard=guard, **params)
 
 
@@ -148,12 +151,38 @@ def make_prefetch(name: str | None, *, trace: Trace | None = None,
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
 
 
+def keyword_names(fn: Callable[..., Any]) -> list[str] | None:
+    """The parameters ``fn`` takes by keyword, in order; ``None`` when it takes ``**kwargs``
+    (any name) or has no signature."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [n for n, p in sig.parameters.items() if p.kind in named]
+
+
+def refuse_unknown(where: str, params: dict[str, Any], accepted: list[str]) -> None:
+    """Raise :class:`ConfigError` naming each keyword of ``params`` not in ``accepted``, and
+    the accepted ones: a misspelt option is refused, never silently ignored."""
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        s = "s" if len(unknown) > 1 else ""
+        raise ConfigError(f"{where}: unknown argument{s} {', '.join(map(repr, unknown))}; "
+                          f"accepted: {', '.join(accepted) or 'none'}")
+
+
 def _build(key: str, cls: Callable[..., Any], trace: Trace | None, params: dict[str, Any]) -> Any:
     if key in _NEEDS_TRACE:
         if trace is None:
             raise ConfigError(f"{key!r} is an oracle that reads the future: pass trace=<the Trace "
                               "it will replay>")
         params = {"trace": trace, **params}
+    accepted = keyword_names(cls)
+    if accepted is not None:
+        refuse_unknown(f"policy {key!r}", params, accepted)
     try:
         inspect.signature(cls).bind(**params)
     except TypeError as e:
@@ -244,6 +273,9 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
     sig = _signature(cls)
     if sig is not None and "trace" in sig.parameters and trace is not None:
         params = {"trace": trace, **params}
+    accepted = keyword_names(cls)
+    if accepted is not None:
+        refuse_unknown(f"policy {name!r}", params, accepted)
     try:
         obj = cls(**params)
     except TypeError as e:

@@ -4,6 +4,7 @@ evictions in the pool, under a guard (:mod:`policies.learned.guards`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -124,11 +125,17 @@ class LearnedPolicy(EvictionPolicyBase):
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
-             **_: Any) -> LearnedPolicy:
+             **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone). Raises
-        :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file."""
+        :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file,
+        and :class:`~allocator.errors.ConfigError` naming any other keyword (a misspelt
+        ``gaurd=False`` would otherwise leave the guard on)."""
+        if unknown:
+            from policies.registry import refuse_unknown
+
+            refuse_unknown("LearnedPolicy.load", unknown, cls.load_keywords())
         p = os.fspath(path)
         header, arrays = read_policy_file(p)
         if header.get("task", "evict") != "evict":
@@ -144,6 +151,12 @@ class LearnedPolicy(EvictionPolicyBase):
         # equals this code's, so the network reads exactly the features this code computes
         scorer = CandidateScorer(arrays)
         return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard)
+
+    @classmethod
+    def load_keywords(cls) -> list[str]:
+        """The keyword arguments :meth:`load` takes."""
+        params = inspect.signature(cls.load).parameters.values()
+        return [p.name for p in params if p.kind is p.KEYWORD_ONLY]
 
     # decisions ---------------------------------------------------------
     def observe(self, view: PoolView) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

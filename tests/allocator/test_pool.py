@@ -222,6 +222,50 @@ def test_stats_as_dict() -> None:
     assert set(PoolStats.__dataclass_fields__) <= set(d)
 
 
+def test_memory_stats_and_reset_peak_stats_as_torch_names_them() -> None:
+    p = Pool(4 * B, LRU())
+    for k in (1, 2, 3, 4):
+        p.access(k, B, write=True)
+    want = {"allocated_bytes.all.current": 4 * B, "allocated_bytes.all.peak": 4 * B,
+            "allocation.all.current": 4, "reserved_bytes.all.current": 4 * B,
+            "reserved_bytes.all.peak": 4 * B, "num_alloc_retries": 0}
+    assert p.memory_stats() == want
+    p.access(5, 2 * B)  # evicts 1 and 2 (one allocation, retried after evicting)
+    p.free(3)
+    m = p.memory_stats()
+    assert (m["allocated_bytes.all.current"], m["allocation.all.current"]) == (3 * B, 2)
+    assert (m["allocated_bytes.all.peak"], m["num_alloc_retries"]) == (4 * B, 1)
+    p.reset_peak_stats()
+    assert p.memory_stats()["allocated_bytes.all.peak"] == 3 * B == p.snapshot().peak_device_bytes
+    p.access(6, B)
+    assert p.memory_stats()["allocated_bytes.all.peak"] == 4 * B
+    assert p.memory_stats()["num_alloc_retries"] == 1  # reset_peak_stats keeps the counters
+
+
+@pytest.mark.parametrize("placement", ["arena", "bytes"])
+def test_memory_stats_agree_with_the_pool_on_every_path(placement: str) -> None:
+    """With copies in flight (a cost model: write-backs hold their blocks), on the fast paths,
+    the generator path (a hook) and a pickled copy: the stats agree with the snapshot and the
+    blocks held, and every path counts the same retries."""
+    import pickle
+
+    t = random_trace(5, n=2500)
+    stats = []
+    for kw in ({}, {"hook": _Log()}):
+        p = Pool(8 * B, LRU(), cost="a100_pcie4", placement=placement, **kw)  # type: ignore[arg-type]
+        p.replay(t, stop=1200)
+        p.reset_peak_stats()
+        p.replay(t, start=1200)
+        m, s = p.memory_stats(), p.snapshot()
+        assert m["allocated_bytes.all.current"] == s.device_bytes <= m["allocated_bytes.all.peak"]
+        assert m["allocated_bytes.all.peak"] == s.peak_device_bytes <= m["reserved_bytes.all.current"]
+        assert m["allocation.all.current"] == len(p.resident_keys()) + len(p._releases)
+        assert 0 < m["num_alloc_retries"] <= s.evictions
+        assert pickle.loads(pickle.dumps(p)).memory_stats() == m
+        stats.append(m)
+    assert stats[0] == stats[1]
+
+
 def test_replay_equals_access_loop() -> None:
     t = random_trace(1)
     a = Pool(8 * B, cost="h100_pcie5")

@@ -35,7 +35,8 @@ def test_decision_info_returns_new_arrays() -> None:
     assert not np.shares_memory(a[1], b[1]) and not np.shares_memory(a[2], b[2])
 
 
-@pytest.mark.parametrize("make", [lambda: EvictEnv(K=8, window=800), lambda: PrefetchEnv(K=8, window=800),
+@pytest.mark.parametrize("make", [lambda: EvictEnv(K=8, candidates="lru", window=800, capacity_of="working_set"),
+                                  lambda: PrefetchEnv(K=8, window=800),
                                   lambda: JointEnv(K=8, window=800)], ids=["evict", "prefetch", "joint"])
 def test_action_masks_are_the_callers_own(make) -> None:
     """The envs keep masks in shared tables: what action_masks() hands out is a fresh copy."""

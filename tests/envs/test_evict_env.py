@@ -63,8 +63,10 @@ def test_gymnasium_and_sb3_checkers_pass_without_warnings(env_id: str) -> None:
 
     trace = small_trace(1, n=800)
     # the checkers step with random actions, masked ones included: the lenient option takes them
-    kw = {"traces": trace, "window": 400, "K": 8,
+    kw = {"traces": trace, "window": 400, "K": 8, "capacity_of": "working_set",
           "invalid_action": "lru" if "Evict" in env_id else "noop"}
+    if "Evict" in env_id:
+        kw["candidates"] = "lru"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         gym_check(gym.make(env_id, **kw).unwrapped, skip_render_check=True)
@@ -75,7 +77,8 @@ def test_same_seed_same_rollout() -> None:
     trace = small_trace(2)
 
     def run(seed: int):
-        env = EvictEnv([trace, small_trace(3)], K=8, window=500, candidates="sample", capacity=0.3)
+        env = EvictEnv([trace, small_trace(3)], K=8, window=500, candidates="sample", capacity=0.3,
+                       capacity_of="working_set")
         rng = np.random.default_rng(seed)
         obs_log = []
 
@@ -97,7 +100,7 @@ def test_same_seed_same_rollout() -> None:
 def test_oracle_agent_gets_belady_and_lru_agent_gets_lru(seed: int) -> None:
     trace = small_trace(seed, n=1200, sizes=bool(seed), frees=True)
     cap = 12 * 512 * (3 if seed else 1)
-    env = EvictEnv(trace, K=512, window=None, capacity=cap, reward="misses")
+    env = EvictEnv(trace, K=512, candidates="lru", window=None, capacity=cap, reward="misses")
 
     total, steps, infos = rollout(env, lambda obs, info: info["oracle_action"])
     want = replay_misses(trace, cap, Belady(trace))
@@ -114,7 +117,7 @@ def test_oracle_agent_gets_belady_and_lru_agent_gets_lru(seed: int) -> None:
 def test_lru_agent_matches_lru_with_few_candidates() -> None:
     """Index 0 of the "lru" rule is LRU's victim whatever K."""
     trace = small_trace(4, n=1500)
-    env = EvictEnv(trace, K=4, window=None, capacity=0.2)
+    env = EvictEnv(trace, K=4, candidates="lru", window=None, capacity=0.2, capacity_of="working_set")
     _, _, infos = rollout(env, lambda obs, info: 0)
     cap = env.pool.capacity  # type: ignore[union-attr]
     assert infos[-1]["stats"]["misses"] == replay_misses(trace, cap, LRU())
@@ -122,7 +125,8 @@ def test_lru_agent_matches_lru_with_few_candidates() -> None:
 
 def test_info_next_use_and_observation_match_the_trace() -> None:
     trace = small_trace(5, frees=False)
-    env = EvictEnv(trace, K=16, window=700, candidates="sample", capacity=0.25)
+    env = EvictEnv(trace, K=16, window=700, candidates="sample", capacity=0.25,
+                   capacity_of="working_set")
     obs, info = env.reset(seed=3)
     w = env._w.trace
     for _ in range(30):
@@ -150,7 +154,8 @@ def test_info_next_use_and_observation_match_the_trace() -> None:
 # ---------------------------------------------------------------------- actions
 def test_invalid_actions() -> None:
     trace = small_trace(6, n=600)
-    env = EvictEnv(trace, K=64, window=None, capacity=0.2)
+    env = EvictEnv(trace, K=64, candidates="lru", window=None, capacity=0.2, capacity_of="working_set",
+                   invalid_action="raise")
     obs, _ = env.reset(seed=0)
     n = int(obs["mask"].sum())
     assert 0 < n < 64
@@ -165,11 +170,13 @@ def test_invalid_actions() -> None:
 
     for fine in (np.int64(7), np.array(7), 7.0, np.float32(7.0), np.array(7.0)):  # integral values
         assert action_int(fine, 64) == 7 and type(action_int(fine, 64)) is int
-    lenient = EvictEnv(trace, K=64, window=None, capacity=0.2, invalid_action="lru")
+    lenient = EvictEnv(trace, K=64, candidates="lru", window=None, capacity=0.2,
+                       capacity_of="working_set", invalid_action="lru")
     lenient.reset(seed=0)
     _, _, _, _, info = lenient.step(63)
     assert info["invalid_actions"] == 1
-    _, _, infos_lru = rollout(EvictEnv(trace, K=64, window=None, capacity=0.2), lambda o, i: 0)
+    _, _, infos_lru = rollout(EvictEnv(trace, K=64, candidates="lru", window=None, capacity=0.2,
+                                        capacity_of="working_set"), lambda o, i: 0)
     _, _, infos_bad = rollout(lenient, lambda o, i: 63)
     assert infos_bad[-1]["stats"]["misses"] == infos_lru[-1]["stats"]["misses"]
     with pytest.raises(InvalidActionError, match="reset"):
@@ -191,7 +198,8 @@ def test_bad_arguments_say_what_to_do(kwargs, match) -> None:
 def test_bytes_and_stall_rewards() -> None:
     trace = small_trace(7, n=800, frees=False)
     for reward, field in (("bytes", "byte_misses"), ("traffic", "traffic_bytes"), ("stall", "stall_ns")):
-        env = EvictEnv(trace, K=8, window=None, capacity=0.3, reward=reward, cost="a100_pcie4")
+        env = EvictEnv(trace, K=8, candidates="lru", window=None, capacity=0.3,
+                       capacity_of="working_set", reward=reward, cost="a100_pcie4")
         obs, info = env.reset(seed=0)
         pool = env.pool
         base = pool.snapshot().as_dict()[field]
@@ -204,14 +212,14 @@ def test_bytes_and_stall_rewards() -> None:
 def test_capacity_fractions_of_the_window() -> None:
     trace = small_trace(8, n=2000)
     for of, fn in (("working_set", Trace.working_set_bytes), ("peak_live", Trace.peak_live_bytes)):
-        env = EvictEnv(trace, K=8, window=500, capacity=0.5, capacity_of=of)
+        env = EvictEnv(trace, K=8, candidates="lru", window=500, capacity=0.5, capacity_of=of)
         env.reset(seed=1)
         assert env.pool.capacity == int(0.5 * fn(env._w.trace))  # type: ignore[union-attr]
-    env = EvictEnv(trace, K=8, window=500, capacity=4096)
+    env = EvictEnv(trace, K=8, candidates="lru", window=500, capacity=4096)
     env.reset(seed=1, options={"start": 100})
     assert env.pool.capacity == 4096 and env._w.start == 100  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="no eviction"):
-        EvictEnv(trace, window=50, capacity=1.0).reset(seed=0)
+        EvictEnv(trace, candidates="lru", window=50, capacity=1.0, capacity_of="working_set").reset(seed=0)
 
 
 # ---------------------------------------------------------------------- vectorisation
@@ -222,7 +230,7 @@ def test_vector_envs_and_action_masks() -> None:
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     kw = {"traces": {"generator": "zipf", "n_requests": 2000, "n_objects": 200, "seed": 1},
-          "window": 300, "K": 8, "render_mode": None}
+          "window": 300, "K": 8, "candidates": "lru", "capacity_of": "working_set", "render_mode": None}
     venv = gym.make_vec("cachegym/Evict-v0", num_envs=2, vectorization_mode="sync", **kw)
     obs, _ = venv.reset(seed=0)
     assert obs["candidates"].shape == (2, 8 * len(features.FEATURE_NAMES))
@@ -252,7 +260,7 @@ def test_ppo_learns_to_beat_lru_on_a_scan_over_a_hot_set() -> None:
     from policies.training.nets import ScorerActorCriticPolicy
 
     torch.set_num_threads(1)
-    kw = {"traces": hot_scan_trace(), "K": 8, "window": 300, "capacity": 8}
+    kw = {"traces": hot_scan_trace(), "K": 8, "candidates": "lru", "window": 300, "capacity": 8}
     model = PPO(ScorerActorCriticPolicy, EvictEnv(**kw), n_steps=128, batch_size=64, n_epochs=6,
                 learning_rate=3e-3, gamma=0.7, ent_coef=0.0, seed=0, device="cpu",
                 policy_kwargs={"hidden": [32]})
@@ -276,7 +284,7 @@ def test_bundled_ml_trace_with_frees_and_mixed_sources() -> None:
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "data", "traces", "resnet.npz")
     env = EvictEnv([path, {"generator": "zipf", "n_requests": 3000, "n_objects": 300, "seed": 2}],
-                   K=1024, window=1500, capacity=0.5, capacity_of="peak_live")
+                   K=1024, candidates="lru", window=1500, capacity=0.5, capacity_of="peak_live")
     _, _, infos = rollout(env, lambda o, i: i["oracle_action"], seed=0, options={"trace": 0})
     w, cap = env._w.trace, env.pool.capacity  # type: ignore[union-attr]
     assert cap == int(0.5 * w.peak_live_bytes()) and (w.op == Op.FREE).any()
@@ -305,7 +313,7 @@ def test_deployment_sees_the_training_observations() -> None:
     cap = 10 * 512 * 3
     rec = Recorder()
     Pool(cap, rec, placement="bytes", oversize="bypass", cost="h100_pcie5").replay(trace)
-    env = EvictEnv(trace, K=8, window=None, capacity=cap, cost="h100_pcie5")
+    env = EvictEnv(trace, K=8, candidates="lru", window=None, capacity=cap, cost="h100_pcie5")
     obs, _ = env.reset(seed=0)
     got = []
     while True:
@@ -325,7 +333,8 @@ def test_maskable_ppo_only_takes_valid_actions() -> None:
     from sb3_contrib import MaskablePPO
 
     trace = small_trace(12, n=1500)
-    env = EvictEnv(trace, K=64, window=600, capacity=0.2)  # fewer than 64 evictable objects
+    env = EvictEnv(trace, K=64, candidates="lru", window=600, capacity=0.2,  # < 64 evictable objects
+                   capacity_of="working_set", invalid_action="raise")
     obs, _ = env.reset(seed=0)
     assert not obs["mask"].all()
     model = MaskablePPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0,
@@ -348,6 +357,7 @@ def test_random_agents_keep_every_invariant(seed, K, rule, capacity, cost, place
     trace = small_trace(seed, n=500, n_keys=int(seed % 50) + 10)
     if env_cls == "evict":
         env: gym.Env = EvictEnv(trace, K=K, candidates=rule, window=300, capacity=capacity,
+                                capacity_of="working_set",
                                 cost=cost, placement=placement)
     elif env_cls == "joint":
         env = JointEnv(trace, K=K, candidates=rule, window=300, capacity=capacity, cost=cost,

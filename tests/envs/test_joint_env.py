@@ -73,7 +73,8 @@ def test_oracle_and_noop_agents() -> None:
 
 
 def test_masks_phases_and_invalid_actions() -> None:
-    env = JointEnv(pattern_trace(n_rounds=8), K=50, window=None, capacity=0.5)
+    env = JointEnv(pattern_trace(n_rounds=8), K=50, window=None, capacity=0.5,
+                   invalid_action="raise")
     obs, info = env.reset(seed=0)
     seen = set()
     for _ in range(200):

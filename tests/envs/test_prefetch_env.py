@@ -138,7 +138,8 @@ def test_opportunities_and_info(opportunity) -> None:
 
 
 def test_invalid_actions_and_arguments() -> None:
-    env = PrefetchEnv(pattern_trace(n_rounds=5), K=16, window=None, capacity=0.5)
+    env = PrefetchEnv(pattern_trace(n_rounds=5), K=16, window=None, capacity=0.5,
+                      invalid_action="raise")
     obs, _ = env.reset(seed=0)
     n = int(obs["mask"].sum())
     assert n < 16

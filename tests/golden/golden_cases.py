@@ -295,29 +295,34 @@ CHOOSERS = ("first", "oracle")
 _E, _P, _J = "cachegym/Evict-v0", "cachegym/Prefetch-v0", "cachegym/Joint-v0"
 
 # (the eviction cases name the reward they were recorded with, misses: the env's default became
-# traffic on 2026-12-02)
+# traffic on 2026-12-02; and the candidate rule and capacity_of, lru and working_set: the
+# defaults became conf/env/evict.yaml's, sample and peak_live, later that day. The choosers take
+# valid actions only, so invalid_action plays no part)
 ENV_CONFIGS = (
     EnvCase("evict/default-trace-sample", _E, None,
-            (("K", 16), ("candidates", "sample"), ("window", 1500), ("reward", "misses"))),
+            (("K", 16), ("candidates", "sample"), ("window", 1500), ("capacity_of", "working_set"),
+             ("reward", "misses"))),
     EnvCase("evict/lru-K8", _E, ("small", 2),
-            (("K", 8), ("window", 500), ("capacity", 0.3), ("reward", "misses"))),
+            (("K", 8), ("candidates", "lru"), ("window", 500), ("capacity", 0.3),
+             ("capacity_of", "working_set"), ("reward", "misses"))),
     EnvCase("evict/sample-seed7", _E, ("small", 3),
             (("K", 8), ("window", 500), ("candidates", "sample"), ("capacity", 0.3),
-             ("reward", "misses")), seed=7),
+             ("capacity_of", "working_set"), ("reward", "misses")), seed=7),
     EnvCase("evict/stall-a100", _E, ("small", 5),
-            (("K", 8), ("window", None), ("capacity", 0.3), ("reward", "stall"),
-             ("cost", "a100_pcie4"))),
+            (("K", 8), ("candidates", "lru"), ("window", None), ("capacity", 0.3),
+             ("capacity_of", "working_set"), ("reward", "stall"), ("cost", "a100_pcie4"))),
     EnvCase("evict/bytes-h100-wt", _E, ("small", 6),
-            (("K", 12), ("window", 700), ("capacity", 0.25), ("reward", "bytes"),
+            (("K", 12), ("candidates", "lru"), ("window", 700), ("capacity", 0.25),
+             ("capacity_of", "working_set"), ("reward", "bytes"),
              ("cost", "h100_pcie5"), ("write_policy", "write-through"))),
     EnvCase("evict/arena", _E, ("small", 8),
-            (("K", 12), ("window", 800), ("capacity", 0.25), ("placement", "arena"),
-             ("reward", "misses"))),
+            (("K", 12), ("candidates", "lru"), ("window", 800), ("capacity", 0.25),
+             ("capacity_of", "working_set"), ("placement", "arena"), ("reward", "misses"))),
     EnvCase("evict/peak-live-K64-lenient", _E, ("small", 9),
-            (("K", 64), ("window", 600), ("capacity", 0.5), ("capacity_of", "peak_live"),
+            (("K", 64), ("candidates", "lru"), ("window", 600), ("capacity", 0.5), ("capacity_of", "peak_live"),
              ("invalid_action", "lru"), ("reward", "misses"))),
     EnvCase("evict/int-capacity", _E, ("small", 10),
-            (("K", 8), ("window", 500), ("capacity", 6144), ("reward", "misses"))),
+            (("K", 8), ("candidates", "lru"), ("window", 500), ("capacity", 6144), ("reward", "misses"))),
     EnvCase("prefetch/miss-pythia", _P, ("pattern", 8, 0),
             (("K", 4), ("window", None), ("capacity", 30 * 1024))),
     EnvCase("prefetch/access-a100", _P, ("pattern", 6, 1),

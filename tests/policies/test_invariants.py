@@ -24,7 +24,7 @@ from allocator.trace import Op, Trace
 from envs.workloads import synthetic
 from policies.base import EvictionPolicy
 from policies.prefetch import LookaheadPrefetcher, MarkovPrefetcher
-from policies.registry import EVICTION_NAMES, make_eviction
+from policies.registry import EVICTION_NAMES, make_eviction, make_prefetch
 from policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
@@ -257,7 +257,14 @@ def test_registry_passes_parameters_and_seed() -> None:
 @pytest.mark.parametrize("call,match", [
     (lambda: make_eviction("nope"), "valid names: lru, fifo, lfu, random, clock, arc"),
     (lambda: make_eviction("belady"), "trace="),
-    (lambda: make_eviction("clock", bits=2), "bad parameters for policy 'clock'"),
+    (lambda: make_eviction("clock", bits=2), "policy 'clock': unknown argument 'bits'; accepted: n_bits"),
+    (lambda: make_eviction("random", sede=1, x=2), "policy 'random': unknown arguments 'sede', 'x'; accepted: seed"),
+    (lambda: make_eviction("lru", gaurd=False), "policy 'lru': unknown argument 'gaurd'; accepted: none"),
+    (lambda: make_prefetch("markov", dept=2),
+     "policy 'markov': unknown argument 'dept'; accepted: depth, width, max_entries"),
+    (lambda: make_prefetch(None, depth=2), "policy 'none': unknown argument 'depth'; accepted: none"),
+    (lambda: make_eviction("learned", path="tests/golden/policy.npz", gaurd=False),
+     "policy 'learned': unknown argument 'gaurd'; accepted: path, budget_us, seed, K, guard"),
     (lambda: make_eviction("clock", n_bits=0), "n_bits"),
     (lambda: make_eviction("learned:"), "write eval.learned=\\[PATH\\] eval.learned_guards=\\[shadow\\]"),
 ])
@@ -345,6 +352,18 @@ def test_user_policy_errors_say_what_is_wrong(spec, body, match, tmp_path, monke
         (tmp_path / spec.split(":")[0]).write_text(body)
     with pytest.raises(ConfigError, match=match):
         make_eviction(spec)
+
+
+def test_user_policy_refuses_unknown_keywords_by_name(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from allocator.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.py").write_text("from policies.lru import LRU\n"
+                                   "class Mine(LRU):\n    def __init__(self, depth=1):\n"
+                                   "        super().__init__()\n")
+    assert make_eviction("p.py:Mine", depth=2) is not None
+    with pytest.raises(ConfigError, match="policy 'p.py:Mine': unknown argument 'dept'; accepted: depth"):
+        make_eviction("p.py:Mine", dept=2)
 
 
 def test_user_prefetcher_by_file(tmp_path) -> None:  # type: ignore[no-untyped-def]

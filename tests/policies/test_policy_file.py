@@ -165,6 +165,17 @@ def test_version_1_files_load_with_a_warning_that_the_header_is_unchecked(
         LearnedPolicy.load(craft(tmp_path / "v1bad.npz", dict(v1, K=10**6), arrays(), sign=False))
 
 
+def test_load_refuses_unknown_keywords_by_name(tmp_path: Path) -> None:
+    """A misspelt option is refused, not ignored (``gaurd=False`` left the guard on), before
+    the file is read; the accepted keywords are the signature's."""
+    with pytest.raises(ConfigError, match="LearnedPolicy.load: unknown argument 'gaurd'; "
+                                          "accepted: budget_us, seed, K, guard"):
+        LearnedPolicy.load(GOLDEN, gaurd=False)
+    with pytest.raises(ConfigError, match="unknown arguments 'budget', 'k'"):
+        LearnedPolicy.load(tmp_path / "absent.npz", budget=5, k=8)
+    assert LearnedPolicy.load(GOLDEN, guard=False, K=8, seed=1, budget_us=None).guard is None
+
+
 def test_K_override_is_bounded(tmp_path: Path) -> None:
     p = save_policy_file(tmp_path / "p.npz", arrays(), header())
     with pytest.raises(ConfigError, match=f"K must be in 1..{features.MAX_K}"):

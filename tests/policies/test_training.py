@@ -227,7 +227,7 @@ def test_dagger_weight_averaging_is_the_mean_of_the_rounds_ends():
 
 @pytest.mark.parametrize("policy_cls", [ScorerActorCriticPolicy, MaskableScorerActorCriticPolicy])
 def test_actor_critic_logits_are_the_scorers_scores(policy_cls):
-    env = EvictEnv(None, K=8, window=2000, capacity=0.2)
+    env = EvictEnv(None, K=8, candidates="lru", window=2000, capacity=0.2, capacity_of="working_set")
     pol = policy_cls(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
     obs, _ = env.reset(seed=0)
     t = {k: th.as_tensor(v)[None] for k, v in obs.items()}
@@ -244,7 +244,7 @@ def test_actor_critic_logits_are_the_scorers_scores(policy_cls):
 
 
 def test_dqn_q_network_is_the_scorer():
-    env = EvictEnv(None, K=8, window=2000, capacity=0.2)
+    env = EvictEnv(None, K=8, candidates="lru", window=2000, capacity=0.2, capacity_of="working_set")
     pol = ScorerDQNPolicy(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
     obs, _ = env.reset(seed=0)
     t = {k: th.as_tensor(v)[None] for k, v in obs.items()}

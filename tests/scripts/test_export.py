@@ -29,7 +29,7 @@ def sb3_zip(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object]:
 
     from policies.training.nets import MaskableScorerActorCriticPolicy
 
-    env = EvictEnv(None, K=8, window=2000, capacity=0.2)
+    env = EvictEnv(None, K=8, candidates="lru", window=2000, capacity=0.2, capacity_of="working_set")
     model = MaskablePPO(MaskableScorerActorCriticPolicy, env, n_steps=64, batch_size=32,
                         policy_kwargs={"hidden": [16, 8]}, seed=0, device="cpu")
     path = str(tmp_path_factory.mktemp("export") / "model.zip")
