@@ -11,7 +11,7 @@ cdef float[:, ::1] _table
 cdef float _inv_log_ns
 cdef Py_ssize_t _n_codes
 
-cdef inline float f32(double x)
+cdef inline float f32(double x) noexcept
 
 cpdef object vector(double[::1] a)
 cpdef object matrix(double[:, ::1] a)
@@ -31,11 +31,16 @@ cpdef Py_ssize_t first_distinct(double[::1] u, double n, long long[::1] out) exc
 cpdef Py_ssize_t features(double[:, ::1] S, double[::1] v, float[:, ::1] x) except -1
 
 
+@cython.locals(q=Py_ssize_t, j=Py_ssize_t, a0=float, a1=float, a2=float, a3=float,
+               r0=Py_ssize_t, r1=Py_ssize_t, r2=Py_ssize_t, r3=Py_ssize_t)
+cdef inline void _accumulate(float[::1] w, Py_ssize_t base, Py_ssize_t width, Py_ssize_t m,
+                             float[::1] val, Py_ssize_t[::1] idx, float[::1] acc) noexcept
+
+
 cdef class Scorer:
     cdef readonly object _wc_arr, _wg_arr, _b0_arr, _wo_arr, _layers
-    cdef float[:, ::1] _wc, _wg
-    cdef float[::1] _b0, _wo, _wh, _bh, _g, _ha, _hb
-    cdef Py_ssize_t[::1] _widths, _woff, _boff
+    cdef float[::1] _wc, _wg, _b0, _wo, _wh, _bh, _g, _h, _val
+    cdef Py_ssize_t[::1] _widths, _woff, _boff, _idx
     cdef float _bo
     cdef Py_ssize_t _nf, _ng, _depth
 
@@ -43,11 +48,8 @@ cdef class Scorer:
     cpdef Py_ssize_t best(self, object x, Py_ssize_t n) except -1
 
     @cython.locals(K=Py_ssize_t, nf=Py_ssize_t, h0=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
-                   f=Py_ssize_t, a=float, best=Py_ssize_t, top=float, score=float,
-                   wc=float[:, ::1], wg=float[:, ::1], g=float[::1], ha=float[::1], hb=float[::1])
+                   f=Py_ssize_t, u=Py_ssize_t, m=Py_ssize_t, a=float, width=Py_ssize_t,
+                   layer=Py_ssize_t, b=Py_ssize_t, best=Py_ssize_t, top=float, score=float,
+                   g=float[::1], h=float[::1], val=float[::1], idx=Py_ssize_t[::1],
+                   wc=float[::1], wh=float[::1], bh=float[::1], wo=float[::1])
     cdef Py_ssize_t _run(self, float[:, ::1] x, Py_ssize_t n, float[::1] out) except -1
-
-    @cython.locals(wh=float[::1], bh=float[::1], width=Py_ssize_t, layer=Py_ssize_t,
-                   nxt=Py_ssize_t, wo_=Py_ssize_t, bo_=Py_ssize_t, j=Py_ssize_t, u=Py_ssize_t,
-                   a=float, base=Py_ssize_t, score=float)
-    cdef float _layers_and_output(self, float[::1] ha, float[::1] hb)

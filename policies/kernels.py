@@ -13,8 +13,9 @@ Arithmetic (the contract the exported policies and the goldens rely on): the fea
 computed in float64 in the order written here (no fused multiply-adds: ``-ffp-contract=off``)
 and rounded to float32 where :func:`f32` says so, with libm's ``log``/``log1p``/``pow`` (what
 Python's ``math`` calls); the forward pass is float32, each product rounded before its sum,
-inputs accumulated in ascending order (an input that is zero is skipped: adding ``0 * w``
-changes no sum).
+inputs accumulated in ascending order, four input rows a pass (an input that is zero is skipped
+and zeros pad the inputs to fours: adding ``0 * w`` changes no sum but perhaps a zero's sign,
+which the ReLU after every sum erases).
 
 Layouts (:data:`LAYOUT` names them for :mod:`policies.features`):
 
@@ -321,7 +322,8 @@ class Scorer:
             raise PolicyFileError(f"output layer wo has shape {wo_.shape}, expected ({h},)")
         self._wc_arr, self._wg_arr, self._b0_arr, self._wo_arr = wc_, wg_, b0_, wo_
         self._layers = [(w, b) for w, b in zip(ws, bs)]
-        self._wc, self._wg, self._b0, self._wo = wc_, wg_, b0_, wo_
+        self._wc, self._wg = wc_.reshape(-1), wg_.reshape(-1)  # rows of H, flat
+        self._b0, self._wo = b0_, wo_
         self._bo = f32(float(np.asarray(bo, np.float32).reshape(-1)[0]))
         self._nf = wc_.shape[0]
         self._ng = wg_.shape[0]
@@ -334,8 +336,10 @@ class Scorer:
         self._boff = np.cumsum([0] + [b.size for b in bs]).astype(np.intp)
         hmax = max(widths)
         self._g = np.zeros(hmax, np.float32)
-        self._ha = np.zeros(hmax, np.float32)
-        self._hb = np.zeros(hmax, np.float32)
+        self._h = np.zeros(hmax, np.float32)  # a candidate's sums, one layer at a time
+        # one layer's recorded inputs (values, indices; _accumulate pads them to fours)
+        self._val = np.zeros(max(hmax, wc_.shape[0]) + 4, np.float32)
+        self._idx = np.zeros(max(hmax, wc_.shape[0]) + 4, np.intp)
 
     def __reduce__(self) -> Any:
         return (Scorer, (self._wc_arr, self._wg_arr, self._b0_arr, self._layers, self._wo_arr,
@@ -378,32 +382,54 @@ class Scorer:
                               f"n in 1..K; got x ({x.shape[0]}, {x.shape[1]}) and n={n}")
         nf = self._nf
         h0 = self._b0.shape[0]
-        wc = self._wc
-        wg = self._wg
         g = self._g
-        ha = self._ha
-        hb = self._hb
+        h = self._h
+        val = self._val
+        idx = self._idx
+        wc = self._wc
+        wh = self._wh
+        bh = self._bh
+        wo = self._wo
+        # each layer's inputs are recorded in val/idx, written always and kept (m advanced) if
+        # nonzero, so no branch is mispredicted; the layer's sums then overwrite h
         for j in range(h0):  # the globals' part of layer 1, shared by every candidate
             g[j] = self._b0[j]
+        m = 0
         for f in range(self._ng):
             a = x[K, f]
-            if a != 0.0:
-                for j in range(h0):
-                    g[j] = g[j] + a * wg[f, j]
+            val[m] = a
+            idx[m] = f
+            m += 1 if a != 0.0 else 0
+        _accumulate(self._wg, 0, h0, m, val, idx, g)
         best = 0
         top = f32(0.0)
         for i in range(n):
-            for j in range(h0):
-                ha[j] = g[j]
+            m = 0
             for f in range(nf):
                 a = x[i, f]
-                if a != 0.0:
-                    for j in range(h0):
-                        ha[j] = ha[j] + a * wc[f, j]
+                val[m] = a
+                idx[m] = f
+                m += 1 if a != 0.0 else 0
             for j in range(h0):
-                if not ha[j] > 0.0:
-                    ha[j] = 0.0
-            score = self._layers_and_output(ha, hb)
+                h[j] = g[j]
+            _accumulate(wc, 0, h0, m, val, idx, h)
+            width = h0
+            for layer in range(self._depth):
+                m = 0
+                for u in range(width):  # the ReLU: the positive units are the inputs
+                    a = h[u]
+                    val[m] = a
+                    idx[m] = u
+                    m += 1 if a > 0.0 else 0
+                width = self._widths[layer + 1]
+                b = self._boff[layer]
+                for j in range(width):
+                    h[j] = bh[b + j]
+                _accumulate(wh, self._woff[layer], width, m, val, idx, h)
+            score = self._bo
+            for j in range(width):
+                a = h[j] if h[j] > 0.0 else 0.0
+                score = f32(score + f32(a * wo[j]))
             if out is not None:
                 out[i] = score
             if score > top or i == 0:
@@ -411,27 +437,25 @@ class Scorer:
                 best = i
         return best
 
-    def _layers_and_output(self, ha: Any, hb: Any) -> float:
-        """The further layers from ``ha`` (layer 1's units), then the score."""
-        wh = self._wh
-        bh = self._bh
-        width = self._widths[0]
-        for layer in range(self._depth):
-            nxt = self._widths[layer + 1]
-            wo_ = self._woff[layer]
-            bo_ = self._boff[layer]
-            for j in range(nxt):
-                hb[j] = bh[bo_ + j]
-            for u in range(width):
-                a = ha[u]
-                if a != 0.0:
-                    base = wo_ + u * nxt
-                    for j in range(nxt):
-                        hb[j] = hb[j] + a * wh[base + j]
-            for j in range(nxt):
-                ha[j] = hb[j] if hb[j] > 0.0 else 0.0
-            width = nxt
-        score = self._bo
+
+def _accumulate(w: Any, base: int, width: int, m: int, val: Any, idx: Any, acc: Any) -> None:
+    """``acc[:width] += val[q] * w[base + idx[q] * width:][:width]`` for the ``m`` recorded
+    inputs in order, four rows a pass (the same sums: each product rounded, added left to
+    right). The inputs are padded to a multiple of four with zeros: a zero input adds ``+-0``,
+    which changes no sum but perhaps a zero's sign, and every sum here goes through a ReLU,
+    which maps both zeros to ``+0`` (the weights are finite: the policy file loader checks)."""
+    while m % 4 != 0:
+        val[m] = 0.0
+        idx[m] = 0
+        m += 1
+    for q in range(0, m, 4):
+        a0 = val[q]
+        a1 = val[q + 1]
+        a2 = val[q + 2]
+        a3 = val[q + 3]
+        r0 = base + idx[q] * width
+        r1 = base + idx[q + 1] * width
+        r2 = base + idx[q + 2] * width
+        r3 = base + idx[q + 3] * width
         for j in range(width):
-            score = f32(score + f32(ha[j] * self._wo[j]))
-        return score
+            acc[j] = acc[j] + a0 * w[r0 + j] + a1 * w[r1 + j] + a2 * w[r2 + j] + a3 * w[r3 + j]
