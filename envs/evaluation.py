@@ -50,7 +50,14 @@ from allocator.stats import PoolStats
 from allocator.trace import Op, Trace
 from envs.common import CAPACITY_OF
 from envs.config import build_guard, enum_value, guard_node, instantiate
-from envs.gaps import STALL_REF, add_gap_closed, bound_rows, check_rows_against_bounds, stall_rows
+from envs.gaps import (
+    STALL_REF,
+    add_gap_closed,
+    bound_rows,
+    check_rows_against_bounds,
+    keep_best_stall_ref,
+    stall_rows,
+)
 from envs.journal import RunJournal, digest, replace_atomically
 
 if TYPE_CHECKING:
@@ -456,9 +463,10 @@ def evaluate(cfg: Any) -> dict[str, Any]:
                     for pol, path, guard in policies:
                         runs.append((t, RunSpec(tname, cap, str(c), mode, pol, pf, preset,
                                                 learned=path, guard=guard)))
-                if preset != "none" and bounds:  # the stall reference (envs/gaps.py)
-                    runs.append((t, RunSpec(tname, cap, str(c), mode, STALL_REF[0], STALL_REF[1],
-                                            preset, label="stall_ref")))
+                if preset != "none" and bounds:  # the stall reference's candidates (envs/gaps.py)
+                    for ev_, pf_ in STALL_REF:
+                        runs.append((t, RunSpec(tname, cap, str(c), mode, ev_, pf_, preset,
+                                                label="stall_ref")))
 
     from tqdm.auto import tqdm
 
@@ -495,6 +503,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
             for preset in presets:
                 if preset != "none":
                     rows.extend(stall_rows(t, tname, cap, c, mode, preset))
+    rows = keep_best_stall_ref(rows)
     order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
     add_gap_closed(rows)

@@ -7,8 +7,8 @@ FOO up to 30,000 requests, PFOO-L beyond, the default; see
 bounds on the misses and on the traffic of any policy, and ``foo_u``, one feasible schedule (an
 upper bound on the optimum). With a timing preset two more rows per preset: ``stall_lb``, a
 lower bound on stall (:func:`policies.bounds.stall_lower_bound`), and ``stall_ref``, the best
-offline schedule computed here (Belady's eviction with the lookahead prefetcher, both reading the
-trace's future). Their gap shows how loose the stall bound is.
+offline schedule computed here: of Belady's eviction with the lookahead prefetcher and Belady's
+alone (both reading the trace's future), the one that stalls least (:func:`keep_best_stall_ref`). Their gap shows how loose the stall bound is.
 
 Each policy row then gets ``gap_closed_<objective> = (LRU - policy) / (LRU - bound)`` for
 ``misses``, ``traffic`` (bytes copied both ways) and ``stall`` (with a preset): 0 is LRU, 1 the
@@ -28,12 +28,13 @@ from allocator.errors import ConfigError
 from allocator.trace import Trace
 
 __all__ = ["OBJECTIVES", "gap_closed", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
-           "STALL_REF"]
+           "STALL_REF", "keep_best_stall_ref"]
 
 log = logging.getLogger(__name__)
 
 OBJECTIVES = {"misses": "misses", "traffic": "traffic_bytes", "stall": "stall_ns"}
-STALL_REF = ("belady", "lookahead")
+STALL_REF = (("belady", "lookahead"), ("belady", "none"))  # the stall reference's candidates:
+# (eviction, prefetch) schedules that read the trace's future; the row keeps the one that stalls least
 PFOO_MAX_REQUESTS = 20_000_000  # the evaluator's bound rows stop here (memory)  # the stall reference's eviction and prefetch policies
 _TOL = 1e-7
 
@@ -99,6 +100,19 @@ def stall_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
     r = _blank(tname, capacity, spec, mode, "stall_lb", "lower_bound", preset, requests)
     r["stall_ns"] = stall_lower_bound(trace, preset)
     return [r]
+
+
+def keep_best_stall_ref(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with, per (trace, mode, capacity, preset), only the stall reference candidate
+    that stalled least (ties: the first)."""
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        if r.get("row_kind") == "stall_reference":
+            g = (r["trace"], r["mode"], r["capacity"], r["preset"])
+            if g not in best or r["stall_ns"] < best[g]["stall_ns"]:
+                best[g] = r
+    keep = {id(r) for r in best.values()}
+    return [r for r in rows if r.get("row_kind") != "stall_reference" or id(r) in keep]
 
 
 def _value(r: dict[str, Any], field: str) -> float:

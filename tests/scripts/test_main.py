@@ -48,7 +48,8 @@ def test_main_job_end_to_end(tmp_path):
     assert {row["policy_file"] for row in rows if row["policy"].startswith("learned[")} == {policy}
     assert {row["trace"] for row in rows} == {"held0", "held1"}
     # the bounds and the stall rows under the main job's preset; gap closed in the table
-    assert {"foo_l", "foo_u", "stall_lb", "stall_ref[belady+lookahead]"} <= names  # (auto: FOO)
+    assert {"foo_l", "foo_u", "stall_lb"} <= names  # (auto: FOO)
+    assert any(n.startswith("stall_ref[belady+") for n in names)
     assert {row["preset"] for row in rows if row["row_kind"] == "policy"} == {"h100_pcie5"}
     assert "gap_traffic" in r.stdout and "stall_ms" in r.stdout
     assert any(p.endswith(".png") for p in os.listdir(out / "eval"))
