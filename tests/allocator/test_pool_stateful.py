@@ -440,17 +440,19 @@ class StreamingMachine(DoubleFaultMachine):
 
 _SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
-TestPoolWriteBack = PoolMachine.TestCase
-TestPoolWriteBack.settings = _SETTINGS
-TestPoolWriteThrough = WriteThroughMachine.TestCase
-TestPoolWriteThrough.settings = _SETTINGS
-TestPoolNoPrefetcher = NoPrefetcherMachine.TestCase
-TestPoolNoPrefetcher.settings = _SETTINGS
-TestPoolNoBackend = NoBackendMachine.TestCase
-TestPoolNoBackend.settings = _SETTINGS
-TestPoolDoubleFaults = DoubleFaultMachine.TestCase
-TestPoolDoubleFaults.settings = _SETTINGS
-TestPoolDoubleFaultsWriteThrough = DoubleFaultWriteThroughMachine.TestCase
-TestPoolDoubleFaultsWriteThrough.settings = _SETTINGS
-TestPoolStreaming = StreamingMachine.TestCase
-TestPoolStreaming.settings = _SETTINGS
+
+
+def _test_case(machine: type[PoolMachine]) -> type:
+    """The unittest case that runs ``machine`` under :data:`_SETTINGS`."""
+    case = machine.TestCase
+    case.settings = _SETTINGS
+    return case
+
+
+TestPoolWriteBack = _test_case(PoolMachine)
+TestPoolWriteThrough = _test_case(WriteThroughMachine)
+TestPoolNoPrefetcher = _test_case(NoPrefetcherMachine)
+TestPoolNoBackend = _test_case(NoBackendMachine)
+TestPoolDoubleFaults = _test_case(DoubleFaultMachine)
+TestPoolDoubleFaultsWriteThrough = _test_case(DoubleFaultWriteThroughMachine)
+TestPoolStreaming = _test_case(StreamingMachine)
