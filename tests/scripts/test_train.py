@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -146,3 +147,21 @@ def test_main_config_composes():
         cfg = compose("main")
     assert cfg.agent.finetune.algo == "maskable_ppo" and list(cfg.main.capacities) == [0.25, 0.5]
     assert len(cfg.traces) >= 5 and cfg.record_inference
+
+
+def test_main_returns_the_objective_a_sweeper_maximises(monkeypatch) -> None:
+    """scripts/train.py's task function returns the validation gap closed in traffic (what
+    hydra-optuna-sweeper optimises, direction maximize)."""
+    import importlib.util
+
+    import policies.training.train as tr
+
+    spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "scripts", "train.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {"gap_closed_traffic": 0.42},
+                                                  "out_dir": "o", "policy": "p.npz"})
+    assert mod.main.__wrapped__(None) == 0.42
+    monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {}, "out_dir": "o", "policy": "p"})
+    assert math.isnan(mod.main.__wrapped__(None))
