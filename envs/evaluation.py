@@ -368,6 +368,16 @@ def plan_policies(policies: Iterable[str]) -> list[str]:
     return out
 
 
+def _write_config(cfg: Any, out_dir: str) -> None:
+    """The sweep's composed config as ``out_dir/config.yaml``, beside the results it produced
+    (Hydra's own snapshot stays in its run directory, which ``out_dir=`` moves the results out
+    of)."""
+    from omegaconf import OmegaConf
+
+    text = OmegaConf.to_yaml(cfg, resolve=True) if OmegaConf.is_config(cfg) else str(cfg)
+    replace_atomically(os.path.join(out_dir, "config.yaml"), lambda f: f.write(text))
+
+
 def _out_dir(cfg: Any) -> str:
     out = cfg.get("out_dir")
     job_suffix = None
@@ -508,6 +518,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
     add_gap_closed(rows)
     csv_path, json_path = write_results(rows, out_dir)
+    _write_config(cfg, out_dir)
     check_rows_against_bounds(rows)  # (after writing: a violation keeps the rows to look at)
     plots = plot_results(rows, out_dir) if ev.plots else []
     table = format_table(rows)

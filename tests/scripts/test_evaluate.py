@@ -95,6 +95,9 @@ def test_exact_command_composed(og_file: Path, tmp_path: Path) -> None:
     for p in res["plots"]:
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "belady" in res["table"] and "gap_traffic" in res["table"]
+    # the composed config beside the results (not only in Hydra's run directory)
+    snap = (tmp_path / "config.yaml").read_text()
+    assert "capacities:" in snap and "134217728" in snap and "bounds:" in snap
 
 
 def test_bounds_stall_rows_and_a_violation(og_file: Path, tmp_path: Path,
