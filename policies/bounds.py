@@ -25,6 +25,7 @@ traffic), and carries that schedule's misses and traffic.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -37,7 +38,9 @@ from allocator.errors import CachegymError, ConfigError
 from allocator.trace import Op, Trace
 
 __all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "stall_lower_bound", "KINDS",
-           "FOO_MAX_REQUESTS", "FOO_AUTO_MAX", "auto_kind"]
+           "FOO_MAX_REQUESTS", "FOO_AUTO_MAX", "auto_kind", "auto_lower_bound"]
+
+log = logging.getLogger(__name__)
 
 KINDS = ("foo", "pfoo_l")
 FOO_MAX_REQUESTS = 200_000  # FOO's LP beyond this takes too long: PFOO-L has no such limit
@@ -367,6 +370,19 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         out["pfoo_l"] = Bound("pfoo_l", True, _integral(pm + iv.compulsory_misses),
                               _integral(pt + iv.compulsory_traffic), prep + time.perf_counter() - t0)
     return out
+
+
+def auto_lower_bound(trace: Trace, capacity: int, mode: str = "bytes") -> Bound | None:
+    """The lower row of the bound ``auto`` picks for ``trace`` (:func:`auto_kind`: ``foo_l`` or
+    ``pfoo_l``), or ``None`` for a trace outside the bounds' model (a key that changes size
+    without a free), logged as a warning: bounds decorate figures, they never fail a run."""
+    kind = auto_kind(len(trace))
+    try:
+        return offline_bounds(trace, capacity, mode, kinds=(kind,))[
+            "foo_l" if kind == "foo" else "pfoo_l"]
+    except ConfigError as e:
+        log.warning("trace %s: no offline bound: %s", trace.name, e)
+        return None
 
 
 def _integral(lower: float) -> float:

@@ -150,7 +150,7 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     learned policy's gap closed to it and its traffic against the best heuristic's."""
     from tqdm.auto import tqdm
 
-    from policies.bounds import Bound, auto_kind, offline_bounds
+    from policies.bounds import Bound, auto_lower_bound
 
     names = ["learned", *heuristics, "belady"]
     rows = []
@@ -164,11 +164,8 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
                             learned=policy_path, guard="shadow") if n == "learned"
                     else RunSpec(t.name, cap, str(c), "bytes", n, "none", "none"))
             res[n] = run_one(t, spec, seed=seed, decision_timing=n == "learned")
-        kind = auto_kind(len(t))
-        try:
-            bound = offline_bounds(t, cap, "bytes", kinds=(kind,))["foo_l" if kind == "foo" else "pfoo_l"]
-        except ConfigError:  # a trace outside the bounds' model: no gap figures for it
-            bound = Bound("none", True, math.nan, math.nan, 0.0)
+        # (a trace outside the bounds' model has no gap figures)
+        bound = auto_lower_bound(t, cap) or Bound("none", True, math.nan, math.nan, 0.0)
         traffic = {n: int(r["traffic_bytes"]) for n, r in res.items()}
         misses = {n: int(r["misses"]) for n, r in res.items()}
         best_h = min(heuristics, key=lambda n: traffic[n])

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from allocator.errors import ConfigError
 from allocator.trace import Trace
 from envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
 from envs.gaps import gap_closed
@@ -62,17 +61,11 @@ class Validator:
         return run_one(t, spec, **self.opts)  # type: ignore[arg-type]
 
     def _bound(self, i: int) -> Any:
-        if i not in self._bounds:
-            from policies.bounds import auto_kind, offline_bounds
+        if i not in self._bounds:  # (None: a trace outside the bounds' model, no gap figures)
+            from policies.bounds import auto_lower_bound
 
             t, _, cap = self.runs[i]
-            kind = auto_kind(len(t))
-            try:
-                self._bounds[i] = offline_bounds(t, cap, "bytes", kinds=(kind,))[
-                    "foo_l" if kind == "foo" else "pfoo_l"]
-            except ConfigError as e:  # a trace outside the bounds' model: no gap figures
-                log.warning("validation trace %s: no offline bound: %s", t.name, e)
-                self._bounds[i] = None
+            self._bounds[i] = auto_lower_bound(t, cap)
         return self._bounds[i]
 
     def evaluate_file(self, path: str) -> dict[str, float]:

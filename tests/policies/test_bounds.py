@@ -343,3 +343,16 @@ def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
     from policies.bounds import FOO_AUTO_MAX, auto_kind
 
     assert auto_kind(FOO_AUTO_MAX) == "foo" and auto_kind(FOO_AUTO_MAX + 1) == "pfoo_l"
+
+
+def test_auto_lower_bound_is_the_auto_row_or_none_outside_the_model(caplog) -> None:
+    """Quality and validation take their bound from ``auto_lower_bound``: the auto kind's lower
+    row, or ``None`` (with a warning) for a key that changes size without a free."""
+    from policies.bounds import auto_lower_bound
+
+    t = Trace.from_arrays([1, 2, 1, 3, 2, 1], [4, 4, 4, 4, 4, 4])
+    got, want = auto_lower_bound(t, 8), offline_bounds(t, 8, "bytes", kinds=("foo",))["foo_l"]
+    assert got is not None and (got.name, got.misses, got.traffic_bytes) == (
+        want.name, want.misses, want.traffic_bytes)
+    odd = Trace.from_arrays([1, 2, 1], [4, 4, 6], name="odd")
+    assert auto_lower_bound(odd, 8) is None and "odd: no offline bound" in caplog.text
