@@ -143,6 +143,11 @@ class Counters:
     def hit_ratio(self) -> float:
         return self.hits / self.accesses if self.accesses else 0.0
 
+    @property
+    def traffic_bytes(self) -> int:
+        """Bytes copied between host and device so far, both ways (as PoolStats')."""
+        return self.bytes_h2d + self.bytes_d2h
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (_counters, (self.snapshot(),))
 

@@ -175,7 +175,7 @@ def reward_scales(window: Trace, pool: Any) -> tuple[float, float]:
 def demand_marks(pool: Any) -> tuple[int, int, int, int]:
     """The pool's counters ``(misses, byte misses, traffic bytes, stall ns)`` before a decision."""
     st = pool.stats
-    return st.misses, st.byte_misses, st.bytes_h2d + st.bytes_d2h, pool.cost.stall_ns
+    return st.misses, st.byte_misses, st.traffic_bytes, pool.cost.stall_ns
 
 
 def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int], mean_size: float,
@@ -190,7 +190,7 @@ def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int], mean_s
     if kind == "bytes":
         return -(st.byte_misses - b0) / mean_size
     if kind == "traffic":
-        return -(st.bytes_h2d + st.bytes_d2h - t0) / mean_size
+        return -(st.traffic_bytes - t0) / mean_size
     return -(pool.cost.stall_ns - s0) / fetch_ns
 
 

@@ -44,7 +44,7 @@ def _lru(trace: Any, cap: int, mode: str) -> dict[str, float]:
 
     t = trace if mode == "bytes" else trace.with_sizes(1)
     st = Pool(cap, make_eviction("lru"), placement="bytes", oversize="bypass").replay(t)
-    return {"misses": st.misses, "traffic_bytes": st.bytes_h2d + st.bytes_d2h}
+    return {"misses": st.misses, "traffic_bytes": st.traffic_bytes}
 
 
 def _line(name: str, b: Any) -> str:

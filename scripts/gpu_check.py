@@ -315,7 +315,7 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
                 st = Pool(budget, make(), prefetcher=ReversePackOrder(depth=args.prefetch_depth),
                           cost=preset).replay(trace)
                 sims[name] = {"stall_ns": st.stall_ns, "misses": st.misses,
-                              "bytes": st.bytes_h2d + st.bytes_d2h}
+                              "bytes": st.traffic_bytes}
             except Exception as e:  # a policy unfit for this trace is reported, not fatal
                 sims[name] = {"error": repr(e)}
         ok = {k: v for k, v in sims.items() if "error" not in v}

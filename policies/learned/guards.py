@@ -139,7 +139,7 @@ class Guard:
         if self.objective == "misses":
             return self._hits
         st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
-        return 0 if st is None else -(st.bytes_h2d + st.bytes_d2h - self._own0)
+        return 0 if st is None else -(st.traffic_bytes - self._own0)
 
     def _scores(self) -> dict[str | None, int]:
         """Each expert's gain in this window (hits, or minus the bytes it copied)."""
@@ -221,7 +221,7 @@ class Guard:
         self._n = self._hits = 0
         self._hits0 = {n: e.gain for n, e in self._named.items()}
         st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
-        self._own0 = 0 if st is None else st.bytes_h2d + st.bytes_d2h
+        self._own0 = 0 if st is None else st.traffic_bytes
 
     def _end_window(self) -> None:
         before = self.expert if self._off > 0 else None

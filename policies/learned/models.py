@@ -124,9 +124,9 @@ class Expert:
         """A request of the guarded pool (``hit``: whether the guarded pool hit)."""
         if self.objective == "traffic":
             st = self._stats
-            before = st.bytes_h2d + st.bytes_d2h
+            before = st.traffic_bytes
             mine = self._access(key, size, write, kind=kind)
-            self.gain -= st.bytes_h2d + st.bytes_d2h - before
+            self.gain -= st.traffic_bytes - before
         else:
             mine = self._access(key, size, write, kind=kind)
             self.gain += mine
