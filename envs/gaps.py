@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from allocator.errors import ConfigError
-from allocator.trace import Trace
+from allocator.trace import Op, Trace
 
 __all__ = ["OBJECTIVES", "gap_closed", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
            "STALL_REF", "keep_best_stall_ref"]
@@ -35,21 +35,25 @@ log = logging.getLogger(__name__)
 OBJECTIVES = {"misses": "misses", "traffic": "traffic_bytes", "stall": "stall_ns"}
 STALL_REF = (("belady", "lookahead"), ("belady", "none"))  # the stall reference's candidates:
 # (eviction, prefetch) schedules that read the trace's future; the row keeps the one that stalls least
-PFOO_MAX_REQUESTS = 20_000_000  # the evaluator's bound rows stop here (memory)  # the stall reference's eviction and prefetch policies
+PFOO_MAX_REQUESTS = 20_000_000  # the evaluator's bound rows stop here (memory)
 _TOL = 1e-7
 
 
 def _blank(tname: str, capacity: int, spec: str, mode: str, name: str, kind: str, preset: str,
            requests: int) -> dict[str, Any]:
-    nan = math.nan
-    return {"trace": tname, "capacity": capacity, "mode": mode, "policy": name, "prefetch": "none",
-            "preset": preset, "requests": requests, "hits": nan, "misses": nan,
-            "byte_misses": nan, "miss_ratio": nan, "byte_miss_ratio": nan, "prefetches": nan,
-            "prefetch_hits": nan,
-            "late_prefetches": nan, "useless_prefetches": nan, "bytes_h2d": nan,
-            "bytes_d2h": nan, "traffic_bytes": nan, "stall_ns": nan, "total_ns": nan,
-            "overhead": nan, "decision_p50_us": nan, "decision_p99_us": nan,
-            "capacity_spec": spec, "row_kind": kind, "policy_file": None, "placement": ""}
+    """A bound's row: the evaluator's columns, each blank (NaN) but those naming the row."""
+    from envs.evaluation import COLUMNS  # (that module imports this one)
+
+    row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
+    row.update(trace=tname, capacity=capacity, mode=mode, policy=name, prefetch="none",
+               preset=preset, requests=requests, gap_bound="", capacity_spec=spec, row_kind=kind,
+               policy_file=None, placement="")
+    return row
+
+
+def _requests(trace: Trace) -> int:
+    """The trace's accesses (its rows but the frees), as a replay counts them."""
+    return int((trace.op != Op.FREE).sum())
 
 
 def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
@@ -75,7 +79,7 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
         if not kinds:
             return []
 
-    requests = int((trace.op != 2).sum())
+    requests = _requests(trace)
     try:
         bounds = offline_bounds(trace, capacity, mode, kinds=tuple(kinds))
     except ConfigError as e:  # (a trace the bounds' model does not cover: the runs stand)
@@ -96,7 +100,7 @@ def stall_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
     """The stall lower bound's row for one (trace, capacity, preset)."""
     from policies.bounds import stall_lower_bound
 
-    requests = int((trace.op != 2).sum())
+    requests = _requests(trace)
     r = _blank(tname, capacity, spec, mode, "stall_lb", "lower_bound", preset, requests)
     r["stall_ns"] = stall_lower_bound(trace, preset)
     return [r]
