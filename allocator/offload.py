@@ -337,29 +337,9 @@ class ActivationOffload:
                 raise self._exhausted(e) from e
             if pool.stats.streamed != streamed:  # not admitted: streamed from host memory
                 raw = self.backend.stream_in(h.key, h.nbytes)
-                self._log(h.key, h.nbytes, Op.READ)
-                self._last = t1 = self._now()
-                self.counters.unpacked += 1
-                self.counters.bytes_unpacked += h.nbytes
-                self.counters.unpack_ns += t1 - t0
                 out = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else torch.from_dlpack(raw)
-                return out.view(h.dtype).as_strided(h.shape, h.stride)
-            pool.pin(h.key)
-            buf = self.backend.device_buffer(self._offset(h.key, "unpack"), h.nbytes)
-            handed = False  # True once a _PinnedView owns the pin
-            try:
-                if isinstance(buf, np.ndarray) and self.zero_copy:
-                    # the view holds the pin; its release (the last tensor on this memory is
-                    # gone) queues the unpin
-                    pinned = _PinnedView(buf, self._unpins, h.key)
-                    handed = True
-                    out = torch.from_numpy(np.asarray(pinned))
-                    del pinned
-                else:
-                    out = self._copy_out(buf)
-            finally:
-                if not handed:
-                    pool.unpin(h.key)
+            else:
+                out = self._from_device(h.key, h.nbytes)
             self._log(h.key, h.nbytes, Op.READ)
             self._last = t1 = self._now()
         self.counters.unpacked += 1
@@ -368,6 +348,28 @@ class ActivationOffload:
         return out.view(h.dtype).as_strided(h.shape, h.stride)
 
     # ------------------------------------------------------------------ helpers
+    def _from_device(self, key: int, nbytes: int) -> torch.Tensor:
+        """Object ``key``'s bytes on the device as a tensor: a zero-copy view holding the pin
+        (NumPy arena, ``zero_copy``; its release queues the unpin), else a copy."""
+        pool = self.pool
+        pool.pin(key)
+        buf = self.backend.device_buffer(self._offset(key, "unpack"), nbytes)
+        handed = False  # True once a _PinnedView owns the pin
+        try:
+            if isinstance(buf, np.ndarray) and self.zero_copy:
+                # the view holds the pin; its release (the last tensor on this memory is
+                # gone) queues the unpin
+                pinned = _PinnedView(buf, self._unpins, key)
+                handed = True
+                out = torch.from_numpy(np.asarray(pinned))
+                del pinned
+            else:
+                out = self._copy_out(buf)
+        finally:
+            if not handed:
+                pool.unpin(key)
+        return out
+
     def _offset(self, key: int, op: str) -> int:
         """Where ``key`` lies in the arena; it must be on the device (the pool's access
         contract): anything else would read or write bytes of another object."""
