@@ -66,7 +66,17 @@ class SeededRandom(EvictionPolicyBase):
         return self._rng.choice(cands) if cands else None
 
 
-POLICIES = {"lru": LRU, "mru": MRU, "random": SeededRandom}
+class RefusesEveryThird(LRU):
+    """LRU that never admits every third saved tensor: those are streamed (packed straight to
+    host memory, unpacked from it)."""
+
+    name = "refusing"
+
+    def admit(self, view: Any, key: int, size: int) -> bool:
+        return key % 3 != 0
+
+
+POLICIES = {"lru": LRU, "mru": MRU, "random": SeededRandom, "refusing": RefusesEveryThird}
 
 
 @pytest.fixture(autouse=True)
@@ -107,6 +117,7 @@ def test_training_is_bitwise_equal_under_a_tight_budget(policy: str) -> None:
         assert len(off.pool) == 0  # every saved tensor's pool object was freed
         if policy == "lru":
             assert st["prefetch_hits"] > 0
+        assert (st["streamed"] > 0) == (policy == "refusing")
     finally:
         off.close()
 
@@ -157,7 +168,7 @@ def test_saved_tensors_come_back_equal_under_every_policy(policy: str) -> None:
         nodes = [yy.grad_fn for yy in ys]
         y.backward()
         st = off.stats()
-        assert st["evictions"] > 0
+        assert st["evictions"] > 0 and (st["streamed"] > 0) == (policy == "refusing")
         for i, node in enumerate(nodes):
             a, b = node.results
             for (got, stride), want, src in ((a, refs[i], tensors[i]),
