@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.scripts_loader import load_script
 
 
 def test_bench_pool_smoke(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("bench_pool", os.path.join(ROOT, "scripts", "bench_pool.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench_pool")
     parser = argparse.ArgumentParser()
     mod.add_args(parser)
     args = parser.parse_args(["--accesses", "2000", "--objects", "50", "--repeat", "2"])

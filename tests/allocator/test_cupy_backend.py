@@ -7,9 +7,7 @@ routine (on NumpyBackend), gpu_check's dry run and its refusal without a GPU.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from typing import Any
 
 import numpy as np
@@ -20,19 +18,14 @@ from allocator.cost import Preset, load_preset
 from allocator.cupy_backend import CupyBackend, calibrate, cuda_available, parity_run
 from allocator.errors import BackendError, ConfigError
 from allocator.pool import Pool
+from tests.scripts_loader import load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the conftest hook skips ``gpu`` tests without a device; this skipif holds without it too
 needs_gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU and cupy")
 
 
 def _load_gpu_check() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_check", os.path.join(ROOT, "scripts", "gpu_check.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_check")
 
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> None:

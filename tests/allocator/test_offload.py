@@ -343,14 +343,10 @@ def test_recorded_trace_replays_to_the_same_decisions() -> None:
 
 def test_bench_offload_smoke() -> None:
     import argparse
-    import importlib.util
-    import os
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_offload.py")
-    spec = importlib.util.spec_from_file_location("bench_offload", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from tests.scripts_loader import load_script
+
+    mod = load_script("bench_offload")
     parser = argparse.ArgumentParser()
     mod.add_args(parser)
     args = parser.parse_args(["--steps", "3", "--d", "16", "--layers", "1", "--seq", "8",

@@ -3,20 +3,13 @@ shape, the segment breakdown adds up, and the project's PPO run is built from it
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.scripts_loader import load_script
 
 
 def _bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("bench_env", os.path.join(ROOT, "scripts", "bench_env.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_env")
 
 
 def test_random_agent_rate_and_segments() -> None:

@@ -4,7 +4,6 @@ lower bound, the weighted stack-distance kernel against a stack, SHARDS against 
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 from typing import Literal
 
@@ -17,8 +16,7 @@ from allocator.trace import Op, Trace
 from envs.workloads import generate
 from envs.workloads.stats import _stack_distances, lru_mrc
 from policies import LRU
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts_loader import load_script
 
 
 def _pool_miss_ratio(trace: Trace, capacity: int) -> float:
@@ -106,12 +104,7 @@ def test_bad_arguments_say_what_is_allowed() -> None:
 
 
 def _script():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import trace_stats
-    finally:
-        sys.path.pop(0)
-    return trace_stats
+    return load_script("trace_stats")
 
 
 def test_script_writes_into_the_output_folder_never_beside_the_trace(

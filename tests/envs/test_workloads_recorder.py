@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from allocator.trace import Kind, Op, Trace
+from tests.scripts_loader import load_script
 
 torch = pytest.importorskip("torch")
 
@@ -124,12 +125,7 @@ def test_every_ready_made_architecture_records_a_training_step(name: str) -> Non
 
 def _record_script():  # type: ignore[no-untyped-def]
     """scripts/record_trace.py as a module."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import record_trace
-    finally:
-        sys.path.pop(0)
-    return record_trace
+    return load_script("record_trace")
 
 
 def test_record_script_smoke(tmp_path: Path) -> None:

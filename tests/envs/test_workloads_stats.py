@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +10,7 @@ import pytest
 from allocator.trace import Kind, Op, Trace
 from envs.workloads import generate
 from envs.workloads.stats import reuse_distances, trace_stats
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts_loader import load_script
 
 
 def test_reuse_distance_is_stack_distance() -> None:
@@ -45,11 +43,7 @@ def test_script_prints_and_saves_png(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path)  # the curve goes to outputs/trace_stats/z/ here
     t = generate("zipf", seed=0, n_requests=3000)
     t.save(tmp_path / "z.npz")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import trace_stats as script
-    finally:
-        sys.path.pop(0)
+    script = load_script("trace_stats")
     png = tmp_path / "h.png"
     assert script.main([str(tmp_path / "z.npz"), "--png", str(png)]) == 0
     out = capsys.readouterr().out
@@ -60,11 +54,7 @@ def test_script_prints_and_saves_png(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_script_reports_a_bad_trace_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.oracleGeneral"
     bad.write_bytes(b"\x00" * 30)  # one whole 24-byte record and a truncated one
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import trace_stats as script
-    finally:
-        sys.path.pop(0)
+    script = load_script("trace_stats")
     assert script.main([str(bad), "--format", "oracleGeneral"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(bad) in err and "Traceback" not in err

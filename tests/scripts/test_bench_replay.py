@@ -4,21 +4,15 @@ miss ratio for every policy of the bench (the bench raises otherwise), with thro
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.scripts_loader import load_script
 
 
 def test_bench_replay_agrees_with_libcachesim(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("libcachesim")
-    spec = importlib.util.spec_from_file_location("bench_replay",
-                                                  os.path.join(ROOT, "scripts", "bench_replay.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench_replay")
     parser = argparse.ArgumentParser()
     mod.add_args(parser)
     figs = mod.run(parser.parse_args(["--requests", "6000", "--objects", "600", "--repeat", "1",

@@ -152,14 +152,10 @@ def test_main_config_composes():
 def test_main_returns_the_objective_a_sweeper_maximises(monkeypatch) -> None:
     """scripts/train.py's task function returns the validation gap closed in traffic (what
     hydra-optuna-sweeper optimises, direction maximize)."""
-    import importlib.util
-
     import policies.training.train as tr
+    from tests.scripts_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("train_script", os.path.join(ROOT, "scripts", "train.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("train")
     monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {"gap_closed_traffic": 0.42},
                                                   "out_dir": "o", "policy": "p.npz"})
     assert mod.main.__wrapped__(None) == 0.42
