@@ -164,9 +164,12 @@ def keyword_names(fn: Callable[..., Any]) -> list[str] | None:
     return [n for n, p in sig.parameters.items() if p.kind in named]
 
 
-def refuse_unknown(where: str, params: dict[str, Any], accepted: list[str]) -> None:
+def refuse_unknown(where: str, params: dict[str, Any], accepted: list[str] | None) -> None:
     """Raise :class:`ConfigError` naming each keyword of ``params`` not in ``accepted``, and
-    the accepted ones: a misspelt option is refused, never silently ignored."""
+    the accepted ones: a misspelt option is refused, never silently ignored. ``accepted``
+    ``None`` (:func:`keyword_names` of a callable taking ``**kwargs``): any name goes."""
+    if accepted is None:
+        return
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         s = "s" if len(unknown) > 1 else ""
@@ -180,9 +183,7 @@ def _build(key: str, cls: Callable[..., Any], trace: Trace | None, params: dict[
             raise ConfigError(f"{key!r} is an oracle that reads the future: pass trace=<the Trace "
                               "it will replay>")
         params = {"trace": trace, **params}
-    accepted = keyword_names(cls)
-    if accepted is not None:
-        refuse_unknown(f"policy {key!r}", params, accepted)
+    refuse_unknown(f"policy {key!r}", params, keyword_names(cls))
     try:
         inspect.signature(cls).bind(**params)
     except TypeError as e:
@@ -273,9 +274,7 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
     sig = _signature(cls)
     if sig is not None and "trace" in sig.parameters and trace is not None:
         params = {"trace": trace, **params}
-    accepted = keyword_names(cls)
-    if accepted is not None:
-        refuse_unknown(f"policy {name!r}", params, accepted)
+    refuse_unknown(f"policy {name!r}", params, keyword_names(cls))
     try:
         obj = cls(**params)
     except TypeError as e:
