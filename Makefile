@@ -26,7 +26,7 @@ demo: install
 	$(PY) scripts/main.py
 
 lint: install
-	$(PY) -m ruff check allocator policies envs scripts tests
+	$(PY) -m ruff check allocator policies envs scripts tests cachegym
 	$(PY) -m mypy
 
 # the suite on the compiled core, then the parity, golden and pool-invariant tests on the same

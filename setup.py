@@ -12,7 +12,10 @@ from setuptools import Extension, setup
 
 # the modules compiled from their .py (allocator/__init__.py names the same list for
 # CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
-CORE = ["allocator/arena.py", "allocator/cost.py", "allocator/pool.py", "policies/kernels.py"]
+# (named through the ``cachegym/`` folder, so that each is compiled as ``cachegym.allocator.pool``
+# and the .pxd cimports resolve by those names)
+CORE = ["cachegym/allocator/arena.py", "cachegym/allocator/cost.py", "cachegym/allocator/pool.py",
+        "cachegym/policies/kernels.py"]
 
 
 def core_extensions() -> list[Extension]:

@@ -1,14 +1,14 @@
 """The pool core: arena, residency, the one access loop, timing model, backends."""
 
-from allocator import _purepy
+from cachegym.allocator import _purepy
 
 if _purepy.requested():  # run the core interpreted even where it is compiled
     _purepy.install()
 
-from allocator.arena import Arena, ByteAccounting
-from allocator.backends import Backend, NumpyBackend
-from allocator.cost import PRESETS, CostModel, Preset, get_preset
-from allocator.errors import (
+from cachegym.allocator.arena import Arena, ByteAccounting
+from cachegym.allocator.backends import Backend, NumpyBackend
+from cachegym.allocator.cost import PRESETS, CostModel, Preset, get_preset
+from cachegym.allocator.errors import (
     BackendError,
     CachegymError,
     ConfigError,
@@ -25,16 +25,16 @@ from allocator.errors import (
     TraceError,
     UnknownKey,
 )
-from allocator.pool import EvictionRequest, ObjectInfo, Pool
-from allocator.seams import (
+from cachegym.allocator.pool import EvictionRequest, ObjectInfo, Pool
+from cachegym.allocator.seams import (
     EvictionPolicy,
     EvictionPolicyBase,
     PoolView,
     PrefetchPolicy,
     PrefetchPolicyBase,
 )
-from allocator.stats import JsonlHook, PoolStats
-from allocator.trace import Kind, Op, Trace
+from cachegym.allocator.stats import JsonlHook, PoolStats
+from cachegym.allocator.trace import Kind, Op, Trace
 
 __version__ = "0.1.0"
 

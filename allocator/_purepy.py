@@ -17,7 +17,8 @@ from types import ModuleType
 from typing import Any
 
 # the modules setup.py compiles (keep the two lists equal: tests/allocator/test_core.py checks)
-CORE = ("allocator.arena", "allocator.cost", "allocator.pool", "policies.kernels")
+CORE = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.pool",
+        "cachegym.policies.kernels")
 
 
 def requested() -> bool:
@@ -29,8 +30,8 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in CORE:
             return None
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # above allocator/
-        src = os.path.join(root, *fullname.split(".")) + ".py"
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # cachegym/
+        src = os.path.join(package, *fullname.split(".")[1:]) + ".py"
         loader = importlib.machinery.SourceFileLoader(fullname, src)
         return importlib.util.spec_from_file_location(fullname, src, loader=loader)
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from allocator.errors import BackendError
+from cachegym.allocator.errors import BackendError
 
 
 class Backend(Protocol):

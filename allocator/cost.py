@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import cython
 
-from allocator.errors import ConfigError
+from cachegym.allocator.errors import ConfigError
 
 __all__ = ["Preset", "PRESETS", "CostModel", "CLOCK_MAX", "get_preset", "load_preset"]
 

@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from allocator.cost import Preset
-from allocator.errors import BackendError, ConfigError, ObjectTooLarge, PoolExhausted
+from cachegym.allocator.cost import Preset
+from cachegym.allocator.errors import BackendError, ConfigError, ObjectTooLarge, PoolExhausted
 
 if TYPE_CHECKING:
-    from allocator.backends import Backend
-    from allocator.pool import Pool
+    from cachegym.allocator.backends import Backend
+    from cachegym.allocator.pool import Pool
 
 __all__ = ["CupyBackend", "PoolAllocator", "cuda_available", "calibrate", "parity_run"]
 
@@ -531,7 +531,7 @@ def calibrate(make_backend: Callable[[], Backend], *, name: str = "calibrated",
         name=name, h2d_gbps=round(gbps[0], 3), d2h_gbps=round(gbps[1], 3),
         h2d_latency_ns=lat[0], d2h_latency_ns=lat[1], copy_engines=engines,
         device_bytes=int(device_bytes if device_bytes is not None else 0) or 2 * large,
-        source=(f"measured by allocator.cupy_backend.calibrate on {label or type(be).__name__}, "
+        source=(f"measured by cachegym.allocator.cupy_backend.calibrate on {label or type(be).__name__}, "
                 f"{stamp}: median of {repeats} pinned copies per size ({small}, {medium}, "
                 f"{large} bytes); overlap ratio {both / sep:.2f}"),
         calibrated=True,
@@ -570,7 +570,7 @@ def parity_run(backend: Backend, *, seed: int = 0, n_events: int = 600, n_keys: 
     """
     import hashlib
 
-    from allocator.pool import Pool
+    from cachegym.allocator.pool import Pool
 
     rng = np.random.default_rng(seed)
     events: list[dict[str, Any]] = []

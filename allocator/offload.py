@@ -53,21 +53,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from allocator.cost import CostModel, Preset
-from allocator.errors import (
+from cachegym.allocator.cost import CostModel, Preset
+from cachegym.allocator.errors import (
     BackendError,
     ConfigError,
     ObjectTooLarge,
     PoolError,
     PoolExhausted,
 )
-from allocator.pool import DEVICE, Pool
-from allocator.seams import PrefetchPolicyBase
-from allocator.trace import Kind, Op, Trace
+from cachegym.allocator.pool import DEVICE, Pool
+from cachegym.allocator.seams import PrefetchPolicyBase
+from cachegym.allocator.trace import Kind, Op, Trace
 
 if TYPE_CHECKING:
-    from allocator.backends import Backend
-    from allocator.seams import EvictionPolicy, PoolView, PrefetchPolicy
+    from cachegym.allocator.backends import Backend
+    from cachegym.allocator.seams import EvictionPolicy, PoolView, PrefetchPolicy
 
 __all__ = ["ActivationOffload", "ReversePackOrder", "BudgetTooSmall", "OffloadStats",
            "is_parameter", "TinyTransformer", "make_batches", "lm_loss", "activation_footprint",
@@ -216,7 +216,7 @@ class ActivationOffload:
                  timer: Callable[[], int] | None = time.perf_counter_ns,
                  min_bytes: int = 0, record: bool = False, zero_copy: bool = True) -> None:
         if backend is None:
-            from allocator.backends import NumpyBackend
+            from cachegym.allocator.backends import NumpyBackend
 
             backend = NumpyBackend()
         if prefetcher is _DEFAULT:

@@ -1,8 +1,8 @@
 # Native layout of allocator/pool.py (Cython pure-Python mode: this file types the .py when it
 # is compiled; interpreted, the .py runs as it is). Attributes are public where other modules or
 # tests read them; the loop's methods stay Python-visible (a subclass or a test may call them).
-from allocator.arena cimport Arena, ByteAccounting
-from allocator.cost cimport CostModel
+from cachegym.allocator.arena cimport Arena, ByteAccounting
+from cachegym.allocator.cost cimport CostModel
 
 
 cdef class Counters:

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import cython
 import numpy as np
 
-from allocator.arena import ALIGN, Arena, ByteAccounting
-from allocator.cost import CostModel, Preset
-from allocator.errors import (
+from cachegym.allocator.arena import ALIGN, Arena, ByteAccounting
+from cachegym.allocator.cost import CostModel, Preset
+from cachegym.allocator.errors import (
     BackendError,
     ConfigError,
     InvalidVictim,
@@ -59,7 +59,7 @@ from allocator.errors import (
     PoolExhausted,
     UnknownKey,
 )
-from allocator.seams import (
+from cachegym.allocator.seams import (
     D2H,
     DEVICE,
     H2D,
@@ -73,11 +73,12 @@ from allocator.seams import (
     optional_hooks,
     untracked_free_hook,
 )
-from allocator.stats import PoolHook, PoolStats
-from allocator.trace import Op, Trace
+from cachegym.allocator.sizes import parse_size
+from cachegym.allocator.stats import PoolHook, PoolStats
+from cachegym.allocator.trace import Op, Trace
 
 if TYPE_CHECKING:
-    from allocator.backends import Backend
+    from cachegym.allocator.backends import Backend
 
 __all__ = ["Pool", "PoolView", "ObjectInfo", "EvictionRequest", "DEVICE", "HOST", "H2D", "D2H"]
 
@@ -232,7 +233,7 @@ class Pool:
 
     def __init__(
         self,
-        capacity: int,
+        capacity: int | str,
         policy: EvictionPolicy | None = None,
         *,
         prefetcher: PrefetchPolicy | None = None,
@@ -243,6 +244,8 @@ class Pool:
         oversize: Literal["error", "bypass"] = "error",
         hook: PoolHook | None = None,
     ) -> None:
+        if isinstance(capacity, str):  # "512MiB", "1GiB"
+            capacity = parse_size(capacity, "capacity")
         if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
                 or capacity <= 0):
             raise ConfigError(f"capacity must be a positive number of bytes, got {capacity!r}")

@@ -60,8 +60,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
 if TYPE_CHECKING:
-    from allocator.cost import CostModel
-    from allocator.pool import Counters, ObjectInfo, Pool
+    from cachegym.allocator.cost import CostModel
+    from cachegym.allocator.pool import Counters, ObjectInfo, Pool
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook", "is_noop",
@@ -263,6 +263,6 @@ def default_eviction_policy() -> EvictionPolicy:
     pool's default is the one LRU, not a second copy of it here, and ``Pool(capacity)`` must work
     with nothing but ``allocator`` imported. Pass a policy to avoid it.
     """
-    from policies.lru import LRU
+    from cachegym.policies.lru import LRU
 
     return LRU()

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from allocator.errors import TraceError
+from cachegym.allocator.errors import TraceError
 
 __all__ = ["Op", "Kind", "Trace", "INF", "MAX_SIZE", "MAX_TOTAL", "ZIP_MAGIC", "not_a_zip_archive",
            "too_short_for_zip"]
@@ -152,7 +152,7 @@ class Trace:
             raise TraceError("no such file", path=p, hint="check the path")
         if os.path.isfile(p) and not_a_zip_archive(p):
             raise TraceError("not an .npz trace (an .npz is a zip archive; this file is not one)", path=p,
-                             hint="for libCacheSim formats use envs.workloads.read_trace(path, "
+                             hint="for libCacheSim formats use cachegym.envs.workloads.read_trace(path, "
                                   "format=...), or trace.format= in the configs")
         short = too_short_for_zip(p) if os.path.isfile(p) else None
         if short is not None:
@@ -165,7 +165,7 @@ class Trace:
             raise TraceError(
                 f"not a readable .npz trace ({type(e).__name__}: {e})",
                 path=p,
-                hint="for libCacheSim formats use envs.workloads.read_trace(path, format=...)",
+                hint="for libCacheSim formats use cachegym.envs.workloads.read_trace(path, format=...)",
             ) from None
         missing = [c for c in _REQUIRED if c not in data]
         if missing:

@@ -10,7 +10,7 @@ In a fresh process (e.g. a ``SubprocVecEnv`` worker), ``gymnasium.make("envs:cac
 imports this package first.
 """
 
-from envs.registration import ENV_IDS, register_envs
+from cachegym.envs.registration import ENV_IDS, register_envs
 
 register_envs()
 

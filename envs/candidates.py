@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from allocator.errors import ConfigError
-from allocator.pool import D2H, DEVICE, H2D, HOST
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import D2H, DEVICE, H2D, HOST
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["SuccessorPredictor"]
 

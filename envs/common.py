@@ -13,12 +13,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from allocator.errors import ConfigError, InvalidActionError
-from allocator.trace import INF, Op, Trace
-from policies import features
+from cachegym.allocator.errors import ConfigError, InvalidActionError
+from cachegym.allocator.trace import INF, Op, Trace
+from cachegym.policies import features
 
 if TYPE_CHECKING:
-    from allocator.pool import Pool
+    from cachegym.allocator.pool import Pool
 
 __all__ = [
     "PoolEnv", "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
@@ -55,7 +55,7 @@ class PoolEnv(gym.Env[dict[str, Any], np.int64]):
 def default_trace() -> Trace:
     """The workload used when an env is made without traces: a loop of 300 objects (LRU
     thrashes on it at the default capacity) mixed with a Zipf hot set of 2,000 objects."""
-    from envs.workloads import generate
+    from cachegym.envs.workloads import generate
 
     return generate("mixture", seed=0, n_requests=60_000, components=[
         {"name": "loop", "n_objects": 300, "weight": 1.0},
@@ -73,11 +73,11 @@ def as_traces(traces: TraceSource | Sequence[TraceSource] | None) -> list[Trace]
         if isinstance(t, Trace):
             out.append(t)
         elif isinstance(t, (str, os.PathLike)):
-            from envs.workloads import read_trace
+            from cachegym.envs.workloads import read_trace
 
             out.append(read_trace(t))
         elif isinstance(t, Mapping):
-            from envs.workloads import generate
+            from cachegym.envs.workloads import generate
 
             spec = dict(t)
             if "generator" not in spec:

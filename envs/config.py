@@ -7,7 +7,7 @@ line naming the config key and the target. The dataclasses below are the schemas
 ``ConfigStore`` so that a wrong type, an unknown key or a value outside an enumeration fails
 when the config is composed, not halfway through a sweep::
 
-    from envs.config import register_configs, instantiate
+    from cachegym.envs.config import register_configs, instantiate
     register_configs()          # before @hydra.main / compose
 
     pool = instantiate(cfg.allocator, capacity=1 << 30, policy=policy)
@@ -33,8 +33,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from allocator.errors import CachegymError, ConfigError
-from allocator.trace import Trace
+from cachegym.allocator.errors import CachegymError, ConfigError
+from cachegym.allocator.trace import Trace
 
 __all__ = [
     "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
@@ -92,7 +92,7 @@ class TraceConfig:
     it from the file name), else the seeded generator ``generator`` with ``params``.
     ``max_requests`` keeps the first rows only (``None``: all)."""
 
-    _target_: str = "envs.config.load_traces"
+    _target_: str = "cachegym.envs.config.load_traces"
     path: str | None = None
     paths: list[str] = field(default_factory=list)
     format: TraceFormat | None = None
@@ -109,7 +109,7 @@ class AllocatorConfig:
     (libCacheSim's counts); ``arena`` places blocks best-fit. ``capacity`` and ``policy`` are
     passed by the caller of :func:`instantiate`."""
 
-    _target_: str = "allocator.pool.Pool"
+    _target_: str = "cachegym.allocator.pool.Pool"
     placement: Placement = Placement.bytes
     write_policy: WritePolicy = WritePolicy["write-back"]  # type: ignore[valid-type]
     oversize: Oversize = Oversize.bypass
@@ -190,7 +190,7 @@ def instantiate(node: Any, /, **kwargs: Any) -> Any:
     target = _target_of(node)
     if target is None:
         raise ConfigError(f"{key}: no _target_ to instantiate; set {key}._target_ to a class "
-                          "or function path (e.g. allocator.pool.Pool)")
+                          "or function path (e.g. cachegym.allocator.pool.Pool)")
     try:
         if isinstance(node, DictConfig):  # enumerations reach the target as plain strings
             node = OmegaConf.create(to_container(node))
@@ -275,16 +275,13 @@ def build_guard(name: str, key: str = "eval.learned_guards") -> Any:
 # ---------------------------------------------------------------------- traces
 def _missing_file_advice(p: str) -> str:
     """What to do about a trace file ``p`` that is not there: for a relative path, where it was
-    looked for and the project's file of that name if there is one (the bundled configs name
-    ``data/traces/...`` from the project root)."""
+    looked for (the working directory, then the bundled traces)."""
     if os.path.isabs(p):
         return "give an existing trace file"
-    from envs.paths import PROJECT_ROOT as root
+    from cachegym.envs.paths import data_path
 
-    if os.path.isfile(os.path.join(root, p)):
-        return (f"relative paths are read from the working directory ({os.getcwd()}); the project "
-                f"has {os.path.join(root, p)}: run from {root} or give that path")
-    return f"give an existing trace file (relative paths are read from {os.getcwd()})"
+    return (f"give an existing trace file (relative paths are read from {os.getcwd()}, then "
+            f"among the bundled traces in {data_path('traces')})")
 
 
 def load_traces(
@@ -300,14 +297,15 @@ def load_traces(
     """The traces a ``trace`` config names: the files ``path`` and ``paths`` (read with
     ``envs.workloads.read_trace(p, format=format, **options)``), else ``generator(seed=seed,
     **params)`` from ``envs.workloads.generate``. Files win over a generator."""
-    from envs.workloads import read_trace
+    from cachegym.envs.paths import resolve_data_path
+    from cachegym.envs.workloads import read_trace
 
     files = ([path] if path else []) + list(paths or [])
     fmt = enum_value(format)
     opts = dict(options or {})
     traces: list[Trace] = []
     for p in files:
-        p = os.path.expanduser(str(p))
+        p = resolve_data_path(os.path.expanduser(str(p)))
         if not os.path.isfile(p):
             raise ConfigError(f"trace.path: no such file {p!r}; {_missing_file_advice(p)}")
         traces.append(read_trace(p, format=fmt, **opts))
@@ -315,7 +313,7 @@ def load_traces(
         if not generator:
             raise ConfigError("trace: give trace.path=FILE (or trace.paths=[...]) or "
                               "trace.generator=NAME (e.g. zipf)")
-        from envs.workloads import GENERATORS, generate
+        from cachegym.envs.workloads import GENERATORS, generate
 
         if generator not in GENERATORS:
             raise ConfigError(f"trace.generator: unknown generator {generator!r}; "

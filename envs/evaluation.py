@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from allocator.errors import ConfigError, InvalidVictim, PolicyError
-from allocator.pool import Pool
-from allocator.stats import PoolStats
-from allocator.trace import Op, Trace
-from envs.common import CAPACITY_OF
-from envs.config import build_guard, enum_value, guard_node, instantiate
-from envs.gaps import (
+from cachegym.allocator.errors import ConfigError, InvalidVictim, PolicyError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.sizes import parse_capacity
+from cachegym.allocator.stats import PoolStats
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.common import CAPACITY_OF
+from cachegym.envs.config import build_guard, enum_value, guard_node, instantiate
+from cachegym.envs.gaps import (
     STALL_REF,
     add_gap_closed,
     bound_rows,
@@ -58,11 +59,11 @@ from envs.gaps import (
     keep_best_stall_ref,
     stall_rows,
 )
-from envs.journal import RunJournal, digest, replace_atomically
+from cachegym.envs.journal import RunJournal, digest, replace_atomically
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
-    from policies.base import EvictionPolicy
+    from cachegym.allocator.pool import PoolView
+    from cachegym.policies.base import EvictionPolicy
 
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "write_results", "format_table", "plot_results",
@@ -139,11 +140,11 @@ class RunSpec:
 
 
 def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "working_set") -> int:
-    """Capacity in bytes (objects in ``objects`` mode): an integer as it is, a number in (0, 1]
-    with a fractional part or written as a float as a fraction of the working set (or of the
-    peak live bytes)."""
-    check_capacity(value)
-    if isinstance(value, (float, np.floating)) and value <= 1.0:
+    """Capacity in bytes (objects in ``objects`` mode): an integer or a size (``"512MiB"``) as it
+    is, a number in (0, 1] with a fractional part or written as a float, or a percentage
+    (``"10%"``), as a fraction of the working set (or of the peak live bytes)."""
+    value = parse_capacity(value, "eval.capacities")
+    if isinstance(value, float):
         check_capacity_of(capacity_of)
         t = trace if mode == "bytes" else trace.with_sizes(1)
         basis = t.working_set_bytes() if capacity_of == "working_set" else t.peak_live_bytes()
@@ -152,22 +153,17 @@ def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "wo
 
 
 def check_capacity(value: Any, key: str = "eval.capacities") -> None:
-    """ConfigError (naming config list ``key``) unless ``value`` is a positive integer or a
-    fraction in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"{key}: {value!r} is not a number; give bytes (an integer) "
-                          "or a fraction of the working set such as 0.1")
-    if not value > 0 or not math.isfinite(value):
+    """ConfigError (naming config list ``key``) unless ``value`` is a positive number of bytes
+    (an integer, or a size such as ``"512MiB"``) or a fraction in (0, 1] (``0.1``, ``"10%"``)."""
+    if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}: capacity must be > 0, got {value!r}")
-    if isinstance(value, (float, np.floating)) and value > 1.0 and value != int(value):
-        raise ConfigError(f"{key}: {value!r} is neither a whole number of bytes nor "
-                          "a fraction in (0, 1]")
+    parse_capacity(value, key)
 
 
 def check_bounds_kinds(kinds: list[str], key: str = "eval.bounds") -> list[str]:
     """``kinds`` if every one is a bound of :mod:`policies.bounds` (``foo``, ``pfoo_l``) or
     ``auto`` (FOO on short traces, PFOO-L on long ones: :func:`policies.bounds.auto_kind`)."""
-    from policies.bounds import KINDS
+    from cachegym.policies.bounds import KINDS
 
     allowed = ["auto", *KINDS]
     bad = [k for k in kinds if k not in allowed]
@@ -196,7 +192,7 @@ def check_eviction_names(key: str, names: Sequence[str]) -> None:
     """Every name of config list ``key`` an eviction policy the evaluator can run (a registered
     name or a class of the user's; exported policy files are given apart, see
     :func:`plan_learned`), checked before any replay."""
-    from policies.registry import EVICTION_NAMES
+    from cachegym.policies.registry import EVICTION_NAMES
 
     _check_names(key, names, EVICTION_NAMES, learned=True)
 
@@ -238,7 +234,7 @@ def run_one(
     ``allocator_cfg`` (a config node with ``_target_``) builds the pool through
     :func:`envs.config.instantiate`; ``None`` builds :class:`Pool` directly.
     """
-    from policies.registry import make_eviction, make_prefetch
+    from cachegym.policies.registry import make_eviction, make_prefetch
 
     preset = None if spec.preset == "none" else spec.preset
     prefetch = None if spec.prefetch == "none" else spec.prefetch
@@ -291,7 +287,7 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
     """Every name of config list ``key`` is usable, checked before any replay: the eviction list
     (``learned``: a class of the user's needs ``victim``; exported policy files are given apart,
     see :func:`plan_learned`) or the prefetch list (a class of the user's needs ``prefetch``)."""
-    from policies.registry import check_import_spec, is_import_spec, old_learned_name_error
+    from cachegym.policies.registry import check_import_spec, is_import_spec, old_learned_name_error
 
     if not names:
         raise ConfigError(f"{key}: the list is empty; allowed values: {', '.join(allowed)}")
@@ -315,7 +311,7 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
 
 def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
     """Every preset of config list ``key`` known (or a calibrated .json file), and one at least."""
-    from allocator.cost import PRESETS
+    from cachegym.allocator.cost import PRESETS
 
     allowed = ["none", *sorted(PRESETS)]
     if not presets:
@@ -346,7 +342,7 @@ def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
                           f"policies (options of conf/policy/guard/, e.g. [shadow,none])")
     for g in guards:
         guard_node(g, f"{key}.learned_guards")
-    from policies.learned import LearnedPolicy
+    from cachegym.policies.learned import LearnedPolicy
 
     files = list(dict.fromkeys(files))
     for f in files:
@@ -432,7 +428,7 @@ def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str) -> None:
 
 def evaluate(cfg: Any) -> dict[str, Any]:
     """Run the sweep that ``cfg`` describes and write results.csv / results.json (and plots)."""
-    from policies.registry import PREFETCH_NAMES
+    from cachegym.policies.registry import PREFETCH_NAMES
 
     ev = cfg.eval
     mode = str(enum_value(ev.mode))

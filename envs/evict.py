@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from allocator.errors import ConfigError, InvalidActionError
-from allocator.pool import EvictionRequest, Pool
-from allocator.trace import Op
-from envs.common import (
+from cachegym.allocator.errors import ConfigError, InvalidActionError
+from cachegym.allocator.pool import EvictionRequest, Pool
+from cachegym.allocator.trace import Op
+from cachegym.envs.common import (
     Episodes,
     PoolEnv,
     TraceSource,
@@ -30,8 +30,8 @@ from envs.common import (
     resolve_capacity,
     reward_scales,
 )
-from policies import features
-from policies.features import FeatureTracker
+from cachegym.policies import features
+from cachegym.policies.features import FeatureTracker
 
 __all__ = ["EvictEnv", "EVICT_REWARDS", "INVALID_ACTIONS"]
 

@@ -24,8 +24,8 @@ import logging
 import math
 from typing import Any
 
-from allocator.errors import ConfigError
-from allocator.trace import Op, Trace
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Op, Trace
 
 __all__ = ["OBJECTIVES", "gap_closed", "bound_rows", "stall_rows", "add_gap_closed", "check_rows_against_bounds",
            "STALL_REF", "keep_best_stall_ref"]
@@ -42,7 +42,7 @@ _TOL = 1e-7
 def _blank(tname: str, capacity: int, spec: str, mode: str, name: str, kind: str, preset: str,
            requests: int) -> dict[str, Any]:
     """A bound's row: the evaluator's columns, each blank (NaN) but those naming the row."""
-    from envs.evaluation import COLUMNS  # (that module imports this one)
+    from cachegym.envs.evaluation import COLUMNS  # (that module imports this one)
 
     row: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
     row.update(trace=tname, capacity=capacity, mode=mode, policy=name, prefetch="none",
@@ -63,7 +63,7 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
     preset and prefetcher)."""
     if not kinds:
         return []
-    from policies.bounds import FOO_MAX_REQUESTS, auto_kind, offline_bounds
+    from cachegym.policies.bounds import FOO_MAX_REQUESTS, auto_kind, offline_bounds
 
     kinds = list(dict.fromkeys(auto_kind(len(trace)) if k == "auto" else k for k in kinds))
 
@@ -98,7 +98,7 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
 def stall_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
                preset: str) -> list[dict[str, Any]]:
     """The stall lower bound's row for one (trace, capacity, preset)."""
-    from policies.bounds import stall_lower_bound
+    from cachegym.policies.bounds import stall_lower_bound
 
     requests = _requests(trace)
     r = _blank(tname, capacity, spec, mode, "stall_lb", "lower_bound", preset, requests)
@@ -140,7 +140,7 @@ def gap_closed(lru: float, value: float, bound: float) -> float:
 def check_rows_against_bounds(rows: list[dict[str, Any]]) -> None:
     """Raise :class:`~policies.bounds.BoundViolation` where a policy's misses or traffic is below
     a lower bound of its group, or its stall below its preset's ``stall_lb``."""
-    from policies.bounds import BoundViolation
+    from cachegym.policies.bounds import BoundViolation
 
     lows: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from allocator.errors import ConfigError, InvalidActionError, PoolExhausted
-from allocator.pool import Pool
-from allocator.trace import INF, Op
-from envs.candidates import SuccessorPredictor
-from envs.common import (
+from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import INF, Op
+from cachegym.envs.candidates import SuccessorPredictor
+from cachegym.envs.common import (
     Episodes,
     PoolEnv,
     TraceSource,
@@ -29,9 +29,9 @@ from envs.common import (
     resolve_capacity,
     reward_scales,
 )
-from envs.prefetch import OPPORTUNITIES
-from policies import features
-from policies.features import FeatureTracker
+from cachegym.envs.prefetch import OPPORTUNITIES
+from cachegym.policies import features
+from cachegym.policies.features import FeatureTracker
 
 __all__ = ["JointEnv", "EVICT", "PREFETCH"]
 

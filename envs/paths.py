@@ -1,19 +1,49 @@
-"""Where the repository's own files are (``data/traces``, ``conf``, ``tests``, ``outputs``), from
-any working directory: the packages sit at the top of the repository, and an editable install
-(``pip install -e .``) runs them in place. Relative paths a user gives (trace files in a config)
-are read from the working directory, as usual; the project's own files go through here.
+"""Where cachegym's own files are, from any working directory.
+
+``PACKAGE_DIR`` is the ``cachegym`` package: its ``conf/`` (Hydra's configs) and ``data/`` (the
+bundled traces) are package data, in a checkout and in an installed wheel alike.
+``PROJECT_ROOT`` is the repository around it in a checkout (its ``tests/``, for the benchmarks
+that replay the test suite's files); ``None`` in an installed wheel. Relative paths a user gives
+(trace files in a config) are read from the working directory, then among the bundled files
+(:func:`resolve_data_path`).
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["PROJECT_ROOT", "project_path"]
+__all__ = ["CONF_DIR", "PACKAGE_DIR", "PROJECT_ROOT", "data_path", "project_path",
+           "resolve_data_path"]
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONF_DIR = os.path.join(PACKAGE_DIR, "conf")
+_root = os.path.dirname(PACKAGE_DIR)
+PROJECT_ROOT: str | None = _root if os.path.isdir(os.path.join(_root, "tests")) else None
+
+
+def data_path(*parts: str) -> str:
+    """The absolute path of ``parts`` among the bundled files (``data_path("traces", "gpt.npz")``)."""
+    return os.path.join(PACKAGE_DIR, "data", *parts)
 
 
 def project_path(*parts: str) -> str:
-    """The absolute path of ``parts`` under the repository root (``project_path("data",
-    "traces", "gpt.npz")``)."""
+    """The absolute path of ``parts`` under the repository root of a checkout (``tests/...``);
+    a :class:`FileNotFoundError` in an installed wheel, which has no tests."""
+    if PROJECT_ROOT is None:
+        raise FileNotFoundError(f"{os.path.join(*parts)}: only in a checkout of cachegym's "
+                                "repository (this is an installed package)")
     return os.path.join(PROJECT_ROOT, *parts)
+
+
+def resolve_data_path(path: str) -> str:
+    """``path`` if it exists (relative to the working directory); else, for a relative path, the
+    bundled file of that name (``data/traces/gpt.npz`` or ``traces/gpt.npz``: the configs name
+    the bundled traces so) if there is one; else ``path`` unchanged (the reader says it is
+    missing)."""
+    if os.path.exists(path) or os.path.isabs(path):
+        return path
+    parts = os.path.normpath(path).split(os.sep)
+    if parts and parts[0] == "data":
+        parts = parts[1:]
+    bundled = data_path(*parts) if parts else ""
+    return bundled if bundled and os.path.exists(bundled) else path

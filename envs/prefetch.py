@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from allocator.errors import ConfigError, InvalidActionError, PoolExhausted
-from allocator.pool import Pool
-from allocator.trace import INF, Op
-from envs.candidates import SuccessorPredictor
-from envs.common import (
+from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import INF, Op
+from cachegym.envs.candidates import SuccessorPredictor
+from cachegym.envs.common import (
     Episodes,
     PoolEnv,
     TraceSource,
@@ -31,9 +31,9 @@ from envs.common import (
     resolve_capacity,
     reward_scales,
 )
-from policies import features
-from policies.base import EvictionPolicy
-from policies.features import FeatureTracker, Observed
+from cachegym.policies import features
+from cachegym.policies.base import EvictionPolicy
+from cachegym.policies.features import FeatureTracker, Observed
 
 __all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
 

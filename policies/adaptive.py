@@ -20,12 +20,12 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from allocator.errors import ConfigError
-from policies.base import EvictionPolicyBase, first_evictable
-from policies.shadow import ShadowPolicy
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies.base import EvictionPolicyBase, first_evictable
+from cachegym.policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["ARC", "S3FIFO", "SLRU"]
 

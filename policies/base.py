@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from allocator.seams import (
+from cachegym.allocator.seams import (
     EvictionPolicy,
     EvictionPolicyBase,
     PoolView,

@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from allocator.errors import CachegymError, ConfigError
-from allocator.trace import Op, Trace
+from cachegym.allocator.errors import CachegymError, ConfigError
+from cachegym.allocator.trace import Op, Trace
 
 __all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "stall_lower_bound", "KINDS",
            "FOO_MAX_REQUESTS", "FOO_AUTO_MAX", "auto_kind", "auto_lower_bound"]
@@ -431,7 +431,7 @@ def stall_lower_bound(trace: Trace, preset: Any) -> int:
     other copy (refetches, write-backs, prefetches that are not used) is left out, which keeps it
     a bound and makes it loose: ``docs/BOUNDS.md``; the sweep's ``stall_ref`` row shows how loose.
     """
-    from allocator.cost import CostModel
+    from cachegym.allocator.cost import CostModel
 
     cost = CostModel(preset)
     if cost.instant or len(trace) == 0:

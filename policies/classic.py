@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from allocator.errors import ConfigError
-from policies.base import EvictionPolicyBase, first_evictable
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies.base import EvictionPolicyBase, first_evictable
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["FIFO", "LFU", "RandomEviction", "CLOCK", "SIEVE"]
 

@@ -48,13 +48,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from allocator.errors import ConfigError, PolicyFileError
-from allocator.pool import DEVICE, H2D
-from policies import kernels as _k
-from policies.base import EvictionPolicy, EvictionPolicyBase
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.pool import DEVICE, H2D
+from cachegym.policies import kernels as _k
+from cachegym.policies.base import EvictionPolicy, EvictionPolicyBase
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = [
     "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES", "MAX_K",
@@ -79,7 +79,7 @@ windows ranked a long-running Zipf workload's objects by their ever-growing ages
 and lost to LRU (version 1 of the features)."""
 N_GAPS: int = _L["N_GAPS"]
 """Number of most recent reuse gaps kept per object."""
-N_KINDS: int = _L["N_KINDS"]  # allocator.trace.Kind
+N_KINDS: int = _L["N_KINDS"]  # cachegym.allocator.trace.Kind
 RULES = ("lru", "sample")
 MAX_K = 1024
 """Most candidates per decision (an env's ``K``, a policy file's): what a decision allocates grows
@@ -102,7 +102,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "prefetched",         # on the device through a prefetch and not used since
     "in_flight",          # being copied to the device
     "resident",           # on the device or being copied there
-    *(f"kind_{i}" for i in range(N_KINDS)),  # one-hot allocator.trace.Kind
+    *(f"kind_{i}" for i in range(N_KINDS)),  # one-hot cachegym.allocator.trace.Kind
     "seen",               # 1 when the object has history, 0 for a key never seen
     "h2d_time",           # expected fetch time under the cost model
     "writeback_time",     # expected write-back time if evicted now (0 when clean)
@@ -378,7 +378,7 @@ class Observed(EvictionPolicyBase):
         self.policy = policy
         self.tracker = tracker if tracker is not None else FeatureTracker()
         self.name = f"observed-{policy.name}"
-        # the policy's optional methods (policies.base), or None: admission, evictions of its
+        # the policy's optional methods (cachegym.policies.base), or None: admission, evictions of its
         # own (a model's, such as S3-FIFO's or SLRU's), frees of objects it had evicted
         self.admit = getattr(policy, "admit", None)
         self.pending_evictions = getattr(policy, "pending_evictions", None)

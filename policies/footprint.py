@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["structure_sizes", "rss_bytes"]
 
-_OURS = ("allocator.", "policies.", "envs.")
+_OURS = ("cachegym.",)
 _CONTAINERS = (dict, list, set, frozenset, tuple, deque, array.array)
 _ATOMS = (int, float, bool, str, bytes, type(None), np.generic, memoryview)
 _DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)

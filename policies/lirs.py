@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from policies.shadow import ShadowPolicy
+from cachegym.policies.shadow import ShadowPolicy
 
 __all__ = ["LIRS"]
 

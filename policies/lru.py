@@ -6,10 +6,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from policies.base import EvictionPolicyBase
+from cachegym.policies.base import EvictionPolicyBase
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 
 class LRU(EvictionPolicyBase):

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from allocator.errors import ConfigError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from policies.adaptive import ARC
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.adaptive import ARC
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["LCS_INIT", "LCS_MIN_CAPACITY", "FREES_UNSERVED", "EXACT", "ParityResult",
            "FREES_EXPLAINED", "libcachesim_hits", "libcachesim_hits_with_frees", "pool_hits",
@@ -142,7 +142,7 @@ def pool_hits(trace: Trace, policy: str | Any, capacity: int, frees: bool = Fals
     """cachegym's ``policy`` (a name, or a policy object) over ``trace``'s requests at
     ``capacity`` bytes: (whether each request hit, the pool, the policy). Ops are ignored, as
     in an oracleGeneral file; with ``frees``, a free is ``Pool.free`` and is no request."""
-    from policies.registry import make_eviction
+    from cachegym.policies.registry import make_eviction
 
     p = make_eviction(policy, trace=trace) if isinstance(policy, str) else policy
     pool = Pool(int(capacity), p, placement="bytes", oversize="bypass")
@@ -247,7 +247,7 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
     policy of :data:`FREES_EXPLAINED` that differs is replayed once more as the model of
     libCacheSim's remove; the row's ``explained`` says why when that model agrees on every
     request (the row still does not ``agree``)."""
-    from envs.workloads.formats import read_trace, write_oracle_general
+    from cachegym.envs.workloads.formats import read_trace, write_oracle_general
 
     unknown = [p for p in policies if p not in LCS_INIT]
     if unknown:

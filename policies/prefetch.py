@@ -10,12 +10,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from allocator.errors import ConfigError
-from allocator.trace import Op, Trace
-from policies.base import PrefetchPolicyBase
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.base import PrefetchPolicyBase
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["NoPrefetch", "MarkovPrefetcher", "StridePrefetcher", "LookaheadPrefetcher"]
 

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from allocator.errors import ConfigError
-from allocator.trace import INF, Op, Trace
-from policies.base import EvictionPolicyBase
-from policies.shadow import ShadowPolicy
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import INF, Op, Trace
+from cachegym.policies.base import EvictionPolicyBase
+from cachegym.policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["GDSF", "Belady"]
 

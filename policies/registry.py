@@ -25,22 +25,22 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from allocator.errors import ConfigError
+from cachegym.allocator.errors import ConfigError
 
 if TYPE_CHECKING:
-    from allocator.trace import Trace
-    from policies.base import EvictionPolicy, PrefetchPolicy
+    from cachegym.allocator.trace import Trace
+    from cachegym.policies.base import EvictionPolicy, PrefetchPolicy
 
-__all__ = ["make_eviction", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES",
+__all__ = ["make_eviction", "make_policy", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES",
            "keyword_names", "refuse_unknown"]
 
 
 def _eviction_classes() -> dict[str, Callable[..., Any]]:
-    from policies.adaptive import ARC, S3FIFO, SLRU
-    from policies.classic import CLOCK, FIFO, LFU, SIEVE, RandomEviction
-    from policies.lirs import LIRS
-    from policies.lru import LRU
-    from policies.priority import GDSF, Belady
+    from cachegym.policies.adaptive import ARC, S3FIFO, SLRU
+    from cachegym.policies.classic import CLOCK, FIFO, LFU, SIEVE, RandomEviction
+    from cachegym.policies.lirs import LIRS
+    from cachegym.policies.lru import LRU
+    from cachegym.policies.priority import GDSF, Belady
 
     return {
         "lru": LRU, "fifo": FIFO, "lfu": LFU, "random": RandomEviction, "clock": CLOCK,
@@ -50,7 +50,7 @@ def _eviction_classes() -> dict[str, Callable[..., Any]]:
 
 
 def _prefetch_classes() -> dict[str, Callable[..., Any]]:
-    from policies.prefetch import (
+    from cachegym.policies.prefetch import (
         LookaheadPrefetcher,
         MarkovPrefetcher,
         NoPrefetch,
@@ -93,7 +93,7 @@ def old_learned_name_error(name: str, key: str | None = None) -> ConfigError | N
 
 
 def _guard_names() -> tuple[str, ...]:
-    from policies.learned import GUARD_NAMES
+    from cachegym.policies.learned import GUARD_NAMES
 
     return GUARD_NAMES
 
@@ -106,7 +106,7 @@ def make_learned(path: str | os.PathLike[str], *, guard: Any = "shadow", **param
     if not path or not str(path).strip():
         raise ConfigError("learned policy needs a file: make_eviction('learned', path=PATH, "
                           "guard='shadow')")
-    from policies.learned import LearnedPolicy  # lazy: may pull numpy only
+    from cachegym.policies.learned import LearnedPolicy  # lazy: may pull numpy only
 
     refuse_unknown("policy 'learned'", params, ["path", *LearnedPolicy.load_keywords()])
     return LearnedPolicy.load(path, guard=guard, **params)
@@ -135,6 +135,10 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
     if key == "random":
         params.setdefault("seed", seed)
     return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
+
+
+make_policy = make_eviction
+"""The public name (``cachegym.make_policy``) of :func:`make_eviction`."""
 
 
 def make_prefetch(name: str | None, *, trace: Trace | None = None,
@@ -291,5 +295,5 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
     if method == "victim" and missing:
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {', '.join(missing)}: an "
                           f"eviction policy has victim and the hooks {', '.join(_EVICTION_HOOKS)}; "
-                          "derive it from policies.base.EvictionPolicyBase for no-op hooks")
+                          "derive it from cachegym.policies.base.EvictionPolicyBase for no-op hooks")
     return obj

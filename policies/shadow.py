@@ -19,10 +19,10 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from policies.base import EvictionPolicyBase, first_evictable
+from cachegym.policies.base import EvictionPolicyBase, first_evictable
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["ShadowPolicy"]
 

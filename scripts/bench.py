@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
         if name in argv[:1]:  # import only the benchmark asked for (each has its own deps)
-            mod = importlib.import_module(f"bench_{name}")
+            mod = importlib.import_module(f"cachegym.scripts.bench_{name}")
             mod.add_args(p)
             p.set_defaults(_run=mod.run)
     args = parser.parse_args(argv)
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             why = ("it is a directory" if os.path.isdir(args.json) else
                    f"{d} is not a directory" if not os.path.isdir(d) else f"{d} is not writable")
             parser.error(f"argument --json: cannot write {args.json!r}: {why}")
-    from allocator.errors import CachegymError
+    from cachegym.allocator.errors import CachegymError
 
     try:
         figures = args._run(args)

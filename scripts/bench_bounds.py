@@ -12,18 +12,17 @@ of the same trace beside them. Targets: FOO < 60 s, PFOO-L < 10 s.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from typing import Any
 
-from envs.paths import PROJECT_ROOT as ROOT
+from cachegym.envs.paths import data_path
 
 FOO_TARGET_S = 60.0
 PFOO_TARGET_S = 10.0
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", default=os.path.join(ROOT, "data", "traces", "gpt.npz"),
+    p.add_argument("--trace", default=data_path("traces", "gpt.npz"),
                    help="recorded trace for FOO (default data/traces/gpt.npz)")
     p.add_argument("--foo-requests", type=int, default=7_000, help="FOO on this many first rows")
     p.add_argument("--requests", type=int, default=1_000_000, help="PFOO-L's Zipf trace length")
@@ -39,8 +38,8 @@ def _capacity(trace: Any, mode: str, share: float) -> int:
 
 
 def _lru(trace: Any, cap: int, mode: str) -> dict[str, float]:
-    from allocator.pool import Pool
-    from policies.registry import make_eviction
+    from cachegym.allocator.pool import Pool
+    from cachegym.policies.registry import make_eviction
 
     t = trace if mode == "bytes" else trace.with_sizes(1)
     st = Pool(cap, make_eviction("lru"), placement="bytes", oversize="bypass").replay(t)
@@ -52,10 +51,10 @@ def _line(name: str, b: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from allocator.errors import ConfigError
-    from allocator.trace import Trace
-    from envs.workloads import zipf
-    from policies.bounds import offline_bounds
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.workloads import zipf
+    from cachegym.policies.bounds import offline_bounds
 
     if args.capacity > 1:
         raise ConfigError(f"--capacity is a share of the peak live bytes in (0, 1], got {args.capacity}")

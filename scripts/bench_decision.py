@@ -42,8 +42,8 @@ def _at_least_one(text: str) -> int:
 
 
 def _random_policy(hidden: list[int], K: int, d: str) -> str:
-    from policies import features
-    from policies.learned import save_policy_file
+    from cachegym.policies import features
+    from cachegym.policies.learned import save_policy_file
 
     rng = np.random.default_rng(0)
     a = {"wc": rng.normal(size=(features.F, hidden[0])), "wg": rng.normal(size=(features.G, hidden[0])),
@@ -72,10 +72,10 @@ def machine_floor(path: str, K: int, cap: int, trace: Any, n: int) -> dict[str, 
     and a fraction ``m / K``, sets them; the later decisions are measured. Neither the work nor
     its data change from one call to the next: its spread is the machine's (timer interrupts, and
     neighbours slowing this core down, which a busy wait would not see). ``None`` without the C
-    forward pass (policies.kernels interpreted)."""
-    from allocator.pool import Pool
-    from policies import kernels
-    from policies.learned import LearnedPolicy
+    forward pass (cachegym.policies.kernels interpreted)."""
+    from cachegym.allocator.pool import Pool
+    from cachegym.policies import kernels
+    from cachegym.policies.learned import LearnedPolicy
 
     pol = LearnedPolicy.load(path, K=K, guard=False)
     nat = pol.scorer.kernel
@@ -144,11 +144,11 @@ def interruptions(seconds: float = 0.5, threshold_ns: int = 3000) -> dict[str, f
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from allocator.pool import Pool
-    from envs.evaluation import TimedPolicy
-    from envs.workloads import generate
-    from policies.learned import LearnedPolicy
-    from policies.lru import LRU
+    from cachegym.allocator.pool import Pool
+    from cachegym.envs.evaluation import TimedPolicy
+    from cachegym.envs.workloads import generate
+    from cachegym.policies.learned import LearnedPolicy
+    from cachegym.policies.lru import LRU
 
     trace = generate("zipf", seed=0, n_requests=args.requests, n_objects=4000, alpha=0.9, size=4096)
     cap = 400 * 4096
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             Pool(cap, tp, placement="bytes").replay(trace)  # type: ignore[arg-type]
             timed[name] = tp.times_ns
         if len(timed["learned"]) < 100:
-            from allocator.errors import ConfigError
+            from cachegym.allocator.errors import ConfigError
 
             raise ConfigError(f"--requests {args.requests} leaves {len(timed['learned'])} eviction "
                               "decisions (fewer than 100) in a pool of 400 objects: use --requests "
@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lp50, lp99 = _pct(timed["learned"])
         floor = machine_floor(path, args.K, cap, trace, len(timed["learned"]))
         gaps = interruptions()
-    from policies import kernels
+    from cachegym.policies import kernels
 
     fwd: list[int] = []  # the forward pass deployment runs (policies.kernels.Scorer)
     nat = learned.scorer.kernel

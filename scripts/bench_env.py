@@ -93,7 +93,7 @@ def random_action(env: Any, rng: np.random.Generator) -> int:
 
 def random_agent_rate(env_id: str, K: int, seconds: float, seed: int) -> dict[str, float]:
     """Decisions per second of a random valid-action agent (env construction excluded)."""
-    from envs.registration import register_envs
+    from cachegym.envs.registration import register_envs
 
     register_envs()
 
@@ -143,8 +143,8 @@ def ppo_env_share(K: int, steps: int, seed: int, agent: str = "sb3", torch_threa
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from envs.registration import register_envs
-    from policies.training.agents import quiet_logger
+    from cachegym.envs.registration import register_envs
+    from cachegym.policies.training.agents import quiet_logger
 
     register_envs()
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -185,8 +185,8 @@ def _project_setup(seed: int) -> tuple[Any, list[Any], Any]:
     recorded inference ones) and the :class:`EnvFactory` that builds its envs."""
     from hydra import compose, initialize_config_dir
 
-    from policies.training.config import register_train_configs
-    from policies.training.train import EnvFactory, load_trace_list
+    from cachegym.policies.training.config import register_train_configs
+    from cachegym.policies.training.train import EnvFactory, load_trace_list
 
     register_train_configs()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -199,10 +199,10 @@ def _project_setup(seed: int) -> tuple[Any, list[Any], Any]:
 def _project_ppo(seed: int, timed: list[TimedEnv]) -> tuple[Any, str]:
     """The project's PPO model over timed envs, built as :func:`policies.training.train.train`
     builds it for ``agent=ppo`` (see :func:`ppo_env_share`)."""
-    from envs.config import instantiate
-    from policies.training.agents import TrainContext
-    from policies.training.nets import feature_indices
-    from policies.training.train import seed_everything
+    from cachegym.envs.config import instantiate
+    from cachegym.policies.training.agents import TrainContext
+    from cachegym.policies.training.nets import feature_indices
+    from cachegym.policies.training.train import seed_everything
 
     cfg, traces, factory = _project_setup(seed)
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
@@ -212,7 +212,7 @@ def _project_ppo(seed: int, timed: list[TimedEnv]) -> tuple[Any, str]:
         timed.append(e)
         return e
 
-    from policies.features import FEATURE_NAMES
+    from cachegym.policies.features import FEATURE_NAMES
 
     ctx = TrainContext(make_env=make_env, hidden=list(cfg.policy.hidden), seed=seed,
                        ignore=feature_indices(list(cfg.policy.ignore_features), FEATURE_NAMES))
@@ -241,8 +241,8 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", e
     answer to the next eviction request (the env's row loop, the pool and the FeatureTracker's
     hooks); ``outside`` is the rest of the agent loop (resets). ``env``: an EvictEnv to time
     instead of ``EvictEnv(K=K, candidates=candidates)``."""
-    from envs.evict import EvictEnv
-    from policies import features
+    from cachegym.envs.evict import EvictEnv
+    from cachegym.policies import features
 
     if env is None:
         env = EvictEnv(K=K, candidates=candidates)
@@ -319,7 +319,7 @@ def pool_loop_cost(K: int, seed: int, candidates: str = "lru", repeats: int = 5,
     decisions (``Pool.steps``, the pool's one access loop, compiled where it is built). CPU time,
     best of ``repeats``. ``env``: an EvictEnv to replay instead of ``EvictEnv(K=K,
     candidates=candidates)``."""
-    from envs.evict import EvictEnv
+    from cachegym.envs.evict import EvictEnv
 
     if env is None:
         env = EvictEnv(K=K, candidates=candidates)
@@ -371,7 +371,7 @@ def machine_speed() -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from policies import features
+    from cachegym.policies import features
 
     kernel = "compiled" if features.COMPILED else "interpreted"  # policies/kernels.py
     out: dict[str, Any] = {"K": args.K, "feature_kernel": kernel}

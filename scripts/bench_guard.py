@@ -22,8 +22,9 @@ import sys
 import time
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from cachegym.envs.paths import project_path
+
+ROOT = project_path()  # a checkout's: this benchmark compares checkouts
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -41,10 +42,10 @@ def measure(root: str, policy: str, guard: str, trace: str, requests: int, capac
     """One replay in this process, with the code importable here (the child's work)."""
     import numpy as np
 
-    from allocator.pool import Pool
-    from allocator.trace import Trace
-    from envs.workloads import read_trace
-    from policies.registry import make_eviction
+    from cachegym.allocator.pool import Pool
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies.registry import make_eviction
 
     t = read_trace(os.path.join(root, "data", "traces", f"{trace}.npz"))
     idx = np.resize(np.arange(len(t)), requests)  # the trace again and again
@@ -66,7 +67,7 @@ def _child(root: str, args: argparse.Namespace, trace: str) -> dict[str, Any]:
            str(args.requests), str(args.capacity)]
     out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
     if out.returncode != 0:
-        from allocator.errors import ConfigError
+        from cachegym.allocator.errors import ConfigError
 
         raise ConfigError(f"the replay under {root} failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -75,7 +76,7 @@ def _child(root: str, args: argparse.Namespace, trace: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     trees = {"this": ROOT}
     if args.baseline:
-        from allocator.errors import ConfigError
+        from cachegym.allocator.errors import ConfigError
 
         base = os.path.abspath(args.baseline)
         if not os.path.isdir(os.path.join(base, "policies")):
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{trace:>14} {name:>8}: {r['req_per_s']:>9,.0f} requests/s of CPU time "
                       f"({r['wall_req_per_s']:,.0f} of wall time; hits {r['hits']:,}, misses "
                       f"{r['misses']:,})", flush=True)
-        row = {name: {"req_per_s": statistics.median(r["req_per_s"] for r in rs),
+        row: dict[str, Any] = {name: {"req_per_s": statistics.median(r["req_per_s"] for r in rs),
                       "hits": rs[0]["hits"], "misses": rs[0]["misses"]} for name, rs in runs.items()}
         if "baseline" in row:
             row["speedup"] = row["this"]["req_per_s"] / row["baseline"]["req_per_s"]

@@ -11,17 +11,16 @@ pool and its policy reach (:func:`policies.footprint.structure_sizes`), which mu
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from typing import Any
 
 import numpy as np
 
-from envs.paths import PROJECT_ROOT as ROOT
+from cachegym.envs.paths import project_path
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default=os.path.join(ROOT, "tests", "golden", "policy.npz"),
+    p.add_argument("--policy", default=None,
                    help="exported policy file (default: the goldens' tests/golden/policy.npz)")
     p.add_argument("--guard", default="shadow", help="guard (conf/policy/guard/: shadow, trial, lru, none)")
     p.add_argument("--requests", type=int, default=10_000_000, help="requests in all (default 10M)")
@@ -32,17 +31,18 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from allocator.pool import Pool
-    from allocator.trace import Trace
-    from envs.workloads.synthetic import zipf_ranks
-    from policies.footprint import rss_bytes, structure_sizes
-    from policies.registry import make_eviction
+    from cachegym.allocator.pool import Pool
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.workloads.synthetic import zipf_ranks
+    from cachegym.policies.footprint import rss_bytes, structure_sizes
+    from cachegym.policies.registry import make_eviction
 
     m, every = args.objects, min(args.every, args.requests)
     rng = np.random.default_rng(args.seed)
     keys = rng.permutation(m).astype(np.int64)
     size = 4096
-    pol = make_eviction("learned", path=args.policy, guard=args.guard)
+    policy = args.policy or project_path("tests", "golden", "policy.npz")
+    pol = make_eviction("learned", path=policy, guard=args.guard)
     pool = Pool(max(1, m // 4) * size, pol, placement="bytes", oversize="bypass")
     samples: list[dict[str, Any]] = []
     done = 0

@@ -32,8 +32,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from allocator.backends import NumpyBackend
-    from allocator.offload import (
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.offload import (
         ActivationOffload,
         TinyTransformer,
         activation_footprint,
@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         train(twin, batches, 2, offload=off)
         for i in range(args.steps):
             b = [batches[i % len(batches)]]
-            first, second = (model, None), (twin, off)
+            first: tuple[Any, Any] = (model, None)
+            second: tuple[Any, Any] = (twin, off)
             if i % 2:  # alternate which goes first
                 first, second = second, first
             for m, o in (first, second):

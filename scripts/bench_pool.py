@@ -120,8 +120,8 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def _measure(warm: list[int], keys: list[int], cap: int, size: int, placement: str,
              repeat: int, floor: bool) -> dict[str, Any]:
-    from allocator.pool import Pool
-    from policies.lru import LRU
+    from cachegym.allocator.pool import Pool
+    from cachegym.policies.lru import LRU
 
     wsizes, sizes = [size] * len(warm), [size] * len(keys)
     t_bare: list[float] = []
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"accesses": args.accesses, "objects": args.objects,
                                "size": args.size, "repeat": args.repeat,
                                "targets": {"hit": HIT_TARGET, "miss": MISS_TARGET}}
-    from allocator import pool as pool_mod
+    from cachegym.allocator import pool as pool_mod
 
     figures["compiled"] = pool_mod.COMPILED
     print("access loop: " + ("compiled (Cython, from allocator/pool.py)" if pool_mod.COMPILED else

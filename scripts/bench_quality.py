@@ -17,7 +17,7 @@ import glob
 import os
 from typing import Any
 
-from envs.paths import PROJECT_ROOT as ROOT
+from cachegym.envs.paths import CONF_DIR
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -39,19 +39,19 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def _train(seed: int) -> str:
     from hydra import compose, initialize_config_dir
 
-    from policies.training.config import register_train_configs
-    from policies.training.train import train
+    from cachegym.policies.training.config import register_train_configs
+    from cachegym.policies.training.train import train
 
     register_train_configs()
-    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose("main", overrides=[f"seed={seed}", f"out_dir={ROOT}/outputs/bench_quality/seed{seed}"])
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("main", overrides=[f"seed={seed}", f"out_dir={os.path.abspath('outputs')}/bench_quality/seed{seed}"])
     return str(train(cfg)["policy"])
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import logging
 
-    from policies.training.quality import (
+    from cachegym.policies.training.quality import (
         broad_held_out,
         default_held_out,
         format_quality,
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     path = args.policy
     if path is None and not args.train:
-        found = sorted(glob.glob(os.path.join(ROOT, "outputs", "main", "*", "train", "policy.npz")),
+        found = sorted(glob.glob(os.path.join("outputs", "main", "*", "train", "policy.npz")),
                        key=os.path.getmtime)
         path = found[-1] if found else None
     if path is None:

@@ -55,20 +55,20 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _zipf(args: argparse.Namespace) -> Any:
-    from envs.workloads import generate
+    from cachegym.envs.workloads import generate
 
     return generate("zipf", seed=0, n_requests=args.requests, n_objects=args.objects,
                     alpha=args.alpha, size=4096, size_sigma=1.0)
 
 
 def _dl(args: argparse.Namespace) -> Any:
-    from allocator.trace import Trace
-    from envs.paths import project_path
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.paths import project_path
 
     path = args.dl_trace or project_path("data", "traces", "gpt.npz")
     if os.path.exists(path):
         return Trace.load(path)
-    from envs.workloads import generate
+    from cachegym.envs.workloads import generate
 
     return generate("dl_training", seed=0)
 
@@ -77,8 +77,8 @@ def _dl_tiled(args: argparse.Namespace) -> Any:
     """The DL trace's requests repeated to about ``--dl-tiled`` requests, with the same object
     ids (later iterations touch the same tensors), so that fixed per-call costs do not dominate
     the small recorded trace."""
-    from allocator.trace import Trace
-    from envs.workloads import read_trace, write_oracle_general
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.workloads import read_trace, write_oracle_general
 
     src = _dl(args)
     with tempfile.TemporaryDirectory() as d:  # the stream oracleGeneral holds (no frees)
@@ -102,8 +102,8 @@ def _best(fn: Any, repeat: int) -> tuple[float, Any]:
 
 def _pool_replay(trace: Any, cap: int, pol: str, preset: str | None = None) -> Any:
     """The pool's replay of ``trace`` with the registry's ``pol`` (its stats)."""
-    from allocator.pool import Pool
-    from policies.registry import make_eviction
+    from cachegym.allocator.pool import Pool
+    from cachegym.policies.registry import make_eviction
 
     return Pool(cap, make_eviction(pol, trace=trace), placement="bytes", cost=preset,
                 oversize="bypass").replay(trace)
@@ -112,7 +112,7 @@ def _pool_replay(trace: Any, cap: int, pol: str, preset: str | None = None) -> A
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import libcachesim as lcs
 
-    from envs.workloads import read_trace, write_oracle_general
+    from cachegym.envs.workloads import read_trace, write_oracle_general
 
     if args.dl_tiled is not None and args.dl_tiled < 0:
         raise SystemExit("bench.py replay: --dl-tiled must be >= 0 requests (0 skips the tiled trace)")

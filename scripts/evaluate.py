@@ -20,9 +20,9 @@ import threading
 import hydra
 from omegaconf import DictConfig
 
-from allocator.errors import CachegymError
-from envs.config import register_configs
-from envs.evaluation import evaluate
+from cachegym.allocator.errors import CachegymError
+from cachegym.envs.config import register_configs
+from cachegym.envs.evaluation import evaluate
 
 register_configs()
 

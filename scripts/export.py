@@ -22,7 +22,7 @@ import argparse
 import os
 import sys
 
-from allocator.errors import CachegymError
+from cachegym.allocator.errors import CachegymError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.out is None and not (args.onnx and args.source.endswith(".npz")):
         p.error("--out is required (it may be left out only with --onnx and a policy .npz source)")
-    from policies.training.export import export_file, export_onnx
+    from cachegym.policies.training.export import export_file, export_onnx
 
     try:
         path = args.source

@@ -34,7 +34,7 @@ import time
 import traceback
 from typing import Any
 
-from envs.paths import PROJECT_ROOT as ROOT
+from cachegym.envs.paths import project_path
 
 GPU_MODEL = {"vocab": 4096, "d": 768, "heads": 12, "layers": 6, "seq": 512, "batch": 8}
 CPU_MODEL = {"vocab": 64, "d": 32, "heads": 2, "layers": 2, "seq": 16, "batch": 4}
@@ -87,7 +87,7 @@ def environment(dry: bool) -> dict[str, Any]:
     if not dry:
         import cupy
 
-        from allocator.cupy_backend import device_info
+        from cachegym.allocator.cupy_backend import device_info
 
         env["cupy"] = cupy.__version__
         env["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
@@ -96,8 +96,8 @@ def environment(dry: bool) -> dict[str, Any]:
 
 
 def check_backend(args: argparse.Namespace, rep: Report) -> None:
-    from allocator.backends import NumpyBackend
-    from allocator.cupy_backend import CupyBackend, parity_run
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.cupy_backend import CupyBackend, parity_run
 
     sec: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -106,9 +106,9 @@ def check_backend(args: argparse.Namespace, rep: Report) -> None:
     else:
         log = os.path.join(args.out, "pytest_gpu.txt")
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-               os.path.join(ROOT, "tests", "allocator", "test_cupy_backend.py")]
+               project_path("tests", "allocator", "test_cupy_backend.py")]
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+            proc = subprocess.run(cmd, cwd=project_path(), capture_output=True, text=True,
                                   timeout=args.pytest_timeout)
         except subprocess.TimeoutExpired as e:
             with open(log, "w") as f:
@@ -144,9 +144,9 @@ def check_backend(args: argparse.Namespace, rep: Report) -> None:
 
 
 def check_calibration(args: argparse.Namespace, rep: Report) -> Any:
-    from allocator.backends import NumpyBackend
-    from allocator.cost import load_preset, save_preset
-    from allocator.cupy_backend import CupyBackend, calibrate, device_info
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.cost import load_preset, save_preset
+    from cachegym.allocator.cupy_backend import CupyBackend, calibrate, device_info
 
     t0 = time.perf_counter()
     if args.cpu_dry_run:
@@ -175,14 +175,14 @@ def check_calibration(args: argparse.Namespace, rep: Report) -> Any:
 
 def _candidates(args: argparse.Namespace, rep: Report) -> tuple[dict[str, Any], str]:
     """Eviction policy factories to compare, and how the best one is picked."""
-    from policies.lru import LRU
+    from cachegym.policies.lru import LRU
 
     if args.policy:
-        from policies.registry import make_eviction
+        from cachegym.policies.registry import make_eviction
 
         return {"learned": lambda: make_eviction("learned", path=args.policy, guard="shadow")}, "--policy file"
     try:
-        from policies.registry import EVICTION_NAMES, make_eviction
+        from cachegym.policies.registry import EVICTION_NAMES, make_eviction
     except Exception as e:  # a partial checkout: LRU alone
         rep.data.setdefault("notes", []).append(f"policy registry unavailable: {e!r}")
         return {"lru": LRU}, "LRU only (no registry)"
@@ -194,9 +194,9 @@ def _candidates(args: argparse.Namespace, rep: Report) -> tuple[dict[str, Any], 
 def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
     import torch
 
-    from allocator.backends import NumpyBackend
-    from allocator.cupy_backend import CupyBackend
-    from allocator.offload import (
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.cupy_backend import CupyBackend
+    from cachegym.allocator.offload import (
         ActivationOffload,
         ReversePackOrder,
         TinyTransformer,
@@ -204,8 +204,8 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
         make_batches,
         train,
     )
-    from allocator.pool import Pool
-    from policies.lru import LRU
+    from cachegym.allocator.pool import Pool
+    from cachegym.policies.lru import LRU
 
     t0 = time.perf_counter()
     dry = args.cpu_dry_run
@@ -309,7 +309,7 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
     sec["best_policy"] = choice
     order = list(cands)
     if len(cands) > 1:
-        sims = {}
+        sims: dict[str, dict[str, Any]] = {}
         for name, make in cands.items():
             try:
                 st = Pool(budget, make(), prefetcher=ReversePackOrder(depth=args.prefetch_depth),
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cpu_dry_run:
         import torch
 
-        from allocator.cupy_backend import cuda_available
+        from cachegym.allocator.cupy_backend import cuda_available
 
         if not (cuda_available() and torch.cuda.is_available()):
             print("gpu_check: no CUDA GPU is visible here (cupy sees none or is not installed; "

@@ -18,15 +18,15 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from allocator.errors import CachegymError
-from policies.training.config import register_train_configs
+from cachegym.allocator.errors import CachegymError
+from cachegym.policies.training.config import register_train_configs
 
 register_train_configs()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="main")
 def main(cfg: DictConfig) -> None:
-    from policies.training.main_job import run_main
+    from cachegym.policies.training.main_job import run_main
 
     try:
         res = run_main(cfg)

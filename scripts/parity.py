@@ -23,19 +23,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from allocator.errors import CachegymError
-from envs.workloads.formats import FORMATS, read_trace
+from cachegym.allocator.errors import CachegymError
+from cachegym.envs.workloads.formats import FORMATS, read_trace
 
 
 def _number(text: str) -> int | float:
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.allocator.sizes import parse_capacity
+
     try:
         return int(text)
     except ValueError:
         try:
             return float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a number: give bytes (an integer) or a fraction such as 0.1") from None
+            try:
+                return parse_capacity(text, "--capacities")  # 512MiB, 10%
+            except ConfigError as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _list(text: str) -> list[str]:
@@ -43,7 +48,7 @@ def _list(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from policies.parity import EXACT, FREES_UNSERVED, LCS_INIT
+    from cachegym.policies.parity import EXACT, FREES_UNSERVED, LCS_INIT
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", type=Path, help="trace file")
@@ -61,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.policies is None:
         args.policies = [p for p in LCS_INIT if not (args.frees and p in FREES_UNSERVED)]
     try:
-        from envs.evaluation import check_capacities, resolve_capacity
-        from policies.parity import compare
+        from cachegym.envs.evaluation import check_capacities, resolve_capacity
+        from cachegym.policies.parity import compare
 
         check_capacities("--capacities", args.capacities)
         trace = read_trace(args.path, args.format)

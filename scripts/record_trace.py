@@ -21,9 +21,9 @@ def _positive(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from allocator.errors import CachegymError
-    from envs.workloads.models import WORKLOADS, make_workload
-    from envs.workloads.recorder import record
+    from cachegym.allocator.errors import CachegymError
+    from cachegym.envs.workloads.models import WORKLOADS, make_workload
+    from cachegym.envs.workloads.recorder import record
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", choices=sorted(WORKLOADS), help="ready-made workload")

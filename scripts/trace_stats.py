@@ -15,9 +15,9 @@ import csv
 import sys
 from pathlib import Path
 
-from allocator.errors import CachegymError
-from envs.workloads.formats import FORMATS, read_trace
-from envs.workloads.stats import (
+from cachegym.allocator.errors import CachegymError
+from cachegym.envs.workloads.formats import FORMATS, read_trace
+from cachegym.envs.workloads.stats import (
     auto_sample_rate,
     format_stats,
     lru_mrc,

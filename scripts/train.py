@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train a learned eviction policy and export it (the logic: policies.training.train.train).
+"""Train a learned eviction policy and export it (the logic: cachegym.policies.training.train.train).
 
     python scripts/train.py                                  # Belady imitation (BC + DAgger)
     python scripts/train.py agent=imitation_ppo              # ... then a MaskablePPO fine-tune
@@ -19,8 +19,8 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from allocator.errors import CachegymError
-from policies.training.config import register_train_configs
+from cachegym.allocator.errors import CachegymError
+from cachegym.policies.training.config import register_train_configs
 
 register_train_configs()
 
@@ -29,7 +29,7 @@ register_train_configs()
 def main(cfg: DictConfig) -> float:
     """Train and export; returns the objective a Hydra sweeper maximises: the exported policy's
     validation gap closed to the offline bound in traffic (NaN without validation traces)."""
-    from policies.training.train import train
+    from cachegym.policies.training.train import train
 
     try:
         result = train(cfg)

@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def numpy_backend():
     """A NumpyBackend (worker threads on); closed after the test."""
-    from allocator.backends import NumpyBackend
+    from cachegym.allocator.backends import NumpyBackend
 
     be = NumpyBackend()
     yield be

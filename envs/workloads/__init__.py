@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.workloads.formats import (
+from cachegym.envs.workloads.formats import (
     FORMATS,
     ORACLE_GENERAL_DTYPE,
     read_csv,
@@ -20,9 +20,9 @@ from envs.workloads.formats import (
     write_trace,
     write_txt,
 )
-from envs.workloads.ml import dl_training, embedding, llm_kv_cache
-from envs.workloads.registry import GENERATORS, generate
-from envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
+from cachegym.envs.workloads.ml import dl_training, embedding, llm_kv_cache
+from cachegym.envs.workloads.registry import GENERATORS, generate
+from cachegym.envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
 
 __all__ = [
     "FORMATS",
@@ -53,6 +53,6 @@ __all__ = [
 
 def record(*args: Any, **kwargs: Any) -> Any:
     """Record a PyTorch training loop; see :func:`envs.workloads.recorder.record` (imports torch)."""
-    from envs.workloads.recorder import record as _record
+    from cachegym.envs.workloads.recorder import record as _record
 
     return _record(*args, **kwargs)

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from allocator.errors import ConfigError, TraceError
-from allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace
+from cachegym.allocator.errors import ConfigError, TraceError
+from cachegym.allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace
 
 __all__ = [
     "ORACLE_GENERAL_DTYPE",

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from allocator.trace import Kind, Op, Trace
-from envs.workloads.synthetic import _check, make_trace, zipf_ranks
+from cachegym.allocator.trace import Kind, Op, Trace
+from cachegym.envs.workloads.synthetic import _check, make_trace, zipf_ranks
 
 __all__ = ["dl_training", "llm_kv_cache", "embedding"]
 

@@ -385,7 +385,7 @@ WORKLOADS: dict[str, Callable[[int], Workload]] = {
 
 def make_workload(name: str, seed: int = 0) -> Workload:
     """The ready-made workload called ``name`` (see :data:`WORKLOADS`)."""
-    from allocator.errors import ConfigError
+    from cachegym.allocator.errors import ConfigError
 
     if name not in WORKLOADS:
         raise ConfigError(f"unknown model {name!r}; choose one of {sorted(WORKLOADS)}")

@@ -34,8 +34,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from allocator.errors import ConfigError
-from allocator.trace import Kind, Op, Trace
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Kind, Op, Trace
 
 __all__ = ["record", "TraceRecorder"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from allocator.errors import ConfigError
-from allocator.trace import Trace
-from envs.workloads.ml import dl_training, embedding, llm_kv_cache
-from envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Trace
+from cachegym.envs.workloads.ml import dl_training, embedding, llm_kv_cache
+from cachegym.envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
 
 __all__ = ["GENERATORS", "generate"]
 

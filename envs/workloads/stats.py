@@ -9,8 +9,8 @@ from typing import Any, Literal, NamedTuple
 import numba
 import numpy as np
 
-from allocator.errors import ConfigError
-from allocator.trace import Kind, Op, Trace
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Kind, Op, Trace
 
 __all__ = ["TraceStats", "trace_stats", "reuse_distances", "plot_reuse_histogram", "format_stats",
            "MissRatioCurve", "lru_mrc", "auto_sample_rate", "plot_mrc", "SAMPLE_ABOVE"]
@@ -292,7 +292,7 @@ def plot_mrc(curve: MissRatioCurve, path: str, mode: str = "bytes", title: str =
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    from envs.evaluation import human_bytes
+    from cachegym.envs.evaluation import human_bytes
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.step(curve.capacities, curve.miss_ratios, where="post", label="LRU")

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from allocator.errors import ConfigError
-from allocator.trace import Op, Trace
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Op, Trace
 
 __all__ = ["zipf", "uniform", "scan", "loop", "mixture", "phase_change", "zipf_ranks",
            "object_sizes", "make_trace"]
@@ -207,7 +207,7 @@ def mixture(
     (``"generator"`` is accepted for ``"name"``, as in the environments' trace specs);
     components get disjoint keys (offset by ``i * 2**40``) and their own derived seeds."""
     params = {"components": [dict(c) for c in components], "n_requests": n_requests, "seed": seed}
-    from envs.workloads.registry import GENERATORS
+    from cachegym.envs.workloads.registry import GENERATORS
 
     reg = GENERATORS if registry is None else registry
     _check(len(components) >= 1, "components", components, "a non-empty list")

@@ -13,10 +13,17 @@ Each module imports only those above it in this list.
 
 from __future__ import annotations
 
-from policies.learned.guards import GUARD_NAMES, Guard, GuardName, LRUGuard, ShadowGuard, make_guard
-from policies.learned.network import CandidateScorer
-from policies.learned.policy import DEFAULT_BUDGET_US, LearnedPolicy
-from policies.learned.policy_file import (
+from cachegym.policies.learned.guards import (
+    GUARD_NAMES,
+    Guard,
+    GuardName,
+    LRUGuard,
+    ShadowGuard,
+    make_guard,
+)
+from cachegym.policies.learned.network import CandidateScorer
+from cachegym.policies.learned.policy import DEFAULT_BUDGET_US, LearnedPolicy
+from cachegym.policies.learned.policy_file import (
     FORMAT,
     FORMAT_VERSION,
     diff_feature_spec,

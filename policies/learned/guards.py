@@ -13,11 +13,11 @@ import inspect
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from allocator.errors import ConfigError
-from policies.learned.models import OBJECTIVES, Expert, heuristic_expert, network_expert
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies.learned.models import OBJECTIVES, Expert, heuristic_expert, network_expert
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["Guard", "LRUGuard", "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard"]
 

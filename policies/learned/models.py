@@ -11,13 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from allocator.errors import ConfigError
-from allocator.seams import EvictionPolicyBase, is_noop, optional_hooks, untracked_free_hook
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.seams import (
+    EvictionPolicyBase,
+    is_noop,
+    optional_hooks,
+    untracked_free_hook,
+)
 
 if TYPE_CHECKING:
-    from allocator.pool import Pool, PoolView
-    from policies.base import EvictionPolicy
-    from policies.learned.policy import LearnedPolicy
+    from cachegym.allocator.pool import Pool, PoolView
+    from cachegym.policies.base import EvictionPolicy
+    from cachegym.policies.learned.policy import LearnedPolicy
 
 __all__ = ["Expert", "heuristic_expert", "network_expert", "OBJECTIVES"]
 
@@ -105,7 +110,7 @@ class Expert:
 
     def setup(self, view: PoolView) -> None:
         """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event)."""
-        from allocator.pool import Pool
+        from cachegym.allocator.pool import Pool
 
         self._view = view
         self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
@@ -203,7 +208,7 @@ class Expert:
 
 def heuristic_expert(name: str, *, followed: bool = True, objective: str = "traffic") -> Expert:
     """The registered policy ``name`` (:func:`policies.registry.make_eviction`) as an expert."""
-    from policies.registry import make_eviction
+    from cachegym.policies.registry import make_eviction
 
     return Expert(name, make_eviction(name), followed=followed, objective=objective)
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from allocator.errors import ConfigError, PolicyFileError
-from policies import kernels as _k
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.policies import kernels as _k
 
 __all__ = ["CandidateScorer"]
 

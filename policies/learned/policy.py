@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from allocator.errors import ConfigError, PolicyFileError
-from policies import features as _features
-from policies import kernels
-from policies.base import EvictionPolicyBase
-from policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
-from policies.learned.network import CandidateScorer
-from policies.learned.policy_file import diff_feature_spec, read_policy_file
-from policies.lru import LRU
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.policies import features as _features
+from cachegym.policies import kernels
+from cachegym.policies.base import EvictionPolicyBase
+from cachegym.policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
+from cachegym.policies.learned.network import CandidateScorer
+from cachegym.policies.learned.policy_file import diff_feature_spec, read_policy_file
+from cachegym.policies.lru import LRU
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 __all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US"]
 
@@ -133,7 +133,7 @@ class LearnedPolicy(EvictionPolicyBase):
         and :class:`~allocator.errors.ConfigError` naming any other keyword (a misspelt
         ``gaurd=False`` would otherwise leave the guard on)."""
         if unknown:
-            from policies.registry import refuse_unknown
+            from cachegym.policies.registry import refuse_unknown
 
             refuse_unknown("LearnedPolicy.load", unknown, cls.load_keywords())
         p = os.fspath(path)

@@ -37,9 +37,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from allocator.errors import PolicyFileError
-from allocator.trace import not_a_zip_archive, too_short_for_zip
-from policies.features import MAX_K, RULES
+from cachegym.allocator.errors import PolicyFileError
+from cachegym.allocator.trace import not_a_zip_archive, too_short_for_zip
+from cachegym.policies.features import MAX_K, RULES
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "save_policy_file", "read_policy_file", "weights_checksum",
            "file_checksum", "check_policy", "diff_feature_spec"]

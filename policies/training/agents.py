@@ -22,9 +22,9 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 
-from allocator.errors import ConfigError
-from policies.training.imitation import DecisionSample, ImitationConfig, dagger
-from policies.training.nets import (
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies.training.imitation import DecisionSample, ImitationConfig, dagger
+from cachegym.policies.training.nets import (
     CandidateScorerNet,
     MaskableScorerActorCriticPolicy,
     ScorerActorCriticPolicy,

@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from envs.config import AllocatorConfig, TraceConfig, register_configs
+from cachegym.envs.config import AllocatorConfig, TraceConfig, register_configs
 
 __all__ = ["ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
            "EnvConfig", "ValidationConfig", "TrainConfig", "MainSection",
@@ -38,7 +38,7 @@ class ScorerConfig:
 class SB3AgentConfig:
     """An SB3 algorithm (``algo``: ppo | maskable_ppo | dqn); ``kwargs`` go to its constructor."""
 
-    _target_: str = "policies.training.agents.SB3Agent"
+    _target_: str = "cachegym.policies.training.agents.SB3Agent"
     algo: str = "maskable_ppo"
     total_timesteps: int = 20_000
     n_envs: int = 1
@@ -49,7 +49,7 @@ class SB3AgentConfig:
 class DaggerConfig:
     """DAgger schedule (see :class:`policies.training.imitation.ImitationConfig`)."""
 
-    _target_: str = "policies.training.imitation.ImitationConfig"
+    _target_: str = "cachegym.policies.training.imitation.ImitationConfig"
     rounds: int = 3
     steps_per_round: int = 20_000
     beta0: float = 1.0
@@ -68,7 +68,7 @@ class DaggerConfig:
 class ImitationAgentConfig:
     """Belady imitation, then an optional RL fine-tune from its weights."""
 
-    _target_: str = "policies.training.agents.ImitationAgent"
+    _target_: str = "cachegym.policies.training.agents.ImitationAgent"
     dagger: DaggerConfig = field(default_factory=DaggerConfig)
     finetune: SB3AgentConfig | None = None
 
@@ -79,7 +79,7 @@ class EnvConfig:
     a constructor argument). Its traces and capacity are passed by :func:`train`: one env per
     entry of ``TrainConfig.capacities``."""
 
-    _target_: str = "envs.evict.EvictEnv"
+    _target_: str = "cachegym.envs.evict.EvictEnv"
     K: int = 32
     candidates: str = "sample"
     window: int | None = 16384

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from allocator import __version__
-from allocator.errors import ConfigError, PolicyFileError
-from policies import features
-from policies.learned import save_policy_file
-from policies.training.nets import CandidateScorerNet, export_arrays
+from cachegym.allocator import __version__
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.policies import features
+from cachegym.policies.learned import save_policy_file
+from cachegym.policies.training.nets import CandidateScorerNet, export_arrays
 
 __all__ = ["export_policy", "export_file", "export_onnx", "config_hash", "scorer_of"]
 
@@ -42,7 +42,7 @@ def scorer_of(model: Any) -> CandidateScorerNet:
     net = getattr(policy, "scorer", None)
     if not isinstance(net, CandidateScorerNet):
         raise ConfigError(f"{type(model).__name__} carries no CandidateScorerNet; train it with the "
-                          "policies in policies.training.nets")
+                          "policies in cachegym.policies.training.nets")
     return net
 
 
@@ -52,7 +52,7 @@ def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate
     net = scorer_of(model)
     if (net.n_features, net.n_globals) != (features.F, features.G):
         raise ConfigError(f"the network reads {net.n_features} features and {net.n_globals} globals, "
-                          f"policies.features computes {features.F} and {features.G}")
+                          f"cachegym.policies.features computes {features.F} and {features.G}")
     header = {
         "task": "evict",
         "arch": {"type": "candidate_mlp", "n_features": net.n_features, "n_globals": net.n_globals,
@@ -82,7 +82,7 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     own ``load`` unpickles entries of the zip, which runs whatever code a crafted file holds;
     ``trust_pickle=True`` (``--trust-pickle``) uses it, for a file you made yourself only.
     """
-    from policies.learned import LearnedPolicy, read_policy_file
+    from cachegym.policies.learned import LearnedPolicy, read_policy_file
 
     src = os.fspath(source)
     if src.endswith((".npz", ".zip")) and not os.path.isfile(src):
@@ -152,7 +152,7 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
                    key=lambda h: ("target" in h, len(h), h))
     if not heads:
         raise ConfigError(f"{path}: the policy carries no CandidateScorerNet; train it with the "
-                          "policies in policies.training.nets")
+                          "policies in cachegym.policies.training.nets")
     head = heads[0]
     sub = {k[len(head):]: v for k, v in state.items() if k.startswith(head)}
     try:
@@ -190,7 +190,7 @@ def export_onnx(policy: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
     ``K`` and ``N`` are free. The policy file's header (feature specification, K, candidate rule,
     library version, config hash) is in the model's metadata as JSON under ``cachegym_header``.
     """
-    from policies.learned import CandidateScorer, LearnedPolicy, read_policy_file
+    from cachegym.policies.learned import CandidateScorer, LearnedPolicy, read_policy_file
 
     try:
         import onnx

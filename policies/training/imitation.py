@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from allocator.errors import ConfigError
-from policies.learned import CandidateScorer
-from policies.training.nets import NEG, CandidateScorerNet, export_arrays
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies.learned import CandidateScorer
+from cachegym.policies.training.nets import NEG, CandidateScorerNet, export_arrays
 
 __all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "fit", "bc_loss",
            "ImitationConfig", "dagger"]
@@ -91,7 +91,7 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
     F)``), so the scale of ticks is kept)."""
     if teacher == "belady":
         return dist
-    from policies.features import FEATURE_NAMES
+    from cachegym.policies.features import FEATURE_NAMES
 
     if teacher == "traffic":
         # bytes an eviction costs (a refetch, and a write-back if dirty) per byte-tick of space

@@ -18,17 +18,17 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from allocator.errors import ConfigError
-from envs.config import EvaluateConfig, guard_node
-from envs.evaluation import (
+from cachegym.allocator.errors import ConfigError
+from cachegym.envs.config import EvaluateConfig, guard_node
+from cachegym.envs.evaluation import (
     check_bounds_kinds,
     check_capacities,
     check_eviction_names,
     check_presets,
     evaluate,
 )
-from policies.training.quality import HeldOut, default_held_out
-from policies.training.train import _out_dir, train
+from cachegym.policies.training.quality import HeldOut, default_held_out
+from cachegym.policies.training.train import _out_dir, train
 
 __all__ = ["run_main", "held_out_traces", "check_main"]
 
@@ -52,7 +52,7 @@ def held_out_traces(spec: list[str]) -> list[HeldOut]:
     files = _held_out_files(spec)
     if files is None:
         return default_held_out()
-    from envs.workloads import read_trace
+    from cachegym.envs.workloads import read_trace
 
     return [HeldOut(read_trace(p), "dl") for p in files]
 

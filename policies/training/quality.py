@@ -18,17 +18,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from allocator.errors import ConfigError
-from allocator.trace import Trace
-from envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
-from envs.gaps import gap_closed
-from envs.paths import PROJECT_ROOT
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Trace
+from cachegym.envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
+from cachegym.envs.gaps import gap_closed
+from cachegym.envs.paths import data_path
 
 __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out",
            "quality_rows", "format_quality", "verdict"]
 
 HEURISTICS = ("lru", "lfu", "arc", "s3fifo", "gdsf")
-ROOT = PROJECT_ROOT
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,9 @@ def default_held_out(max_requests: int | None = None) -> list[HeldOut]:
     """Traces never trained on by ``conf/train.yaml`` / ``conf/main.yaml``: the bundled
     recordings of other models (``gpt_wide``, ``resnet_deep``, ``gpt_infer``), generated DL
     training loops with other shapes and seeds, and Zipf and scan workloads with other seeds."""
-    from envs.workloads import generate, read_trace
+    from cachegym.envs.workloads import generate, read_trace
 
-    out = [HeldOut(read_trace(os.path.join(ROOT, "data", "traces", f"{n}.npz")), "dl")
+    out = [HeldOut(read_trace(data_path("traces", f"{n}.npz")), "dl")
            for n in ("gpt_wide", "resnet_deep", "gpt_infer")]
     for name, seed, params in (
         ("dl_training", 101, {"n_layers": 10, "hidden": 512, "batch_tokens": 1024, "steps": 4}),
@@ -70,7 +69,7 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     workloads of many objects (200,000-300,000 requests, far past the features' horizon: a
     CDN-like alpha 0.7 over 200,000 objects, and alpha 1.1 over 10,000); seeds and shapes never
     used in training."""
-    from envs.workloads import generate
+    from cachegym.envs.workloads import generate
 
     specs: list[tuple[str, dict[str, Any]]] = [
         ("mixture", {"components": [{"name": "zipf", "alpha": 0.9}, {"name": "scan", "weight": 0.5}]}),
@@ -110,14 +109,14 @@ def zoo_held_out(cache_dir: str | None = None, max_requests: int | None = None,
     use, a minute or so for all nine, and kept in ``cache_dir`` (default ``outputs/recorded``)
     for the next runs. Recording needs torch; the keys, sizes and ops depend on torch's operator decompositions, so
     another torch version may record slightly different traces."""
-    from envs.workloads import read_trace
-    from envs.workloads.models import make_workload
-    from envs.workloads.recorder import record
+    from cachegym.envs.workloads import read_trace
+    from cachegym.envs.workloads.models import make_workload
+    from cachegym.envs.workloads.recorder import record
 
     unknown = [n for n in names or () if n not in ZOO]
     if unknown:
         raise ConfigError(f"zoo_held_out: unknown architecture(s) {unknown}; choose from {sorted(ZOO)}")
-    cache_dir = cache_dir or os.path.join(ROOT, "outputs", "recorded")
+    cache_dir = cache_dir or os.path.join("outputs", "recorded")
     out = []
     for name in names or ZOO:
         steps = ZOO[name]
@@ -150,7 +149,7 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     learned policy's gap closed to it and its traffic against the best heuristic's."""
     from tqdm.auto import tqdm
 
-    from policies.bounds import Bound, auto_lower_bound
+    from cachegym.policies.bounds import Bound, auto_lower_bound
 
     names = ["learned", *heuristics, "belady"]
     rows = []

@@ -26,14 +26,14 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from allocator.errors import ConfigError
-from allocator.trace import Trace
-from envs.config import enum_value, instantiate, to_container
-from policies.training.agents import TrainContext
-from policies.training.export import config_hash, export_policy
-from policies.training.imitation import DecisionSample, teacher_distances
-from policies.training.nets import feature_indices, obs_dims
-from policies.training.validation import Validator
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Trace
+from cachegym.envs.config import enum_value, instantiate, to_container
+from cachegym.policies.training.agents import TrainContext
+from cachegym.policies.training.export import config_hash, export_policy
+from cachegym.policies.training.imitation import DecisionSample, teacher_distances
+from cachegym.policies.training.nets import feature_indices, obs_dims
+from cachegym.policies.training.validation import Validator
 
 __all__ = ["train", "load_trace_list", "record_inference", "EnvFactory", "Collector", "seed_everything"]
 
@@ -51,7 +51,7 @@ def seed_everything(seed: int, threads: int = 1, deterministic: bool = True) -> 
 
 def load_trace_list(nodes: Sequence[Any], what: str) -> list[Trace]:
     """Every trace the ``trace`` config nodes name (each through :func:`instantiate`)."""
-    from envs.config import TraceConfig
+    from cachegym.envs.config import TraceConfig
 
     out: list[Trace] = []
     for i, node in enumerate(nodes):
@@ -70,8 +70,8 @@ def record_inference(models: Sequence[str], out_dir: str, *, steps: int = 12, se
     """Record forward-only (inference) traces of the ready-made PyTorch workloads ``models``
     (:mod:`envs.workloads.models`) into ``out_dir`` (reused when already there): training data
     with the short activation lifetimes of inference, which the bundled training traces lack."""
-    from envs.workloads.models import WORKLOADS, make_workload
-    from envs.workloads.recorder import record
+    from cachegym.envs.workloads.models import WORKLOADS, make_workload
+    from cachegym.envs.workloads.recorder import record
 
     out = []
     for m in models:
@@ -161,7 +161,7 @@ class Collector:
 
 
 def _ignored(patterns: Sequence[str]) -> list[int]:
-    from policies.features import FEATURE_NAMES
+    from cachegym.policies.features import FEATURE_NAMES
 
     try:
         return feature_indices(list(patterns), FEATURE_NAMES)
@@ -180,7 +180,7 @@ def _hidden(widths: Any) -> list[int]:
 def _check_outputs(cfg: Any) -> None:
     """What training reads only at its end, checked at its start: the validation settings and
     the export file name."""
-    from envs.evaluation import check_capacities, check_capacity_of
+    from cachegym.envs.evaluation import check_capacities, check_capacity_of
 
     val = cfg.validation
     if val.traces:

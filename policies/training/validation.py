@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from allocator.trace import Trace
-from envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
-from envs.gaps import gap_closed
-from policies.training.export import export_policy
-from policies.training.nets import CandidateScorerNet
+from cachegym.allocator.trace import Trace
+from cachegym.envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
+from cachegym.envs.gaps import gap_closed
+from cachegym.policies.training.export import export_policy
+from cachegym.policies.training.nets import CandidateScorerNet
 
 __all__ = ["Validator"]
 
@@ -62,7 +62,7 @@ class Validator:
 
     def _bound(self, i: int) -> Any:
         if i not in self._bounds:  # (None: a trace outside the bounds' model, no gap figures)
-            from policies.bounds import auto_lower_bound
+            from cachegym.policies.bounds import auto_lower_bound
 
             t, _, cap = self.runs[i]
             self._bounds[i] = auto_lower_bound(t, cap)

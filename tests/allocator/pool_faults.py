@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from allocator.backends import NumpyBackend
-from allocator.errors import BackendError
-from allocator.pool import DEVICE, H2D, Pool
-from allocator.seams import EvictionPolicyBase, PoolView, PrefetchPolicy, optional_hooks
+from cachegym.allocator.backends import NumpyBackend
+from cachegym.allocator.errors import BackendError
+from cachegym.allocator.pool import DEVICE, H2D, Pool
+from cachegym.allocator.seams import EvictionPolicyBase, PoolView, PrefetchPolicy, optional_hooks
 
 COPY_DIRECTIONS = ("h2d", "d2h")
 # every member of allocator/seams.py's protocols the pool calls

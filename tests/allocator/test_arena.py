@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from allocator.arena import ALIGN, Arena, ByteAccounting, align
+from cachegym.allocator.arena import ALIGN, Arena, ByteAccounting, align
 
 
 def _tiles(arena: Arena, held: dict[int, int]) -> None:

@@ -20,7 +20,7 @@ def test_bench_pool_smoke(capsys) -> None:
             assert r["pool_ns"] > 0 and r["bare_ns"] > 0 and r["ratio"] > 0
             assert r["met"] == (r["ratio"] <= r["target"])
         assert hit["floor_ns"] > 0
-    from allocator import pool as pool_mod
+    from cachegym.allocator import pool as pool_mod
 
     assert figures["compiled"] == pool_mod.COMPILED
     out = capsys.readouterr().out

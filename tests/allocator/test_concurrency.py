@@ -7,10 +7,10 @@ import threading
 
 import numpy as np
 
-from allocator.arena import ALIGN
-from allocator.backends import NumpyBackend
-from allocator.errors import NotResident
-from allocator.pool import Pool
+from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.backends import NumpyBackend
+from cachegym.allocator.errors import NotResident
+from cachegym.allocator.pool import Pool
 
 THREADS = 8
 OPS = 10_000

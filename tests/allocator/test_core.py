@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from allocator import _purepy
+from cachegym.allocator import _purepy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,12 +32,12 @@ def test_setup_compiles_exactly_the_modules_pure_mode_interprets() -> None:
     assert sorted(as_modules) == sorted(_purepy.CORE)
     for name in _purepy.CORE:
         pkg, _, mod = name.rpartition(".")
-        assert (ROOT / pkg / f"{mod}.py").is_file()
-        assert (ROOT / pkg / f"{mod}.pxd").is_file(), f"{name} has no .pxd (its native layout)"
+        assert (ROOT / pkg.replace(".", "/") / f"{mod}.py").is_file()
+        assert (ROOT / pkg.replace(".", "/") / f"{mod}.pxd").is_file(), f"{name} has no .pxd (its native layout)"
 
 
 def test_pure_mode_loads_every_core_module_from_its_source() -> None:
-    code = ("import json, importlib, allocator; mods = [importlib.import_module(m) for m in "
+    code = ("import json, importlib, cachegym.allocator; mods = [importlib.import_module(m) for m in "
             f"{list(_purepy.CORE)!r}]; print(json.dumps([m.__file__ for m in mods]))")
     env = dict(os.environ, CACHEGYM_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
@@ -58,7 +58,7 @@ def test_a_compiled_module_is_not_older_than_its_source() -> None:
         built = os.path.getmtime(m.__file__)
         pkg, _, mod = name.rpartition(".")
         for ext in (".py", ".pxd"):
-            src = ROOT / pkg / f"{mod}{ext}"
+            src = ROOT / pkg.replace(".", "/") / f"{mod}{ext}"
             assert os.path.getmtime(src) <= built, (
                 f"{m.__file__} was built before {src} last changed: rebuild with `make install` "
                 "or `python setup.py build_ext --inplace`")

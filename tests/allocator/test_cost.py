@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from allocator.cost import PRESETS, CostModel, Preset, get_preset, load_preset, save_preset
-from allocator.errors import ConfigError
-from allocator.pool import Pool
-from allocator.trace import Op
+from cachegym.allocator.cost import PRESETS, CostModel, Preset, get_preset, load_preset, save_preset
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op
 
 LAT = 100
 N = 1024
@@ -237,7 +237,7 @@ def test_write_back_in_flight_is_d2h_until_it_lands() -> None:
 def test_a_preset_out_of_range_is_refused_naming_the_field(field: str, value: float) -> None:
     from dataclasses import replace
 
-    from allocator.cost import get_preset
+    from cachegym.allocator.cost import get_preset
     with pytest.raises(ConfigError, match=field):
         replace(get_preset("h100_pcie5"), **{field: value})
 
@@ -246,7 +246,7 @@ def test_the_clock_saturates_at_clock_max_instead_of_wrapping(caplog: pytest.Log
     """Compiled (long long) and interpreted (Python int) alike: no run wraps to negative time."""
     from dataclasses import replace
 
-    from allocator.cost import CLOCK_MAX, get_preset
+    from cachegym.allocator.cost import CLOCK_MAX, get_preset
     slow = replace(get_preset("h100_pcie5"), h2d_gbps=1e-3, d2h_gbps=1e-3, h2d_latency_ns=10**12)
     c = CostModel(slow)
     for _ in range(3):  # each copy alone near 2**58 ns, the engine's queue past 2**62 after a few

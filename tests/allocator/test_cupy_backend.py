@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from allocator.backends import NumpyBackend
-from allocator.cost import Preset, load_preset
-from allocator.cupy_backend import CupyBackend, calibrate, cuda_available, parity_run
-from allocator.errors import BackendError, ConfigError
-from allocator.pool import Pool
+from cachegym.allocator.backends import NumpyBackend
+from cachegym.allocator.cost import Preset, load_preset
+from cachegym.allocator.cupy_backend import CupyBackend, calibrate, cuda_available, parity_run
+from cachegym.allocator.errors import BackendError, ConfigError
+from cachegym.allocator.pool import Pool
 from tests.scripts_loader import load_script
 
 # the conftest hook skips ``gpu`` tests without a device; this skipif holds without it too
@@ -47,7 +47,7 @@ def test_parity_run_agrees_between_numpy_backends(seed: int) -> None:
 
 
 def test_calibrate_numpy_backend_writes_a_calibrated_preset(tmp_path: Any) -> None:
-    from allocator.cost import save_preset
+    from cachegym.allocator.cost import save_preset
 
     preset, raw = calibrate(NumpyBackend, name="cpu", small=4096, medium=64 << 10,
                             large=1 << 20, repeats=3)
@@ -201,7 +201,7 @@ def _fake_cupy() -> Any:
 
 @pytest.fixture
 def fake_cupy(monkeypatch: Any) -> Any:
-    import allocator.cupy_backend as cb
+    import cachegym.allocator.cupy_backend as cb
 
     fake = _fake_cupy()
     monkeypatch.setattr(cb, "_cupy_mod", fake)
@@ -241,7 +241,7 @@ def test_cupy_backend_lifecycle_on_imitated_cupy(fake_cupy: Any) -> None:
 
 
 def test_pool_allocator_bookkeeping_on_imitated_cupy(fake_cupy: Any) -> None:
-    from allocator.cupy_backend import PoolAllocator
+    from cachegym.allocator.cupy_backend import PoolAllocator
 
     pool = Pool(1 << 16, backend=CupyBackend())
     with pytest.raises(BackendError, match="CupyBackend"):
@@ -330,7 +330,7 @@ def test_cupy_backend_errors_are_backend_errors() -> None:
 def test_pool_allocator_serves_cupy_arrays_under_the_budget() -> None:
     import cupy
 
-    from allocator.cupy_backend import PoolAllocator
+    from cachegym.allocator.cupy_backend import PoolAllocator
 
     cap = 16 << 20
     pool = Pool(cap, backend=CupyBackend())
@@ -362,7 +362,7 @@ def test_offload_on_gpu_reads_back_what_was_packed() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA")
-    from allocator.offload import ActivationOffload, ReversePackOrder
+    from cachegym.allocator.offload import ActivationOffload, ReversePackOrder
 
     class Save(torch.autograd.Function):
         @staticmethod

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from pool_faults import FaultyBackend, HookFault, RaisingPolicy, policy_tracks
 
-from allocator.arena import ALIGN
-from allocator.errors import BackendError, PolicyError
-from allocator.pool import Pool
-from policies.lru import LRU
+from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.errors import BackendError, PolicyError
+from cachegym.allocator.pool import Pool
+from cachegym.policies.lru import LRU
 
 B = ALIGN
 

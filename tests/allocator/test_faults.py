@@ -16,10 +16,10 @@ from pool_faults import (
     RaisingPrefetcher,
 )
 
-from allocator.arena import ALIGN
-from allocator.errors import BackendError, PolicyError
-from allocator.pool import DEVICE, H2D, Pool, PoolView
-from policies.lru import LRU
+from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.errors import BackendError, PolicyError
+from cachegym.allocator.pool import DEVICE, H2D, Pool, PoolView
+from cachegym.policies.lru import LRU
 
 B = ALIGN
 COSTS = [None, "a100_pcie4"]  # instant copies (retired at once) and copies in flight

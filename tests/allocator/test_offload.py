@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from allocator.backends import NumpyBackend  # noqa: E402
-from allocator.errors import BackendError, ConfigError, ObjectTooLarge  # noqa: E402
-from allocator.offload import (  # noqa: E402
+from cachegym.allocator.backends import NumpyBackend  # noqa: E402
+from cachegym.allocator.errors import BackendError, ConfigError, ObjectTooLarge  # noqa: E402
+from cachegym.allocator.offload import (  # noqa: E402
     ActivationOffload,
     BudgetTooSmall,
     ReversePackOrder,
@@ -25,10 +25,10 @@ from allocator.offload import (  # noqa: E402
     make_batches,
     train,
 )
-from allocator.pool import Pool  # noqa: E402
-from allocator.trace import Op  # noqa: E402
-from policies.base import EvictionPolicyBase, first_evictable  # noqa: E402
-from policies.lru import LRU  # noqa: E402
+from cachegym.allocator.pool import Pool  # noqa: E402
+from cachegym.allocator.trace import Op  # noqa: E402
+from cachegym.policies.base import EvictionPolicyBase, first_evictable  # noqa: E402
+from cachegym.policies.lru import LRU  # noqa: E402
 
 
 class MRU(EvictionPolicyBase):
@@ -360,7 +360,7 @@ def test_bench_offload_smoke() -> None:
 
 @pytest.mark.parametrize("zero_copy", [True, False])
 def test_unpacked_views_kept_alive_pin_the_pool(zero_copy: bool) -> None:
-    from allocator.errors import PoolExhausted
+    from cachegym.allocator.errors import PoolExhausted
 
     off = ActivationOffload(2 * 4096, backend=NumpyBackend(), prefetcher=None,
                             zero_copy=zero_copy)
@@ -392,7 +392,7 @@ def test_unpacked_views_kept_alive_pin_the_pool(zero_copy: bool) -> None:
 
 
 def test_an_object_off_the_device_is_never_read_or_written() -> None:
-    from allocator.errors import PoolError
+    from cachegym.allocator.errors import PoolError
 
     off = ActivationOffload(4096, backend=NumpyBackend(), prefetcher=None)
     try:

@@ -10,9 +10,9 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from allocator.arena import ALIGN
-from allocator.backends import NumpyBackend
-from allocator.errors import (
+from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.backends import NumpyBackend
+from cachegym.allocator.errors import (
     CachegymError,
     ConfigError,
     InvalidVictim,
@@ -25,12 +25,12 @@ from allocator.errors import (
     PoolExhausted,
     UnknownKey,
 )
-from allocator.pool import EvictionRequest, Pool
-from allocator.seams import PoolView
-from allocator.stats import JsonlHook, PoolStats
-from allocator.trace import Op, Trace
-from policies.base import EvictionPolicyBase
-from policies.lru import LRU
+from cachegym.allocator.pool import EvictionRequest, Pool
+from cachegym.allocator.seams import PoolView
+from cachegym.allocator.stats import JsonlHook, PoolStats
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.base import EvictionPolicyBase
+from cachegym.policies.lru import LRU
 
 B = ALIGN  # one aligned block
 
@@ -827,7 +827,7 @@ def test_steps_evicts_pending_drops_after_a_bypass_as_access_does() -> None:
     (the generator ``steps`` used to leave them pending until the next event)."""
     import dataclasses
 
-    from policies.adaptive import S3FIFO
+    from cachegym.policies.adaptive import S3FIFO
 
     keys, sizes = list(range(20)) + [99], [60] * 20 + [100]
     out = []
@@ -857,7 +857,7 @@ def test_a_pool_pickles_and_copies_mid_trace(placement: str) -> None:
     import copy
     import pickle
 
-    from envs.workloads.registry import generate
+    from cachegym.envs.workloads.registry import generate
 
     trace = generate("zipf", seed=1, n_requests=6000, n_objects=600, size=4096, write_fraction=0.3)
     a = Pool(60 * 4096, LRU(), placement=placement)

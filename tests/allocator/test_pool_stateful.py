@@ -42,9 +42,9 @@ from pool_faults import (
     policy_tracks,
 )
 
-from allocator.arena import ALIGN
-from allocator.backends import NumpyBackend
-from allocator.errors import (
+from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.backends import NumpyBackend
+from cachegym.allocator.errors import (
     BackendError,
     NotPinned,
     NotResident,
@@ -53,8 +53,8 @@ from allocator.errors import (
     PoolExhausted,
     UnknownKey,
 )
-from allocator.pool import D2H, DEVICE, H2D, HOST, Pool, PoolView
-from policies.lru import LRU
+from cachegym.allocator.pool import D2H, DEVICE, H2D, HOST, Pool, PoolView
+from cachegym.policies.lru import LRU
 
 KEYS = st.integers(0, 7)
 SIZES = st.sampled_from([1, 100, ALIGN, ALIGN + 1, 2 * ALIGN - 3, 2 * ALIGN])

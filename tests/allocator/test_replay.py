@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import allocator.pool as pool_mod
-from allocator.arena import ALIGN
-from allocator.errors import ConfigError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from policies.classic import LFU
+import cachegym.allocator.pool as pool_mod
+from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.classic import LFU
 
 B = ALIGN
 

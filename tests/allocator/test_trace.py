@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from allocator.errors import TraceError
-from allocator.trace import INF, Kind, Op, Trace
+from cachegym.allocator.errors import TraceError
+from cachegym.allocator.trace import INF, Kind, Op, Trace
 
 R, W, F = int(Op.READ), int(Op.WRITE), int(Op.FREE)
 

@@ -31,7 +31,7 @@ def test_random_agent_rate_and_segments() -> None:
 def test_project_ppo_share_is_measured_on_the_configured_run() -> None:
     import torch
 
-    from policies.training.config import TrainConfig
+    from cachegym.policies.training.config import TrainConfig
 
     b = _bench()
     threads = torch.get_num_threads()

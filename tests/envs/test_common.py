@@ -1,4 +1,4 @@
-"""envs.common.decision_info (the oracle and next-use part of every env's info): known answers,
+"""cachegym.envs.common.decision_info (the oracle and next-use part of every env's info): known answers,
 the C kernel against the Python reference, and whole rollouts with and without the kernel."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from allocator.trace import INF
-from envs.common import decision_info
-from envs.evict import EvictEnv
-from envs.joint import JointEnv
-from envs.prefetch import PrefetchEnv
+from cachegym.allocator.trace import INF
+from cachegym.envs.common import decision_info
+from cachegym.envs.evict import EvictEnv
+from cachegym.envs.joint import JointEnv
+from cachegym.envs.prefetch import PrefetchEnv
 
 
 def test_decision_info_known_answers() -> None:

@@ -13,10 +13,10 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from allocator.errors import ConfigError, TraceError
-from allocator.pool import Pool
-from allocator.trace import Trace
-from envs.config import (
+from cachegym.allocator.errors import ConfigError, TraceError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Trace
+from cachegym.envs.config import (
     AllocatorConfig,
     TraceConfig,
     instantiate,
@@ -24,7 +24,7 @@ from envs.config import (
     load_traces,
     register_configs,
 )
-from policies.lru import LRU
+from cachegym.policies.lru import LRU
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
@@ -42,7 +42,7 @@ def test_every_group_option_composes(trace: str, allocator: str) -> None:
     cfg = _compose([f"trace={trace}", f"allocator={allocator}", *extra])
     assert cfg.allocator.placement == allocator
     assert OmegaConf.is_missing(cfg.trace, "path") is False
-    assert cfg.trace._target_ == "envs.config.load_traces"
+    assert cfg.trace._target_ == "cachegym.envs.config.load_traces"
 
 
 def test_sweeps_default_to_joblib_and_local_launcher_composes() -> None:
@@ -86,13 +86,13 @@ def test_instantiate_builds_pool_with_plain_strings() -> None:
 
 
 def test_instantiate_errors_are_one_line_naming_key_and_target() -> None:
-    cfg = OmegaConf.create({"thing": {"_target_": "allocator.pool.NoSuchPool"}})
+    cfg = OmegaConf.create({"thing": {"_target_": "cachegym.allocator.pool.NoSuchPool"}})
     with pytest.raises(ConfigError) as err:
         instantiate(cfg.thing)
-    assert "thing" in str(err.value) and "allocator.pool.NoSuchPool" in str(err.value)
+    assert "thing" in str(err.value) and "cachegym.allocator.pool.NoSuchPool" in str(err.value)
     assert "\n" not in str(err.value)
-    cfg = OmegaConf.create({"a": {"_target_": "allocator.pool.Pool", "bogus": 1}})
-    with pytest.raises(ConfigError, match=r"^a: cannot instantiate allocator\.pool\.Pool: .*bogus"):
+    cfg = OmegaConf.create({"a": {"_target_": "cachegym.allocator.pool.Pool", "bogus": 1}})
+    with pytest.raises(ConfigError, match=r"^a: cannot instantiate cachegym\.allocator\.pool\.Pool: .*bogus"):
         instantiate(cfg.a, capacity=10)
     with pytest.raises(ConfigError, match="no _target_"):
         instantiate(OmegaConf.create({"x": 1}))
@@ -108,19 +108,25 @@ def test_instantiate_lets_cachegym_errors_through() -> None:
         instantiate(tnode)
 
 
-def test_missing_relative_trace_says_where_it_looked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A relative trace path is read from the working directory; when it is missing there but the
-    project has that file (the bundled configs' data/traces/...), the error names both."""
-    from envs.config import load_traces
+def test_relative_trace_is_read_from_the_working_directory_then_the_bundled_traces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative trace path is read from the working directory; when it is not there, the
+    bundled trace of that name (the configs' ``data/traces/...``) is read, from any directory;
+    a file in neither place is named with both places it was looked for."""
+    from cachegym.envs.config import load_traces
+    from cachegym.envs.paths import data_path
 
     monkeypatch.chdir(tmp_path)
+    bundled = load_traces(path="data/traces/gpt.npz")[0]
+    assert len(bundled) == len(load_traces(path=data_path("traces", "gpt.npz"))[0]) > 0
+    mine = Trace.from_arrays(np.arange(20) % 3, 8)
+    (tmp_path / "data" / "traces").mkdir(parents=True)
+    mine.save(tmp_path / "data" / "traces" / "gpt.npz")  # the working directory's wins
+    assert len(load_traces(path="data/traces/gpt.npz")[0]) == 20
     here = re.escape(os.getcwd())
-    with pytest.raises(ConfigError, match=rf"no such file 'data/traces/gpt.npz'; relative paths are "
-                                          rf"read from the working directory \({here}\); the project "
-                                          rf"has .*data/traces/gpt.npz: run from "):
-        load_traces(path="data/traces/gpt.npz")
     with pytest.raises(ConfigError, match=rf"no such file 'nope.npz'; give an existing trace file "
-                                          rf"\(relative paths are read from {here}\)"):
+                                          rf"\(relative paths are read from {here}, then among "
+                                          rf"the bundled traces in .*traces\)"):
         load_traces(path="nope.npz")
 
 
@@ -160,7 +166,7 @@ def test_load_trace_from_composed_config(tmp_path: Path) -> None:
 
 
 def test_missing_required_value_is_a_config_error() -> None:
-    cfg = OmegaConf.create({"pool": {"_target_": "allocator.pool.Pool", "capacity": "???"}})
+    cfg = OmegaConf.create({"pool": {"_target_": "cachegym.allocator.pool.Pool", "capacity": "???"}})
     with pytest.raises(ConfigError, match=r"pool.capacity.*required value"):
         instantiate(cfg.pool, policy=LRU())
 

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rollout_helpers import rollout
 
-import envs  # noqa: F401  (registers the ids)
-from allocator.errors import ConfigError, InvalidActionError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from envs.evict import EvictEnv
-from policies import features
-from policies.lru import LRU
-from policies.priority import Belady
+import cachegym.envs  # noqa: F401  (registers the ids)
+from cachegym.allocator.errors import ConfigError, InvalidActionError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.evict import EvictEnv
+from cachegym.policies import features
+from cachegym.policies.lru import LRU
+from cachegym.policies.priority import Belady
 
 
 def small_trace(seed: int = 0, n: int = 1500, n_keys: int = 60, sizes: bool = True,
@@ -166,7 +166,7 @@ def test_invalid_actions() -> None:
     for bad in ("x", "3", 1.5, np.float32(2.5), float("nan"), float("inf"), True, np.array([1, 2])):
         with pytest.raises(InvalidActionError, match="not an integer"):  # nothing truncated or parsed
             env.step(bad)
-    from envs.common import action_int
+    from cachegym.envs.common import action_int
 
     for fine in (np.int64(7), np.array(7), 7.0, np.float32(7.0), np.array(7.0)):  # integral values
         assert action_int(fine, 64) == 7 and type(action_int(fine, 64)) is int
@@ -251,13 +251,13 @@ def test_vector_envs_and_action_masks() -> None:
 # ---------------------------------------------------------------------- learning
 @pytest.mark.slow
 def test_ppo_learns_to_beat_lru_on_a_scan_over_a_hot_set() -> None:
-    """SB3's PPO with the project's candidate-scoring policy (policies.training.nets) learns
+    """SB3's PPO with the project's candidate-scoring policy (cachegym.policies.training.nets) learns
     to keep the hot set within 2,048 decisions (a robust budget: 20 seeds tried, all within
     10% of Belady)."""
     import torch
     from stable_baselines3 import PPO
 
-    from policies.training.nets import ScorerActorCriticPolicy
+    from cachegym.policies.training.nets import ScorerActorCriticPolicy
 
     torch.set_num_threads(1)
     kw = {"traces": hot_scan_trace(), "K": 8, "candidates": "lru", "window": 300, "capacity": 8}
@@ -296,7 +296,7 @@ def test_bundled_ml_trace_with_frees_and_mixed_sources() -> None:
 def test_deployment_sees_the_training_observations() -> None:
     """A policy in a plain pool (as LearnedPolicy runs in deployment: tracker hooks, then
     select_candidates + observe at each victim call) sees exactly the env's observations."""
-    from policies.features import FeatureTracker, observe, select_candidates
+    from cachegym.policies.features import FeatureTracker, observe, select_candidates
 
     class Recorder(FeatureTracker):
         def __init__(self) -> None:
@@ -351,8 +351,8 @@ def test_random_agents_keep_every_invariant(seed, K, rule, capacity, cost, place
     """Whatever the trace, parameters and (valid) actions: observations are in the space, the
     mask matches the candidates, the pool's invariants hold after every step, and the final
     statistics add up."""
-    from envs.joint import JointEnv
-    from envs.prefetch import PrefetchEnv
+    from cachegym.envs.joint import JointEnv
+    from cachegym.envs.prefetch import PrefetchEnv
 
     trace = small_trace(seed, n=500, n_keys=int(seed % 50) + 10)
     if env_cls == "evict":

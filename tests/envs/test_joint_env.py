@@ -13,12 +13,12 @@ from test_prefetch_env import (  # same folder (rootdir-relative)
     rollout,
 )
 
-import envs  # noqa: F401
-from allocator.errors import InvalidActionError
-from allocator.pool import Pool
-from envs.joint import EVICT, PREFETCH, JointEnv
-from policies.lru import LRU
-from policies.priority import Belady
+import cachegym.envs  # noqa: F401
+from cachegym.allocator.errors import InvalidActionError
+from cachegym.allocator.pool import Pool
+from cachegym.envs.joint import EVICT, PREFETCH, JointEnv
+from cachegym.policies.lru import LRU
+from cachegym.policies.priority import Belady
 
 
 def test_checkers_pass_without_warnings() -> None:

@@ -1,4 +1,4 @@
-"""LRU's miss-ratio curve (envs.workloads.stats.lru_mrc): exact against the pool, frees as a
+"""LRU's miss-ratio curve (cachegym.envs.workloads.stats.lru_mrc): exact against the pool, frees as a
 lower bound, the weighted stack-distance kernel against a stack, SHARDS against exact."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from envs.workloads import generate
-from envs.workloads.stats import _stack_distances, lru_mrc
-from policies import LRU
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.workloads import generate
+from cachegym.envs.workloads.stats import _stack_distances, lru_mrc
+from cachegym.policies import LRU
 from tests.scripts_loader import load_script
 
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from rollout_helpers import rollout
 
-import envs  # noqa: F401
-from allocator.errors import ConfigError, InvalidActionError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from envs.candidates import SuccessorPredictor
-from envs.prefetch import PrefetchEnv
-from policies import features
-from policies.lru import LRU
+import cachegym.envs  # noqa: F401
+from cachegym.allocator.errors import ConfigError, InvalidActionError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.candidates import SuccessorPredictor
+from cachegym.envs.prefetch import PrefetchEnv
+from cachegym.policies import features
+from cachegym.policies.lru import LRU
 
 
 def pattern_trace(n_rounds: int = 40, seed: int = 0, writes: bool = True,

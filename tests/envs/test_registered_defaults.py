@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import yaml
 
-import envs
-from envs.registration import ENV_IDS
+import cachegym
+from cachegym.envs.registration import ENV_IDS
 
 
 def test_every_registered_id_is_covered() -> None:
     assert set(ENV_IDS) == {i for i in gym.registry if i.startswith("cachegym/")}
-    assert envs.ENV_IDS == ENV_IDS
+    assert cachegym.ENV_IDS == ENV_IDS
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -102,7 +102,7 @@ def test_constructor_defaults_equal_the_hydra_defaults(yaml_file: Path) -> None:
 
 def test_env_schema_defaults_equal_the_constructor_defaults() -> None:
     """The ``env/base_env`` schema (what a yaml that leaves a key out gets) agrees too."""
-    from policies.training.config import EnvConfig
+    from cachegym.policies.training.config import EnvConfig
 
     schema = {f.name: f.default for f in dataclasses.fields(EnvConfig) if f.name != "_target_"}
     defaults = _defaults(_target(EnvConfig._target_))

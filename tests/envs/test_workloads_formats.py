@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError, TraceError
-from allocator.trace import INF, Op, Trace
-from envs.workloads import (
+from cachegym.allocator.errors import ConfigError, TraceError
+from cachegym.allocator.trace import INF, Op, Trace
+from cachegym.envs.workloads import (
     ORACLE_GENERAL_DTYPE,
     generate,
     read_csv,
@@ -118,16 +118,16 @@ def test_csv_header_naming_other_columns_warns(tmp_path: Path, trace: Trace,
     """Our own ``time,obj_id,obj_size`` file read with the default options (ids from column 1)
     warns, naming the columns the header names and the options to pass; read as the header
     says, it warns about nothing and gives the trace back."""
-    from envs.workloads.formats import write_csv
+    from cachegym.envs.workloads.formats import write_csv
 
     p = tmp_path / "t.csv"
     write_csv(trace, p)
-    with caplog.at_level(logging.WARNING, logger="envs.workloads.formats"):
+    with caplog.at_level(logging.WARNING, logger="cachegym.envs.workloads.formats"):
         read_csv(p)
     text = " ".join(r.getMessage() for r in caplog.records)
     assert "column 1 ('time')" in text and "pass obj_id_col=2" in text and "obj_size_col=3" in text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="envs.workloads.formats"):
+    with caplog.at_level(logging.WARNING, logger="cachegym.envs.workloads.formats"):
         t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3)
     assert not caplog.records
     assert t.key.tolist() == trace.key.tolist() and t.size.tolist() == trace.size.tolist()

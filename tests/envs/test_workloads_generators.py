@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError
-from allocator.trace import Kind, Op, Trace
-from envs.workloads import GENERATORS, generate
-from envs.workloads.stats import reuse_distances
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Kind, Op, Trace
+from cachegym.envs.workloads import GENERATORS, generate
+from cachegym.envs.workloads.stats import reuse_distances
 
 SMALL: dict[str, dict[str, Any]] = {
     "zipf": {"n_requests": 5000, "n_objects": 500},

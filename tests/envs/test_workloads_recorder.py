@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allocator.trace import Kind, Op, Trace
+from cachegym.allocator.trace import Kind, Op, Trace
 from tests.scripts_loader import load_script
 
 torch = pytest.importorskip("torch")
@@ -21,7 +21,7 @@ COLUMNS = ("key", "size", "op", "kind", "step")
 
 
 def _two_layer(seed: int = 0):  # type: ignore[no-untyped-def]
-    from envs.workloads.recorder import record
+    from cachegym.envs.workloads.recorder import record
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -96,7 +96,7 @@ def test_deterministic_given_seed(recorded: tuple[object, Trace]) -> None:
 
 
 def test_import_does_not_load_torch() -> None:
-    code = "import sys, envs.workloads; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, cachegym.envs.workloads; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -107,8 +107,8 @@ def test_every_ready_made_architecture_records_a_training_step(name: str) -> Non
     """Each architecture of the zoo trains (a finite loss, so the batches fit the model) and
     its trace has what a training step has: parameters read and updated, gradients,
     optimizer state, activations freed within the step."""
-    from envs.workloads.models import make_workload
-    from envs.workloads.recorder import record
+    from cachegym.envs.workloads.models import make_workload
+    from cachegym.envs.workloads.recorder import record
 
     w = make_workload(name, seed=0)
     assert torch.isfinite(w.loss_fn(w.model, w.make_batch(0)))

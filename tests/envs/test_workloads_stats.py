@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allocator.trace import Kind, Op, Trace
-from envs.workloads import generate
-from envs.workloads.stats import reuse_distances, trace_stats
+from cachegym.allocator.trace import Kind, Op, Trace
+from cachegym.envs.workloads import generate
+from cachegym.envs.workloads.stats import reuse_distances, trace_stats
 from tests.scripts_loader import load_script
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from allocator.trace import Op, Trace
+from cachegym.allocator.trace import Op, Trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -119,7 +119,7 @@ def stride_trace(seed: int = 0, n: int = 3000) -> Trace:
 
 @functools.cache
 def bundled_trace(name: str) -> Trace:
-    from envs.workloads import read_trace
+    from cachegym.envs.workloads import read_trace
 
     return read_trace(os.path.join(TRACES_DIR, f"{name}.npz"))
 

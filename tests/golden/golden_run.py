@@ -27,11 +27,11 @@ import gymnasium as gym
 import numpy as np
 from golden_cases import EnvCase, ReplayCase, ScriptCase, make_trace
 
-import envs  # noqa: F401  (registers the environment ids)
-from allocator.errors import CachegymError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from policies.registry import make_eviction, make_prefetch
+import cachegym.envs  # noqa: F401  (registers the environment ids)
+from cachegym.allocator.errors import CachegymError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.registry import make_eviction, make_prefetch
 
 Record = dict[str, Any]
 
@@ -246,7 +246,7 @@ def replay_variants(case: ReplayCase) -> dict[str, Record]:
 def evaluator_stats(case: ReplayCase, trace: Trace) -> Record:
     """The statistics in the evaluator's row of the case (``envs.evaluation.run_one``, which
     replays with the compiled replay kernel where it applies, else with the pool)."""
-    from envs.evaluation import RunSpec, run_one
+    from cachegym.envs.evaluation import RunSpec, run_one
 
     assert case.prefetch is None
     learned = _learned(case.policy)
@@ -398,7 +398,12 @@ def quality_record(policy_file: str, capacities: tuple[float, ...],
                    max_requests: int | None) -> Record:
     """``quality_rows`` of ``policy_file`` on the default held-out set, without its timing
     column; the formatted table; the verdict."""
-    from policies.training.quality import default_held_out, format_quality, quality_rows, verdict
+    from cachegym.policies.training.quality import (
+        default_held_out,
+        format_quality,
+        quality_rows,
+        verdict,
+    )
 
     rows = quality_rows(policy_file, default_held_out(max_requests), capacities, seed=0)
     plain = [{k: _jsonable(v) for k, v in r.items() if k not in QUALITY_TIMED} for r in rows]

@@ -47,10 +47,10 @@ def _check_replays(group: str, cases: Iterable[gc.ReplayCase]) -> None:
 def test_cases_cover_what_is_registered() -> None:
     """Every classic policy, learned-policy guard, timing preset and environment id is covered,
     and every golden file holds exactly the records of its cases."""
-    from allocator.cost import PRESETS
-    from envs.registration import ENV_IDS
-    from policies.learned import GUARD_NAMES
-    from policies.registry import EVICTION_NAMES
+    from cachegym.allocator.cost import PRESETS
+    from cachegym.envs.registration import ENV_IDS
+    from cachegym.policies.learned import GUARD_NAMES
+    from cachegym.policies.registry import EVICTION_NAMES
 
     assert set(EVICTION_NAMES) == set(gc.CLASSIC_POLICIES)
     assert set(GUARD_NAMES) == set(gc.LEARNED_GUARDS.values())

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from policies import kernels as _k
-from policies.features import (
+from cachegym.policies import kernels as _k
+from cachegym.policies.features import (
     _COUNT,
     _I_GAP,
     _I_RANK,

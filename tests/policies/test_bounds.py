@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError
-from allocator.pool import Pool
-from allocator.seams import EvictionPolicyBase, PoolView
-from allocator.trace import Op, Trace
-from policies.bounds import (
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.seams import EvictionPolicyBase, PoolView
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.bounds import (
     FOO_MAX_REQUESTS,
     Bound,
     BoundViolation,
@@ -28,7 +28,7 @@ from policies.bounds import (
     check_bounds,
     offline_bounds,
 )
-from policies.registry import EVICTION_NAMES, make_eviction
+from cachegym.policies.registry import EVICTION_NAMES, make_eviction
 
 TOL = 1e-6
 
@@ -318,9 +318,9 @@ def test_refusing_admission_can_beat_every_admitting_schedule() -> None:
 def test_stall_lower_bound_is_below_every_schedule(preset: str) -> None:
     """No policy, with or without a prefetcher (the lookahead oracle included), stalls less than
     ``stall_lower_bound``; a trace whose first request is a read stalls at least that copy."""
-    from allocator.cost import CostModel
-    from policies.bounds import stall_lower_bound
-    from policies.registry import make_prefetch
+    from cachegym.allocator.cost import CostModel
+    from cachegym.policies.bounds import stall_lower_bound
+    from cachegym.policies.registry import make_prefetch
 
     rng = np.random.default_rng(11)
     for _ in range(3):
@@ -340,7 +340,7 @@ def test_stall_lower_bound_is_below_every_schedule(preset: str) -> None:
 
 
 def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
-    from policies.bounds import FOO_AUTO_MAX, auto_kind
+    from cachegym.policies.bounds import FOO_AUTO_MAX, auto_kind
 
     assert auto_kind(FOO_AUTO_MAX) == "foo" and auto_kind(FOO_AUTO_MAX + 1) == "pfoo_l"
 
@@ -348,7 +348,7 @@ def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
 def test_auto_lower_bound_is_the_auto_row_or_none_outside_the_model(caplog) -> None:
     """Quality and validation take their bound from ``auto_lower_bound``: the auto kind's lower
     row, or ``None`` (with a warning) for a key that changes size without a free."""
-    from policies.bounds import auto_lower_bound
+    from cachegym.policies.bounds import auto_lower_bound
 
     t = Trace.from_arrays([1, 2, 1, 3, 2, 1], [4, 4, 4, 4, 4, 4])
     got, want = auto_lower_bound(t, 8), offline_bounds(t, 8, "bytes", kinds=("foo",))["foo_l"]

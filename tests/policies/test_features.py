@@ -1,4 +1,4 @@
-"""policies.features: bounded features at any scale, permutation consistency, padding, and a
+"""cachegym.policies.features: bounded features at any scale, permutation consistency, padding, and a
 tracker that agrees with the pool (LRU order, residency) through evictions, prefetches and frees."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.errors import ConfigError, PolicyFileError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from policies import features as fm
-from policies import kernels
-from policies.features import (
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies import features as fm
+from cachegym.policies import kernels
+from cachegym.policies.features import (
     FEATURE_NAMES,
     GLOBAL_NAMES,
     FeatureTracker,
@@ -26,7 +26,7 @@ from policies.features import (
     observe,
     select_candidates,
 )
-from policies.lru import LRU
+from cachegym.policies.lru import LRU
 
 IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 
@@ -310,7 +310,7 @@ def _far_rows(rng: np.random.Generator, n: int, t: float, trial: int) -> np.ndar
 
 @pytest.mark.parametrize("timed", [False, True])
 def test_kernel_equals_the_numpy_oracle_beyond_the_horizon(timed) -> None:
-    """Rows of pools far past HORIZON (ticks up to 2**45): policies.kernels.features and the
+    """Rows of pools far past HORIZON (ticks up to 2**45): cachegym.policies.kernels.features and the
     NumPy oracle (tests/policies/feature_oracle.py) agree within float32 rounding, every value
     in [0, 1]; the globals are the packed values rounded to float32; rows past the candidates
     are left as they were."""
@@ -456,7 +456,7 @@ def _interpreted_kernels():
     return mod
 
 
-@pytest.mark.skipif(not kernels.COMPILED, reason="policies.kernels is not compiled: nothing to compare")
+@pytest.mark.skipif(not kernels.COMPILED, reason="cachegym.policies.kernels is not compiled: nothing to compare")
 @pytest.mark.parametrize("timed", [False, True])
 def test_compiled_kernels_equal_the_interpreted_source(timed) -> None:
     """The compiled kernels and the same source interpreted give the same results bit for bit:
@@ -520,8 +520,8 @@ def test_observed_policy_decides_as_alone(name: str) -> None:
     """Observed (the prefetch environment's non-LRU eviction) forwards the policy's optional
     methods -- admission, its own evictions, frees of evicted objects -- so the pool decides
     exactly as with the policy alone (S3-FIFO refuses large objects; SLRU evicts during hits)."""
-    from envs.workloads import generate
-    from policies.registry import make_eviction
+    from cachegym.envs.workloads import generate
+    from cachegym.policies.registry import make_eviction
 
     z = generate("zipf", seed=4, n_requests=6000, n_objects=600, size=4096, size_sigma=1.0)
     cap = int(0.1 * z.working_set_bytes())

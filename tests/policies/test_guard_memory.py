@@ -10,11 +10,11 @@ import os
 
 import pytest
 
-from allocator.pool import Pool
-from envs.workloads.registry import generate
-from policies.classic import LFU
-from policies.footprint import rss_bytes, structure_sizes
-from policies.learned import LearnedPolicy, ShadowGuard
+from cachegym.allocator.pool import Pool
+from cachegym.envs.workloads.registry import generate
+from cachegym.policies.classic import LFU
+from cachegym.policies.footprint import rss_bytes, structure_sizes
+from cachegym.policies.learned import LearnedPolicy, ShadowGuard
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 POLICY = os.path.join(ROOT, "tests", "golden", "policy.npz")
@@ -75,7 +75,7 @@ def test_structure_sizes_sees_an_unbounded_structure():
             super().on_hit(view, key)
             self.log.append(key)
 
-    Leaky.__module__ = "policies.test_leaky"  # (a policy of the package's, for the walk)
+    Leaky.__module__ = "cachegym.policies.test_leaky"  # (a policy of the package's, for the walk)
     pol = Leaky()
     pool = Pool(64 * 4096, pol, placement="bytes")
     for i in range(3000):

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from envs.workloads import synthetic
-from policies.base import EvictionPolicy
-from policies.prefetch import LookaheadPrefetcher, MarkovPrefetcher
-from policies.registry import EVICTION_NAMES, make_eviction, make_prefetch
-from policies.shadow import ShadowPolicy
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.workloads import synthetic
+from cachegym.policies.base import EvictionPolicy
+from cachegym.policies.prefetch import LookaheadPrefetcher, MarkovPrefetcher
+from cachegym.policies.registry import EVICTION_NAMES, make_eviction, make_prefetch
+from cachegym.policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
-    from allocator.pool import PoolView
+    from cachegym.allocator.pool import PoolView
 
 
 class Checked:
@@ -269,14 +269,14 @@ def test_registry_passes_parameters_and_seed() -> None:
     (lambda: make_eviction("learned:"), "write eval.learned=\\[PATH\\] eval.learned_guards=\\[shadow\\]"),
 ])
 def test_registry_errors_say_what_to_do(call, match: str) -> None:  # type: ignore[no-untyped-def]
-    from allocator.errors import ConfigError
+    from cachegym.allocator.errors import ConfigError
 
     with pytest.raises(ConfigError, match=match):
         call()
 
 
 def test_registry_resolves_learned_path_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
-    import policies.learned as learned
+    import cachegym.policies.learned as learned
 
     seen: list[str] = []
     sentinel = object()
@@ -344,7 +344,7 @@ def test_readme_policy_by_file_and_module_keeps_the_invariants(tmp_path, monkeyp
 def test_user_policy_errors_say_what_is_wrong(spec, body, match, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import sys
 
-    from allocator.errors import ConfigError
+    from cachegym.allocator.errors import ConfigError
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -355,10 +355,10 @@ def test_user_policy_errors_say_what_is_wrong(spec, body, match, tmp_path, monke
 
 
 def test_user_policy_refuses_unknown_keywords_by_name(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from allocator.errors import ConfigError
+    from cachegym.allocator.errors import ConfigError
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "p.py").write_text("from policies.lru import LRU\n"
+    (tmp_path / "p.py").write_text("from cachegym.policies.lru import LRU\n"
                                    "class Mine(LRU):\n    def __init__(self, depth=1):\n"
                                    "        super().__init__()\n")
     assert make_eviction("p.py:Mine", depth=2) is not None
@@ -369,8 +369,8 @@ def test_user_policy_refuses_unknown_keywords_by_name(tmp_path, monkeypatch) -> 
 def test_user_prefetcher_by_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``make_prefetch("FILE.py:Class")`` builds a prefetcher of the user's, handing it the trace
     when its constructor takes one; an eviction policy there is refused as a prefetcher."""
-    from allocator.errors import ConfigError
-    from policies.registry import make_prefetch
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.registry import make_prefetch
 
     (tmp_path / "pf.py").write_text(
         "class Next:\n"
@@ -395,7 +395,7 @@ def test_user_policy_file_with_dataclasses_loads(tmp_path) -> None:  # type: ign
     (tmp_path / "dcpol.py").write_text(
         "from __future__ import annotations\n"
         "from dataclasses import dataclass\n"
-        "from policies.lru import LRU\n\n"
+        "from cachegym.policies.lru import LRU\n\n"
         "@dataclass\n"
         "class Opts:\n"
         "    depth: int = 2\n\n"

@@ -10,15 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError, PolicyFileError
-from allocator.pool import Pool
-from allocator.trace import Trace
-from envs.workloads import read_trace
-from envs.workloads.registry import generate
-from policies import features
-from policies.adaptive import ARC, S3FIFO
-from policies.classic import LFU
-from policies.learned import (
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Trace
+from cachegym.envs.workloads import read_trace
+from cachegym.envs.workloads.registry import generate
+from cachegym.policies import features
+from cachegym.policies.adaptive import ARC, S3FIFO
+from cachegym.policies.classic import LFU
+from cachegym.policies.learned import (
     CandidateScorer,
     Guard,
     LearnedPolicy,
@@ -28,8 +28,8 @@ from policies.learned import (
     read_policy_file,
     save_policy_file,
 )
-from policies.lru import LRU
-from policies.priority import GDSF
+from cachegym.policies.lru import LRU
+from cachegym.policies.priority import GDSF
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -290,7 +290,7 @@ def test_guard_model_is_s3fifo_whoever_decides(policy_file, frees):
     assert guard.model.pool is not None and guard.model.pool.policy.policy is guard.model.policy
     assert isinstance(guard.model.policy, S3FIFO)  # the registered policy itself, in the shadow
     if frees:
-        from allocator.trace import Op
+        from cachegym.allocator.trace import Op
 
         last_op = {int(k): int(o) for k, o in zip(trace.key, trace.op)}
         assert all(last_op[k] != Op.FREE for k in guard.model.pool.resident_keys())
@@ -421,7 +421,7 @@ def test_load_needs_numpy_alone(policy_file):
         "import sys\n"
         "for m in ('torch', 'stable_baselines3', 'sb3_contrib', 'gymnasium'):\n"
         "    sys.modules[m] = None  # importing any of them now fails\n"
-        "from policies.learned import LearnedPolicy\n"
+        "from cachegym.policies.learned import LearnedPolicy\n"
         f"p = LearnedPolicy.load({str(policy_file)!r})\n"
         "print(p.K)\n"
     )
@@ -740,7 +740,7 @@ def test_shadow_guard_judges_on_traffic_by_default(tmp_path):
     accesses included), not on hits: on a Zipf workload with writes and widely varying sizes it
     ends within 2% of its best expert's traffic and well below a bad network's, and reports who
     decided how many accesses."""
-    from policies.learned.models import heuristic_expert
+    from cachegym.policies.learned.models import heuristic_expert
 
     rng = np.random.default_rng(3)
     base = generate("zipf", seed=7, n_requests=30_000, n_objects=2000, alpha=0.9, size=4096,
@@ -781,7 +781,7 @@ def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
 
 
 def test_learned_modules_import_only_those_before_them() -> None:
-    """policies.learned's modules form no import cycle: each imports (at run time) only the
+    """cachegym.policies.learned's modules form no import cycle: each imports (at run time) only the
     modules listed before it in the package's docstring."""
     import ast
 
@@ -791,11 +791,11 @@ def test_learned_modules_import_only_those_before_them() -> None:
         with open(os.path.join(pkg, f"{name}.py")) as f:
             tree = ast.parse(f.read())
         for node in tree.body:  # module level, outside ``if TYPE_CHECKING:``
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("policies.learned"):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cachegym.policies.learned"):
                 dep = node.module.rpartition(".")[2]  # type: ignore[union-attr]
                 assert dep in order[:i], f"{name} imports {node.module}"
     for name in order:  # and each one imports alone, in a fresh interpreter
-        r = subprocess.run([sys.executable, "-c", f"import policies.learned.{name}"], cwd=ROOT,
+        r = subprocess.run([sys.executable, "-c", f"import cachegym.policies.learned.{name}"], cwd=ROOT,
                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
         assert r.returncode == 0, r.stderr
 
@@ -804,7 +804,7 @@ def test_guarded_and_bare_policies_print_distinct_reprs(tmp_path):
     """A policy's repr says its guard (kind, objective, experts, who decides) or that it has
     none, so two rows of results can never be told apart only by their file."""
     bare = hottest_policy(tmp_path)
-    from policies.learned.guards import make_guard
+    from cachegym.policies.learned.guards import make_guard
 
     reprs = {g: repr(LearnedPolicy(bare.scorer, bare.header, guard=make_guard(g))) for g in
              ("shadow", "trial", "lru")}

@@ -35,12 +35,12 @@ from functools import cache
 import numpy as np
 import pytest
 
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from envs.workloads import synthetic, write_oracle_general
-from policies.parity import EXACT, first_difference, libcachesim_hits, pool_hits
-from policies.registry import make_eviction
-from policies.shadow import ShadowPolicy
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.workloads import synthetic, write_oracle_general
+from cachegym.policies.parity import EXACT, first_difference, libcachesim_hits, pool_hits
+from cachegym.policies.registry import make_eviction
+from cachegym.policies.shadow import ShadowPolicy
 
 pytest.importorskip("libcachesim")
 
@@ -213,8 +213,8 @@ def test_parity_with_frees_as_deletes(trace_name: str) -> None:
     object's ghost leaves its queue, in ARC (``on_free_untracked``) and S3-FIFO, as in
     libCacheSim's ``ARC_remove`` and ``S3FIFO_remove`` (before, ARC differed on 500 requests of
     ``resnet_deep`` at 20% and S3-FIFO on 202 of ``gpt_wide``)."""
-    from envs.workloads import read_trace
-    from policies.parity import compare
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies.parity import compare
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     trace = read_trace(os.path.join(root, "data", "traces", f"{trace_name}.npz"))
@@ -226,8 +226,8 @@ def test_parity_with_frees_as_deletes(trace_name: str) -> None:
 
 
 def test_frees_refuse_what_libcachesim_cannot_delete_from() -> None:
-    from allocator.errors import ConfigError
-    from policies.parity import compare
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.parity import compare
 
     t = Trace.from_arrays([1, 2, 1], [10, 10, 10], op=[Op.READ, Op.READ, Op.FREE])
     with pytest.raises(ConfigError, match=r"no comparison with frees for \['belady', 'slru'\]: belady: .*"
@@ -242,9 +242,9 @@ def test_arc_with_frees_differs_only_by_libcachesim_remove(monkeypatch: pytest.M
     every request with a model of that remove (``explained``), and the other policies agree
     outright. The explanation can fail: with ARC's replacement rule broken, ours and the model
     both differ and nothing is explained."""
-    from envs.workloads import generate
-    from policies.adaptive import ARC
-    from policies.parity import FREES_EXPLAINED, compare
+    from cachegym.envs.workloads import generate
+    from cachegym.policies.adaptive import ARC
+    from cachegym.policies.parity import FREES_EXPLAINED, compare
 
     rows = []
     for name, seed, kw in (("dl_training", 1, {}), ("llm_kv_cache", 0, {"n_steps": 120})):

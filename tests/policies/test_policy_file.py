@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError, PolicyFileError
-from policies import features
-from policies.learned import LearnedPolicy, read_policy_file, save_policy_file
-from policies.learned.policy_file import FORMAT, file_checksum, weights_checksum
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.policies import features
+from cachegym.policies.learned import LearnedPolicy, read_policy_file, save_policy_file
+from cachegym.policies.learned.policy_file import FORMAT, file_checksum, weights_checksum
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "policy.npz"
 
@@ -156,7 +156,7 @@ def test_unknown_entries_are_refused(tmp_path: Path) -> None:
 def test_version_1_files_load_with_a_warning_that_the_header_is_unchecked(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     v1 = header(format_version=1)
-    with caplog.at_level(logging.WARNING, "policies.learned.policy_file"):
+    with caplog.at_level(logging.WARNING, "cachegym.policies.learned.policy_file"):
         LearnedPolicy.load(craft(tmp_path / "v1.npz", v1, arrays(), sign=False))
         # a fresh path: the warning is once per path, and other tests may have loaded GOLDEN
         LearnedPolicy.load(shutil.copy(GOLDEN, tmp_path / "golden_v1.npz"))
@@ -188,7 +188,7 @@ def test_a_version_1_file_loads_with_one_warning_per_path(tmp_path, caplog) -> N
     import shutil
     from pathlib import Path
 
-    from policies.learned.policy_file import read_policy_file
+    from cachegym.policies.learned.policy_file import read_policy_file
 
     p = tmp_path / "v1.npz"
     shutil.copy(Path(__file__).resolve().parents[1] / "golden" / "policy.npz", p)

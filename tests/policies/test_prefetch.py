@@ -11,19 +11,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError
-from allocator.pool import Pool
-from allocator.trace import Op, Trace
-from envs.workloads import synthetic
-from policies.base import PrefetchPolicy
-from policies.lru import LRU
-from policies.prefetch import (
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.workloads import synthetic
+from cachegym.policies.base import PrefetchPolicy
+from cachegym.policies.lru import LRU
+from cachegym.policies.prefetch import (
     LookaheadPrefetcher,
     MarkovPrefetcher,
     NoPrefetch,
     StridePrefetcher,
 )
-from policies.registry import PREFETCH_NAMES, make_prefetch
+from cachegym.policies.registry import PREFETCH_NAMES, make_prefetch
 
 
 def _feed(p: PrefetchPolicy, keys: list[int], pool: Pool | None = None) -> list[list[int]]:

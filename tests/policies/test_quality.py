@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError
-from policies import features
-from policies.learned import save_policy_file
-from policies.training.quality import (
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies import features
+from cachegym.policies.learned import save_policy_file
+from cachegym.policies.training.quality import (
     HEURISTICS,
     broad_held_out,
     default_held_out,

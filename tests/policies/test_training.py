@@ -7,15 +7,15 @@ import pytest
 
 th = pytest.importorskip("torch")  # the train extra
 
-from allocator.errors import ConfigError  # noqa: E402
-from allocator.pool import Pool  # noqa: E402
-from envs.evict import EvictEnv  # noqa: E402
-from envs.workloads.registry import generate  # noqa: E402
-from policies import features  # noqa: E402
-from policies.features import FEATURE_NAMES  # noqa: E402
-from policies.learned import CandidateScorer, LearnedPolicy  # noqa: E402
-from policies.training.export import export_policy  # noqa: E402
-from policies.training.imitation import (  # noqa: E402
+from cachegym.allocator.errors import ConfigError  # noqa: E402
+from cachegym.allocator.pool import Pool  # noqa: E402
+from cachegym.envs.evict import EvictEnv  # noqa: E402
+from cachegym.envs.workloads.registry import generate  # noqa: E402
+from cachegym.policies import features  # noqa: E402
+from cachegym.policies.features import FEATURE_NAMES  # noqa: E402
+from cachegym.policies.learned import CandidateScorer, LearnedPolicy  # noqa: E402
+from cachegym.policies.training.export import export_policy  # noqa: E402
+from cachegym.policies.training.imitation import (  # noqa: E402
     Dataset,
     DecisionSample,
     ImitationConfig,
@@ -25,7 +25,7 @@ from policies.training.imitation import (  # noqa: E402
     targets,
     teacher_distances,
 )
-from policies.training.nets import (  # noqa: E402
+from cachegym.policies.training.nets import (  # noqa: E402
     NEG,
     CandidateScorerNet,
     MaskableScorerActorCriticPolicy,
@@ -201,8 +201,8 @@ def test_dagger_weight_averaging_is_the_mean_of_the_rounds_ends():
     """``average_from``: the network that comes out is the mean of the weights at the end of
     the averaged rounds (recorded here by on_round), not the last round's; a round outside
     the schedule is a config error."""
-    from allocator.errors import ConfigError
-    from policies.training.imitation import ImitationConfig, dagger
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training.imitation import ImitationConfig, dagger
 
     rng = np.random.default_rng(3)
 

@@ -102,12 +102,9 @@ def test_figures_survive_a_json_write_that_fails(tmp_path: Path, monkeypatch: py
         return {"ratio": 1.5}
 
     fake = types.SimpleNamespace(add_args=lambda p: None, run=run)
-    monkeypatch.setitem(sys.modules, "bench_pool", fake)
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import bench
-    finally:
-        sys.path.pop(0)
+    monkeypatch.setitem(sys.modules, "cachegym.scripts.bench_pool", fake)
+    from cachegym.scripts import bench
+
     assert bench.main(["pool", "--json", str(out_dir / "f.json")]) == 2
     cap = capsys.readouterr()
     assert '"ratio": 1.5' in cap.out

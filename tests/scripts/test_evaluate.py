@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allocator.errors import ConfigError
-from allocator.trace import Trace
-from envs.config import register_configs
-from envs.evaluation import COLUMNS, evaluate
-from envs.workloads import write_oracle_general
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Trace
+from cachegym.envs.config import register_configs
+from cachegym.envs.evaluation import COLUMNS, evaluate
+from cachegym.envs.workloads import write_oracle_general
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = str(ROOT / "conf")
@@ -104,10 +104,10 @@ def test_bounds_stall_rows_and_a_violation(og_file: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """``eval.bounds=[foo,pfoo_l]`` adds foo_l, foo_u and pfoo_l; with a preset, stall_lb and
     the stall reference, and gap_closed_stall; a bound above a policy is refused by name."""
-    import envs.evaluation
-    import envs.gaps
-    from envs.workloads import read_trace
-    from policies.bounds import BoundViolation
+    import cachegym.envs.evaluation
+    import cachegym.envs.gaps
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies.bounds import BoundViolation
 
     src, n, rng = read_trace(str(og_file), format="oracleGeneral"), 600, np.random.default_rng(0)
     trace = Trace.from_arrays(src.key[:n], src.size[:n], (rng.random(n) < 0.3).astype(np.uint8),
@@ -134,7 +134,7 @@ def test_bounds_stall_rows_and_a_violation(og_file: Path, tmp_path: Path,
     assert ref["stall_ns"] <= by[("belady", "h100_pcie5")]["stall_ns"]
     assert {os.path.basename(x) for x in res["plots"]} == {
         "metrics__t__none__none.png", "metrics__t__none__h100_pcie5.png"}
-    real = envs.gaps.bound_rows
+    real = cachegym.envs.gaps.bound_rows
 
     def too_high(*a: object, **k: object) -> list[dict[str, object]]:
         rows = real(*a, **k)  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ def test_bounds_stall_rows_and_a_violation(og_file: Path, tmp_path: Path,
             r["traffic_bytes"] = 10 * float(r["traffic_bytes"])  # type: ignore[arg-type]
         return rows
 
-    monkeypatch.setattr(envs.evaluation, "bound_rows", too_high)
+    monkeypatch.setattr(cachegym.envs.evaluation, "bound_rows", too_high)
     with pytest.raises(BoundViolation, match="below the lower bound"):
         evaluate(_compose(_quiet([*over[:-1], "eval.presets=[none]", f"out_dir={tmp_path / 'v'}"])))
 
@@ -166,7 +166,7 @@ def test_csv_trace_with_reader_options_as_the_readme_says(og_file: Path, tmp_pat
     """The README's CSV command: reader options set whole with ``++trace.options={...}`` (a plain
     ``trace.options={...}`` cannot add keys to the schema's empty dict; Hydra refuses it) give the
     same rows as the same requests read from oracleGeneral."""
-    from envs.workloads import read_trace, write_csv
+    from cachegym.envs.workloads import read_trace, write_csv
 
     csv_path = tmp_path / "tiny.csv"
     write_csv(read_trace(og_file), csv_path)
@@ -192,7 +192,7 @@ def test_policy_of_the_users_by_file_in_the_policy_list(body: str, og_file: Path
     """``eval.policies=[lru,FILE.py:Class]``: a class of the user's runs through the pool beside
     the built-in ones (its row labelled by file and class); a misspelt class fails before any
     replay with the classes the file has."""
-    (tmp_path / "mine.py").write_text("from policies.lru import LRU\n\n" + body)
+    (tmp_path / "mine.py").write_text("from cachegym.policies.lru import LRU\n\n" + body)
     spec = f"{tmp_path / 'mine.py'}:MyLRU"
     res = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[0.05]",
                                     f"eval.policies=[lru,{spec}]", "eval.plots=false",
@@ -219,7 +219,7 @@ def test_users_class_that_cannot_run_fails_before_any_replay(
     """A class of the user's that cannot be built without arguments (the evaluator builds it as
     ``Class()``, or ``Class(trace=...)`` when it takes the trace) or lacks the method of its
     list fails at validation: no replay runs, nothing is written."""
-    import envs.evaluation as ev
+    import cachegym.envs.evaluation as ev
 
     (tmp_path / "mine.py").write_text(body)
     spec = f"{tmp_path / 'mine.py'}:{body.split()[1].rstrip(':')}"
@@ -322,8 +322,8 @@ def test_arena_placement_goes_through_the_pool(og_file: Path, tmp_path: Path) ->
 
 
 def _policy_file(path: Path) -> str:
-    from policies import features
-    from policies.learned import save_policy_file
+    from cachegym.policies import features
+    from cachegym.policies.learned import save_policy_file
 
     rng = np.random.default_rng(0)
     arrays = {"wc": rng.normal(size=(features.F, 8)), "wg": rng.normal(size=(features.G, 8)),
@@ -356,10 +356,10 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
     for r in res["rows"]:
         assert r["policy_file"] == (path if r["policy"].startswith("learned[") else None)
         assert r["policy"] in res["table"]
-    from allocator.pool import Pool
-    from envs.workloads import read_trace
-    from policies.learned import Guard, LearnedPolicy, LRUGuard, ShadowGuard
-    from policies.registry import make_eviction
+    from cachegym.allocator.pool import Pool
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies.learned import Guard, LearnedPolicy, LRUGuard, ShadowGuard
+    from cachegym.policies.registry import make_eviction
 
     trace = read_trace(str(og_file), format="oracleGeneral")
     cap = res["rows"][0]["capacity"]
@@ -380,7 +380,7 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
         ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("foo_l", None),
         ("foo_u", None)]
     # a corrupt file is refused before any replay: nothing is written
-    from allocator.errors import PolicyFileError
+    from cachegym.allocator.errors import PolicyFileError
 
     bad = tmp_path / "bad.npz"
     bad.write_bytes(Path(path).read_bytes()[:100])  # truncated
@@ -393,8 +393,8 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
 def test_guard_group_options_build_the_named_guards() -> None:
     """Every yaml of conf/policy/guard/ is a guard of :class:`GuardName`, and the config builds
     (through the one instantiate helper) what ``make_guard`` of that name builds."""
-    from envs.config import build_guard, guard_options
-    from policies.learned import GUARD_NAMES, make_guard
+    from cachegym.envs.config import build_guard, guard_options
+    from cachegym.policies.learned import GUARD_NAMES, make_guard
 
     assert sorted(guard_options()) == sorted(GUARD_NAMES)
     for name in GUARD_NAMES:
@@ -404,15 +404,15 @@ def test_guard_group_options_build_the_named_guards() -> None:
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: __import__("policies.learned", fromlist=["make_guard"]).make_guard("bare"),
+    (lambda: __import__("cachegym.policies.learned", fromlist=["make_guard"]).make_guard("bare"),
      r"unknown guard 'bare'; choices: shadow, trial, lru, none"),
-    (lambda: __import__("policies.learned", fromlist=["make_guard"]).make_guard("none", window=5),
+    (lambda: __import__("cachegym.policies.learned", fromlist=["make_guard"]).make_guard("none", window=5),
      r"guard 'none' \(the network alone\) takes no parameters"),
-    (lambda: __import__("policies.learned", fromlist=["make_guard"]).make_guard("lru", s3fifo=True),
+    (lambda: __import__("cachegym.policies.learned", fromlist=["make_guard"]).make_guard("lru", s3fifo=True),
      r"guard 'lru': bad parameters"),
-    (lambda: __import__("policies.registry", fromlist=["make_eviction"]).make_eviction("learned"),
+    (lambda: __import__("cachegym.policies.registry", fromlist=["make_eviction"]).make_eviction("learned"),
      r"learned policy needs a file: make_eviction\('learned', path=PATH"),
-    (lambda: __import__("policies.registry", fromlist=["make_eviction"]).make_eviction("learned_lru:x.npz"),
+    (lambda: __import__("cachegym.policies.registry", fromlist=["make_eviction"]).make_eviction("learned_lru:x.npz"),
      r"no longer named PREFIX:PATH.*guard='lru'"),
 ])
 def test_guard_names_are_checked(call, match: str) -> None:  # type: ignore[no-untyped-def]
@@ -421,7 +421,7 @@ def test_guard_names_are_checked(call, match: str) -> None:  # type: ignore[no-u
 
 
 def test_learned_policy_load_takes_a_guard_name(tmp_path: Path) -> None:
-    from policies.learned import Guard, GuardName, LearnedPolicy, ShadowGuard
+    from cachegym.policies.learned import Guard, GuardName, LearnedPolicy, ShadowGuard
 
     path = _policy_file(tmp_path / "p.npz")
     assert type(LearnedPolicy.load(path, guard="shadow").guard) is ShadowGuard

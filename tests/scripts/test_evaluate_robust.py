@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
-import envs.evaluation as evaluation
-from allocator.errors import ConfigError, InvalidVictim, PolicyError
-from allocator.trace import Trace
-from envs.config import register_configs
-from envs.evaluation import evaluate
-from envs.workloads import generate
+import cachegym.envs.evaluation as evaluation
+from cachegym.allocator.errors import ConfigError, InvalidVictim, PolicyError
+from cachegym.allocator.trace import Trace
+from cachegym.envs.config import register_configs
+from cachegym.envs.evaluation import evaluate
+from cachegym.envs.workloads import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["eval.capacities=[0.02,0.05,0.1,0.2]", "eval.policies=[lru,fifo,lfu,arc,clock,sieve,s3fifo,belady]",
@@ -181,7 +181,7 @@ def test_a_users_policy_failing_mid_run_names_the_policy_and_the_request(
     """A user's policy that raises in a hook, or names an impossible victim, at its third
     decision: the error names the policy, the trace, the capacity and the request (row, key)."""
     (tmp_path / "mine.py").write_text(
-        "from policies.base import EvictionPolicyBase\n\n"
+        "from cachegym.policies.base import EvictionPolicyBase\n\n"
         "class Flaky(EvictionPolicyBase):\n"
         "    def __init__(self):\n        self.n = 0\n"
         "    def victim(self, view):\n        self.n += 1\n"

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allocator.errors import ConfigError, PolicyFileError
-from envs.evict import EvictEnv
-from policies.learned import LearnedPolicy, read_policy_file
-from policies.training.export import export_file, scorer_of
-from policies.training.nets import export_arrays
+from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.envs.evict import EvictEnv
+from cachegym.policies.learned import LearnedPolicy, read_policy_file
+from cachegym.policies.training.export import export_file, scorer_of
+from cachegym.policies.training.nets import export_arrays
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def sb3_zip(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, object]:
     from sb3_contrib import MaskablePPO
 
-    from policies.training.nets import MaskableScorerActorCriticPolicy
+    from cachegym.policies.training.nets import MaskableScorerActorCriticPolicy
 
     env = EvictEnv(None, K=8, candidates="lru", window=2000, capacity=0.2, capacity_of="working_set")
     model = MaskablePPO(MaskableScorerActorCriticPolicy, env, n_steps=64, batch_size=32,
@@ -145,8 +145,8 @@ def test_trust_pickle_is_what_runs_the_code(sb3_zip, tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- ONNX
 def _random_policy(tmp_path, hidden: list[int]) -> str:
-    from policies import features
-    from policies.learned import save_policy_file
+    from cachegym.policies import features
+    from cachegym.policies.learned import save_policy_file
 
     rng = np.random.default_rng(len(hidden))
     a = {"wc": rng.normal(size=(features.F, hidden[0])), "wg": rng.normal(size=(features.G, hidden[0])),
@@ -168,8 +168,8 @@ def test_onnx_model_scores_as_the_policy_does(hidden, tmp_path):
 
     onnx = pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime (pip install -e '.[onnx]')")
-    from policies.learned import CandidateScorer
-    from policies.training.export import export_onnx
+    from cachegym.policies.learned import CandidateScorer
+    from cachegym.policies.training.export import export_onnx
 
     src = _random_policy(tmp_path, hidden)
     path = export_onnx(src, tmp_path / "sub" / "p.onnx")
@@ -191,7 +191,7 @@ def test_onnx_model_scores_as_the_policy_does(hidden, tmp_path):
 
 
 def test_onnx_export_refuses_bad_sources_and_says_what_to_install(tmp_path, monkeypatch):
-    from policies.training.export import export_onnx
+    from cachegym.policies.training.export import export_onnx
 
     pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
     broken = tmp_path / "broken.npz"

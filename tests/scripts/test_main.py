@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")  # the train extra
 
-from envs.workloads.registry import generate  # noqa: E402
+from cachegym.envs.workloads.registry import generate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,9 +79,9 @@ def test_bad_main_section_fails_before_training(override, match, tmp_path, monke
     starts; nothing is written."""
     from hydra import compose, initialize_config_dir
 
-    from allocator.errors import ConfigError
-    from policies.training import main_job
-    from policies.training.config import register_train_configs
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training import main_job
+    from cachegym.policies.training.config import register_train_configs
 
     def no_training(cfg):  # type: ignore[no-untyped-def]
         raise AssertionError("training started before the main section was checked")

@@ -1,30 +1,26 @@
-"""scripts/parity.py and policies.parity.compare: request-by-request agreement with libCacheSim
+"""scripts/parity.py and cachegym.policies.parity.compare: request-by-request agreement with libCacheSim
 on a user's trace, a reported difference, and bad input in one line."""
 
 from __future__ import annotations
 
 import builtins
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from allocator.errors import ConfigError
-from allocator.trace import Op, Trace
-from envs.workloads import generate
-from policies import parity
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import Op, Trace
+from cachegym.envs.workloads import generate
+from cachegym.policies import parity
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("libcachesim")
 
 
 def _script() -> Any:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import parity as script
-    finally:
-        sys.path.pop(0)
+    from cachegym.scripts import parity as script
+
     return script
 
 
@@ -87,7 +83,7 @@ def test_script_bad_input_is_one_line(trace_file: Path, tmp_path: Path,
     assert "no such file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         script.main([str(trace_file), "--capacities", "half"])
-    assert e.value.code == 2 and "'half' is not a number" in capsys.readouterr().err
+    assert e.value.code == 2 and "'half' is not a size" in capsys.readouterr().err
 
 
 def test_missing_libcachesim_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,11 +14,11 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.errors import ConfigCompositionException  # noqa: E402
 from omegaconf.errors import ValidationError  # noqa: E402
 
-from allocator.errors import ConfigError  # noqa: E402
-from envs.config import instantiate  # noqa: E402
-from policies.learned import LearnedPolicy, read_policy_file  # noqa: E402
-from policies.training.config import register_train_configs  # noqa: E402
-from policies.training.train import load_trace_list, train  # noqa: E402
+from cachegym.allocator.errors import ConfigError  # noqa: E402
+from cachegym.envs.config import instantiate  # noqa: E402
+from cachegym.policies.learned import LearnedPolicy, read_policy_file  # noqa: E402
+from cachegym.policies.training.config import register_train_configs  # noqa: E402
+from cachegym.policies.training.train import load_trace_list, train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(ROOT, "conf")
@@ -133,8 +133,8 @@ def test_finetune_starts_from_the_imitation_weights(tmp_path):
 @pytest.mark.parametrize("policy", sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "policy"))
                                           if f.endswith(".yaml")))
 def test_every_policy_config_composes(policy):
-    from policies import features
-    from policies.training.nets import CandidateScorerNet
+    from cachegym.policies import features
+    from cachegym.policies.training.nets import CandidateScorerNet
 
     cfg = cfg_of([f"policy={policy}", "agent=imitation"])
     net = CandidateScorerNet(features.F, features.G, list(cfg.policy.hidden))
@@ -152,7 +152,7 @@ def test_main_config_composes():
 def test_main_returns_the_objective_a_sweeper_maximises(monkeypatch) -> None:
     """scripts/train.py's task function returns the validation gap closed in traffic (what
     hydra-optuna-sweeper optimises, direction maximize)."""
-    import policies.training.train as tr
+    import cachegym.policies.training.train as tr
     from tests.scripts_loader import load_script
 
     mod = load_script("train")

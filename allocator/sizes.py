@@ -1,0 +1,72 @@
+"""Human-readable sizes: ``"512MiB"``, ``"1GiB"``, ``"1.5GB"``, ``"4096"``, and ``"10%"`` where a
+capacity may be a fraction (of a trace's working set, in the evaluator).
+
+IEC suffixes (KiB, MiB, GiB, TiB) are powers of 1024, SI ones (KB, MB, GB, TB) powers of 1000,
+as ``torch``'s and libCacheSim's users write them; case is ignored, ``B`` is optional.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from cachegym.allocator.errors import ConfigError
+
+__all__ = ["UNITS", "parse_capacity", "parse_size"]
+
+UNITS = {"": 1, "b": 1,
+         "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+         "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a-zA-Z]*)\s*$")
+_EXAMPLES = "e.g. 1073741824, 512MiB, 1GiB or 1.5GB"
+
+
+def parse_size(value: Any, key: str = "capacity") -> int:
+    """``value`` in bytes: a positive integer as it is, or a string with an optional unit
+    (:data:`UNITS`); a :class:`ConfigError` naming ``key`` otherwise (zero, negative, a
+    fraction of a byte, an unknown unit)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: {value!r} is not a size; give bytes ({_EXAMPLES})")
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        unit = UNITS.get(m.group(3).lower()) if m else None
+        if m is None or unit is None:
+            raise ConfigError(f"{key}: {value!r} is not a size; give bytes with an optional unit "
+                              f"({_EXAMPLES}; units: KiB MiB GiB TiB, KB MB GB TB)")
+        number = float(m.group(1)) * (10.0 ** int(m.group(2) or 0)) * unit
+        if number != math.floor(number):
+            raise ConfigError(f"{key}: {value!r} is {number} bytes, not a whole number of bytes")
+        value = int(number)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        n = int(value) if value == int(value) else None
+    except (TypeError, ValueError, OverflowError):
+        n = None
+    if n is None:
+        raise ConfigError(f"{key}: {value!r} is not a whole number of bytes ({_EXAMPLES})")
+    if n <= 0:
+        raise ConfigError(f"{key}: capacity must be > 0, got {value!r}")
+    return n
+
+
+def parse_capacity(value: Any, key: str = "capacity") -> int | float:
+    """A capacity as the evaluator takes it: bytes (an integer or a size string, see
+    :func:`parse_size`) or a fraction in (0, 1] (a float, or a string such as ``"10%"``)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            pct = float(value.strip()[:-1])
+        except ValueError:
+            pct = math.nan
+        if not 0 < pct <= 100:
+            raise ConfigError(f"{key}: {value!r} is not a percentage in (0%, 100%]")
+        return pct / 100.0
+    if isinstance(value, float) and not value.is_integer():
+        if not 0 < value <= 1:
+            raise ConfigError(f"{key}: {value!r} is neither a whole number of bytes nor a "
+                              "fraction in (0, 1]")
+        return value
+    if isinstance(value, float) and 0 < value <= 1:
+        return value  # 1.0: the whole working set
+    return parse_size(value, key)

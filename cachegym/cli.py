@@ -1,0 +1,164 @@
+"""The ``cachegym`` command: one entry to the project's scripts.
+
+    cachegym sim TRACE FORMAT lru,arc,learned:POLICY.npz 1GiB,10% [--preset h100_pcie5]
+    cachegym evaluate trace.path=T trace.format=oracleGeneral 'eval.capacities=[1GiB,10%]'
+    cachegym train trace.path=T trace.format=oracleGeneral [init_from=policy.npz] [resume=RUN.zip]
+    cachegym demo                        the main job (make demo) end to end
+    cachegym export SOURCE --out policy.npz
+    cachegym record --model gpt --out trace.npz
+    cachegym stats TRACE                 reuse histogram and LRU's miss-ratio curve
+    cachegym parity TRACE                request-by-request agreement with libCacheSim
+    cachegym bench NAME                  the benchmarks (pool, replay, env, decision, ...)
+
+``evaluate``, ``train`` and ``demo`` take Hydra overrides (and ``-m`` for sweeps), the others
+their own options (``cachegym NAME --help``). Each runs the script of ``scripts/`` of that name:
+the command adds no logic of its own but ``sim``'s argument parsing, which composes the
+evaluator's config (``conf/evaluate.yaml``) from a libCacheSim-style one-liner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from typing import Any
+
+__all__ = ["COMMANDS", "main", "sim"]
+
+# command -> (module of cachegym.scripts, Hydra app?, one line of help)
+COMMANDS: dict[str, tuple[str, bool, str]] = {
+    "sim": ("", False, "simulate policies on a trace at some capacities; print a table"),
+    "evaluate": ("evaluate", True, "evaluation sweep (Hydra overrides: trace.path=, eval.*)"),
+    "train": ("train", True, "train and export a learned policy (Hydra overrides)"),
+    "demo": ("main", True, "the main job end to end on the bundled workload (make demo)"),
+    "export": ("export", False, "a checkpoint or SB3 .zip to a policy file (or ONNX)"),
+    "record": ("record_trace", False, "record a PyTorch training loop's tensor trace"),
+    "stats": ("trace_stats", False, "a trace's reuse histogram and LRU miss-ratio curve"),
+    "parity": ("parity", False, "request-by-request agreement with libCacheSim"),
+    "bench": ("bench", False, "benchmarks that print ratios measured side by side"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, (_, _, text) in COMMANDS.items()]
+    return ("usage: cachegym COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(lines)
+            + "\n\n`cachegym COMMAND --help` for a command's options.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``cachegym COMMAND ARGS...``; the exit status (2 for a bad command or input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"cachegym: unknown command {cmd!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    if cmd == "sim":
+        return sim(rest)
+    module, is_hydra, _ = COMMANDS[cmd]
+    mod = importlib.import_module(f"cachegym.scripts.{module}")
+    if is_hydra:  # Hydra's main reads sys.argv: the overrides (and -m, --cfg, ...) pass through
+        saved = sys.argv
+        sys.argv = [f"cachegym {cmd}", *rest]
+        try:
+            mod.main()
+        finally:
+            sys.argv = saved
+        return 0
+    return int(mod.main(rest) or 0)
+
+
+def _split(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def sim(argv: list[str]) -> int:
+    """``cachegym sim TRACE FORMAT POLICIES CAPACITIES``: the evaluator (one implementation)
+    over one trace, composed from a one-liner; prints its table, writes its results."""
+    from cachegym.allocator.errors import CachegymError
+
+    p = argparse.ArgumentParser(
+        prog="cachegym sim", description="Simulate eviction policies on one trace (the evaluator "
+        "of `cachegym evaluate`, composed from a libCacheSim-style one-liner).",
+        epilog="example: cachegym sim trace.oracleGeneral oracleGeneral lru,arc,s3fifo 1GiB,10%%")
+    p.add_argument("trace", help="trace file")
+    p.add_argument("format", help="its format: npz, oracleGeneral, csv, txt (auto: from its name)")
+    p.add_argument("policies", help="comma-separated: registry names (lru, arc, s3fifo, gdsf, "
+                   "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy")
+    p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "
+                   "fractions of the working set (10%%, 0.1)")
+    p.add_argument("--guard", default="shadow", help="guard of learned:PATH policies "
+                   "(conf/policy/guard/: shadow, trial, lru, none; default shadow)")
+    p.add_argument("--prefetch", default="none", help="comma-separated prefetchers (none, "
+                   "lookahead, markov, stride; default none)")
+    p.add_argument("--preset", default="none", help="comma-separated timing presets for stall "
+                   "(none, a100_pcie4, h100_pcie5, h200_pcie5, gh200_c2c, FILE.json)")
+    p.add_argument("--bounds", default="", help="offline bounds to add: auto, foo, pfoo_l "
+                   "(default: none, for speed)")
+    p.add_argument("--mode", default="bytes", choices=("bytes", "objects"))
+    p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
+    p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
+    p.add_argument("--plots", action="store_true", help="also write the plots")
+    args = p.parse_args(argv)
+    try:
+        cfg = sim_config(args)
+        from cachegym.envs.evaluation import evaluate
+
+        result = evaluate(cfg)
+    except CachegymError as e:  # a bad input: its message, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(result["table"])
+    print(f"results: {result['csv']}")
+    return 0
+
+
+def sim_config(args: argparse.Namespace) -> Any:
+    """The evaluator's config (``conf/evaluate.yaml``) for ``cachegym sim``'s arguments."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.allocator.sizes import parse_capacity
+    from cachegym.envs.config import register_configs
+    from cachegym.envs.paths import CONF_DIR
+
+    names, learned = [], []
+    for spec in _split(args.policies):
+        if spec.lower().startswith("learned:"):
+            learned.append(spec.split(":", 1)[1])
+        else:
+            names.append(spec)
+    if not names and not learned:
+        raise ConfigError("policies: give at least one, e.g. lru,arc,learned:policy.npz")
+    caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
+    if not caps:
+        raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
+    fmt = None if args.format.lower() in ("auto", "") else args.format
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("evaluate", overrides=["trace=file"])
+    out = args.out or os.path.join("outputs", "sim", time.strftime("%Y-%m-%d_%H-%M-%S"))
+    values = {
+        "trace.path": args.trace, "trace.format": fmt, "out_dir": out,
+        "eval.mode": args.mode, "eval.capacity_of": args.capacity_of, "eval.capacities": caps,
+        "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
+        "eval.prefetchers": _split(args.prefetch) or ["none"],
+        "eval.presets": _split(args.preset) or ["none"], "eval.bounds": _split(args.bounds),
+        "eval.plots": bool(args.plots), "eval.progress": False,
+    }
+    try:
+        for key, value in values.items():
+            OmegaConf.update(cfg, key, value, merge=False)
+    except Exception as e:  # a schema's type or enumeration check: one line
+        raise ConfigError(f"{key}: {value!r} is not allowed: {e}") from None
+    return cfg
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
