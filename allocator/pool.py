@@ -222,7 +222,10 @@ class Pool:
         backend: ``None`` (metadata only), or a backend that owns real bytes
             (:class:`allocator.backends.NumpyBackend`, ``CupyBackend``). Needs ``placement="arena"``.
         placement: ``"arena"`` (best-fit blocks, fragmentation can force evictions) or
-            ``"bytes"`` (byte accounting, as libCacheSim).
+            ``"bytes"`` (byte accounting, as libCacheSim). Default (``None``): ``"arena"`` with
+            a backend (real bytes need addresses), ``"bytes"`` without one, as the evaluator's
+            default (``conf/allocator/bytes.yaml``), so that ``Pool(capacity, policy)`` gives
+            the evaluator's figures.
         write_policy: ``"write-back"`` (dirty victims are copied to host) or ``"write-through"``
             (every write is also copied to host at once).
         oversize: ``"error"`` raises :class:`ObjectTooLarge` for an object larger than the pool;
@@ -239,7 +242,7 @@ class Pool:
         prefetcher: PrefetchPolicy | None = None,
         cost: CostModel | Preset | str | None = None,
         backend: Backend | None = None,
-        placement: Placement = "arena",
+        placement: Placement | None = None,
         write_policy: Literal["write-back", "write-through"] = "write-back",
         oversize: Literal["error", "bypass"] = "error",
         hook: PoolHook | None = None,
@@ -249,6 +252,8 @@ class Pool:
         if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
                 or capacity <= 0):
             raise ConfigError(f"capacity must be a positive number of bytes, got {capacity!r}")
+        if placement is None:
+            placement = "bytes" if backend is None else "arena"
         if placement == "arena" and capacity < ALIGN:
             raise ConfigError(f"capacity {capacity} is less than one {ALIGN}-byte arena block; "
                               "raise it or use placement='bytes'")

@@ -313,7 +313,7 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
         for name, make in cands.items():
             try:
                 st = Pool(budget, make(), prefetcher=ReversePackOrder(depth=args.prefetch_depth),
-                          cost=preset).replay(trace)
+                          cost=preset, placement="arena").replay(trace)
                 sims[name] = {"stall_ns": st.stall_ns, "misses": st.misses,
                               "bytes": st.traffic_bytes}
             except Exception as e:  # a policy unfit for this trace is reported, not fatal

@@ -81,7 +81,7 @@ def test_byte_placement_counts_exact_bytes() -> None:
 
 
 def test_fragmentation_forces_more_evictions_not_overcommit() -> None:
-    p = Pool(4 * B, policy=LRU())
+    p = Pool(4 * B, policy=LRU(), placement="arena")
     for k in range(4):
         p.access(k, B)
     p.free(1)
@@ -349,7 +349,7 @@ def test_closing_steps_mid_eviction_undoes_the_event() -> None:
 def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
     t = random_trace(3, n=2000)
     cap = 8 * B
-    plain = Pool(cap, cost="h200_pcie5", write_policy=write_policy, hook=_Log())  # type: ignore[arg-type]
+    plain = Pool(cap, cost="h200_pcie5", write_policy=write_policy, placement="arena", hook=_Log())  # type: ignore[arg-type]
     plain.replay(t)
     be = NumpyBackend()
     real = Pool(cap, cost="h200_pcie5", write_policy=write_policy, backend=be, hook=_Log())  # type: ignore[arg-type]
@@ -374,10 +374,12 @@ def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
     [
         {"capacity": 0},
         {"capacity": -5},
-        {"capacity": "1GB"},
+        {"capacity": "lots"},
+        {"capacity": "1.5B"},  # not a whole number of bytes
+        {"capacity": "1XB"},
         {"capacity": 1.5e9},
         {"capacity": True},
-        {"capacity": ALIGN - 1},  # less than one arena block
+        {"capacity": ALIGN - 1, "placement": "arena"},  # less than one arena block
         {"capacity": 4096, "placement": "slab"},
         {"capacity": 4096, "write_policy": "write-around"},
         {"capacity": 4096, "oversize": "drop"},
@@ -391,11 +393,21 @@ def test_bad_config_values(kwargs) -> None:
     assert isinstance(ei.value, CachegymError) and isinstance(ei.value, ValueError)
 
 
+def test_capacity_takes_sizes_and_placement_defaults_to_the_evaluators() -> None:
+    """``Pool("512MiB")`` is 512 * 2**20 bytes (SI units are powers of 1000); without a backend
+    the pool accounts bytes as the evaluator does, with one it places blocks in an arena."""
+    assert Pool("512MiB").capacity == 512 << 20 and Pool("1.5GB").capacity == 1_500_000_000
+    assert Pool(" 4 KiB ").capacity == 4096 and Pool("4096").capacity == 4096
+    assert Pool(4096).placement == "bytes"
+    assert Pool(4096, backend=NumpyBackend(threads=False)).placement == "arena"
+
+
 @pytest.mark.parametrize("placement", ["arena", "bytes"])
 @pytest.mark.parametrize("key,size,what", [
     (1, 0, "size"), (1, -5, "size"), (1, 10.5, "size"), (1, "x", "size"), (1, True, "size"),
     (None, 4096, "keys are integers"), ("a", 4096, "keys are integers"), (1.5, 4096, "keys are integers"),
 ])
+
 def test_bad_access_arguments_are_clear_errors(placement, key, size, what) -> None:
     """A bad key or size (on either access path, C or Python) is a ConfigError naming it, and
     the pool is unchanged."""
