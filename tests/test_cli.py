@@ -1,0 +1,104 @@
+"""The ``cachegym`` command (cachegym/cli.py): every subcommand reaches its script, ``sim`` runs
+the evaluator from a one-liner, from any working directory, with human-readable sizes."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachegym import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = ROOT / "tests" / "golden" / "policy.npz"
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_help_lists_every_command_and_an_unknown_one_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for name in ("sim", "evaluate", "train", "export", "record", "stats", "parity", "bench"):
+        assert f"  {name} " in text
+    assert cli.main(["simulate"]) == 2
+    assert "unknown command 'simulate'" in capsys.readouterr().err
+    assert cli.main([]) == 2
+
+
+@pytest.mark.parametrize("cmd", ["export", "record", "stats", "parity", "bench"])
+def test_argparse_commands_reach_their_script(cmd: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main([cmd, "--help"])
+    assert e.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_sim_one_liner_from_another_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A bundled trace named as the configs name it, read from an unrelated directory; sizes
+    and percentages; registry policies and an exported policy file side by side."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "sim"
+    assert cli.main(["sim", "data/traces/gpt.npz", "npz", f"lru,s3fifo,learned:{POLICY}",
+                     "1MiB,25%", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "learned[shadow]" in printed and "s3fifo" in printed and f"results: {out}" in printed
+    rows = [r for r in _rows(out) if r["row_kind"] == "policy"]
+    assert {r["policy"] for r in rows} == {"lru", "s3fifo", "learned[shadow]"}
+    caps = {r["capacity_spec"]: int(r["capacity"]) for r in rows}
+    assert caps["1048576"] == 1 << 20 and 0 < caps["0.25"] < 1 << 30
+    assert (out / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["data/traces/gpt.npz", "npz", "lru", "1 lots"], "'1 lots' is not a size"),
+    (["data/traces/gpt.npz", "npz", "lru", "150%"], "not a percentage in (0%, 100%]"),
+    (["data/traces/gpt.npz", "npz", "nosuch", "1MiB"], "unknown value 'nosuch'"),
+    (["nope.bin", "npz", "lru", "1MiB"], "no such file 'nope.bin'"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--preset", "v100"], "v100"),
+])
+def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sim", *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_evaluate_passes_hydra_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ev"
+    assert cli.main(["evaluate", "trace.params.n_requests=2000", "trace.params.n_objects=300",
+                     "eval.capacities=[64KiB,10%]", "eval.policies=[lru,fifo]", "eval.bounds=[]",
+                     "eval.plots=false", "eval.progress=false", f"out_dir={out}",
+                     f"hydra.run.dir={tmp_path / 'hydra'}"]) == 0
+    rows = [r for r in _rows(out) if r["row_kind"] == "policy"]
+    assert {(r["policy"], r["capacity_spec"]) for r in rows} == {
+        (p, c) for p in ("lru", "fifo") for c in ("64KiB", "10%")}
+    assert "results:" in capsys.readouterr().out
+
+
+def test_the_console_script_runs_from_any_directory(tmp_path: Path) -> None:
+    """The installed ``cachegym`` entry point (pip install -e .), run where nothing of the
+    project is: the environment registry and the bundled traces are found."""
+    exe = shutil.which("cachegym", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("the cachegym console script is not installed beside this interpreter "
+                    "(pip install -e . installs it)")
+    r = subprocess.run([exe, "sim", "data/traces/resnet.npz", "auto", "lru,gdsf", "5%"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "gdsf" in r.stdout and (tmp_path / "outputs" / "sim").is_dir()
+    code = "import cachegym, gymnasium as gym; gym.make('cachegym/Evict-v0'); print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
