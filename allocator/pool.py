@@ -646,12 +646,16 @@ class Pool:
                 try:
                     be.stream_out(key, raw)
                 except BackendError as e:
+                    left = ("an object this put created is gone; an older one keeps its bytes")
                     if old is None or old.size != raw.nbytes:  # created by this put: gone again
-                        self._free(key)
+                        try:
+                            self._free(key)
+                        except PolicyError as fe:  # the policy refused the free: it stays
+                            left = (f"object {key} stays, unwritten (it reads as zeros), since "
+                                    f"freeing it failed too: {fe}")
                     raise BackendError(f"streaming object {key} to host memory failed ({e}); the "
-                                       "pool did not admit it, so these bytes are not stored (an "
-                                       "object this put created is gone; an older one keeps its "
-                                       "bytes): put it again", key=key, direction="d2h") from e
+                                       "pool did not admit it, so these bytes are not stored "
+                                       f"({left}): put it again", key=key, direction="d2h") from e
                 if self._due is not None:
                     self._evict_due(key)
                 return
