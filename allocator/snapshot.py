@@ -10,9 +10,10 @@ and ``torch.cuda._memory_viz`` renders (``trace_plot``, ``segment_plot``, ``segs
   victim's block, held until its write-back completes: PyTorch's block freed but awaiting its
   stream) and ``inactive`` (free);
 * ``device_traces``: one list (device 0) of the events :class:`MemoryRecorder` saw, as
-  PyTorch's ``TraceEntry``: ``alloc`` (a miss placed its object, a prefetch started, a failed
-  write-back took its block back), ``free_requested`` (an eviction or a free),
-  ``free_completed`` (the block is free again: at once, or once its write-back completed) and
+  PyTorch's ``TraceEntry``: ``alloc`` (a miss placed its object, a prefetch started),
+  ``free_requested`` (an eviction or a free), ``free_completed`` (the block is free again: at
+  once, or once its write-back completed; a failed prefetch gives its block up with both) and
+  (a failed write-back, whose victim takes its block back: ``free_completed`` then ``alloc``)
   ``oom`` (a :class:`PoolExhausted`), each with ``addr`` (the arena offset), ``size``,
   ``stream`` 0, ``time_us`` (the pool's simulated clock) and ``frames``.
 
@@ -81,8 +82,11 @@ class MemoryRecorder:
         ev, addr = event["event"], event["offset"]
         if ev in _ALLOCS and addr >= 0:
             frames = _frames(event["key"], event["kind"], ev, event["tick"])
+            if addr in self._requested:  # a failed write-back: its victim takes the block back
+                self._requested.discard(addr)
+                self._entry("free_completed", event, addr, event["nbytes"],
+                            self._alloc_frames.get(addr) or frames)
             self._alloc_frames[addr] = frames
-            self._requested.discard(addr)
             self._entry("alloc", event, addr, event["nbytes"], frames)
         elif ev in _FREES and addr >= 0:
             self._requested.add(addr)

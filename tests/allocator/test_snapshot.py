@@ -11,7 +11,9 @@ import re
 import numpy as np
 import pytest
 
-from cachegym.allocator.errors import ConfigError, PoolExhausted
+from pool_faults import FaultyBackend
+
+from cachegym.allocator.errors import BackendError, ConfigError, PoolExhausted
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.snapshot import MemoryRecorder, read_snapshot
 from cachegym.allocator.trace import Kind, Op, Trace
@@ -107,6 +109,47 @@ def test_the_snapshot_agrees_with_memory_stats_and_its_own_trace(stop: int | Non
                 assert Kind(int(t.kind[row])).name.lower() == got.group(2)
     actions = {e["action"] for e in s["device_traces"][0]}
     assert {"alloc", "free_requested", "free_completed"} <= actions
+
+
+def _agrees(p: Pool) -> None:
+    """The recorded events rebuild the snapshot's blocks."""
+    p._check()
+    s = p.memory_snapshot()
+    allocated, awaiting = _live(s["device_traces"][0])
+    blocks = s["segments"][0]["blocks"]
+    assert allocated == {b["address"]: b["size"] for b in blocks
+                         if b["state"] == "active_allocated"}
+    assert awaiting == {b["address"]: b["size"] for b in blocks
+                        if b["state"] == "active_pending_free"}
+
+
+def test_failed_copies_are_recorded_as_the_blocks_go_back() -> None:
+    """A failed write-back (its victim takes its block back) and a failed prefetch (its block
+    is free at once) leave a trace that still rebuilds the blocks."""
+    be = FaultyBackend()
+    p = Pool(3 * 512, cost="a100_pcie4", backend=be)
+    p.record_memory_history()
+    p.put(1, np.ones(512, np.uint8))
+    p.access(2, 1024)
+    be.arm("d2h", key=1)
+    p.access(3, 1024, write=True)  # evicts 1 (dirty) and 2; 1's write-back fails
+    _agrees(p)
+    with pytest.raises(BackendError):
+        p.get(1)  # finds the failure: 1 takes its block back
+    _agrees(p)
+    actions = [e["action"] for e in p.memory_snapshot()["device_traces"][0]]
+    assert actions[-2:] == ["free_completed", "alloc"]
+    p.flush()
+    for k in (4, 5, 6, 7):  # 1 is evicted (clean)
+        p.access(k, 512)
+    assert p.state(1) == "host"
+    be.arm("h2d", key=1)
+    assert p.prefetch(1)
+    with pytest.raises(BackendError):
+        p.access(1, 512)
+    assert p.state(1) == "host"
+    _agrees(p)
+    p.close()
 
 
 def _payload(html: str) -> bytes:
