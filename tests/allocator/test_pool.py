@@ -226,7 +226,7 @@ def test_stats_as_dict() -> None:
 
 
 def test_memory_stats_and_reset_peak_stats_as_torch_names_them() -> None:
-    p = Pool(4 * B, LRU())
+    p = Pool(4 * B, LRU(), placement="arena")  # blocks: rounding, a split arena
     for k in (1, 2, 3, 4):
         p.access(k, B, write=True)
     want = {"allocated_bytes.all.current": 4 * B, "allocated_bytes.all.peak": 4 * B,

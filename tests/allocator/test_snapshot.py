@@ -10,7 +10,6 @@ import re
 
 import numpy as np
 import pytest
-
 from pool_faults import FaultyBackend
 
 from cachegym.allocator.errors import BackendError, ConfigError, PoolExhausted
