@@ -684,7 +684,9 @@ class Pool:
                                   "with placement='arena'")
             held = [(o.offset, o.nbytes, o.size, o.key, o.kind) for o in self._objs.values()
                     if o.offset >= 0]
-            awaiting = [(r[2], r[3], r[5]) for r in self._releases]
+            objs = self._objs
+            awaiting = [(r[2], r[3], r[5], objs[r[5]].kind if r[5] in objs else -1)
+                        for r in self._releases]
             assert isinstance(self._place, Arena)
             free = self._place.free_blocks()
             rec = self._hook if isinstance(self._hook, MemoryRecorder) else None

@@ -47,7 +47,7 @@ _FREES = frozenset(("evict", "free"))  # the object gives its block up (free_req
 
 
 def _kind_name(kind: int) -> str:
-    return Kind(kind).name.lower() if 0 <= kind <= max(Kind) else "other"
+    return Kind(kind).name.lower() if 0 <= kind <= max(Kind) else "freed"
 
 
 def _frames(key: Any, kind: int, what: str, tick: int | None) -> list[dict[str, Any]]:
@@ -117,21 +117,23 @@ class MemoryRecorder:
 
 
 def build_snapshot(capacity: int, held: list[tuple[int, int, int, Any, int]],
-                   awaiting: list[tuple[int, int, Any]], free: list[tuple[int, int]],
+                   awaiting: list[tuple[int, int, Any, int]], free: list[tuple[int, int]],
                    recorder: MemoryRecorder | None) -> dict[str, Any]:
     """The snapshot of an arena of ``capacity`` bytes whose blocks are ``held`` ``(offset,
-    nbytes, size, key, kind)`` by objects, ``awaiting`` ``(offset, nbytes, key)`` a write-back
-    and ``free`` ``(offset, nbytes)``; ``device_traces`` from ``recorder`` (empty without)."""
+    nbytes, size, key, kind)`` by objects, ``awaiting`` ``(offset, nbytes, key, kind)`` a copy
+    out (``kind`` -1: the object was freed since) and ``free`` ``(offset, nbytes)``;
+    ``device_traces`` from ``recorder`` (empty without)."""
     blocks: list[dict[str, Any]] = []
     for off, nb, size, key, kind in held:
         frames = (recorder.frames_at(off) if recorder is not None else None) or _frames(
             key, kind, "resident", None)
         blocks.append({"address": off, "size": nb, "requested_size": size,
                        "state": "active_allocated", "frames": [dict(f) for f in frames]})
-    for off, nb, key in awaiting:
+    for off, nb, key, kind in awaiting:
+        frames = (recorder.frames_at(off) if recorder is not None else None) or _frames(
+            key, kind, "write-back", None)
         blocks.append({"address": off, "size": nb, "requested_size": nb,
-                       "state": "active_pending_free",
-                       "frames": _frames(key, int(Kind.OTHER), "write-back", None)})
+                       "state": "active_pending_free", "frames": [dict(f) for f in frames]})
     for off, nb in free:
         blocks.append({"address": off, "size": nb, "requested_size": 0, "state": "inactive",
                        "frames": []})

@@ -260,3 +260,22 @@ def test_repr_says_what_the_pool_is() -> None:
     assert r.startswith("Pool(capacity='512MiB', policy=LRU(), prefetcher=MarkovPrefetcher(")
     assert "placement='arena'" in r and "used='0B'" in r
     assert "capacity='~1.5GiB'" in repr(Pool(3 << 29, placement="bytes"))
+
+
+def test_a_block_awaiting_its_copy_out_is_pending_free() -> None:
+    """A freed object whose write-through copy is still in flight: PyTorch's block freed while
+    another stream still uses it (``active_pending_free``), until the copy completes."""
+    p = Pool(2 * 512, LRU(), cost="a100_pcie4", write_policy="write-through", placement="arena")
+    p.record_memory_history()
+    p.access(1, 512, write=True, kind=int(Kind.ACTIVATION))
+    p.access(2, 512, write=True)
+    p.free(1)
+    s = p.memory_snapshot()
+    b = s["segments"][0]["blocks"][0]
+    assert (b["state"], b["frames"][0]["name"]) == ("active_pending_free", "key 1 activation (miss)")
+    assert s["device_traces"][0][-1]["action"] == "free_requested"
+    _agrees(p)
+    p.access(3, 512)  # waits for the copy: the block is free, then 3's
+    assert [e["action"] for e in p.memory_snapshot()["device_traces"][0][-2:]] == [
+        "free_completed", "alloc"]
+    _agrees(p)
