@@ -33,6 +33,7 @@ from cachegym.allocator.seams import (
     PrefetchPolicy,
     PrefetchPolicyBase,
 )
+from cachegym.allocator.snapshot import MemoryRecorder, read_snapshot
 from cachegym.allocator.stats import JsonlHook, PoolStats
 from cachegym.allocator.trace import Kind, Op, Trace
 
@@ -44,6 +45,6 @@ __all__ = [
     "InvalidVictim", "NotPinned", "NotResident", "ObjectPinned", "ObjectTooLarge", "PolicyError", "PolicyFileError",
     "PoolError",
     "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",
-    "PoolView", "JsonlHook", "PoolStats", "Kind", "Op", "Trace", "EvictionPolicy",
+    "PoolView", "JsonlHook", "MemoryRecorder", "read_snapshot", "PoolStats", "Kind", "Op", "Trace", "EvictionPolicy",
     "EvictionPolicyBase", "PrefetchPolicy", "PrefetchPolicyBase",
 ]

@@ -33,7 +33,7 @@ cdef class Pool:
     cdef public object _touch, _on_hit, _on_miss, _admit, _due
     cdef public object _place, _place_release
     cdef public long long _fp_mask, _tick, _pending_release_bytes, _inflight_bytes, _seq
-    cdef public long long _n_evictable, _alloc_retries
+    cdef public long long _n_evictable, _alloc_retries, _peak_allocated, _num_ooms
     cdef public dict _objs
     cdef public object _lock, _acquire, _release
     cdef public list _landing, _releases, _owed

@@ -73,7 +73,7 @@ from cachegym.allocator.seams import (
     optional_hooks,
     untracked_free_hook,
 )
-from cachegym.allocator.sizes import parse_size
+from cachegym.allocator.sizes import format_size, parse_size
 from cachegym.allocator.stats import PoolHook, PoolStats
 from cachegym.allocator.trace import Op, Trace
 
@@ -294,6 +294,8 @@ class Pool:
         self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
         self._alloc_retries = 0  # allocations that had to evict first (memory_stats)
+        self._peak_allocated = 0  # peak of the bytes held by objects' blocks (memory_stats)
+        self._num_ooms = 0  # PoolExhausted raised (memory_stats)
         # (hook, key) of what a recovery from a failed copy told the policy and it raised on:
         # told again before the next operation (_settle), so the policy tracks exactly the
         # objects on the device or on their way there
@@ -309,7 +311,7 @@ class Pool:
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
-              "_n_evictable", "_writing", "_owed", "_alloc_retries")
+              "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
@@ -588,31 +590,117 @@ class Pool:
 
     def memory_stats(self) -> dict[str, int]:
         """The keys of ``torch.cuda.memory_stats()`` that apply to the pool, as PyTorch names
-        them (a caching allocator's cache is the pool's evictable objects):
+        them. The device arena is PyTorch's one segment; an object's block is an allocation;
+        a dirty victim's block, held until its write-back completes, is PyTorch's block freed
+        but awaiting its stream (``active`` but no longer ``allocated``); a caching
+        allocator's cache is the pool's evictable objects.
 
-        * ``allocated_bytes.all.current``: device bytes held by blocks (resident objects, and
-          victims whose write-back is still in flight), as ``snapshot().device_bytes``;
-          ``.peak``: their maximum since the pool was made or :meth:`reset_peak_stats`;
-        * ``allocation.all.current``: blocks held;
-        * ``reserved_bytes.all.current`` and ``.peak``: the device budget, reserved up front;
+        * ``allocated_bytes.all.current``: bytes of the blocks objects hold (resident, or on
+          their way there); ``.peak``: their maximum since the pool was made or
+          :meth:`reset_peak_stats`; ``requested_bytes.all.current``: those objects' own sizes
+          (the rest is 512-byte rounding); ``allocation.all.current``: those blocks;
+        * ``active_bytes.all.current``, ``.peak``, ``active.all.current``: the same with the
+          blocks awaiting a write-back (``snapshot().device_bytes``, ``.peak_device_bytes``);
+        * ``reserved_bytes.all.current``, ``.peak``, ``segment.all.current``, ``.peak``: the
+          device budget, reserved up front as one segment (``num_device_alloc`` 1,
+          ``num_device_free`` 0: it is never given back);
+        * ``inactive_split_bytes.all.current``, ``inactive_split.all.current``: the free bytes
+          and free blocks of the arena while anything holds a block (its fragmentation:
+          ``snapshot().fragmentation`` is ``1 - largest free block / these bytes``);
         * ``num_alloc_retries``: allocations that did not fit at first and were retried after
-          evicting (PyTorch: after flushing its cache).
+          evicting (PyTorch: after flushing its cache); ``num_ooms``: :class:`PoolExhausted`
+          raised (a prefetch's included, which the pool then drops: it is a hint).
         """
         with self._lock:
             place = self._place
-            blocks = sum(1 for o in self._objs.values() if o.offset >= 0) + len(self._releases)
-            return {"allocated_bytes.all.current": place.used,
-                    "allocated_bytes.all.peak": max(self.stats.peak_device_bytes, place.used),
-                    "allocation.all.current": blocks,
+            held = [o for o in self._objs.values() if o.offset >= 0]
+            allocated = place.used - self._pending_release_bytes
+            if place.used == 0:
+                free_blocks = 0
+            elif isinstance(place, Arena):
+                free_blocks = len(place.free_blocks())
+            else:
+                free_blocks = 1 if place.free_bytes else 0
+            return {"allocated_bytes.all.current": allocated,
+                    "allocated_bytes.all.peak": max(self._peak_allocated, allocated),
+                    "requested_bytes.all.current": sum(o.size for o in held),
+                    "allocation.all.current": len(held),
+                    "active_bytes.all.current": place.used,
+                    "active_bytes.all.peak": max(self.stats.peak_device_bytes, place.used),
+                    "active.all.current": len(held) + len(self._releases),
                     "reserved_bytes.all.current": place.capacity,
                     "reserved_bytes.all.peak": place.capacity,
-                    "num_alloc_retries": self._alloc_retries}
+                    "segment.all.current": 1,
+                    "segment.all.peak": 1,
+                    "inactive_split_bytes.all.current": place.free_bytes if place.used else 0,
+                    "inactive_split.all.current": free_blocks,
+                    "num_alloc_retries": self._alloc_retries,
+                    "num_ooms": self._num_ooms,
+                    "num_device_alloc": 1,
+                    "num_device_free": 0}
 
     def reset_peak_stats(self) -> None:
-        """Start the peaks (``peak_device_bytes``, ``allocated_bytes.all.peak``) anew from the
-        current value, as ``torch.cuda.reset_peak_memory_stats()``."""
+        """Start the peaks (``peak_device_bytes``, ``allocated_bytes.all.peak``,
+        ``active_bytes.all.peak``) anew from the current values, as
+        ``torch.cuda.reset_peak_memory_stats()``; the counters stay."""
         with self._lock:
             self.stats.peak_device_bytes = self._place.used
+            self._peak_allocated = self._place.used - self._pending_release_bytes
+
+    # memory history (torch.cuda.memory's _record_memory_history, _snapshot, _dump_snapshot)
+    def record_memory_history(self, enabled: bool = True, *, max_entries: int = 100_000) -> None:
+        """Record the pool's block events (allocations, evictions, frees, prefetches, releases,
+        out-of-memory errors) for :meth:`memory_snapshot`, keeping the last ``max_entries``,
+        as ``torch.cuda.memory._record_memory_history``. The recorder is the pool's ``hook``
+        (a :class:`allocator.snapshot.MemoryRecorder`; a hook set before keeps receiving every
+        event through it); ``enabled=False`` stops recording and puts that hook back. Needs
+        ``placement="arena"`` (byte accounting has no addresses)."""
+        from cachegym.allocator.snapshot import MemoryRecorder
+
+        with self._lock:
+            current = self._hook
+            if isinstance(current, MemoryRecorder):
+                current = current.forward
+            if not enabled:
+                self.hook = current
+                return
+            if self.placement != "arena":
+                raise ConfigError("record_memory_history: a snapshot gives every block its "
+                                  "address in the arena; placement='bytes' has none: construct "
+                                  "the pool with placement='arena'")
+            self.hook = MemoryRecorder(max_entries, forward=current)
+
+    def memory_snapshot(self) -> dict[str, Any]:
+        """The pool's memory as ``torch.cuda.memory._snapshot()`` gives it (``segments``: the
+        arena and its blocks; ``device_traces``: the events recorded since
+        :meth:`record_memory_history`, empty without it), which ``torch.cuda._memory_viz``
+        renders. See :mod:`allocator.snapshot`."""
+        from cachegym.allocator.snapshot import MemoryRecorder, build_snapshot
+
+        with self._lock:
+            if self.placement != "arena":
+                raise ConfigError("memory_snapshot: a snapshot gives every block its address "
+                                  "in the arena; placement='bytes' has none: construct the pool "
+                                  "with placement='arena'")
+            held = [(o.offset, o.nbytes, o.size, o.key, o.kind) for o in self._objs.values()
+                    if o.offset >= 0]
+            objs = self._objs
+            awaiting = [(r[2], r[3], r[5], objs[r[5]].kind if r[5] in objs else -1)
+                        for r in self._releases]
+            assert isinstance(self._place, Arena)
+            free = self._place.free_blocks()
+            rec = self._hook if isinstance(self._hook, MemoryRecorder) else None
+            return build_snapshot(self._place.capacity, held, awaiting, free, rec)
+
+    def dump_snapshot(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`memory_snapshot` to ``path``: JSON for a ``.json`` name (what
+        cachegym's own tools read), a pickle for a ``.pickle`` or ``.pkl`` name, as
+        ``torch.cuda.memory._dump_snapshot`` writes it, for PyTorch's viewer
+        (https://pytorch.org/memory_viz, ``python -m torch.cuda._memory_viz``) alone: cachegym
+        never reads a pickle back. See :func:`allocator.snapshot.write_snapshot`."""
+        from cachegym.allocator.snapshot import write_snapshot
+
+        write_snapshot(self.memory_snapshot(), path)
 
     # data plane (needs a backend)
     def put(self, key: int, data: np.ndarray, *, kind: int = 0) -> None:
@@ -635,6 +723,7 @@ class Pool:
                     raise ObjectPinned(key, old.pins, "put (of a new size)")
                 need = self._place.footprint(raw.nbytes)
                 if not self._fits_beside_pinned(need):
+                    self._oom(raw.nbytes)
                     raise PoolExhausted(raw.nbytes, self._place.used, self._place.capacity,
                                         "the pinned objects leave no block that large")
                 self._free(key)
@@ -722,8 +811,10 @@ class Pool:
                     self.backend.close()
 
     def __repr__(self) -> str:
-        return (f"Pool(capacity={self.capacity}, policy={self.policy!r}, placement={self.placement!r}, "
-                f"objects={len(self._objs)}, used={self._place.used})")
+        """What the pool is (budget, who decides, placement) and what it holds now."""
+        return (f"Pool(capacity={format_size(self.capacity)!r}, policy={self._policy!r}, "
+                f"prefetcher={self._prefetcher!r}, placement={self.placement!r}, "
+                f"objects={len(self._objs)}, used={format_size(self._place.used)!r})")
 
     # ------------------------------------------------------------------ the loop
     def _drive(self, gen: Generator[EvictionRequest, int, Any]) -> Any:
@@ -897,6 +988,9 @@ class Pool:
         used = self._place.used
         if used > st.peak_device_bytes:
             st.peak_device_bytes = used
+        used -= self._pending_release_bytes  # held by objects (not awaiting a write-back)
+        if used > self._peak_allocated:
+            self._peak_allocated = used
         if old_size < 0 and write:
             st.allocations += 1  # a first write allocates without a copy
         else:
@@ -1106,6 +1200,7 @@ class Pool:
             if self._landing:
                 self._wait_landing()
                 continue
+            self._oom(size)
             raise PoolExhausted(size, place.used, place.capacity,
                                 "nothing resident can be evicted")
 
@@ -1176,9 +1271,9 @@ class Pool:
             o.state = D2H
         else:
             o.state = HOST
-        self._release_block(o)
-        if self._hook is not None:
+        if self._hook is not None:  # (before its block goes: the event names the block)
             self._emit("evict", o)
+        self._release_block(o)
 
     @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _copy_out(self, o: ObjectInfo) -> None:
@@ -1219,6 +1314,8 @@ class Pool:
                 else:  # freed: a failure does not matter
                     self._wait_copy(ev)
             self._place_release(off, nb)
+            if self._hook is not None:
+                self._emit_release(o.key, off, nb)
             if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
                 o.state = HOST
 
@@ -1227,6 +1324,14 @@ class Pool:
         used = self._place.used
         if used > self.stats.peak_device_bytes:
             self.stats.peak_device_bytes = used
+        self._note_allocated()
+
+    def _note_allocated(self) -> None:
+        """Raise the peak of the bytes held by objects (``allocated_bytes.all.peak``): called
+        where an object takes a block (``_insert`` inlines it)."""
+        held = self._place.used - self._pending_release_bytes
+        if held > self._peak_allocated:
+            self._peak_allocated = held
 
     @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _h2d(self, o: ObjectInfo, done: int) -> None:
@@ -1256,6 +1361,8 @@ class Pool:
         memory again (its host copy is the good one), its block is free; raises."""
         self._inflight_bytes -= o.size
         self._place_release(o.offset, o.nbytes)  # the copy into it is over
+        if self._hook is not None:
+            self._emit_release(o.key, o.offset, o.nbytes)
         o.offset, o.nbytes = -1, 0
         o.state = HOST
         o.prefetched = False
@@ -1307,6 +1414,8 @@ class Pool:
             else:  # freed: a failure does not matter
                 self._wait_copy(ev)
         self._place_release(off, nb)
+        if self._hook is not None:
+            self._emit_release(key, off, nb)
         if o is not None and o.state == D2H and o.busy_until <= done:
             o.state = HOST
 
@@ -1378,6 +1487,8 @@ class Pool:
             if isinstance(e, Exception):
                 raise self._policy_error(self._policy, hook, key, e, False) from e
             raise
+        if self._hook is not None:  # (before its block goes: the event names the block)
+            self._emit("free", o)
         if tracked:
             self._release_block(o)
         if self.backend is not None:
@@ -1385,7 +1496,6 @@ class Pool:
                 if ev is not None:  # its bytes are dropped: a failed copy does not matter
                     self._wait_copy(ev)
             self.backend.free_host(key)
-        self._emit("free", o)
 
     # ------------------------------------------------------------------ faults
     def _wait_copy(self, ev: Any) -> BaseException | None:
@@ -1441,6 +1551,9 @@ class Pool:
         o.state = DEVICE
         o.dirty = True
         self._n_evictable += 1
+        self._note_allocated()
+        if self._hook is not None:
+            self._emit("restore", o)
         try:
             self._policy.on_insert(self.view, o.key)
         except Exception as e:
@@ -1507,9 +1620,29 @@ class Pool:
         return self.backend
 
     def _emit(self, event: str, o: ObjectInfo) -> None:
-        if self.hook is not None:
-            self.hook({"event": event, "key": o.key, "size": o.size, "tick": self._tick,
-                       "now_ns": self.cost.now, "state": STATE_NAMES[o.state]})
+        if self._hook is not None:
+            self._hook({"event": event, "key": o.key, "size": o.size, "tick": self._tick,
+                        "now_ns": self.cost.now, "state": STATE_NAMES[o.state],
+                        "offset": o.offset, "nbytes": o.nbytes, "kind": o.kind})
+
+    def _emit_release(self, key: int, offset: int, nbytes: int) -> None:
+        """The block ``(offset, nbytes)`` that object ``key`` held is free again (at once for a
+        clean victim or a free; once its write-back completed for a dirty one)."""
+        if self._hook is not None:
+            o = self._objs.get(key)
+            self._hook({"event": "release", "key": key, "size": nbytes, "tick": self._tick,
+                        "now_ns": self.cost.now,
+                        "state": "freed" if o is None else STATE_NAMES[o.state],
+                        "offset": offset, "nbytes": nbytes, "kind": -1 if o is None else o.kind})
+
+    def _oom(self, size: int) -> None:
+        """Count a :class:`PoolExhausted` about to be raised for ``size`` bytes (``num_ooms``)
+        and tell the hook (event ``oom``, ``free_bytes``: device bytes free then)."""
+        self._num_ooms += 1
+        if self._hook is not None:
+            self._hook({"event": "oom", "key": None, "size": size, "tick": self._tick,
+                        "now_ns": self.cost.now, "state": "host", "offset": -1, "nbytes": 0,
+                        "kind": -1, "free_bytes": self._place.free_bytes})
 
     def _check(self) -> None:
         """Assert the pool's invariants (tests call this after every step)."""

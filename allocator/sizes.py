@@ -13,7 +13,7 @@ from typing import Any
 
 from cachegym.allocator.errors import ConfigError
 
-__all__ = ["UNITS", "parse_capacity", "parse_size"]
+__all__ = ["UNITS", "format_size", "parse_capacity", "parse_size"]
 
 UNITS = {"": 1, "b": 1,
          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
@@ -70,3 +70,15 @@ def parse_capacity(value: Any, key: str = "capacity") -> int | float:
     if isinstance(value, float) and 0 < value <= 1:
         return value  # 1.0: the whole working set
     return parse_size(value, key)
+
+
+def format_size(nbytes: int) -> str:
+    """``nbytes`` as :func:`parse_size` reads it back exactly, in the largest IEC unit that
+    divides it (``"512MiB"``, ``"1GiB"``), else with one decimal and ``~`` (``"~1.5GiB"``:
+    for display only) or in bytes below one KiB (``"768B"``)."""
+    n = int(nbytes)
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = UNITS[unit.lower()]
+        if abs(n) >= scale:
+            return f"{n // scale}{unit}" if n % scale == 0 else f"~{n / scale:.1f}{unit}"
+    return f"{n}B"

@@ -72,8 +72,14 @@ class PoolStats:
 
 
 class PoolHook(Protocol):
-    """Receives one dict per pool event: ``{"event": "hit"|"miss"|"evict"|"writeback"|
-    "prefetch"|"free"|..., "key": ..., "tick": ..., "now_ns": ...}``."""
+    """Receives one dict per pool event: ``{"event": ..., "key": ..., "size": ..., "tick": ...,
+    "now_ns": ..., "state": ..., "offset": ..., "nbytes": ..., "kind": ...}``, where ``event``
+    is ``hit``, ``miss`` (the object got a block), ``streamed``, ``prefetch`` (a block, its
+    copy started), ``evict`` and ``free`` (the object gives its block up), ``writeback``,
+    ``release`` (a block given up is free again: at once, or once its write-back completed),
+    ``restore`` (a failed write-back: the victim takes its block back) or ``oom`` (a
+    :class:`PoolExhausted` follows; ``free_bytes``). ``offset``/``nbytes``: the block the event
+    concerns (``-1``/``0``: none). :class:`allocator.snapshot.MemoryRecorder` is one."""
 
     def __call__(self, event: dict[str, Any]) -> None: ...
 

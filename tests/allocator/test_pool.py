@@ -207,10 +207,13 @@ def test_hook_writes_json_lines() -> None:
     p.free(2)
     events = [json.loads(line) for line in buf.getvalue().splitlines()]
     assert [e["event"] for e in events] == [
-        "miss", "hit", "writeback", "evict", "miss", "evict", "prefetch", "free"]
+        "miss", "hit", "writeback", "evict", "release", "miss", "evict", "release", "prefetch",
+        "free"]
     for e in events:
-        assert set(e) >= {"event", "key", "size", "tick", "now_ns", "state"}
-    assert events[-1]["key"] == 2
+        assert set(e) >= {"event", "key", "size", "tick", "now_ns", "state", "offset", "nbytes"}
+    assert events[-1]["key"] == 2 and events[-1]["offset"] == -1  # in host memory: no block
+    # an eviction names the block it gives up, its release the same block
+    assert [(e["offset"], e["nbytes"]) for e in events[3:5]] == [(0, B)] * 2
 
 
 def test_stats_as_dict() -> None:
@@ -223,23 +226,62 @@ def test_stats_as_dict() -> None:
 
 
 def test_memory_stats_and_reset_peak_stats_as_torch_names_them() -> None:
-    p = Pool(4 * B, LRU())
+    p = Pool(4 * B, LRU(), placement="arena")  # blocks: rounding, a split arena
     for k in (1, 2, 3, 4):
         p.access(k, B, write=True)
     want = {"allocated_bytes.all.current": 4 * B, "allocated_bytes.all.peak": 4 * B,
-            "allocation.all.current": 4, "reserved_bytes.all.current": 4 * B,
-            "reserved_bytes.all.peak": 4 * B, "num_alloc_retries": 0}
+            "requested_bytes.all.current": 4 * B, "allocation.all.current": 4,
+            "active_bytes.all.current": 4 * B, "active_bytes.all.peak": 4 * B,
+            "active.all.current": 4, "reserved_bytes.all.current": 4 * B,
+            "reserved_bytes.all.peak": 4 * B, "segment.all.current": 1, "segment.all.peak": 1,
+            "inactive_split_bytes.all.current": 0, "inactive_split.all.current": 0,
+            "num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": 1, "num_device_free": 0}
     assert p.memory_stats() == want
     p.access(5, 2 * B)  # evicts 1 and 2 (one allocation, retried after evicting)
-    p.free(3)
+    p.free(3)  # a hole between 5 and 4: the arena is split
     m = p.memory_stats()
     assert (m["allocated_bytes.all.current"], m["allocation.all.current"]) == (3 * B, 2)
     assert (m["allocated_bytes.all.peak"], m["num_alloc_retries"]) == (4 * B, 1)
+    assert (m["inactive_split_bytes.all.current"], m["inactive_split.all.current"]) == (B, 1)
     p.reset_peak_stats()
     assert p.memory_stats()["allocated_bytes.all.peak"] == 3 * B == p.snapshot().peak_device_bytes
-    p.access(6, B)
-    assert p.memory_stats()["allocated_bytes.all.peak"] == 4 * B
-    assert p.memory_stats()["num_alloc_retries"] == 1  # reset_peak_stats keeps the counters
+    p.access(6, 100)  # 100 bytes requested, one 512-byte block allocated
+    m = p.memory_stats()
+    assert (m["allocated_bytes.all.current"], m["requested_bytes.all.current"]) == (
+        3 * B + 512, 3 * B + 100)
+    assert m["allocated_bytes.all.peak"] == m["active_bytes.all.peak"] == 3 * B + 512
+    assert m["num_alloc_retries"] == 1  # reset_peak_stats keeps the counters
+
+
+def test_memory_stats_count_out_of_memory_errors() -> None:
+    p = Pool(2 * B, LRU())
+    p.access(1, B)
+    p.pin(1)
+    p.access(2, B)
+    p.pin(2)
+    with pytest.raises(PoolExhausted):
+        p.access(3, B)
+    assert p.memory_stats()["num_ooms"] == 1
+    p.unpin(2)
+    p.access(3, B)  # evicts 2: no error
+    assert p.memory_stats()["num_ooms"] == 1
+
+
+def test_a_block_awaiting_its_copy_is_active_but_no_longer_allocated() -> None:
+    """PyTorch's ``allocated`` and ``active``: a freed object's block whose copy to host is
+    still in flight (here a write-through) is no longer allocated but held (active) until the
+    copy completes, as PyTorch's block freed while another stream still uses it."""
+    p = Pool(2 * B, LRU(), cost="a100_pcie4", write_policy="write-through")
+    p.access(1, B, write=True)  # first writes: no copy in, their write-through copies
+    p.access(2, B, write=True)  # out are in flight (the clock has not moved)
+    p.free(1)
+    m = p.memory_stats()
+    assert (m["active_bytes.all.current"], m["active.all.current"]) == (2 * B, 2)
+    assert (m["allocated_bytes.all.current"], m["allocation.all.current"]) == (B, 1)
+    assert m["active_bytes.all.current"] == p.snapshot().device_bytes
+    p.access(3, B)  # waits for the copy: the block is free again
+    m = p.memory_stats()
+    assert m["active_bytes.all.current"] == m["allocated_bytes.all.current"] == 2 * B
 
 
 @pytest.mark.parametrize("placement", ["arena", "bytes"])
@@ -257,9 +299,13 @@ def test_memory_stats_agree_with_the_pool_on_every_path(placement: str) -> None:
         p.reset_peak_stats()
         p.replay(t, start=1200)
         m, s = p.memory_stats(), p.snapshot()
-        assert m["allocated_bytes.all.current"] == s.device_bytes <= m["allocated_bytes.all.peak"]
-        assert m["allocated_bytes.all.peak"] == s.peak_device_bytes <= m["reserved_bytes.all.current"]
-        assert m["allocation.all.current"] == len(p.resident_keys()) + len(p._releases)
+        assert m["active_bytes.all.current"] == s.device_bytes <= m["active_bytes.all.peak"]
+        assert m["active_bytes.all.peak"] == s.peak_device_bytes <= m["reserved_bytes.all.current"]
+        assert m["active.all.current"] == len(p.resident_keys()) + len(p._releases)
+        assert m["allocation.all.current"] == len(p.resident_keys())
+        assert m["allocated_bytes.all.current"] == s.device_bytes - p._pending_release_bytes
+        assert m["allocated_bytes.all.current"] <= m["allocated_bytes.all.peak"] <= (
+            m["active_bytes.all.peak"])
         assert 0 < m["num_alloc_retries"] <= s.evictions
         assert pickle.loads(pickle.dumps(p)).memory_stats() == m
         stats.append(m)
