@@ -288,8 +288,12 @@ class MergeResults(Callback):
         self._start = time.time() - 1.0  # (file times may be coarser than the clock)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import configure_log
         from omegaconf import OmegaConf
 
+        # the sweep's own logging again (an in-process launcher leaves the last job's), so that
+        # the warning naming the jobs left out reaches the console
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
         sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
         out_dir = OmegaConf.select(config, "out_dir", default=None)
         jobs: dict[str, tuple[int, str]] = {}

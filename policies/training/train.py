@@ -276,6 +276,6 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     with open(os.path.join(out, "train.json"), "w") as f:
         json.dump(result, f, indent=2, default=str)
     if final:
-        write_results_csv(final, os.path.splitext(os.path.basename(path))[0], out)
+        write_results_csv(final, "learned", out)
     log.info("exported %s (validation: %s)", path, final)
     return result
