@@ -121,6 +121,27 @@ def test_optuna_sweep_config_composes() -> None:
         assert parser.parse_override(f"{key}={value}").is_sweep_override(), key
 
 
+@pytest.mark.slow
+def test_optuna_maximises_what_train_returns(tmp_path: Path) -> None:
+    """Two Optuna trials of a tiny training run: the study's best value is the largest
+    validation gap closed in traffic that the trials' main() returned."""
+    if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        pytest.skip("hydra-optuna-sweeper is not installed (pip install 'cachegym[cluster]')")
+    pytest.importorskip("torch", reason="training needs the train extra (torch)")
+    sweep = tmp_path / "sweep"
+    proc = _run("train", ["-m", "hydra/sweeper=tune", "hydra.sweeper.n_trials=2",
+                          "hydra.sweeper.n_jobs=1", "hydra/launcher=basic",
+                          *(o for o in TINY_TRAIN if not o.startswith("agent.dagger.epochs")),
+                          f"hydra.sweep.dir={sweep}"], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best = OmegaConf.load(sweep / "optimization_results.yaml")
+    gaps = [float(read_results(str(sweep / j / "results.csv"))[0]["gap_closed_traffic"])
+            for j in ("0", "1")]  # (the learned row first)
+    assert best.best_value == pytest.approx(max(gaps))
+    assert set(best.best_params) == {"agent.dagger.lr", "agent.dagger.epochs", "policy.hidden.0",
+                                     "policy.hidden.1"}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
