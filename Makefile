@@ -15,7 +15,7 @@ CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/pool.p* po
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev,cluster]'
 	touch $@ $(VENV)/.built
 
 $(VENV)/.built: $(VENV)/.installed $(CORE_SRC)

@@ -60,6 +60,7 @@ from cachegym.envs.gaps import (
     stall_rows,
 )
 from cachegym.envs.journal import RunJournal, digest, replace_atomically
+from cachegym.envs.sweep import results_dir, write_config
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -364,47 +365,6 @@ def plan_policies(policies: Iterable[str]) -> list[str]:
     return out
 
 
-def _write_config(cfg: Any, out_dir: str) -> None:
-    """The sweep's composed config as ``out_dir/config.yaml``, beside the results it produced
-    (Hydra's own snapshot stays in its run directory, which ``out_dir=`` moves the results out
-    of)."""
-    from omegaconf import OmegaConf
-
-    text = OmegaConf.to_yaml(cfg, resolve=True) if OmegaConf.is_config(cfg) else str(cfg)
-    replace_atomically(os.path.join(out_dir, "config.yaml"), lambda f: f.write(text))
-
-
-def _out_dir(cfg: Any) -> str:
-    out = cfg.get("out_dir")
-    job_suffix = None
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        if HydraConfig.initialized():
-            hc = HydraConfig.get()
-            if out is None:
-                out = hc.runtime.output_dir
-            elif hc.mode == RunMode.MULTIRUN:
-                job_suffix = str(hc.job.num)  # jobs of a sweep must not share one results file
-    except (ImportError, ValueError):
-        pass
-    if out is None:
-        out = os.path.join("outputs", "evaluate", time.strftime("%Y-%m-%d_%H-%M-%S"))
-    out = os.path.expanduser(str(out))
-    if job_suffix is not None:
-        out = os.path.join(out, f"job_{job_suffix}")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except FileExistsError:
-        raise ConfigError(f"out_dir: {out!r} is a file, not a directory; give a directory to "
-                          "write the results in") from None
-    except OSError as e:  # a file in the path, no permission, ...
-        raise ConfigError(f"out_dir: cannot create the directory {out!r} ({e.strerror}); give a "
-                          "writable directory") from None
-    return out
-
-
 def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str) -> None:
     """Warn (with the counts) when some of ``trace``'s requests are larger than ``capacity``:
     the pool streams them, nothing of them stays resident. Refuse when all of them are: such a
@@ -426,8 +386,10 @@ def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str) -> None:
                 tname, spec, capacity, n_big, n, n_obj, largest)
 
 
-def evaluate(cfg: Any) -> dict[str, Any]:
-    """Run the sweep that ``cfg`` describes and write results.csv / results.json (and plots)."""
+def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
+    """Run the sweep that ``cfg`` describes and write results.csv / results.json (and plots),
+    with the config snapshot ``config.yaml``, in ``out_dir`` if given, else in
+    :func:`envs.sweep.results_dir` of ``cfg``."""
     from cachegym.policies.registry import PREFETCH_NAMES
 
     ev = cfg.eval
@@ -452,7 +414,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     write_policy = str(enum_value(alloc.write_policy))
     oversize = str(enum_value(alloc.oversize))
     traces: list[Trace] = instantiate(cfg.trace)
-    out_dir = _out_dir(cfg)
+    out_dir = results_dir(cfg, "evaluate", exact=out_dir)
 
     bounds = check_bounds_kinds([str(b) for b in ev.get("bounds", [])])
     names = _unique_names([t.name for t in traces])
@@ -514,7 +476,7 @@ def evaluate(cfg: Any) -> dict[str, Any]:
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
     add_gap_closed(rows)
     csv_path, json_path = write_results(rows, out_dir)
-    _write_config(cfg, out_dir)
+    write_config(cfg, out_dir)
     check_rows_against_bounds(rows)  # (after writing: a violation keeps the rows to look at)
     plots = plot_results(rows, out_dir) if ev.plots else []
     table = format_table(rows)

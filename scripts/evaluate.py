@@ -5,14 +5,16 @@
         eval.capacities=[134217728,268435456] eval.policies=[lru,fifo,lfu,belady] out_dir=DIR
     python scripts/evaluate.py -m trace.path=A,B            # a parallel sweep (joblib)
 
-Writes results.csv, results.json and PNG plots; the logic is envs.evaluation.evaluate(cfg).
+Writes results.csv, results.json, config.yaml and PNG plots; the logic is
+envs.evaluation.evaluate(cfg). A multirun also writes one merged table (merged.csv: mean and 95%
+interval over the jobs, envs.sweep), in out_dir or the sweep directory; a failed job is named
+there in a warning while the others go on.
 Each completed run is kept in OUT/runs.jsonl as it finishes: after SIGINT or SIGTERM, the same
 command with eval.resume=true runs only what is missing.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 import threading
@@ -20,9 +22,9 @@ import threading
 import hydra
 from omegaconf import DictConfig
 
-from cachegym.allocator.errors import CachegymError
 from cachegym.envs.config import register_configs
 from cachegym.envs.evaluation import evaluate
+from cachegym.envs.sweep import job_failed
 
 register_configs()
 
@@ -41,10 +43,9 @@ def main(cfg: DictConfig) -> None:
         print(f"interrupted ({e or 'SIGINT'}): the completed runs are kept in runs.jsonl; run the "
               "same command with eval.resume=true to finish", file=sys.stderr)
         sys.exit(130)
-    except CachegymError as e:
-        logging.getLogger("evaluate").debug("failed", exc_info=True)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except Exception as e:  # (in a multirun the other jobs go on: job_failed)
+        job_failed(e, "evaluate")
+        return
     print(result["table"])
     print(f"results: {result['csv']}")
 

@@ -11,14 +11,12 @@ The logic is policies.training.main_job.run_main(cfg); the last line is ``policy
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 
 import hydra
 from omegaconf import DictConfig
 
-from cachegym.allocator.errors import CachegymError
+from cachegym.envs.sweep import job_failed
 from cachegym.policies.training.config import register_train_configs
 
 register_train_configs()
@@ -30,10 +28,9 @@ def main(cfg: DictConfig) -> None:
 
     try:
         res = run_main(cfg)
-    except CachegymError as e:
-        logging.getLogger("main").debug("failed", exc_info=True)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except Exception as e:  # (in a multirun the other jobs go on: job_failed)
+        job_failed(e, "main")
+        return
     print(res["table"])
     print(f"finished in {res['wall_s']:.0f} s")
     print(f"outputs: {res['out_dir']} (results: {res['csv']}; plots: {len(res['plots'])} in "

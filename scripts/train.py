@@ -6,6 +6,9 @@
     python scripts/train.py agent=ppo agent.total_timesteps=50000
     python scripts/train.py -m agent=ppo,dqn,maskable_ppo seed=0,1   # sweep (joblib launcher)
     python scripts/train.py -m hydra/launcher=slurm ...      # a cluster, by config alone
+    python scripts/train.py -m hydra/sweeper=tune            # tune lr and hidden sizes (Optuna)
+
+A multirun writes one merged table of the jobs' validation figures (merged.csv, envs.sweep).
 
 The last line printed is ``policy: PATH``; evaluate it with
 ``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]``.
@@ -13,13 +16,10 @@ The last line printed is ``policy: PATH``; evaluate it with
 
 from __future__ import annotations
 
-import logging
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
-from cachegym.allocator.errors import CachegymError
+from cachegym.envs.sweep import job_failed
 from cachegym.policies.training.config import register_train_configs
 
 register_train_configs()
@@ -33,10 +33,9 @@ def main(cfg: DictConfig) -> float:
 
     try:
         result = train(cfg)
-    except CachegymError as e:
-        logging.getLogger("train").debug("failed", exc_info=True)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    except Exception as e:  # (in a multirun the other jobs go on: job_failed)
+        job_failed(e, "train")
+        return float("nan")
     print(f"validation: {result['validation']}")
     print(f"outputs: {result['out_dir']}")
     print(f"policy: {result['policy']}")

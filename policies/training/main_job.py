@@ -27,8 +27,9 @@ from cachegym.envs.evaluation import (
     check_presets,
     evaluate,
 )
+from cachegym.envs.sweep import results_dir, write_config
 from cachegym.policies.training.quality import HeldOut, default_held_out
-from cachegym.policies.training.train import _out_dir, train
+from cachegym.policies.training.train import train
 
 __all__ = ["run_main", "held_out_traces", "check_main"]
 
@@ -80,10 +81,11 @@ def run_main(cfg: Any) -> dict[str, Any]:
     "csv", "plots", "train", "wall_s"}``."""
     t0 = time.perf_counter()
     check_main(cfg.main)
-    out = _out_dir(cfg)
+    out = results_dir(cfg, "main")
+    write_config(cfg, out)
     tcfg = OmegaConf.merge(cfg, {"out_dir": os.path.join(out, "train")})
     log.info("main job: training (outputs under %s)", out)
-    res = train(tcfg)
+    res = train(tcfg, out_dir=tcfg.out_dir)
     policy = res["policy"]
     held = held_out_traces([str(p) for p in cfg.main.held_out])
     tdir = os.path.join(out, "held_out")
@@ -110,7 +112,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
         "seed": int(cfg.seed),
     })
     log.info("main job: evaluating on %d held-out traces", len(paths))
-    ev = evaluate(ecfg)
+    ev = evaluate(ecfg, out_dir=ecfg.out_dir)
     return {"policy": policy, "out_dir": os.path.abspath(out), "table": ev["table"],
             "csv": ev["csv"], "plots": ev["plots"], "train": res,
             "wall_s": time.perf_counter() - t0}

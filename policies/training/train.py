@@ -15,8 +15,10 @@ nondeterminism (BLAS kernels) can still differ in the last bits.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
+import math
 import os
 import random
 import time
@@ -29,6 +31,8 @@ import torch as th
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Trace
 from cachegym.envs.config import enum_value, instantiate, to_container
+from cachegym.envs.journal import replace_atomically
+from cachegym.envs.sweep import results_dir, write_config
 from cachegym.policies.training.agents import TrainContext
 from cachegym.policies.training.export import config_hash, export_policy
 from cachegym.policies.training.imitation import DecisionSample, teacher_distances
@@ -191,24 +195,31 @@ def _check_outputs(cfg: Any) -> None:
         raise ConfigError(f"export_name: {name!r} names no file; give one such as policy.npz")
 
 
-def _out_dir(cfg: Any) -> str:
-    out = cfg.get("out_dir")
-    try:
-        from hydra.core.hydra_config import HydraConfig
+def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
+    """``out_dir/results.csv``: the exported policy's validation figures (one row, ``policy``
+    ``name``) and LRU's on the same runs, in the evaluator's column names, so that a training
+    multirun merges into one table like an evaluation sweep (:mod:`envs.sweep`)."""
+    learned = {"policy": name, "miss_ratio": final.get("miss_ratio_learned"),
+               "traffic_bytes": final.get("traffic_learned"),
+               **{k: v for k, v in final.items() if k.startswith("gap_closed_")}}
+    lru = {"policy": "lru", "miss_ratio": final.get("miss_ratio_lru"),
+           "traffic_bytes": final.get("traffic_lru")}
+    cols = list(learned)
 
-        if out is None and HydraConfig.initialized():
-            out = HydraConfig.get().runtime.output_dir
-    except (ImportError, ValueError):
-        pass
-    if out is None:
-        out = os.path.join("outputs", "train", time.strftime("%Y-%m-%d_%H-%M-%S"))
-    out = os.path.expanduser(str(out))
-    os.makedirs(out, exist_ok=True)
-    return out
+    def write(f: Any) -> None:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for row in (learned, lru):
+            w.writerow({c: ("" if v is None or (isinstance(v, float) and math.isnan(v)) else v)
+                        for c, v in ((c, row.get(c)) for c in cols)})
+
+    return replace_atomically(os.path.join(out_dir, "results.csv"), write)
 
 
-def train(cfg: Any) -> dict[str, Any]:
-    """Train, validate and export as ``cfg`` says; returns ``{"policy": path, "out_dir": ...,
+def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
+    """Train, validate and export as ``cfg`` says, in ``out_dir`` if given, else in
+    :func:`envs.sweep.results_dir` of ``cfg`` (with ``config.yaml``, ``train.json`` and, with
+    validation traces, ``results.csv``); returns ``{"policy": path, "out_dir": ...,
     "validation": {...}, "history": [...], "wall_s": ...}``."""
     t0 = time.perf_counter()
     seed = int(cfg.seed)
@@ -216,7 +227,8 @@ def train(cfg: Any) -> dict[str, Any]:
     _check_outputs(cfg)
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     agent = instantiate(cfg.agent)  # its config checked too, before any trace is read
-    out = _out_dir(cfg)
+    out = results_dir(cfg, "train", exact=out_dir)
+    write_config(cfg, out)
     traces = load_trace_list(cfg.traces, "traces")
     if cfg.record_inference:
         traces += record_inference(list(cfg.record_inference), os.path.join(out, "recorded"), seed=seed)
@@ -263,5 +275,7 @@ def train(cfg: Any) -> dict[str, Any]:
               "wall_s": time.perf_counter() - t0}
     with open(os.path.join(out, "train.json"), "w") as f:
         json.dump(result, f, indent=2, default=str)
+    if final:
+        write_results_csv(final, "learned", out)
     log.info("exported %s (validation: %s)", path, final)
     return result

@@ -41,6 +41,10 @@ def test_main_job_end_to_end(tmp_path):
     policy = lines[-1][len("policy: "):]
     assert os.path.isfile(policy)
     assert any(line.startswith("outputs: ") and str(out) in line for line in lines)
+    # each run's config snapshot beside its results: the main job's, training's, evaluation's
+    for d in (out, out / "train", out / "eval"):
+        assert (d / "config.yaml").is_file(), d
+    assert "main:" in (out / "config.yaml").read_text()
     with open(out / "eval" / "results.csv") as f:
         rows = list(csv.DictReader(f))
     names = {row["policy"] for row in rows}

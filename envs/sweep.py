@@ -1,0 +1,319 @@
+"""Where a run writes its results, and one merged table per Hydra multirun.
+
+Every run (``scripts/evaluate.py``, ``train.py``, ``main.py``) writes its results and a snapshot
+of its composed config (``config.yaml``) in one directory, :func:`results_dir`: ``out_dir``
+when given, else Hydra's output directory; in a multirun with ``out_dir`` each job adds
+``job_<num>`` under it (jobs never share a results file).
+
+After a multirun, the Hydra callback :class:`MergeResults` (registered under
+``hydra.callbacks.merge`` in ``conf/evaluate.yaml`` and ``conf/train.yaml``) reads each job's
+``results.csv`` and writes ``merged.csv`` beside the jobs (in ``out_dir`` when given, else in
+the sweep directory), and prints a short table. :func:`merge_tables` is the whole statistic:
+one row per (trace, capacity, policy, prefetch, preset) -- the key columns a table has --
+with ``n_jobs`` and, for each metric (:data:`METRICS` and every ``gap_closed_*`` column), the
+mean over the jobs and a 95% Student-t interval (n - 1 degrees of freedom) as
+``<metric>_mean``, ``<metric>_ci95_lo``, ``<metric>_ci95_hi``. Blank (NaN) values are left
+out of a metric's figures; a metric with one value has a mean and an empty interval.
+A job that failed, or left no ``results.csv`` of this multirun, is named in a warning; the
+others are merged.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+from cachegym.allocator.errors import CachegymError, ConfigError
+from cachegym.envs.journal import replace_atomically
+
+__all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged",
+           "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
+           "results_dir", "write_config"]
+
+log = logging.getLogger(__name__)
+
+KEY_COLUMNS = ("trace", "capacity", "policy", "prefetch", "preset", "row_kind")
+METRICS = ("traffic_bytes", "stall_ns", "miss_ratio", "byte_miss_ratio")
+_GAP = "gap_closed_"
+
+
+# ---------------------------------------------------------------------- one run's directory
+def _hydra_job() -> tuple[str | None, int | None]:
+    """(Hydra's output directory, the job's number in a multirun) of the running job."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:
+        return None, None
+    if not HydraConfig.initialized():
+        return None, None
+    hc = HydraConfig.get()
+    num = int(hc.job.num) if hc.mode == RunMode.MULTIRUN else None
+    return str(hc.runtime.output_dir), num
+
+
+def in_multirun() -> bool:
+    """Whether this process runs a job of a Hydra multirun."""
+    return _hydra_job()[1] is not None
+
+
+def job_results_dir(out_dir: Any, job_num: int | None, hydra_dir: str | None) -> str | None:
+    """The rule, shared by a job and the merge: ``out_dir`` (plus ``job_<num>`` in a multirun),
+    else Hydra's output directory; ``None`` when neither is known."""
+    if out_dir is None:
+        return hydra_dir
+    out = os.path.expanduser(str(out_dir))
+    return os.path.join(out, f"job_{job_num}") if job_num is not None else out
+
+
+def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
+    """The directory this run writes its results in (created): ``exact`` if given (a job that
+    runs another, as the main job runs training and evaluation in its own subdirectories),
+    else :func:`job_results_dir` of ``cfg.out_dir`` and the running Hydra job; outside Hydra,
+    ``outputs/<kind>/<time>``."""
+    hydra_dir, num = _hydra_job()
+    out = exact if exact is not None else job_results_dir(cfg.get("out_dir"), num, hydra_dir)
+    if out is None:
+        out = os.path.join("outputs", kind, time.strftime("%Y-%m-%d_%H-%M-%S"))
+    try:
+        os.makedirs(out, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"out_dir: {out!r} is a file, not a directory; give a directory to "
+                          "write the results in") from None
+    except OSError as e:  # a file in the path, no permission, ...
+        raise ConfigError(f"out_dir: cannot create the directory {out!r} ({e.strerror}); give a "
+                          "writable directory") from None
+    return out
+
+
+def write_config(cfg: Any, out_dir: str) -> str:
+    """The run's composed config, resolved, as ``out_dir/config.yaml`` beside its results
+    (Hydra's own snapshot stays in its output directory, which ``out_dir=`` moves the results
+    out of); returns the path."""
+    from omegaconf import OmegaConf
+
+    text = OmegaConf.to_yaml(cfg, resolve=True) if OmegaConf.is_config(cfg) else str(cfg)
+    return replace_atomically(os.path.join(out_dir, "config.yaml"), lambda f: f.write(text))
+
+
+def job_failed(error: Exception, what: str) -> None:
+    """What a script does with an error of its run: in a multirun job, log it and return (the
+    other jobs go on; the merge names this one); otherwise print a cachegym error and exit 2,
+    and let any other exception through."""
+    logger = logging.getLogger(what)
+    if in_multirun():
+        if isinstance(error, CachegymError):
+            logger.error("job failed: %s", error)
+        else:
+            logger.exception("job failed")
+        return
+    if not isinstance(error, CachegymError):
+        raise error
+    import sys
+
+    logger.debug("failed", exc_info=True)
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------------- merging
+def read_results(path: str) -> list[dict[str, str]]:
+    """The rows of a ``results.csv`` (every cell a string; blank for NaN)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _number(cell: Any) -> float:
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _is_metric(col: str) -> bool:
+    return col in METRICS or col.startswith(_GAP)
+
+
+def _interval(xs: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of a 95% Student-t interval; NaN bounds below two values."""
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = math.fsum(xs) / n
+    if n == 1:
+        return mean, math.nan, math.nan
+    from scipy.stats import t
+
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per key over the jobs' tables (``{job: rows}``): the key columns, ``n_jobs``
+    (the jobs with a row of that key) and each metric's mean and 95% interval over the jobs.
+    ``capacity`` is the capacity as given (``capacity_spec``, e.g. ``0.1``) where a table has
+    it, so that jobs whose traces differ (one per seed) still meet on one row. Rows of one
+    key within one job are averaged first (each job is one sample)."""
+    keys = [c for c in KEY_COLUMNS if any(c in r for rows in tables.values() for r in rows)]
+    metrics: list[str] = []
+    for rows in tables.values():
+        for r in rows:
+            metrics.extend(c for c in r if _is_metric(c) and c not in metrics)
+    groups: dict[tuple[str, ...], dict[str, dict[str, list[float]]]] = {}
+    for job, rows in tables.items():
+        for r in rows:
+            cells = dict(r)
+            if cells.get("capacity_spec") not in (None, ""):
+                cells["capacity"] = cells["capacity_spec"]
+            key = tuple(str(cells.get(c, "")) for c in keys)
+            per_job = groups.setdefault(key, {}).setdefault(job, {m: [] for m in metrics})
+            for m in metrics:
+                x = _number(cells.get(m))
+                if not math.isnan(x):
+                    per_job[m].append(x)
+    merged = []
+    for key, jobs in groups.items():
+        row: dict[str, Any] = dict(zip(keys, key))
+        row["n_jobs"] = len(jobs)
+        for m in metrics:
+            xs = [math.fsum(v[m]) / len(v[m]) for v in jobs.values() if v[m]]
+            row[f"{m}_mean"], row[f"{m}_ci95_lo"], row[f"{m}_ci95_hi"] = _interval(xs)
+        merged.append(row)
+    return merged
+
+
+@dataclass(frozen=True)
+class SweepMerge:
+    """What :func:`merge_sweep` did: the merged rows and file, the jobs merged (by label) and
+    those left out, each with the reason."""
+
+    rows: list[dict[str, Any]]
+    path: str | None
+    merged: list[str]
+    missing: dict[str, str]
+
+
+def merge_sweep(jobs: Mapping[str, str], out_path: str, *, since: float | None = None) -> SweepMerge:
+    """Merge the ``results.csv`` files ``{job label: path}`` into ``out_path`` (a CSV, NaN as
+    blank). A file that is absent, unreadable, empty or older than ``since`` (a timestamp:
+    left by an earlier run) leaves its job out, named in a warning. Nothing is written when
+    no job has results."""
+    tables: dict[str, list[dict[str, str]]] = {}
+    missing: dict[str, str] = {}
+    for label, path in jobs.items():
+        if not os.path.isfile(path):
+            missing[label] = f"no {path}"
+            continue
+        if since is not None and os.path.getmtime(path) < since:
+            missing[label] = f"{path} is from an earlier run"
+            continue
+        try:
+            rows = read_results(path)
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            missing[label] = f"{path} unreadable ({e})"
+            continue
+        if not rows:
+            missing[label] = f"{path} has no rows"
+            continue
+        tables[label] = rows
+    if missing:
+        log.warning("%d of %d jobs left no results and are not in the merged table: %s",
+                    len(missing), len(jobs), "; ".join(f"{k} ({v})" for k, v in missing.items()))
+    if not tables:
+        log.warning("no job of the sweep left results: no merged table written")
+        return SweepMerge([], None, [], missing)
+    rows = merge_tables(tables)
+    cols = list(rows[0])
+
+    def write(f: Any) -> None:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: ("" if isinstance(v, float) and math.isnan(v) else v)
+                        for c, v in r.items()})
+
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    replace_atomically(out_path, write)
+    return SweepMerge(rows, out_path, list(tables), missing)
+
+
+def format_merged(rows: Sequence[Mapping[str, Any]], *, width: int = 4) -> str:
+    """A short fixed-width table: the key columns, ``n_jobs`` and the main metrics as
+    ``mean ± half-width``."""
+    if not rows:
+        return ""
+    keys = [c for c in KEY_COLUMNS if c in rows[0] and c != "row_kind"]
+    shown = [m for m in ("traffic_bytes", "stall_ns", "miss_ratio", "gap_closed_traffic")
+             if f"{m}_mean" in rows[0]]
+
+    def cell(r: Mapping[str, Any], m: str) -> str:
+        mean, lo, hi = r[f"{m}_mean"], r[f"{m}_ci95_lo"], r[f"{m}_ci95_hi"]
+        if math.isnan(mean):
+            return ""
+        text = f"{mean:.{width}g}"
+        return text if math.isnan(lo) else f"{text} ± {(hi - lo) / 2:.2g}"
+
+    table = [[*keys, "n_jobs", *shown]]
+    table += [[str(r[k]) for k in keys] + [str(r["n_jobs"])] + [cell(r, m) for m in shown]
+              for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
+                     for line in table)
+
+
+# ---------------------------------------------------------------------- the Hydra callback
+class MergeResults(Callback):
+    """Hydra callback: after a multirun, merge each job's results into one table.
+
+    ``results``: each job's results file, relative to its results directory (``results.csv``;
+    ``eval/results.csv`` for the main job). ``out``: the merged file's name, written in
+    ``out_dir`` when the sweep has one, else in the sweep directory. Jobs are the sweep
+    directory's Hydra job directories (``.hydra/hydra.yaml``) written by this multirun.
+    """
+
+    def __init__(self, results: str = "results.csv", out: str = "merged.csv") -> None:
+        self.results, self.out = results, out
+        self._start: float | None = None
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        self._start = time.time() - 1.0  # (file times may be coarser than the clock)
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import configure_log
+        from omegaconf import OmegaConf
+
+        # the sweep's own logging again (an in-process launcher leaves the last job's), so that
+        # the warning naming the jobs left out reaches the console
+        configure_log(config.hydra.hydra_logging, config.hydra.verbose)
+        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        out_dir = OmegaConf.select(config, "out_dir", default=None)
+        jobs: dict[str, tuple[int, str]] = {}
+        for root, dirs, files in os.walk(sweep_dir):
+            if os.path.basename(root) == ".hydra" and "hydra.yaml" in files:
+                meta = os.path.join(root, "hydra.yaml")
+                if self._start is not None and os.path.getmtime(meta) < self._start:
+                    continue  # a job of an earlier multirun into the same directory
+                job_dir = os.path.dirname(root)
+                hc = OmegaConf.load(meta).hydra
+                num = int(hc.job.num)
+                overrides = " ".join(str(o) for o in hc.overrides.task) or "(no overrides)"
+                res = job_results_dir(out_dir, num, job_dir)
+                assert res is not None
+                jobs[f"job {num}: {overrides}"] = (num, os.path.join(res, self.results))
+                dirs.clear()
+        ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
+        target = os.path.join(os.path.expanduser(str(out_dir)) if out_dir is not None
+                              else sweep_dir, self.out)
+        done = merge_sweep({k: p for k, (_, p) in ordered.items()}, target, since=self._start)
+        if done.path is not None:
+            print(format_merged(done.rows))
+            print(f"merged {len(done.merged)} of {len(ordered)} jobs: {done.path}")

@@ -1,0 +1,126 @@
+"""envs.sweep: the merged table of a multirun (means and 95% Student-t intervals over jobs, on
+hand-made results.csv files with known figures) and the results-directory rule."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cachegym.allocator.errors import ConfigError
+from cachegym.envs.sweep import (
+    format_merged,
+    job_results_dir,
+    merge_sweep,
+    merge_tables,
+    read_results,
+    results_dir,
+    write_config,
+)
+
+# t(0.975) quantiles: 2 degrees of freedom (3 jobs), 1 degree (2 jobs)
+T2, T1 = 4.302652729911275, 12.706204736174698
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def _row(policy: str, traffic: object, miss: object, gap: object = "", *, cap: int = 1000,
+         spec: str = "0.1") -> dict[str, object]:
+    return {"trace": "zipf", "capacity": cap, "mode": "bytes", "policy": policy, "prefetch": "none",
+            "preset": "none", "hits": 7, "traffic_bytes": traffic, "stall_ns": 0, "miss_ratio": miss,
+            "byte_miss_ratio": miss, "gap_closed_traffic": gap, "row_kind": "policy",
+            "capacity_spec": spec}
+
+
+def _by_policy(rows: list[dict[str, object]]) -> dict[object, dict[str, object]]:
+    return {r["policy"]: r for r in rows}
+
+
+def test_means_and_student_t_intervals_over_three_jobs(tmp_path: Path) -> None:
+    # lru's traffic over the jobs: 10, 20, 30 (mean 20, sd 10); the capacity in bytes differs by
+    # job (each seed's trace has its own working set), the capacity as given does not
+    jobs = {f"job {i}": _write(tmp_path / str(i) / "results.csv",
+                               [_row("lru", 10 * (i + 1), 0.5, cap=1000 + i),
+                                _row("fifo", 100, [0.2, 0.4, ""][i], gap=[0.5, "", ""][i])])
+            for i in range(3)}
+    done = merge_sweep(jobs, str(tmp_path / "merged.csv"))
+    assert done.missing == {} and len(done.merged) == 3
+    rows = _by_policy(done.rows)
+    assert set(rows) == {"lru", "fifo"}
+    lru, fifo = rows["lru"], rows["fifo"]
+    assert lru["n_jobs"] == 3 and lru["capacity"] == "0.1"
+    half = T2 * 10 / math.sqrt(3)
+    assert lru["traffic_bytes_mean"] == pytest.approx(20)
+    assert lru["traffic_bytes_ci95_lo"] == pytest.approx(20 - half)
+    assert lru["traffic_bytes_ci95_hi"] == pytest.approx(20 + half)
+    # a constant: a zero-width interval
+    assert lru["miss_ratio_ci95_lo"] == lru["miss_ratio_ci95_hi"] == pytest.approx(0.5)
+    # NaN-safe: fifo's miss ratio is blank in one job: two values, 1 degree of freedom
+    sd = math.sqrt(0.02)
+    assert fifo["miss_ratio_mean"] == pytest.approx(0.3)
+    assert fifo["miss_ratio_ci95_hi"] == pytest.approx(0.3 + T1 * sd / math.sqrt(2))
+    # one value: a mean, an empty interval
+    assert fifo["gap_closed_traffic_mean"] == pytest.approx(0.5)
+    assert math.isnan(fifo["gap_closed_traffic_ci95_lo"]) and math.isnan(fifo["gap_closed_traffic_ci95_hi"])
+    assert "hits_mean" not in lru  # counts are not among the merged metrics
+    # the file: the same figures, NaN as blank
+    back = {r["policy"]: r for r in read_results(str(tmp_path / "merged.csv"))}
+    assert float(back["lru"]["traffic_bytes_ci95_hi"]) == pytest.approx(20 + half)
+    assert back["fifo"]["gap_closed_traffic_ci95_lo"] == "" and back["lru"]["n_jobs"] == "3"
+    table = format_merged(done.rows)
+    assert "lru" in table and "20 ± " in table and "n_jobs" in table
+
+
+def test_a_single_job_gives_means_and_empty_intervals() -> None:
+    rows = merge_tables({"job 0": [_row("lru", 10, 0.5)]})
+    assert rows[0]["n_jobs"] == 1 and rows[0]["traffic_bytes_mean"] == 10
+    assert math.isnan(rows[0]["traffic_bytes_ci95_lo"])
+
+
+def test_rows_of_one_key_in_one_job_are_one_sample() -> None:
+    rows = merge_tables({"a": [_row("lru", 10, 0.5), _row("lru", 30, 0.5)], "b": [_row("lru", 40, 0.5)]})
+    assert rows[0]["n_jobs"] == 2 and rows[0]["traffic_bytes_mean"] == pytest.approx(30)
+
+
+def test_jobs_without_results_are_named_and_the_rest_merged(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    ok = _write(tmp_path / "0" / "results.csv", [_row("lru", 10, 0.5)])
+    old = _write(tmp_path / "2" / "results.csv", [_row("lru", 99, 0.9)])
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    jobs = {"job 0: seed=0": ok, "job 1: seed=1": str(tmp_path / "1" / "results.csv"),
+            "job 2: seed=2": old}
+    with caplog.at_level(logging.WARNING):
+        done = merge_sweep(jobs, str(tmp_path / "merged.csv"), since=time.time() - 60)
+    assert done.merged == ["job 0: seed=0"] and set(done.missing) == {"job 1: seed=1", "job 2: seed=2"}
+    assert "earlier run" in done.missing["job 2: seed=2"]
+    assert "job 1: seed=1" in caplog.text and "job 2: seed=2" in caplog.text
+    assert done.rows[0]["traffic_bytes_mean"] == 10
+    none = merge_sweep({"job 1": str(tmp_path / "nothing.csv")}, str(tmp_path / "m2.csv"))
+    assert none.path is None and not (tmp_path / "m2.csv").exists()
+
+
+def test_results_dir_rule_and_config_snapshot(tmp_path: Path) -> None:
+    assert job_results_dir(None, 3, "/h/3") == "/h/3"
+    assert job_results_dir(str(tmp_path), 3, "/h/3") == str(tmp_path / "job_3")
+    assert job_results_dir(str(tmp_path), None, "/h") == str(tmp_path)
+    cfg = OmegaConf.create({"out_dir": str(tmp_path / "o"), "seed": 4, "x": "${seed}"})
+    out = results_dir(cfg, "evaluate")  # (outside Hydra: out_dir as given)
+    assert out == str(tmp_path / "o") and os.path.isdir(out)
+    snap = OmegaConf.load(write_config(cfg, out))
+    assert snap.x == 4  # resolved
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="is a file"):
+        results_dir(OmegaConf.create({"out_dir": str(tmp_path / "f")}), "evaluate")
