@@ -53,6 +53,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from cachegym.allocator.seams import EvictionPolicy, PoolView, PrefetchPolicy
 
 __all__ = ["ActivationOffload", "ReversePackOrder", "BudgetTooSmall", "OffloadStats",
+           "on_demand_reload",
            "is_parameter", "TinyTransformer", "make_batches", "lm_loss", "activation_footprint",
            "train"]
 
@@ -219,6 +221,29 @@ def is_parameter(t: torch.Tensor) -> bool:
         return True
     base = t._base
     return base is not None and base.is_leaf and base.requires_grad
+
+
+def on_demand_reload(pin_memory: bool = False) -> torch.autograd.graph.saved_tensors_hooks:
+    """torchtune's ``OffloadActivations`` behaviour without its streams, as the baseline to
+    compare with: every saved tensor :class:`ActivationOffload` would take (not parameters,
+    plain strided tensors only) is copied to host memory on pack and back to its device on
+    unpack, on demand (no prefetch). ``pin_memory``: pinned host buffers (CUDA only); the
+    copies are then asynchronous on the current stream. On a CPU both copies are memcpys."""
+
+    def pack(t: torch.Tensor) -> Any:
+        if type(t) is not torch.Tensor or t.layout != torch.strided or is_parameter(t):
+            return t
+        host = torch.empty_like(t, device="cpu", pin_memory=pin_memory)
+        host.copy_(t, non_blocking=pin_memory)
+        return (t.device, host)
+
+    def unpack(p: Any) -> torch.Tensor:
+        if isinstance(p, torch.Tensor):
+            return p
+        dev, host = p
+        return host.clone() if dev.type == "cpu" else host.to(dev, non_blocking=pin_memory)
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 @dataclass
@@ -649,11 +674,13 @@ def activation_footprint(model: torch.nn.Module, batch: tuple[torch.Tensor, torc
 
 
 def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-          steps: int, *, offload: ActivationOffload | None = None, lr: float = 0.05,
-          loss_fn: Callable[..., torch.Tensor] = lm_loss,
+          steps: int, *, offload: ActivationOffload | AbstractContextManager[Any] | None = None,
+          lr: float = 0.05, loss_fn: Callable[..., torch.Tensor] = lm_loss,
           sync: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train ``model`` for ``steps`` SGD steps (momentum 0.9) over ``batches`` (cycled), with
-    the forward under ``offload`` when given. Returns the losses and each step's wall time
+    the forward under ``offload`` when given: an :class:`ActivationOffload` or any reusable
+    context manager of saved-tensor hooks (``torch.autograd.graph.save_on_cpu()``, a
+    ``saved_tensors_hooks`` pair). Returns the losses and each step's wall time
     (``sync`` is called before reading the clock, e.g. ``torch.cuda.synchronize``).
 
     The update is written out (not ``torch.optim``, whose first use imports the compiler
@@ -685,7 +712,7 @@ def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Te
         step()
         losses.append(float(loss.detach()))
         del loss
-        if offload is not None:
+        if isinstance(offload, ActivationOffload):
             offload.collect()
         if sync is not None:
             sync()
