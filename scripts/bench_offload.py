@@ -15,8 +15,10 @@ Modes (each trains a copy of one model from the same weights on the same batches
 * ``learned@F``: the same with the exported policy ``--policy PATH`` (eviction; prefetch stays
   reverse-pack order).
 
-``peak_device_bytes``: on CUDA, ``torch.cuda.max_memory_allocated`` of the step plus the pool's
-peak (its arena is CuPy memory); on a CPU, host and device are one memory, so it counts the
+Modes take their steps round robin (step ``i`` of every mode, in a rotating order, before step
+``i + 1`` of any), so that machine noise hits them alike; ``step_ms`` is the median of a mode's
+steps after the first. ``peak_device_bytes``: on CUDA, the most ``torch.cuda.max_memory_allocated``
+rose above its value before a step, plus the pool's peak (its arena is CuPy memory); on a CPU, host and device are one memory, so it counts the
 saved activations that stay where compute runs (all of them without offload, none with
 ``save_on_cpu`` and ``reload``, the pool's peak with this project).
 
@@ -113,37 +115,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         modes.append((f"lru+reverse-pack@{f:.0%}", f, lambda f=f: offload(f, None)))
         if args.policy:
             modes.append((f"learned@{f:.0%}", f, lambda f=f: offload(f, args.policy)))
+    # round robin: step i of every mode before step i + 1 of any (the order rotating), so that
+    # machine noise hits every mode alike; each mode trains its own copy of the model
+    models = [copy.deepcopy(model) for _ in modes]
+    ctxs = [make() for _, _, make in modes]
+    step_ns: list[list[int]] = [[] for _ in modes]
+    losses: list[list[float]] = [[] for _ in modes]
+    peaks = [0] * len(modes)
+    try:
+        for i in range(args.steps):
+            b = [batches[i % len(batches)]]
+            for j in range(len(modes)):
+                j = (j + i) % len(modes)
+                if cuda:
+                    before = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                r = train(models[j], b, 1, offload=ctxs[j], sync=sync)
+                if cuda:
+                    peaks[j] = max(peaks[j], torch.cuda.max_memory_allocated() - before)
+                step_ns[j] += r["step_ns"]
+                losses[j] += r["losses"]
+        stats = [c.stats() if isinstance(c, ActivationOffload) else None for c in ctxs]
+    finally:
+        for c in ctxs:
+            if isinstance(c, ActivationOffload):
+                c.close()
     rows = []
-    ref: list[float] | None = None
-    for name, frac, make in modes:
-        m = copy.deepcopy(model)
-        ctx = make()
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        try:
-            r = train(m, batches, args.steps, offload=ctx, sync=sync)
-            st = ctx.stats() if isinstance(ctx, ActivationOffload) else None
-        finally:
-            if isinstance(ctx, ActivationOffload):
-                ctx.close()
+    for j, (name, frac, _) in enumerate(modes):
+        st = stats[j]
         pool_peak = st["peak_device_bytes"] if st else 0
         if cuda:
-            peak = torch.cuda.max_memory_allocated() + pool_peak
+            peak = peaks[j] + pool_peak
         else:
             peak = fp["total"] if name == "none" else pool_peak
-        timed = r["step_ns"][1:] or r["step_ns"]
+        timed = step_ns[j][1:] or step_ns[j]
         row = {"mode": name, "budget_fraction": frac,
                "step_ms": statistics.median(timed) / 1e6, "peak_device_bytes": int(peak)}
         if st:
             row.update({k: st[k] for k in ("stall_ns", "late_prefetches", "late_stall_ns",
                                            "prefetches", "prefetch_hits", "evictions", "misses")})
         rows.append(row)
-        if ref is None:
-            ref = r["losses"]
-        elif r["losses"] != ref:  # bitwise: the same floats, step by step
-            raise AssertionError(f"offload bench: mode {name} changed the losses: {r['losses']} "
-                                 f"against {ref} without offload; offload must not change the "
-                                 "training numerics")
+        if losses[j] != losses[0]:  # bitwise: the same floats, step by step
+            raise AssertionError(f"offload bench: mode {name} changed the losses: {losses[j]} "
+                                 f"against {losses[0]} without offload; offload must not change "
+                                 "the training numerics")
     base = rows[0]["step_ms"]
     for row in rows:
         row["slowdown"] = row["step_ms"] / base
@@ -152,7 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": {k: getattr(args, k) for k in ("vocab", "d", "heads", "layers", "seq", "batch")},
         "activation_bytes": fp["total"], "saved_tensors": fp["count"],
         "steps_per_mode": args.steps, "losses_bitwise_equal": True, "modes": rows,
-        "peak_measure": ("torch.cuda.max_memory_allocated + pool peak" if cuda else
+        "peak_measure": ("torch.cuda.max_memory_allocated over a step + pool peak" if cuda else
                          "saved-activation bytes kept where compute runs (host = device on CPU)"),
     }
     print(f"activation offload on {device}: {fp['total'] / 2**20:.1f} MiB saved per step "
