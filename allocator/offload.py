@@ -70,8 +70,8 @@ from cachegym.allocator.errors import (
 )
 from cachegym.allocator.pool import DEVICE, Pool
 from cachegym.allocator.prefetch_timing import PrefetchTiming
-from cachegym.allocator.sizes import parse_size
 from cachegym.allocator.seams import PrefetchPolicyBase
+from cachegym.allocator.sizes import parse_size
 from cachegym.allocator.trace import Kind, Op, Trace
 
 if TYPE_CHECKING:
@@ -113,19 +113,19 @@ class ReversePackOrder(PrefetchPolicyBase):
     pack after an unpack, and a saved tensor's *position* is its key less that first key. At
     each unpack the policy measures the compute since the previous unpack (the pool's
     ``cost.compute_ns``, which the offload advances by the wall time between pool operations),
-    per position. From the second step on, it prefetches each next saved tensor whose copy
-    (latency + bytes / bandwidth of the pool's cost model, after the copies queued before it)
-    the compute measured ahead of its unpack in the previous step no longer covers, and moves
-    a position's trigger earlier by how long its prefetch arrived late. Those prefetches go
-    into free space only (a guess never evicts) and keep at most ``inflight`` of the pool's
-    capacity in flight. In the first step (no measurements yet) it prefetches the next
-    ``depth`` saved tensors.
+    per position. Every step it prefetches the next ``depth`` saved tensors (the count rule);
+    from the second step on, also each further one whose copy (latency + bytes / bandwidth of
+    the pool's cost model, after the copies queued before it) the compute measured ahead of
+    its unpack in the previous step no longer covers, and it moves a position's trigger
+    earlier by how long its prefetch arrived late. Those timed prefetches go into free space
+    only (a guess that far ahead never evicts) and keep at most ``inflight`` of the pool's
+    capacity in flight.
     """
 
     name = "reverse-pack"
 
     def __init__(self, depth: int = 2, window: int = 256, *, gain: float = 1.0,
-                 inflight: float = 0.1) -> None:
+                 inflight: float = 0.25) -> None:
         if depth < 1 or window < depth:
             raise ConfigError(f"ReversePackOrder: need depth >= 1 and window >= depth, got "
                               f"depth={depth}, window={window}")
@@ -180,18 +180,22 @@ class ReversePackOrder(PrefetchPolicyBase):
         out: list[int] = []
         ahead = 0  # compute from now to the unpack of k, as measured in the previous step
         nxt = -1  # compute before the next decision point (the next live key's unpack)
+        seen = 0
         k = key - 1
         stop = max(key - self.window, -1)
         while k > stop:
             ahead += gap.get(k - self._base, 0)
             if k in view:
+                seen += 1
                 if nxt < 0:
                     nxt = ahead
-                if ahead - nxt > queued + longest:
+                if seen > self.depth and ahead - nxt > queued + longest:
                     break  # nothing further can be due yet
                 if not view.is_resident(k):
                     size = view.size(k)
-                    if timing.due(ahead, nxt, queued + timing.lead_ns(view, k - self._base, size)):
+                    if seen <= self.depth:
+                        out.append(k)  # the count rule's
+                    elif timing.due(ahead, nxt, queued + timing.lead_ns(view, k - self._base, size)):
                         if size > room:
                             break
                         out.append(k)

@@ -37,16 +37,22 @@ class PrefetchTiming:
 
     ``ident`` names an object across its uses: the key (a trace replay) or its position in a
     training step (activation offload, whose keys are new every step). ``gain`` scales the
-    feedback (1: the lead grows by the whole wait); at most ``max_entries`` identities keep
-    a margin (the oldest forgotten first).
+    feedback (1: the lead grows by the whole wait); a margin stays under ``max_copies`` times
+    the object's copy time (a prefetch late because the link is saturated would otherwise
+    start ever earlier, holding memory for nothing); at most ``max_entries`` identities keep a
+    margin (the oldest forgotten first).
     """
 
-    def __init__(self, gain: float = 1.0, max_entries: int = 1 << 20) -> None:
+    def __init__(self, gain: float = 1.0, max_copies: float = 2.0,
+                 max_entries: int = 1 << 20) -> None:
         if not 0.0 <= gain <= 16.0:
             raise ConfigError(f"PrefetchTiming: gain must be in 0..16, got {gain!r}")
+        if not 0.0 <= max_copies <= 1024.0:
+            raise ConfigError(f"PrefetchTiming: max_copies must be in 0..1024, got {max_copies!r}")
         if max_entries < 1:
             raise ConfigError(f"PrefetchTiming: max_entries must be >= 1, got {max_entries!r}")
         self.gain = gain
+        self.max_copies = max_copies
         self.max_entries = max_entries
         self.margin: dict[int, int] = {}  # ident -> extra lead (ns) learnt from late arrivals
         self.late = 0  # late arrivals seen by feedback()
@@ -71,11 +77,13 @@ class PrefetchTiming:
     def feedback(self, view: PoolView, key: int, ident: int) -> None:
         """After an access of ``key``: if it waited for its late prefetch, start that
         object's prefetches earlier by the wait (times ``gain``)."""
-        late = view.info(key).late_ns
+        o = view.info(key)
+        late = o.late_ns
         if late <= 0:
             return
         self.late += 1
-        m = self.margin.pop(ident, 0) + int(self.gain * late)
+        bound = int(self.max_copies * view.cost.copy_time(0, o.size))
+        m = min(self.margin.pop(ident, 0) + int(self.gain * late), bound)
         self.margin[ident] = m
         if len(self.margin) > self.max_entries:
             del self.margin[next(iter(self.margin))]

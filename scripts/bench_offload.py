@@ -11,7 +11,7 @@ Modes (each trains a copy of one model from the same weights on the same batches
   on pack, back on unpack: :func:`~allocator.offload.on_demand_reload`);
 * ``lru+reverse-pack@F``: :class:`~allocator.offload.ActivationOffload` with LRU and the
   timed :class:`~allocator.offload.ReversePackOrder` prefetcher, budget ``F`` of the activation
-  footprint (25%, 50%, 75%);
+  footprint (25%, 50%, 75%; at least twice the largest saved tensor);
 * ``learned@F``: the same with the exported policy ``--policy PATH`` (eviction; prefetch stays
   reverse-pack order).
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return NumpyBackend()
 
     def offload(frac: float, policy: str | None) -> ActivationOffload:
-        budget = max(int(frac * fp["total"]), fp["largest"])
+        budget = max(int(frac * fp["total"]), 2 * fp["largest"])
         return ActivationOffload(budget, backend=backend(), policy=policy, cost=args.preset)
 
     modes: list[tuple[str, float | None, Any]] = [
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for c in ctxs:
             if isinstance(c, ActivationOffload):
                 c.close()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for j, (name, frac, _) in enumerate(modes):
         st = stats[j]
         pool_peak = st["peak_device_bytes"] if st else 0
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             peak = fp["total"] if name == "none" else pool_peak
         timed = step_ns[j][1:] or step_ns[j]
-        row = {"mode": name, "budget_fraction": frac,
+        row: dict[str, Any] = {"mode": name, "budget_fraction": frac,
                "step_ms": statistics.median(timed) / 1e6, "peak_device_bytes": int(peak)}
         if st:
             row.update({k: st[k] for k in ("stall_ns", "late_prefetches", "late_stall_ns",
