@@ -131,7 +131,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
     (:class:`~allocator.prefetch_timing.PrefetchTiming`: an object whose prefetch arrived late
     starts earlier next time). At most ``depth`` prefetches per access. Without compute times
     or a cost model every copy is due at once: the next ``depth`` objects, in order of use.
-    ``window`` defaults to ``64 * depth``.
+    ``window`` defaults to ``8 * depth``.
     """
 
     name = "lookahead"
@@ -143,7 +143,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         if depth < 1:
             raise ConfigError(f"LookaheadPrefetcher depth must be >= 1, got {depth}")
         self.trace, self.depth = trace, depth
-        self.window = 64 * depth if window is None else int(window)
+        self.window = 8 * depth if window is None else int(window)
         if self.window < 1:
             raise ConfigError(f"LookaheadPrefetcher window must be >= 1, got {window}")
         self.timing = PrefetchTiming(gain)
@@ -164,6 +164,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
             return ()
         base = int(cum[lo])  # compute done when the next decision point comes
         # past this much compute ahead of the next decision, nothing can be due yet
+        instant = view.cost.instant  # copies take no time: the count rule
         queued = timing.queued_ns(view)
         horizon = queued + view.cost.copy_time(0, self._max_size) + max(timing.margin.values(), default=0)
         out: list[int] = []
@@ -182,13 +183,13 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
             size = view.size(k)
             ahead = int(cum[j]) - base
             lead = timing.lead_ns(view, k, size)
-            if timing.due(ahead, 0, queued + lead):
+            if instant or timing.due(ahead, 0, queued + lead):
                 out.append(k)
                 if len(out) >= self.depth:
                     break
             queued += view.cost.copy_time(0, size)  # copied before anything used after it
             horizon += view.cost.copy_time(0, size)
-            if ahead > horizon:
+            if ahead > horizon and not instant:
                 break
         return out
 
