@@ -3,13 +3,17 @@
 :class:`ActivationOffload` is a context manager built on
 ``torch.autograd.graph.saved_tensors_hooks``::
 
-    offload = ActivationOffload(budget, backend=NumpyBackend())      # or CupyBackend() on a GPU
+    offload = ActivationOffload("512MiB", backend=NumpyBackend())  # or CupyBackend() on a GPU
     for batch in data:
         with offload:
             loss = model(batch).sum()
         loss.backward()
         opt.step()
     offload.stats()                                                # pool and offload counters
+
+It is a drop-in for torchtune's ``OffloadActivations`` (a context manager around the forward of
+a training step), and takes an exported policy: ``ActivationOffload("512MiB",
+policy="policy.npz")`` evicts with the learned policy.
 
 * **pack** copies a saved activation into the pool (a first write: the pool makes room by
   evicting others to host, as its eviction policy decides) and hands autograd a small handle;
@@ -25,7 +29,8 @@
 
 The prefetch policy runs inside the pool's access loop. :class:`ReversePackOrder` (the default)
 predicts that backward unpacks in reverse pack order: on each unpack it prefetches the next
-``depth`` saved tensors in that order, asynchronously, so the copy overlaps compute. Any
+saved tensors in that order, asynchronously, each when the compute measured ahead of its unpack
+no longer covers its copy, so the copy overlaps compute. Any
 eviction policy and any prefetch policy plug in (``policy=``, ``prefetcher=``).
 
 Backends: ``NumpyBackend`` serves CPU tensors (``torch.from_numpy`` views of its arena);
@@ -44,9 +49,11 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +69,9 @@ from cachegym.allocator.errors import (
     PoolExhausted,
 )
 from cachegym.allocator.pool import DEVICE, Pool
+from cachegym.allocator.prefetch_timing import PrefetchTiming
 from cachegym.allocator.seams import PrefetchPolicyBase
+from cachegym.allocator.sizes import parse_size
 from cachegym.allocator.trace import Kind, Op, Trace
 
 if TYPE_CHECKING:
@@ -70,6 +79,7 @@ if TYPE_CHECKING:
     from cachegym.allocator.seams import EvictionPolicy, PoolView, PrefetchPolicy
 
 __all__ = ["ActivationOffload", "ReversePackOrder", "BudgetTooSmall", "OffloadStats",
+           "on_demand_reload",
            "is_parameter", "TinyTransformer", "make_batches", "lm_loss", "activation_footprint",
            "train"]
 
@@ -91,26 +101,62 @@ class BudgetTooSmall(ObjectTooLarge):
 
 
 class ReversePackOrder(PrefetchPolicyBase):
-    """Prefetches, on each unpack, the next ``depth`` saved tensors in reverse pack order.
+    """Prefetches, on each unpack, the next saved tensors in reverse pack order, each when its
+    copy is due.
 
     An access is an unpack when its object was accessed before (its first access is the pack,
     a write that creates it): forward packs prefetch nothing. Keys are pack order (the offload
     numbers them consecutively), so the next saved tensors are the live keys just below the
     accessed one; at most ``window`` keys are scanned (freed keys are skipped).
+
+    Timing (:class:`~allocator.prefetch_timing.PrefetchTiming`): a step starts with the first
+    pack after an unpack, and a saved tensor's *position* is its key less that first key. At
+    each unpack the policy measures the compute since the previous unpack (the pool's
+    ``cost.compute_ns``, which the offload advances by the wall time between pool operations),
+    per position. Every step it prefetches the next ``depth`` saved tensors (the count rule);
+    from the second step on, also each further one whose copy (latency + bytes / bandwidth of
+    the pool's cost model, after the copies queued before it) the compute measured ahead of
+    its unpack in the previous step no longer covers, and it moves a position's trigger
+    earlier by how long its prefetch arrived late. Those timed prefetches go into free space
+    only (a guess that far ahead never evicts) and keep at most ``inflight`` of the pool's
+    capacity in flight.
     """
 
     name = "reverse-pack"
 
-    def __init__(self, depth: int = 2, window: int = 256) -> None:
+    def __init__(self, depth: int = 2, window: int = 256, *, gain: float = 1.0,
+                 inflight: float = 0.25) -> None:
         if depth < 1 or window < depth:
             raise ConfigError(f"ReversePackOrder: need depth >= 1 and window >= depth, got "
                               f"depth={depth}, window={window}")
+        if not 0.0 < inflight <= 1.0:
+            raise ConfigError(f"ReversePackOrder: inflight is a fraction of the pool's capacity "
+                              f"in (0, 1], got {inflight!r}")
         self.depth = depth
         self.window = window
+        self.inflight = inflight
+        self.timing = PrefetchTiming(gain)
+        self._gap: dict[int, int] = {}  # position -> compute from the previous unpack to its own
+        self._base = 0  # key of the step's first pack
+        self._packing = False  # the latest access was a pack
+        self._profiled = False  # a whole step has been measured
+        self._last_c = -1  # cost.compute_ns at the latest unpack of this step (-1: none yet)
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        if view.info(key).n_access < 2:
+        if view.info(key).n_access < 2:  # a pack
+            if not self._packing:  # a new step
+                self._profiled = self._profiled or self._last_c >= 0
+                self._base, self._packing, self._last_c = key, True, -1
             return ()
+        self._packing = False
+        pos = key - self._base
+        c = view.cost.compute_ns
+        if self._last_c >= 0:
+            self._gap[pos] = c - self._last_c
+        self._last_c = c
+        self.timing.feedback(view, key, pos)
+        if self._profiled:
+            return self._timed(view, key)
         out: list[int] = []
         seen = 0
         k = key - 1
@@ -123,8 +169,54 @@ class ReversePackOrder(PrefetchPolicyBase):
             k -= 1
         return out
 
+    def _timed(self, view: PoolView, key: int) -> list[int]:
+        """The next saved tensors whose copies are due (class docstring)."""
+        timing, gap, cost = self.timing, self._gap, view.cost
+        # into free space only (no eviction for a guess), and no more than inflight in flight
+        room = min(int(self.inflight * view.capacity) - view.bytes_in_flight,
+                   view.capacity - view.used)
+        queued = timing.queued_ns(view)
+        longest = cost.copy_time(0, view.capacity) + max(timing.margin.values(), default=0)
+        out: list[int] = []
+        ahead = 0  # compute from now to the unpack of k, as measured in the previous step
+        nxt = -1  # compute before the next decision point (the next live key's unpack)
+        seen = 0
+        k = key - 1
+        stop = max(key - self.window, -1)
+        while k > stop:
+            ahead += gap.get(k - self._base, 0)
+            if k in view:
+                seen += 1
+                if nxt < 0:
+                    nxt = ahead
+                if seen > self.depth and ahead - nxt > queued + longest:
+                    break  # nothing further can be due yet
+                if not view.is_resident(k):
+                    size = view.size(k)
+                    if seen <= self.depth:
+                        out.append(k)  # the count rule's
+                    elif timing.due(ahead, nxt, queued + timing.lead_ns(view, k - self._base, size)):
+                        if size > room:
+                            break
+                        out.append(k)
+                        room -= size
+                    queued += cost.copy_time(0, size)
+            k -= 1
+        return out
+
     def __repr__(self) -> str:
-        return f"ReversePackOrder(depth={self.depth})"
+        return f"ReversePackOrder(depth={self.depth}, window={self.window})"
+
+
+def _load_policy(path: str | os.PathLike[str]) -> EvictionPolicy:
+    """The exported policy file at ``path`` (imported at call time: ``allocator`` has no
+    import-time edge to ``policies``, as :func:`allocator.seams.default_eviction_policy`)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"ActivationOffload policy: {os.fspath(path)!r} is not a file; give the "
+                          "path of an exported policy (.npz, scripts/export.py) or a policy object")
+    from cachegym.policies.registry import make_learned
+
+    return make_learned(path)
 
 
 def is_parameter(t: torch.Tensor) -> bool:
@@ -133,6 +225,29 @@ def is_parameter(t: torch.Tensor) -> bool:
         return True
     base = t._base
     return base is not None and base.is_leaf and base.requires_grad
+
+
+def on_demand_reload(pin_memory: bool = False) -> torch.autograd.graph.saved_tensors_hooks:
+    """torchtune's ``OffloadActivations`` behaviour without its streams, as the baseline to
+    compare with: every saved tensor :class:`ActivationOffload` would take (not parameters,
+    plain strided tensors only) is copied to host memory on pack and back to its device on
+    unpack, on demand (no prefetch). ``pin_memory``: pinned host buffers (CUDA only); the
+    copies are then asynchronous on the current stream. On a CPU both copies are memcpys."""
+
+    def pack(t: torch.Tensor) -> Any:
+        if type(t) is not torch.Tensor or t.layout != torch.strided or is_parameter(t):
+            return t
+        host = torch.empty_like(t, device="cpu", pin_memory=pin_memory)
+        host.copy_(t, non_blocking=pin_memory)
+        return (t.device, host)
+
+    def unpack(p: Any) -> torch.Tensor:
+        if isinstance(p, torch.Tensor):
+            return p
+        dev, host = p
+        return host.clone() if dev.type == "cpu" else host.to(dev, non_blocking=pin_memory)
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
 
 @dataclass
@@ -195,9 +310,13 @@ class ActivationOffload:
     """Keeps the tensors autograd saves in a pool of ``budget`` device bytes.
 
     Args:
-        budget: the pool's capacity in bytes; it must hold the largest saved tensor.
+        budget: the pool's capacity: bytes or a size string (``"512MiB"``); it must hold the
+            largest saved tensor.
         backend: ``NumpyBackend()`` for CPU tensors (default), ``CupyBackend()`` for CUDA.
-        policy: eviction policy (default LRU).
+        policy: eviction policy (default LRU): a policy object, or the path of an exported
+            policy file (loaded as :func:`policies.registry.make_learned` does, under its
+            default guard). To use the file's prefetch decisions too, load it once and pass
+            the object as both ``policy`` and ``prefetcher``.
         prefetcher: prefetch policy (default :class:`ReversePackOrder`; ``None`` for none).
         cost: the pool's timing model (preset name, :class:`Preset` or :class:`CostModel`).
         timer: clock in ns that advances the simulated clock between pool operations
@@ -209,8 +328,8 @@ class ActivationOffload:
     The context manager can be entered once per step; the pool and its policies persist.
     """
 
-    def __init__(self, budget: int, *, backend: Backend | None = None,
-                 policy: EvictionPolicy | None = None,
+    def __init__(self, budget: int | str, *, backend: Backend | None = None,
+                 policy: EvictionPolicy | str | os.PathLike[str] | None = None,
                  prefetcher: PrefetchPolicy | None = _DEFAULT,
                  cost: CostModel | Preset | str | None = "h100_pcie5",
                  timer: Callable[[], int] | None = time.perf_counter_ns,
@@ -221,6 +340,9 @@ class ActivationOffload:
             backend = NumpyBackend()
         if prefetcher is _DEFAULT:
             prefetcher = ReversePackOrder()
+        if isinstance(policy, (str, os.PathLike)):
+            policy = _load_policy(policy)
+        budget = parse_size(budget, "ActivationOffload budget")
         self.backend = backend
         self.device_type: str = getattr(backend, "device_type", "cpu")
         self.device_id: int = getattr(backend, "device_id", 0)
@@ -556,11 +678,13 @@ def activation_footprint(model: torch.nn.Module, batch: tuple[torch.Tensor, torc
 
 
 def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
-          steps: int, *, offload: ActivationOffload | None = None, lr: float = 0.05,
-          loss_fn: Callable[..., torch.Tensor] = lm_loss,
+          steps: int, *, offload: ActivationOffload | AbstractContextManager[Any] | None = None,
+          lr: float = 0.05, loss_fn: Callable[..., torch.Tensor] = lm_loss,
           sync: Callable[[], None] | None = None) -> dict[str, Any]:
     """Train ``model`` for ``steps`` SGD steps (momentum 0.9) over ``batches`` (cycled), with
-    the forward under ``offload`` when given. Returns the losses and each step's wall time
+    the forward under ``offload`` when given: an :class:`ActivationOffload` or any reusable
+    context manager of saved-tensor hooks (``torch.autograd.graph.save_on_cpu()``, a
+    ``saved_tensors_hooks`` pair). Returns the losses and each step's wall time
     (``sync`` is called before reading the clock, e.g. ``torch.cuda.synchronize``).
 
     The update is written out (not ``torch.optim``, whose first use imports the compiler
@@ -592,7 +716,7 @@ def train(model: torch.nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Te
         step()
         losses.append(float(loss.detach()))
         del loss
-        if offload is not None:
+        if isinstance(offload, ActivationOffload):
             offload.collect()
         if sync is not None:
             sync()

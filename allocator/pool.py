@@ -128,6 +128,7 @@ class Counters:
     peak_device_bytes: int
     fragmentation: float
     fallbacks: int
+    late_stall_ns: int
 
     def __init__(self) -> None:
         for f in _STAT_FIELDS:
@@ -186,6 +187,7 @@ class ObjectInfo:
         self.created_tick = tick
         self.last_tick = tick
         self.n_access = 0
+        self.late_ns = 0  # how long its latest access waited for its prefetch still in flight
         self.h2d_event: Any = None
         self.d2h_event: Any = None
 
@@ -420,6 +422,7 @@ class Pool:
                 st.hits += 1
                 o.last_tick = tick
                 o.n_access += 1
+                o.late_ns = 0
                 if o.prefetched:
                     o.prefetched = False
                     st.prefetch_hits += 1
@@ -878,6 +881,7 @@ class Pool:
         o = self._objs.get(key)
         if o is not None and o.state in (DEVICE, H2D):
             landing = o.state == H2D
+            o.late_ns = 0
             if landing:  # (a failed copy raises here: the object is in host memory, no hit)
                 self._land(o, wait=True)
             self._tick += 1
@@ -916,6 +920,7 @@ class Pool:
             self._objs[key] = o
         else:
             old_size = o.size
+            o.late_ns = 0
             o.size = size  # libCacheSim: a miss inserts with the request's size
         hook = "on_miss"
         try:
@@ -1379,7 +1384,8 @@ class Pool:
             return
         if wait and o.ready_ns > self.cost.now:
             self.stats.late_prefetches += 1
-            self.cost.wait_until(o.ready_ns)
+            o.late_ns = self.cost.wait_until(o.ready_ns)
+            self.stats.late_stall_ns += o.late_ns
         self._landed(o)
         o.prefetched = False
 

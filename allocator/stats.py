@@ -15,6 +15,9 @@ class PoolStats:
       in flight: the access waited only for the remainder).
     * ``misses`` include ``allocations``: first writes that create an object on the device
       without a copy. ``byte_misses`` counts the bytes of every miss.
+    * ``late_prefetches``: accesses that found their prefetch still in flight and waited for
+      the remainder; ``late_stall_ns`` is that wait, summed (part of ``stall_ns``: the stall the
+      late prefetches leave).
     * ``useless_prefetches``: prefetched objects evicted or freed before any use.
     * ``streamed``: misses whose object was not admitted (refused by the policy, or larger than
       the pool): served by streaming, their bytes are in ``bytes_h2d`` (a read or
@@ -44,6 +47,7 @@ class PoolStats:
     peak_device_bytes: int = 0
     fragmentation: float = 0.0
     fallbacks: int = 0
+    late_stall_ns: int = 0
 
     @property
     def miss_ratio(self) -> float:

@@ -76,7 +76,7 @@ log = logging.getLogger(__name__)
 COLUMNS = (
     "trace", "capacity", "mode", "policy", "prefetch", "preset", "requests", "hits", "misses",
     "byte_misses", "miss_ratio", "byte_miss_ratio", "prefetches", "prefetch_hits", "late_prefetches",
-    "useless_prefetches", "bytes_h2d", "bytes_d2h", "traffic_bytes", "stall_ns", "total_ns",
+    "late_stall_ns", "useless_prefetches", "bytes_h2d", "bytes_d2h", "traffic_bytes", "stall_ns", "total_ns",
     "overhead", "gap_closed_misses", "gap_closed_traffic", "gap_closed_stall", "gap_bound",
     "decision_p50_us", "decision_p99_us",
 )
@@ -207,7 +207,7 @@ def _stats_row(spec: RunSpec, st: PoolStats, requested_bytes: int) -> dict[str, 
         "miss_ratio": st.misses / acc if acc else math.nan,
         "byte_miss_ratio": st.byte_misses / requested_bytes if requested_bytes else math.nan,
         "prefetches": st.prefetches, "prefetch_hits": st.prefetch_hits,
-        "late_prefetches": st.late_prefetches,
+        "late_prefetches": st.late_prefetches, "late_stall_ns": st.late_stall_ns,
         "useless_prefetches": st.useless_prefetches, "bytes_h2d": st.bytes_h2d,
         "bytes_d2h": st.bytes_d2h, "traffic_bytes": st.traffic_bytes, "stall_ns": st.stall_ns,
         "total_ns": st.total_ns, "overhead": st.overhead, "gap_closed_misses": math.nan,

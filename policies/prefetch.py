@@ -10,7 +10,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.prefetch_timing import PrefetchTiming
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import PrefetchPolicyBase
 
@@ -117,17 +120,24 @@ class StridePrefetcher(PrefetchPolicyBase):
 
 
 class LookaheadPrefetcher(PrefetchPolicyBase):
-    """Oracle: prefetches the next ``depth`` distinct objects the future trace will touch.
+    """Oracle: prefetches the objects the future trace will touch, each when its copy is due.
 
     After the access at ``view.tick`` (the trace row when the pool replays ``trace`` from its
-    start) it scans rows ``tick+1 .. tick+window`` and returns, in order of first use, up to
-    ``depth`` distinct keys that the pool knows, that are not resident and not freed before
-    that use. ``window`` defaults to ``8 * depth``.
+    start) it scans rows ``tick+1 .. tick+window`` for the distinct keys the pool knows, that
+    are not resident and not freed before that use, in order of first use. Each is prefetched
+    now when the trace's compute still ahead of its use (``compute_ns``), less the compute
+    before the next access, no longer covers its copy (the pool's cost model's latency +
+    bytes / bandwidth) after the copies queued before it and its learnt margin
+    (:class:`~allocator.prefetch_timing.PrefetchTiming`: an object whose prefetch arrived late
+    starts earlier next time). At most ``depth`` prefetches per access. Without compute times
+    or a cost model every copy is due at once: the next ``depth`` objects, in order of use.
+    ``window`` defaults to ``8 * depth``.
     """
 
     name = "lookahead"
 
-    def __init__(self, trace: Trace, depth: int = 4, window: int | None = None) -> None:
+    def __init__(self, trace: Trace, depth: int = 4, window: int | None = None,
+                 gain: float = 1.0) -> None:
         if not isinstance(trace, Trace):
             raise ConfigError("LookaheadPrefetcher needs the trace it will replay")
         if depth < 1:
@@ -136,24 +146,51 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self.window = 8 * depth if window is None else int(window)
         if self.window < 1:
             raise ConfigError(f"LookaheadPrefetcher window must be >= 1, got {window}")
+        self.timing = PrefetchTiming(gain)
         self._key = trace.key
         self._free = trace.op == Op.FREE
+        # compute before row j: _cum[j] (the compute after rows 0 .. j-1)
+        self._cum = np.concatenate(([0], np.cumsum(trace.compute_ns, dtype=np.int64)))
+        self._max_size = int(trace.size.max()) if len(trace) else 0
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        lo = view.tick + 1
-        hi = lo + self.window
+        timing = self.timing
+        timing.feedback(view, key, key)
+        t = view.tick
+        lo = t + 1
+        hi = min(lo + self.window, len(self._key))
+        cum = self._cum
+        if lo >= hi:
+            return ()
+        base = int(cum[lo])  # compute done when the next decision point comes
+        # past this much compute ahead of the next decision, nothing can be due yet
+        instant = view.cost.instant  # copies take no time: the count rule
+        queued = timing.queued_ns(view)
+        horizon = queued + view.cost.copy_time(0, self._max_size) + max(timing.margin.values(), default=0)
         out: list[int] = []
+        seen: set[int] = {key}
         freed: set[int] = set()
-        for k, is_free in zip(self._key[lo:hi].tolist(), self._free[lo:hi].tolist()):
+        rows = range(lo, hi)
+        for j, k, is_free in zip(rows, self._key[lo:hi].tolist(), self._free[lo:hi].tolist()):
             if is_free:
                 freed.add(k)
                 continue
-            if k in freed or k == key or k in out:
+            if k in freed or k in seen:
                 continue
-            if k in view and not view.is_resident(k):
+            seen.add(k)
+            if k not in view or view.is_resident(k):
+                continue
+            size = view.size(k)
+            ahead = int(cum[j]) - base
+            lead = timing.lead_ns(view, k, size)
+            if instant or timing.due(ahead, 0, queued + lead):
                 out.append(k)
                 if len(out) >= self.depth:
                     break
+            queued += view.cost.copy_time(0, size)  # copied before anything used after it
+            horizon += view.cost.copy_time(0, size)
+            if ahead > horizon and not instant:
+                break
         return out
 
     def __repr__(self) -> str:

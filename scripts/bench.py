@@ -5,7 +5,7 @@
     python scripts/bench.py replay    [--json PATH]   whole-trace replay vs libCacheSim
     python scripts/bench.py env       [--json PATH]   env decisions/s and env share of PPO time
     python scripts/bench.py decision  [--json PATH]   exported policy decision latency vs LRU
-    python scripts/bench.py offload   [--json PATH]   activation-offload overhead vs plain training
+    python scripts/bench.py offload   [--json PATH]   activation offload modes side by side, overhead vs plain
     python scripts/bench.py quality   [--json PATH]   learned policy vs heuristics on held-out traces
     python scripts/bench.py guard     [--json PATH]   guarded learned policy's requests/s (vs another checkout)
     python scripts/bench.py guardmem  [--json PATH]   guarded learned policy's memory over 10M requests
@@ -27,7 +27,7 @@ BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "
 # the benchmarks' options that count something (requests, objects, steps, seconds, threads, ...):
 # each must be positive when given
 COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",
-          "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads",
+          "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads", "pairs",
           "max_requests", "capacity", "every",
           "foo_requests")
 

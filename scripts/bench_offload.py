@@ -1,11 +1,31 @@
-"""Activation-offload overhead: a training step with the pool (budget larger than the
-activation footprint, so nothing is evicted) against plain training, side by side in one run.
+"""Activation offload side by side in one run: step time and peak device bytes of one model
+trained under each way of keeping its saved activations, with losses asserted bitwise equal.
 
-    python scripts/bench.py offload [--steps N] [--rounds R] [--d D] [--layers L] ...
+    python scripts/bench.py offload [--steps N] [--pairs P] [--policy PATH] [--device cpu|cuda]
 
-Plain and offload steps alternate one by one (on two copies of one model), so machine noise
-hits both alike. ``overhead`` is the median over pairs of offload / plain - 1 (target: at most
-0.05 on CPU); ``overhead_of_medians`` compares the two median step times.
+Modes (each trains a copy of one model from the same weights on the same batches):
+
+* ``none``: no offload;
+* ``save_on_cpu``: ``torch.autograd.graph.save_on_cpu(pin_memory=True on CUDA, else False)``;
+* ``reload``: torchtune's behaviour, an on-demand reload of every saved tensor (copied to host
+  on pack, back on unpack: :func:`~allocator.offload.on_demand_reload`);
+* ``lru+reverse-pack@F``: :class:`~allocator.offload.ActivationOffload` with LRU and the
+  timed :class:`~allocator.offload.ReversePackOrder` prefetcher, budget ``F`` of the activation
+  footprint (25%, 50%, 75%; at least twice the largest saved tensor);
+* ``learned@F``: the same with the exported policy ``--policy PATH`` (eviction; prefetch stays
+  reverse-pack order).
+
+Modes take their steps round robin (step ``i`` of every mode, in a rotating order, before step
+``i + 1`` of any), so that machine noise hits them alike; ``step_ms`` is the median of a mode's
+steps after the first. ``peak_device_bytes``: on CUDA, the most ``torch.cuda.max_memory_allocated``
+rose above its value before a step, plus the pool's peak (its arena is CuPy memory); on a CPU, host and device are one memory, so it counts the
+saved activations that stay where compute runs (all of them without offload, none with
+``save_on_cpu`` and ``reload``, the pool's peak with this project).
+
+Then the overhead check (target on CPU: at most 5%): plain and offload steps with a budget
+twice the footprint (nothing evicted) alternate one by one (``--pairs`` of them, on two copies
+of one model), so machine noise hits both alike; ``overhead`` is the median over pairs of
+offload / plain - 1, ``overhead_of_medians`` compares the two median step times.
 """
 
 from __future__ import annotations
@@ -15,9 +35,17 @@ import copy
 import statistics
 from typing import Any
 
+FRACTIONS = (0.25, 0.5, 0.75)
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--steps", type=int, default=40, help="timed steps per mode")
+    p.add_argument("--steps", type=int, default=6,
+                   help="steps per side-by-side mode (the first is a warm-up, not timed)")
+    p.add_argument("--pairs", type=int, default=40, help="paired steps of the overhead check")
+    p.add_argument("--policy", metavar="PATH", help="an exported policy file to run as well")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="cuda needs torch with CUDA and CuPy (auto: cuda when both are there)")
+    p.add_argument("--preset", default="h100_pcie5", help="the pool's cost preset (or .json)")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--d", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
@@ -29,6 +57,22 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _device(want: str) -> str:
+    import torch
+
+    from cachegym.allocator.errors import ConfigError
+
+    if want == "cpu":
+        return "cpu"
+    from cachegym.allocator.cupy_backend import cuda_available
+
+    ok = torch.cuda.is_available() and cuda_available()
+    if want == "cuda" and not ok:
+        raise ConfigError("--device cuda: torch.cuda.is_available() or CuPy's CUDA is missing; "
+                          "install torch with CUDA and cupy-cuda12x, or use --device cpu")
+    return "cuda:0" if ok else "cpu"
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -38,29 +82,122 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         TinyTransformer,
         activation_footprint,
         make_batches,
+        on_demand_reload,
         train,
     )
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = TinyTransformer(args.vocab, args.d, args.heads, args.layers, args.seq)
-    twin = copy.deepcopy(model)
-    batches = make_batches(args.vocab, args.seq, args.batch, 4, seed=args.seed)
+    device = _device(args.device)
+    cuda = device != "cpu"
+    sync = torch.cuda.synchronize if cuda else None
+    model = TinyTransformer(args.vocab, args.d, args.heads, args.layers, args.seq).to(device)
+    batches = make_batches(args.vocab, args.seq, args.batch, 4, seed=args.seed, device=device)
     fp = activation_footprint(model, batches[0])
-    off = ActivationOffload(2 * fp["total"], backend=NumpyBackend())
+
+    def backend() -> Any:
+        if cuda:
+            from cachegym.allocator.cupy_backend import CupyBackend
+
+            return CupyBackend()
+        return NumpyBackend()
+
+    def offload(frac: float, policy: str | None) -> ActivationOffload:
+        budget = max(int(frac * fp["total"]), 2 * fp["largest"])
+        return ActivationOffload(budget, backend=backend(), policy=policy, cost=args.preset)
+
+    modes: list[tuple[str, float | None, Any]] = [
+        ("none", None, lambda: None),
+        ("save_on_cpu", None, lambda: torch.autograd.graph.save_on_cpu(pin_memory=cuda)),
+        ("reload", None, lambda: on_demand_reload(pin_memory=cuda)),
+    ]
+    for f in FRACTIONS:
+        modes.append((f"lru+reverse-pack@{f:.0%}", f, lambda f=f: offload(f, None)))
+        if args.policy:
+            modes.append((f"learned@{f:.0%}", f, lambda f=f: offload(f, args.policy)))
+    # round robin: step i of every mode before step i + 1 of any (the order rotating), so that
+    # machine noise hits every mode alike; each mode trains its own copy of the model
+    models = [copy.deepcopy(model) for _ in modes]
+    ctxs = [make() for _, _, make in modes]
+    step_ns: list[list[int]] = [[] for _ in modes]
+    losses: list[list[float]] = [[] for _ in modes]
+    peaks = [0] * len(modes)
+    try:
+        for i in range(args.steps):
+            b = [batches[i % len(batches)]]
+            for j in range(len(modes)):
+                j = (j + i) % len(modes)
+                if cuda:
+                    before = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                r = train(models[j], b, 1, offload=ctxs[j], sync=sync)
+                if cuda:
+                    peaks[j] = max(peaks[j], torch.cuda.max_memory_allocated() - before)
+                step_ns[j] += r["step_ns"]
+                losses[j] += r["losses"]
+        stats = [c.stats() if isinstance(c, ActivationOffload) else None for c in ctxs]
+    finally:
+        for c in ctxs:
+            if isinstance(c, ActivationOffload):
+                c.close()
+    rows: list[dict[str, Any]] = []
+    for j, (name, frac, _) in enumerate(modes):
+        st = stats[j]
+        pool_peak = st["peak_device_bytes"] if st else 0
+        if cuda:
+            peak = peaks[j] + pool_peak
+        else:
+            peak = fp["total"] if name == "none" else pool_peak
+        timed = step_ns[j][1:] or step_ns[j]
+        row: dict[str, Any] = {"mode": name, "budget_fraction": frac,
+               "step_ms": statistics.median(timed) / 1e6, "peak_device_bytes": int(peak)}
+        if st:
+            row.update({k: st[k] for k in ("stall_ns", "late_prefetches", "late_stall_ns",
+                                           "prefetches", "prefetch_hits", "evictions", "misses")})
+        rows.append(row)
+        if losses[j] != losses[0]:  # bitwise: the same floats, step by step
+            raise AssertionError(f"offload bench: mode {name} changed the losses: {losses[j]} "
+                                 f"against {losses[0]} without offload; offload must not change "
+                                 "the training numerics")
+    base = rows[0]["step_ms"]
+    for row in rows:
+        row["slowdown"] = row["step_ms"] / base
+    fig = {
+        "device": device, "threads": args.threads, "preset": args.preset,
+        "model": {k: getattr(args, k) for k in ("vocab", "d", "heads", "layers", "seq", "batch")},
+        "activation_bytes": fp["total"], "saved_tensors": fp["count"],
+        "steps_per_mode": args.steps, "losses_bitwise_equal": True, "modes": rows,
+        "peak_measure": ("torch.cuda.max_memory_allocated over a step + pool peak" if cuda else
+                         "saved-activation bytes kept where compute runs (host = device on CPU)"),
+    }
+    print(f"activation offload on {device}: {fp['total'] / 2**20:.1f} MiB saved per step "
+          f"({fp['count']} tensors), losses bitwise equal in {len(rows)} modes")
+    for row in rows:
+        print(f"  {row['mode']:<24} {row['step_ms']:8.2f} ms/step  x{row['slowdown']:.3f}  "
+              f"peak {row['peak_device_bytes'] / 2**20:7.2f} MiB")
+    fig.update(_overhead(args, model, batches, fp, backend, sync))
+    return fig
+
+
+def _overhead(args: argparse.Namespace, model: Any, batches: Any, fp: dict[str, int],
+              backend: Any, sync: Any) -> dict[str, Any]:
+    """Plain against offload with a budget twice the footprint, steps alternating."""
+    from cachegym.allocator.offload import ActivationOffload, train
+
+    plain_m, off_m = copy.deepcopy(model), copy.deepcopy(model)
+    off = ActivationOffload(2 * fp["total"], backend=backend(), cost=args.preset)
     plain_ns: list[int] = []
     off_ns: list[int] = []
     try:
-        train(model, batches, 2)  # warm up both
-        train(twin, batches, 2, offload=off)
-        for i in range(args.steps):
+        train(plain_m, batches, 2, sync=sync)  # warm up both
+        train(off_m, batches, 2, offload=off, sync=sync)
+        for i in range(args.pairs):
             b = [batches[i % len(batches)]]
-            first: tuple[Any, Any] = (model, None)
-            second: tuple[Any, Any] = (twin, off)
+            order: list[tuple[Any, Any]] = [(plain_m, None), (off_m, off)]
             if i % 2:  # alternate which goes first
-                first, second = second, first
-            for m, o in (first, second):
-                ns = train(m, b, 1, offload=o)["step_ns"][0]
+                order.reverse()
+            for m, o in order:
+                ns = train(m, b, 1, offload=o, sync=sync)["step_ns"][0]
                 (off_ns if o is not None else plain_ns).append(ns)
         st = off.stats()
     finally:
@@ -68,21 +205,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plain = statistics.median(plain_ns) / 1e6
     offl = statistics.median(off_ns) / 1e6
     fig = {
-        "model": {k: getattr(args, k) for k in ("vocab", "d", "heads", "layers", "seq", "batch")},
-        "threads": args.threads,
-        "activation_bytes": fp["total"], "saved_tensors": fp["count"],
-        "budget_bytes": 2 * fp["total"],
-        "plain_step_ms": plain, "offload_step_ms": offl,
+        "budget_bytes": 2 * fp["total"], "plain_step_ms": plain, "offload_step_ms": offl,
         "overhead": statistics.median(o / p for o, p in zip(off_ns, plain_ns)) - 1,
-        "overhead_of_medians": offl / plain - 1,
-        "steps_per_mode": len(plain_ns),
+        "overhead_of_medians": offl / plain - 1, "pairs": len(plain_ns),
         "offload_evictions": st["evictions"], "offload_packed": st["packed"],
-        "pack_ms_per_step": st["pack_ns"] / 1e6 / max(len(off_ns) + 2, 1),
-        "unpack_ms_per_step": st["unpack_ns"] / 1e6 / max(len(off_ns) + 2, 1),
+        "pack_ms_per_step": st["pack_ns"] / 1e6 / (len(off_ns) + 2),
+        "unpack_ms_per_step": st["unpack_ns"] / 1e6 / (len(off_ns) + 2),
     }
-    print(f"activation offload, nothing to evict ({fp['total'] / 2**20:.1f} MiB saved per step, "
-          f"{fp['count']} tensors, budget 2x): plain {plain:.2f} ms/step, offload {offl:.2f} "
-          f"ms/step, overhead {100 * fig['overhead']:+.1f}% (median of {len(plain_ns)} paired "
-          f"steps; {100 * fig['overhead_of_medians']:+.1f}% between the medians; "
-          f"{args.threads} thread(s))")
+    print(f"overhead with nothing to evict (budget 2x): plain {plain:.2f} ms/step, offload "
+          f"{offl:.2f} ms/step, overhead {100 * fig['overhead']:+.1f}% (median of "
+          f"{len(plain_ns)} paired steps; {100 * fig['overhead_of_medians']:+.1f}% between the "
+          f"medians; {args.threads} thread(s))")
     return fig

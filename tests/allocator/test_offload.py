@@ -326,7 +326,10 @@ def test_reverse_pack_order_prefetches_the_next_saved_tensors() -> None:
 def test_recorded_trace_replays_to_the_same_decisions() -> None:
     model, batches, fp = small_setup()
     budget = max(fp["total"] // 4, 2 * fp["largest"])
-    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, timer=None)
+    # (copies, not zero-copy views: a view pins its object while autograd holds it, which a
+    # replay cannot see, and a pinned object changes which one is evicted)
+    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, timer=None,
+                            zero_copy=False)
     try:
         train(model, batches, 2, offload=off)
         tr = off.trace()
@@ -343,6 +346,7 @@ def test_recorded_trace_replays_to_the_same_decisions() -> None:
 
 
 def test_bench_offload_smoke() -> None:
+    """Every mode side by side (with the exported golden policy), losses bitwise equal."""
     import argparse
 
     from tests.scripts_loader import load_script
@@ -350,13 +354,52 @@ def test_bench_offload_smoke() -> None:
     mod = load_script("bench_offload")
     parser = argparse.ArgumentParser()
     mod.add_args(parser)
-    args = parser.parse_args(["--steps", "3", "--d", "16", "--layers", "1", "--seq", "8",
-                              "--batch", "2"])
+    args = parser.parse_args(["--steps", "2", "--pairs", "3", "--d", "16", "--layers", "1",
+                              "--seq", "8", "--batch", "2", "--device", "cpu",
+                              "--policy", "tests/golden/policy.npz"])
     fig = mod.run(args)
-    assert fig["offload_evictions"] == 0  # the budget holds everything
+    modes = {r["mode"]: r for r in fig["modes"]}
+    assert list(modes)[:3] == ["none", "save_on_cpu", "reload"]
+    for f in ("25%", "50%", "75%"):
+        assert f"lru+reverse-pack@{f}" in modes and f"learned@{f}" in modes
+    assert fig["losses_bitwise_equal"] and modes["none"]["slowdown"] == 1.0
+    assert modes["none"]["peak_device_bytes"] == fig["activation_bytes"]
+    assert modes["lru+reverse-pack@25%"]["peak_device_bytes"] < modes["lru+reverse-pack@75%"][
+        "peak_device_bytes"] <= fig["activation_bytes"]
+    assert modes["lru+reverse-pack@25%"]["evictions"] > 0
+    assert fig["offload_evictions"] == 0  # the overhead check's budget holds everything
     assert fig["overhead_of_medians"] == pytest.approx(
         fig["offload_step_ms"] / fig["plain_step_ms"] - 1)
-    assert np.isfinite(fig["overhead"]) and fig["steps_per_mode"] == 3
+    assert np.isfinite(fig["overhead"]) and fig["pairs"] == 3
+
+
+def test_offload_takes_a_size_string_and_a_policy_file() -> None:
+    from cachegym.policies.learned import LearnedPolicy
+
+    model, batches, fp = small_setup()
+    ref = copy.deepcopy(model)
+    budget = max(fp["total"] // 2, 2 * fp["largest"])
+    off = ActivationOffload(f"{budget / 1024}KiB", policy="tests/golden/policy.npz")
+    try:
+        assert off.pool.capacity == budget and isinstance(off.pool.policy, LearnedPolicy)
+        got = train(model, batches, 2, offload=off)["losses"]
+        assert off.stats()["evictions"] > 0
+    finally:
+        off.close()
+    assert got == train(ref, batches, 2)["losses"]
+    with pytest.raises(ConfigError, match="not a file"):
+        ActivationOffload(budget, policy="no/such/policy.npz")
+    with pytest.raises(ConfigError, match="budget"):
+        ActivationOffload("12 parsecs")
+
+
+def test_on_demand_reload_keeps_the_losses() -> None:
+    from cachegym.allocator.offload import on_demand_reload
+
+    model, batches, _ = small_setup()
+    ref = copy.deepcopy(model)
+    assert train(model, batches, 2, offload=on_demand_reload())["losses"] == \
+        train(ref, batches, 2)["losses"]
 
 
 @pytest.mark.parametrize("zero_copy", [True, False])

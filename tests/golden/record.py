@@ -9,7 +9,12 @@ can prove it changed no result: ``tests/golden/test_golden.py`` recomputes them 
 exactly. Re-recorded on 2026-12-02 for issue 23's streamed accesses (an access whose object is
 not admitted copies its bytes): against the 80edfc6 files only ``bytes_h2d``, ``bytes_d2h``,
 ``stall_ns`` and ``total_ns`` changed, and only in runs with streamed accesses; ``bypasses``
-became ``streamed`` with equal counts; every outcome and victim is unchanged. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+became ``streamed`` with equal counts; every outcome and victim is unchanged. Re-recorded for
+issue 25 (prefetch in time): every file gains the ``late_stall_ns`` statistic; otherwise only
+the ``pool`` group's ``prefetch/lookahead*`` runs under a cost preset changed (the lookahead
+oracle now issues a copy when it is due: e.g. ``prefetch/lookahead/arena-a100_pcie4`` stalls
+6.1 ms instead of 40.6 ms, with 0 useless prefetches instead of 8898); runs without a preset are
+unchanged. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 

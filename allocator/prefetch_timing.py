@@ -1,0 +1,92 @@
+"""When a prefetch must start: in time, not in count.
+
+A prefetch of an object hides its copy when the compute still ahead of the object's next use
+covers the copy: the pool's cost model's ``latency + bytes / bandwidth`` (``CostModel.copy_time``),
+after the copies already queued on the host-to-device engine and those of the objects needed
+before it. :class:`PrefetchTiming` is that rule, shared by the prefetch policies that know (or
+estimate) the compute ahead of a use (:class:`~policies.prefetch.LookaheadPrefetcher` reads it in
+the trace, :class:`~allocator.offload.ReversePackOrder` measures it in the previous step).
+
+A prefetch policy asks at each access whether an object can wait until the next decision
+point: it must start now when the compute ahead of its use, less the compute before that next
+point, no longer covers its lead time (:meth:`PrefetchTiming.due`). Issued at the latest
+timely point, a prefetch holds device memory no longer than needed.
+
+Feedback (Capuchin, Peng et al., ASPLOS 2020, moves a tensor's prefetch trigger earlier when the
+prefetch arrived late): after an access, :meth:`PrefetchTiming.feedback` reads how long that access
+waited for its prefetch still in flight (``ObjectInfo.late_ns``, set by the pool) and adds that
+wait to the object's lead, so its next prefetch starts that much earlier. Capuchin moves the
+trigger by one operation at a time; adding the measured shortfall moves it by as many as needed
+at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cachegym.allocator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cachegym.allocator.seams import PoolView
+
+__all__ = ["PrefetchTiming"]
+
+
+class PrefetchTiming:
+    """Lead times of prefetches, with late-arrival feedback per object identity.
+
+    ``ident`` names an object across its uses: the key (a trace replay) or its position in a
+    training step (activation offload, whose keys are new every step). ``gain`` scales the
+    feedback (1: the lead grows by the whole wait); a margin stays under ``max_copies`` times
+    the object's copy time (a prefetch late because the link is saturated would otherwise
+    start ever earlier, holding memory for nothing); at most ``max_entries`` identities keep a
+    margin (the oldest forgotten first).
+    """
+
+    def __init__(self, gain: float = 1.0, max_copies: float = 2.0,
+                 max_entries: int = 1 << 20) -> None:
+        if not 0.0 <= gain <= 16.0:
+            raise ConfigError(f"PrefetchTiming: gain must be in 0..16, got {gain!r}")
+        if not 0.0 <= max_copies <= 1024.0:
+            raise ConfigError(f"PrefetchTiming: max_copies must be in 0..1024, got {max_copies!r}")
+        if max_entries < 1:
+            raise ConfigError(f"PrefetchTiming: max_entries must be >= 1, got {max_entries!r}")
+        self.gain = gain
+        self.max_copies = max_copies
+        self.max_entries = max_entries
+        self.margin: dict[int, int] = {}  # ident -> extra lead (ns) learnt from late arrivals
+        self.late = 0  # late arrivals seen by feedback()
+
+    @staticmethod
+    def queued_ns(view: PoolView) -> int:
+        """How long copies already queued on the host-to-device engine keep it busy."""
+        return max(view.cost.busy_until(0) - view.now_ns, 0)
+
+    def lead_ns(self, view: PoolView, ident: int, size: int) -> int:
+        """The object's own lead: its copy time plus its learnt margin."""
+        return view.cost.copy_time(0, size) + self.margin.get(ident, 0)
+
+    @staticmethod
+    def due(ahead_ns: int, next_ns: int, lead_ns: int) -> bool:
+        """Whether a prefetch must start now: ``ahead_ns`` of compute lie before the use,
+        ``next_ns`` of them before the next decision point, and the copy needs ``lead_ns``
+        (its queue included). Without compute ahead (``ahead_ns == next_ns == 0``) every copy
+        is due: nothing can hide it, the earliest start is best."""
+        return ahead_ns - next_ns <= lead_ns
+
+    def feedback(self, view: PoolView, key: int, ident: int) -> None:
+        """After an access of ``key``: if it waited for its late prefetch, start that
+        object's prefetches earlier by the wait (times ``gain``)."""
+        o = view.info(key)
+        late = o.late_ns
+        if late <= 0:
+            return
+        self.late += 1
+        bound = int(self.max_copies * view.cost.copy_time(0, o.size))
+        m = min(self.margin.pop(ident, 0) + int(self.gain * late), bound)
+        self.margin[ident] = m
+        if len(self.margin) > self.max_entries:
+            del self.margin[next(iter(self.margin))]
+
+    def __repr__(self) -> str:
+        return f"PrefetchTiming(gain={self.gain}, margins={len(self.margin)})"
