@@ -61,7 +61,8 @@ def scorer_of(model: Any) -> CandidateScorerNet:
         how = (f"train it with {algo}({use}, env) (from cachegym.policies.training import {use})"
                if use else "train it with a policy class of cachegym.policies.training.nets ("
                + ", ".join(f"{v} for {k}" for k, v in POLICY_CLASSES.items()) + ")")
-        raise ConfigError(f"{algo} with {type(policy).__name__} carries no CandidateScorerNet (SB3's "
+        what = algo if policy is model else f"{algo} with {type(policy).__name__}"
+        raise ConfigError(f"{what} carries no CandidateScorerNet (SB3's "
                           f"generic policies such as 'MultiInputPolicy' score no candidates, so "
                           f"nothing can be exported); {how}")
     return net

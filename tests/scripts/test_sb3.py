@@ -4,7 +4,6 @@ Monitor and SubprocVecEnv, and trains on your own trace with evaluation's keys."
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -213,8 +212,6 @@ def test_train_on_your_trace_with_evaluations_keys(tmp_path, monkeypatch) -> Non
     monkeypatch.chdir(tmp_path)
     common = [*TINY, *PPO_TINY, "trace.format=oracleGeneral"]
     res = train(cfg_of([*common, "trace.path=mine.bin", "out_dir=out_a"]))
-    with open(os.path.join(res["out_dir"], "train.json")) as f:
-        assert json.load(f)["validation"] == {}
     meta = read_policy_file(res["policy"])[0]["meta"]
     assert meta["traces"] == ["mine"]  # the quick experiment's two traces are gone
     res = train(cfg_of([*TINY, *PPO_TINY, "trace.path=data/traces/resnet.npz", "out_dir=out_b"]))
