@@ -7,10 +7,15 @@
     python scripts/train.py -m agent=ppo,dqn,maskable_ppo seed=0,1   # sweep (joblib launcher)
     python scripts/train.py -m hydra/launcher=slurm ...      # a cluster, by config alone
     python scripts/train.py -m hydra/sweeper=tune            # tune lr and hidden sizes (Optuna)
+    python scripts/train.py trace.path=T trace.format=oracleGeneral      # on your trace alone
+    python scripts/train.py trace.path=T init_from=OUT/policy.npz        # fine-tune a policy
+    python scripts/train.py agent=ppo resume=OUT/ppo.zip                  # continue an SB3 run
+    python scripts/train.py agent=ppo env.vec=subproc agent.n_envs=4      # envs in processes
 
 A multirun writes one merged table of the jobs' validation figures (merged.csv, envs.sweep).
 
-The last line printed is ``policy: PATH``; evaluate it with
+The SB3 agents (and imitation_ppo's fine-tune) also save ``OUT/<algo>.zip`` (``sb3 model:
+PATH``), which ``resume=`` continues. The last line printed is ``policy: PATH``; evaluate it with
 ``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]``.
 """
 
@@ -38,6 +43,8 @@ def main(cfg: DictConfig) -> float:
         return float("nan")
     print(f"validation: {result['validation']}")
     print(f"outputs: {result['out_dir']}")
+    if result.get("sb3_model"):
+        print(f"sb3 model: {result['sb3_model']}")
     print(f"policy: {result['policy']}")
     return float((result["validation"] or {}).get("gap_closed_traffic", float("nan")))
 

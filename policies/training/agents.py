@@ -1,18 +1,23 @@
 """Agents: what ``conf/agent/*`` instantiates. Each trains a :class:`CandidateScorerNet`.
 
 * :class:`SB3Agent` (``algo`` = ``ppo`` | ``maskable_ppo`` | ``dqn``): stable-baselines3 /
-  sb3-contrib with the scorer policies of :mod:`policies.training.nets`, on vectorised envs.
+  sb3-contrib with the scorer policies of :mod:`policies.training.nets`, on vectorised envs
+  (``DummyVecEnv`` or ``SubprocVecEnv``), each wrapped in SB3's ``Monitor`` (episode returns:
+  TensorBoard's ``rollout/ep_rew_mean``); saves the model as ``<save_dir>/<algo>.zip`` and
+  continues one (``ctx.resume``: weights, optimizer state, step count; read without unpickling).
 * :class:`ImitationAgent`: behaviour cloning of the Belady(-Size) oracle with DAgger
   (:mod:`policies.training.imitation`), optionally followed by an RL fine-tune (an
   :class:`SB3Agent` started from the imitation weights).
 
 ``agent.train(ctx) -> CandidateScorerNet`` where ``ctx`` is a :class:`TrainContext` (env
-factory, callbacks, log directory, seed). Agents hold hyper-parameters only.
+factory, callbacks, log directory, seed, where to save, what to resume). ``init`` (a net)
+warm-starts either agent. Agents hold hyper-parameters only.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -46,6 +51,9 @@ class TrainContext:
     ``make_env(i)`` builds the ``i``-th training env (seeded by the caller); ``hidden`` is the
     scorer's architecture; ``on_eval(step, net)`` is called every ``eval_every`` env steps (or
     imitation round) and returns validation figures; ``collect`` drives an env for imitation.
+    ``vec``: ``dummy`` or ``subproc`` (the SB3 vectorised env); an SB3 stage saves its model as
+    ``save_dir/<algo>.zip`` (appended to ``saved``); ``resume``: an SB3 zip the SB3 stage
+    continues (the imitation agent then skips imitation).
     """
 
     make_env: Callable[[int], gym.Env]
@@ -58,6 +66,10 @@ class TrainContext:
     progress: bool = False
     collect: Callable[..., Sequence[DecisionSample]] | None = None
     normalization_sample: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+    vec: str = "dummy"
+    save_dir: str | None = None
+    resume: str | None = None
+    saved: list[str] = field(default_factory=list)
 
 
 def _sb3_callbacks(ctx: TrainContext, get_net: Callable[[], CandidateScorerNet], total: int) -> list[Any]:
@@ -160,9 +172,12 @@ class SB3Agent:
             raise ConfigError(f"{where}: " + "; ".join(bad))
 
     def build(self, ctx: TrainContext) -> Any:
-        from stable_baselines3.common.vec_env import DummyVecEnv
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-        venv = DummyVecEnv([partial(ctx.make_env, i) for i in range(self.n_envs)])
+        fns: list[Callable[[], gym.Env]] = [partial(monitored, ctx.make_env, i) for i in range(self.n_envs)]
+        if ctx.vec not in ("dummy", "subproc"):
+            raise ConfigError(f"env.vec: {ctx.vec!r} is not a vectorised env; choose dummy or subproc")
+        venv = SubprocVecEnv(fns) if ctx.vec == "subproc" else DummyVecEnv(fns)
         venv.seed(ctx.seed)
         cls, pol = self._classes()
         kw = dict(self.kwargs)
@@ -176,7 +191,9 @@ class SB3Agent:
     def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
         model = self.build(ctx)
         net: CandidateScorerNet = model.policy.scorer
-        if init is not None:
+        if ctx.resume is not None:
+            resume_model(model, ctx.resume)
+        elif init is not None:
             if list(init.hidden) != list(net.hidden):
                 raise ConfigError(f"fine-tune: imitation net hidden {init.hidden} != RL net {net.hidden}")
             net.load_state_dict(init.state_dict())
@@ -188,9 +205,52 @@ class SB3Agent:
             if self.algo == "dqn":
                 model.q_net_target.scorer.load_state_dict(net.state_dict())
         cbs = _sb3_callbacks(ctx, lambda: model.policy.scorer, self.total_timesteps)
-        model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo)
+        try:
+            model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo,
+                        reset_num_timesteps=ctx.resume is None)
+        finally:
+            model.get_env().close()  # (subprocesses end)
         model.policy.set_training_mode(False)
+        if ctx.save_dir is not None:
+            path = os.path.join(ctx.save_dir, f"{self.algo}.zip")
+            model.save(path)
+            ctx.saved.append(path)
         return model.policy.scorer  # type: ignore[no-any-return]
+
+
+def monitored(make_env: Callable[[int], gym.Env], i: int) -> gym.Env:
+    """Training env ``i`` in SB3's ``Monitor``: its episodes' returns and lengths reach the
+    logger (``rollout/ep_rew_mean``, ``rollout/ep_len_mean``). A module-level function, so that
+    ``SubprocVecEnv`` can send it to its processes."""
+    from stable_baselines3.common.monitor import Monitor
+
+    return Monitor(make_env(i))
+
+
+def resume_model(model: Any, path: str) -> None:
+    """Load the SB3 zip ``path`` (saved by an earlier run of the same agent and policy
+    settings) into ``model``: the policy's tensors (value head and target network included),
+    the optimizer's state and the step count, read without unpickling
+    (:func:`~policies.training.export.read_sb3_zip`)."""
+    from cachegym.allocator.errors import PolicyFileError
+    from cachegym.policies.training.export import read_sb3_zip
+
+    state, opt, fields = read_sb3_zip(path)
+    try:
+        model.policy.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()
+        raise PolicyFileError(
+            f"resume: {path} does not fit {type(model).__name__} with {type(model.policy).__name__} "
+            f"and these policy.hidden/ignore settings ({first[0] if first else e} ...); resume with "
+            "the agent and policy settings the zip was trained with") from None
+    if opt is not None:
+        try:
+            model.policy.optimizer.load_state_dict(opt)
+        except (ValueError, KeyError, RuntimeError) as e:
+            log.warning("resume: %s: the optimizer state does not fit (%s); starting it afresh", path, e)
+    steps = fields.get("num_timesteps")
+    model.num_timesteps = int(steps) if isinstance(steps, int) and steps >= 0 else 0
 
 
 def quiet_logger(model: Any) -> None:
@@ -210,6 +270,11 @@ class ImitationAgent:
     finetune: SB3Agent | None = None
 
     def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
+        if ctx.resume is not None:  # continue the fine-tune: the imitation stage is done
+            if self.finetune is None:
+                raise ConfigError("resume: the imitation agent has no SB3 stage to resume; warm-start "
+                                  "it from a policy file with init_from=POLICY.npz instead")
+            return self.finetune.train(ctx)
         if ctx.collect is None:
             raise ConfigError("imitation needs an env that labels decisions with the oracle")
         env = ctx.make_env(0)

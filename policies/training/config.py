@@ -14,15 +14,33 @@ config is composed::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING
 
 from cachegym.envs.config import AllocatorConfig, TraceConfig, register_configs
 
-__all__ = ["ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
+__all__ = ["VecEnvKind", "RUNNER_KEYS", "ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
            "EnvConfig", "ValidationConfig", "TrainConfig", "MainSection",
            "register_train_configs"]
+
+
+class VecEnvKind(str, Enum):
+    """How the SB3 agents run their ``agent.n_envs`` training envs: ``dummy`` (one after the
+    other in this process: SB3's ``DummyVecEnv``) or ``subproc`` (one process each:
+    ``SubprocVecEnv``, for envs whose steps are slow next to the network's update)."""
+
+    dummy = "dummy"
+    subproc = "subproc"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+RUNNER_KEYS = ("vec",)
+"""Keys of the ``env`` config that say how training runs the envs, not what an env is: not
+passed to the env's constructor (every other key is one of its arguments, with its default)."""
 
 
 @dataclass
@@ -75,9 +93,10 @@ class ImitationAgentConfig:
 
 @dataclass
 class EnvConfig:
-    """The training environment (:class:`envs.evict.EvictEnv`; every key but ``_target_`` is
-    a constructor argument). Its traces and capacity are passed by :func:`train`: one env per
-    entry of ``TrainConfig.capacities``."""
+    """The training environment (:class:`envs.evict.EvictEnv`; every key but ``_target_`` and
+    :data:`RUNNER_KEYS` is a constructor argument, defaults included). Its traces and capacity
+    are passed by :func:`train`: one env per entry of ``TrainConfig.capacities``. ``vec``: how
+    the SB3 agents run their envs (:class:`VecEnvKind`)."""
 
     _target_: str = "cachegym.envs.evict.EvictEnv"
     K: int = 32
@@ -87,6 +106,7 @@ class EnvConfig:
     reward: str = "traffic"
     invalid_action: str = "lru"
     placement: str = "bytes"
+    vec: VecEnvKind = VecEnvKind.dummy
 
 
 @dataclass
@@ -129,6 +149,15 @@ class TrainConfig:
     """Schema of ``conf/train.yaml`` (and ``conf/main.yaml``, which adds the ``main`` section)."""
 
     traces: list[TraceConfig] = MISSING
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    """Your own trace, with the keys of evaluation (``trace.path=T trace.format=F``, or
+    ``trace.paths``, or ``trace.generator``): when set, the training traces are this one alone
+    (it replaces ``traces`` and ``record_inference``)."""
+    resume: str | None = None
+    """An SB3 model ``.zip`` (``OUT/<algo>.zip`` of an earlier run) to continue training from:
+    its weights, optimizer state and step count (read without unpickling)."""
+    init_from: str | None = None
+    """A policy file (``OUT/policy.npz``) whose network training starts from (a fine-tune)."""
     record_inference: list[str] = field(default_factory=list)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     env: EnvConfig = field(default_factory=EnvConfig)

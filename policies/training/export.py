@@ -1,11 +1,21 @@
-"""Export a trained scorer to a policy file that :class:`policies.learned.LearnedPolicy` loads."""
+"""Export a trained scorer to a policy file that :class:`policies.learned.LearnedPolicy` loads.
+
+* :func:`export_model`: an SB3 model trained with the policies of
+  :mod:`cachegym.policies.training.nets` (in your own script) to a policy file;
+* :func:`export_policy`: any net or model carrying a :class:`CandidateScorerNet`, with the
+  header written out (what ``scripts/train.py`` uses);
+* :func:`export_file`: a checkpoint, policy file or SB3 ``.zip`` on disk (``scripts/export.py``);
+* :func:`read_sb3_zip`: the tensors and plain JSON fields of an SB3 ``.zip``, read without
+  unpickling (exports and ``resume=``); :func:`scorer_from_file`: the network of a policy file,
+  to train further (``init_from=``).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,9 +24,14 @@ from cachegym.allocator import __version__
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.policies import features
 from cachegym.policies.learned import save_policy_file
-from cachegym.policies.training.nets import CandidateScorerNet, export_arrays
+from cachegym.policies.training.nets import CandidateScorerNet, export_arrays, import_arrays
 
-__all__ = ["export_policy", "export_file", "export_onnx", "config_hash", "scorer_of"]
+__all__ = ["export_model", "export_policy", "export_file", "export_onnx", "config_hash", "scorer_of",
+           "read_sb3_zip", "sb3_scorer", "scorer_from_file", "POLICY_CLASSES"]
+
+POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "ScorerActorCriticPolicy",
+                  "A2C": "ScorerActorCriticPolicy", "DQN": "ScorerDQNPolicy"}
+"""The policy class of :mod:`cachegym.policies.training.nets` to train each SB3 algorithm with."""
 
 
 def config_hash(config: Any) -> str:
@@ -41,9 +56,49 @@ def scorer_of(model: Any) -> CandidateScorerNet:
     policy = getattr(model, "policy", model)
     net = getattr(policy, "scorer", None)
     if not isinstance(net, CandidateScorerNet):
-        raise ConfigError(f"{type(model).__name__} carries no CandidateScorerNet; train it with the "
-                          "policies in cachegym.policies.training.nets")
+        algo = type(model).__name__
+        use = POLICY_CLASSES.get(algo)
+        how = (f"train it with {algo}({use}, env) (from cachegym.policies.training import {use})"
+               if use else "train it with a policy class of cachegym.policies.training.nets ("
+               + ", ".join(f"{v} for {k}" for k, v in POLICY_CLASSES.items()) + ")")
+        what = algo if policy is model else f"{algo} with {type(policy).__name__}"
+        raise ConfigError(f"{what} carries no CandidateScorerNet (SB3's "
+                          f"generic policies such as 'MultiInputPolicy' score no candidates, so "
+                          f"nothing can be exported); {how}")
     return net
+
+
+def export_model(model: Any, path: str | os.PathLike[str], *, K: int | None = None,
+                 candidate_rule: str | None = None, meta: Mapping[str, Any] | None = None) -> str:
+    """Write the policy of an SB3 ``model`` trained with the policy classes of
+    :mod:`cachegym.policies.training.nets` as a policy file at ``path`` (what
+    :meth:`LearnedPolicy.load` reads); returns its path.
+
+    ``K`` (candidates per decision) defaults to the model's action space ``n``;
+    ``candidate_rule`` to the ``candidates`` of the model's env (``lru`` or ``sample``: how the
+    deployed policy draws its candidates, as in training). A model with SB3's generic
+    ``"MultiInputPolicy"`` is refused with a :class:`ConfigError` naming the class to use."""
+    scorer_of(model)  # the class check first: its message says what to train with
+    if K is None:
+        n = getattr(getattr(model, "action_space", None), "n", None)
+        if n is None:
+            raise ConfigError(f"export_model: {type(model).__name__} has no Discrete action space to "
+                              "read K from; give K=")
+        K = int(n)
+    if candidate_rule is None:
+        venv = model.get_env() if hasattr(model, "get_env") else None
+        try:
+            candidate_rule = str(venv.get_attr("candidates")[0]) if venv is not None else None
+        except AttributeError:
+            candidate_rule = None
+        if candidate_rule not in features.RULES:
+            raise ConfigError(f"export_model: the candidate rule cannot be read from the model's env "
+                              f"(got {candidate_rule!r}); give candidate_rule=, one of {list(features.RULES)}")
+    elif candidate_rule not in features.RULES:
+        raise ConfigError(f"export_model: candidate_rule must be one of {list(features.RULES)}, "
+                          f"got {candidate_rule!r}")
+    info = {"algo": type(model).__name__, "policy_class": type(getattr(model, "policy", model)).__name__}
+    return export_policy(model, path, K=K, candidate_rule=candidate_rule, meta={**info, **dict(meta or {})})
 
 
 def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate_rule: str = "lru",
@@ -120,10 +175,12 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
 
 
-def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
-    """The :class:`CandidateScorerNet` of an SB3 model zip and its ``K`` (the action space's
-    ``n``), read without unpickling anything: the policy's tensors through
-    ``torch.load(weights_only=True)``, ``K`` from the ``data`` entry's plain JSON fields."""
+def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, dict[str, Any]]:
+    """``(policy state dict, optimizer state dict or None, data)`` of an SB3 model zip, read
+    without unpickling anything: ``policy.pth`` and ``policy.optimizer.pth`` through
+    ``torch.load(weights_only=True)`` (tensors and plain numbers only), ``data`` as JSON (its
+    plain fields such as ``num_timesteps`` and ``action_space.n``; pickled entries stay
+    strings)."""
     import io
     import zipfile
 
@@ -136,18 +193,35 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
                 raise PolicyFileError(f"{path}: no policy.pth entry: not an SB3 model saved with "
                                       "model.save()")
             blob = z.read("policy.pth")
+            opt_blob = z.read("policy.optimizer.pth") if "policy.optimizer.pth" in names else None
             data = z.read("data") if "data" in names else b"{}"
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise PolicyFileError(f"{path}: not a readable SB3 model zip ({type(e).__name__}: {e})") from None
-    try:
-        state = th.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-    except Exception as e:  # torch's restricted unpickler refuses anything but tensors
-        raise PolicyFileError(
-            f"{path}: its policy.pth holds more than tensors, and is not unpickled ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}); pass --trust-pickle (trust_pickle=True) "
-            "only if you made the file yourself") from None
+
+    def tensors(b: bytes, entry: str) -> Any:
+        try:
+            return th.load(io.BytesIO(b), map_location="cpu", weights_only=True)
+        except Exception as e:  # torch's restricted unpickler refuses anything but tensors
+            raise PolicyFileError(
+                f"{path}: its {entry} holds more than tensors, and is not unpickled ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}); pass --trust-pickle (trust_pickle=True) "
+                "only if you made the file yourself") from None
+
+    state = tensors(blob, "policy.pth")
     if not isinstance(state, Mapping):
         raise PolicyFileError(f"{path}: policy.pth is not a state dict")
+    opt = tensors(opt_blob, "policy.optimizer.pth") if opt_blob is not None else None
+    try:
+        fields = json.loads(data)
+    except (ValueError, RecursionError):
+        fields = {}
+    return state, opt if isinstance(opt, Mapping) else None, fields if isinstance(fields, dict) else {}
+
+
+def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
+    """The :class:`CandidateScorerNet` of an SB3 model zip and its ``K`` (the action space's
+    ``n``), read without unpickling anything (:func:`read_sb3_zip`)."""
+    state, _, fields = read_sb3_zip(path)
     heads = sorted((k[:-len("cand_in.weight")] for k in state if str(k).endswith("scorer.cand_in.weight")),
                    key=lambda h: ("target" in h, len(h), h))
     if not heads:
@@ -166,14 +240,24 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
         raise PolicyFileError(f"{path}: the scorer's tensors do not form a CandidateScorerNet "
                               f"({type(e).__name__}: {e})") from None
     try:
-        space = json.loads(data).get("action_space", {})
+        space = fields.get("action_space", {})
         n = int(space["n"]) if isinstance(space, dict) and "n" in space else None
-    except (ValueError, TypeError, AttributeError, RecursionError):
+    except (ValueError, TypeError):
         n = None
     if n is None or n < 1:
         raise ConfigError(f"{path}: the number of candidates cannot be read without unpickling; "
                           "give it with --K (K=)")
     return net, n
+
+
+def scorer_from_file(path: str | os.PathLike[str], ignore: Sequence[int] = ()) -> CandidateScorerNet:
+    """The network of the policy file ``path`` as a :class:`CandidateScorerNet` computing the
+    same scores (verified first, as :meth:`LearnedPolicy.load` does), to train further."""
+    from cachegym.policies.learned import LearnedPolicy, read_policy_file
+
+    LearnedPolicy.load(path)  # refuses a corrupt, truncated or mismatched file
+    _, arrays = read_policy_file(path)
+    return import_arrays(arrays, ignore)
 
 
 ONNX_OPSET = 17

@@ -1,14 +1,44 @@
-"""The candidate scorer (torch) and the SB3 policies that carry it.
+"""The candidate scorer (torch) and the stable-baselines3 policies that carry it (public API).
+
+Use these policy classes in your own SB3 script; a model trained with them exports to a policy
+file that :meth:`cachegym.LearnedPolicy.load` reads with NumPy alone::
+
+    import gymnasium as gym
+    import cachegym  # registers cachegym/Evict-v0
+    from sb3_contrib import MaskablePPO
+    from cachegym.policies.training import MaskableScorerActorCriticPolicy, export_model
+
+    env = gym.make("cachegym/Evict-v0")
+    model = MaskablePPO(MaskableScorerActorCriticPolicy, env, policy_kwargs={"hidden": [64, 32]})
+    model.learn(2048)
+    export_model(model, "policy.npz")
+
+Policy classes, by algorithm:
+
+* :class:`MaskableScorerActorCriticPolicy`: ``sb3_contrib.MaskablePPO`` (masked candidates are
+  never sampled);
+* :class:`ScorerActorCriticPolicy`: ``stable_baselines3.PPO`` (masked candidates get -1e9
+  logits);
+* :class:`ScorerDQNPolicy`: ``stable_baselines3.DQN`` (the Q-network is the scorer; masked
+  candidates get Q = -1e9).
+
+``policy_kwargs``: ``hidden`` (the scorer's hidden widths, default ``[64, 64]``; the training
+configs use ``[64, 32]``) and ``ignore`` (indices of features the network does not read). The
+observation must be the cachegym envs' Dict space (``candidates``, ``globals``, ``mask``).
+SB3's generic ``"MultiInputPolicy"`` trains an MLP over the flattened observation, which has
+no per-candidate scorer to export: :func:`~cachegym.policies.training.export.export_model`
+refuses it and names the class to use.
 
 One module, :class:`CandidateScorerNet`, is what every algorithm trains and what
 :func:`export_arrays` turns into the NumPy weights :class:`policies.learned.CandidateScorer`
-reads: PPO and MaskablePPO use it as the actor (their logits are its scores; a small value head
-reads its pooled hidden layer), DQN uses it as the Q-network, imitation trains it directly.
+reads (:func:`import_arrays` is the inverse, for warm starts): PPO and MaskablePPO use it as the
+actor (their logits are its scores; a small value head reads its pooled hidden layer), DQN uses
+it as the Q-network, imitation trains it directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +51,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from torch import nn
 
 __all__ = [
-    "CandidateScorerNet", "feature_indices", "export_arrays", "ScorerActorCriticPolicy",
+    "CandidateScorerNet", "feature_indices", "export_arrays", "import_arrays", "ScorerActorCriticPolicy",
     "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG",
 ]
 
@@ -112,6 +142,31 @@ class CandidateScorerNet(nn.Module):
     def forward(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor) -> th.Tensor:
         s = self.out(self.hidden_features(cand, glob)).squeeze(-1)
         return s.masked_fill(mask < 0.5, NEG)
+
+
+def import_arrays(arrays: Mapping[str, np.ndarray], ignore: Sequence[int] = ()) -> CandidateScorerNet:
+    """The inverse of :func:`export_arrays`: a :class:`CandidateScorerNet` computing the same
+    scores as the exported weights ``arrays`` (normalisation stays folded into the first layer:
+    means 0, deviations 1), to train further (``init_from=POLICY.npz``)."""
+    n_more = sum(1 for k in arrays if k.startswith("w") and k[1:].isdigit())
+    wc = np.asarray(arrays["wc"], np.float32)
+    hidden = [int(wc.shape[1])] + [int(np.shape(arrays[f"b{i}"])[0]) for i in range(1, n_more + 1)]
+    net = CandidateScorerNet(int(wc.shape[0]), int(np.shape(arrays["wg"])[0]), hidden, ignore)
+
+    def t(a: Any) -> th.Tensor:
+        return th.as_tensor(np.ascontiguousarray(a, np.float32))
+
+    with th.no_grad():
+        net.cand_in.weight.copy_(t(wc.T))
+        net.cand_in.bias.copy_(t(arrays["b0"]))
+        net.glob_in.weight.copy_(t(np.asarray(arrays["wg"]).T))
+        for i, layer in enumerate(net.layers, 1):
+            assert isinstance(layer, nn.Linear)
+            layer.weight.copy_(t(np.asarray(arrays[f"w{i}"]).T))
+            layer.bias.copy_(t(arrays[f"b{i}"]))
+        net.out.weight.copy_(t(np.asarray(arrays["wo"]).reshape(1, -1)))
+        net.out.bias.copy_(t(np.asarray(arrays["bo"]).reshape(1)))
+    return net
 
 
 def export_arrays(net: CandidateScorerNet) -> dict[str, np.ndarray]:

@@ -1,11 +1,13 @@
 """``train(cfg) -> dict``: train a learned eviction policy and export it.
 
 ``cfg`` is ``conf/train.yaml`` composed (schema :class:`policies.training.config.TrainConfig`).
-The run: seed everything; load the training traces (several at once) and the held-out
-validation traces; build one env per training capacity (:class:`envs.evict.EvictEnv` through
-:func:`envs.config.instantiate`); train the agent (``cfg.agent``: SB3 or imitation); validate on
-the held-out traces during training (miss ratio against LRU and Belady, TensorBoard); export
-``OUT/policy.npz``; write ``OUT/train.json``.
+The run: seed everything; load the training traces (``traces``, several at once, or your own
+``trace.path=T trace.format=F`` alone) and the held-out validation traces; build one env per
+training capacity (:class:`envs.evict.EvictEnv` through :func:`envs.config.instantiate`); train
+the agent (``cfg.agent``: SB3 or imitation; from ``init_from=POLICY.npz``'s network, or
+continuing ``resume=MODEL.zip``); validate on the held-out traces during training (miss ratio
+against LRU and Belady, TensorBoard); export ``OUT/policy.npz``; save the SB3 model as
+``OUT/<algo>.zip`` (SB3 agents and the imitation agent's fine-tune); write ``OUT/train.json``.
 
 Determinism: one seed drives torch, NumPy and every env. With ``torch_threads=1`` and
 ``deterministic=true`` (``torch.use_deterministic_algorithms``) two runs with the same seed
@@ -28,18 +30,24 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.trace import Trace
 from cachegym.envs.config import enum_value, instantiate, to_container
 from cachegym.envs.journal import replace_atomically
 from cachegym.envs.sweep import results_dir, write_config
 from cachegym.policies.training.agents import TrainContext
-from cachegym.policies.training.export import config_hash, export_policy
+from cachegym.policies.training.config import RUNNER_KEYS
+from cachegym.policies.training.export import (
+    config_hash,
+    export_policy,
+    read_sb3_zip,
+    scorer_from_file,
+)
 from cachegym.policies.training.imitation import DecisionSample, teacher_distances
-from cachegym.policies.training.nets import feature_indices, obs_dims
+from cachegym.policies.training.nets import CandidateScorerNet, feature_indices, obs_dims
 from cachegym.policies.training.validation import Validator
 
-__all__ = ["train", "load_trace_list", "record_inference", "EnvFactory", "Collector", "seed_everything"]
+__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "record_inference", "EnvFactory", "Collector", "seed_everything"]
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +100,78 @@ def record_inference(models: Sequence[str], out_dir: str, *, steps: int = 12, se
     return out
 
 
+def training_traces(cfg: Any, out: str) -> list[Trace]:
+    """The training traces: your own ``trace`` when it names any (``trace.path``,
+    ``trace.paths`` or ``trace.generator``: that alone), else ``traces`` plus the recorded
+    ``record_inference`` workloads."""
+    own = cfg.get("trace")
+    if own is not None and (own.get("path") or own.get("paths") or own.get("generator")):
+        return list(instantiate(own))
+    traces = load_trace_list(cfg.traces, "traces")
+    if cfg.record_inference:
+        traces += record_inference(list(cfg.record_inference), os.path.join(out, "recorded"), seed=int(cfg.seed))
+    return traces
+
+
+def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int]) -> tuple[
+        CandidateScorerNet | None, str | None]:
+    """``(init net, resume zip)`` from ``init_from`` / ``resume``, both checked (the files read)
+    before any work."""
+    init_from, resume = cfg.get("init_from"), cfg.get("resume")
+    if init_from and resume:
+        raise ConfigError(f"init_from={init_from} and resume={resume}: give one (resume continues an "
+                          "SB3 model .zip; init_from starts from a policy .npz's network)")
+    if init_from:
+        path = os.path.expanduser(str(init_from))
+        if path.endswith(".zip"):
+            raise ConfigError(f"init_from={path}: an SB3 model .zip; continue it with resume={path}, "
+                              "or give a policy file (.npz) here")
+        try:
+            net = scorer_from_file(path, ignore)
+        except PolicyFileError as e:
+            raise PolicyFileError(f"init_from: {e}; give a policy file that training or scripts/"
+                                  "export.py wrote (OUT/policy.npz)") from None
+        if list(net.hidden) != list(hidden):
+            raise ConfigError(f"init_from={path}: its network's hidden layers are {net.hidden}, policy.hidden "
+                              f"is {list(hidden)}; set policy.hidden=[{','.join(map(str, net.hidden))}]")
+        return net, None
+    if resume:
+        path = os.path.expanduser(str(resume))
+        if not path.endswith(".zip"):
+            raise ConfigError(f"resume={path}: not an SB3 model .zip (OUT/<algo>.zip of an earlier run); "
+                              "to start from a policy file use init_from=POLICY.npz")
+        if not os.path.isfile(path):
+            raise PolicyFileError(f"resume={path}: no such file; give the OUT/<algo>.zip an earlier "
+                                  "training run saved")
+        if not (hasattr(agent, "algo") or getattr(agent, "finetune", None) is not None):
+            raise ConfigError("resume: the imitation agent has no SB3 stage to resume; use "
+                              "agent=imitation_ppo, or warm-start with init_from=POLICY.npz")
+        try:
+            read_sb3_zip(path)
+        except PolicyFileError as e:
+            raise PolicyFileError(f"resume: {e}") from None
+        return None, path
+    return None, None
+
+
 class EnvFactory:
     """``factory(i)`` builds training env ``i``: capacity ``capacities[i % n]``, seeded
-    ``seed + i``, over all the training traces."""
+    ``seed + i``, over all the training traces. The ``env`` config's :data:`RUNNER_KEYS` (how
+    the envs are run) are not passed to the env."""
 
     def __init__(self, node: Any, traces: list[Trace], capacities: Sequence[float], seed: int) -> None:
         if not capacities:
             raise ConfigError("capacities: the list is empty; give fractions such as [0.25, 0.5]")
         self.traces, self.capacities, self.seed = traces, list(capacities), seed
+        if any(k in node for k in RUNNER_KEYS):
+            import copy
+
+            from omegaconf import open_dict
+
+            node = copy.deepcopy(node)  # (keeps its key, "env", for error messages)
+            with open_dict(node):
+                for k in RUNNER_KEYS:
+                    node.pop(k, None)
         # partial: Trace objects must not pass through OmegaConf (it would turn them into configs)
         self.make = instantiate(node, _partial_=True)
 
@@ -227,11 +299,10 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     _check_outputs(cfg)
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     agent = instantiate(cfg.agent)  # its config checked too, before any trace is read
+    init, resume = warm_start(cfg, agent, hidden, ignore)
     out = results_dir(cfg, "train", exact=out_dir)
     write_config(cfg, out)
-    traces = load_trace_list(cfg.traces, "traces")
-    if cfg.record_inference:
-        traces += record_inference(list(cfg.record_inference), os.path.join(out, "recorded"), seed=seed)
+    traces = training_traces(cfg, out)
     if not traces:
         raise ConfigError("traces: the list is empty; give at least one training trace")
     val = cfg.validation
@@ -255,10 +326,11 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
         on_eval=validator, eval_every=int(val.every), progress=bool(cfg.progress),
-        collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed))
+        collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed),
+        vec=str(enum_value(env_node.get("vec", "dummy"))), save_dir=out, resume=resume)
     log.info("training %s on %d traces (%s), validating on %d", type(agent).__name__, len(traces),
              ", ".join(t.name for t in traces), len(val_traces))
-    net = agent.train(ctx)
+    net = agent.train(ctx, init=init)
     collector.close()
     if bool(val.select_best) and validator.best_state is not None:
         log.info("exporting the best validated checkpoint (step %s, score %.4f)",
@@ -271,6 +343,7 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     final = validator.evaluate_file(path) if validator.runs else {}
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
               "history": validator.history, "best_step": validator.best_step,
+              "sb3_model": os.path.abspath(ctx.saved[-1]) if ctx.saved else None,
               "config_sha256": config_hash(cfg),
               "wall_s": time.perf_counter() - t0}
     with open(os.path.join(out, "train.json"), "w") as f:

@@ -90,8 +90,12 @@ def _defaults(cls: Any) -> dict[str, Any]:
 def test_constructor_defaults_equal_the_hydra_defaults(yaml_file: Path) -> None:
     """Every value of ``conf/env/*.yaml`` is its target's constructor default, so an env made in
     a plain script (``gymnasium.make``) is the one ``scripts/train.py`` trains on."""
+    from cachegym.policies.training.config import RUNNER_KEYS
+
     cfg = yaml.safe_load(yaml_file.read_text())
     cfg.pop("defaults", None)
+    for k in RUNNER_KEYS:  # how training runs the envs (env.vec), not constructor arguments
+        cfg.pop(k, None)
     defaults = _defaults(_target(cfg.pop("_target_")))
     assert cfg, yaml_file
     unknown = set(cfg) - set(defaults)
@@ -102,8 +106,9 @@ def test_constructor_defaults_equal_the_hydra_defaults(yaml_file: Path) -> None:
 
 def test_env_schema_defaults_equal_the_constructor_defaults() -> None:
     """The ``env/base_env`` schema (what a yaml that leaves a key out gets) agrees too."""
-    from cachegym.policies.training.config import EnvConfig
+    from cachegym.policies.training.config import RUNNER_KEYS, EnvConfig
 
-    schema = {f.name: f.default for f in dataclasses.fields(EnvConfig) if f.name != "_target_"}
+    schema = {f.name: f.default for f in dataclasses.fields(EnvConfig)
+              if f.name != "_target_" and f.name not in RUNNER_KEYS}
     defaults = _defaults(_target(EnvConfig._target_))
     assert {k: defaults.get(k, "<missing>") for k in schema} == schema

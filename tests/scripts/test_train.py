@@ -18,7 +18,7 @@ from cachegym.allocator.errors import ConfigError  # noqa: E402
 from cachegym.envs.config import instantiate  # noqa: E402
 from cachegym.policies.learned import LearnedPolicy, read_policy_file  # noqa: E402
 from cachegym.policies.training.config import register_train_configs  # noqa: E402
-from cachegym.policies.training.train import load_trace_list, train  # noqa: E402
+from cachegym.policies.training.train import EnvFactory, load_trace_list, train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(ROOT, "conf")
@@ -42,9 +42,8 @@ def test_every_agent_config_composes_and_instantiates(agent):
     a = instantiate(cfg.agent)
     assert type(a).__name__ in ("SB3Agent", "ImitationAgent")
     assert cfg.env.K >= 1 and list(cfg.policy.hidden)
-    make = instantiate(cfg.env, _partial_=True)
     traces = load_trace_list(cfg_of(["experiment=quick"]).traces, "traces")
-    env = make(traces=traces, capacity=0.3)
+    env = EnvFactory(cfg.env, traces, [0.3], seed=0)(0)  # (env.vec is not the env's argument)
     obs, info = env.reset(seed=0)
     assert obs["mask"].shape == (cfg.env.K,) and "oracle_action" in info
 

@@ -1,0 +1,223 @@
+"""SB3 first-class: the scorer policies in a plain SB3 script export; scripts/train.py saves the
+SB3 zip, resumes it (without unpickling), warm-starts from a policy file, runs its envs in
+Monitor and SubprocVecEnv, and trains on your own trace with evaluation's keys."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")  # the train extra
+
+import gymnasium as gym  # noqa: E402
+from hydra.errors import ConfigCompositionException  # noqa: E402
+from omegaconf.errors import ValidationError  # noqa: E402
+
+import cachegym  # noqa: E402,F401  (registers cachegym/Evict-v0)
+from cachegym.allocator.errors import ConfigError, PolicyFileError  # noqa: E402
+from cachegym.policies.learned import LearnedPolicy, read_policy_file  # noqa: E402
+from cachegym.policies.training.export import read_sb3_zip, scorer_of  # noqa: E402
+from cachegym.policies.training.nets import export_arrays, import_arrays  # noqa: E402
+from cachegym.policies.training.train import train  # noqa: E402
+from tests.scripts.test_train import TINY, cfg_of  # noqa: E402
+
+PPO_TINY = ["agent=ppo", "agent.total_timesteps=64", "agent.n_envs=1", "agent.kwargs.n_steps=64",
+            "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1", "validation.traces=[]"]
+
+
+def _algos() -> dict[str, tuple[type, str, dict]]:
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3 import DQN, PPO
+
+    return {"maskable_ppo": (MaskablePPO, "MaskableScorerActorCriticPolicy", {"n_steps": 64, "batch_size": 32}),
+            "ppo": (PPO, "ScorerActorCriticPolicy", {"n_steps": 64, "batch_size": 32}),
+            "dqn": (DQN, "ScorerDQNPolicy", {"learning_starts": 16, "batch_size": 16})}
+
+
+def test_the_policy_classes_are_public() -> None:
+    import cachegym.policies.training as pt
+    from cachegym.policies.training import nets
+    from cachegym.policies.training.export import export_model
+
+    for name in ("ScorerActorCriticPolicy", "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy"):
+        assert name in pt.__all__ and name in nets.__all__
+        assert getattr(pt, name) is getattr(nets, name) and getattr(pt, name).__doc__
+    assert pt.export_model is export_model and "export_model" in pt.__all__
+    assert "MaskablePPO(MaskableScorerActorCriticPolicy" in (nets.__doc__ or "")
+
+
+@pytest.mark.parametrize("algo", ["maskable_ppo", "ppo", "dqn"])
+def test_a_plain_sb3_script_exports_a_policy_file(algo: str, tmp_path) -> None:
+    """gym.make + the algorithm + our policy class + export_model: LearnedPolicy.load reads
+    the file, whose weights are the model's scorer's and whose K and candidate rule are the
+    env's (Evict-v0's defaults: 32, sample)."""
+    from cachegym.policies.training import export_model
+
+    cls, policy, kw = _algos()[algo]
+    env = gym.make("cachegym/Evict-v0", window=500)
+    import cachegym.policies.training as pt
+
+    model = cls(getattr(pt, policy), env, policy_kwargs={"hidden": [16, 8]}, seed=0, device="cpu", **kw)
+    model.learn(64)
+    path = export_model(model, tmp_path / "p.npz")
+    header, arrays = read_policy_file(path)
+    assert (header["K"], header["candidate_rule"]) == (32, "sample")
+    assert header["arch"]["hidden"] == [16, 8] and header["meta"]["algo"] == cls.__name__
+    want = export_arrays(scorer_of(model))
+    assert sorted(arrays) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(arrays[k], want[k])
+    LearnedPolicy.load(path)
+    with pytest.raises(ConfigError, match="candidate_rule must be one of"):
+        export_model(model, tmp_path / "q.npz", candidate_rule="random")
+
+
+@pytest.mark.parametrize("algo", ["maskable_ppo", "ppo", "dqn"])
+def test_a_generic_multiinputpolicy_is_refused_naming_the_class_to_use(algo: str, tmp_path) -> None:
+    from cachegym.policies.training import export_model
+
+    cls, policy, kw = _algos()[algo]
+    model = cls("MultiInputPolicy", gym.make("cachegym/Evict-v0", window=500), device="cpu", **kw)
+    with pytest.raises(ConfigError, match=rf"'MultiInputPolicy'.*{cls.__name__}\({policy}, env\)"):
+        export_model(model, tmp_path / "p.npz")
+    assert not (tmp_path / "p.npz").exists()
+
+
+def test_import_arrays_inverts_export_arrays() -> None:
+    """A net with input normalisation: the re-imported net scores every input as it does."""
+    import torch as th
+
+    from cachegym.policies.training.nets import CandidateScorerNet
+
+    rng = np.random.default_rng(0)
+    th.manual_seed(0)
+    net = CandidateScorerNet(7, 3, [16, 8, 4], ignore=[2])
+    net.set_normalization(rng.normal(2, 3, (50, 5, 7)).astype(np.float32), np.ones((50, 5)),
+                          rng.normal(-1, 2, (50, 3)).astype(np.float32))
+    back = import_arrays(export_arrays(net))
+    cand = th.as_tensor(rng.normal(2, 3, (4, 5, 7)), dtype=th.float32)
+    glob = th.as_tensor(rng.normal(-1, 2, (4, 3)), dtype=th.float32)
+    mask = th.ones(4, 5)
+    with th.no_grad():
+        np.testing.assert_allclose(back(cand, glob, mask), net(cand, glob, mask), rtol=1e-4, atol=1e-4)
+    for k, v in export_arrays(net).items():
+        np.testing.assert_array_equal(export_arrays(back)[k], v)
+
+
+# ---------------------------------------------------------------------- scripts/train.py
+def _weights(path: str) -> dict[str, np.ndarray]:
+    return read_policy_file(path)[1]
+
+
+def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-7)
+
+
+def test_train_saves_the_zip_and_resume_continues_it(tmp_path) -> None:
+    first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'a'}"]))
+    zip_a = first["sb3_model"]
+    assert zip_a == str(tmp_path / "a" / "ppo.zip") and os.path.isfile(zip_a)
+    assert read_sb3_zip(zip_a)[2]["num_timesteps"] == 64
+    # learning rate 0: the resumed run changes nothing, so it exports the first run's weights;
+    # a fresh start (no resume) would not
+    res = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", f"resume={zip_a}",
+                        f"out_dir={tmp_path / 'b'}"]))
+    _assert_same(_weights(res["policy"]), _weights(first["policy"]))
+    assert read_sb3_zip(res["sb3_model"])[2]["num_timesteps"] == 128  # the step count goes on
+    fresh = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", "seed=1",
+                          f"out_dir={tmp_path / 'c'}"]))
+    assert not np.allclose(_weights(fresh["policy"])["wc"], _weights(first["policy"])["wc"])
+
+
+def test_init_from_starts_from_an_exported_policy(tmp_path) -> None:
+    """Imitation writes a policy file; PPO (learning rate 0) from it exports the same weights;
+    the imitation agent's fine-tune saves its zip too."""
+    imi = train(cfg_of([*TINY, "agent=imitation", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=120",
+                        "agent.dagger.epochs=1", "validation.traces=[]", f"out_dir={tmp_path / 'a'}"]))
+    assert imi["sb3_model"] is None and not list((tmp_path / "a").glob("*.zip"))
+    res = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", f"init_from={imi['policy']}",
+                        f"out_dir={tmp_path / 'b'}"]))
+    _assert_same(_weights(res["policy"]), _weights(imi["policy"]))
+    ft = train(cfg_of([*TINY, "agent=imitation_ppo", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=100",
+                       "agent.dagger.epochs=1", "agent.finetune.total_timesteps=64", "agent.finetune.n_envs=1",
+                       "agent.finetune.kwargs.n_steps=64", "agent.finetune.kwargs.batch_size=64",
+                       "agent.finetune.kwargs.n_epochs=1", "validation.traces=[]",
+                       f"init_from={imi['policy']}", f"out_dir={tmp_path / 'c'}"]))
+    assert ft["sb3_model"] == str(tmp_path / "c" / "maskable_ppo.zip") and os.path.isfile(ft["sb3_model"])
+
+
+@pytest.mark.parametrize("overrides,error,match", [
+    (["resume=nowhere/ppo.zip"], PolicyFileError, r"resume=nowhere/ppo.zip: no such file"),
+    (["resume=policy.npz"], ConfigError, r"resume=policy.npz: not an SB3 model .zip.*init_from=POLICY.npz"),
+    (["init_from=nowhere/policy.npz"], PolicyFileError, r"init_from: policy file nowhere/policy.npz: no such file"),
+    (["init_from=run/ppo.zip"], ConfigError, r"init_from=run/ppo.zip: an SB3 model .zip; continue it with resume="),
+    (["init_from=a.npz", "resume=b.zip"], ConfigError, r"give one"),
+])
+def test_bad_warm_starts_are_refused_before_any_work(overrides, error, match, tmp_path) -> None:
+    with pytest.raises(error, match=match):
+        train(cfg_of([*TINY, *PPO_TINY, *overrides, f"out_dir={tmp_path / 'out'}"]))
+    assert not (tmp_path / "out").exists()
+
+
+def test_warm_starts_that_do_not_fit_are_refused(tmp_path) -> None:
+    first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'a'}"]))
+    with pytest.raises(ConfigError, match=r"its network's hidden layers are \[64, 32\].*set policy.hidden=\[64,32\]"):
+        train(cfg_of([*TINY, *PPO_TINY, "policy=small", f"init_from={first['policy']}", f"out_dir={tmp_path / 'b'}"]))
+    with pytest.raises(PolicyFileError, match=r"resume: .*ppo.zip does not fit PPO .*resume with the agent and policy"):
+        train(cfg_of([*TINY, *PPO_TINY, "policy=small", f"resume={first['sb3_model']}", f"out_dir={tmp_path / 'c'}"]))
+    with pytest.raises(ConfigError, match=r"resume: the imitation agent has no SB3 stage.*init_from"):
+        train(cfg_of([*TINY, "agent=imitation", f"resume={first['sb3_model']}", f"out_dir={tmp_path / 'd'}"]))
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"not a zip at all")
+    with pytest.raises(PolicyFileError, match=r"resume: .*bad.zip: not a readable SB3 model zip"):
+        train(cfg_of([*TINY, *PPO_TINY, f"resume={bad}", f"out_dir={tmp_path / 'e'}"]))
+
+
+def test_subproc_envs_in_monitor_log_episode_returns(tmp_path) -> None:
+    """env.vec=subproc with two envs trains; the envs are in Monitor, so TensorBoard has
+    rollout/ep_rew_mean (short windows: episodes end within the run)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    res = train(cfg_of([*TINY, "tensorboard=true", "agent=maskable_ppo", "agent.total_timesteps=256",
+                        "agent.n_envs=2", "agent.kwargs.n_steps=64", "agent.kwargs.batch_size=64",
+                        "agent.kwargs.n_epochs=1", "env.vec=subproc", "env.window=300",
+                        "validation.traces=[]", f"out_dir={tmp_path}"]))
+    LearnedPolicy.load(res["policy"])
+    tags: set[str] = set()
+    for d, _, files in os.walk(tmp_path / "tb"):
+        if any(f.startswith("events.") for f in files):
+            acc = EventAccumulator(d)
+            acc.Reload()
+            tags |= set(acc.Tags()["scalars"])
+    assert "rollout/ep_rew_mean" in tags
+
+
+def test_vec_is_checked_at_compose_time() -> None:
+    with pytest.raises((ValidationError, ConfigCompositionException), match="vec"):
+        cfg_of(["env.vec=threads"])
+
+
+def test_train_on_your_trace_with_evaluations_keys(tmp_path, monkeypatch) -> None:
+    """trace.path=T trace.format=F replaces the training mix; a relative path is read from the
+    working directory, then among the bundled traces."""
+    from cachegym.envs.workloads import generate
+    from cachegym.envs.workloads.formats import write_oracle_general
+
+    write_oracle_general(generate("zipf", seed=5, n_requests=3000, n_objects=300, size=4096),
+                         tmp_path / "mine.bin")
+    monkeypatch.chdir(tmp_path)
+    common = [*TINY, *PPO_TINY, "trace.format=oracleGeneral"]
+    res = train(cfg_of([*common, "trace.path=mine.bin", "out_dir=out_a"]))
+    meta = read_policy_file(res["policy"])[0]["meta"]
+    assert meta["traces"] == ["mine"]  # the quick experiment's two traces are gone
+    res = train(cfg_of([*TINY, *PPO_TINY, "trace.path=data/traces/resnet.npz", "out_dir=out_b"]))
+    assert read_policy_file(res["policy"])[0]["meta"]["traces"] == ["resnet"]  # bundled
+    with pytest.raises(ConfigError, match=r"trace.path: no such file 'nope.bin'.*bundled traces"):
+        train(cfg_of([*common, "trace.path=nope.bin", "out_dir=out_c"]))
+    # without trace.path, `traces` (the quick experiment's mix) is what trains
+    res = train(cfg_of([*TINY, *PPO_TINY, "out_dir=out_d"]))
+    assert len(read_policy_file(res["policy"])[0]["meta"]["traces"]) == 2
