@@ -12,7 +12,7 @@ from gymnasium import spaces
 from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import INF, Op
-from cachegym.envs.candidates import SuccessorPredictor
+from cachegym.policies.successors import SuccessorPredictor
 from cachegym.envs.common import (
     Episodes,
     PoolEnv,

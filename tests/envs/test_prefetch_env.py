@@ -13,7 +13,7 @@ import cachegym.envs  # noqa: F401
 from cachegym.allocator.errors import ConfigError, InvalidActionError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
-from cachegym.envs.candidates import SuccessorPredictor
+from cachegym.policies.successors import SuccessorPredictor
 from cachegym.envs.prefetch import PrefetchEnv
 from cachegym.policies import features
 from cachegym.policies.lru import LRU
