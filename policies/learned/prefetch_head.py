@@ -27,7 +27,15 @@ from cachegym.policies.successors import SuccessorPredictor
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["PrefetchHead"]
+__all__ = ["PrefetchHead", "pick"]
+
+
+def pick(scores: np.ndarray, n: int, noop: float) -> int:
+    """The env's action from the scores of its ``n`` candidates and the no-op's: the argmax
+    over the candidates then the no-op (the first of equal scores), ``-1`` for the no-op. The
+    one rule of training (:mod:`policies.training.imitation`'s learner) and deployment."""
+    j = int(scores[:n].argmax())
+    return j if scores[j] >= noop else -1
 
 
 class PrefetchHead:
@@ -96,9 +104,9 @@ class PrefetchHead:
             return None
         self.decisions += 1
         _features._observe(tracker, view, cands, self.K, None, self._packed, self._buf)
-        s = self._scores
-        j = self.scorer.kernel.scores(self._buf_k, n, s)
-        if s[j] < self.noop:
+        self.scorer.kernel.scores(self._buf_k, n, self._scores)  # the one forward pass
+        j = pick(self._scores, n, self.noop)
+        if j < 0:
             return None
         k = cands[j]
         if self.budget_bytes is not None and view.bytes_in_flight + view.info(k).size > self.budget_bytes:

@@ -26,6 +26,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.policies.training.imitation import DecisionSample, ImitationConfig, dagger
 from cachegym.policies.training.nets import (
     CandidateScorerNet,
+    JointScorerNet,
     MaskableScorerActorCriticPolicy,
     ScorerActorCriticPolicy,
     ScorerDQNPolicy,
@@ -214,9 +215,15 @@ class ImitationAgent:
             raise ConfigError("imitation needs an env that labels decisions with the oracle")
         env = ctx.make_env(0)
         K, F, G = obs_dims(env.observation_space)
+        joint = "phase" in env.observation_space.spaces  # type: ignore[attr-defined]
         env.close()
+        if joint and self.finetune is not None:
+            raise ConfigError("agent.finetune: the RL fine-tune trains one eviction scorer; with "
+                              "env=joint (eviction and prefetch heads) use the imitation agent "
+                              "alone (agent=imitation)")
         th.manual_seed(ctx.seed)
-        net = init if init is not None else CandidateScorerNet(F, G, ctx.hidden, ctx.ignore)
+        net: Any = init if init is not None else (JointScorerNet if joint else CandidateScorerNet)(
+            F, G, ctx.hidden, ctx.ignore)
         writer = _tb_writer(ctx.log_dir, "imitation")
 
         def on_round(r: int, stats: dict[str, Any]) -> None:

@@ -22,7 +22,8 @@ from torch import nn
 
 __all__ = [
     "CandidateScorerNet", "feature_indices", "export_arrays", "ScorerActorCriticPolicy",
-    "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG",
+    "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG", "JointScorerNet",
+    "export_joint_arrays",
 ]
 
 NEG = -1.0e9
@@ -287,3 +288,43 @@ class ScorerDQNPolicy(DQNPolicy):
     @property
     def scorer(self) -> CandidateScorerNet:
         return self.q_net.scorer  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------- eviction + prefetch
+class JointScorerNet(nn.Module):
+    """Two :class:`CandidateScorerNet` heads, one per decision of :class:`envs.joint.JointEnv`:
+    ``evict`` scores eviction candidates, ``prefetch`` prefetch candidates, and ``noop`` is the
+    score of prefetching nothing. :meth:`forward` gives the env's ``K + 1`` action logits of a
+    batch of either phase (eviction: the no-op is :data:`NEG`). Exported as one policy file
+    (:func:`policies.training.export.export_policy`): the eviction scorer, and the prefetch
+    scorer under ``p/``."""
+
+    def __init__(self, n_features: int, n_globals: int, hidden: Sequence[int] = (64, 64),
+                 ignore: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.n_features, self.n_globals, self.hidden = n_features, n_globals, list(hidden)
+        self.evict = CandidateScorerNet(n_features, n_globals, hidden, ignore)
+        self.prefetch = CandidateScorerNet(n_features, n_globals, hidden, ignore)
+        self.noop = nn.Parameter(th.zeros(1))
+
+    def prefetch_logits(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor) -> th.Tensor:
+        """``(B, K + 1)``: the prefetch head's scores, then the no-op's."""
+        s = self.prefetch(cand, glob, mask)
+        return th.cat([s, self.noop.expand(s.shape[0], 1)], dim=1)
+
+    def forward(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor, phase: th.Tensor) -> th.Tensor:
+        ev = self.evict(cand, glob, mask)
+        ev = th.cat([ev, ev.new_full((ev.shape[0], 1), NEG)], dim=1)
+        pf = self.prefetch_logits(cand, glob, mask)
+        return th.where(phase.reshape(-1, 1) > 0.5, pf, ev)
+
+
+def export_joint_arrays(net: JointScorerNet) -> dict[str, np.ndarray]:
+    """:func:`export_arrays` of both heads: the eviction scorer's names, the prefetch scorer's
+    under ``p/`` with ``p/noop`` (the layout :meth:`policies.learned.LearnedPolicy.load` reads)."""
+    from cachegym.policies.learned.policy_file import PREFETCH_PREFIX
+
+    out = export_arrays(net.evict)
+    out.update({PREFETCH_PREFIX + k: v for k, v in export_arrays(net.prefetch).items()})
+    out[PREFETCH_PREFIX + "noop"] = net.noop.detach().numpy().astype(np.float32).reshape(1)
+    return out

@@ -30,7 +30,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Trace
 from cachegym.envs.config import enum_value, instantiate, to_container
 from cachegym.policies.training.agents import TrainContext
-from cachegym.policies.training.export import config_hash, export_policy
+from cachegym.policies.training.export import config_hash, export_policy, prefetch_section
 from cachegym.policies.training.imitation import DecisionSample, teacher_distances
 from cachegym.policies.training.nets import feature_indices, obs_dims
 from cachegym.policies.training.validation import Validator
@@ -108,14 +108,18 @@ class EnvFactory:
 class Collector:
     """Drives the envs for imitation: ``collect(learner, beta, n, rng)`` returns ``n`` labelled
     decisions. Each decision is acted on by the teacher with probability ``beta`` (always when
-    ``learner`` is None), else by ``learner(cand, mask, glob)``; every visited state is labelled
-    with the env's next-use distances. The teacher (:data:`policies.training.imitation.TEACHERS`)
-    is Belady (the env's ``info["oracle_action"]``) or Belady-Size (the candidate whose next use
-    times size is farthest: :func:`~policies.training.imitation.teacher_distances`)."""
+    ``learner`` is None), else by ``learner(cand, mask, glob, phase)``; every visited state is
+    labelled with the env's next-use distances. The teacher
+    (:data:`policies.training.imitation.TEACHERS`) of an eviction is Belady (the env's
+    ``info["oracle_action"]``) or Belady-Size (the candidate whose next use times size is
+    farthest: :func:`~policies.training.imitation.teacher_distances`); of a prefetch (an env
+    with a ``phase``, :class:`envs.joint.JointEnv`) the env's ``oracle_action`` (the candidate
+    used soonest, or nothing), recorded in the sample."""
 
     def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size") -> None:
         self.envs = [factory(i) for i in range(len(factory.capacities))]
         self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
+        self.joint = "phase" in self.envs[0].observation_space.spaces  # eviction and prefetch
         self.progress = progress
         self.teacher = teacher
         self._n_resets = 0
@@ -136,14 +140,16 @@ class Collector:
                 mask = np.asarray(obs["mask"]).astype(bool)
                 glob = np.asarray(obs["globals"], np.float32)
                 dist = np.asarray(info["next_use"], np.float64)
-                out.append(DecisionSample(cand, mask, glob, dist))
+                phase = int(obs["phase"]) if self.joint else 0
+                oracle = int(info["oracle_action"])
+                out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1))
                 if learner is None or rng.random() < beta:
-                    if self.teacher == "belady":
-                        a = int(info["oracle_action"])
+                    if self.teacher == "belady" or phase:
+                        a = oracle
                     else:
                         a = int(np.argmax(teacher_distances(dist, cand, mask, self.teacher)))
                 else:
-                    a = int(learner(cand, mask, glob))
+                    a = int(learner(cand, mask, glob, phase))
                 obs, _, term, trunc, info = env.step(a)
                 done = term or trunc
                 bar.update(1)
@@ -228,17 +234,19 @@ def train(cfg: Any) -> dict[str, Any]:
         val_traces = [t if len(t) <= val.max_requests else t.window(0, int(val.max_requests))
                       for t in val_traces]
     env_node = cfg.env
-    K, rule = int(env_node.K), str(env_node.candidates)
+    K, rule = int(env_node.K), str(env_node.get("candidates", "lru"))
+    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
+    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
+    collector = Collector(factory, progress=bool(cfg.progress),
+                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")))
+    prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     alloc = cfg.allocator
     validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),
                           os.path.join(out, "checkpoints"), K=K, candidate_rule=rule,
                           placement=str(enum_value(alloc.placement)),
                           oversize=str(enum_value(alloc.oversize)),
-                          write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg)
-    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
-    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
-    collector = Collector(factory, progress=bool(cfg.progress),
-                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")))
+                          write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg,
+                          prefetch=prefetch)
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
@@ -255,7 +263,7 @@ def train(cfg: Any) -> dict[str, Any]:
     meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
             "validation_traces": [t.name for t in val_traces], "seed": seed}
     path = export_policy(net, os.path.join(out, str(cfg.export_name)), K=K, candidate_rule=rule,
-                         config=cfg, meta=meta)
+                         config=cfg, meta=meta, prefetch=prefetch)
     final = validator.evaluate_file(path) if validator.runs else {}
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
               "history": validator.history, "best_step": validator.best_step,

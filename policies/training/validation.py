@@ -20,7 +20,7 @@ from cachegym.allocator.trace import Trace
 from cachegym.envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
 from cachegym.envs.gaps import gap_closed
 from cachegym.policies.training.export import export_policy
-from cachegym.policies.training.nets import CandidateScorerNet
+from cachegym.policies.training.nets import CandidateScorerNet, JointScorerNet
 
 __all__ = ["Validator"]
 
@@ -39,7 +39,7 @@ class Validator:
     def __init__(self, traces: Sequence[Trace], capacities: Sequence[float], capacity_of: str,
                  ckpt_dir: str, *, K: int, candidate_rule: str, placement: str = "bytes",
                  oversize: str = "bypass", write_policy: str = "write-back", seed: int = 0,
-                 config: Any = None) -> None:
+                 config: Any = None, prefetch: dict[str, Any] | None = None) -> None:
         self.runs = [(t, c, resolve_capacity(float(c), t, "bytes", capacity_of))
                      for t in traces for c in capacities]
         self.ckpt_dir = ckpt_dir
@@ -47,6 +47,7 @@ class Validator:
         self.opts = {"placement": placement, "oversize": oversize, "write_policy": write_policy,
                      "seed": seed, "decision_timing": False}
         self.config = config
+        self.prefetch = prefetch  # a joint network's prefetch section (export_policy's prefetch=)
         self._ref: dict[tuple[int, str], dict[str, Any]] = {}
         self._bounds: dict[int, Any] = {}  # run -> its offline bound (policies.bounds.Bound)
         self.history: list[dict[str, float]] = []
@@ -109,10 +110,11 @@ class Validator:
             return -figs.get("traffic_learned", math.inf)
         return m + min(0.0, lo)
 
-    def __call__(self, step: int, net: CandidateScorerNet) -> dict[str, float]:
+    def __call__(self, step: int, net: CandidateScorerNet | JointScorerNet) -> dict[str, float]:
         os.makedirs(self.ckpt_dir, exist_ok=True)
         path = export_policy(net, os.path.join(self.ckpt_dir, f"step_{step}.npz"), K=self.K,
-                             candidate_rule=self.rule, config=self.config, meta={"step": step})
+                             candidate_rule=self.rule, config=self.config, meta={"step": step},
+                             prefetch=self.prefetch)
         self.last_path = path
         if not self.runs:
             return {}
