@@ -20,7 +20,6 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.policies import features as _features
-from cachegym.policies import kernels
 from cachegym.policies.learned.network import CandidateScorer
 from cachegym.policies.successors import SuccessorPredictor
 
@@ -58,7 +57,6 @@ class PrefetchHead:
         self.predictor = SuccessorPredictor(**section["predictor"])
         self.budget_bytes = None if budget_bytes is None else int(budget_bytes)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)
-        self._buf_k = kernels.observation(self._buf)  # the same memory, as the kernels take it
         self._packed = _features._packed_buffer(self.K)
         self._scores = np.zeros(self.K, np.float32)
         self.reset()
@@ -71,15 +69,6 @@ class PrefetchHead:
         self.decisions = 0  # opportunities with candidates (the env's decisions)
         self.issued = 0  # prefetches returned
         self.over_budget = 0
-
-    def __getstate__(self) -> dict[str, Any]:  # pickle/copy: _buf_k is rebuilt from _buf
-        state = self.__dict__.copy()
-        del state["_buf_k"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._buf_k = kernels.observation(self._buf)
 
     def _asked(self, view: PoolView) -> bool:
         opp = self.opportunity
@@ -104,7 +93,7 @@ class PrefetchHead:
             return None
         self.decisions += 1
         _features._observe(tracker, view, cands, self.K, None, self._packed, self._buf)
-        self.scorer.kernel.scores(self._buf_k, n, self._scores)  # the one forward pass
+        self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
         j = pick(self._scores, n, self.noop)
         if j < 0:
             return None
