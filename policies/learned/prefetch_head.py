@@ -51,7 +51,7 @@ class PrefetchHead:
             raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
                               f"{budget_bytes!r}")
         self.scorer = CandidateScorer({k: v for k, v in arrays.items() if k != "noop"})
-        self.noop = np.float32(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])
+        self.noop = float(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])  # (exact: a float32)
         self.K = int(section["K"])
         self.opportunity: str | int = section["opportunity"]
         self.predictor = SuccessorPredictor(**section["predictor"])

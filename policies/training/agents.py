@@ -164,6 +164,10 @@ class SB3Agent:
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         venv = DummyVecEnv([partial(ctx.make_env, i) for i in range(self.n_envs)])
+        if "phase" in venv.observation_space.spaces:  # type: ignore[attr-defined]
+            venv.close()
+            raise ConfigError(f"agent={self.algo}: the SB3 agents train one eviction scorer; "
+                              "env=joint (eviction and prefetch heads) trains with agent=imitation")
         venv.seed(ctx.seed)
         cls, pol = self._classes()
         kw = dict(self.kwargs)
