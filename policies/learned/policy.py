@@ -136,11 +136,13 @@ class LearnedPolicy(EvictionPolicyBase):
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
-             prefetch_budget_bytes: int | None = None, **unknown: Any) -> LearnedPolicy:
+             prefetch_budget_bytes: int | None = None, prefetch_depth: int = 1,
+             **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
-        the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none). Raises
+        the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none),
+        ``prefetch_depth`` its most prefetches per opportunity (1: as trained). Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file,
         and :class:`~allocator.errors.ConfigError` naming any other keyword (a misspelt
         ``gaurd=False`` would otherwise leave the guard on)."""
@@ -164,7 +166,8 @@ class LearnedPolicy(EvictionPolicyBase):
         evict, pf_arrays = split_heads(arrays)
         scorer = CandidateScorer(evict)
         pf = header.get("prefetch")
-        head = None if pf is None else PrefetchHead(pf, pf_arrays, budget_bytes=prefetch_budget_bytes)
+        head = None if pf is None else PrefetchHead(pf, pf_arrays, budget_bytes=prefetch_budget_bytes,
+                                             depth=prefetch_depth)
         return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard,
                    prefetch=head)
 
@@ -251,12 +254,11 @@ class LearnedPolicy(EvictionPolicyBase):
         return choice
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        """The prefetch head's choice after the access of ``key`` (none without a head)."""
+        """The prefetch head's choices after the access of ``key`` (none without a head)."""
         head = self.prefetch_head
         if head is None:
             return ()
-        k = head.choose(cast(_features.FeatureTracker, self.tracker), view, key)
-        return () if k is None else (k,)
+        return head.choose(cast(_features.FeatureTracker, self.tracker), view, key)
 
     @property
     def network_decision_ns(self) -> list[int]:

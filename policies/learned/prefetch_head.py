@@ -29,27 +29,42 @@ if TYPE_CHECKING:
 __all__ = ["PrefetchHead", "pick"]
 
 
-def pick(scores: np.ndarray, n: int, noop: float) -> int:
-    """The env's action from the scores of its ``n`` candidates and the no-op's: the argmax
-    over the candidates then the no-op (the first of equal scores), ``-1`` for the no-op. The
-    one rule of training (:mod:`policies.training.imitation`'s learner) and deployment."""
-    j = int(scores[:n].argmax())
-    return j if scores[j] >= noop else -1
+def pick(scores: np.ndarray, n: int, noop: float, depth: int = 1) -> list[int]:
+    """Up to ``depth`` of the first ``n`` candidates to prefetch, best first: those scoring at
+    least the no-op's ``noop`` (the first of equal scores first). With ``depth=1`` it is the
+    env's action, the argmax over the candidates then the no-op (empty: the no-op). The one rule
+    of training (:mod:`policies.training.imitation`'s learner) and deployment."""
+    s = scores[:n]
+    if depth == 1:  # (the common case, without a sort)
+        j = int(s.argmax())
+        return [j] if s[j] >= noop else []
+    out = []
+    for j in np.argsort(-s, kind="stable")[:depth].tolist():
+        if s[j] < noop:
+            break
+        out.append(j)
+    return out
 
 
 class PrefetchHead:
     """The prefetch scorer of a policy file (``header["prefetch"]``, weights ``arrays``) with the
     state it keeps across accesses (its predictor, the misses it has seen).
 
-    ``budget_bytes``: the most bytes in flight host-to-device (``view.bytes_in_flight``, its
-    own prefetches included) a prefetch may bring the total to; ``None``: no limit (as in
-    training). A prefetch beyond it is not issued (counted in ``over_budget``)."""
+    ``depth``: the most prefetches per opportunity, the best-scored candidates that beat the
+    no-op (1: the env's decision, what the head was trained on). ``budget_bytes``: the most
+    bytes in flight host-to-device (``view.bytes_in_flight``, its own prefetches included) a
+    prefetch may bring the total to; ``None``: no limit (as in training). A prefetch beyond it
+    is not issued, nor any after it at that opportunity (counted in ``over_budget``)."""
 
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
-                 budget_bytes: int | None = None) -> None:
+                 budget_bytes: int | None = None, depth: int = 1) -> None:
         if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
             raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
                               f"{budget_bytes!r}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ConfigError(f"prefetch_depth must be an int >= 1 (prefetches per opportunity), "
+                              f"got {depth!r}")
+        self.depth = depth
         self.scorer = CandidateScorer({k: v for k, v in arrays.items() if k != "noop"})
         self.noop = float(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])  # (exact: a float32)
         self.K = int(section["K"])
@@ -80,26 +95,30 @@ class PrefetchHead:
             return missed
         return self._accesses % int(opp) == 0
 
-    def choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> int | None:
-        """After the access of ``key``: the key to prefetch, or ``None`` (``tracker`` holds the
+    def choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> list[int]:
+        """After the access of ``key``: the keys to prefetch, best first (``tracker`` holds the
         pool's feature history)."""
         self.predictor.observe(key)
         self._accesses += 1
         if not self._asked(view):
-            return None
+            return []
         cands = self.predictor.propose(key, self.K, view)
         n = len(cands)
         if not n:
-            return None
+            return []
         self.decisions += 1
         _features._observe(tracker, view, cands, self.K, None, self._packed, self._buf)
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
-        j = pick(self._scores, n, self.noop)
-        if j < 0:
-            return None
-        k = cands[j]
-        if self.budget_bytes is not None and view.bytes_in_flight + view.info(k).size > self.budget_bytes:
-            self.over_budget += 1
-            return None
-        self.issued += 1
-        return k
+        out: list[int] = []
+        budget, in_flight = self.budget_bytes, view.bytes_in_flight
+        for j in pick(self._scores, n, self.noop, self.depth):
+            k = cands[j]
+            if budget is not None:
+                size = view.info(k).size
+                if in_flight + size > budget:
+                    self.over_budget += 1
+                    break
+                in_flight += size
+            out.append(k)
+        self.issued += len(out)
+        return out

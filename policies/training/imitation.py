@@ -366,7 +366,7 @@ def learner_of(net: CandidateScorerNet | JointScorerNet) -> Learner:
         if phase == 0:
             return ev_twin.choose(c, g, m)
         j = pick(pf_twin.scores(c, g, m), len(m), noop)
-        return len(m) if j < 0 else j
+        return j[0] if j else len(m)
 
     return act
 

@@ -205,3 +205,48 @@ def test_evaluator_row_for_a_learned_prefetcher(joint_file, tmp_path):
 
     with pytest.raises(ConfigError, match="eval.prefetchers.*does not exist"):
         evaluate(bad)
+
+
+def test_prefetch_depth_issues_the_best_candidates_that_beat_the_noop(joint_file):
+    """``prefetch_depth=d``: at most ``d`` prefetches per opportunity, the first being the
+    depth-1 choice (the env's action); a bad depth is refused."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.learned.prefetch_head import pick
+
+    s = np.array([0.5, 2.0, 1.0, 2.0, -1.0], np.float32)
+    assert pick(s, 5, 0.0) == [1] and pick(s, 5, 0.0, 3) == [1, 3, 2] and pick(s, 5, 0.7, 9) == [1, 3, 2]
+    assert pick(s, 5, 3.0) == [] == pick(s, 5, 3.0, 4) and pick(s, 1, 0.5) == [0]
+    trace = _trace()
+    cap = int(0.3 * trace.size.sum() / 4)
+    per_call: list[int] = []
+    deep = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=3)
+
+    class Count:
+        def prefetch(self, view, key):
+            out = deep.prefetch(view, key)
+            per_call.append(len(out))
+            return out
+
+    Pool(cap, Observed(LRU(), deep.tracker), prefetcher=Count(), cost="h100_pcie5").replay(trace)
+    assert max(per_call) <= 3 and any(n > 1 for n in per_call)
+    with pytest.raises(ConfigError, match="prefetch_depth"):
+        LearnedPolicy.load(joint_file, prefetch_depth=0)
+
+
+def test_rl_agents_refuse_the_joint_env_by_name(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training.config import register_train_configs
+    from cachegym.policies.training.train import train
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        for agent, match in (("imitation_ppo", "agent.finetune.*agent=imitation"),
+                             ("ppo", "agent=ppo.*env=joint")):
+            cfg = compose("train", overrides=[
+                "experiment=quick", "progress=false", "tensorboard=false", "env=joint",
+                f"agent={agent}", "validation.traces=[]", "agent.total_timesteps=64"
+                if agent == "ppo" else "agent.dagger.rounds=1", f"out_dir={tmp_path / agent}"])
+            with pytest.raises(ConfigError, match=match):
+                train(cfg)
