@@ -1,14 +1,18 @@
 #!/usr/bin/env python
-"""Train a learned eviction policy and export it (the logic: cachegym.policies.training.train.train).
+"""Train a learned eviction policy (with env=joint, eviction and prefetch) and export it (the
+logic: cachegym.policies.training.train.train).
 
     python scripts/train.py                                  # Belady imitation (BC + DAgger)
     python scripts/train.py agent=imitation_ppo              # ... then a MaskablePPO fine-tune
     python scripts/train.py agent=ppo agent.total_timesteps=50000
     python scripts/train.py -m agent=ppo,dqn,maskable_ppo seed=0,1   # sweep (joblib launcher)
     python scripts/train.py -m hydra/launcher=slurm ...      # a cluster, by config alone
+    python scripts/train.py env=joint env.reward=stall env.cost=h100_pcie5 env.capacity_of=peak_live
+                                                             # eviction + prefetch, one file
 
 The last line printed is ``policy: PATH``; evaluate it with
-``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]``.
+``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]`` (and a joint file's
+prefetch head with ``eval.prefetchers=[learned:PATH] eval.presets=[h100_pcie5]``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,10 @@ The run: seed everything; load the training traces (several at once) and the hel
 validation traces; build one env per training capacity (:class:`envs.evict.EvictEnv` through
 :func:`envs.config.instantiate`); train the agent (``cfg.agent``: SB3 or imitation); validate on
 the held-out traces during training (miss ratio against LRU and Belady, TensorBoard); export
-``OUT/policy.npz``; write ``OUT/train.json``.
+``OUT/policy.npz``; write ``OUT/train.json``. With ``env=joint`` (:class:`envs.joint.JointEnv`)
+the network has an eviction and a prefetch head (:class:`policies.training.nets.JointScorerNet`),
+both in the one exported file (its ``prefetch`` section: the env's ``K``, ``opportunity`` and
+candidate predictor), and validation adds stall under the env's ``cost`` preset.
 
 Determinism: one seed drives torch, NumPy and every env. With ``torch_threads=1`` and
 ``deterministic=true`` (``torch.use_deterministic_algorithms``) two runs with the same seed
@@ -246,7 +249,7 @@ def train(cfg: Any) -> dict[str, Any]:
                           placement=str(enum_value(alloc.placement)),
                           oversize=str(enum_value(alloc.oversize)),
                           write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg,
-                          prefetch=prefetch)
+                          prefetch=prefetch, preset=env_node.get("cost"))
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,

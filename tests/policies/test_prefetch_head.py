@@ -28,9 +28,9 @@ OLD_FILE = os.path.join(ROOT, "tests", "golden", "policy.npz")  # written before
 
 
 @pytest.fixture(scope="module")
-def joint_file(tmp_path_factory) -> str:
+def joint_run(tmp_path_factory) -> dict:
     """A tiny joint policy, trained by train(cfg) with env=joint (imitation of the stall
-    reference's halves) under a timing preset, and exported."""
+    reference's halves) under a timing preset, validated and exported."""
     from hydra import compose, initialize_config_dir
 
     from cachegym.policies.training.config import register_train_configs
@@ -41,17 +41,27 @@ def joint_file(tmp_path_factory) -> str:
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("train", overrides=[
             "experiment=quick", "progress=false", "tensorboard=false", "env=joint",
-            "env.window=2000", "env.reward=stall", "env.cost=h100_pcie5", "validation.traces=[]",
+            "env.window=2000", "env.reward=stall", "env.cost=h100_pcie5", "validation.capacities=[0.3]",
             "agent.dagger.rounds=2", "agent.dagger.steps_per_round=600", "agent.dagger.epochs=2",
             f"out_dir={out}"])
-    return str(train(cfg)["policy"])
+    return train(cfg)
+
+
+@pytest.fixture(scope="module")
+def joint_file(joint_run) -> str:
+    return str(joint_run["policy"])
 
 
 def _trace():
     return generate("dl_training", seed=5, n_layers=4, hidden=64, batch_tokens=128, steps=3)
 
 
-def test_the_file_carries_both_heads(joint_file):
+def test_the_file_carries_both_heads(joint_run, joint_file):
+    """...and validation replays both heads under the env's preset, beside LRU + lookahead."""
+    val = joint_run["validation"]
+    assert val["stall_learned"] > 0 and val["stall_lru_lookahead"] > 0
+    assert val["stall_ratio"] > 0 and np.isfinite(val["traffic_learned"])
+    assert os.path.isfile(os.path.join(os.path.dirname(joint_file), "checkpoints", "step_0.npz"))
     header, arrays = read_policy_file(joint_file)
     pf = header["prefetch"]
     assert pf["opportunity"] == "miss" and pf["K"] == 16
