@@ -7,7 +7,10 @@
   :class:`SB3Agent` started from the imitation weights).
 
 ``agent.train(ctx) -> CandidateScorerNet`` where ``ctx`` is a :class:`TrainContext` (env
-factory, callbacks, log directory, seed). Agents hold hyper-parameters only.
+factory, callbacks, log directory, seed). Agents hold hyper-parameters only. On
+:class:`envs.joint.JointEnv` (an observation with a ``phase``) the network is a
+:class:`JointScorerNet` (eviction and prefetch heads): imitation fits both, and PPO /
+MaskablePPO take its ``K + 1`` logits (DQN is refused).
 """
 
 from __future__ import annotations
@@ -164,10 +167,11 @@ class SB3Agent:
         from stable_baselines3.common.vec_env import DummyVecEnv
 
         venv = DummyVecEnv([partial(ctx.make_env, i) for i in range(self.n_envs)])
-        if "phase" in venv.observation_space.spaces:  # type: ignore[attr-defined]
+        if self.algo == "dqn" and "phase" in venv.observation_space.spaces:  # type: ignore[attr-defined]
             venv.close()
-            raise ConfigError(f"agent={self.algo}: the SB3 agents train one eviction scorer; "
-                              "env=joint (eviction and prefetch heads) trains with agent=imitation")
+            raise ConfigError("agent=dqn: its Q-network is one eviction scorer; env=joint (eviction "
+                              "and prefetch heads) trains with agent=imitation, imitation_ppo, ppo "
+                              "or maskable_ppo")
         venv.seed(ctx.seed)
         cls, pol = self._classes()
         kw = dict(self.kwargs)
@@ -221,10 +225,6 @@ class ImitationAgent:
         K, F, G = obs_dims(env.observation_space)
         joint = "phase" in env.observation_space.spaces  # type: ignore[attr-defined]
         env.close()
-        if joint and self.finetune is not None:
-            raise ConfigError("agent.finetune: the RL fine-tune trains one eviction scorer; with "
-                              "env=joint (eviction and prefetch heads) use the imitation agent "
-                              "alone (agent=imitation)")
         th.manual_seed(ctx.seed)
         net: Any = init if init is not None else (JointScorerNet if joint else CandidateScorerNet)(
             F, G, ctx.hidden, ctx.ignore)

@@ -136,32 +136,45 @@ def export_arrays(net: CandidateScorerNet) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------------- SB3 plumbing
 class DictPassthrough(BaseFeaturesExtractor):
-    """Concatenates ``[candidates.flatten(), globals, mask]``; the scorer splits them again."""
+    """Concatenates ``[candidates.flatten(), globals, mask]`` (and the ``phase`` of
+    :class:`envs.joint.JointEnv`, 0 or 1, last); the scorer splits them again."""
 
     def __init__(self, observation_space: spaces.Dict) -> None:
         K, F, G = obs_dims(observation_space)
-        super().__init__(observation_space, K * F + G + K)
+        self.joint = "phase" in observation_space.spaces
+        super().__init__(observation_space, K * F + G + K + self.joint)
         self.K, self.F, self.G = K, F, G
 
     def forward(self, obs: dict[str, th.Tensor]) -> th.Tensor:  # type: ignore[override]
         b = obs["candidates"].shape[0]
-        return th.cat([obs["candidates"].reshape(b, -1).float(), obs["globals"].float(),
-                       obs["mask"].reshape(b, -1).float()], dim=1)
+        parts = [obs["candidates"].reshape(b, -1).float(), obs["globals"].float(),
+                 obs["mask"].reshape(b, -1).float()]
+        if self.joint:  # SB3 one-hot encodes a Discrete(2) entry: its second column is the phase
+            ph = obs["phase"].float().reshape(b, -1)
+            parts.append(ph[:, 1:2] if ph.shape[1] == 2 else ph)
+        return th.cat(parts, dim=1)
 
 
 def split_obs(x: th.Tensor, K: int, F: int, G: int) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    return x[:, :K * F].reshape(-1, K, F), x[:, K * F:K * F + G], x[:, K * F + G:]
+    return x[:, :K * F].reshape(-1, K, F), x[:, K * F:K * F + G], x[:, K * F + G:K * F + G + K]
+
+
+def phase_of(x: th.Tensor, K: int, F: int, G: int) -> th.Tensor:
+    """The phase column :class:`DictPassthrough` appends for a joint env, ``(B,)``."""
+    return x[:, K * F + G + K]
 
 
 class ScorerExtractor(nn.Module):
     """SB3 ``mlp_extractor``: actor latent = the scorer's masked scores (K), critic latent =
     masked mean of the scorer's hidden layer with the (normalised) globals, through one layer."""
 
-    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int], ignore: Sequence[int] = ()) -> None:
+    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int], ignore: Sequence[int] = (),
+                 joint: bool = False) -> None:
         super().__init__()
         self.K, self.F, self.G = K, F, G
-        self.scorer = CandidateScorerNet(F, G, hidden, ignore)
-        self.latent_dim_pi = K
+        self.joint = joint  # a JointScorerNet: K + 1 logits, the phase picks the head
+        self.scorer: Any = (JointScorerNet if joint else CandidateScorerNet)(F, G, hidden, ignore)
+        self.latent_dim_pi = K + joint
         self.latent_dim_vf = hidden[-1]
         self.value_in = nn.Linear(hidden[-1] + G, hidden[-1])
 
@@ -170,14 +183,20 @@ class ScorerExtractor(nn.Module):
 
     def forward_actor(self, x: th.Tensor) -> th.Tensor:
         cand, glob, mask = split_obs(x, self.K, self.F, self.G)
-        return self.scorer(cand, glob, mask)
+        if self.joint:
+            return self.scorer(cand, glob, mask, phase_of(x, self.K, self.F, self.G))  # type: ignore[no-any-return]
+        return self.scorer(cand, glob, mask)  # type: ignore[no-any-return]
 
     def forward_critic(self, x: th.Tensor) -> th.Tensor:
         cand, glob, mask = split_obs(x, self.K, self.F, self.G)
-        h = self.scorer.hidden_features(cand, glob)
+        net = self.scorer.evict if self.joint else self.scorer
+        h = net.hidden_features(cand, glob)
+        if self.joint:  # the hidden layer of the phase's head
+            ph = phase_of(x, self.K, self.F, self.G).reshape(-1, 1, 1) > 0.5
+            h = th.where(ph, self.scorer.prefetch.hidden_features(cand, glob), h)
         m = mask.unsqueeze(-1)
         pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)
-        g = (glob - self.scorer.glob_mean) / self.scorer.glob_std
+        g = (glob - net.glob_mean) / net.glob_std
         return th.tanh(self.value_in(th.cat([pooled, g], dim=1)))
 
 
@@ -192,7 +211,8 @@ class _ScorerActorCriticMixin:
 
     def _build_mlp_extractor(self) -> None:
         K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
-        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore)
+        joint = "phase" in self.observation_space.spaces  # type: ignore[attr-defined]
+        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore, joint=joint)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)  # type: ignore[misc]
@@ -306,6 +326,11 @@ class JointScorerNet(nn.Module):
         self.evict = CandidateScorerNet(n_features, n_globals, hidden, ignore)
         self.prefetch = CandidateScorerNet(n_features, n_globals, hidden, ignore)
         self.noop = nn.Parameter(th.zeros(1))
+
+    def set_normalization(self, cand: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> None:
+        """Both heads' input standardisation from the same observations."""
+        self.evict.set_normalization(cand, mask, glob)
+        self.prefetch.set_normalization(cand, mask, glob)
 
     def prefetch_logits(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor) -> th.Tensor:
         """``(B, K + 1)``: the prefetch head's scores, then the no-op's."""

@@ -243,20 +243,40 @@ def test_prefetch_depth_issues_the_best_candidates_that_beat_the_noop(joint_file
         LearnedPolicy.load(joint_file, prefetch_depth=0)
 
 
-def test_rl_agents_refuse_the_joint_env_by_name(tmp_path):
+def _joint_cfg(tmp_path, *extra: str):
     from hydra import compose, initialize_config_dir
 
-    from cachegym.allocator.errors import ConfigError
     from cachegym.policies.training.config import register_train_configs
-    from cachegym.policies.training.train import train
 
     register_train_configs()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        for agent, match in (("imitation_ppo", "agent.finetune.*agent=imitation"),
-                             ("ppo", "agent=ppo.*env=joint")):
-            cfg = compose("train", overrides=[
-                "experiment=quick", "progress=false", "tensorboard=false", "env=joint",
-                f"agent={agent}", "validation.traces=[]", "agent.total_timesteps=64"
-                if agent == "ppo" else "agent.dagger.rounds=1", f"out_dir={tmp_path / agent}"])
-            with pytest.raises(ConfigError, match=match):
-                train(cfg)
+        return compose("train", overrides=[
+            "experiment=quick", "progress=false", "tensorboard=false", "env=joint",
+            "env.window=2000", "env.reward=stall", "env.cost=h100_pcie5", "validation.traces=[]",
+            f"out_dir={tmp_path}", *extra])
+
+
+def test_imitation_then_rl_finetunes_both_heads(tmp_path):
+    """agent=imitation_ppo with env=joint: MaskablePPO on the env's K + 1 actions starts from
+    the imitation weights (both heads and the no-op) and the file carries both heads."""
+    from cachegym.policies.training.train import train
+
+    cfg = _joint_cfg(tmp_path, "agent=imitation_ppo", "agent.dagger.rounds=1",
+                     "agent.dagger.steps_per_round=400", "agent.finetune.total_timesteps=256",
+                     "agent.finetune.kwargs.n_steps=128", "agent.finetune.kwargs.batch_size=64",
+                     "agent.finetune.kwargs.learning_rate=0.01")
+    header, arrays = read_policy_file(train(cfg)["policy"])
+    assert "prefetch" in header and "p/noop" in arrays
+    imitation = tmp_path / "checkpoints" / "step_0.npz"  # (the imitation round's checkpoint)
+    _, before = read_policy_file(str(imitation))
+    assert set(before) == set(arrays)
+    assert any(not np.array_equal(before[k], arrays[k]) for k in arrays if k.startswith("p/"))
+    assert any(not np.array_equal(before[k], arrays[k]) for k in arrays if not k.startswith("p/"))
+
+
+def test_dqn_refuses_the_joint_env_by_name(tmp_path):
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training.train import train
+
+    with pytest.raises(ConfigError, match="agent=dqn.*env=joint"):
+        train(_joint_cfg(tmp_path, "agent=dqn", "agent.total_timesteps=64"))
