@@ -64,6 +64,7 @@ class DaggerConfig:
     max_samples: int | None = 200_000
     average_from: int | None = None
     teacher: str = "traffic"
+    prefetch_horizon: int | None = None
 
 
 @dataclass

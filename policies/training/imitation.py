@@ -310,7 +310,12 @@ class ImitationConfig:
     2018); the rounds' own rollouts still use the latest weights. ``None``: the last round's.
 
     ``teacher``: whose choices are imitated (:data:`TEACHERS`; see the module docstring):
-    ``"belady_size"`` (next use times size) or ``"belady"`` (next use)."""
+    ``"belady_size"`` (next use times size) or ``"belady"`` (next use).
+
+    ``prefetch_horizon`` (ticks; a joint env's prefetch decisions): the teacher prefetches the
+    candidate used soonest only when that use is at most this far ahead, else nothing (an
+    object fetched long before its use occupies the pool meanwhile); ``None``: whenever a
+    candidate is used again (the env's ``oracle_action``)."""
 
     rounds: int = 3
     steps_per_round: int = 20_000
@@ -324,6 +329,7 @@ class ImitationConfig:
     max_samples: int | None = 200_000
     average_from: int | None = None
     teacher: str = "belady_size"
+    prefetch_horizon: int | None = None
 
     def __post_init__(self) -> None:  # a bad schedule fails when the agent is built, not later
         bad = [f"{k}={getattr(self, k)!r} (must be an int >= 1)"
@@ -339,6 +345,10 @@ class ImitationConfig:
         if not (self.rank_weight >= 0 and self.regression_weight >= 0):
             bad.append(f"rank_weight={self.rank_weight!r}, regression_weight="
                        f"{self.regression_weight!r} (must be >= 0)")
+        if self.prefetch_horizon is not None and not (
+                isinstance(self.prefetch_horizon, int) and self.prefetch_horizon >= 1):
+            bad.append(f"prefetch_horizon={self.prefetch_horizon!r} (ticks >= 1, or null: the "
+                       "env's oracle)")
         if self.teacher not in TEACHERS:
             bad.append(f"teacher={self.teacher!r} (one of {', '.join(TEACHERS)})")
         if bad:

@@ -119,12 +119,14 @@ class Collector:
     with a ``phase``, :class:`envs.joint.JointEnv`) the env's ``oracle_action`` (the candidate
     used soonest, or nothing), recorded in the sample."""
 
-    def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size") -> None:
+    def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size",
+                 prefetch_horizon: int | None = None) -> None:
         self.envs = [factory(i) for i in range(len(factory.capacities))]
         self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
         self.joint = "phase" in self.envs[0].observation_space.spaces  # eviction and prefetch
         self.progress = progress
         self.teacher = teacher
+        self.horizon = prefetch_horizon  # the prefetch teacher's (ImitationConfig.prefetch_horizon)
         self._n_resets = 0
 
     def __call__(self, learner: Any, beta: float, n: int, rng: np.random.Generator) -> list[DecisionSample]:
@@ -145,6 +147,8 @@ class Collector:
                 dist = np.asarray(info["next_use"], np.float64)
                 phase = int(obs["phase"]) if self.joint else 0
                 oracle = int(info["oracle_action"])
+                if phase and self.horizon is not None and oracle < self.K and dist[oracle] > self.horizon:
+                    oracle = self.K  # used, but too far ahead: the teacher waits
                 out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1))
                 if learner is None or rng.random() < beta:
                     if self.teacher == "belady" or phase:
@@ -241,7 +245,8 @@ def train(cfg: Any) -> dict[str, Any]:
     factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
     dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
     collector = Collector(factory, progress=bool(cfg.progress),
-                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")))
+                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")),
+                          prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None))
     prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     alloc = cfg.allocator
     validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),

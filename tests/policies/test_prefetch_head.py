@@ -280,3 +280,36 @@ def test_dqn_refuses_the_joint_env_by_name(tmp_path):
 
     with pytest.raises(ConfigError, match="agent=dqn.*env=joint"):
         train(_joint_cfg(tmp_path, "agent=dqn", "agent.total_timesteps=64"))
+
+
+def test_prefetch_horizon_teaches_no_prefetch_for_far_uses():
+    """agent.dagger.prefetch_horizon=H: the prefetch teacher's label is the candidate used
+    soonest if that use is at most H ticks ahead, else the no-op; without it, any candidate
+    used again (the env's oracle). Eviction labels do not change."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.joint import JointEnv
+    from cachegym.policies.training.imitation import ImitationConfig
+    from cachegym.policies.training.train import Collector
+
+    class Factory:
+        capacities = [0.3]
+
+        def __call__(self, i):
+            env = JointEnv(_trace(), window=None, capacity=0.3, capacity_of="peak_live")
+            env.reset(seed=i)
+            return env
+
+    runs = {h: Collector(Factory(), prefetch_horizon=h)(None, 1.0, 400, np.random.default_rng(0))
+            for h in (None, 8)}
+    K = 16
+    for h, samples in runs.items():
+        pf = [s for s in samples if s.phase == 1]
+        assert pf and all(s.action == -1 for s in samples if s.phase == 0)
+        for s in pf:
+            d = np.where(s.mask, s.dist, np.inf)
+            soonest = int(np.argmin(d)) if np.isfinite(d).any() else K
+            want = soonest if soonest < K and (h is None or d[soonest] <= h) else K
+            assert s.action == want
+    assert sum(s.action == K for s in runs[8]) > sum(s.action == K for s in runs[None])
+    with pytest.raises(ConfigError, match="prefetch_horizon"):
+        ImitationConfig(prefetch_horizon=0)
