@@ -16,6 +16,9 @@ file run under every guard of ``eval.learned_guards`` (options of the config gro
 ``conf/policy/guard/``, built through :func:`envs.config.build_guard`), before the other
 policies, and named ``learned[GUARD]`` in the results and plots (``learned[GUARD]:NAME`` with
 several files, NAME the file's name without ``.npz``; the ``policy_file`` column holds its path).
+A file's prefetch head is a prefetcher: ``eval.prefetchers=[learned:PATH]`` (:data:`LEARNED_PREFETCH`),
+beside every eviction policy (its features track the pool through
+:class:`~policies.features.Observed`).
 
 Each policy row carries ``traffic_bytes`` (bytes copied both ways, streamed accesses included),
 ``overhead`` (stall per unit of compute, with a preset and a trace with compute time) and
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "write_results", "format_table", "plot_results",
            "check_capacities", "check_capacity_of", "check_presets", "check_bounds_kinds", "check_eviction_names", "plan_learned",
-           "learned_name"]
+           "learned_name", "learned_prefetcher", "LEARNED_PREFETCH"]
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +238,7 @@ def run_one(
     ``allocator_cfg`` (a config node with ``_target_``) builds the pool through
     :func:`envs.config.instantiate`; ``None`` builds :class:`Pool` directly.
     """
+    from cachegym.policies.features import Observed
     from cachegym.policies.registry import make_eviction, make_prefetch
 
     preset = None if spec.preset == "none" else spec.preset
@@ -253,8 +257,13 @@ def run_one(
     if own_timing:
         policy.record_latency = True  # type: ignore[attr-defined]
     timed = TimedPolicy(policy) if decision_timing and not own_timing else None
-    pf = make_prefetch(prefetch, trace=trace) if prefetch is not None else None
     pol: Any = timed if timed is not None else policy
+    learned_pf = learned_prefetcher(prefetch) if prefetch is not None else None
+    if learned_pf is not None:  # its features track the pool's hooks, whoever evicts
+        pf: Any = learned_pf
+        pol = Observed(pol, learned_pf.tracker)  # type: ignore[arg-type]
+    else:
+        pf = make_prefetch(prefetch, trace=trace) if prefetch is not None else None
     if allocator_cfg is not None:
         pool = instantiate(allocator_cfg, capacity=spec.capacity, policy=pol, prefetcher=pf,
                            cost=preset)
@@ -321,6 +330,30 @@ def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
         if p not in allowed and not (str(p).endswith(".json") and os.path.isfile(str(p))):
             raise ConfigError(f"{key}: unknown preset {p!r}; allowed: "
                               f"{', '.join(allowed)} or a calibrated preset .json file")
+
+
+LEARNED_PREFETCH = "learned:"
+"""``eval.prefetchers`` entry ``learned:PATH``: the prefetch head of the exported policy file
+``PATH`` (a file without one prefetches nothing), beside each eviction policy of the sweep."""
+
+
+def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
+    """The :class:`~policies.learned.LearnedPolicy` (network alone) that ``learned:PATH`` names,
+    whose :meth:`~policies.learned.LearnedPolicy.prefetch` is the file's prefetch head; ``None``
+    for any other name. A missing or invalid file is refused naming ``key``."""
+    if not name.startswith(LEARNED_PREFETCH):
+        return None
+    from cachegym.allocator.errors import PolicyFileError
+    from cachegym.policies.learned import LearnedPolicy
+
+    path = name[len(LEARNED_PREFETCH):]
+    if not path or not os.path.isfile(path):
+        raise ConfigError(f"{key}: {name!r}: learned policy file {path!r} does not exist; give "
+                          "learned:PATH with PATH a policy file (scripts/train.py writes one)")
+    try:
+        return LearnedPolicy.load(path, guard="none")
+    except PolicyFileError as e:
+        raise PolicyFileError(f"{key}: {name!r}: {e}") from None
 
 
 def learned_name(guard: str, file_label: str | None = None) -> str:
@@ -403,7 +436,11 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     policies: list[tuple[str, str | None, str]] = [
         *learned, *((p, None, "shadow") for p in plan_policies(names))]
     prefetchers = [str(p) for p in ev.prefetchers]
-    _check_names("eval.prefetchers", prefetchers, PREFETCH_NAMES, learned=False)
+    for p in prefetchers:  # exported files' prefetch heads: each loads, before any replay
+        learned_prefetcher(p, "eval.prefetchers")
+    heuristic = [p for p in prefetchers if not p.startswith(LEARNED_PREFETCH)]
+    if heuristic or not prefetchers:
+        _check_names("eval.prefetchers", heuristic, PREFETCH_NAMES, learned=False)
     presets = [str(p) for p in ev.presets]
     check_presets(presets)
     capacities = list(ev.capacities)

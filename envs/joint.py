@@ -12,7 +12,6 @@ from gymnasium import spaces
 from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import INF, Op
-from cachegym.envs.candidates import SuccessorPredictor
 from cachegym.envs.common import (
     Episodes,
     PoolEnv,
@@ -32,6 +31,7 @@ from cachegym.envs.common import (
 from cachegym.envs.prefetch import OPPORTUNITIES
 from cachegym.policies import features
 from cachegym.policies.features import FeatureTracker
+from cachegym.policies.successors import SuccessorPredictor
 
 __all__ = ["JointEnv", "EVICT", "PREFETCH"]
 

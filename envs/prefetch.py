@@ -12,7 +12,6 @@ from gymnasium import spaces
 from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import INF, Op
-from cachegym.envs.candidates import SuccessorPredictor
 from cachegym.envs.common import (
     Episodes,
     PoolEnv,
@@ -34,6 +33,7 @@ from cachegym.envs.common import (
 from cachegym.policies import features
 from cachegym.policies.base import EvictionPolicy
 from cachegym.policies.features import FeatureTracker, Observed
+from cachegym.policies.successors import SuccessorPredictor
 
 __all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
 
@@ -69,7 +69,7 @@ class PrefetchEnv(PoolEnv):
 
     As :class:`envs.evict.EvictEnv`: ``{"candidates": Box(0, 1, (K * F,)), "globals":
     Box(0, 1, (G,)), "mask": MultiBinary(K)}`` from :func:`policies.features.observe`, the
-    candidates being non-resident objects proposed by a :class:`envs.candidates.SuccessorPredictor`
+    candidates being non-resident objects proposed by a :class:`policies.successors.SuccessorPredictor`
     (the objects that followed the accessed one before), most likely first.
 
     ## Rewards

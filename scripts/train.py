@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Train a learned eviction policy and export it (the logic: cachegym.policies.training.train.train).
+"""Train a learned eviction policy (with env=joint, eviction and prefetch) and export it (the
+logic: cachegym.policies.training.train.train).
 
     python scripts/train.py                                  # Belady imitation (BC + DAgger)
     python scripts/train.py agent=imitation_ppo              # ... then a MaskablePPO fine-tune
@@ -11,12 +12,15 @@
     python scripts/train.py trace.path=T init_from=OUT/policy.npz        # fine-tune a policy
     python scripts/train.py agent=ppo resume=OUT/ppo.zip                  # continue an SB3 run
     python scripts/train.py agent=ppo env.vec=subproc agent.n_envs=4      # envs in processes
+    python scripts/train.py env=joint env.reward=stall env.cost=h100_pcie5 env.capacity_of=peak_live
+                                                             # eviction + prefetch, one file
 
 A multirun writes one merged table of the jobs' validation figures (merged.csv, envs.sweep).
 
 The SB3 agents (and imitation_ppo's fine-tune) also save ``OUT/<algo>.zip`` (``sb3 model:
 PATH``), which ``resume=`` continues. The last line printed is ``policy: PATH``; evaluate it with
-``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]``.
+``python scripts/evaluate.py eval.policies=[lru] eval.learned=[PATH]`` (and a joint file's
+prefetch head with ``eval.prefetchers=[learned:PATH] eval.presets=[h100_pcie5]``).
 """
 
 from __future__ import annotations

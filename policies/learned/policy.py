@@ -19,7 +19,8 @@ from cachegym.policies import kernels
 from cachegym.policies.base import EvictionPolicyBase
 from cachegym.policies.learned.guards import Guard, GuardName, ShadowGuard, make_guard
 from cachegym.policies.learned.network import CandidateScorer
-from cachegym.policies.learned.policy_file import diff_feature_spec, read_policy_file
+from cachegym.policies.learned.policy_file import diff_feature_spec, read_policy_file, split_heads
+from cachegym.policies.learned.prefetch_head import PrefetchHead
 from cachegym.policies.lru import LRU
 
 if TYPE_CHECKING:
@@ -36,8 +37,9 @@ depend on machine load, so evaluation runs without one by default; a deployment 
 
 
 class LearnedPolicy(EvictionPolicyBase):
-    """An exported eviction policy. Satisfies :class:`policies.base.EvictionPolicy` (and
-    :class:`~policies.base.PrefetchPolicy`, answering no prefetches for an eviction file).
+    """An exported eviction policy, and prefetch policy where the file carries a prefetch head.
+    Satisfies :class:`policies.base.EvictionPolicy` and :class:`~policies.base.PrefetchPolicy`
+    (a file without a prefetch head answers no prefetches).
 
     At each decision it draws up to ``K`` candidates (the rule recorded in the file), computes
     their features with :mod:`policies.features` (the code the env trains with), scores them and
@@ -54,6 +56,12 @@ class LearnedPolicy(EvictionPolicyBase):
     whichever hit most over the last window (``guard_decisions`` counts the decisions a
     heuristic made), so a workload unlike the training data costs little.
 
+    ``prefetch`` (a :class:`~policies.learned.prefetch_head.PrefetchHead`, from the file's
+    ``prefetch`` section): :meth:`prefetch` returns its choice after each access, read from the
+    features of ``tracker`` (a :class:`~policies.features.FeatureTracker`, also under a
+    :class:`ShadowGuard` then). As the pool's prefetcher beside another eviction policy, wrap
+    that policy so the tracker sees the pool's hooks: ``Observed(policy, learned.tracker)``.
+
     Build with :meth:`load`.
     """
 
@@ -62,8 +70,10 @@ class LearnedPolicy(EvictionPolicyBase):
     def __init__(self, scorer: CandidateScorer, header: Mapping[str, Any], *,
                  budget_us: float | None = DEFAULT_BUDGET_US, seed: int = 0,
                  path: str | None = None, K: int | None = None,
-                 guard: bool | GuardName | str | Guard = True) -> None:
+                 guard: bool | GuardName | str | Guard = True,
+                 prefetch: PrefetchHead | None = None) -> None:
         self.scorer = scorer
+        self.prefetch_head = prefetch
         self.header = dict(header)
         self.path = path
         self.K = int(header["K"]) if K is None else int(K)
@@ -92,7 +102,8 @@ class LearnedPolicy(EvictionPolicyBase):
         # fallback's, and LRU's decisions under a guard); under a ShadowGuard the network decides
         # in its shadow pool, and this pool needs the LRU order alone
         self.tracker: _features.FeatureTracker | LRU = (
-            LRU() if isinstance(self.guard, ShadowGuard) else _features.FeatureTracker())
+            LRU() if isinstance(self.guard, ShadowGuard) and prefetch is None
+            else _features.FeatureTracker())
         if self.guard is not None:
             self.guard.attach(self)
         self.guard_decisions = 0
@@ -125,10 +136,13 @@ class LearnedPolicy(EvictionPolicyBase):
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
+             prefetch_budget_bytes: int | None = None, prefetch_depth: int = 1,
              **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
-        constructor takes it (``guard="none"``: the network alone). Raises
+        constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
+        the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none),
+        ``prefetch_depth`` its most prefetches per opportunity (1: as trained). Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file,
         and :class:`~allocator.errors.ConfigError` naming any other keyword (a misspelt
         ``gaurd=False`` would otherwise leave the guard on)."""
@@ -149,8 +163,13 @@ class LearnedPolicy(EvictionPolicyBase):
                 "version that wrote it")
         # read_policy_file validated the header and the weights' shapes against it; the spec
         # equals this code's, so the network reads exactly the features this code computes
-        scorer = CandidateScorer(arrays)
-        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard)
+        evict, pf_arrays = split_heads(arrays)
+        scorer = CandidateScorer(evict)
+        pf = header.get("prefetch")
+        head = None if pf is None else PrefetchHead(pf, pf_arrays, budget_bytes=prefetch_budget_bytes,
+                                             depth=prefetch_depth)
+        return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard,
+                   prefetch=head)
 
     @classmethod
     def load_keywords(cls) -> list[str]:
@@ -235,7 +254,11 @@ class LearnedPolicy(EvictionPolicyBase):
         return choice
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        return ()
+        """The prefetch head's choices after the access of ``key`` (none without a head)."""
+        head = self.prefetch_head
+        if head is None:
+            return ()
+        return head.choose(cast(_features.FeatureTracker, self.tracker), view, key)
 
     @property
     def network_decision_ns(self) -> list[int]:

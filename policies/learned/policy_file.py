@@ -15,6 +15,19 @@ set is drawn), ``library_version``, ``config_sha256`` (hash of the training conf
 ``meta``. Input normalisation is folded into the first layer at export, so the file's network
 reads raw feature values.
 
+Optional ``prefetch`` (a joint policy's second head, :data:`PREFETCH_PREFIX` weights)::
+
+    prefetch    {"arch": {as above}, "K": candidates per decision, "opportunity": "miss" |
+                 "access" | N (when it is asked: after a demand miss, after every access, every
+                 N accesses), "predictor": {"depth", "width", "hops"} (the
+                 policies.successors.SuccessorPredictor that proposes its candidates)}
+    w/p/<name>  its weights (the layout of the eviction scorer's), and w/p/noop (1,): the score
+                of prefetching nothing
+
+A file without it (every file written before it existed) loads and prefetches nothing; a
+``prefetch`` section whose weights are not exactly those its ``arch`` declares, or weights of a
+prefetch head without the section, are refused naming the head.
+
 The whole file is validated on load, since it comes from outside: every header field's type and
 range (``K`` in 1..:data:`~policies.features.MAX_K`, ``candidate_rule`` one of
 :data:`~policies.features.RULES`, widths and depth bounded), the weight arrays exactly those the
@@ -41,7 +54,7 @@ from cachegym.allocator.errors import PolicyFileError
 from cachegym.allocator.trace import not_a_zip_archive, too_short_for_zip
 from cachegym.policies.features import MAX_K, RULES
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "save_policy_file", "read_policy_file", "weights_checksum",
+__all__ = ["FORMAT", "FORMAT_VERSION", "PREFETCH_PREFIX", "PREFETCH_OPPORTUNITIES", "split_heads", "save_policy_file", "read_policy_file", "weights_checksum",
            "file_checksum", "check_policy", "diff_feature_spec"]
 
 log = logging.getLogger(__name__)
@@ -55,6 +68,19 @@ MAX_WIDTH = 4096
 """Widest hidden layer, and most features or globals, a policy file may declare."""
 MAX_LAYERS = 8
 """Most hidden layers a policy file may declare."""
+PREFETCH_PREFIX = "p/"
+"""Name prefix of the prefetch head's weight arrays (``w/p/wc`` in the file)."""
+PREFETCH_OPPORTUNITIES = ("miss", "access")
+"""When a deployed prefetch head is asked (or an int N: every N accesses); ``"step"`` needs the
+trace's step marks, which a pool serving real work does not have."""
+
+
+def split_heads(arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``(eviction weights, prefetch weights)`` of a file's arrays, the prefix stripped from the
+    second (empty without a prefetch head)."""
+    n = len(PREFETCH_PREFIX)
+    return ({k: v for k, v in arrays.items() if not k.startswith(PREFETCH_PREFIX)},
+            {k[n:]: v for k, v in arrays.items() if k.startswith(PREFETCH_PREFIX)})
 
 
 def weights_checksum(arrays: Mapping[str, np.ndarray]) -> str:
@@ -191,31 +217,35 @@ def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndar
     for f in ("features", "globals"):
         if not isinstance(spec.get(f), list):
             fail(f"feature_spec.{f}", "must be a list of names")
-    arch = header.get("arch")
-    if not isinstance(arch, dict):
-        fail("arch", f"must be a JSON object, got {type(arch).__name__}")
-    if arch.get("type") != "candidate_mlp":
-        fail("arch.type", f"must be 'candidate_mlp', got {arch.get('type')!r}")
-    if arch.get("activation", "relu") != "relu":
-        fail("arch.activation", f"must be 'relu', got {arch.get('activation')!r}")
-    nf, ng, hidden = arch.get("n_features"), arch.get("n_globals"), arch.get("hidden")
-    if nf != len(spec["features"]) or not count(nf, 1, MAX_WIDTH):
-        fail("arch.n_features", f"is {nf!r}, but the feature specification names "
-             f"{len(spec['features'])} features")
-    if ng != len(spec["globals"]) or not count(ng, 1, MAX_WIDTH):
-        fail("arch.n_globals", f"is {ng!r}, but the feature specification names "
-             f"{len(spec['globals'])} globals")
-    if not (isinstance(hidden, list) and 1 <= len(hidden) <= MAX_LAYERS
-            and all(count(h, 1, MAX_WIDTH) for h in hidden)):
-        fail("arch.hidden", f"must be a list of 1..{MAX_LAYERS} widths in 1..{MAX_WIDTH}, got {hidden!r}")
-    shapes = {"wc": (nf, hidden[0]), "wg": (ng, hidden[0]), "b0": (hidden[0],),
-              "wo": (hidden[-1],), "bo": (1,)}
-    for i in range(1, len(hidden)):
-        shapes[f"w{i}"], shapes[f"b{i}"] = (hidden[i - 1], hidden[i]), (hidden[i],)
+    shapes = _head_shapes(fail, "arch", header.get("arch"), spec)
+    pf = header.get("prefetch")
+    if pf is not None:
+        if not isinstance(pf, dict):
+            fail("prefetch", f"must be a JSON object (the prefetch head), got {type(pf).__name__}")
+        if not count(pf.get("K"), 1, MAX_K):
+            fail("prefetch.K", f"must be an int in 1..{MAX_K}, got {pf.get('K')!r}")
+        opp = pf.get("opportunity")
+        if not (opp in PREFETCH_OPPORTUNITIES or count(opp, 1, 2**31)):
+            fail("prefetch.opportunity", f"must be one of {list(PREFETCH_OPPORTUNITIES)} or an int "
+                 f">= 1, got {opp!r}")
+        pred = pf.get("predictor")
+        if not (isinstance(pred, dict) and set(pred) == {"depth", "width", "hops"}
+                and all(count(v, 1, MAX_K) for v in pred.values())):
+            fail("prefetch.predictor", f"must be {{depth, width, hops}} ints in 1..{MAX_K}, got {pred!r}")
+        head = _head_shapes(fail, "prefetch.arch", pf.get("arch"), spec)
+        head["noop"] = (1,)
+        shapes.update({PREFETCH_PREFIX + k: v for k, v in head.items()})
     missing, extra = sorted(set(shapes) - set(arrays)), sorted(set(arrays) - set(shapes))
     if missing or extra:
-        raise PolicyFileError(f"policy file {p}: the weights do not match arch.hidden {hidden}: "
-                              f"missing {missing}, unexpected {extra}; export the policy again")
+        pre = [k for k in missing + extra if k.startswith(PREFETCH_PREFIX)]
+        if pre:
+            what = ("the prefetch head's weights do not match prefetch.arch "
+                    f"{(pf or {}).get('arch', {}).get('hidden')}" if pf is not None else
+                    "it holds weights of a prefetch head but no 'prefetch' header section")
+        else:
+            what = f"the weights do not match arch.hidden {header['arch']['hidden']}"
+        raise PolicyFileError(f"policy file {p}: {what}: missing {missing}, unexpected {extra}; "
+                              "export the policy again")
     for name, shape in shapes.items():
         a = arrays[name]
         if a.shape != shape or a.dtype.kind != "f":
@@ -226,6 +256,36 @@ def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndar
             raise PolicyFileError(f"policy file {p}: weight array {name!r} holds "
                                   f"{int((~np.isfinite(a)).sum())} NaN or infinite value(s); "
                                   "the network that wrote it diverged: retrain it")
+
+
+def _head_shapes(fail: Any, field: str, arch: Any, spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The weight arrays' shapes a candidate scorer's ``arch`` (header field ``field``) declares,
+    after checking it against the feature specification ``spec``."""
+
+    def count(v: Any, lo: int, hi: int) -> bool:
+        return type(v) is int and lo <= v <= hi
+
+    if not isinstance(arch, dict):
+        fail(field, f"must be a JSON object, got {type(arch).__name__}")
+    if arch.get("type") != "candidate_mlp":
+        fail(f"{field}.type", f"must be 'candidate_mlp', got {arch.get('type')!r}")
+    if arch.get("activation", "relu") != "relu":
+        fail(f"{field}.activation", f"must be 'relu', got {arch.get('activation')!r}")
+    nf, ng, hidden = arch.get("n_features"), arch.get("n_globals"), arch.get("hidden")
+    if nf != len(spec["features"]) or not count(nf, 1, MAX_WIDTH):
+        fail(f"{field}.n_features", f"is {nf!r}, but the feature specification names "
+             f"{len(spec['features'])} features")
+    if ng != len(spec["globals"]) or not count(ng, 1, MAX_WIDTH):
+        fail(f"{field}.n_globals", f"is {ng!r}, but the feature specification names "
+             f"{len(spec['globals'])} globals")
+    if not (isinstance(hidden, list) and 1 <= len(hidden) <= MAX_LAYERS
+            and all(count(h, 1, MAX_WIDTH) for h in hidden)):
+        fail(f"{field}.hidden", f"must be a list of 1..{MAX_LAYERS} widths in 1..{MAX_WIDTH}, got {hidden!r}")
+    shapes: dict[str, tuple[int, ...]] = {"wc": (nf, hidden[0]), "wg": (ng, hidden[0]),
+                                          "b0": (hidden[0],), "wo": (hidden[-1],), "bo": (1,)}
+    for i in range(1, len(hidden)):
+        shapes[f"w{i}"], shapes[f"b{i}"] = (hidden[i - 1], hidden[i]), (hidden[i],)
+    return shapes
 
 
 def diff_feature_spec(file_spec: Mapping[str, Any], code_spec: Mapping[str, Any]) -> list[str]:

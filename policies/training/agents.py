@@ -11,7 +11,10 @@
 
 ``agent.train(ctx) -> CandidateScorerNet`` where ``ctx`` is a :class:`TrainContext` (env
 factory, callbacks, log directory, seed, where to save, what to resume). ``init`` (a net)
-warm-starts either agent. Agents hold hyper-parameters only.
+warm-starts either agent. Agents hold hyper-parameters only. On
+:class:`envs.joint.JointEnv` (an observation with a ``phase``) the network is a
+:class:`JointScorerNet` (eviction and prefetch heads): imitation fits both, and PPO /
+MaskablePPO take its ``K + 1`` logits (DQN is refused).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.policies.training.imitation import DecisionSample, ImitationConfig, dagger
 from cachegym.policies.training.nets import (
     CandidateScorerNet,
+    JointScorerNet,
     MaskableScorerActorCriticPolicy,
     ScorerActorCriticPolicy,
     ScorerDQNPolicy,
@@ -178,6 +182,11 @@ class SB3Agent:
         if ctx.vec not in ("dummy", "subproc"):
             raise ConfigError(f"env.vec: {ctx.vec!r} is not a vectorised env; choose dummy or subproc")
         venv = SubprocVecEnv(fns) if ctx.vec == "subproc" else DummyVecEnv(fns)
+        if self.algo == "dqn" and "phase" in venv.observation_space.spaces:  # type: ignore[attr-defined]
+            venv.close()
+            raise ConfigError("agent=dqn: its Q-network is one eviction scorer; env=joint (eviction "
+                              "and prefetch heads) trains with agent=imitation, imitation_ppo, ppo "
+                              "or maskable_ppo")
         venv.seed(ctx.seed)
         cls, pol = self._classes()
         kw = dict(self.kwargs)
@@ -279,9 +288,11 @@ class ImitationAgent:
             raise ConfigError("imitation needs an env that labels decisions with the oracle")
         env = ctx.make_env(0)
         K, F, G = obs_dims(env.observation_space)
+        joint = "phase" in env.observation_space.spaces  # type: ignore[attr-defined]
         env.close()
         th.manual_seed(ctx.seed)
-        net = init if init is not None else CandidateScorerNet(F, G, ctx.hidden, ctx.ignore)
+        net: Any = init if init is not None else (JointScorerNet if joint else CandidateScorerNet)(
+            F, G, ctx.hidden, ctx.ignore)
         writer = _tb_writer(ctx.log_dir, "imitation")
 
         def on_round(r: int, stats: dict[str, Any]) -> None:

@@ -8,7 +8,9 @@ config is composed::
     policy/base_scorer      the network (conf/policy/*.yaml)
     agent/base_sb3          conf/agent/{ppo,maskable_ppo,dqn}.yaml
     agent/base_imitation    conf/agent/imitation*.yaml
-    env/base_env            conf/env/*.yaml (the env's own parameters)
+    env/base_env            conf/env/evict.yaml (the env's own parameters)
+    env/base_prefetch       conf/env/prefetch.yaml
+    env/base_joint          conf/env/joint.yaml
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from omegaconf import MISSING
 from cachegym.envs.config import AllocatorConfig, TraceConfig, register_configs
 
 __all__ = ["VecEnvKind", "RUNNER_KEYS", "ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
-           "EnvConfig", "ValidationConfig", "TrainConfig", "MainSection",
+           "EnvConfig", "PrefetchEnvConfig", "JointEnvConfig", "ValidationConfig", "TrainConfig", "MainSection",
            "register_train_configs"]
 
 
@@ -80,6 +82,7 @@ class DaggerConfig:
     max_samples: int | None = 200_000
     average_from: int | None = None
     teacher: str = "traffic"
+    prefetch_horizon: int | None = None
 
 
 @dataclass
@@ -106,6 +109,44 @@ class EnvConfig:
     reward: str = "traffic"
     invalid_action: str = "lru"
     placement: str = "bytes"
+    vec: VecEnvKind = VecEnvKind.dummy
+
+
+@dataclass
+class PrefetchEnvConfig:
+    """:class:`envs.prefetch.PrefetchEnv` (``cachegym/Prefetch-v0``): every key but
+    ``_target_`` is a constructor argument, each default the constructor's."""
+
+    _target_: str = "cachegym.envs.prefetch.PrefetchEnv"
+    K: int = 8
+    opportunity: Any = "miss"
+    window: int | None = 4096
+    capacity_of: str = "working_set"
+    reward: str = "pythia"
+    invalid_action: str = "noop"
+    cost: str | None = None
+    placement: str = "bytes"
+    write_policy: str = "write-back"
+    vec: VecEnvKind = VecEnvKind.dummy
+
+
+@dataclass
+class JointEnvConfig:
+    """:class:`envs.joint.JointEnv` (``cachegym/Joint-v0``): every key but ``_target_`` is a
+    constructor argument, each default the constructor's. ``cost``: a timing preset (needed by
+    ``reward: stall``), e.g. ``env.cost=h100_pcie5``."""
+
+    _target_: str = "cachegym.envs.joint.JointEnv"
+    K: int = 16
+    candidates: str = "lru"
+    opportunity: Any = "miss"
+    window: int | None = 4096
+    capacity_of: str = "working_set"
+    reward: str = "misses"
+    invalid_action: str = "default"
+    cost: str | None = None
+    placement: str = "bytes"
+    write_policy: str = "write-back"
     vec: VecEnvKind = VecEnvKind.dummy
 
 
@@ -160,7 +201,7 @@ class TrainConfig:
     """A policy file (``OUT/policy.npz``) whose network training starts from (a fine-tune)."""
     record_inference: list[str] = field(default_factory=list)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
+    env: Any = MISSING  # conf/env/: EnvConfig (evict), PrefetchEnvConfig or JointEnvConfig
     capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     policy: ScorerConfig = field(default_factory=ScorerConfig)
@@ -192,4 +233,6 @@ def register_train_configs() -> None:
     cs.store(group="agent", name="base_sb3", node=SB3AgentConfig)
     cs.store(group="agent", name="base_imitation", node=ImitationAgentConfig)
     cs.store(group="env", name="base_env", node=EnvConfig)
+    cs.store(group="env", name="base_prefetch", node=PrefetchEnvConfig)
+    cs.store(group="env", name="base_joint", node=JointEnvConfig)
     _registered = True

@@ -24,10 +24,17 @@ from cachegym.allocator import __version__
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.policies import features
 from cachegym.policies.learned import save_policy_file
-from cachegym.policies.training.nets import CandidateScorerNet, export_arrays, import_arrays
+from cachegym.policies.training.nets import (
+    CandidateScorerNet,
+    JointScorerNet,
+    export_arrays,
+    export_joint_arrays,
+    import_arrays,
+)
 
-__all__ = ["export_model", "export_policy", "export_file", "export_onnx", "config_hash", "scorer_of",
-           "read_sb3_zip", "sb3_scorer", "scorer_from_file", "POLICY_CLASSES"]
+__all__ = ["export_model", "export_policy", "prefetch_section", "export_file", "export_onnx",
+           "config_hash", "scorer_of", "read_sb3_zip", "sb3_scorer", "scorer_from_file",
+           "POLICY_CLASSES"]
 
 POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "ScorerActorCriticPolicy",
                   "A2C": "ScorerActorCriticPolicy", "DQN": "ScorerDQNPolicy"}
@@ -102,16 +109,20 @@ def export_model(model: Any, path: str | os.PathLike[str], *, K: int | None = No
 
 
 def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate_rule: str = "lru",
-                  config: Any = None, meta: Mapping[str, Any] | None = None) -> str:
-    """Write ``model``'s scorer as one self-describing policy file; returns its path."""
-    net = scorer_of(model)
+                  config: Any = None, meta: Mapping[str, Any] | None = None,
+                  prefetch: Mapping[str, Any] | None = None) -> str:
+    """Write ``model``'s scorer as one self-describing policy file; returns its path.
+
+    A :class:`JointScorerNet` writes both heads: ``prefetch`` then gives the prefetch head's
+    ``K``, ``opportunity`` and ``predictor`` (the env's: :func:`prefetch_section`)."""
+    joint = isinstance(model, JointScorerNet)
+    net = model.evict if joint else scorer_of(model)
     if (net.n_features, net.n_globals) != (features.F, features.G):
         raise ConfigError(f"the network reads {net.n_features} features and {net.n_globals} globals, "
                           f"cachegym.policies.features computes {features.F} and {features.G}")
-    header = {
+    header: dict[str, Any] = {
         "task": "evict",
-        "arch": {"type": "candidate_mlp", "n_features": net.n_features, "n_globals": net.n_globals,
-                 "hidden": list(net.hidden), "activation": "relu"},
+        "arch": _arch(net),
         "feature_spec": features.feature_spec(),
         "K": int(K),
         "candidate_rule": candidate_rule,
@@ -119,7 +130,35 @@ def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate
         "config_sha256": config_hash(config),
         "meta": dict(meta or {}),
     }
-    return save_policy_file(path, export_arrays(net), header)
+    if not joint:
+        return save_policy_file(path, export_arrays(net), header)
+    if prefetch is None:
+        raise ConfigError("export_policy: a JointScorerNet needs prefetch={K, opportunity, predictor} "
+                          "(prefetch_section(env) of the env it was trained in)")
+    header["prefetch"] = {"arch": _arch(model.prefetch), **prefetch}
+    return save_policy_file(path, export_joint_arrays(model), header)
+
+
+def _arch(net: CandidateScorerNet) -> dict[str, Any]:
+    return {"type": "candidate_mlp", "n_features": net.n_features, "n_globals": net.n_globals,
+            "hidden": list(net.hidden), "activation": "relu"}
+
+
+def prefetch_section(env: Any) -> dict[str, Any] | None:
+    """The policy file's ``prefetch`` section (but its ``arch``) for a network trained in
+    ``env``: its ``K``, ``opportunity`` and predictor parameters; ``None`` for an env without
+    prefetch decisions. An opportunity a deployed pool cannot tell (``"step"``: the trace's step
+    marks) is refused."""
+    from cachegym.policies.learned.policy_file import PREFETCH_OPPORTUNITIES
+
+    if "phase" not in getattr(env.observation_space, "spaces", {}):
+        return None
+    opp = env.opportunity
+    if not (opp in PREFETCH_OPPORTUNITIES or (isinstance(opp, int) and not isinstance(opp, bool))):
+        raise ConfigError(f"env.opportunity={opp!r}: a deployed prefetch head is asked "
+                          f"{' or '.join(PREFETCH_OPPORTUNITIES)} or every N accesses; a pool serving "
+                          "real work has no trace steps: train with one of those")
+    return {"K": int(env.K), "opportunity": opp, "predictor": env.predictor.params()}
 
 
 def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, K: int | None = None,

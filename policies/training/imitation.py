@@ -21,6 +21,13 @@ The label of a decision is the set of valid candidates whose next use is farthes
 several never used again, are all optimal); the loss is the listwise cross-entropy
 ``-log sum_{j in best} softmax(scores)_j`` plus a small ranking term that orders the other
 candidates by their next-use distance, so the scorer also learns which wrong answers are cheap.
+
+Eviction and prefetch together (:class:`envs.joint.JointEnv`, a :class:`JointScorerNet`): the
+eviction decisions (phase 0) train the eviction head as above; the prefetch decisions (phase
+1) train the prefetch head and its no-op score by cross-entropy over the ``K + 1`` actions on
+the env's ``oracle_action`` (the candidate used soonest, or nothing when none is used again).
+The two teachers are the halves of the stall reference of :mod:`envs.gaps` (Belady's eviction
+with the lookahead prefetcher), restricted to the env's candidates.
 """
 
 from __future__ import annotations
@@ -36,10 +43,18 @@ import torch as th
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.policies.learned import CandidateScorer
-from cachegym.policies.training.nets import NEG, CandidateScorerNet, export_arrays
+from cachegym.policies.learned.policy_file import split_heads
+from cachegym.policies.learned.prefetch_head import pick
+from cachegym.policies.training.nets import (
+    NEG,
+    CandidateScorerNet,
+    JointScorerNet,
+    export_arrays,
+    export_joint_arrays,
+)
 
-__all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "fit", "bc_loss",
-           "ImitationConfig", "dagger"]
+__all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "fit", "fit_prefetch",
+           "bc_loss", "ImitationConfig", "dagger", "learner_of", "Learner"]
 
 TEACHERS = ("belady_size", "belady", "traffic")
 _NEVER = 1e12  # ticks: a candidate never used again (finite, so that size still ranks those)
@@ -50,29 +65,44 @@ log = logging.getLogger(__name__)
 @dataclass
 class DecisionSample:
     """One labelled decision: the observation and each candidate's next-use distance
-    (``inf`` for never again; ignored where ``mask`` is False)."""
+    (``inf`` for never again; ignored where ``mask`` is False); ``phase`` 0 (eviction) or 1
+    (prefetch), and for a prefetch the teacher's ``action`` (``K``: prefetch nothing)."""
 
     cand: np.ndarray
     mask: np.ndarray
     glob: np.ndarray
     dist: np.ndarray
+    phase: int = 0
+    action: int = -1
 
 
 @dataclass
 class Dataset:
     """Aggregated decisions, stacked: ``cand`` (N, K, F), ``mask`` (N, K), ``glob`` (N, G),
-    ``dist`` (N, K) next-use distances."""
+    ``dist`` (N, K) next-use distances, ``phase`` and ``action`` (N,)."""
 
     cand: list[np.ndarray] = field(default_factory=list)
     mask: list[np.ndarray] = field(default_factory=list)
     glob: list[np.ndarray] = field(default_factory=list)
     dist: list[np.ndarray] = field(default_factory=list)
+    phase: list[int] = field(default_factory=list)
+    action: list[int] = field(default_factory=list)
 
     def add(self, s: DecisionSample) -> None:
         self.cand.append(s.cand)
         self.mask.append(s.mask)
         self.glob.append(s.glob)
         self.dist.append(s.dist)
+        self.phase.append(s.phase)
+        self.action.append(s.action)
+
+    def lists(self) -> tuple[list[Any], ...]:
+        return self.cand, self.mask, self.glob, self.dist, self.phase, self.action
+
+    def of_phase(self, phase: int) -> Dataset:
+        """The decisions of one phase (0 eviction, 1 prefetch)."""
+        keep = [i for i, p in enumerate(self.phase) if p == phase]
+        return Dataset(*([lst[i] for i in keep] for lst in self.lists()))
 
     def __len__(self) -> int:
         return len(self.cand)
@@ -142,12 +172,25 @@ def bc_loss(scores: th.Tensor, best: th.Tensor, mask: th.Tensor, key: th.Tensor,
     return ce + rank_weight * (pair * valid).sum() / n
 
 
-def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: int = 256,
-        lr: float = 3e-3, rank_weight: float = 0.1, regression_weight: float = 0.0, seed: int = 0,
-        weight_decay: float = 1e-5, set_normalization: bool = True, teacher: str = "belady_size",
+def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int = 5,
+        batch_size: int = 256, lr: float = 3e-3, rank_weight: float = 0.1,
+        regression_weight: float = 0.0, seed: int = 0, weight_decay: float = 1e-5,
+        set_normalization: bool = True, teacher: str = "belady_size",
         progress: Callable[[int, float], None] | None = None) -> list[float]:
     """Fit ``net`` on ``data`` (behaviour cloning of ``teacher``); returns the mean loss of
-    every epoch."""
+    every epoch (a :class:`JointScorerNet`: both heads', summed)."""
+    if isinstance(net, JointScorerNet):
+        kw: dict[str, Any] = dict(epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                                  weight_decay=weight_decay, set_normalization=set_normalization)
+        ev = data.of_phase(0)
+        h_ev = fit(net.evict, ev, rank_weight=rank_weight, regression_weight=regression_weight,
+                   teacher=teacher, **kw) if len(ev) else []
+        h_pf = fit_prefetch(net, data.of_phase(1), **kw)
+        hist = [a + b for a, b in zip(h_ev, h_pf)] if h_ev and h_pf else h_ev or h_pf
+        if progress is not None:
+            for i, x in enumerate(hist):
+                progress(i, x)
+        return hist
     cand, mask, glob, dist = data.arrays()
     if set_normalization:
         net.set_normalization(cand, mask, glob)
@@ -159,8 +202,54 @@ def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: 
     if n == 0:
         log.warning("imitation: no decision with more than one candidate; nothing to fit")
         return []
+
+    def loss_of(idx: th.Tensor) -> th.Tensor:
+        scores = net(tc[idx], tg[idx], tm[idx].float())
+        return bc_loss(scores, tb[idx], tm[idx], tk[idx], rank_weight, regression_weight)
+
+    return _optimise(net, n, loss_of, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                     weight_decay=weight_decay, progress=progress)
+
+
+def fit_prefetch(net: JointScorerNet, data: Dataset, *, epochs: int = 5, batch_size: int = 256,
+                 lr: float = 3e-3, seed: int = 0, weight_decay: float = 1e-5,
+                 set_normalization: bool = True) -> list[float]:
+    """Fit the prefetch head and the no-op score of ``net`` on prefetch decisions: cross-entropy
+    of the ``K + 1`` logits on the teacher's action (:func:`bc_loss` with one optimal action)."""
+    if not len(data):
+        log.warning("imitation: no prefetch decision; the prefetch head is not fitted")
+        return []
+    cand, mask, glob, _ = data.arrays()
+    if set_normalization:
+        net.prefetch.set_normalization(cand, mask, glob)
+    action = np.asarray(data.action, np.int64)
+    K = mask.shape[1]
+    full = np.concatenate([mask, np.ones((len(mask), 1), bool)], axis=1)  # the no-op: always valid
+    best = np.zeros_like(full)
+    best[np.arange(len(action)), np.where(action < 0, K, action)] = True
+    tc, tm, tg = th.as_tensor(cand), th.as_tensor(mask), th.as_tensor(glob)
+    tf, tb = th.as_tensor(full), th.as_tensor(best)
+    key = th.zeros(full.shape, dtype=th.float32)  # (no ranking term: one optimal action)
+
+    def loss_of(idx: th.Tensor) -> th.Tensor:
+        logits = net.prefetch_logits(tc[idx], tg[idx], tm[idx].float())
+        return bc_loss(logits, tb[idx], tf[idx], key[idx], 0.0, 0.0)
+
+    return _optimise(net, len(tc), loss_of, epochs=epochs, batch_size=batch_size, lr=lr,
+                     seed=seed, weight_decay=weight_decay, params=[
+                         *net.prefetch.parameters(), net.noop])
+
+
+def _optimise(net: th.nn.Module, n: int, loss_of: Callable[[th.Tensor], th.Tensor], *,
+              epochs: int, batch_size: int, lr: float, seed: int, weight_decay: float,
+              progress: Callable[[int, float], None] | None = None,
+              params: Sequence[th.Tensor] | None = None) -> list[float]:
+    """Adam with a cosine schedule over ``epochs`` shuffled passes of ``n`` samples, minimising
+    ``loss_of(batch indices)`` over ``params`` (all of ``net``'s by default); returns the mean
+    loss of every epoch."""
     gen = th.Generator().manual_seed(seed)
-    opt = th.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = th.optim.Adam(list(net.parameters()) if params is None else list(params), lr=lr,
+                        weight_decay=weight_decay)
     steps = epochs * math.ceil(n / batch_size)
     sched = th.optim.lr_scheduler.CosineAnnealingLR(opt, max(steps, 1))
     net.train()
@@ -170,8 +259,7 @@ def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: 
         total, count = 0.0, 0
         for i in range(0, n, batch_size):
             idx = perm[i:i + batch_size]
-            scores = net(tc[idx], tg[idx], tm[idx].float())
-            loss = bc_loss(scores, tb[idx], tm[idx], tk[idx], rank_weight, regression_weight)
+            loss = loss_of(idx)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -185,8 +273,24 @@ def fit(net: CandidateScorerNet, data: Dataset, *, epochs: int = 5, batch_size: 
     return history
 
 
-def agreement(net: CandidateScorerNet, data: Dataset, teacher: str = "belady_size") -> float:
-    """Fraction of decisions where the net's choice is one of the teacher's optimal ones."""
+def agreement(net: CandidateScorerNet | JointScorerNet, data: Dataset,
+              teacher: str = "belady_size") -> float:
+    """Fraction of decisions where the net's choice is one of the teacher's optimal ones (a
+    :class:`JointScorerNet`: of both phases' decisions)."""
+    if isinstance(net, JointScorerNet):
+        ev, pf = data.of_phase(0), data.of_phase(1)
+        n_ev, n_pf = len(ev), len(pf)
+        a_ev = agreement(net.evict, ev, teacher) * n_ev if n_ev else 0.0
+        a_pf = 0.0
+        if n_pf:
+            cand, mask, glob, _ = pf.arrays()
+            with th.no_grad():
+                s = net.prefetch_logits(th.as_tensor(cand), th.as_tensor(glob),
+                                        th.as_tensor(mask).float()).numpy()
+            want = np.asarray(pf.action)
+            want = np.where(want < 0, mask.shape[1], want)
+            a_pf = float((s.argmax(axis=1) == want).sum())
+        return (a_ev + a_pf) / max(n_ev + n_pf, 1)
     cand, mask, glob, dist = data.arrays()
     best, _ = targets(mask, teacher_distances(dist, cand, mask, teacher))
     with th.no_grad():
@@ -206,7 +310,12 @@ class ImitationConfig:
     2018); the rounds' own rollouts still use the latest weights. ``None``: the last round's.
 
     ``teacher``: whose choices are imitated (:data:`TEACHERS`; see the module docstring):
-    ``"belady_size"`` (next use times size) or ``"belady"`` (next use)."""
+    ``"belady_size"`` (next use times size) or ``"belady"`` (next use).
+
+    ``prefetch_horizon`` (ticks; a joint env's prefetch decisions): the teacher prefetches the
+    candidate used soonest only when that use is at most this far ahead, else nothing (an
+    object fetched long before its use occupies the pool meanwhile); ``None``: whenever a
+    candidate is used again (the env's ``oracle_action``)."""
 
     rounds: int = 3
     steps_per_round: int = 20_000
@@ -220,6 +329,7 @@ class ImitationConfig:
     max_samples: int | None = 200_000
     average_from: int | None = None
     teacher: str = "belady_size"
+    prefetch_horizon: int | None = None
 
     def __post_init__(self) -> None:  # a bad schedule fails when the agent is built, not later
         bad = [f"{k}={getattr(self, k)!r} (must be an int >= 1)"
@@ -235,6 +345,10 @@ class ImitationConfig:
         if not (self.rank_weight >= 0 and self.regression_weight >= 0):
             bad.append(f"rank_weight={self.rank_weight!r}, regression_weight="
                        f"{self.regression_weight!r} (must be >= 0)")
+        if self.prefetch_horizon is not None and not (
+                isinstance(self.prefetch_horizon, int) and self.prefetch_horizon >= 1):
+            bad.append(f"prefetch_horizon={self.prefetch_horizon!r} (ticks >= 1, or null: the "
+                       "env's oracle)")
         if self.teacher not in TEACHERS:
             bad.append(f"teacher={self.teacher!r} (one of {', '.join(TEACHERS)})")
         if bad:
@@ -244,18 +358,40 @@ class ImitationConfig:
                               f"{self.rounds}) or null, got {self.average_from}")
 
 
-def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None,
-                                                       float, int, np.random.Generator],
-                                                      Sequence[DecisionSample]],
+Learner = Callable[[np.ndarray, np.ndarray, np.ndarray, int], int]
+"""``learner(cand, mask, glob, phase) -> action`` (the env's action index)."""
+
+
+def learner_of(net: CandidateScorerNet | JointScorerNet) -> Learner:
+    """The NumPy twin of ``net`` (the deployed forward pass, for fast rollouts) as a learner."""
+    if not isinstance(net, JointScorerNet):
+        twin = CandidateScorer(export_arrays(net))
+        return lambda c, m, g, phase: twin.choose(c, g, m)
+    evict, pf = split_heads(export_joint_arrays(net))
+    ev_twin = CandidateScorer(evict)
+    noop = float(pf.pop("noop")[0])
+    pf_twin = CandidateScorer(pf)
+
+    def act(c: np.ndarray, m: np.ndarray, g: np.ndarray, phase: int) -> int:
+        if phase == 0:
+            return ev_twin.choose(c, g, m)
+        j = pick(pf_twin.scores(c, g, m), len(m), noop)
+        return j[0] if j else len(m)
+
+    return act
+
+
+def dagger(net: CandidateScorerNet | JointScorerNet,
+           collect: Callable[[Learner | None, float, int, np.random.Generator], Sequence[DecisionSample]],
            cfg: ImitationConfig, *, seed: int = 0,
            on_round: Callable[[int, dict[str, Any]], None] | None = None) -> Dataset:
     """Run DAgger. ``collect(learner, beta, n, rng)`` drives the env for ``n`` decisions,
-    choosing the oracle's action with probability ``beta`` and ``learner(cand, mask, glob)``
-    otherwise, and returns the labelled decisions it visited."""
+    choosing the oracle's action with probability ``beta`` and ``learner(cand, mask, glob,
+    phase)`` otherwise, and returns the labelled decisions it visited."""
     rng = np.random.default_rng(seed)
     data = Dataset()
 
-    learner: Callable[[np.ndarray, np.ndarray, np.ndarray], int] | None = None
+    learner: Learner | None = None
     ends: list[list[th.Tensor]] = []  # the weights at the end of the averaged rounds
     for r in range(cfg.rounds):
         beta = 1.0 if r == 0 else cfg.beta0 * cfg.beta_decay ** r
@@ -264,15 +400,14 @@ def dagger(net: CandidateScorerNet, collect: Callable[[Callable[[np.ndarray, np.
             data.add(s)
         if cfg.max_samples is not None and len(data) > cfg.max_samples:
             drop = len(data) - cfg.max_samples  # keep the most recent rounds' states
-            for lst in (data.cand, data.mask, data.glob, data.dist):
+            for lst in data.lists():
                 del lst[:drop]
         hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                    rank_weight=cfg.rank_weight, regression_weight=cfg.regression_weight,
                    seed=seed + r, set_normalization=r == 0, teacher=cfg.teacher)
         if cfg.average_from is not None and r >= cfg.average_from:
             ends.append([p.detach().clone() for p in net.parameters()])
-        twin = CandidateScorer(export_arrays(net))  # the NumPy twin: fast rollouts
-        learner = lambda c, m, g, twin=twin: twin.choose(c, g, m)  # noqa: E731
+        learner = learner_of(net)
         stats = {"round": r, "beta": beta, "samples": len(data), "new": len(samples),
                  "loss": hist[-1] if hist else float("nan"),
                  "agreement": agreement(net, data, cfg.teacher)}

@@ -52,7 +52,8 @@ from torch import nn
 
 __all__ = [
     "CandidateScorerNet", "feature_indices", "export_arrays", "import_arrays", "ScorerActorCriticPolicy",
-    "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG",
+    "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG", "JointScorerNet",
+    "export_joint_arrays",
 ]
 
 NEG = -1.0e9
@@ -190,32 +191,45 @@ def export_arrays(net: CandidateScorerNet) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------------- SB3 plumbing
 class DictPassthrough(BaseFeaturesExtractor):
-    """Concatenates ``[candidates.flatten(), globals, mask]``; the scorer splits them again."""
+    """Concatenates ``[candidates.flatten(), globals, mask]`` (and the ``phase`` of
+    :class:`envs.joint.JointEnv`, 0 or 1, last); the scorer splits them again."""
 
     def __init__(self, observation_space: spaces.Dict) -> None:
         K, F, G = obs_dims(observation_space)
-        super().__init__(observation_space, K * F + G + K)
+        self.joint = "phase" in observation_space.spaces
+        super().__init__(observation_space, K * F + G + K + self.joint)
         self.K, self.F, self.G = K, F, G
 
     def forward(self, obs: dict[str, th.Tensor]) -> th.Tensor:  # type: ignore[override]
         b = obs["candidates"].shape[0]
-        return th.cat([obs["candidates"].reshape(b, -1).float(), obs["globals"].float(),
-                       obs["mask"].reshape(b, -1).float()], dim=1)
+        parts = [obs["candidates"].reshape(b, -1).float(), obs["globals"].float(),
+                 obs["mask"].reshape(b, -1).float()]
+        if self.joint:  # SB3 one-hot encodes a Discrete(2) entry: its second column is the phase
+            ph = obs["phase"].float().reshape(b, -1)
+            parts.append(ph[:, 1:2] if ph.shape[1] == 2 else ph)
+        return th.cat(parts, dim=1)
 
 
 def split_obs(x: th.Tensor, K: int, F: int, G: int) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    return x[:, :K * F].reshape(-1, K, F), x[:, K * F:K * F + G], x[:, K * F + G:]
+    return x[:, :K * F].reshape(-1, K, F), x[:, K * F:K * F + G], x[:, K * F + G:K * F + G + K]
+
+
+def phase_of(x: th.Tensor, K: int, F: int, G: int) -> th.Tensor:
+    """The phase column :class:`DictPassthrough` appends for a joint env, ``(B,)``."""
+    return x[:, K * F + G + K]
 
 
 class ScorerExtractor(nn.Module):
     """SB3 ``mlp_extractor``: actor latent = the scorer's masked scores (K), critic latent =
     masked mean of the scorer's hidden layer with the (normalised) globals, through one layer."""
 
-    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int], ignore: Sequence[int] = ()) -> None:
+    def __init__(self, K: int, F: int, G: int, hidden: Sequence[int], ignore: Sequence[int] = (),
+                 joint: bool = False) -> None:
         super().__init__()
         self.K, self.F, self.G = K, F, G
-        self.scorer = CandidateScorerNet(F, G, hidden, ignore)
-        self.latent_dim_pi = K
+        self.joint = joint  # a JointScorerNet: K + 1 logits, the phase picks the head
+        self.scorer: Any = (JointScorerNet if joint else CandidateScorerNet)(F, G, hidden, ignore)
+        self.latent_dim_pi = K + joint
         self.latent_dim_vf = hidden[-1]
         self.value_in = nn.Linear(hidden[-1] + G, hidden[-1])
 
@@ -224,14 +238,20 @@ class ScorerExtractor(nn.Module):
 
     def forward_actor(self, x: th.Tensor) -> th.Tensor:
         cand, glob, mask = split_obs(x, self.K, self.F, self.G)
-        return self.scorer(cand, glob, mask)
+        if self.joint:
+            return self.scorer(cand, glob, mask, phase_of(x, self.K, self.F, self.G))  # type: ignore[no-any-return]
+        return self.scorer(cand, glob, mask)  # type: ignore[no-any-return]
 
     def forward_critic(self, x: th.Tensor) -> th.Tensor:
         cand, glob, mask = split_obs(x, self.K, self.F, self.G)
-        h = self.scorer.hidden_features(cand, glob)
+        net = self.scorer.evict if self.joint else self.scorer
+        h = net.hidden_features(cand, glob)
+        if self.joint:  # the hidden layer of the phase's head
+            ph = phase_of(x, self.K, self.F, self.G).reshape(-1, 1, 1) > 0.5
+            h = th.where(ph, self.scorer.prefetch.hidden_features(cand, glob), h)
         m = mask.unsqueeze(-1)
         pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)
-        g = (glob - self.scorer.glob_mean) / self.scorer.glob_std
+        g = (glob - net.glob_mean) / net.glob_std
         return th.tanh(self.value_in(th.cat([pooled, g], dim=1)))
 
 
@@ -246,7 +266,8 @@ class _ScorerActorCriticMixin:
 
     def _build_mlp_extractor(self) -> None:
         K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
-        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore)
+        joint = "phase" in self.observation_space.spaces  # type: ignore[attr-defined]
+        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore, joint=joint)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)  # type: ignore[misc]
@@ -342,3 +363,48 @@ class ScorerDQNPolicy(DQNPolicy):
     @property
     def scorer(self) -> CandidateScorerNet:
         return self.q_net.scorer  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------- eviction + prefetch
+class JointScorerNet(nn.Module):
+    """Two :class:`CandidateScorerNet` heads, one per decision of :class:`envs.joint.JointEnv`:
+    ``evict`` scores eviction candidates, ``prefetch`` prefetch candidates, and ``noop`` is the
+    score of prefetching nothing. :meth:`forward` gives the env's ``K + 1`` action logits of a
+    batch of either phase (eviction: the no-op is :data:`NEG`). Exported as one policy file
+    (:func:`policies.training.export.export_policy`): the eviction scorer, and the prefetch
+    scorer under ``p/``."""
+
+    def __init__(self, n_features: int, n_globals: int, hidden: Sequence[int] = (64, 64),
+                 ignore: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.n_features, self.n_globals, self.hidden = n_features, n_globals, list(hidden)
+        self.evict = CandidateScorerNet(n_features, n_globals, hidden, ignore)
+        self.prefetch = CandidateScorerNet(n_features, n_globals, hidden, ignore)
+        self.noop = nn.Parameter(th.zeros(1))
+
+    def set_normalization(self, cand: np.ndarray, mask: np.ndarray, glob: np.ndarray) -> None:
+        """Both heads' input standardisation from the same observations."""
+        self.evict.set_normalization(cand, mask, glob)
+        self.prefetch.set_normalization(cand, mask, glob)
+
+    def prefetch_logits(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor) -> th.Tensor:
+        """``(B, K + 1)``: the prefetch head's scores, then the no-op's."""
+        s = self.prefetch(cand, glob, mask)
+        return th.cat([s, self.noop.expand(s.shape[0], 1)], dim=1)
+
+    def forward(self, cand: th.Tensor, glob: th.Tensor, mask: th.Tensor, phase: th.Tensor) -> th.Tensor:
+        ev = self.evict(cand, glob, mask)
+        ev = th.cat([ev, ev.new_full((ev.shape[0], 1), NEG)], dim=1)
+        pf = self.prefetch_logits(cand, glob, mask)
+        return th.where(phase.reshape(-1, 1) > 0.5, pf, ev)
+
+
+def export_joint_arrays(net: JointScorerNet) -> dict[str, np.ndarray]:
+    """:func:`export_arrays` of both heads: the eviction scorer's names, the prefetch scorer's
+    under ``p/`` with ``p/noop`` (the layout :meth:`policies.learned.LearnedPolicy.load` reads)."""
+    from cachegym.policies.learned.policy_file import PREFETCH_PREFIX
+
+    out = export_arrays(net.evict)
+    out.update({PREFETCH_PREFIX + k: v for k, v in export_arrays(net.prefetch).items()})
+    out[PREFETCH_PREFIX + "noop"] = net.noop.detach().numpy().astype(np.float32).reshape(1)
+    return out

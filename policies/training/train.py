@@ -8,6 +8,10 @@ the agent (``cfg.agent``: SB3 or imitation; from ``init_from=POLICY.npz``'s netw
 continuing ``resume=MODEL.zip``); validate on the held-out traces during training (miss ratio
 against LRU and Belady, TensorBoard); export ``OUT/policy.npz``; save the SB3 model as
 ``OUT/<algo>.zip`` (SB3 agents and the imitation agent's fine-tune); write ``OUT/train.json``.
+With ``env=joint`` (:class:`envs.joint.JointEnv`)
+the network has an eviction and a prefetch head (:class:`policies.training.nets.JointScorerNet`),
+both in the one exported file (its ``prefetch`` section: the env's ``K``, ``opportunity`` and
+candidate predictor), and validation adds stall under the env's ``cost`` preset.
 
 Determinism: one seed drives torch, NumPy and every env. With ``torch_threads=1`` and
 ``deterministic=true`` (``torch.use_deterministic_algorithms``) two runs with the same seed
@@ -40,6 +44,7 @@ from cachegym.policies.training.config import RUNNER_KEYS
 from cachegym.policies.training.export import (
     config_hash,
     export_policy,
+    prefetch_section,
     read_sb3_zip,
     scorer_from_file,
 )
@@ -184,16 +189,22 @@ class EnvFactory:
 class Collector:
     """Drives the envs for imitation: ``collect(learner, beta, n, rng)`` returns ``n`` labelled
     decisions. Each decision is acted on by the teacher with probability ``beta`` (always when
-    ``learner`` is None), else by ``learner(cand, mask, glob)``; every visited state is labelled
-    with the env's next-use distances. The teacher (:data:`policies.training.imitation.TEACHERS`)
-    is Belady (the env's ``info["oracle_action"]``) or Belady-Size (the candidate whose next use
-    times size is farthest: :func:`~policies.training.imitation.teacher_distances`)."""
+    ``learner`` is None), else by ``learner(cand, mask, glob, phase)``; every visited state is
+    labelled with the env's next-use distances. The teacher
+    (:data:`policies.training.imitation.TEACHERS`) of an eviction is Belady (the env's
+    ``info["oracle_action"]``) or Belady-Size (the candidate whose next use times size is
+    farthest: :func:`~policies.training.imitation.teacher_distances`); of a prefetch (an env
+    with a ``phase``, :class:`envs.joint.JointEnv`) the env's ``oracle_action`` (the candidate
+    used soonest, or nothing), recorded in the sample."""
 
-    def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size") -> None:
+    def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size",
+                 prefetch_horizon: int | None = None) -> None:
         self.envs = [factory(i) for i in range(len(factory.capacities))]
         self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
+        self.joint = "phase" in self.envs[0].observation_space.spaces  # eviction and prefetch
         self.progress = progress
         self.teacher = teacher
+        self.horizon = prefetch_horizon  # the prefetch teacher's (ImitationConfig.prefetch_horizon)
         self._n_resets = 0
 
     def __call__(self, learner: Any, beta: float, n: int, rng: np.random.Generator) -> list[DecisionSample]:
@@ -212,14 +223,18 @@ class Collector:
                 mask = np.asarray(obs["mask"]).astype(bool)
                 glob = np.asarray(obs["globals"], np.float32)
                 dist = np.asarray(info["next_use"], np.float64)
-                out.append(DecisionSample(cand, mask, glob, dist))
+                phase = int(obs["phase"]) if self.joint else 0
+                oracle = int(info["oracle_action"])
+                if phase and self.horizon is not None and oracle < self.K and dist[oracle] > self.horizon:
+                    oracle = self.K  # used, but too far ahead: the teacher waits
+                out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1))
                 if learner is None or rng.random() < beta:
-                    if self.teacher == "belady":
-                        a = int(info["oracle_action"])
+                    if self.teacher == "belady" or phase:
+                        a = oracle
                     else:
                         a = int(np.argmax(teacher_distances(dist, cand, mask, self.teacher)))
                 else:
-                    a = int(learner(cand, mask, glob))
+                    a = int(learner(cand, mask, glob, phase))
                 obs, _, term, trunc, info = env.step(a)
                 done = term or trunc
                 bar.update(1)
@@ -311,17 +326,20 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         val_traces = [t if len(t) <= val.max_requests else t.window(0, int(val.max_requests))
                       for t in val_traces]
     env_node = cfg.env
-    K, rule = int(env_node.K), str(env_node.candidates)
+    K, rule = int(env_node.K), str(env_node.get("candidates", "lru"))
+    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
+    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
+    collector = Collector(factory, progress=bool(cfg.progress),
+                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")),
+                          prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None))
+    prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     alloc = cfg.allocator
     validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),
                           os.path.join(out, "checkpoints"), K=K, candidate_rule=rule,
                           placement=str(enum_value(alloc.placement)),
                           oversize=str(enum_value(alloc.oversize)),
-                          write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg)
-    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
-    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
-    collector = Collector(factory, progress=bool(cfg.progress),
-                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")))
+                          write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg,
+                          prefetch=prefetch, preset=env_node.get("cost"))
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
@@ -339,7 +357,7 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
             "validation_traces": [t.name for t in val_traces], "seed": seed}
     path = export_policy(net, os.path.join(out, str(cfg.export_name)), K=K, candidate_rule=rule,
-                         config=cfg, meta=meta)
+                         config=cfg, meta=meta, prefetch=prefetch)
     final = validator.evaluate_file(path) if validator.runs else {}
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
               "history": validator.history, "best_step": validator.best_step,

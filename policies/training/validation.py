@@ -20,7 +20,7 @@ from cachegym.allocator.trace import Trace
 from cachegym.envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
 from cachegym.envs.gaps import gap_closed
 from cachegym.policies.training.export import export_policy
-from cachegym.policies.training.nets import CandidateScorerNet
+from cachegym.policies.training.nets import CandidateScorerNet, JointScorerNet
 
 __all__ = ["Validator"]
 
@@ -34,12 +34,17 @@ class Validator:
     Figures (means over traces x capacities): ``miss_ratio_learned``, ``miss_ratio_lru``,
     ``traffic_learned``, ``traffic_lru`` (bytes copied), ``gap_closed_traffic`` and
     ``gap_closed_misses`` (``(LRU - learned) / (LRU - bound)``) and their minima (``_min``).
+    A joint network (``prefetch`` given) under a timing preset (``preset``, the training env's
+    ``cost``) adds ``stall_learned`` (ns: the file's eviction and prefetch heads, the network
+    alone), ``stall_lru_lookahead`` (LRU with the lookahead prefetcher) and
+    ``stall_ratio`` (their ratio's mean).
     """
 
     def __init__(self, traces: Sequence[Trace], capacities: Sequence[float], capacity_of: str,
                  ckpt_dir: str, *, K: int, candidate_rule: str, placement: str = "bytes",
                  oversize: str = "bypass", write_policy: str = "write-back", seed: int = 0,
-                 config: Any = None) -> None:
+                 config: Any = None, prefetch: dict[str, Any] | None = None,
+                 preset: str | None = None) -> None:
         self.runs = [(t, c, resolve_capacity(float(c), t, "bytes", capacity_of))
                      for t in traces for c in capacities]
         self.ckpt_dir = ckpt_dir
@@ -47,6 +52,8 @@ class Validator:
         self.opts = {"placement": placement, "oversize": oversize, "write_policy": write_policy,
                      "seed": seed, "decision_timing": False}
         self.config = config
+        self.prefetch = prefetch  # a joint network's prefetch section (export_policy's prefetch=)
+        self.preset = preset if prefetch is not None else None  # stall figures: joint networks only
         self._ref: dict[tuple[int, str], dict[str, Any]] = {}
         self._bounds: dict[int, Any] = {}  # run -> its offline bound (policies.bounds.Bound)
         self.history: list[dict[str, float]] = []
@@ -55,9 +62,11 @@ class Validator:
         self.best_step: int | None = None
         self.best_state: dict[str, Any] | None = None
 
-    def _row(self, i: int, policy: str, learned: str | None = None) -> dict[str, Any]:
+    def _row(self, i: int, policy: str, learned: str | None = None, prefetch: str = "none",
+             preset: str = "none") -> dict[str, Any]:
         t, c, cap = self.runs[i]
-        spec = RunSpec(t.name, cap, str(c), "bytes", policy, "none", "none", learned=learned)
+        spec = RunSpec(t.name, cap, str(c), "bytes", policy, prefetch, preset, learned=learned,
+                       guard="shadow" if preset == "none" else "none")
         return run_one(t, spec, **self.opts)  # type: ignore[arg-type]
 
     def _bound(self, i: int) -> Any:
@@ -97,7 +106,24 @@ class Validator:
         for obj, xs in gaps.items():
             out[f"gap_closed_{obj}"] = float(np.mean(xs)) if xs else math.nan
             out[f"gap_closed_{obj}_min"] = float(np.min(xs)) if xs else math.nan
+        if self.preset is not None:
+            out.update(self._stall(path, self.preset))
         return out
+
+    def _stall(self, path: str, preset: str) -> dict[str, float]:
+        """Stall of the file's two heads against LRU with the lookahead prefetcher."""
+        from cachegym.envs.evaluation import LEARNED_PREFETCH
+
+        mine, ref = [], []
+        for i in range(len(self.runs)):
+            if (i, "lookahead") not in self._ref:
+                self._ref[(i, "lookahead")] = self._row(i, "lru", prefetch="lookahead", preset=preset)
+            ref.append(float(self._ref[(i, "lookahead")]["stall_ns"]))
+            mine.append(float(self._row(i, learned_name("none"), learned=path,
+                                        prefetch=LEARNED_PREFETCH + path, preset=preset)["stall_ns"]))
+        ratios = [m / r for m, r in zip(mine, ref) if r > 0]
+        return {"stall_learned": float(np.mean(mine)), "stall_lru_lookahead": float(np.mean(ref)),
+                "stall_ratio": float(np.mean(ratios)) if ratios else math.nan}
 
     @staticmethod
     def score(figs: dict[str, float]) -> float:
@@ -109,10 +135,11 @@ class Validator:
             return -figs.get("traffic_learned", math.inf)
         return m + min(0.0, lo)
 
-    def __call__(self, step: int, net: CandidateScorerNet) -> dict[str, float]:
+    def __call__(self, step: int, net: CandidateScorerNet | JointScorerNet) -> dict[str, float]:
         os.makedirs(self.ckpt_dir, exist_ok=True)
         path = export_policy(net, os.path.join(self.ckpt_dir, f"step_{step}.npz"), K=self.K,
-                             candidate_rule=self.rule, config=self.config, meta={"step": step})
+                             candidate_rule=self.rule, config=self.config, meta={"step": step},
+                             prefetch=self.prefetch)
         self.last_path = path
         if not self.runs:
             return {}

@@ -13,10 +13,10 @@ import cachegym.envs  # noqa: F401
 from cachegym.allocator.errors import ConfigError, InvalidActionError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
-from cachegym.envs.candidates import SuccessorPredictor
 from cachegym.envs.prefetch import PrefetchEnv
 from cachegym.policies import features
 from cachegym.policies.lru import LRU
+from cachegym.policies.successors import SuccessorPredictor
 
 
 def pattern_trace(n_rounds: int = 40, seed: int = 0, writes: bool = True,

@@ -104,11 +104,31 @@ def test_constructor_defaults_equal_the_hydra_defaults(yaml_file: Path) -> None:
     assert not differ, f"{yaml_file.name}: (yaml, constructor) differ: {differ}"
 
 
-def test_env_schema_defaults_equal_the_constructor_defaults() -> None:
-    """The ``env/base_env`` schema (what a yaml that leaves a key out gets) agrees too."""
-    from cachegym.policies.training.config import RUNNER_KEYS, EnvConfig
+@pytest.mark.parametrize("schema_name", ["EnvConfig", "PrefetchEnvConfig", "JointEnvConfig"])
+def test_env_schema_defaults_equal_the_constructor_defaults(schema_name: str) -> None:
+    """The ``env/base_env``, ``env/base_prefetch`` and ``env/base_joint`` schemas (what a yaml
+    that leaves a key out gets) agree too (the runner's keys, ``vec``, are no env argument)."""
+    from cachegym.policies.training import config
 
-    schema = {f.name: f.default for f in dataclasses.fields(EnvConfig)
-              if f.name != "_target_" and f.name not in RUNNER_KEYS}
-    defaults = _defaults(_target(EnvConfig._target_))
+    cls = getattr(config, schema_name)
+    schema = {f.name: f.default for f in dataclasses.fields(cls)
+              if f.name != "_target_" and f.name not in config.RUNNER_KEYS}
+    defaults = _defaults(_target(cls._target_))
     assert {k: defaults.get(k, "<missing>") for k in schema} == schema
+
+
+def test_every_env_yaml_is_one_registered_env_and_uses_its_schema() -> None:
+    """``conf/env/`` holds a config for each of Evict-v0, Prefetch-v0 and Joint-v0, each
+    composed over the schema of its own env."""
+    from cachegym.policies.training import config
+
+    schemas = {"base_env": config.EnvConfig, "base_prefetch": config.PrefetchEnvConfig,
+               "base_joint": config.JointEnvConfig}
+    targets = set()
+    for f in sorted(CONF_ENV.glob("*.yaml")):
+        cfg = yaml.safe_load(f.read_text())
+        (base,) = [d for d in cfg["defaults"] if d != "_self_"]
+        assert schemas[base]._target_ == cfg["_target_"], f.name
+        targets.add(cfg["_target_"])
+    assert targets == {"cachegym.envs.evict.EvictEnv", "cachegym.envs.prefetch.PrefetchEnv",
+                       "cachegym.envs.joint.JointEnv"}

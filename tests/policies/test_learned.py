@@ -785,7 +785,7 @@ def test_learned_modules_import_only_those_before_them() -> None:
     modules listed before it in the package's docstring."""
     import ast
 
-    order = ["policy_file", "network", "models", "guards", "policy"]
+    order = ["policy_file", "network", "prefetch_head", "models", "guards", "policy"]
     pkg = os.path.join(ROOT, "policies", "learned")
     for i, name in enumerate(order):
         with open(os.path.join(pkg, f"{name}.py")) as f:

@@ -1,4 +1,6 @@
-"""Cheap predictors that propose prefetch candidates to :class:`envs.prefetch.PrefetchEnv`."""
+"""Cheap predictors that propose prefetch candidates: to :class:`envs.prefetch.PrefetchEnv` and
+:class:`envs.joint.JointEnv` during training, and to an exported policy's prefetch head
+(:meth:`policies.learned.LearnedPolicy.prefetch`) in deployment: one implementation."""
 
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ class SuccessorPredictor:
             raise ConfigError(f"SuccessorPredictor needs depth, width, hops >= 1, got {depth}, {width}, {hops}")
         self.depth, self.width, self.hops = depth, width, hops
         self.reset()
+
+    def params(self) -> dict[str, int]:
+        """The constructor's arguments (written into an exported policy's prefetch head)."""
+        return {"depth": self.depth, "width": self.width, "hops": self.hops}
 
     def reset(self) -> None:
         self._succ: dict[int, dict[int, None]] = {}

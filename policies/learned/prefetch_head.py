@@ -1,0 +1,124 @@
+"""The prefetch head of an exported policy: :class:`PrefetchHead`, the network that answers
+``prefetch(view, key)`` exactly as the agent answered in :class:`envs.prefetch.PrefetchEnv` and
+:class:`envs.joint.JointEnv`.
+
+After each access it records the access in its :class:`policies.successors.SuccessorPredictor`
+(the envs' candidate proposer, same parameters), and at an opportunity (the file's
+``prefetch.opportunity``: after a demand miss, after every access, or every N accesses) it
+scores the predictor's up-to-``K`` candidates with the features of :mod:`policies.features`
+and the forward pass of :class:`policies.kernels.Scorer` (one pass), and compares the best
+score with the no-op's: the env's action is the argmax over ``K`` candidates and the no-op,
+the no-op last, so a candidate that ties it is prefetched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cachegym.allocator.errors import ConfigError
+from cachegym.policies import features as _features
+from cachegym.policies.learned.network import CandidateScorer
+from cachegym.policies.successors import SuccessorPredictor
+
+if TYPE_CHECKING:
+    from cachegym.allocator.pool import PoolView
+
+__all__ = ["PrefetchHead", "pick"]
+
+
+def pick(scores: np.ndarray, n: int, noop: float, depth: int = 1) -> list[int]:
+    """Up to ``depth`` of the first ``n`` candidates to prefetch, best first: those scoring at
+    least the no-op's ``noop`` (the first of equal scores first). With ``depth=1`` it is the
+    env's action, the argmax over the candidates then the no-op (empty: the no-op). The one rule
+    of training (:mod:`policies.training.imitation`'s learner) and deployment."""
+    s = scores[:n]
+    if depth == 1:  # (the common case, without a sort)
+        j = int(s.argmax())
+        return [j] if s[j] >= noop else []
+    out = []
+    for j in np.argsort(-s, kind="stable")[:depth].tolist():
+        if s[j] < noop:
+            break
+        out.append(j)
+    return out
+
+
+class PrefetchHead:
+    """The prefetch scorer of a policy file (``header["prefetch"]``, weights ``arrays``) with the
+    state it keeps across accesses (its predictor, the misses it has seen).
+
+    ``depth``: the most prefetches per opportunity, the best-scored candidates that beat the
+    no-op (1: the env's decision, what the head was trained on). ``budget_bytes``: the most
+    bytes in flight host-to-device (``view.bytes_in_flight``, its own prefetches included) a
+    prefetch may bring the total to; ``None``: no limit (as in training). A prefetch beyond it
+    is not issued, nor any after it at that opportunity (counted in ``over_budget``)."""
+
+    def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
+                 budget_bytes: int | None = None, depth: int = 1) -> None:
+        if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
+            raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
+                              f"{budget_bytes!r}")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ConfigError(f"prefetch_depth must be an int >= 1 (prefetches per opportunity), "
+                              f"got {depth!r}")
+        self.depth = depth
+        self.scorer = CandidateScorer({k: v for k, v in arrays.items() if k != "noop"})
+        self.noop = float(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])  # (exact: a float32)
+        self.K = int(section["K"])
+        self.opportunity: str | int = section["opportunity"]
+        self.predictor = SuccessorPredictor(**section["predictor"])
+        self.budget_bytes = None if budget_bytes is None else int(budget_bytes)
+        self._buf = np.zeros((self.K + 1, _features.F), np.float32)
+        self._packed = _features._packed_buffer(self.K)
+        self._scores = np.zeros(self.K, np.float32)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the predictor's history and the counters (a new pool)."""
+        self.predictor.reset()
+        self._misses = 0
+        self._accesses = 0
+        self.decisions = 0  # opportunities with candidates (the env's decisions)
+        self.issued = 0  # prefetches returned
+        self.over_budget = 0
+
+    def _asked(self, view: PoolView) -> bool:
+        opp = self.opportunity
+        if opp == "access":
+            return True
+        if opp == "miss":
+            m = view.stats.misses
+            missed, self._misses = m != self._misses, m
+            return missed
+        return self._accesses % int(opp) == 0
+
+    def choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> list[int]:
+        """After the access of ``key``: the keys to prefetch, best first (``tracker`` holds the
+        pool's feature history)."""
+        self.predictor.observe(key)
+        self._accesses += 1
+        if not self._asked(view):
+            return []
+        cands = self.predictor.propose(key, self.K, view)
+        n = len(cands)
+        if not n:
+            return []
+        self.decisions += 1
+        _features._observe(tracker, view, cands, self.K, None, self._packed, self._buf)
+        self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
+        out: list[int] = []
+        budget, in_flight = self.budget_bytes, view.bytes_in_flight
+        for j in pick(self._scores, n, self.noop, self.depth):
+            k = cands[j]
+            if budget is not None:
+                size = view.info(k).size
+                if in_flight + size > budget:
+                    self.over_budget += 1
+                    break
+                in_flight += size
+            out.append(k)
+        self.issued += len(out)
+        return out

@@ -1,0 +1,315 @@
+"""The prefetch head of an exported policy: trained with env=joint, exported in the same file as
+the eviction scorer, loaded by LearnedPolicy, deciding in a pool exactly as the network's argmax
+decided in the env; old files (no head) load and prefetch nothing; a mismatched head is refused
+by name; the evaluator takes it as eval.prefetchers=[learned:PATH]."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+th = pytest.importorskip("torch")  # the train extra
+
+from cachegym.allocator.errors import PolicyFileError  # noqa: E402
+from cachegym.allocator.pool import Pool  # noqa: E402
+from cachegym.envs.prefetch import PrefetchEnv  # noqa: E402
+from cachegym.envs.workloads.registry import generate  # noqa: E402
+from cachegym.policies.features import Observed  # noqa: E402
+from cachegym.policies.learned import LearnedPolicy, read_policy_file  # noqa: E402
+from cachegym.policies.learned.policy_file import file_checksum, weights_checksum  # noqa: E402
+from cachegym.policies.lru import LRU  # noqa: E402
+from cachegym.policies.successors import SuccessorPredictor  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OLD_FILE = os.path.join(ROOT, "tests", "golden", "policy.npz")  # written before prefetch heads
+
+
+@pytest.fixture(scope="module")
+def joint_run(tmp_path_factory) -> dict:
+    """A tiny joint policy, trained by train(cfg) with env=joint (imitation of the stall
+    reference's halves) under a timing preset, validated and exported."""
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.policies.training.config import register_train_configs
+    from cachegym.policies.training.train import train
+
+    register_train_configs()
+    out = tmp_path_factory.mktemp("joint")
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[
+            "experiment=quick", "progress=false", "tensorboard=false", "env=joint",
+            "env.window=2000", "env.reward=stall", "env.cost=h100_pcie5", "validation.capacities=[0.3]",
+            "agent.dagger.rounds=2", "agent.dagger.steps_per_round=600", "agent.dagger.epochs=2",
+            f"out_dir={out}"])
+    return train(cfg)
+
+
+@pytest.fixture(scope="module")
+def joint_file(joint_run) -> str:
+    return str(joint_run["policy"])
+
+
+def _trace():
+    return generate("dl_training", seed=5, n_layers=4, hidden=64, batch_tokens=128, steps=3)
+
+
+def test_the_file_carries_both_heads(joint_run, joint_file):
+    """...and validation replays both heads under the env's preset, beside LRU + lookahead."""
+    val = joint_run["validation"]
+    assert val["stall_learned"] > 0 and val["stall_lru_lookahead"] > 0
+    assert val["stall_ratio"] > 0 and np.isfinite(val["traffic_learned"])
+    assert os.path.isfile(os.path.join(os.path.dirname(joint_file), "checkpoints", "step_0.npz"))
+    header, arrays = read_policy_file(joint_file)
+    pf = header["prefetch"]
+    assert pf["opportunity"] == "miss" and pf["K"] == 16
+    assert pf["predictor"] == SuccessorPredictor().params()
+    assert {"wc", "p/wc", "p/noop"} <= set(arrays)
+    p = LearnedPolicy.load(joint_file, guard="none")
+    assert p.prefetch_head is not None and p.prefetch_head.K == 16
+
+
+def test_round_trip_prefetches_equal_the_networks_argmax_in_the_env(joint_file):
+    """The env driven by the torch network's argmax (K candidates and the no-op) and a pool whose
+    prefetcher is the exported file make the same prefetches, at the same moments, with the
+    same statistics (LRU evicts in both)."""
+    header, arrays = read_policy_file(joint_file)
+    net = _torch_prefetch_head(header, arrays)
+    trace = _trace()
+    env = PrefetchEnv(trace, K=16, window=None, capacity=0.3, capacity_of="peak_live",
+                      cost="h100_pcie5", reward="stall")
+    obs, info = env.reset(seed=0)
+    env_choices: list[int | None] = []
+    done = False
+    while not done:
+        cand = th.as_tensor(np.asarray(obs["candidates"], np.float32).reshape(1, 16, -1))
+        glob = th.as_tensor(np.asarray(obs["globals"], np.float32)[None])
+        mask = th.as_tensor(np.asarray(obs["mask"], np.float32)[None])
+        with th.no_grad():
+            a = int(net(cand, glob, mask).argmax(dim=1)[0])
+        keys = info["keys"]
+        env_choices.append(None if a == 16 else int(keys[a]))
+        obs, _, done, _, info = env.step(a)
+    assert sum(c is not None for c in env_choices) > 10
+
+    learned = LearnedPolicy.load(joint_file, guard="none")
+    pool_choices: list[int | None] = []
+
+    class Recorder:  # records each answer of the file's prefetch head
+        def prefetch(self, view, key):
+            before = learned.prefetch_head.decisions
+            out = learned.prefetch(view, key)
+            if learned.prefetch_head.decisions != before:
+                pool_choices.append(out[0] if out else None)
+            return out
+
+    pool = Pool(env.pool.capacity, Observed(LRU(), learned.tracker), prefetcher=Recorder(),
+                cost="h100_pcie5", oversize="bypass", placement="bytes")
+    st = pool.replay(trace)
+    assert pool_choices == env_choices
+    want = info["stats"]
+    for f in ("misses", "prefetches", "prefetch_hits", "late_prefetches", "useless_prefetches",
+              "stall_ns", "traffic_bytes"):
+        assert getattr(st, f) == want[f], f
+
+
+def _torch_prefetch_head(header, arrays):
+    """A torch module computing the exported prefetch head's K + 1 logits from raw features
+    (the file folds the normalisation into the first layer)."""
+    w = {k[2:]: th.as_tensor(v) for k, v in arrays.items() if k.startswith("p/")}
+    n_more = len(header["prefetch"]["arch"]["hidden"]) - 1
+
+    def forward(cand, glob, mask):
+        h = th.relu(cand @ w["wc"] + (glob @ w["wg"]).unsqueeze(1) + w["b0"])
+        for i in range(1, n_more + 1):
+            h = th.relu(h @ w[f"w{i}"] + w[f"b{i}"])
+        s = (h @ w["wo"] + w["bo"]).masked_fill(mask < 0.5, -3.0e38)
+        return th.cat([s, w["noop"].expand(s.shape[0], 1)], dim=1)
+
+    return forward
+
+
+def test_a_file_without_a_prefetch_head_loads_and_prefetches_nothing():
+    header, arrays = read_policy_file(OLD_FILE)
+    assert "prefetch" not in header and not any(k.startswith("p/") for k in arrays)
+    p = LearnedPolicy.load(OLD_FILE, guard="none")
+    assert p.prefetch_head is None
+    st = Pool(int(0.3 * _trace().size.sum() / 4), p, prefetcher=p).replay(_trace())
+    assert st.prefetches == 0 and st.misses > 0
+
+
+def _rewrite(src: str, dst: str, edit) -> str:
+    """``src`` with ``edit(header, arrays)`` applied and its checksums made valid again (what a
+    tool that writes a wrong head would produce)."""
+    header, arrays = read_policy_file(src)
+    edit(header, arrays)
+    for k in ("weights_sha256", "sha256"):
+        header.pop(k, None)
+    header["weights_sha256"] = weights_checksum(arrays)
+    header["sha256"] = file_checksum(header, arrays)
+    blob = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
+    np.savez(dst, header=blob, **{f"w/{k}": v for k, v in arrays.items()})
+    return dst
+
+
+def test_a_mismatched_prefetch_head_is_refused_by_name(joint_file, tmp_path):
+    def narrower(h, a):  # the header declares a layer the weights do not have
+        h["prefetch"]["arch"]["hidden"] = h["prefetch"]["arch"]["hidden"] + [4]
+
+    def no_section(h, a):
+        del h["prefetch"]
+
+    def bad_shape(h, a):
+        a["p/b0"] = a["p/b0"][:-1]
+
+    def bad_opportunity(h, a):
+        h["prefetch"]["opportunity"] = "step"
+
+    for name, edit, match in (
+            ("narrower", narrower, r"prefetch head's weights do not match prefetch\.arch.*missing \['p/b"),
+            ("no_section", no_section, "holds weights of a prefetch head but no 'prefetch' header"),
+            ("bad_shape", bad_shape, "weight array 'p/b0' has shape"),
+            ("bad_opportunity", bad_opportunity, "'prefetch.opportunity'")):
+        path = _rewrite(joint_file, str(tmp_path / f"{name}.npz"), edit)
+        with pytest.raises(PolicyFileError, match=match):
+            LearnedPolicy.load(path)
+
+
+def test_prefetch_budget_bytes_caps_the_bytes_in_flight(joint_file):
+    trace = _trace()
+    cap = int(0.3 * trace.size.sum() / 4)
+    free = LearnedPolicy.load(joint_file, guard="none")
+    st = Pool(cap, Observed(LRU(), free.tracker), prefetcher=free, cost="h100_pcie5").replay(trace)
+    none = LearnedPolicy.load(joint_file, guard="none", prefetch_budget_bytes=0)
+    st0 = Pool(cap, Observed(LRU(), none.tracker), prefetcher=none, cost="h100_pcie5").replay(trace)
+    assert st.prefetches == free.prefetch_head.issued > 0 and free.prefetch_head.over_budget == 0
+    assert st0.prefetches == none.prefetch_head.issued == 0 and none.prefetch_head.over_budget > 0
+
+
+def test_evaluator_row_for_a_learned_prefetcher(joint_file, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.envs.config import register_configs
+    from cachegym.envs.evaluation import evaluate
+
+    register_configs()
+    trace = tmp_path / "t.npz"
+    _trace().save(str(trace))
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("evaluate", overrides=[
+            "trace=file", f"trace.path={trace}", "eval.capacity_of=peak_live", "eval.capacities=[0.3]",
+            "eval.policies=[lru]", f"eval.prefetchers=[none,learned:{joint_file}]",
+            "eval.presets=[h100_pcie5]", "eval.bounds=[]", "eval.plots=false", "eval.progress=false",
+            f"out_dir={tmp_path / 'out'}"])
+        rows = evaluate(cfg)["rows"]
+        pol = {r["prefetch"]: r for r in rows if r["row_kind"] == "policy"}
+        assert set(pol) == {"none", f"learned:{joint_file}"}
+        got, base = pol[f"learned:{joint_file}"], pol["none"]
+        assert got["prefetches"] > 0 and base["prefetches"] == 0
+        assert got["prefetch_hits"] + got["late_prefetches"] + got["useless_prefetches"] <= got["prefetches"]
+        bad = compose("evaluate", overrides=[f"eval.prefetchers=[learned:{tmp_path / 'nope.npz'}]",
+                                             f"out_dir={tmp_path / 'out2'}"])
+    from cachegym.allocator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.prefetchers.*does not exist"):
+        evaluate(bad)
+
+
+def test_prefetch_depth_issues_the_best_candidates_that_beat_the_noop(joint_file):
+    """``prefetch_depth=d``: at most ``d`` prefetches per opportunity, the first being the
+    depth-1 choice (the env's action); a bad depth is refused."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.learned.prefetch_head import pick
+
+    s = np.array([0.5, 2.0, 1.0, 2.0, -1.0], np.float32)
+    assert pick(s, 5, 0.0) == [1] and pick(s, 5, 0.0, 3) == [1, 3, 2] and pick(s, 5, 0.7, 9) == [1, 3, 2]
+    assert pick(s, 5, 3.0) == [] == pick(s, 5, 3.0, 4) and pick(s, 1, 0.5) == [0]
+    trace = _trace()
+    cap = int(0.3 * trace.size.sum() / 4)
+    per_call: list[int] = []
+    deep = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=3)
+
+    class Count:
+        def prefetch(self, view, key):
+            out = deep.prefetch(view, key)
+            per_call.append(len(out))
+            return out
+
+    Pool(cap, Observed(LRU(), deep.tracker), prefetcher=Count(), cost="h100_pcie5").replay(trace)
+    assert max(per_call) <= 3 and any(n > 1 for n in per_call)
+    with pytest.raises(ConfigError, match="prefetch_depth"):
+        LearnedPolicy.load(joint_file, prefetch_depth=0)
+
+
+def _joint_cfg(tmp_path, *extra: str):
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.policies.training.config import register_train_configs
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        return compose("train", overrides=[
+            "experiment=quick", "progress=false", "tensorboard=false", "env=joint",
+            "env.window=2000", "env.reward=stall", "env.cost=h100_pcie5", "validation.traces=[]",
+            f"out_dir={tmp_path}", *extra])
+
+
+def test_imitation_then_rl_finetunes_both_heads(tmp_path):
+    """agent=imitation_ppo with env=joint: MaskablePPO on the env's K + 1 actions starts from
+    the imitation weights (both heads and the no-op) and the file carries both heads."""
+    from cachegym.policies.training.train import train
+
+    cfg = _joint_cfg(tmp_path, "agent=imitation_ppo", "agent.dagger.rounds=1",
+                     "agent.dagger.steps_per_round=400", "agent.finetune.total_timesteps=256",
+                     "agent.finetune.kwargs.n_steps=128", "agent.finetune.kwargs.batch_size=64",
+                     "agent.finetune.kwargs.learning_rate=0.01")
+    header, arrays = read_policy_file(train(cfg)["policy"])
+    assert "prefetch" in header and "p/noop" in arrays
+    imitation = tmp_path / "checkpoints" / "step_0.npz"  # (the imitation round's checkpoint)
+    _, before = read_policy_file(str(imitation))
+    assert set(before) == set(arrays)
+    assert any(not np.array_equal(before[k], arrays[k]) for k in arrays if k.startswith("p/"))
+    assert any(not np.array_equal(before[k], arrays[k]) for k in arrays if not k.startswith("p/"))
+
+
+def test_dqn_refuses_the_joint_env_by_name(tmp_path):
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training.train import train
+
+    with pytest.raises(ConfigError, match="agent=dqn.*env=joint"):
+        train(_joint_cfg(tmp_path, "agent=dqn", "agent.total_timesteps=64"))
+
+
+def test_prefetch_horizon_teaches_no_prefetch_for_far_uses():
+    """agent.dagger.prefetch_horizon=H: the prefetch teacher's label is the candidate used
+    soonest if that use is at most H ticks ahead, else the no-op; without it, any candidate
+    used again (the env's oracle). Eviction labels do not change."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.joint import JointEnv
+    from cachegym.policies.training.imitation import ImitationConfig
+    from cachegym.policies.training.train import Collector
+
+    class Factory:
+        capacities = [0.3]
+
+        def __call__(self, i):
+            env = JointEnv(_trace(), window=None, capacity=0.3, capacity_of="peak_live")
+            env.reset(seed=i)
+            return env
+
+    runs = {h: Collector(Factory(), prefetch_horizon=h)(None, 1.0, 400, np.random.default_rng(0))
+            for h in (None, 8)}
+    K = 16
+    for h, samples in runs.items():
+        pf = [s for s in samples if s.phase == 1]
+        assert pf and all(s.action == -1 for s in samples if s.phase == 0)
+        for s in pf:
+            d = np.where(s.mask, s.dist, np.inf)
+            soonest = int(np.argmin(d)) if np.isfinite(d).any() else K
+            want = soonest if soonest < K and (h is None or d[soonest] <= h) else K
+            assert s.action == want
+    assert sum(s.action == K for s in runs[8]) > sum(s.action == K for s in runs[None])
+    with pytest.raises(ConfigError, match="prefetch_horizon"):
+        ImitationConfig(prefetch_horizon=0)
