@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from cachegym.allocator.errors import ConfigError, InvalidActionError
+from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import INF, Op, Trace
 from cachegym.policies import features
 
@@ -195,8 +196,10 @@ def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int], mean_s
 
 
 def check_capacity(capacity: float, capacity_of: str) -> None:
-    """Raise :class:`ConfigError` unless ``capacity`` is bytes (an ``int`` > 0) or a fraction
-    (a ``float`` in (0, 1]) of one of :data:`CAPACITY_OF`."""
+    """Raise :class:`ConfigError` unless ``capacity`` is bytes (an ``int`` > 0, or a size such as
+    ``"512MiB"``) or a fraction (a ``float`` in (0, 1], or ``"25%"``) of one of :data:`CAPACITY_OF`."""
+    if isinstance(capacity, str):
+        capacity = parse_capacity(capacity, "capacity")
     if isinstance(capacity, bool) or not isinstance(capacity, (int, float, np.integer, np.floating)):
         raise ConfigError(f"capacity must be bytes (int) or a fraction (float), got {capacity!r}")
     if isinstance(capacity, (int, np.integer)):
@@ -210,8 +213,11 @@ def check_capacity(capacity: float, capacity_of: str) -> None:
 
 def resolve_capacity(capacity: float, capacity_of: str, window: Trace) -> int:
     """Pool bytes: an ``int`` is bytes; a ``float`` in (0, 1] is that fraction of the window's
-    working set (``capacity_of="working_set"``) or of its peak live bytes (``"peak_live"``)."""
+    working set (``capacity_of="working_set"``) or of its peak live bytes (``"peak_live"``);
+    a string is a size (``"512MiB"``) or a percentage (``"25%"``)."""
     check_capacity(capacity, capacity_of)
+    if isinstance(capacity, str):
+        capacity = parse_capacity(capacity, "capacity")
     if isinstance(capacity, (int, np.integer)):
         return int(capacity)
     if capacity_of == "working_set":

@@ -157,7 +157,7 @@ class ValidationConfig:
     ``select_best``: export the checkpoint with the best validation score instead of the last."""
 
     traces: list[TraceConfig] = field(default_factory=list)
-    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    capacities: list[Any] = field(default_factory=lambda: [0.25, 0.5])
     capacity_of: str = "peak_live"
     every: int = 5_000
     max_requests: int | None = 20_000
@@ -173,7 +173,7 @@ class MainSection:
     ``conf/policy/guard/``)."""
 
     held_out: list[str] = field(default_factory=lambda: ["default"])
-    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    capacities: list[Any] = field(default_factory=lambda: [0.25, 0.5])
     baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "gdsf", "belady"])
     learned_guards: list[str] = field(default_factory=lambda: ["shadow", "none"])
     bounds: list[str] = field(default_factory=lambda: ["auto"])
@@ -202,7 +202,7 @@ class TrainConfig:
     record_inference: list[str] = field(default_factory=list)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     env: Any = MISSING  # conf/env/: EnvConfig (evict), PrefetchEnvConfig or JointEnvConfig
-    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    capacities: list[Any] = field(default_factory=lambda: [0.25, 0.5])
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
     policy: ScorerConfig = field(default_factory=ScorerConfig)
     agent: Any = MISSING

@@ -99,7 +99,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
     ecfg = OmegaConf.merge(ecfg, {
         "trace": {"paths": paths},
         "allocator": OmegaConf.to_container(cfg.allocator),
-        "eval": {"capacities": [float(c) for c in cfg.main.capacities], "capacity_of": "peak_live",
+        "eval": {"capacities": list(cfg.main.capacities), "capacity_of": "peak_live",
                  # the exported policy under each guard (by default the deployed one and
                  # none: the network alone), side by side with the baselines
                  "learned": [policy], "learned_guards": [str(g) for g in cfg.main.learned_guards],

@@ -35,6 +35,7 @@ import numpy as np
 import torch as th
 
 from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import Trace
 from cachegym.envs.config import enum_value, instantiate, to_container
 from cachegym.envs.journal import replace_atomically
@@ -159,6 +160,12 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
     return None, None
 
 
+def _capacity(value: Any) -> Any:
+    """A training capacity as the envs take it: a fraction (float), bytes (int), or a size or
+    percentage string (``"512MiB"``, ``"25%"``), parsed."""
+    return parse_capacity(value, "capacities") if isinstance(value, str) else value
+
+
 class EnvFactory:
     """``factory(i)`` builds training env ``i``: capacity ``capacities[i % n]``, seeded
     ``seed + i``, over all the training traces. The ``env`` config's :data:`RUNNER_KEYS` (how
@@ -181,7 +188,7 @@ class EnvFactory:
         self.make = instantiate(node, _partial_=True)
 
     def __call__(self, i: int) -> Any:
-        env = self.make(traces=self.traces, capacity=float(self.capacities[i % len(self.capacities)]))
+        env = self.make(traces=self.traces, capacity=_capacity(self.capacities[i % len(self.capacities)]))
         env.reset(seed=self.seed + i)
         return env
 

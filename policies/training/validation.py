@@ -45,7 +45,7 @@ class Validator:
                  oversize: str = "bypass", write_policy: str = "write-back", seed: int = 0,
                  config: Any = None, prefetch: dict[str, Any] | None = None,
                  preset: str | None = None) -> None:
-        self.runs = [(t, c, resolve_capacity(float(c), t, "bytes", capacity_of))
+        self.runs = [(t, c, resolve_capacity(c, t, "bytes", capacity_of))
                      for t in traces for c in capacities]
         self.ckpt_dir = ckpt_dir
         self.K, self.rule = K, candidate_rule

@@ -386,3 +386,20 @@ def test_random_agents_keep_every_invariant(seed, K, rule, capacity, cost, place
             assert st_["hits"] + st_["misses"] == st_["accesses"]
             assert st_["accesses"] == int((env._w.trace.op != Op.FREE).sum())  # type: ignore[attr-defined]
             break
+
+
+def test_capacity_takes_sizes_and_percentages() -> None:
+    """``capacity="1MiB"`` is bytes, ``"25%"`` the fraction 0.25, as everywhere a capacity is."""
+    import gymnasium as gym
+
+    from cachegym.allocator.errors import ConfigError
+
+    def pool_bytes(cap: object) -> int:
+        env = gym.make("cachegym/Evict-v0", capacity=cap)
+        env.reset(seed=0)
+        return int(env.unwrapped.pool.capacity)  # type: ignore[attr-defined]
+
+    assert pool_bytes("1MiB") == 1 << 20 == pool_bytes(1 << 20)
+    assert pool_bytes("25%") == pool_bytes(0.25)
+    with pytest.raises(ConfigError, match="'lots' is not a size"):
+        pool_bytes("lots")

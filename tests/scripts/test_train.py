@@ -46,6 +46,20 @@ def test_every_agent_config_composes_and_instantiates(agent):
     env = EnvFactory(cfg.env, traces, [0.3], seed=0)(0)  # (env.vec is not the env's argument)
     obs, info = env.reset(seed=0)
     assert obs["mask"].shape == (cfg.env.K,) and "oracle_action" in info
+    # capacities as sizes and percentages, as everywhere (capacities=[30%,1MiB] composes)
+    sized = cfg_of(["experiment=quick", "capacities=[30%,1MiB]"])
+
+    def caps(capacities: list[object]) -> list[int]:
+        factory = EnvFactory(sized.env, traces, capacities, seed=0)
+        out = []
+        for i in range(2):
+            e = factory(i)
+            e.reset(seed=0)
+            out.append(e.pool.capacity)
+        return out
+
+    assert caps(list(sized.capacities)) == caps([0.3, 1 << 20])
+    assert caps(list(sized.capacities))[1] == 1 << 20
 
 
 def test_bad_values_fail_at_compose_time():
