@@ -169,12 +169,12 @@ def with_prefetch_head(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
     policy file ``prefetch_from`` in place of its own (its ``prefetch`` section and ``w/p/*``
     weights, copied unchanged; ``meta.prefetch_from`` records the file's name and checksum).
 
-    ``prefetch_from`` is verified as :meth:`LearnedPolicy.load` does; a file without a prefetch
-    head, or one written with another feature specification, format version or library version
-    than the eviction scorer's, is refused (:class:`PolicyFileError` naming the field): the two
-    heads read one feature vector, so they must come from the same code."""
+    ``prefetch_from`` is verified as :meth:`LearnedPolicy.load` does (as the eviction file is by
+    :func:`export_file`), so both feature specifications are the running code's: the two heads
+    read one feature vector. A file without a prefetch head, or one written by another library
+    version than the eviction scorer's, is refused (:class:`PolicyFileError` naming the field)."""
     from cachegym.policies.learned import LearnedPolicy, read_policy_file
-    from cachegym.policies.learned.policy_file import PREFETCH_PREFIX, diff_feature_spec, split_heads
+    from cachegym.policies.learned.policy_file import PREFETCH_PREFIX, split_heads
 
     src = os.fspath(prefetch_from)
     LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
@@ -184,15 +184,11 @@ def with_prefetch_head(header: Mapping[str, Any], arrays: Mapping[str, np.ndarra
         raise PolicyFileError(f"prefetch_from {src}: the file has no prefetch head (no 'prefetch' "
                               "section); give a policy trained with env=joint (scripts/train.py "
                               "env=joint ...)")
-    diffs = diff_feature_spec(pheader["feature_spec"], header["feature_spec"])
-    if diffs:
-        raise PolicyFileError(f"prefetch_from {src}: its feature_spec differs from the eviction "
-                              f"policy's ({'; '.join(diffs)}); train both heads with the same code")
-    for field in ("format_version", "library_version"):
-        if pheader.get(field) != header.get(field):
-            raise PolicyFileError(f"prefetch_from {src}: {field} is {pheader.get(field)!r}, the "
-                                  f"eviction policy's is {header.get(field)!r}; export both with "
-                                  "the same version of cachegym")
+    if pheader.get("library_version") != header.get("library_version"):
+        raise PolicyFileError(f"prefetch_from {src}: library_version is "
+                              f"{pheader.get('library_version')!r}, the eviction policy's is "
+                              f"{header.get('library_version')!r}; train both heads with the same "
+                              "version of cachegym")
     evict, _ = split_heads(arrays)
     _, head = split_heads(parrays)
     out = {k: v for k, v in header.items() if k not in ("weights_sha256", "sha256")}
