@@ -120,3 +120,27 @@ def test_bad_main_section_fails_before_training(override, match, tmp_path, monke
     with pytest.raises(ConfigError, match=match):
         main_job.run_main(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def test_main_prefetch_false_trains_and_evaluates_eviction_only(tmp_path, monkeypatch):
+    """``main.prefetch=false``: one training run (the eviction scorer), its file is the policy,
+    and the evaluation runs no prefetcher."""
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.policies.training import main_job
+    from cachegym.policies.training.config import register_train_configs
+
+    golden = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    runs, evals = [], []
+    monkeypatch.setattr(main_job, "train", lambda cfg, out_dir: runs.append(str(cfg.env._target_))
+                        or {"policy": golden, "out_dir": out_dir})
+    monkeypatch.setattr(main_job, "evaluate", lambda cfg, out_dir: evals.append(cfg)
+                        or {"table": "", "csv": "", "plots": []})
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("main", overrides=[*TINY, "main.prefetch=false", "main.held_out=[" +
+                                         os.path.join(ROOT, "data", "traces", "gpt.npz") + "]",
+                                         f"out_dir={tmp_path / 'out'}"])
+    res = main_job.run_main(cfg)
+    assert runs == ["cachegym.envs.evict.EvictEnv"] and res["policy"] == golden and res["joint"] is None
+    assert list(evals[0].eval.prefetchers) == ["none"] and list(evals[0].eval.learned) == [golden]
