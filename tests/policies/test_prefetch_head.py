@@ -384,3 +384,20 @@ def test_a_prefetch_head_from_a_mismatched_file_is_refused_by_name(joint_file, t
     with pytest.raises(ConfigError, match="is not a policy .npz"):
         export_file(str(tmp_path / "model.zip"), tmp_path / "x.npz", algo="ppo", prefetch_from=joint_file)
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_export_script_takes_prefetch_from(joint_file, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "both.npz"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), OLD_FILE,
+                        "--prefetch-from", joint_file, "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith(f"policy: {out}")
+    assert read_policy_file(out)[0]["prefetch"] == read_policy_file(joint_file)[0]["prefetch"]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), joint_file,
+                        "--prefetch-from", OLD_FILE, "--out", str(tmp_path / "x.npz")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "has no prefetch head" in r.stderr
