@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from cachegym.allocator.errors import ConfigError
 from cachegym.envs.config import EvaluateConfig, guard_node, instantiate
 from cachegym.envs.evaluation import (
+    LEARNED_PREFETCH,
     check_bounds_kinds,
     check_capacities,
     check_eviction_names,
@@ -137,7 +138,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
                  "learned": [policy], "learned_guards": [str(g) for g in cfg.main.learned_guards],
                  "policies": [str(b) for b in cfg.main.baselines],
                  # each policy without prefetch, with a heuristic, with the file's prefetch head
-                 "prefetchers": [*PREFETCHERS, f"learned:{policy}"] if joint else ["none"],
+                 "prefetchers": [*PREFETCHERS, LEARNED_PREFETCH + policy] if joint else ["none"],
                  "bounds": [str(b) for b in cfg.main.bounds],
                  "presets": [str(p) for p in cfg.main.presets],
                  "plots": bool(cfg.main.plots), "progress": bool(cfg.progress),
