@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "write_results", "format_table", "plot_results",
            "check_capacities", "check_capacity_of", "check_presets", "check_bounds_kinds", "check_eviction_names", "plan_learned",
-           "learned_name", "learned_prefetcher", "LEARNED_PREFETCH"]
+           "learned_name", "learned_prefetcher", "LEARNED_PREFETCH", "prefetch_label"]
 
 log = logging.getLogger(__name__)
 
@@ -599,7 +599,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append((
             str(r["trace"])[:24], human_bytes(r["capacity"]) if r["mode"] == "bytes"
-            else str(r["capacity"]), policy_label(r["policy"]), r["prefetch"], r["preset"],
+            else str(r["capacity"]), policy_label(r["policy"]), prefetch_label(r["prefetch"]), r["preset"],
             human_bytes(r["traffic_bytes"]), _fmt(r["gap_closed_traffic"], "{:.3f}"),
             _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
             _fmt(r["miss_ratio"], "{:.4f}"), _fmt(r["gap_closed_misses"], "{:.3f}"),
@@ -634,6 +634,14 @@ def policy_label(policy: str) -> str:
     if sep and where.endswith(".py"):
         return f"{os.path.basename(where)}:{cls}"
     return policy
+
+
+def prefetch_label(prefetch: str) -> str:
+    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz`` (the
+    ``prefetch`` column of the CSV keeps the path)."""
+    if prefetch.startswith(LEARNED_PREFETCH):
+        return LEARNED_PREFETCH + os.path.basename(prefetch[len(LEARNED_PREFETCH):])
+    return prefetch
 
 
 def _fmt(v: float, f: str) -> str:
@@ -699,7 +707,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
                     lambda v, _: human_bytes(v)))
             ax.grid(True, alpha=0.3)
-        fig.suptitle(f"{tname}   prefetch={pf}   preset={preset}")
+        fig.suptitle(f"{tname}   prefetch={prefetch_label(pf)}   preset={preset}")
         fig.legend(list(handles.values()), list(handles), loc="center left",
                    bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
         tag = f"{_safe(tname)}__{_safe(pf)}__{_safe(preset)}"

@@ -4,10 +4,13 @@
     python scripts/export.py outputs/train/<run>/checkpoints/step_4.npz --out policy.npz
     python scripts/export.py model.zip --algo maskable_ppo --out policy.npz [--K 32]
     python scripts/export.py policy.npz --onnx policy.onnx      # also (or only) an ONNX model
+    python scripts/export.py evict.npz --prefetch-from joint.npz --out both.npz   # one file, two heads
 
 (``scripts/train.py`` and the main job already export their final policy; this script turns a
 checkpoint, or an SB3 model saved with ``model.save()``, into a deployable file; ``--onnx`` writes
-the same network as an ONNX model, for serving outside Python -- it needs the ``onnx`` package.)
+the same network as an ONNX model, for serving outside Python -- it needs the ``onnx`` package;
+``--prefetch-from`` puts the prefetch head of a policy trained with ``env=joint`` beside the
+eviction scorer of the source, as the main job does.)
 
 An SB3 .zip is read without running its code: only the tensors of its policy.pth
 (torch.load(weights_only=True)) and plain JSON fields. stable-baselines3's own load unpickles
@@ -34,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
                    "candidates (N, K, F) and globals (N, G), output scores (N, K))")
     p.add_argument("--K", type=int, default=None, help="candidates per decision (default: the source's)")
     p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None)
+    p.add_argument("--prefetch-from", metavar="POLICY", default=None,
+                   help="a policy file with a prefetch head (trained with env=joint): its head is "
+                        "written beside the source's eviction scorer (same feature specification "
+                        "and versions, or it is refused)")
     p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None, help="for an SB3 .zip")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load an SB3 .zip with stable-baselines3's load, which unpickles (runs code "
@@ -48,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         path = args.source
         if args.out is not None:
             path = export_file(args.source, args.out, K=args.K, candidate_rule=args.candidate_rule,
-                               algo=args.algo, trust_pickle=args.trust_pickle)
+                               algo=args.algo, trust_pickle=args.trust_pickle,
+                               prefetch_from=args.prefetch_from)
         onnx_path = export_onnx(path, args.onnx) if args.onnx else None
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)

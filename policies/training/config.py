@@ -24,7 +24,7 @@ from omegaconf import MISSING
 from cachegym.envs.config import AllocatorConfig, TraceConfig, register_configs
 
 __all__ = ["VecEnvKind", "RUNNER_KEYS", "ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
-           "EnvConfig", "PrefetchEnvConfig", "JointEnvConfig", "ValidationConfig", "TrainConfig", "MainSection",
+           "EnvConfig", "PrefetchEnvConfig", "JointEnvConfig", "ValidationConfig", "TrainConfig", "JointStage", "MainSection",
            "register_train_configs"]
 
 
@@ -165,6 +165,19 @@ class ValidationConfig:
 
 
 @dataclass
+class JointStage:
+    """The main job's prefetch stage: a short training run in ``env`` (``conf/env/joint.yaml``,
+    placed here by ``conf/main.yaml``'s defaults: ``env@main.joint.env``) with ``agent``
+    (``agent@main.joint.agent``) at ``capacities``, on the main job's traces; its prefetch
+    head joins the main training's eviction scorer in the one exported file. ``None`` outside
+    the main job."""
+
+    env: Any = None
+    agent: Any = None
+    capacities: list[float] = field(default_factory=lambda: [0.25, 0.5])
+
+
+@dataclass
 class MainSection:
     """The main job's evaluation: ``held_out`` trace files (or ``[default]``: the traces of
     :func:`policies.training.quality.default_held_out`), the pool
@@ -183,6 +196,11 @@ class MainSection:
     """Timing presets of the evaluation (stall, its bound and the stall reference; ``none``:
     instant copies, traffic only)."""
     plots: bool = True
+    prefetch: bool = True
+    """Train a prefetch head (``joint``) and export it in the policy file beside the eviction
+    scorer; the evaluation then runs the prefetchers ``none``, ``lookahead`` and the file's
+    head (``learned:PATH``). ``false``: eviction only, no prefetchers."""
+    joint: JointStage = field(default_factory=JointStage)
 
 
 @dataclass

@@ -4,7 +4,9 @@
   :mod:`cachegym.policies.training.nets` (in your own script) to a policy file;
 * :func:`export_policy`: any net or model carrying a :class:`CandidateScorerNet`, with the
   header written out (what ``scripts/train.py`` uses);
-* :func:`export_file`: a checkpoint, policy file or SB3 ``.zip`` on disk (``scripts/export.py``);
+* :func:`export_file`: a checkpoint, policy file or SB3 ``.zip`` on disk (``scripts/export.py``),
+  optionally with the prefetch head of another policy file (:func:`with_prefetch_head`:
+  ``--prefetch-from JOINT.npz``, what the main job writes);
 * :func:`read_sb3_zip`: the tensors and plain JSON fields of an SB3 ``.zip``, read without
   unpickling (exports and ``resume=``); :func:`scorer_from_file`: the network of a policy file,
   to train further (``init_from=``).
@@ -33,7 +35,7 @@ from cachegym.policies.training.nets import (
 )
 
 __all__ = ["export_model", "export_policy", "prefetch_section", "export_file", "export_onnx",
-           "config_hash", "scorer_of", "read_sb3_zip", "sb3_scorer", "scorer_from_file",
+           "with_prefetch_head", "config_hash", "scorer_of", "read_sb3_zip", "sb3_scorer", "scorer_from_file",
            "POLICY_CLASSES"]
 
 POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "ScorerActorCriticPolicy",
@@ -161,13 +163,52 @@ def prefetch_section(env: Any) -> dict[str, Any] | None:
     return {"K": int(env.K), "opportunity": opp, "predictor": env.predictor.params()}
 
 
+def with_prefetch_head(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
+                       prefetch_from: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(header, arrays)`` of a policy file (its eviction scorer) with the prefetch head of the
+    policy file ``prefetch_from`` in place of its own (its ``prefetch`` section and ``w/p/*``
+    weights, copied unchanged; ``meta.prefetch_from`` records the file's name and checksum).
+
+    ``prefetch_from`` is verified as :meth:`LearnedPolicy.load` does (as the eviction file is by
+    :func:`export_file`), so both feature specifications are the running code's: the two heads
+    read one feature vector. A file without a prefetch head, or one written by another library
+    version than the eviction scorer's, is refused (:class:`PolicyFileError` naming the field)."""
+    from cachegym.policies.learned import LearnedPolicy, read_policy_file
+    from cachegym.policies.learned.policy_file import PREFETCH_PREFIX, split_heads
+
+    src = os.fspath(prefetch_from)
+    LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
+    pheader, parrays = read_policy_file(src)
+    section = pheader.get("prefetch")
+    if section is None:
+        raise PolicyFileError(f"prefetch_from {src}: the file has no prefetch head (no 'prefetch' "
+                              "section); give a policy trained with env=joint (scripts/train.py "
+                              "env=joint ...)")
+    if pheader.get("library_version") != header.get("library_version"):
+        raise PolicyFileError(f"prefetch_from {src}: library_version is "
+                              f"{pheader.get('library_version')!r}, the eviction policy's is "
+                              f"{header.get('library_version')!r}; train both heads with the same "
+                              "version of cachegym")
+    evict, _ = split_heads(arrays)
+    _, head = split_heads(parrays)
+    out = {k: v for k, v in header.items() if k not in ("weights_sha256", "sha256")}
+    out["prefetch"] = section
+    with open(src, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    out["meta"] = {**dict(header.get("meta") or {}),
+                   "prefetch_from": {"file": os.path.basename(src), "sha256": digest,
+                                     "config_sha256": pheader.get("config_sha256", "")}}
+    return out, {**evict, **{PREFETCH_PREFIX + k: v for k, v in head.items()}}
+
+
 def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, K: int | None = None,
                 candidate_rule: str | None = None, algo: str | None = None,
-                trust_pickle: bool = False) -> str:
+                trust_pickle: bool = False, prefetch_from: str | os.PathLike[str] | None = None) -> str:
     """Export ``source`` to a policy file at ``out``; returns its path.
 
     ``source`` is a training checkpoint or policy file (``.npz``: verified, then rewritten with
-    ``K``/``candidate_rule`` changed where given) or a stable-baselines3 model saved with
+    ``K``/``candidate_rule`` changed where given, and with the prefetch head of the policy file
+    ``prefetch_from`` where given: :func:`with_prefetch_head`) or a stable-baselines3 model saved with
     ``model.save()`` (``.zip``; ``algo`` one of ``ppo``, ``maskable_ppo``, ``dqn``, whose policy
     carries the candidate scorer).
 
@@ -191,9 +232,14 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
             if candidate_rule not in features.RULES:
                 raise ConfigError(f"candidate_rule must be one of {list(features.RULES)}, got {candidate_rule!r}")
             header["candidate_rule"] = candidate_rule
+        if prefetch_from is not None:
+            header, arrays = with_prefetch_head(header, arrays, prefetch_from)
         for k in ("format", "format_version", "weights_sha256", "sha256"):
             header.pop(k, None)
         return save_policy_file(out, arrays, header)
+    if prefetch_from is not None:
+        raise ConfigError(f"prefetch_from: {src!r} is not a policy .npz; export it first, then add "
+                          "the prefetch head to that file")
     if src.endswith(".zip"):
         algos = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN"),
                  "maskable_ppo": ("sb3_contrib", "MaskablePPO")}

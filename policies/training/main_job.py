@@ -1,12 +1,19 @@
 """The main job (``make demo`` / ``python scripts/main.py``): train, export, evaluate, report.
 
 ``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of the ``traffic`` teacher,
-then a short MaskablePPO fine-tune on the traffic reward), exports the policy, writes the held-out workloads (never trained
-on) as trace files and evaluates them with :func:`envs.evaluation.evaluate` (the evaluator of
-``scripts/evaluate.py``) against ``cfg.main.baselines`` at ``cfg.main.capacities`` of each
-trace's peak live bytes, the policy under each guard of ``cfg.main.learned_guards`` (by
-default ``shadow``, the deployed guard, and ``none``, the network alone: ``learned[shadow]``
-and ``learned[none]`` in the results); the results table, CSV/JSON and plots land in ``OUT/eval``.
+then a short MaskablePPO fine-tune on the traffic reward) into ``OUT/train``; with
+``main.prefetch`` (the default) trains a prefetch head in a second short run
+(``main.joint``: ``env=joint``, stall under a timing preset) into ``OUT/joint`` and writes
+``OUT/policy.npz``, the eviction scorer of the first run with the prefetch head of the second
+(:func:`policies.training.export.export_file` with ``prefetch_from``); writes the held-out
+workloads (never trained on) as trace files and evaluates them with
+:func:`envs.evaluation.evaluate` (the evaluator of ``scripts/evaluate.py``) against
+``cfg.main.baselines`` at ``cfg.main.capacities`` of each trace's peak live bytes, the policy
+under each guard of ``cfg.main.learned_guards`` (by default ``shadow``, the deployed guard, and
+``none``, the network alone: ``learned[shadow]`` and ``learned[none]`` in the results), each
+policy without prefetch, with ``lookahead`` and with the file's prefetch head
+(``learned:PATH``; without ``main.prefetch``: no prefetch only); the results table, CSV/JSON
+and plots land in ``OUT/eval``.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.envs.config import EvaluateConfig, guard_node
+from cachegym.envs.config import EvaluateConfig, guard_node, instantiate
 from cachegym.envs.evaluation import (
+    LEARNED_PREFETCH,
     check_bounds_kinds,
     check_capacities,
     check_eviction_names,
@@ -28,12 +36,17 @@ from cachegym.envs.evaluation import (
     evaluate,
 )
 from cachegym.envs.sweep import results_dir, write_config
+from cachegym.policies.training.export import export_file
 from cachegym.policies.training.quality import HeldOut, default_held_out
 from cachegym.policies.training.train import train
 
-__all__ = ["run_main", "held_out_traces", "check_main"]
+__all__ = ["run_main", "held_out_traces", "check_main", "train_prefetch_head", "PREFETCHERS"]
 
 log = logging.getLogger(__name__)
+
+PREFETCHERS = ("none", "lookahead")
+"""The heuristic prefetchers beside the exported file's prefetch head (``learned:PATH``) in the
+main job's evaluation when ``main.prefetch`` is on."""
 
 
 def _held_out_files(spec: list[str]) -> list[str] | None:
@@ -74,6 +87,19 @@ def check_main(m: Any) -> None:
                           "policy (options of conf/policy/guard/, e.g. [shadow,none])")
     for g in guards:
         guard_node(g, "main.learned_guards")
+    if bool(m.prefetch):
+        j = m.joint
+        if j.env is None or j.agent is None:
+            raise ConfigError("main.joint: the prefetch stage needs main.joint.env and "
+                              "main.joint.agent (conf/main.yaml's defaults: env@main.joint.env: joint, "
+                              "agent@main.joint.agent: imitation); or set main.prefetch=false")
+        if str(j.env.get("_target_")) != "cachegym.envs.joint.JointEnv":
+            raise ConfigError(f"main.joint.env: the prefetch stage trains in env=joint "
+                              f"(cachegym.envs.joint.JointEnv), got {j.env.get('_target_')!r}")
+        check_capacities("main.joint.capacities", list(j.capacities))
+        if j.env.get("cost") is not None:
+            check_presets([str(j.env.cost)], "main.joint.env.cost")
+        instantiate(j.agent)  # its config checked before any training
 
 
 def run_main(cfg: Any) -> dict[str, Any]:
@@ -87,6 +113,13 @@ def run_main(cfg: Any) -> dict[str, Any]:
     log.info("main job: training (outputs under %s)", out)
     res = train(tcfg, out_dir=tcfg.out_dir)
     policy = res["policy"]
+    joint = None
+    if bool(cfg.main.prefetch):
+        joint = train_prefetch_head(cfg, os.path.join(out, "joint"))
+        policy = os.path.abspath(export_file(policy, os.path.join(out, str(cfg.export_name)),
+                                             prefetch_from=joint["policy"]))
+        log.info("main job: %s carries the eviction scorer of %s and the prefetch head of %s",
+                 policy, res["policy"], joint["policy"])
     held = held_out_traces([str(p) for p in cfg.main.held_out])
     tdir = os.path.join(out, "held_out")
     os.makedirs(tdir, exist_ok=True)
@@ -104,6 +137,8 @@ def run_main(cfg: Any) -> dict[str, Any]:
                  # none: the network alone), side by side with the baselines
                  "learned": [policy], "learned_guards": [str(g) for g in cfg.main.learned_guards],
                  "policies": [str(b) for b in cfg.main.baselines],
+                 # each policy without prefetch, with a heuristic, with the file's prefetch head
+                 "prefetchers": [*PREFETCHERS, LEARNED_PREFETCH + policy] if joint else ["none"],
                  "bounds": [str(b) for b in cfg.main.bounds],
                  "presets": [str(p) for p in cfg.main.presets],
                  "plots": bool(cfg.main.plots), "progress": bool(cfg.progress),
@@ -114,5 +149,19 @@ def run_main(cfg: Any) -> dict[str, Any]:
     log.info("main job: evaluating on %d held-out traces", len(paths))
     ev = evaluate(ecfg, out_dir=ecfg.out_dir)
     return {"policy": policy, "out_dir": os.path.abspath(out), "table": ev["table"],
-            "csv": ev["csv"], "plots": ev["plots"], "train": res,
+            "csv": ev["csv"], "plots": ev["plots"], "train": res, "joint": joint,
             "wall_s": time.perf_counter() - t0}
+
+
+def train_prefetch_head(cfg: Any, out_dir: str) -> dict[str, Any]:
+    """The prefetch stage: :func:`train` with the main job's config, its env, agent and
+    capacities those of ``cfg.main.joint`` (no ``init_from`` nor ``resume``: those name the
+    eviction run's network), in ``out_dir``; returns its result (``policy``: a file with both
+    heads, of which the main job keeps the prefetch head)."""
+    j = cfg.main.joint
+    jcfg = OmegaConf.merge(cfg, {"out_dir": out_dir, "init_from": None, "resume": None,
+                                 "capacities": [float(c) for c in j.capacities]})
+    OmegaConf.update(jcfg, "env", j.env, merge=False)
+    OmegaConf.update(jcfg, "agent", j.agent, merge=False)
+    log.info("main job: training the prefetch head (env=joint, outputs under %s)", out_dir)
+    return train(jcfg, out_dir=out_dir)

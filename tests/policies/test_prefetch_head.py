@@ -313,3 +313,91 @@ def test_prefetch_horizon_teaches_no_prefetch_for_far_uses():
     assert sum(s.action == K for s in runs[8]) > sum(s.action == K for s in runs[None])
     with pytest.raises(ConfigError, match="prefetch_horizon"):
         ImitationConfig(prefetch_horizon=0)
+
+
+def _victims(pol: LearnedPolicy) -> list[int]:
+    """The list that ``pol``'s victims are appended to from now on, decision by decision."""
+    out: list[int] = []
+    inner = pol.victim
+
+    def victim(view):
+        k = inner(view)
+        out.append(k)
+        return k
+
+    pol.victim = victim  # type: ignore[method-assign]
+    return out
+
+
+def test_one_file_with_one_files_eviction_scorer_and_anothers_prefetch_head(joint_file, tmp_path):
+    """export_file(EVICT, prefetch_from=JOINT) (the main job's policy file): it loads, prefetches
+    exactly as the joint file's head does, and evicts exactly as the eviction file alone."""
+    from cachegym.policies.training.export import export_file
+
+    both = export_file(OLD_FILE, tmp_path / "both.npz", prefetch_from=joint_file)
+    h_ev, a_ev = read_policy_file(OLD_FILE)
+    h_j, a_j = read_policy_file(joint_file)
+    h, a = read_policy_file(both)
+    assert (h["K"], h["candidate_rule"], h["arch"]) == (h_ev["K"], h_ev["candidate_rule"], h_ev["arch"])
+    assert h["prefetch"] == h_j["prefetch"]
+    assert h["meta"]["prefetch_from"]["file"] == os.path.basename(joint_file)
+    assert sorted(a) == sorted([*a_ev, *(k for k in a_j if k.startswith("p/"))])
+    trace = _trace()
+    cap = int(0.3 * trace.size.sum() / 4)
+
+    def prefetching(path):
+        p = LearnedPolicy.load(path, guard="none")
+        return p, Pool(cap, Observed(LRU(), p.tracker), prefetcher=p, cost="h100_pcie5").replay(trace)
+
+    (pb, sb), (pj, sj) = prefetching(both), prefetching(joint_file)
+    assert sb.prefetches > 0 and pb.prefetch_head.issued == pj.prefetch_head.issued
+    assert sb == sj
+    zipf = generate("zipf", seed=2, n_requests=2000, n_objects=100, size=4096)
+    for guard in ("none", "shadow"):  # the network alone, and the deployed guard
+        ev, comb = LearnedPolicy.load(OLD_FILE, guard=guard), LearnedPolicy.load(both, guard=guard)
+        logs = _victims(ev), _victims(comb)
+        st = [Pool(20 * 4096, pol).replay(zipf) for pol in (ev, comb)]
+        assert len(logs[0]) > 50 and logs[0] == logs[1] and st[0] == st[1]
+
+
+def test_a_prefetch_head_from_a_mismatched_file_is_refused_by_name(joint_file, tmp_path):
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training.export import export_file
+
+    with pytest.raises(PolicyFileError, match="has no prefetch head"):
+        export_file(joint_file, tmp_path / "x.npz", prefetch_from=OLD_FILE)
+
+    def other_version(h, a):
+        h["library_version"] = "0.0.1"
+
+    old = _rewrite(joint_file, str(tmp_path / "old.npz"), other_version)
+    with pytest.raises(PolicyFileError, match=r"library_version is '0\.0\.1', the eviction policy's is"):
+        export_file(OLD_FILE, tmp_path / "x.npz", prefetch_from=old)
+
+    def other_features(h, a):  # checked against the running code's, as LearnedPolicy.load does
+        h["feature_spec"]["features"] = list(reversed(h["feature_spec"]["features"]))
+
+    with pytest.raises(PolicyFileError, match="another feature specification"):
+        export_file(OLD_FILE, tmp_path / "x.npz",
+                    prefetch_from=_rewrite(joint_file, str(tmp_path / "f.npz"), other_features))
+    (tmp_path / "model.zip").write_bytes(b"not read: refused before")
+    with pytest.raises(ConfigError, match="is not a policy .npz"):
+        export_file(str(tmp_path / "model.zip"), tmp_path / "x.npz", algo="ppo", prefetch_from=joint_file)
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_export_script_takes_prefetch_from(joint_file, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "both.npz"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), OLD_FILE,
+                        "--prefetch-from", joint_file, "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith(f"policy: {out}")
+    assert read_policy_file(out)[0]["prefetch"] == read_policy_file(joint_file)[0]["prefetch"]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), joint_file,
+                        "--prefetch-from", OLD_FILE, "--out", str(tmp_path / "x.npz")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "has no prefetch head" in r.stderr

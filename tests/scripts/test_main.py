@@ -1,4 +1,5 @@
-"""The main job end to end on a tiny budget: train, export, evaluate, print, `policy: PATH`."""
+"""The main job end to end on a tiny budget: train (eviction, then the prefetch stage), export
+one file with both heads, evaluate with and without its prefetch head, print, `policy: PATH`."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")  # the train extra
 
 from cachegym.envs.workloads.registry import generate  # noqa: E402
+from cachegym.policies.learned import read_policy_file  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,6 +24,8 @@ TINY = [
     "agent.dagger.epochs=1", "agent.finetune.total_timesteps=64", "agent.finetune.n_envs=1",
     "agent.finetune.kwargs.n_steps=64", "agent.finetune.kwargs.batch_size=64",
     "agent.finetune.kwargs.n_epochs=1", "main.capacities=[0.3]", "main.plots=true",
+    "main.joint.capacities=[0.3]", "main.joint.env.window=2000", "main.joint.agent.dagger.rounds=1",
+    "main.joint.agent.dagger.steps_per_round=300", "main.joint.agent.dagger.epochs=1",
 ]
 
 
@@ -50,6 +55,21 @@ def test_main_job_end_to_end(tmp_path):
     names = {row["policy"] for row in rows}
     assert {"lru", "lfu", "arc", "s3fifo", "gdsf", "belady", "learned[shadow]", "learned[none]"} <= names
     assert {row["policy_file"] for row in rows if row["policy"].startswith("learned[")} == {policy}
+    # one file: the eviction run's scorer and the prefetch stage's head
+    header, arrays = read_policy_file(policy)
+    _, evict_arrays = read_policy_file(out / "train" / "policy.npz")
+    _, joint_arrays = read_policy_file(out / "joint" / "policy.npz")
+    assert header["prefetch"]["opportunity"] == "access"
+    assert all(np.array_equal(arrays[k], v) for k, v in evict_arrays.items())
+    assert all(np.array_equal(arrays[k], v) for k, v in joint_arrays.items() if k.startswith("p/"))
+    # each policy without prefetch, with lookahead, with the file's head: stall beside traffic
+    pol_rows = [row for row in rows if row["row_kind"] == "policy"]
+    assert {row["prefetch"] for row in pol_rows} == {"none", "lookahead", f"learned:{policy}"}
+    both = [row for row in pol_rows if row["policy"] == "learned[shadow]"
+            and row["prefetch"] == f"learned:{policy}"]
+    assert len(both) == 2 and all(float(row["stall_ns"]) >= 0 and int(row["traffic_bytes"]) > 0
+                                  for row in both)
+    assert "learned:policy.npz" in r.stdout  # the table's short name of the file's head
     assert {row["trace"] for row in rows} == {"held0", "held1"}
     # the bounds and the stall rows under the main job's preset; gap closed in the table
     assert {"foo_l", "foo_u", "stall_lb"} <= names  # (auto: FOO)
@@ -77,6 +97,9 @@ def test_main_job_end_to_end(tmp_path):
     ("main.learned_guards=[]", "main.learned_guards: the list is empty"),
     ("main.bounds=[fooo]", r"main.bounds: \['fooo'\] unknown; allowed: \['auto', 'foo', 'pfoo_l'\]"),
     ("main.presets=[h100]", "main.presets: unknown preset 'h100'"),
+    ("main.joint.capacities=[]", "main.joint.capacities: the list is empty"),
+    ("main.joint.env.cost=h100", "main.joint.env.cost: unknown preset 'h100'"),
+    ("main.joint.env._target_=cachegym.envs.evict.EvictEnv", "main.joint.env: the prefetch stage trains in env=joint"),
 ])
 def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
     """A typo in ``main`` (what the evaluation after training reads) is refused before training
@@ -97,3 +120,27 @@ def test_bad_main_section_fails_before_training(override, match, tmp_path, monke
     with pytest.raises(ConfigError, match=match):
         main_job.run_main(cfg)
     assert not (tmp_path / "out").exists()
+
+
+def test_main_prefetch_false_trains_and_evaluates_eviction_only(tmp_path, monkeypatch):
+    """``main.prefetch=false``: one training run (the eviction scorer), its file is the policy,
+    and the evaluation runs no prefetcher."""
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.policies.training import main_job
+    from cachegym.policies.training.config import register_train_configs
+
+    golden = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    runs, evals = [], []
+    monkeypatch.setattr(main_job, "train", lambda cfg, out_dir: runs.append(str(cfg.env._target_))
+                        or {"policy": golden, "out_dir": out_dir})
+    monkeypatch.setattr(main_job, "evaluate", lambda cfg, out_dir: evals.append(cfg)
+                        or {"table": "", "csv": "", "plots": []})
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("main", overrides=[*TINY, "main.prefetch=false", "main.held_out=[" +
+                                         os.path.join(ROOT, "data", "traces", "gpt.npz") + "]",
+                                         f"out_dir={tmp_path / 'out'}"])
+    res = main_job.run_main(cfg)
+    assert runs == ["cachegym.envs.evict.EvictEnv"] and res["policy"] == golden and res["joint"] is None
+    assert list(evals[0].eval.prefetchers) == ["none"] and list(evals[0].eval.learned) == [golden]

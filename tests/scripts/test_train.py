@@ -160,6 +160,12 @@ def test_main_config_composes():
         cfg = compose("main")
     assert cfg.agent.finetune.algo == "maskable_ppo" and list(cfg.main.capacities) == [0.25, 0.5]
     assert len(cfg.traces) >= 5 and cfg.record_inference
+    # the prefetch stage: env=joint (conf/env/joint.yaml), stall under a preset, imitation only
+    j = cfg.main.joint
+    assert cfg.main.prefetch and j.env._target_ == "cachegym.envs.joint.JointEnv"
+    assert (j.env.reward, j.env.cost, j.env.capacity_of) == ("stall", "h100_pcie5", "peak_live")
+    assert j.agent.finetune is None and j.agent.dagger.rounds >= 1
+    assert cfg.env._target_ == "cachegym.envs.evict.EvictEnv"  # the eviction run's env unchanged
 
 
 def test_main_returns_the_objective_a_sweeper_maximises(monkeypatch) -> None:
