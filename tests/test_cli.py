@@ -98,7 +98,9 @@ def test_the_console_script_runs_from_any_directory(tmp_path: Path) -> None:
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "gdsf" in r.stdout and (tmp_path / "outputs" / "sim").is_dir()
-    code = "import cachegym, gymnasium as gym; gym.make('cachegym/Evict-v0'); print('ok')"
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+    for code in ("import cachegym, gymnasium as gym; gym.make('cachegym/Evict-v0'); print('ok')",
+                 # without importing cachegym: Gymnasium imports the module before the id
+                 "import gymnasium as gym; gym.make('cachegym:cachegym/Evict-v0'); print('ok')"):
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
