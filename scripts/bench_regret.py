@@ -98,7 +98,7 @@ def cell(trace: Any, cap: int, policy: str, guard: str, objective: str) -> dict[
     pol = make_eviction("learned", path=policy, guard=False if g is None else g)
     guarded = replay(pol)
     best = min(costs, key=lambda e: costs[e])
-    gd = pol.guard
+    gd = getattr(pol, "guard", None)  # (a LearnedPolicy: make_eviction is typed for any policy)
     return {"guarded": guarded, **costs, "best": best,
             "ratio": guarded / max(costs[best], 1),
             "switches": None if gd is None else gd.switches,
