@@ -10,6 +10,7 @@
     python scripts/bench.py guard     [--json PATH]   guarded learned policy's requests/s (vs another checkout)
     python scripts/bench.py guardmem  [--json PATH]   guarded learned policy's memory over 10M requests
     python scripts/bench.py bounds    [--json PATH]   offline bounds: FOO on 7k requests, PFOO-L on 10^6
+    python scripts/bench.py regret    [--json PATH]   guarded learned policy vs each of its experts alone
 
 Each benchmark lives in ``scripts/bench_<name>.py`` and exposes ``add_args(parser)`` and
 ``run(args) -> dict`` (the figures, also written as JSON with ``--json``).
@@ -23,7 +24,7 @@ import json
 import os
 import sys
 
-BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "guardmem", "bounds")
+BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "guardmem", "bounds", "regret")
 # the benchmarks' options that count something (requests, objects, steps, seconds, threads, ...):
 # each must be positive when given
 COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",

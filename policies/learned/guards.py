@@ -1,7 +1,8 @@
 """The guards of a learned policy: they keep it from doing worse than the heuristics for long.
 
 :class:`ShadowGuard` (the default) measures the network and the heuristics in shadow caches
-and follows the best; :class:`Guard` tries the network in trial windows against LRU and
+and follows the one of least cost over the trace so far, with a hysteresis that keeps the
+pool close to its best expert; :class:`Guard` tries the network in trial windows against LRU and
 S3-FIFO; :class:`LRUGuard` is :class:`Guard` with LRU alone. :func:`make_guard` builds one by
 its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: ``shadow``,
 ``trial``, ``lru``, and ``none`` for the network alone).
@@ -279,47 +280,67 @@ class ShadowGuard(Guard):
     """A :class:`Guard` that also runs the network alone in a shadow pool
     (:func:`~policies.learned.models.network_expert`), so that all its experts -- the network,
     LRU, S3-FIFO, and (by default) GDSF and LFU, each deciding alone in a shadow pool -- are
-    measured on every access whoever decides, and no window is spent trying the network blind.
-    Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): by default
-    the bytes their shadow copied (``traffic``; margins and ``abort`` then count in units of the
-    mean request's bytes), or their hits (``misses``); below, "hit" reads "gain" in that
-    objective. Every ``window`` accesses the pool follows the expert whose shadow hit most over
-    the windows so far, each weighing ``decay`` times the next (0.5: mostly the last two), if it beat the
-    one followed now by more than ``margin`` of those accesses (``s3fifo_margin`` to hand over to
-    S3-FIFO, GDSF or LFU, whose content the pool must first converge to, and whose hits come in
-    bursts on loops and scans for S3-FIFO); within a window, as soon as the network or LRU leads
-    the followed expert by more than ``abort`` hits (GDSF or LFU: if it also does over the
-    windows so far). The network and S3-FIFO, GDSF, LFU decide by evicting first what their
-    shadow no longer holds (the pool converges to it; they also choose what the pool admits),
-    LRU through the policy's tracker. GDSF is there for variable sizes (evicting large objects
-    first, it hits more often than the others on most DL traces), LFU for frequency (an LLM KV
-    cache's shared prefixes).
+    measured on every access whoever decides, and the pool follows the one whose whole-trace
+    cost is lowest, with a hysteresis that makes it end close to its best expert.
 
-    ``gdsf`` / ``lfu``: whether those two experts run (each costs throughput). Costs a shadow
-    pool's work per expert and access (and the network's decisions happen in its shadow pool).
-    ``expert`` is ``None`` while the network is followed."""
+    Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): the bytes
+    their shadow copied (``traffic``, the default) or their misses (``misses``), counted from the
+    first request, never decayed. On every access the pool switches from the followed expert
+    ``f`` to the expert ``b`` of lowest cost when ``C_f - C_b`` exceeds ``margin * (1 + s) * C_b``
+    (``s``: the switches so far) plus a hand-over charge: ``handover`` pool capacities (bytes;
+    objects of the mean request's size for ``misses``) plus ``handover_weight`` times the mean hand-over cost measured so far. The
+    hand-over cost is what the pool paid beyond the experts it followed, each over the accesses
+    it was followed (the misses while the pool converges to a new expert's content): the pool's
+    cost minus the followed shadows' costs over their spans, per switch.
 
-    __slots__ = ("net", "decay", "_score", "_seen", "extra", "_abort_x")
+    Why it stays close to the best expert: following the leader with hysteresis, the pool's
+    cost is the last followed expert's plus, per switch, the lead it switched at and the hand-over
+    it paid (telescoping the spans), so it ends within ``margin * (1 + s)`` of the best expert's
+    cost plus the switches' charges. A switch needs a lead over the whole trace that grows with
+    the trace and with the switches (the ``s``-th needs ``s`` times the first's relative lead),
+    and that pays for the hand-overs measured, so experts that trade the lead in bursts (the periods of a training step) make the pool switch rarely, and a trace where one
+    expert is best from the start costs one early switch. The bound is on the charges actually
+    met: ``python scripts/bench.py regret`` prints the ratio to the best expert per trace and
+    capacity (``docs/EXPERIMENTS.md``).
 
-    def __init__(self, window: int = 2048, margin: float = 0.003, abort: float | None = None,
-                 s3fifo_margin: float = 0.01, decay: float = 0.5, gdsf: bool = True,
-                 lfu: bool = True, objective: str = "traffic") -> None:
-        super().__init__(window, margin, 1, abort, True, s3fifo_margin, objective)
-        if not 0 <= decay < 1:
-            raise ConfigError(f"ShadowGuard: decay must be in [0, 1), got {decay!r}")
-        self.decay = float(decay)
+    The network and S3-FIFO, GDSF, LFU decide by evicting first what their shadow no longer
+    holds (the pool converges to it; they also choose what the pool admits), LRU through the
+    policy's tracker. GDSF is there for variable sizes, LFU for frequency (an LLM KV cache's
+    shared prefixes). ``gdsf`` / ``lfu``: whether those two experts run (each costs
+    throughput: a shadow pool's work per access). ``expert`` is ``None`` while the network is
+    followed; ``switches`` counts the switches, ``decisions`` the accesses each expert decided.
+    Invariant: ``_spent`` is the followed experts' costs over their spans before the current
+    one, which began when the current expert's cost was ``_since``."""
+
+    __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
+                 "_items")
+
+    def __init__(self, margin: float = 0.003, handover: float = 0.005,
+                 handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
+                 objective: str = "traffic") -> None:
+        if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
+            raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
+                              f"handover (pool capacities) and handover_weight must be >= 0; got "
+                              f"margin={margin!r}, handover={handover!r}, "
+                              f"handover_weight={handover_weight!r}")
+        super().__init__(1, margin, 1, None, True, 0.0, objective)
+        self.handover, self.handover_weight = float(handover), float(handover_weight)
         # the experts beyond LRU and S3-FIFO (Guard.model), by name
         self.extra: dict[str, Expert] = {}
         if gdsf:
             self.extra["gdsf"] = heuristic_expert("gdsf", objective=objective)
         if lfu:
             self.extra["lfu"] = heuristic_expert("lfu", objective=objective)
-        self._score: dict[str | None, float] = {None: 0.0, "lru": 0.0, "s3fifo": 0.0,
-                                                **dict.fromkeys(self.extra, 0.0)}
-        self._seen = 0.0
         self.net: Expert | None = None
-        self._abort_x = 1.0  # the abort threshold's multiplier (doubles at each forced switch)
+        self._spent = 0.0
+        self._since = 0.0
+        self._capacity = 0.0  # one pool capacity in the objective's unit, from the first event
+        self._items: tuple[tuple[str | None, Expert], ...] = ()
         self._register({"lru": self.lru, "s3fifo": self.model, **self.extra})  # type: ignore[dict-item]
+
+    def _register(self, named: dict[str | None, Expert]) -> None:
+        super()._register(named)
+        self._items = tuple(named.items())
 
     @property
     def gdsf(self) -> Expert | None:
@@ -348,71 +369,55 @@ class ShadowGuard(Guard):
         k = None if m is None else m.victim(view)
         return tracker.victim(view) if k is None else k
 
+    def _cost(self, gain: float) -> float:
+        """An expert's cost so far from its gain: bytes copied, or misses."""
+        return -gain if self.objective == "traffic" else self._reqs - gain
+
+    def own_cost(self) -> float:
+        """The guarded pool's cost so far: bytes it copied, or its misses."""
+        if self.objective == "misses":
+            return self._reqs - self._hits
+        st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
+        return 0.0 if st is None else float(st.traffic_bytes)
+
+    def handover_cost(self) -> float:
+        """The mean cost per switch the pool paid beyond the experts it followed (0 before
+        the first switch)."""
+        if not self.switches:
+            return 0.0
+        cur = self._cost(self._named[self.expert].gain) - self._since
+        return max(0.0, self.own_cost() - self._spent - cur) / self.switches
+
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         self._request(view, key, hit)
-        if self._n >= self.window:
-            self._end_window()
-            return
-        # another expert ahead of the followed one by ``abort`` hits in this window: the network
-        # or LRU; GDSF or LFU only if it leads over the windows so far too (:meth:`_leads`)
-        h0, e = self._hits0, self.expert
-        cur = self._named[e].gain - h0[e]
-        lead = self.lru.gain - h0["lru"]
-        net = self.net
-        if net is not None and net.gain - h0[None] > lead:
-            lead = net.gain - h0[None]
-        for name, x in self.extra.items():
-            h = x.gain - h0[name]
-            if h > lead and name != e and self._leads(name, h, cur):
-                lead = h
-        if lead - cur > self.abort * self._abort_x * self.unit:
-            self.aborts += 1
-            self._end_window(force=True)
-
-    def _scores(self) -> dict[str | None, int]:
-        sc = super()._scores()
-        sc.setdefault(None, 0)  # (no network before attach)
-        return sc
-
-    def _leads(self, name: str, h: float, cur: float) -> bool:
-        """Whether expert ``name`` (``h`` hits in this window) leads the followed expert
-        (``cur``) by ``abort`` hits over the windows so far, this one included, as
-        :meth:`_end_window` weighs them: within a window GDSF often leads where it loses over
-        the trace (measured: the pool flapped between LRU and GDSF eleven times on a recurrent
-        model's trace, and between S3-FIFO and GDSF on an LLM KV cache, 3.1% behind LFU)."""
-        d, score = self.decay, self._score
-        return d * score[name] + h > d * score[self.expert] + cur + self.abort * self.unit
-
-    def _end_window(self, force: bool = False) -> None:
-        self.windows += 1
-        sc = self._scores()
-        score, d = self._score, self.decay
-        for e, h in sc.items():
-            score[e] = d * score[e] + h
-        self._seen = d * self._seen + self._n
         cur = self.expert
-        if force:  # the network, LRU, GDSF or LFU leads the followed expert by ``abort`` hits:
-            # follow it now (not S3-FIFO, whose hits come in bursts; GDSF and LFU only if they
-            # also lead over the windows so far, this one now included in ``score``)
-            cands: list[str | None] = [None, "lru"]
-            cands += [n for n in self.extra if score[n] > score[cur] + self.abort * self.unit]
-            best = max(cands, key=lambda e: (sc[e], e is None))
-            better = sc[best] > sc[cur]
-        else:  # over the windows so far, the last weighing most (S3-FIFO's hits come in bursts)
-            best = max(score, key=lambda e: (score[e], e is None))  # ties: the network
-            need = (self.margin if best in (None, "lru") else self.s3fifo_margin) * self._seen * self.unit
-            better = score[best] - score[cur] > need
-        if best != cur and better:
+        g = bg = self._named[cur].gain
+        best = cur
+        for name, e in self._items:
+            if e.gain > bg:
+                best, bg = name, e.gain
+        if best == cur:
+            return
+        lead = bg - g
+        need = self.margin * (1 + self.switches) * self._cost(bg)
+        if lead <= need:
+            return
+        if not self._capacity:
+            self._capacity = float(view.capacity) if self.objective == "traffic" else (
+                view.capacity * self._reqs / max(1, self._bytes))  # objects of the mean size
+        need += self.handover * self._capacity + self.handover_weight * self.handover_cost()
+        if lead > need:
+            self._spent += self._cost(g) - self._since
+            self._since = self._cost(bg)
             self.expert = best
             self.switches += 1
-        # forced switches back and forth between experts that trade the lead in bursts cost the
-        # pool a convergence each: each one doubles the next abort's threshold, each window end
-        # halves it again
-        self._abort_x = min(16.0, 2 * self._abort_x) if force else max(1.0, self._abort_x / 2)
-        if self.expert is not None:
-            self.lru_windows += 1
-            self.s3fifo_windows += self.expert == "s3fifo"
-        self._reset_window()
+
+    def __repr__(self) -> str:
+        """The guard's kind, objective, experts and who decides now (``network``: the learned
+        policy)."""
+        return (f"ShadowGuard(objective={self.objective!r}, margin={self.margin}, "
+                f"handover={self.handover}, experts={[n or 'network' for n in self._named]}, "
+                f"deciding={self.expert or 'network'!r})")
 
 
 # ---------------------------------------------------------------------- by name

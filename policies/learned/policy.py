@@ -53,7 +53,7 @@ class LearnedPolicy(EvictionPolicyBase):
     ``"none"``, the options of ``conf/policy/guard/`` -- or a :class:`ShadowGuard` /
     :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
     and an S3-FIFO model run in shadow caches of the pool's capacity, and the pool follows
-    whichever hit most over the last window (``guard_decisions`` counts the decisions a
+    whichever cost least over the trace so far (``guard_decisions`` counts the decisions a
     heuristic made), so a workload unlike the training data costs little.
 
     ``prefetch`` (a :class:`~policies.learned.prefetch_head.PrefetchHead`, from the file's

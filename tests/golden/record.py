@@ -14,7 +14,9 @@ issue 25 (prefetch in time): every file gains the ``late_stall_ns`` statistic; o
 the ``pool`` group's ``prefetch/lookahead*`` runs under a cost preset changed (the lookahead
 oracle now issues a copy when it is due: e.g. ``prefetch/lookahead/arena-a100_pcie4`` stalls
 6.1 ms instead of 40.6 ms, with 0 useless prefetches instead of 8898); runs without a preset are
-unchanged. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+unchanged. Re-recorded for issue 24's guard (the ShadowGuard follows the expert of least
+whole-trace cost, with a hysteresis and a measured hand-over charge): only the ``learned``
+group's shadow-guarded runs and the ``quality`` table changed. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 

@@ -224,9 +224,15 @@ def test_bad_guard_settings_are_config_errors(kw):
         Guard(**kw)
     with pytest.raises(ConfigError, match="s3fifo_margin=-0.5"):
         Guard(s3fifo_margin=-0.5)
-    if "max_backoff" not in kw:  # (the ShadowGuard has no back-off)
-        with pytest.raises(ConfigError, match="ShadowGuard: window must be"):
+    if "margin" in kw:  # (the ShadowGuard has no windows, back-off or abort)
+        with pytest.raises(ConfigError, match="ShadowGuard: margin .* must be >= 0"):
             ShadowGuard(**kw)
+
+
+@pytest.mark.parametrize("kw", [{"margin": -0.1}, {"handover": -1.0}, {"handover_weight": float("nan")}])
+def test_bad_shadow_guard_settings_are_config_errors(kw):
+    with pytest.raises(ConfigError, match="ShadowGuard: margin .* handover .* must be >= 0; got"):
+        ShadowGuard(**kw)
 
 
 @pytest.mark.parametrize("guard, match", [
@@ -320,18 +326,34 @@ def test_shadow_guard_gdsf_and_lfu_models_are_their_policies_whoever_decides(pol
     assert guard.switches > 0  # (others decided for a while: the models were not told)
 
 
-def test_shadow_guard_abort_threshold_backs_off():
-    """Each forced switch doubles the next abort's threshold (up to 16 times), each window end
-    halves it again, so that experts trading the lead in bursts do not make the pool flap."""
-    g = ShadowGuard()
-    g._end_window(force=True)
-    g._end_window(force=True)
-    assert g._abort_x == 4.0
-    for _ in range(5):
-        g._end_window(force=True)
-    assert g._abort_x == 16.0
-    g._end_window()
-    assert g._abort_x == 8.0
+def test_shadow_guard_ends_within_one_percent_of_the_best_expert_on_a_loop(tmp_path):
+    """Half the requests walk a loop larger than the pool (LRU, GDSF and LFU miss on all of
+    them, S3-FIFO keeps part of the loop), half are Zipf (where a network that evicts the hottest
+    object loses): S3-FIFO is the best expert by far, and the ShadowGuard ends within 1% of its
+    traffic (and of its misses under ``objective=misses``) after at most three switches. Its
+    regret is the first accesses, before S3-FIFO leads by the margin, and the hand-overs: a
+    constant, so that on 40,000 requests it is 2.4% and on 100,000 1.0% (measured: 1.0099)."""
+    from cachegym.policies.learned.models import heuristic_expert
+
+    trace = generate("mixture", seed=2, n_requests=100_000, components=[
+        {"name": "zipf", "weight": 0.5, "n_objects": 3000, "alpha": 1.0},
+        {"name": "loop", "weight": 0.5, "n_objects": 1100}])
+    cap = 700 * 4096
+
+    def stats(policy):  # type: ignore[no-untyped-def]
+        return Pool(cap, policy, placement="bytes", oversize="bypass").replay(trace)
+
+    experts = {n: stats(heuristic_expert(n).policy) for n in ("lru", "s3fifo", "gdsf", "lfu")}
+    bare = hottest_policy(tmp_path)
+    experts["network"] = stats(LearnedPolicy(bare.scorer, bare.header, guard=False))
+    for objective, cost in (("traffic", "traffic_bytes"), ("misses", "misses")):
+        guard = ShadowGuard(objective=objective)
+        got = getattr(stats(LearnedPolicy(bare.scorer, bare.header, guard=guard)), cost)
+        best = {n: getattr(st, cost) for n, st in experts.items()}
+        assert min(best, key=best.__getitem__) == "s3fifo"
+        assert min(v for n, v in best.items() if n != "s3fifo") > 1.3 * best["s3fifo"]  # by far
+        assert got <= 1.01 * best["s3fifo"], (objective, got / best["s3fifo"], guard.decision_shares())
+        assert 1 <= guard.switches <= 3 and guard.expert == "s3fifo"
 
 
 def test_negative_budget_is_a_config_error(policy_file):
@@ -679,7 +701,7 @@ def test_shadow_guard_network_shadow_is_the_network_alone(tmp_path, trace_name):
              generate("zipf", seed=3, n_requests=20_000, n_objects=2000, alpha=1.0, size=4096))
     cap = int(0.25 * (trace.peak_live_bytes() if trace_name == "dl_training" else trace.working_set_bytes()))
     bare = hottest_policy(tmp_path)
-    guard = ShadowGuard(window=1024)
+    guard = ShadowGuard()
     guarded = LearnedPolicy(bare.scorer, bare.header, guard=guard)
     Pool(cap, guarded, placement="bytes", oversize="bypass").replay(trace)
     alone = Pool(cap, bare, placement="bytes", oversize="bypass").replay(trace)
@@ -687,11 +709,12 @@ def test_shadow_guard_network_shadow_is_the_network_alone(tmp_path, trace_name):
     shadow = guard.net.pool.stats
     assert (shadow.hits, shadow.misses, shadow.evictions) == (alone.hits, alone.misses, alone.evictions)
     if trace_name == "zipf":
-        assert guard.lru_windows > 0  # the hottest-first network lost: heuristics decided meanwhile
+        assert guard.switches > 0 and guard.decisions.get("network", 0) < 0.5 * len(trace)  # the
+        # hottest-first network lost: heuristics decided meanwhile
 
 
 def test_shadow_guard_follows_lru_without_trials(tmp_path):
-    """A network that loses to LRU throughout costs the ShadowGuard only its first window and
+    """A network that loses to LRU throughout costs the ShadowGuard only its first accesses and
     the switch: it never hands decisions back to the network for a trial, so it ends far
     closer to LRU than the Guard, which tries the network again after each back-off."""
     trace = generate("zipf", seed=3, n_requests=60_000, n_objects=2000, alpha=1.0, size=4096)
@@ -704,17 +727,17 @@ def test_shadow_guard_follows_lru_without_trials(tmp_path):
     sg, g = ShadowGuard(), LRUGuard()
     m_sg, m_g = misses(sg), misses(g)
     m_lru = Pool(cap, LRU(), placement="bytes").replay(trace).misses
-    # aborts: the network's first loss to LRU, then at most one more, to GDSF or LFU (ahead of
+    # switches: the network's first loss to LRU, then at most two more, among GDSF, LFU and S3-FIFO (ahead of
     # LRU on this Zipf workload, as S3-FIFO is)
-    assert 1 <= sg.aborts <= 2 and sg.expert in ("lru", "s3fifo", "gdsf", "lfu")
-    assert sg.windows - sg.lru_windows <= 1  # the network decided only until the first abort
+    assert 1 <= sg.switches <= 3 and sg.expert in ("lru", "s3fifo", "gdsf", "lfu")
+    assert sg.decisions["network"] < 0.02 * len(trace)  # the network decided only until then
     assert m_sg - m_lru < 0.002 * len(trace) and m_sg - m_lru < 0.5 * (m_g - m_lru)
 
 
 def test_shadow_guard_follows_gdsf_where_sizes_vary(tmp_path):
     """On a Zipf workload whose sizes vary widely GDSF (evicting large objects first) hits far
     more often than LRU, S3-FIFO, LFU and ARC: the ShadowGuard of a bad network switches to it
-    after its first window and ends within 1% of GDSF's misses; without its GDSF expert
+    early and ends within 1% of GDSF's misses; without its GDSF expert
     (``gdsf=False``) it can only reach S3-FIFO."""
     trace = generate("zipf", seed=5, n_requests=40_000, n_objects=3000, alpha=0.9, size=4096,
                      size_sigma=1.5)
@@ -730,7 +753,7 @@ def test_shadow_guard_follows_gdsf_where_sizes_vary(tmp_path):
     m_gdsf = misses(GDSF())
     others = [misses(p) for p in (LRU(), S3FIFO(), LFU(), ARC())]
     assert m_gdsf < min(others) - 0.1 * len(trace)  # (measured: 10,565 against 15,994 or more)
-    assert with_gdsf.expert == "gdsf" and with_gdsf.switches == 1
+    assert with_gdsf.expert == "gdsf" and 1 <= with_gdsf.switches <= 2
     assert m < m_gdsf + 0.01 * len(trace)  # (measured: 10,638)
     assert without.gdsf is None and without.expert != "gdsf" and m_without > min(others) - 0.01 * len(trace)
 
@@ -766,9 +789,10 @@ def test_shadow_guard_judges_on_traffic_by_default(tmp_path):
 
 def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
     """On a loop larger than the cache the most-recent-first network beats LRU and S3-FIFO:
-    the ShadowGuard follows it in all but a window or two (S3-FIFO's hits come in bursts on
-    a loop, and may lead a window), and the guarded pool hits more than either heuristic and
-    nearly as much as the network alone (the pool follows its shadow)."""
+    the ShadowGuard follows it for all but a few accesses (S3-FIFO's hits come in bursts on
+    a loop, and may lead for a while), and the guarded pool hits more than either heuristic and
+    misses within 2% of the network alone (the pool follows its shadow; each switch to S3-FIFO
+    and back costs a hand-over, and each makes the next need a larger lead)."""
     trace = generate("loop", seed=1, n_requests=30_000, n_objects=600, size=4096)
     cap = 200 * 4096
     bare = Pool(cap, mru_policy(tmp_path), placement="bytes").replay(trace)
@@ -776,8 +800,9 @@ def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
     st = Pool(cap, mru_policy(tmp_path, guard), placement="bytes").replay(trace)
     others = [Pool(cap, p, placement="bytes").replay(trace).hits for p in (LRU(), S3FIFO())]
     assert bare.hits > max(others) and others[0] == 0  # (measured: 9,172 against 0 and 8,820)
-    assert guard.lru_windows <= 2 < guard.windows - 10 and guard.expert is None
-    assert max(others) < st.hits and st.hits > 0.97 * bare.hits  # (measured: 9,039)
+    assert guard.decisions["network"] > 0.9 * len(trace) and guard.expert is None  # (measured: 0.947)
+    assert max(others) < st.hits and st.misses < 1.02 * bare.misses  # (measured: 8,870 hits,
+    # 21,130 misses against 20,828)
 
 
 def test_learned_modules_import_only_those_before_them() -> None:

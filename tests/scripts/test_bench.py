@@ -144,3 +144,27 @@ def test_guardmem_bench_samples_rss_and_structures(tmp_path: Path) -> None:
     assert [s["requests"] for s in fig["samples"]] == [3000, 6000]
     assert all(s["rss_mib"] > 1 and s["largest"] <= 1024 + 64 for s in fig["samples"])
     assert "RSS from 3,000 to 6,000 requests" in r.stdout
+
+
+def test_regret_bench_smoke_run(tmp_path: Path) -> None:
+    """The regret benchmark replays the guarded policy and each of its experts alone on a
+    trace and capacity, and reports the guarded cost over the best expert's."""
+    import json
+
+    out = tmp_path / "r.json"
+    r = _bench("regret", "--traces", "zipf", "loop", "--capacities", "0.25", "--requests", "3000",
+               "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    (fig,) = json.loads(out.read_text())["policies"].values()
+    assert [row["trace"] for row in fig["rows"]] == ["zipf", "loop"] and fig["cells"] == 2
+    for row in fig["rows"]:
+        costs = {e: row[e] for e in ("network", "lru", "s3fifo", "gdsf", "lfu")}
+        assert row["best"] == min(costs, key=costs.__getitem__)
+        assert row["ratio"] == row["guarded"] / costs[row["best"]] and row["switches"] >= 0
+    assert "more than 1% behind" in r.stdout
+
+
+def test_regret_bench_unknown_trace_is_one_line() -> None:
+    r = _bench("regret", "--traces", "nope")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("error: --traces: ['nope'] unknown; choose from [")

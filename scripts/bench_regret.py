@@ -1,0 +1,141 @@
+"""``python scripts/bench.py regret``: the guarded learned policy's cost against each of its
+experts run alone, per trace and capacity (issue #24: "a guard that cannot end behind its best
+expert").
+
+For every exported policy (``--policy``, default the goldens' ``tests/golden/policy.npz``), trace
+and capacity (``--capacities``, fractions of the trace's peak live bytes) it replays, in pools as
+the evaluator builds them (byte placement, oversized objects bypassed): the policy under its
+guard (``--guard``, default ``shadow``), the network alone (guard ``none``) and each heuristic
+expert as a plain policy (LRU, S3-FIFO, GDSF, LFU), and prints the objective (``traffic``:
+bytes copied; ``misses``) of each and ``ratio`` = guarded / best expert (1.000: as good as the
+best; 1.010: 1% behind it), with the guard's switches and decision shares. Traces: the bundled
+DL traces (``data/traces/*.npz``) and synthetic families (:func:`FAMILIES`: Zipf, a phase
+change, a loop larger than the pool, scan-heavy mixtures, an LLM KV cache, and a storage-like
+trace of Zipf and scans over objects of 512 B - 64 KiB, fixed per object).
+
+    python scripts/bench.py regret [--policy PATH ...] [--traces NAME ...] [--requests 30000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from cachegym.envs.paths import project_path
+
+ROOT = project_path()
+EXPERTS = ("network", "lru", "s3fifo", "gdsf", "lfu")
+
+
+def _storage(n: int, seed: int) -> Any:
+    """Block-I/O-like: Zipf over objects mixed with sequential scans, each object's size fixed,
+    log-uniform in 512 B - 64 KiB (as libCacheSim's CloudPhysics traces)."""
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.workloads import generate
+
+    t = generate("mixture", seed=seed, n_requests=n, components=[
+        {"name": "zipf", "weight": 0.7, "n_objects": 20_000, "alpha": 0.8},
+        {"name": "scan", "weight": 0.3, "n_hot": 2_000, "alpha": 0.9, "scan_length": 3_000,
+         "scan_every": 2_000}])
+    rng = np.random.default_rng(seed)
+    _, obj = np.unique(t.key, return_inverse=True)
+    per_obj = (2.0 ** rng.uniform(9, 16, obj.max() + 1)).astype(np.int64)
+    return Trace.from_arrays(t.key, per_obj[obj], t.op, name="storage")
+
+
+def FAMILIES(n: int, seed: int = 0) -> dict[str, Callable[[], Any]]:
+    """The synthetic traces by name, ``n`` requests each (the LLM KV cache: its own length)."""
+    from cachegym.envs.workloads import generate
+
+    zs = {"size": 4096, "size_sigma": 1.0}
+    return {
+        "zipf": lambda: generate("zipf", seed, n_requests=n, n_objects=5_000, alpha=0.9),
+        "zipf_var": lambda: generate("zipf", seed, n_requests=n, n_objects=5_000, alpha=0.9, **zs),
+        "phase_change": lambda: generate("phase_change", seed, n_requests=n, n_objects=5_000, **zs),
+        "loop": lambda: generate("loop", seed, n_requests=n, n_objects=1_100),
+        "scan": lambda: generate("scan", seed, n_requests=n, scan_every=3_000, **zs),
+        "zipf+loop": lambda: generate("mixture", seed, n_requests=n, components=[
+            {"name": "zipf", "weight": 0.5, "n_objects": 3_000, "alpha": 0.8, **zs},
+            {"name": "loop", "weight": 0.5, "n_objects": 800, **zs}]),
+        "llm_kv": lambda: generate("llm_kv_cache", seed),
+        "storage": lambda: _storage(n, seed),
+    }
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", nargs="+", default=[os.path.join(ROOT, "tests", "golden", "policy.npz")],
+                   help="exported policy files (default: tests/golden/policy.npz)")
+    p.add_argument("--guard", default="shadow", help="guard (conf/policy/guard/), default shadow")
+    p.add_argument("--traces", nargs="+", help="bundled trace names and families (default: all)")
+    p.add_argument("--capacities", nargs="+", type=float, default=[0.1, 0.25, 0.5],
+                   help="fractions of peak live bytes (default 0.1 0.25 0.5)")
+    p.add_argument("--requests", type=int, default=30_000, help="requests per synthetic trace")
+    p.add_argument("--objective", default="traffic", choices=("traffic", "misses"))
+
+
+def _cost(st: Any, objective: str) -> int:
+    return int(st.traffic_bytes if objective == "traffic" else st.misses)
+
+
+def cell(trace: Any, cap: int, policy: str, guard: str, objective: str) -> dict[str, Any]:
+    """One trace and capacity: every expert alone and the guarded policy."""
+    from cachegym.allocator.pool import Pool
+    from cachegym.policies.learned.guards import make_guard
+    from cachegym.policies.registry import make_eviction
+
+    def replay(pol: Any) -> int:
+        return _cost(Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace), objective)
+
+    costs = {e: replay(make_eviction(e)) for e in EXPERTS[1:]}
+    costs["network"] = replay(make_eviction("learned", path=policy, guard=False))
+    g = make_guard(guard) if guard == "none" else make_guard(guard, objective=objective)
+    pol = make_eviction("learned", path=policy, guard=False if g is None else g)
+    guarded = replay(pol)
+    best = min(costs, key=lambda e: costs[e])
+    gd = getattr(pol, "guard", None)  # (a LearnedPolicy: make_eviction is typed for any policy)
+    return {"guarded": guarded, **costs, "best": best,
+            "ratio": guarded / max(costs[best], 1),
+            "switches": None if gd is None else gd.switches,
+            "shares": "" if gd is None else gd.decision_shares()}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.workloads import read_trace
+
+    bundled = {os.path.basename(f)[:-4]: f for f in sorted(glob.glob(os.path.join(ROOT, "data", "traces", "*.npz")))}
+    fams = FAMILIES(args.requests)
+    names = args.traces or [*bundled, *fams]
+    bad = [n for n in names if n not in bundled and n not in fams]
+    if bad:
+        raise ConfigError(f"--traces: {bad} unknown; choose from {[*bundled, *fams]}")
+    figures: dict[str, Any] = {"objective": args.objective, "guard": args.guard, "policies": {}}
+    for policy in args.policy:
+        print(f"policy {policy} under guard {args.guard!r}, objective {args.objective}")
+        print(f"{'trace':>14} {'cap':>5} {'ratio':>6} {'best':>8} " +
+              " ".join(f"{e:>8}" for e in EXPERTS) + "  switches shares (costs / best)")
+        rows = []
+        for name in names:
+            t = read_trace(bundled[name]) if name in bundled else fams[name]()
+            for frac in args.capacities:
+                cap = max(1, int(frac * t.peak_live_bytes()))
+                r = cell(t, cap, policy, args.guard, args.objective)
+                r.update(trace=name, capacity=frac)
+                rows.append(r)
+                b = r[r["best"]]
+                print(f"{name:>14} {frac:>5.2f} {r['ratio']:>6.3f} {r['best']:>8} " +
+                      " ".join(f"{r[e] / b:>8.3f}" for e in EXPERTS) +
+                      f"  {r['switches']!s:>3} {r['shares']}", flush=True)
+        ratios = [r["ratio"] for r in rows]
+        summary = {"max_ratio": max(ratios), "mean_ratio": statistics.fmean(ratios),
+                   "cells_over_1pct": sum(x > 1.01 for x in ratios), "cells": len(ratios)}
+        print(f"max ratio {summary['max_ratio']:.3f}, mean {summary['mean_ratio']:.4f}, "
+              f"{summary['cells_over_1pct']} of {summary['cells']} cells more than 1% behind")
+        figures["policies"][policy] = {"rows": rows, **summary}
+    return figures
