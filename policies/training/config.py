@@ -113,17 +113,13 @@ class EnvConfig:
 
 
 @dataclass
-class PrefetchEnvConfig:
-    """:class:`envs.prefetch.PrefetchEnv` (``cachegym/Prefetch-v0``): every key but
-    ``_target_`` is a constructor argument, each default the constructor's."""
+class _PrefetchingEnvConfig:
+    """The keys :class:`PrefetchEnvConfig` and :class:`JointEnvConfig` share (their envs'
+    constructor arguments of the same name and default)."""
 
-    _target_: str = "cachegym.envs.prefetch.PrefetchEnv"
-    K: int = 8
     opportunity: Any = "miss"
     window: int | None = 4096
     capacity_of: str = "working_set"
-    reward: str = "pythia"
-    invalid_action: str = "noop"
     cost: str | None = None
     placement: str = "bytes"
     write_policy: str = "write-back"
@@ -131,23 +127,27 @@ class PrefetchEnvConfig:
 
 
 @dataclass
-class JointEnvConfig:
-    """:class:`envs.joint.JointEnv` (``cachegym/Joint-v0``): every key but ``_target_`` is a
-    constructor argument, each default the constructor's. ``cost``: a timing preset (needed by
-    ``reward: stall``), e.g. ``env.cost=h100_pcie5``."""
+class PrefetchEnvConfig(_PrefetchingEnvConfig):
+    """:class:`envs.prefetch.PrefetchEnv` (``cachegym/Prefetch-v0``): every key but
+    ``_target_`` and :data:`RUNNER_KEYS` is a constructor argument, each default the constructor's."""
+
+    _target_: str = "cachegym.envs.prefetch.PrefetchEnv"
+    K: int = 8
+    reward: str = "pythia"
+    invalid_action: str = "noop"
+
+
+@dataclass
+class JointEnvConfig(_PrefetchingEnvConfig):
+    """:class:`envs.joint.JointEnv` (``cachegym/Joint-v0``): every key but ``_target_`` and
+    :data:`RUNNER_KEYS` is a constructor argument, each default the constructor's. ``cost``: a
+    timing preset (needed by ``reward: stall``), e.g. ``env.cost=h100_pcie5``."""
 
     _target_: str = "cachegym.envs.joint.JointEnv"
     K: int = 16
     candidates: str = "lru"
-    opportunity: Any = "miss"
-    window: int | None = 4096
-    capacity_of: str = "working_set"
     reward: str = "misses"
     invalid_action: str = "default"
-    cost: str | None = None
-    placement: str = "bytes"
-    write_policy: str = "write-back"
-    vec: VecEnvKind = VecEnvKind.dummy
 
 
 @dataclass
