@@ -28,7 +28,7 @@ from cachegym.allocator.errors import (
 from cachegym.allocator.pool import EvictionRequest, Pool
 from cachegym.allocator.seams import PoolView
 from cachegym.allocator.stats import JsonlHook, PoolStats
-from cachegym.allocator.trace import Op, Trace
+from cachegym.allocator.trace import Kind, Op, Trace
 from cachegym.policies.base import EvictionPolicyBase
 from cachegym.policies.lru import LRU
 
@@ -41,10 +41,14 @@ def _state(p: Pool) -> tuple:
             p.resident_keys())
 
 
-def random_trace(seed: int, n: int = 1500, n_keys: int = 40, frees: float = 0.03) -> Trace:
+def random_trace(seed: int, n: int = 1500, n_keys: int = 40, frees: float = 0.03, *,
+                 alpha: float = 1.4, unit: int = B, kinds: bool = False) -> Trace:
+    """Zipf(``alpha``) keys, sizes up to ``3 * unit`` (not multiples of 512: rounding), 30%
+    writes, and frees (a ``frees`` share) of live objects only, as a trace allows; with
+    ``kinds``, a random tensor kind per object."""
     rng = np.random.default_rng(seed)
-    key = rng.zipf(1.4, n) % n_keys
-    sizes = rng.integers(1, 3 * B, n_keys)
+    key = rng.zipf(alpha, n) % n_keys
+    sizes = rng.integers(1, 3 * unit, n_keys)
     op = np.where(rng.random(n) < 0.3, int(Op.WRITE), int(Op.READ))
     live: set[int] = set()
     for i in range(n):
@@ -55,7 +59,18 @@ def random_trace(seed: int, n: int = 1500, n_keys: int = 40, frees: float = 0.03
         else:
             live.add(k)
     comp = rng.integers(0, 3000, n)
-    return Trace.from_arrays(key, sizes[key], op, comp)
+    kind = rng.integers(0, len(Kind), n_keys)[key] if kinds else None
+    return Trace.from_arrays(key, sizes[key], op, comp, kind=kind)
+
+
+def pool_full_of_pinned(block: int = B, **kwargs: object) -> Pool:
+    """A pool of two ``block``-byte blocks, both held by pinned objects (1 and 2): a third
+    object cannot be placed (PoolExhausted)."""
+    p = Pool(2 * block, LRU(), **kwargs)  # type: ignore[arg-type]
+    for key in (1, 2):
+        p.access(key, block)
+        p.pin(key)
+    return p
 
 
 # ---------------------------------------------------------------------- residency and data
@@ -254,11 +269,7 @@ def test_memory_stats_and_reset_peak_stats_as_torch_names_them() -> None:
 
 
 def test_memory_stats_count_out_of_memory_errors() -> None:
-    p = Pool(2 * B, LRU())
-    p.access(1, B)
-    p.pin(1)
-    p.access(2, B)
-    p.pin(2)
+    p = pool_full_of_pinned()
     with pytest.raises(PoolExhausted):
         p.access(3, B)
     assert p.memory_stats()["num_ooms"] == 1

@@ -11,34 +11,22 @@ import re
 import numpy as np
 import pytest
 from pool_faults import FaultyBackend
+from test_pool import pool_full_of_pinned, random_trace
 
 from cachegym.allocator.errors import BackendError, ConfigError, PoolExhausted
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.snapshot import MemoryRecorder, read_snapshot
-from cachegym.allocator.trace import Kind, Op, Trace
+from cachegym.allocator.trace import Kind, Trace
 from cachegym.policies.lru import LRU
 from cachegym.policies.prefetch import MarkovPrefetcher
 
 B = 1 << 16
 
 
-def _trace(seed: int = 3, n: int = 600, n_keys: int = 30) -> Trace:
+def _trace() -> Trace:
     """Reads, writes (dirty victims: write-backs hold their blocks) and frees of objects of
     mixed kinds and sizes (not multiples of 512: rounding)."""
-    rng = np.random.default_rng(seed)
-    key = rng.zipf(1.3, n) % n_keys
-    sizes = rng.integers(1, 3 * B, n_keys)
-    op = np.where(rng.random(n) < 0.3, int(Op.WRITE), int(Op.READ))
-    live: set[int] = set()
-    for i in range(n):
-        k = int(key[i])
-        if k in live and rng.random() < 0.05:
-            op[i] = Op.FREE
-            live.discard(k)
-        else:
-            live.add(k)
-    kind = rng.integers(0, len(Kind), n_keys)[key]
-    return Trace.from_arrays(key, sizes[key], op, rng.integers(0, 3000, n), kind=kind)
+    return random_trace(3, 600, 30, frees=0.05, alpha=1.3, unit=B, kinds=True)
 
 
 def _replayed(max_entries: int = 100_000, stop: int | None = None) -> tuple[Pool, Trace]:
@@ -190,12 +178,8 @@ def test_recording_keeps_the_last_max_entries() -> None:
 
 
 def test_out_of_memory_is_recorded() -> None:
-    p = Pool(2 * B, LRU(), placement="arena")
+    p = pool_full_of_pinned(B, placement="arena")
     p.record_memory_history()
-    p.access(1, B)
-    p.pin(1)
-    p.access(2, B)
-    p.pin(2)
     with pytest.raises(PoolExhausted):
         p.access(3, B)
     oom = p.memory_snapshot()["device_traces"][0][-1]

@@ -13,6 +13,8 @@ import pytest
 
 th = pytest.importorskip("torch")  # the train extra
 
+from test_learned import log_victims  # noqa: E402  (same folder)
+
 from cachegym.allocator.errors import PolicyFileError  # noqa: E402
 from cachegym.allocator.pool import Pool  # noqa: E402
 from cachegym.envs.prefetch import PrefetchEnv  # noqa: E402
@@ -315,20 +317,6 @@ def test_prefetch_horizon_teaches_no_prefetch_for_far_uses():
         ImitationConfig(prefetch_horizon=0)
 
 
-def _victims(pol: LearnedPolicy) -> list[int]:
-    """The list that ``pol``'s victims are appended to from now on, decision by decision."""
-    out: list[int] = []
-    inner = pol.victim
-
-    def victim(view):
-        k = inner(view)
-        out.append(k)
-        return k
-
-    pol.victim = victim  # type: ignore[method-assign]
-    return out
-
-
 def test_one_file_with_one_files_eviction_scorer_and_anothers_prefetch_head(joint_file, tmp_path):
     """export_file(EVICT, prefetch_from=JOINT) (the main job's policy file): it loads, prefetches
     exactly as the joint file's head does, and evicts exactly as the eviction file alone."""
@@ -355,7 +343,7 @@ def test_one_file_with_one_files_eviction_scorer_and_anothers_prefetch_head(join
     zipf = generate("zipf", seed=2, n_requests=2000, n_objects=100, size=4096)
     for guard in ("none", "shadow"):  # the network alone, and the deployed guard
         ev, comb = LearnedPolicy.load(OLD_FILE, guard=guard), LearnedPolicy.load(both, guard=guard)
-        logs = _victims(ev), _victims(comb)
+        logs = log_victims(ev), log_victims(comb)
         st = [Pool(20 * 4096, pol).replay(zipf) for pol in (ev, comb)]
         assert len(logs[0]) > 50 and logs[0] == logs[1] and st[0] == st[1]
 
