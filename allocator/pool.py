@@ -667,10 +667,7 @@ class Pool:
             if not enabled:
                 self.hook = current
                 return
-            if self.placement != "arena":
-                raise ConfigError("record_memory_history: a snapshot gives every block its "
-                                  "address in the arena; placement='bytes' has none: construct "
-                                  "the pool with placement='arena'")
+            self._need_arena("record_memory_history")
             self.hook = MemoryRecorder(max_entries, forward=current)
 
     def memory_snapshot(self) -> dict[str, Any]:
@@ -681,10 +678,7 @@ class Pool:
         from cachegym.allocator.snapshot import MemoryRecorder, build_snapshot
 
         with self._lock:
-            if self.placement != "arena":
-                raise ConfigError("memory_snapshot: a snapshot gives every block its address "
-                                  "in the arena; placement='bytes' has none: construct the pool "
-                                  "with placement='arena'")
+            self._need_arena("memory_snapshot")
             held = [(o.offset, o.nbytes, o.size, o.key, o.kind) for o in self._objs.values()
                     if o.offset >= 0]
             objs = self._objs
@@ -694,6 +688,13 @@ class Pool:
             free = self._place.free_blocks()
             rec = self._hook if isinstance(self._hook, MemoryRecorder) else None
             return build_snapshot(self._place.capacity, held, awaiting, free, rec)
+
+    def _need_arena(self, what: str) -> None:
+        """A snapshot gives every block its address in the arena: refuse ``what`` otherwise."""
+        if self.placement != "arena":
+            raise ConfigError(f"{what}: a snapshot gives every block its address in the arena; "
+                              "placement='bytes' has none: construct the pool with "
+                              "placement='arena'")
 
     def dump_snapshot(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`memory_snapshot` to ``path``: JSON for a ``.json`` name (what
