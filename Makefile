@@ -10,7 +10,8 @@ install: $(VENV)/.installed $(VENV)/.built
 
 # the compiled core's sources (setup.py's CORE and their .pxd): when one changes, the extension
 # modules are rebuilt in place, so a checkout never runs a core compiled from older source
-CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/pool.p* policies/kernels.p*)
+CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/records.p* allocator/loop.p* \
+	allocator/pool.p* policies/kernels.p*)
 
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)

@@ -14,8 +14,8 @@ from setuptools import Extension, setup
 # CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
 # (named through the ``cachegym/`` folder, so that each is compiled as ``cachegym.allocator.pool``
 # and the .pxd cimports resolve by those names)
-CORE = ["cachegym/allocator/arena.py", "cachegym/allocator/cost.py", "cachegym/allocator/pool.py",
-        "cachegym/policies/kernels.py"]
+CORE = ["cachegym/allocator/arena.py", "cachegym/allocator/cost.py", "cachegym/allocator/records.py",
+        "cachegym/allocator/loop.py", "cachegym/allocator/pool.py", "cachegym/policies/kernels.py"]
 
 
 def core_extensions() -> list[Extension]:

@@ -17,8 +17,8 @@ from types import ModuleType
 from typing import Any
 
 # the modules setup.py compiles (keep the two lists equal: tests/allocator/test_core.py checks)
-CORE = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.pool",
-        "cachegym.policies.kernels")
+CORE = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.records",
+        "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels")
 
 
 def requested() -> bool:

@@ -61,7 +61,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_check
 
 if TYPE_CHECKING:
     from cachegym.allocator.cost import CostModel
-    from cachegym.allocator.pool import Counters, ObjectInfo, Pool
+    from cachegym.allocator.loop import Loop
+    from cachegym.allocator.records import Counters, ObjectInfo
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook", "is_noop",
@@ -78,7 +79,7 @@ class PoolView:
 
     __slots__ = ("_pool", "_objs")
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Loop) -> None:
         self._pool = pool
         self._objs = pool._objs
 

@@ -4,7 +4,7 @@
 a decision's candidate features, the sample rule's distinct draws, and the network's forward pass.
 
 Where Cython and a C compiler are present this file is compiled in pure-Python mode (the native
-types live in ``kernels.pxd`` beside it, as for ``allocator/pool.py``); elsewhere, or with
+types live in ``kernels.pxd`` beside it, as for ``allocator/loop.py``); elsewhere, or with
 ``CACHEGYM_PURE_PYTHON=1``, the same source runs interpreted with the same results, bit for bit
 (:data:`COMPILED` says which). :mod:`policies.features` and :mod:`policies.learned.network` are
 the only callers; their docstrings are the manual.

@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cachegym.allocator import pool as pool_mod
 
     figures["compiled"] = pool_mod.COMPILED
-    print("access loop: " + ("compiled (Cython, from allocator/pool.py)" if pool_mod.COMPILED else
+    print("access loop: " + ("compiled (Cython, from allocator/loop.py)" if pool_mod.COMPILED else
                              "interpreted (not built, or CACHEGYM_PURE_PYTHON set)"))
     print(f"{'placement':<9} {'phase':<5} {'pool ns/access':>15} {'bare ns/access':>15} "
           f"{'ratio':>6} {'best/best':>9} {'target':>7} {'misses':>8}")

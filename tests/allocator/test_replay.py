@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import cachegym.allocator.pool as pool_mod
+import cachegym.allocator.loop as loop_mod
 from cachegym.allocator.arena import ALIGN
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
@@ -54,7 +54,7 @@ def _by_rows(t: Trace, pool: Pool) -> None:
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 16])
 def test_replay_is_the_access_loop_row_by_row(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
     t = _trace(chunk)
-    monkeypatch.setattr(pool_mod, "REPLAY_CHUNK", chunk)
+    monkeypatch.setattr(loop_mod, "REPLAY_CHUNK", chunk)
     a = Pool(9 * B, LFU(), cost="h100_pcie5", hook=_Log())  # type: ignore[arg-type]
     got = a.replay(t)
     b = Pool(9 * B, LFU(), cost="h100_pcie5", hook=_Log())  # type: ignore[arg-type]
@@ -67,7 +67,7 @@ def test_replay_is_the_access_loop_row_by_row(chunk: int, monkeypatch: pytest.Mo
 
 def test_replay_of_consecutive_windows_equals_one_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     t = _trace(3)
-    monkeypatch.setattr(pool_mod, "REPLAY_CHUNK", 64)
+    monkeypatch.setattr(loop_mod, "REPLAY_CHUNK", 64)
     whole = Pool(9 * B, cost="a100_pcie4").replay(t)
     parts = Pool(9 * B, cost="a100_pcie4")
     for lo, hi in [(0, 0), (0, 100), (100, 101), (101, 700), (700, len(t))]:

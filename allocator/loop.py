@@ -1,0 +1,1177 @@
+"""The access loop: hit, miss, make-room, eviction, write-back, prefetch, free, the suspendable
+decision point and whole-trace replay, written once. :class:`Loop` is the pool's core;
+:class:`allocator.pool.Pool` is its public façade (configuration, memory statistics and
+snapshots, the data plane ``put``/``get``).
+
+Every client drives this loop: the evaluator and the real allocator through :meth:`Pool.access`
+(a policy object answers the eviction question), the Gymnasium environments through
+:meth:`Pool.steps` (the loop stops at each eviction decision and resumes with the agent's answer).
+There is no second implementation of hits, misses, eviction or accounting anywhere.
+
+Residency of an object: ``DEVICE``, ``HOST``, in flight to the device (``H2D``) or to the host
+(``D2H``, a dirty victim being written back). A dirty victim's space is reusable only once its
+copy to host completes; pinned objects are never evicted; a freed object is dropped everywhere
+without write-back.
+
+Faults: a copy the backend reports failed is raised once, as a :class:`BackendError` naming the
+object and the direction, by the first pool operation that waits for it, and the object keeps its
+last good copy: a failed fetch leaves it in host memory (its new block is freed), a failed
+write-back leaves it on the device, dirty, in the block it had (nothing is released). A failure
+whose copy no longer matters (the object was freed, or a newer copy supersedes it) is not raised.
+A hook the recovery calls (``on_insert`` after a failed write-back, ``on_evict`` after a failed
+fetch) that raises is named in that error and called again before the next operation.
+A policy hook that raises is raised as a :class:`PolicyError`; an event it announced beforehand
+(``on_miss``, ``admit``, ``victim``, ``on_insert``, ``on_evict``, ``on_free``) is undone first
+(evictions already made for it stay), one it reported afterwards (a hit, pending evictions,
+prefetches) stands. Either way ``_check``'s invariants hold.
+
+Locking: every public method takes ``_lock`` (re-entrant); all access to ``_objs``, the
+placement, the clock and the stats requires it. A ``steps`` generator holds the lock from its
+first ``next`` until it finishes or is closed.
+
+This file is the only implementation of the loop. Where a C compiler is present it is compiled
+by Cython in pure-Python mode (the types live in ``loop.pxd`` beside it: native integer fields,
+extension-type records); elsewhere, or with ``CACHEGYM_PURE_PYTHON=1``, the same source runs
+interpreted, with the same effects.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import cython
+import numpy as np
+
+from cachegym.allocator.arena import ALIGN, Arena, ByteAccounting
+from cachegym.allocator.cost import CostModel
+from cachegym.allocator.errors import (
+    BackendError,
+    ConfigError,
+    InvalidVictim,
+    NotPinned,
+    NotResident,
+    ObjectPinned,
+    ObjectTooLarge,
+    PolicyError,
+    PoolExhausted,
+    UnknownKey,
+)
+from cachegym.allocator.records import Counters, EvictionRequest, ObjectInfo
+from cachegym.allocator.seams import (
+    D2H,
+    DEVICE,
+    H2D,
+    HOST,
+    STATE_NAMES,
+    EvictionPolicy,
+    PoolView,
+    PrefetchPolicy,
+    is_noop,
+    optional_hooks,
+    untracked_free_hook,
+)
+from cachegym.allocator.stats import PoolHook, PoolStats
+from cachegym.allocator.trace import Op, Trace
+
+if TYPE_CHECKING:
+    from cachegym.allocator.backends import Backend
+
+__all__ = ["Loop", "REPLAY_CHUNK", "COMPILED"]
+
+COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
+
+REPLAY_CHUNK = 1 << 16  # rows of a trace that Loop.replay converts at once
+
+
+@cython.cclass
+class Loop:
+    """The pool's core: its state and the one access loop. Construct a
+    :class:`~allocator.pool.Pool` (which checks its arguments); this class holds no public
+    API of its own beyond the loop's entry points (``access``, ``steps``, ``prefetch``,
+    ``free``, ``pin``, ``unpin``, ``replay``, ``snapshot``)."""
+
+    def __init__(self, capacity: int, policy: EvictionPolicy, prefetcher: PrefetchPolicy | None,
+                 cost: CostModel, backend: Backend | None, placement: str, write_through: bool,
+                 bypass_oversize: bool, hook: PoolHook | None) -> None:
+        """The loop's state, from values :class:`~allocator.pool.Pool` has checked."""
+        self.capacity = capacity
+        self._policy = policy
+        self._prefetcher = prefetcher
+        self._hook = hook
+        self._write_through = write_through
+        self.cost = cost
+        self.backend = backend
+        self.placement = placement
+        self.bypass_oversize = bypass_oversize
+        self.stats = Counters()
+        self._place: Arena | ByteAccounting = (
+            Arena(self.capacity) if placement == "arena" else ByteAccounting(self.capacity)
+        )
+        # footprint(n) == (n + _fp_mask) & ~_fp_mask (ALIGN - 1 for the arena, 0 for bytes)
+        self._fp_mask = ALIGN - 1 if placement == "arena" else 0
+        self._objs: dict[int, ObjectInfo] = {}
+        self._tick = -1
+        # (done_ns, seq, key) of h2d copies in flight; (done_ns, seq, offset, nbytes, event) of
+        # device blocks whose release waits for a copy out of them.
+        self._landing: list[tuple[int, int, int]] = []
+        self._releases: list[tuple[int, int, int, int, Any, int]] = []
+        self._pending_release_bytes = 0
+        self._inflight_bytes = 0
+        self._seq = 0
+        self._writing = False  # the access being served is a write (PoolView.writing)
+        self._n_evictable = 0  # objects with state DEVICE and no pins
+        self._alloc_retries = 0  # allocations that had to evict first (memory_stats)
+        self._peak_allocated = 0  # peak of the bytes held by objects' blocks (memory_stats)
+        self._num_ooms = 0  # PoolExhausted raised (memory_stats)
+        # (hook, key) of what a recovery from a failed copy told the policy and it raised on:
+        # told again before the next operation (_settle), so the policy tracks exactly the
+        # objects on the device or on their way there
+        self._owed: list[tuple[str, int]] = []
+        self._attach_runtime()
+        if backend is not None:
+            backend.attach(self._place.capacity)
+
+    # ------------------------------------------------------------------ pickle / copy (Pool.__reduce__)
+    # A pool pickles (and deep-copies) with its objects, policy, clock and counters; the lock and
+    # the view, which hold references into this instance, are made anew for the copy. (A backend
+    # holding device memory does not pickle.)
+    _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
+              "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
+              "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
+              "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms")
+
+    # made anew by _attach_runtime (the lock and what holds references into this instance)
+    _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
+                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due")
+
+    def _attach_runtime(self) -> None:
+        """What holds references into this instance, made by ``__init__`` and anew for a copy:
+        the lock and the view."""
+        self._place_release = self._place.release
+        self._lock = threading.RLock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
+        self.view = PoolView(self)
+        self._refresh_fast_path()
+
+    def _refresh_fast_path(self) -> None:
+        # a plain hit (no prefetcher, no hook; a write only under write-back) takes the
+        # fast path in access(): the same effects as _access_steps' hit branch
+        plain = self._prefetcher is None and self._hook is None
+        self._fast_read = plain
+        self._fast_write = plain and not self._write_through
+        policy = self._policy
+        # the optional members (allocator/seams.py): ``touch`` (of the class only: a wrapper
+        # forwarding attributes must not bypass its on_hit), admission control and evictions the
+        # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
+        hooks = optional_hooks(policy)
+        self._touch = hooks.touch
+        self._on_hit = policy.on_hit
+        self._on_miss = None if is_noop(policy, "on_miss") else policy.on_miss
+        self._admit = hooks.admit
+        self._due = hooks.pending_evictions
+
+    # ------------------------------------------------------------------ public API
+    @cython.locals(o=ObjectInfo, st=Counters, tick=cython.longlong, need=cython.longlong,
+                    old_size=cython.longlong)
+    def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
+               compute_ns: int = 0) -> bool:
+        """Read (or write) object ``key`` of ``size`` bytes; returns True on a hit.
+
+        The object is on the device when this returns, unless it was not admitted (refused by
+        the policy, or larger than an ``oversize="bypass"`` pool): then it was streamed (its
+        bytes copied in for this access, and out for a write; ``stats.streamed``).
+        ``compute_ns`` advances the clock after the access (the consumer's compute).
+        """
+        self._acquire()
+        try:
+            if self._owed:
+                self._settle()
+            o = self._objs.get(key)
+            if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
+                # a plain hit: _access_steps' hit branch without its generator
+                self._tick = tick = self._tick + 1
+                st = self.stats
+                st.accesses += 1
+                st.hits += 1
+                o.last_tick = tick
+                o.n_access += 1
+                o.late_ns = 0
+                if o.prefetched:
+                    o.prefetched = False
+                    st.prefetch_hits += 1
+                if write:
+                    o.dirty = True
+                self._writing = write
+                touch = self._touch
+                try:
+                    if touch is not None:
+                        touch(key)
+                    else:
+                        self._on_hit(self.view, key)
+                except Exception as e:  # the hit stands
+                    raise self._policy_error(self._policy, "on_hit" if touch is None else "touch",
+                                             key, e, True) from e
+                if self._due is not None:
+                    self._evict_due(key)
+                if compute_ns:
+                    self.cost.compute(compute_ns)
+                return True
+            if not self._fast_read:
+                return self._drive(self._access_steps(key, size, write, kind, compute_ns))
+            # _access_steps' phases without its generator (there is no prefetcher to ask)
+            o, need, old_size = self._begin(key, size, kind, write)
+            if need > 0:
+                place = self._place
+                try:
+                    # no block can fit while fewer bytes than that are free: skip the attempt
+                    offset = place.alloc(need) if place.capacity - place.used >= need else None
+                    if offset is None:
+                        offset = self._make_room_policy(key, size, need)
+                    self._insert(o, offset, need, write, old_size)
+                except BaseException:
+                    self._undo_miss(o, size, old_size)
+                    raise
+            if need >= 0:
+                self._end(o, write, False)
+            if self._due is not None:
+                self._evict_due(key)
+            if compute_ns:
+                self.cost.compute(compute_ns)
+            return need == 0
+        finally:
+            self._release()
+
+    def steps(self, key: int, size: int, op: int = Op.READ, *, kind: int = 0,
+              compute_ns: int = 0) -> Generator[EvictionRequest, int, bool | None]:
+        """The access loop as a generator: yields an :class:`EvictionRequest` at each eviction
+        decision and expects the victim's key back through ``send``. Returns what
+        :meth:`access` returns (``None`` for a free). Close it to abandon the event."""
+        with self._lock:
+            if op == Op.FREE:
+                self._free(key)
+                return None
+            return (yield from self._access_steps(key, size, op == Op.WRITE, kind, compute_ns))
+
+    def prefetch(self, key: int, size: int | None = None) -> bool:
+        """Start copying ``key`` to the device asynchronously. Returns False when it is
+        already resident or in flight. An unknown key needs ``size`` (it is then created in host
+        memory first, as a trace's not-yet-seen object)."""
+        with self._lock:
+            return self._drive(self._prefetch_steps(key, size))
+
+    def free(self, key: int) -> None:
+        """Drop ``key`` everywhere, without write-back. Raises :class:`UnknownKey`."""
+        with self._lock:
+            self._free(key)
+
+    def pin(self, key: int) -> None:
+        """Keep ``key`` on the device until :meth:`unpin` (counted: pins nest)."""
+        with self._lock:
+            o = self._get(key, "pin")
+            if o.state == H2D:
+                self._land(o, wait=True)
+            if o.state != DEVICE:
+                raise NotResident(key, "pin")
+            if o.pins == 0:
+                self._n_evictable -= 1
+            o.pins += 1
+
+    def unpin(self, key: int) -> None:
+        with self._lock:
+            o = self._get(key, "unpin")
+            if o.pins == 0:
+                raise NotPinned(key)
+            o.pins -= 1
+            if o.pins == 0 and o.state == DEVICE:
+                self._n_evictable += 1
+
+    def replay(self, trace: Trace, start: int = 0, stop: int | None = None) -> PoolStats:
+        """Drive the access loop over rows ``start`` to ``stop`` of ``trace`` (all of it by
+        default) with the pool's policies: :meth:`access` for a read or write, :meth:`free` for
+        a free, row by row, then :meth:`snapshot`.
+
+        The columns are read in chunks of :data:`REPLAY_CHUNK` rows as Python integers (one
+        conversion per chunk, not one NumPy scalar per field and row), and the lock is held for
+        the whole replay (each access re-enters it). A policy's error (:class:`PolicyError`,
+        :class:`InvalidVictim`) carries the row it was raised at as ``row``.
+        """
+        n = len(trace)
+        stop = n if stop is None else stop
+        if not (isinstance(start, (int, np.integer)) and isinstance(stop, (int, np.integer))
+                and 0 <= start <= stop <= n):
+            raise ConfigError(f"replay: rows {start!r}..{stop!r} are not a range of the trace's "
+                              f"{n} rows; pass 0 <= start <= stop <= {n}")
+        access, free = self.access, self.free
+        key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
+        with self._lock:
+            i = int(start)
+            try:
+                for lo in range(int(start), int(stop), REPLAY_CHUNK):
+                    hi = min(lo + REPLAY_CHUNK, int(stop))
+                    for i, k, s, o, c, kd in zip(range(lo, hi), key[lo:hi].tolist(),  # noqa: B007
+                                                 size[lo:hi].tolist(), op[lo:hi].tolist(),
+                                                 comp[lo:hi].tolist(), kind[lo:hi].tolist()):
+                        if o == 2:  # Op.FREE
+                            free(k)
+                        else:
+                            access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+            except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the row (i)
+                e.row = i
+                raise
+            return self.snapshot()
+
+    def snapshot(self) -> PoolStats:
+        """A copy of the statistics with the derived fields filled in."""
+        with self._lock:
+            st = self.stats
+            st.stall_ns = self.cost.stall_ns
+            st.compute_ns = self.cost.compute_ns
+            st.total_ns = self.cost.now
+            st.device_bytes = self._place.used
+            st.fragmentation = self._place.fragmentation
+            return st.snapshot()
+
+    # ------------------------------------------------------------------ the loop
+    def _drive(self, gen: Generator[EvictionRequest, int, Any]) -> Any:
+        """Run a step generator, answering every eviction request with the policy."""
+        policy, view = self._policy, self.view
+        try:
+            req = next(gen)
+            while True:
+                try:
+                    victim = policy.victim(view)
+                except Exception as e:  # the loop undoes its half-done event (gen.close)
+                    raise self._policy_error(policy, "victim", req.key, e, False) from e
+                req = gen.send(victim)  # type: ignore[arg-type]
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            gen.close()  # a policy that raised: the loop undoes its half-done event now
+
+    # An access runs in phases: _begin (hit, or the miss's counters and object), room (place it,
+    # evicting through _make_room while it does not fit), _insert (fetch or allocate), _end
+    # (recency, dirty, write-through), then prefetches and compute. _access_steps is the
+    # generator form (an outside driver answers the evictions); access() runs the same phases
+    # without a generator when there is no prefetcher (the policy answers the evictions).
+    def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
+                      defer_wt: bool = False, tail: bool = True
+                      ) -> Generator[EvictionRequest, int, bool]:
+        if self._owed:
+            self._settle()
+        o, need, old_size = self._begin(key, size, kind, write)
+        if need > 0:
+            try:
+                offset = self._place.alloc(need)
+                if offset is None:
+                    offset = yield from self._make_room(key, size, need)
+                self._insert(o, offset, need, write, old_size)
+            except BaseException:
+                self._undo_miss(o, size, old_size)
+                raise
+        if need >= 0:
+            self._end(o, write, defer_wt)
+        if not tail:  # put: the caller writes the bytes first, then runs the phases below
+            return need == 0
+        if self._due is not None:  # (after a bypass too, as access() does)
+            self._evict_due(key)
+        if need >= 0 and self._prefetcher is not None:
+            yield from self._prefetches(o)
+        if compute_ns:
+            self.cost.compute(compute_ns)
+        return need == 0
+
+    @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong,
+                    landing=cython.bint, refused=cython.bint)
+    def _begin(self, key: int, size: int, kind: int, write: bool) -> tuple[ObjectInfo, int, int]:
+        """Count the access (a write if ``write``); a hit is complete here. Returns ``(object,
+        need, old_size)``: ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to
+        place; ``old_size`` -1 when the miss created the object."""
+        self._writing = write
+        if self._landing or self._releases:
+            self._retire()
+        st = self.stats
+        o = self._objs.get(key)
+        if o is not None and o.state in (DEVICE, H2D):
+            landing = o.state == H2D
+            o.late_ns = 0
+            if landing:  # (a failed copy raises here: the object is in host memory, no hit)
+                self._land(o, wait=True)
+            self._tick += 1
+            st.accesses += 1
+            st.hits += 1
+            if not landing and o.prefetched:
+                st.prefetch_hits += 1
+            o.prefetched = False
+            try:
+                self._policy.on_hit(self.view, key)
+            except Exception as e:  # the hit stands
+                raise self._policy_error(self._policy, "on_hit", key, e, True) from e
+            if self._hook is not None:
+                self._emit("hit", o)
+            return o, 0, 0
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
+            raise ConfigError(f"access: object {key!r} needs a size that is an integer number of "
+                              f"bytes > 0, got {size!r}")
+        if o is None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
+            raise ConfigError(f"access: keys are integers (a trace's int64 key column), got "
+                              f"{key!r} of type {type(key).__name__}")
+        size = int(size)  # a NumPy integer is counted as a Python int from here on
+        place = self._place
+        need = (size + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
+        if need > place.capacity and not self.bypass_oversize:
+            raise ObjectTooLarge(key, size, place.capacity, self.capacity)
+        if o is not None and o.d2h_event is not None:
+            self._wait_written_back(o)  # before it is fetched (may raise: nothing counted yet)
+        self._tick += 1
+        st.accesses += 1
+        st.misses += 1
+        st.byte_misses += size
+        if o is None:
+            old_size = -1
+            o = ObjectInfo(key, size, kind, self._tick)
+            self._objs[key] = o
+        else:
+            old_size = o.size
+            o.late_ns = 0
+            o.size = size  # libCacheSim: a miss inserts with the request's size
+        hook = "on_miss"
+        try:
+            if self._on_miss is not None:
+                self._on_miss(self.view, key)
+            hook = "admit"
+            refused = need > place.capacity or (
+                self._admit is not None and not self._admit(self.view, key, size))
+        except BaseException as e:
+            self._undo_miss(o, size, old_size)
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, hook, key, e, False) from e
+            raise
+        if refused:
+            st.streamed += 1
+            self._stream(o, write, old_size < 0)
+            if self._hook is not None:
+                self._emit("streamed", o)
+            o.n_access += 1
+            o.last_tick = self._tick
+            return o, -1, old_size
+        return o, need, old_size
+
+    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong)
+    def _stream(self, o: ObjectInfo, write: bool, created: bool) -> None:
+        """Serve a miss whose object is not admitted (refused by the policy, or larger than
+        the pool) by streaming, the accounting of :meth:`_insert`'s fetch and of a
+        write-through without a block: a read or read-modify-write copies the object's bytes
+        host-to-device (the consumer waits for them as for a demand miss), a write then sends
+        them device-to-host; nothing stays resident. A first write copies nothing in. With a
+        backend, :meth:`get` and :meth:`put` move the real bytes (``Backend.stream_in`` /
+        ``stream_out``); the counts are the same with and without one."""
+        st = self.stats
+        cost = self.cost
+        if not (write and created):
+            done = cost.copy(0, o.size, o.busy_until)
+            st.bytes_h2d += o.size
+            if done > cost.now:
+                cost.wait_until(done)
+        if write:
+            o.busy_until = cost.copy(1, o.size, o.busy_until)
+            st.bytes_d2h += o.size
+            o.dirty = False
+
+    @cython.locals(o=ObjectInfo, st=Counters)
+    def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:
+        """No room could be made (or the fetch or a hook failed): the event did not happen
+        (evictions it made did, and stay)."""
+        if old_size < 0:
+            del self._objs[o.key]
+            if self.backend is not None:  # a failed fetch may have made its host buffer
+                self.backend.free_host(o.key)
+        else:
+            o.size = old_size
+        self._tick -= 1
+        st = self.stats
+        st.accesses -= 1
+        st.misses -= 1
+        st.byte_misses -= int(size)
+
+    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong,
+                    need=cython.longlong, used=cython.longlong, prev=cython.int)
+    def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
+        """The missed object lands in its block: allocated (a first write) or fetched. A failed
+        fetch or a raising ``on_insert`` gives the block back and leaves ``o`` as it was (the
+        caller undoes the miss)."""
+        prev = o.state
+        o.offset, o.nbytes = offset, need
+        st = self.stats
+        used = self._place.used
+        if used > st.peak_device_bytes:
+            st.peak_device_bytes = used
+        used -= self._pending_release_bytes  # held by objects (not awaiting a write-back)
+        if used > self._peak_allocated:
+            self._peak_allocated = used
+        if old_size < 0 and write:
+            st.allocations += 1  # a first write allocates without a copy
+        else:
+            # demand fetch; it waits for a write-back of the same object still in flight
+            cost = self.cost
+            if cost.instant:
+                done = o.busy_until if o.busy_until > cost.now else cost.now
+            else:
+                done = cost.copy(0, o.size, o.busy_until)
+            if self.backend is None:
+                st.bytes_h2d += o.size
+                o.ready_ns = done
+            else:
+                self._h2d(o, done)
+            if done > cost.now:
+                cost.wait_until(done)
+            ev = o.h2d_event
+            if ev is not None:
+                o.h2d_event = None
+                err = self._wait_copy(ev)
+                if err is not None:
+                    self._place_release(offset, need)
+                    o.offset, o.nbytes = -1, 0
+                    raise self._copy_error(o.key, "h2d", err) from err
+        o.state = DEVICE
+        self._n_evictable += 1
+        try:
+            self._policy.on_insert(self.view, o.key)
+        except BaseException as e:
+            o.state = prev
+            self._n_evictable -= 1
+            self._place_release(offset, need)
+            o.offset, o.nbytes = -1, 0
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, "on_insert", o.key, e, False) from e
+            raise
+        if self._hook is not None:
+            self._emit("miss", o)
+
+    @cython.locals(o=ObjectInfo)
+    def _end(self, o: ObjectInfo, write: bool, defer_wt: bool) -> None:
+        o.n_access += 1
+        o.last_tick = self._tick
+        if write:
+            o.dirty = True
+            if self._write_through and not defer_wt:
+                self._copy_out(o)
+                o.dirty = False
+
+    def _prefetches(self, o: ObjectInfo) -> Generator[EvictionRequest, int, None]:
+        """Ask the prefetch policy after the access of ``o`` and start its prefetches. The
+        accessed object is held (as if pinned) so that its prefetches cannot evict it."""
+        assert self._prefetcher is not None
+        if o.pins == 0:
+            self._n_evictable -= 1
+        o.pins += 1
+        try:
+            try:
+                keys = self._prefetcher.prefetch(self.view, o.key)
+            except Exception as e:  # the access stands
+                raise self._policy_error(self._prefetcher, "prefetch", o.key, e, True) from e
+            for k in keys:
+                po = self._objs.get(k)
+                if po is not None and po.state in (HOST, D2H):
+                    try:
+                        yield from self._prefetch_steps(k, None)
+                    except PoolExhausted:
+                        break  # a prefetch is a hint: no room now, the access stands
+        finally:
+            o.pins -= 1
+            if o.pins == 0:
+                self._n_evictable += 1
+
+    def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
+        if self._owed:
+            self._settle()
+        self._retire()
+        o = self._objs.get(key)
+        created = o is None
+        if o is None:
+            if size is None:
+                raise UnknownKey(key, "prefetch")
+            if size <= 0:
+                raise ConfigError(f"prefetch: size must be a positive number of bytes, got {size!r}")
+            o = ObjectInfo(key, int(size), 0, self._tick)
+        if o.state in (DEVICE, H2D):
+            return False
+        need = self._place.footprint(o.size)
+        if need > self._place.capacity:
+            if self.bypass_oversize:
+                return False
+            raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)
+        if o.d2h_event is not None:
+            self._wait_written_back(o)  # before it is fetched (may raise: nothing done yet)
+        if created:
+            self._objs[key] = o
+        try:
+            offset = yield from self._make_room(key, o.size, need)
+            self._place_obj(o, offset, need)
+            prev = o.state
+            done = self.cost.copy(0, o.size, not_before=o.busy_until)
+            self._h2d(o, done)
+            o.prefetched = True
+            self.stats.prefetches += 1
+            if done <= self.cost.now:
+                ev = o.h2d_event
+                if ev is not None:
+                    o.h2d_event = None
+                    err = self._wait_copy(ev)
+                    if err is not None:
+                        self._unprefetch(o)
+                        raise self._copy_error(key, "h2d", err) from err
+                o.state = DEVICE
+                self._n_evictable += 1
+            else:
+                o.state = H2D
+                self._inflight_bytes += o.size
+                self._seq += 1
+                heapq.heappush(self._landing, (done, self._seq, key))
+            try:
+                self._policy.on_insert(self.view, key)
+            except BaseException as e:
+                if o.state == H2D:
+                    self._inflight_bytes -= o.size
+                    ev = o.h2d_event  # the copy into the block ends before the block is reused
+                    if ev is not None:
+                        o.h2d_event = None
+                        self._wait_copy(ev)
+                else:
+                    self._n_evictable -= 1
+                o.state = prev
+                self._unprefetch(o)
+                if isinstance(e, Exception):
+                    raise self._policy_error(self._policy, "on_insert", key, e, False) from e
+                raise
+        except BaseException:
+            if created:
+                del self._objs[key]
+                if self.backend is not None:
+                    self.backend.free_host(key)
+            raise
+        self._emit("prefetch", o)
+        return True
+
+    def _unprefetch(self, o: ObjectInfo) -> None:
+        """Undo a prefetch of ``o`` that did not happen (its copy is over): its block is free."""
+        self._place_release(o.offset, o.nbytes)
+        o.offset, o.nbytes = -1, 0
+        o.prefetched = False
+        self.stats.prefetches -= 1
+
+    # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
+    # that a victim is needed); _make_room drives it as a generator (the victim comes from
+    # whoever drives Pool.steps); _make_room_policy drives it with the policy's answers.
+    @cython.locals(need=cython.longlong, off=cython.longlong)
+    def _make_room_policy(self, key: int, size: int, need: int) -> int:
+        """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
+        generator (called after an allocation failed)."""
+        victim, view, alloc = self._policy.victim, self.view, self._place.alloc
+        # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
+        off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
+        if off < 0:
+            self._alloc_retries += 1
+        while off < 0:
+            try:
+                v = victim(view)
+            except Exception as e:  # the caller undoes the miss
+                raise self._policy_error(self._policy, "victim", key, e, False) from e
+            self._evict(v)
+            got = alloc(need)  # _room_step's first move, without the call
+            off = self._room_step(size, need, False) if got is None else got
+        return off
+
+    def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
+        """Evict (asking whoever drives the generator) until ``need`` bytes fit."""
+        first = True
+        while True:
+            off = self._room_step(size, need)
+            if off >= 0:
+                return off
+            if first:
+                self._alloc_retries += 1
+                first = False
+            victim = yield EvictionRequest(key, size, need, self.view)
+            self._evict(victim)
+
+    @cython.locals(need=cython.longlong)
+    def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
+        """The offset of a block of ``need`` bytes once one is free, waiting for copies in
+        flight where only they can free space; -1 when a victim must be evicted first."""
+        place = self._place
+        while True:
+            if try_alloc:
+                off = place.alloc(need)
+                if off is not None:
+                    return off
+            try_alloc = True
+            if self._releases and (place.free_bytes + self._pending_release_bytes >= need
+                                   or self._n_evictable == 0):
+                self._wait_release()  # a write-back in flight frees enough: wait for it
+                continue
+            if self._n_evictable:
+                return -1
+            self._retire()
+            if self._n_evictable:
+                continue
+            if self._landing:
+                self._wait_landing()
+                continue
+            self._oom(size)
+            raise PoolExhausted(size, place.used, place.capacity,
+                                "nothing resident can be evicted")
+
+    @cython.locals(o=ObjectInfo)
+    def _evict_due(self, accessed: int) -> None:
+        """Evict what the policy's algorithm has already given up (``pending_evictions``),
+        except the object just accessed: it stays on the device until the next event."""
+        assert self._due is not None
+        objs = self._objs
+        try:
+            due = self._due()
+        except Exception as e:  # the access stands
+            raise self._policy_error(self._policy, "pending_evictions", accessed, e, True) from e
+        for k in due:
+            o = objs.get(k)
+            if o is not None and k != accessed and o.state == DEVICE and o.pins == 0:
+                self._evict(k)
+
+    @cython.locals(o=ObjectInfo, st=Counters, prefetched=cython.bint)
+    def _evict(self, victim: Any) -> None:
+        if type(victim) is int:
+            o = self._objs.get(victim)
+        elif victim is None:
+            raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
+        else:
+            o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
+        if o is None:
+            raise InvalidVictim(victim, "it names no live object")
+        if o.state or o.pins:  # not DEVICE (0), or pinned
+            if o.state != DEVICE:
+                raise InvalidVictim(victim, f"it is {STATE_NAMES[o.state]}, not resident")
+            raise InvalidVictim(victim, "it is pinned")
+        st = self.stats
+        st.evictions += 1
+        self._n_evictable -= 1
+        prefetched = o.prefetched
+        if prefetched:
+            st.useless_prefetches += 1
+            o.prefetched = False
+        try:
+            self._policy.on_evict(self.view, o.key)
+        except BaseException as e:  # the eviction did not happen
+            st.evictions -= 1
+            self._n_evictable += 1
+            if prefetched:
+                st.useless_prefetches -= 1
+                o.prefetched = True
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, "on_evict", o.key, e, False) from e
+            raise
+        if o.dirty:
+            st.writebacks += 1
+            self._copy_out(o)
+            o.dirty = False
+            o.state = D2H
+        else:
+            o.state = HOST
+        if self._hook is not None:  # (before its block goes: the event names the block)
+            self._emit("evict", o)
+        self._release_block(o)
+
+    @cython.locals(o=ObjectInfo, done=cython.longlong)
+    def _copy_out(self, o: ObjectInfo) -> None:
+        """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
+        done = self.cost.copy(1, o.size, not_before=o.busy_until)
+        o.busy_until = done
+        self.stats.bytes_d2h += o.size
+        if self._hook is not None:
+            self._emit("writeback", o)
+        be = self.backend
+        if be is not None:
+            ev = o.d2h_event
+            if ev is not None:  # (this copy supersedes it: its failure does not matter)
+                self._wait_copy(ev)
+            try:
+                o.d2h_event = be.copy_d2h(o.key, o.offset, o.size)
+            except BackendError as e:  # reported where the copy is waited for, as any failure
+                o.d2h_event = e
+
+    @cython.locals(o=ObjectInfo, off=cython.longlong, nb=cython.longlong,
+                    done=cython.longlong)
+    def _release_block(self, o: ObjectInfo) -> None:
+        """Give ``o``'s block back, now or when copies out of (or into) it complete."""
+        off, nb = o.offset, o.nbytes
+        o.offset, o.nbytes = -1, 0
+        done = o.busy_until
+        if o.state == H2D and o.ready_ns > done:
+            done = o.ready_ns
+        ev = o.d2h_event
+        if done > self.cost.now:
+            self._seq += 1
+            heapq.heappush(self._releases, (done, self._seq, off, nb, ev, o.key))
+            self._pending_release_bytes += nb
+        else:
+            if ev is not None:
+                if self._objs.get(o.key) is o:
+                    self._copied_out(o, ev, off, nb)  # a failure keeps the block: it raises
+                else:  # freed: a failure does not matter
+                    self._wait_copy(ev)
+            self._place_release(off, nb)
+            if self._hook is not None:
+                self._emit_release(o.key, off, nb)
+            if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
+                o.state = HOST
+
+    def _place_obj(self, o: ObjectInfo, offset: int, need: int) -> None:
+        o.offset, o.nbytes = offset, need
+        used = self._place.used
+        if used > self.stats.peak_device_bytes:
+            self.stats.peak_device_bytes = used
+        self._note_allocated()
+
+    def _note_allocated(self) -> None:
+        """Raise the peak of the bytes held by objects (``allocated_bytes.all.peak``): called
+        where an object takes a block (``_insert`` inlines it)."""
+        held = self._place.used - self._pending_release_bytes
+        if held > self._peak_allocated:
+            self._peak_allocated = held
+
+    @cython.locals(o=ObjectInfo, done=cython.longlong)
+    def _h2d(self, o: ObjectInfo, done: int) -> None:
+        self.stats.bytes_h2d += o.size
+        o.ready_ns = done
+        be = self.backend
+        if be is not None:
+            # (the host copy is complete: _begin and _prefetch_steps waited for o.d2h_event)
+            try:
+                o.h2d_event = be.copy_h2d(o.key, o.offset, o.size)
+            except BackendError as e:  # reported where the copy is waited for, as any failure
+                o.h2d_event = e
+
+    def _landed(self, o: ObjectInfo) -> None:
+        """``o``'s prefetch lands (its time has come): H2D -> DEVICE once the backend's copy
+        is done; a failed copy leaves ``o`` in host memory and raises."""
+        ev = o.h2d_event
+        if ev is not None:
+            o.h2d_event = None
+            err = self._wait_copy(ev)
+            if err is not None:
+                self._fetch_failed(o, err)
+        self._to_device(o)
+
+    def _fetch_failed(self, o: ObjectInfo, err: BaseException) -> None:
+        """The prefetch of ``o`` (in flight, tracked by the policy) failed: it is in host
+        memory again (its host copy is the good one), its block is free; raises."""
+        self._inflight_bytes -= o.size
+        self._place_release(o.offset, o.nbytes)  # the copy into it is over
+        if self._hook is not None:
+            self._emit_release(o.key, o.offset, o.nbytes)
+        o.offset, o.nbytes = -1, 0
+        o.state = HOST
+        o.prefetched = False
+        try:
+            self._policy.on_evict(self.view, o.key)  # it leaves the device: the policy forgets it
+        except Exception as e:
+            self._owed.append(("on_evict", o.key))
+            raise self._owed_error("on_evict", o.key, e, err, "h2d") from err  # (context: e)
+        raise self._copy_error(o.key, "h2d", err) from err
+
+    def _land(self, o: ObjectInfo, wait: bool) -> None:
+        """An in-flight prefetch of ``o`` is consumed: late if it has not landed yet."""
+        if o.state != H2D:
+            return
+        if wait and o.ready_ns > self.cost.now:
+            self.stats.late_prefetches += 1
+            o.late_ns = self.cost.wait_until(o.ready_ns)
+            self.stats.late_stall_ns += o.late_ns
+        self._landed(o)
+        o.prefetched = False
+
+    def _to_device(self, o: ObjectInfo) -> None:
+        """H2D -> DEVICE (a prefetch landed)."""
+        o.state = DEVICE
+        self._inflight_bytes -= o.size
+        if o.pins == 0:
+            self._n_evictable += 1
+
+    @cython.locals(o=ObjectInfo, now=cython.longlong)
+    def _retire(self) -> None:
+        """Complete every copy whose simulated time has come."""
+        now = self.cost.now
+        landing = self._landing
+        while landing and landing[0][0] <= now:
+            _, _, k = heapq.heappop(landing)
+            o = self._objs.get(k)
+            if o is not None and o.state == H2D and o.ready_ns <= now:
+                self._landed(o)
+        rel = self._releases
+        while rel and rel[0][0] <= now:
+            self._pop_release()
+
+    def _pop_release(self) -> None:
+        done, _, off, nb, ev, key = heapq.heappop(self._releases)
+        self._pending_release_bytes -= nb
+        o = self._objs.get(key)
+        if ev is not None:
+            if o is not None:
+                self._copied_out(o, ev, off, nb)  # a failure keeps the block: it raises
+            else:  # freed: a failure does not matter
+                self._wait_copy(ev)
+        self._place_release(off, nb)
+        if self._hook is not None:
+            self._emit_release(key, off, nb)
+        if o is not None and o.state == D2H and o.busy_until <= done:
+            o.state = HOST
+
+    def _wait_release(self) -> None:
+        self.cost.wait_until(self._releases[0][0])
+        self._retire()
+
+    def _wait_landing(self) -> None:
+        """Wait for the earliest prefetch in flight (nothing else can make room)."""
+        while self._landing:
+            _, _, k = heapq.heappop(self._landing)
+            o = self._objs.get(k)
+            if o is not None and o.state == H2D:
+                self.cost.wait_until(o.ready_ns)
+                self._landed(o)
+                return
+
+    def _wait_all(self) -> None:
+        """Wait (on the clock and in the backend) until every copy has completed."""
+        cost = self.cost
+        cost.wait_until(max(cost.busy_until(0), cost.busy_until(1)))
+        if self._landing:
+            cost.wait_until(max(t for t, _, _ in self._landing))
+        if self._releases:
+            cost.wait_until(max(r[0] for r in self._releases))
+        self._retire()
+        if self.backend is not None:
+            self.backend.synchronize()
+
+    def _free(self, key: int) -> None:
+        if self._owed:
+            self._settle()
+        o = self._objs.get(key)
+        if o is None:
+            raise UnknownKey(key, "free")
+        if o.pins:
+            raise ObjectPinned(key, o.pins, "free")
+        self._tick += 1
+        st = self.stats
+        st.frees += 1
+        del self._objs[key]
+        tracked = o.state in (DEVICE, H2D)
+        hook = "on_free"
+        try:
+            if tracked:
+                if o.prefetched:
+                    st.useless_prefetches += 1
+                if o.state == H2D:
+                    self._inflight_bytes -= o.size
+                else:
+                    self._n_evictable -= 1
+                self._policy.on_free(self.view, key)
+            else:  # in host memory only: a policy with a cache model of its own may still hold it
+                hook = "on_free_untracked"
+                untracked = untracked_free_hook(self._policy)
+                if untracked is not None:
+                    untracked(self.view, key)
+        except BaseException as e:  # the free did not happen
+            self._objs[key] = o
+            self._tick -= 1
+            st.frees -= 1
+            if tracked:
+                if o.prefetched:
+                    st.useless_prefetches -= 1
+                if o.state == H2D:
+                    self._inflight_bytes += o.size
+                else:
+                    self._n_evictable += 1
+            if isinstance(e, Exception):
+                raise self._policy_error(self._policy, hook, key, e, False) from e
+            raise
+        if self._hook is not None:  # (before its block goes: the event names the block)
+            self._emit("free", o)
+        if tracked:
+            self._release_block(o)
+        if self.backend is not None:
+            for ev in (o.h2d_event, o.d2h_event):
+                if ev is not None:  # its bytes are dropped: a failed copy does not matter
+                    self._wait_copy(ev)
+            self.backend.free_host(key)
+
+    # ------------------------------------------------------------------ faults
+    def _wait_copy(self, ev: Any) -> BaseException | None:
+        """Wait for the backend's copy ``ev``; its error, or ``None`` when it succeeded. (A
+        copy that could not start is held as its error.)"""
+        if isinstance(ev, BaseException):
+            return ev
+        be = self.backend
+        assert be is not None  # only a backend's copies have events
+        try:
+            be.wait(ev)
+        except BackendError as e:
+            return e
+        return None
+
+    def _copied_out(self, o: ObjectInfo, ev: Any, off: int, nb: int) -> None:
+        """The copy ``ev`` out of ``o``'s former block ``(off, nb)`` (released once it
+        completes) is done. When it is ``o``'s latest copy to host and failed, ``o`` goes back
+        to that block, dirty, and the failure is raised; otherwise a failure does not matter."""
+        err = self._wait_copy(ev)
+        if o.d2h_event is not ev:
+            return  # superseded (the object was fetched again since, or copied anew)
+        o.d2h_event = None
+        if err is not None:
+            self._writeback_failed(o, off, nb, err)
+
+    def _wait_written_back(self, o: ObjectInfo) -> None:
+        """Wait for the copy to host of ``o`` (in host memory, or on its way there) before it
+        is fetched again. A failure puts ``o`` back in its block (still held, waiting for
+        that copy) and raises."""
+        ev = o.d2h_event
+        o.d2h_event = None
+        err = self._wait_copy(ev)
+        if err is None:
+            return
+        rel = self._releases
+        for i in range(len(rel)):
+            if rel[i][4] is ev:
+                _, _, off, nb, _, _ = rel[i]
+                rel[i] = rel[-1]
+                rel.pop()
+                heapq.heapify(rel)
+                self._pending_release_bytes -= nb
+                self._writeback_failed(o, off, nb, err)
+        # its block was released already: no copy reads it any more, nor could a failed one
+        # have been waited for without handling it; the host copy is stale (unreachable here)
+        raise self._copy_error(o.key, "d2h", err) from err
+
+    def _writeback_failed(self, o: ObjectInfo, off: int, nb: int, err: BaseException) -> None:
+        """``o``'s copy to host failed: its bytes are only in the block ``(off, nb)``, which
+        it takes back (resident, dirty, tracked by the policy again); raises."""
+        o.offset, o.nbytes = off, nb
+        o.state = DEVICE
+        o.dirty = True
+        self._n_evictable += 1
+        self._note_allocated()
+        if self._hook is not None:
+            self._emit("restore", o)
+        try:
+            self._policy.on_insert(self.view, o.key)
+        except Exception as e:
+            self._owed.append(("on_insert", o.key))
+            raise self._owed_error("on_insert", o.key, e, err, "d2h") from err  # (context: e)
+        raise self._copy_error(o.key, "d2h", err) from err
+
+    def _owed_error(self, hook: str, key: int, e: Exception, err: BaseException,
+                    direction: str) -> BackendError:
+        """The failed copy's error (raise it ``from err``), when the policy raised ``e`` in
+        ``hook`` during the recovery too (the pool tells it again before its next operation)."""
+        ce = self._copy_error(key, direction, err)
+        name = getattr(self._policy, "name", None) or type(self._policy).__name__
+        return BackendError(f"{ce} (policy {name!r} raised {e!r} in {hook} for key {key!r} during "
+                            f"this recovery: the pool tells it again before its next operation)",
+                            key=key, direction=direction)
+
+    def _settle(self) -> None:
+        """Tell the policy what a recovery from a failed copy told it and it raised on (still
+        true of the object); raises (undone: told again next time) while it still raises."""
+        owed, policy = self._owed, self._policy
+        while owed:
+            hook, key = owed[0]
+            o = self._objs.get(key)
+            if o is not None and (o.state == DEVICE) == (hook == "on_insert"):
+                try:
+                    if hook == "on_insert":
+                        policy.on_insert(self.view, key)
+                    else:
+                        policy.on_evict(self.view, key)
+                except Exception as e:
+                    raise self._policy_error(policy, hook, key, e, False) from e
+            del owed[0]
+
+    def _copy_error(self, key: int, direction: str, err: BaseException) -> BackendError:
+        if direction == "h2d":
+            what = ("the copy of object {k} to the device failed ({e}); it stays in host "
+                    "memory, where its bytes are: access it again to retry")
+        else:
+            what = ("the copy of object {k} to host memory failed ({e}); it stays on the "
+                    "device, dirty, with its bytes: it is written back again when evicted or "
+                    "flushed")
+        e = BackendError(what.format(k=key, e=err), key=key, direction=direction)
+        e.__cause__ = err  # (as ``raise e from err`` does, for errors collected before raising)
+        return e
+
+    def _policy_error(self, policy: Any, hook: str, key: Any, err: BaseException,
+                      stands: bool) -> PolicyError:
+        return PolicyError(policy, hook, key, err,
+                           "the event stands and the pool is consistent" if stands else
+                           "the pool undid the event (evictions made for it stay)")
+
+    # ------------------------------------------------------------------ helpers
+    def _get(self, key: int, op: str) -> ObjectInfo:
+        o = self._objs.get(key)
+        if o is None:
+            raise UnknownKey(key, op)
+        return o
+
+    def _emit(self, event: str, o: ObjectInfo) -> None:
+        if self._hook is not None:
+            self._hook({"event": event, "key": o.key, "size": o.size, "tick": self._tick,
+                        "now_ns": self.cost.now, "state": STATE_NAMES[o.state],
+                        "offset": o.offset, "nbytes": o.nbytes, "kind": o.kind})
+
+    def _emit_release(self, key: int, offset: int, nbytes: int) -> None:
+        """The block ``(offset, nbytes)`` that object ``key`` held is free again (at once for a
+        clean victim or a free; once its write-back completed for a dirty one)."""
+        if self._hook is not None:
+            o = self._objs.get(key)
+            self._hook({"event": "release", "key": key, "size": nbytes, "tick": self._tick,
+                        "now_ns": self.cost.now,
+                        "state": "freed" if o is None else STATE_NAMES[o.state],
+                        "offset": offset, "nbytes": nbytes, "kind": -1 if o is None else o.kind})
+
+    def _oom(self, size: int) -> None:
+        """Count a :class:`PoolExhausted` about to be raised for ``size`` bytes (``num_ooms``)
+        and tell the hook (event ``oom``, ``free_bytes``: device bytes free then)."""
+        self._num_ooms += 1
+        if self._hook is not None:
+            self._hook({"event": "oom", "key": None, "size": size, "tick": self._tick,
+                        "now_ns": self.cost.now, "state": "host", "offset": -1, "nbytes": 0,
+                        "kind": -1, "free_bytes": self._place.free_bytes})
+
+    def _check(self) -> None:
+        """Assert the pool's invariants (tests call this after every step)."""
+        with self._lock:
+            objs = self._objs.values()
+            resident = [o for o in objs if o.state in (DEVICE, H2D)]
+            for o in objs:
+                assert (o.offset >= 0) == (o.state in (DEVICE, H2D)), o
+                assert o.pins == 0 or o.state == DEVICE, o
+                assert not o.dirty or o.state == DEVICE, o
+            held = sum(o.nbytes for o in resident) + self._pending_release_bytes
+            assert held == self._place.used, (held, self._place.used)
+            assert self._place.used <= self._place.capacity
+            assert self._pending_release_bytes == sum(r[3] for r in self._releases)
+            assert self._inflight_bytes == sum(o.size for o in resident if o.state == H2D)
+            assert self._n_evictable == sum(1 for o in resident if o.state == DEVICE and not o.pins)
+            if isinstance(self._place, Arena):
+                # held blocks and free blocks tile the region exactly: nothing overlaps
+                spans = sorted([(o.offset, o.nbytes) for o in resident]
+                               + [(r[2], r[3]) for r in self._releases]
+                               + self._place.free_blocks())
+                pos = 0
+                for off, n in spans:
+                    assert off == pos, f"blocks overlap or leak at offset {off} (expected {pos})"
+                    pos += n
+                assert pos == self._place.capacity
+            st = self.stats
+            assert st.hits + st.misses == st.accesses
+            assert st.prefetch_hits + st.late_prefetches <= st.prefetches
+            assert st.writebacks <= st.evictions
