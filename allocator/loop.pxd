@@ -1,6 +1,7 @@
 # Native layout of allocator/loop.py (Cython pure-Python mode: this file types the .py when it
 # is compiled; interpreted, the .py runs as it is). Attributes are public where other modules or
 # tests read them; the loop's methods stay Python-visible (a subclass or a test may call them).
+cimport cython
 from cachegym.allocator.arena cimport Arena, ByteAccounting
 from cachegym.allocator.cost cimport CostModel
 from cachegym.allocator.records cimport Counters, ObjectInfo
@@ -23,3 +24,38 @@ cdef class Loop:
     cdef public object _lock, _acquire, _release
     cdef public list _landing, _releases, _owed
     cdef object __weakref__
+
+    # the loop's inner steps, called as C methods by the loop itself (still Python-visible)
+    @cython.locals(o=ObjectInfo, st=Counters, tick=cython.longlong, need=cython.longlong,
+                   old_size=cython.longlong)
+    cpdef object _access(self, object key, object size, bint write, int kind, long long compute_ns)
+    @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong, landing=bint,
+                   refused=bint)
+    cpdef tuple _begin(self, object key, object size, int kind, bint write)
+    @cython.locals(st=Counters, cost=CostModel, done=cython.longlong)
+    cpdef _stream(self, ObjectInfo o, bint write, bint created)
+    @cython.locals(st=Counters)
+    cpdef _undo_miss(self, ObjectInfo o, object size, long long old_size)
+    @cython.locals(st=Counters, cost=CostModel, done=cython.longlong, used=cython.longlong, prev=int)
+    cpdef _insert(self, ObjectInfo o, long long offset, long long need, bint write, long long old_size)
+    cpdef _end(self, ObjectInfo o, bint write, bint defer_wt)
+    @cython.locals(off=cython.longlong)
+    cpdef long long _make_room_policy(self, object key, object size, long long need) except -1
+    cpdef long long _room_step(self, object size, long long need, bint try_alloc=*) except -2
+    @cython.locals(o=ObjectInfo)
+    cpdef _evict_due(self, object accessed)
+    @cython.locals(o=ObjectInfo, st=Counters, prefetched=bint)
+    cpdef _evict(self, object victim)
+    @cython.locals(done=cython.longlong)
+    cpdef _copy_out(self, ObjectInfo o)
+    @cython.locals(off=cython.longlong, nb=cython.longlong, done=cython.longlong)
+    cpdef _release_block(self, ObjectInfo o)
+    cpdef _note_allocated(self)
+    cpdef _h2d(self, ObjectInfo o, long long done)
+    cpdef _landed(self, ObjectInfo o)
+    cpdef _land(self, ObjectInfo o, bint wait)
+    cpdef _to_device(self, ObjectInfo o)
+    @cython.locals(o=ObjectInfo, now=cython.longlong)
+    cpdef _retire(self)
+    cpdef _pop_release(self)
+    cpdef _free(self, object key)

@@ -174,8 +174,6 @@ class Loop:
         self._due = hooks.pending_evictions
 
     # ------------------------------------------------------------------ public API
-    @cython.locals(o=ObjectInfo, st=Counters, tick=cython.longlong, need=cython.longlong,
-                    old_size=cython.longlong)
     def access(self, key: int, size: int, write: bool = False, *, kind: int = 0,
                compute_ns: int = 0) -> bool:
         """Read (or write) object ``key`` of ``size`` bytes; returns True on a hit.
@@ -187,62 +185,66 @@ class Loop:
         """
         self._acquire()
         try:
-            if self._owed:
-                self._settle()
-            o = self._objs.get(key)
-            if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
-                # a plain hit: _access_steps' hit branch without its generator
-                self._tick = tick = self._tick + 1
-                st = self.stats
-                st.accesses += 1
-                st.hits += 1
-                o.last_tick = tick
-                o.n_access += 1
-                o.late_ns = 0
-                if o.prefetched:
-                    o.prefetched = False
-                    st.prefetch_hits += 1
-                if write:
-                    o.dirty = True
-                self._writing = write
-                touch = self._touch
-                try:
-                    if touch is not None:
-                        touch(key)
-                    else:
-                        self._on_hit(self.view, key)
-                except Exception as e:  # the hit stands
-                    raise self._policy_error(self._policy, "on_hit" if touch is None else "touch",
-                                             key, e, True) from e
-                if self._due is not None:
-                    self._evict_due(key)
-                if compute_ns:
-                    self.cost.compute(compute_ns)
-                return True
-            if not self._fast_read:
-                return self._drive(self._access_steps(key, size, write, kind, compute_ns))
-            # _access_steps' phases without its generator (there is no prefetcher to ask)
-            o, need, old_size = self._begin(key, size, kind, write)
-            if need > 0:
-                place = self._place
-                try:
-                    # no block can fit while fewer bytes than that are free: skip the attempt
-                    offset = place.alloc(need) if place.capacity - place.used >= need else None
-                    if offset is None:
-                        offset = self._make_room_policy(key, size, need)
-                    self._insert(o, offset, need, write, old_size)
-                except BaseException:
-                    self._undo_miss(o, size, old_size)
-                    raise
-            if need >= 0:
-                self._end(o, write, False)
+            return self._access(key, size, write, kind, compute_ns)
+        finally:
+            self._release()
+
+    def _access(self, key: int, size: int, write: bool, kind: int, compute_ns: int) -> bool:
+        """:meth:`access` under the lock (held by the caller: ``access``, ``replay``)."""
+        if self._owed:
+            self._settle()
+        o = self._objs.get(key)
+        if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
+            # a plain hit: _access_steps' hit branch without its generator
+            self._tick = tick = self._tick + 1
+            st = self.stats
+            st.accesses += 1
+            st.hits += 1
+            o.last_tick = tick
+            o.n_access += 1
+            o.late_ns = 0
+            if o.prefetched:
+                o.prefetched = False
+                st.prefetch_hits += 1
+            if write:
+                o.dirty = True
+            self._writing = write
+            touch = self._touch
+            try:
+                if touch is not None:
+                    touch(key)
+                else:
+                    self._on_hit(self.view, key)
+            except Exception as e:  # the hit stands
+                raise self._policy_error(self._policy, "on_hit" if touch is None else "touch",
+                                         key, e, True) from e
             if self._due is not None:
                 self._evict_due(key)
             if compute_ns:
                 self.cost.compute(compute_ns)
-            return need == 0
-        finally:
-            self._release()
+            return True
+        if not self._fast_read:
+            return self._drive(self._access_steps(key, size, write, kind, compute_ns))
+        # _access_steps' phases without its generator (there is no prefetcher to ask)
+        o, need, old_size = self._begin(key, size, kind, write)
+        if need > 0:
+            place = self._place
+            try:
+                # no block can fit while fewer bytes than that are free: skip the attempt
+                offset = place.alloc(need) if place.capacity - place.used >= need else None
+                if offset is None:
+                    offset = self._make_room_policy(key, size, need)
+                self._insert(o, offset, need, write, old_size)
+            except BaseException:
+                self._undo_miss(o, size, old_size)
+                raise
+        if need >= 0:
+            self._end(o, write, False)
+        if self._due is not None:
+            self._evict_due(key)
+        if compute_ns:
+            self.cost.compute(compute_ns)
+        return need == 0
 
     def steps(self, key: int, size: int, op: int = Op.READ, *, kind: int = 0,
               compute_ns: int = 0) -> Generator[EvictionRequest, int, bool | None]:
@@ -295,7 +297,7 @@ class Loop:
 
         The columns are read in chunks of :data:`REPLAY_CHUNK` rows as Python integers (one
         conversion per chunk, not one NumPy scalar per field and row), and the lock is held for
-        the whole replay (each access re-enters it). A policy's error (:class:`PolicyError`,
+        the whole replay. A policy's error (:class:`PolicyError`,
         :class:`InvalidVictim`) carries the row it was raised at as ``row``.
         """
         n = len(trace)
@@ -304,7 +306,7 @@ class Loop:
                 and 0 <= start <= stop <= n):
             raise ConfigError(f"replay: rows {start!r}..{stop!r} are not a range of the trace's "
                               f"{n} rows; pass 0 <= start <= stop <= {n}")
-        access, free = self.access, self.free
+        access, free = self._access, self._free  # (the lock is held: the inner entries)
         key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
         with self._lock:
             i = int(start)
@@ -317,7 +319,7 @@ class Loop:
                         if o == 2:  # Op.FREE
                             free(k)
                         else:
-                            access(k, s, o == 1, kind=kd, compute_ns=c)  # o == Op.WRITE
+                            access(k, s, o == 1, kd, c)  # o == Op.WRITE
             except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the row (i)
                 e.row = i
                 raise
@@ -383,8 +385,6 @@ class Loop:
             self.cost.compute(compute_ns)
         return need == 0
 
-    @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong,
-                    landing=cython.bint, refused=cython.bint)
     def _begin(self, key: int, size: int, kind: int, write: bool) -> tuple[ObjectInfo, int, int]:
         """Count the access (a write if ``write``); a hit is complete here. Returns ``(object,
         need, old_size)``: ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to
@@ -459,7 +459,6 @@ class Loop:
             return o, -1, old_size
         return o, need, old_size
 
-    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong)
     def _stream(self, o: ObjectInfo, write: bool, created: bool) -> None:
         """Serve a miss whose object is not admitted (refused by the policy, or larger than
         the pool) by streaming, the accounting of :meth:`_insert`'s fetch and of a
@@ -480,7 +479,6 @@ class Loop:
             st.bytes_d2h += o.size
             o.dirty = False
 
-    @cython.locals(o=ObjectInfo, st=Counters)
     def _undo_miss(self, o: ObjectInfo, size: int, old_size: int) -> None:
         """No room could be made (or the fetch or a hook failed): the event did not happen
         (evictions it made did, and stay)."""
@@ -496,8 +494,6 @@ class Loop:
         st.misses -= 1
         st.byte_misses -= int(size)
 
-    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, done=cython.longlong,
-                    need=cython.longlong, used=cython.longlong, prev=cython.int)
     def _insert(self, o: ObjectInfo, offset: int, need: int, write: bool, old_size: int) -> None:
         """The missed object lands in its block: allocated (a first write) or fetched. A failed
         fetch or a raising ``on_insert`` gives the block back and leaves ``o`` as it was (the
@@ -550,7 +546,6 @@ class Loop:
         if self._hook is not None:
             self._emit("miss", o)
 
-    @cython.locals(o=ObjectInfo)
     def _end(self, o: ObjectInfo, write: bool, defer_wt: bool) -> None:
         o.n_access += 1
         o.last_tick = self._tick
@@ -665,7 +660,6 @@ class Loop:
     # Making room: _room_step is the loop's body (place, or wait for copies in flight, or say
     # that a victim is needed); _make_room drives it as a generator (the victim comes from
     # whoever drives Pool.steps); _make_room_policy drives it with the policy's answers.
-    @cython.locals(need=cython.longlong, off=cython.longlong)
     def _make_room_policy(self, key: int, size: int, need: int) -> int:
         """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
         generator (called after an allocation failed)."""
@@ -697,7 +691,6 @@ class Loop:
             victim = yield EvictionRequest(key, size, need, self.view)
             self._evict(victim)
 
-    @cython.locals(need=cython.longlong)
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in
         flight where only they can free space; -1 when a victim must be evicted first."""
@@ -724,7 +717,6 @@ class Loop:
             raise PoolExhausted(size, place.used, place.capacity,
                                 "nothing resident can be evicted")
 
-    @cython.locals(o=ObjectInfo)
     def _evict_due(self, accessed: int) -> None:
         """Evict what the policy's algorithm has already given up (``pending_evictions``),
         except the object just accessed: it stays on the device until the next event."""
@@ -739,7 +731,6 @@ class Loop:
             if o is not None and k != accessed and o.state == DEVICE and o.pins == 0:
                 self._evict(k)
 
-    @cython.locals(o=ObjectInfo, st=Counters, prefetched=cython.bint)
     def _evict(self, victim: Any) -> None:
         if type(victim) is int:
             o = self._objs.get(victim)
@@ -782,7 +773,6 @@ class Loop:
             self._emit("evict", o)
         self._release_block(o)
 
-    @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _copy_out(self, o: ObjectInfo) -> None:
         """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
         done = self.cost.copy(1, o.size, not_before=o.busy_until)
@@ -800,8 +790,6 @@ class Loop:
             except BackendError as e:  # reported where the copy is waited for, as any failure
                 o.d2h_event = e
 
-    @cython.locals(o=ObjectInfo, off=cython.longlong, nb=cython.longlong,
-                    done=cython.longlong)
     def _release_block(self, o: ObjectInfo) -> None:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
         off, nb = o.offset, o.nbytes
@@ -840,7 +828,6 @@ class Loop:
         if held > self._peak_allocated:
             self._peak_allocated = held
 
-    @cython.locals(o=ObjectInfo, done=cython.longlong)
     def _h2d(self, o: ObjectInfo, done: int) -> None:
         self.stats.bytes_h2d += o.size
         o.ready_ns = done
@@ -898,7 +885,6 @@ class Loop:
         if o.pins == 0:
             self._n_evictable += 1
 
-    @cython.locals(o=ObjectInfo, now=cython.longlong)
     def _retire(self) -> None:
         """Complete every copy whose simulated time has come."""
         now = self.cost.now
