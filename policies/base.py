@@ -8,8 +8,11 @@ and the optional ones with their defaults), so that ``allocator`` needs nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.seams import (
     EvictionPolicy,
     EvictionPolicyBase,
@@ -19,7 +22,7 @@ from cachegym.allocator.seams import (
 )
 
 __all__ = ["EvictionPolicy", "EvictionPolicyBase", "PrefetchPolicy", "PrefetchPolicyBase",
-           "PoolView", "first_evictable"]
+           "PoolView", "first_evictable", "construct"]
 
 
 def first_evictable(view: PoolView, keys: Iterable[int]) -> int | None:
@@ -29,3 +32,13 @@ def first_evictable(view: PoolView, keys: Iterable[int]) -> int | None:
         if ev(k):
             return k
     return None
+
+
+def construct(what: str, cls: Callable[..., Any], params: dict[str, Any]) -> Any:
+    """``cls(**params)``, or a :class:`ConfigError` naming ``what``, the parameters' fault and
+    the signature ``cls`` accepts (a missing or surplus parameter, before anything is built)."""
+    try:
+        inspect.signature(cls).bind(**params)
+    except TypeError as e:
+        raise ConfigError(f"{what}: bad parameters: {e}; accepted: {inspect.signature(cls)}") from None
+    return cls(**params)

@@ -16,6 +16,7 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.policies.base import EvictionPolicyBase, first_evictable
+from cachegym.policies.lru import OrderedPolicy
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -23,28 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["FIFO", "LFU", "RandomEviction", "CLOCK", "SIEVE"]
 
 
-class FIFO(EvictionPolicyBase):
-    """Evicts the evictable object inserted first; hits change nothing (libCacheSim ``FIFO``).
-
-    Invariant: ``_order`` holds exactly the tracked objects, oldest insertion first.
-    """
+class FIFO(OrderedPolicy):
+    """Evicts the evictable object inserted first; hits change nothing (libCacheSim ``FIFO``):
+    :class:`~policies.lru.OrderedPolicy` in insertion order."""
 
     name = "fifo"
-
-    def __init__(self) -> None:
-        self._order: OrderedDict[int, None] = OrderedDict()
-
-    def victim(self, view: PoolView) -> int | None:
-        return first_evictable(view, self._order)
-
-    def on_insert(self, view: PoolView, key: int) -> None:
-        self._order[key] = None
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        del self._order[key]
-
-    def on_free(self, view: PoolView, key: int) -> None:
-        self._order.pop(key, None)
 
 
 class LFU(EvictionPolicyBase):

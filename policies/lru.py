@@ -12,14 +12,12 @@ if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
 
-class LRU(EvictionPolicyBase):
-    """Evicts the evictable object whose last access is oldest.
-
-    Invariant: ``_order`` holds exactly the tracked objects, least recently used first; it is
-    never rebound (``touch`` hands out its bound method).
-    """
-
-    name = "lru"
+class OrderedPolicy(EvictionPolicyBase):
+    """The bookkeeping of a policy that evicts in the order of one list: ``_order`` holds
+    exactly the tracked objects, an object is appended when it is inserted, and
+    :meth:`victim` is the first evictable one. :class:`policies.classic.FIFO` is this as it is
+    (insertion order); :class:`LRU` moves an object to the end on every hit. ``_order`` is
+    never rebound (``LRU.touch`` hands out its bound method)."""
 
     def __init__(self) -> None:
         self._order: OrderedDict[int, None] = OrderedDict()
@@ -31,6 +29,22 @@ class LRU(EvictionPolicyBase):
                 return k
         return None
 
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self._order[key] = None
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        del self._order[key]
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self._order.pop(key, None)
+
+
+class LRU(OrderedPolicy):
+    """Evicts the evictable object whose last access is oldest (``_order``: least recently
+    used first)."""
+
+    name = "lru"
+
     @property
     def touch(self) -> Callable[[int], object] | None:
         """``on_hit`` as a callable of the key alone, for the pool's hit fast path; ``None``
@@ -40,15 +54,6 @@ class LRU(EvictionPolicyBase):
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self._order.move_to_end(key)
-
-    def on_insert(self, view: PoolView, key: int) -> None:
-        self._order[key] = None
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        del self._order[key]
-
-    def on_free(self, view: PoolView, key: int) -> None:
-        self._order.pop(key, None)
 
     def order(self) -> list[int]:
         """Tracked keys, least recently used first (for tests and the env's candidate rule)."""

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.policies.base import construct
 
 if TYPE_CHECKING:
     from cachegym.allocator.trace import Trace
@@ -188,12 +189,7 @@ def _build(key: str, cls: Callable[..., Any], trace: Trace | None, params: dict[
                               "it will replay>")
         params = {"trace": trace, **params}
     refuse_unknown(f"policy {key!r}", params, keyword_names(cls))
-    try:
-        inspect.signature(cls).bind(**params)
-    except TypeError as e:
-        raise ConfigError(f"bad parameters for policy {key!r}: {e}; "
-                          f"accepted: {inspect.signature(cls)}") from None
-    return cls(**params)
+    return construct(f"policy {key!r}", cls, params)
 
 
 def is_import_spec(name: str) -> bool:

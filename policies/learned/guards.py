@@ -10,11 +10,11 @@ its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: 
 
 from __future__ import annotations
 
-import inspect
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.policies.base import construct
 from cachegym.policies.learned.models import OBJECTIVES, Expert, heuristic_expert, network_expert
 
 if TYPE_CHECKING:
@@ -454,9 +454,4 @@ def make_guard(name: GuardName | str, **params: Any) -> Guard | None:
                               f"{', '.join(sorted(params))}")
         return None
     cls = ShadowGuard if g is GuardName.shadow else Guard if g is GuardName.trial else LRUGuard
-    try:
-        inspect.signature(cls).bind(**params)
-    except TypeError as e:
-        raise ConfigError(f"guard {g.value!r}: bad parameters: {e}; accepted: "
-                          f"{inspect.signature(cls)}") from None
-    return cls(**params)
+    return construct(f"guard {g.value!r}", cls, params)
