@@ -10,8 +10,10 @@ expert as a plain policy (LRU, S3-FIFO, GDSF, LFU), and prints the objective (``
 bytes copied; ``misses``) of each and ``ratio`` = guarded / best expert (1.000: as good as the
 best; 1.010: 1% behind it), with the guard's switches and decision shares. Traces: the bundled
 DL traces (``data/traces/*.npz``) and synthetic families (:func:`FAMILIES`: Zipf, a phase
-change, a loop larger than the pool, scan-heavy mixtures, an LLM KV cache, and a storage-like
-trace of Zipf and scans over objects of 512 B - 64 KiB, fixed per object).
+change, a loop larger than the pool, scan-heavy mixtures, an LLM KV cache, a storage-like
+trace of Zipf and scans over objects of 512 B - 64 KiB, fixed per object, and the web-like
+families ``web_cdn`` and ``web_session``: heavy-tailed sizes of 1 KiB - 100 MiB; never trained
+on).
 
     python scripts/bench.py regret [--policy PATH ...] [--traces NAME ...] [--requests 30000]
 """
@@ -65,6 +67,8 @@ def FAMILIES(n: int, seed: int = 0) -> dict[str, Callable[[], Any]]:
             {"name": "loop", "weight": 0.5, "n_objects": 800, **zs}]),
         "llm_kv": lambda: generate("llm_kv_cache", seed),
         "storage": lambda: _storage(n, seed),
+        "web_cdn": lambda: generate("web_cdn", seed, n_requests=n, n_objects=10_000),
+        "web_session": lambda: generate("web_session", seed, n_requests=n, n_pages=3_000),
     }
 
 

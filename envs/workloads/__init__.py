@@ -22,7 +22,16 @@ from cachegym.envs.workloads.formats import (
 )
 from cachegym.envs.workloads.ml import dl_training, embedding, llm_kv_cache
 from cachegym.envs.workloads.registry import GENERATORS, generate
-from cachegym.envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
+from cachegym.envs.workloads.synthetic import (
+    loop,
+    mixture,
+    phase_change,
+    scan,
+    uniform,
+    web_cdn,
+    web_session,
+    zipf,
+)
 
 __all__ = [
     "FORMATS",
@@ -43,6 +52,8 @@ __all__ = [
     "record",
     "scan",
     "uniform",
+    "web_cdn",
+    "web_session",
     "write_csv",
     "write_oracle_general",
     "write_trace",

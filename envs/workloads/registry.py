@@ -8,7 +8,16 @@ from typing import Any
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Trace
 from cachegym.envs.workloads.ml import dl_training, embedding, llm_kv_cache
-from cachegym.envs.workloads.synthetic import loop, mixture, phase_change, scan, uniform, zipf
+from cachegym.envs.workloads.synthetic import (
+    loop,
+    mixture,
+    phase_change,
+    scan,
+    uniform,
+    web_cdn,
+    web_session,
+    zipf,
+)
 
 __all__ = ["GENERATORS", "generate"]
 
@@ -19,6 +28,8 @@ GENERATORS: dict[str, Callable[..., Trace]] = {
     "loop": loop,
     "phase_change": phase_change,
     "mixture": mixture,
+    "web_cdn": web_cdn,
+    "web_session": web_session,
     "dl_training": dl_training,
     "llm_kv_cache": llm_kv_cache,
     "embedding": embedding,

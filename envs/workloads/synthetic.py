@@ -1,11 +1,13 @@
-"""Seeded synthetic cache workloads: zipf, uniform, scan, loop, mixture, phase change.
+"""Seeded synthetic cache workloads: zipf, uniform, scan, loop, mixture, phase change, and the
+web-like families (a CDN edge cache, web sessions).
 
 Every generator takes ``seed`` and draws from ``np.random.default_rng(seed)`` only (no global
 RNG), so the same seed gives the same trace (given the same NumPy version). Each returns a
 :class:`Trace` whose ``meta`` records ``{"generator": name, "params": {...}}``.
 
 Object sizes: ``size`` bytes for every object, or, with ``size_sigma > 0``, drawn once per
-object from a log-normal around ``size`` (median ``size``, clipped to ``[1, 64 * size]``).
+object from a log-normal around ``size`` (median ``size``, clipped to ``[1, 64 * size]``); the
+web-like families draw theirs once per object from :func:`web_sizes` (a heavy tail).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import numpy as np
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Op, Trace
 
-__all__ = ["zipf", "uniform", "scan", "loop", "mixture", "phase_change", "zipf_ranks",
-           "object_sizes", "make_trace"]
+__all__ = ["zipf", "uniform", "scan", "loop", "mixture", "phase_change", "web_cdn", "web_session",
+           "zipf_ranks", "object_sizes", "web_sizes", "make_trace"]
 
 _COMPONENT_STRIDE = 1 << 40
 """Key offset between mixture components, so their objects are disjoint."""
@@ -233,3 +235,165 @@ def mixture(
         key[rows] = t.key + i * _COMPONENT_STRIDE
         size[rows], op[rows] = t.size, t.op
     return make_trace("mixture", params, key, size, op)
+
+
+# ---------------------------------------------------------------------- web-like families
+_KIB, _MIB = 1 << 10, 1 << 20
+
+
+def web_sizes(
+    rng: np.random.Generator,
+    n_objects: int,
+    size: int = 32 * _KIB,
+    size_sigma: float = 1.5,
+    tail_fraction: float = 0.02,
+    tail_size: int = _MIB,
+    tail_shape: float = 1.2,
+    min_size: int = _KIB,
+    max_size: int = 100 * _MIB,
+) -> np.ndarray:
+    """One size per web object: a log-normal body (median ``size``, ``size_sigma``) and, for a
+    ``tail_fraction`` of the objects, a Pareto tail (scale ``tail_size``, shape ``tail_shape``:
+    videos, software downloads), clipped to ``[min_size, max_size]`` -- the body-and-tail shape
+    of web object sizes (Barford & Crovella, SIGMETRICS 1998; Berger et al., AdaptSize, NSDI
+    2017)."""
+    _check(size >= 1, "size", size, ">= 1")
+    _check(size_sigma >= 0, "size_sigma", size_sigma, ">= 0")
+    _check(0 <= tail_fraction <= 1, "tail_fraction", tail_fraction, "in [0, 1]")
+    _check(tail_size >= 1, "tail_size", tail_size, ">= 1")
+    _check(tail_shape > 0, "tail_shape", tail_shape, "> 0")
+    _check(1 <= min_size <= max_size, "min_size", (min_size, max_size), "1 <= min_size <= max_size")
+    body = size * rng.lognormal(0.0, size_sigma, n_objects)
+    tail = tail_size * (1.0 + rng.pareto(tail_shape, n_objects))
+    drawn = np.where(rng.random(n_objects) < tail_fraction, tail, body)
+    return np.clip(np.round(drawn), min_size, max_size).astype(np.int64)
+
+
+def web_cdn(
+    n_requests: int = 100_000,
+    n_objects: int = 20_000,
+    alpha: float = 0.8,
+    one_hit_fraction: float = 0.25,
+    churn: float = 1.0,
+    size: int = 32 * _KIB,
+    size_sigma: float = 1.5,
+    tail_fraction: float = 0.02,
+    max_size: int = 100 * _MIB,
+    write_fraction: float = 0.01,
+    *,
+    seed: int = 0,
+) -> Trace:
+    """A CDN edge cache: Zipf(``alpha``) popularity over a catalogue of ``n_objects``
+    (0.6-1.0 in web and CDN traces: Breslau et al., INFOCOM 1999), web object sizes
+    (:func:`web_sizes`, fixed per object, 1 KiB - ``max_size``), one-hit wonders and popularity
+    churn. Read-mostly: a ``write_fraction`` of the catalogue requests are updates.
+
+    One-hit wonders: a ``one_hit_fraction`` of the requests go to objects requested once and
+    never again (most of a CDN's objects are: Maggs & Sitaraman, SIGCOMM CCR 2015), spread over
+    the trace. Churn: objects arrive in a stream and the catalogue is the window of the
+    ``n_objects`` newest; it slides forward by ``churn * n_objects`` objects over the trace (new
+    objects keep arriving, the oldest leave), and in the older half of the window an object's
+    popularity fades linearly to 0 as it nears leaving (content popularity decays with age:
+    Traverso et al., SIGCOMM CCR 2013). Each object's Zipf rank is drawn once (uniformly over
+    ``n_objects`` ranks), so every window holds a Zipf-like mix. Keys: catalogue objects by
+    arrival (0, 1, ...), then the one-hit objects."""
+    params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_objects >= 1, "n_objects", n_objects, ">= 1")
+    _check(alpha >= 0, "alpha", alpha, ">= 0")
+    _check(0 <= one_hit_fraction < 1, "one_hit_fraction", one_hit_fraction, "in [0, 1)")
+    _check(churn >= 0, "churn", churn, ">= 0")
+    rng = np.random.default_rng(seed)
+    n_stream = n_objects + int(np.ceil(churn * n_objects))
+    rank = rng.integers(0, n_objects, n_stream)
+    weight = (rank + 1.0) ** -alpha
+    one_hit = rng.random(n_requests) < one_hit_fraction
+    n_cat = n_requests - int(one_hit.sum())
+    # the catalogue requests, in epochs over which the window holds still
+    n_epochs = max(1, min(n_cat, 256))
+    bounds = np.linspace(0, n_cat, n_epochs + 1).round().astype(np.int64)
+    pos = np.arange(n_objects, dtype=np.float64)
+    fade = np.minimum(1.0, 2.0 * (pos + 1) / n_objects)  # position 0: the oldest
+    cat = np.empty(n_cat, np.int64)
+    for e in range(n_epochs):
+        lo, hi = bounds[e], bounds[e + 1]
+        start = int(churn * n_objects * (lo + hi) / 2 / max(n_cat, 1))
+        cdf = np.cumsum(weight[start:start + n_objects] * fade)
+        u = rng.random(hi - lo) * cdf[-1]
+        cat[lo:hi] = start + np.minimum(np.searchsorted(cdf, u, side="right"), n_objects - 1)
+    key = np.empty(n_requests, np.int64)
+    key[~one_hit] = cat
+    key[one_hit] = n_stream + np.arange(n_requests - n_cat)
+    sizes = web_sizes(rng, n_stream + n_requests - n_cat, size, size_sigma, tail_fraction,
+                      max_size=max_size)
+    op = np.where(one_hit, np.uint8(Op.READ), _ops(rng, n_requests, write_fraction))
+    return make_trace("web_cdn", params, key, sizes[key], op.astype(np.uint8))
+
+
+def web_session(
+    n_requests: int = 100_000,
+    n_pages: int = 5_000,
+    alpha: float = 0.9,
+    objects_per_page: float = 8.0,
+    n_shared: int = 200,
+    shared_per_page: int = 3,
+    pages_per_session: float = 5.0,
+    revisit: float = 0.3,
+    concurrency: int = 32,
+    size: int = 16 * _KIB,
+    size_sigma: float = 1.5,
+    tail_fraction: float = 0.01,
+    max_size: int = 100 * _MIB,
+    write_fraction: float = 0.0,
+    *,
+    seed: int = 0,
+) -> Trace:
+    """A web server's or proxy's cache under user sessions (the SURGE model: Barford &
+    Crovella, SIGMETRICS 1998): temporal locality in bursts. A session views pages picked by
+    Zipf(``alpha``) popularity over ``n_pages`` -- or, with probability ``revisit``, a page it
+    viewed already (back navigation) -- ``pages_per_session`` views on average (geometric); a
+    view requests the page's objects in a burst: its own (``1 + Poisson(objects_per_page -
+    1)``, fixed per page) and ``shared_per_page`` of ``n_shared`` site-wide assets (style
+    sheets, scripts, logos; Zipf(1) popular, fixed per page). ``concurrency`` sessions run at
+    once, their requests interleaved at random; a finished session is replaced by a new one.
+    Sizes: :func:`web_sizes`, fixed per object (median ``size``). Read-mostly. Keys: the
+    shared assets first, then the pages' objects page by page."""
+    params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_pages >= 1, "n_pages", n_pages, ">= 1")
+    _check(objects_per_page >= 1, "objects_per_page", objects_per_page, ">= 1")
+    _check(n_shared >= 0, "n_shared", n_shared, ">= 0")
+    _check(0 <= shared_per_page <= n_shared, "shared_per_page", shared_per_page,
+           f"in [0, n_shared={n_shared}]")
+    _check(pages_per_session >= 1, "pages_per_session", pages_per_session, ">= 1")
+    _check(0 <= revisit < 1, "revisit", revisit, "in [0, 1)")
+    _check(concurrency >= 1, "concurrency", concurrency, ">= 1")
+    rng = np.random.default_rng(seed)
+    own = 1 + rng.poisson(objects_per_page - 1, n_pages)
+    first_own = n_shared + np.concatenate([[0], np.cumsum(own)[:-1]])
+    shared = (zipf_ranks(rng, n_pages * shared_per_page, n_shared, 1.0).reshape(n_pages, shared_per_page)
+              if shared_per_page else np.zeros((n_pages, 0), np.int64))
+    pages = [np.concatenate([shared[p], first_own[p] + np.arange(own[p])]) for p in range(n_pages)]
+    perm = rng.permutation(n_pages)  # popularity rank -> page
+    sizes = web_sizes(rng, n_shared + int(own.sum()), size, size_sigma, tail_fraction,
+                      max_size=max_size)
+    slot = rng.integers(0, concurrency, n_requests)
+    # fresh page views in popularity order, drawn up front (a view requests >= 1 object, so
+    # the slots use at most n_requests + concurrency of them)
+    fresh = iter(perm[zipf_ranks(rng, n_requests + concurrency, n_pages, alpha)].tolist())
+    key = np.empty(n_requests, np.int64)
+    for s in range(concurrency):
+        rows = np.flatnonzero(slot == s)
+        stream: list[np.ndarray] = []
+        got = 0
+        while got < len(rows):  # whole sessions, one after the other, until the slot's share
+            viewed: list[int] = []
+            for _ in range(int(rng.geometric(1.0 / pages_per_session))):
+                revisits = bool(viewed) and rng.random() < revisit
+                p = viewed[int(rng.integers(len(viewed)))] if revisits else next(fresh)
+                viewed.append(p)
+                stream.append(pages[p])
+                got += len(pages[p])
+        if stream:
+            key[rows] = np.concatenate(stream)[:len(rows)]
+    return make_trace("web_session", params, key, sizes[key], _ops(rng, n_requests, write_fraction))

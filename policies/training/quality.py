@@ -65,10 +65,12 @@ def default_held_out(max_requests: int | None = None) -> list[HeldOut]:
 def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     """More workload families than the targets name (family ``"other"``, reported without a
     target): a Zipf/scan mixture, an LLM KV cache, embedding rows (read then update), a loop
-    larger than the cache, uniform, a steep Zipf (alpha 1.2), a phase change, and two long Zipf
+    larger than the cache, uniform, a steep Zipf (alpha 1.2), a phase change, two long Zipf
     workloads of many objects (200,000-300,000 requests, far past the features' horizon: a
-    CDN-like alpha 0.7 over 200,000 objects, and alpha 1.1 over 10,000); seeds and shapes never
-    used in training."""
+    CDN-like alpha 0.7 over 200,000 objects, and alpha 1.1 over 10,000), and the web-like
+    families (a CDN edge cache with one-hit wonders and popularity churn, web sessions: page
+    bursts; heavy-tailed sizes, 1 KiB - 100 MiB); seeds and shapes never used in training
+    (the web-like families in no training set at all)."""
     from cachegym.envs.workloads import generate
 
     specs: list[tuple[str, dict[str, Any]]] = [
@@ -83,6 +85,8 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
                   "size_sigma": 1.0}),
         ("zipf", {"alpha": 1.1, "n_requests": 200_000, "n_objects": 10_000, "size": 4096,
                   "size_sigma": 0.5}),
+        ("web_cdn", {"n_requests": 50_000}),
+        ("web_session", {"n_requests": 50_000}),
     ]
     out = []
     for name, params in specs:

@@ -21,6 +21,8 @@ SMALL: dict[str, dict[str, Any]] = {
     "phase_change": {"n_requests": 5000, "n_objects": 500},
     "mixture": {"n_requests": 5000, "components": [
         {"name": "zipf", "weight": 3, "n_objects": 100}, {"name": "loop", "weight": 1, "n_objects": 50}]},
+    "web_cdn": {"n_requests": 5000, "n_objects": 1000},
+    "web_session": {"n_requests": 5000, "n_pages": 300, "concurrency": 8},
     "dl_training": {"n_layers": 3, "steps": 2, "hidden": 64, "batch_tokens": 32},
     "llm_kv_cache": {"n_steps": 60},
     "embedding": {"n_batches": 10, "n_rows": 10_000},
@@ -166,3 +168,80 @@ def test_embedding_rows_zipf_and_write_back() -> None:
     # popularity: the hottest rows appear in (almost) every batch, the tail rarely
     counts = np.sort(np.bincount(t.key[t.op == Op.READ]))[::-1]
     assert counts[0] == 50 and np.median(counts) <= 2
+
+
+def _one_size_per_object(t: Trace) -> bool:
+    order = np.argsort(t.key, kind="stable")
+    k, sz = t.key[order], t.size[order]
+    same = k[1:] == k[:-1]
+    return bool((sz[1:][same] == sz[:-1][same]).all())
+
+
+@pytest.mark.parametrize("name", ["web_cdn", "web_session"])
+def test_web_sizes_heavy_tailed_fixed_per_object(name: str) -> None:
+    t = generate(name, seed=3, n_requests=50_000, max_size=64 << 20)
+    assert _one_size_per_object(t)
+    assert t.size.min() >= 1024 and t.size.max() <= 64 << 20
+    _, first = np.unique(t.key, return_index=True)
+    sizes = t.size[first]
+    # a heavy tail: objects of 1 MiB and more are rare but hold a large share of the bytes
+    big = sizes >= 1 << 20
+    assert 0 < big.mean() < 0.1 and sizes[big].sum() > 0.3 * sizes.sum()
+
+
+def test_web_cdn_one_hit_wonders_and_read_mostly() -> None:
+    t = generate("web_cdn", seed=0, n_requests=40_000, n_objects=5_000, one_hit_fraction=0.3)
+    _, counts = np.unique(t.key, return_counts=True)
+    once = int((counts == 1).sum())
+    assert once >= 0.3 * 40_000 * 0.9  # the one-hit objects, plus the catalogue's rarely asked
+    assert once > 0.5 * len(counts)  # most objects are one-hit wonders, as in CDN traces
+    assert 0 < (t.op == Op.WRITE).mean() < 0.03 and not (t.op == Op.FREE).any()
+    none = generate("web_cdn", seed=0, n_requests=40_000, n_objects=5_000, one_hit_fraction=0.0)
+    assert (np.unique(none.key, return_counts=True)[1] == 1).sum() < 0.5 * once
+
+
+def test_web_cdn_popularity_churns() -> None:
+    def overlap(churn: float) -> int:
+        t = generate("web_cdn", seed=0, n_requests=60_000, n_objects=3_000, churn=churn,
+                     one_hit_fraction=0.0)
+        top = lambda k: set(np.argsort(np.bincount(k, minlength=t.key.max() + 1))[-50:])  # noqa: E731
+        return len(top(t.key[:15_000]) & top(t.key[-15_000:]))
+
+    assert overlap(0.0) > 35 and overlap(2.0) == 0
+
+
+def test_web_session_bursts_and_revisits() -> None:
+    def near_reuse(**kw: Any) -> float:
+        t = generate("web_session", seed=0, n_requests=30_000, n_pages=2_000, n_shared=50, **kw)
+        d = reuse_distances(t)
+        return float((d[d >= 0] < 100).mean())
+
+    # a page view requests its objects in one burst: with one session at a time, an own object
+    # (key >= n_shared) is mostly followed by the next of its page
+    t = generate("web_session", seed=0, n_requests=20_000, n_pages=500, n_shared=50, concurrency=1)
+    own = t.key[:-1] >= 50
+    assert (t.key[1:][own] == t.key[:-1][own] + 1).mean() > 0.6
+    assert (t.key < 50).any()  # the shared assets
+    # revisits within sessions reuse objects soon after; many concurrent sessions spread them
+    assert near_reuse(revisit=0.8, concurrency=4) > near_reuse(revisit=0.0, concurrency=4) + 0.1
+    assert near_reuse(revisit=0.8, concurrency=4) > near_reuse(revisit=0.8, concurrency=256)
+
+
+@pytest.mark.parametrize(("name", "params", "match"), [
+    ("web_cdn", {"one_hit_fraction": 1.0}, "one_hit_fraction"),
+    ("web_cdn", {"churn": -0.5}, "churn"),
+    ("web_cdn", {"alpha": -1}, "alpha"),
+    ("web_cdn", {"n_objects": 0}, "n_objects"),
+    ("web_cdn", {"tail_fraction": 1.5}, "tail_fraction"),
+    ("web_cdn", {"max_size": 512}, "min_size"),
+    ("web_cdn", {"write_fraction": 2}, "write_fraction"),
+    ("web_session", {"objects_per_page": 0.5}, "objects_per_page"),
+    ("web_session", {"shared_per_page": 5, "n_shared": 2}, "shared_per_page"),
+    ("web_session", {"revisit": 1.0}, "revisit"),
+    ("web_session", {"concurrency": 0}, "concurrency"),
+    ("web_session", {"pages_per_session": 0}, "pages_per_session"),
+    ("web_session", {"size_sigma": -1}, "size_sigma"),
+])
+def test_web_bad_params_raise(name: str, params: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        generate(name, seed=0, n_requests=100, **params)

@@ -168,3 +168,24 @@ def test_regret_bench_unknown_trace_is_one_line() -> None:
     r = _bench("regret", "--traces", "nope")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("error: --traces: ['nope'] unknown; choose from [")
+
+
+def test_quality_bench_traces_picks_held_out_traces(tmp_path: Path) -> None:
+    """``quality --traces`` replays only the held-out traces named (here a web-like one of the
+    broad set), and gives no verdict on targets none of whose cells ran."""
+    import json
+
+    out = tmp_path / "q.json"
+    r = _bench("quality", "--broad", "--traces", "web_session_s777", "--max-requests", "1500",
+               "--capacities", "0.25", "--policy", str(ROOT / "tests" / "golden" / "policy.npz"),
+               "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["trace"], row["family"]) for row in rows] == [("web_session_s777", "other")]
+    assert "DL target (traffic <= best heuristic in every cell, mean gap closed >= 0.5, min >= 0): no cells" in r.stdout
+
+
+def test_quality_bench_unknown_trace_is_one_line() -> None:
+    r = _bench("quality", "--traces", "web_cdn_s777", "--policy", str(ROOT / "tests" / "golden" / "policy.npz"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr  # (web_cdn_s777 is in --broad only)
+    assert r.stderr.startswith("error: --traces: ['web_cdn_s777'] not among the held-out traces")
