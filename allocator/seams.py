@@ -77,11 +77,15 @@ STATE_NAMES = ("device", "host", "h2d", "d2h")
 class PoolView:
     """Read-only view of a pool handed to policies. Valid only inside the pool's calls."""
 
-    __slots__ = ("_pool", "_objs")
+    __slots__ = ("_pool", "objects")
 
     def __init__(self, pool: Loop) -> None:
         self._pool = pool
-        self._objs = pool._objs
+        self.objects: dict[int, ObjectInfo] = pool._objs
+        """The pool's records by key (:class:`~allocator.records.ObjectInfo`): the live mapping,
+        to read (``view.objects.get(key)``, ``None`` for a key the pool does not know), never to
+        modify; a policy that reads many records in a decision reads them here in one lookup
+        each."""
 
     @property
     def tick(self) -> int:
@@ -113,24 +117,24 @@ class PoolView:
         return self._pool.stats
 
     def evictable(self, key: int) -> bool:
-        o = self._objs.get(key)
+        o = self.objects.get(key)
         return o is not None and o.state == DEVICE and o.pins == 0
 
     def candidates(self) -> list[int]:
         """Evictable keys (resident, unpinned, not in flight), in no particular order."""
-        return [k for k, o in self._objs.items() if o.state == DEVICE and o.pins == 0]
+        return [k for k, o in self.objects.items() if o.state == DEVICE and o.pins == 0]
 
     def info(self, key: int) -> ObjectInfo:
-        return self._objs[key]
+        return self.objects[key]
 
     def size(self, key: int) -> int:
-        return self._objs[key].size
+        return self.objects[key].size
 
     def __contains__(self, key: int) -> bool:
-        return key in self._objs
+        return key in self.objects
 
     def is_resident(self, key: int) -> bool:
-        o = self._objs.get(key)
+        o = self.objects.get(key)
         return o is not None and o.state in (DEVICE, H2D)
 
     @property

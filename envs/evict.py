@@ -166,7 +166,7 @@ class EvictEnv(PoolEnv):
         self.action_space = spaces.Discrete(self.K)
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
-        self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
+        self._packed = features.packed_buffer(self.K)  # the decision's slots, codes and globals
         self._loop: Generator[EvictionRequest | None, int, None] | None = None
         self._keys: list[int] = []
         self._nx = np.zeros(self.K, np.int64)  # the candidates' next uses (_info)
@@ -262,10 +262,10 @@ class EvictEnv(PoolEnv):
         # reading each candidate's pool record once): the same observation
         view = self._view
         v = self._packed
-        keys, codes = features._select(self.tracker, view, self.K, self.candidates, self.np_random)
+        keys, codes = features.select_keys(self.tracker, view, self.K, self.candidates, self.np_random)
         if not keys:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
-        cand, mask, glob = features._observe(self.tracker, view, keys, self.K, codes, v)
+        cand, mask, glob = features.observe_keys(self.tracker, view, keys, self.K, codes, v)
         self._keys, self._mask, self._obs = keys, mask, pack_obs(cand, mask, glob)
         self._done = False
         return True

@@ -121,7 +121,7 @@ class JointEnv(PoolEnv):
         self.action_space = spaces.Discrete(self.K + 1)
         self.pool: Pool | None = None
         self.tracker = FeatureTracker()
-        self._packed = features._packed_buffer(self.K)  # the decision's slots, codes and globals
+        self._packed = features.packed_buffer(self.K)  # the decision's slots, codes and globals
         self._loop: Generator[None, int | None, None] | None = None
         self._keys: list[int] = []
         self._phase = EVICT
@@ -193,7 +193,7 @@ class JointEnv(PoolEnv):
         view, tracker, K, rule = pool.view, self.tracker, self.K, self.candidates
         resident, access, free, steps = view.is_resident, pool.access, pool.free, pool.steps
         observe, propose, opp = self.predictor.observe, self.predictor.propose, self.opportunity
-        compute, select, decide = pool.cost.compute, features._select, self._decide
+        compute, select, decide = pool.cost.compute, features.select_keys, self._decide
         last_row, step_of = self._last_row, w.step
         # the opportunity rule as an int: every `every`-th access; 0 after a miss, -1 at the
         # last access of a trace step
@@ -250,7 +250,7 @@ class JointEnv(PoolEnv):
     def _decide(self, phase: int, keys: list[int], codes: list[int] | None) -> None:
         pool = self.pool
         assert pool is not None
-        cand, mask, glob = features._observe(self.tracker, pool.view, keys, self.K, codes, self._packed)
+        cand, mask, glob = features.observe_keys(self.tracker, pool.view, keys, self.K, codes, self._packed)
         self._phase, self._keys = phase, keys
         self._mask = _mask_table(self.K)[2 * len(keys) + phase]
         self._obs = {"candidates": cand.reshape(-1), "globals": glob, "mask": mask.astype(np.int8),

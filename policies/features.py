@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES", "MAX_K",
     "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
+    "select_keys", "observe_keys", "packed_buffer",
     "COMPILED", "F", "G",
 ]
 
@@ -417,7 +418,7 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
     """Up to ``K`` evictable keys (int64), chosen by ``rule``: ``"lru"`` gives the K least
     recently used, least recent first; ``"sample"`` draws K evictable objects uniformly without
     replacement (``rng`` required; as LRB), in draw order."""
-    return np.array(_select(tracker, view, K, rule, rng)[0], np.int64)
+    return np.array(select_keys(tracker, view, K, rule, rng)[0], np.int64)
 
 
 def _evictable(o: Any) -> bool:
@@ -436,7 +437,7 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
     :func:`observe` computes it) when the view exposes its objects (else ``None``): one pass
     over the candidates' records instead of one per use."""
     order = tracker._order
-    objs: dict[int, Any] | None = getattr(view, "_objs", None)
+    objs: dict[int, Any] | None = getattr(view, "objects", None)
     if objs is None:
         ev = view.evictable
         out = [k for k in islice(order, K) if ev(k)]
@@ -474,10 +475,11 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
     return out, codes
 
 
-def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
-            rng: np.random.Generator | None) -> tuple[list[int], list[int] | None]:
+def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
+                rng: np.random.Generator | None) -> tuple[list[int], list[int] | None]:
     """:func:`select_candidates` as a list of keys, with their state codes where they came
-    for free (else ``None``; :func:`_observe` computes them)."""
+    for free (else ``None``; :func:`observe_keys` computes them): what the environments and the
+    deployed policy call at each decision, without the conversions of the array forms."""
     if rule == "lru":
         return _select_lru(tracker, view, K)
     ev = view.evictable
@@ -487,7 +489,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         res = tracker._res
         n = len(res)
         if n <= 4 * K:
-            objs_: dict[int, Any] | None = getattr(view, "_objs", None)
+            objs_: dict[int, Any] | None = getattr(view, "objects", None)
             if objs_ is None:
                 pool_ = [k for k in res if ev(k)]
                 if len(pool_) > K:
@@ -503,7 +505,7 @@ def _select(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
         first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
         if len(first) == K:
-            objs: dict[int, Any] | None = getattr(view, "_objs", None)
+            objs: dict[int, Any] | None = getattr(view, "objects", None)
             if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
                 recs: list[Any] = list(map(objs.get, first))
                 if None not in recs:
@@ -559,16 +561,16 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     """
     if isinstance(keys, np.ndarray):
         keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
-    cand, mask, glob = _observe(tracker, view, keys, K, None)
+    cand, mask, glob = observe_keys(tracker, view, keys, K, None)
     return cand, mask.copy(), glob
 
 
-def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
-             codes: list[int] | None, v: np.ndarray | None = None,
-             out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
+                 codes: list[int] | None, v: np.ndarray | None = None,
+                 out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`observe` of a sequence of Python ints; ``codes`` (each key's state code, as
-    :func:`_select` gives them) spares reading the pool's records again. ``v``: a
-    :func:`_packed_buffer` to reuse; ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows
+    :func:`select_keys` gives them) spares reading the pool's records again. ``v``: a
+    :func:`packed_buffer` to reuse; ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows
     ``len(keys)..K-1`` are then left as they were), else new ones."""
     n = len(keys)
     if n > K:
@@ -578,7 +580,7 @@ def _observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     if out is None:
         out = np.zeros((K + 1, F), np.float32)
     if v is None:
-        v = _packed_buffer(K)
+        v = packed_buffer(K)
     mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
     cand, glob = out[:K], out[K, :G]
     sls = _pack(tracker, view, keys, K, codes, v)
@@ -628,7 +630,7 @@ def _kernel_view(a: np.ndarray, make: Any) -> Any:
     return kv
 
 
-def _packed_buffer(K: int) -> np.ndarray:
+def packed_buffer(K: int) -> np.ndarray:
     """A buffer for :func:`_pack` at ``K`` candidates (``policies/kernels.py``'s layout)."""
     return np.zeros(_HEAD + 3 * K, np.float64)
 

@@ -172,7 +172,7 @@ def features(S: Any, v: Any, x: Any) -> int:
         raise ConfigError(
             f"features: S must be float64 (rows, {NCOL}), x float32 (K + 1, {F}) with K >= 1 and v "
             f"float64 ({HEAD} + 3K,); got S ({S.shape[0]}, {S.shape[1]}), v ({v.shape[0]},), x "
-            f"({x.shape[0]}, {x.shape[1]}): build v with cachegym.policies.features._packed_buffer(K)")
+            f"({x.shape[0]}, {x.shape[1]}): build v with cachegym.policies.features.packed_buffer(K)")
     nd = v[0]
     if not (0.0 <= nd <= K) or nd != cython.cast(cython.Py_ssize_t, nd):
         raise ConfigError(f"features: v[0] = {nd!r} candidates; it must be a count in 0..K={K}")

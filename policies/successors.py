@@ -65,7 +65,7 @@ class SuccessorPredictor:
 
     def propose(self, key: int, K: int, view: PoolView) -> list[int]:
         """Up to ``K`` objects known to the pool and not resident, most likely next first."""
-        objs: dict[int, Any] | None = getattr(view, "_objs", None)
+        objs: dict[int, Any] | None = getattr(view, "objects", None)
         out: list[int] = []
         seen = {key}
         frontier = [key]

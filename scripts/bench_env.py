@@ -269,11 +269,11 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", e
         timed_noop()
     overhead = max(0.0, ((clock() - t1) - (t1 - t)) / 20000 / 1e3)
 
-    saved = features._select, features._observe
+    saved = features.select_keys, features.observe_keys
     blocks: list[dict[str, float]] = []
     try:
-        features._select = timed(features._select, "select")  # type: ignore[assignment]
-        features._observe = timed(features._observe, "observe")  # type: ignore[assignment]
+        features.select_keys = timed(features.select_keys, "select")  # type: ignore[assignment]
+        features.observe_keys = timed(features.observe_keys, "observe")  # type: ignore[assignment]
         for name in ("step", "advance", "decision", "info"):
             attr = name if name == "step" else f"_{name}"
             setattr(env, attr, timed(getattr(env, attr), name))
@@ -297,7 +297,7 @@ def evict_segments(K: int, seconds: float, seed: int, candidates: str = "lru", e
             play(128)
             blocks.append({k: v / 128 / 1e3 for k, v in acc.items()})
     finally:
-        features._select, features._observe = saved
+        features.select_keys, features.observe_keys = saved
         for name in ("step", "_advance", "_decision", "_info"):
             vars(env).pop(name, None)  # the class's methods again
         env.close()

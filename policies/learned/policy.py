@@ -118,7 +118,7 @@ class LearnedPolicy(EvictionPolicyBase):
         self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)  # features, globals in row K
         self._buf_k = kernels.observation(self._buf)  # the same memory, as the kernels take it
-        self._packed = _features._packed_buffer(self.K)
+        self._packed = _features.packed_buffer(self.K)
         self.decision_ns: list[int] = []
         self.record_latency = False
 
@@ -232,11 +232,11 @@ class LearnedPolicy(EvictionPolicyBase):
         try:
             # (a FeatureTracker: only a ShadowGuard's policy has an LRU, and it never gets here)
             tracker, K, v = cast(_features.FeatureTracker, self.tracker), self.K, self._packed
-            keys, codes = _features._select(tracker, view, K, self.candidate_rule, self._rng)
+            keys, codes = _features.select_keys(tracker, view, K, self.candidate_rule, self._rng)
             n = len(keys)
             if n:
                 buf = self._buf
-                _features._observe(tracker, view, keys, K, codes, v, buf)
+                _features.observe_keys(tracker, view, keys, K, codes, v, buf)
                 choice = keys[self.scorer.kernel.best(self._buf_k, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")

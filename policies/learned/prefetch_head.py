@@ -72,7 +72,7 @@ class PrefetchHead:
         self.predictor = SuccessorPredictor(**section["predictor"])
         self.budget_bytes = None if budget_bytes is None else int(budget_bytes)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)
-        self._packed = _features._packed_buffer(self.K)
+        self._packed = _features.packed_buffer(self.K)
         self._scores = np.zeros(self.K, np.float32)
         self.reset()
 
@@ -107,7 +107,7 @@ class PrefetchHead:
         if not n:
             return []
         self.decisions += 1
-        _features._observe(tracker, view, cands, self.K, None, self._packed, self._buf)
+        _features.observe_keys(tracker, view, cands, self.K, None, self._packed, self._buf)
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
         out: list[int] = []
         budget, in_flight = self.budget_bytes, view.bytes_in_flight

@@ -326,7 +326,7 @@ def test_kernel_equals_the_numpy_oracle_beyond_the_horizon(timed) -> None:
         inv_cap = 1.0 / float(rng.integers(2**20, 2**36))
         times = (float(rng.integers(1000, 10**6)), 1 / 25.0, 2000.0, 1 / 12.0, 1.0) if timed else fm._NO_TIMES
         glob = rng.random(fm.G)
-        v = fm._packed_buffer(K)
+        v = fm.packed_buffer(K)
         v[:fm._HEAD] = (n, t, *decay, inv_cap, *times, *glob)
         v[fm._HEAD:fm._HEAD + n] = sl
         v[fm._HEAD + K:fm._HEAD + K + n] = codes
@@ -345,7 +345,7 @@ def test_kernel_refuses_bad_buffers() -> None:
     ConfigError that names what is wrong (never a read out of bounds)."""
     S = _far_rows(np.random.default_rng(0), 10, 100.0, 1)
     K = 4
-    v = fm._packed_buffer(K)
+    v = fm.packed_buffer(K)
     v[0] = 2
     v[1] = 100.0
     x = np.zeros((K + 1, fm.F), np.float32)
@@ -377,7 +377,7 @@ def test_observe_equals_the_numpy_oracle(cost) -> None:
     for keys, (c, m, g) in zip(key_sets, fast):
         keys = keys.tolist()
         n = len(keys)
-        v = fm._packed_buffer(32)
+        v = fm.packed_buffer(32)
         sls = fm._pack(tracker, view, keys, 32, None, v)
         rows = np.array([tracker._S[tracker._slot[k]] if k in tracker else fm._EMPTY_ROW
                          for k in keys]).reshape(n, fm._NCOL)
@@ -405,8 +405,8 @@ def test_observe_equals_the_numpy_oracle(cost) -> None:
 
 @pytest.mark.parametrize("n_resident", [20, 60, 400])
 def test_private_select_codes_give_the_public_observation(n_resident) -> None:
-    """The env and the learned policy use ``_select`` (which returns each candidate's state
-    code where it reads the record anyway) and ``_observe``/``_pack`` with those codes; the
+    """The env and the learned policy use ``select_keys`` (which returns each candidate's state
+    code where it reads the record anyway) and ``observe_keys``/``_pack`` with those codes; the
     result equals the public ``select_candidates`` + ``observe`` (same draws, same features),
     with few residents (<= 4K: the permutation path) and many, dirty objects included."""
     trace = _trace(6000, 2000, 11)
@@ -415,10 +415,10 @@ def test_private_select_codes_give_the_public_observation(n_resident) -> None:
     view = pool.view
     for rule in ("lru", "sample"):
         for seed in range(5):
-            keys, codes = fm._select(tracker, view, 32, rule, np.random.default_rng(seed))
+            keys, codes = fm.select_keys(tracker, view, 32, rule, np.random.default_rng(seed))
             ref = select_candidates(tracker, view, 32, rule, np.random.default_rng(seed))
             assert keys == ref.tolist()
-            got = fm._observe(tracker, view, keys, 32, codes)
+            got = fm.observe_keys(tracker, view, keys, 32, codes)
             want = observe(tracker, view, ref, 32)
             for a, b in zip(got, want):
                 np.testing.assert_array_equal(a, b)
@@ -469,7 +469,7 @@ def test_compiled_kernels_equal_the_interpreted_source(timed) -> None:
         S = _far_rows(rng, 80, t, trial)
         K = (1, 5, 32, 100)[trial % 4]
         n = int(rng.integers(0, K + 1))
-        v = fm._packed_buffer(K)
+        v = fm.packed_buffer(K)
         times = (float(rng.integers(1000, 10**6)), 1 / 25.0, 2000.0, 1 / 12.0, 1.0) if timed else fm._NO_TIMES
         v[:fm._HEAD] = (n, t, *(2.0 ** (-rng.random(3) * 50)), 1.0 / float(rng.integers(2**20, 2**36)),
                         *times, *rng.random(fm.G))
