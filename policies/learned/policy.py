@@ -40,7 +40,7 @@ DEFAULT_PREFETCH_DEPTH = 2
 then (timed, :class:`~policies.learned.prefetch_head.PrefetchHead`) at most one more candidate
 that beats the no-op, of an object whose prefetch arrived late before, while the
 host-to-device queue allows. On the main job's held-out cells 4 and 8 left about the same stall
-as 2 (docs/RESULTS.md); 2 is the one that changes least beside the late objects."""
+as 2 (docs/RESULTS.md, 2026-12-02, third session); 2 issues the fewest extra copies."""
 
 
 class LearnedPolicy(EvictionPolicyBase):
