@@ -26,7 +26,7 @@ from cachegym.policies.lru import LRU
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US"]
+__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,13 @@ DEFAULT_BUDGET_US: float | None = None
 """Default latency budget per decision (``None``: no limit). Wall-clock budgets make results
 depend on machine load, so evaluation runs without one by default; a deployment sets its own
 (``LearnedPolicy.load(path, budget_us=50)``): a decision slower than that falls back to LRU."""
+
+DEFAULT_PREFETCH_DEPTH = 2
+"""Default most prefetches per opportunity of a file's prefetch head: its choice as trained,
+then (timed, :class:`~policies.learned.prefetch_head.PrefetchHead`) at most one more candidate
+that beats the no-op, of an object whose prefetch arrived late before, while the
+host-to-device queue allows. On the main job's held-out cells 4 and 8 left about the same stall
+as 2 (docs/RESULTS.md, 2026-12-02, third session); 2 issues the fewest extra copies."""
 
 
 class LearnedPolicy(EvictionPolicyBase):
@@ -136,13 +143,16 @@ class LearnedPolicy(EvictionPolicyBase):
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
-             prefetch_budget_bytes: int | None = None, prefetch_depth: int = 1,
-             **unknown: Any) -> LearnedPolicy:
+             prefetch_budget_bytes: int | None = None, prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+             prefetch_timed: bool = True, **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
         the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none),
-        ``prefetch_depth`` its most prefetches per opportunity (1: as trained). Raises
+        ``prefetch_depth`` its most prefetches per opportunity (1: as trained; by default
+        :data:`DEFAULT_PREFETCH_DEPTH`, the first as trained, the others only for objects whose
+        prefetch arrived late, with ``prefetch_timed``; ``prefetch_timed=False``: every
+        candidate that beats the no-op). Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file,
         and :class:`~allocator.errors.ConfigError` naming any other keyword (a misspelt
         ``gaurd=False`` would otherwise leave the guard on)."""
@@ -167,7 +177,7 @@ class LearnedPolicy(EvictionPolicyBase):
         scorer = CandidateScorer(evict)
         pf = header.get("prefetch")
         head = None if pf is None else PrefetchHead(pf, pf_arrays, budget_bytes=prefetch_budget_bytes,
-                                             depth=prefetch_depth)
+                                                    depth=prefetch_depth, timed=prefetch_timed)
         return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard,
                    prefetch=head)
 

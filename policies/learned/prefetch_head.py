@@ -9,6 +9,17 @@ scores the predictor's up-to-``K`` candidates with the features of :mod:`policie
 and the forward pass of :class:`policies.kernels.Scorer` (one pass), and compares the best
 score with the no-op's: the env's action is the argmax over ``K`` candidates and the no-op,
 the no-op last, so a candidate that ties it is prefetched.
+
+Beyond that choice (``depth > 1``), ``timed`` heads start late objects earlier: a further
+candidate that beats the no-op is prefetched at this opportunity only if its previous prefetch
+arrived late (a margin of :class:`~allocator.prefetch_timing.PrefetchTiming`, learnt by its
+feedback from the pool's ``late_ns``: Capuchin's trigger moved earlier) and only while the
+host-to-device engine's queue (the copies already queued and this opportunity's earlier
+prefetches) is no longer than its own copy, so that the link stays busy without a flood of
+copies that would hold memory long before their use. Measured on the main job's held-out
+traces (docs/RESULTS.md): a head trained to prefetch one candidate per access leaves half its
+stall on late prefetches where the compute between accesses is short (``gpt_infer``), and
+prefetching every candidate that beats the no-op thrashes where copies cannot be hidden.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.prefetch_timing import PrefetchTiming
 from cachegym.policies import features as _features
 from cachegym.policies.learned.network import CandidateScorer
 from cachegym.policies.successors import SuccessorPredictor
@@ -51,20 +63,27 @@ class PrefetchHead:
     state it keeps across accesses (its predictor, the misses it has seen).
 
     ``depth``: the most prefetches per opportunity, the best-scored candidates that beat the
-    no-op (1: the env's decision, what the head was trained on). ``budget_bytes``: the most
-    bytes in flight host-to-device (``view.bytes_in_flight``, its own prefetches included) a
-    prefetch may bring the total to; ``None``: no limit (as in training). A prefetch beyond it
-    is not issued, nor any after it at that opportunity (counted in ``over_budget``)."""
+    no-op (1: the env's decision, what the head was trained on). ``timed`` (with ``depth >
+    1``): those after the first only for objects whose previous prefetch arrived late, while
+    the host-to-device queue is no longer than their copy (the module's docstring; counted in
+    ``early``); ``False``: every candidate that beats the no-op, up to ``depth``.
+    ``budget_bytes``: the most bytes in flight host-to-device (``view.bytes_in_flight``, its
+    own prefetches included) a prefetch may bring the total to; ``None``: no limit (as in
+    training). A prefetch beyond it is not issued, nor any after it at that opportunity
+    (counted in ``over_budget``)."""
 
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
-                 budget_bytes: int | None = None, depth: int = 1) -> None:
+                 budget_bytes: int | None = None, depth: int = 1, timed: bool = True) -> None:
         if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
             raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
                               f"{budget_bytes!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ConfigError(f"prefetch_depth must be an int >= 1 (prefetches per opportunity), "
                               f"got {depth!r}")
+        if not isinstance(timed, bool):
+            raise ConfigError(f"prefetch_timed must be a bool, got {timed!r}")
         self.depth = depth
+        self.timed = timed and depth > 1
         self.scorer = CandidateScorer({k: v for k, v in arrays.items() if k != "noop"})
         self.noop = float(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])  # (exact: a float32)
         self.K = int(section["K"])
@@ -79,11 +98,13 @@ class PrefetchHead:
     def reset(self) -> None:
         """Forget the predictor's history and the counters (a new pool)."""
         self.predictor.reset()
+        self.timing = PrefetchTiming() if self.timed else None  # late arrivals' margins
         self._misses = 0
         self._accesses = 0
         self.decisions = 0  # opportunities with candidates (the env's decisions)
         self.issued = 0  # prefetches returned
         self.over_budget = 0
+        self.early = 0  # prefetches after the first of an opportunity (timed: of late objects)
 
     def _asked(self, view: PoolView) -> bool:
         opp = self.opportunity
@@ -98,6 +119,9 @@ class PrefetchHead:
     def choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> list[int]:
         """After the access of ``key``: the keys to prefetch, best first (``tracker`` holds the
         pool's feature history)."""
+        timing = self.timing
+        if timing is not None:  # did this access wait for its prefetch? start it earlier next time
+            timing.feedback(view, key, key)
         self.predictor.observe(key)
         self._accesses += 1
         if not self._asked(view):
@@ -111,14 +135,21 @@ class PrefetchHead:
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
         out: list[int] = []
         budget, in_flight = self.budget_bytes, view.bytes_in_flight
+        queued = 0 if timing is None else timing.queued_ns(view)
         for j in pick(self._scores, n, self.noop, self.depth):
             k = cands[j]
+            size = view.info(k).size
+            if timing is not None:
+                copy = view.cost.copy_time(0, size)
+                if out and (k not in timing.margin or queued > copy):
+                    continue  # not late before, or it would wait behind more than its own copy
+                queued += copy
             if budget is not None:
-                size = view.info(k).size
                 if in_flight + size > budget:
                     self.over_budget += 1
                     break
                 in_flight += size
             out.append(k)
         self.issued += len(out)
+        self.early += max(len(out) - 1, 0)
         return out

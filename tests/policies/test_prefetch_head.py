@@ -96,7 +96,7 @@ def test_round_trip_prefetches_equal_the_networks_argmax_in_the_env(joint_file):
         obs, _, done, _, info = env.step(a)
     assert sum(c is not None for c in env_choices) > 10
 
-    learned = LearnedPolicy.load(joint_file, guard="none")
+    learned = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=1)  # as trained
     pool_choices: list[int | None] = []
 
     class Recorder:  # records each answer of the file's prefetch head
@@ -231,7 +231,7 @@ def test_prefetch_depth_issues_the_best_candidates_that_beat_the_noop(joint_file
     trace = _trace()
     cap = int(0.3 * trace.size.sum() / 4)
     per_call: list[int] = []
-    deep = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=3)
+    deep = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=3, prefetch_timed=False)
 
     class Count:
         def prefetch(self, view, key):
@@ -243,6 +243,68 @@ def test_prefetch_depth_issues_the_best_candidates_that_beat_the_noop(joint_file
     assert max(per_call) <= 3 and any(n > 1 for n in per_call)
     with pytest.raises(ConfigError, match="prefetch_depth"):
         LearnedPolicy.load(joint_file, prefetch_depth=0)
+
+
+class _AllLate(dict):
+    """A margin table in which every object's prefetch arrived late before."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _extras(policy: LearnedPolicy, trace, cap: int) -> list[tuple[int, int]]:
+    """Replay ``trace`` with ``policy``'s prefetch head; for each prefetch after the first of
+    an opportunity, ``(queued_ns ahead of it, its copy_ns)``; checks the head's ``early``."""
+    from cachegym.allocator.prefetch_timing import PrefetchTiming
+
+    out: list[tuple[int, int]] = []
+
+    class Record:
+        def prefetch(self, view, key):
+            queued = PrefetchTiming.queued_ns(view)
+            keys = policy.prefetch(view, key)
+            for i, k in enumerate(keys):
+                copy = view.cost.copy_time(0, view.size(k))
+                if i:
+                    margin = policy.prefetch_head.timing
+                    assert margin is None or k in margin.margin  # late before
+                    out.append((queued, copy))
+                queued += copy
+            return keys
+
+    Pool(cap, Observed(LRU(), policy.tracker), prefetcher=Record(), cost="h100_pcie5").replay(trace)
+    assert policy.prefetch_head.early == len(out)
+    return out
+
+
+def test_timed_prefetches_after_the_first_are_late_objects_within_one_copy_of_queue(joint_file, tmp_path):
+    """By default (timed) the head's first prefetch of an opportunity is its choice as trained;
+    each further one names an object whose previous prefetch arrived late, issued while the
+    host-to-device queue ahead of it is no longer than its own copy."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.paths import data_path
+    from cachegym.envs.workloads import read_trace
+
+    def every_access(h, a):  # asked after every access, as the main job's head
+        h["prefetch"]["opportunity"] = "access"
+
+    path = _rewrite(joint_file, str(tmp_path / "access.npz"), every_access)
+    trace = read_trace(data_path("traces", "gpt_infer.npz"))  # short compute: prefetches arrive late
+    cap = int(0.25 * trace.peak_live_bytes())
+    timed = LearnedPolicy.load(path, guard="none", prefetch_depth=4)
+    _extras(timed, trace, cap)  # (checks that each is of a late object)
+    assert timed.prefetch_head.timing.late > 0
+    untimed = _extras(LearnedPolicy.load(path, guard="none", prefetch_depth=4, prefetch_timed=False),
+                      trace, cap)
+    late = LearnedPolicy.load(path, guard="none", prefetch_depth=4)
+    late.prefetch_head.timing.margin = _AllLate()  # the queue rule alone
+    queue_only = _extras(late, trace, cap)
+    assert all(q <= c for q, c in queue_only)
+    assert 0 < len(queue_only) < len(untimed) and any(q > c for q, c in untimed)
+    flat = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=1)
+    assert flat.prefetch_head.timing is None  # one prefetch per opportunity: nothing to time
+    with pytest.raises(ConfigError, match="prefetch_timed"):
+        LearnedPolicy.load(joint_file, prefetch_timed="yes")
 
 
 def _joint_cfg(tmp_path, *extra: str):
