@@ -15,7 +15,9 @@ CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/records.p*
 
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	# setup.py build_ext (below) runs in this venv, which holds no setuptools (3.12+) or an older
+	# one (3.10, 3.11) than pyproject.toml's [build-system] requires
+	$(PY) -m pip install -q --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev,cluster]'
 	touch $@ $(VENV)/.built
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import platform
@@ -338,17 +339,26 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # the training check runs the PyTorch activation offload (extra ``train``)
+    has_torch = importlib.util.find_spec("torch") is not None
     if not args.cpu_dry_run:
-        import torch
-
         from cachegym.allocator.cupy_backend import cuda_available
 
-        if not (cuda_available() and torch.cuda.is_available()):
+        torch_sees = "torch is not installed"
+        if has_torch:
+            import torch
+
+            torch_sees = f"torch.cuda.is_available() = {torch.cuda.is_available()}"
+        if not cuda_available() or (has_torch and not torch.cuda.is_available()):
             print("gpu_check: no CUDA GPU is visible here (cupy sees none or is not installed; "
-                  f"torch.cuda.is_available() = {torch.cuda.is_available()}). Run it on a "
-                  "machine with a GPU and cupy-cuda12x/13x, or pass --cpu-dry-run to exercise "
-                  "everything up to the GPU on the CPU.", file=sys.stderr)
+                  f"{torch_sees}). Run it on a machine with a GPU and cupy-cuda12x/13x, or "
+                  "pass --cpu-dry-run to exercise everything up to the GPU on the CPU.",
+                  file=sys.stderr)
             return 2
+    if not has_torch:
+        print("gpu_check: needs PyTorch (its training check runs the activation offload): "
+              "pip install 'cachegym[train]'", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     rep = Report(args.out)
     rep.data["environment"] = environment(args.cpu_dry_run)

@@ -4,17 +4,21 @@ longer covers it, and start a late object's prefetch earlier next time."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
 from cachegym.allocator.cost import PRESETS
 from cachegym.allocator.errors import ConfigError
-from cachegym.allocator.offload import ReversePackOrder
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.prefetch_timing import PrefetchTiming
 from cachegym.allocator.trace import Trace
 from cachegym.policies.lru import LRU
 from cachegym.policies.prefetch import LookaheadPrefetcher
+
+if TYPE_CHECKING:
+    from cachegym.allocator.offload import ReversePackOrder
 
 KIB4 = 4096
 COPY = PRESETS["a100_pcie4"].h2d_latency_ns + int(KIB4 / PRESETS["a100_pcie4"].h2d_gbps)
@@ -92,6 +96,16 @@ def test_lookahead_issues_copies_when_due_not_by_count() -> None:
     assert pool.stats.prefetches - p0 == 8  # 1..8 at once
 
 
+@pytest.fixture
+def reverse_pack_order() -> type[ReversePackOrder]:
+    """The activation offload's prefetcher: its module imports torch (the ``train`` extra), so
+    the tests using it skip without torch; the others here need none."""
+    pytest.importorskip("torch")
+    from cachegym.allocator.offload import ReversePackOrder
+
+    return ReversePackOrder
+
+
 def _steps(pf: ReversePackOrder, gaps: list[tuple[int, int]], n: int = 24
            ) -> tuple[list[tuple[int, int]], list[int], int]:
     """Offload-like steps: ``n`` packs, then unpacks in reverse order with compute after each
@@ -120,23 +134,25 @@ def _steps(pf: ReversePackOrder, gaps: list[tuple[int, int]], n: int = 24
     return out, inflight, evictions
 
 
-def test_reverse_pack_order_learns_from_late_prefetches() -> None:
+def test_reverse_pack_order_learns_from_late_prefetches(
+        reverse_pack_order: type[ReversePackOrder]) -> None:
     """Unpacks alternate 1 us and 30 us of compute, shifted by one every other step, so the
     previous step's measurements mislead: the copy (~8 us) due by them at a 30 us gap meets
     a 1 us one. The feedback moves those positions' triggers earlier; without it (gain 0)
     every step is as late as the first."""
     a, b = (1_000, 30_000), (30_000, 1_000)
-    learnt, _, _ = _steps(ReversePackOrder(depth=1), [a, b] * 5)
-    fixed, _, _ = _steps(ReversePackOrder(depth=1, gain=0.0), [a, b] * 5)
+    learnt, _, _ = _steps(reverse_pack_order(depth=1), [a, b] * 5)
+    fixed, _, _ = _steps(reverse_pack_order(depth=1, gain=0.0), [a, b] * 5)
     assert fixed[1] == learnt[1] and learnt[1][0] > 0  # the first mislead step: late alike
     assert all(f == fixed[1] for f in fixed[2:])
     assert sum(t for _, t in learnt[2:]) <= 0.6 * sum(t for _, t in fixed[2:])
 
 
-def test_reverse_pack_order_prefetches_further_when_compute_is_short() -> None:
+def test_reverse_pack_order_prefetches_further_when_compute_is_short(
+        reverse_pack_order: type[ReversePackOrder]) -> None:
     """3 us of compute between unpacks do not hide a 4 KiB copy (~8 us): from the second step
     the timed rule prefetches beyond depth 1, into free space only (backward evicts nothing),
     and leaves less late stall than the count rule alone (depth 1 in the first step)."""
-    steps, inflight, evictions = _steps(ReversePackOrder(depth=1), [(3_000, 3_000)] * 3)
+    steps, inflight, evictions = _steps(reverse_pack_order(depth=1), [(3_000, 3_000)] * 3)
     assert max(inflight) > KIB4 and evictions == 0
     assert steps[-1][1] < steps[0][1]
