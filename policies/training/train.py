@@ -210,6 +210,7 @@ class FooPlans:
         self.cache = int(cache)
         self._plans: dict[tuple[int, int, int, int, str], np.ndarray | None] = {}
         self.solved, self.skipped, self.seconds = 0, 0, 0.0
+        self.decisions, self.planned = 0, 0  # decisions asked about; those the plan labels
 
     def drop(self, env: Any) -> np.ndarray | None:
         """The current decision's candidates (``(K,)`` bool, in the observation's order) whose
@@ -234,10 +235,13 @@ class FooPlans:
                 del self._plans[next(iter(self._plans))]
             self._plans[key] = plan
         plan = self._plans[key]
+        self.decisions += 1
         if plan is None:
             return None
         rows = env.candidate_rows()
-        return (rows >= 0) & ~plan[np.maximum(rows, 0)]
+        drop = (rows >= 0) & ~plan[np.maximum(rows, 0)]
+        self.planned += bool(drop.any())
+        return drop
 
 
 class Collector:
@@ -307,8 +311,9 @@ class Collector:
         bar.close()
         if self.plans is not None:
             p = self.plans
-            log.info("teacher foo: %d windows solved (%.1f s in all), %d too long for FOO (traffic "
-                     "teacher)", p.solved, p.seconds, p.skipped)
+            log.info("teacher foo: %d windows solved (%.1f s in all), %d too long for FOO; %d of %d "
+                     "decisions labelled by the plan (the others: traffic teacher)", p.solved,
+                     p.seconds, p.skipped, p.planned, p.decisions)
         return out
 
     def normalization_sample(self, n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
