@@ -253,8 +253,9 @@ class Collector:
     ``info["oracle_action"]``) or Belady-Size (the candidate whose next use times size is
     farthest: :func:`~policies.training.imitation.teacher_distances`); of a prefetch (an env
     with a ``phase``, :class:`envs.joint.JointEnv`) the env's ``oracle_action`` (the candidate
-    used soonest, or nothing), recorded in the sample. The teacher ``"foo"`` (an eviction env
-    only) also marks each decision's candidates that FOO's plan drops (:class:`FooPlans`)."""
+    used soonest, or nothing), recorded in the sample. The teacher ``"foo"`` also marks each
+    decision's candidates that FOO's plan drops (:class:`FooPlans`); on an env with prefetching
+    (no plan) it is the traffic teacher."""
 
     def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size",
                  prefetch_horizon: int | None = None) -> None:
@@ -268,10 +269,10 @@ class Collector:
         self.plans: FooPlans | None = None
         if teacher == "foo":
             if self.joint or not hasattr(self.envs[0], "candidate_rows"):
-                raise ConfigError("agent.dagger.teacher=foo labels eviction decisions from FOO's "
-                                  f"plan of the episode window; the env {type(self.envs[0]).__name__} "
-                                  "has none (use EvictEnv, env=evict, or another teacher)")
-            self.plans = FooPlans()
+                log.warning("teacher foo: FOO's plan models eviction alone; %s's decisions are "
+                            "labelled by the traffic teacher", type(self.envs[0]).__name__)
+            else:
+                self.plans = FooPlans()
 
     def __call__(self, learner: Any, beta: float, n: int, rng: np.random.Generator) -> list[DecisionSample]:
         from tqdm.auto import tqdm

@@ -218,6 +218,36 @@ def test_foo_teacher_evicts_what_the_plan_drops_on_a_hand_checked_trace():
     assert FooPlans(max_rows=5).drop(env) is None
 
 
+def test_collector_with_the_foo_teacher_marks_the_plans_drops_and_labels_among_them():
+    """Collected with teacher foo, each eviction carries the candidates FOO's plan of its window
+    drops (valid candidates only), most decisions have some, and where one does its label is one
+    of them; each window is solved once at most."""
+    from cachegym.policies.training.train import Collector
+
+    trace = generate("zipf", seed=3, n_requests=3000, n_objects=300, size=4096, size_sigma=1.0)
+
+    class Factory:
+        capacities = [0.3]
+
+        def __call__(self, i):
+            env = EvictEnv([trace], K=8, window=1000, capacity=0.3, capacity_of="peak_live")
+            env.reset(seed=i)
+            return env
+
+    col = Collector(Factory(), teacher="foo")
+    samples = col(None, 1.0, 600, np.random.default_rng(0))
+    assert col.plans is not None and 1 <= col.plans.solved <= col._n_resets
+    assert all(s.drop is not None and not (s.drop & ~s.mask).any() for s in samples)
+    assert sum(bool(s.drop.any()) for s in samples) > len(samples) // 2  # type: ignore[union-attr]
+    d = Dataset()
+    for s in samples:
+        d.add(s)
+    cand, mask, _, dist = d.arrays()
+    best, _ = teacher_targets(dist, cand, mask, "foo", d.drops())
+    planned = d.drops().any(axis=1)
+    assert (best & d.drops()).any(axis=1)[planned].all()
+
+
 def test_behaviour_cloning_of_belady_size_learns_to_evict_the_largest():
     """With every candidate's next use equally far, Belady-Size evicts the largest: BC of that
     teacher must learn it from the size feature (BC of Belady has no reason to)."""
