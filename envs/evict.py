@@ -277,6 +277,22 @@ class EvictEnv(PoolEnv):
         self._done = True
         return False
 
+    # ------------------------------------------------------------------ the episode, for teachers
+    @property
+    def window(self) -> Window:
+        """The running episode's window (its ``trace``, cut from ``traces[source]`` at ``start``)."""
+        if self.pool is None:
+            raise InvalidActionError("no episode: call reset() first")
+        return self._w
+
+    def candidate_rows(self) -> np.ndarray:
+        """Row of the window (the pool's tick) of each current candidate's last access, in
+        the order of the observation (``-1``: padding): where its current reuse interval
+        starts, the interval of :func:`policies.bounds.foo_kept_rows`."""
+        out = np.full(self.K, -1, np.int64)
+        out[:len(self._keys)] = self.tracker.last_access(self._keys)
+        return out
+
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:
         a = action_int(action, self.K)

@@ -38,7 +38,7 @@ from cachegym.allocator.errors import CachegymError, ConfigError
 from cachegym.allocator.trace import Op, Trace
 
 __all__ = ["Bound", "BoundViolation", "offline_bounds", "check_bounds", "stall_lower_bound", "KINDS",
-           "FOO_MAX_REQUESTS", "FOO_AUTO_MAX", "auto_kind", "auto_lower_bound"]
+           "FOO_MAX_REQUESTS", "FOO_AUTO_MAX", "auto_kind", "auto_lower_bound", "foo_kept_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +295,33 @@ def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
     return kept
 
 
+def _foo_schedule(iv: _Intervals, x: np.ndarray, capacity: int, objective: Objective) -> np.ndarray:
+    """``foo_u``'s schedule: the LP's fractional ``x`` rounded down, then filled back."""
+    return _fill(iv, x, _round_down(iv, x, capacity), capacity, objective)
+
+
+def foo_kept_rows(trace: Trace, capacity: int, objective: Objective = "traffic") -> np.ndarray:
+    """FOO's plan for ``trace`` in a pool of ``capacity`` bytes: per row, whether the schedule
+    of ``foo_u`` (the LP for ``objective``, rounded) keeps the reuse interval that starts at
+    that row (an access, up to the object's next access or free). False where none starts (a
+    free; an object larger than the pool) and for intervals that cost nothing whether kept or
+    not (e.g. a clean object's last). The imitation teacher ``"foo"`` evicts a candidate whose
+    interval, from its last access on, the plan does not keep. Up to :data:`FOO_MAX_REQUESTS`
+    rows (a 16,384-row window: 2-6 s)."""
+    if objective not in ("misses", "traffic"):
+        raise ConfigError(f"FOO's plan: objective must be 'misses' or 'traffic', got {objective!r}")
+    if len(trace) > FOO_MAX_REQUESTS:
+        raise ConfigError(f"FOO's plan: limited to {FOO_MAX_REQUESTS} requests; this trace has "
+                          f"{len(trace)}")
+    capacity = int(capacity)
+    iv = _intervals(trace, capacity)
+    _, x = _foo_lp(iv, capacity, objective)
+    kept = _foo_schedule(iv, x, capacity, objective)
+    out = np.zeros(len(trace), bool)
+    out[iv.a[kept]] = True
+    return out
+
+
 # ---------------------------------------------------------------------- PFOO-L
 def _pfoo_l(iv: _Intervals, capacity: int, objective: Objective) -> float:
     """The optimum (beyond the compulsory) of the one-resource relaxation: interval j uses
@@ -358,8 +385,7 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         t1 = time.perf_counter()
         out["foo_l"] = Bound("foo_l", True, _integral(lm + iv.compulsory_misses),
                              _integral(lt + iv.compulsory_traffic), prep + t1 - t0)
-        x = xm if primary == "misses" else xt
-        cached = _fill(iv, x, _round_down(iv, x, capacity), capacity, primary)
+        cached = _foo_schedule(iv, xm if primary == "misses" else xt, capacity, primary)
         um, ut = _schedule_cost(iv, cached)
         out["foo_u"] = Bound("foo_u", False, float(um), float(ut),
                              prep + time.perf_counter() - t0)

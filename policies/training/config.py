@@ -81,7 +81,7 @@ class DaggerConfig:
     regression_weight: float = 0.0
     max_samples: int | None = 200_000
     average_from: int | None = None
-    teacher: str = "traffic"
+    teacher: str = "foo"
     prefetch_horizon: int | None = None
 
 

@@ -9,7 +9,14 @@ accesses). Distances in the labels stay ticks: a candidate's is its next-use dis
 by its size over the mean size of the decision's candidates. ``"traffic"`` teaches what saves
 bytes copied: an eviction costs a refetch and, if the object is dirty, a write-back, both
 proportional to its size, and frees its size for as long as its next use is away, so the size
-cancels and the teacher evicts the farthest next use over ``1 + dirty``.
+cancels and the teacher evicts the farthest next use over ``1 + dirty``. ``"foo"`` follows
+the optimal bound's plan: FOO's schedule of the episode window (:func:`policies.bounds.
+foo_kept_rows`, for the training objective) says which reuse intervals stay cached, and the
+teacher evicts a candidate whose current interval (from its last access to its next) the plan
+does not keep, the traffic teacher's farthest among several; where the plan keeps every
+candidate's interval (the pool has left the plan's states), or the window is too long to solve,
+it is the traffic teacher. The collector marks each decision's candidates the plan does not
+keep (``DecisionSample.drop``).
 
 Round 0 drives the environment with the oracle's own choices; every later round drives it with
 the learner's current policy (with probability ``1 - beta_r`` per decision, ``beta_r =
@@ -53,11 +60,13 @@ from cachegym.policies.training.nets import (
     export_joint_arrays,
 )
 
-__all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "fit", "fit_prefetch",
+__all__ = ["Dataset", "DecisionSample", "TEACHERS", "teacher_distances", "teacher_targets", "fit",
+           "fit_prefetch",
            "bc_loss", "ImitationConfig", "dagger", "learner_of", "Learner"]
 
-TEACHERS = ("belady_size", "belady", "traffic")
+TEACHERS = ("belady_size", "belady", "traffic", "foo")
 _NEVER = 1e12  # ticks: a candidate never used again (finite, so that size still ranks those)
+_LIFT = 64.0  # "foo": added to the rank key of a candidate the plan drops (> any log1p distance)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +75,9 @@ log = logging.getLogger(__name__)
 class DecisionSample:
     """One labelled decision: the observation and each candidate's next-use distance
     (``inf`` for never again; ignored where ``mask`` is False); ``phase`` 0 (eviction) or 1
-    (prefetch), and for a prefetch the teacher's ``action`` (``K``: prefetch nothing)."""
+    (prefetch), and for a prefetch the teacher's ``action`` (``K``: prefetch nothing);
+    ``drop`` (bool ``(K,)``, teacher ``"foo"``): the candidates whose current reuse interval
+    FOO's plan does not keep (``None``: no plan, as all False)."""
 
     cand: np.ndarray
     mask: np.ndarray
@@ -74,12 +85,14 @@ class DecisionSample:
     dist: np.ndarray
     phase: int = 0
     action: int = -1
+    drop: np.ndarray | None = None
 
 
 @dataclass
 class Dataset:
     """Aggregated decisions, stacked: ``cand`` (N, K, F), ``mask`` (N, K), ``glob`` (N, G),
-    ``dist`` (N, K) next-use distances, ``phase`` and ``action`` (N,)."""
+    ``dist`` (N, K) next-use distances, ``phase`` and ``action`` (N,), ``drop`` (see
+    :class:`DecisionSample`)."""
 
     cand: list[np.ndarray] = field(default_factory=list)
     mask: list[np.ndarray] = field(default_factory=list)
@@ -87,6 +100,7 @@ class Dataset:
     dist: list[np.ndarray] = field(default_factory=list)
     phase: list[int] = field(default_factory=list)
     action: list[int] = field(default_factory=list)
+    drop: list[np.ndarray | None] = field(default_factory=list)
 
     def add(self, s: DecisionSample) -> None:
         self.cand.append(s.cand)
@@ -95,9 +109,10 @@ class Dataset:
         self.dist.append(s.dist)
         self.phase.append(s.phase)
         self.action.append(s.action)
+        self.drop.append(s.drop)
 
     def lists(self) -> tuple[list[Any], ...]:
-        return self.cand, self.mask, self.glob, self.dist, self.phase, self.action
+        return self.cand, self.mask, self.glob, self.dist, self.phase, self.action, self.drop
 
     def of_phase(self, phase: int) -> Dataset:
         """The decisions of one phase (0 eviction, 1 prefetch)."""
@@ -111,6 +126,13 @@ class Dataset:
         return (np.stack(self.cand).astype(np.float32), np.stack(self.mask).astype(bool),
                 np.stack(self.glob).astype(np.float32), np.stack(self.dist).astype(np.float64))
 
+    def drops(self) -> np.ndarray:
+        """``drop`` stacked, (N, K) bool (a decision without a plan: all False)."""
+        K = len(self.mask[0]) if self.mask else 0
+        none = np.zeros(K, bool)
+        return np.stack([none if d is None else np.asarray(d, bool) for d in self.drop]
+                        ) if self.drop else np.zeros((0, K), bool)
+
 
 def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
                       teacher: str = "belady_size") -> np.ndarray:
@@ -118,12 +140,13 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
     distances ``dist`` (``(..., K)``, ticks, ``inf`` never) for ``"belady"``; for
     ``"belady_size"`` those (never: :data:`_NEVER`) times each candidate's size over the mean
     size of the valid candidates (sizes from the ``size_rel`` feature of ``cand`` (``(..., K,
-    F)``), so the scale of ticks is kept)."""
+    F)``), so the scale of ticks is kept); for ``"traffic"`` (and ``"foo"``, which ranks by
+    it) those over ``1 + dirty``."""
     if teacher == "belady":
         return dist
     from cachegym.policies.features import FEATURE_NAMES
 
-    if teacher == "traffic":
+    if teacher in ("traffic", "foo"):
         # bytes an eviction costs (a refetch, and a write-back if dirty) per byte-tick of space
         # it frees: size cancels, so farthest next use over (1 + dirty)
         dirty = cand[..., FEATURE_NAMES.index("dirty")].astype(np.float64) > 0.5
@@ -145,6 +168,24 @@ def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     best = (d == d.max(axis=1, keepdims=True)) & mask
     key = np.log1p(np.maximum(d, 0.0)).astype(np.float32)
     return best, key
+
+
+def teacher_targets(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray, teacher: str,
+                    drop: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(best, rank_key)`` of decisions ``(N, K)`` as ``teacher`` labels them: :func:`targets`
+    of :func:`teacher_distances`, except for ``"foo"``, whose best is the farthest (by the
+    traffic teacher's distances) of the valid candidates in ``drop`` (``(N, K)`` bool; a decision
+    with none: the traffic teacher's), and whose rank key puts every dropped candidate above
+    every kept one (each group ordered by the traffic teacher)."""
+    d = teacher_distances(dist, cand, mask, teacher)
+    best, key = targets(mask, d)
+    if teacher != "foo" or drop is None:
+        return best, key
+    drop = np.asarray(drop, bool) & mask
+    has = drop.any(axis=-1, keepdims=True)
+    dd = np.where(drop, d, -np.inf)
+    plan = (dd == dd.max(axis=-1, keepdims=True)) & drop
+    return np.where(has, plan, best), (key + _LIFT * drop).astype(np.float32)
 
 
 def bc_loss(scores: th.Tensor, best: th.Tensor, mask: th.Tensor, key: th.Tensor,
@@ -194,7 +235,7 @@ def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int 
     cand, mask, glob, dist = data.arrays()
     if set_normalization:
         net.set_normalization(cand, mask, glob)
-    best, key = targets(mask, teacher_distances(dist, cand, mask, teacher))
+    best, key = teacher_targets(dist, cand, mask, teacher, data.drops())
     keep = best.any(axis=1) & (mask.sum(axis=1) > 1)  # decisions with a real choice
     tc, tm, tg = th.as_tensor(cand[keep]), th.as_tensor(mask[keep]), th.as_tensor(glob[keep])
     tb, tk = th.as_tensor(best[keep]), th.as_tensor(key[keep])
@@ -292,7 +333,7 @@ def agreement(net: CandidateScorerNet | JointScorerNet, data: Dataset,
             a_pf = float((s.argmax(axis=1) == want).sum())
         return (a_ev + a_pf) / max(n_ev + n_pf, 1)
     cand, mask, glob, dist = data.arrays()
-    best, _ = targets(mask, teacher_distances(dist, cand, mask, teacher))
+    best, _ = teacher_targets(dist, cand, mask, teacher, data.drops())
     with th.no_grad():
         s = net(th.as_tensor(cand), th.as_tensor(glob), th.as_tensor(mask).float()).numpy()
     choice = s.argmax(axis=1)
@@ -310,7 +351,8 @@ class ImitationConfig:
     2018); the rounds' own rollouts still use the latest weights. ``None``: the last round's.
 
     ``teacher``: whose choices are imitated (:data:`TEACHERS`; see the module docstring):
-    ``"belady_size"`` (next use times size) or ``"belady"`` (next use).
+    ``"belady_size"`` (next use times size), ``"belady"`` (next use), ``"traffic"`` (next use
+    over ``1 + dirty``) or ``"foo"`` (FOO's plan, else ``"traffic"``).
 
     ``prefetch_horizon`` (ticks; a joint env's prefetch decisions): the teacher prefetches the
     candidate used soonest only when that use is at most this far ahead, else nothing (an

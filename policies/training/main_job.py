@@ -1,7 +1,7 @@
 """The main job (``make demo`` / ``python scripts/main.py``): train, export, evaluate, report.
 
-``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of the ``traffic`` teacher,
-then a short MaskablePPO fine-tune on the traffic reward) into ``OUT/train``; with
+``run_main(cfg) -> dict``: trains with ``cfg`` (``conf/main.yaml``: imitation of the ``foo``
+teacher, then a short MaskablePPO fine-tune on the traffic reward) into ``OUT/train``; with
 ``main.prefetch`` (the default) trains a prefetch head in a second short run
 (``main.joint``: ``env=joint``, stall under a timing preset) into ``OUT/joint`` and writes
 ``OUT/policy.npz``, the eviction scorer of the first run with the prefetch head of the second

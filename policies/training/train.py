@@ -29,7 +29,7 @@ import os
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch as th
@@ -49,11 +49,12 @@ from cachegym.policies.training.export import (
     read_sb3_zip,
     scorer_from_file,
 )
-from cachegym.policies.training.imitation import DecisionSample, teacher_distances
+from cachegym.policies.training.imitation import DecisionSample, teacher_targets
 from cachegym.policies.training.nets import CandidateScorerNet, feature_indices, obs_dims
 from cachegym.policies.training.validation import Validator
 
-__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "record_inference", "EnvFactory", "Collector", "seed_everything"]
+__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "record_inference", "EnvFactory", "Collector",
+           "FooPlans", "seed_everything"]
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,56 @@ class EnvFactory:
         return env
 
 
+class FooPlans:
+    """The ``"foo"`` teacher's plans: FOO's schedule (:func:`policies.bounds.foo_kept_rows`)
+    of each episode window of an :class:`envs.evict.EvictEnv` at its pool's capacity, for the
+    env's objective (``misses`` for a ``misses`` reward, else ``traffic``), solved once per
+    window and kept (the last ``cache`` windows). A window longer than ``max_rows`` is not
+    solved (the traffic teacher labels it): FOO's LP took 2-6 s on 16,384-row windows of the
+    training traces and 4-7 s on 27,000 rows (2 shared cores), so the limit is
+    :data:`~policies.bounds.FOO_AUTO_MAX`, where the bounds switch to PFOO-L too."""
+
+    def __init__(self, max_rows: int | None = None, cache: int = 64) -> None:
+        from cachegym.policies.bounds import FOO_AUTO_MAX
+
+        self.max_rows = FOO_AUTO_MAX if max_rows is None else int(max_rows)
+        self.cache = int(cache)
+        self._plans: dict[tuple[int, int, int, int, str], np.ndarray | None] = {}
+        self.solved, self.skipped, self.seconds = 0, 0, 0.0
+        self.decisions, self.planned = 0, 0  # decisions asked about; those the plan labels
+
+    def drop(self, env: Any) -> np.ndarray | None:
+        """The current decision's candidates (``(K,)`` bool, in the observation's order) whose
+        reuse interval, from their last access on, the plan of ``env``'s window does not keep;
+        ``None`` where the window has no plan (too long)."""
+        from cachegym.policies.bounds import foo_kept_rows
+
+        w, cap = env.window, int(env.pool.capacity)
+        objective: Literal["misses", "traffic"] = (
+            "misses" if env.reward_kind == "misses" else "traffic")
+        key = (w.source, w.start, len(w), cap, objective)
+        if key not in self._plans:
+            if len(w) > self.max_rows:
+                plan = None
+                self.skipped += 1
+            else:
+                t0 = time.perf_counter()
+                plan = foo_kept_rows(w.trace, cap, objective)
+                self.seconds += time.perf_counter() - t0
+                self.solved += 1
+            if len(self._plans) >= self.cache:
+                del self._plans[next(iter(self._plans))]
+            self._plans[key] = plan
+        plan = self._plans[key]
+        self.decisions += 1
+        if plan is None:
+            return None
+        rows = env.candidate_rows()
+        drop = (rows >= 0) & ~plan[np.maximum(rows, 0)]
+        self.planned += bool(drop.any())
+        return drop
+
+
 class Collector:
     """Drives the envs for imitation: ``collect(learner, beta, n, rng)`` returns ``n`` labelled
     decisions. Each decision is acted on by the teacher with probability ``beta`` (always when
@@ -202,7 +253,9 @@ class Collector:
     ``info["oracle_action"]``) or Belady-Size (the candidate whose next use times size is
     farthest: :func:`~policies.training.imitation.teacher_distances`); of a prefetch (an env
     with a ``phase``, :class:`envs.joint.JointEnv`) the env's ``oracle_action`` (the candidate
-    used soonest, or nothing), recorded in the sample."""
+    used soonest, or nothing), recorded in the sample. The teacher ``"foo"`` also marks each
+    decision's candidates that FOO's plan drops (:class:`FooPlans`); on an env with prefetching
+    (no plan) it is the traffic teacher."""
 
     def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size",
                  prefetch_horizon: int | None = None) -> None:
@@ -213,6 +266,13 @@ class Collector:
         self.teacher = teacher
         self.horizon = prefetch_horizon  # the prefetch teacher's (ImitationConfig.prefetch_horizon)
         self._n_resets = 0
+        self.plans: FooPlans | None = None
+        if teacher == "foo":
+            if self.joint or not hasattr(self.envs[0], "candidate_rows"):
+                log.warning("teacher foo: FOO's plan models eviction alone; %s's decisions are "
+                            "labelled by the traffic teacher", type(self.envs[0]).__name__)
+            else:
+                self.plans = FooPlans()
 
     def __call__(self, learner: Any, beta: float, n: int, rng: np.random.Generator) -> list[DecisionSample]:
         from tqdm.auto import tqdm
@@ -234,18 +294,27 @@ class Collector:
                 oracle = int(info["oracle_action"])
                 if phase and self.horizon is not None and oracle < self.K and dist[oracle] > self.horizon:
                     oracle = self.K  # used, but too far ahead: the teacher waits
-                out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1))
+                drop = self.plans.drop(env) if self.plans is not None else None
+                out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1,
+                                          drop))
                 if learner is None or rng.random() < beta:
                     if self.teacher == "belady" or phase:
                         a = oracle
                     else:
-                        a = int(np.argmax(teacher_distances(dist, cand, mask, self.teacher)))
+                        best, _ = teacher_targets(dist[None], cand[None], mask[None], self.teacher,
+                                                  None if drop is None else drop[None])
+                        a = int(np.argmax(best[0]))
                 else:
                     a = int(learner(cand, mask, glob, phase))
                 obs, _, term, trunc, info = env.step(a)
                 done = term or trunc
                 bar.update(1)
         bar.close()
+        if self.plans is not None:
+            p = self.plans
+            log.info("teacher foo: %d windows solved (%.1f s in all), %d too long for FOO; %d of %d "
+                     "decisions labelled by the plan (the others: traffic teacher)", p.solved,
+                     p.seconds, p.skipped, p.planned, p.decisions)
         return out
 
     def normalization_sample(self, n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -24,6 +24,7 @@ from cachegym.policies.training.imitation import (  # noqa: E402
     fit,
     targets,
     teacher_distances,
+    teacher_targets,
 )
 from cachegym.policies.training.nets import (  # noqa: E402
     NEG,
@@ -165,6 +166,86 @@ def test_traffic_teacher_evicts_the_farthest_next_use_over_one_plus_dirty():
     assert np.allclose(d, [[100.0, 75.0, 60.0]]) and int(np.argmax(d)) == 0
     never = np.array([[np.inf, np.inf, 1.0]])  # never used again: the clean one first
     assert int(np.argmax(teacher_distances(never, cand, mask, "traffic"))) == 0
+
+
+def test_foo_teacher_evicts_what_the_plan_drops_on_a_hand_checked_trace():
+    """Pool of 3 bytes; rows 0 A(2) write, 1 B(1) read, 2 C(1) write, 3 B read, 4 C read, 5 A
+    read. At row 2 (C's miss) the pool holds A and B and needs a byte: not keeping B until row
+    3 costs its refetch (1 byte), half of A's interval (rows 0-5) half its write-back and refetch
+    (2), C's (rows 2-4) its write-back and refetch (2). So FOO keeps A's and C's intervals and
+    drops B's: the foo teacher evicts B, where the traffic teacher evicts A (next use 3 rows
+    away over 1 + dirty: 1.5, against B's 1). At row 3 (B's miss, which the plan would not
+    admit) the plan keeps both candidates' intervals: the traffic teacher's choice."""
+    from cachegym.allocator.trace import Op, Trace
+    from cachegym.policies.bounds import foo_kept_rows
+    from cachegym.policies.training.train import FooPlans
+
+    R, W = int(Op.READ), int(Op.WRITE)
+    trace = Trace.from_arrays([1, 2, 3, 2, 3, 1], [2, 1, 1, 1, 1, 2], [W, R, W, R, R, R])
+    # kept: A 0-5, C 2-4, and the dirty ones to the end (dropping them would write them back);
+    # not B's (1-3, and 3-end, which costs nothing)
+    assert foo_kept_rows(trace, 3).tolist() == [True, False, True, False, True, True]
+    env = EvictEnv([trace], K=4, candidates="lru", window=None, capacity=3)
+    obs, info = env.reset(seed=0)
+    plans = FooPlans()
+    cand = obs["candidates"].reshape(4, F)
+    mask = obs["mask"].astype(bool)
+    assert info["tick"] == 2 and info["keys"][:2].tolist() == [1, 2]
+    assert mask.tolist() == [True, True, False, False]
+    drop = plans.drop(env)
+    assert drop is not None and drop.tolist() == [False, True, False, False]
+    dist = np.asarray(info["next_use"], np.float64)
+    best, key = teacher_targets(dist[None], cand[None], mask[None], "foo", drop[None])
+    assert best[0].tolist() == [False, True, False, False] and key[0, 1] > key[0, 0]
+    traffic, _ = teacher_targets(dist[None], cand[None], mask[None], "traffic")
+    assert traffic[0].tolist() == [True, False, False, False]
+    obs, _, _, _, info = env.step(1)  # evict B: it misses at row 3, between A and C
+    assert info["tick"] == 3 and info["keys"][:2].tolist() == [1, 3]
+    drop = plans.drop(env)
+    assert drop is not None and not drop.any()
+    cand, mask = obs["candidates"].reshape(4, F)[None], obs["mask"].astype(bool)[None]
+    dist = np.asarray(info["next_use"], np.float64)[None]
+    assert np.array_equal(teacher_targets(dist, cand, mask, "foo", drop[None])[0],
+                          teacher_targets(dist, cand, mask, "traffic")[0])
+    assert plans.solved == 1 and plans.skipped == 0  # one window, solved once
+    # the teacher ranks the plan's drops above its keeps, the farthest (by traffic) first
+    m3 = np.ones((1, 3), bool)
+    best, key = teacher_targets(np.array([[5.0, 9.0, 7.0]]), np.zeros((1, 3, F), np.float32), m3,
+                                "foo", np.array([[True, False, True]]))
+    assert best[0].tolist() == [False, False, True] and key[0, 0] > key[0, 1]
+    # a window longer than the limit has no plan
+    env.reset(seed=0)
+    assert FooPlans(max_rows=5).drop(env) is None
+
+
+def test_collector_with_the_foo_teacher_marks_the_plans_drops_and_labels_among_them():
+    """Collected with teacher foo, each eviction carries the candidates FOO's plan of its window
+    drops (valid candidates only), most decisions have some, and where one does its label is one
+    of them; each window is solved once at most."""
+    from cachegym.policies.training.train import Collector
+
+    trace = generate("zipf", seed=3, n_requests=3000, n_objects=300, size=4096, size_sigma=1.0)
+
+    class Factory:
+        capacities = [0.3]
+
+        def __call__(self, i):
+            env = EvictEnv([trace], K=8, window=1000, capacity=0.3, capacity_of="peak_live")
+            env.reset(seed=i)
+            return env
+
+    col = Collector(Factory(), teacher="foo")
+    samples = col(None, 1.0, 600, np.random.default_rng(0))
+    assert col.plans is not None and 1 <= col.plans.solved <= col._n_resets
+    assert all(s.drop is not None and not (s.drop & ~s.mask).any() for s in samples)
+    assert sum(bool(s.drop.any()) for s in samples) > len(samples) // 2  # type: ignore[union-attr]
+    d = Dataset()
+    for s in samples:
+        d.add(s)
+    cand, mask, _, dist = d.arrays()
+    best, _ = teacher_targets(dist, cand, mask, "foo", d.drops())
+    planned = d.drops().any(axis=1)
+    assert (best & d.drops()).any(axis=1)[planned].all()
 
 
 def test_behaviour_cloning_of_belady_size_learns_to_evict_the_largest():
