@@ -297,12 +297,19 @@ class FeatureTracker(EvictionPolicyBase):
 
     def last_access(self, keys: Any) -> np.ndarray:
         """Tick of each key's last access (``-1`` without one: never seen, or only prefetched)."""
-        sl = self.slots(keys)
-        out = np.full(len(sl), -1, np.int64)
-        ok = sl >= 0
-        last = self._S[sl[ok], _RING0:_SIZE].max(axis=1)
-        out[ok] = np.where(last >= 0, last, -1).astype(np.int64)
-        return out
+        if isinstance(keys, np.ndarray):
+            keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
+        get = self._slot.get
+        sl = [get(k, -1) for k in keys]
+        if -1 in sl:  # keys without history (a prefetch candidate may be one): -1 for those
+            out = np.full(len(sl), -1, np.int64)
+            ok = np.array(sl, np.int64) >= 0
+            last = self._S[np.array(sl, np.int64)[ok], _RING0:_SIZE].max(axis=1)
+            out[ok] = np.where(last >= 0, last, -1).astype(np.int64)
+            return out
+        # every key has a row (the eviction candidates): an empty ring's entries are negative
+        last = self._S[sl, _RING0:_SIZE].max(axis=1)
+        return np.where(last >= 0, last, -1).astype(np.int64)
 
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:
