@@ -293,23 +293,14 @@ class FeatureTracker(EvictionPolicyBase):
         if isinstance(keys, np.ndarray):
             keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
         get = self._slot.get
-        return np.fromiter((get(k, -1) for k in keys), np.int64)
+        return np.array([get(k, -1) for k in keys], np.int64)
 
     def last_access(self, keys: Any) -> np.ndarray:
-        """Tick of each key's last access (``-1`` without one: never seen, or only prefetched)."""
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
-        get = self._slot.get
-        sl = [get(k, -1) for k in keys]
-        if -1 in sl:  # keys without history (a prefetch candidate may be one): -1 for those
-            out = np.full(len(sl), -1, np.int64)
-            ok = np.array(sl, np.int64) >= 0
-            last = self._S[np.array(sl, np.int64)[ok], _RING0:_SIZE].max(axis=1)
-            out[ok] = np.where(last >= 0, last, -1).astype(np.int64)
-            return out
-        # every key has a row (the eviction candidates): an empty ring's entries are negative
-        last = self._S[sl, _RING0:_SIZE].max(axis=1)
-        return np.where(last >= 0, last, -1).astype(np.int64)
+        """Tick of each key's last access (``-1`` without one: never seen, or only prefetched;
+        an empty ring's entries are negative)."""
+        sl = self.slots(keys)
+        last = self._S[np.maximum(sl, 0), _RING0:_SIZE].max(axis=1)  # (row 0 read for -1: masked)
+        return np.where((sl >= 0) & (last >= 0), last, -1).astype(np.int64)
 
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:

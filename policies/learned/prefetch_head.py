@@ -138,7 +138,7 @@ class PrefetchHead:
         queued = 0 if timing is None else timing.queued_ns(view)
         for j in pick(self._scores, n, self.noop, self.depth):
             k = cands[j]
-            size = view.info(k).size
+            size = view.info(k).size if timing is not None or budget is not None else 0
             if timing is not None:
                 copy = view.cost.copy_time(0, size)
                 if out and (k not in timing.margin or queued > copy):
