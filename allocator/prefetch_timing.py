@@ -22,6 +22,7 @@ at once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from cachegym.allocator.errors import ConfigError
@@ -73,6 +74,35 @@ class PrefetchTiming:
         (its queue included). Without compute ahead (``ahead_ns == next_ns == 0``) every copy
         is due: nothing can hide it, the earliest start is best."""
         return ahead_ns - next_ns <= lead_ns
+
+    def due_keys(self, view: PoolView, uses: Iterable[tuple[int, int, int]], depth: int,
+                 max_size: int) -> list[int]:
+        """Up to ``depth`` objects to prefetch now, from ``uses``: ``(key, ident, ahead_ns)`` of
+        known, non-resident, distinct objects in order of their next use, ``ahead_ns`` the
+        compute from the next decision point to that use. An object is due when that compute no
+        longer covers its lead (:meth:`lead_ns`, of ``ident``) after the copies queued before it
+        (those in flight, then each earlier object's); with an instant cost model every one is.
+        The walk stops past the compute that the queue, the largest copy (``max_size`` bytes)
+        and the largest margin could need: nothing further can be due yet. The one rule of
+        :class:`~policies.prefetch.LookaheadPrefetcher` (uses read in the trace) and
+        :class:`~policies.successors.SuccessorPredictor` (uses predicted from the past)."""
+        cost = view.cost
+        instant = cost.instant
+        queued = self.queued_ns(view)
+        horizon = queued + cost.copy_time(0, max_size) + max(self.margin.values(), default=0)
+        out: list[int] = []
+        for k, ident, ahead in uses:
+            size = view.size(k)
+            if instant or self.due(ahead, 0, queued + self.lead_ns(view, ident, size)):
+                out.append(k)
+                if len(out) >= depth:
+                    break
+            copy = cost.copy_time(0, size)  # copied before anything used after it
+            queued += copy
+            horizon += copy
+            if ahead > horizon and not instant:
+                break
+        return out
 
     def feedback(self, view: PoolView, key: int, ident: int) -> None:
         """After an access of ``key``: if it waited for its late prefetch, start that

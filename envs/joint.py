@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from cachegym.envs.common import (
 from cachegym.envs.prefetch import OPPORTUNITIES
 from cachegym.policies import features
 from cachegym.policies.features import FeatureTracker
-from cachegym.policies.successors import SuccessorPredictor
+from cachegym.policies.successors import SuccessorPredictor, make_predictor
 
 __all__ = ["JointEnv", "EVICT", "PREFETCH"]
 
@@ -96,7 +96,7 @@ class JointEnv(PoolEnv):
         capacity_of: str = "working_set",
         reward: str = "misses",
         invalid_action: str = "default",
-        predictor: SuccessorPredictor | None = None,
+        predictor: SuccessorPredictor | Mapping[str, int] | None = None,
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",
@@ -114,7 +114,7 @@ class JointEnv(PoolEnv):
         self.capacity, self.capacity_of = capacity, capacity_of
         self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
                             "oversize": "bypass"}
-        self.predictor = predictor if predictor is not None else SuccessorPredictor()
+        self.predictor = make_predictor(predictor)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = spaces.Dict(
             {**observation_space(self.K).spaces, "phase": spaces.Discrete(2)})
@@ -220,7 +220,7 @@ class JointEnv(PoolEnv):
                     hit = bool(e.value)
                 finally:
                     gen.close()  # releases the pool's lock if the episode is abandoned here
-            observe(k)
+            observe(k, view)
             n_access += 1
             if every > 0:
                 ask = every == 1 or n_access % every == 0

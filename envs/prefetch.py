@@ -33,7 +33,7 @@ from cachegym.envs.common import (
 from cachegym.policies import features
 from cachegym.policies.base import EvictionPolicy
 from cachegym.policies.features import FeatureTracker, Observed
-from cachegym.policies.successors import SuccessorPredictor
+from cachegym.policies.successors import SuccessorPredictor, make_predictor
 
 __all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
 
@@ -109,7 +109,9 @@ class PrefetchEnv(PoolEnv):
       step, i.e. each op of an ML trace) or an int ``N`` (every ``N`` accesses).
     * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``).
     * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
-    * ``predictor``: a :class:`SuccessorPredictor` (default ``depth=2, width=4, hops=3``).
+    * ``predictor``: a :class:`SuccessorPredictor` or its parameters (default ``depth=2, width=4,
+      hops=3``: the successor table alone; ``conf/env/prefetch.yaml`` adds the aligned history,
+      ``horizon=64``).
     * ``render_mode``: accepted for API compatibility; the env does not render.
 
     ## Version history
@@ -132,7 +134,7 @@ class PrefetchEnv(PoolEnv):
         pythia_weights: Mapping[str, float] | None = None,
         invalid_action: str = "noop",
         eviction: str | EvictionPolicy = "lru",
-        predictor: SuccessorPredictor | None = None,
+        predictor: SuccessorPredictor | Mapping[str, int] | None = None,
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",
@@ -160,7 +162,7 @@ class PrefetchEnv(PoolEnv):
         self.capacity, self.capacity_of = capacity, capacity_of
         self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
                             "oversize": "bypass"}
-        self.predictor = predictor if predictor is not None else SuccessorPredictor()
+        self.predictor = make_predictor(predictor)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = observation_space(self.K)
         self.action_space = spaces.Discrete(self.K + 1)
@@ -283,7 +285,7 @@ class PrefetchEnv(PoolEnv):
             # the consumer's compute runs after the prefetch decision, as with the pool's own
             # prefetch hook, so that a prefetch overlaps it
             hit = access(k, size, op == write_, kind=kind)
-            observe(k)
+            observe(k, view)
             n_access += 1
             if every > 0:
                 ask = every == 1 or n_access % every == 0

@@ -7,7 +7,7 @@ copies, in order, those returned keys that it knows and that are not resident or
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +16,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.prefetch_timing import PrefetchTiming
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import PrefetchPolicyBase
+from cachegym.policies.successors import SuccessorPredictor
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -119,6 +120,34 @@ class StridePrefetcher(PrefetchPolicyBase):
         return f"StridePrefetcher(degree={self.degree}, confirm={self.confirm})"
 
 
+class HistoryPrefetcher(PrefetchPolicyBase):
+    """The aligned history's proposals, prefetched as they come: after each access, the objects
+    the previous period used next that are due now (:class:`~policies.successors.
+    SuccessorPredictor` with ``horizon``: the accesses matched against one period back, new
+    objects by their position, the compute ahead of each use as measured then, the lookahead
+    prefetcher's timing rule), at most ``depth``; before the history is aligned (the first
+    period), the successor table's ``depth`` most likely next objects. It reads no future: the
+    heuristic counterpart of a learned prefetch head using the same proposer (which decides
+    which of them to prefetch, if any)."""
+
+    name = "history"
+
+    def __init__(self, depth: int = 4, horizon: int = 64, memory: int = 1 << 18) -> None:
+        if depth < 1:
+            raise ConfigError(f"HistoryPrefetcher depth must be >= 1, got {depth}")
+        if horizon < 1:
+            raise ConfigError(f"HistoryPrefetcher horizon must be >= 1 (accesses read ahead), got {horizon}")
+        self.depth = depth
+        self.predictor = SuccessorPredictor(horizon=horizon, memory=memory)
+
+    def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        self.predictor.observe(key, view)
+        return self.predictor.propose(key, self.depth, view)
+
+    def __repr__(self) -> str:
+        return f"HistoryPrefetcher(depth={self.depth}, horizon={self.predictor.horizon})"
+
+
 class LookaheadPrefetcher(PrefetchPolicyBase):
     """Oracle: prefetches the objects the future trace will touch, each when its copy is due.
 
@@ -154,24 +183,22 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self._max_size = int(trace.size.max()) if len(trace) else 0
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        timing = self.timing
-        timing.feedback(view, key, key)
-        t = view.tick
-        lo = t + 1
+        self.timing.feedback(view, key, key)
+        lo = view.tick + 1
         hi = min(lo + self.window, len(self._key))
-        cum = self._cum
         if lo >= hi:
             return ()
+        return self.timing.due_keys(view, self._uses(view, key, lo, hi), self.depth, self._max_size)
+
+    def _uses(self, view: PoolView, key: int, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
+        """``(key, key, ahead_ns)`` of the distinct objects rows ``lo .. hi-1`` use that the
+        pool knows, are not resident and are not freed before that use, in order of first use;
+        ``ahead_ns`` the compute from row ``lo`` to the use."""
+        cum = self._cum
         base = int(cum[lo])  # compute done when the next decision point comes
-        # past this much compute ahead of the next decision, nothing can be due yet
-        instant = view.cost.instant  # copies take no time: the count rule
-        queued = timing.queued_ns(view)
-        horizon = queued + view.cost.copy_time(0, self._max_size) + max(timing.margin.values(), default=0)
-        out: list[int] = []
         seen: set[int] = {key}
         freed: set[int] = set()
-        rows = range(lo, hi)
-        for j, k, is_free in zip(rows, self._key[lo:hi].tolist(), self._free[lo:hi].tolist()):
+        for j, k, is_free in zip(range(lo, hi), self._key[lo:hi].tolist(), self._free[lo:hi].tolist()):
             if is_free:
                 freed.add(k)
                 continue
@@ -180,18 +207,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
             seen.add(k)
             if k not in view or view.is_resident(k):
                 continue
-            size = view.size(k)
-            ahead = int(cum[j]) - base
-            lead = timing.lead_ns(view, k, size)
-            if instant or timing.due(ahead, 0, queued + lead):
-                out.append(k)
-                if len(out) >= self.depth:
-                    break
-            queued += view.cost.copy_time(0, size)  # copied before anything used after it
-            horizon += view.cost.copy_time(0, size)
-            if ahead > horizon and not instant:
-                break
-        return out
+            yield k, k, int(cum[j]) - base
 
     def __repr__(self) -> str:
         return f"LookaheadPrefetcher(trace={self.trace.name!r}, depth={self.depth})"

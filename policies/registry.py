@@ -52,6 +52,7 @@ def _eviction_classes() -> dict[str, Callable[..., Any]]:
 
 def _prefetch_classes() -> dict[str, Callable[..., Any]]:
     from cachegym.policies.prefetch import (
+        HistoryPrefetcher,
         LookaheadPrefetcher,
         MarkovPrefetcher,
         NoPrefetch,
@@ -59,12 +60,12 @@ def _prefetch_classes() -> dict[str, Callable[..., Any]]:
     )
 
     return {"none": NoPrefetch, "markov": MarkovPrefetcher, "stride": StridePrefetcher,
-            "lookahead": LookaheadPrefetcher}
+            "lookahead": LookaheadPrefetcher, "history": HistoryPrefetcher}
 
 
 EVICTION_NAMES = ("lru", "fifo", "lfu", "random", "clock", "arc", "sieve", "s3fifo", "lirs",
                   "slru", "gdsf", "belady")
-PREFETCH_NAMES = ("none", "markov", "stride", "lookahead")
+PREFETCH_NAMES = ("none", "markov", "stride", "lookahead", "history")
 _NEEDS_TRACE = {"belady", "lookahead"}
 # the members every eviction policy has (allocator/seams.py: EvictionPolicy); victim is checked apart
 _EVICTION_HOOKS = ("on_hit", "on_miss", "on_insert", "on_evict", "on_free")

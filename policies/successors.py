@@ -5,50 +5,104 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import D2H, DEVICE, H2D, HOST
+from cachegym.allocator.prefetch_timing import PrefetchTiming
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["SuccessorPredictor"]
+__all__ = ["SuccessorPredictor", "make_predictor", "MAX_HORIZON"]
 
 _AWAY = (HOST, D2H)  # the residency states of an object that is known and not resident
 assert {DEVICE, H2D}.isdisjoint(_AWAY) and len({DEVICE, H2D, *_AWAY}) == 4
-assert (HOST, D2H) == (1, 3), "allocator/csrc/decision.c's propose reads these states"
+
+MAX_HORIZON = 1 << 16
+"""Most past accesses :meth:`SuccessorPredictor.propose` reads ahead of the aligned position."""
+
+_POSITIONS = 4  # past positions kept per key (an object read several times per period)
+_CONTEXT = 4  # accesses compared when re-aligning
 
 
 class SuccessorPredictor:
-    """Proposes the objects that followed the accessed one in the past (a Markov successor
-    table, learned online from the accesses it is shown, never from the future).
+    """Proposes the objects that followed the accessed one in the past, learned online from the
+    accesses it is shown, never from the future. Two sources, aligned history first:
 
-    After each access of ``x``, ``x`` becomes the most recent successor of each of the
-    ``depth`` objects accessed before it (each object keeps its ``width`` most recent
-    successors). :meth:`propose` walks the table breadth-first from the accessed object, most
-    recent successors first, up to ``hops`` levels, and returns up to ``K`` known, non-resident
-    objects: the ones a prefetch can bring in.
+    * **Aligned history** (``horizon > 0``): the accesses are matched against their own past,
+      one period back, as a DL training step repeats the previous step's order. A cursor points
+      at the past access that corresponds to the current one; it advances while each access is
+      the one that followed the cursor (or, for a key never seen before, while the past access
+      there was also a first access: that old object's successor in this period is the new
+      key, e.g. the same layer's activation of the next step, and is remembered as its alias).
+      On a mismatch it re-aligns on the key's past occurrence whose distance is closest to the
+      period last in sync. :meth:`propose` reads the ``horizon`` past accesses after the cursor,
+      each through its alias, in order of use: what the previous period touched next, including
+      the backward pass's reads of this step's activations, which no successor of a past key
+      can name. Of those it proposes the ones whose copies are due now
+      (:meth:`~allocator.prefetch_timing.PrefetchTiming.due_keys`, the lookahead prefetcher's
+      rule), the compute ahead of each use measured in the past period (the pool's
+      ``cost.compute_ns`` at each access :meth:`observe` is shown with the pool's view), each
+      object's lead corrected by its late arrivals (per lineage: an object and the ones that
+      succeed it in later periods share a margin). The last ``memory`` accesses are kept.
+    * **Successor table** (always): after each access of ``x``, ``x`` becomes the most recent
+      successor of each of the ``depth`` objects accessed before it (each keeps its ``width``
+      most recent successors); the table is walked breadth-first from the accessed object,
+      most recent successors first, up to ``hops`` levels.
 
-    Invariant: ``_succ[y]`` is insertion-ordered, least recent successor first.
+    Proposals are up to ``K`` objects known to the pool and not resident (what a prefetch can
+    bring in): while the history is aligned, the due ones it names (possibly none); otherwise
+    the successor table's.
+
+    Invariants: ``_succ[y]`` is insertion-ordered, least recent successor first; ``_hist[i]`` is
+    the ``_base + i``-th access; ``_pos[k]`` holds ``k``'s last positions (absolute), oldest
+    first; ``_cursor`` is an absolute position before the current access's, or -1 (unaligned).
     """
 
-    def __init__(self, depth: int = 2, width: int = 4, hops: int = 3) -> None:
+    def __init__(self, depth: int = 2, width: int = 4, hops: int = 3, horizon: int = 0,
+                 memory: int = 1 << 20) -> None:
         if depth < 1 or width < 1 or hops < 1:
             raise ConfigError(f"SuccessorPredictor needs depth, width, hops >= 1, got {depth}, {width}, {hops}")
+        if not 0 <= horizon <= MAX_HORIZON or memory < 2 * max(horizon, 1):
+            raise ConfigError(f"SuccessorPredictor needs 0 <= horizon <= {MAX_HORIZON} (0: no aligned "
+                              f"history) and memory >= 2 * horizon accesses, got horizon={horizon}, "
+                              f"memory={memory}")
         self.depth, self.width, self.hops = depth, width, hops
+        self.horizon, self.memory = horizon, memory
         self.reset()
 
     def params(self) -> dict[str, int]:
-        """The constructor's arguments (written into an exported policy's prefetch head)."""
-        return {"depth": self.depth, "width": self.width, "hops": self.hops}
+        """The constructor's arguments (written into an exported policy's prefetch head; without
+        aligned history, the three of the table alone, as files before it)."""
+        p = {"depth": self.depth, "width": self.width, "hops": self.hops}
+        if self.horizon:
+            p.update(horizon=self.horizon, memory=self.memory)
+        return p
 
     def reset(self) -> None:
         self._succ: dict[int, dict[int, None]] = {}
         self._recent: deque[int] = deque(maxlen=self.depth)
+        self._hist: list[int] = []
+        self._first: list[bool] = []  # _hist[i] was its key's first access
+        self._clock: list[int] = []  # the pool's compute (ns) when _hist[i] was observed
+        self._root: dict[int, int] = {}  # an object -> the first of its lineage (PrefetchTiming's ident)
+        self._max_size = 0
+        self.timing = PrefetchTiming()
+        self._base = 0
+        self._pos: dict[int, list[int]] = {}
+        self._alias: dict[int, int] = {}  # an object of the past period -> its successor now
+        self._origin: dict[int, int] = {}  # the reverse
+        self._cursor = -1
+        self._period = 0  # distance of the last re-alignment (0: none yet)
+        self.aligned = 0  # accesses that followed the cursor (counters, for reports and tests)
+        self.realigned = 0
 
-    def observe(self, key: int) -> None:
-        """Record an access of ``key``."""
+    def observe(self, key: int, view: PoolView | None = None) -> None:
+        """Record an access of ``key`` (with the pool's ``view``: its compute clock and whether
+        the access waited for a late prefetch, which the aligned history's timing uses; without
+        it every proposal of the history is due at once)."""
         succ, width = self._succ, self.width
         for y in self._recent:
             if y == key:
@@ -62,18 +116,108 @@ class SuccessorPredictor:
             if len(s) > width:
                 del s[next(iter(s))]
         self._recent.appendleft(key)
+        if self.horizon:
+            now = 0
+            if view is not None:
+                now = view.cost.compute_ns
+                self._max_size = max(self._max_size, view.size(key))
+                self.timing.feedback(view, key, self._root.get(key, key))
+            self._align(key, now)
+
+    def _align(self, key: int, now: int) -> None:
+        hist, base, pos, alias = self._hist, self._base, self._pos, self._alias
+        p = base + len(hist)  # this access's position
+        past = pos.get(key)
+        if past is not None and key in alias:  # an object used again has no successor (yet)
+            del self._origin[alias.pop(key)]
+        c = self._cursor + 1  # the past access that would follow in sync
+        if 0 <= c - base < len(hist):
+            old = hist[c - base]
+            if old == key or alias.get(old) == key:
+                self._cursor = c
+            elif past is None and self._first[c - base]:
+                alias[old] = key  # a new object where the past one was new too
+                self._origin[key] = old
+                self._root[key] = self._root.get(old, old)
+                self._cursor = c
+            else:
+                c = -1
+        else:
+            c = -1
+        if c >= 0:
+            self.aligned += 1
+        else:  # re-align on the past occurrence (of the key or of the object it succeeds) whose
+            # preceding accesses match this one's best, the nearest one period back first
+            cands = list(past or ())
+            o = self._origin.get(key)
+            if o is not None:
+                cands += pos.get(o, ())
+            if cands:
+                self._cursor = max(cands, key=lambda q: (self._match(p, q), -abs(p - q - self._period)))
+                self._period = p - self._cursor
+                self.realigned += 1
+            elif self._cursor >= 0:
+                self._cursor += 1  # a new object out of step: drift on
+        hist.append(key)
+        self._first.append(past is None)
+        self._clock.append(now)
+        if past is None:
+            pos[key] = [p]
+        else:
+            past.append(p)
+            if len(past) > _POSITIONS:
+                del past[0]
+        if len(hist) >= 2 * self.memory:  # keep the last `memory` accesses
+            self._trim()
+
+    def _match(self, p: int, q: int) -> int:
+        """How many of the ``_CONTEXT`` accesses before position ``p`` are those before ``q``
+        (the same key, its successor by alias, or both first accesses)."""
+        hist, first, alias, base = self._hist, self._first, self._alias, self._base
+        n = 0
+        for j in range(1, _CONTEXT + 1):
+            a, b = p - j - base, q - j - base
+            if b < 0:
+                break
+            x, y = hist[a], hist[b]
+            n += x == y or alias.get(y) == x or (first[a] and first[b])
+        return n
+
+    def _trim(self) -> None:
+        """Forget all but the last ``memory`` accesses."""
+        hist = self._hist
+        drop = len(hist) - self.memory
+        self._base += drop
+        del hist[:drop], self._first[:drop], self._clock[:drop]
+        lo = self._base
+        self._pos = {k: q for k, v in self._pos.items() if (q := [x for x in v if x >= lo])}
+        for d in (self._alias, self._origin, self._root):
+            if len(d) > self.memory:
+                for k in list(d)[: len(d) - self.memory]:
+                    del d[k]
+        if self._cursor < lo:
+            self._cursor = -1
 
     def propose(self, key: int, K: int, view: PoolView) -> list[int]:
         """Up to ``K`` objects known to the pool and not resident, most likely next first."""
         objs: dict[int, Any] | None = getattr(view, "objects", None)
         out: list[int] = []
         seen = {key}
-        frontier = [key]
-        succ = self._succ
         # known and not resident = on the host or being written back; the pool's own view
         # reads each object's record once, another view answers through its public API
         get = objs.get if objs is not None else None
         away, resident = _AWAY, view.is_resident
+
+        def away_(z: int) -> bool:
+            if get is not None:
+                o = get(z)
+                return o is not None and o.state in away
+            return z in view and not resident(z)
+
+        if self._cursor >= 0:
+            return self.timing.due_keys(view, self._uses(key, view, away_), K, self._max_size)
+        frontier = [key]
+        succ = self._succ
         last = self.hops - 1
         for hop in range(self.hops):
             nxt: list[int] = []
@@ -87,11 +231,7 @@ class SuccessorPredictor:
                     seen.add(z)
                     if hop != last:
                         nxt.append(z)
-                    if get is not None:
-                        o = get(z)
-                        if o is None or o.state not in away:
-                            continue
-                    elif z not in view or resident(z):
+                    if not away_(z):
                         continue
                     out.append(z)
                     if len(out) == K:
@@ -100,3 +240,43 @@ class SuccessorPredictor:
                 break
             frontier = nxt
         return out
+
+
+    def _uses(self, key: int, view: PoolView, away: Any) -> Iterator[tuple[int, int, int]]:
+        """``(key, lineage, ahead_ns)`` of the objects the aligned history says come next,
+        known and not resident (``away``), distinct, in order of use; ``ahead_ns`` the compute
+        the past period spent from the access after the aligned one to that use."""
+        hist, clock, alias, root = self._hist, self._clock, self._alias, self._root
+        lo = self._cursor + 1 - self._base
+        hi = min(lo + self.horizon, len(hist) - 1)  # (never the current access)
+        if lo >= hi:
+            return
+        base = clock[lo]
+        seen = {key}
+        for i in range(lo, hi):
+            z = hist[i]
+            z = alias.get(z, z)
+            if z in seen:
+                continue
+            seen.add(z)
+            if away(z):
+                yield z, root.get(z, z), clock[i] - base
+
+def make_predictor(params: Mapping[str, Any] | SuccessorPredictor | None) -> SuccessorPredictor:
+    """A :class:`SuccessorPredictor` from its :meth:`~SuccessorPredictor.params` (an env's
+    ``predictor`` config, a policy file's ``prefetch.predictor``), or the one given; ``None``:
+    the defaults. Raises :class:`~allocator.errors.ConfigError` naming an unknown parameter."""
+    if isinstance(params, SuccessorPredictor):
+        return params
+    if params is None:
+        return SuccessorPredictor()
+    known = {"depth", "width", "hops", "horizon", "memory"}
+    bad = sorted(set(params) - known)
+    if bad:
+        raise ConfigError(f"predictor: unknown parameter(s) {bad}; known: {sorted(known)}")
+    vals = {}
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"predictor.{k} must be an int, got {v!r}")
+        vals[k] = v
+    return SuccessorPredictor(**vals)

@@ -19,8 +19,9 @@ Optional ``prefetch`` (a joint policy's second head, :data:`PREFETCH_PREFIX` wei
 
     prefetch    {"arch": {as above}, "K": candidates per decision, "opportunity": "miss" |
                  "access" | N (when it is asked: after a demand miss, after every access, every
-                 N accesses), "predictor": {"depth", "width", "hops"} (the
-                 policies.successors.SuccessorPredictor that proposes its candidates)}
+                 N accesses), "predictor": {"depth", "width", "hops"} and optionally
+                 "horizon", "memory" (the policies.successors.SuccessorPredictor that proposes
+                 its candidates; with a horizon, its aligned history)}
     w/p/<name>  its weights (the layout of the eviction scorer's), and w/p/noop (1,): the score
                 of prefetching nothing
 
@@ -53,6 +54,10 @@ import numpy as np
 from cachegym.allocator.errors import PolicyFileError
 from cachegym.allocator.trace import not_a_zip_archive, too_short_for_zip
 from cachegym.policies.features import MAX_K, RULES
+from cachegym.policies.successors import MAX_HORIZON
+
+# the keys of a prefetch head's predictor: the successor table, and with the aligned history
+_PREDICTOR_KEYS = ({"depth", "width", "hops"}, {"depth", "width", "hops", "horizon", "memory"})
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "PREFETCH_PREFIX", "PREFETCH_OPPORTUNITIES", "split_heads", "save_policy_file", "read_policy_file", "weights_checksum",
            "file_checksum", "check_policy", "diff_feature_spec"]
@@ -229,9 +234,12 @@ def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndar
             fail("prefetch.opportunity", f"must be one of {list(PREFETCH_OPPORTUNITIES)} or an int "
                  f">= 1, got {opp!r}")
         pred = pf.get("predictor")
-        if not (isinstance(pred, dict) and set(pred) == {"depth", "width", "hops"}
-                and all(count(v, 1, MAX_K) for v in pred.values())):
-            fail("prefetch.predictor", f"must be {{depth, width, hops}} ints in 1..{MAX_K}, got {pred!r}")
+        if not (isinstance(pred, dict) and set(pred) in _PREDICTOR_KEYS
+                and all(count(pred[k], 1, MAX_K) for k in ("depth", "width", "hops"))
+                and ("horizon" not in pred or (count(pred["horizon"], 1, MAX_HORIZON)
+                                              and count(pred["memory"], 2 * pred["horizon"], 2**40)))):
+            fail("prefetch.predictor", f"must be {{depth, width, hops}} ints in 1..{MAX_K}, and "
+                 f"optionally horizon in 1..{MAX_HORIZON} with memory >= 2 * horizon, got {pred!r}")
         head = _head_shapes(fail, "prefetch.arch", pf.get("arch"), spec)
         head["noop"] = (1,)
         shapes.update({PREFETCH_PREFIX + k: v for k, v in head.items()})

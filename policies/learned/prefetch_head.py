@@ -33,7 +33,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.prefetch_timing import PrefetchTiming
 from cachegym.policies import features as _features
 from cachegym.policies.learned.network import CandidateScorer
-from cachegym.policies.successors import SuccessorPredictor
+from cachegym.policies.successors import make_predictor
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -88,7 +88,7 @@ class PrefetchHead:
         self.noop = float(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])  # (exact: a float32)
         self.K = int(section["K"])
         self.opportunity: str | int = section["opportunity"]
-        self.predictor = SuccessorPredictor(**section["predictor"])
+        self.predictor = make_predictor(section["predictor"])
         self.budget_bytes = None if budget_bytes is None else int(budget_bytes)
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)
         self._packed = _features.packed_buffer(self.K)
@@ -122,7 +122,7 @@ class PrefetchHead:
         timing = self.timing
         if timing is not None:  # did this access wait for its prefetch? start it earlier next time
             timing.feedback(view, key, key)
-        self.predictor.observe(key)
+        self.predictor.observe(key, view)
         self._accesses += 1
         if not self._asked(view):
             return []

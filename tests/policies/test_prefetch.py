@@ -167,5 +167,5 @@ def test_bad_prefetch_configs_raise_config_error(bad) -> None:  # type: ignore[n
 
 
 def test_unknown_prefetch_name_lists_valid_names() -> None:
-    with pytest.raises(ConfigError, match="markov.*stride.*lookahead"):
+    with pytest.raises(ConfigError, match="markov.*stride.*lookahead.*history"):
         make_prefetch("bogus")

@@ -67,7 +67,9 @@ def test_the_file_carries_both_heads(joint_run, joint_file):
     header, arrays = read_policy_file(joint_file)
     pf = header["prefetch"]
     assert pf["opportunity"] == "miss" and pf["K"] == 16
-    assert pf["predictor"] == SuccessorPredictor().params()
+    # the config's proposer: the successor table and the aligned history (conf/env/joint.yaml)
+    assert pf["predictor"] == {"depth": 2, "width": 4, "hops": 3, "horizon": 64, "memory": 1 << 18}
+    assert SuccessorPredictor(**pf["predictor"]).params() == pf["predictor"]
     assert {"wc", "p/wc", "p/noop"} <= set(arrays)
     p = LearnedPolicy.load(joint_file, guard="none")
     assert p.prefetch_head is not None and p.prefetch_head.K == 16
@@ -81,7 +83,7 @@ def test_round_trip_prefetches_equal_the_networks_argmax_in_the_env(joint_file):
     net = _torch_prefetch_head(header, arrays)
     trace = _trace()
     env = PrefetchEnv(trace, K=16, window=None, capacity=0.3, capacity_of="peak_live",
-                      cost="h100_pcie5", reward="stall")
+                      cost="h100_pcie5", reward="stall", predictor=header["prefetch"]["predictor"])
     obs, info = env.reset(seed=0)
     env_choices: list[int | None] = []
     done = False
@@ -169,11 +171,19 @@ def test_a_mismatched_prefetch_head_is_refused_by_name(joint_file, tmp_path):
     def bad_opportunity(h, a):
         h["prefetch"]["opportunity"] = "step"
 
+    def bad_horizon(h, a):  # a history longer than the predictor's memory can hold
+        h["prefetch"]["predictor"]["memory"] = h["prefetch"]["predictor"]["horizon"]
+
+    def unknown_predictor_key(h, a):
+        h["prefetch"]["predictor"]["lookahead"] = 3
+
     for name, edit, match in (
             ("narrower", narrower, r"prefetch head's weights do not match prefetch\.arch.*missing \['p/b"),
             ("no_section", no_section, "holds weights of a prefetch head but no 'prefetch' header"),
             ("bad_shape", bad_shape, "weight array 'p/b0' has shape"),
-            ("bad_opportunity", bad_opportunity, "'prefetch.opportunity'")):
+            ("bad_opportunity", bad_opportunity, "'prefetch.opportunity'"),
+            ("bad_horizon", bad_horizon, "'prefetch.predictor'.*memory >= 2 \\* horizon"),
+            ("unknown_predictor_key", unknown_predictor_key, "'prefetch.predictor'")):
         path = _rewrite(joint_file, str(tmp_path / f"{name}.npz"), edit)
         with pytest.raises(PolicyFileError, match=match):
             LearnedPolicy.load(path)

@@ -1,0 +1,122 @@
+"""The prefetch candidates' proposer (policies/successors.py): its aligned history follows a
+periodic trace whose objects are new every period (a DL step's activations), proposes what the
+previous period used next, in order, and only what is due under a timing model; its parameters
+round-trip through a policy file's header and bad ones are refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.trace import Op, Trace
+from cachegym.policies.lru import LRU
+from cachegym.policies.successors import SuccessorPredictor, make_predictor
+
+N_PARAMS, N_ACTS = 6, 10
+
+
+def step_trace(n_steps: int, *, compute_ns: int = 0) -> Trace:
+    """Steps of a toy training loop: forward (read a parameter, write a new activation), then
+    backward (read the activations in reverse, each with its parameter), the activations freed
+    at the end of the step; new activation keys every step."""
+    keys, ops = [], []
+    nxt = 1000
+    for _ in range(n_steps):
+        acts = list(range(nxt, nxt + N_ACTS))
+        nxt += N_ACTS
+        for i, a in enumerate(acts):
+            keys += [i % N_PARAMS, a]
+            ops += [Op.READ, Op.WRITE]
+        for i, a in reversed(list(enumerate(acts))):
+            keys += [a, i % N_PARAMS]
+            ops += [Op.READ, Op.READ]
+        keys += acts
+        ops += [Op.FREE] * N_ACTS
+    n = len(keys)
+    return Trace.from_arrays(np.array(keys), np.full(n, 1024), np.array(ops, np.uint8),
+                             compute_ns=np.full(n, compute_ns))
+
+
+def replay(trace: Trace, p: SuccessorPredictor, capacity: int, cost=None, ask=None):
+    """The trace through an LRU pool, the predictor shown each access; ``ask(i, key, view)``
+    after each (the row, the key, the pool's view)."""
+    pool = Pool(capacity, LRU(), placement="bytes", cost=cost)
+    for i, (k, op, c) in enumerate(zip(trace.key.tolist(), trace.op.tolist(),
+                                       trace.compute_ns.tolist())):
+        if op == Op.FREE:
+            pool.free(k)
+            continue
+        pool.access(k, 1024, op == Op.WRITE)  # (its compute after the proposal, as the envs do)
+        p.observe(k, pool.view)
+        if ask is not None:
+            ask(i, k, pool.view)
+        pool.cost.compute(c)
+    return pool
+
+
+def test_the_aligned_history_names_this_steps_new_activations_in_backward_order():
+    """In the third step's backward pass, with all but three objects on the host, the proposals
+    are the activations (and parameters) still to be read, in the order backward reads them:
+    activation keys that did not exist when the previous step ran (no successor table could
+    name them)."""
+    t = step_trace(3)
+    p = SuccessorPredictor(horizon=64)
+    seen = []
+
+    def ask(i, k, view):
+        if k == 1000 + 2 * N_ACTS + 7 and t.op[i] == Op.READ:  # step 3, backward, activation 7
+            seen.append(p.propose(k, 4, view))
+
+    replay(t, p, capacity=3 * 1024, ask=ask)
+    # 1027 is read now, then its parameter, and so on backwards (all on the host but 1027)
+    assert seen == [[1, 1026, 0, 1025]]
+    assert p.aligned > p.realigned
+    table = SuccessorPredictor()  # the successor table alone: never these keys in this order
+    seen.clear()
+    replay(t, table, capacity=3 * 1024, ask=lambda i, k, v: seen.append(table.propose(k, 4, v))
+           if k == 1027 and t.op[i] == Op.READ else None)
+    assert seen and seen[0] != [1, 1026, 0, 1025] and not {1026, 1025} <= set(seen[0])
+
+
+def test_under_a_timing_model_only_the_due_copies_are_proposed():
+    """With copies that take time and compute between accesses, the proposals are those whose
+    copies the compute still ahead of their use no longer covers: fewer than without timing,
+    and a prefix of the history's order."""
+    t = step_trace(3, compute_ns=20_000)
+    timed, untimed = SuccessorPredictor(horizon=64), SuccessorPredictor(horizon=64)
+    got = {}
+
+    def ask(i, k, view):
+        if k == 1027 and t.op[i] == Op.READ:
+            got["timed"] = timed.propose(k, 8, view)
+
+    replay(t, timed, capacity=3 * 1024, cost="h100_pcie5", ask=ask)
+    replay(t, untimed, capacity=3 * 1024,
+           ask=lambda i, k, v: got.setdefault("untimed", untimed.propose(k, 8, v))
+           if k == 1027 and t.op[i] == Op.READ else None)
+    assert got["untimed"][:4] == [1, 1026, 0, 1025]
+    assert 1 <= len(got["timed"]) < len(got["untimed"])
+    assert got["timed"] == got["untimed"][: len(got["timed"])]
+
+
+def test_memory_is_bounded_and_the_params_round_trip():
+    p = SuccessorPredictor(horizon=8, memory=32)
+    replay(step_trace(6), p, capacity=4 * 1024)
+    assert len(p._hist) < 2 * 32 and len(p._alias) <= 32
+    assert make_predictor(p.params()).params() == p.params() == {
+        "depth": 2, "width": 4, "hops": 3, "horizon": 8, "memory": 32}
+    assert SuccessorPredictor().params() == {"depth": 2, "width": 4, "hops": 3}  # (older files)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"depth": 2, "width": 4, "hops": 3, "horizon": -1}, "horizon"),
+    ({"depth": 2, "width": 4, "hops": 3, "horizon": 64, "memory": 10}, "memory"),
+    ({"depth": 2, "width": 4, "hops": 3, "lookahead": 5}, "unknown parameter"),
+    ({"depth": 2.5, "width": 4, "hops": 3}, "predictor.depth must be an int"),
+    ({"depth": 0, "width": 4, "hops": 3}, "depth, width, hops >= 1"),
+])
+def test_bad_parameters_are_refused_by_name(params, match):
+    with pytest.raises(ConfigError, match=match):
+        make_predictor(params)
