@@ -125,8 +125,8 @@ class HistoryPrefetcher(PrefetchPolicyBase):
     the previous period used next that are due now (:class:`~policies.successors.
     SuccessorPredictor` with ``horizon``: the accesses matched against one period back, new
     objects by their position, the compute ahead of each use as measured then, the lookahead
-    prefetcher's timing rule), at most ``depth``; before the history is aligned (the first
-    period), the successor table's ``depth`` most likely next objects. It reads no future: the
+    prefetcher's timing rule), at most ``depth``; nothing while the history is not in sync
+    (the first period, a trace that does not repeat). It reads no future: the
     heuristic counterpart of a learned prefetch head using the same proposer (which decides
     which of them to prefetch, if any)."""
 
@@ -141,8 +141,9 @@ class HistoryPrefetcher(PrefetchPolicyBase):
         self.predictor = SuccessorPredictor(horizon=horizon, memory=memory)
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        self.predictor.observe(key, view)
-        return self.predictor.propose(key, self.depth, view)
+        p = self.predictor
+        p.observe(key, view)
+        return p.propose(key, self.depth, view) if p.in_sync else ()
 
     def __repr__(self) -> str:
         return f"HistoryPrefetcher(depth={self.depth}, horizon={self.predictor.horizon})"

@@ -15,7 +15,7 @@ from cachegym.allocator.prefetch_timing import PrefetchTiming
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["SuccessorPredictor", "make_predictor", "MAX_HORIZON"]
+__all__ = ["SuccessorPredictor", "make_predictor", "MAX_HORIZON", "SYNC"]
 
 _AWAY = (HOST, D2H)  # the residency states of an object that is known and not resident
 assert {DEVICE, H2D}.isdisjoint(_AWAY) and len({DEVICE, H2D, *_AWAY}) == 4
@@ -25,6 +25,11 @@ MAX_HORIZON = 1 << 16
 
 _POSITIONS = 4  # past positions kept per key (an object read several times per period)
 _CONTEXT = 4  # accesses compared when re-aligning
+_SYNC_ALPHA = 1.0 / 64  # weight of an access in the in-sync average
+SYNC = 0.5
+"""The share of recent accesses (a moving average over about 64) that must have followed the
+aligned history for it to propose: below, the trace does not repeat (e.g. Zipf), and the
+successor table proposes."""
 
 
 class SuccessorPredictor:
@@ -53,8 +58,9 @@ class SuccessorPredictor:
       most recent successors first, up to ``hops`` levels.
 
     Proposals are up to ``K`` objects known to the pool and not resident (what a prefetch can
-    bring in): while the history is aligned, the due ones it names (possibly none); otherwise
-    the successor table's.
+    bring in): while the history is aligned and in sync (at least :data:`SYNC` of the recent
+    accesses followed it), the due ones it names (possibly none); otherwise the successor
+    table's.
 
     Invariants: ``_succ[y]`` is insertion-ordered, least recent successor first; ``_hist[i]`` is
     the ``_base + i``-th access; ``_pos[k]`` holds ``k``'s last positions (absolute), oldest
@@ -96,8 +102,14 @@ class SuccessorPredictor:
         self._origin: dict[int, int] = {}  # the reverse
         self._cursor = -1
         self._period = 0  # distance of the last re-alignment (0: none yet)
+        self._sync = 0.0  # moving average of the accesses that followed the cursor
         self.aligned = 0  # accesses that followed the cursor (counters, for reports and tests)
         self.realigned = 0
+
+    @property
+    def in_sync(self) -> bool:
+        """Whether the aligned history proposes now (:data:`SYNC`)."""
+        return self._cursor >= 0 and self._sync >= SYNC
 
     def observe(self, key: int, view: PoolView | None = None) -> None:
         """Record an access of ``key`` (with the pool's ``view``: its compute clock and whether
@@ -144,6 +156,7 @@ class SuccessorPredictor:
                 c = -1
         else:
             c = -1
+        self._sync += ((c >= 0) - self._sync) * _SYNC_ALPHA
         if c >= 0:
             self.aligned += 1
         else:  # re-align on the past occurrence (of the key or of the object it succeeds) whose
@@ -214,7 +227,7 @@ class SuccessorPredictor:
                 return o is not None and o.state in away
             return z in view and not resident(z)
 
-        if self._cursor >= 0:
+        if self.in_sync:
             return self.timing.due_keys(view, self._uses(key, view, away_), K, self._max_size)
         frontier = [key]
         succ = self._succ

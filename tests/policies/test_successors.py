@@ -120,3 +120,30 @@ def test_memory_is_bounded_and_the_params_round_trip():
 def test_bad_parameters_are_refused_by_name(params, match):
     with pytest.raises(ConfigError, match=match):
         make_predictor(params)
+
+
+def test_a_trace_that_does_not_repeat_gets_the_successor_tables_proposals():
+    """On Zipf accesses the history is never in sync: the proposals are exactly the successor
+    table's, and the history prefetcher prefetches nothing; on the periodic trace it is in sync
+    once its moving average has caught up (the third period on)."""
+    from cachegym.envs.workloads import generate
+    from cachegym.policies.prefetch import HistoryPrefetcher
+
+    t = generate("zipf", 3, n_requests=3000, n_objects=400, alpha=0.8, size=1024)
+    hist, table = SuccessorPredictor(horizon=64), SuccessorPredictor()
+    pool = Pool(40 * 1024, LRU(), placement="bytes")
+    synced = 0
+    for k in t.key.tolist():
+        pool.access(k, 1024)
+        hist.observe(k, pool.view)
+        table.observe(k, pool.view)
+        synced += hist.in_sync
+        assert hist.propose(k, 4, pool.view) == table.propose(k, 4, pool.view)
+    assert synced == 0
+    st = Pool(40 * 1024, LRU(), prefetcher=HistoryPrefetcher(), placement="bytes").replay(t)
+    assert st.prefetches == 0
+    periodic = SuccessorPredictor(horizon=64)
+    ins = []
+    replay(step_trace(6), periodic, capacity=4 * 1024, ask=lambda i, k, v: ins.append(periodic.in_sync))
+    per = len(ins) // 6  # (40 accesses: the average needs about 45 in sync to reach SYNC)
+    assert not any(ins[:per]) and all(ins[3 * per:])
