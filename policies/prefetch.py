@@ -141,9 +141,8 @@ class HistoryPrefetcher(PrefetchPolicyBase):
         self.predictor = SuccessorPredictor(horizon=horizon, memory=memory)
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
-        p = self.predictor
-        p.observe(key, view)
-        return p.propose(key, self.depth, view) if p.in_sync else ()
+        self.predictor.observe(key, view)
+        return self.predictor.propose(key, self.depth, view)
 
     def __repr__(self) -> str:
         return f"HistoryPrefetcher(depth={self.depth}, horizon={self.predictor.horizon})"

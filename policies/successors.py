@@ -34,7 +34,7 @@ successor table proposes."""
 
 class SuccessorPredictor:
     """Proposes the objects that followed the accessed one in the past, learned online from the
-    accesses it is shown, never from the future. Two sources, aligned history first:
+    accesses it is shown, never from the future, from one of two sources:
 
     * **Aligned history** (``horizon > 0``): the accesses are matched against their own past,
       one period back, as a DL training step repeats the previous step's order. A cursor points
@@ -52,15 +52,17 @@ class SuccessorPredictor:
       ``cost.compute_ns`` at each access :meth:`observe` is shown with the pool's view), each
       object's lead corrected by its late arrivals (per lineage: an object and the ones that
       succeed it in later periods share a margin). The last ``memory`` accesses are kept.
-    * **Successor table** (always): after each access of ``x``, ``x`` becomes the most recent
+    * **Successor table** (``horizon == 0``): after each access of ``x``, ``x`` becomes the most recent
       successor of each of the ``depth`` objects accessed before it (each keeps its ``width``
       most recent successors); the table is walked breadth-first from the accessed object,
       most recent successors first, up to ``hops`` levels.
 
     Proposals are up to ``K`` objects known to the pool and not resident (what a prefetch can
-    bring in): while the history is aligned and in sync (at least :data:`SYNC` of the recent
-    accesses followed it), the due ones it names (possibly none); otherwise the successor
-    table's.
+    bring in): with ``horizon > 0``, the due ones the aligned history names while it is in sync
+    (at least :data:`SYNC` of the recent accesses followed it), and none otherwise (the first
+    period; a trace that does not repeat, e.g. Zipf, where guesses from the successor table
+    made a learned head trained on aligned proposals prefetch in vain: docs/EXPERIMENTS.md);
+    with ``horizon == 0``, the successor table's.
 
     Invariants: ``_succ[y]`` is insertion-ordered, least recent successor first; ``_hist[i]`` is
     the ``_base + i``-th access; ``_pos[k]`` holds ``k``'s last positions (absolute), oldest
@@ -227,7 +229,9 @@ class SuccessorPredictor:
                 return o is not None and o.state in away
             return z in view and not resident(z)
 
-        if self.in_sync:
+        if self.horizon:  # the aligned history alone: what it names while in sync
+            if not self.in_sync:
+                return out
             return self.timing.due_keys(view, self._uses(key, view, away_), K, self._max_size)
         frontier = [key]
         succ = self._succ
