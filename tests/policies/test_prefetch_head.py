@@ -338,7 +338,10 @@ def test_imitation_then_rl_finetunes_both_heads(tmp_path):
     cfg = _joint_cfg(tmp_path, "agent=imitation_ppo", "agent.dagger.rounds=1",
                      "agent.dagger.steps_per_round=400", "agent.finetune.total_timesteps=256",
                      "agent.finetune.kwargs.n_steps=128", "agent.finetune.kwargs.batch_size=64",
-                     "agent.finetune.kwargs.learning_rate=0.01")
+                     "agent.finetune.kwargs.learning_rate=0.01",
+                     # the successor table proposes from the first access (the aligned history
+                     # only once in sync), so that 256 PPO steps meet prefetch decisions
+                     "env.predictor.horizon=0")
     header, arrays = read_policy_file(train(cfg)["policy"])
     assert "prefetch" in header and "p/noop" in arrays
     imitation = tmp_path / "checkpoints" / "step_0.npz"  # (the imitation round's checkpoint)
