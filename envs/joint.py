@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from cachegym.policies.successors import SuccessorPredictor, make_predictor
 __all__ = ["JointEnv", "EVICT", "PREFETCH"]
 
 EVICT, PREFETCH = 0, 1
+_DISPLACED_SCAN = 64  # LRU victims a prefetch's room is looked for among (info's displaced_next_use)
 _REWARDS = ("misses", "bytes", "traffic", "stall")
 
 
@@ -290,8 +292,33 @@ class JointEnv(PoolEnv):
             info["stats"] = pool.snapshot().as_dict()
         else:
             info["oracle_action"] = K if j < 0 else j
+            if self._phase == PREFETCH and j >= 0:
+                info["displaced_next_use"] = self._displaced(kl[j], t)
         info["keys"], info["next_use"] = keys, dist
         return info
+
+    def _displaced(self, key: int, t: int) -> float:
+        """Ticks to the soonest next use among the objects a prefetch of ``key`` would evict
+        (the pool's policy, the tracker's LRU order, makes its room), ``inf`` when it fits in
+        the free bytes or none of them is used again (the teacher's "do no harm" test: Cao et
+        al., SIGMETRICS 1995)."""
+        pool = self.pool
+        assert pool is not None
+        view = pool.view
+        short = view.size(key) - (view.capacity - view.used)
+        if short <= 0:
+            return math.inf
+        nu, lr, never = self._next_use, self._last_row, INF
+        soonest = math.inf
+        keys, _ = features.select_keys(self.tracker, view, _DISPLACED_SCAN, "lru", None)
+        for k in keys:
+            r = nu[lr[k]] if k in lr else never
+            if r < never:
+                soonest = min(soonest, float(r - t))
+            short -= view.size(k)
+            if short <= 0:
+                return soonest
+        return 0.0  # (more than the scan would have to go: count it as harm)
 
 
 @functools.cache

@@ -83,6 +83,7 @@ class DaggerConfig:
     average_from: int | None = None
     teacher: str = "foo"
     prefetch_horizon: int | None = None
+    prefetch_no_harm: bool = True
 
 
 @dataclass

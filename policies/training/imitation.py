@@ -32,9 +32,12 @@ candidates by their next-use distance, so the scorer also learns which wrong ans
 Eviction and prefetch together (:class:`envs.joint.JointEnv`, a :class:`JointScorerNet`): the
 eviction decisions (phase 0) train the eviction head as above; the prefetch decisions (phase
 1) train the prefetch head and its no-op score by cross-entropy over the ``K + 1`` actions on
-the env's ``oracle_action`` (the candidate used soonest, or nothing when none is used again).
-The two teachers are the halves of the stall reference of :mod:`envs.gaps` (Belady's eviction
-with the lookahead prefetcher), restricted to the env's candidates.
+the env's ``oracle_action`` (the candidate used soonest, or nothing when none is used again),
+or with ``prefetch_no_harm`` (the default) nothing where the room the prefetch needs would evict
+an object used no later than it (docs/EXPERIMENTS.md).
+Without ``prefetch_no_harm`` the two teachers are the halves of the stall reference of
+:mod:`envs.gaps` (Belady's eviction with the lookahead prefetcher), restricted to the env's
+candidates.
 """
 
 from __future__ import annotations
@@ -357,7 +360,9 @@ class ImitationConfig:
     ``prefetch_horizon`` (ticks; a joint env's prefetch decisions): the teacher prefetches the
     candidate used soonest only when that use is at most this far ahead, else nothing (an
     object fetched long before its use occupies the pool meanwhile); ``None``: whenever a
-    candidate is used again (the env's ``oracle_action``)."""
+    candidate is used again (the env's ``oracle_action``). ``prefetch_no_harm``: nor when the
+    objects its room would evict (the env's ``displaced_next_use``) include one used before it
+    ("do no harm", Cao et al. 1995: a prefetch that displaces an earlier use adds a miss)."""
 
     rounds: int = 3
     steps_per_round: int = 20_000
@@ -372,6 +377,7 @@ class ImitationConfig:
     average_from: int | None = None
     teacher: str = "belady_size"
     prefetch_horizon: int | None = None
+    prefetch_no_harm: bool = True
 
     def __post_init__(self) -> None:  # a bad schedule fails when the agent is built, not later
         bad = [f"{k}={getattr(self, k)!r} (must be an int >= 1)"

@@ -253,18 +253,20 @@ class Collector:
     ``info["oracle_action"]``) or Belady-Size (the candidate whose next use times size is
     farthest: :func:`~policies.training.imitation.teacher_distances`); of a prefetch (an env
     with a ``phase``, :class:`envs.joint.JointEnv`) the env's ``oracle_action`` (the candidate
-    used soonest, or nothing), recorded in the sample. The teacher ``"foo"`` also marks each
+    used soonest, or nothing; nothing too with ``prefetch_no_harm`` where its room would evict
+    an object used no later: the env's ``displaced_next_use``), recorded in the sample. The teacher ``"foo"`` also marks each
     decision's candidates that FOO's plan drops (:class:`FooPlans`); on an env with prefetching
     (no plan) it is the traffic teacher."""
 
     def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size",
-                 prefetch_horizon: int | None = None) -> None:
+                 prefetch_horizon: int | None = None, prefetch_no_harm: bool = True) -> None:
         self.envs = [factory(i) for i in range(len(factory.capacities))]
         self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
         self.joint = "phase" in self.envs[0].observation_space.spaces  # eviction and prefetch
         self.progress = progress
         self.teacher = teacher
         self.horizon = prefetch_horizon  # the prefetch teacher's (ImitationConfig.prefetch_horizon)
+        self.no_harm = prefetch_no_harm  # (ImitationConfig.prefetch_no_harm)
         self._n_resets = 0
         self.plans: FooPlans | None = None
         if teacher == "foo":
@@ -294,6 +296,9 @@ class Collector:
                 oracle = int(info["oracle_action"])
                 if phase and self.horizon is not None and oracle < self.K and dist[oracle] > self.horizon:
                     oracle = self.K  # used, but too far ahead: the teacher waits
+                if (phase and self.no_harm and oracle < self.K
+                        and dist[oracle] >= info.get("displaced_next_use", math.inf)):
+                    oracle = self.K  # its room would evict an object used before it
                 drop = self.plans.drop(env) if self.plans is not None else None
                 out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1,
                                           drop))
@@ -407,7 +412,8 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
     collector = Collector(factory, progress=bool(cfg.progress),
                           teacher=str(getattr(dagger_cfg, "teacher", "belady_size")),
-                          prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None))
+                          prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None),
+                          prefetch_no_harm=bool(getattr(dagger_cfg, "prefetch_no_harm", True)))
     prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     alloc = cfg.allocator
     validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),

@@ -93,3 +93,52 @@ def test_masks_phases_and_invalid_actions() -> None:
     b = JointEnv(pattern_trace(n_rounds=4, seed=3), K=8, window=200, candidates="sample")
     ra, rb = rollout(a, lambda o, i: 0, seed=4), rollout(b, lambda o, i: 0, seed=4)
     assert ra[:2] == rb[:2]
+
+
+def test_displaced_next_use_is_the_soonest_use_a_prefetch_would_evict() -> None:
+    """A prefetch decision's info says how soon the objects the oracle candidate's room would
+    evict (LRU order, as the pool's policy makes it) are used again: ``inf`` when it fits in
+    the free bytes; otherwise the soonest of the victims' next uses, recomputed here from the
+    trace. The no-harm teacher (agent.dagger.prefetch_no_harm) waits where it is no later than
+    the candidate's own use."""
+    from cachegym.allocator.trace import Op
+    from cachegym.envs.workloads.registry import generate
+
+    seen = {"fits": 0, "evicts": 0, "harm": 0}
+    dl = generate("dl_training", seed=5, n_layers=4, hidden=64, batch_tokens=128, steps=3)
+    for trace, cap in ((pattern_trace(seed=3), 12 * 1024),  # (full after warm-up)
+                       (dl, 0.5)):  # (frees leave room)
+        keys = np.where(trace.op == Op.FREE, -1, trace.key).tolist()  # (a free is no use)
+        _displaced_run(trace, keys, cap, seen)
+    assert seen["fits"] and seen["evicts"] and seen["harm"]
+
+
+def _displaced_run(trace, keys, cap, seen) -> None:
+    env = JointEnv(trace, K=8, window=None, capacity=cap, capacity_of="peak_live",
+                   opportunity="access")
+    obs, info = env.reset(seed=0)
+    done = False
+    while not done:
+        if info["phase"] == PREFETCH and info["oracle_action"] < 8:
+            d = info["displaced_next_use"]
+            pool, t = env.pool, info["tick"]
+            cand = int(info["keys"][info["oracle_action"]])
+            short = pool.view.size(cand) - (pool.view.capacity - pool.view.used)
+            if short <= 0:
+                assert d == np.inf
+                seen["fits"] += 1
+            else:
+                want = np.inf
+                for k in env.tracker._order:  # the LRU victims, least recent first
+                    if not pool.view.evictable(k):
+                        continue
+                    nxt = [j for j in range(env._last_row[k] + 1, len(keys)) if keys[j] == k]
+                    if nxt:
+                        want = min(want, float(nxt[0] - t))
+                    short -= pool.view.size(k)
+                    if short <= 0:
+                        break
+                assert d == want
+                seen["evicts"] += 1
+                seen["harm"] += info["next_use"][info["oracle_action"]] >= d
+        obs, _, done, _, info = env.step(info["oracle_action"])

@@ -376,8 +376,8 @@ def test_prefetch_horizon_teaches_no_prefetch_for_far_uses():
             env.reset(seed=i)
             return env
 
-    runs = {h: Collector(Factory(), prefetch_horizon=h)(None, 1.0, 400, np.random.default_rng(0))
-            for h in (None, 8)}
+    runs = {h: Collector(Factory(), prefetch_horizon=h, prefetch_no_harm=False)(
+        None, 1.0, 400, np.random.default_rng(0)) for h in (None, 8)}
     K = 16
     for h, samples in runs.items():
         pf = [s for s in samples if s.phase == 1]
@@ -390,6 +390,12 @@ def test_prefetch_horizon_teaches_no_prefetch_for_far_uses():
     assert sum(s.action == K for s in runs[8]) > sum(s.action == K for s in runs[None])
     with pytest.raises(ConfigError, match="prefetch_horizon"):
         ImitationConfig(prefetch_horizon=0)
+    # the no-harm teacher (the default): the soonest-used candidate or the no-op, more no-ops
+    harmless = Collector(Factory())(None, 1.0, 400, np.random.default_rng(0))
+    for s in (s for s in harmless if s.phase == 1):
+        d = np.where(s.mask, s.dist, np.inf)
+        assert s.action in (int(np.argmin(d)), K)
+    assert sum(s.action == K for s in harmless) > sum(s.action == K for s in runs[None])
 
 
 def test_one_file_with_one_files_eviction_scorer_and_anothers_prefetch_head(joint_file, tmp_path):
