@@ -170,6 +170,7 @@ class EvictEnv(PoolEnv):
         self._loop: Generator[EvictionRequest | None, int, None] | None = None
         self._keys: list[int] = []
         self._nx = np.zeros(self.K, np.int64)  # the candidates' next uses (_info)
+        self._rows: Any = np.zeros(0, np.int64)  # the candidates' last-access rows (_info)
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
@@ -290,7 +291,7 @@ class EvictEnv(PoolEnv):
         the order of the observation (``-1``: padding): where its current reuse interval
         starts, the interval of :func:`policies.bounds.foo_kept_rows`."""
         out = np.full(self.K, -1, np.int64)
-        out[:len(self._keys)] = self.tracker.last_access(self._keys)
+        out[:len(self._keys)] = self._rows  # (this decision's, from its info)
         return out
 
     # ------------------------------------------------------------------ helpers
@@ -325,7 +326,8 @@ class EvictEnv(PoolEnv):
         # Belady's choice and each candidate's next-use distance: the next use after each one's
         # last access
         nx = self._nx
-        nx[:len(kl)] = next_use_rows(self._next_use, self.tracker.last_access(kl))
+        self._rows = last = self.tracker.last_access(kl)  # (candidate_rows reads them again)
+        nx[:len(kl)] = next_use_rows(self._next_use, last)
         j, keys, dist = decision_info(kl, nx, t, self.K, True)
         info["oracle_action"] = j
         if not kl:
