@@ -50,6 +50,8 @@ cdef class Loop:
     cpdef _copy_out(self, ObjectInfo o)
     @cython.locals(off=cython.longlong, nb=cython.longlong, done=cython.longlong)
     cpdef _release_block(self, ObjectInfo o)
+    @cython.locals(used=cython.longlong)
+    cpdef _place_obj(self, ObjectInfo o, long long offset, long long need)
     cpdef _note_allocated(self)
     cpdef _h2d(self, ObjectInfo o, long long done)
     cpdef _landed(self, ObjectInfo o)

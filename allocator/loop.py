@@ -499,14 +499,8 @@ class Loop:
         fetch or a raising ``on_insert`` gives the block back and leaves ``o`` as it was (the
         caller undoes the miss)."""
         prev = o.state
-        o.offset, o.nbytes = offset, need
+        self._place_obj(o, offset, need)
         st = self.stats
-        used = self._place.used
-        if used > st.peak_device_bytes:
-            st.peak_device_bytes = used
-        used -= self._pending_release_bytes  # held by objects (not awaiting a write-back)
-        if used > self._peak_allocated:
-            self._peak_allocated = used
         if old_size < 0 and write:
             st.allocations += 1  # a first write allocates without a copy
         else:
@@ -815,6 +809,8 @@ class Loop:
                 o.state = HOST
 
     def _place_obj(self, o: ObjectInfo, offset: int, need: int) -> None:
+        """``o`` takes the block at ``offset`` of ``need`` bytes: the device's and the
+        allocations' peaks follow."""
         o.offset, o.nbytes = offset, need
         used = self._place.used
         if used > self.stats.peak_device_bytes:
@@ -823,7 +819,7 @@ class Loop:
 
     def _note_allocated(self) -> None:
         """Raise the peak of the bytes held by objects (``allocated_bytes.all.peak``): called
-        where an object takes a block (``_insert`` inlines it)."""
+        where an object takes a block (:meth:`_place_obj`)."""
         held = self._place.used - self._pending_release_bytes
         if held > self._peak_allocated:
             self._peak_allocated = held
