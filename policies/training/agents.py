@@ -197,8 +197,11 @@ class SB3Agent:
             quiet_logger(model)
         return model
 
-    def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
-        model = self.build(ctx)
+    def start(self, model: Any, ctx: TrainContext, init: CandidateScorerNet | None = None) -> None:
+        """The weights ``model`` (:meth:`build`) starts from: ``ctx.resume``'s zip, else
+        ``init``'s (the scorer, its normalisation included: the model then scores every
+        candidate as ``init``'s exported file does), else fresh weights with the input
+        normalisation of ``ctx.normalization_sample``."""
         net: CandidateScorerNet = model.policy.scorer
         if ctx.resume is not None:
             resume_model(model, ctx.resume)
@@ -213,6 +216,10 @@ class SB3Agent:
             net.set_normalization(cand, mask, glob)
             if self.algo == "dqn":
                 model.q_net_target.scorer.load_state_dict(net.state_dict())
+
+    def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
+        model = self.build(ctx)
+        self.start(model, ctx, init)
         cbs = _sb3_callbacks(ctx, lambda: model.policy.scorer, self.total_timesteps)
         try:
             model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo,

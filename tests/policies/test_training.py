@@ -334,3 +334,62 @@ def test_dqn_q_network_is_the_scorer():
     assert th.allclose(q, pol.scorer(cand, t["globals"].float(), t["mask"].float()))
     assert pol.q_net_target.scorer is not pol.scorer
     assert int(pol._predict(t)) == int(q.argmax())
+
+
+@pytest.mark.parametrize("policy_cls", [ScorerActorCriticPolicy, MaskableScorerActorCriticPolicy])
+def test_the_value_loss_trains_the_critic_and_not_the_scorer(policy_cls):
+    """The critic reads the scorer's hidden layer; its loss must not move the scorer (an
+    untrained critic's regression on returns would rewrite the imitation weights it reads)."""
+    env = EvictEnv(None, K=8, candidates="lru", window=2000, capacity=0.2, capacity_of="working_set")
+    pol = policy_cls(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
+    obs, _ = env.reset(seed=0)
+    t = {k: th.as_tensor(v)[None] for k, v in obs.items()}
+    pol.predict_values(t).sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in pol.scorer.parameters())
+    assert pol.mlp_extractor.value_in.weight.grad.abs().sum() > 0
+    assert pol.value_net.weight.grad.abs().sum() > 0
+    pol.zero_grad()
+    pol.get_distribution(t).distribution.logits[0, 0].backward()  # the policy loss does reach it
+    assert any(p.grad is not None and p.grad.any() for p in pol.scorer.parameters())
+
+
+@pytest.mark.parametrize("algo", ["maskable_ppo", "ppo", "dqn"])
+def test_the_sb3_model_started_from_a_network_scores_as_its_exported_file(algo, tmp_path):
+    """The fine-tune's hand-over: the SB3 model built from the imitation network (input
+    normalisation included) takes the exported file's decisions, with its scores as logits."""
+    from cachegym.policies.learned import read_policy_file
+    from cachegym.policies.training.agents import SB3Agent, TrainContext
+
+    def make_env(i: int) -> EvictEnv:
+        return EvictEnv(None, K=8, candidates="sample", window=2000, capacity=0.2,
+                        capacity_of="working_set")
+
+    net = make_net(3)
+    kw = {"learning_starts": 10} if algo == "dqn" else {"n_steps": 64, "batch_size": 64}
+    agent = SB3Agent(algo, total_timesteps=64, kwargs=kw)
+    model = agent.build(TrainContext(make_env=make_env, hidden=net.hidden, seed=0))
+    agent.start(model, TrainContext(make_env=make_env, hidden=net.hidden), init=net)
+    model.policy.set_training_mode(False)
+    path = export_policy(net, str(tmp_path / "policy.npz"), K=8, candidate_rule="sample")
+    twin = CandidateScorer(read_policy_file(path)[1])
+    env = make_env(0)
+    obs, _ = env.reset(seed=1)
+    for _ in range(200):
+        mask = obs["mask"].astype(bool)
+        s = twin.scores(obs["candidates"].reshape(8, F), obs["globals"], mask)[mask]
+        o, _ = model.policy.obs_to_tensor({k: v[None] for k, v in obs.items()})
+        with th.no_grad():
+            if algo == "dqn":
+                logits = model.policy.q_net(o)[0].numpy()
+            else:
+                extra = {"action_masks": mask[None]} if algo == "maskable_ppo" else {}
+                logits = model.policy.get_distribution(o, **extra).distribution.logits[0].numpy()
+        shift = logits[mask] - s  # PPO's Categorical normalises its logits: equal up to a constant
+        np.testing.assert_allclose(shift, shift[0] if algo != "dqn" else 0.0, atol=1e-4)
+        a = int(np.flatnonzero(mask)[np.argmax(s)])
+        extra_np = {"action_masks": mask} if algo == "maskable_ppo" else {}
+        assert int(model.predict(obs, deterministic=True, **extra_np)[0]) == a
+        obs, _, term, _, _ = env.step(a)
+        if term:
+            obs, _ = env.reset(seed=2)
+    model.get_env().close()
