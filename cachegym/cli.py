@@ -95,11 +95,11 @@ def sim(argv: list[str]) -> int:
     p.add_argument("--guard", default="shadow", help="guard of learned:PATH policies "
                    "(conf/policy/guard/: shadow, trial, lru, none; default shadow)")
     p.add_argument("--prefetch", default="none", help="comma-separated prefetchers (none, "
-                   "lookahead, markov, stride; default none)")
+                   "lookahead, history, markov, stride, learned:PATH; default none)")
     p.add_argument("--preset", default="none", help="comma-separated timing presets for stall "
                    "(none, a100_pcie4, h100_pcie5, h200_pcie5, gh200_c2c, FILE.json)")
-    p.add_argument("--bounds", default="", help="offline bounds to add: auto, foo, pfoo_l "
-                   "(default: none, for speed)")
+    p.add_argument("--bounds", default="", help="offline bounds to add: auto, foo, pfoo_l, "
+                   "or none (the default, for speed)")
     p.add_argument("--mode", default="bytes", choices=("bytes", "objects"))
     p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
@@ -149,7 +149,7 @@ def sim_config(args: argparse.Namespace) -> Any:
         "eval.mode": args.mode, "eval.capacity_of": args.capacity_of, "eval.capacities": caps,
         "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
         "eval.prefetchers": _split(args.prefetch) or ["none"],
-        "eval.presets": _split(args.preset) or ["none"], "eval.bounds": _split(args.bounds),
+        "eval.presets": _split(args.preset) or ["none"], "eval.bounds": [b for b in _split(args.bounds) if b != "none"],
         "eval.plots": bool(args.plots), "eval.progress": False,
     }
     try:

@@ -49,7 +49,7 @@ def test_sim_one_liner_from_another_directory(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "sim"
     assert cli.main(["sim", "data/traces/gpt.npz", "npz", f"lru,s3fifo,learned:{POLICY}",
-                     "1MiB,25%", "--out", str(out)]) == 0
+                     "1MiB,25%", "--out", str(out), "--bounds", "none"]) == 0
     printed = capsys.readouterr().out
     assert "learned[shadow]" in printed and "s3fifo" in printed and f"results: {out}" in printed
     rows = [r for r in _rows(out) if r["row_kind"] == "policy"]
