@@ -175,7 +175,10 @@ class SB3Agent:
         if bad:
             raise ConfigError(f"{where}: " + "; ".join(bad))
 
-    def build(self, ctx: TrainContext) -> Any:
+    def build(self, ctx: TrainContext, from_network: bool = False) -> Any:
+        """The SB3 model on ``ctx``'s envs; ``from_network``: it will start from a trained
+        network's weights (a fine-tune), so its critic does not train the scorer's layers
+        (:class:`~policies.training.nets.ScorerExtractor`'s ``critic_detached``)."""
         from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
         fns: list[Callable[[], gym.Env]] = [partial(monitored, ctx.make_env, i) for i in range(self.n_envs)]
@@ -191,8 +194,11 @@ class SB3Agent:
         cls, pol = self._classes()
         kw = dict(self.kwargs)
         kw.setdefault("verbose", 0)
-        model = cls(pol, venv, policy_kwargs={"hidden": list(ctx.hidden), "ignore": list(ctx.ignore)},
-                    seed=ctx.seed, tensorboard_log=ctx.log_dir, device="cpu", **kw)
+        pk: dict[str, Any] = {"hidden": list(ctx.hidden), "ignore": list(ctx.ignore)}
+        if from_network and self.algo != "dqn":  # (DQN has no critic)
+            pk["critic_detached"] = True
+        model = cls(pol, venv, policy_kwargs=pk, seed=ctx.seed, tensorboard_log=ctx.log_dir,
+                    device="cpu", **kw)
         if ctx.log_dir is None and not kw["verbose"]:
             quiet_logger(model)
         return model
@@ -217,8 +223,11 @@ class SB3Agent:
             if self.algo == "dqn":
                 model.q_net_target.scorer.load_state_dict(net.state_dict())
 
-    def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None) -> CandidateScorerNet:
-        model = self.build(ctx)
+    def train(self, ctx: TrainContext, init: CandidateScorerNet | None = None,
+              from_network: bool | None = None) -> CandidateScorerNet:
+        """Train from ``init`` (or as :meth:`start` says); ``from_network`` (default: ``init``
+        given) builds the model for a fine-tune of trained weights (:meth:`build`)."""
+        model = self.build(ctx, from_network=init is not None if from_network is None else from_network)
         self.start(model, ctx, init)
         cbs = _sb3_callbacks(ctx, lambda: model.policy.scorer, self.total_timesteps)
         try:
@@ -290,7 +299,7 @@ class ImitationAgent:
             if self.finetune is None:
                 raise ConfigError("resume: the imitation agent has no SB3 stage to resume; warm-start "
                                   "it from a policy file with init_from=POLICY.npz instead")
-            return self.finetune.train(ctx)
+            return self.finetune.train(ctx, from_network=True)  # (a fine-tune, as it began)
         if ctx.collect is None:
             raise ConfigError("imitation needs an env that labels decisions with the oracle")
         env = ctx.make_env(0)

@@ -119,10 +119,9 @@ class _PrefetchingEnvConfig:
     constructor arguments of the same name and default)."""
 
     opportunity: Any = "miss"
-    # the candidates' proposer (policies.successors.SuccessorPredictor's parameters): its
-    # successor table (depth, width, hops) and, with horizon > 0, the aligned history
-    predictor: dict[str, Any] = field(default_factory=lambda: {
-        "depth": 2, "width": 4, "hops": 3, "horizon": 64, "memory": 1 << 18})
+    # the candidates' proposer (policies.successors.SuccessorPredictor's parameters; None: its
+    # defaults, the successor table; with horizon > 0, the aligned history)
+    predictor: Any = None
     window: int | None = 4096
     capacity_of: str = "working_set"
     cost: str | None = None

@@ -223,16 +223,20 @@ class ScorerExtractor(nn.Module):
     """SB3 ``mlp_extractor``: actor latent = the scorer's masked scores (K), critic latent =
     masked mean of the scorer's hidden layer with the (normalised) globals, through one layer.
 
-    The critic reads the scorer's hidden layer without training it (``detach``): the value loss
-    trains the critic's own layers (``value_in`` and SB3's ``value_net``) only. Shared, the
-    untrained critic's regression on returns (value loss ~150 against a policy-gradient loss of
-    ~0.002 in the main job's fine-tune, explained variance ~0 throughout) set the direction of
-    every update of the scorer's hidden layers, which the deployed scores are made of."""
+    ``critic_detached``: the critic reads the scorer's hidden layer without training it, so the
+    value loss trains the critic's own layers (``value_in`` and SB3's ``value_net``) only: what
+    a fine-tune of imitation weights needs (shared, the untrained critic's regression on
+    returns -- value loss ~150 against a policy-gradient loss of ~0.002 in the main job's
+    fine-tune, explained variance ~0 throughout -- set the direction of every update of the
+    scorer's hidden layers, which the deployed scores are made of: docs/RESULTS.md). From
+    scratch the shared layer is SB3's usual actor-critic, whose value loss shapes the features
+    too (``False``, the default)."""
 
     def __init__(self, K: int, F: int, G: int, hidden: Sequence[int], ignore: Sequence[int] = (),
-                 joint: bool = False) -> None:
+                 joint: bool = False, critic_detached: bool = False) -> None:
         super().__init__()
         self.K, self.F, self.G = K, F, G
+        self.critic_detached = critic_detached
         self.joint = joint  # a JointScorerNet: K + 1 logits, the phase picks the head
         self.scorer: Any = (JointScorerNet if joint else CandidateScorerNet)(F, G, hidden, ignore)
         self.latent_dim_pi = K + joint
@@ -255,7 +259,8 @@ class ScorerExtractor(nn.Module):
         if self.joint:  # the hidden layer of the phase's head
             ph = phase_of(x, self.K, self.F, self.G).reshape(-1, 1, 1) > 0.5
             h = th.where(ph, self.scorer.prefetch.hidden_features(cand, glob), h)
-        h = h.detach()  # the value loss does not train the scorer (see the class docstring)
+        if self.critic_detached:
+            h = h.detach()  # the value loss does not train the scorer (the class docstring)
         m = mask.unsqueeze(-1)
         pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)
         g = (glob - net.glob_mean) / net.glob_std
@@ -268,13 +273,15 @@ class _ScorerActorCriticMixin:
 
     hidden: Sequence[int]
     ignore: Sequence[int]
+    critic_detached: bool
     action_net: Any
     mlp_extractor: Any
 
     def _build_mlp_extractor(self) -> None:
         K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
         joint = "phase" in self.observation_space.spaces  # type: ignore[attr-defined]
-        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore, joint=joint)
+        self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore, joint=joint,
+                                             critic_detached=self.critic_detached)
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)  # type: ignore[misc]
@@ -299,13 +306,14 @@ class ScorerActorCriticPolicy(_ScorerActorCriticMixin, ActorCriticPolicy):
     :data:`NEG` logits, so plain PPO never picks them either)."""
 
     def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
-                 **kwargs: Any) -> None:
+                 critic_detached: bool = False, **kwargs: Any) -> None:
         self.hidden, self.ignore = list(hidden), list(ignore)
+        self.critic_detached = bool(critic_detached)
         super().__init__(*args, **_init_kwargs(kwargs))
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         d = super()._get_constructor_parameters()
-        d.update(hidden=self.hidden, ignore=self.ignore)
+        d.update(hidden=self.hidden, ignore=self.ignore, critic_detached=self.critic_detached)
         return d
 
 
@@ -313,13 +321,14 @@ class MaskableScorerActorCriticPolicy(_ScorerActorCriticMixin, MaskableActorCrit
     """MaskablePPO policy whose actor is a :class:`CandidateScorerNet`."""
 
     def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
-                 **kwargs: Any) -> None:
+                 critic_detached: bool = False, **kwargs: Any) -> None:
         self.hidden, self.ignore = list(hidden), list(ignore)
+        self.critic_detached = bool(critic_detached)
         super().__init__(*args, **_init_kwargs(kwargs))
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         d = super()._get_constructor_parameters()
-        d.update(hidden=self.hidden, ignore=self.ignore)
+        d.update(hidden=self.hidden, ignore=self.ignore, critic_detached=self.critic_detached)
         return d
 
 

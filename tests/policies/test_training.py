@@ -338,10 +338,19 @@ def test_dqn_q_network_is_the_scorer():
 
 @pytest.mark.parametrize("policy_cls", [ScorerActorCriticPolicy, MaskableScorerActorCriticPolicy])
 def test_the_value_loss_trains_the_critic_and_not_the_scorer(policy_cls):
-    """The critic reads the scorer's hidden layer; its loss must not move the scorer (an
-    untrained critic's regression on returns would rewrite the imitation weights it reads)."""
+    """In a fine-tune (``critic_detached``, what SB3Agent builds from a trained network) the
+    critic reads the scorer's hidden layer and its loss must not move the scorer (an untrained
+    critic's regression on returns would rewrite the imitation weights it reads); from scratch
+    (the default) the value loss shapes the shared layer, as SB3's actor-critic does."""
     env = EvictEnv(None, K=8, candidates="lru", window=2000, capacity=0.2, capacity_of="working_set")
-    pol = policy_cls(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
+    shared = policy_cls(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8])
+    obs, _ = env.reset(seed=0)
+    t = {k: th.as_tensor(v)[None] for k, v in obs.items()}
+    shared.predict_values(t).sum().backward()
+    assert any(p.grad is not None and p.grad.any() for p in shared.scorer.parameters())
+    pol = policy_cls(env.observation_space, env.action_space, lambda _: 1e-3, hidden=[16, 8],
+                     critic_detached=True)
+    assert pol._get_constructor_parameters()["critic_detached"] is True  # (saved with the model)
     obs, _ = env.reset(seed=0)
     t = {k: th.as_tensor(v)[None] for k, v in obs.items()}
     pol.predict_values(t).sum().backward()
@@ -367,7 +376,9 @@ def test_the_sb3_model_started_from_a_network_scores_as_its_exported_file(algo, 
     net = make_net(3)
     kw = {"learning_starts": 10} if algo == "dqn" else {"n_steps": 64, "batch_size": 64}
     agent = SB3Agent(algo, total_timesteps=64, kwargs=kw)
-    model = agent.build(TrainContext(make_env=make_env, hidden=net.hidden, seed=0))
+    model = agent.build(TrainContext(make_env=make_env, hidden=net.hidden, seed=0), from_network=True)
+    if algo != "dqn":  # a fine-tune's critic does not train the scorer
+        assert model.policy.mlp_extractor.critic_detached
     agent.start(model, TrainContext(make_env=make_env, hidden=net.hidden), init=net)
     model.policy.set_training_mode(False)
     path = export_policy(net, str(tmp_path / "policy.npz"), K=8, candidate_rule="sample")

@@ -28,12 +28,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["eval.capacities=[0.02,0.05,0.1,0.2]", "eval.policies=[lru,fifo,lfu,arc,clock,sieve,s3fifo,belady]",
          "eval.plots=false", "eval.progress=false", "eval.decision_timing=false"]
 N_RUNS = 4 * 8
+REQUESTS = 50_000
 VOLATILE = ("wall_s",)
 
 
 @pytest.fixture(scope="module")
 def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    t = generate("zipf", seed=5, n_requests=12_000, n_objects=1500, size=4096, size_sigma=1.0)
+    # (long enough that the 30 runs after the first two outlast a polling test starved by a
+    # loaded machine: the signal must land mid-sweep)
+    t = generate("zipf", seed=5, n_requests=REQUESTS, n_objects=1500, size=4096, size_sigma=1.0)
     p = tmp_path_factory.mktemp("tr") / "z.npz"
     t.save(p)
     return p
@@ -82,7 +85,7 @@ def test_an_interrupted_sweep_keeps_its_runs_and_resumes(
     assert proc.returncode == 130, err  # stopped by the signal, not finished
     assert "eval.resume=true" in err and "Traceback" not in err
     assert 2 <= len(done) < N_RUNS, "the sweep was not interrupted mid-way"
-    assert all(json.loads(line)["row"]["requests"] == 12_000 for line in done)
+    assert all(json.loads(line)["row"]["requests"] == REQUESTS for line in done)
     assert not (out / "results.csv").exists() and not (out / "results.json").exists()
     with open(out / "runs.jsonl", "a") as f:
         f.write('{"key": "cut short by a kill", "ro')  # a line a SIGKILL could leave
