@@ -110,8 +110,8 @@ class PrefetchEnv(PoolEnv):
     * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``).
     * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
     * ``predictor``: a :class:`SuccessorPredictor` or its parameters (default ``depth=2, width=4,
-      hops=3``: the successor table alone; ``conf/env/prefetch.yaml`` adds the aligned history,
-      ``horizon=64``).
+      hops=3``: the successor table; ``horizon > 0``: the aligned history instead, as the main
+      job's prefetch stage uses it, ``conf/main.yaml``).
     * ``render_mode``: accepted for API compatibility; the env does not render.
 
     ## Version history

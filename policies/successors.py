@@ -28,8 +28,8 @@ _CONTEXT = 4  # accesses compared when re-aligning
 _SYNC_ALPHA = 1.0 / 64  # weight of an access in the in-sync average
 SYNC = 0.5
 """The share of recent accesses (a moving average over about 64) that must have followed the
-aligned history for it to propose: below, the trace does not repeat (e.g. Zipf), and the
-successor table proposes."""
+aligned history for it to propose: below, the trace does not repeat (e.g. Zipf), and it
+proposes nothing."""
 
 
 class SuccessorPredictor:
@@ -42,8 +42,9 @@ class SuccessorPredictor:
       the one that followed the cursor (or, for a key never seen before, while the past access
       there was also a first access: that old object's successor in this period is the new
       key, e.g. the same layer's activation of the next step, and is remembered as its alias).
-      On a mismatch it re-aligns on the key's past occurrence whose distance is closest to the
-      period last in sync. :meth:`propose` reads the ``horizon`` past accesses after the cursor,
+      On a mismatch it re-aligns on the past occurrence (of the key, or of the object it
+      succeeds) whose four preceding accesses match this one's best, the one nearest the last
+      re-alignment's distance among equals. :meth:`propose` reads the ``horizon`` past accesses after the cursor,
       each through its alias, in order of use: what the previous period touched next, including
       the backward pass's reads of this step's activations, which no successor of a past key
       can name. Of those it proposes the ones whose copies are due now
@@ -117,6 +118,14 @@ class SuccessorPredictor:
         """Record an access of ``key`` (with the pool's ``view``: its compute clock and whether
         the access waited for a late prefetch, which the aligned history's timing uses; without
         it every proposal of the history is due at once)."""
+        if self.horizon:  # (the aligned history alone proposes: no successor table to keep)
+            now = 0
+            if view is not None:
+                now = view.cost.compute_ns
+                self._max_size = max(self._max_size, view.size(key))
+                self.timing.feedback(view, key, self._root.get(key, key))
+            self._align(key, now)
+            return
         succ, width = self._succ, self.width
         for y in self._recent:
             if y == key:
@@ -130,13 +139,6 @@ class SuccessorPredictor:
             if len(s) > width:
                 del s[next(iter(s))]
         self._recent.appendleft(key)
-        if self.horizon:
-            now = 0
-            if view is not None:
-                now = view.cost.compute_ns
-                self._max_size = max(self._max_size, view.size(key))
-                self.timing.feedback(view, key, self._root.get(key, key))
-            self._align(key, now)
 
     def _align(self, key: int, now: int) -> None:
         hist, base, pos, alias = self._hist, self._base, self._pos, self._alias
@@ -215,9 +217,9 @@ class SuccessorPredictor:
 
     def propose(self, key: int, K: int, view: PoolView) -> list[int]:
         """Up to ``K`` objects known to the pool and not resident, most likely next first."""
+        if self.horizon and not self.in_sync:
+            return []
         objs: dict[int, Any] | None = getattr(view, "objects", None)
-        out: list[int] = []
-        seen = {key}
         # known and not resident = on the host or being written back; the pool's own view
         # reads each object's record once, another view answers through its public API
         get = objs.get if objs is not None else None
@@ -230,9 +232,9 @@ class SuccessorPredictor:
             return z in view and not resident(z)
 
         if self.horizon:  # the aligned history alone: what it names while in sync
-            if not self.in_sync:
-                return out
             return self.timing.due_keys(view, self._uses(key, view, away_), K, self._max_size)
+        out: list[int] = []
+        seen = {key}
         frontier = [key]
         succ = self._succ
         last = self.hops - 1
@@ -258,7 +260,6 @@ class SuccessorPredictor:
             frontier = nxt
         return out
 
-
     def _uses(self, key: int, view: PoolView, away: Any) -> Iterator[tuple[int, int, int]]:
         """``(key, lineage, ahead_ns)`` of the objects the aligned history says come next,
         known and not resident (``away``), distinct, in order of use; ``ahead_ns`` the compute
@@ -278,6 +279,7 @@ class SuccessorPredictor:
             seen.add(z)
             if away(z):
                 yield z, root.get(z, z), clock[i] - base
+
 
 def make_predictor(params: Mapping[str, Any] | SuccessorPredictor | None) -> SuccessorPredictor:
     """A :class:`SuccessorPredictor` from its :meth:`~SuccessorPredictor.params` (an env's
