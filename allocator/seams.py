@@ -186,6 +186,10 @@ class EvictionPolicyBase:
     admit: Callable[[PoolView, int, int], bool] | None = None
     pending_evictions: Callable[[], Iterable[int]] | None = None
     on_free_untracked: Callable[[PoolView, int], None] | None = None
+    # not read by the pool: the objects the policy would give up next, in order, without
+    # changing its state (a guard following the policy in another pool takes the first of them
+    # that pool can evict when the policy has dropped nothing it holds); None: no such order
+    eviction_order: Callable[[], Iterable[int]] | None = None
 
     def victim(self, view: PoolView) -> int | None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -10,6 +10,7 @@ by :meth:`victim` (libCacheSim has no such objects).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -87,6 +88,12 @@ class LFU(EvictionPolicyBase):
             if k is not None:
                 return k
         return None
+
+    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
+        """The tracked objects in :meth:`victim`'s order (lowest frequency first, FIFO within
+        one), without changing the policy's state."""
+        for f in sorted(self._buckets):
+            yield from self._buckets[f]
 
     def on_hit(self, view: PoolView, key: int) -> None:
         f = self._freq.get(key)

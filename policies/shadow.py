@@ -75,6 +75,13 @@ class ShadowPolicy(EvictionPolicyBase):
         if key in self._in_pool:  # (an object the pool gave up already needs nothing)
             self._pending[key] = None
 
+    def eviction_order(self) -> Iterable[int]:  # type: ignore[override]
+        """What this policy gives up next, in order, without changing its state: what the model
+        dropped, then the model's residents in its eviction order (:meth:`victim`'s order)."""
+        yield from self._pending
+        if self._ready:
+            yield from self._fallback()
+
     # ---------------------------------------------------------------- pool hooks
     def pending_evictions(self) -> list[int]:
         """Objects the model no longer holds that the pool still does (evicted first)."""

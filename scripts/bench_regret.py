@@ -7,7 +7,7 @@ and capacity (``--capacities``, fractions of the trace's peak live bytes) it rep
 the evaluator builds them (byte placement, oversized objects bypassed): the policy under its
 guard (``--guard``, default ``shadow``), the network alone (guard ``none``) and each heuristic
 expert as a plain policy (LRU, S3-FIFO, GDSF, LFU), and prints the objective (``traffic``:
-bytes copied; ``misses``) of each and ``ratio`` = guarded / best expert (1.000: as good as the
+bytes copied; ``misses``; ``stall``: ns waited for copies, in pools under ``--preset``) of each and ``ratio`` = guarded / best expert (1.000: as good as the
 best; 1.010: 1% behind it), with the guard's switches and decision shares. Traces: the bundled
 DL traces (``data/traces/*.npz``) and synthetic families (:func:`FAMILIES`: Zipf, a phase
 change, a loop larger than the pool, scan-heavy mixtures, an LLM KV cache, a storage-like
@@ -80,21 +80,31 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacities", nargs="+", type=float, default=[0.1, 0.25, 0.5],
                    help="fractions of peak live bytes (default 0.1 0.25 0.5)")
     p.add_argument("--requests", type=int, default=30_000, help="requests per synthetic trace")
-    p.add_argument("--objective", default="traffic", choices=("traffic", "misses"))
+    p.add_argument("--objective", default="traffic", choices=("traffic", "misses", "stall"),
+                   help="what the guard and the table judge: bytes copied, misses, or stall "
+                        "(ns, under --preset)")
+    p.add_argument("--preset", default="h100_pcie5",
+                   help="timing preset of the pools under --objective stall (default h100_pcie5)")
 
 
 def _cost(st: Any, objective: str) -> int:
-    return int(st.traffic_bytes if objective == "traffic" else st.misses)
+    return int(st.traffic_bytes if objective == "traffic" else
+               st.stall_ns if objective == "stall" else st.misses)
 
 
-def cell(trace: Any, cap: int, policy: str, guard: str, objective: str) -> dict[str, Any]:
-    """One trace and capacity: every expert alone and the guarded policy."""
+def cell(trace: Any, cap: int, policy: str, guard: str, objective: str,
+         preset: str | None = None) -> dict[str, Any]:
+    """One trace and capacity: every expert alone and the guarded policy (pools under the
+    timing ``preset`` for the objective ``stall``)."""
     from cachegym.allocator.pool import Pool
     from cachegym.policies.learned.guards import make_guard
     from cachegym.policies.registry import make_eviction
 
+    cost = preset if objective == "stall" else None
+
     def replay(pol: Any) -> int:
-        return _cost(Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace), objective)
+        return _cost(Pool(cap, pol, placement="bytes", oversize="bypass", cost=cost).replay(trace),
+                     objective)
 
     costs = {e: replay(make_eviction(e)) for e in EXPERTS[1:]}
     costs["network"] = replay(make_eviction("learned", path=policy, guard=False))
@@ -129,7 +139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t = read_trace(bundled[name]) if name in bundled else fams[name]()
             for frac in args.capacities:
                 cap = max(1, int(frac * t.peak_live_bytes()))
-                r = cell(t, cap, policy, args.guard, args.objective)
+                r = cell(t, cap, policy, args.guard, args.objective, args.preset)
                 r.update(trace=name, capacity=frac)
                 rows.append(r)
                 b = r[r["best"]]

@@ -59,15 +59,18 @@ class Guard:
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
                  "_view", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
-                 "decisions", "switches")
+                 "decisions", "switches", "_compute0")
+
+    _OBJECTIVES: tuple[str, ...] = ("traffic", "misses")  # (trial windows count in requests' bytes)
 
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01,
                  objective: str = "traffic") -> None:
-        if objective not in OBJECTIVES:
-            raise ConfigError(f"{type(self).__name__}: objective must be one of {OBJECTIVES}, got "
-                              f"{objective!r}")
+        if objective not in self._OBJECTIVES:
+            raise ConfigError(f"{type(self).__name__}: objective must be one of "
+                              f"{self._OBJECTIVES}, got {objective!r}")
         self.objective = objective
+        self._compute0 = 0  # the guarded pool's compute_ns at its previous request
         self._bytes = 0  # bytes requested so far, and requests: the traffic objective's unit
         self._reqs = 0
         self._own0 = 0  # the guarded pool's traffic at the window's start
@@ -90,9 +93,10 @@ class Guard:
         self.lru_windows = 0
         self.s3fifo_windows = 0
         self.windows = 0
-        self.lru = heuristic_expert("lru", followed=False, objective=objective)  # (decides through
-        # the tracker)
-        self.model: Expert | None = heuristic_expert("s3fifo", objective=objective) if s3fifo else None
+        eo = "traffic" if objective == "auto" else objective  # (auto: decided on the first event)
+        self.lru = heuristic_expert("lru", followed=False, objective=eo)  # (decides through the
+        # tracker)
+        self.model: Expert | None = heuristic_expert("s3fifo", objective=eo) if s3fifo else None
         self.expert: str | None = None
         self._view: PoolView | None = None  # the guarded pool's, from its first event
         self._last_miss: int | None = None
@@ -178,8 +182,11 @@ class Guard:
             self._start(view)
         o = view.info(key)
         size, kind, write = o.size, o.kind, view.writing
+        c = view.cost.compute_ns
+        dc = c - self._compute0  # the compute since the previous request (the stall objective)
+        self._compute0 = c
         for r in self._requests:
-            r(key, size, write, kind, hit)
+            r(key, size, write, kind, hit, dc)
         if not hit:
             self._last_miss = key
         self._hits += hit
@@ -284,11 +291,16 @@ class ShadowGuard(Guard):
     cost is lowest, with a hysteresis that makes it end close to its best expert.
 
     Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): the bytes
-    their shadow copied (``traffic``, the default) or their misses (``misses``), counted from the
-    first request, never decayed. On every access the pool switches from the followed expert
+    their shadow copied (``traffic``), the time their shadow's requests waited for copies under
+    the guarded pool's timing preset (``stall``: each shadow runs the pool's compute between
+    requests, without a prefetcher), or their misses (``misses``), counted from the first
+    request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
+    (where each copy's latency makes object misses weigh beside bytes: GDSF, which keeps small
+    objects, stalls least on the DL traces though it copies more bytes) and ``traffic`` in one
+    without. On every access the pool switches from the followed expert
     ``f`` to the expert ``b`` of lowest cost when ``C_f - C_b`` exceeds ``margin * (1 + s) * C_b``
     (``s``: the switches so far) plus a hand-over charge: ``handover`` pool capacities (bytes;
-    objects of the mean request's size for ``misses``) plus ``handover_weight`` times the mean hand-over cost measured so far. The
+    objects of the mean request's size for ``misses``; their copy-in times for ``stall``) plus ``handover_weight`` times the mean hand-over cost measured so far. The
     hand-over cost is what the pool paid beyond the experts it followed, each over the accesses
     it was followed (the misses while the pool converges to a new expert's content): the pool's
     cost minus the followed shadows' costs over their spans, per switch.
@@ -313,17 +325,24 @@ class ShadowGuard(Guard):
     one, which began when the current expert's cost was ``_since``."""
 
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
-                 "_items")
+                 "_items", "auto")
+
+    _OBJECTIVES = ("auto", *OBJECTIVES)
 
     def __init__(self, margin: float = 0.003, handover: float = 0.005,
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
-                 objective: str = "traffic") -> None:
+                 objective: str = "auto") -> None:
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
                               f"handover (pool capacities) and handover_weight must be >= 0; got "
                               f"margin={margin!r}, handover={handover!r}, "
                               f"handover_weight={handover_weight!r}")
+        # "auto": stall under the guarded pool's timing preset, else traffic (decided on its first
+        # event, when the pool is known; the experts are made for traffic until then)
+        self.auto = objective == "auto"
         super().__init__(1, margin, 1, None, True, 0.0, objective)
+        if self.auto:
+            objective = "traffic"
         self.handover, self.handover_weight = float(handover), float(handover_weight)
         # the experts beyond LRU and S3-FIFO (Guard.model), by name
         self.extra: dict[str, Expert] = {}
@@ -348,7 +367,7 @@ class ShadowGuard(Guard):
         return self.extra.get("gdsf")
 
     def attach(self, policy: Any) -> None:
-        self.net = network_expert(policy, self.objective)
+        self.net = network_expert(policy, "traffic" if self.auto else self.objective)
         self._register({None: self.net, **self._named})
 
     @property
@@ -369,16 +388,29 @@ class ShadowGuard(Guard):
         k = None if m is None else m.victim(view)
         return tracker.victim(view) if k is None else k
 
+    def _start(self, view: PoolView) -> None:
+        """The objective ``auto`` becomes ``stall`` if the guarded pool has a timing preset, else
+        ``traffic``; then the shadow pools are made."""
+        if self.auto:
+            self.objective = "stall" if view.cost.preset is not None else "traffic"
+            for e in self._experts:
+                e.objective = self.objective
+        super()._start(view)
+
     def _cost(self, gain: float) -> float:
-        """An expert's cost so far from its gain: bytes copied, or misses."""
-        return -gain if self.objective == "traffic" else self._reqs - gain
+        """An expert's cost so far from its gain: bytes copied, ns of stall, or misses."""
+        return self._reqs - gain if self.objective == "misses" else -gain
 
     def own_cost(self) -> float:
-        """The guarded pool's cost so far: bytes it copied, or its misses."""
+        """The guarded pool's cost so far: bytes it copied, its stall (ns; with its prefetcher
+        and compute, so below the shadows' as often as not: the hand-over charge measured is then
+        0), or its misses."""
         if self.objective == "misses":
             return self._reqs - self._hits
-        st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
-        return 0.0 if st is None else float(st.traffic_bytes)
+        v = self._view
+        if v is None:
+            return 0.0
+        return float(v.cost.stall_ns if self.objective == "stall" else v.stats.traffic_bytes)
 
     def handover_cost(self) -> float:
         """The mean cost per switch the pool paid beyond the experts it followed (0 before
@@ -387,6 +419,16 @@ class ShadowGuard(Guard):
             return 0.0
         cur = self._cost(self._named[self.expert].gain) - self._since
         return max(0.0, self.own_cost() - self._spent - cur) / self.switches
+
+    def _capacity_cost(self, view: PoolView) -> float:
+        """One pool capacity in the objective's unit: its bytes (traffic), its number of
+        objects of the mean request's size (misses), or the time to copy those objects in, one
+        copy each (stall)."""
+        if self.objective == "traffic":
+            return float(view.capacity)
+        mean = self._bytes / max(1, self._reqs)
+        n = view.capacity / max(1.0, mean)  # objects of the mean size
+        return n if self.objective == "misses" else n * view.cost.copy_time(0, int(mean))
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         self._request(view, key, hit)
@@ -403,8 +445,7 @@ class ShadowGuard(Guard):
         if lead <= need:
             return
         if not self._capacity:
-            self._capacity = float(view.capacity) if self.objective == "traffic" else (
-                view.capacity * self._reqs / max(1, self._bytes))  # objects of the mean size
+            self._capacity = self._capacity_cost(view)
         need += self.handover * self._capacity + self.handover_weight * self.handover_cost()
         if lead > need:
             self._spent += self._cost(g) - self._since

@@ -26,9 +26,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Expert", "heuristic_expert", "network_expert", "OBJECTIVES"]
 
-OBJECTIVES = ("traffic", "misses")
+OBJECTIVES = ("traffic", "misses", "stall")
 """What a guard judges its experts on: bytes copied between host and device (streamed accesses
-included; the default), or misses."""
+included; the default), misses, or stall: the time the shadow's requests waited for copies
+under the guarded pool's timing preset (its compute between requests replayed in the shadow,
+which has no prefetcher: each miss waits for its copy, an allocation for the write-backs that
+make its room)."""
 
 
 class _Reporting(EvictionPolicyBase):
@@ -84,7 +87,7 @@ class Expert:
     """
 
     __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
-                 "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats")
+                 "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock")
 
     def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True,
                  objective: str = "traffic") -> None:
@@ -98,7 +101,8 @@ class Expert:
         self.pool: Pool | None = None
         self.hits = 0  # the shadow's hits over the guarded pool's requests
         # what the guard compares experts on, higher is better: ``misses``: the hits; ``traffic``:
-        # minus the bytes the shadow copied for those requests (streamed accesses included)
+        # minus the bytes the shadow copied for those requests (streamed accesses included);
+        # ``stall``: minus the ns those requests waited in the shadow
         self.gain = 0
         self._stats: Any = None
         self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
@@ -107,14 +111,25 @@ class Expert:
         self._access: Any = None
         self._resident: Any = None
         self._fallbacks = 0  # the shadow pool's, already added to the guarded pool's stats
+        self._clock: Any = None  # the shadow pool's cost model (objective stall)
 
     def setup(self, view: PoolView) -> None:
-        """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event)."""
+        """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event);
+        for the objective ``stall``, under the guarded pool's timing preset (a
+        :class:`~allocator.errors.ConfigError` if it has none)."""
         from cachegym.allocator.pool import Pool
 
+        preset = None
+        if self.objective == "stall":
+            preset = view.cost.preset
+            if preset is None:
+                raise ConfigError(f"expert {self.name!r}: objective 'stall' needs a pool with a "
+                                  "timing preset (Pool(..., cost='h100_pcie5')); use objective "
+                                  "'traffic' or 'auto' for a pool without one")
         self._view = view
         self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
-                                placement="bytes", oversize="bypass")
+                                placement="bytes", oversize="bypass", cost=preset)
+        self._clock = pool.cost
         self._access = pool.access
         self._resident = pool.view.is_resident
         self._stats = pool.stats
@@ -125,13 +140,23 @@ class Expert:
         if view is not None and view.is_resident(key):
             self._pending[key] = None
 
-    def request(self, key: int, size: int, write: bool, kind: int, hit: bool) -> None:
-        """A request of the guarded pool (``hit``: whether the guarded pool hit)."""
+    def request(self, key: int, size: int, write: bool, kind: int, hit: bool,
+                compute_ns: int = 0) -> None:
+        """A request of the guarded pool (``hit``: whether the guarded pool hit; ``compute_ns``:
+        the guarded pool's compute since its previous request, which the shadow's clock
+        advances by first under the objective ``stall``)."""
         if self.objective == "traffic":
             st = self._stats
             before = st.traffic_bytes
             mine = self._access(key, size, write, kind=kind)
             self.gain -= st.traffic_bytes - before
+        elif self.objective == "stall":
+            clock = self._clock
+            if compute_ns > 0:
+                clock.compute(compute_ns)
+            before = clock.stall_ns
+            mine = self._access(key, size, write, kind=kind)
+            self.gain -= clock.stall_ns - before
         else:
             mine = self._access(key, size, write, kind=kind)
             self.gain += mine
@@ -191,11 +216,20 @@ class Expert:
         return self._resident is None or bool(self._resident(key))
 
     def victim(self, view: PoolView) -> int | None:
-        """The first evictable pending object (the oldest the shadow gave up), or ``None``."""
+        """The first evictable pending object (the oldest the shadow gave up); where none is,
+        the first evictable one in the policy's own eviction order (its ``eviction_order``:
+        what it would give up next in its shadow, so that the room the guarded pool needs
+        beyond the shadow's -- for a prefetch, or copies in flight -- is made as the policy
+        would make it); ``None`` when neither has one."""
         ev = view.evictable
         for k in self._pending:
             if ev(k):
                 return k
+        order = self.policy.eviction_order if isinstance(self.policy, EvictionPolicyBase) else None
+        if order is not None and self.pool is not None:
+            for k in order():
+                if ev(k):
+                    return k
         return None
 
     def pending_evictions(self) -> list[int]:

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.errors import ConfigError, PolicyError, PolicyFileError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Trace
 from cachegym.envs.workloads import read_trace
@@ -776,8 +776,9 @@ def test_shadow_guard_judges_on_traffic_by_default(tmp_path):
 
     bare = hottest_policy(tmp_path)
     guard = ShadowGuard()
-    assert guard.objective == "traffic"
+    assert guard.objective == "auto"  # traffic in a pool without a timing preset
     got = traffic(LearnedPolicy(bare.scorer, bare.header, guard=guard))
+    assert guard.objective == "traffic" and all(e.objective == "traffic" for e in guard.experts.values())
     experts = {n: traffic(heuristic_expert(n).policy) for n in ("lru", "s3fifo", "gdsf", "lfu")}
     net = traffic(LearnedPolicy(bare.scorer, bare.header, guard=False))
     best = min(experts.values())
@@ -785,6 +786,58 @@ def test_shadow_guard_judges_on_traffic_by_default(tmp_path):
     assert sum(guard.decisions.values()) == len(trace) and guard.decisions.get(guard.expert or "network")
     with pytest.raises(ConfigError, match="objective must be one of"):
         ShadowGuard(objective="hits")
+
+
+def _gpt_wide_pool(policy, prefetch: bool = False):
+    """A pool of a quarter of gpt_wide's peak live bytes under ``h100_pcie5`` (copies cost 8 us
+    + bytes / 50 GB/s), with the lookahead prefetcher if ``prefetch``; the trace."""
+    from cachegym.policies.registry import make_prefetch
+
+    trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_wide.npz"))
+    pool = Pool(int(0.25 * trace.peak_live_bytes()), policy, placement="bytes", oversize="bypass",
+                cost="h100_pcie5")
+    if prefetch:
+        pool.prefetcher = make_prefetch("lookahead", trace=trace)
+    return pool, trace
+
+
+def test_shadow_guard_judges_on_stall_under_a_timing_preset(tmp_path):
+    """In a pool with a timing preset the default objective (``auto``) is stall: on gpt_wide,
+    where each copy's latency makes GDSF (which keeps small objects) stall least though it
+    copies more bytes than LRU, the guard follows GDSF and ends within 5% of its stall, where
+    judging on traffic leaves more than twice as much. ``stall`` without a preset is refused."""
+    bare = hottest_policy(tmp_path)
+    gdsf, trace = _gpt_wide_pool(GDSF())
+    best = gdsf.replay(trace).stall_ns
+    stall = {}
+    for objective in ("auto", "traffic"):
+        guard = ShadowGuard(objective=objective)
+        pool, trace = _gpt_wide_pool(LearnedPolicy(bare.scorer, bare.header, guard=guard))
+        stall[objective] = pool.replay(trace).stall_ns
+        assert guard.objective == ("stall" if objective == "auto" else "traffic")
+    assert stall["auto"] <= 1.05 * best
+    assert stall["traffic"] > 2 * stall["auto"]
+    guarded = LearnedPolicy(bare.scorer, bare.header, guard=ShadowGuard(objective="stall"))
+    with pytest.raises(PolicyError, match="timing preset"):  # (the ConfigError, chained)
+        Pool(1 << 20, guarded).access(1, 4096)
+
+
+def test_a_followed_expert_makes_the_room_a_prefetch_needs_in_its_own_order(tmp_path):
+    """A guard following GDSF with a prefetcher makes the room its prefetches need (before the
+    shadow has seen them) from GDSF's eviction order, not LRU's: its stall is within 2% of GDSF
+    alone with the same prefetcher (it was 1.8x when LRU made that room)."""
+    from cachegym.policies.registry import make_prefetch
+
+    bare = hottest_policy(tmp_path)
+    gdsf, trace = _gpt_wide_pool(GDSF(), prefetch=True)
+    alone = gdsf.replay(trace).stall_ns
+    guard = ShadowGuard(margin=1e9, handover=1e9)  # never switches: follows whom it is told
+    guard.expert = "gdsf"
+    pool = _gpt_wide_pool(LearnedPolicy(bare.scorer, bare.header, guard=guard))[0]
+    pool.prefetcher = make_prefetch("lookahead", trace=trace)
+    got = pool.replay(trace).stall_ns
+    assert set(guard.decisions) == {"gdsf"}
+    assert got <= 1.02 * alone, (got, alone)
 
 
 def test_shadow_guard_keeps_the_network_where_it_leads(tmp_path):
@@ -835,4 +888,4 @@ def test_guarded_and_bare_policies_print_distinct_reprs(tmp_path):
              ("shadow", "trial", "lru")}
     reprs["none"] = repr(LearnedPolicy(bare.scorer, bare.header, guard=False))
     assert len(set(reprs.values())) == 4 and reprs["none"].endswith("guard=None)")
-    assert "ShadowGuard(objective='traffic'" in reprs["shadow"] and "deciding='network'" in reprs["shadow"]
+    assert "ShadowGuard(objective='auto'" in reprs["shadow"] and "deciding='network'" in reprs["shadow"]
