@@ -144,7 +144,8 @@ class LearnedPolicy(EvictionPolicyBase):
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
              prefetch_budget_bytes: int | None = None, prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
-             prefetch_timed: bool = True, **unknown: Any) -> LearnedPolicy:
+             prefetch_timed: bool = True, prefetch_min_accuracy: float = 0.3,
+             **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
@@ -152,7 +153,9 @@ class LearnedPolicy(EvictionPolicyBase):
         ``prefetch_depth`` its most prefetches per opportunity (1: as trained; by default
         :data:`DEFAULT_PREFETCH_DEPTH`, the first as trained, the others only for objects whose
         prefetch arrived late, with ``prefetch_timed``; ``prefetch_timed=False``: every
-        candidate that beats the no-op). Raises
+        candidate that beats the no-op), ``prefetch_min_accuracy`` the share of its resolved
+        prefetches that must have been used for it to go on prefetching (0: never pauses).
+        Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file,
         and :class:`~allocator.errors.ConfigError` naming any other keyword (a misspelt
         ``gaurd=False`` would otherwise leave the guard on)."""
@@ -177,7 +180,8 @@ class LearnedPolicy(EvictionPolicyBase):
         scorer = CandidateScorer(evict)
         pf = header.get("prefetch")
         head = None if pf is None else PrefetchHead(pf, pf_arrays, budget_bytes=prefetch_budget_bytes,
-                                                    depth=prefetch_depth, timed=prefetch_timed)
+                                                    depth=prefetch_depth, timed=prefetch_timed,
+                                                    min_accuracy=prefetch_min_accuracy)
         return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard,
                    prefetch=head)
 

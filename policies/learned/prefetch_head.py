@@ -20,6 +20,15 @@ copies that would hold memory long before their use. Measured on the main job's 
 traces (docs/RESULTS.md): a head trained to prefetch one candidate per access leaves half its
 stall on late prefetches where the compute between accesses is short (``gpt_infer``), and
 prefetching every candidate that beats the no-op thrashes where copies cannot be hidden.
+
+Accuracy feedback (feedback-directed prefetching, Srinath et al., HPCA 2007): the head counts
+its resolved prefetches (used: a prefetch hit or a late one; wasted: evicted unused, the pool's
+``useless_prefetches``) and, every :data:`ACCURACY_INTERVAL` of them, pauses when fewer than
+``min_accuracy`` of them were used: it issues nothing for a pause of accesses that doubles on
+each inaccurate interval in a row (:data:`MIN_PAUSE` .. :data:`MAX_PAUSE`) and halves on an
+accurate one, then tries again. A pool too small to hold the prefetched objects until their use
+(the generated ``dl_training`` traces at 25-50% of their peak: most prefetches, even the trace's
+own lookahead's, are evicted unused) then pays for few wasted copies instead of many.
 """
 
 from __future__ import annotations
@@ -38,7 +47,12 @@ from cachegym.policies.successors import make_predictor
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["PrefetchHead", "pick"]
+__all__ = ["PrefetchHead", "pick", "ACCURACY_INTERVAL", "MIN_PAUSE", "MAX_PAUSE"]
+
+ACCURACY_INTERVAL = 16
+"""Resolved prefetches (used or wasted) per accuracy check of a :class:`PrefetchHead`."""
+MIN_PAUSE, MAX_PAUSE = 256, 16384
+"""The shortest and longest pause (accesses) after an inaccurate interval."""
 
 
 def pick(scores: np.ndarray, n: int, noop: float, depth: int = 1) -> list[int]:
@@ -70,10 +84,13 @@ class PrefetchHead:
     ``budget_bytes``: the most bytes in flight host-to-device (``view.bytes_in_flight``, its
     own prefetches included) a prefetch may bring the total to; ``None``: no limit (as in
     training). A prefetch beyond it is not issued, nor any after it at that opportunity
-    (counted in ``over_budget``)."""
+    (counted in ``over_budget``). ``min_accuracy``: the share of resolved prefetches that must
+    have been used for the head to go on prefetching (the module's docstring; 0: never
+    pauses); ``pauses`` counts the pauses."""
 
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
-                 budget_bytes: int | None = None, depth: int = 1, timed: bool = True) -> None:
+                 budget_bytes: int | None = None, depth: int = 1, timed: bool = True,
+                 min_accuracy: float = 0.3) -> None:
         if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
             raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
                               f"{budget_bytes!r}")
@@ -82,6 +99,11 @@ class PrefetchHead:
                               f"got {depth!r}")
         if not isinstance(timed, bool):
             raise ConfigError(f"prefetch_timed must be a bool, got {timed!r}")
+        if isinstance(min_accuracy, bool) or not (isinstance(min_accuracy, (int, float))
+                                                  and 0.0 <= min_accuracy <= 1.0):
+            raise ConfigError(f"prefetch_min_accuracy must be a share in 0..1 (0: never pause), "
+                              f"got {min_accuracy!r}")
+        self.min_accuracy = float(min_accuracy)
         self.depth = depth
         self.timed = timed and depth > 1
         self.scorer = CandidateScorer({k: v for k, v in arrays.items() if k != "noop"})
@@ -105,6 +127,27 @@ class PrefetchHead:
         self.issued = 0  # prefetches returned
         self.over_budget = 0
         self.early = 0  # prefetches after the first of an opportunity (timed: of late objects)
+        self.pauses = 0  # inaccurate intervals (each a pause)
+        self._used0 = self._wasted0 = 0  # the pool's counts at the interval's start
+        self._resume = 0  # no prefetch before this access count
+        self._pause = MIN_PAUSE  # the next pause's length
+
+    def _paused(self, view: PoolView) -> bool:
+        """Whether the head pauses now, after checking its accuracy each ``ACCURACY_INTERVAL``
+        resolved prefetches (the pool's counters: the head is its only prefetcher)."""
+        st = view.stats
+        used = st.prefetch_hits + st.late_prefetches
+        wasted = st.useless_prefetches
+        n = used - self._used0 + wasted - self._wasted0
+        if n >= ACCURACY_INTERVAL:
+            if used - self._used0 < self.min_accuracy * n:
+                self.pauses += 1
+                self._resume = self._accesses + self._pause
+                self._pause = min(2 * self._pause, MAX_PAUSE)
+            else:
+                self._pause = max(self._pause // 2, MIN_PAUSE)
+            self._used0, self._wasted0 = used, wasted
+        return self._accesses < self._resume
 
     def _asked(self, view: PoolView) -> bool:
         opp = self.opportunity
@@ -124,7 +167,7 @@ class PrefetchHead:
             timing.feedback(view, key, key)
         self.predictor.observe(key, view)
         self._accesses += 1
-        if not self._asked(view):
+        if not self._asked(view) or self._paused(view):
             return []
         cands = self.predictor.propose(key, self.K, view)
         n = len(cands)

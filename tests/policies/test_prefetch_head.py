@@ -98,7 +98,8 @@ def test_round_trip_prefetches_equal_the_networks_argmax_in_the_env(joint_file):
         obs, _, done, _, info = env.step(a)
     assert sum(c is not None for c in env_choices) > 10
 
-    learned = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=1)  # as trained
+    learned = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=1,
+                                 prefetch_min_accuracy=0)  # as trained (never pausing)
     pool_choices: list[int | None] = []
 
     class Recorder:  # records each answer of the file's prefetch head
@@ -232,6 +233,31 @@ def test_evaluator_row_for_a_learned_prefetcher(joint_file, tmp_path):
 
     with pytest.raises(ConfigError, match="eval.prefetchers.*does not exist"):
         evaluate(bad)
+
+
+def test_a_head_whose_prefetches_go_unused_pauses(joint_file):
+    """Accuracy feedback: where fewer than ``prefetch_min_accuracy`` of the head's resolved
+    prefetches were used (the pool's prefetch hits and late prefetches against its useless
+    ones), it pauses and issues fewer; at 0 it never pauses; a share outside 0..1 is refused."""
+    from cachegym.allocator.errors import ConfigError
+
+    trace = generate("dl_training", seed=5, n_layers=4, hidden=64, batch_tokens=128, steps=12)
+    cap = int(0.2 * trace.peak_live_bytes())  # most of the head's prefetches go unused here
+
+    def run(share: float):
+        p = LearnedPolicy.load(joint_file, guard="none", prefetch_min_accuracy=share)
+        st = Pool(cap, Observed(LRU(), p.tracker), prefetcher=p, cost="h100_pcie5",
+                  oversize="bypass").replay(trace)
+        return p.prefetch_head, st
+
+    never, st0 = run(0.0)
+    strict, st1 = run(1.0)  # any unused prefetch in an interval pauses
+    assert never.pauses == 0 and st0.useless_prefetches > st0.prefetch_hits + st0.late_prefetches
+    assert strict.pauses > 0 and strict.issued < never.issued / 2 and st1.prefetches == strict.issued
+    assert st1.stall_ns < st0.stall_ns  # (the wasted copies had cost stall)
+    for bad in (-0.1, 1.5, True, "0.3"):
+        with pytest.raises(ConfigError, match="prefetch_min_accuracy"):
+            LearnedPolicy.load(joint_file, prefetch_min_accuracy=bad)
 
 
 def test_prefetch_depth_issues_the_best_candidates_that_beat_the_noop(joint_file):
