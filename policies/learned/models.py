@@ -8,6 +8,7 @@ whoever decides; ``Expert.gain`` is what the guard compares (:data:`OBJECTIVES`)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -188,7 +189,15 @@ class Expert:
 
     def prefetched(self, key: int, size: int, kind: int) -> None:
         """The guarded pool brought ``key`` in without a request (a prefetch): the shadow pool
-        sees it as a request (not counted in ``hits``)."""
+        sees it as a request (not counted in ``hits``); for the objective ``stall``, as a
+        prefetch (an asynchronous copy under the shadow's clock, whose lateness, or eviction
+        before use, the later request pays in the shadow as in the guarded pool)."""
+        if self.objective == "stall":
+            from cachegym.allocator.errors import PoolExhausted
+
+            with contextlib.suppress(PoolExhausted):  # (a hint: nothing evictable there now)
+                self.pool.prefetch(key, size)  # type: ignore[union-attr]
+            return
         self._prefetches += 1
         self._access(key, size, False, kind=kind)
 

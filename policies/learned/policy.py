@@ -144,7 +144,7 @@ class LearnedPolicy(EvictionPolicyBase):
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
              prefetch_budget_bytes: int | None = None, prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
-             prefetch_timed: bool = True, prefetch_min_accuracy: float = 0.3,
+             prefetch_timed: bool = True, prefetch_min_accuracy: float = 0.5,
              **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the

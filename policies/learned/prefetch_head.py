@@ -90,7 +90,7 @@ class PrefetchHead:
 
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
                  budget_bytes: int | None = None, depth: int = 1, timed: bool = True,
-                 min_accuracy: float = 0.3) -> None:
+                 min_accuracy: float = 0.5) -> None:
         if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
             raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
                               f"{budget_bytes!r}")

@@ -822,6 +822,23 @@ def test_shadow_guard_judges_on_stall_under_a_timing_preset(tmp_path):
         Pool(1 << 20, guarded).access(1, 4096)
 
 
+def test_a_shadow_sees_the_guarded_pools_prefetch_as_a_prefetch_under_stall():
+    """Judged on stall, an expert's shadow takes the guarded pool's prefetch as a prefetch (an
+    asynchronous copy under its clock: a request soon after waits for it there too); judged on
+    traffic, as a request (the bytes are the same)."""
+    from cachegym.policies.learned.models import heuristic_expert
+
+    guarded = Pool(1 << 20, LRU(), cost="h100_pcie5")
+    for objective in ("stall", "traffic"):
+        e = heuristic_expert("gdsf", objective=objective)
+        e.setup(guarded.view)
+        e.prefetched(7, 65536, 0)
+        st = e.pool.stats
+        assert (st.prefetches, st.accesses) == ((1, 0) if objective == "stall" else (0, 1))
+        e.request(7, 65536, False, 0, True, 0)  # at once: the copy is still in flight
+        assert (st.late_prefetches, e.gain < 0) == ((1, True) if objective == "stall" else (0, False))
+
+
 def test_a_followed_expert_makes_the_room_a_prefetch_needs_in_its_own_order(tmp_path):
     """A guard following GDSF with a prefetcher makes the room its prefetches need (before the
     shadow has seen them) from GDSF's eviction order, not LRU's: its stall is within 2% of GDSF
