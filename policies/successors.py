@@ -23,7 +23,8 @@ assert {DEVICE, H2D}.isdisjoint(_AWAY) and len({DEVICE, H2D, *_AWAY}) == 4
 MAX_HORIZON = 1 << 16
 """Most past accesses :meth:`SuccessorPredictor.propose` reads ahead of the aligned position."""
 
-_POSITIONS = 4  # past positions kept per key (an object read several times per period)
+_POSITIONS = 16  # past positions kept per key: a weight is read ~7 times per AdamW step (forward,
+# backward, optimizer), and re-aligning on it at a step boundary needs its position one step back
 _CONTEXT = 4  # accesses compared when re-aligning
 _SYNC_ALPHA = 1.0 / 64  # weight of an access in the in-sync average
 SYNC = 0.5
