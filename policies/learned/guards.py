@@ -293,7 +293,7 @@ class ShadowGuard(Guard):
     Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): the bytes
     their shadow copied (``traffic``), the time their shadow's requests waited for copies under
     the guarded pool's timing preset (``stall``: each shadow runs the pool's compute between
-    requests, without a prefetcher), or their misses (``misses``), counted from the first
+    requests, and the pool's prefetches start there as prefetches), or their misses (``misses``), counted from the first
     request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
     (where each copy's latency makes object misses weigh beside bytes: GDSF, which keeps small
     objects, stalls least on the DL traces though it copies more bytes) and ``traffic`` in one

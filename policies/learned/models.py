@@ -31,8 +31,8 @@ OBJECTIVES = ("traffic", "misses", "stall")
 """What a guard judges its experts on: bytes copied between host and device (streamed accesses
 included; the default), misses, or stall: the time the shadow's requests waited for copies
 under the guarded pool's timing preset (its compute between requests replayed in the shadow,
-which has no prefetcher: each miss waits for its copy, an allocation for the write-backs that
-make its room)."""
+and its prefetches started there as prefetches: a miss waits for its copy, an allocation for
+the write-backs that make its room, a request for its prefetch still in flight)."""
 
 
 class _Reporting(EvictionPolicyBase):
