@@ -182,9 +182,10 @@ class Guard:
             self._start(view)
         o = view.info(key)
         size, kind, write = o.size, o.kind, view.writing
-        c = view.cost.compute_ns
-        dc = c - self._compute0  # the compute since the previous request (the stall objective)
-        self._compute0 = c
+        dc = 0  # the compute since the previous request: the stall objective's shadows replay it
+        if self.objective == "stall":
+            c = view.cost.compute_ns
+            dc, self._compute0 = c - self._compute0, c
         for r in self._requests:
             r(key, size, write, kind, hit, dc)
         if not hit:

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.errors import ConfigError, PoolExhausted
 from cachegym.allocator.seams import (
     EvictionPolicyBase,
     is_noop,
@@ -88,7 +88,8 @@ class Expert:
     """
 
     __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
-                 "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock")
+                 "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
+                 "_order")
 
     def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True,
                  objective: str = "traffic") -> None:
@@ -113,6 +114,8 @@ class Expert:
         self._resident: Any = None
         self._fallbacks = 0  # the shadow pool's, already added to the guarded pool's stats
         self._clock: Any = None  # the shadow pool's cost model (objective stall)
+        # the policy's eviction_order (victim's fallback), None where it has none
+        self._order = policy.eviction_order if isinstance(policy, EvictionPolicyBase) else None
 
     def setup(self, view: PoolView) -> None:
         """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event);
@@ -193,8 +196,6 @@ class Expert:
         prefetch (an asynchronous copy under the shadow's clock, whose lateness, or eviction
         before use, the later request pays in the shadow as in the guarded pool)."""
         if self.objective == "stall":
-            from cachegym.allocator.errors import PoolExhausted
-
             with contextlib.suppress(PoolExhausted):  # (a hint: nothing evictable there now)
                 self.pool.prefetch(key, size)  # type: ignore[union-attr]
             return
@@ -234,7 +235,7 @@ class Expert:
         for k in self._pending:
             if ev(k):
                 return k
-        order = self.policy.eviction_order if isinstance(self.policy, EvictionPolicyBase) else None
+        order = self._order
         if order is not None and self.pool is not None:
             for k in order():
                 if ev(k):
