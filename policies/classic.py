@@ -83,11 +83,8 @@ class LFU(EvictionPolicyBase):
             k = first_evictable(view, b)
             if k is not None:
                 return k
-        for f in sorted(self._buckets):  # pinned or in-flight objects at the lowest frequency
-            k = first_evictable(view, self._buckets[f])
-            if k is not None:
-                return k
-        return None
+        # pinned or in-flight objects at the lowest frequency: the whole order
+        return first_evictable(view, self.eviction_order())
 
     def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
         """The tracked objects in :meth:`victim`'s order (lowest frequency first, FIFO within
