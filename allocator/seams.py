@@ -138,6 +138,11 @@ class PoolView:
         return o is not None and o.state in (DEVICE, H2D)
 
     @property
+    def prefetcher(self) -> PrefetchPolicy | None:
+        """The pool's prefetch policy (``None``: none)."""
+        return cast("PrefetchPolicy | None", self._pool._prefetcher)
+
+    @property
     def writing(self) -> bool:
         """Whether the access being served is a write (in the policy's hooks of an access)."""
         return self._pool._writing
@@ -220,6 +225,12 @@ class EvictionPolicyBase:
 
 class PrefetchPolicyBase:
     name = "none"
+
+    # not read by the pool: what ``prefetch`` would have returned after the same access in
+    # another pool (``prefetch_for(view, key)``, without changing the policy's state), for a
+    # guard whose shadow pools model the pool's prefetcher in each of them; None: no such answer
+    # (the shadows then take the pool's own prefetches)
+    prefetch_for: Callable[[PoolView, int], Sequence[int]] | None = None
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         return ()

@@ -124,7 +124,7 @@ class SuccessorPredictor:
             if view is not None:
                 now = view.cost.compute_ns
                 self._max_size = max(self._max_size, view.size(key))
-                self.timing.feedback(view, key, self._root.get(key, key))
+                self.feedback(view, key, self.timing)
             self._align(key, now)
             return
         succ, width = self._succ, self.width
@@ -216,8 +216,18 @@ class SuccessorPredictor:
         if self._cursor < lo:
             self._cursor = -1
 
-    def propose(self, key: int, K: int, view: PoolView) -> list[int]:
-        """Up to ``K`` objects known to the pool and not resident, most likely next first."""
+    def feedback(self, view: PoolView, key: int, timing: PrefetchTiming) -> None:
+        """After an access of ``key`` in ``view``'s pool: ``timing`` learns whether it waited for
+        its late prefetch (by the object's lineage: the aligned history's timing; nothing without
+        a horizon)."""
+        if self.horizon:
+            timing.feedback(view, key, self._root.get(key, key))
+
+    def propose(self, key: int, K: int, view: PoolView, timing: PrefetchTiming | None = None
+                ) -> list[int]:
+        """Up to ``K`` objects known to the pool and not resident, most likely next first
+        (``timing``: the aligned history's margins in ``view``'s pool; by default its own, learnt
+        in the pool it observes)."""
         if self.horizon and not self.in_sync:
             return []
         objs: dict[int, Any] | None = getattr(view, "objects", None)
@@ -233,7 +243,8 @@ class SuccessorPredictor:
             return z in view and not resident(z)
 
         if self.horizon:  # the aligned history alone: what it names while in sync
-            return self.timing.due_keys(view, self._uses(key, view, away_), K, self._max_size)
+            return (timing or self.timing).due_keys(view, self._uses(key, view, away_), K,
+                                                    self._max_size)
         out: list[int] = []
         seen = {key}
         frontier = [key]

@@ -59,7 +59,7 @@ class Guard:
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
                  "_view", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
-                 "decisions", "switches", "_compute0")
+                 "decisions", "switches", "_compute0", "_pf_key", "_pf_for")
 
     _OBJECTIVES: tuple[str, ...] = ("traffic", "misses")  # (trial windows count in requests' bytes)
 
@@ -100,6 +100,11 @@ class Guard:
         self.expert: str | None = None
         self._view: PoolView | None = None  # the guarded pool's, from its first event
         self._last_miss: int | None = None
+        # the stall objective, with a pool's prefetcher that answers ``prefetch_for``: the key of
+        # the previous request, whose prefetches each shadow starts before the next request, and
+        # that prefetcher's ``prefetch_for`` (None: the shadows take the pool's own prefetches)
+        self._pf_key: int | None = None
+        self._pf_for: Any = None
         self._named: dict[str | None, Expert] = {}
         self._experts: tuple[Expert, ...] = ()
         self._requests: tuple[Any, ...] = ()  # each expert's request(), bound
@@ -186,6 +191,7 @@ class Guard:
         if self.objective == "stall":
             c = view.cost.compute_ns
             dc, self._compute0 = c - self._compute0, c
+            self._shadow_prefetches(view, key)
         for r in self._requests:
             r(key, size, write, kind, hit, dc)
         if not hit:
@@ -196,6 +202,22 @@ class Guard:
         self._reqs += 1
         who = "network" if self.expert is None or not self.active else str(self.expert)
         self.decisions[who] = self.decisions.get(who, 0) + 1
+
+    def _shadow_prefetches(self, view: PoolView, key: int) -> None:
+        """Under the stall objective, before the request of ``key``: each shadow starts the
+        prefetches the pool's prefetcher would have made there after the previous request
+        (``prefetch_for`` of its view), where the prefetcher can say (a learned head's choice
+        depends on what the pool holds: given the guarded pool's prefetches, a shadow would miss
+        the objects the followed expert keeps and it does not, and the guard would stay with the
+        expert it follows); otherwise the shadows take the pool's own prefetches
+        (:meth:`insert`)."""
+        pf = view.prefetcher
+        self._pf_for = fn = None if pf is None else getattr(pf, "prefetch_for", None)
+        prev, self._pf_key = self._pf_key, key
+        if fn is None or prev is None:
+            return
+        for e in self._experts:
+            e.prefetch(fn, prev)
 
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         self._request(view, key, hit)
@@ -208,7 +230,8 @@ class Guard:
     def insert(self, view: PoolView, key: int) -> None:
         if self._view is None:
             self._start(view)
-        if key != self._last_miss:  # a prefetch: every shadow sees it as a request (uncounted)
+        if key != self._last_miss and self._pf_for is None:  # a prefetch: every shadow sees it
+            # as a request (uncounted), or as a prefetch under the stall objective
             o = view.info(key)
             for e in self._experts:
                 e.prefetched(key, o.size, o.kind)
@@ -294,8 +317,9 @@ class ShadowGuard(Guard):
     Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): the bytes
     their shadow copied (``traffic``), the time their shadow's requests waited for copies under
     the guarded pool's timing preset (``stall``: each shadow runs the pool's compute between
-    requests, and the pool's prefetches start there as prefetches), or their misses (``misses``), counted from the first
-    request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
+    requests; a learned prefetch head decides in each shadow as it would there, any other
+    prefetcher's prefetches start there as prefetches), or their misses (``misses``), counted
+    from the first request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
     (where each copy's latency makes object misses weigh beside bytes: GDSF, which keeps small
     objects, stalls least on the DL traces though it copies more bytes) and ``traffic`` in one
     without. On every access the pool switches from the followed expert

@@ -31,8 +31,10 @@ OBJECTIVES = ("traffic", "misses", "stall")
 """What a guard judges its experts on: bytes copied between host and device (streamed accesses
 included; the default), misses, or stall: the time the shadow's requests waited for copies
 under the guarded pool's timing preset (its compute between requests replayed in the shadow,
-and its prefetches started there as prefetches: a miss waits for its copy, an allocation for
-the write-backs that make its room, a request for its prefetch still in flight)."""
+and its prefetcher's prefetches started there as prefetches -- those a learned head would make
+in that pool, ``prefetch_for``, or the guarded pool's own for any other prefetcher: a miss
+waits for its copy, an allocation for the write-backs that make its room, a request for its
+prefetch still in flight)."""
 
 
 class _Reporting(EvictionPolicyBase):
@@ -201,6 +203,16 @@ class Expert:
             return
         self._prefetches += 1
         self._access(key, size, False, kind=kind)
+
+    def prefetch(self, prefetch_for: Callable[[PoolView, int], Any], key: int) -> None:
+        """The shadow starts the prefetches ``prefetch_for(view, key)`` names for its own pool
+        after the access of ``key`` (the guarded pool's prefetcher modelled there: objective
+        ``stall``)."""
+        pool = self.pool
+        assert pool is not None
+        for k in prefetch_for(pool.view, key):
+            with contextlib.suppress(PoolExhausted):  # (a hint: nothing evictable there now)
+                pool.prefetch(k)
 
     def insert(self, key: int) -> None:
         """The guarded pool inserted ``key``: pending unless the shadow holds it."""

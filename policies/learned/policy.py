@@ -274,6 +274,15 @@ class LearnedPolicy(EvictionPolicyBase):
             return ()
         return head.choose(cast(_features.FeatureTracker, self.tracker), view, key)
 
+    def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:
+        """What :meth:`prefetch` would have returned after the same access of ``key`` in another
+        pool, ``view`` (a guard's shadow pool), without changing the head's state
+        (:meth:`PrefetchHead.choose_for`; none without a head)."""
+        head = self.prefetch_head
+        if head is None:
+            return ()
+        return head.choose_for(cast(_features.FeatureTracker, self.tracker), view, key)
+
     @property
     def network_decision_ns(self) -> list[int]:
         """The network's decision times (ns; recorded while ``record_latency`` is set, which

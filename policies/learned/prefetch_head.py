@@ -131,6 +131,10 @@ class PrefetchHead:
         self._used0 = self._wasted0 = 0  # the pool's counts at the interval's start
         self._resume = 0  # no prefetch before this access count
         self._pause = MIN_PAUSE  # the next pause's length
+        self._open = False  # whether the latest opportunity was taken (asked, not paused)
+        # other pools' late-arrival margins (choose_for): id(view) -> (view, the predictor's
+        # timing there, the head's there)
+        self._other: dict[int, tuple[Any, PrefetchTiming, PrefetchTiming | None]] = {}
 
     def _paused(self, view: PoolView) -> bool:
         """Whether the head pauses now, after checking its accuracy each ``ACCURACY_INTERVAL``
@@ -167,18 +171,42 @@ class PrefetchHead:
             timing.feedback(view, key, key)
         self.predictor.observe(key, view)
         self._accesses += 1
-        if not self._asked(view) or self._paused(view):
+        self._open = self._asked(view) and not self._paused(view)
+        if not self._open:
             return []
-        cands = self.predictor.propose(key, self.K, view)
+        return self._choose(tracker, view, key, self.predictor.timing, timing, True)
+
+    def choose_for(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> list[int]:
+        """What :meth:`choose` would return at its latest opportunity (after the access of
+        ``key``) in another pool, ``view`` (a guard's shadow pool under the same trace), called
+        after each access there: the same predictor, opportunity, pause, network and rules, that
+        pool's residency, copies in flight and features, and late-arrival margins learnt from
+        that pool's late prefetches (kept per pool); the head's own state is not changed."""
+        other = self._other.get(id(view))
+        if other is None or other[0] is not view:
+            other = self._other[id(view)] = (view, PrefetchTiming(),
+                                             PrefetchTiming() if self.timed else None)
+        _, pt, ht = other
+        if key in view:  # (not when freed there since its access)
+            self.predictor.feedback(view, key, pt)
+            if ht is not None:
+                ht.feedback(view, key, key)
+        return self._choose(tracker, view, key, pt, ht, False) if self._open else []
+
+    def _choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int,
+                pt: PrefetchTiming, timing: PrefetchTiming | None, count: bool) -> list[int]:
+        """The prefetches of an open opportunity in ``view``, with the predictor's timing ``pt``
+        and the head's ``timing`` there (``count``: into the head's counters)."""
+        cands = self.predictor.propose(key, self.K, view, pt)
         n = len(cands)
         if not n:
             return []
-        self.decisions += 1
         _features.observe_keys(tracker, view, cands, self.K, None, self._packed, self._buf)
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
         out: list[int] = []
         budget, in_flight = self.budget_bytes, view.bytes_in_flight
         queued = 0 if timing is None else timing.queued_ns(view)
+        over = False
         for j in pick(self._scores, n, self.noop, self.depth):
             k = cands[j]
             size = view.info(k).size if timing is not None or budget is not None else 0
@@ -189,10 +217,13 @@ class PrefetchHead:
                 queued += copy
             if budget is not None:
                 if in_flight + size > budget:
-                    self.over_budget += 1
+                    over = True
                     break
                 in_flight += size
             out.append(k)
-        self.issued += len(out)
-        self.early += max(len(out) - 1, 0)
+        if count:
+            self.decisions += 1
+            self.over_budget += over
+            self.issued += len(out)
+            self.early += max(len(out) - 1, 0)
         return out
