@@ -229,7 +229,9 @@ class PrefetchPolicyBase:
     # not read by the pool: what ``prefetch`` would have returned after the same access in
     # another pool (``prefetch_for(view, key)``, without changing the policy's state), for a
     # guard whose shadow pools model the pool's prefetcher in each of them; None: no such answer
-    # (the shadows then take the pool's own prefetches)
+    # (the shadows then take the pool's own prefetches). A prefetcher that has it may also have
+    # a settable ``prefetch_muted`` (bool): a guard sets it while it follows an expert judged
+    # without prefetches, and the prefetcher then returns none
     prefetch_for: Callable[[PoolView, int], Sequence[int]] | None = None
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:

@@ -319,7 +319,11 @@ class ShadowGuard(Guard):
     the guarded pool's timing preset (``stall``: each shadow runs the pool's compute between
     requests; a learned prefetch head decides in each shadow as it would there, any other
     prefetcher's prefetches start there as prefetches), or their misses (``misses``), counted
-    from the first request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
+    from the first request, never decayed. Under ``stall`` with a learned head
+    (``without_prefetch``, the default), each expert is also judged without the head (a twin
+    shadow named ``<expert>-no-prefetch``); while the pool follows a twin the head is muted
+    (``LearnedPolicy.prefetch_muted``), so that the pool does not end behind its experts
+    without prefetches where the head's copies cost more stall than they hide. The default ``auto`` is ``stall`` in a pool with a timing preset
     (where each copy's latency makes object misses weigh beside bytes: GDSF, which keeps small
     objects, stalls least on the DL traces though it copies more bytes) and ``traffic`` in one
     without. On every access the pool switches from the followed expert
@@ -350,13 +354,13 @@ class ShadowGuard(Guard):
     one, which began when the current expert's cost was ``_since``."""
 
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
-                 "_items", "auto")
+                 "_items", "auto", "without_prefetch", "_muted")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
 
     def __init__(self, margin: float = 0.003, handover: float = 0.005,
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
-                 objective: str = "auto") -> None:
+                 objective: str = "auto", without_prefetch: bool = True) -> None:
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
                               f"handover (pool capacities) and handover_weight must be >= 0; got "
@@ -369,6 +373,11 @@ class ShadowGuard(Guard):
         if self.auto:
             objective = "traffic"
         self.handover, self.handover_weight = float(handover), float(handover_weight)
+        if not isinstance(without_prefetch, bool):
+            raise ConfigError(f"ShadowGuard: without_prefetch must be a bool, got "
+                              f"{without_prefetch!r}")
+        self.without_prefetch = without_prefetch
+        self._muted: Any = None  # the pool's learned prefetcher, muted while a twin is followed
         # the experts beyond LRU and S3-FIFO (Guard.model), by name
         self.extra: dict[str, Expert] = {}
         if gdsf:
@@ -401,8 +410,8 @@ class ShadowGuard(Guard):
 
     def _follows(self) -> Expert | None:
         """The expert whose content the pool converges to now (``None``: LRU's tracker)."""
-        e = self.expert
-        return None if e == "lru" else self._named.get(e)
+        m = self._named.get(self.expert)
+        return m if m is not None and m.followed else None
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         m = self._follows()
@@ -420,6 +429,20 @@ class ShadowGuard(Guard):
             self.objective = "stall" if view.cost.preset is not None else "traffic"
             for e in self._experts:
                 e.objective = self.objective
+        pf = view.prefetcher
+        if (self.without_prefetch and self.objective == "stall" and pf is not None
+                and getattr(pf, "prefetch_for", None) is not None and hasattr(pf, "prefetch_muted")):
+            twins: dict[str | None, Expert] = {}
+            for name, e in self._named.items():
+                t = (network_expert(self.net.owner, self.objective)  # type: ignore[union-attr]
+                     if name is None else
+                     heuristic_expert(name, followed=e.followed, objective=self.objective))
+                t.name = f"{name or 'network'}-no-prefetch"
+                t.prefetching = False
+                twins[t.name] = t
+            self._register({**self._named, **twins})
+            self._muted = pf
+            pf.prefetch_muted = False
         super()._start(view)
 
     def _cost(self, gain: float) -> float:
@@ -477,6 +500,8 @@ class ShadowGuard(Guard):
             self._since = self._cost(bg)
             self.expert = best
             self.switches += 1
+            if self._muted is not None:  # a twin judged without the prefetcher: mute it
+                self._muted.prefetch_muted = not self._named[best].prefetching
 
     def __repr__(self) -> str:
         """The guard's kind, objective, experts and who decides now (``network``: the learned

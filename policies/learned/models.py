@@ -91,7 +91,7 @@ class Expert:
 
     __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
                  "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
-                 "_order")
+                 "_order", "prefetching")
 
     def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True,
                  objective: str = "traffic") -> None:
@@ -118,6 +118,9 @@ class Expert:
         self._clock: Any = None  # the shadow pool's cost model (objective stall)
         # the policy's eviction_order (victim's fallback), None where it has none
         self._order = policy.eviction_order if isinstance(policy, EvictionPolicyBase) else None
+        # whether the shadow starts the prefetches the guard gives it (:meth:`prefetch`); False:
+        # the expert is judged without the pool's prefetcher
+        self.prefetching = True
 
     def setup(self, view: PoolView) -> None:
         """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event);
@@ -210,6 +213,8 @@ class Expert:
         ``stall``)."""
         pool = self.pool
         assert pool is not None
+        if not self.prefetching:
+            return
         for k in prefetch_for(pool.view, key):
             with contextlib.suppress(PoolExhausted):  # (a hint: nothing evictable there now)
                 pool.prefetch(k)

@@ -81,6 +81,9 @@ class LearnedPolicy(EvictionPolicyBase):
                  prefetch: PrefetchHead | None = None) -> None:
         self.scorer = scorer
         self.prefetch_head = prefetch
+        # set by a ShadowGuard while it follows an expert judged without prefetches: the head
+        # then issues nothing (its history and timing still advance)
+        self.prefetch_muted = False
         self.header = dict(header)
         self.path = path
         self.K = int(header["K"]) if K is None else int(K)
@@ -272,7 +275,8 @@ class LearnedPolicy(EvictionPolicyBase):
         head = self.prefetch_head
         if head is None:
             return ()
-        return head.choose(cast(_features.FeatureTracker, self.tracker), view, key)
+        return head.choose(cast(_features.FeatureTracker, self.tracker), view, key,
+                           self.prefetch_muted)
 
     def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:
         """What :meth:`prefetch` would have returned after the same access of ``key`` in another

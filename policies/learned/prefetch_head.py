@@ -163,16 +163,17 @@ class PrefetchHead:
             return missed
         return self._accesses % int(opp) == 0
 
-    def choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> list[int]:
+    def choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int,
+               muted: bool = False) -> list[int]:
         """After the access of ``key``: the keys to prefetch, best first (``tracker`` holds the
-        pool's feature history)."""
+        pool's feature history); ``muted``: none, the head's state advancing as it would."""
         timing = self.timing
         if timing is not None:  # did this access wait for its prefetch? start it earlier next time
             timing.feedback(view, key, key)
         self.predictor.observe(key, view)
         self._accesses += 1
         self._open = self._asked(view) and not self._paused(view)
-        if not self._open:
+        if not self._open or muted:
             return []
         return self._choose(tracker, view, key, self.predictor.timing, timing, True)
 
