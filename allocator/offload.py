@@ -176,7 +176,7 @@ class ReversePackOrder(PrefetchPolicyBase):
         room = min(int(self.inflight * view.capacity) - view.bytes_in_flight,
                    view.capacity - view.used)
         queued = timing.queued_ns(view)
-        longest = cost.copy_time(0, view.capacity) + max(timing.margin.values(), default=0)
+        longest = cost.copy_time(0, view.capacity) + timing.max_margin()
         out: list[int] = []
         ahead = 0  # compute from now to the unpack of k, as measured in the previous step
         nxt = -1  # compute before the next decision point (the next live key's unpack)

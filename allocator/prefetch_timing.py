@@ -57,6 +57,7 @@ class PrefetchTiming:
         self.max_entries = max_entries
         self.margin: dict[int, int] = {}  # ident -> extra lead (ns) learnt from late arrivals
         self.late = 0  # late arrivals seen by feedback()
+        self._max: int | None = 0  # the largest margin (None: to be found again)
 
     @staticmethod
     def queued_ns(view: PoolView) -> int:
@@ -89,7 +90,7 @@ class PrefetchTiming:
         cost = view.cost
         instant = cost.instant
         queued = self.queued_ns(view)
-        horizon = queued + cost.copy_time(0, max_size) + max(self.margin.values(), default=0)
+        horizon = queued + cost.copy_time(0, max_size) + self.max_margin()
         out: list[int] = []
         for k, ident, ahead in uses:
             size = view.size(k)
@@ -113,10 +114,25 @@ class PrefetchTiming:
             return
         self.late += 1
         bound = int(self.max_copies * view.cost.copy_time(0, o.size))
-        m = min(self.margin.pop(ident, 0) + int(self.gain * late), bound)
+        old = self.margin.pop(ident, 0)
+        m = min(old + int(self.gain * late), bound)
         self.margin[ident] = m
+        top = self._max
+        if top is not None and m < top and old == top:
+            self._max = None  # the largest may have shrunk (a smaller object's bound)
+        elif top is not None and m > top:
+            self._max = m
         if len(self.margin) > self.max_entries:
-            del self.margin[next(iter(self.margin))]
+            dropped = self.margin.pop(next(iter(self.margin)))
+            if dropped == self._max:
+                self._max = None
+
+    def max_margin(self) -> int:
+        """The largest margin (0 without any), kept as margins change."""
+        top = self._max
+        if top is None:
+            top = self._max = max(self.margin.values(), default=0)
+        return top
 
     def __repr__(self) -> str:
         return f"PrefetchTiming(gain={self.gain}, margins={len(self.margin)})"

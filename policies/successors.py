@@ -106,6 +106,9 @@ class SuccessorPredictor:
         self._origin: dict[int, int] = {}  # the reverse
         self._cursor = -1
         self._period = 0  # distance of the last re-alignment (0: none yet)
+        # the walk of the history after the latest access (_uses), shared by every pool that
+        # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead)s]
+        self._walk: list[Any] | None = None
         self._sync = 0.0  # moving average of the accesses that followed the cursor
         self.aligned = 0  # accesses that followed the cursor (counters, for reports and tests)
         self.realigned = 0
@@ -119,6 +122,7 @@ class SuccessorPredictor:
         """Record an access of ``key`` (with the pool's ``view``: its compute clock and whether
         the access waited for a late prefetch, which the aligned history's timing uses; without
         it every proposal of the history is due at once)."""
+        self._walk = None
         if self.horizon:  # (the aligned history alone proposes: no successor table to keep)
             now = 0
             if view is not None:
@@ -275,22 +279,41 @@ class SuccessorPredictor:
     def _uses(self, key: int, view: PoolView, away: Any) -> Iterator[tuple[int, int, int]]:
         """``(key, lineage, ahead_ns)`` of the objects the aligned history says come next,
         known and not resident (``away``), distinct, in order of use; ``ahead_ns`` the compute
-        the past period spent from the access after the aligned one to that use."""
-        hist, clock, alias, root = self._hist, self._clock, self._alias, self._root
-        lo = self._cursor + 1 - self._base
-        hi = min(lo + self.horizon, len(hist) - 1)  # (never the current access)
-        if lo >= hi:
-            return
-        base = clock[lo]
-        seen = {key}
-        for i in range(lo, hi):
+        the past period spent from the access after the aligned one to that use. The walk over
+        the history is made once per access, as far as any caller reads it (a guard's shadow
+        pools ask after the same access as the pool), and filtered by each caller's ``away``."""
+        w = self._walk
+        if w is None or w[0] != key:
+            lo = self._cursor + 1 - self._base
+            w = self._walk = [key, lo, min(lo + self.horizon, len(self._hist) - 1), {key}, []]
+        found: list[tuple[int, int, int]] = w[4]
+        j = 0
+        while True:
+            if j == len(found) and not self._walk_on(w):
+                return
+            u = found[j]
+            j += 1
+            if away(u[0]):
+                yield u
+
+    def _walk_on(self, w: list[Any]) -> bool:
+        """The walk ``w`` (:meth:`_uses`) finds its next distinct object, if any."""
+        i, hi, seen = w[1], w[2], w[3]
+        if i >= hi:
+            return False
+        hist, clock, alias = self._hist, self._clock, self._alias
+        base = clock[self._cursor + 1 - self._base]
+        while i < hi:
             z = hist[i]
             z = alias.get(z, z)
-            if z in seen:
-                continue
-            seen.add(z)
-            if away(z):
-                yield z, root.get(z, z), clock[i] - base
+            i += 1
+            if z not in seen:
+                seen.add(z)
+                w[1] = i
+                w[4].append((z, self._root.get(z, z), clock[i - 1] - base))
+                return True
+        w[1] = i
+        return False
 
 
 def make_predictor(params: Mapping[str, Any] | SuccessorPredictor | None) -> SuccessorPredictor:
