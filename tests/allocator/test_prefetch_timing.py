@@ -156,3 +156,29 @@ def test_reverse_pack_order_prefetches_further_when_compute_is_short(
     steps, inflight, evictions = _steps(reverse_pack_order(depth=1), [(3_000, 3_000)] * 3)
     assert max(inflight) > KIB4 and evictions == 0
     assert steps[-1][1] < steps[0][1]
+
+
+def test_the_largest_margin_is_kept_exactly_as_margins_grow_shrink_and_are_forgotten() -> None:
+    """``max_margin`` (read by every timed decision) equals the largest margin after any
+    sequence of late arrivals: margins that grow, that shrink to a smaller object's bound (an
+    identity reused by another object), and that are forgotten past ``max_entries``."""
+    from types import SimpleNamespace
+
+    class View:
+        def __init__(self) -> None:
+            self.cost = SimpleNamespace(copy_time=lambda engine, size: 10 * size)
+            self.obj = SimpleNamespace(late_ns=0, size=0)
+
+        def info(self, key: int) -> SimpleNamespace:
+            return self.obj
+
+    rng = np.random.default_rng(0)
+    t = PrefetchTiming(max_copies=2.0, max_entries=8)
+    view = View()
+    assert t.max_margin() == 0
+    for _ in range(3000):
+        view.obj.late_ns = int(rng.integers(0, 400))
+        view.obj.size = int(rng.integers(1, 60))
+        t.feedback(view, 0, int(rng.integers(0, 20)))  # type: ignore[arg-type]
+        assert t.max_margin() == max(t.margin.values(), default=0)
+    assert len(t.margin) == 8

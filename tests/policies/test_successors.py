@@ -170,3 +170,26 @@ def test_the_second_step_aligns_with_the_first_where_weights_are_read_many_times
         if step == 1:
             synced.append(p.in_sync)
     assert np.mean(synced) > 0.9
+
+
+def test_the_historys_walk_after_an_access_is_shared_by_pools_that_ask_after_it() -> None:
+    """The walk over the aligned history is made once per access and shared by every pool that
+    asks after it (a stall guard's shadow pools): each pool's proposals are what a predictor
+    asked by that pool alone would give, whichever pool asked first."""
+    import copy
+
+    keys = np.tile(np.arange(50), 4)
+    small, large = Pool(10 * 4096, LRU()), Pool(30 * 4096, LRU())
+    p = SuccessorPredictor(horizon=16, memory=1024)
+    proposed = 0
+    for k in keys.tolist():
+        small.access(k, 4096)
+        large.access(k, 4096)
+        p.observe(k, small.view)
+        alone = copy.deepcopy(p)
+        a = p.propose(k, 8, small.view)
+        b = p.propose(k, 8, large.view)
+        assert b == alone.propose(k, 8, large.view)
+        assert a == copy.deepcopy(alone).propose(k, 8, small.view)
+        proposed += len(a) + len(b)
+    assert proposed > 0
