@@ -113,6 +113,7 @@ def _crafted(src: str, dst: Path, marker: Path, entry: str) -> Path:
     return dst
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # (torch's, on the crafted pickle)
 def test_a_crafted_sb3_zip_runs_no_code(sb3_zip, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     evil = _crafted(sb3_zip[0], tmp_path / "evil.zip", marker, "data")
