@@ -144,6 +144,12 @@ class HistoryPrefetcher(PrefetchPolicyBase):
         self.predictor.observe(key, view)
         return self.predictor.propose(key, self.depth, view)
 
+    def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:  # type: ignore[override]
+        """What :meth:`prefetch` would have returned after the same access of ``key`` in another
+        pool, ``view`` (a guard's shadow pool: that pool's residency, copies in flight and
+        late-arrival margins), without changing the history."""
+        return self.predictor.propose_for(key, self.depth, view)
+
     def __repr__(self) -> str:
         return f"HistoryPrefetcher(depth={self.depth}, horizon={self.predictor.horizon})"
 

@@ -109,6 +109,8 @@ class SuccessorPredictor:
         # the walk of the history after the latest access (_uses), shared by every pool that
         # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead)s]
         self._walk: list[Any] | None = None
+        # other pools' timings (timing_in): id(view) -> (view, the aligned history's timing there)
+        self._other: dict[int, tuple[Any, PrefetchTiming]] = {}
         self._sync = 0.0  # moving average of the accesses that followed the cursor
         self.aligned = 0  # accesses that followed the cursor (counters, for reports and tests)
         self.realigned = 0
@@ -226,6 +228,23 @@ class SuccessorPredictor:
         a horizon)."""
         if self.horizon:
             timing.feedback(view, key, self._root.get(key, key))
+
+    def timing_in(self, view: PoolView, key: int) -> PrefetchTiming:
+        """The aligned history's timing in another pool, ``view`` (a guard's shadow pool under
+        the same trace), after learning from that pool's access of ``key`` (called after each
+        access there): its late-arrival margins are that pool's own, kept per pool."""
+        other = self._other.get(id(view))
+        if other is None or other[0] is not view:
+            other = self._other[id(view)] = (view, PrefetchTiming())
+        timing = other[1]
+        if key in view:  # (not when freed there since its access)
+            self.feedback(view, key, timing)
+        return timing
+
+    def propose_for(self, key: int, K: int, view: PoolView) -> list[int]:
+        """:meth:`propose` after the same access in another pool, ``view``, with that pool's
+        timing (:meth:`timing_in`); called after each access there."""
+        return self.propose(key, K, view, self.timing_in(view, key))
 
     def propose(self, key: int, K: int, view: PoolView, timing: PrefetchTiming | None = None
                 ) -> list[int]:

@@ -132,9 +132,9 @@ class PrefetchHead:
         self._resume = 0  # no prefetch before this access count
         self._pause = MIN_PAUSE  # the next pause's length
         self._open = False  # whether the latest opportunity was taken (asked, not paused)
-        # other pools' late-arrival margins (choose_for): id(view) -> (view, the predictor's
-        # timing there, the head's there)
-        self._other: dict[int, tuple[Any, PrefetchTiming, PrefetchTiming | None]] = {}
+        # other pools' late-arrival margins (choose_for): id(view) -> (view, the head's timing
+        # there); the predictor keeps its own per pool
+        self._other: dict[int, tuple[Any, PrefetchTiming]] = {}
 
     def _paused(self, view: PoolView) -> bool:
         """Whether the head pauses now, after checking its accuracy each ``ACCURACY_INTERVAL``
@@ -183,14 +183,14 @@ class PrefetchHead:
         after each access there: the same predictor, opportunity, pause, network and rules, that
         pool's residency, copies in flight and features, and late-arrival margins learnt from
         that pool's late prefetches (kept per pool); the head's own state is not changed."""
-        other = self._other.get(id(view))
-        if other is None or other[0] is not view:
-            other = self._other[id(view)] = (view, PrefetchTiming(),
-                                             PrefetchTiming() if self.timed else None)
-        _, pt, ht = other
-        if key in view:  # (not when freed there since its access)
-            self.predictor.feedback(view, key, pt)
-            if ht is not None:
+        pt = self.predictor.timing_in(view, key)
+        ht = None
+        if self.timed:
+            other = self._other.get(id(view))
+            if other is None or other[0] is not view:
+                other = self._other[id(view)] = (view, PrefetchTiming())
+            ht = other[1]
+            if key in view:  # (not when freed there since its access)
                 ht.feedback(view, key, key)
         return self._choose(tracker, view, key, pt, ht, False) if self._open else []
 

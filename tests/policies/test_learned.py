@@ -839,6 +839,31 @@ def test_a_shadow_sees_the_guarded_pools_prefetch_as_a_prefetch_under_stall():
         assert (st.late_prefetches, e.gain < 0) == ((1, True) if objective == "stall" else (0, False))
 
 
+def test_a_stall_guards_shadows_run_the_history_prefetcher_in_their_own_pools(tmp_path):
+    """A prefetcher that can say what it would prefetch in another pool (``prefetch_for``: the
+    history prefetcher, a learned head) runs in each shadow as it would there, not through the
+    prefetches it made for the followed expert's content: following GDSF on gpt_infer (a loop
+    over the weights), the LRU shadow stalls within 20% of LRU with the history prefetcher alone
+    (it was 7.1x when the shadows took the pool's prefetches)."""
+    from cachegym.policies.prefetch import HistoryPrefetcher
+
+    trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
+    cap = int(0.25 * trace.peak_live_bytes())
+
+    def pool(policy):
+        return Pool(cap, policy, prefetcher=HistoryPrefetcher(), placement="bytes",
+                    oversize="bypass", cost="h100_pcie5")
+
+    alone = pool(LRU()).replay(trace).stall_ns
+    bare = hottest_policy(tmp_path)
+    guard = ShadowGuard(margin=1e9, handover=1e9)  # never switches: follows whom it is told
+    guard.expert = "gdsf"
+    pool(LearnedPolicy(bare.scorer, bare.header, guard=guard)).replay(trace)
+    shadow = guard.experts["lru"]
+    assert shadow.pool.stats.prefetches > 0 and set(guard.decisions) == {"gdsf"}
+    assert 0.8 * alone <= -shadow.gain <= 1.2 * alone, (-shadow.gain, alone)
+
+
 def test_a_followed_expert_makes_the_room_a_prefetch_needs_in_its_own_order(tmp_path):
     """A guard following GDSF with a prefetcher makes the room its prefetches need (before the
     shadow has seen them) from GDSF's eviction order, not LRU's: its stall is within 2% of GDSF
