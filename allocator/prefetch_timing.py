@@ -30,7 +30,7 @@ from cachegym.allocator.errors import ConfigError
 if TYPE_CHECKING:
     from cachegym.allocator.seams import PoolView
 
-__all__ = ["PrefetchTiming"]
+__all__ = ["PrefetchTiming", "PoolTimings"]
 
 
 class PrefetchTiming:
@@ -136,3 +136,29 @@ class PrefetchTiming:
 
     def __repr__(self) -> str:
         return f"PrefetchTiming(gain={self.gain}, margins={len(self.margin)})"
+
+
+class PoolTimings:
+    """A prefetcher's timing in each of several other pools (a guard's shadow pools, which ask
+    what it would prefetch there): one :class:`PrefetchTiming` per pool, learning from that
+    pool's late prefetches."""
+
+    def __init__(self, gain: float = 1.0) -> None:
+        self.gain = gain  # each pool's PrefetchTiming's
+        self._by: dict[int, tuple[object, PrefetchTiming]] = {}  # id(view) -> (view, timing)
+
+    def after(self, view: PoolView, key: int, ident: int | None = None) -> PrefetchTiming:
+        """The timing in ``view``'s pool after its access of ``key`` (called after each access
+        there): it learns whether that access waited for its late prefetch (by ``ident``,
+        default the key), unless the object was freed there since."""
+        got = self._by.get(id(view))
+        if got is None or got[0] is not view:
+            got = self._by[id(view)] = (view, PrefetchTiming(self.gain))
+        timing = got[1]
+        if key in view:
+            timing.feedback(view, key, key if ident is None else ident)
+        return timing
+
+    def clear(self) -> None:
+        self._by.clear()
+

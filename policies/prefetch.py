@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.allocator.prefetch_timing import PrefetchTiming
+from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import PrefetchPolicyBase
 from cachegym.policies.successors import SuccessorPredictor
@@ -182,6 +182,8 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         if self.window < 1:
             raise ConfigError(f"LookaheadPrefetcher window must be >= 1, got {window}")
         self.timing = PrefetchTiming(gain)
+        self._other = PoolTimings(gain)  # the timing in other pools (prefetch_for)
+        self._tick = -1  # the row of the latest access it was asked after
         self._key = trace.key
         self._free = trace.op == Op.FREE
         # compute before row j: _cum[j] (the compute after rows 0 .. j-1)
@@ -190,11 +192,22 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         self.timing.feedback(view, key, key)
-        lo = view.tick + 1
+        self._tick = view.tick
+        return self._due(view, key, self.timing)
+
+    def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:  # type: ignore[override]
+        """What :meth:`prefetch` would have returned after the same access of ``key`` (the
+        trace row it was last asked at) in another pool, ``view`` (a guard's shadow pool: that
+        pool's residency, copies in flight and late-arrival margins)."""
+        return self._due(view, key, self._other.after(view, key))
+
+    def _due(self, view: PoolView, key: int, timing: PrefetchTiming) -> Sequence[int]:
+        """The objects due now after the access of ``key`` at row ``_tick``, in ``view``."""
+        lo = self._tick + 1
         hi = min(lo + self.window, len(self._key))
         if lo >= hi:
             return ()
-        return self.timing.due_keys(view, self._uses(view, key, lo, hi), self.depth, self._max_size)
+        return timing.due_keys(view, self._uses(view, key, lo, hi), self.depth, self._max_size)
 
     def _uses(self, view: PoolView, key: int, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
         """``(key, key, ahead_ns)`` of the distinct objects rows ``lo .. hi-1`` use that the

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import D2H, DEVICE, H2D, HOST
-from cachegym.allocator.prefetch_timing import PrefetchTiming
+from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -109,8 +109,7 @@ class SuccessorPredictor:
         # the walk of the history after the latest access (_uses), shared by every pool that
         # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead)s]
         self._walk: list[Any] | None = None
-        # other pools' timings (timing_in): id(view) -> (view, the aligned history's timing there)
-        self._other: dict[int, tuple[Any, PrefetchTiming]] = {}
+        self._other = PoolTimings()  # the aligned history's timing in other pools (timing_in)
         self._sync = 0.0  # moving average of the accesses that followed the cursor
         self.aligned = 0  # accesses that followed the cursor (counters, for reports and tests)
         self.realigned = 0
@@ -233,13 +232,9 @@ class SuccessorPredictor:
         """The aligned history's timing in another pool, ``view`` (a guard's shadow pool under
         the same trace), after learning from that pool's access of ``key`` (called after each
         access there): its late-arrival margins are that pool's own, kept per pool."""
-        other = self._other.get(id(view))
-        if other is None or other[0] is not view:
-            other = self._other[id(view)] = (view, PrefetchTiming())
-        timing = other[1]
-        if key in view:  # (not when freed there since its access)
-            self.feedback(view, key, timing)
-        return timing
+        if not self.horizon:
+            return self.timing  # (no timing without a horizon)
+        return self._other.after(view, key, self._root.get(key, key))
 
     def propose_for(self, key: int, K: int, view: PoolView) -> list[int]:
         """:meth:`propose` after the same access in another pool, ``view``, with that pool's

@@ -206,7 +206,7 @@ class Guard:
     def _shadow_prefetches(self, view: PoolView, key: int) -> None:
         """Under the stall objective, before the request of ``key``: each shadow starts the
         prefetches the pool's prefetcher would have made there after the previous request
-        (``prefetch_for`` of its view), where the prefetcher can say (a learned head's choice
+        (``prefetch_for`` of its view), where the prefetcher can say (its choice
         depends on what the pool holds: given the guarded pool's prefetches, a shadow would miss
         the objects the followed expert keeps and it does not, and the guard would stay with the
         expert it follows); otherwise the shadows take the pool's own prefetches
@@ -317,8 +317,9 @@ class ShadowGuard(Guard):
     Experts are judged on ``objective`` (:data:`~policies.learned.models.OBJECTIVES`): the bytes
     their shadow copied (``traffic``), the time their shadow's requests waited for copies under
     the guarded pool's timing preset (``stall``: each shadow runs the pool's compute between
-    requests; a learned prefetch head decides in each shadow as it would there, any other
-    prefetcher's prefetches start there as prefetches), or their misses (``misses``), counted
+    requests; a prefetcher that answers ``prefetch_for`` -- a learned head, the history and
+    lookahead prefetchers -- decides in each shadow as it would there, any other prefetcher's
+    prefetches start there as prefetches), or their misses (``misses``), counted
     from the first request, never decayed. Under ``stall`` with a learned head
     (``without_prefetch``, the default), each expert is also judged without the head (a twin
     shadow named ``<expert>-no-prefetch``); while the pool follows a twin the head is muted

@@ -31,8 +31,8 @@ OBJECTIVES = ("traffic", "misses", "stall")
 """What a guard judges its experts on: bytes copied between host and device (streamed accesses
 included; the default), misses, or stall: the time the shadow's requests waited for copies
 under the guarded pool's timing preset (its compute between requests replayed in the shadow,
-and its prefetcher's prefetches started there as prefetches -- those a learned head would make
-in that pool, ``prefetch_for``, or the guarded pool's own for any other prefetcher: a miss
+and its prefetcher's prefetches started there as prefetches -- those it would make in that
+pool, ``prefetch_for``, where it can say, else the guarded pool's own: a miss
 waits for its copy, an allocation for the write-backs that make its room, a request for its
 prefetch still in flight)."""
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.allocator.prefetch_timing import PrefetchTiming
+from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
 from cachegym.policies import features as _features
 from cachegym.policies.learned.network import CandidateScorer
 from cachegym.policies.successors import make_predictor
@@ -132,9 +132,7 @@ class PrefetchHead:
         self._resume = 0  # no prefetch before this access count
         self._pause = MIN_PAUSE  # the next pause's length
         self._open = False  # whether the latest opportunity was taken (asked, not paused)
-        # other pools' late-arrival margins (choose_for): id(view) -> (view, the head's timing
-        # there); the predictor keeps its own per pool
-        self._other: dict[int, tuple[Any, PrefetchTiming]] = {}
+        self._other = PoolTimings()  # the head's timing in other pools (choose_for)
 
     def _paused(self, view: PoolView) -> bool:
         """Whether the head pauses now, after checking its accuracy each ``ACCURACY_INTERVAL``
@@ -184,14 +182,7 @@ class PrefetchHead:
         pool's residency, copies in flight and features, and late-arrival margins learnt from
         that pool's late prefetches (kept per pool); the head's own state is not changed."""
         pt = self.predictor.timing_in(view, key)
-        ht = None
-        if self.timed:
-            other = self._other.get(id(view))
-            if other is None or other[0] is not view:
-                other = self._other[id(view)] = (view, PrefetchTiming())
-            ht = other[1]
-            if key in view:  # (not when freed there since its access)
-                ht.feedback(view, key, key)
+        ht = self._other.after(view, key) if self.timed else None
         return self._choose(tracker, view, key, pt, ht, False) if self._open else []
 
     def _choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int,

@@ -839,20 +839,22 @@ def test_a_shadow_sees_the_guarded_pools_prefetch_as_a_prefetch_under_stall():
         assert (st.late_prefetches, e.gain < 0) == ((1, True) if objective == "stall" else (0, False))
 
 
-def test_a_stall_guards_shadows_run_the_history_prefetcher_in_their_own_pools(tmp_path):
+@pytest.mark.parametrize("prefetcher", ["history", "lookahead"])
+def test_a_stall_guards_shadows_run_the_prefetcher_in_their_own_pools(tmp_path, prefetcher):
     """A prefetcher that can say what it would prefetch in another pool (``prefetch_for``: the
-    history prefetcher, a learned head) runs in each shadow as it would there, not through the
-    prefetches it made for the followed expert's content: following GDSF on gpt_infer (a loop
-    over the weights), the LRU shadow stalls within 20% of LRU with the history prefetcher alone
-    (it was 7.1x when the shadows took the pool's prefetches)."""
-    from cachegym.policies.prefetch import HistoryPrefetcher
+    history and lookahead prefetchers, a learned head) runs in each shadow as it would there,
+    not through the prefetches it made for the followed expert's content: following GDSF on
+    gpt_infer (a loop over the weights), the LRU shadow stalls within 20% of LRU with the
+    prefetcher alone (7.1x with history, 10.2x with lookahead when the shadows took the pool's
+    prefetches)."""
+    from cachegym.policies.registry import make_prefetch
 
     trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
     cap = int(0.25 * trace.peak_live_bytes())
 
     def pool(policy):
-        return Pool(cap, policy, prefetcher=HistoryPrefetcher(), placement="bytes",
-                    oversize="bypass", cost="h100_pcie5")
+        return Pool(cap, policy, prefetcher=make_prefetch(prefetcher, trace=trace),
+                    placement="bytes", oversize="bypass", cost="h100_pcie5")
 
     alone = pool(LRU()).replay(trace).stall_ns
     bare = hottest_policy(tmp_path)
