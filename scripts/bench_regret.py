@@ -16,6 +16,7 @@ families ``web_cdn`` and ``web_session``: heavy-tailed sizes of 1 KiB - 100 MiB;
 on).
 
     python scripts/bench.py regret [--policy PATH ...] [--traces NAME ...] [--requests 30000]
+    python scripts/bench.py regret --objective stall --prefetch learned --policy PATH   # deployed
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "(ns, under --preset)")
     p.add_argument("--preset", default="h100_pcie5",
                    help="timing preset of the pools under --objective stall (default h100_pcie5)")
+    p.add_argument("--prefetch", default="none",
+                   help="prefetcher of every pool, a fresh one each (a registered name: history, "
+                        "lookahead, ...; 'learned': the policy file's prefetch head); the experts "
+                        "also run without it (their best printed as 'no-pf'), and the best of all "
+                        "is the reference (default none)")
 
 
 def _cost(st: Any, objective: str) -> int:
@@ -93,21 +99,36 @@ def _cost(st: Any, objective: str) -> int:
 
 
 def cell(trace: Any, cap: int, policy: str, guard: str, objective: str,
-         preset: str | None = None) -> dict[str, Any]:
+         preset: str | None = None, prefetch: str = "none") -> dict[str, Any]:
     """One trace and capacity: every expert alone and the guarded policy (pools under the
-    timing ``preset`` for the objective ``stall``)."""
+    timing ``preset`` for the objective ``stall``), each with a fresh ``prefetch`` prefetcher
+    (and, with one, every expert without it too: ``no-pf``, the best of those)."""
     from cachegym.allocator.pool import Pool
+    from cachegym.policies.features import Observed
+    from cachegym.policies.learned import LearnedPolicy
     from cachegym.policies.learned.guards import make_guard
-    from cachegym.policies.registry import make_eviction
+    from cachegym.policies.registry import make_eviction, make_prefetch
 
     cost = preset if objective == "stall" else None
 
-    def replay(pol: Any) -> int:
-        return _cost(Pool(cap, pol, placement="bytes", oversize="bypass", cost=cost).replay(trace),
-                     objective)
+    def replay(pol: Any, with_pf: bool = True) -> int:
+        pf: Any = None
+        if with_pf and prefetch == "learned":  # its features track the pool's hooks (as the evaluator)
+            pf = LearnedPolicy.load(policy, guard="none")
+            pol = Observed(pol, pf.tracker)
+        elif with_pf and prefetch != "none":
+            pf = make_prefetch(prefetch, trace=trace)
+        return _cost(Pool(cap, pol, prefetcher=pf, placement="bytes", oversize="bypass",
+                          cost=cost).replay(trace), objective)
+
+    def network() -> Any:
+        return make_eviction("learned", path=policy, guard=False)
 
     costs = {e: replay(make_eviction(e)) for e in EXPERTS[1:]}
-    costs["network"] = replay(make_eviction("learned", path=policy, guard=False))
+    costs["network"] = replay(network())
+    if prefetch != "none":
+        costs["no-pf"] = min([replay(make_eviction(e), False) for e in EXPERTS[1:]] +
+                             [replay(network(), False)])
     g = make_guard(guard) if guard == "none" else make_guard(guard, objective=objective)
     pol = make_eviction("learned", path=policy, guard=False if g is None else g)
     guarded = replay(pol)
@@ -129,22 +150,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bad = [n for n in names if n not in bundled and n not in fams]
     if bad:
         raise ConfigError(f"--traces: {bad} unknown; choose from {[*bundled, *fams]}")
-    figures: dict[str, Any] = {"objective": args.objective, "guard": args.guard, "policies": {}}
+    figures: dict[str, Any] = {"objective": args.objective, "guard": args.guard,
+                               "prefetch": args.prefetch, "policies": {}}
+    cols = EXPERTS if args.prefetch == "none" else (*EXPERTS, "no-pf")
     for policy in args.policy:
-        print(f"policy {policy} under guard {args.guard!r}, objective {args.objective}")
+        print(f"policy {policy} under guard {args.guard!r}, objective {args.objective}, "
+              f"prefetch {args.prefetch}")
         print(f"{'trace':>14} {'cap':>5} {'ratio':>6} {'best':>8} " +
-              " ".join(f"{e:>8}" for e in EXPERTS) + "  switches shares (costs / best)")
+              " ".join(f"{e:>8}" for e in cols) + "  switches shares (costs / best)")
         rows = []
         for name in names:
             t = read_trace(bundled[name]) if name in bundled else fams[name]()
             for frac in args.capacities:
                 cap = max(1, int(frac * t.peak_live_bytes()))
-                r = cell(t, cap, policy, args.guard, args.objective, args.preset)
+                r = cell(t, cap, policy, args.guard, args.objective, args.preset, args.prefetch)
                 r.update(trace=name, capacity=frac)
                 rows.append(r)
                 b = r[r["best"]]
                 print(f"{name:>14} {frac:>5.2f} {r['ratio']:>6.3f} {r['best']:>8} " +
-                      " ".join(f"{r[e] / b:>8.3f}" for e in EXPERTS) +
+                      " ".join(f"{r[e] / b:>8.3f}" for e in cols) +
                       f"  {r['switches']!s:>3} {r['shares']}", flush=True)
         ratios = [r["ratio"] for r in rows]
         summary = {"max_ratio": max(ratios), "mean_ratio": statistics.fmean(ratios),
