@@ -164,6 +164,23 @@ def test_regret_bench_smoke_run(tmp_path: Path) -> None:
     assert "more than 1% behind" in r.stdout
 
 
+def test_regret_bench_with_a_prefetcher_under_stall(tmp_path: Path) -> None:
+    """``--prefetch`` gives every pool a fresh prefetcher; the experts also run without it, the
+    best of those as ``no-pf``, and the reference is the best of all."""
+    import json
+
+    out = tmp_path / "r.json"
+    r = _bench("regret", "--traces", "resnet", "--capacities", "0.25", "--objective", "stall",
+               "--prefetch", "history", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    (fig,) = json.loads(out.read_text())["policies"].values()
+    (row,) = fig["rows"]
+    costs = {e: row[e] for e in ("network", "lru", "s3fifo", "gdsf", "lfu", "no-pf")}
+    assert row["best"] == min(costs, key=costs.__getitem__) and all(v > 0 for v in costs.values())
+    assert row["ratio"] == row["guarded"] / costs[row["best"]]
+    assert "prefetch history" in r.stdout and "no-pf" in r.stdout
+
+
 def test_regret_bench_unknown_trace_is_one_line() -> None:
     r = _bench("regret", "--traces", "nope")
     assert r.returncode == 2 and "Traceback" not in r.stderr
