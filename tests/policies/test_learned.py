@@ -233,6 +233,8 @@ def test_bad_guard_settings_are_config_errors(kw):
 def test_bad_shadow_guard_settings_are_config_errors(kw):
     with pytest.raises(ConfigError, match="ShadowGuard: margin .* handover .* must be >= 0; got"):
         ShadowGuard(**kw)
+    with pytest.raises(ConfigError, match="without_prefetch must be a bool, got 'yes'"):
+        ShadowGuard(without_prefetch="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("guard, match", [
