@@ -206,11 +206,10 @@ class Guard:
     def _shadow_prefetches(self, view: PoolView, key: int) -> None:
         """Under the stall objective, before the request of ``key``: each shadow starts the
         prefetches the pool's prefetcher would have made there after the previous request
-        (``prefetch_for`` of its view), where the prefetcher can say (its choice
-        depends on what the pool holds: given the guarded pool's prefetches, a shadow would miss
-        the objects the followed expert keeps and it does not, and the guard would stay with the
-        expert it follows); otherwise the shadows take the pool's own prefetches
-        (:meth:`insert`)."""
+        (``prefetch_for`` of its view), where the prefetcher can say; otherwise the shadows take
+        the pool's own prefetches (:meth:`insert`). (A prefetcher's choice depends on what the
+        pool holds: given the guarded pool's prefetches, a shadow would miss what the followed
+        expert keeps and it does not, and the guard would stay with the expert it follows.)"""
         pf = view.prefetcher
         self._pf_for = fn = None if pf is None else getattr(pf, "prefetch_for", None)
         prev, self._pf_key = self._pf_key, key
@@ -319,15 +318,15 @@ class ShadowGuard(Guard):
     the guarded pool's timing preset (``stall``: each shadow runs the pool's compute between
     requests; a prefetcher that answers ``prefetch_for`` -- a learned head, the history and
     lookahead prefetchers -- decides in each shadow as it would there, any other prefetcher's
-    prefetches start there as prefetches), or their misses (``misses``), counted
-    from the first request, never decayed. Under ``stall`` with a learned head
-    (``without_prefetch``, the default), each expert is also judged without the head (a twin
-    shadow named ``<expert>-no-prefetch``); while the pool follows a twin the head is muted
-    (``LearnedPolicy.prefetch_muted``), so that the pool does not end behind its experts
-    without prefetches where the head's copies cost more stall than they hide. The default ``auto`` is ``stall`` in a pool with a timing preset
+    prefetches start there as prefetches), or their misses (``misses``), counted from the first
+    request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
     (where each copy's latency makes object misses weigh beside bytes: GDSF, which keeps small
     objects, stalls least on the DL traces though it copies more bytes) and ``traffic`` in one
-    without. On every access the pool switches from the followed expert
+    without. Under ``stall`` with a learned head (``without_prefetch``, the default), each
+    expert is also judged without the head (a twin shadow named ``<expert>-no-prefetch``);
+    while the pool follows a twin the head is muted (``LearnedPolicy.prefetch_muted``), so that
+    the pool does not end behind its experts without prefetches where the head's copies cost
+    more stall than they hide. On every access the pool switches from the followed expert
     ``f`` to the expert ``b`` of lowest cost when ``C_f - C_b`` exceeds ``margin * (1 + s) * C_b``
     (``s``: the switches so far) plus a hand-over charge: ``handover`` pool capacities (bytes;
     objects of the mean request's size for ``misses``; their copy-in times for ``stall``) plus ``handover_weight`` times the mean hand-over cost measured so far. The
