@@ -231,7 +231,7 @@ class PrefetchPolicyBase:
     # guard whose shadow pools model the pool's prefetcher in each of them; None: no such answer
     # (the shadows then take the pool's own prefetches). A prefetcher that has it may also have
     # a settable ``prefetch_muted`` (bool): a guard sets it while it follows an expert judged
-    # without prefetches, and the prefetcher then returns none
+    # without prefetches, and the prefetcher then returns none (its own state still advancing)
     prefetch_for: Callable[[PoolView, int], Sequence[int]] | None = None
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:

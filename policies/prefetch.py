@@ -139,9 +139,12 @@ class HistoryPrefetcher(PrefetchPolicyBase):
             raise ConfigError(f"HistoryPrefetcher horizon must be >= 1 (accesses read ahead), got {horizon}")
         self.depth = depth
         self.predictor = SuccessorPredictor(horizon=horizon, memory=memory)
+        self.prefetch_muted = False  # set by a guard following an expert judged without it
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         self.predictor.observe(key, view)
+        if self.prefetch_muted:
+            return ()
         return self.predictor.propose(key, self.depth, view)
 
     def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:  # type: ignore[override]
@@ -184,6 +187,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self.timing = PrefetchTiming(gain)
         self._other = PoolTimings(gain)  # the timing in other pools (prefetch_for)
         self._tick = -1  # the row of the latest access it was asked after
+        self.prefetch_muted = False  # set by a guard following an expert judged without it
         self._key = trace.key
         self._free = trace.op == Op.FREE
         # compute before row j: _cum[j] (the compute after rows 0 .. j-1)
@@ -193,6 +197,8 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         self.timing.feedback(view, key, key)
         self._tick = view.tick
+        if self.prefetch_muted:
+            return ()
         return self._due(view, key, self.timing)
 
     def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:  # type: ignore[override]

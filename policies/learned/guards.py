@@ -322,11 +322,12 @@ class ShadowGuard(Guard):
     request, never decayed. The default ``auto`` is ``stall`` in a pool with a timing preset
     (where each copy's latency makes object misses weigh beside bytes: GDSF, which keeps small
     objects, stalls least on the DL traces though it copies more bytes) and ``traffic`` in one
-    without. Under ``stall`` with a learned head (``without_prefetch``, the default), each
-    expert is also judged without the head (a twin shadow named ``<expert>-no-prefetch``);
-    while the pool follows a twin the head is muted (``LearnedPolicy.prefetch_muted``), so that
-    the pool does not end behind its experts without prefetches where the head's copies cost
-    more stall than they hide. On every access the pool switches from the followed expert
+    without. Under ``stall`` with a prefetcher that answers ``prefetch_for`` and can be muted
+    (``prefetch_muted``: a learned head, the history and lookahead prefetchers;
+    ``without_prefetch``, the default), each expert is also judged without it (a twin shadow
+    named ``<expert>-no-prefetch``); while the pool follows a twin the prefetcher is muted, so
+    that the pool does not end behind its experts without prefetches where the prefetcher's
+    copies cost more stall than they hide. On every access the pool switches from the followed expert
     ``f`` to the expert ``b`` of lowest cost when ``C_f - C_b`` exceeds ``margin * (1 + s) * C_b``
     (``s``: the switches so far) plus a hand-over charge: ``handover`` pool capacities (bytes;
     objects of the mean request's size for ``misses``; their copy-in times for ``stall``) plus ``handover_weight`` times the mean hand-over cost measured so far. The
@@ -377,7 +378,7 @@ class ShadowGuard(Guard):
             raise ConfigError(f"ShadowGuard: without_prefetch must be a bool, got "
                               f"{without_prefetch!r}")
         self.without_prefetch = without_prefetch
-        self._muted: Any = None  # the pool's learned prefetcher, muted while a twin is followed
+        self._muted: Any = None  # the pool's prefetcher, muted while a twin is followed
         # the experts beyond LRU and S3-FIFO (Guard.model), by name
         self.extra: dict[str, Expert] = {}
         if gdsf:
@@ -500,7 +501,7 @@ class ShadowGuard(Guard):
             self._since = self._cost(bg)
             self.expert = best
             self.switches += 1
-            if self._muted is not None:  # a twin judged without the prefetcher: mute it
+            if self._muted is not None:  # a twin, judged without the prefetcher: mute it
                 self._muted.prefetch_muted = not self._named[best].prefetching
 
     def __repr__(self) -> str:
