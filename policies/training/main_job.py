@@ -11,7 +11,8 @@ workloads (never trained on) as trace files and evaluates them with
 ``cfg.main.baselines`` at ``cfg.main.capacities`` of each trace's peak live bytes, the policy
 under each guard of ``cfg.main.learned_guards`` (by default ``shadow``, the deployed guard, and
 ``none``, the network alone: ``learned[shadow]`` and ``learned[none]`` in the results), each
-policy without prefetch, with ``lookahead`` and with the file's prefetch head
+policy without prefetch, with ``lookahead`` (the trace's future), with ``history`` (the
+heuristic on the head's candidates) and with the file's prefetch head
 (``learned:PATH``; without ``main.prefetch``: no prefetch only); the results table, CSV/JSON
 and plots land in ``OUT/eval``.
 """
@@ -44,7 +45,7 @@ __all__ = ["run_main", "held_out_traces", "check_main", "train_prefetch_head", "
 
 log = logging.getLogger(__name__)
 
-PREFETCHERS = ("none", "lookahead")
+PREFETCHERS = ("none", "lookahead", "history")
 """The heuristic prefetchers beside the exported file's prefetch head (``learned:PATH``) in the
 main job's evaluation when ``main.prefetch`` is on."""
 

@@ -62,9 +62,11 @@ def test_main_job_end_to_end(tmp_path):
     assert header["prefetch"]["opportunity"] == "access"
     assert all(np.array_equal(arrays[k], v) for k, v in evict_arrays.items())
     assert all(np.array_equal(arrays[k], v) for k, v in joint_arrays.items() if k.startswith("p/"))
-    # each policy without prefetch, with lookahead, with the file's head: stall beside traffic
+    # each policy without prefetch, with lookahead, with history, with the file's head: stall
+    # beside traffic
     pol_rows = [row for row in rows if row["row_kind"] == "policy"]
-    assert {row["prefetch"] for row in pol_rows} == {"none", "lookahead", f"learned:{policy}"}
+    assert {row["prefetch"] for row in pol_rows} == {"none", "lookahead", "history",
+                                                     f"learned:{policy}"}
     both = [row for row in pol_rows if row["policy"] == "learned[shadow]"
             and row["prefetch"] == f"learned:{policy}"]
     assert len(both) == 2 and all(float(row["stall_ns"]) >= 0 and int(row["traffic_bytes"]) > 0
