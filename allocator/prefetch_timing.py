@@ -158,7 +158,3 @@ class PoolTimings:
         if key in view:
             timing.feedback(view, key, key if ident is None else ident)
         return timing
-
-    def clear(self) -> None:
-        self._by.clear()
-

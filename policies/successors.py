@@ -107,7 +107,8 @@ class SuccessorPredictor:
         self._cursor = -1
         self._period = 0  # distance of the last re-alignment (0: none yet)
         # the walk of the history after the latest access (_uses), shared by every pool that
-        # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead)s]
+        # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead)s,
+        # the compute at the walk's start]
         self._walk: list[Any] | None = None
         self._other = PoolTimings()  # the aligned history's timing in other pools (timing_in)
         self._sync = 0.0  # moving average of the accesses that followed the cursor
@@ -129,7 +130,7 @@ class SuccessorPredictor:
             if view is not None:
                 now = view.cost.compute_ns
                 self._max_size = max(self._max_size, view.size(key))
-                self.feedback(view, key, self.timing)
+                self.timing.feedback(view, key, self._root.get(key, key))
             self._align(key, now)
             return
         succ, width = self._succ, self.width
@@ -221,13 +222,6 @@ class SuccessorPredictor:
         if self._cursor < lo:
             self._cursor = -1
 
-    def feedback(self, view: PoolView, key: int, timing: PrefetchTiming) -> None:
-        """After an access of ``key`` in ``view``'s pool: ``timing`` learns whether it waited for
-        its late prefetch (by the object's lineage: the aligned history's timing; nothing without
-        a horizon)."""
-        if self.horizon:
-            timing.feedback(view, key, self._root.get(key, key))
-
     def timing_in(self, view: PoolView, key: int) -> PrefetchTiming:
         """The aligned history's timing in another pool, ``view`` (a guard's shadow pool under
         the same trace), after learning from that pool's access of ``key`` (called after each
@@ -299,7 +293,8 @@ class SuccessorPredictor:
         w = self._walk
         if w is None or w[0] != key:
             lo = self._cursor + 1 - self._base
-            w = self._walk = [key, lo, min(lo + self.horizon, len(self._hist) - 1), {key}, []]
+            hi = min(lo + self.horizon, len(self._hist) - 1)  # (never the current access)
+            w = self._walk = [key, lo, hi, {key}, [], self._clock[lo] if lo < hi else 0]
         found: list[tuple[int, int, int]] = w[4]
         j = 0
         while True:
@@ -312,11 +307,8 @@ class SuccessorPredictor:
 
     def _walk_on(self, w: list[Any]) -> bool:
         """The walk ``w`` (:meth:`_uses`) finds its next distinct object, if any."""
-        i, hi, seen = w[1], w[2], w[3]
-        if i >= hi:
-            return False
+        i, hi, seen, base = w[1], w[2], w[3], w[5]
         hist, clock, alias = self._hist, self._clock, self._alias
-        base = clock[self._cursor + 1 - self._base]
         while i < hi:
             z = hist[i]
             z = alias.get(z, z)
