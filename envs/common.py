@@ -17,6 +17,7 @@ from cachegym.allocator.errors import ConfigError, InvalidActionError
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import INF, Op, Trace
 from cachegym.policies import features
+from cachegym.policies import kernels as _k
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import Pool
@@ -273,10 +274,18 @@ def empty_obs(K: int) -> dict[str, np.ndarray]:
             "mask": np.zeros(K, np.int8)}
 
 
-def next_use_rows(next_use: np.ndarray, last_access: np.ndarray) -> np.ndarray:
+def next_use_rows(next_use: np.ndarray, last_access: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """The row of each object's next access (``INF``: never), given the row of its last access
-    (``-1``: never accessed) and the window's ``next_use``."""
-    return np.where(last_access >= 0, next_use[np.maximum(last_access, 0)], INF)
+    (``-1``: never accessed) and the window's ``next_use`` (int64). ``out``: an int64 buffer of
+    at least as many values to write into (returned), else a new array of ``last_access``'s
+    shape."""
+    last = np.ascontiguousarray(last_access, np.int64)
+    if out is None:
+        out = np.empty(last.shape, np.int64)
+    _k.next_rows(np.ascontiguousarray(next_use, np.int64), last.reshape(-1), last.size,
+                 out.reshape(-1))
+    return out
 
 
 def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) -> np.ndarray:
@@ -298,18 +307,7 @@ def decision_info(keys: list[int], nxt: list[int] | np.ndarray, tick: int, K: in
     equals), ``-1`` when none is used again; ``-1`` when there are no candidates. The arrays
     are ``(K,)`` and new at every call (callers keep infos): the keys (int64) and the ticks
     from ``tick`` to each next use (float64, ``inf`` if never), ``-1`` in the padding."""
-    rows: list[int] = nxt if isinstance(nxt, list) else np.asarray(nxt)[:len(keys)].tolist()
-    n = len(keys)
-    if n == 0:
-        j = -1
-    elif farthest:
-        j = keys.index(max(zip(rows, keys))[1])
-    else:
-        j = rows.index(min(rows))
-        if rows[j] >= INF:
-            j = -1
-    never, inf = INF, float("inf")  # closure cells, not globals, in the comprehension
-    dist = [x - tick if x < never else inf for x in rows]
-    return (j, np.array(keys + [-1] * (K - n), np.int64),
-            np.array(dist + [-1.0] * (K - n), np.float64))
-
+    keys_out, dist = np.empty(K, np.int64), np.empty(K, np.float64)
+    rows = np.ascontiguousarray(nxt, np.int64)
+    j = _k.oracle(keys if type(keys) is list else list(keys), rows, tick, farthest, keys_out, dist)
+    return j, keys_out, dist

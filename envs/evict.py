@@ -263,10 +263,10 @@ class EvictEnv(PoolEnv):
         # reading each candidate's pool record once): the same observation
         view = self._view
         v = self._packed
-        keys, codes = features.select_keys(self.tracker, view, self.K, self.candidates, self.np_random)
+        keys = features.select_keys(self.tracker, view, self.K, self.candidates, self.np_random)
         if not keys:  # cannot happen: the pool asks only when something is evictable
             raise RuntimeError("eviction request without an evictable candidate")
-        cand, mask, glob = features.observe_keys(self.tracker, view, keys, self.K, codes, v)
+        cand, mask, glob = features.observe_keys(self.tracker, view, keys, self.K, v)
         self._keys, self._mask, self._obs = keys, mask, pack_obs(cand, mask, glob)
         self._done = False
         return True
@@ -327,7 +327,7 @@ class EvictEnv(PoolEnv):
         # last access
         nx = self._nx
         self._rows = last = self.tracker.last_access(kl)  # (candidate_rows reads them again)
-        nx[:len(kl)] = next_use_rows(self._next_use, last)
+        next_use_rows(self._next_use, last, nx)
         j, keys, dist = decision_info(kl, nx, t, self.K, True)
         info["oracle_action"] = j
         if not kl:

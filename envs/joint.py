@@ -215,8 +215,8 @@ class JointEnv(PoolEnv):
                 try:
                     next(gen)
                     while True:
-                        keys, codes = select(tracker, view, K, rule, self.np_random)
-                        decide(evict_, keys, codes)
+                        keys = select(tracker, view, K, rule, self.np_random)
+                        decide(evict_, keys)
                         gen.send((yield))  # type: ignore[arg-type]
                 except StopIteration as e:
                     hit = bool(e.value)
@@ -233,7 +233,7 @@ class JointEnv(PoolEnv):
             if ask:
                 cands = propose(k, K, view)
                 if cands:
-                    decide(prefetch_, cands, None)
+                    decide(prefetch_, cands)
                     key = yield
                     if key is not None:
                         hold = view.evictable(k)  # as the pool's own prefetch hook: hold the accessed object
@@ -249,10 +249,10 @@ class JointEnv(PoolEnv):
             if comp:
                 compute(comp)  # the access's compute (Pool.access's last step)
 
-    def _decide(self, phase: int, keys: list[int], codes: list[int] | None) -> None:
+    def _decide(self, phase: int, keys: list[int]) -> None:
         pool = self.pool
         assert pool is not None
-        cand, mask, glob = features.observe_keys(self.tracker, pool.view, keys, self.K, codes, self._packed)
+        cand, mask, glob = features.observe_keys(self.tracker, pool.view, keys, self.K, self._packed)
         self._phase, self._keys = phase, keys
         self._mask = _mask_table(self.K)[2 * len(keys) + phase]
         self._obs = {"candidates": cand.reshape(-1), "globals": glob, "mask": mask.astype(np.int8),
@@ -310,7 +310,7 @@ class JointEnv(PoolEnv):
             return math.inf
         nu, lr, never = self._next_use, self._last_row, INF
         soonest = math.inf
-        keys, _ = features.select_keys(self.tracker, view, _DISPLACED_SCAN, "lru", None)
+        keys = features.select_keys(self.tracker, view, _DISPLACED_SCAN, "lru", None)
         for k in keys:
             r = nu[lr[k]] if k in lr else never
             if r < never:

@@ -296,7 +296,7 @@ class PrefetchEnv(PoolEnv):
             if ask:
                 cands = propose(k, K, view)
                 if cands:
-                    cand, mask, glob = features.observe_keys(tracker, view, cands, K, None)
+                    cand, mask, glob = features.observe_keys(tracker, view, cands, K)
                     self._keys, self._keys_accessed = cands, k
                     self._mask = masks[len(cands)]
                     self._obs = pack_obs(cand, mask, glob)

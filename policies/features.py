@@ -141,8 +141,7 @@ _EMPTY_ROW = np.zeros(_NCOL)
 _EMPTY_ROW[_RING0:_SIZE] = -_MISSING * np.arange(1, _RING + 1)
 _N_LOG, _I_GAP, _I_RANK = _L["N_LOG"], _L["I_GAP"], _L["I_RANK"]
 _I_STATE, _I_SEEN = _L["I_STATE"], _L["I_SEEN"]
-_STATE_CODE = (8, 0, 12, 0)  # by residency DEVICE, HOST, H2D, D2H: 4 in flight + 8 resident
-assert (DEVICE, H2D) == (0, 2)
+assert (DEVICE, H2D) == (0, 2)  # the residency numbers policies/kernels.py reads
 
 
 def feature_spec() -> dict[str, Any]:
@@ -298,9 +297,10 @@ class FeatureTracker(EvictionPolicyBase):
     def last_access(self, keys: Any) -> np.ndarray:
         """Tick of each key's last access (``-1`` without one: never seen, or only prefetched;
         an empty ring's entries are negative)."""
-        sl = self.slots(keys)
-        last = self._S[np.maximum(sl, 0), _RING0:_SIZE].max(axis=1)  # (row 0 read for -1: masked)
-        return np.where((sl >= 0) & (last >= 0), last, -1).astype(np.int64)
+        keys = keys.tolist() if isinstance(keys, np.ndarray) else keys if type(keys) is list else list(keys)
+        out = np.empty(len(keys), np.int64)
+        _k.last_ticks(self._Sk, self._slot, keys, out)
+        return out
 
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:
@@ -416,24 +416,12 @@ def select_candidates(tracker: FeatureTracker, view: PoolView, K: int, rule: str
     """Up to ``K`` evictable keys (int64), chosen by ``rule``: ``"lru"`` gives the K least
     recently used, least recent first; ``"sample"`` draws K evictable objects uniformly without
     replacement (``rng`` required; as LRB), in draw order."""
-    return np.array(select_keys(tracker, view, K, rule, rng)[0], np.int64)
+    return np.array(select_keys(tracker, view, K, rule, rng), np.int64)
 
 
-def _evictable(o: Any) -> bool:
-    """``view.evictable`` of the key whose pool record (or ``None``) is ``o``."""
-    return o is not None and o.state == DEVICE and o.pins == 0
-
-
-def _state_code(o: Any) -> int:
-    """A record's state flags and kind as one code: the row of
-    :data:`policies.kernels.STATE_TABLE32` the features are read from."""
-    return o.dirty + 2 * o.prefetched + _STATE_CODE[o.state] + 16 * o.kind
-
-
-def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[int], list[int] | None]:
-    """``select_candidates(rule="lru")`` as a list, with each candidate's state code (as
-    :func:`observe` computes it) when the view exposes its objects (else ``None``): one pass
-    over the candidates' records instead of one per use."""
+def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> list[int]:
+    """``select_candidates(rule="lru")`` as a list (the view's records read in one kernel call
+    where it exposes them)."""
     order = tracker._order
     objs: dict[int, Any] | None = getattr(view, "objects", None)
     if objs is None:
@@ -446,38 +434,18 @@ def _select_lru(tracker: FeatureTracker, view: PoolView, K: int) -> tuple[list[i
                     out.append(k)
                     if len(out) == K:
                         break
-        return out, None
-    get = objs.get
+        return out
     first = list(islice(order, K))
-    recs: list[Any] = list(map(get, first))
-    if None not in recs:
-        # the usual case: the K least recent are all evictable (view.evictable), so they are the
-        # candidates; their codes as observe computes them
-        codes = [_state_code(o) for o in recs if _evictable(o)]
-        if len(codes) == len(first):
-            return first, codes
-    out, codes = [], []
-    for k, o in zip(first, recs):
-        if _evictable(o):
-            out.append(k)
-            codes.append(_state_code(o))
+    out = _k.evictable_keys(objs, first, K)
     if len(out) < K and len(order) > K:  # some of the first K are pinned or in flight
-        out, codes = [], []
-        for k in order:
-            o = get(k)
-            if _evictable(o):
-                out.append(k)
-                codes.append(_state_code(o))
-                if len(out) == K:
-                    break
-    return out, codes
+        out = _k.evictable_keys(objs, order, K)
+    return out
 
 
 def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
-                rng: np.random.Generator | None) -> tuple[list[int], list[int] | None]:
-    """:func:`select_candidates` as a list of keys, with their state codes where they came
-    for free (else ``None``; :func:`observe_keys` computes them): what the environments and the
-    deployed policy call at each decision, without the conversions of the array forms."""
+                rng: np.random.Generator | None) -> list[int]:
+    """:func:`select_candidates` as a list of keys: what the environments and the deployed
+    policy call at each decision, without the conversions of the array forms."""
     if rule == "lru":
         return _select_lru(tracker, view, K)
     ev = view.evictable
@@ -492,27 +460,20 @@ def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
                 pool_ = [k for k in res if ev(k)]
                 if len(pool_) > K:
                     pool_ = [pool_[i] for i in rng.permutation(len(pool_))[:K].tolist()]
-                return pool_, None
-            # the same draw, reading each record once for the codes too
-            ok = [(k, o) for k, o in zip(res, map(objs_.get, res)) if _evictable(o)]
+                return pool_
+            ok = _k.evictable_keys(objs_, res, n)  # the same draw, without a call per key
             if len(ok) > K:
                 ok = [ok[i] for i in rng.permutation(len(ok))[:K].tolist()]
-            return [k for k, _ in ok], [_state_code(o) for _, o in ok]
+            return ok
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
         first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
         if len(first) == K:
             objs: dict[int, Any] | None = getattr(view, "objects", None)
-            if objs is not None:  # as in _select_lru: evictable, and the codes in one pass
-                recs: list[Any] = list(map(objs.get, first))
-                if None not in recs:
-                    codes = [_state_code(o) for o in recs if _evictable(o)]
-                    if len(codes) == K:
-                        return first, codes
-            out = [k for k in first if ev(k)]
+            out = [k for k in first if ev(k)] if objs is None else _k.evictable_keys(objs, first, K)
             if len(out) == K:
-                return out, None
+                return out
         # else the first K distinct evictable objects of iid uniform draws (uniform as well)
         drawn: set[int] = set()
         picked: list[int] = []
@@ -531,7 +492,7 @@ def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
             if len(rest) > K - len(picked):
                 rest = [rest[i] for i in rng.permutation(len(rest))[:K - len(picked)].tolist()]
             picked += rest
-        return picked, None
+        return picked
     raise ConfigError(f"unknown candidate rule {rule!r}; choose one of {RULES}")
 
 
@@ -559,15 +520,14 @@ def observe(tracker: FeatureTracker, view: PoolView, keys: Any, K: int
     """
     if isinstance(keys, np.ndarray):
         keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
-    cand, mask, glob = observe_keys(tracker, view, keys, K, None)
+    cand, mask, glob = observe_keys(tracker, view, keys, K)
     return cand, mask.copy(), glob
 
 
 def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
-                 codes: list[int] | None, v: np.ndarray | None = None,
+                 v: np.ndarray | None = None,
                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`observe` of a sequence of Python ints; ``codes`` (each key's state code, as
-    :func:`select_keys` gives them) spares reading the pool's records again. ``v``: a
+    """:func:`observe` of a list of Python ints. ``v``: a
     :func:`packed_buffer` to reuse; ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows
     ``len(keys)..K-1`` are then left as they were), else new ones."""
     n = len(keys)
@@ -581,7 +541,7 @@ def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
         v = packed_buffer(K)
     mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
     cand, glob = out[:K], out[K, :G]
-    sls = _pack(tracker, view, keys, K, codes, v)
+    sls = _pack(tracker, view, keys, K, v)
     if sls is None:  # the usual case, every candidate has history: one kernel call
         _k.features(tracker._Sk, _kernel_view(v, _k.vector),
                     _kernel_view(out, _k.observation) if reused else out)
@@ -634,7 +594,7 @@ def packed_buffer(K: int) -> np.ndarray:
 
 
 def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
-          codes: list[int] | None, v: np.ndarray) -> list[int] | None:
+          v: np.ndarray) -> list[int] | None:
     """Writes into ``v`` everything :func:`policies.kernels.features` computes from besides
     the tracker's rows: ``(n, prm[_NPRM], globals[G], slots[K], codes[K])`` (all values exact
     in float64). Returns ``None`` when every key has history, else each key's slot (``-1``: no
@@ -646,16 +606,12 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
     except KeyError:  # a key without history (-1; a prefetch candidate may be one)
         get = tracker._slot.get
         sls = [get(k, -1) for k in keys]
-    if codes is None:
-        try:  # state flags and kind: one code per candidate, expanded by a table lookup
-            codes = [_state_code(o) for o in map(view.info, keys)]
-        except KeyError:  # a key the pool does not know (a prefetch candidate may be one)
-            codes = [0] * n
-            for i, k in enumerate(keys):
-                if k in view:
-                    codes[i] = _state_code(view.info(k))
     _put_head(v, 0, *head)
-    v[_HEAD + K:_HEAD + K + n] = codes
+    # state flags and kind: one code per candidate, expanded by a table lookup
+    objs: dict[int, Any] | None = getattr(view, "objects", None)
+    if objs is None:  # (a view without its records: the ones of these keys it knows)
+        objs = {k: view.info(k) for k in keys if k in view}
+    _k.state_codes(objs, keys, _kernel_view(v, _k.vector), _HEAD + K)
     if -1 in sls:
         return sls
     v[_HEAD:_HEAD + n] = sls

@@ -2,10 +2,12 @@
 # is compiled; interpreted, the .py runs as it is). The layout constants are C constants here
 # (policies/features.py reads them through kernels.LAYOUT).
 cimport cython
+from cachegym.allocator.records cimport ObjectInfo
 
 cdef Py_ssize_t HORIZON, N_GAPS, N_KINDS, INSERT, CREATE, COUNT, E0, RING0, RING, SIZE, KIND, NCOL
 cdef Py_ssize_t NPRM, G, HEAD, N_LOG, I_GAP, I_RANK, I_STATE, N_STATE, I_SEEN, F
 cdef double H1, IH0, IH1, IH2, MISSING
+cdef long long INF
 cdef float[::1] _inv_scale
 cdef float[:, ::1] _table
 cdef float _inv_log_ns
@@ -16,11 +18,30 @@ cdef inline float f32(double x) noexcept
 cpdef object vector(double[::1] a)
 cpdef object matrix(double[:, ::1] a)
 cpdef object observation(float[:, ::1] a)
+cpdef object rows(long long[::1] a)
 
 cpdef void access(double[::1] V, Py_ssize_t b, double t, double x, double two) except *
 
 @cython.locals(c=Py_ssize_t, m=Py_ssize_t, j=Py_ssize_t, q=Py_ssize_t, w=cython.longlong, new=bint)
 cpdef Py_ssize_t first_distinct(double[::1] u, double n, long long[::1] out) except -1
+
+@cython.locals(o=ObjectInfo)
+cpdef list evictable_keys(dict objs, object keys, Py_ssize_t limit)
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, c=cython.longlong)
+cpdef Py_ssize_t state_codes(dict objs, list keys, double[::1] v, Py_ssize_t off) except -1
+
+@cython.locals(n=Py_ssize_t, rows_=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, m=double)
+cpdef Py_ssize_t last_ticks(double[:, ::1] S, dict slot, list keys, long long[::1] out) except -1
+
+@cython.locals(rows_=Py_ssize_t, i=Py_ssize_t, r=cython.longlong)
+cpdef Py_ssize_t next_rows(const long long[::1] next_use, const long long[::1] last, Py_ssize_t n,
+                           long long[::1] out) except -1
+
+@cython.locals(n=Py_ssize_t, K=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, best=cython.longlong,
+               bk=cython.longlong, k=cython.longlong, r=cython.longlong)
+cpdef Py_ssize_t oracle(list keys, const long long[::1] nxt, long long tick, bint farthest,
+                        long long[::1] keys_out, double[::1] dist_out) except -2
 
 @cython.locals(K=Py_ssize_t, n=Py_ssize_t, nd=double, rows=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
                m=Py_ssize_t, s=Py_ssize_t, c=Py_ssize_t, sd=double, cd=double, t=double,

@@ -41,8 +41,8 @@ from cython.cimports.libc.math import log, log1p, pow
 
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 
-__all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "Scorer", "vector",
-           "matrix", "observation"]
+__all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "last_ticks", "next_rows",
+           "oracle", "evictable_keys", "state_codes", "Scorer", "vector", "matrix", "observation", "rows"]
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
@@ -66,6 +66,7 @@ I_SEEN = I_STATE + N_STATE
 F = I_SEEN + 3
 H1 = HORIZON + 1.0  # the cap of the log block's tick distances (which hold distance + 1)
 HALF_LIVES = (16, 256, 4096)
+INF = 2**63 - 1  # allocator.trace.INF: a row never reached (no next access)
 IH0, IH1, IH2 = (1.0 / h for h in HALF_LIVES)
 MISSING = 2.0**50
 
@@ -122,6 +123,11 @@ def observation(a: Any) -> Any:
     return a
 
 
+def rows(a: Any) -> Any:
+    """An int64 1-d contiguous array (rows, ticks, keys) as the kernels take it fastest."""
+    return a
+
+
 # ---------------------------------------------------------------------- the tracker
 def access(V: Any, b: int, t: int, x: int, two: float) -> None:
     """An access at tick ``t`` to the tracker row ``V[b:b + NCOL]`` of the flat float64 rows
@@ -158,6 +164,121 @@ def first_distinct(u: Any, n: int, out: Any) -> int:
             if c == m:
                 break
     return c
+
+
+# ---------------------------------------------------------------------- a decision's records
+# Read from the pool's records (``PoolView.objects``: key -> allocator.records.ObjectInfo);
+# residency as allocator.seams numbers it (DEVICE 0, HOST 1, H2D 2, D2H 3).
+def evictable_keys(objs: dict, keys: Any, limit: int) -> list:
+    """The keys, of the iterable ``keys`` in its order, that a pool whose records are ``objs``
+    could evict now (``PoolView.evictable``: resident and unpinned), up to ``limit`` of them
+    (the iteration stops there)."""
+    out: list = []
+    if limit <= 0:
+        return out
+    for k in keys:
+        o = objs.get(k)
+        if o is not None and o.state == 0 and o.pins == 0:
+            out.append(k)
+            if len(out) == limit:
+                break
+    return out
+
+
+def state_codes(objs: dict, keys: list, v: Any, off: int) -> int:
+    """Each key's state code into ``v[off:off + len(keys)]`` (float64): ``dirty + 2 prefetched
+    + 4 in flight + 8 resident + 16 kind`` of its record in ``objs`` (``0`` for a key the pool
+    does not know), the row of :data:`STATE_TABLE32` its state features are read from.
+    Returns the number of keys."""
+    n = len(keys)
+    if off < 0 or off + n > v.shape[0]:
+        raise ConfigError(f"state_codes: {n} codes from {off} do not fit a buffer of {v.shape[0]}")
+    for i in range(n):
+        o = objs.get(keys[i])
+        if o is None:
+            v[off + i] = 0.0
+            continue
+        c = o.dirty + 2 * o.prefetched + 16 * o.kind
+        if o.state == 0:  # resident
+            c += 8
+        elif o.state == 2:  # host-to-device copy in flight: resident and in flight
+            c += 12
+        v[off + i] = c
+    return n
+
+
+def last_ticks(S: Any, slot: dict, keys: list, out: Any) -> int:
+    """The tick of the last access of each of ``keys`` (Python ints) into ``out[:len(keys)]``
+    (int64): the largest tick in the ring of its tracker row (``slot`` maps a key to its row of
+    ``S``), ``-1`` for a key without a row or whose ring holds no access. Returns the number of
+    keys."""
+    n = len(keys)
+    rows_ = S.shape[0]
+    if out.shape[0] < n or S.shape[1] != NCOL:
+        raise ConfigError(f"last_ticks: {n} keys need an int64 out of at least {n} values and S "
+                          f"float64 (rows, {NCOL}); got out ({out.shape[0]},), S (.., {S.shape[1]})")
+    for i in range(n):
+        s = slot.get(keys[i], -1)
+        if s < 0:
+            out[i] = -1
+            continue
+        if s >= rows_:
+            raise ConfigError(f"last_ticks: key {keys[i]!r} maps to row {s} of a tracker of {rows_} "
+                              "rows")
+        m = S[s, RING0]
+        for j in range(RING0 + 1, SIZE):
+            if S[s, j] > m:
+                m = S[s, j]
+        out[i] = cython.cast(cython.longlong, m) if m >= 0 else -1
+    return n
+
+
+def next_rows(next_use: Any, last: Any, n: int, out: Any) -> int:
+    """``out[i] = next_use[last[i]]`` for ``i < n`` (the row of the next access after the row
+    ``last[i]``), ``INF`` where ``last[i]`` is negative (never accessed). Returns ``n``."""
+    rows_ = next_use.shape[0]
+    if n > last.shape[0] or n > out.shape[0]:
+        raise ConfigError(f"next_rows: n={n} exceeds last ({last.shape[0]},) or out ({out.shape[0]},)")
+    for i in range(n):
+        r = last[i]
+        if r < 0:
+            out[i] = INF
+        elif r < rows_:
+            out[i] = next_use[r]
+        else:
+            raise ConfigError(f"next_rows: row {r} is outside next_use's {rows_} rows")
+    return n
+
+
+def oracle(keys: list, nxt: Any, tick: int, farthest: bool, keys_out: Any, dist_out: Any) -> int:
+    """A decision's teacher: of the ``n = len(keys)`` candidates whose next accesses are at rows
+    ``nxt[:n]`` (int64, ``INF``: never), with ``farthest`` Belady's choice (the one used farthest
+    in the future; among equals the largest key), else the one used soonest (the first of
+    equals; ``-1`` when none is used again); ``-1`` without candidates. Writes the keys into
+    ``keys_out`` and the ticks from ``tick`` to each next use into ``dist_out`` (``inf`` if
+    never), ``-1`` in the padding up to their common length ``K >= n``."""
+    n = len(keys)
+    K = keys_out.shape[0]
+    if n > K or dist_out.shape[0] != K or nxt.shape[0] < n:
+        raise ConfigError(f"oracle: {n} candidates need keys_out and dist_out of one length "
+                          f">= {n} and nxt of >= {n}; got ({K},), ({dist_out.shape[0]},), "
+                          f"({nxt.shape[0]},)")
+    j = -1
+    best = 0
+    bk = 0
+    for i in range(n):
+        k = keys[i]
+        r = nxt[i]
+        keys_out[i] = k
+        dist_out[i] = cython.cast(cython.double, r - tick) if r < INF else math.inf
+        if j < 0 or (r > best or (r == best and k > bk) if farthest else r < best):
+            j, best, bk = i, r, k
+    for i in range(n, K):
+        keys_out[i] = -1
+        dist_out[i] = -1.0
+    if not farthest and j >= 0 and best >= INF:
+        j = -1
+    return j
 
 
 # ---------------------------------------------------------------------- the features

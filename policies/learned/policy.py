@@ -249,11 +249,11 @@ class LearnedPolicy(EvictionPolicyBase):
         try:
             # (a FeatureTracker: only a ShadowGuard's policy has an LRU, and it never gets here)
             tracker, K, v = cast(_features.FeatureTracker, self.tracker), self.K, self._packed
-            keys, codes = _features.select_keys(tracker, view, K, self.candidate_rule, self._rng)
+            keys = _features.select_keys(tracker, view, K, self.candidate_rule, self._rng)
             n = len(keys)
             if n:
                 buf = self._buf
-                _features.observe_keys(tracker, view, keys, K, codes, v, buf)
+                _features.observe_keys(tracker, view, keys, K, v, buf)
                 choice = keys[self.scorer.kernel.best(self._buf_k, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")

@@ -378,7 +378,7 @@ def test_observe_equals_the_numpy_oracle(cost) -> None:
         keys = keys.tolist()
         n = len(keys)
         v = fm.packed_buffer(32)
-        sls = fm._pack(tracker, view, keys, 32, None, v)
+        sls = fm._pack(tracker, view, keys, 32, v)
         rows = np.array([tracker._S[tracker._slot[k]] if k in tracker else fm._EMPTY_ROW
                          for k in keys]).reshape(n, fm._NCOL)
         for i, k in enumerate(keys):
@@ -404,25 +404,45 @@ def test_observe_equals_the_numpy_oracle(cost) -> None:
 
 
 @pytest.mark.parametrize("n_resident", [20, 60, 400])
-def test_private_select_codes_give_the_public_observation(n_resident) -> None:
-    """The env and the learned policy use ``select_keys`` (which returns each candidate's state
-    code where it reads the record anyway) and ``observe_keys``/``_pack`` with those codes; the
-    result equals the public ``select_candidates`` + ``observe`` (same draws, same features),
-    with few residents (<= 4K: the permutation path) and many, dirty objects included."""
+def test_candidates_and_state_codes_read_the_pools_records(n_resident) -> None:
+    """``select_keys`` (what the envs and the learned policy call) and the state codes ``_pack``
+    writes read the pool's records in compiled kernels; checked against the records read here:
+    the LRU rule gives the first K evictable keys of the tracker's LRU order, the sample rule
+    K distinct evictable keys (all of them when fewer), and each key's code is its record's
+    dirty + 2 prefetched + 4 in flight + 8 resident + 16 kind (0 for a key the pool does not
+    know), with pinned objects and copies in flight (a cost model) among the residents."""
     trace = _trace(6000, 2000, 11)
     tracker = FeatureTracker()
-    pool = _replay(trace, n_resident * 4 * 4096, tracker)
+    pool = _replay(trace, n_resident * 4 * 4096, tracker, cost="h100_pcie5", prefetch_every=3)
     view = pool.view
-    for rule in ("lru", "sample"):
-        for seed in range(5):
-            keys, codes = fm.select_keys(tracker, view, 32, rule, np.random.default_rng(seed))
-            ref = select_candidates(tracker, view, 32, rule, np.random.default_rng(seed))
-            assert keys == ref.tolist()
-            got = fm.observe_keys(tracker, view, keys, 32, codes)
-            want = observe(tracker, view, ref, 32)
-            for a, b in zip(got, want):
-                np.testing.assert_array_equal(a, b)
-    assert any(pool.view.info(k).dirty for k in tracker.resident())
+    for k in tracker.lru_order()[1:12:3]:
+        pool.pin(k)
+    evictable = [k for k in tracker.lru_order() if view.evictable(k)]
+    assert len(evictable) < len(tracker.lru_order())  # pins (and perhaps copies in flight)
+    assert fm.select_keys(tracker, view, 32, "lru", None) == evictable[:32]
+    for seed in range(5):
+        keys = fm.select_keys(tracker, view, 32, "sample", np.random.default_rng(seed))
+        assert len(set(keys)) == len(keys) == min(32, len(evictable))
+        assert set(keys) <= set(evictable)
+        assert keys == select_candidates(tracker, view, 32, "sample",
+                                         np.random.default_rng(seed)).tolist()
+    resident_flag = {0: 8, 2: 12}  # DEVICE: resident; H2D: resident and in flight
+    probe = tracker.lru_order()[:24] + [10**12]  # pinned, in flight, dirty, and an unknown key
+    v = fm.packed_buffer(32)
+    fm._pack(tracker, view, probe, 32, v)
+    got = v[fm._HEAD + 32:fm._HEAD + 32 + len(probe)].tolist()
+    want = []
+    for k in probe:
+        o = view.objects.get(k)
+        want.append(0 if o is None else
+                    int(o.dirty) + 2 * int(o.prefetched) + resident_flag.get(o.state, 0) + 16 * o.kind)
+    assert got == want
+    assert any(c & 1 for c in want) and want[-1] == 0
+    c, _, _ = observe(tracker, view, np.array(probe[:-1]), 32)
+    for i, k in enumerate(probe[:-1]):
+        o = view.objects[k]
+        assert c[i, IDX["dirty"]] == float(o.dirty)
+        assert c[i, IDX["prefetched"]] == float(o.prefetched)
 
 
 @pytest.mark.parametrize("cost", [None, "a100_pcie4"])
@@ -534,3 +554,28 @@ def test_observed_policy_decides_as_alone(name: str) -> None:
             seen.free(k)
     assert alone.snapshot() == seen.snapshot()
     assert alone.snapshot().streamed > 0 or name != "s3fifo"  # the admission was exercised
+
+
+def test_last_access_is_the_newest_tick_of_each_ring() -> None:
+    """``FeatureTracker.last_access`` (a compiled kernel: what the envs' oracle and LRU fallback
+    read) gives the newest tick in each key's ring of access ticks, -1 for a key without history
+    or only prefetched, for a list, an array or a tuple of keys."""
+    trace = _trace(3000, 300, 4, frees=True)
+    tracker = FeatureTracker()
+    _replay(trace, 25 * 4 * 4096, tracker, prefetch_every=5)
+    keys = sorted(tracker._slot)[:50] + [10**12, -3]
+    ring = np.array([tracker._S[tracker._slot[k], fm._RING0:fm._SIZE] if k in tracker
+                     else np.full(fm._RING, -1.0) for k in keys])
+    want = np.where(ring.max(axis=1) >= 0, ring.max(axis=1), -1).astype(np.int64)
+    last_seen = {}
+    for i, k in enumerate(trace.key.tolist()):
+        if trace.op[i] != Op.FREE:
+            last_seen[k] = i
+    assert want[0] >= 0 and want[-1] == -1 and want[-2] == -1
+    for k, w in zip(keys, want.tolist()):
+        if w >= 0:  # the pool's tick of row r is r: the newest tick is the key's last row
+            assert w == last_seen[k]
+    for form in (keys, np.array(keys), tuple(keys)):
+        got = tracker.last_access(form)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
