@@ -598,23 +598,15 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
     """Writes into ``v`` everything :func:`policies.kernels.features` computes from besides
     the tracker's rows: ``(n, prm[_NPRM], globals[G], slots[K], codes[K])`` (all values exact
     in float64). Returns ``None`` when every key has history, else each key's slot (``-1``: no
-    history; ``v``'s slots are then not set)."""
+    history)."""
     n = len(keys)
-    head = _head_py(tracker, view, n, K)
-    try:  # candidates are tracked objects: every key has a row
-        sls = list(map(tracker._slot.__getitem__, keys))
-    except KeyError:  # a key without history (-1; a prefetch candidate may be one)
-        get = tracker._slot.get
-        sls = [get(k, -1) for k in keys]
-    _put_head(v, 0, *head)
-    # state flags and kind: one code per candidate, expanded by a table lookup
+    _put_head(v, 0, *_head_py(tracker, view, n, K))
+    # tracker rows and state flags and kind (one code per candidate, expanded by a table lookup)
     objs: dict[int, Any] | None = getattr(view, "objects", None)
     if objs is None:  # (a view without its records: the ones of these keys it knows)
         objs = {k: view.info(k) for k in keys if k in view}
-    _k.state_codes(objs, keys, _kernel_view(v, _k.vector), _HEAD + K)
-    if -1 in sls:
-        return sls
-    v[_HEAD:_HEAD + n] = sls
+    if _k.pack_keys(tracker._slot, objs, keys, _kernel_view(v, _k.vector), K):
+        return v[_HEAD:_HEAD + n].astype(np.int64).tolist()  # type: ignore[no-any-return]
     return None
 
 

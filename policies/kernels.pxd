@@ -28,8 +28,9 @@ cpdef Py_ssize_t first_distinct(double[::1] u, double n, long long[::1] out) exc
 @cython.locals(o=ObjectInfo)
 cpdef list evictable_keys(dict objs, object keys, Py_ssize_t limit)
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, c=cython.longlong)
-cpdef Py_ssize_t state_codes(dict objs, list keys, double[::1] v, Py_ssize_t off) except -1
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, c=cython.longlong, s=Py_ssize_t,
+               missing=Py_ssize_t)
+cpdef Py_ssize_t pack_keys(dict slot, dict objs, list keys, double[::1] v, Py_ssize_t K) except -1
 
 @cython.locals(n=Py_ssize_t, rows_=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, m=double)
 cpdef Py_ssize_t last_ticks(double[:, ::1] S, dict slot, list keys, long long[::1] out) except -1

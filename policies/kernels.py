@@ -42,7 +42,7 @@ from cython.cimports.libc.math import log, log1p, pow
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 
 __all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "last_ticks", "next_rows",
-           "oracle", "evictable_keys", "state_codes", "Scorer", "vector", "matrix", "observation", "rows"]
+           "oracle", "evictable_keys", "pack_keys", "Scorer", "vector", "matrix", "observation", "rows"]
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
@@ -185,26 +185,35 @@ def evictable_keys(objs: dict, keys: Any, limit: int) -> list:
     return out
 
 
-def state_codes(objs: dict, keys: list, v: Any, off: int) -> int:
-    """Each key's state code into ``v[off:off + len(keys)]`` (float64): ``dirty + 2 prefetched
-    + 4 in flight + 8 resident + 16 kind`` of its record in ``objs`` (``0`` for a key the pool
-    does not know), the row of :data:`STATE_TABLE32` its state features are read from.
-    Returns the number of keys."""
+def pack_keys(slot: dict, objs: dict, keys: list, v: Any, K: int) -> int:
+    """The per-candidate part of a decision's packed buffer ``v`` (:func:`features`' layout, ``K``
+    candidates): each key's tracker row (``slot`` maps a key to its row, ``-1`` without one)
+    into ``v[HEAD + i]`` and its state code into ``v[HEAD + K + i]``: ``dirty + 2 prefetched +
+    4 in flight + 8 resident + 16 kind`` of its record in ``objs`` (``0`` for a key the pool does
+    not know), the row of :data:`STATE_TABLE32` its state features are read from. Returns the
+    number of keys without a tracker row."""
     n = len(keys)
-    if off < 0 or off + n > v.shape[0]:
-        raise ConfigError(f"state_codes: {n} codes from {off} do not fit a buffer of {v.shape[0]}")
+    if n > K or v.shape[0] != HEAD + 3 * K:
+        raise ConfigError(f"pack_keys: {n} keys need K >= {n} and v of {HEAD} + 3K values; got "
+                          f"K={K}, v ({v.shape[0]},)")
+    missing = 0
     for i in range(n):
-        o = objs.get(keys[i])
+        k = keys[i]
+        s = slot.get(k, -1)
+        if s < 0:
+            missing += 1
+        v[HEAD + i] = s
+        o = objs.get(k)
         if o is None:
-            v[off + i] = 0.0
+            v[HEAD + K + i] = 0.0
             continue
         c = o.dirty + 2 * o.prefetched + 16 * o.kind
         if o.state == 0:  # resident
             c += 8
         elif o.state == 2:  # host-to-device copy in flight: resident and in flight
             c += 12
-        v[off + i] = c
-    return n
+        v[HEAD + K + i] = c
+    return missing
 
 
 def last_ticks(S: Any, slot: dict, keys: list, out: Any) -> int:
