@@ -290,6 +290,8 @@ class Loop:
             if o.pins == 0 and o.state == DEVICE:
                 self._n_evictable += 1
 
+    @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, lo=cython.Py_ssize_t,
+                   hi=cython.Py_ssize_t, o=cython.int, ks=list, ss=list, ops=list, cs=list, kds=list)
     def replay(self, trace: Trace, start: int = 0, stop: int | None = None) -> PoolStats:
         """Drive the access loop over rows ``start`` to ``stop`` of ``trace`` (all of it by
         default) with the pool's policies: :meth:`access` for a read or write, :meth:`free` for
@@ -306,20 +308,21 @@ class Loop:
                 and 0 <= start <= stop <= n):
             raise ConfigError(f"replay: rows {start!r}..{stop!r} are not a range of the trace's "
                               f"{n} rows; pass 0 <= start <= stop <= {n}")
-        access, free = self._access, self._free  # (the lock is held: the inner entries)
         key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
         with self._lock:
             i = int(start)
             try:
                 for lo in range(int(start), int(stop), REPLAY_CHUNK):
                     hi = min(lo + REPLAY_CHUNK, int(stop))
-                    for i, k, s, o, c, kd in zip(range(lo, hi), key[lo:hi].tolist(),  # noqa: B007
-                                                 size[lo:hi].tolist(), op[lo:hi].tolist(),
-                                                 comp[lo:hi].tolist(), kind[lo:hi].tolist()):
-                        if o == 2:  # Op.FREE
-                            free(k)
+                    ks, ss, ops = key[lo:hi].tolist(), size[lo:hi].tolist(), op[lo:hi].tolist()
+                    cs, kds = comp[lo:hi].tolist(), kind[lo:hi].tolist()
+                    for j in range(hi - lo):
+                        i = lo + j
+                        o = ops[j]
+                        if o == 2:  # Op.FREE (the inner entries: the lock is held)
+                            self._free(ks[j])
                         else:
-                            access(k, s, o == 1, kd, c)  # o == Op.WRITE
+                            self._access(ks[j], ss[j], o == 1, kds[j], cs[j])  # o == Op.WRITE
             except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the row (i)
                 e.row = i
                 raise

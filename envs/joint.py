@@ -25,6 +25,7 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
+    next_use_rows,
     observation_space,
     resolve_capacity,
     reward_scales,
@@ -283,8 +284,8 @@ class JointEnv(PoolEnv):
         K, kl, t = self.K, self._keys, pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses, "phase": self._phase,
                                 "invalid_actions": self._invalid}
-        nu, lr, never = self._next_use, self._last_row, INF
-        nxt = [nu[lr[k]] if k in lr else never for k in kl]
+        get = self._last_row.get
+        nxt = next_use_rows(self._next_use, np.array([get(k, -1) for k in kl], np.int64))
         # eviction: Belady's victim; prefetch: the candidate used soonest, or no prefetch
         j, keys, dist = decision_info(kl, nxt, t, K, self._phase == EVICT)
         if not kl:

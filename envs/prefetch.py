@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
 from cachegym.allocator.pool import Pool
-from cachegym.allocator.trace import INF, Op
+from cachegym.allocator.trace import Op
 from cachegym.envs.common import (
     Episodes,
     PoolEnv,
@@ -25,6 +25,7 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
+    next_use_rows,
     observation_space,
     pack_obs,
     resolve_capacity,
@@ -332,9 +333,10 @@ class PrefetchEnv(PoolEnv):
         t = pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid, "dropped_prefetches": self._dropped}
-        nu, lr, never = self._next_use, self._last_row, INF
+        get = self._last_row.get
+        nxt = next_use_rows(self._next_use, np.array([get(k, -1) for k in kl], np.int64))
         # the candidate used soonest (the no-op when none is used again)
-        j, keys, dist = decision_info(kl, [nu[lr[k]] if k in lr else never for k in kl], t, K, False)
+        j, keys, dist = decision_info(kl, nxt, t, K, False)
         info["oracle_action"] = K if j < 0 else j
         if not kl:
             info["stats"] = pool.snapshot().as_dict()
