@@ -83,9 +83,10 @@ class ShadowPolicy(EvictionPolicyBase):
             yield from self._fallback()
 
     # ---------------------------------------------------------------- pool hooks
-    def pending_evictions(self) -> list[int]:
-        """Objects the model no longer holds that the pool still does (evicted first)."""
-        return list(self._pending)
+    def pending_evictions(self) -> list[int] | tuple[()]:
+        """Objects the model no longer holds that the pool still does (evicted first); asked
+        after every access, mostly with nothing pending (then no list is made)."""
+        return list(self._pending) if self._pending else ()
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         """The pool admits a missed object only if the model took it in (after ``on_miss``)."""
@@ -110,10 +111,19 @@ class ShadowPolicy(EvictionPolicyBase):
             self._pending[key] = None
 
     def on_hit(self, view: PoolView, key: int) -> None:
-        self._ensure(view)
-        if not self._model(key, view.size(key)):
+        # _ensure, _model and _settle, inlined: this runs on every hit
+        if not self._ready:
+            self._setup(view.capacity)
+            self._ready = True
+        self.model_requests += 1
+        if not self._request(key, view.size(key)):
+            self.model_misses += 1
             self.divergent_hits += 1
-        self._settle(key)
+        if self._resident(key):
+            if self._pending:
+                self._pending.pop(key, None)
+        else:
+            self._pending[key] = None
 
     def on_miss(self, view: PoolView, key: int) -> None:
         self._ensure(view)
