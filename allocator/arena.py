@@ -25,7 +25,27 @@ def align(nbytes: int, alignment: int = ALIGN) -> int:
 
 
 @cython.cclass
-class ByteAccounting:
+class Placement:
+    """The interface both placements share (the loop calls it as C methods where compiled):
+    ``capacity`` and ``used`` bytes, ``footprint(nbytes)``, ``alloc(nbytes) -> offset | None``
+    and ``release(offset, nbytes)``."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self.used = 0
+
+    def footprint(self, nbytes: int) -> int:
+        raise NotImplementedError
+
+    def alloc(self, nbytes: int) -> int | None:
+        raise NotImplementedError
+
+    def release(self, offset: int, nbytes: int) -> None:
+        raise NotImplementedError
+
+
+@cython.cclass
+class ByteAccounting(Placement):
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)
@@ -57,7 +77,7 @@ class ByteAccounting:
 
 
 @cython.cclass
-class Arena:
+class Arena(Placement):
     """Best-fit allocator over ``[0, capacity)``.
 
     Invariants: free blocks never overlap or touch (adjacent free blocks are coalesced);

@@ -2,7 +2,7 @@
 # is compiled; interpreted, the .py runs as it is). Attributes are public where other modules or
 # tests read them; the loop's methods stay Python-visible (a subclass or a test may call them).
 cimport cython
-from cachegym.allocator.arena cimport Arena, ByteAccounting
+from cachegym.allocator.arena cimport Arena, ByteAccounting, Placement
 from cachegym.allocator.cost cimport CostModel
 from cachegym.allocator.records cimport Counters, ObjectInfo
 
@@ -17,7 +17,7 @@ cdef class Loop:
     cdef public object _policy, _prefetcher, _hook
     cdef public bint _write_through, _fast_read, _fast_write, _writing
     cdef public object _touch, _on_hit, _on_miss, _admit, _due
-    cdef public object _place, _place_release
+    cdef public Placement _place
     cdef public long long _fp_mask, _tick, _pending_release_bytes, _inflight_bytes, _seq
     cdef public long long _n_evictable, _alloc_retries, _peak_allocated, _num_ooms
     cdef public dict _objs
@@ -27,10 +27,10 @@ cdef class Loop:
 
     # the loop's inner steps, called as C methods by the loop itself (still Python-visible)
     @cython.locals(o=ObjectInfo, st=Counters, tick=cython.longlong, need=cython.longlong,
-                   old_size=cython.longlong)
+                   old_size=cython.longlong, place=Placement)
     cpdef object _access(self, object key, object size, bint write, int kind, long long compute_ns)
     @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong, landing=bint,
-                   refused=bint)
+                   refused=bint, place=Placement)
     cpdef tuple _begin(self, object key, object size, int kind, bint write)
     @cython.locals(st=Counters, cost=CostModel, done=cython.longlong)
     cpdef _stream(self, ObjectInfo o, bint write, bint created)
@@ -39,8 +39,9 @@ cdef class Loop:
     @cython.locals(st=Counters, cost=CostModel, done=cython.longlong, used=cython.longlong, prev=int)
     cpdef _insert(self, ObjectInfo o, long long offset, long long need, bint write, long long old_size)
     cpdef _end(self, ObjectInfo o, bint write, bint defer_wt)
-    @cython.locals(off=cython.longlong)
+    @cython.locals(off=cython.longlong, place=Placement)
     cpdef long long _make_room_policy(self, object key, object size, long long need) except -1
+    @cython.locals(place=Placement)
     cpdef long long _room_step(self, object size, long long need, bint try_alloc=*) except -2
     @cython.locals(o=ObjectInfo)
     cpdef _evict_due(self, object accessed)

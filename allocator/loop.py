@@ -144,13 +144,12 @@ class Loop:
               "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
-    _RUNTIME = ("view", "_lock", "_acquire", "_release", "_place_release", "_fast_read",
+    _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
                 "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due")
 
     def _attach_runtime(self) -> None:
         """What holds references into this instance, made by ``__init__`` and anew for a copy:
         the lock and the view."""
-        self._place_release = self._place.release
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self.view = PoolView(self)
@@ -525,7 +524,7 @@ class Loop:
                 o.h2d_event = None
                 err = self._wait_copy(ev)
                 if err is not None:
-                    self._place_release(offset, need)
+                    self._place.release(offset, need)
                     o.offset, o.nbytes = -1, 0
                     raise self._copy_error(o.key, "h2d", err) from err
         o.state = DEVICE
@@ -535,7 +534,7 @@ class Loop:
         except BaseException as e:
             o.state = prev
             self._n_evictable -= 1
-            self._place_release(offset, need)
+            self._place.release(offset, need)
             o.offset, o.nbytes = -1, 0
             if isinstance(e, Exception):
                 raise self._policy_error(self._policy, "on_insert", o.key, e, False) from e
@@ -649,7 +648,7 @@ class Loop:
 
     def _unprefetch(self, o: ObjectInfo) -> None:
         """Undo a prefetch of ``o`` that did not happen (its copy is over): its block is free."""
-        self._place_release(o.offset, o.nbytes)
+        self._place.release(o.offset, o.nbytes)
         o.offset, o.nbytes = -1, 0
         o.prefetched = False
         self.stats.prefetches -= 1
@@ -660,7 +659,7 @@ class Loop:
     def _make_room_policy(self, key: int, size: int, need: int) -> int:
         """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
         generator (called after an allocation failed)."""
-        victim, view, alloc = self._policy.victim, self.view, self._place.alloc
+        victim, view, place = self._policy.victim, self.view, self._place
         # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
         off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
         if off < 0:
@@ -671,7 +670,7 @@ class Loop:
             except Exception as e:  # the caller undoes the miss
                 raise self._policy_error(self._policy, "victim", key, e, False) from e
             self._evict(v)
-            got = alloc(need)  # _room_step's first move, without the call
+            got = place.alloc(need)  # _room_step's first move, without the call
             off = self._room_step(size, need, False) if got is None else got
         return off
 
@@ -805,7 +804,7 @@ class Loop:
                     self._copied_out(o, ev, off, nb)  # a failure keeps the block: it raises
                 else:  # freed: a failure does not matter
                     self._wait_copy(ev)
-            self._place_release(off, nb)
+            self._place.release(off, nb)
             if self._hook is not None:
                 self._emit_release(o.key, off, nb)
             if o.state == D2H:  # its write-back is already complete (e.g. instant copies)
@@ -853,7 +852,7 @@ class Loop:
         """The prefetch of ``o`` (in flight, tracked by the policy) failed: it is in host
         memory again (its host copy is the good one), its block is free; raises."""
         self._inflight_bytes -= o.size
-        self._place_release(o.offset, o.nbytes)  # the copy into it is over
+        self._place.release(o.offset, o.nbytes)  # the copy into it is over
         if self._hook is not None:
             self._emit_release(o.key, o.offset, o.nbytes)
         o.offset, o.nbytes = -1, 0
@@ -906,7 +905,7 @@ class Loop:
                 self._copied_out(o, ev, off, nb)  # a failure keeps the block: it raises
             else:  # freed: a failure does not matter
                 self._wait_copy(ev)
-        self._place_release(off, nb)
+        self._place.release(off, nb)
         if self._hook is not None:
             self._emit_release(key, off, nb)
         if o is not None and o.state == D2H and o.busy_until <= done:

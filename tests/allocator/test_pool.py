@@ -914,7 +914,7 @@ def test_steps_evicts_pending_drops_after_a_bypass_as_access_does() -> None:
                     g.send(pol.victim(pool.view))
             except StopIteration:
                 pass
-        assert pol.pending_evictions() == [] and pool.stats.streamed == 1
+        assert list(pol.pending_evictions()) == [] and pool.stats.streamed == 1
         out.append(dataclasses.asdict(pool.snapshot()))
     assert out[0] == out[1] and out[0]["evictions"] == 5
 
