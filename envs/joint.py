@@ -167,7 +167,8 @@ class JointEnv(PoolEnv):
                          **self.pool_kwargs)  # type: ignore[arg-type]
         self._invalid = 0
         self._last_row: dict[int, int] = {}
-        self._next_use = w.next_use.tolist()
+        self._next_use = w.next_use  # (int64: next_use_rows reads it as it is)
+        self._next_use_list = w.next_use.tolist()  # (_displaced reads it row by row)
         self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
         self._loop = self._episode()
         self._started = False
@@ -309,7 +310,7 @@ class JointEnv(PoolEnv):
         short = view.size(key) - (view.capacity - view.used)
         if short <= 0:
             return math.inf
-        nu, lr, never = self._next_use, self._last_row, INF
+        nu, lr, never = self._next_use_list, self._last_row, INF
         soonest = math.inf
         keys = features.select_keys(self.tracker, view, _DISPLACED_SCAN, "lru", None)
         for k in keys:

@@ -240,7 +240,7 @@ class PrefetchEnv(PoolEnv):
         self._dropped = 0
         self._keys_accessed = -1
         self._last_row: dict[int, int] = {}
-        self._next_use = w.next_use.tolist()
+        self._next_use = w.next_use  # (int64: next_use_rows reads it as it is)
         self._mean_size, self._fetch_ns = reward_scales(w.trace, self.pool)
         self._loop = self._episode()
 
