@@ -86,6 +86,24 @@ COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not inte
 REPLAY_CHUNK = 1 << 16  # rows of a trace that Loop.replay converts at once
 
 
+def _untraced(err: BaseException) -> BaseException:
+    """``err``, and the errors chained to it, without their tracebacks: a copy that failed at
+    launch is held in its object's record until the copy is waited for, and compiled, records
+    are not tracked by the cyclic garbage collector (``allocator/records.py``), so a
+    traceback's frames (and their callers, which may hold the pool) must not hang from one.
+    The message, type, key and chain are kept."""
+    stack: list[BaseException | None] = [err]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        stack += (e.__cause__, e.__context__)
+    return err
+
+
 @cython.cclass
 class Loop:
     """The pool's core: its state and the one access loop. Construct a
@@ -784,7 +802,7 @@ class Loop:
             try:
                 o.d2h_event = be.copy_d2h(o.key, o.offset, o.size)
             except BackendError as e:  # reported where the copy is waited for, as any failure
-                o.d2h_event = e
+                o.d2h_event = _untraced(e)
 
     def _release_block(self, o: ObjectInfo) -> None:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
@@ -835,7 +853,7 @@ class Loop:
             try:
                 o.h2d_event = be.copy_h2d(o.key, o.offset, o.size)
             except BackendError as e:  # reported where the copy is waited for, as any failure
-                o.h2d_event = e
+                o.h2d_event = _untraced(e)
 
     def _landed(self, o: ObjectInfo) -> None:
         """``o``'s prefetch lands (its time has come): H2D -> DEVICE once the backend's copy

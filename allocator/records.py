@@ -83,9 +83,15 @@ def _counters(stats: PoolStats) -> Counters:
 _STAT_FIELDS = tuple(PoolStats.__dataclass_fields__)
 
 
+@cython.no_gc
 @cython.cclass
 class ObjectInfo:
-    """Per-object record. Read-only to everything outside this module."""
+    """Per-object record. Read-only to everything outside this module.
+
+    Compiled, records are not tracked by the cyclic garbage collector (``cython.no_gc``: a pool
+    holds one per object it has seen, and the collector walked them all, and ran more often,
+    for records that cannot form a cycle: their object fields hold the key, an int, and the
+    backend's copy events or the failure of a copy, which reference no record)."""
 
     def __init__(self, key: int, size: int, kind: int, tick: int) -> None:
         self.key = key

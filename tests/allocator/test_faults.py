@@ -298,3 +298,25 @@ def test_a_raising_hook_in_the_externally_driven_loop() -> None:
         gen.send(pol.inner.victim(req.view))
     p._check()
     assert 3 not in p and set(pol.inner.order()) == _tracked(p)
+
+
+@pytest.mark.parametrize("at_launch", [False, True])
+def test_a_pool_holding_a_failed_copy_is_collected_once_dropped(at_launch: bool) -> None:
+    """Compiled, the pool's records (``ObjectInfo``) are not tracked by the cyclic garbage
+    collector (``cython.no_gc``: fewer collections, none walking every record). A record may hold
+    a failed copy's error (a write-back in flight whose launch or copy failed) with its
+    traceback; no cycle runs through it, so a pool dropped in that state is still freed."""
+    import gc
+    import weakref
+
+    from cachegym.allocator import loop
+    from cachegym.allocator.records import ObjectInfo
+
+    assert gc.is_tracked(ObjectInfo(1, 1, 0, 0)) is not loop.COMPILED
+    be = FaultyBackend()
+    p, _ = _evict_1_with_its_write_back_in_flight(be, at_launch)
+    assert p.view.info(1).d2h_event is not None  # the failure, not yet reported
+    ref = weakref.ref(p)
+    del p
+    gc.collect()
+    assert ref() is None
