@@ -1,4 +1,4 @@
-# distutils: extra_compile_args = -ffp-contract=off -O3
+# distutils: extra_compile_args = -ffp-contract=off
 # cython: boundscheck=False, wraparound=False, initializedcheck=False
 """The learned policy's numeric kernels, written once: the feature tracker's per-access update,
 a decision's candidate features, the sample rule's distinct draws, and the network's forward pass.
