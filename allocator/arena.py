@@ -46,10 +46,7 @@ class Placement:
 
 @cython.cclass
 class ByteAccounting(Placement):
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.used = 0
+    """Capacity counted in bytes alone (offsets are always 0)."""
 
     def footprint(self, nbytes: int) -> int:
         return nbytes
