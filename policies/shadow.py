@@ -111,19 +111,10 @@ class ShadowPolicy(EvictionPolicyBase):
             self._pending[key] = None
 
     def on_hit(self, view: PoolView, key: int) -> None:
-        # _ensure, _model and _settle, inlined: this runs on every hit
-        if not self._ready:
-            self._setup(view.capacity)
-            self._ready = True
-        self.model_requests += 1
-        if not self._request(key, view.size(key)):
-            self.model_misses += 1
+        self._ensure(view)
+        if not self._model(key, view.size(key)):
             self.divergent_hits += 1
-        if self._resident(key):
-            if self._pending:
-                self._pending.pop(key, None)
-        else:
-            self._pending[key] = None
+        self._settle(key)
 
     def on_miss(self, view: PoolView, key: int) -> None:
         self._ensure(view)
