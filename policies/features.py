@@ -287,13 +287,6 @@ class FeatureTracker(EvictionPolicyBase):
     def __contains__(self, key: int) -> bool:
         return key in self._slot
 
-    def slots(self, keys: Any) -> np.ndarray:
-        """Row of each key (``-1`` for a key without history)."""
-        if isinstance(keys, np.ndarray):
-            keys = keys.tolist()  # Python ints: dict lookups with NumPy scalars are slow
-        get = self._slot.get
-        return np.array([get(k, -1) for k in keys], np.int64)
-
     def last_access(self, keys: Any) -> np.ndarray:
         """Tick of each key's last access (``-1`` without one: never seen, or only prefetched;
         an empty ring's entries are negative)."""

@@ -18,7 +18,6 @@ cdef inline float f32(double x) noexcept
 cpdef object vector(double[::1] a)
 cpdef object matrix(double[:, ::1] a)
 cpdef object observation(float[:, ::1] a)
-cpdef object rows(long long[::1] a)
 
 cpdef void access(double[::1] V, Py_ssize_t b, double t, double x, double two) except *
 

@@ -39,10 +39,11 @@ import cython
 import numpy as np
 from cython.cimports.libc.math import log, log1p, pow
 
+from cachegym.allocator import trace as _trace
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 
 __all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "last_ticks", "next_rows",
-           "oracle", "evictable_keys", "pack_keys", "Scorer", "vector", "matrix", "observation", "rows"]
+           "oracle", "evictable_keys", "pack_keys", "Scorer", "vector", "matrix", "observation"]
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
@@ -66,7 +67,7 @@ I_SEEN = I_STATE + N_STATE
 F = I_SEEN + 3
 H1 = HORIZON + 1.0  # the cap of the log block's tick distances (which hold distance + 1)
 HALF_LIVES = (16, 256, 4096)
-INF = 2**63 - 1  # allocator.trace.INF: a row never reached (no next access)
+INF = _trace.INF  # a row never reached (no next access)
 IH0, IH1, IH2 = (1.0 / h for h in HALF_LIVES)
 MISSING = 2.0**50
 
@@ -120,11 +121,6 @@ def matrix(a: Any) -> Any:
 
 def observation(a: Any) -> Any:
     """A float32 2-d C-contiguous array (an observation buffer) as the kernels take it fastest."""
-    return a
-
-
-def rows(a: Any) -> Any:
-    """An int64 1-d contiguous array (rows, ticks, keys) as the kernels take it fastest."""
     return a
 
 
