@@ -1,6 +1,7 @@
 """The ``cachegym`` command: one entry to the project's scripts.
 
     cachegym sim TRACE FORMAT lru,arc,learned:POLICY.npz 1GiB,10% [--preset h100_pcie5]
+        [-t 'obj-id-col=2,obj-size-col=3']
     cachegym evaluate trace.path=T trace.format=oracleGeneral 'eval.capacities=[1GiB,10%]'
     cachegym train trace.path=T trace.format=oracleGeneral [init_from=policy.npz] [resume=RUN.zip]
     cachegym demo                        the main job (make demo) end to end
@@ -92,6 +93,10 @@ def sim(argv: list[str]) -> int:
                    "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy")
     p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "
                    "fractions of the working set (10%%, 0.1)")
+    p.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
+                   help="csv/txt reader options, libCacheSim's -t syntax: "
+                   "'time-col=1,obj-id-col=2,obj-size-col=3,delimiter=,,has-header=false,"
+                   "obj-id-is-num=false' (csv without them: ids from column 1, every size 1)")
     p.add_argument("--guard", default="shadow", help="guard of learned:PATH policies "
                    "(conf/policy/guard/: shadow, trial, lru, none; default shadow)")
     p.add_argument("--prefetch", default="none", help="comma-separated prefetchers (none, "
@@ -127,6 +132,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     from cachegym.allocator.sizes import parse_capacity
     from cachegym.envs.config import register_configs
     from cachegym.envs.paths import CONF_DIR
+    from cachegym.envs.workloads import parse_trace_params
 
     names, learned = [], []
     for spec in _split(args.policies):
@@ -140,12 +146,13 @@ def sim_config(args: argparse.Namespace) -> Any:
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
     fmt = None if args.format.lower() in ("auto", "") else args.format
+    options = parse_trace_params(args.trace_params)
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("evaluate", overrides=["trace=file"])
     out = args.out or os.path.join("outputs", "sim", time.strftime("%Y-%m-%d_%H-%M-%S"))
     values = {
-        "trace.path": args.trace, "trace.format": fmt, "out_dir": out,
+        "trace.path": args.trace, "trace.format": fmt, "trace.options": options, "out_dir": out,
         "eval.mode": args.mode, "eval.capacity_of": args.capacity_of, "eval.capacities": caps,
         "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
         "eval.prefetchers": _split(args.prefetch) or ["none"],

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cachegym import cli
@@ -57,6 +58,26 @@ def test_sim_one_liner_from_another_directory(tmp_path: Path, monkeypatch: pytes
     caps = {r["capacity_spec"]: int(r["capacity"]) for r in rows}
     assert caps["1048576"] == 1 << 20 and 0 < caps["0.25"] < 1 << 30
     assert (out / "config.yaml").is_file()
+
+
+def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``-t`` names the id and size columns of a csv (twemcache-like: time, key, key size, value
+    size, ...): the policies then hit; without it every request is to a new object."""
+    monkeypatch.chdir(tmp_path)
+    keys = np.random.default_rng(1).zipf(1.3, 3000) % 97  # skewed: LRU hits
+    (tmp_path / "tw.csv").write_text("".join(f"{i},key{k},20,{(k % 5 + 1) * 64},get\n"
+                                             for i, k in enumerate(keys)))
+    assert cli.main(["sim", "tw.csv", "csv", "lru", "50%", "--out", "a", "-t",
+                     "time-col=1,obj-id-col=2,obj-size-col=4,obj-id-is-num=false"]) == 0
+    rows = [r for r in _rows(tmp_path / "a") if r["row_kind"] == "policy"]
+    assert float(rows[0]["miss_ratio"]) < 0.9 and int(rows[0]["requests"]) == 3000
+    assert cli.main(["sim", "tw.csv", "csv", "lru", "50%", "--out", "b"]) == 0
+    assert float(_rows(tmp_path / "b")[0]["miss_ratio"]) == 1.0
+    capsys.readouterr()
+    assert cli.main(["sim", "tw.csv", "csv", "lru", "50%", "--out", "c", "-t", "obj-col=2"]) == 2
+    assert "NAME one of time-col, obj-id-col" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [

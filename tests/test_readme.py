@@ -1,7 +1,7 @@
 """The README's quickstarts run as a reader would paste them: each block in a fresh process, in
 an empty directory (not the repository), with ``policy.npz`` (the file the reader exported: the
-tests' golden policy stands in for it) and ``my.oracleGeneral`` (a trace of theirs: a bundled one
-written in libCacheSim's format) beside it. The front door cannot drift from the code."""
+tests' golden policy stands in for it) and ``my.oracleGeneral`` and ``my.csv`` (a trace of theirs:
+a bundled one written in libCacheSim's formats) beside it. The front door cannot drift from the code."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def reader_dir(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "tests" / "golden" / "policy.npz", tmp_path / "policy.npz")
     write_trace(read_trace(str(ROOT / "data" / "traces" / "gpt.npz")), tmp_path / "my.oracleGeneral",
                 format="oracleGeneral")
+    write_trace(read_trace(str(ROOT / "data" / "traces" / "gpt.npz")), tmp_path / "my.csv", header=False)
     return tmp_path
 
 

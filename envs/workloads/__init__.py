@@ -10,6 +10,7 @@ from typing import Any
 from cachegym.envs.workloads.formats import (
     FORMATS,
     ORACLE_GENERAL_DTYPE,
+    parse_trace_params,
     read_csv,
     read_npz,
     read_oracle_general,
@@ -43,6 +44,7 @@ __all__ = [
     "llm_kv_cache",
     "loop",
     "mixture",
+    "parse_trace_params",
     "phase_change",
     "read_csv",
     "read_npz",

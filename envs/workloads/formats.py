@@ -43,6 +43,7 @@ __all__ = [
     "write_csv",
     "read_txt",
     "write_txt",
+    "parse_trace_params",
 ]
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,11 @@ def read_csv(
     table, lines, skipped, header = _read_table(p, delimiter, cols, has_header, obj_id_is_num, skip_bad)
     if header is not None:
         _check_header_names(p, header, obj_id_col, obj_size_col)
+    elif table.shape[1] > 1 and obj_id_col == 1 and obj_size_col is None:
+        log.warning("%s: %d columns and no header; object ids are read from column 1 and every "
+                    "size is 1 (the defaults): if the ids or sizes are other columns, name them "
+                    "(obj_id_col=, obj_size_col=; cachegym sim --trace-params "
+                    "'obj-id-col=2,obj-size-col=3')", p, table.shape[1])
     parsed: dict[str, np.ndarray] = {}
     bad = np.zeros(len(lines), bool)
     for name, c in cols.items():
@@ -191,6 +197,10 @@ def read_csv(
     skipped += int(bad.sum())
     good = ~bad
     key = parsed["obj_id"][good].astype(np.int64)
+    if len(key) >= 1000 and len(np.unique(key)) == len(key):
+        log.warning("%s: all %d requests are to distinct objects (column %d), so no policy can "
+                    "hit; if that column is not the object id (a timestamp, a counter), pass "
+                    "obj_id_col=", p, len(key), obj_id_col)
     size = parsed["obj_size"][good] if "obj_size" in parsed else 1
     step = np.floor(parsed["time"][good]).astype(np.int64) if "time" in parsed else None
     options = {"time_col": time_col, "obj_id_col": obj_id_col, "obj_size_col": obj_size_col,
@@ -206,6 +216,54 @@ def read_txt(path: PathLike, *, obj_id_is_num: bool = True, skip_bad: bool = Fal
                  obj_id_is_num=obj_id_is_num, skip_bad=skip_bad)
     meta = dict(t.meta, source={"format": "txt", "path": p, "obj_id_is_num": obj_id_is_num})
     return Trace.from_arrays(t.key, t.size, step=t.step, meta=meta, name=t.name)
+
+
+_PARAMS = {"time-col": "time_col", "obj-id-col": "obj_id_col", "obj-size-col": "obj_size_col",
+           "delimiter": "delimiter", "has-header": "has_header", "obj-id-is-num": "obj_id_is_num",
+           "skip-bad": "skip_bad"}
+_DELIMITERS = {"": ",", "\\t": "\t", "tab": "\t", "space": " ", "comma": ","}
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def parse_trace_params(text: str) -> dict[str, Any]:
+    """libCacheSim's ``-t`` trace parameters as :func:`read_csv`'s options:
+    ``"time-col=1, obj-id-col=2, obj-size-col=3, delimiter=,, has-header=true"`` ->
+    ``{"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "delimiter": ",", "has_header": True}``.
+
+    Names take ``-`` or ``_``; ``delimiter=,`` (a comma), ``\\t`` or ``tab``, ``space``, or any
+    other character; booleans
+    ``true``/``false`` (``1``/``0``, ``yes``/``no``). A :class:`~allocator.errors.ConfigError`
+    names an unknown parameter or a value that does not parse."""
+    out: dict[str, Any] = {}
+    tokens = text.split(",")
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i].strip()
+        i += 1
+        if not tok:
+            continue
+        name, eq, value = tok.partition("=")
+        name = name.strip().lower().replace("_", "-")
+        if not eq or name not in _PARAMS:
+            raise ConfigError(f"trace parameter {tok!r}: expected NAME=VALUE with NAME one of "
+                              f"{', '.join(_PARAMS)} (e.g. 'obj-id-col=2,obj-size-col=3')")
+        key = _PARAMS[name]
+        value = value.strip()
+        if key == "delimiter":
+            if value == "" and i < len(tokens) and tokens[i].strip() == "":
+                i += 1  # "delimiter=," left the comma's other side: an empty token
+            out[key] = _DELIMITERS.get(value.lower(), value)
+        elif key.endswith("_col"):
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise ConfigError(f"trace parameter {name}: {value!r} is not a column number "
+                                  "(1-based)") from None
+        elif value.lower() in _TRUE + _FALSE:
+            out[key] = value.lower() in _TRUE
+        else:
+            raise ConfigError(f"trace parameter {name}: {value!r} is not true or false")
+    return out
 
 
 def write_csv(trace: Trace, path: PathLike, *, header: bool = True) -> None:

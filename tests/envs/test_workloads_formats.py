@@ -16,6 +16,7 @@ from cachegym.allocator.trace import INF, Op, Trace
 from cachegym.envs.workloads import (
     ORACLE_GENERAL_DTYPE,
     generate,
+    parse_trace_params,
     read_csv,
     read_oracle_general,
     read_trace,
@@ -139,6 +140,49 @@ def test_hand_written_csv_no_header_libcachesim_columns(tmp_path: Path) -> None:
     t = read_trace(p, "csv", time_col=1, obj_id_col=2, obj_size_col=3, delimiter="\t")
     assert t.key.tolist() == [9, 9, 10] and t.size.tolist() == [64, 64, 32]
     assert t.step.tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("text,options", [
+    ("time-col=1, obj-id-col=2, obj-size-col=3, delimiter=,",
+     {"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "delimiter": ","}),
+    ("obj-id-col=2,delimiter=,,has-header=false", {"obj_id_col": 2, "delimiter": ",", "has_header": False}),
+    ("obj_id_col=3,delimiter=\\t,obj-id-is-num=false,skip-bad=yes",
+     {"obj_id_col": 3, "delimiter": "\t", "obj_id_is_num": False, "skip_bad": True}),
+    ("delimiter=;, obj-size-col=4", {"delimiter": ";", "obj_size_col": 4}),
+    ("", {}),
+])
+def test_libcachesim_trace_params_parse_to_reader_options(text: str, options: dict[str, object]) -> None:
+    assert parse_trace_params(text) == options
+
+
+@pytest.mark.parametrize("text,says", [
+    ("obj-col=2", "NAME one of time-col, obj-id-col"),
+    ("obj-id-col", "expected NAME=VALUE"),
+    ("obj-id-col=two", "'two' is not a column number"),
+    ("has-header=maybe", "'maybe' is not true or false"),
+])
+def test_bad_trace_params_say_which_and_why(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        parse_trace_params(text)
+
+
+def test_csv_read_with_the_defaults_warns_where_they_look_wrong(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A headerless file of several columns read with the defaults (ids from column 1, sizes
+    1), and a column of ids that never repeat (a timestamp read as the id): each warned of."""
+    p = tmp_path / "tw.csv"
+    keys = np.random.default_rng(0).integers(0, 50, 2000)
+    p.write_text("".join(f"{i},k{k},{(k % 7 + 1) * 100}\n" for i, k in enumerate(keys)))
+    with caplog.at_level(logging.WARNING, logger="cachegym.envs.workloads.formats"):
+        t = read_csv(p)
+    text = caplog.text
+    assert "3 columns and no header" in text and "all 2000 requests are to distinct objects" in text
+    assert len(np.unique(t.key)) == 2000
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cachegym.envs.workloads.formats"):
+        t = read_trace(p, "csv", **parse_trace_params("obj-id-col=2,obj-size-col=3,obj-id-is-num=false"))
+    assert not caplog.records
+    assert len(np.unique(t.key)) == len(np.unique(keys)) and set(t.size.tolist()) <= {100 * i for i in range(1, 8)}
 
 
 def test_csv_without_size_column_is_object_mode(tmp_path: Path) -> None:
