@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from cachegym.allocator.errors import CachegymError
-from cachegym.envs.workloads.formats import FORMATS, read_trace
+from cachegym.envs.workloads.formats import FORMATS, parse_trace_params, read_trace
 
 
 def _number(text: str) -> int | float:
@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", type=_list, default=None,
                     help=f"comma-separated, from {','.join(LCS_INIT)} (default: all; with --frees "
                          "all that libCacheSim can delete from)")
+    ap.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
+                    help="csv reader options, libCacheSim's -t syntax (e.g. "
+                    "'time-col=1,obj-id-col=2,obj-size-col=3')")
     ap.add_argument("--frees", action="store_true",
                     help="keep the trace's frees: Pool.free here, libCacheSim's remove there")
     args = ap.parse_args(argv)
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         from cachegym.policies.parity import compare
 
         check_capacities("--capacities", args.capacities)
-        trace = read_trace(args.path, args.format)
+        trace = read_trace(args.path, args.format, **parse_trace_params(args.trace_params))
         caps = [resolve_capacity(c, trace, "bytes", args.capacity_of) for c in args.capacities]
         rows = compare(trace, args.policies, caps, frees=args.frees)
     except CachegymError as e:

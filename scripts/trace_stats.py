@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from cachegym.allocator.errors import CachegymError
-from cachegym.envs.workloads.formats import FORMATS, read_trace
+from cachegym.envs.workloads.formats import FORMATS, parse_trace_params, read_trace
 from cachegym.envs.workloads.stats import (
     auto_sample_rate,
     format_stats,
@@ -39,14 +39,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="capacity in bytes, or in objects (every size 1)")
     ap.add_argument("--sample", type=float, default=None,
                     help="SHARDS rate in (0, 1] for the curve (default: exact up to 2M requests)")
-    ap.add_argument("--obj-id-col", type=int, default=None, help="csv: 1-based id column")
-    ap.add_argument("--obj-size-col", type=int, default=None, help="csv: 1-based size column")
-    ap.add_argument("--time-col", type=int, default=None, help="csv: 1-based time column")
+    ap.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
+                    help="csv reader options, libCacheSim's -t syntax (e.g. "
+                    "'time-col=1,obj-id-col=2,obj-size-col=3')")
     args = ap.parse_args(argv)
-    options = {k: v for k, v in (("obj_id_col", args.obj_id_col), ("obj_size_col", args.obj_size_col),
-                                 ("time_col", args.time_col)) if v is not None}
     try:
-        trace = read_trace(args.path, args.format, **options)
+        trace = read_trace(args.path, args.format, **parse_trace_params(args.trace_params))
         stats = trace_stats(trace)
         curve = lru_mrc(trace, args.mode, sample=args.sample)
     except CachegymError as e:
