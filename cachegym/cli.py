@@ -163,7 +163,8 @@ def sim_config(args: argparse.Namespace) -> Any:
         for key, value in values.items():
             OmegaConf.update(cfg, key, value, merge=False)
     except Exception as e:  # a schema's type or enumeration check: one line
-        raise ConfigError(f"{key}: {value!r} is not allowed: {e}") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__  # (OmegaConf adds key/type lines)
+        raise ConfigError(f"{key}: {value!r} is not allowed: {why}") from None
     return cfg
 
 

@@ -86,6 +86,7 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "nosuch", "1MiB"], "unknown value 'nosuch'"),
     (["nope.bin", "npz", "lru", "1MiB"], "no such file 'nope.bin'"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--preset", "v100"], "v100"),
+    (["data/traces/gpt.npz", "xml", "lru", "1MiB"], "expected one of [npz, oracleGeneral, csv, txt]"),
 ])
 def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch,
@@ -94,6 +95,7 @@ def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path
     assert cli.main(["sim", *argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
 
 
 def test_evaluate_passes_hydra_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
