@@ -157,7 +157,7 @@ def sim_config(args: argparse.Namespace) -> Any:
         "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
         "eval.prefetchers": _split(args.prefetch) or ["none"],
         "eval.presets": _split(args.preset) or ["none"], "eval.bounds": [b for b in _split(args.bounds) if b != "none"],
-        "eval.plots": bool(args.plots), "eval.progress": False,
+        "eval.plots": bool(args.plots), "eval.progress": sys.stderr.isatty(),  # a bar on a terminal
     }
     try:
         for key, value in values.items():
