@@ -192,7 +192,10 @@ def read_csv(
                 f"(got {str(field[r])!r})",
                 path=p,
                 row=r,
-                hint="fix the record or pass skip_bad=True to drop bad records",
+                hint=("ids that are not numbers: pass obj_id_is_num=False (-t obj-id-is-num=false), "
+                      "or fix the record or pass skip_bad=True to drop bad records"
+                      if name == "obj_id" and problem[r] == _NOT_A_NUMBER else
+                      "fix the record or pass skip_bad=True to drop bad records"),
             )
     skipped += int(bad.sum())
     good = ~bad
@@ -412,7 +415,9 @@ def _read_table(
         raise TraceError("the file has no records", path=path)
     first = buf[starts[0]:ends[0]].tobytes().decode("utf-8", "replace").split(delimiter)
     if has_header is None:
-        has_header = _first_line_is_header(first, cols, obj_id_is_num)
+        second = (buf[starts[1]:ends[1]].tobytes().decode("utf-8", "replace").split(delimiter)
+                  if len(starts) > 1 else None)
+        has_header = _first_line_is_header(first, second, cols, obj_id_is_num)
     if has_header:
         starts, ends, line_no = starts[1:], ends[1:], line_no[1:]
     ncols = _count_fields(buf, starts, ends, ord(delimiter))
@@ -498,9 +503,15 @@ def _join_lines(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
     return data if data.endswith(b"\n") else data + b"\n"
 
 
-def _first_line_is_header(first: list[str], cols: dict[str, int | None], obj_id_is_num: bool) -> bool:
+def _first_line_is_header(first: list[str], second: list[str] | None, cols: dict[str, int | None],
+                          obj_id_is_num: bool) -> bool:
+    """Whether the first line is a header: a numeric field the options name does not parse there
+    and does on the second line (where there is one: a column that parses on neither holds
+    something else, e.g. string ids, and its first record is no header)."""
     numeric = [c for n, c in cols.items() if c is not None and (n != "obj_id" or obj_id_is_num)]
-    return any(c <= len(first) and not _is_number(first[c - 1]) for c in numeric)
+    return any(c <= len(first) and not _is_number(first[c - 1])
+               and (second is None or (c <= len(second) and _is_number(second[c - 1])))
+               for c in numeric)
 
 
 def _is_number(s: str) -> bool:

@@ -185,6 +185,22 @@ def test_csv_read_with_the_defaults_warns_where_they_look_wrong(tmp_path: Path,
     assert len(np.unique(t.key)) == len(np.unique(keys)) and set(t.size.tolist()) <= {100 * i for i in range(1, 8)}
 
 
+def test_string_ids_read_as_numbers_fail_at_the_first_record_saying_how_to_read_them(tmp_path: Path) -> None:
+    """A first record whose id does not parse is no header when the second's does not either:
+    the error names line 1 and the option for string ids (it named line 2, the first record taken
+    for a header)."""
+    p = tmp_path / "s.csv"
+    p.write_text("0,key_1,200\n1,key_6,700\n2,key_1,200\n")
+    with pytest.raises(TraceError, match=r"line 1, column 2 \(obj_id\): not an integer.*obj_id_is_num=False"):
+        read_csv(p, obj_id_col=2, obj_size_col=3)
+    t = read_csv(p, obj_id_col=2, obj_size_col=3, obj_id_is_num=False)
+    assert t.key.tolist() == [0, 1, 0] and t.size.tolist() == [200, 700, 200]
+    h = tmp_path / "h.csv"  # a header above string ids: still a header (its time does not parse)
+    h.write_text("time,key,size\n1,a,5\n2,b,6\n3,a,5\n")
+    t = read_csv(h, time_col=1, obj_id_col=2, obj_size_col=3, obj_id_is_num=False)
+    assert t.key.tolist() == [0, 1, 0] and t.size.tolist() == [5, 6, 5]
+
+
 def test_csv_without_size_column_is_object_mode(tmp_path: Path) -> None:
     p = tmp_path / "h.csv"
     p.write_text("a,1\nb,2\na,3\n")
