@@ -19,10 +19,15 @@ Conventions for libCacheSim formats (which have no op, kind or compute columns):
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import inspect
 import io
 import logging
+import lzma
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +49,7 @@ __all__ = [
     "read_txt",
     "write_txt",
     "parse_trace_params",
+    "COMPRESSIONS",
 ]
 
 log = logging.getLogger(__name__)
@@ -291,13 +297,22 @@ _ALIASES = {"npz": "npz", "oraclegeneral": "oracleGeneral", "oracle_general": "o
             "oraclegeneralbin": "oracleGeneral", "csv": "csv", "txt": "txt", "plain": "txt"}
 
 
+COMPRESSIONS = {".zst": "zstd", ".zstd": "zstd", ".gz": "gzip", ".xz": "xz", ".bz2": "bz2"}
+"""File name suffixes read as compressed (public libCacheSim traces come as ``.oracleGeneral.zst``)."""
+
+
 def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Trace:
     """Read a trace file in any supported format and return a :class:`Trace`.
 
     ``format`` is one of :data:`FORMATS` (case-insensitive); ``None`` infers it from the file
     name (``.npz``, ``.oracleGeneral``/``.bin``, ``.csv``, ``.txt``). ``options`` go to the
-    format's reader (e.g. ``obj_id_col=2, skip_bad=True`` for csv).
+    format's reader (e.g. ``obj_id_col=2, skip_bad=True`` for csv). A name ending in one of
+    :data:`COMPRESSIONS` (``x.oracleGeneral.zst``, ``x.csv.gz``) is decompressed first (into a
+    temporary file; zstd needs the ``zstandard`` package) and its format inferred from the rest.
     """
+    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    if suffix in COMPRESSIONS:
+        return _read_compressed(path, COMPRESSIONS[suffix], len(suffix), format, options)
     fmt = _resolve_format(path, format)
     readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "csv": read_csv,
                "txt": read_txt}
@@ -307,6 +322,68 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     if unknown:
         raise ConfigError(f"format {fmt!r} does not take the option(s) {unknown}; it takes {takes}")
     return reader(path, **options)  # type: ignore[operator]
+
+
+def _read_compressed(path: PathLike, compression: str, cut: int, format: str | None,
+                     options: dict[str, Any]) -> Trace:
+    """:func:`read_trace` of a compressed file: decompressed into a temporary file named as the
+    file without its suffix (whose name gives the format and the trace's name)."""
+    p = _existing(path)
+    inner = os.path.basename(p)[:-cut] or "trace"
+    fmt = _resolve_format(inner, format)
+    with tempfile.TemporaryDirectory(prefix="cachegym-trace-") as d:
+        tmp = os.path.join(d, inner)
+        try:
+            with open(tmp, "wb") as dst:
+                _decompress(p, compression, dst)
+        except ConfigError:
+            raise
+        except Exception as e:  # a truncated or corrupt stream: each library its own error type
+            raise TraceError(f"cannot decompress it as {compression} ({type(e).__name__}: {e})",
+                             path=p, hint="check that the file is complete, or decompress it "
+                             "yourself and give the result") from None
+        try:
+            t = read_trace(tmp, fmt, **options)
+        except TraceError as e:  # name the user's file, not the temporary one
+            e.path = p
+            e.args = (str(e).replace(tmp, f"{p} (decompressed)"),)
+            raise
+    t.meta["source"] = dict(t.meta.get("source", {}), path=p, compression=compression)
+    return t
+
+
+def _decompress(path: str, compression: str, dst: Any) -> None:
+    """Write the decompressed bytes of ``path`` to ``dst``; a stream cut short raises (gzip, xz
+    and bz2 say so themselves; a zstd frame is checked for its end here)."""
+    opener: Any = {"gzip": gzip.open, "xz": lzma.open, "bz2": bz2.open}.get(compression)
+    if opener is not None:
+        with opener(path, "rb") as src:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        return
+    try:
+        import zstandard
+    except ImportError:
+        raise ConfigError(f"{path}: reading a .zst trace needs the zstandard package: pip install "
+                          "zstandard (or decompress it with zstd -d and give the result)") from None
+    dctx = zstandard.ZstdDecompressor()
+    with open(path, "rb") as src:
+        d = dctx.decompressobj()
+        pending = b""
+        while True:
+            chunk = pending or src.read(1 << 20)
+            pending = b""
+            if not chunk:
+                break
+            dst.write(d.decompress(chunk))
+            if d.eof:  # a frame ended: what follows is the next frame's
+                pending = d.unused_data
+                d = dctx.decompressobj()
+                if not pending:
+                    pending = src.read(1 << 20)
+                    if not pending:
+                        return
+        if not d.eof:
+            raise EOFError("the last zstd frame is cut short")
 
 
 def write_trace(trace: Trace, path: PathLike, format: str | None = None, **options: Any) -> None:

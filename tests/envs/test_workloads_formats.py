@@ -201,6 +201,39 @@ def test_string_ids_read_as_numbers_fail_at_the_first_record_saying_how_to_read_
     assert t.key.tolist() == [0, 1, 0] and t.size.tolist() == [5, 6, 5]
 
 
+@pytest.mark.parametrize("suffix", [".zst", ".gz", ".xz", ".bz2"])
+def test_a_compressed_trace_reads_as_the_file_it_holds(tmp_path: Path, trace: Trace, suffix: str) -> None:
+    """``x.oracleGeneral.zst`` (as public libCacheSim traces come) and ``x.csv.gz`` read as the
+    decompressed file: its format from the name without the suffix, its name the trace's, and a
+    stream cut short is a TraceError naming the user's file."""
+    import bz2
+    import gzip
+    import lzma
+
+    import zstandard
+
+    compress = {".zst": zstandard.ZstdCompressor().compress, ".gz": gzip.compress,
+                ".xz": lzma.compress, ".bz2": bz2.compress}[suffix]
+    plain = tmp_path / "t.oracleGeneral"
+    write_oracle_general(trace, plain)
+    packed = tmp_path / f"t.oracleGeneral{suffix}"
+    data = compress(plain.read_bytes())
+    packed.write_bytes(data)
+    t = read_trace(packed)
+    want = read_trace(plain)
+    assert t.name == "t" and np.array_equal(t.key, want.key) and np.array_equal(t.size, want.size)
+    assert t.meta["source"]["compression"] and t.meta["source"]["path"] == str(packed)
+    cut = tmp_path / f"cut.oracleGeneral{suffix}"
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(TraceError, match=re.escape(str(cut))) as e:
+        read_trace(cut)
+    assert "cachegym-trace-" not in str(e.value)  # the temporary file is not named
+    csv_gz = tmp_path / "t.csv.gz"
+    csv_gz.write_bytes(gzip.compress(b"1,5,100\n2,6,200\n3,5,100\n"))
+    t = read_trace(csv_gz, **parse_trace_params("time-col=1,obj-id-col=2,obj-size-col=3"))
+    assert t.key.tolist() == [5, 6, 5] and t.size.tolist() == [100, 200, 100]
+
+
 def test_csv_without_size_column_is_object_mode(tmp_path: Path) -> None:
     p = tmp_path / "h.csv"
     p.write_text("a,1\nb,2\na,3\n")
