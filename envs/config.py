@@ -66,6 +66,7 @@ class Mode(_StrEnum):
 class TraceFormat(_StrEnum):
     npz = "npz"
     oracleGeneral = "oracleGeneral"
+    lcs = "lcs"
     csv = "csv"
     txt = "txt"
 

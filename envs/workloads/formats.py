@@ -44,6 +44,8 @@ __all__ = [
     "read_npz",
     "read_oracle_general",
     "write_oracle_general",
+    "read_lcs",
+    "lcs_dtype",
     "read_csv",
     "write_csv",
     "read_txt",
@@ -74,38 +76,114 @@ def read_npz(path: PathLike) -> Trace:
 def read_oracle_general(path: PathLike, *, skip_bad: bool = False) -> Trace:
     """Read a libCacheSim ``oracleGeneral`` binary trace (24-byte packed records)."""
     p = _existing(path)
-    nbytes = os.path.getsize(p)
     _reject_non_binary(p)
-    rec = ORACLE_GENERAL_DTYPE.itemsize
-    skipped = 0
-    if nbytes % rec:
-        n_full = nbytes // rec
-        problem = (
-            f"truncated record: the file has {nbytes} bytes, not a multiple of the {rec}-byte "
-            f"record; the last record has only {nbytes % rec} bytes"
-        )
-        if not skip_bad:
-            raise TraceError(problem, path=p, row=n_full, hint="pass skip_bad=True to drop it")
-        skipped = 1
-    data = np.fromfile(p, dtype=ORACLE_GENERAL_DTYPE, count=nbytes // rec)
-    bad = (data["obj_size"] == 0) | (data["next_access"] < -1)
-    if bad.any():
-        if not skip_bad:
-            r = int(np.argmax(bad))
-            problem = (
-                f"object size is 0 (id {data['obj_id'][r]})"
-                if data["obj_size"][r] == 0
-                else f"next-access field is {data['next_access'][r]}; it must be -1 or a record index"
-            )
-            raise TraceError(problem, path=p, row=r, hint="pass skip_bad=True to drop such records")
-        skipped += int(bad.sum())
-        data = data[~bad]
+    data, skipped = _records(p, ORACLE_GENERAL_DTYPE, 0, skip_bad)
     key = data["obj_id"].view(np.int64)
     size = data["obj_size"].astype(np.int64)
     step = data["time"].astype(np.int64)
     del data
     meta = {"source": {"format": "oracleGeneral", "path": p}}
     return _finish(p, meta, skipped, key=key, size=size, step=step)
+
+
+def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.ndarray, int]:
+    """The packed records of ``dtype`` from byte ``offset`` of ``p`` (fields ``time``,
+    ``obj_id``, ``obj_size``, ``next_access`` at least), those of size 0 (or out of range) or a
+    next access below -1 refused (``skip_bad``: dropped and counted), and how many were dropped."""
+    nbytes = os.path.getsize(p) - offset
+    rec = dtype.itemsize
+    skipped = 0
+    if nbytes % rec:
+        n_full = nbytes // rec
+        problem = (
+            f"truncated record: the file has {nbytes} bytes of records, not a multiple of the "
+            f"{rec}-byte record; the last record has only {nbytes % rec} bytes"
+        )
+        if not skip_bad:
+            raise TraceError(problem, path=p, row=n_full, hint="pass skip_bad=True to drop it")
+        skipped = 1
+    data = np.fromfile(p, dtype=dtype, count=nbytes // rec, offset=offset)
+    size = data["obj_size"]
+    bad = (size <= 0) | (size > MAX_SIZE) | (data["next_access"] < -1)
+    if bad.any():
+        if not skip_bad:
+            r = int(np.argmax(bad))
+            problem = (
+                f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
+                if not 0 < size[r] <= MAX_SIZE
+                else f"next-access field is {data['next_access'][r]}; it must be -1 or a record index"
+            )
+            raise TraceError(problem, path=p, row=r, hint="pass skip_bad=True to drop such records")
+        skipped += int(bad.sum())
+        data = data[~bad]
+    return data, skipped
+
+
+# ---------------------------------------------------------------------- lcs
+LCS_MAGIC = 0x123456789ABCDEF0
+LCS_HEADER_BYTES = 8192
+_LCS_FEATURES = {3: 0, 4: 1, 5: 2, 6: 4, 7: 8, 8: 16}  # version -> feature fields (v3 and up)
+# libCacheSim's req_op_e: set, add, cas, replace, append, prepend, incr, decr, write, update
+_LCS_WRITES = (3, 4, 5, 6, 7, 8, 10, 11, 13, 14)
+_LCS_DELETE = 9
+
+
+def lcs_dtype(version: int) -> np.dtype:
+    """The packed request record of libCacheSim's ``lcs`` trace format, version 1..8 (v1 is
+    oracleGeneral's; v2 adds an op and tenant word; v3 a 64-bit size and a TTL; v4..v8 1..16
+    feature words)."""
+    if version == 1:
+        return ORACLE_GENERAL_DTYPE
+    head = [("time", "<u4"), ("obj_id", "<u8")]
+    if version == 2:
+        return np.dtype([*head, ("obj_size", "<u4"), ("op_tenant", "<u4"), ("next_access", "<i8")])
+    n = _LCS_FEATURES[version]
+    fields: list[Any] = [*head, ("obj_size", "<i8"), ("op_tenant", "<u4"), ("ttl", "<u4"),
+                         ("next_access", "<i8")]
+    if n:
+        fields.append(("features", "<u4", (n,)))
+    return np.dtype(fields)
+
+
+def read_lcs(path: PathLike, *, ops: bool = False, skip_bad: bool = False) -> Trace:
+    """Read a libCacheSim ``lcs`` trace (``.lcs``, ``.lcs.zst``): an 8 KiB header (start and
+    end magic, version, statistics), then packed requests of the header's version (1..8).
+
+    Every request is a read, as libCacheSim's simulator serves them (``ops=False``); with
+    ``ops=True`` a write-like op (set, add, cas, replace, append, prepend, incr, decr, write,
+    update) is a write, and a delete is dropped (counted in ``meta["deletes"]``: the pool's
+    frees are of objects it holds, not of keys a cache may never have seen)."""
+    p = _existing(path)
+    if os.path.getsize(p) < LCS_HEADER_BYTES:
+        raise TraceError(f"shorter than the {LCS_HEADER_BYTES}-byte lcs header", path=p,
+                         hint="check the format: an oracleGeneral file has no header")
+    head = np.fromfile(p, dtype="<u8", count=LCS_HEADER_BYTES // 8)
+    if int(head[0]) != LCS_MAGIC or int(head[-1]) != LCS_MAGIC:
+        raise TraceError(f"no lcs header (magic {int(head[0]):#x} / {int(head[-1]):#x}, expected "
+                         f"{LCS_MAGIC:#x})", path=p, hint="check the format (oracleGeneral?)")
+    version = int(head[1])
+    if not 1 <= version <= 8:
+        raise TraceError(f"lcs version {version} is not one this reader knows (1..8)", path=p)
+    data, skipped = _records(p, lcs_dtype(version), LCS_HEADER_BYTES, skip_bad)
+    n_req = int(head[3].view(np.int64))  # stat.n_req
+    if n_req > 0 and n_req != len(data) + skipped:
+        log.warning("%s: the lcs header counts %d requests, the file holds %d", p, n_req,
+                    len(data) + skipped)
+    deletes = 0
+    op = None
+    if ops and version >= 2:
+        code = data["op_tenant"] & 0xFF
+        keep = code != _LCS_DELETE
+        deletes = int((~keep).sum())
+        if deletes:
+            data, code = data[keep], code[keep]
+        op = np.where(np.isin(code, _LCS_WRITES), int(Op.WRITE), int(Op.READ)).astype(np.uint8)
+    key = data["obj_id"].view(np.int64)
+    size = data["obj_size"].astype(np.int64)
+    step = data["time"].astype(np.int64)
+    del data
+    meta = {"source": {"format": "lcs", "path": p, "version": version, "ops": ops}, "deletes": deletes}
+    return _finish(p, meta, skipped, key=key, size=size, op=op, step=step)
 
 
 def write_oracle_general(
@@ -291,10 +369,11 @@ def write_txt(trace: Trace, path: PathLike) -> None:
 
 
 # ---------------------------------------------------------------------- front door
-FORMATS = ("npz", "oracleGeneral", "csv", "txt")
+FORMATS = ("npz", "oracleGeneral", "lcs", "csv", "txt")
 
 _ALIASES = {"npz": "npz", "oraclegeneral": "oracleGeneral", "oracle_general": "oracleGeneral",
-            "oraclegeneralbin": "oracleGeneral", "csv": "csv", "txt": "txt", "plain": "txt"}
+            "oraclegeneralbin": "oracleGeneral", "lcs": "lcs", "csv": "csv", "txt": "txt",
+            "plain": "txt"}
 
 
 COMPRESSIONS = {".zst": "zstd", ".zstd": "zstd", ".gz": "gzip", ".xz": "xz", ".bz2": "bz2"}
@@ -314,8 +393,8 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     if suffix in COMPRESSIONS:
         return _read_compressed(path, COMPRESSIONS[suffix], len(suffix), format, options)
     fmt = _resolve_format(path, format)
-    readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "csv": read_csv,
-               "txt": read_txt}
+    readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "lcs": read_lcs,
+               "csv": read_csv, "txt": read_txt}
     reader = readers[fmt]
     takes = [k for k in inspect.signature(reader).parameters if k != "path"]
     unknown = sorted(k for k in options if k not in takes)
@@ -395,14 +474,17 @@ def write_trace(trace: Trace, path: PathLike, format: str | None = None, **optio
         write_oracle_general(trace, path, **options)
     elif fmt == "csv":
         write_csv(trace, path, **options)
-    else:
+    elif fmt == "txt":
         write_txt(trace, path)
+    else:
+        raise ConfigError(f"writing {fmt!r} traces is not supported; write oracleGeneral (which "
+                          "libCacheSim reads) or npz")
 
 
 def _resolve_format(path: PathLike, format: str | None) -> str:
     if format is None:
         name = os.fspath(path).lower()
-        for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"),
+        for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"), (".lcs", "lcs"),
                          (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral")):
             if name.endswith(ext) or (fmt == "oracleGeneral" and ext in name):
                 return fmt

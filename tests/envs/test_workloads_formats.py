@@ -16,6 +16,7 @@ from cachegym.allocator.trace import INF, Op, Trace
 from cachegym.envs.workloads import (
     ORACLE_GENERAL_DTYPE,
     generate,
+    lcs_dtype,
     parse_trace_params,
     read_csv,
     read_oracle_general,
@@ -232,6 +233,58 @@ def test_a_compressed_trace_reads_as_the_file_it_holds(tmp_path: Path, trace: Tr
     csv_gz.write_bytes(gzip.compress(b"1,5,100\n2,6,200\n3,5,100\n"))
     t = read_trace(csv_gz, **parse_trace_params("time-col=1,obj-id-col=2,obj-size-col=3"))
     assert t.key.tolist() == [5, 6, 5] and t.size.tolist() == [100, 200, 100]
+
+
+def _lcs_file(path: Path, version: int, rows: list[tuple[int, int, int, int]],
+              magic: int = 0x123456789ABCDEF0) -> None:
+    """An lcs trace as libCacheSim writes it: the 8 KiB header (start magic, version, stat with
+    n_req, end magic) and ``(time, obj_id, obj_size, op)`` requests of ``version``."""
+    head = np.zeros(1024, "<u8")
+    head[0], head[1], head[2], head[3], head[-1] = magic, version, 1, len(rows), magic
+    rec = np.zeros(len(rows), lcs_dtype(min(version, 8)))
+    for i, (t, k, sz, op) in enumerate(rows):
+        rec["time"][i], rec["obj_id"][i], rec["obj_size"][i] = t, k, sz
+        if version >= 2:
+            rec["op_tenant"][i] = op | (7 << 8)  # tenant 7 in the upper 24 bits
+        rec["next_access"][i] = -1
+    path.write_bytes(head.tobytes() + rec.tobytes())
+
+
+@pytest.mark.parametrize("version,size", [(1, 24), (2, 28), (3, 36), (4, 40), (6, 52), (8, 100)])
+def test_lcs_traces_of_every_record_version_read(tmp_path: Path, version: int, size: int) -> None:
+    """libCacheSim's lcs format (lcs.h): every request a read by default; with ops=True, writes
+    as writes and deletes dropped (counted)."""
+    assert lcs_dtype(version).itemsize == size  # the record sizes lcs.h asserts
+    rows = [(10, 5, 100, 1), (11, 6, 200, 3), (12, 5, 100, 9), (13, 5, 100, 13)]
+    p = tmp_path / "t.lcs"
+    _lcs_file(p, version, rows)
+    t = read_trace(p)
+    assert t.name == "t" and t.key.tolist() == [5, 6, 5, 5] and t.size.tolist() == [100, 200, 100, 100]
+    assert t.step.tolist() == [10, 11, 12, 13] and (t.op == Op.READ).all()
+    if version >= 2:
+        t = read_trace(p, ops=True)
+        assert t.key.tolist() == [5, 6, 5] and t.meta["deletes"] == 1
+        assert t.op.tolist() == [Op.READ, Op.WRITE, Op.WRITE]
+
+
+def test_bad_lcs_files_say_what_is_wrong(tmp_path: Path) -> None:
+    p = tmp_path / "bad.lcs"
+    _lcs_file(p, 2, [(1, 5, 100, 1)], magic=0xDEAD)
+    with pytest.raises(TraceError, match="no lcs header"):
+        read_trace(p)
+    _lcs_file(p, 9, [(1, 5, 100, 1)])
+    with pytest.raises(TraceError, match="lcs version 9 is not one this reader knows"):
+        read_trace(p)
+    _lcs_file(p, 3, [(1, 5, 100, 1), (2, 6, 0, 1)])
+    with pytest.raises(TraceError, match=r"record 1: object size is 0"):
+        read_trace(p)
+    assert len(read_trace(p, skip_bad=True)) == 1
+    p.write_bytes(p.read_bytes()[:-5])
+    with pytest.raises(TraceError, match="truncated record"):
+        read_trace(p)
+    p.write_bytes(b"\0" * 100)
+    with pytest.raises(TraceError, match="shorter than the 8192-byte lcs header"):
+        read_trace(p)
 
 
 def test_csv_without_size_column_is_object_mode(tmp_path: Path) -> None:
