@@ -267,6 +267,22 @@ def test_lcs_traces_of_every_record_version_read(tmp_path: Path, version: int, s
         assert t.op.tolist() == [Op.READ, Op.WRITE, Op.WRITE]
 
 
+@pytest.mark.parametrize("version", [1, 2, 3, 5, 8])
+def test_libcachesim_reads_the_lcs_files_as_we_do(tmp_path: Path, version: int) -> None:
+    """The layout written by the tests' helper is libCacheSim's own (its LCS_TRACE reader reads
+    the same times, ids, sizes and ops), so the reader is checked against libCacheSim's."""
+    lcs = pytest.importorskip("libcachesim")
+    rows = [(10, 5, 100, 1), (11, 2**40, 200, 3), (12, 5, 100, 9), (13, 7, 3, 13)]
+    p = tmp_path / "t.lcs"
+    _lcs_file(p, version, rows)
+    theirs = list(lcs.TraceReader(str(p), lcs.TraceType.LCS_TRACE))
+    ours = read_trace(p)
+    assert [(r.clock_time, r.obj_id, r.obj_size) for r in theirs] == list(
+        zip(ours.step.tolist(), ours.key.tolist(), ours.size.tolist(), strict=True))
+    if version >= 2:
+        assert [int(r.op) for r in theirs] == [op for *_, op in rows]
+
+
 def test_bad_lcs_files_say_what_is_wrong(tmp_path: Path) -> None:
     p = tmp_path / "bad.lcs"
     _lcs_file(p, 2, [(1, 5, 100, 1)], magic=0xDEAD)
