@@ -409,6 +409,10 @@ def _read_compressed(path: PathLike, compression: str, cut: int, format: str | N
     file without its suffix (whose name gives the format and the trace's name)."""
     p = _existing(path)
     inner = os.path.basename(p)[:-cut] or "trace"
+    if format is None and _infer_format(inner) is None:
+        raise ConfigError(f"cannot infer the format of the trace compressed in {p!r} from its name "
+                          f"({inner!r}); give it as one of {FORMATS} (format= in Python, "
+                          "trace.format= to the Hydra scripts, the format argument of cachegym sim)")
     fmt = _resolve_format(inner, format)
     with tempfile.TemporaryDirectory(prefix="cachegym-trace-") as d:
         tmp = os.path.join(d, inner)
@@ -481,13 +485,21 @@ def write_trace(trace: Trace, path: PathLike, format: str | None = None, **optio
                           "libCacheSim reads) or npz")
 
 
+def _infer_format(path: PathLike) -> str | None:
+    """The format a file's name says (``None``: it says none)."""
+    name = os.fspath(path).lower()
+    for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"), (".lcs", "lcs"),
+                     (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral")):
+        if name.endswith(ext) or (fmt == "oracleGeneral" and ext in name):
+            return fmt
+    return None
+
+
 def _resolve_format(path: PathLike, format: str | None) -> str:
     if format is None:
-        name = os.fspath(path).lower()
-        for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"), (".lcs", "lcs"),
-                         (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral")):
-            if name.endswith(ext) or (fmt == "oracleGeneral" and ext in name):
-                return fmt
+        fmt = _infer_format(path)
+        if fmt is not None:
+            return fmt
         raise ConfigError(f"cannot infer the trace format of {os.fspath(path)!r} from its name; "
                           f"give it as one of {FORMATS} (format= in Python, trace.format= to the "
                           "Hydra scripts, --format to trace_stats.py and parity.py)")

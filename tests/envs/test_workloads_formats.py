@@ -229,6 +229,11 @@ def test_a_compressed_trace_reads_as_the_file_it_holds(tmp_path: Path, trace: Tr
     with pytest.raises(TraceError, match=re.escape(str(cut))) as e:
         read_trace(cut)
     assert "cachegym-trace-" not in str(e.value)  # the temporary file is not named
+    bare = tmp_path / f"t{suffix}"  # no format in the name left: it must be given
+    bare.write_bytes(data)
+    with pytest.raises(ConfigError, match="cannot infer the format of the trace compressed in"):
+        read_trace(bare)
+    assert len(read_trace(bare, "oracleGeneral")) == len(want)
     csv_gz = tmp_path / "t.csv.gz"
     csv_gz.write_bytes(gzip.compress(b"1,5,100\n2,6,200\n3,5,100\n"))
     t = read_trace(csv_gz, **parse_trace_params("time-col=1,obj-id-col=2,obj-size-col=3"))
