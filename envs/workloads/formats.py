@@ -284,10 +284,12 @@ def read_csv(
     skipped += int(bad.sum())
     good = ~bad
     key = parsed["obj_id"][good].astype(np.int64)
-    if len(key) >= 1000 and len(np.unique(key)) == len(key):
-        log.warning("%s: all %d requests are to distinct objects (column %d), so no policy can "
-                    "hit; if that column is not the object id (a timestamp, a counter), pass "
-                    "obj_id_col=", p, len(key), obj_id_col)
+    head = key[:1_000_000]  # (a bounded look: np.unique sorts)
+    if len(head) >= 1000 and len(np.unique(head)) == len(head):
+        log.warning("%s: %s %d requests are to distinct objects (column %d), so no policy can "
+                    "hit there; if that column is not the object id (a timestamp, a counter), "
+                    "pass obj_id_col=", p, "all" if len(head) == len(key) else "the first",
+                    len(head), obj_id_col)
     size = parsed["obj_size"][good] if "obj_size" in parsed else 1
     step = np.floor(parsed["time"][good]).astype(np.int64) if "time" in parsed else None
     options = {"time_col": time_col, "obj_id_col": obj_id_col, "obj_size_col": obj_size_col,
