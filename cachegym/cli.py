@@ -88,7 +88,7 @@ def sim(argv: list[str]) -> int:
         "of `cachegym evaluate`, composed from a libCacheSim-style one-liner).",
         epilog="example: cachegym sim trace.oracleGeneral oracleGeneral lru,arc,s3fifo 1GiB,10%%")
     p.add_argument("trace", help="trace file")
-    p.add_argument("format", help="its format: npz, oracleGeneral, lcs, csv, txt (auto: from its name; "
+    p.add_argument("format", help="its format: npz, oracleGeneral, lcs, vscsi, csv, txt (auto: from its name; "
                    ".zst, .gz, .xz read as the file they hold)")
     p.add_argument("policies", help="comma-separated: registry names (lru, arc, s3fifo, gdsf, "
                    "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy")

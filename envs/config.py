@@ -67,6 +67,7 @@ class TraceFormat(_StrEnum):
     npz = "npz"
     oracleGeneral = "oracleGeneral"
     lcs = "lcs"
+    vscsi = "vscsi"
     csv = "csv"
     txt = "txt"
 

@@ -86,7 +86,7 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "nosuch", "1MiB"], "unknown value 'nosuch'"),
     (["nope.bin", "npz", "lru", "1MiB"], "no such file 'nope.bin'"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--preset", "v100"], "v100"),
-    (["data/traces/gpt.npz", "xml", "lru", "1MiB"], "expected one of [npz, oracleGeneral, lcs, csv, txt]"),
+    (["data/traces/gpt.npz", "xml", "lru", "1MiB"], "expected one of [npz, oracleGeneral, lcs, vscsi, csv, txt]"),
 ])
 def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch,
