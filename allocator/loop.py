@@ -268,11 +268,25 @@ class Loop:
         """The access loop as a generator: yields an :class:`EvictionRequest` at each eviction
         decision and expects the victim's key back through ``send``. Returns what
         :meth:`access` returns (``None`` for a free). Close it to abandon the event."""
-        with self._lock:
+        self._acquire()
+        closing = False
+        try:
             if op == Op.FREE:
                 self._free(key)
                 return None
             return (yield from self._access_steps(key, size, op == Op.WRITE, kind, compute_ns))
+        except GeneratorExit:
+            closing = True
+            raise
+        finally:
+            try:
+                self._release()
+            except RuntimeError:
+                # closed unfinished by the garbage collector in another thread than the one that
+                # ran it (an env dropped mid-episode): the lock is that thread's to release, and
+                # nothing waits on it (the generator was the last to hold the pool's event)
+                if not closing:
+                    raise
 
     def prefetch(self, key: int, size: int | None = None) -> bool:
         """Start copying ``key`` to the device asynchronously. Returns False when it is

@@ -91,3 +91,38 @@ def test_threads_share_one_pool() -> None:
     assert s.evictions > 1000 and s.writebacks > 100  # the threads really contended for space
     assert s.device_bytes <= pool.capacity
     pool.close()
+
+
+def test_an_event_generator_dropped_mid_event_is_collected_in_another_thread_quietly() -> None:
+    """``Pool.steps`` holds the pool's lock across its yields. A generator left at an eviction
+    request (an env dropped mid-episode) and collected by the garbage collector in another
+    thread than the one that ran it must close without an error (the lock is not that thread's
+    to release; the release raised 'cannot release un-acquired lock', reported as an exception
+    ignored in the generator)."""
+    import gc
+    import sys
+
+    from cachegym.policies.lru import LRU
+
+    pool = Pool(2 * ALIGN, LRU(), placement="bytes")
+    pool.access(1, ALIGN)
+    pool.access(2, ALIGN)
+    holder: list[object] = []
+
+    def start() -> None:  # runs the event to its eviction request, then leaves it there
+        g = pool.steps(3, ALIGN)
+        next(g)
+        holder.append(g)
+
+    t = threading.Thread(target=start)
+    t.start()
+    t.join()
+    seen: list[BaseException | None] = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(u.exc_value)
+    try:
+        holder.clear()  # the last reference: collected here, in this thread
+        gc.collect()
+    finally:
+        sys.unraisablehook = old_hook
+    assert seen == []
