@@ -82,6 +82,7 @@ def sim(argv: list[str]) -> int:
     """``cachegym sim TRACE FORMAT POLICIES CAPACITIES``: the evaluator (one implementation)
     over one trace, composed from a one-liner; prints its table, writes its results."""
     from cachegym.allocator.errors import CachegymError
+    from cachegym.envs.workloads import add_trace_params_option
 
     p = argparse.ArgumentParser(
         prog="cachegym sim", description="Simulate eviction policies on one trace (the evaluator "
@@ -94,10 +95,7 @@ def sim(argv: list[str]) -> int:
                    "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy")
     p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "
                    "fractions of the working set (10%%, 0.1)")
-    p.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
-                   help="csv/txt reader options, libCacheSim's -t syntax: "
-                   "'time-col=1,obj-id-col=2,obj-size-col=3,delimiter=,,has-header=false,"
-                   "obj-id-is-num=false' (csv without them: ids from column 1, every size 1)")
+    add_trace_params_option(p)
     p.add_argument("--guard", default="shadow", help="guard of learned:PATH policies "
                    "(conf/policy/guard/: shadow, trial, lru, none; default shadow)")
     p.add_argument("--prefetch", default="none", help="comma-separated prefetchers (none, "

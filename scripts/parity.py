@@ -24,7 +24,12 @@ import sys
 from pathlib import Path
 
 from cachegym.allocator.errors import CachegymError
-from cachegym.envs.workloads.formats import FORMATS, parse_trace_params, read_trace
+from cachegym.envs.workloads.formats import (
+    FORMATS,
+    add_trace_params_option,
+    parse_trace_params,
+    read_trace,
+)
 
 
 def _number(text: str) -> int | float:
@@ -60,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", type=_list, default=None,
                     help=f"comma-separated, from {','.join(LCS_INIT)} (default: all; with --frees "
                          "all that libCacheSim can delete from)")
-    ap.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
-                    help="csv reader options, libCacheSim's -t syntax (e.g. "
-                    "'time-col=1,obj-id-col=2,obj-size-col=3')")
+    add_trace_params_option(ap)
     ap.add_argument("--frees", action="store_true",
                     help="keep the trace's frees: Pool.free here, libCacheSim's remove there")
     args = ap.parse_args(argv)

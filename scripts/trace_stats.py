@@ -16,7 +16,12 @@ import sys
 from pathlib import Path
 
 from cachegym.allocator.errors import CachegymError
-from cachegym.envs.workloads.formats import FORMATS, parse_trace_params, read_trace
+from cachegym.envs.workloads.formats import (
+    FORMATS,
+    add_trace_params_option,
+    parse_trace_params,
+    read_trace,
+)
 from cachegym.envs.workloads.stats import (
     auto_sample_rate,
     format_stats,
@@ -39,9 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="capacity in bytes, or in objects (every size 1)")
     ap.add_argument("--sample", type=float, default=None,
                     help="SHARDS rate in (0, 1] for the curve (default: exact up to 2M requests)")
-    ap.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
-                    help="csv reader options, libCacheSim's -t syntax (e.g. "
-                    "'time-col=1,obj-id-col=2,obj-size-col=3')")
+    add_trace_params_option(ap)
     args = ap.parse_args(argv)
     try:
         trace = read_trace(args.path, args.format, **parse_trace_params(args.trace_params))

@@ -52,6 +52,7 @@ __all__ = [
     "read_txt",
     "write_txt",
     "parse_trace_params",
+    "add_trace_params_option",
     "COMPRESSIONS",
 ]
 
@@ -79,18 +80,24 @@ def read_oracle_general(path: PathLike, *, skip_bad: bool = False) -> Trace:
     p = _existing(path)
     _reject_non_binary(p)
     data, skipped = _records(p, ORACLE_GENERAL_DTYPE, 0, skip_bad)
+    return _binary_trace(p, data, data["time"], skipped, {"format": "oracleGeneral", "path": p})
+
+
+def _binary_trace(p: str, data: np.ndarray, step: np.ndarray, skipped: int, source: dict[str, Any],
+                  op: np.ndarray | None = None, **meta: Any) -> Trace:
+    """The trace of a binary reader's records (:func:`_records`): their ``obj_id`` (bit for bit
+    as int64 keys) and ``obj_size``, with ``step`` and ``op`` as the format gives them."""
     key = data["obj_id"].view(np.int64)
     size = data["obj_size"].astype(np.int64)
-    step = data["time"].astype(np.int64)
-    del data
-    meta = {"source": {"format": "oracleGeneral", "path": p}}
-    return _finish(p, meta, skipped, key=key, size=size, step=step)
+    return _finish(p, {"source": source, **meta}, skipped, key=key, size=size, op=op,
+                   step=step.astype(np.int64))
 
 
 def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.ndarray, int]:
-    """The packed records of ``dtype`` from byte ``offset`` of ``p`` (fields ``time``,
-    ``obj_id``, ``obj_size``, ``next_access`` at least), those of size 0 (or out of range) or a
-    next access below -1 refused (``skip_bad``: dropped and counted), and how many were dropped."""
+    """The packed records of ``dtype`` from byte ``offset`` of ``p`` (fields ``obj_id`` and
+    ``obj_size`` at least), those of a size outside 1 .. 2**48 or a ``next_access`` (where the
+    format has one) below -1 refused (``skip_bad``: dropped and counted), and how many were
+    dropped."""
     nbytes = os.path.getsize(p) - offset
     rec = dtype.itemsize
     skipped = 0
@@ -152,12 +159,8 @@ def read_vscsi(path: PathLike, *, skip_bad: bool = False) -> Trace:
         raise TraceError("not a vscsi trace (its first two records carry no version 1 or 2)",
                          path=p, hint="check the format")
     data, skipped = _records(p, VSCSI_DTYPES[version], 0, skip_bad)
-    key = data["obj_id"].view(np.int64)
-    size = data["obj_size"].astype(np.int64)
-    step = (data["ts"] // 1_000_000).astype(np.int64)
-    del data
-    meta = {"source": {"format": "vscsi", "path": p, "version": version}}
-    return _finish(p, meta, skipped, key=key, size=size, step=step)
+    return _binary_trace(p, data, data["ts"] // 1_000_000, skipped,
+                         {"format": "vscsi", "path": p, "version": version})
 
 
 # ---------------------------------------------------------------------- lcs
@@ -219,12 +222,9 @@ def read_lcs(path: PathLike, *, ops: bool = False, skip_bad: bool = False) -> Tr
         if deletes:
             data, code = data[keep], code[keep]
         op = np.where(np.isin(code, _LCS_WRITES), int(Op.WRITE), int(Op.READ)).astype(np.uint8)
-    key = data["obj_id"].view(np.int64)
-    size = data["obj_size"].astype(np.int64)
-    step = data["time"].astype(np.int64)
-    del data
-    meta = {"source": {"format": "lcs", "path": p, "version": version, "ops": ops}, "deletes": deletes}
-    return _finish(p, meta, skipped, key=key, size=size, op=op, step=step)
+    return _binary_trace(p, data, data["time"], skipped,
+                         {"format": "lcs", "path": p, "version": version, "ops": ops}, op,
+                         deletes=deletes)
 
 
 def write_oracle_general(
@@ -350,13 +350,24 @@ def read_txt(path: PathLike, *, obj_id_is_num: bool = True, skip_bad: bool = Fal
 
 _PARAMS = {"time-col": "time_col", "obj-id-col": "obj_id_col", "obj-size-col": "obj_size_col",
            "delimiter": "delimiter", "has-header": "has_header", "obj-id-is-num": "obj_id_is_num",
-           "skip-bad": "skip_bad"}
+           "skip-bad": "skip_bad", "ops": "ops"}
 _DELIMITERS = {"": ",", "\\t": "\t", "tab": "\t", "space": " ", "comma": ","}
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
+def add_trace_params_option(parser: Any) -> None:
+    """The ``-t/--trace-params`` option of ``cachegym sim``, ``stats`` and ``parity`` (an
+    ``argparse`` parser's; read with :func:`parse_trace_params`)."""
+    parser.add_argument("-t", "--trace-params", default="", metavar="PARAMS",
+                        help="the reader's options in libCacheSim's -t syntax, e.g. 'time-col=1,"
+                        "obj-id-col=2,obj-size-col=3,delimiter=,,has-header=false,"
+                        "obj-id-is-num=false' for a csv (without them: ids from column 1, every "
+                        "size 1), 'ops=true' for an lcs trace's writes, 'skip-bad=true'")
+
+
 def parse_trace_params(text: str) -> dict[str, Any]:
-    """libCacheSim's ``-t`` trace parameters as :func:`read_csv`'s options:
+    """libCacheSim's ``-t`` trace parameters as the readers' options (:func:`read_csv`'s, and
+    ``ops`` / ``skip_bad`` of the binary readers):
     ``"time-col=1, obj-id-col=2, obj-size-col=3, delimiter=,, has-header=true"`` ->
     ``{"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "delimiter": ",", "has_header": True}``.
 
@@ -416,8 +427,7 @@ FORMATS = ("npz", "oracleGeneral", "lcs", "vscsi", "csv", "txt")
 
 _ALIASES = {"npz": "npz", "oraclegeneral": "oracleGeneral", "oracle_general": "oracleGeneral",
             "oraclegeneralbin": "oracleGeneral", "lcs": "lcs", "vscsi": "vscsi", "csv": "csv",
-            "txt": "txt",
-            "plain": "txt"}
+            "txt": "txt", "plain": "txt"}
 
 
 COMPRESSIONS = {".zst": "zstd", ".zstd": "zstd", ".gz": "gzip", ".xz": "xz", ".bz2": "bz2"}
@@ -533,8 +543,8 @@ def _infer_format(path: PathLike) -> str | None:
     """The format a file's name says (``None``: it says none)."""
     name = os.fspath(path).lower()
     for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"), (".lcs", "lcs"),
-                     (".vscsi", "vscsi"),
-                     (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral")):
+                     (".vscsi", "vscsi"), (".oraclegeneral", "oracleGeneral"),
+                     (".bin", "oracleGeneral")):
         if name.endswith(ext) or (fmt == "oracleGeneral" and ext in name):
             return fmt
     return None
