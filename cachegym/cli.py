@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -108,6 +109,10 @@ def sim(argv: list[str]) -> int:
     p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
     p.add_argument("--plots", action="store_true", help="also write the plots")
+    for tok in argv:  # argparse reads '-5%' as an unknown option and reports a missing argument
+        if re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
+            p.error(f"capacities: {tok!r} is negative; a capacity is a size (512MiB, 1GiB) or a "
+                    "share of the working set (10%, 0.1) greater than 0")
     args = p.parse_args(argv)
     try:
         cfg = sim_config(args)

@@ -127,3 +127,14 @@ def test_the_console_script_runs_from_any_directory(tmp_path: Path) -> None:
         r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                            text=True, timeout=300)
         assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("cap", ["-5%", "-1GiB", "-0.1"])
+def test_sim_negative_capacity_is_named(cap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse takes '-5%' for an unknown option and would report a missing argument: the
+    error names the capacity instead."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["sim", "data/traces/gpt.npz", "npz", "lru", cap])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"capacities: {cap!r} is negative" in err and "required" not in err
