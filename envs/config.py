@@ -162,13 +162,23 @@ class EvaluateConfig:
 _registered = False
 
 
+def _out_or(out_dir: Any, default: str) -> str:
+    """``out_dir`` if set, else ``default`` (the resolver ``cachegym.out_or``)."""
+    return default if out_dir is None or out_dir == "" else str(out_dir)
+
+
 def register_configs() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent). Call before composing."""
     global _registered
     if _registered:
         return
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
+    # hydra.run.dir of the scripts' configs: ``out_dir`` where one is given, so that Hydra's log
+    # and .hydra/ land beside the results (else outputs/<job>/<time>)
+    if not OmegaConf.has_resolver("cachegym.out_or"):
+        OmegaConf.register_new_resolver("cachegym.out_or", _out_or)
     cs = ConfigStore.instance()
     cs.store(name="evaluate_schema", node=EvaluateConfig)
     cs.store(group="trace", name="base_trace", node=TraceConfig)

@@ -96,8 +96,9 @@ def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
 
 def write_config(cfg: Any, out_dir: str) -> str:
     """The run's composed config, resolved, as ``out_dir/config.yaml`` beside its results
-    (Hydra's own snapshot stays in its output directory, which ``out_dir=`` moves the results
-    out of); returns the path."""
+    (Hydra's own, unresolved, is ``.hydra/config.yaml`` of its run directory: ``out_dir`` where
+    one is given, a sweep's job directory, or a run given the directory by ``exact``); returns
+    the path."""
     from omegaconf import OmegaConf
 
     text = OmegaConf.to_yaml(cfg, resolve=True) if OmegaConf.is_config(cfg) else str(cfg)
