@@ -33,7 +33,7 @@ import numpy as np
 from cachegym.envs.paths import project_path
 
 ROOT = project_path()
-EXPERTS = ("network", "lru", "s3fifo", "gdsf", "lfu")
+EXPERTS = ("network", "lru", "s3fifo", "gdsf", "lfu", "arc", "slru")
 
 
 def _storage(n: int, seed: int) -> Any:

@@ -345,23 +345,38 @@ class ShadowGuard(Guard):
     met: ``python scripts/bench.py regret`` prints the ratio to the best expert per trace and
     capacity (``docs/EXPERIMENTS.md``).
 
-    The network and S3-FIFO, GDSF, LFU decide by evicting first what their shadow no longer
-    holds (the pool converges to it; they also choose what the pool admits), LRU through the
-    policy's tracker. GDSF is there for variable sizes, LFU for frequency (an LLM KV cache's
-    shared prefixes). ``gdsf`` / ``lfu``: whether those two experts run (each costs
-    throughput: a shadow pool's work per access). ``expert`` is ``None`` while the network is
+    The network and S3-FIFO, GDSF, LFU, ARC, SLRU decide by evicting first what their shadow no
+    longer holds (the pool converges to it; they also choose what the pool admits), LRU through
+    the policy's tracker. GDSF is there for variable sizes, LFU for frequency (an LLM KV cache's
+    shared prefixes), ARC and SLRU because each copies least on some traces (ARC 12% less than
+    any other on the GPT inference trace at 10%; docs/EXPERIMENTS.md). ``gdsf`` / ``lfu`` /
+    ``arc`` / ``slru``: whether those experts run (each costs throughput: a shadow pool's work
+    per access); ``arc`` and ``slru`` default to ``None``: they run under ``traffic`` and
+    ``misses``, not under ``stall`` (:data:`NOT_UNDER_STALL`). ``retire``: an expert whose cost
+    exceeds ``1 + retire`` times the best expert's, once that is ``retire_after`` pool capacities,
+    stops running (never the followed one; ``retired`` keeps its cost; ``None``: never), which
+    makes long replays faster where some experts are far behind; a retired expert can no longer
+    be followed, so the guard's bound is then against the experts still running. ``expert`` is ``None`` while the network is
     followed; ``switches`` counts the switches, ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
     one, which began when the current expert's cost was ``_since``."""
 
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
-                 "_items", "auto", "without_prefetch", "_muted")
+                 "_items", "auto", "without_prefetch", "_muted", "_unless_stall", "retire",
+                 "retire_after", "retired")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
+    NOT_UNDER_STALL = ("arc", "slru")
+    """Experts that run by default under the objectives ``traffic`` and ``misses`` only: under
+    ``stall`` a pool following ARC or SLRU stalled far more than their shadows (which the guard
+    judges them by), e.g. 40.0 ms following SLRU against its shadow's 13.2 ms on gpt_wide at 10%
+    of peak live bytes with the ``history`` prefetcher (docs/EXPERIMENTS.md)."""
 
     def __init__(self, margin: float = 0.003, handover: float = 0.005,
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
-                 objective: str = "auto", without_prefetch: bool = True) -> None:
+                 objective: str = "auto", without_prefetch: bool = True, arc: bool | None = None,
+                 slru: bool | None = None, retire: float | None = 0.25,
+                 retire_after: float = 8.0) -> None:
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
                               f"handover (pool capacities) and handover_weight must be >= 0; got "
@@ -378,13 +393,25 @@ class ShadowGuard(Guard):
             raise ConfigError(f"ShadowGuard: without_prefetch must be a bool, got "
                               f"{without_prefetch!r}")
         self.without_prefetch = without_prefetch
+        if not ((retire is None or retire >= 0) and retire_after >= 0):
+            raise ConfigError(f"ShadowGuard: retire (a fraction of the best expert's cost, or None: "
+                              f"never) and retire_after (pool capacities) must be >= 0; got "
+                              f"retire={retire!r}, retire_after={retire_after!r}")
+        self.retire = None if retire is None else float(retire)
+        self.retire_after = float(retire_after)
+        self.retired: dict[str, float] = {}  # expert -> its cost when it stopped running
+        for name, flag in (("gdsf", gdsf), ("lfu", lfu), ("arc", arc), ("slru", slru)):
+            if not (isinstance(flag, bool) or (flag is None and name in self.NOT_UNDER_STALL)):
+                raise ConfigError(f"ShadowGuard: {name} must be a bool"
+                                  f"{' or None' if name in self.NOT_UNDER_STALL else ''}, got {flag!r}")
         self._muted: Any = None  # the pool's prefetcher, muted while a twin is followed
-        # the experts beyond LRU and S3-FIFO (Guard.model), by name
+        # the experts beyond LRU and S3-FIFO (Guard.model), by name; those left to the objective
+        # (None) leave when it is stall
         self.extra: dict[str, Expert] = {}
-        if gdsf:
-            self.extra["gdsf"] = heuristic_expert("gdsf", objective=objective)
-        if lfu:
-            self.extra["lfu"] = heuristic_expert("lfu", objective=objective)
+        self._unless_stall = {n for n, flag in (("arc", arc), ("slru", slru)) if flag is None}
+        for name, flag in (("gdsf", gdsf), ("lfu", lfu), ("arc", arc), ("slru", slru)):
+            if flag or (flag is None and self.objective != "stall"):
+                self.extra[name] = heuristic_expert(name, objective=objective)
         self.net: Expert | None = None
         self._spent = 0.0
         self._since = 0.0
@@ -428,6 +455,9 @@ class ShadowGuard(Guard):
         ``traffic``; then the shadow pools are made."""
         if self.auto:
             self.objective = "stall" if view.cost.preset is not None else "traffic"
+            if self.objective == "stall" and self._unless_stall:
+                self.extra = {n: e for n, e in self.extra.items() if n not in self._unless_stall}
+                self._register({k: e for k, e in self._named.items() if k not in self._unless_stall})
             for e in self._experts:
                 e.objective = self.objective
         pf = view.prefetcher
@@ -487,6 +517,8 @@ class ShadowGuard(Guard):
         for name, e in self._items:
             if e.gain > bg:
                 best, bg = name, e.gain
+        if self.retire is not None and not self._reqs & 255:
+            self._retire(view, best, bg)
         if best == cur:
             return
         lead = bg - g
@@ -503,6 +535,26 @@ class ShadowGuard(Guard):
             self.switches += 1
             if self._muted is not None:  # a twin, judged without the prefetcher: mute it
                 self._muted.prefetch_muted = not self._named[best].prefetching
+
+    def _retire(self, view: PoolView, best: str | None, bg: float) -> None:
+        """Experts too far behind to lead again stop running: once the best expert has cost
+        ``retire_after`` pool capacities, one whose cost is above ``1 + retire`` times its
+        (never the followed one) leaves, its shadow pool released; ``retired`` keeps its cost."""
+        if not self._capacity:
+            self._capacity = self._capacity_cost(view)
+        cb = self._cost(bg)
+        if cb < self.retire_after * self._capacity:
+            return
+        limit = (1.0 + self.retire) * cb  # type: ignore[operator]
+        out = [n for n, e in self._items if n != self.expert and self._cost(e.gain) > limit]
+        if not out:
+            return
+        for n in out:
+            e = self._named[n]
+            self.retired[n or "network"] = self._cost(e.gain)
+            e.release()
+        self.extra = {n: e for n, e in self.extra.items() if n not in out}
+        self._register({n: e for n, e in self._named.items() if n not in out})
 
     def __repr__(self) -> str:
         """The guard's kind, objective, experts and who decides now (``network``: the learned

@@ -259,6 +259,13 @@ class Expert:
                     return k
         return None
 
+    def release(self) -> None:
+        """Stop running (a guard retired this expert): the shadow pool and what the expert
+        tracked are released; it must not be told anything after."""
+        self.pool = None
+        self._access = self._resident = self._stats = self._clock = None
+        self._pending = {}
+
     def pending_evictions(self) -> list[int]:
         """What the guarded pool holds and the shadow does not, oldest first."""
         return list(self._pending)

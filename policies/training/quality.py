@@ -27,7 +27,7 @@ from cachegym.envs.paths import data_path
 __all__ = ["HEURISTICS", "HeldOut", "default_held_out", "broad_held_out", "ZOO", "zoo_held_out",
            "quality_rows", "format_quality", "verdict"]
 
-HEURISTICS = ("lru", "lfu", "arc", "s3fifo", "gdsf")
+HEURISTICS = ("lru", "lfu", "arc", "s3fifo", "gdsf", "slru")  # issue 24's "best heuristic" is the best of these
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,11 @@ def trace():  # type: ignore[no-untyped-def]
 
 
 def test_guarded_policy_structures_are_bounded_by_the_objects(trace):  # type: ignore[no-untyped-def]
-    pol = LearnedPolicy.load(POLICY)
-    assert isinstance(pol.guard, ShadowGuard) and set(pol.guard.experts) == {
-        None, "lru", "s3fifo", "gdsf", "lfu"}
+    base = LearnedPolicy.load(POLICY)
+    assert isinstance(base.guard, ShadowGuard) and set(base.guard.experts) == {
+        None, "lru", "s3fifo", "gdsf", "lfu", "arc", "slru"}
+    # every expert runs to the end (none retired), so that the walk sees all their structures
+    pol = LearnedPolicy(base.scorer, base.header, guard=ShadowGuard(retire=None))
     pool = Pool(int(0.25 * trace.working_set_bytes()), pol, placement="bytes", oversize="bypass")
     pool.replay(trace)
     sizes = structure_sizes(pool, "pool")
