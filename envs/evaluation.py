@@ -84,7 +84,7 @@ COLUMNS = (
     "decision_p50_us", "decision_p99_us",
 )
 EXTRA_COLUMNS = ("row_kind", "capacity_spec", "policy_file", "placement", "evictions", "writebacks", "streamed",
-                 "fallbacks", "guard_switches", "guard_decisions", "wall_s")
+                 "fallbacks", "guard_switches", "guard_decisions", "guard_retired", "wall_s")
 _ALWAYS = ("lru",)
 
 
@@ -284,7 +284,9 @@ def run_one(
         row["decision_p50_us"], row["decision_p99_us"] = _percentiles_us(policy.network_decision_ns)  # type: ignore[attr-defined]
     guard = getattr(policy, "guard", None)
     if guard is not None:  # who decided: the network or which expert, and how often it changed
-        row.update(guard_switches=guard.switches, guard_decisions=guard.decision_shares())
+        row.update(guard_switches=guard.switches, guard_decisions=guard.decision_shares(),
+                   guard_retired=" ".join(sorted(getattr(guard, "retired", ()))))  # experts that
+        # stopped running, far behind the best (ShadowGuard's retire)
     row.update(placement=placement, wall_s=time.perf_counter() - t0)
     if spec.label == "stall_ref":
         row.update(policy=f"stall_ref[{spec.policy}+{spec.prefetch}]", row_kind="stall_reference")

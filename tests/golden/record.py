@@ -16,7 +16,11 @@ oracle now issues a copy when it is due: e.g. ``prefetch/lookahead/arena-a100_pc
 6.1 ms instead of 40.6 ms, with 0 useless prefetches instead of 8898); runs without a preset are
 unchanged. Re-recorded for issue 24's guard (the ShadowGuard follows the expert of least
 whole-trace cost, with a hysteresis and a measured hand-over charge): only the ``learned``
-group's shadow-guarded runs and the ``quality`` table changed. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+group's shadow-guarded runs and the ``quality`` table changed. Re-recorded when ARC and SLRU
+joined the ShadowGuard's experts (traffic and misses) and SLRU the quality benchmark's
+heuristics (2026-12-03): 6 of the 48 ``learned`` runs changed (``learned`` under the shadow guard
+on gpt 25%/50%, gpt_infer 50%, gpt_wide 25%/50%, resnet_deep 50%), every other run of that group
+is unchanged, and the ``quality`` table gained SLRU's columns. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 

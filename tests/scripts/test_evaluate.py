@@ -351,7 +351,9 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
     assert row["requests"] == 2500 and row["decision_p50_us"] > 0
     assert not math.isnan(row["gap_closed_traffic"]) and row["gap_closed_traffic"] <= 1
     # who decided, per guard (the bare network has none)
-    assert row["guard_decisions"].split()[0].split(":")[0] in ("network", "lru", "s3fifo", "gdsf", "lfu")
+    assert row["guard_decisions"].split()[0].split(":")[0] in ("network", "lru", "s3fifo", "gdsf", "lfu",
+                                                                "arc", "slru")
+    assert set(row["guard_retired"].split()) <= {"network", "lru", "s3fifo", "gdsf", "lfu", "arc", "slru"}
     assert row["guard_switches"] >= 0 and "guard_switches" not in res["rows"][3]
     for r in res["rows"]:
         assert r["policy_file"] == (path if r["policy"].startswith("learned[") else None)
