@@ -883,6 +883,8 @@ def test_shadow_guard_judges_on_stall_under_a_timing_preset(tmp_path):
         pool, trace = _gpt_wide_pool(LearnedPolicy(bare.scorer, bare.header, guard=guard))
         stall[objective] = pool.replay(trace).stall_ns
         assert guard.objective == ("stall" if objective == "auto" else "traffic")
+        if objective == "auto":  # (no expert retires under stall)
+            assert guard.retired == {} and len(guard.experts) == 5  # (no ARC, SLRU)
     assert stall["auto"] <= 1.05 * best
     assert stall["traffic"] > 2 * stall["auto"]
     guarded = LearnedPolicy(bare.scorer, bare.header, guard=ShadowGuard(objective="stall"))
