@@ -10,6 +10,8 @@ its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: 
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Collection
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
 __all__ = ["Guard", "LRUGuard", "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard"]
+
+
+def _numbers(owner: str, optional: tuple[str, ...] = (), **values: Any) -> None:
+    """Refuse (:class:`ConfigError` naming ``owner`` and the parameter) a value that is not a
+    real number, or ``None`` where the parameter is not ``optional``."""
+    for name, v in values.items():
+        if v is None and name in optional:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ConfigError(f"{owner}: {name} must be a number"
+                              f"{' or None' if name in optional else ''}, got {v!r}")
 
 
 class Guard:
@@ -66,6 +79,8 @@ class Guard:
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01,
                  objective: str = "traffic") -> None:
+        _numbers(type(self).__name__, ("abort",), window=window, margin=margin,
+                 max_backoff=max_backoff, abort=abort, s3fifo_margin=s3fifo_margin)
         if objective not in self._OBJECTIVES:
             raise ConfigError(f"{type(self).__name__}: objective must be one of "
                               f"{self._OBJECTIVES}, got {objective!r}")
@@ -378,6 +393,8 @@ class ShadowGuard(Guard):
                  objective: str = "auto", without_prefetch: bool = True, arc: bool | None = None,
                  slru: bool | None = None, retire: float | None = 0.25,
                  retire_after: float = 8.0) -> None:
+        _numbers("ShadowGuard", ("retire",), margin=margin, handover=handover,
+                 handover_weight=handover_weight, retire=retire, retire_after=retire_after)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
                               f"handover (pool capacities) and handover_weight must be >= 0; got "
@@ -401,7 +418,8 @@ class ShadowGuard(Guard):
         self.retire = None if retire is None else float(retire)
         self.retire_after = float(retire_after)
         self.retired: dict[str, float] = {}  # expert -> its cost when it stopped running
-        for name, flag in (("gdsf", gdsf), ("lfu", lfu), ("arc", arc), ("slru", slru)):
+        flags = {"gdsf": gdsf, "lfu": lfu, "arc": arc, "slru": slru}
+        for name, flag in flags.items():
             if not (isinstance(flag, bool) or (flag is None and name in self.NOT_UNDER_STALL)):
                 raise ConfigError(f"ShadowGuard: {name} must be a bool"
                                   f"{' or None' if name in self.NOT_UNDER_STALL else ''}, got {flag!r}")
@@ -409,8 +427,8 @@ class ShadowGuard(Guard):
         # the experts beyond LRU and S3-FIFO (Guard.model), by name; those left to the objective
         # (None) leave when it is stall
         self.extra: dict[str, Expert] = {}
-        self._unless_stall = {n for n, flag in (("arc", arc), ("slru", slru)) if flag is None}
-        for name, flag in (("gdsf", gdsf), ("lfu", lfu), ("arc", arc), ("slru", slru)):
+        self._unless_stall = {n for n, flag in flags.items() if flag is None}
+        for name, flag in flags.items():
             if flag or (flag is None and self.objective != "stall"):
                 self.extra[name] = heuristic_expert(name, objective=objective)
         self.net: Expert | None = None
@@ -456,9 +474,8 @@ class ShadowGuard(Guard):
         ``traffic``; then the shadow pools are made."""
         if self.auto:
             self.objective = "stall" if view.cost.preset is not None else "traffic"
-            if self.objective == "stall" and self._unless_stall:
-                self.extra = {n: e for n, e in self.extra.items() if n not in self._unless_stall}
-                self._register({k: e for k, e in self._named.items() if k not in self._unless_stall})
+            if self.objective == "stall":
+                self._drop(self._unless_stall)
             for e in self._experts:
                 e.objective = self.objective
         pf = view.prefetcher
@@ -510,6 +527,12 @@ class ShadowGuard(Guard):
         n = view.capacity / max(1.0, mean)  # objects of the mean size
         return n if self.objective == "misses" else n * view.cost.copy_time(0, int(mean))
 
+    def _capacity_unit(self, view: PoolView) -> float:
+        """:meth:`_capacity_cost`, computed once (at the first call that needs it)."""
+        if not self._capacity:
+            self._capacity = self._capacity_cost(view)
+        return self._capacity
+
     def access(self, view: PoolView, key: int, hit: bool) -> None:
         self._request(view, key, hit)
         cur = self.expert
@@ -519,16 +542,14 @@ class ShadowGuard(Guard):
             if e.gain > bg:
                 best, bg = name, e.gain
         if self.retire is not None and not self._reqs & 255 and self.objective != "stall":
-            self._retire(view, best, bg)
+            self._retire(view, bg)
         if best == cur:
             return
         lead = bg - g
         need = self.margin * (1 + self.switches) * self._cost(bg)
         if lead <= need:
             return
-        if not self._capacity:
-            self._capacity = self._capacity_cost(view)
-        need += self.handover * self._capacity + self.handover_weight * self.handover_cost()
+        need += self.handover * self._capacity_unit(view) + self.handover_weight * self.handover_cost()
         if lead > need:
             self._spent += self._cost(g) - self._since
             self._since = self._cost(bg)
@@ -537,27 +558,28 @@ class ShadowGuard(Guard):
             if self._muted is not None:  # a twin, judged without the prefetcher: mute it
                 self._muted.prefetch_muted = not self._named[best].prefetching
 
-    def _retire(self, view: PoolView, best: str | None, bg: float) -> None:
+    def _retire(self, view: PoolView, bg: float) -> None:
         """Experts too far behind to lead again stop running: once the best expert has cost
         ``retire_after`` pool capacities, one whose cost is above ``1 + retire`` times its
         (never the followed one) leaves, its shadow pool released; ``retired`` keeps its cost.
         Not under the objective stall (its extra experts do not run there, and retiring changed
         the demo's resnet_deep 50% from 4.75 to 6.12 ms)."""
-        if not self._capacity:
-            self._capacity = self._capacity_cost(view)
         cb = self._cost(bg)
-        if cb < self.retire_after * self._capacity:
+        if cb < self.retire_after * self._capacity_unit(view):
             return
         limit = (1.0 + self.retire) * cb  # type: ignore[operator]
         out = [n for n, e in self._items if n != self.expert and self._cost(e.gain) > limit]
-        if not out:
-            return
         for n in out:
             e = self._named[n]
             self.retired[n or "network"] = self._cost(e.gain)
             e.release()
-        self.extra = {n: e for n, e in self.extra.items() if n not in out}
-        self._register({n: e for n, e in self._named.items() if n not in out})
+        self._drop(out)
+
+    def _drop(self, names: Collection[str | None]) -> None:
+        """The experts ``names`` stop being experts (before the first event: never run)."""
+        if names:
+            self.extra = {n: e for n, e in self.extra.items() if n not in names}
+            self._register({n: e for n, e in self._named.items() if n not in names})
 
     def __repr__(self) -> str:
         """The guard's kind, objective, experts and who decides now (``network``: the learned

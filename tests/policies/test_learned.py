@@ -372,6 +372,22 @@ def test_shadow_guard_retires_experts_far_behind(tmp_path):
             ShadowGuard(**bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("cls, kw, match", [
+    (ShadowGuard, {"retire": "0.5"}, "ShadowGuard: retire must be a number or None, got '0.5'"),
+    (ShadowGuard, {"retire_after": None}, "ShadowGuard: retire_after must be a number, got None"),
+    (ShadowGuard, {"margin": "x"}, "ShadowGuard: margin must be a number, got 'x'"),
+    (ShadowGuard, {"handover": True}, "ShadowGuard: handover must be a number, got True"),
+    (Guard, {"window": "5"}, "Guard: window must be a number, got '5'"),
+    (Guard, {"abort": []}, "Guard: abort must be a number or None, got \\[\\]"),
+])
+def test_guard_settings_that_are_not_numbers_are_config_errors(cls, kw, match):
+    """A config value of the wrong type is a ConfigError naming it (it was a TypeError from a
+    comparison); numpy numbers pass."""
+    with pytest.raises(ConfigError, match=match):
+        cls(**kw)
+    assert ShadowGuard(margin=np.float64(0.01), retire_after=np.int64(4)).retire_after == 4.0
+
+
 def test_shadow_guard_follows_arc_where_arc_copies_least():
     """On the recorded GPT inference trace at 10% of its peak live bytes ARC copies 12% less
     than LRU, LFU, GDSF and SLRU (each alone): the goldens' network under the ShadowGuard ends
