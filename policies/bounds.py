@@ -55,6 +55,11 @@ FILL_CANDIDATES = 2_000  # fractional intervals foo_u tries to add back (each an
 _TOL = 1e-7  # relative tolerance of a bound against a measured cost (the LP solver's accuracy)
 
 Objective = Literal["misses", "traffic"]
+PlanObjective = Literal["misses", "traffic", "stall"]
+"""What FOO's plan (:func:`foo_kept_rows`, the imitation teacher's) minimises: besides the
+bounds' objectives, ``stall``: the time the copies take under a timing preset, each miss its
+copy in and each write-back its copy out (``latency + bytes / bandwidth``), which is what a pool
+without prefetch waits for."""
 
 
 @dataclass(frozen=True)
@@ -162,14 +167,29 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
                       seg_write, seg_in, s[seg_write], comp_misses, comp_traffic)
 
 
-def _costs(iv: _Intervals, objective: Objective) -> tuple[np.ndarray, np.ndarray, bool]:
-    """``(keep, f, segments)``: the intervals that matter to ``objective``, what not keeping
-    each costs by itself, and whether the objective counts write-backs."""
+def _costs(iv: _Intervals, objective: PlanObjective, preset: Any = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(keep, f, seg)``: the intervals that matter to ``objective``, what not keeping each
+    costs by itself, and what each dirty segment's write-back costs (``None``: the objective
+    does not count write-backs). ``stall`` needs ``preset`` (a
+    :class:`~allocator.cost.Preset`): a copy costs its time, :func:`_copy_times`."""
     if objective == "misses":
         keep = iv.miss > 0
-        return keep, iv.miss[keep].astype(np.float64), False
+        return keep, iv.miss[keep].astype(np.float64), None
     keep = (iv.copy > 0) | (iv.seg >= 0)
-    return keep, iv.copy[keep].astype(np.float64), True
+    if objective == "stall":
+        f = np.where(iv.copy > 0, _copy_times(preset, 0, iv.size), 0.0)
+        return keep, f[keep], _copy_times(preset, 1, iv.seg_size)
+    return keep, iv.copy[keep].astype(np.float64), iv.seg_size.astype(np.float64)
+
+
+def _copy_times(preset: Any, direction: int, nbytes: np.ndarray) -> np.ndarray:
+    """The duration (ns) of one copy of each of ``nbytes`` under ``preset``, host to device
+    (``direction`` 0) or back (1): :meth:`~allocator.cost.CostModel.copy_time`'s."""
+    from cachegym.allocator.cost import CostModel
+
+    cost = CostModel(preset)
+    return np.fromiter((cost.copy_time(direction, int(b)) for b in nbytes), np.float64, len(nbytes))
 
 
 def _writebacks(iv: _Intervals, kept: np.ndarray) -> np.ndarray:
@@ -190,7 +210,8 @@ def _schedule_cost(iv: _Intervals, kept: np.ndarray) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------- FOO
-def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float, np.ndarray]:
+def _foo_lp(iv: _Intervals, capacity: int, objective: PlanObjective, preset: Any = None
+            ) -> tuple[float, np.ndarray]:
     """The LP optimum (cost beyond the compulsory) and each interval's kept fraction (0 where
     not in the LP).
 
@@ -202,7 +223,7 @@ def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float,
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
-    keep, f, segments = _costs(iv, objective)
+    keep, f, segc = _costs(iv, objective, preset)
     idx = np.flatnonzero(keep)
     nj, n = len(idx), iv.n
     const = float(f.sum())
@@ -213,8 +234,8 @@ def _foo_lp(iv: _Intervals, capacity: int, objective: Objective) -> tuple[float,
     s = iv.size[idx].astype(np.float64) / capacity  # every size as a share of the capacity
     local = np.full(len(iv.a), -1, np.int64)
     local[idx] = np.arange(nj)
-    ng = len(iv.seg_write) if segments else 0
-    segsz = iv.seg_size[:ng].astype(np.float64)
+    ng = len(iv.seg_write) if segc is not None else 0
+    segsz = segc[:ng] if segc is not None else np.zeros(0)  # each write-back's cost
     unit = max(float(f.max(initial=0.0)), float(segsz.max(initial=0.0)), 1.0)  # cost scale
     c = np.concatenate([-f / unit, segsz / unit, np.zeros(n)])
     wi, ei = nj, nj + ng
@@ -268,7 +289,7 @@ def _round_down(iv: _Intervals, x: np.ndarray, capacity: int) -> np.ndarray:
 
 
 def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
-          objective: Objective) -> np.ndarray:
+          objective: PlanObjective, preset: Any = None) -> np.ndarray:
     """Add back fractional intervals, most kept first (at most :data:`FILL_CANDIDATES`), each
     where it fits in every gap it spans and lowers the schedule's cost."""
     cand = np.flatnonzero(~kept & (x > 1e-7))
@@ -279,14 +300,25 @@ def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
     np.add.at(delta, iv.a[kept], iv.size[kept])
     np.add.at(delta, iv.b[kept], -iv.size[kept])
     load = np.cumsum(delta)[:-1]
-    pick = 0 if objective == "misses" else 1
-    cost = _schedule_cost(iv, kept)[pick]
+    if objective == "stall":
+        keep, f, segc = _costs(iv, "stall", preset)
+        f_all = np.zeros(len(iv.a))  # each interval's copy time if not kept (0: costs nothing)
+        f_all[keep] = f
+
+        def cost_of(k: np.ndarray) -> float:
+            return float(f_all[~k].sum() + segc[_writebacks(iv, k)].sum())  # type: ignore[index]
+    else:
+        pick = 0 if objective == "misses" else 1
+
+        def cost_of(k: np.ndarray) -> float:
+            return float(_schedule_cost(iv, k)[pick])
+    cost = cost_of(kept)
     for j in cand:
         a, b, s = int(iv.a[j]), int(iv.b[j]), int(iv.size[j])
         if int(load[a:b].max()) + s > capacity:
             continue
         kept[j] = True
-        c = _schedule_cost(iv, kept)[pick]
+        c = cost_of(kept)
         if c < cost:
             cost = c
             load[a:b] += s
@@ -295,28 +327,39 @@ def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
     return kept
 
 
-def _foo_schedule(iv: _Intervals, x: np.ndarray, capacity: int, objective: Objective) -> np.ndarray:
+def _foo_schedule(iv: _Intervals, x: np.ndarray, capacity: int, objective: PlanObjective,
+                  preset: Any = None) -> np.ndarray:
     """``foo_u``'s schedule: the LP's fractional ``x`` rounded down, then filled back."""
-    return _fill(iv, x, _round_down(iv, x, capacity), capacity, objective)
+    return _fill(iv, x, _round_down(iv, x, capacity), capacity, objective, preset)
 
 
-def foo_kept_rows(trace: Trace, capacity: int, objective: Objective = "traffic") -> np.ndarray:
+def foo_kept_rows(trace: Trace, capacity: int, objective: PlanObjective = "traffic",
+                  preset: Any = None) -> np.ndarray:
     """FOO's plan for ``trace`` in a pool of ``capacity`` bytes: per row, whether the schedule
     of ``foo_u`` (the LP for ``objective``, rounded) keeps the reuse interval that starts at
     that row (an access, up to the object's next access or free). False where none starts (a
     free; an object larger than the pool) and for intervals that cost nothing whether kept or
     not (e.g. a clean object's last). The imitation teacher ``"foo"`` evicts a candidate whose
     interval, from its last access on, the plan does not keep. Up to :data:`FOO_MAX_REQUESTS`
-    rows (a 16,384-row window: 2-6 s)."""
-    if objective not in ("misses", "traffic"):
-        raise ConfigError(f"FOO's plan: objective must be 'misses' or 'traffic', got {objective!r}")
+    rows (a 16,384-row window: 2-6 s). ``stall`` (:data:`PlanObjective`) needs ``preset``, a
+    timing preset (a name or :class:`~allocator.cost.Preset`) whose copy times it weighs."""
+    if objective not in ("misses", "traffic", "stall"):
+        raise ConfigError(f"FOO's plan: objective must be 'misses', 'traffic' or 'stall', got "
+                          f"{objective!r}")
+    if objective == "stall":
+        from cachegym.allocator.cost import get_preset
+
+        if preset is None:
+            raise ConfigError("FOO's plan: objective 'stall' needs a timing preset (e.g. "
+                              "preset='h100_pcie5') whose copy times it weighs")
+        preset = get_preset(preset) if isinstance(preset, str) else preset
     if len(trace) > FOO_MAX_REQUESTS:
         raise ConfigError(f"FOO's plan: limited to {FOO_MAX_REQUESTS} requests; this trace has "
                           f"{len(trace)}")
     capacity = int(capacity)
     iv = _intervals(trace, capacity)
-    _, x = _foo_lp(iv, capacity, objective)
-    kept = _foo_schedule(iv, x, capacity, objective)
+    _, x = _foo_lp(iv, capacity, objective, preset)
+    kept = _foo_schedule(iv, x, capacity, objective, preset)
     out = np.zeros(len(trace), bool)
     out[iv.a[kept]] = True
     return out

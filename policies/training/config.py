@@ -100,7 +100,8 @@ class EnvConfig:
     """The training environment (:class:`envs.evict.EvictEnv`; every key but ``_target_`` and
     :data:`RUNNER_KEYS` is a constructor argument, defaults included). Its traces and capacity
     are passed by :func:`train`: one env per entry of ``TrainConfig.capacities``. ``vec``: how
-    the SB3 agents run their envs (:class:`VecEnvKind`)."""
+    the SB3 agents run their envs (:class:`VecEnvKind`). ``cost``: a timing preset (needed by
+    ``reward: stall``, whose FOO teacher then plans for copy time), e.g. ``env.cost=h100_pcie5``."""
 
     _target_: str = "cachegym.envs.evict.EvictEnv"
     K: int = 32
@@ -109,6 +110,7 @@ class EnvConfig:
     capacity_of: str = "peak_live"
     reward: str = "traffic"
     invalid_action: str = "lru"
+    cost: str | None = None
     placement: str = "bytes"
     vec: VecEnvKind = VecEnvKind.dummy
 

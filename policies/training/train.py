@@ -197,7 +197,8 @@ class EnvFactory:
 class FooPlans:
     """The ``"foo"`` teacher's plans: FOO's schedule (:func:`policies.bounds.foo_kept_rows`)
     of each episode window of an :class:`envs.evict.EvictEnv` at its pool's capacity, for the
-    env's objective (``misses`` for a ``misses`` reward, else ``traffic``), solved once per
+    env's objective (``misses`` for a ``misses`` reward, ``stall`` for a ``stall`` reward under
+    the env's timing preset: the plan of least copy time; else ``traffic``), solved once per
     window and kept (the last ``cache`` windows). A window longer than ``max_rows`` is not
     solved (the traffic teacher labels it): FOO's LP took 2-6 s on 16,384-row windows of the
     training traces and 4-7 s on 27,000 rows (2 shared cores), so the limit is
@@ -219,8 +220,10 @@ class FooPlans:
         from cachegym.policies.bounds import foo_kept_rows
 
         w, cap = env.window, int(env.pool.capacity)
-        objective: Literal["misses", "traffic"] = (
-            "misses" if env.reward_kind == "misses" else "traffic")
+        preset = env.pool.cost.preset
+        objective: Literal["misses", "traffic", "stall"] = (
+            "misses" if env.reward_kind == "misses" else
+            "stall" if env.reward_kind == "stall" and preset is not None else "traffic")
         key = (w.source, w.start, len(w), cap, objective)
         if key not in self._plans:
             if len(w) > self.max_rows:
@@ -228,7 +231,7 @@ class FooPlans:
                 self.skipped += 1
             else:
                 t0 = time.perf_counter()
-                plan = foo_kept_rows(w.trace, cap, objective)
+                plan = foo_kept_rows(w.trace, cap, objective, preset)
                 self.seconds += time.perf_counter() - t0
                 self.solved += 1
             if len(self._plans) >= self.cache:

@@ -37,7 +37,9 @@ class Validator:
     A joint network (``prefetch`` given) under a timing preset (``preset``, the training env's
     ``cost``) adds ``stall_learned`` (ns: the file's eviction and prefetch heads, the network
     alone), ``stall_lru_lookahead`` (LRU with the lookahead prefetcher) and
-    ``stall_ratio`` (their ratio's mean).
+    ``stall_ratio`` (their ratio's mean); an eviction network under a preset (a ``reward:
+    stall`` env) adds ``stall_learned`` (the network alone, no prefetcher), ``stall_lru`` and
+    ``stall_ratio``.
     """
 
     def __init__(self, traces: Sequence[Trace], capacities: Sequence[float], capacity_of: str,
@@ -53,8 +55,8 @@ class Validator:
                      "seed": seed, "decision_timing": False}
         self.config = config
         self.prefetch = prefetch  # a joint network's prefetch section (export_policy's prefetch=)
-        self.preset = preset if prefetch is not None else None  # stall figures: joint networks only
-        self._ref: dict[tuple[int, str], dict[str, Any]] = {}
+        self.preset = preset  # a timing preset: stall figures
+        self._ref: dict[tuple[Any, ...], dict[str, Any]] = {}  # (run, policy[, preset]) -> row
         self._bounds: dict[int, Any] = {}  # run -> its offline bound (policies.bounds.Bound)
         self.history: list[dict[str, float]] = []
         self.last_path: str | None = None
@@ -111,18 +113,21 @@ class Validator:
         return out
 
     def _stall(self, path: str, preset: str) -> dict[str, float]:
-        """Stall of the file's two heads against LRU with the lookahead prefetcher."""
+        """Stall of the network alone against LRU: with the file's two heads against LRU with
+        the lookahead prefetcher (a joint network), or without prefetching (an eviction one)."""
         from cachegym.envs.evaluation import LEARNED_PREFETCH
 
+        pf, name = ("lookahead", "stall_lru_lookahead") if self.prefetch is not None else ("none", "stall_lru")
         mine, ref = [], []
         for i in range(len(self.runs)):
-            if (i, "lookahead") not in self._ref:
-                self._ref[(i, "lookahead")] = self._row(i, "lru", prefetch="lookahead", preset=preset)
-            ref.append(float(self._ref[(i, "lookahead")]["stall_ns"]))
-            mine.append(float(self._row(i, learned_name("none"), learned=path,
-                                        prefetch=LEARNED_PREFETCH + path, preset=preset)["stall_ns"]))
+            if (i, pf, preset) not in self._ref:
+                self._ref[(i, pf, preset)] = self._row(i, "lru", prefetch=pf, preset=preset)
+            ref.append(float(self._ref[(i, pf, preset)]["stall_ns"]))
+            own = LEARNED_PREFETCH + path if self.prefetch is not None else "none"
+            mine.append(float(self._row(i, learned_name("none"), learned=path, prefetch=own,
+                                        preset=preset)["stall_ns"]))
         ratios = [m / r for m, r in zip(mine, ref) if r > 0]
-        return {"stall_learned": float(np.mean(mine)), "stall_lru_lookahead": float(np.mean(ref)),
+        return {"stall_learned": float(np.mean(mine)), name: float(np.mean(ref)),
                 "stall_ratio": float(np.mean(ratios)) if ratios else math.nan}
 
     @staticmethod

@@ -168,6 +168,42 @@ def test_traffic_teacher_evicts_the_farthest_next_use_over_one_plus_dirty():
     assert int(np.argmax(teacher_distances(never, cand, mask, "traffic"))) == 0
 
 
+def test_foo_plan_for_stall_keeps_what_saves_copy_time():
+    """A pool of 64 KiB; a loop over X (64 KiB, read twice per loop) and fifteen objects of 4
+    KiB (60 KiB in all): it can keep X or the fifteen, not both. Keeping X saves 128 KiB of
+    copies per loop against 60 KiB: the traffic plan keeps X. Under h100_pcie5 each copy also
+    takes 8 us of latency, so the fifteen cost 15 latencies per loop against X's two: the stall
+    plan keeps them (the teacher of a ``reward: stall`` env). Without a preset, ``stall`` is
+    refused by name."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.allocator.trace import Trace
+    from cachegym.policies.bounds import foo_kept_rows
+    from cachegym.policies.training.train import FooPlans
+
+    KiB = 1024
+    keys = [0, *range(1, 8), 0, *range(8, 16)]
+    sizes = {0: 64 * KiB, **{k: 4 * KiB for k in range(1, 16)}}
+    rows = keys * 4
+    trace = Trace.from_arrays(rows, [sizes[k] for k in rows])
+    cap = 64 * KiB
+    traffic = foo_kept_rows(trace, cap, "traffic")
+    stall = foo_kept_rows(trace, cap, "stall", "h100_pcie5")
+    again = [k in rows[i + 1:] for i, k in enumerate(rows)]  # rows whose object comes back
+    x_rows = np.array([i for i, k in enumerate(rows) if k == 0 and again[i]])
+    small_rows = np.array([i for i, k in enumerate(rows) if k != 0 and again[i]])
+    assert traffic[x_rows].all() and not traffic[small_rows].any()
+    assert stall[small_rows].all() and not stall[x_rows].any()
+    with pytest.raises(ConfigError, match="stall.*preset"):
+        foo_kept_rows(trace, cap, "stall")
+    # the collector's plans follow the env's reward: a stall env under a preset plans for stall
+    env = EvictEnv([trace], K=4, candidates="lru", window=None, capacity=cap,
+                   capacity_of="working_set", reward="stall", cost="h100_pcie5")
+    env.reset(seed=0)
+    plans = FooPlans()
+    plans.drop(env)
+    assert [k[-1] for k in plans._plans] == ["stall"]
+
+
 def test_foo_teacher_evicts_what_the_plan_drops_on_a_hand_checked_trace():
     """Pool of 3 bytes; rows 0 A(2) write, 1 B(1) read, 2 C(1) write, 3 B read, 4 C read, 5 A
     read. At row 2 (C's miss) the pool holds A and B and needs a byte: not keeping B until row

@@ -118,6 +118,19 @@ def test_train_smoke(tmp_path, agent, extra):
     assert os.listdir(tmp_path / "checkpoints")
 
 
+def test_an_eviction_run_for_stall_plans_and_validates_stall(tmp_path):
+    """``env.reward=stall env.cost=PRESET`` on the eviction env composes and trains (its FOO
+    teacher plans for copy time: tests/policies/test_training.py), and validation reports the
+    network's stall against LRU's under the preset."""
+    res = train(cfg_of(TINY + [
+        "agent=imitation", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=150",
+        "agent.dagger.epochs=1", "env.reward=stall", "env.cost=h100_pcie5",
+        f"out_dir={tmp_path}"]))
+    val = res["validation"]
+    assert val["stall_learned"] > 0 and val["stall_lru"] > 0 and val["stall_ratio"] > 0
+    LearnedPolicy.load(res["policy"])
+
+
 def test_same_seed_same_weights(tmp_path):
     extra = TINY + ["agent=imitation", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=120",
                     "agent.dagger.epochs=1", "validation.traces=[]"]
