@@ -424,7 +424,8 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                           placement=str(enum_value(alloc.placement)),
                           oversize=str(enum_value(alloc.oversize)),
                           write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg,
-                          prefetch=prefetch, preset=env_node.get("cost"))
+                          prefetch=prefetch, preset=env_node.get("cost"),
+                          objective=str(env_node.get("reward", "traffic")))
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,

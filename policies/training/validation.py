@@ -46,7 +46,7 @@ class Validator:
                  ckpt_dir: str, *, K: int, candidate_rule: str, placement: str = "bytes",
                  oversize: str = "bypass", write_policy: str = "write-back", seed: int = 0,
                  config: Any = None, prefetch: dict[str, Any] | None = None,
-                 preset: str | None = None) -> None:
+                 preset: str | None = None, objective: str = "traffic") -> None:
         self.runs = [(t, c, resolve_capacity(c, t, "bytes", capacity_of))
                      for t in traces for c in capacities]
         self.ckpt_dir = ckpt_dir
@@ -56,6 +56,7 @@ class Validator:
         self.config = config
         self.prefetch = prefetch  # a joint network's prefetch section (export_policy's prefetch=)
         self.preset = preset  # a timing preset: stall figures
+        self.objective = objective  # what the network is trained for (the env's reward)
         self._ref: dict[tuple[Any, ...], dict[str, Any]] = {}  # (run, policy[, preset]) -> row
         self._bounds: dict[int, Any] = {}  # run -> its offline bound (policies.bounds.Bound)
         self.history: list[dict[str, float]] = []
@@ -130,11 +131,14 @@ class Validator:
         return {"stall_learned": float(np.mean(mine)), name: float(np.mean(ref)),
                 "stall_ratio": float(np.mean(ratios)) if ratios else math.nan}
 
-    @staticmethod
-    def score(figs: dict[str, float]) -> float:
-        """Model-selection score: mean gap closed to the bound in traffic (what the pool pays),
-        minus the worst shortfall below LRU (a checkpoint that copies more than LRU anywhere is
-        penalised)."""
+    def score(self, figs: dict[str, float]) -> float:
+        """Model-selection score: for a network trained for stall (``objective``), minus its
+        stall ratio to the reference (``stall_ratio``); else the mean gap closed to the bound in
+        traffic (what the pool pays), minus the worst shortfall below LRU (a checkpoint that
+        copies more than LRU anywhere is penalised)."""
+        ratio = figs.get("stall_ratio", math.nan)
+        if self.objective == "stall" and not math.isnan(ratio):
+            return -ratio
         m, lo = figs.get("gap_closed_traffic", math.nan), figs.get("gap_closed_traffic_min", math.nan)
         if math.isnan(m):
             return -figs.get("traffic_learned", math.inf)

@@ -131,6 +131,19 @@ def test_an_eviction_run_for_stall_plans_and_validates_stall(tmp_path):
     LearnedPolicy.load(res["policy"])
 
 
+def test_checkpoints_are_selected_by_the_objective_trained_for(tmp_path):
+    """``validation.select_best`` compares checkpoints on what the network is trained for: stall
+    (its ratio to the reference) for a ``reward: stall`` env, else the gap closed in traffic."""
+    from cachegym.policies.training.validation import Validator
+
+    figs = [{"stall_ratio": 0.5, "gap_closed_traffic": 0.1, "gap_closed_traffic_min": 0.0},
+            {"stall_ratio": 0.8, "gap_closed_traffic": 0.4, "gap_closed_traffic_min": 0.0}]
+    for objective, best in (("stall", 0), ("traffic", 1)):
+        v = Validator([], [], "peak_live", str(tmp_path), K=4, candidate_rule="lru",
+                      preset="h100_pcie5", objective=objective)
+        assert max(range(2), key=lambda i: v.score(figs[i])) == best
+
+
 def test_same_seed_same_weights(tmp_path):
     extra = TINY + ["agent=imitation", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=120",
                     "agent.dagger.epochs=1", "validation.traces=[]"]
