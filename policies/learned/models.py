@@ -29,12 +29,12 @@ __all__ = ["Expert", "heuristic_expert", "network_expert", "OBJECTIVES"]
 
 OBJECTIVES = ("traffic", "misses", "stall")
 """What a guard judges its experts on: bytes copied between host and device (streamed accesses
-included; the default), misses, or stall: the time the shadow's requests waited for copies
+included; the default), misses, or stall: all the time the shadow pool waited for copies
 under the guarded pool's timing preset (its compute between requests replayed in the shadow,
 and its prefetcher's prefetches started there as prefetches -- those it would make in that
 pool, ``prefetch_for``, where it can say, else the guarded pool's own: a miss
-waits for its copy, an allocation for the write-backs that make its room, a request for its
-prefetch still in flight)."""
+waits for its copy, an allocation -- a request's or a prefetch's -- for the write-backs that
+make its room, a request for its prefetch still in flight)."""
 
 
 class _Reporting(EvictionPolicyBase):
@@ -106,7 +106,7 @@ class Expert:
         self.hits = 0  # the shadow's hits over the guarded pool's requests
         # what the guard compares experts on, higher is better: ``misses``: the hits; ``traffic``:
         # minus the bytes the shadow copied for those requests (streamed accesses included);
-        # ``stall``: minus the ns those requests waited in the shadow
+        # ``stall``: minus all the ns the shadow pool waited (its requests, and its prefetches)
         self.gain = 0
         self._stats: Any = None
         self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
@@ -163,9 +163,10 @@ class Expert:
             clock = self._clock
             if compute_ns > 0:
                 clock.compute(compute_ns)
-            before = clock.stall_ns
             mine = self._access(key, size, write, kind=kind)
-            self.gain -= clock.stall_ns - before
+            # all the shadow pool's stall so far: its accesses', and its prefetches' and frees'
+            # (a prefetch that makes room waits for the write-backs of its victims)
+            self.gain = -clock.stall_ns
         else:
             mine = self._access(key, size, write, kind=kind)
             self.gain += mine
