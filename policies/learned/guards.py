@@ -11,7 +11,7 @@ its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -361,8 +361,9 @@ class ShadowGuard(Guard):
     capacity (``docs/EXPERIMENTS.md``).
 
     The network and S3-FIFO, GDSF, LFU, ARC, SLRU decide by evicting first what their shadow no
-    longer holds (the pool converges to it; they also choose what the pool admits), LRU through
-    the policy's tracker. GDSF is there for variable sizes, LFU for frequency (an LLM KV cache's
+    longer holds (the pool converges to it; they also choose what the pool admits; under
+    ``stall`` what the shadow evicted leaves the pool right after the access, as in the shadow,
+    so that its write-back overlaps the compute), LRU through the policy's tracker. GDSF is there for variable sizes, LFU for frequency (an LLM KV cache's
     shared prefixes), ARC and SLRU because each copies least on some traces (ARC 12% less than
     any other on the GPT inference trace at 10%; docs/EXPERIMENTS.md). ``gdsf`` / ``lfu`` /
     ``arc`` / ``slru``: whether those experts run (each costs throughput: a shadow pool's work
@@ -383,10 +384,14 @@ class ShadowGuard(Guard):
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
     NOT_UNDER_STALL = ("arc", "slru")
-    """Experts that run by default under the objectives ``traffic`` and ``misses`` only: under
-    ``stall`` a pool following ARC or SLRU stalled far more than their shadows (which the guard
-    judges them by), e.g. 40.0 ms following SLRU against its shadow's 13.2 ms on gpt_wide at 10%
-    of peak live bytes with the ``history`` prefetcher (docs/EXPERIMENTS.md)."""
+    """Experts that run by default under the objectives ``traffic`` and ``misses`` only. Under
+    ``stall`` a pool following SLRU once stalled far more than SLRU (40.0 ms against 15.8 on
+    gpt_wide at 10% of peak live bytes with the ``history`` prefetcher): it evicted what SLRU's
+    shadow had given up only when it needed the room, and waited for their write-backs there.
+    Since it evicts them after the access (:meth:`ShadowGuard.pending_evictions`) it follows
+    SLRU at SLRU's stall, but the two add little under stall (the main job's 14 held-out cells
+    with the learned head: one moved, gpt_wide 25% 10.85 -> 10.29 ms) for four more shadow pools
+    (with their twins without the prefetcher), so they stay off there (docs/EXPERIMENTS.md)."""
 
     def __init__(self, margin: float = 0.003, handover: float = 0.005,
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
@@ -468,6 +473,17 @@ class ShadowGuard(Guard):
         m = self._follows()
         k = None if m is None else m.victim(view)
         return tracker.victim(view) if k is None else k
+
+    def pending_evictions(self) -> Sequence[int]:
+        """Under the objective stall, what the followed expert's shadow has evicted and the
+        guarded pool still holds (:meth:`Expert.given_up`), which the pool then evicts
+        after the access, as the shadow pool did: a dirty object's write-back starts then, beside
+        the compute, rather than when its room is needed, where the allocation would wait for it.
+        Under traffic and misses nothing (the pool evicts them when it needs room)."""
+        if self.objective != "stall":
+            return ()
+        m = self._follows()
+        return () if m is None else m.given_up()
 
     def _start(self, view: PoolView) -> None:
         """The objective ``auto`` becomes ``stall`` if the guarded pool has a timing preset, else

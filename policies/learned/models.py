@@ -86,11 +86,12 @@ class Expert:
     shadow's content; ``None`` when nothing pending is evictable (the guard then uses LRU).
 
     Invariant: ``_pending`` holds only objects the guarded pool tracks (on the device or in
-    flight to it) and the shadow pool does not.
+    flight to it) and the shadow pool does not; ``_gave`` those of them the shadow evicted (not
+    those the guarded pool took in and the shadow never held: :meth:`given_up`).
     """
 
     __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
-                 "_pending", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
+                 "_pending", "_gave", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
                  "_order", "prefetching")
 
     def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True,
@@ -111,6 +112,7 @@ class Expert:
         self._stats: Any = None
         self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
         self._pending: dict[int, None] = {}
+        self._gave: dict[int, None] = {}  # of _pending, those the shadow evicted (in that order)
         self._view: PoolView | None = None  # the guarded pool's, once it has called
         self._access: Any = None
         self._resident: Any = None
@@ -148,6 +150,7 @@ class Expert:
         view = self._view
         if view is not None and view.is_resident(key):
             self._pending[key] = None
+            self._gave[key] = None
 
     def request(self, key: int, size: int, write: bool, kind: int, hit: bool,
                 compute_ns: int = 0) -> None:
@@ -179,6 +182,7 @@ class Expert:
             # or missed, when the object was not in the guarded pool, so not pending)
             if self._resident(key):
                 self._pending.pop(key, None)
+                self._gave.pop(key, None)
             else:
                 self._pending[key] = None
         if self.pool.stats.fallbacks != self._fallbacks:  # type: ignore[union-attr]
@@ -224,16 +228,19 @@ class Expert:
         """The guarded pool inserted ``key``: pending unless the shadow holds it."""
         if self._resident(key):
             self._pending.pop(key, None)
+            self._gave.pop(key, None)
         else:
             self._pending[key] = None
 
     def evict(self, key: int) -> None:
         """The guarded pool evicted ``key`` (the shadow is not told)."""
         self._pending.pop(key, None)
+        self._gave.pop(key, None)
 
     def free(self, key: int) -> None:
         """``key`` was freed: gone from the guarded pool, and from the shadow pool too."""
         self._pending.pop(key, None)
+        self._gave.pop(key, None)
         pool = self.pool
         if pool is not None and key in pool:
             pool.free(key)
@@ -266,10 +273,17 @@ class Expert:
         self.pool = None
         self._access = self._resident = self._stats = self._clock = None
         self._pending = {}
+        self._gave = {}
 
     def pending_evictions(self) -> list[int]:
         """What the guarded pool holds and the shadow does not, oldest first."""
         return list(self._pending)
+
+    def given_up(self) -> list[int]:
+        """Of :meth:`pending_evictions`, what the shadow evicted while the guarded pool held it,
+        in the order it did (not what the guarded pool took in that the shadow never held: its
+        own prefetches, what the shadow refused)."""
+        return list(self._gave) if self._gave else []
 
     def __repr__(self) -> str:
         return f"Expert({self.name!r}, {self.policy!r})"

@@ -123,6 +123,8 @@ class LearnedPolicy(EvictionPolicyBase):
             self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
             self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
             self.admit = None  # type: ignore[method-assign, assignment]  # the pool admits every miss
+        if not isinstance(self.guard, ShadowGuard):  # (only a ShadowGuard's experts give up early)
+            self.pending_evictions = None  # type: ignore[method-assign, assignment]
         self.decisions = 0
         self.fallbacks = 0
         self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
@@ -228,6 +230,12 @@ class LearnedPolicy(EvictionPolicyBase):
         """The pool's admission question (``policies.base``), asked after ``on_miss``: the
         guard's answer (:meth:`Guard.admit`)."""
         return self.guard.admit(view, key, size)  # type: ignore[union-attr]
+
+    def pending_evictions(self) -> Sequence[int]:
+        """What the pool evicts after an access (``policies.base``): under a
+        :class:`ShadowGuard`, what the followed expert's shadow has given up and the pool
+        still holds (:meth:`ShadowGuard.pending_evictions`)."""
+        return self.guard.pending_evictions()  # type: ignore[union-attr]
 
     def on_insert(self, view: PoolView, key: int) -> None:
         self.tracker.on_insert(view, key)
