@@ -204,6 +204,33 @@ def test_foo_plan_for_stall_keeps_what_saves_copy_time():
     assert [k[-1] for k in plans._plans] == ["stall"]
 
 
+@pytest.mark.parametrize("seed,frac", [(1, 0.25), (2, 0.5)])
+def test_foo_plan_for_stall_is_between_its_lp_and_the_traffic_plan(seed, frac):
+    """On generated training traces (writes, write-backs, frees) the stall plan's copy time is at
+    least its LP's (a lower bound) and below what the traffic plan's schedule waits (measured:
+    0.753 against 0.838 ms, LP 0.709, for seed 1 at 25%)."""
+    from cachegym.allocator.cost import get_preset
+    from cachegym.policies import bounds as B
+
+    t = generate("dl_training", seed=seed, n_layers=4, hidden=64, batch_tokens=128, steps=3)
+    cap = int(frac * t.peak_live_bytes())
+    preset = get_preset("h100_pcie5")
+    iv = B._intervals(t, cap)
+    keep, f, segc = B._costs(iv, "stall", preset)
+    f_all = np.zeros(len(iv.a))
+    f_all[keep] = f
+
+    def wait(kept: np.ndarray) -> float:  # the schedule's copy time
+        return float(f_all[~kept].sum() + segc[B._writebacks(iv, kept)].sum())
+
+    lp, x = B._foo_lp(iv, cap, "stall", preset)
+    stall = B._foo_schedule(iv, x, cap, "stall", preset)
+    _, xt = B._foo_lp(iv, cap, "traffic")
+    traffic = B._foo_schedule(iv, xt, cap, "traffic")
+    assert lp <= wait(stall) + 1e-6 < wait(traffic)
+    assert (B.foo_kept_rows(t, cap, "stall", "h100_pcie5") == np.isin(np.arange(len(t)), iv.a[stall])).all()
+
+
 def test_foo_teacher_evicts_what_the_plan_drops_on_a_hand_checked_trace():
     """Pool of 3 bytes; rows 0 A(2) write, 1 B(1) read, 2 C(1) write, 3 B read, 4 C read, 5 A
     read. At row 2 (C's miss) the pool holds A and B and needs a byte: not keeping B until row
