@@ -300,18 +300,14 @@ def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
     np.add.at(delta, iv.a[kept], iv.size[kept])
     np.add.at(delta, iv.b[kept], -iv.size[kept])
     load = np.cumsum(delta)[:-1]
-    if objective == "stall":
-        keep, f, segc = _costs(iv, "stall", preset)
-        f_all = np.zeros(len(iv.a))  # each interval's copy time if not kept (0: costs nothing)
-        f_all[keep] = f
+    keep, f, segc = _costs(iv, objective, preset)
+    f_all = np.zeros(len(iv.a))  # each interval's cost if not kept (0: it costs nothing)
+    f_all[keep] = f
 
-        def cost_of(k: np.ndarray) -> float:
-            return float(f_all[~k].sum() + segc[_writebacks(iv, k)].sum())  # type: ignore[index]
-    else:
-        pick = 0 if objective == "misses" else 1
+    def cost_of(k: np.ndarray) -> float:  # the schedule's cost beyond the compulsory
+        c = float(f_all[~k].sum())
+        return c if segc is None else c + float(segc[_writebacks(iv, k)].sum())
 
-        def cost_of(k: np.ndarray) -> float:
-            return float(_schedule_cost(iv, k)[pick])
     cost = cost_of(kept)
     for j in cand:
         a, b, s = int(iv.a[j]), int(iv.b[j]), int(iv.size[j])

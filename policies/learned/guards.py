@@ -363,18 +363,19 @@ class ShadowGuard(Guard):
     The network and S3-FIFO, GDSF, LFU, ARC, SLRU decide by evicting first what their shadow no
     longer holds (the pool converges to it; they also choose what the pool admits; under
     ``stall`` what the shadow evicted leaves the pool right after the access, as in the shadow,
-    so that its write-back overlaps the compute), LRU through the policy's tracker. GDSF is there for variable sizes, LFU for frequency (an LLM KV cache's
-    shared prefixes), ARC and SLRU because each copies least on some traces (ARC 12% less than
-    any other on the GPT inference trace at 10%; docs/EXPERIMENTS.md). ``gdsf`` / ``lfu`` /
-    ``arc`` / ``slru``: whether those experts run (each costs throughput: a shadow pool's work
-    per access); ``arc`` and ``slru`` default to ``None``: they run under ``traffic`` and
-    ``misses``, not under ``stall`` (:data:`NOT_UNDER_STALL`). ``retire``: an expert whose cost
-    exceeds ``1 + retire`` times the best expert's, once that is ``retire_after`` pool capacities,
-    stops running under ``traffic`` and ``misses`` (never the followed one; ``retired`` keeps its
-    cost; ``None``: never), which
-    makes long replays faster where some experts are far behind; a retired expert can no longer
-    be followed, so the guard's bound is then against the experts still running. ``expert`` is ``None`` while the network is
-    followed; ``switches`` counts the switches, ``decisions`` the accesses each expert decided.
+    so that its write-back overlaps the compute), LRU through the policy's tracker. GDSF is
+    there for variable sizes, LFU for frequency (an LLM KV cache's shared prefixes), ARC and
+    SLRU because each copies least on some traces (ARC 12% less than any other on the GPT
+    inference trace at 10%; docs/EXPERIMENTS.md). ``gdsf`` / ``lfu`` / ``arc`` / ``slru``:
+    whether those experts run (each costs throughput: a shadow pool's work per access); ``arc``
+    and ``slru`` default to ``None``: they run under ``traffic`` and ``misses``, not under
+    ``stall`` (:data:`NOT_UNDER_STALL`). ``retire``: an expert whose cost exceeds ``1 + retire``
+    times the best expert's, once that is ``retire_after`` pool capacities, stops running under
+    ``traffic`` and ``misses`` (never the followed one; ``retired`` keeps its cost; ``None``:
+    never), which makes long replays faster where some experts are far behind; a retired expert
+    can no longer be followed, so the guard's bound is then against the experts still running.
+    ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
+    ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
     one, which began when the current expert's cost was ``_since``."""
 

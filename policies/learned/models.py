@@ -283,7 +283,7 @@ class Expert:
         """Of :meth:`pending_evictions`, what the shadow evicted while the guarded pool held it,
         in the order it did (not what the guarded pool took in that the shadow never held: its
         own prefetches, what the shadow refused)."""
-        return list(self._gave) if self._gave else []
+        return list(self._gave)
 
     def __repr__(self) -> str:
         return f"Expert({self.name!r}, {self.policy!r})"

@@ -118,13 +118,14 @@ class Validator:
         the lookahead prefetcher (a joint network), or without prefetching (an eviction one)."""
         from cachegym.envs.evaluation import LEARNED_PREFETCH
 
-        pf, name = ("lookahead", "stall_lru_lookahead") if self.prefetch is not None else ("none", "stall_lru")
+        joint = self.prefetch is not None
+        pf, name = ("lookahead", "stall_lru_lookahead") if joint else ("none", "stall_lru")
+        own = LEARNED_PREFETCH + path if joint else "none"  # the file's prefetch head, if any
         mine, ref = [], []
         for i in range(len(self.runs)):
             if (i, pf, preset) not in self._ref:
                 self._ref[(i, pf, preset)] = self._row(i, "lru", prefetch=pf, preset=preset)
             ref.append(float(self._ref[(i, pf, preset)]["stall_ns"]))
-            own = LEARNED_PREFETCH + path if self.prefetch is not None else "none"
             mine.append(float(self._row(i, learned_name("none"), learned=path, prefetch=own,
                                         preset=preset)["stall_ns"]))
         ratios = [m / r for m, r in zip(mine, ref) if r > 0]
