@@ -2,7 +2,7 @@
 """The main job (``make demo``): train a learned eviction policy for traffic (imitation of the
 offline ``foo`` teacher, FOO's plan, then a short RL fine-tune on the traffic reward) and, in a
 second short run (``env=joint``, stall under a timing preset), a prefetch head; export both heads in
-one file; evaluate it on held-out workloads against LRU, LFU, ARC, S3-FIFO, GDSF and Belady,
+one file; evaluate it on held-out workloads against LRU, LFU, ARC, S3-FIFO, SLRU, GDSF and Belady,
 each without prefetch, with lookahead and with the file's prefetch head (stall beside traffic),
 print the table and save the plots.
 
