@@ -269,13 +269,25 @@ class ScorerExtractor(nn.Module):
 
 class _ScorerActorCriticMixin:
     """Replaces SB3's MLP extractor by :class:`ScorerExtractor` and its action head by the
-    identity, so the logits are the scorer's scores."""
+    identity, so the logits are the scorer's scores; its constructor takes the scorer's
+    ``hidden`` widths, the ``ignore``d features and ``critic_detached`` (saved with the model)."""
 
     hidden: Sequence[int]
     ignore: Sequence[int]
     critic_detached: bool
     action_net: Any
     mlp_extractor: Any
+
+    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
+                 critic_detached: bool = False, **kwargs: Any) -> None:
+        self.hidden, self.ignore = list(hidden), list(ignore)
+        self.critic_detached = bool(critic_detached)
+        super().__init__(*args, **_init_kwargs(kwargs))  # type: ignore[call-arg]
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        d: dict[str, Any] = super()._get_constructor_parameters()  # type: ignore[misc]
+        d.update(hidden=self.hidden, ignore=self.ignore, critic_detached=self.critic_detached)
+        return d
 
     def _build_mlp_extractor(self) -> None:
         K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
@@ -305,31 +317,9 @@ class ScorerActorCriticPolicy(_ScorerActorCriticMixin, ActorCriticPolicy):
     """PPO policy whose actor is a :class:`CandidateScorerNet` (invalid candidates get
     :data:`NEG` logits, so plain PPO never picks them either)."""
 
-    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
-                 critic_detached: bool = False, **kwargs: Any) -> None:
-        self.hidden, self.ignore = list(hidden), list(ignore)
-        self.critic_detached = bool(critic_detached)
-        super().__init__(*args, **_init_kwargs(kwargs))
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        d = super()._get_constructor_parameters()
-        d.update(hidden=self.hidden, ignore=self.ignore, critic_detached=self.critic_detached)
-        return d
-
 
 class MaskableScorerActorCriticPolicy(_ScorerActorCriticMixin, MaskableActorCriticPolicy):
     """MaskablePPO policy whose actor is a :class:`CandidateScorerNet`."""
-
-    def __init__(self, *args: Any, hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (),
-                 critic_detached: bool = False, **kwargs: Any) -> None:
-        self.hidden, self.ignore = list(hidden), list(ignore)
-        self.critic_detached = bool(critic_detached)
-        super().__init__(*args, **_init_kwargs(kwargs))
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        d = super()._get_constructor_parameters()
-        d.update(hidden=self.hidden, ignore=self.ignore, critic_detached=self.critic_detached)
-        return d
 
 
 class ScorerQNetwork(BasePolicy):
