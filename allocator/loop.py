@@ -756,7 +756,7 @@ class Loop:
             raise self._policy_error(self._policy, "pending_evictions", accessed, e, True) from e
         for k in due:
             o = objs.get(k)
-            if o is not None and k != accessed and o.state == DEVICE and o.pins == 0:
+            if o is not None and k != accessed and o.evictable():
                 self._evict(k)
 
     def _evict(self, victim: Any) -> None:
@@ -768,7 +768,7 @@ class Loop:
             o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
         if o is None:
             raise InvalidVictim(victim, "it names no live object")
-        if o.state or o.pins:  # not DEVICE (0), or pinned
+        if not o.evictable():
             if o.state != DEVICE:
                 raise InvalidVictim(victim, f"it is {STATE_NAMES[o.state]}, not resident")
             raise InvalidVictim(victim, "it is pinned")
@@ -1176,7 +1176,7 @@ class Loop:
             assert self._place.used <= self._place.capacity
             assert self._pending_release_bytes == sum(r[3] for r in self._releases)
             assert self._inflight_bytes == sum(o.size for o in resident if o.state == H2D)
-            assert self._n_evictable == sum(1 for o in resident if o.state == DEVICE and not o.pins)
+            assert self._n_evictable == sum(1 for o in resident if o.evictable())
             if isinstance(self._place, Arena):
                 # held blocks and free blocks tile the region exactly: nothing overlaps
                 spans = sorted([(o.offset, o.nbytes) for o in resident]

@@ -17,3 +17,4 @@ cdef class ObjectInfo:
     cdef public long long n_access, late_ns
     cdef public int state, pins, kind
     cdef public bint dirty, prefetched
+    cpdef bint evictable(self)

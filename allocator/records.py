@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import cython
 
-from cachegym.allocator.seams import HOST, STATE_NAMES, PoolView
+from cachegym.allocator.seams import DEVICE, HOST, STATE_NAMES, PoolView
 from cachegym.allocator.stats import PoolStats
 
 __all__ = ["Counters", "ObjectInfo", "EvictionRequest"]
@@ -111,6 +111,12 @@ class ObjectInfo:
         self.late_ns = 0  # how long its latest access waited for its prefetch still in flight
         self.h2d_event: Any = None
         self.d2h_event: Any = None
+
+    def evictable(self) -> bool:
+        """Whether a pool could evict the object now: resident (on the device, not in flight)
+        and unpinned. The one statement of the rule (``PoolView.evictable``, the loop's checks
+        of a victim and the feature kernels' candidate filter call it)."""
+        return self.state == DEVICE and self.pins == 0
 
     def __repr__(self) -> str:
         return (f"ObjectInfo(key={self.key}, size={self.size}, state={STATE_NAMES[self.state]}, "

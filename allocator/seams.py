@@ -118,11 +118,11 @@ class PoolView:
 
     def evictable(self, key: int) -> bool:
         o = self.objects.get(key)
-        return o is not None and o.state == DEVICE and o.pins == 0
+        return o is not None and o.evictable()
 
     def candidates(self) -> list[int]:
         """Evictable keys (resident, unpinned, not in flight), in no particular order."""
-        return [k for k, o in self.objects.items() if o.state == DEVICE and o.pins == 0]
+        return [k for k, o in self.objects.items() if o.evictable()]
 
     def info(self, key: int) -> ObjectInfo:
         return self.objects[key]

@@ -174,7 +174,7 @@ def evictable_keys(objs: dict, keys: Any, limit: int) -> list:
         return out
     for k in keys:
         o = objs.get(k)
-        if o is not None and o.state == 0 and o.pins == 0:
+        if o is not None and o.evictable():
             out.append(k)
             if len(out) == limit:
                 break
