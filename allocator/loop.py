@@ -970,13 +970,15 @@ class Loop:
             self.backend.synchronize()
 
     def _free(self, key: int) -> None:
-        if self._owed:
-            self._settle()
+        # a free the caller may not make is refused first (it changes nothing: what is owed to
+        # the policy is told at the next operation), so that its error names the caller's fault
         o = self._objs.get(key)
         if o is None:
             raise UnknownKey(key, "free")
         if o.pins:
             raise ObjectPinned(key, o.pins, "free")
+        if self._owed:
+            self._settle()
         self._tick += 1
         st = self.stats
         st.frees += 1

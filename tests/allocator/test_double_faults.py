@@ -204,3 +204,35 @@ def test_a_policy_still_raising_when_told_again() -> None:
     r.op(lambda: r.p.access(3, 2 * B))
     assert not r.p._owed
     r.read_back()
+
+
+def test_a_free_the_caller_may_not_make_is_refused_before_what_is_owed() -> None:
+    """A free of an unknown or pinned key raises its own error (UnknownKey, ObjectPinned), not
+    the policy's still-owed hook (found by the stateful machine: it raised PolicyError there),
+    and changes nothing: the owed hook is told at the next operation."""
+    from cachegym.allocator.errors import ObjectPinned, UnknownKey
+
+    r = _Run(3 * B)
+    r.put(1, 1)
+    r.op(lambda: r.p.access(2, 2 * B), lambda: r.model.__setitem__(2, bytes(2 * B)))
+    r.be.arm("d2h", key=1)
+    r.op(lambda: r.p.access(3, 2 * B, write=True), lambda: r.model.__setitem__(3, bytes(2 * B)))
+    r.pol.arm("on_insert")
+    with pytest.raises(BackendError):
+        r.p.get(1)
+    assert r.p._owed
+    r.pol.arm("on_insert")  # the owed hook would raise again if it were told now
+    with pytest.raises(UnknownKey):
+        r.p.free(7)
+    r.p.pin(3)
+    with pytest.raises(ObjectPinned):
+        r.p.free(3)
+    assert r.p._owed and r.pol.faults.armed == "on_insert"  # nothing told, nothing changed
+    r.p.unpin(3)
+    r.check()
+    with pytest.raises(PolicyError):  # the next operation tells it, and it raises
+        r.p.free(3)
+    assert 3 in r.p
+    r.op(lambda: r.p.access(3, 2 * B))
+    assert not r.p._owed
+    r.read_back()
