@@ -6,7 +6,7 @@
     cachegym train trace.path=T trace.format=oracleGeneral [init_from=policy.npz] [resume=RUN.zip]
     cachegym demo                        the main job (make demo) end to end
     cachegym export SOURCE --out policy.npz
-    cachegym record --model gpt --out trace.npz
+    cachegym record gpt --out trace.npz
     cachegym stats TRACE                 reuse histogram and LRU's miss-ratio curve
     cachegym parity TRACE                request-by-request agreement with libCacheSim
     cachegym bench NAME                  the benchmarks (pool, replay, env, decision, ...)
@@ -72,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sys.argv = saved
         return 0
-    return int(mod.main(rest) or 0)
+    saved = sys.argv  # argparse names the program after argv[0]: its usage says `cachegym CMD`
+    sys.argv = [f"cachegym {cmd}", *rest]
+    try:
+        return int(mod.main(rest) or 0)
+    finally:
+        sys.argv = saved
 
 
 def _split(text: str) -> list[str]:
@@ -88,7 +93,7 @@ def sim(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="cachegym sim", description="Simulate eviction policies on one trace (the evaluator "
         "of `cachegym evaluate`, composed from a libCacheSim-style one-liner).",
-        epilog="example: cachegym sim trace.oracleGeneral oracleGeneral lru,arc,s3fifo 1GiB,10%%")
+        epilog="example: cachegym sim trace.oracleGeneral oracleGeneral lru,arc,s3fifo 1GiB,10%")
     p.add_argument("trace", help="trace file")
     p.add_argument("format", help="its format: npz, oracleGeneral, lcs, vscsi, csv, txt (auto: from its name; "
                    ".zst, .gz, .xz read as the file they hold)")

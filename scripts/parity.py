@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from cachegym.allocator.errors import CachegymError
+from cachegym.envs.paths import resolve_data_path
 from cachegym.envs.workloads.formats import (
     FORMATS,
     add_trace_params_option,
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         from cachegym.policies.parity import compare
 
         check_capacities("--capacities", args.capacities)
-        trace = read_trace(args.path, args.format, **parse_trace_params(args.trace_params))
+        # a relative path that is not here may name a bundled trace (as `cachegym sim` reads it)
+        trace = read_trace(resolve_data_path(str(args.path)), args.format,
+                           **parse_trace_params(args.trace_params))
         caps = [resolve_capacity(c, trace, "bytes", args.capacity_of) for c in args.capacities]
         rows = compare(trace, args.policies, caps, frees=args.frees)
     except CachegymError as e:

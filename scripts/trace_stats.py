@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from cachegym.allocator.errors import CachegymError
+from cachegym.envs.paths import resolve_data_path
 from cachegym.envs.workloads.formats import (
     FORMATS,
     add_trace_params_option,
@@ -47,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     add_trace_params_option(ap)
     args = ap.parse_args(argv)
     try:
-        trace = read_trace(args.path, args.format, **parse_trace_params(args.trace_params))
+        # a relative path that is not here may name a bundled trace (as `cachegym sim` reads it)
+        trace = read_trace(resolve_data_path(str(args.path)), args.format,
+                           **parse_trace_params(args.trace_params))
         stats = trace_stats(trace)
         curve = lru_mrc(trace, args.mode, sample=args.sample)
     except CachegymError as e:

@@ -40,7 +40,20 @@ def test_argparse_commands_reach_their_script(cmd: str, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as e:
         cli.main([cmd, "--help"])
     assert e.value.code == 0
-    assert "usage:" in capsys.readouterr().out
+    assert f"usage: cachegym {cmd} " in capsys.readouterr().out  # named as the user typed it
+    assert sys.argv[0] != f"cachegym {cmd}"  # (restored)
+
+
+@pytest.mark.parametrize("cmd", ["stats", "parity"])
+def test_stats_and_parity_read_a_bundled_trace_from_another_directory(
+        cmd: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``sim`` does (their ``--help`` examples name ``data/traces/gpt.npz``)."""
+    monkeypatch.chdir(tmp_path)
+    extra = ["--out", str(tmp_path / "stats")] if cmd == "stats" else ["--capacities", "10%",
+                                                                        "--policies", "lru"]
+    assert cli.main([cmd, "data/traces/gpt.npz", *extra]) == 0
+    assert "requests" in capsys.readouterr().out
 
 
 def test_sim_one_liner_from_another_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
