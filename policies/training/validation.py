@@ -33,7 +33,10 @@ class Validator:
 
     Figures (means over traces x capacities): ``miss_ratio_learned``, ``miss_ratio_lru``,
     ``traffic_learned``, ``traffic_lru`` (bytes copied), ``gap_closed_traffic`` and
-    ``gap_closed_misses`` (``(LRU - learned) / (LRU - bound)``) and their minima (``_min``).
+    ``gap_closed_misses`` (``(LRU - learned) / (LRU - bound)``) and their minima (``_min``):
+    the file under its default guard, what a pool deploys (and what :meth:`score` selects on);
+    ``traffic_network`` and ``gap_closed_traffic_network`` the network alone (guard ``none``),
+    which the guard's figures hide wherever it follows a heuristic: what training changes.
     A joint network (``prefetch`` given) under a timing preset (``preset``, the training env's
     ``cost``) adds ``stall_learned`` (ns: the file's eviction and prefetch heads, the network
     alone), ``stall_lru_lookahead`` (LRU with the lookahead prefetcher) and
@@ -66,10 +69,14 @@ class Validator:
         self.best_state: dict[str, Any] | None = None
 
     def _row(self, i: int, policy: str, learned: str | None = None, prefetch: str = "none",
-             preset: str = "none") -> dict[str, Any]:
+             preset: str = "none", guard: str | None = None) -> dict[str, Any]:
+        """One replay; a learned file under ``guard`` (default: the shadow guard without a
+        preset, the network alone under one)."""
         t, c, cap = self.runs[i]
+        if guard is None:
+            guard = "shadow" if preset == "none" else "none"
         spec = RunSpec(t.name, cap, str(c), "bytes", policy, prefetch, preset, learned=learned,
-                       guard="shadow" if preset == "none" else "none")
+                       guard=guard)
         return run_one(t, spec, **self.opts)  # type: ignore[arg-type]
 
     def _bound(self, i: int) -> Any:
@@ -82,22 +89,25 @@ class Validator:
 
     def evaluate_file(self, path: str) -> dict[str, float]:
         """Figures of an exported policy file."""
-        learned, lru, t_learned, t_lru = [], [], [], []
-        gaps: dict[str, list[float]] = {"traffic": [], "misses": []}
+        learned, lru, t_learned, t_lru, t_net = [], [], [], [], []
+        gaps: dict[str, list[float]] = {"traffic": [], "misses": [], "traffic_network": []}
         for i in range(len(self.runs)):
             if (i, "lru") not in self._ref:
                 self._ref[(i, "lru")] = self._row(i, "lru")
             ref, bound = self._ref[(i, "lru")], self._bound(i)
             row = self._row(i, learned_name("shadow"), learned=path)
+            net = self._row(i, learned_name("none"), learned=path, guard="none")
             learned.append(row["miss_ratio"])
             lru.append(ref["miss_ratio"])
             t_learned.append(row["traffic_bytes"])
             t_lru.append(ref["traffic_bytes"])
+            t_net.append(net["traffic_bytes"])
             if bound is None:
                 continue
-            for obj, field, b in (("traffic", "traffic_bytes", bound.traffic_bytes),
-                                  ("misses", "misses", bound.misses)):
-                x = gap_closed(float(ref[field]), float(row[field]), b)
+            for obj, r, field, b in (("traffic", row, "traffic_bytes", bound.traffic_bytes),
+                                     ("misses", row, "misses", bound.misses),
+                                     ("traffic_network", net, "traffic_bytes", bound.traffic_bytes)):
+                x = gap_closed(float(ref[field]), float(r[field]), b)
                 if not math.isnan(x):
                     gaps[obj].append(x)
         if not self.runs:
@@ -105,10 +115,12 @@ class Validator:
         out = {
             "miss_ratio_learned": float(np.mean(learned)), "miss_ratio_lru": float(np.mean(lru)),
             "traffic_learned": float(np.mean(t_learned)), "traffic_lru": float(np.mean(t_lru)),
+            "traffic_network": float(np.mean(t_net)),
         }
         for obj, xs in gaps.items():
             out[f"gap_closed_{obj}"] = float(np.mean(xs)) if xs else math.nan
-            out[f"gap_closed_{obj}_min"] = float(np.min(xs)) if xs else math.nan
+            if obj != "traffic_network":
+                out[f"gap_closed_{obj}_min"] = float(np.min(xs)) if xs else math.nan
         if self.preset is not None:
             out.update(self._stall(path, self.preset))
         return out

@@ -22,6 +22,7 @@ from cachegym.policies.training.train import EnvFactory, load_trace_list, train 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONF = os.path.join(ROOT, "conf")
+GOLDEN_POLICY = os.path.join(ROOT, "tests", "golden", "policy.npz")
 AGENTS = sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "agent")) if f.endswith(".yaml"))
 
 TINY = [
@@ -113,7 +114,7 @@ def test_train_smoke(tmp_path, agent, extra):
     assert hdr["K"] == 32 and len(hdr["config_sha256"]) == 64
     LearnedPolicy.load(res["policy"])
     assert {"miss_ratio_learned", "miss_ratio_lru", "traffic_learned", "gap_closed_traffic",
-            "gap_closed_misses"} <= set(res["validation"])
+            "gap_closed_misses", "traffic_network", "gap_closed_traffic_network"} <= set(res["validation"])
     assert res["history"], "the validation callback never ran"
     assert os.listdir(tmp_path / "checkpoints")
 
@@ -129,6 +130,27 @@ def test_an_eviction_run_for_stall_plans_and_validates_stall(tmp_path):
     val = res["validation"]
     assert val["stall_learned"] > 0 and val["stall_lru"] > 0 and val["stall_ratio"] > 0
     LearnedPolicy.load(res["policy"])
+
+
+def test_validation_reports_the_deployed_policy_and_the_network_alone(tmp_path):
+    """The validated file under its shadow guard (what a pool deploys) and the network alone
+    (guard none: what training changes, hidden wherever the guard follows a heuristic), each the
+    evaluator's replay of that configuration."""
+    from cachegym.envs.evaluation import RunSpec, learned_name, run_one
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies.training.validation import Validator
+
+    t = read_trace(os.path.join(ROOT, "data", "traces", "resnet.npz"))
+    v = Validator([t], [0.25], "peak_live", str(tmp_path), K=32, candidate_rule="sample")
+    figs = v.evaluate_file(GOLDEN_POLICY)
+    _, c, cap = v.runs[0]
+    rows = {g: run_one(t, RunSpec(t.name, cap, str(c), "bytes", learned_name(g), "none", "none",
+                                  learned=GOLDEN_POLICY, guard=g), **v.opts)  # type: ignore[arg-type]
+            for g in ("shadow", "none")}
+    assert figs["traffic_learned"] == rows["shadow"]["traffic_bytes"]
+    assert figs["traffic_network"] == rows["none"]["traffic_bytes"]
+    assert figs["traffic_network"] != figs["traffic_learned"]  # the guard decides too
+    assert figs["gap_closed_traffic_network"] < 1.0
 
 
 def test_checkpoints_are_selected_by_the_objective_trained_for(tmp_path):
