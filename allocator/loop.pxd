@@ -32,6 +32,10 @@ cdef class Loop:
     @cython.locals(o=ObjectInfo, st=Counters, need=cython.longlong, old_size=cython.longlong, landing=bint,
                    refused=bint, place=Placement)
     cpdef tuple _begin(self, object key, object size, int kind, bint write)
+    @cython.locals(need=cython.longlong)
+    cpdef long long _check_miss(self, ObjectInfo o, object key, object size) except -1
+    @cython.locals(o=ObjectInfo)
+    cpdef _settle_for(self, object key, object size)
     @cython.locals(st=Counters, cost=CostModel, done=cython.longlong)
     cpdef _stream(self, ObjectInfo o, bint write, bint created)
     @cython.locals(st=Counters)

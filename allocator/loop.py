@@ -209,7 +209,7 @@ class Loop:
     def _access(self, key: int, size: int, write: bool, kind: int, compute_ns: int) -> bool:
         """:meth:`access` under the lock (held by the caller: ``access``, ``replay``)."""
         if self._owed:
-            self._settle()
+            self._settle_for(key, size)
         o = self._objs.get(key)
         if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
             # a plain hit: _access_steps' hit branch without its generator
@@ -318,7 +318,7 @@ class Loop:
             if o.pins == 0:
                 raise NotPinned(key)
             o.pins -= 1
-            if o.pins == 0 and o.state == DEVICE:
+            if o.evictable():
                 self._n_evictable += 1
 
     @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, lo=cython.Py_ssize_t,
@@ -396,7 +396,7 @@ class Loop:
                       defer_wt: bool = False, tail: bool = True
                       ) -> Generator[EvictionRequest, int, bool]:
         if self._owed:
-            self._settle()
+            self._settle_for(key, size)
         o, need, old_size = self._begin(key, size, kind, write)
         if need > 0:
             try:
@@ -446,17 +446,9 @@ class Loop:
             if self._hook is not None:
                 self._emit("hit", o)
             return o, 0, 0
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
-            raise ConfigError(f"access: object {key!r} needs a size that is an integer number of "
-                              f"bytes > 0, got {size!r}")
-        if o is None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
-            raise ConfigError(f"access: keys are integers (a trace's int64 key column), got "
-                              f"{key!r} of type {type(key).__name__}")
+        need = self._check_miss(o, key, size)
         size = int(size)  # a NumPy integer is counted as a Python int from here on
         place = self._place
-        need = (size + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
-        if need > place.capacity and not self.bypass_oversize:
-            raise ObjectTooLarge(key, size, place.capacity, self.capacity)
         if o is not None and o.d2h_event is not None:
             self._wait_written_back(o)  # before it is fetched (may raise: nothing counted yet)
         self._tick += 1
@@ -492,6 +484,31 @@ class Loop:
             o.last_tick = self._tick
             return o, -1, old_size
         return o, need, old_size
+
+    def _check_miss(self, o: ObjectInfo | None, key: int, size: int) -> int:
+        """The footprint a miss of ``key`` (record ``o``, ``None`` for a new object) of ``size``
+        bytes needs; raises, changing nothing, when the caller may not make the request: a size
+        that is not an integer number of bytes > 0, a new key that is not an integer, an object
+        larger than the pool (unless it bypasses them)."""
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
+            raise ConfigError(f"access: object {key!r} needs a size that is an integer number of "
+                              f"bytes > 0, got {size!r}")
+        if o is None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
+            raise ConfigError(f"access: keys are integers (a trace's int64 key column), got "
+                              f"{key!r} of type {type(key).__name__}")
+        need = (int(size) + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
+        if need > self._place.capacity and not self.bypass_oversize:
+            raise ObjectTooLarge(key, int(size), self._place.capacity, self.capacity)
+        return need
+
+    def _settle_for(self, key: int, size: int) -> None:
+        """:meth:`_settle` before an access of ``key``, after refusing (changing nothing, the
+        owed hooks still owed) a miss the caller may not make, so that its error names the
+        caller's fault rather than the policy's."""
+        o = self._objs.get(key)
+        if o is None or o.state not in (DEVICE, H2D):
+            self._check_miss(o, key, size)
+        self._settle()
 
     def _stream(self, o: ObjectInfo, write: bool, created: bool) -> None:
         """Serve a miss whose object is not admitted (refused by the policy, or larger than
@@ -608,16 +625,17 @@ class Loop:
                 self._n_evictable += 1
 
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
+        if key not in self._objs:  # the caller's fault is refused before anything is told or done
+            if size is None:
+                raise UnknownKey(key, "prefetch")
+            if size <= 0:
+                raise ConfigError(f"prefetch: size must be a positive number of bytes, got {size!r}")
         if self._owed:
             self._settle()
         self._retire()
         o = self._objs.get(key)
         created = o is None
         if o is None:
-            if size is None:
-                raise UnknownKey(key, "prefetch")
-            if size <= 0:
-                raise ConfigError(f"prefetch: size must be a positive number of bytes, got {size!r}")
             o = ObjectInfo(key, int(size), 0, self._tick)
         if o.state in (DEVICE, H2D):
             return False

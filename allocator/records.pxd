@@ -2,6 +2,8 @@
 # it is compiled; interpreted, the .py runs as it is). Attributes are public: the pool, the
 # policies' view and tests read them.
 
+cdef int _DEVICE
+
 cdef class Counters:
     cdef public long long accesses, hits, misses, byte_misses, allocations, prefetches
     cdef public long long prefetch_hits, late_prefetches, useless_prefetches, evictions

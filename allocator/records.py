@@ -14,6 +14,8 @@ from cachegym.allocator.stats import PoolStats
 
 __all__ = ["Counters", "ObjectInfo", "EvictionRequest"]
 
+_DEVICE = DEVICE  # a C int where compiled (records.pxd): evictable() compares no Python objects
+
 
 @cython.cclass
 class Counters:
@@ -116,7 +118,7 @@ class ObjectInfo:
         """Whether a pool could evict the object now: resident (on the device, not in flight)
         and unpinned. The one statement of the rule (``PoolView.evictable``, the loop's checks
         of a victim and the feature kernels' candidate filter call it)."""
-        return self.state == DEVICE and self.pins == 0
+        return self.state == _DEVICE and self.pins == 0
 
     def __repr__(self) -> str:
         return (f"ObjectInfo(key={self.key}, size={self.size}, state={STATE_NAMES[self.state]}, "

@@ -206,11 +206,13 @@ def test_a_policy_still_raising_when_told_again() -> None:
     r.read_back()
 
 
-def test_a_free_the_caller_may_not_make_is_refused_before_what_is_owed() -> None:
-    """A free of an unknown or pinned key raises its own error (UnknownKey, ObjectPinned), not
-    the policy's still-owed hook (found by the stateful machine: it raised PolicyError there),
+def test_a_request_the_caller_may_not_make_is_refused_before_what_is_owed() -> None:
+    """A free of an unknown or pinned key, a prefetch of an unknown key without a size or with
+    a size <= 0, an access with a bad size or of an object larger than the pool: each raises its
+    own error (UnknownKey, ObjectPinned, ConfigError, ObjectTooLarge), not the policy's
+    still-owed hook (found by the stateful machine for a free: it raised PolicyError there),
     and changes nothing: the owed hook is told at the next operation."""
-    from cachegym.allocator.errors import ObjectPinned, UnknownKey
+    from cachegym.allocator.errors import ConfigError, ObjectPinned, ObjectTooLarge, UnknownKey
 
     r = _Run(3 * B)
     r.put(1, 1)
@@ -227,7 +229,17 @@ def test_a_free_the_caller_may_not_make_is_refused_before_what_is_owed() -> None
     r.p.pin(3)
     with pytest.raises(ObjectPinned):
         r.p.free(3)
+    with pytest.raises(UnknownKey):
+        r.p.prefetch(99)
+    with pytest.raises(ConfigError):
+        r.p.prefetch(98, 0)
+    for size in (-1, 0, 1.5, True):
+        with pytest.raises(ConfigError):
+            r.p.access(97, size)  # type: ignore[arg-type]
+    with pytest.raises(ObjectTooLarge):
+        r.p.access(96, 4 * B)
     assert r.p._owed and r.pol.faults.armed == "on_insert"  # nothing told, nothing changed
+    assert not {96, 97, 98, 99} & set(r.p._objs)
     r.p.unpin(3)
     r.check()
     with pytest.raises(PolicyError):  # the next operation tells it, and it raises
