@@ -193,7 +193,7 @@ class MainSection:
 
     held_out: list[str] = field(default_factory=lambda: ["default"])
     capacities: list[Any] = field(default_factory=lambda: [0.25, 0.5])
-    baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "gdsf", "belady"])
+    baselines: list[str] = field(default_factory=lambda: ["lru", "lfu", "arc", "s3fifo", "slru", "gdsf", "belady"])
     learned_guards: list[str] = field(default_factory=lambda: ["shadow", "none"])
     bounds: list[str] = field(default_factory=lambda: ["auto"])
     """Offline bounds beside the results (``eval.bounds``; ``auto``: FOO up to 30,000 requests,

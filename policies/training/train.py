@@ -372,7 +372,9 @@ def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
     multirun merges into one table like an evaluation sweep (:mod:`envs.sweep`)."""
     learned = {"policy": name, "miss_ratio": final.get("miss_ratio_learned"),
                "traffic_bytes": final.get("traffic_learned"),
-               **{k: v for k, v in final.items() if k.startswith("gap_closed_")}}
+               # (the deployed policy's gaps; not the network alone's, ``*_network``)
+               **{k: v for k, v in final.items()
+                  if k.startswith("gap_closed_") and not k.endswith("_network")}}
     lru = {"policy": "lru", "miss_ratio": final.get("miss_ratio_lru"),
            "traffic_bytes": final.get("traffic_lru")}
     cols = list(learned)
