@@ -636,6 +636,7 @@ class Loop:
         o = self._objs.get(key)
         created = o is None
         if o is None:
+            assert size is not None  # (checked above: settling and retiring remove no record)
             o = ObjectInfo(key, int(size), 0, self._tick)
         if o.state in (DEVICE, H2D):
             return False
