@@ -181,17 +181,17 @@ def test_a_hook_raising_while_a_failed_prefetch_is_recovered(at_launch: bool) ->
     r.read_back()
 
 
+def _owing() -> _Run:
+    """A pool whose recovery from a failed write-back (object 1's) owes the policy an
+    ``on_insert`` that raised: told again before the next operation."""
+    r = _owing()
+    return r
+
+
 def test_a_policy_still_raising_when_told_again() -> None:
     """What the recovery owes the policy is told again before each operation, which raises
     (undone, nothing counted) until the policy takes it."""
-    r = _Run(3 * B)
-    r.put(1, 1)
-    r.op(lambda: r.p.access(2, 2 * B), lambda: r.model.__setitem__(2, bytes(2 * B)))
-    r.be.arm("d2h", key=1)
-    r.op(lambda: r.p.access(3, 2 * B, write=True), lambda: r.model.__setitem__(3, bytes(2 * B)))
-    r.pol.arm("on_insert")
-    with pytest.raises(BackendError):
-        r.p.get(1)
+    r = _owing()
     r.check()
     for _ in range(2):
         r.pol.arm("on_insert")
@@ -214,14 +214,7 @@ def test_a_request_the_caller_may_not_make_is_refused_before_what_is_owed() -> N
     and changes nothing: the owed hook is told at the next operation."""
     from cachegym.allocator.errors import ConfigError, ObjectPinned, ObjectTooLarge, UnknownKey
 
-    r = _Run(3 * B)
-    r.put(1, 1)
-    r.op(lambda: r.p.access(2, 2 * B), lambda: r.model.__setitem__(2, bytes(2 * B)))
-    r.be.arm("d2h", key=1)
-    r.op(lambda: r.p.access(3, 2 * B, write=True), lambda: r.model.__setitem__(3, bytes(2 * B)))
-    r.pol.arm("on_insert")
-    with pytest.raises(BackendError):
-        r.p.get(1)
+    r = _owing()
     assert r.p._owed
     r.pol.arm("on_insert")  # the owed hook would raise again if it were told now
     with pytest.raises(UnknownKey):
