@@ -184,7 +184,14 @@ def test_a_hook_raising_while_a_failed_prefetch_is_recovered(at_launch: bool) ->
 def _owing() -> _Run:
     """A pool whose recovery from a failed write-back (object 1's) owes the policy an
     ``on_insert`` that raised: told again before the next operation."""
-    r = _owing()
+    r = _Run(3 * B)
+    r.put(1, 1)
+    r.op(lambda: r.p.access(2, 2 * B), lambda: r.model.__setitem__(2, bytes(2 * B)))
+    r.be.arm("d2h", key=1)
+    r.op(lambda: r.p.access(3, 2 * B, write=True), lambda: r.model.__setitem__(3, bytes(2 * B)))
+    r.pol.arm("on_insert")
+    with pytest.raises(BackendError):
+        r.p.get(1)
     return r
 
 
