@@ -64,17 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         return sim(rest)
     module, is_hydra, _ = COMMANDS[cmd]
     mod = importlib.import_module(f"cachegym.scripts.{module}")
-    if is_hydra:  # Hydra's main reads sys.argv: the overrides (and -m, --cfg, ...) pass through
-        saved = sys.argv
-        sys.argv = [f"cachegym {cmd}", *rest]
-        try:
-            mod.main()
-        finally:
-            sys.argv = saved
-        return 0
-    saved = sys.argv  # argparse names the program after argv[0]: its usage says `cachegym CMD`
+    # the script sees `cachegym CMD ARGS...` as its sys.argv: Hydra's main reads the overrides (and
+    # -m, --cfg, ...) there, argparse names the program after argv[0] (its usage: `cachegym CMD`)
+    saved = sys.argv
     sys.argv = [f"cachegym {cmd}", *rest]
     try:
+        if is_hydra:
+            mod.main()
+            return 0
         return int(mod.main(rest) or 0)
     finally:
         sys.argv = saved
