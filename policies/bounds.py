@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -288,6 +288,22 @@ def _round_down(iv: _Intervals, x: np.ndarray, capacity: int) -> np.ndarray:
     raise AssertionError("unreachable: keeping nothing is always feasible")
 
 
+def _schedule_cost_fn(iv: _Intervals, objective: PlanObjective,
+                      preset: Any = None) -> Callable[[np.ndarray], float]:
+    """``cost(kept)``: a schedule's cost on ``objective`` beyond the compulsory (:func:`_costs`:
+    each interval not kept, and each dirty segment written back), the interval costs computed
+    once."""
+    keep, f, segc = _costs(iv, objective, preset)
+    f_all = np.zeros(len(iv.a))  # each interval's cost if not kept (0: it costs nothing)
+    f_all[keep] = f
+
+    def cost_of(k: np.ndarray) -> float:
+        c = float(f_all[~k].sum())
+        return c if segc is None else c + float(segc[_writebacks(iv, k)].sum())
+
+    return cost_of
+
+
 def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
           objective: PlanObjective, preset: Any = None) -> np.ndarray:
     """Add back fractional intervals, most kept first (at most :data:`FILL_CANDIDATES`), each
@@ -300,14 +316,7 @@ def _fill(iv: _Intervals, x: np.ndarray, kept: np.ndarray, capacity: int,
     np.add.at(delta, iv.a[kept], iv.size[kept])
     np.add.at(delta, iv.b[kept], -iv.size[kept])
     load = np.cumsum(delta)[:-1]
-    keep, f, segc = _costs(iv, objective, preset)
-    f_all = np.zeros(len(iv.a))  # each interval's cost if not kept (0: it costs nothing)
-    f_all[keep] = f
-
-    def cost_of(k: np.ndarray) -> float:  # the schedule's cost beyond the compulsory
-        c = float(f_all[~k].sum())
-        return c if segc is None else c + float(segc[_writebacks(iv, k)].sum())
-
+    cost_of = _schedule_cost_fn(iv, objective, preset)
     cost = cost_of(kept)
     for j in cand:
         a, b, s = int(iv.a[j]), int(iv.b[j]), int(iv.size[j])

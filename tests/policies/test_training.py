@@ -216,13 +216,7 @@ def test_foo_plan_for_stall_is_between_its_lp_and_the_traffic_plan(seed, frac):
     cap = int(frac * t.peak_live_bytes())
     preset = get_preset("h100_pcie5")
     iv = B._intervals(t, cap)
-    keep, f, segc = B._costs(iv, "stall", preset)
-    f_all = np.zeros(len(iv.a))
-    f_all[keep] = f
-
-    def wait(kept: np.ndarray) -> float:  # the schedule's copy time
-        return float(f_all[~kept].sum() + segc[B._writebacks(iv, kept)].sum())
-
+    wait = B._schedule_cost_fn(iv, "stall", preset)  # a schedule's copy time
     lp, x = B._foo_lp(iv, cap, "stall", preset)
     stall = B._foo_schedule(iv, x, cap, "stall", preset)
     _, xt = B._foo_lp(iv, cap, "traffic")
