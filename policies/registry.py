@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from cachegym.allocator.trace import Trace
     from cachegym.policies.base import EvictionPolicy, PrefetchPolicy
 
-__all__ = ["make_eviction", "make_policy", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES",
+__all__ = ["make_eviction", "make_policy", "make_learned", "make_prefetch", "EVICTION_NAMES", "PREFETCH_NAMES", "ORACLES",
            "keyword_names", "refuse_unknown"]
 
 
@@ -66,7 +66,10 @@ def _prefetch_classes() -> dict[str, Callable[..., Any]]:
 EVICTION_NAMES = ("lru", "fifo", "lfu", "random", "clock", "arc", "sieve", "s3fifo", "lirs",
                   "slru", "gdsf", "belady")
 PREFETCH_NAMES = ("none", "markov", "stride", "lookahead", "history")
-_NEEDS_TRACE = {"belady", "lookahead"}
+ORACLES = frozenset({"belady", "lookahead"})
+"""The registered policies that read the trace's future (built with ``trace=``): references for
+what a policy could do, not baselines a deployed pool could run."""
+_NEEDS_TRACE = ORACLES
 # the members every eviction policy has (allocator/seams.py: EvictionPolicy); victim is checked apart
 _EVICTION_HOOKS = ("on_hit", "on_miss", "on_insert", "on_evict", "on_free")
 

@@ -4,7 +4,7 @@ offline ``foo`` teacher, FOO's plan, then a short RL fine-tune on the traffic re
 second short run (``env=joint``, stall under a timing preset), a prefetch head; export both heads in
 one file; evaluate it on held-out workloads against LRU, LFU, ARC, S3-FIFO, SLRU, GDSF and Belady,
 each without prefetch, with lookahead and with the file's prefetch head (stall beside traffic),
-print the table and save the plots.
+print the table, a summary of the deployed policy per held-out cell, and save the plots.
 
     python scripts/main.py                      # outputs under outputs/main/<time>/
     python scripts/main.py out_dir=DIR seed=1
@@ -36,6 +36,8 @@ def main(cfg: DictConfig) -> None:
         job_failed(e, "main")
         return
     print(res["table"])
+    if res["summary"]:
+        print(res["summary"])
     print(f"finished in {res['wall_s']:.0f} s")
     print(f"outputs: {res['out_dir']} (results: {res['csv']}; plots: {len(res['plots'])} in "
           f"{os.path.dirname(res['csv'])}; training logs: {res['train']['out_dir']})")

@@ -14,7 +14,8 @@ under each guard of ``cfg.main.learned_guards`` (by default ``shadow``, the depl
 policy without prefetch, with ``lookahead`` (the trace's future), with ``history`` (the
 heuristic on the head's candidates) and with the file's prefetch head
 (``learned:PATH``; without ``main.prefetch``: no prefetch only); the results table, CSV/JSON
-and plots land in ``OUT/eval``.
+and plots land in ``OUT/eval``; ``summary`` is the deployed policy's figures per held-out cell
+beside its baselines and the offline figures (:mod:`envs.summary`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from cachegym.envs.evaluation import (
     check_eviction_names,
     check_presets,
     evaluate,
+    learned_name,
 )
+from cachegym.envs.summary import format_summary, summarize
 from cachegym.envs.sweep import results_dir, write_config
 from cachegym.policies.training.export import export_file
 from cachegym.policies.training.quality import HeldOut, default_held_out
@@ -105,7 +108,7 @@ def check_main(m: Any) -> None:
 
 def run_main(cfg: Any) -> dict[str, Any]:
     """Train, export and evaluate as ``cfg`` says; returns ``{"policy", "out_dir", "table",
-    "csv", "plots", "train", "wall_s"}``."""
+    "summary", "csv", "plots", "train", "joint", "wall_s"}``."""
     t0 = time.perf_counter()
     check_main(cfg.main)
     out = results_dir(cfg, "main")
@@ -149,9 +152,14 @@ def run_main(cfg: Any) -> dict[str, Any]:
     })
     log.info("main job: evaluating on %d held-out traces", len(paths))
     ev = evaluate(ecfg, out_dir=ecfg.out_dir)
+    deployed = learned_name(str(cfg.main.learned_guards[0]))  # the file under the first guard
+    preset = next((str(p) for p in cfg.main.presets if str(p) != "none"), "none")
+    cells = summarize(ev["rows"], deployed, LEARNED_PREFETCH + policy if joint else None,
+                      heuristics=tuple(str(b) for b in cfg.main.baselines), preset=preset)
+    summary = format_summary(cells, deployed, preset)
     return {"policy": policy, "out_dir": os.path.abspath(out), "table": ev["table"],
-            "csv": ev["csv"], "plots": ev["plots"], "train": res, "joint": joint,
-            "wall_s": time.perf_counter() - t0}
+            "summary": summary, "csv": ev["csv"], "plots": ev["plots"], "train": res,
+            "joint": joint, "wall_s": time.perf_counter() - t0}
 
 
 def train_prefetch_head(cfg: Any, out_dir: str) -> dict[str, Any]:

@@ -75,9 +75,13 @@ def test_main_job_end_to_end(tmp_path):
     assert {row["trace"] for row in rows} == {"held0", "held1"}
     # the bounds and the stall rows under the main job's preset; gap closed in the table
     assert {"foo_l", "foo_u", "stall_lb"} <= names  # (auto: FOO)
-    assert any(n.startswith("stall_ref[belady+") for n in names)
+    assert any(n.startswith("stall_ref[") for n in names)
     assert {row["preset"] for row in rows if row["row_kind"] == "policy"} == {"h100_pcie5"}
     assert "gap_traffic" in r.stdout and "stall_ms" in r.stdout
+    # the summary after the table: one line per held-out cell, the totals and the verdicts
+    summary = r.stdout[r.stdout.index("summary: learned[shadow]"):]
+    assert sum(line.startswith(("held0 ", "held1 ")) for line in summary.splitlines()) == 2
+    assert "stall at most half of LRU's" in summary and "traffic at most" in summary
     assert any(p.endswith(".png") for p in os.listdir(out / "eval"))
     # the printed path is what scripts/evaluate.py takes
     r2 = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "evaluate.py"),
@@ -137,7 +141,7 @@ def test_main_prefetch_false_trains_and_evaluates_eviction_only(tmp_path, monkey
     monkeypatch.setattr(main_job, "train", lambda cfg, out_dir: runs.append(str(cfg.env._target_))
                         or {"policy": golden, "out_dir": out_dir})
     monkeypatch.setattr(main_job, "evaluate", lambda cfg, out_dir: evals.append(cfg)
-                        or {"table": "", "csv": "", "plots": []})
+                        or {"table": "", "rows": [], "csv": "", "plots": []})
     register_train_configs()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         cfg = compose("main", overrides=[*TINY, "main.prefetch=false", "main.held_out=[" +
