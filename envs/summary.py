@@ -52,6 +52,14 @@ class Cell:
         reaches it)."""
         return not (self.stall_lru / 2 < self.stall_lb)
 
+    @property
+    def ref_gap_closed(self) -> float:
+        """The share of the gap between ``stall_lru`` and the stall reference that ``stall``
+        closes (1: at the reference; above 1: below it); NaN where the reference is not below
+        ``stall_lru``."""
+        gap = self.stall_lru - self.stall_ref
+        return (self.stall_lru - self.stall) / gap if gap > 0 else math.nan
+
 
 def _f(r: dict[str, Any], k: str) -> float:
     v = r.get(k)
@@ -117,7 +125,8 @@ def _n(x: float, nd: int = 1) -> str:
 def format_summary(cells: list[Cell], deployed: str, preset: str) -> str:
     """The summary as text: a line per cell, totals, and the counts the issues' targets ask for
     (traffic at most the best heuristic's; stall at most half of LRU's with the best prefetcher
-    that does not read the future, and where that half lies below the stall lower bound)."""
+    that does not read the future, where that half lies below the stall lower bound, and at
+    least half of the gap from it to the stall reference closed)."""
     head = (f"summary: {deployed} (traffic without prefetch, MiB; stall with its prefetch head, "
             f"ms under {preset}) on the held-out traces\n"
             f"{'trace':<18} {'cap':>5} | {'traffic':>8} {'LRU':>8} {'best heur.':>15} "
@@ -154,6 +163,9 @@ def format_summary(cells: list[Cell], deployed: str, preset: str) -> str:
                      f"future in {half} of {len(timed)} cells"
                      + (f" (half lies below the stall lower bound, out of any schedule's "
                         f"reach, in {len(out)} cell{'' if len(out) == 1 else 's'})" if out else "")
-                     + f"; below LRU + lookahead (an oracle) in "
+                     + f"; at least half of the gap from it to the stall reference closed in "
+                     f"{sum(c.ref_gap_closed >= 0.5 for c in timed)} (of "
+                     f"{sum(not math.isnan(c.ref_gap_closed) for c in timed)} with the reference "
+                     f"below it); below LRU + lookahead (an oracle) in "
                      f"{sum(c.stall < c.stall_oracle for c in timed)}")
     return "\n".join(lines)

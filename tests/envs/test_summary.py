@@ -44,6 +44,7 @@ def test_summary_takes_each_figure_from_its_row():
     assert (c.stall_lru, c.lru_prefetch) == (9, "markov")
     assert (c.stall_oracle, c.stall_ref, c.stall_lb) == (5, 5, 1)
     assert c.half_reachable
+    assert c.ref_gap_closed == (9 - 4) / (9 - 5)
     # without a head: the deployed policy's stall without prefetch
     (c,) = summarize(_rows(), "learned[shadow]", None)
     assert c.stall == 30
@@ -54,6 +55,8 @@ def test_summary_counts_the_targets():
     for r in rows:
         if r["trace"] == "u" and r["policy"] == "stall_lb":
             r["stall_ns"] = 8 * MS  # half of LRU's 9 ms lies below it: out of reach
+        if r["trace"] == "u" and r["row_kind"] == "stall_reference":
+            r["stall_ns"] = 10 * MS  # above LRU's 9 ms: no gap to close
         if r["trace"] == "u" and r["policy"] == "learned[shadow]" and r["prefetch"] == "none":
             r["traffic_bytes"] = 80 * MIB  # below GDSF's 85
     cells = summarize(rows, "learned[shadow]", HEAD)
@@ -62,7 +65,8 @@ def test_summary_counts_the_targets():
     assert "traffic at most the best heuristic's in 1 of 2 cells (worst: t 0.25, +5.9%)" in text
     assert "stall at most half of LRU's with the best prefetcher that does not read the future " \
            "in 2 of 2 cells (half lies below the stall lower bound, out of any schedule's reach, " \
-           "in 1 cell); below LRU + lookahead (an oracle) in 2" in text
+           "in 1 cell); at least half of the gap from it to the stall reference closed in 1 " \
+           "(of 1 with the reference below it); below LRU + lookahead (an oracle) in 2" in text
     total = next(line for line in text.splitlines() if line.startswith("total"))
     assert total.split()[1:4] == ["|", "170.0", "200.0"]
 
