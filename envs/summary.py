@@ -91,7 +91,8 @@ def summarize(rows: list[dict[str, Any]], deployed: str, head: str | None = None
             if pol == "stall_lb":
                 if r["preset"] == preset:
                     c.stall_lb = ms
-            elif not mib <= c.traffic_bound:  # (the tightest: the largest lower bound)
+            elif not math.isnan(mib) and not mib <= c.traffic_bound:  # (the tightest: the
+                # largest lower bound)
                 c.traffic_bound = mib
             continue
         if r["preset"] != preset:
@@ -106,14 +107,16 @@ def summarize(rows: list[dict[str, Any]], deployed: str, head: str | None = None
                 c.traffic = mib
             if pol == "lru":
                 c.traffic_lru = mib
-            if pol in heuristics and pol not in ORACLES and not mib >= c.traffic_best:
+            if (pol in heuristics and pol not in ORACLES and not math.isnan(mib)
+                    and not mib >= c.traffic_best):
                 c.traffic_best, c.best_name = mib, pol
         if pol == deployed and pf == (head or "none"):
             c.stall = ms
         if pol == "lru":
             if pf == "lookahead":
                 c.stall_oracle = ms
-            elif pf not in ORACLES and not pf.startswith("learned:") and not ms >= c.stall_lru:
+            elif (pf not in ORACLES and not pf.startswith("learned:") and not math.isnan(ms)
+                  and not ms >= c.stall_lru):
                 c.stall_lru, c.lru_prefetch = ms, pf
     return list(cells.values())
 
@@ -122,13 +125,15 @@ def _n(x: float, nd: int = 1) -> str:
     return "-" if math.isnan(x) else f"{x:.{nd}f}"
 
 
-def format_summary(cells: list[Cell], deployed: str, preset: str) -> str:
+def format_summary(cells: list[Cell], deployed: str, preset: str, with_head: bool = True) -> str:
     """The summary as text: a line per cell, totals, and the counts the issues' targets ask for
     (traffic at most the best heuristic's; stall at most half of LRU's with the best prefetcher
     that does not read the future, where that half lies below the stall lower bound, and at
-    least half of the gap from it to the stall reference closed)."""
-    head = (f"summary: {deployed} (traffic without prefetch, MiB; stall with its prefetch head, "
-            f"ms under {preset}) on the held-out traces\n"
+    least half of the gap from it to the stall reference closed). ``with_head``: whether the
+    cells' ``stall`` is with the deployed policy's prefetch head (else without prefetch)."""
+    head = (f"summary: {deployed} (traffic without prefetch, MiB; stall "
+            f"{'with its prefetch head' if with_head else 'without prefetch'}, ms under {preset}) "
+            f"on the held-out traces\n"
             f"{'trace':<18} {'cap':>5} | {'traffic':>8} {'LRU':>8} {'best heur.':>15} "
             f"{'bound':>8} | {'stall':>7} {'LRU+best pf':>17} {'LRU+lookahead':>13} "
             f"{'reference':>9} {'lower bd':>8}")

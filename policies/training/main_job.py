@@ -156,7 +156,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
     preset = next((str(p) for p in cfg.main.presets if str(p) != "none"), "none")
     cells = summarize(ev["rows"], deployed, LEARNED_PREFETCH + policy if joint else None,
                       heuristics=tuple(str(b) for b in cfg.main.baselines), preset=preset)
-    summary = format_summary(cells, deployed, preset)
+    summary = format_summary(cells, deployed, preset, with_head=joint is not None)
     return {"policy": policy, "out_dir": os.path.abspath(out), "table": ev["table"],
             "summary": summary, "csv": ev["csv"], "plots": ev["plots"], "train": res,
             "joint": joint, "wall_s": time.perf_counter() - t0}
