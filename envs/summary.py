@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from cachegym.envs.gaps import gap_closed
+from cachegym.envs.sweep import number
 from cachegym.policies.registry import ORACLES
 
 __all__ = ["Cell", "summarize", "format_summary"]
@@ -57,16 +59,7 @@ class Cell:
         """The share of the gap between ``stall_lru`` and the stall reference that ``stall``
         closes (1: at the reference; above 1: below it); NaN where the reference is not below
         ``stall_lru``."""
-        gap = self.stall_lru - self.stall_ref
-        return (self.stall_lru - self.stall) / gap if gap > 0 else math.nan
-
-
-def _f(r: dict[str, Any], k: str) -> float:
-    v = r.get(k)
-    try:
-        return float(v) if v not in (None, "") else math.nan
-    except (TypeError, ValueError):
-        return math.nan
+        return gap_closed(self.stall_lru, self.stall, self.stall_ref)
 
 
 def summarize(rows: list[dict[str, Any]], deployed: str, head: str | None = None,
@@ -86,7 +79,7 @@ def summarize(rows: list[dict[str, Any]], deployed: str, head: str | None = None
         key = (str(r["trace"]), str(r.get("capacity_spec") or r["capacity"]))
         c = cells.setdefault(key, Cell(*key))
         kind, pol, pf = r.get("row_kind") or "policy", str(r["policy"]), str(r["prefetch"])
-        mib, ms = _f(r, "traffic_bytes") / 2**20, _f(r, "stall_ns") / 1e6
+        mib, ms = number(r.get("traffic_bytes")) / 2**20, number(r.get("stall_ns")) / 1e6
         if kind == "lower_bound":
             if pol == "stall_lb":
                 if r["preset"] == preset:

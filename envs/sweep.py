@@ -34,7 +34,7 @@ from hydra.experimental.callback import Callback
 from cachegym.allocator.errors import CachegymError, ConfigError
 from cachegym.envs.journal import replace_atomically
 
-__all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged",
+__all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
            "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
            "results_dir", "write_config"]
 
@@ -132,7 +132,9 @@ def read_results(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _number(cell: Any) -> float:
+def number(cell: Any) -> float:
+    """A results cell as a float: NaN for a blank, ``None`` or anything else that is not a
+    number (``results.csv`` keeps NaN as a blank)."""
     try:
         return float(cell)
     except (TypeError, ValueError):
@@ -178,7 +180,7 @@ def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict
             key = tuple(str(cells.get(c, "")) for c in keys)
             per_job = groups.setdefault(key, {}).setdefault(job, {m: [] for m in metrics})
             for m in metrics:
-                x = _number(cells.get(m))
+                x = number(cells.get(m))
                 if not math.isnan(x):
                     per_job[m].append(x)
     merged = []
