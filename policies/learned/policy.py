@@ -36,11 +36,11 @@ depend on machine load, so evaluation runs without one by default; a deployment 
 (``LearnedPolicy.load(path, budget_us=50)``): a decision slower than that falls back to LRU."""
 
 DEFAULT_PREFETCH_DEPTH = 2
-"""Default most prefetches per opportunity of a file's prefetch head: its choice as trained,
-then (timed, :class:`~policies.learned.prefetch_head.PrefetchHead`) at most one more candidate
-that beats the no-op, of an object whose prefetch arrived late before, while the
-host-to-device queue allows. On the main job's held-out cells 4 and 8 left about the same stall
-as 2 (docs/RESULTS.md, 2026-12-02, third session); 2 issues the fewest extra copies."""
+"""Default most prefetches per opportunity of a file's prefetch head
+(:class:`~policies.learned.prefetch_head.PrefetchHead`): its choice as trained, then at most one
+more candidate that beats the no-op (the predictor proposes only objects whose prefetch is due).
+On the main job's held-out cells 4 left the same stall as 2 within 0.5% (docs/RESULTS.md,
+2026-12-03, thirteenth session); 2 issues the fewest extra copies."""
 
 
 class LearnedPolicy(EvictionPolicyBase):
@@ -149,16 +149,14 @@ class LearnedPolicy(EvictionPolicyBase):
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
              prefetch_budget_bytes: int | None = None, prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
-             prefetch_timed: bool = True, prefetch_min_accuracy: float = 0.5,
+             prefetch_min_accuracy: float = 0.5,
              **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
         the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none),
-        ``prefetch_depth`` its most prefetches per opportunity (1: as trained; by default
-        :data:`DEFAULT_PREFETCH_DEPTH`, the first as trained, the others only for objects whose
-        prefetch arrived late, with ``prefetch_timed``; ``prefetch_timed=False``: every
-        candidate that beats the no-op), ``prefetch_min_accuracy`` the share of its resolved
+        ``prefetch_depth`` its most prefetches per opportunity, the best candidates that beat the
+        no-op (1: as trained; by default :data:`DEFAULT_PREFETCH_DEPTH`), ``prefetch_min_accuracy`` the share of its resolved
         prefetches that must have been used for it to go on prefetching (0: never pauses).
         Raises
         :class:`~allocator.errors.PolicyFileError` on a corrupt, truncated or mismatched file,
@@ -185,7 +183,7 @@ class LearnedPolicy(EvictionPolicyBase):
         scorer = CandidateScorer(evict)
         pf = header.get("prefetch")
         head = None if pf is None else PrefetchHead(pf, pf_arrays, budget_bytes=prefetch_budget_bytes,
-                                                    depth=prefetch_depth, timed=prefetch_timed,
+                                                    depth=prefetch_depth,
                                                     min_accuracy=prefetch_min_accuracy)
         return cls(scorer, header, budget_us=budget_us, seed=seed, path=p, K=K, guard=guard,
                    prefetch=head)

@@ -10,16 +10,17 @@ and the forward pass of :class:`policies.kernels.Scorer` (one pass), and compare
 score with the no-op's: the env's action is the argmax over ``K`` candidates and the no-op,
 the no-op last, so a candidate that ties it is prefetched.
 
-Beyond that choice (``depth > 1``), ``timed`` heads start late objects earlier: a further
-candidate that beats the no-op is prefetched at this opportunity only if its previous prefetch
-arrived late (a margin of :class:`~allocator.prefetch_timing.PrefetchTiming`, learnt by its
-feedback from the pool's ``late_ns``: Capuchin's trigger moved earlier) and only while the
-host-to-device engine's queue (the copies already queued and this opportunity's earlier
-prefetches) is no longer than its own copy, so that the link stays busy without a flood of
-copies that would hold memory long before their use. Measured on the main job's held-out
-traces (docs/RESULTS.md): a head trained to prefetch one candidate per access leaves half its
-stall on late prefetches where the compute between accesses is short (``gpt_infer``), and
-prefetching every candidate that beats the no-op thrashes where copies cannot be hidden.
+Beyond that choice (``depth > 1``) it prefetches the next best candidates that beat the no-op,
+up to ``depth``. The candidates are already timed: the predictor proposes only objects whose use
+is due (the compute the previous period spent before their use no longer covers their copy and
+the queue ahead of it, with margins moved earlier where a prefetch arrived late, as Capuchin
+moves its triggers: :class:`~allocator.prefetch_timing.PrefetchTiming`). Measured on the main
+job's held-out traces (docs/RESULTS.md): a head trained to prefetch one candidate per access
+leaves half its stall on late prefetches where the compute between accesses is short
+(``gpt_infer``); a second filter of the head's own (a further candidate only if its previous
+prefetch arrived late, while the queue ahead of it was no longer than its copy) held the late
+objects back one period more than the ``history`` heuristic (2.3-3.6 against 3.2-4.8 ms on
+``gpt_infer`` at 25%) and is gone.
 
 Accuracy feedback (feedback-directed prefetching, Srinath et al., HPCA 2007): the head counts
 its resolved prefetches (used: a prefetch hit or a late one; wasted: evicted unused, the pool's
@@ -39,13 +40,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
 from cachegym.policies import features as _features
 from cachegym.policies.learned.network import CandidateScorer
 from cachegym.policies.successors import make_predictor
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
+    from cachegym.allocator.prefetch_timing import PrefetchTiming
 
 __all__ = ["PrefetchHead", "pick", "ACCURACY_INTERVAL", "MIN_PAUSE", "MAX_PAUSE"]
 
@@ -77,10 +78,8 @@ class PrefetchHead:
     state it keeps across accesses (its predictor, the misses it has seen).
 
     ``depth``: the most prefetches per opportunity, the best-scored candidates that beat the
-    no-op (1: the env's decision, what the head was trained on). ``timed`` (with ``depth >
-    1``): those after the first only for objects whose previous prefetch arrived late, while
-    the host-to-device queue is no longer than their copy (the module's docstring; counted in
-    ``early``); ``False``: every candidate that beats the no-op, up to ``depth``.
+    no-op (1: the env's decision, what the head was trained on; those after the first are
+    counted in ``early``).
     ``budget_bytes``: the most bytes in flight host-to-device (``view.bytes_in_flight``, its
     own prefetches included) a prefetch may bring the total to; ``None``: no limit (as in
     training). A prefetch beyond it is not issued, nor any after it at that opportunity
@@ -89,7 +88,7 @@ class PrefetchHead:
     pauses); ``pauses`` counts the pauses."""
 
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
-                 budget_bytes: int | None = None, depth: int = 1, timed: bool = True,
+                 budget_bytes: int | None = None, depth: int = 1,
                  min_accuracy: float = 0.5) -> None:
         if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
             raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
@@ -97,15 +96,12 @@ class PrefetchHead:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ConfigError(f"prefetch_depth must be an int >= 1 (prefetches per opportunity), "
                               f"got {depth!r}")
-        if not isinstance(timed, bool):
-            raise ConfigError(f"prefetch_timed must be a bool, got {timed!r}")
         if isinstance(min_accuracy, bool) or not (isinstance(min_accuracy, (int, float))
                                                   and 0.0 <= min_accuracy <= 1.0):
             raise ConfigError(f"prefetch_min_accuracy must be a share in 0..1 (0: never pause), "
                               f"got {min_accuracy!r}")
         self.min_accuracy = float(min_accuracy)
         self.depth = depth
-        self.timed = timed and depth > 1
         self.scorer = CandidateScorer({k: v for k, v in arrays.items() if k != "noop"})
         self.noop = float(np.asarray(arrays["noop"], np.float32).reshape(-1)[0])  # (exact: a float32)
         self.K = int(section["K"])
@@ -120,19 +116,17 @@ class PrefetchHead:
     def reset(self) -> None:
         """Forget the predictor's history and the counters (a new pool)."""
         self.predictor.reset()
-        self.timing = PrefetchTiming() if self.timed else None  # late arrivals' margins
         self._misses = 0
         self._accesses = 0
         self.decisions = 0  # opportunities with candidates (the env's decisions)
         self.issued = 0  # prefetches returned
         self.over_budget = 0
-        self.early = 0  # prefetches after the first of an opportunity (timed: of late objects)
+        self.early = 0  # prefetches after the first of an opportunity
         self.pauses = 0  # inaccurate intervals (each a pause)
         self._used0 = self._wasted0 = 0  # the pool's counts at the interval's start
         self._resume = 0  # no prefetch before this access count
         self._pause = MIN_PAUSE  # the next pause's length
         self._open = False  # whether the latest opportunity was taken (asked, not paused)
-        self._other = PoolTimings()  # the head's timing in other pools (choose_for)
 
     def _paused(self, view: PoolView) -> bool:
         """Whether the head pauses now, after checking its accuracy each ``ACCURACY_INTERVAL``
@@ -165,15 +159,12 @@ class PrefetchHead:
                muted: bool = False) -> list[int]:
         """After the access of ``key``: the keys to prefetch, best first (``tracker`` holds the
         pool's feature history); ``muted``: none, the head's state advancing as it would."""
-        timing = self.timing
-        if timing is not None:  # did this access wait for its prefetch? start it earlier next time
-            timing.feedback(view, key, key)
         self.predictor.observe(key, view)
         self._accesses += 1
         self._open = self._asked(view) and not self._paused(view)
         if not self._open or muted:
             return []
-        return self._choose(tracker, view, key, self.predictor.timing, timing, True)
+        return self._choose(tracker, view, key, self.predictor.timing, True)
 
     def choose_for(self, tracker: _features.FeatureTracker, view: PoolView, key: int) -> list[int]:
         """What :meth:`choose` would return at its latest opportunity (after the access of
@@ -182,13 +173,12 @@ class PrefetchHead:
         pool's residency, copies in flight and features, and late-arrival margins learnt from
         that pool's late prefetches (kept per pool); the head's own state is not changed."""
         pt = self.predictor.timing_in(view, key)
-        ht = self._other.after(view, key) if self.timed else None
-        return self._choose(tracker, view, key, pt, ht, False) if self._open else []
+        return self._choose(tracker, view, key, pt, False) if self._open else []
 
     def _choose(self, tracker: _features.FeatureTracker, view: PoolView, key: int,
-                pt: PrefetchTiming, timing: PrefetchTiming | None, count: bool) -> list[int]:
+                pt: PrefetchTiming, count: bool) -> list[int]:
         """The prefetches of an open opportunity in ``view``, with the predictor's timing ``pt``
-        and the head's ``timing`` there (``count``: into the head's counters)."""
+        there (``count``: into the head's counters)."""
         cands = self.predictor.propose(key, self.K, view, pt)
         n = len(cands)
         if not n:
@@ -197,17 +187,11 @@ class PrefetchHead:
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
         out: list[int] = []
         budget, in_flight = self.budget_bytes, view.bytes_in_flight
-        queued = 0 if timing is None else timing.queued_ns(view)
         over = False
         for j in pick(self._scores, n, self.noop, self.depth):
             k = cands[j]
-            size = view.info(k).size if timing is not None or budget is not None else 0
-            if timing is not None:
-                copy = view.cost.copy_time(0, size)
-                if out and (k not in timing.margin or queued > copy):
-                    continue  # not late before, or it would wait behind more than its own copy
-                queued += copy
             if budget is not None:
+                size = view.info(k).size
                 if in_flight + size > budget:
                     over = True
                     break
