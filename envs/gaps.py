@@ -104,12 +104,14 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
 
 def stall_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
                preset: str) -> list[dict[str, Any]]:
-    """The stall lower bound's row for one (trace, capacity, preset)."""
+    """The stall lower bound's row for one (trace, capacity, preset): in ``bytes`` mode the
+    bound for a pool of ``capacity`` bytes (every fetch that pool must make), in ``objects``
+    mode the bound at any capacity (the compulsory fetches)."""
     from cachegym.policies.bounds import stall_lower_bound
 
     requests = _requests(trace)
     r = _blank(tname, capacity, spec, mode, "stall_lb", "lower_bound", preset, requests)
-    r["stall_ns"] = stall_lower_bound(trace, preset)
+    r["stall_ns"] = stall_lower_bound(trace, preset, capacity if mode == "bytes" else None)
     return [r]
 
 

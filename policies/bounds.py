@@ -167,15 +167,20 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
                       seg_write, seg_in, s[seg_write], comp_misses, comp_traffic)
 
 
-def _costs(iv: _Intervals, objective: PlanObjective, preset: Any = None
+def _costs(iv: _Intervals, objective: str, preset: Any = None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``(keep, f, seg)``: the intervals that matter to ``objective``, what not keeping each
     costs by itself, and what each dirty segment's write-back costs (``None``: the objective
     does not count write-backs). ``stall`` needs ``preset`` (a
-    :class:`~allocator.cost.Preset`): a copy costs its time, :func:`_copy_times`."""
+    :class:`~allocator.cost.Preset`): a copy costs its time, :func:`_copy_times`. ``h2d``
+    (the stall bound's, :func:`stall_lower_bound`): the time of the host-to-device copies
+    alone, each interval that ends in an access its fetch (write-backs cost nothing)."""
     if objective == "misses":
         keep = iv.miss > 0
         return keep, iv.miss[keep].astype(np.float64), None
+    if objective == "h2d":
+        keep = iv.copy > 0
+        return keep, _copy_times(preset, 0, iv.size[keep]), None
     keep = (iv.copy > 0) | (iv.seg >= 0)
     if objective == "stall":
         f = np.where(iv.copy > 0, _copy_times(preset, 0, iv.size), 0.0)
@@ -210,7 +215,7 @@ def _schedule_cost(iv: _Intervals, kept: np.ndarray) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------- FOO
-def _foo_lp(iv: _Intervals, capacity: int, objective: PlanObjective, preset: Any = None
+def _foo_lp(iv: _Intervals, capacity: int, objective: str, preset: Any = None
             ) -> tuple[float, np.ndarray]:
     """The LP optimum (cost beyond the compulsory) and each interval's kept fraction (0 where
     not in the LP).
@@ -371,16 +376,21 @@ def foo_kept_rows(trace: Trace, capacity: int, objective: PlanObjective = "traff
 
 
 # ---------------------------------------------------------------------- PFOO-L
-def _pfoo_l(iv: _Intervals, capacity: int, objective: Objective) -> float:
+def _pfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None) -> float:
     """The optimum (beyond the compulsory) of the one-resource relaxation: interval j uses
     ``size x gaps it spans`` of ``C x gaps``, saves its own cost when kept, and write-backs are
     relaxed away (they couple intervals). A fractional knapsack: sort by cost saved per unit of
     resource and fill greedily. For traffic each segment's copy out is charged to the write's
-    own interval (``w_g >= 1 - x_k`` is one of its constraints: still a relaxation)."""
-    own = iv.miss
+    own interval (``w_g >= 1 - x_k`` is one of its constraints: still a relaxation); for ``h2d``
+    (:func:`_costs`) each fetch costs its copy time under ``preset``."""
+    own: np.ndarray = iv.miss
     if objective == "traffic":
         own = iv.copy.copy()
         own[iv.seg_write] += iv.seg_size
+    elif objective == "h2d":
+        own = np.zeros(len(iv.a))
+        fetch = iv.copy > 0
+        own[fetch] = _copy_times(preset, 0, iv.size[fetch])
     keep = own > 0
     f = own[keep].astype(np.float64)
     r = iv.size[keep].astype(np.float64) * (iv.b[keep] - iv.a[keep])
@@ -491,19 +501,30 @@ def check_bounds(rows: Iterable[Any], bounds: Mapping[str, Bound], tol: float = 
                     raise BoundViolation(name, b.name, fld, v, lim)
 
 
-def stall_lower_bound(trace: Trace, preset: Any) -> int:
+def stall_lower_bound(trace: Trace, preset: Any, capacity: int | None = None) -> int:
     """A lower bound (ns) on the stall of any schedule of ``trace`` (any eviction, any
-    prefetching, any capacity) under ``preset``'s copy engines (a name, a file or a
-    :class:`~allocator.cost.Preset`), as :class:`~allocator.cost.CostModel` times them.
+    prefetching, any admission) under ``preset``'s copy engines (a name, a file or a
+    :class:`~allocator.cost.Preset`), as :class:`~allocator.cost.CostModel` times them; with
+    ``capacity``, in a pool of that many bytes (byte placement), else at any capacity.
 
     A compulsory read (an object's first access, since its last free, that reads it) must be
     copied host-to-device before it is served; such copies queue on the one host-to-device
     engine, each taking ``copy_time`` (latency + bytes / bandwidth), and none starts before the
     trace does. Request ``i`` is served at ``C_i + S_i`` (``C_i`` the compute of the requests
     before it, ``S_i`` the stall so far), which is at least ``E_i``, the engine time of the
-    compulsory reads up to ``i``. So the stall is at least ``max_i (E_i - C_i)``, and 0. Every
-    other copy (refetches, write-backs, prefetches that are not used) is left out, which keeps it
-    a bound and makes it loose: ``docs/BOUNDS.md``; the sweep's ``stall_ref`` row shows how loose.
+    compulsory reads up to ``i``. So the stall is at least ``max_i (E_i - C_i)``, and 0.
+
+    With ``capacity`` the same argument runs over every fetch a pool of that size must make,
+    not only the compulsory ones: each reuse interval of an object (from an access to its next
+    one) that the schedule does not keep resident throughout ends in a fetch (a demand miss, a
+    prefetch or a stream), so the host-to-device engine works at least ``E`` = the compulsory
+    fetches' times (an object larger than the pool: every access but a first write) plus the
+    least total fetch time of any set of intervals that fits the pool -- FOO's linear
+    relaxation with each interval's fetch time as its cost (PFOO-L's beyond
+    :data:`FOO_AUTO_MAX` requests), a lower bound on it. Every such fetch is used by an
+    access no later than the last one, served at ``C_last + S``: the stall is at least
+    ``E - C_last``. A prefetch that is never used, a write-back and a fragmented arena only
+    add to it; ``docs/BOUNDS.md``. The sweep's ``stall_ref`` row shows how loose it stays.
     """
     from cachegym.allocator.cost import CostModel
 
@@ -517,6 +538,7 @@ def stall_lower_bound(trace: Trace, preset: Any) -> int:
     rows = np.flatnonzero(live)
     _, idx = np.unique(obj[rows], return_index=True)
     first[rows[idx]] = True
+    # (an object's first access since its free: object_ids numbers a key anew after a free)
     compulsory = first & (op == Op.READ)
     sizes = trace.size[compulsory]
     times = np.fromiter((cost.copy_time(0, int(s)) for s in sizes), np.int64, len(sizes))
@@ -525,4 +547,22 @@ def stall_lower_bound(trace: Trace, preset: Any) -> int:
     engine = np.cumsum(engine)
     compute_before = np.concatenate(([0], np.cumsum(trace.compute_ns[:-1], dtype=np.int64)))
     gap = engine - compute_before
-    return max(0, int(gap[compulsory].max()) if compulsory.any() else 0)
+    bound = max(0, int(gap[compulsory].max()) if compulsory.any() else 0)
+    if capacity is None or not rows.size:
+        return bound
+    capacity = int(capacity)
+    try:
+        iv = _intervals(trace, capacity)
+    except ConfigError as e:  # (a key that changes size: outside the intervals' model)
+        log.warning("trace %s: stall bound without the pool's capacity: %s", trace.name, e)
+        return bound
+    big = live & (trace.size > capacity)  # streamed at every access but a first write
+    fetched = (compulsory & ~big) | (big & ~(first & (op == Op.WRITE)))
+    comp = float(sum(cost.copy_time(0, int(s)) for s in trace.size[fetched]))
+    if len(trace) <= FOO_AUTO_MAX:
+        more, _ = _foo_lp(iv, capacity, "h2d", cost.preset)
+    else:
+        more = _pfoo_l(iv, capacity, "h2d", cost.preset)
+    e_min = (comp + max(more, 0.0)) * (1.0 - _TOL)  # (the solver's accuracy)
+    last = int(rows[-1])
+    return max(bound, int(math.floor(e_min - float(compute_before[last]))))

@@ -328,15 +328,45 @@ def test_stall_lower_bound_is_below_every_schedule(preset: str) -> None:
         t = Trace.from_arrays(t.key, t.size, t.op, compute_ns=rng.integers(0, 20_000, len(t)))
         lb = stall_lower_bound(t, preset)
         assert lb > 0
-        cap = int(t.working_set_bytes() * 0.3)
-        for name in ("lru", "belady", "s3fifo", "gdsf"):
-            for pf in (None, "lookahead"):
-                pool = Pool(cap, make_eviction(name, trace=t), placement="bytes", oversize="bypass",
-                            cost=preset, prefetcher=make_prefetch(pf, trace=t) if pf else None)
-                assert pool.replay(t).stall_ns >= lb, (name, pf)
+        for share in (0.1, 0.3):
+            cap = int(t.working_set_bytes() * share)
+            lbc = stall_lower_bound(t, preset, cap)  # (the pool's every fetch, FOO's LP)
+            assert lbc >= lb
+            for name in ("lru", "belady", "s3fifo", "gdsf"):
+                for pf in (None, "lookahead"):
+                    pool = Pool(cap, make_eviction(name, trace=t), placement="bytes",
+                                oversize="bypass", cost=preset,
+                                prefetcher=make_prefetch(pf, trace=t) if pf else None)
+                    assert pool.replay(t).stall_ns >= lbc, (name, pf, share)
     one = Trace.from_arrays([1, 2], [4096, 4096], [Op.READ, Op.WRITE], compute_ns=[10**9, 0])
     assert stall_lower_bound(one, preset) == CostModel(preset).copy_time(0, 4096)
     assert stall_lower_bound(one, None) == 0
+
+
+@pytest.mark.parametrize("preset", ["h100_pcie5", "a100_pcie4"])
+def test_the_stall_bound_of_a_pool_counts_every_fetch_it_must_make(preset: str, monkeypatch) -> None:
+    """With the pool's capacity the bound counts the fetches no schedule of that pool avoids,
+    not only the compulsory ones: A B A B ... read without compute in a pool that holds one of
+    them copies at least one of the two at every access after the first two (keep A, stream B),
+    and waits for every copy. Beyond ``FOO_AUTO_MAX`` requests PFOO-L's relaxation replaces
+    FOO's LP: lower still, above the compulsory bound, below the policies."""
+    from cachegym.allocator.cost import CostModel
+    from cachegym.policies import bounds
+    from cachegym.policies.bounds import stall_lower_bound
+
+    n = 40
+    t = Trace.from_arrays([1, 2] * (n // 2), 4096, [Op.READ] * n, compute_ns=[0] * n)
+    copy = CostModel(preset).copy_time(0, 4096)
+    at_any = stall_lower_bound(t, preset)
+    assert at_any == 2 * copy  # the two compulsory reads
+    lb = stall_lower_bound(t, preset, 4096)
+    assert lb >= (n // 2 + 1) * copy - n  # (the LP's tolerance: a few ns)
+    stalls = [Pool(4096, make_eviction(name, trace=t), placement="bytes", cost=preset)
+              .replay(t).stall_ns for name in ("lru", "belady", "lfu")]
+    assert min(stalls) >= lb
+    monkeypatch.setattr(bounds, "FOO_AUTO_MAX", 10)  # PFOO-L from here
+    relaxed = stall_lower_bound(t, preset, 4096)
+    assert at_any <= relaxed <= lb
 
 
 def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
