@@ -19,8 +19,8 @@ job's held-out traces (docs/RESULTS.md): a head trained to prefetch one candidat
 leaves half its stall on late prefetches where the compute between accesses is short
 (``gpt_infer``); a second filter of the head's own (a further candidate only if its previous
 prefetch arrived late, while the queue ahead of it was no longer than its copy) held the late
-objects back one period more than the ``history`` heuristic (2.3-3.6 against 3.2-4.8 ms on
-``gpt_infer`` at 25%) and is gone.
+objects back one period more than the ``history`` heuristic does and is gone (LRU + the head on
+``gpt_infer`` at 25%: 2.71 ms with it, 2.05 without, as LRU + ``history``; docs/EXPERIMENTS.md).
 
 Accuracy feedback (feedback-directed prefetching, Srinath et al., HPCA 2007): the head counts
 its resolved prefetches (used: a prefetch hit or a late one; wasted: evicted unused, the pool's
