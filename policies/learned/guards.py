@@ -369,11 +369,16 @@ class ShadowGuard(Guard):
     inference trace at 10%; docs/EXPERIMENTS.md). ``gdsf`` / ``lfu`` / ``arc`` / ``slru``:
     whether those experts run (each costs throughput: a shadow pool's work per access); ``arc``
     and ``slru`` default to ``None``: they run under ``traffic`` and ``misses``, not under
-    ``stall`` (:data:`NOT_UNDER_STALL`). ``retire``: an expert whose cost exceeds ``1 + retire``
-    times the best expert's, once that is ``retire_after`` pool capacities, stops running under
-    ``traffic`` and ``misses`` (never the followed one; ``retired`` keeps its cost; ``None``:
-    never), which makes long replays faster where some experts are far behind; a retired expert
+    ``stall`` (:data:`NOT_UNDER_STALL`). ``retire``: a heuristic expert whose cost exceeds ``1 +
+    retire`` times the best expert's, once that is ``retire_after`` pool capacities, stops
+    running under ``traffic`` and ``misses`` (never the network, never the followed one;
+    ``retired`` keeps its cost; ``None``: never), which makes long replays faster where the
+    heuristics are behind (the 1M-request replay of ``bench.py guard``: 2.7x); a retired expert
     can no longer be followed, so the guard's bound is then against the experts still running.
+    The defaults (5% behind after 128 capacities) retire nothing on the quality and regret
+    benchmarks' traces (a phase of a trace where a heuristic falls behind and later leads ends
+    before it); at 5% after 32 capacities one zoo cell (``tcn`` 10%) ended 6% behind, and
+    retiring the network too left ``llm_kv`` 50% 19% behind it (docs/EXPERIMENTS.md).
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
@@ -397,8 +402,8 @@ class ShadowGuard(Guard):
     def __init__(self, margin: float = 0.003, handover: float = 0.005,
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
                  objective: str = "auto", without_prefetch: bool = True, arc: bool | None = None,
-                 slru: bool | None = None, retire: float | None = 0.25,
-                 retire_after: float = 8.0) -> None:
+                 slru: bool | None = None, retire: float | None = 0.05,
+                 retire_after: float = 128.0) -> None:
         _numbers("ShadowGuard", ("retire",), margin=margin, handover=handover,
                  handover_weight=handover_weight, retire=retire, retire_after=retire_after)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
@@ -585,7 +590,8 @@ class ShadowGuard(Guard):
         if cb < self.retire_after * self._capacity_unit(view):
             return
         limit = (1.0 + self.retire) * cb  # type: ignore[operator]
-        out = [n for n, e in self._items if n != self.expert and self._cost(e.gain) > limit]
+        out = [n for n, e in self._items
+               if n not in (self.expert, None) and self._cost(e.gain) > limit]
         for n in out:
             e = self._named[n]
             self.retired[n or "network"] = self._cost(e.gain)
