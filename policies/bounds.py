@@ -388,9 +388,9 @@ def _pfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None) -
         own = iv.copy.copy()
         own[iv.seg_write] += iv.seg_size
     elif objective == "h2d":
+        fetch, f_fetch, _ = _costs(iv, "h2d", preset)
         own = np.zeros(len(iv.a))
-        fetch = iv.copy > 0
-        own[fetch] = _copy_times(preset, 0, iv.size[fetch])
+        own[fetch] = f_fetch
     keep = own > 0
     f = own[keep].astype(np.float64)
     r = iv.size[keep].astype(np.float64) * (iv.b[keep] - iv.a[keep])
@@ -540,8 +540,7 @@ def stall_lower_bound(trace: Trace, preset: Any, capacity: int | None = None) ->
     first[rows[idx]] = True
     # (an object's first access since its free: object_ids numbers a key anew after a free)
     compulsory = first & (op == Op.READ)
-    sizes = trace.size[compulsory]
-    times = np.fromiter((cost.copy_time(0, int(s)) for s in sizes), np.int64, len(sizes))
+    times = _copy_times(cost.preset, 0, trace.size[compulsory]).astype(np.int64)
     engine = np.zeros(len(trace), np.int64)
     engine[compulsory] = times
     engine = np.cumsum(engine)
@@ -556,9 +555,10 @@ def stall_lower_bound(trace: Trace, preset: Any, capacity: int | None = None) ->
     except ConfigError as e:  # (a key that changes size: outside the intervals' model)
         log.warning("trace %s: stall bound without the pool's capacity: %s", trace.name, e)
         return bound
-    big = live & (trace.size > capacity)  # streamed at every access but a first write
-    fetched = (compulsory & ~big) | (big & ~(first & (op == Op.WRITE)))
-    comp = float(sum(cost.copy_time(0, int(s)) for s in trace.size[fetched]))
+    # an object larger than the pool is streamed: copied in at every access but a first write
+    # (its first read is among the compulsory ones)
+    big = live & (trace.size > capacity)
+    comp = float(times.sum()) + float(_copy_times(cost.preset, 0, trace.size[big & ~first]).sum())
     if len(trace) <= FOO_AUTO_MAX:
         more, _ = _foo_lp(iv, capacity, "h2d", cost.preset)
     else:
