@@ -408,6 +408,13 @@ def _pfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None) -
 
 
 # ---------------------------------------------------------------------- API
+def _check_capacity(what: str, capacity: Any) -> None:
+    """Refuse a capacity that is not a positive integer (bytes, or objects in objects mode)."""
+    if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
+            or capacity <= 0):
+        raise ConfigError(f"{what}: capacity must be a positive integer, got {capacity!r}")
+
+
 def offline_bounds(trace: Trace, capacity: int, mode: str,
                    kinds: Iterable[str] = KINDS) -> dict[str, Bound]:
     """Bounds on ``trace``'s cost in a pool of ``capacity`` (bytes; objects in ``objects``
@@ -422,9 +429,7 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
             raise ConfigError(f"offline bounds: unknown kind {k!r}; allowed: {', '.join(KINDS)}")
     if mode not in ("objects", "bytes"):
         raise ConfigError(f"offline bounds: mode must be 'objects' or 'bytes', got {mode!r}")
-    if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
-            or capacity <= 0):
-        raise ConfigError(f"offline bounds: capacity must be a positive integer, got {capacity!r}")
+    _check_capacity("offline bounds", capacity)
     if "foo" in kinds and len(trace) > FOO_MAX_REQUESTS:
         raise ConfigError(f"offline bounds: FOO solves a linear program of the whole trace and is "
                           f"limited to {FOO_MAX_REQUESTS} requests; this trace has {len(trace)}. "
@@ -549,6 +554,7 @@ def stall_lower_bound(trace: Trace, preset: Any, capacity: int | None = None) ->
     bound = max(0, int(gap[compulsory].max()) if compulsory.any() else 0)
     if capacity is None or not rows.size:
         return bound
+    _check_capacity("stall lower bound", capacity)
     capacity = int(capacity)
     try:
         iv = _intervals(trace, capacity)

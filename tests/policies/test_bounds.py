@@ -367,6 +367,9 @@ def test_the_stall_bound_of_a_pool_counts_every_fetch_it_must_make(preset: str, 
     monkeypatch.setattr(bounds, "FOO_AUTO_MAX", 10)  # PFOO-L from here
     relaxed = stall_lower_bound(t, preset, 4096)
     assert at_any <= relaxed <= lb
+    for bad in (0, -4096, 4096.5, True, "4096"):
+        with pytest.raises(ConfigError, match="stall lower bound: capacity must be a positive integer"):
+            stall_lower_bound(t, preset, bad)
 
 
 def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
