@@ -252,6 +252,23 @@ class Trace:
         """
         return self._objects_next()[1]
 
+    def free_row(self) -> np.ndarray:
+        """For each row, the row of the free that ends its object's life (the next free of the
+        same key), or :data:`INF` when the object is never freed in the trace. An object used
+        no more before its free costs nothing while it stays, and a write-back for nothing
+        if a dirty one is evicted (the traffic teacher reads this). (Read-only: computed once
+        per trace.)"""
+        got = self.__dict__.get("_free_row")
+        if got is None:
+            obj = self.object_ids()
+            free_rows = np.flatnonzero(self.op == Op.FREE)
+            of_obj = np.full(int(obj.max()) + 1 if len(obj) else 0, INF, np.int64)
+            of_obj[obj[free_rows]] = free_rows  # (an object has at most one free: its last row)
+            got = of_obj[obj] if len(obj) else np.zeros(0, np.int64)
+            got.setflags(write=False)
+            object.__setattr__(self, "_free_row", got)
+        return got  # type: ignore[no-any-return]
+
     def _objects_next(self) -> tuple[np.ndarray, np.ndarray]:
         """``(object_ids, next_use)``, computed on first use and kept (the trace is immutable;
         an environment's reset asks for both of its window)."""

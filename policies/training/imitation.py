@@ -9,7 +9,9 @@ accesses). Distances in the labels stay ticks: a candidate's is its next-use dis
 by its size over the mean size of the decision's candidates. ``"traffic"`` teaches what saves
 bytes copied: an eviction costs a refetch and, if the object is dirty, a write-back, both
 proportional to its size, and frees its size for as long as its next use is away, so the size
-cancels and the teacher evicts the farthest next use over ``1 + dirty``. ``"foo"`` follows
+cancels and the teacher evicts the farthest next use over ``1 + dirty``; a dirty object used no
+more before its free costs its write-back alone and frees its size until the free (the env's
+free distances, ``DecisionSample.free``), where plain Belady would evict it first. ``"foo"`` follows
 the optimal bound's plan: FOO's schedule of the episode window (:func:`policies.bounds.
 foo_kept_rows`, for the training objective) says which reuse intervals stay cached, and the
 teacher evicts a candidate whose current interval (from its last access to its next) the plan
@@ -80,7 +82,9 @@ class DecisionSample:
     (``inf`` for never again; ignored where ``mask`` is False); ``phase`` 0 (eviction) or 1
     (prefetch), and for a prefetch the teacher's ``action`` (``K``: prefetch nothing);
     ``drop`` (bool ``(K,)``, teacher ``"foo"``): the candidates whose current reuse interval
-    FOO's plan does not keep (``None``: no plan, as all False)."""
+    FOO's plan does not keep (``None``: no plan, as all False); ``free`` (float ``(K,)``,
+    teachers ``"traffic"`` and ``"foo"``): ticks to the free that ends each candidate's object,
+    ``inf`` if none (``None``: unknown, as all ``inf``)."""
 
     cand: np.ndarray
     mask: np.ndarray
@@ -89,13 +93,14 @@ class DecisionSample:
     phase: int = 0
     action: int = -1
     drop: np.ndarray | None = None
+    free: np.ndarray | None = None
 
 
 @dataclass
 class Dataset:
     """Aggregated decisions, stacked: ``cand`` (N, K, F), ``mask`` (N, K), ``glob`` (N, G),
-    ``dist`` (N, K) next-use distances, ``phase`` and ``action`` (N,), ``drop`` (see
-    :class:`DecisionSample`)."""
+    ``dist`` (N, K) next-use distances, ``phase`` and ``action`` (N,), ``drop`` and ``free``
+    (see :class:`DecisionSample`)."""
 
     cand: list[np.ndarray] = field(default_factory=list)
     mask: list[np.ndarray] = field(default_factory=list)
@@ -104,6 +109,7 @@ class Dataset:
     phase: list[int] = field(default_factory=list)
     action: list[int] = field(default_factory=list)
     drop: list[np.ndarray | None] = field(default_factory=list)
+    free: list[np.ndarray | None] = field(default_factory=list)
 
     def add(self, s: DecisionSample) -> None:
         self.cand.append(s.cand)
@@ -113,9 +119,11 @@ class Dataset:
         self.phase.append(s.phase)
         self.action.append(s.action)
         self.drop.append(s.drop)
+        self.free.append(s.free)
 
     def lists(self) -> tuple[list[Any], ...]:
-        return self.cand, self.mask, self.glob, self.dist, self.phase, self.action, self.drop
+        return (self.cand, self.mask, self.glob, self.dist, self.phase, self.action, self.drop,
+                self.free)
 
     def of_phase(self, phase: int) -> Dataset:
         """The decisions of one phase (0 eviction, 1 prefetch)."""
@@ -136,15 +144,25 @@ class Dataset:
         return np.stack([none if d is None else np.asarray(d, bool) for d in self.drop]
                         ) if self.drop else np.zeros((0, K), bool)
 
+    def frees(self) -> np.ndarray:
+        """``free`` stacked, (N, K) float64 (a decision without it: all ``inf``)."""
+        K = len(self.mask[0]) if self.mask else 0
+        none = np.full(K, np.inf)
+        return np.stack([none if f is None else np.asarray(f, np.float64) for f in self.free]
+                        ) if self.free else np.zeros((0, K))
+
 
 def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
-                      teacher: str = "belady_size") -> np.ndarray:
+                      teacher: str = "belady_size", free: np.ndarray | None = None) -> np.ndarray:
     """The distances the teacher ranks candidates by (the farthest is its choice): the next-use
     distances ``dist`` (``(..., K)``, ticks, ``inf`` never) for ``"belady"``; for
     ``"belady_size"`` those (never: :data:`_NEVER`) times each candidate's size over the mean
     size of the valid candidates (sizes from the ``size_rel`` feature of ``cand`` (``(..., K,
     F)``), so the scale of ticks is kept); for ``"traffic"`` (and ``"foo"``, which ranks by
-    it) those over ``1 + dirty``."""
+    it) those over ``1 + dirty``, except for a candidate used no more (``dist`` ``inf``) that is
+    dirty and freed ``free`` ticks from now (``(..., K)``, ``inf``: never; ``None``: unknown):
+    its eviction costs a write-back for nothing and frees its size until the free, so its
+    distance is that of the free (a clean one, or one never freed, costs nothing: never)."""
     if teacher == "belady":
         return dist
     from cachegym.policies.features import FEATURE_NAMES
@@ -153,8 +171,11 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
         # bytes an eviction costs (a refetch, and a write-back if dirty) per byte-tick of space
         # it frees: size cancels, so farthest next use over (1 + dirty)
         dirty = cand[..., FEATURE_NAMES.index("dirty")].astype(np.float64) > 0.5
-        d = np.where(np.isfinite(dist), dist, _NEVER)
-        return np.where(mask, d / (1.0 + dirty), -1.0)
+        d = np.where(np.isfinite(dist), dist / (1.0 + dirty), _NEVER)
+        if free is not None:  # dirty, used no more, freed later: a write-back for nothing
+            dead = ~np.isfinite(dist) & dirty & np.isfinite(free)
+            d = np.where(dead, np.minimum(np.maximum(free, 0.0), _NEVER), d)
+        return np.where(mask, d, -1.0)
 
     size = cand[..., FEATURE_NAMES.index("size_rel")].astype(np.float64)
     size = np.where(mask, np.maximum(size, 1e-30), 0.0)
@@ -174,17 +195,25 @@ def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def teacher_targets(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray, teacher: str,
-                    drop: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    drop: np.ndarray | None = None, free: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """``(best, rank_key)`` of decisions ``(N, K)`` as ``teacher`` labels them: :func:`targets`
     of :func:`teacher_distances`, except for ``"foo"``, whose best is the farthest (by the
     traffic teacher's distances) of the valid candidates in ``drop`` (``(N, K)`` bool; a decision
     with none: the traffic teacher's), and whose rank key puts every dropped candidate above
-    every kept one (each group ordered by the traffic teacher)."""
-    d = teacher_distances(dist, cand, mask, teacher)
+    every kept one (each group ordered by the traffic teacher). ``free``: as
+    :func:`teacher_distances`; a dirty candidate used no more before its free is not among the
+    plan's drops (the plan has no interval of it; its eviction would cost a write-back)."""
+    d = teacher_distances(dist, cand, mask, teacher, free)
     best, key = targets(mask, d)
     if teacher != "foo" or drop is None:
         return best, key
     drop = np.asarray(drop, bool) & mask
+    if free is not None:
+        from cachegym.policies.features import FEATURE_NAMES
+
+        dirty = cand[..., FEATURE_NAMES.index("dirty")] > 0.5
+        drop &= ~(~np.isfinite(dist) & dirty & np.isfinite(free))
     has = drop.any(axis=-1, keepdims=True)
     dd = np.where(drop, d, -np.inf)
     plan = (dd == dd.max(axis=-1, keepdims=True)) & drop
@@ -238,7 +267,7 @@ def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int 
     cand, mask, glob, dist = data.arrays()
     if set_normalization:
         net.set_normalization(cand, mask, glob)
-    best, key = teacher_targets(dist, cand, mask, teacher, data.drops())
+    best, key = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees())
     keep = best.any(axis=1) & (mask.sum(axis=1) > 1)  # decisions with a real choice
     tc, tm, tg = th.as_tensor(cand[keep]), th.as_tensor(mask[keep]), th.as_tensor(glob[keep])
     tb, tk = th.as_tensor(best[keep]), th.as_tensor(key[keep])
@@ -336,7 +365,7 @@ def agreement(net: CandidateScorerNet | JointScorerNet, data: Dataset,
             a_pf = float((s.argmax(axis=1) == want).sum())
         return (a_ev + a_pf) / max(n_ev + n_pf, 1)
     cand, mask, glob, dist = data.arrays()
-    best, _ = teacher_targets(dist, cand, mask, teacher, data.drops())
+    best, _ = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees())
     with th.no_grad():
         s = net(th.as_tensor(cand), th.as_tensor(glob), th.as_tensor(mask).float()).numpy()
     choice = s.argmax(axis=1)

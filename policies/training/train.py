@@ -37,6 +37,7 @@ import torch as th
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import Trace
+from cachegym.envs.common import free_distance
 from cachegym.envs.config import enum_value, instantiate, to_container
 from cachegym.envs.journal import replace_atomically
 from cachegym.envs.sweep import results_dir, write_config
@@ -272,6 +273,8 @@ class Collector:
         self.no_harm = prefetch_no_harm  # (ImitationConfig.prefetch_no_harm)
         self._n_resets = 0
         self.plans: FooPlans | None = None
+        # the traffic teachers read when each candidate is freed (an env that tells it)
+        self.frees = teacher in ("traffic", "foo") and hasattr(self.envs[0], "candidate_rows")
         if teacher == "foo":
             if self.joint or not hasattr(self.envs[0], "candidate_rows"):
                 log.warning("teacher foo: FOO's plan models eviction alone; %s's decisions are "
@@ -303,14 +306,17 @@ class Collector:
                         and dist[oracle] >= info.get("displaced_next_use", math.inf)):
                     oracle = self.K  # its room would evict an object used before it
                 drop = self.plans.drop(env) if self.plans is not None else None
+                free = (free_distance(env.window.free_row, env.candidate_rows(), env.pool.view.tick, K)
+                        if self.frees and not phase else None)
                 out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1,
-                                          drop))
+                                          drop, free))
                 if learner is None or rng.random() < beta:
                     if self.teacher == "belady" or phase:
                         a = oracle
                     else:
                         best, _ = teacher_targets(dist[None], cand[None], mask[None], self.teacher,
-                                                  None if drop is None else drop[None])
+                                                  None if drop is None else drop[None],
+                                                  None if free is None else free[None])
                         a = int(np.argmax(best[0]))
                 else:
                     a = int(learner(cand, mask, glob, phase))

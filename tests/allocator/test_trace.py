@@ -179,6 +179,10 @@ def test_next_use_reference() -> None:
                     break
         ref_next.append(nxt)
     assert t.next_use().tolist() == ref_next
+    # free_row: the row of the free that ends each row's object (INF: never freed)
+    ref_free = [next((j for j in range(n) if ref_obj[j] == ref_obj[i] and op[j] == F), INF)
+                for i in range(n)]
+    assert t.free_row().tolist() == ref_free and (t.free_row() != INF).any()
     # ids are dense; the same partition as the reference
     obj = t.object_ids().tolist()
     assert sorted(set(obj)) == list(range(len(ids)))

@@ -168,6 +168,70 @@ def test_traffic_teacher_evicts_the_farthest_next_use_over_one_plus_dirty():
     assert int(np.argmax(teacher_distances(never, cand, mask, "traffic"))) == 0
 
 
+def test_traffic_teacher_counts_the_write_back_of_an_object_used_no_more_before_its_free():
+    """A dirty object used no more (next use ``inf``) but freed later costs a write-back for
+    nothing if evicted and frees its size until its free: its distance is the free's, ranked
+    with the others' next use over ``1 + dirty``; a clean one costs nothing (never: first). Without
+    the free distances (``None``) every object used no more ranks as never, as before. Under
+    ``foo`` such a dirty object is not among the plan's drops."""
+    dirty_col = FEATURE_NAMES.index("dirty")
+    cand = np.zeros((1, 4, F), np.float32)
+    cand[0, :, dirty_col] = [1, 1, 0, 1]
+    mask = np.ones((1, 4), bool)
+    dist = np.array([[np.inf, 100.0, 40.0, np.inf]])
+    free = np.array([[30.0, np.inf, np.inf, 5.0]])
+    d = teacher_distances(dist, cand, mask, "traffic", free)
+    assert np.allclose(d, [[30.0, 50.0, 40.0, 5.0]]) and int(np.argmax(d)) == 1
+    cand[0, 2, dirty_col] = 0
+    dist2 = np.array([[np.inf, 100.0, np.inf, np.inf]])  # a clean object used no more: first
+    assert int(np.argmax(teacher_distances(dist2, cand, mask, "traffic", free))) == 2
+    old = teacher_distances(dist, cand, mask, "traffic")  # no free distances: never, as before
+    assert old[0, 0] == old[0, 3] > 1e9
+    drop = np.array([[True, False, False, True]])  # the plan drops the two used no more...
+    best, _ = teacher_targets(dist, cand, mask, "foo", drop, free)
+    assert best[0].tolist() == [False, True, False, False]  # ...but their write-backs count
+    best, _ = teacher_targets(dist, cand, mask, "foo", drop)
+    assert best[0].tolist() == [True, False, False, True]
+
+
+def test_collector_gives_the_traffic_teacher_each_candidates_free():
+    """Collected with the traffic teacher on a trace with frees, each eviction carries the
+    ticks to each candidate's free, as a scan of the window finds them from its last access."""
+    from cachegym.allocator.trace import INF, Trace
+    from cachegym.policies.training.train import Collector
+
+    base = generate("dl_training", seed=1, n_layers=3, hidden=64, batch_tokens=64, steps=2)
+    assert (base.op == 2).any()
+
+    class Factory:
+        capacities = [0.3]
+
+        def __call__(self, i):
+            env = EvictEnv([base], K=8, window=None, capacity=0.3, capacity_of="peak_live")
+            env.reset(seed=i)
+            return env
+
+    col = Collector(Factory(), teacher="traffic")
+    env = col.envs[0]
+    samples = col(None, 1.0, 200, np.random.default_rng(0))
+    assert all(s.free is not None for s in samples)
+    finite = sum(int(np.isfinite(s.free[s.mask]).sum()) for s in samples)  # type: ignore[index]
+    assert finite > 0
+    # the last decision's against a scan of the window
+    w: Trace = env.window.trace
+    rows, tick = env.candidate_rows(), env.pool.view.tick
+    from cachegym.envs.common import free_distance
+
+    got = free_distance(env.window.free_row, rows, tick, 8)
+    for r, g in zip(rows, got):
+        if r < 0:  # padding (candidate_rows' -1): no object, never freed
+            assert g == np.inf
+            continue
+        obj = w.object_ids()
+        want = next((j for j in range(r + 1, len(w)) if obj[j] == obj[r] and w.op[j] == 2), INF)
+        assert g == (np.inf if want == INF else want - tick)
+
+
 def test_foo_plan_for_stall_keeps_what_saves_copy_time():
     """A pool of 64 KiB; a loop over X (64 KiB, read twice per loop) and fifteen objects of 4
     KiB (60 KiB in all): it can keep X or the fifteen, not both. Keeping X saves 128 KiB of
