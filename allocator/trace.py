@@ -264,7 +264,7 @@ class Trace:
             free_rows = np.flatnonzero(self.op == Op.FREE)
             of_obj = np.full(int(obj.max()) + 1 if len(obj) else 0, INF, np.int64)
             of_obj[obj[free_rows]] = free_rows  # (an object has at most one free: its last row)
-            got = of_obj[obj] if len(obj) else np.zeros(0, np.int64)
+            got = of_obj[obj]
             got.setflags(write=False)
             object.__setattr__(self, "_free_row", got)
         return got  # type: ignore[no-any-return]

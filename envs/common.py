@@ -291,23 +291,10 @@ def next_use_rows(next_use: np.ndarray, last_access: np.ndarray,
 
 def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) -> np.ndarray:
     """Ticks from ``tick`` to each object's next access (``inf`` if never), given the row of
-    its last access (``-1``: never accessed, distance ``inf``)."""
+    its last access (``-1``: never accessed, distance ``inf``). With the window's ``free_row``
+    in place of ``next_use``: the ticks to each object's free (the traffic teacher's input)."""
     nxt = next_use_rows(next_use, last_access)
     return np.where(nxt == INF, np.inf, (nxt - tick).astype(np.float64))
-
-
-def free_distance(free_row: np.ndarray, last_access: np.ndarray, tick: int, K: int) -> np.ndarray:
-    """Ticks from ``tick`` to the free that ends each candidate's object (``inf``: not freed in
-    the window), given the row of each one's last access (``-1``: never accessed, ``inf``);
-    ``(K,)`` float64, ``-1`` in the padding beyond ``len(last_access)`` candidates. The
-    teacher's input beside the next use: a candidate used no more before its free
-    (:func:`policies.training.imitation.teacher_distances`)."""
-    last = np.asarray(last_access, np.int64).reshape(-1)
-    out = np.full(K, -1.0)
-    n = min(len(last), K)
-    rows = np.where(last[:n] >= 0, np.asarray(free_row)[np.maximum(last[:n], 0)], INF)
-    out[:n] = np.where(rows == INF, np.inf, (rows - tick).astype(np.float64))
-    return out
 
 
 def decision_info(keys: list[int], nxt: list[int] | np.ndarray, tick: int, K: int,

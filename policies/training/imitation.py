@@ -173,8 +173,7 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
         dirty = cand[..., FEATURE_NAMES.index("dirty")].astype(np.float64) > 0.5
         d = np.where(np.isfinite(dist), dist / (1.0 + dirty), _NEVER)
         if free is not None:  # dirty, used no more, freed later: a write-back for nothing
-            dead = ~np.isfinite(dist) & dirty & np.isfinite(free)
-            d = np.where(dead, np.minimum(np.maximum(free, 0.0), _NEVER), d)
+            d = np.where(_dirty_until_free(dist, cand, free), np.minimum(np.maximum(free, 0.0), _NEVER), d)
         return np.where(mask, d, -1.0)
 
     size = cand[..., FEATURE_NAMES.index("size_rel")].astype(np.float64)
@@ -182,6 +181,15 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
     mean = size.sum(axis=-1, keepdims=True) / np.maximum(mask.sum(axis=-1, keepdims=True), 1)
     d = np.where(np.isfinite(dist), dist, _NEVER)
     return np.where(mask, d * size / np.maximum(mean, 1e-30), -1.0)
+
+
+def _dirty_until_free(dist: np.ndarray, cand: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """The candidates used no more (``dist`` ``inf``) that are dirty and freed later (``free``
+    finite): evicting one writes it back for nothing."""
+    from cachegym.policies.features import FEATURE_NAMES
+
+    dirty = cand[..., FEATURE_NAMES.index("dirty")] > 0.5
+    return ~np.isfinite(dist) & dirty & np.isfinite(free)  # type: ignore[no-any-return]
 
 
 def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,10 +218,7 @@ def teacher_targets(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray, teache
         return best, key
     drop = np.asarray(drop, bool) & mask
     if free is not None:
-        from cachegym.policies.features import FEATURE_NAMES
-
-        dirty = cand[..., FEATURE_NAMES.index("dirty")] > 0.5
-        drop &= ~(~np.isfinite(dist) & dirty & np.isfinite(free))
+        drop &= ~_dirty_until_free(dist, cand, free)
     has = drop.any(axis=-1, keepdims=True)
     dd = np.where(drop, d, -np.inf)
     plan = (dd == dd.max(axis=-1, keepdims=True)) & drop

@@ -37,7 +37,7 @@ import torch as th
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import Trace
-from cachegym.envs.common import free_distance
+from cachegym.envs.common import next_use_distance
 from cachegym.envs.config import enum_value, instantiate, to_container
 from cachegym.envs.journal import replace_atomically
 from cachegym.envs.sweep import results_dir, write_config
@@ -306,7 +306,7 @@ class Collector:
                         and dist[oracle] >= info.get("displaced_next_use", math.inf)):
                     oracle = self.K  # its room would evict an object used before it
                 drop = self.plans.drop(env) if self.plans is not None else None
-                free = (free_distance(env.window.free_row, env.candidate_rows(), env.pool.view.tick, K)
+                free = (next_use_distance(env.window.free_row, env.candidate_rows(), env.pool.view.tick)
                         if self.frees and not phase else None)
                 out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1,
                                           drop, free))

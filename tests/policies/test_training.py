@@ -220,9 +220,9 @@ def test_collector_gives_the_traffic_teacher_each_candidates_free():
     # the last decision's against a scan of the window
     w: Trace = env.window.trace
     rows, tick = env.candidate_rows(), env.pool.view.tick
-    from cachegym.envs.common import free_distance
+    from cachegym.envs.common import next_use_distance
 
-    got = free_distance(env.window.free_row, rows, tick, 8)
+    got = next_use_distance(env.window.free_row, rows, tick)
     for r, g in zip(rows, got):
         if r < 0:  # padding (candidate_rows' -1): no object, never freed
             assert g == np.inf
