@@ -109,13 +109,12 @@ class Window:
     compute_ns: list[int]
     step: list[int]
     next_use: np.ndarray  # row of each row's object's next access, INF if none
-    free_row: np.ndarray  # row of the free that ends each row's object, INF if none
 
     @classmethod
     def of(cls, trace: Trace, source: int, start: int) -> Window:
         return cls(trace, source, start, trace.key.tolist(), trace.size.tolist(), trace.op.tolist(),
                    trace.kind.tolist(), trace.compute_ns.tolist(), trace.step.tolist(),
-                   trace.next_use(), trace.free_row())
+                   trace.next_use())
 
     def __len__(self) -> int:
         return len(self.key)
@@ -291,7 +290,7 @@ def next_use_rows(next_use: np.ndarray, last_access: np.ndarray,
 
 def next_use_distance(next_use: np.ndarray, last_access: np.ndarray, tick: int) -> np.ndarray:
     """Ticks from ``tick`` to each object's next access (``inf`` if never), given the row of
-    its last access (``-1``: never accessed, distance ``inf``). With the window's ``free_row``
+    its last access (``-1``: never accessed, distance ``inf``). With a trace's ``free_row()``
     in place of ``next_use``: the ticks to each object's free (the traffic teacher's input)."""
     nxt = next_use_rows(next_use, last_access)
     return np.where(nxt == INF, np.inf, (nxt - tick).astype(np.float64))

@@ -306,7 +306,8 @@ class Collector:
                         and dist[oracle] >= info.get("displaced_next_use", math.inf)):
                     oracle = self.K  # its room would evict an object used before it
                 drop = self.plans.drop(env) if self.plans is not None else None
-                free = (next_use_distance(env.window.free_row, env.candidate_rows(), env.pool.view.tick)
+                free = (next_use_distance(env.window.trace.free_row(), env.candidate_rows(),
+                                          env.pool.view.tick)
                         if self.frees and not phase else None)
                 out.append(DecisionSample(cand, mask, glob, dist, phase, oracle if phase else -1,
                                           drop, free))

@@ -222,7 +222,7 @@ def test_collector_gives_the_traffic_teacher_each_candidates_free():
     rows, tick = env.candidate_rows(), env.pool.view.tick
     from cachegym.envs.common import next_use_distance
 
-    got = next_use_distance(env.window.free_row, rows, tick)
+    got = next_use_distance(w.free_row(), rows, tick)
     for r, g in zip(rows, got):
         if r < 0:  # padding (candidate_rows' -1): no object, never freed
             assert g == np.inf
