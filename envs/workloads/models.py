@@ -9,14 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 __all__ = ["Workload", "WORKLOADS", "make_workload", "TinyGPT", "SmallResNet", "EmbeddingMLP", "RecurrentLM",
-           "SpeechGRU", "UNet", "VAE", "MLPMixer", "ViT", "TCN", "DenseNet"]
+           "SpeechGRU", "UNet", "VAE", "MLPMixer", "ViT", "TCN", "DenseNet", "MobileNet", "MixtureOfExperts",
+           "ConvAutoencoder", "GraphConvNet", "record_workload"]
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,88 @@ class DenseNet(nn.Module):
         return self.head(h.mean((2, 3)))
 
 
+class MobileNet(nn.Module):
+    """Depthwise-separable CNN (MobileNet-style): per block a depthwise 3x3 and a pointwise 1x1
+    convolution, each with BN and ReLU6; two blocks halve the resolution and double the width."""
+
+    def __init__(self, width: int = 16, blocks: int = 6, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU6())
+        layers: list[nn.Module] = []
+        c = width
+        for i in range(blocks):
+            stride = 2 if i in (1, 3) else 1
+            co = 2 * c if stride == 2 else c
+            layers += [nn.Conv2d(c, c, 3, stride=stride, padding=1, groups=c, bias=False), nn.BatchNorm2d(c),
+                       nn.ReLU6(), nn.Conv2d(c, co, 1, bias=False), nn.BatchNorm2d(co), nn.ReLU6()]
+            c = co
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(c, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.stem(x)).mean((2, 3)))
+
+
+class MixtureOfExperts(nn.Module):
+    """Residual layers of a softmax-gated mixture of expert MLPs (dense routing: every expert
+    runs, its output weighted by the gate), over a sequence of feature vectors."""
+
+    def __init__(self, d_in: int = 32, d: int = 64, experts: int = 4, layers: int = 3, classes: int = 10) -> None:
+        super().__init__()
+        self.inp = nn.Linear(d_in, d)
+        self.gates = nn.ModuleList(nn.Linear(d, experts) for _ in range(layers))
+        self.experts = nn.ModuleList(
+            nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)) for _ in range(experts))
+            for _ in range(layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for norm, gate, experts in zip(self.norms, self.gates, self.experts):
+            w = torch.softmax(gate(norm(h)), -1)
+            # each expert normalises its input itself (more activations than one shared norm)
+            h = h + sum(w[..., i:i + 1] * e(norm(h)) for i, e in enumerate(cast(nn.ModuleList, experts)))
+        return self.head(h.mean(1))
+
+
+class ConvAutoencoder(nn.Module):
+    """Strided convolutions down, transposed convolutions up; ``forward`` returns the
+    reconstruction's mean squared error."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        w = width
+        self.enc = nn.Sequential(nn.Conv2d(3, w, 3, 2, 1), nn.ReLU(), nn.Conv2d(w, 2 * w, 3, 2, 1), nn.ReLU(),
+                                 nn.Conv2d(2 * w, 4 * w, 3, 2, 1), nn.ReLU())
+        self.dec = nn.Sequential(nn.ConvTranspose2d(4 * w, 2 * w, 4, 2, 1), nn.ReLU(),
+                                 nn.ConvTranspose2d(2 * w, w, 4, 2, 1), nn.ReLU(), nn.ConvTranspose2d(w, 3, 4, 2, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(self.dec(self.enc(x)), x)
+
+
+class GraphConvNet(nn.Module):
+    """Graph convolutions ``relu(A h W)`` over a fixed random graph (a dense normalised adjacency
+    ``A``, a buffer), one label per node."""
+
+    def __init__(self, d_in: int = 32, d: int = 96, layers: int = 4, classes: int = 8, nodes: int = 256) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(d_in if i == 0 else d, d) for i in range(layers))
+        self.head = nn.Linear(d, classes)
+        g = torch.Generator().manual_seed(1)
+        a = (torch.rand(nodes, nodes, generator=g) < 0.05).float()
+        a = a + a.T + torch.eye(nodes)
+        deg = a.sum(1)
+        self.register_buffer("adj", a / torch.sqrt(deg[:, None] * deg[None, :]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for lin in self.lins:
+            h = F.relu(self.adj @ lin(h))
+        return self.head(h)
+
+
 # ---------------------------------------------------------------------- workloads
 def _gpt(seed: int, vocab: int, d: int, layers: int, heads: int, seq: int, batch: int) -> Workload:
     torch.manual_seed(seed)
@@ -379,6 +462,15 @@ WORKLOADS: dict[str, Callable[[int], Workload]] = {
                                   "TCN(64 channels, 6 dilated layers)"),
     "densenet": lambda seed: _classify(seed, lambda: DenseNet(12, 6), "sgd", (8, 3, 16, 16), 10,
                                        "DenseNet(growth 12, 6 layers)"),
+    "mobilenet": lambda seed: _classify(seed, lambda: MobileNet(16, 6), "adam", (8, 3, 32, 32), 10,
+                                        "MobileNet(width 16, 6 depthwise-separable blocks)"),
+    "moe": lambda seed: _classify(seed, MixtureOfExperts, "adamw", (16, 16, 32), 10,
+                                  "MixtureOfExperts(d=64, 4 experts, 3 layers)"),
+    "conv_ae": lambda seed: _supervised(seed, ConvAutoencoder, "sgd",
+                                        lambda g: torch.rand(8, 3, 32, 32, generator=g), lambda m, b: m(b),
+                                        "ConvAutoencoder(width 16), batch (8, 3, 32, 32)"),
+    "gcn": lambda seed: _classify(seed, GraphConvNet, "adam", (256, 32), 8,
+                                  "GraphConvNet(4 layers, 256 nodes)", labels=(256,)),
 }
 """Ready-made workloads by name; each takes the seed."""
 
@@ -390,3 +482,22 @@ def make_workload(name: str, seed: int = 0) -> Workload:
     if name not in WORKLOADS:
         raise ConfigError(f"unknown model {name!r}; choose one of {sorted(WORKLOADS)}")
     return WORKLOADS[name](seed)
+
+
+def record_workload(name: str, steps: int, cache_dir: str, *, seed: int = 0, inference: bool = False) -> str:
+    """The path of a trace of ``steps`` iterations of the ready-made workload ``name`` (forward
+    passes only with ``inference``), recorded with :func:`envs.workloads.recorder.record` into
+    ``cache_dir`` on first use and reused after (the file name holds name, seed and steps)."""
+    import os
+
+    from cachegym.envs.workloads.recorder import record
+
+    tag = f"{name}_infer" if inference else name
+    path = os.path.join(cache_dir, f"{tag}_s{seed}_steps{steps}.npz")
+    if not os.path.isfile(path):
+        w = make_workload(name, seed)
+        t = record(w.model, None if inference else w.optimizer, w.make_batch, w.loss_fn, steps=steps, seed=seed,
+                   name=tag, meta={"workload": name, "description": w.description, "inference": inference})
+        os.makedirs(cache_dir, exist_ok=True)
+        t.save(path)
+    return path

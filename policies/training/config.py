@@ -23,7 +23,7 @@ from omegaconf import MISSING
 
 from cachegym.envs.config import AllocatorConfig, TraceConfig, register_configs
 
-__all__ = ["VecEnvKind", "RUNNER_KEYS", "ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
+__all__ = ["VecEnvKind", "RUNNER_KEYS", "RecordedWorkload", "ScorerConfig", "SB3AgentConfig", "DaggerConfig", "ImitationAgentConfig",
            "EnvConfig", "PrefetchEnvConfig", "JointEnvConfig", "ValidationConfig", "TrainConfig", "JointStage", "MainSection",
            "register_train_configs"]
 
@@ -157,6 +157,14 @@ class JointEnvConfig(_PrefetchingEnvConfig):
 
 
 @dataclass
+class RecordedWorkload:
+    """``steps`` training iterations of the ready-made workload ``workload``."""
+
+    workload: str = MISSING
+    steps: int = 3
+
+
+@dataclass
 class ValidationConfig:
     """Held-out traces replayed every ``every`` env steps (or imitation round): miss ratio of
     the learned policy against LRU and Belady at ``capacities`` (fractions of ``capacity_of``).
@@ -217,13 +225,17 @@ class TrainConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     """Your own trace, with the keys of evaluation (``trace.path=T trace.format=F``, or
     ``trace.paths``, or ``trace.generator``): when set, the training traces are this one alone
-    (it replaces ``traces`` and ``record_inference``)."""
+    (it replaces ``traces``, ``record_training`` and ``record_inference``)."""
     resume: str | None = None
     """An SB3 model ``.zip`` (``OUT/<algo>.zip`` of an earlier run) to continue training from:
     its weights, optimizer state and step count (read without unpickling)."""
     init_from: str | None = None
     """A policy file (``OUT/policy.npz``) whose network training starts from (a fine-tune)."""
+    record_training: list[RecordedWorkload] = field(default_factory=list)
+    """Ready-made workloads (:mod:`envs.workloads.models`) whose training iterations are recorded
+    at the start of the run into ``OUT/recorded`` and trained on with ``traces``."""
     record_inference: list[str] = field(default_factory=list)
+    """Ready-made workloads recorded forward-only (12 steps each) and trained on with ``traces``."""
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     env: Any = MISSING  # conf/env/: EnvConfig (evict), PrefetchEnvConfig or JointEnvConfig
     capacities: list[Any] = field(default_factory=lambda: [0.25, 0.5])

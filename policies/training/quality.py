@@ -114,8 +114,7 @@ def zoo_held_out(cache_dir: str | None = None, max_requests: int | None = None,
     for the next runs. Recording needs torch; the keys, sizes and ops depend on torch's operator decompositions, so
     another torch version may record slightly different traces."""
     from cachegym.envs.workloads import read_trace
-    from cachegym.envs.workloads.models import make_workload
-    from cachegym.envs.workloads.recorder import record
+    from cachegym.envs.workloads.models import record_workload
 
     unknown = [n for n in names or () if n not in ZOO]
     if unknown:
@@ -123,14 +122,7 @@ def zoo_held_out(cache_dir: str | None = None, max_requests: int | None = None,
     cache_dir = cache_dir or os.path.join("outputs", "recorded")
     out = []
     for name in names or ZOO:
-        steps = ZOO[name]
-        path = os.path.join(cache_dir, f"{name}_s0_steps{steps}.npz")
-        if not os.path.isfile(path):
-            w = make_workload(name, seed=0)
-            t = record(w.model, w.optimizer, w.make_batch, w.loss_fn, steps=steps, seed=0, name=name,
-                       meta={"workload": name, "description": w.description})
-            os.makedirs(cache_dir, exist_ok=True)
-            t.save(path)
+        path = record_workload(name, ZOO[name], cache_dir)
         out.append(HeldOut(_named(_first(read_trace(path), max_requests), name), "dl_zoo"))
     return out
 

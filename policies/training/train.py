@@ -28,7 +28,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -54,7 +54,7 @@ from cachegym.policies.training.imitation import DecisionSample, teacher_targets
 from cachegym.policies.training.nets import CandidateScorerNet, feature_indices, obs_dims
 from cachegym.policies.training.validation import Validator
 
-__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "record_inference", "EnvFactory", "Collector",
+__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "record_workloads", "EnvFactory", "Collector",
            "FooPlans", "seed_everything"]
 
 log = logging.getLogger(__name__)
@@ -86,38 +86,39 @@ def load_trace_list(nodes: Sequence[Any], what: str) -> list[Trace]:
     return out
 
 
-def record_inference(models: Sequence[str], out_dir: str, *, steps: int = 12, seed: int = 0) -> list[Trace]:
-    """Record forward-only (inference) traces of the ready-made PyTorch workloads ``models``
-    (:mod:`envs.workloads.models`) into ``out_dir`` (reused when already there): training data
-    with the short activation lifetimes of inference, which the bundled training traces lack."""
-    from cachegym.envs.workloads.models import WORKLOADS, make_workload
-    from cachegym.envs.workloads.recorder import record
+def record_workloads(models: Mapping[str, int] | Sequence[str], out_dir: str, *, seed: int = 0,
+                     inference: bool = False, steps: int = 12, what: str = "record_training") -> list[Trace]:
+    """Traces of the ready-made PyTorch workloads ``models`` (:mod:`envs.workloads.models`;
+    a mapping gives each one's steps, a list records ``steps`` of each), recorded into
+    ``out_dir`` on first use (:func:`~envs.workloads.models.record_workload`): training
+    iterations, or forward passes only with ``inference`` (the short activation lifetimes of
+    inference, which the bundled training traces lack). ``what`` names the config key in errors."""
+    from cachegym.envs.workloads.models import WORKLOADS, record_workload
 
-    out = []
-    for m in models:
+    plan = dict(models) if isinstance(models, Mapping) else dict.fromkeys(models, steps)
+    for m, n in plan.items():
         if m not in WORKLOADS:
-            raise ConfigError(f"record_inference: unknown workload {m!r}; choose from {sorted(WORKLOADS)}")
-        path = os.path.join(out_dir, f"{m}_infer_s{seed}.npz")
-        if not os.path.isfile(path):
-            w = make_workload(m, seed)
-            t = record(w.model, None, w.make_batch, w.loss_fn, steps=steps, seed=seed,
-                       name=f"{m}_infer", meta={"workload": m, "inference": True})
-            os.makedirs(out_dir, exist_ok=True)
-            t.save(path)
-        out.append(Trace.load(path))
-    return out
+            raise ConfigError(f"{what}: unknown workload {m!r}; choose from {sorted(WORKLOADS)}")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"{what}: {m}'s steps must be an integer >= 1, got {n!r}")
+    return [Trace.load(record_workload(m, n, out_dir, seed=seed, inference=inference)) for m, n in plan.items()]
 
 
 def training_traces(cfg: Any, out: str) -> list[Trace]:
     """The training traces: your own ``trace`` when it names any (``trace.path``,
     ``trace.paths`` or ``trace.generator``: that alone), else ``traces`` plus the recorded
-    ``record_inference`` workloads."""
+    ``record_training`` and ``record_inference`` workloads."""
     own = cfg.get("trace")
     if own is not None and (own.get("path") or own.get("paths") or own.get("generator")):
         return list(instantiate(own))
     traces = load_trace_list(cfg.traces, "traces")
+    rec = os.path.join(out, "recorded")
+    if cfg.get("record_training"):
+        plan = {r.workload: r.steps for r in cfg.record_training}
+        traces += record_workloads(plan, rec, seed=int(cfg.seed))
     if cfg.record_inference:
-        traces += record_inference(list(cfg.record_inference), os.path.join(out, "recorded"), seed=int(cfg.seed))
+        traces += record_workloads(list(cfg.record_inference), rec, seed=int(cfg.seed), inference=True,
+                                   what="record_inference")
     return traces
 
 

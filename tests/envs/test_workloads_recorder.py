@@ -102,9 +102,10 @@ def test_import_does_not_load_torch() -> None:
 
 
 @pytest.mark.parametrize("name", ["gru_lm", "lstm_lm", "speech_gru", "unet", "vae", "mixer", "vit", "tcn",
-                                  "densenet"])
+                                  "densenet", "mobilenet", "moe", "conv_ae", "gcn"])
 def test_every_ready_made_architecture_records_a_training_step(name: str) -> None:
-    """Each architecture of the zoo trains (a finite loss, so the batches fit the model) and
+    """Each architecture of the zoo (held out) and of the training mix's recorded ones
+    (``record_training``) trains (a finite loss, so the batches fit the model) and
     its trace has what a training step has: parameters read and updated, gradients,
     optimizer state, activations freed within the step."""
     from cachegym.envs.workloads.models import make_workload
@@ -121,7 +122,7 @@ def test_every_ready_made_architecture_records_a_training_step(name: str) -> Non
     assert (t.op[params] == Op.WRITE).any()  # the optimizer's in-place updates
     acts = np.unique(t.key[t.kind == Kind.ACTIVATION])
     assert np.isin(acts, t.key[t.op == Op.FREE]).mean() > 0.5  # activations die within the step
-    assert w.description and len(t) > 300
+    assert w.description and len(t) > 150  # (the smallest, conv_ae: 178 events a step)
 
 def _record_script():  # type: ignore[no-untyped-def]
     """scripts/record_trace.py as a module."""

@@ -207,7 +207,7 @@ def test_main_config_composes():
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("main")
     assert cfg.agent.finetune.algo == "maskable_ppo" and list(cfg.main.capacities) == [0.25, 0.5]
-    assert len(cfg.traces) >= 5 and cfg.record_inference
+    assert len(cfg.traces) >= 5 and cfg.record_inference and cfg.record_training
     # the prefetch stage: env=joint (conf/env/joint.yaml), stall under a preset, imitation only
     j = cfg.main.joint
     assert cfg.main.prefetch and j.env._target_ == "cachegym.envs.joint.JointEnv"
@@ -228,3 +228,43 @@ def test_main_returns_the_objective_a_sweeper_maximises(monkeypatch) -> None:
     assert mod.main.__wrapped__(None) == 0.42
     monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {}, "out_dir": "o", "policy": "p"})
     assert math.isnan(mod.main.__wrapped__(None))
+
+
+def test_the_recorded_training_architectures_are_not_the_held_out_zoos() -> None:
+    """The zoo of the quality benchmark is what no training config trains on: the architectures
+    the default mix records (training and inference) are others, and the quick run records none."""
+    from cachegym.envs.workloads.models import WORKLOADS
+    from cachegym.policies.training.quality import ZOO
+
+    for name in ("train", "main"):
+        register_train_configs()
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            cfg = compose(name)
+        recorded = {r.workload for r in cfg.record_training} | set(cfg.record_inference)
+        assert recorded <= set(WORKLOADS) and not recorded & set(ZOO), (name, recorded & set(ZOO))
+    quick = cfg_of(["experiment=quick"])
+    assert not quick.record_training and not quick.record_inference
+
+
+def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_path) -> None:
+    """``record_training`` (workload and steps) and ``record_inference`` are recorded into
+    OUT/recorded on first use, read back after; an unknown name or a bad step count is refused
+    by its key before anything is recorded."""
+    from cachegym.policies.training.train import training_traces
+
+    cfg = cfg_of(["experiment=quick", "record_training=[{workload: gcn, steps: 1}]", "record_inference=[gcn]"])
+    traces = training_traces(cfg, str(tmp_path))
+    files = sorted(os.listdir(tmp_path / "recorded"))
+    assert files == ["gcn_infer_s0_steps12.npz", "gcn_s0_steps1.npz"], files
+    trained, infer = traces[-2:]
+    assert trained.meta["workload"] == "gcn" and not trained.meta["inference"] and infer.meta["inference"]
+    assert (trained.op == 1).any() and not (infer.kind == 2).any()  # writes; no gradients in inference
+    stamps = [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files]
+    assert len(training_traces(cfg, str(tmp_path))) == len(traces)
+    assert [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files] == stamps  # not recorded again
+    for bad, match in ((["record_training=[{workload: resnet_big, steps: 2}]"], r"record_training: unknown workload 'resnet_big'"),
+                       (["record_training=[{workload: gcn, steps: 0}]"], r"record_training: gcn's steps must be an integer >= 1"),
+                       (["record_inference=[nope]"], r"record_inference: unknown workload 'nope'")):
+        with pytest.raises(ConfigError, match=match):
+            training_traces(cfg_of(["experiment=quick", *bad]), str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()
