@@ -25,6 +25,7 @@ of any replay path can overflow int64; a trace outside them is refused with a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -201,17 +202,32 @@ class Trace:
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save as compressed ``.npz`` with exactly the documented column names."""
-        np.savez_compressed(
-            os.fspath(path),
-            key=self.key,
-            size=self.size,
-            op=self.op,
-            compute_ns=self.compute_ns,
-            kind=self.kind,
-            step=self.step,
-            meta=np.array(json.dumps(self.meta)),
-        )
+        """Save as compressed ``.npz`` with exactly the documented column names (``.npz`` is
+        appended to a name without it, as :func:`numpy.savez_compressed` does). The file
+        appears whole or not at all: it is written beside its final name and then renamed, so
+        a reader -- another run sharing a cache of recorded traces -- never sees it half
+        written, and a failed save leaves a file already there as it was."""
+        final = os.fspath(path)
+        if not final.endswith(".npz"):
+            final += ".npz"
+        tmp = f"{final}.{os.getpid()}.{id(self):x}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.savez_compressed(
+                    f,
+                    key=self.key,
+                    size=self.size,
+                    op=self.op,
+                    compute_ns=self.compute_ns,
+                    kind=self.kind,
+                    step=self.step,
+                    meta=np.array(json.dumps(self.meta)),
+                )
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     # ------------------------------------------------------------------ views
     def __len__(self) -> int:

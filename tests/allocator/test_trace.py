@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import numpy as np
@@ -59,6 +60,27 @@ def test_save_load_round_trip(tmp_path) -> None:
         assert getattr(u, col).dtype == getattr(t, col).dtype
     assert u.meta == t.meta
     assert u.name == "small"
+
+
+def test_save_appends_npz_and_fails_without_a_half_written_file(tmp_path, monkeypatch) -> None:
+    """A name without ``.npz`` gets it, as numpy's does; a save that fails midway (a full disk,
+    an interrupt) leaves the file already there intact and no temporary file behind, so a reader
+    sharing the folder (a cache of recorded traces) never sees a half-written trace."""
+    t = _trace()
+    t.save(tmp_path / "plain")
+    assert sorted(os.listdir(tmp_path)) == ["plain.npz"]
+    before = (tmp_path / "plain.npz").read_bytes()
+
+    def fail(file, **arrays):  # writes part of a file, then fails
+        file.write(b"PK\x03\x04 half")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(np, "savez_compressed", fail)
+    with pytest.raises(OSError, match="No space"):
+        Trace.from_arrays([9], [1]).save(tmp_path / "plain.npz")
+    assert sorted(os.listdir(tmp_path)) == ["plain.npz"]
+    assert (tmp_path / "plain.npz").read_bytes() == before
+    np.testing.assert_array_equal(Trace.load(tmp_path / "plain.npz").key, t.key)
 
 
 def test_load_without_optional_columns(tmp_path) -> None:
