@@ -54,7 +54,7 @@ from cachegym.policies.training.imitation import DecisionSample, teacher_targets
 from cachegym.policies.training.nets import CandidateScorerNet, feature_indices, obs_dims
 from cachegym.policies.training.validation import Validator
 
-__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "record_workloads", "EnvFactory", "Collector",
+__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "recording_plan", "record_workloads", "EnvFactory", "Collector",
            "FooPlans", "seed_everything"]
 
 log = logging.getLogger(__name__)
@@ -86,39 +86,52 @@ def load_trace_list(nodes: Sequence[Any], what: str) -> list[Trace]:
     return out
 
 
-def record_workloads(models: Mapping[str, int] | Sequence[str], out_dir: str, *, seed: int = 0,
-                     inference: bool = False, steps: int = 12, what: str = "record_training") -> list[Trace]:
-    """Traces of the ready-made PyTorch workloads ``models`` (:mod:`envs.workloads.models`;
-    a mapping gives each one's steps, a list records ``steps`` of each), recorded into
-    ``out_dir`` on first use (:func:`~envs.workloads.models.record_workload`): training
-    iterations, or forward passes only with ``inference`` (the short activation lifetimes of
-    inference, which the bundled training traces lack). ``what`` names the config key in errors."""
-    from cachegym.envs.workloads.models import WORKLOADS, record_workload
+def recording_plan(entries: Sequence[tuple[str, int]], what: str) -> dict[str, int]:
+    """``{workload: steps}`` of the ready-made PyTorch workloads to record
+    (:mod:`envs.workloads.models`), checked: a :class:`ConfigError` naming ``what`` (the config
+    key) for an unknown workload, a step count that is not an integer >= 1, or a workload
+    listed twice (which of its entries was meant?)."""
+    from cachegym.envs.workloads.models import WORKLOADS
 
-    plan = dict(models) if isinstance(models, Mapping) else dict.fromkeys(models, steps)
-    for m, n in plan.items():
+    names = [m for m, _ in entries]
+    twice = sorted({m for m in names if names.count(m) > 1})
+    if twice:
+        raise ConfigError(f"{what}: {twice} listed more than once; list each workload once")
+    for m, n in entries:
         if m not in WORKLOADS:
             raise ConfigError(f"{what}: unknown workload {m!r}; choose from {sorted(WORKLOADS)}")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"{what}: {m}'s steps must be an integer >= 1, got {n!r}")
+    return dict(entries)
+
+
+def record_workloads(plan: Mapping[str, int], out_dir: str, *, seed: int = 0,
+                     inference: bool = False) -> list[Trace]:
+    """Traces of the ready-made workloads of ``plan`` (:func:`recording_plan`), each of its
+    steps, recorded into ``out_dir`` on first use
+    (:func:`~envs.workloads.models.record_workload`): training iterations, or forward passes
+    only with ``inference`` (the short activation lifetimes of inference, which the bundled
+    training traces lack)."""
+    from cachegym.envs.workloads.models import record_workload
+
     return [Trace.load(record_workload(m, n, out_dir, seed=seed, inference=inference)) for m, n in plan.items()]
 
 
 def training_traces(cfg: Any, out: str) -> list[Trace]:
     """The training traces: your own ``trace`` when it names any (``trace.path``,
     ``trace.paths`` or ``trace.generator``: that alone), else ``traces`` plus the recorded
-    ``record_training`` and ``record_inference`` workloads."""
+    ``record_training`` workloads (their steps each) and ``record_inference`` ones (12 forward
+    passes each), both checked before anything is recorded."""
     own = cfg.get("trace")
     if own is not None and (own.get("path") or own.get("paths") or own.get("generator")):
         return list(instantiate(own))
     traces = load_trace_list(cfg.traces, "traces")
+    training = recording_plan([(r.workload, r.steps) for r in cfg.get("record_training") or ()],
+                              "record_training")
+    inference = recording_plan([(m, 12) for m in cfg.record_inference or ()], "record_inference")
     rec = os.path.join(out, "recorded")
-    if cfg.get("record_training"):
-        plan = {r.workload: r.steps for r in cfg.record_training}
-        traces += record_workloads(plan, rec, seed=int(cfg.seed))
-    if cfg.record_inference:
-        traces += record_workloads(list(cfg.record_inference), rec, seed=int(cfg.seed), inference=True,
-                                   what="record_inference")
+    traces += record_workloads(training, rec, seed=int(cfg.seed))
+    traces += record_workloads(inference, rec, seed=int(cfg.seed), inference=True)
     return traces
 
 

@@ -248,8 +248,8 @@ def test_the_recorded_training_architectures_are_not_the_held_out_zoos() -> None
 
 def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_path) -> None:
     """``record_training`` (workload and steps) and ``record_inference`` are recorded into
-    OUT/recorded on first use, read back after; an unknown name or a bad step count is refused
-    by its key before anything is recorded."""
+    OUT/recorded on first use, read back after; an unknown name, a bad step count or a workload
+    listed twice is refused by its key before anything is recorded."""
     from cachegym.policies.training.train import training_traces
 
     cfg = cfg_of(["experiment=quick", "record_training=[{workload: gcn, steps: 1}]", "record_inference=[gcn]"])
@@ -264,7 +264,13 @@ def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_pa
     assert [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files] == stamps  # not recorded again
     for bad, match in ((["record_training=[{workload: resnet_big, steps: 2}]"], r"record_training: unknown workload 'resnet_big'"),
                        (["record_training=[{workload: gcn, steps: 0}]"], r"record_training: gcn's steps must be an integer >= 1"),
-                       (["record_inference=[nope]"], r"record_inference: unknown workload 'nope'")):
+                       (["record_inference=[nope]"], r"record_inference: unknown workload 'nope'"),
+                       (["record_training=[{workload: gcn, steps: 1}, {workload: gcn, steps: 2}]"],
+                        r"record_training: \['gcn'\] listed more than once; list each workload once"),
+                       (["record_inference=[gcn, moe, gcn]"], r"record_inference: \['gcn'\] listed more than once"),
+                       # the inference list is checked before the training workloads are recorded
+                       (["record_training=[{workload: gcn, steps: 1}]", "record_inference=[nope]"],
+                        r"record_inference: unknown workload 'nope'")):
         with pytest.raises(ConfigError, match=match):
             training_traces(cfg_of(["experiment=quick", *bad]), str(tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()
