@@ -77,6 +77,15 @@ def cuda_available() -> bool:
         return False
 
 
+def _device_array(data: Any) -> Any:
+    """``data`` (a CuPy array, or any object with ``__cuda_array_interface__``: a torch CUDA
+    tensor) as a C-contiguous CuPy array; zero-copy where it already is one.
+    ``cupy.ascontiguousarray`` takes CuPy arrays only (a tensor: ``TypeError``, which autograd's
+    operators report as ``unsupported operand type(s) for @``), hence ``asarray`` first."""
+    cp = _cupy()
+    return cp.ascontiguousarray(cp.asarray(data))
+
+
 def _cuda_error_types() -> tuple[type[BaseException], ...]:
     cp = _cupy()
     return (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError,
@@ -200,8 +209,8 @@ class CupyBackend:
                                f"outside the arena of {self.capacity} bytes")
         with self._device, _cuda("write"):
             stream = self._compute()
-            if hasattr(data, "__cuda_array_interface__"):
-                src = _cupy().ascontiguousarray(data)
+            if hasattr(data, "__cuda_array_interface__"):  # a CuPy array or a torch tensor
+                src = _device_array(data)
                 rt.memcpyAsync(self._ptr + offset, src.data.ptr, nbytes, 3, stream)
             else:
                 host = np.ascontiguousarray(data)
@@ -261,8 +270,8 @@ class CupyBackend:
         host = self._host_buf(key, nbytes, zero=False)
         self._host_wait([self._last_h2d.get(key), self._last_d2h.get(key)])
         with self._device, _cuda("streaming an object to host memory"):
-            if hasattr(data, "__cuda_array_interface__"):
-                src = _cupy().ascontiguousarray(data)
+            if hasattr(data, "__cuda_array_interface__"):  # a CuPy array or a torch tensor
+                src = _device_array(data)
                 rt = _cupy().cuda.runtime
                 rt.memcpyAsync(host.ctypes.data, src.data.ptr, nbytes, _D2H, self._compute())
                 rt.streamSynchronize(self._compute())

@@ -137,6 +137,19 @@ def _fake_cupy() -> Any:
         def get(self) -> np.ndarray:
             return self._a.copy()
 
+        @property
+        def data(self) -> Any:  # a MemoryPointer's ptr
+            return types.SimpleNamespace(ptr=self._a.ctypes.data)
+
+        @property
+        def nbytes(self) -> int:
+            return int(self._a.nbytes)
+
+        @property
+        def __cuda_array_interface__(self) -> dict[str, Any]:
+            return {"shape": self._a.shape, "typestr": self._a.dtype.str,
+                    "data": (self._a.ctypes.data, False), "version": 3}
+
         def copy(self) -> Any:
             return ndarray(_a=self._a.copy())
 
@@ -195,8 +208,22 @@ def _fake_cupy() -> Any:
         Event=Handle, get_current_stream=lambda: types.SimpleNamespace(ptr=0),
         get_elapsed_time=lambda a, b: 0.25, alloc_pinned_memory=bytearray,
         using_allocator=lambda fn: contextlib.nullcontext())
-    return types.SimpleNamespace(cuda=cuda, ndarray=ndarray, uint8=np.uint8,
-                                 ascontiguousarray=lambda a: a)
+    def asarray(a: Any) -> Any:  # CuPy's: its arrays as they are, others through the interface
+        if isinstance(a, ndarray):
+            return a
+        cai = a.__cuda_array_interface__
+        n = int(np.prod(cai["shape"])) * np.dtype(cai["typestr"]).itemsize
+        return ndarray((n,), memptr=types.SimpleNamespace(ptr=cai["data"][0]))
+
+    def ascontiguousarray(a: Any) -> Any:  # CuPy's takes cupy.ndarray alone
+        if not isinstance(a, ndarray):
+            raise TypeError(f"Argument 'a' has incorrect type (expected cupy.ndarray, got "
+                            f"{type(a).__name__})")
+        return a
+
+    return types.SimpleNamespace(cuda=cuda, ndarray=ndarray, uint8=np.uint8, asarray=asarray,
+                                 ascontiguousarray=ascontiguousarray,
+                                 empty=lambda n, dtype: ndarray(_a=np.empty(n, dtype)))
 
 
 @pytest.fixture
@@ -238,6 +265,38 @@ def test_cupy_backend_lifecycle_on_imitated_cupy(fake_cupy: Any) -> None:
         be.write((1 << 16) - 10, data)
     be.close()
     be.close()  # idempotent
+
+
+class _ForeignDeviceArray:
+    """Device bytes from another library (a torch CUDA tensor, say): only
+    ``__cuda_array_interface__`` and ``nbytes``, here over host memory for the imitation."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self._a = a
+        self.nbytes = a.nbytes
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str,
+                                         "data": (a.ctypes.data, False), "version": 3}
+
+
+def test_cupy_backend_takes_device_bytes_of_other_libraries_on_imitated_cupy(
+        fake_cupy: Any) -> None:
+    """The offload hands CupyBackend torch CUDA tensors (the pack of a tensor the pool did not
+    admit, ``stream_out``; ``write``): CuPy's ``ascontiguousarray`` refuses them (TypeError, seen
+    on an H200 as ``unsupported operand type(s) for @`` inside autograd), so the backend converts
+    them with ``asarray`` first."""
+    be = CupyBackend()
+    be.attach(1 << 16)
+    try:
+        data = np.arange(3000, dtype=np.float32)
+        be.stream_out(5, _ForeignDeviceArray(data))
+        host = be.host_buffer(5)
+        assert host is not None and np.array_equal(host.view(np.float32), data)
+        back = be.stream_in(5, data.nbytes)
+        assert np.array_equal(back.get().view(np.float32), data)
+        be.write(1024, _ForeignDeviceArray(data))
+        assert np.array_equal(be.device_buffer(1024, data.nbytes).get().view(np.float32), data)
+    finally:
+        be.close()
 
 
 def test_pool_allocator_bookkeeping_on_imitated_cupy(fake_cupy: Any) -> None:
@@ -408,3 +467,25 @@ def test_calibrate_cupy_backend_is_plausible() -> None:
     assert preset.calibrated
     assert 1.0 < preset.h2d_gbps < 2000 and 1.0 < preset.d2h_gbps < 2000
     assert preset.h2d_latency_ns < 1_000_000
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_cupy_backend_takes_torch_cuda_tensors() -> None:
+    """The offload's streamed pack hands ``stream_out`` a torch CUDA tensor (the imitated-CuPy
+    test above checks the conversion on the CPU; this one with CuPy and torch)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    be = CupyBackend()
+    be.attach(1 << 20)
+    try:
+        t = torch.arange(3000, dtype=torch.float32, device="cuda")
+        be.stream_out(5, t.view(torch.uint8))
+        back = be.stream_in(5, t.numel() * 4)
+        assert torch.equal(torch.from_dlpack(back).view(torch.float32), t)
+        be.write(1024, t)
+        got = be.device_buffer(1024, t.numel() * 4).get().view(np.float32)
+        assert np.array_equal(got, t.cpu().numpy())
+    finally:
+        be.close()
