@@ -57,7 +57,7 @@ environments and the allocator cannot tell them apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
 if TYPE_CHECKING:
     from cachegym.allocator.cost import CostModel
@@ -103,6 +103,11 @@ class PoolView:
     @property
     def used(self) -> int:
         return self._pool._place.used
+
+    @property
+    def placement(self) -> Literal["arena", "bytes"]:
+        """``"arena"`` (blocks at offsets: fragmentation can force evictions) or ``"bytes"``."""
+        return cast('Literal["arena", "bytes"]', self._pool.placement)
 
     @property
     def bytes_in_flight(self) -> int:
