@@ -255,7 +255,9 @@ class OffloadStats:
     """Counters of an :class:`ActivationOffload` (the pool's own are in ``Pool.snapshot()``).
 
     ``pack_ns``/``unpack_ns``: wall time spent in the pool during pack/unpack (on CPU, the
-    unpack time includes the real stalls on copies)."""
+    unpack time includes the real stalls on copies); ``pack_pool_ns``/``unpack_pool_ns``: the
+    part of it inside ``Pool.access`` (the policies' decisions and the copies they issue), the
+    rest being the hook's own tensor copy in or out of the arena."""
 
     packed: int = 0
     passed_through: int = 0
@@ -265,6 +267,8 @@ class OffloadStats:
     freed: int = 0
     pack_ns: int = 0
     unpack_ns: int = 0
+    pack_pool_ns: int = 0
+    unpack_pool_ns: int = 0
 
 
 class _Saved:
@@ -423,6 +427,7 @@ class ActivationOffload:
             self._next_key += 1
             t0 = self._advance()
             streamed = pool.stats.streamed
+            ta = time.perf_counter_ns()
             try:
                 pool.access(key, nbytes, True, kind=Kind.ACTIVATION)
             except ObjectTooLarge as e:
@@ -430,6 +435,7 @@ class ActivationOffload:
                                      f"shape {tuple(t.shape)}, {t.dtype}") from e
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
+            self.counters.pack_pool_ns += time.perf_counter_ns() - ta
             # no pin needed: no pool operation runs before the copy is issued (a device copy is
             # queued on the compute stream, and every later pool copy is ordered after it)
             with torch.no_grad():
@@ -453,10 +459,12 @@ class ActivationOffload:
         with self._lock:
             t0 = self._advance()
             streamed = pool.stats.streamed
+            ta = time.perf_counter_ns()
             try:
                 pool.access(h.key, h.nbytes, kind=Kind.ACTIVATION)
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
+            self.counters.unpack_pool_ns += time.perf_counter_ns() - ta
             if pool.stats.streamed != streamed:  # not admitted: streamed from host memory
                 raw = self.backend.stream_in(h.key, h.nbytes)
                 out = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else torch.from_dlpack(raw)

@@ -253,9 +253,14 @@ def _overhead(args: argparse.Namespace, model: Any, batches: Any, fp: dict[str, 
         "offload_evictions": st["evictions"], "offload_packed": st["packed"],
         "pack_ms_per_step": st["pack_ns"] / 1e6 / (len(off_ns) + 2),
         "unpack_ms_per_step": st["unpack_ns"] / 1e6 / (len(off_ns) + 2),
+        "pack_pool_ms_per_step": st["pack_pool_ns"] / 1e6 / (len(off_ns) + 2),
+        "unpack_pool_ms_per_step": st["unpack_pool_ns"] / 1e6 / (len(off_ns) + 2),
     }
     print(f"overhead with nothing to evict (budget 2x): plain {plain:.2f} ms/step, offload "
           f"{offl:.2f} ms/step, overhead {100 * fig['overhead']:+.1f}% (median of "
           f"{len(plain_ns)} paired steps; {100 * fig['overhead_of_medians']:+.1f}% between the "
-          f"medians; {args.threads} thread(s))")
+          f"medians; {args.threads} thread(s)); host time in the hooks per step: pack "
+          f"{fig['pack_ms_per_step']:.2f} ms ({fig['pack_pool_ms_per_step']:.2f} in Pool.access), "
+          f"unpack {fig['unpack_ms_per_step']:.2f} ms ({fig['unpack_pool_ms_per_step']:.2f} in "
+          "Pool.access)")
     return fig
