@@ -82,7 +82,8 @@ def test_gpu_check_without_a_gpu_says_so_and_exits_nonzero(tmp_path: Any, capsys
 def test_gpu_check_cpu_dry_run(tmp_path: Any) -> None:
     pytest.importorskip("torch")
     rc = _load_gpu_check().main(["--out", str(tmp_path), "--cpu-dry-run", "--steps", "2",
-                                 "--warmup", "1", "--calib-bytes", str(1 << 20)])
+                                 "--warmup", "1", "--calib-bytes", str(1 << 20),
+                                 "--offload-steps", "2", "--offload-pairs", "2"])
     with open(tmp_path / "gpu_check.json") as f:
         rep = json.load(f)
     assert rc == 0, rep["failures"]
@@ -98,6 +99,10 @@ def test_gpu_check_cpu_dry_run(tmp_path: Any) -> None:
         assert tr[run]["losses_equal_to_no_offload"]
         assert tr[run]["bytes_d2h_per_step"] > 0
     assert tr["best_policy"]["best"]
+    modes = rep["offload_modes"]
+    assert [r["mode"] for r in modes["modes"]][:3] == ["none", "save_on_cpu", "reload"]
+    assert modes["device"] == "cpu" and modes["preset"].endswith("preset.json")
+    assert "lru+reverse-pack@50%" in modes["issue25_target_at_50"]
 
 
 # ---------------------------------------------------------------------- imitated CuPy
