@@ -110,6 +110,11 @@ class PoolView:
         return cast('Literal["arena", "bytes"]', self._pool.placement)
 
     @property
+    def write_policy(self) -> Literal["write-back", "write-through"]:
+        """``"write-back"`` (a dirty victim is copied to host) or ``"write-through"``."""
+        return "write-through" if self._pool._write_through else "write-back"
+
+    @property
     def bytes_in_flight(self) -> int:
         return self._pool._inflight_bytes
 

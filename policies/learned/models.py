@@ -1,6 +1,6 @@
 """The experts of the guards (:mod:`policies.learned.guards`): each one a registered policy (LRU,
 S3-FIFO, GDSF, LFU: :func:`policies.registry.make_eviction`) or the network alone, deciding by
-itself in a shadow pool of the guarded pool's capacity and placement (the same core:
+itself in a shadow pool of the guarded pool's capacity, placement and write policy (the same core:
 :class:`allocator.pool.Pool`, oversized objects bypassed; arena placement where the guarded pool
 has it, since fragmentation changes what a policy costs: GDSF, which keeps small objects, copied
 47% more bytes in an arena than in byte accounting on an activation-offload trace at half its
@@ -142,7 +142,8 @@ class Expert:
                                   "'traffic' or 'auto' for a pool without one")
         self._view = view
         self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
-                                placement=view.placement, oversize="bypass", cost=preset)
+                                placement=view.placement, write_policy=view.write_policy,
+                                oversize="bypass", cost=preset)
         self._clock = pool.cost
         self._access = pool.access
         self._resident = pool.view.is_resident

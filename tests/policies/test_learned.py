@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -326,6 +327,32 @@ def test_shadow_guard_extra_models_are_their_policies_whoever_decides(policy_fil
         assert isinstance(e.policy, cls)
         assert e.requests == alone.accesses > 0 and e.hits == alone.hits, name
     assert guard.switches > 0  # (others decided for a while: the models were not told)
+
+
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+@pytest.mark.parametrize("write_policy", ["write-back", "write-through"])
+def test_shadow_guard_experts_cost_what_their_policies_cost_in_such_a_pool(
+        policy_file, placement, write_policy):
+    """Each expert's shadow pool is a pool like the guarded one (placement, write policy): the
+    bytes each heuristic expert's shadow copied are exactly those of its policy alone in such a
+    pool, on a trace with writes and frees, whoever decided. (Shadows that counted bytes in an
+    arena pool, or wrote back dirty victims of a write-through pool, judged the experts on
+    another pool's costs.)"""
+    from cachegym.policies.learned.models import heuristic_expert
+
+    trace = generate("dl_training", seed=5)
+    cap = int(0.25 * trace.peak_live_bytes())
+    kw: dict[str, Any] = dict(placement=placement, write_policy=write_policy, oversize="bypass")
+    guard = ShadowGuard(objective="traffic")
+    base = LearnedPolicy.load(policy_file)
+    Pool(cap, LearnedPolicy(base.scorer, base.header, guard=guard), **kw).replay(trace)
+    assert guard.switches > 0  # (others decided for a while)
+    for name, e in guard.experts.items():
+        if name is None:
+            continue
+        assert e.pool.placement == placement, name
+        alone = Pool(cap, heuristic_expert(name).policy, **kw).replay(trace)
+        assert -e.gain == alone.traffic_bytes > 0, (name, -e.gain, alone.traffic_bytes)
 
 
 def test_shadow_guard_runs_arc_and_slru_but_not_under_stall(tmp_path):
