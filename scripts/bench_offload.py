@@ -177,6 +177,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row.update({k: st[k] for k in ("stall_ns", "late_prefetches", "late_stall_ns",
                                            "prefetches", "prefetch_hits", "evictions", "misses",
                                            "bytes_h2d", "bytes_d2h")})
+            # the hooks' host time per step, and the part of it inside Pool.access (policies)
+            row["hooks_ms_per_step"] = (st["pack_ns"] + st["unpack_ns"]) / 1e6 / args.steps
+            row["pool_ms_per_step"] = (st["pack_pool_ns"] + st["unpack_pool_ns"]) / 1e6 / args.steps
             wait = waits[j]
             if wait is not None:  # the device time compute waited for copies, all steps
                 row["device_stall_ms_per_step"] = wait / 1e6 / args.steps
@@ -211,6 +214,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "bytes_h2d" in row:
             moved = (f"  h2d+d2h {(row['bytes_h2d'] + row['bytes_d2h']) / 2**20 / args.steps:8.1f} "
                      f"MiB/step")
+        if "hooks_ms_per_step" in row:
+            moved += (f"  hooks {row['hooks_ms_per_step']:.1f} ms/step "
+                      f"({row['pool_ms_per_step']:.1f} in Pool.access)")
         if "device_stall_ms_per_step" in row:
             moved += f"  compute waited {row['device_stall_ms_per_step']:.2f} ms/step"
         if not row["losses_bitwise_equal"]:
