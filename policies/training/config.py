@@ -236,6 +236,13 @@ class TrainConfig:
     at the start of the run into ``OUT/recorded`` and trained on with ``traces``."""
     record_inference: list[str] = field(default_factory=list)
     """Ready-made workloads recorded forward-only (12 steps each) and trained on with ``traces``."""
+    recorded_dir: str | None = None
+    """Where those recordings are kept and looked for first (a file per workload, seed and
+    steps): ``None`` is ``OUT/recorded`` (the main job's stages share ``OUT/recorded`` of the
+    run). A folder kept across runs (``recorded_dir=outputs/recorded``) makes a rerun train on
+    the same recordings, bit for bit: a fresh recording has other ``compute_ns`` (measured op
+    times), which the stall-trained prefetch head learns from. Delete it after changing a
+    workload or the recorder: the file names hold only workload, seed and steps."""
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     env: Any = MISSING  # conf/env/: EnvConfig (evict), PrefetchEnvConfig or JointEnvConfig
     capacities: list[Any] = field(default_factory=lambda: [0.25, 0.5])

@@ -113,6 +113,8 @@ def run_main(cfg: Any) -> dict[str, Any]:
     check_main(cfg.main)
     out = results_dir(cfg, "main")
     write_config(cfg, out)
+    # one recording of each workload per run, shared by the two stages (unless recorded_dir)
+    cfg = OmegaConf.merge(cfg, {"recorded_dir": cfg.get("recorded_dir") or os.path.join(out, "recorded")})
     tcfg = OmegaConf.merge(cfg, {"out_dir": os.path.join(out, "train")})
     log.info("main job: training (outputs under %s)", out)
     res = train(tcfg, out_dir=tcfg.out_dir)

@@ -121,7 +121,8 @@ def training_traces(cfg: Any, out: str) -> list[Trace]:
     """The training traces: your own ``trace`` when it names any (``trace.path``,
     ``trace.paths`` or ``trace.generator``: that alone), else ``traces`` plus the recorded
     ``record_training`` workloads (their steps each) and ``record_inference`` ones (12 forward
-    passes each), both checked before anything is recorded."""
+    passes each), both checked before anything is recorded; recordings already in
+    ``recorded_dir`` (default ``out/recorded``) are reused."""
     own = cfg.get("trace")
     if own is not None and (own.get("path") or own.get("paths") or own.get("generator")):
         return list(instantiate(own))
@@ -129,7 +130,7 @@ def training_traces(cfg: Any, out: str) -> list[Trace]:
     training = recording_plan([(r.workload, r.steps) for r in cfg.get("record_training") or ()],
                               "record_training")
     inference = recording_plan([(m, 12) for m in cfg.record_inference or ()], "record_inference")
-    rec = os.path.join(out, "recorded")
+    rec = str(cfg.get("recorded_dir") or os.path.join(out, "recorded"))
     traces += record_workloads(training, rec, seed=int(cfg.seed))
     traces += record_workloads(inference, rec, seed=int(cfg.seed), inference=True)
     return traces

@@ -262,6 +262,14 @@ def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_pa
     stamps = [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files]
     assert len(training_traces(cfg, str(tmp_path))) == len(traces)
     assert [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files] == stamps  # not recorded again
+    # recorded_dir: one folder for several runs (the main job's two stages share OUT/recorded)
+    shared = str(tmp_path / "recorded")
+    again = training_traces(cfg_of(["experiment=quick", "record_training=[{workload: gcn, steps: 1}]",
+                                    "record_inference=[gcn]", f"recorded_dir={shared}"]),
+                            str(tmp_path / "other_run"))
+    assert not (tmp_path / "other_run").exists()  # nothing recorded there
+    assert [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files] == stamps
+    assert all(np.array_equal(a.compute_ns, b.compute_ns) for a, b in zip(again[-2:], traces[-2:]))
     for bad, match in ((["record_training=[{workload: resnet_big, steps: 2}]"], r"record_training: unknown workload 'resnet_big'"),
                        (["record_training=[{workload: gcn, steps: 0}]"], r"record_training: gcn's steps must be an integer >= 1"),
                        (["record_inference=[nope]"], r"record_inference: unknown workload 'nope'"),
