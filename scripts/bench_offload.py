@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         on_demand_reload,
         train,
     )
+    from cachegym.policies.learned import LearnedPolicy
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -117,11 +118,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return ActivationOffload(budget(frac), backend=backend(), policy=pol, prefetcher=pol,
                                  cost=args.preset)
 
-    head = False
-    if args.policy:
-        from cachegym.policies.learned import LearnedPolicy
-
-        head = LearnedPolicy.load(args.policy, guard="shadow").prefetch_head is not None
+    # whether the file carries a prefetch head (read once here; each mode loads its own policy)
+    head = args.policy is not None and LearnedPolicy.load(args.policy, guard="none").prefetch_head is not None
 
     modes: list[tuple[str, float | None, Any]] = [
         ("none", None, lambda: None),

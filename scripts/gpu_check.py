@@ -70,6 +70,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def model_shape(args: argparse.Namespace) -> dict[str, int]:
+    """The transformer's size: the GPU's or the dry run's default, with the options given."""
+    shape = dict(CPU_MODEL if args.cpu_dry_run else GPU_MODEL)
+    shape.update({k: getattr(args, k) for k in GPU_MODEL if getattr(args, k) is not None})
+    return shape
+
+
 class Report:
     """The figures, rewritten to ``DIR/gpu_check.json`` after each section."""
 
@@ -221,8 +228,7 @@ def check_training(args: argparse.Namespace, rep: Report, preset: Any) -> None:
     dry = args.cpu_dry_run
     if dry:
         torch.set_num_threads(1)  # steady timings on a shared machine
-    shape = dict(CPU_MODEL if dry else GPU_MODEL)
-    shape.update({k: getattr(args, k) for k in GPU_MODEL if getattr(args, k) is not None})
+    shape = model_shape(args)
     device = "cpu" if dry else "cuda:0"
     sync = None if dry else torch.cuda.synchronize
     torch.manual_seed(0)
@@ -357,8 +363,7 @@ def check_offload_modes(args: argparse.Namespace, rep: Report, preset: Any) -> N
     if args.offload_steps <= 0:
         rep.data["offload_modes"] = "skipped (--offload-steps 0)"
         return
-    shape = dict(CPU_MODEL if args.cpu_dry_run else GPU_MODEL)
-    shape.update({k: getattr(args, k) for k in GPU_MODEL if getattr(args, k) is not None})
+    shape = model_shape(args)
     path = os.path.join(args.out, "preset.json")
     argv = ["--device", "cpu" if args.cpu_dry_run else "cuda", "--steps", str(args.offload_steps),
             "--pairs", str(args.offload_pairs),

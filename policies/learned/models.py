@@ -1,10 +1,10 @@
 """The experts of the guards (:mod:`policies.learned.guards`): each one a registered policy (LRU,
 S3-FIFO, GDSF, LFU: :func:`policies.registry.make_eviction`) or the network alone, deciding by
-itself in a shadow pool of the guarded pool's capacity, placement and write policy (the same core:
-:class:`allocator.pool.Pool`, oversized objects bypassed; arena placement where the guarded pool
-has it, since fragmentation changes what a policy costs: GDSF, which keeps small objects, copied
-47% more bytes in an arena than in byte accounting on an activation-offload trace at half its
-footprint, and a guard whose shadows counted bytes followed it there at 1.43x LRU's traffic). A shadow pool sees every request of the guarded pool
+itself in a shadow pool of the guarded pool's capacity, placement and write policy (the same
+core: :class:`allocator.pool.Pool`, oversized objects bypassed). The pools must be alike: in an
+arena GDSF, which keeps small objects, copied 44% more bytes than in byte accounting on an
+activation-offload trace at half its footprint, and a guard whose shadows counted bytes followed
+it there at 1.43x LRU's traffic. A shadow pool sees every request of the guarded pool
 but not the evictions others choose there, so that its hits and its traffic are the expert's own
 whoever decides; ``Expert.gain`` is what the guard compares (:data:`OBJECTIVES`).
 """
