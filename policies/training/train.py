@@ -131,6 +131,9 @@ def training_traces(cfg: Any, out: str) -> list[Trace]:
                               "record_training")
     inference = recording_plan([(m, 12) for m in cfg.record_inference or ()], "record_inference")
     rec = str(cfg.get("recorded_dir") or os.path.join(out, "recorded"))
+    if (training or inference) and os.path.exists(rec) and not os.path.isdir(rec):
+        raise ConfigError(f"recorded_dir: {rec!r} is a file, not a folder; give a folder for the "
+                          "recorded workloads (or null: OUT/recorded)")
     traces += record_workloads(training, rec, seed=int(cfg.seed))
     traces += record_workloads(inference, rec, seed=int(cfg.seed), inference=True)
     return traces

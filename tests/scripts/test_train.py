@@ -270,6 +270,10 @@ def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_pa
     assert not (tmp_path / "other_run").exists()  # nothing recorded there
     assert [os.stat(tmp_path / "recorded" / f).st_mtime_ns for f in files] == stamps
     assert all(np.array_equal(a.compute_ns, b.compute_ns) for a, b in zip(again[-2:], traces[-2:]))
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ConfigError, match="recorded_dir: .* is a file, not a folder"):
+        training_traces(cfg_of(["experiment=quick", "record_inference=[gcn]",
+                                f"recorded_dir={tmp_path / 'a_file'}"]), str(tmp_path / "bad"))
     for bad, match in ((["record_training=[{workload: resnet_big, steps: 2}]"], r"record_training: unknown workload 'resnet_big'"),
                        (["record_training=[{workload: gcn, steps: 0}]"], r"record_training: gcn's steps must be an integer >= 1"),
                        (["record_inference=[nope]"], r"record_inference: unknown workload 'nope'"),
