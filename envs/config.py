@@ -40,7 +40,7 @@ __all__ = [
     "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
     "AllocatorConfig", "EvalConfig", "EvaluateConfig", "register_configs", "instantiate",
     "load_traces", "load_trace", "config_error", "enum_value", "GUARD_GROUP", "guard_options",
-    "guard_node", "build_guard",
+    "guard_node", "build_guard", "refuse_unknown_keys",
 ]
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,33 @@ def register_configs() -> None:
     cs.store(group="allocator", name="base_allocator", node=AllocatorConfig)
     cs.store(group="eval", name="base_eval", node=EvalConfig)
     _registered = True
+
+
+def refuse_unknown_keys(cfg: Any, where: str = "") -> None:
+    """Refuse (:class:`ConfigError`) a key that no schema has, in every section of ``cfg`` that
+    a schema (a dataclass above, or of :mod:`policies.training.config`) types. Hydra refuses a
+    misspelt key on the command line but then suggests ``+key=value``, which adds it to a typed
+    section where nothing reads it: the run would succeed with the setting ignored. The error
+    names the key and the closest known one."""
+    import dataclasses
+    import difflib
+
+    if not isinstance(cfg, DictConfig):
+        return
+    t = OmegaConf.get_type(cfg)
+    known = ({f.name for f in dataclasses.fields(t)}
+             if isinstance(t, type) and dataclasses.is_dataclass(t) else None)
+    for k in [str(k) for k in cfg]:
+        key = f"{where}.{k}" if where else k
+        if known is not None and k not in known:
+            close = difflib.get_close_matches(k, sorted(known), 1)
+            hint = f"did you mean {where + '.' if where else ''}{close[0]}? " if close else ""
+            raise ConfigError(f"{key}: unknown key (no schema has it, so nothing would read it); "
+                              f"{hint}the keys of {where or 'the config'}: "
+                              f"{', '.join(sorted(n for n in known if not n.startswith('_')))}")
+        if OmegaConf.is_missing(cfg, k) or OmegaConf.is_interpolation(cfg, k):
+            continue
+        refuse_unknown_keys(cfg.get(k), key)
 
 
 # ---------------------------------------------------------------------- instantiate

@@ -53,7 +53,13 @@ from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.stats import PoolStats
 from cachegym.allocator.trace import Op, Trace
 from cachegym.envs.common import CAPACITY_OF
-from cachegym.envs.config import build_guard, enum_value, guard_node, instantiate
+from cachegym.envs.config import (
+    build_guard,
+    enum_value,
+    guard_node,
+    instantiate,
+    refuse_unknown_keys,
+)
 from cachegym.envs.gaps import (
     STALL_REF,
     add_gap_closed,
@@ -336,7 +342,8 @@ def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
 
 LEARNED_PREFETCH = "learned:"
 """``eval.prefetchers`` entry ``learned:PATH``: the prefetch head of the exported policy file
-``PATH`` (a file without one prefetches nothing), beside each eviction policy of the sweep."""
+``PATH`` (a file without one is refused: it would prefetch nothing), beside each eviction
+policy of the sweep."""
 
 
 def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
@@ -353,9 +360,17 @@ def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
         raise ConfigError(f"{key}: {name!r}: learned policy file {path!r} does not exist; give "
                           "learned:PATH with PATH a policy file (scripts/train.py writes one)")
     try:
-        return LearnedPolicy.load(path, guard="none")
+        pol = LearnedPolicy.load(path, guard="none")
     except PolicyFileError as e:
         raise PolicyFileError(f"{key}: {name!r}: {e}") from None
+    if pol.prefetch_head is None:  # it would prefetch nothing: a row equal to "none"
+        from cachegym.policies.registry import PREFETCH_NAMES
+
+        raise ConfigError(f"{key}: {name!r}: policy file {path!r} has no prefetch head (it was "
+                          "trained with env=evict); train with env=joint (the main job, make "
+                          "demo, exports such a file) or name a heuristic prefetcher "
+                          f"({', '.join(PREFETCH_NAMES)})")
+    return pol
 
 
 def learned_name(guard: str, file_label: str | None = None) -> str:
@@ -427,6 +442,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     :func:`envs.sweep.results_dir` of ``cfg``."""
     from cachegym.policies.registry import PREFETCH_NAMES
 
+    refuse_unknown_keys(cfg)
     ev = cfg.eval
     mode = str(enum_value(ev.mode))
     if mode not in ("bytes", "objects"):

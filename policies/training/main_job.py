@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.envs.config import EvaluateConfig, guard_node, instantiate
+from cachegym.envs.config import EvaluateConfig, guard_node, instantiate, refuse_unknown_keys
 from cachegym.envs.evaluation import (
     LEARNED_PREFETCH,
     check_bounds_kinds,
@@ -110,6 +110,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
     """Train, export and evaluate as ``cfg`` says; returns ``{"policy", "out_dir", "table",
     "summary", "csv", "plots", "train", "joint", "wall_s"}``."""
     t0 = time.perf_counter()
+    refuse_unknown_keys(cfg)
     check_main(cfg.main)
     out = results_dir(cfg, "main")
     write_config(cfg, out)

@@ -38,7 +38,7 @@ from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import Trace
 from cachegym.envs.common import next_use_distance
-from cachegym.envs.config import enum_value, instantiate, to_container
+from cachegym.envs.config import enum_value, instantiate, refuse_unknown_keys, to_container
 from cachegym.envs.journal import replace_atomically
 from cachegym.envs.sweep import results_dir, write_config
 from cachegym.policies.training.agents import TrainContext
@@ -420,6 +420,11 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     validation traces, ``results.csv``); returns ``{"policy": path, "out_dir": ...,
     "validation": {...}, "history": [...], "wall_s": ...}``."""
     t0 = time.perf_counter()
+    refuse_unknown_keys(cfg)
+    from cachegym.envs.evaluation import check_capacities
+
+    check_capacities("capacities", list(cfg.capacities))  # named, before any work
+    check_capacities("validation.capacities", list(cfg.validation.capacities))
     seed = int(cfg.seed)
     hidden, ignore = _hidden(cfg.policy.hidden), _ignored(cfg.policy.ignore_features)  # before any work
     _check_outputs(cfg)
@@ -459,8 +464,9 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         on_eval=validator, eval_every=int(val.every), progress=bool(cfg.progress),
         collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed),
         vec=str(enum_value(env_node.get("vec", "dummy"))), save_dir=out, resume=resume)
-    log.info("training %s on %d traces (%s), validating on %d", type(agent).__name__, len(traces),
-             ", ".join(t.name for t in traces), len(val_traces))
+    log.info("training %s on %d traces (%s), validating on %d (%s; validation.traces chooses "
+             "them)", type(agent).__name__, len(traces), ", ".join(t.name for t in traces),
+             len(val_traces), ", ".join(t.name for t in val_traces) or "none")
     net = agent.train(ctx, init=init)
     collector.close()
     if bool(val.select_best) and validator.best_state is not None:

@@ -203,3 +203,30 @@ def test_cluster_launcher_configs_extend_the_plugin(ours: str) -> None:
     finally:
         if not installed:
             del cs.repo["hydra"]["launcher"][f"{name}.yaml"]
+
+
+def test_a_key_added_with_plus_to_a_typed_section_is_refused_before_any_work(tmp_path) -> None:
+    """Hydra refuses ``eval.capacites=[0.1]`` but suggests ``+eval.capacites=[0.1]``, which adds
+    the key where nothing reads it (the run went on with the default capacities): the evaluator,
+    training and the main job refuse it, naming the closest key; every config of ``conf/``
+    composes without such a key."""
+    from cachegym.envs.config import refuse_unknown_keys
+    from cachegym.envs.evaluation import evaluate
+    from cachegym.policies.training.config import register_train_configs
+    from cachegym.policies.training.train import train
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        for job in ("evaluate", "train", "main"):
+            refuse_unknown_keys(compose(job))
+        for group in ("agent", "env"):
+            for p in sorted(Path(CONF, group).glob("*.yaml")):
+                refuse_unknown_keys(compose("train", overrides=[f"{group}={p.stem}"]))
+        bad = compose("evaluate", overrides=["+eval.capacites=[0.1]", f"out_dir={tmp_path / 'e'}"])
+        with pytest.raises(ConfigError, match=r"eval\.capacites: unknown key.*did you mean "
+                                              r"eval\.capacities\?"):
+            evaluate(bad)
+        bad = compose("train", overrides=["+env.capcity=3", f"out_dir={tmp_path / 't'}"])
+        with pytest.raises(ConfigError, match=r"env\.capcity: unknown key.*did you mean env\."):
+            train(bad)
+    assert not (tmp_path / "e").exists() and not (tmp_path / "t").exists()  # nothing written

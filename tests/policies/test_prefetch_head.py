@@ -548,3 +548,14 @@ def test_a_stall_guard_mutes_the_learned_head_where_prefetching_costs_stall(join
         got[twins] = run(LearnedPolicy.load(joint_file, guard=guard), pf).stall_ns
         assert any(k.endswith("-no-prefetch") for k in guard.decisions) == twins
     assert got[True] < got[False] and got[True] <= 1.1 * best, (got, best)
+
+
+def test_a_file_without_a_prefetch_head_is_refused_as_a_prefetcher(tmp_path):
+    """``learned:PATH`` of a file trained with env=evict (no prefetch head) would prefetch
+    nothing and give a row equal to ``none``: refused, naming the key and what to do."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.evaluation import learned_prefetcher
+
+    headless = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    with pytest.raises(ConfigError, match=r"eval.prefetchers: .*has no prefetch head.*env=joint"):
+        learned_prefetcher(f"learned:{headless}", "eval.prefetchers")
