@@ -122,7 +122,8 @@ class ObjectTooLarge(PoolError, ValueError):
               else f" (the {requested} bytes asked for, in whole aligned blocks)")
         super().__init__(
             f"object {key} of {size} bytes is larger than the pool's capacity of {capacity} bytes{of}; "
-            "raise the capacity or split the object"
+            "raise the capacity, split the object, or make the pool with oversize='bypass' "
+            "(allocator.oversize=bypass in a config) to stream such objects, copied for each access"
         )
 
 

@@ -164,9 +164,12 @@ class Trace:
                 data = {k: z[k] for k in z.files}
         except Exception as e:  # zipfile/pickle/format errors
             raise TraceError(
-                f"not a readable .npz trace ({type(e).__name__}: {e})",
+                f"not a readable .npz trace, truncated or corrupt or of another format "
+                f"({type(e).__name__}: {e})",
                 path=p,
-                hint="for libCacheSim formats use cachegym.envs.workloads.read_trace(path, format=...)",
+                hint="write it again (Trace.save); a file of a libCacheSim format is read by "
+                     "naming it: cachegym sim FILE oracleGeneral ..., trace.format=oracleGeneral, "
+                     "or read_trace(path, format='oracleGeneral') (also lcs, vscsi, csv, txt)",
             ) from None
         missing = [c for c in _REQUIRED if c not in data]
         if missing:

@@ -56,6 +56,10 @@ __all__ = [
     "COMPRESSIONS",
 ]
 
+SKIP_BAD = ("pass skip_bad=True (read_trace), -t skip-bad=true (cachegym sim / stats / parity) or "
+            "'++trace.options={skip_bad: true}' (a Hydra config)")
+"""How a bad record is dropped, as the traces' errors say it: in each place a user reads one."""
+
 log = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
@@ -108,7 +112,7 @@ def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.n
             f"{rec}-byte record; the last record has only {nbytes % rec} bytes"
         )
         if not skip_bad:
-            raise TraceError(problem, path=p, row=n_full, hint="pass skip_bad=True to drop it")
+            raise TraceError(problem, path=p, row=n_full, hint=f"{SKIP_BAD} to drop it")
         skipped = 1
     data = np.fromfile(p, dtype=dtype, count=nbytes // rec, offset=offset)
     size = data["obj_size"]
@@ -123,7 +127,7 @@ def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.n
                 if not 0 < size[r] <= MAX_SIZE
                 else f"next-access field is {data['next_access'][r]}; it must be -1 or a record index"
             )
-            raise TraceError(problem, path=p, row=r, hint="pass skip_bad=True to drop such records")
+            raise TraceError(problem, path=p, row=r, hint=f"{SKIP_BAD} to drop such records")
         skipped += int(bad.sum())
         data = data[~bad]
     return data, skipped
@@ -318,9 +322,9 @@ def read_csv(
                 path=p,
                 row=r,
                 hint=("ids that are not numbers: pass obj_id_is_num=False (-t obj-id-is-num=false), "
-                      "or fix the record or pass skip_bad=True to drop bad records"
+                      f"or fix the record or {SKIP_BAD} to drop bad records"
                       if name == "obj_id" and problem[r] == _NOT_A_NUMBER else
-                      "fix the record or pass skip_bad=True to drop bad records"),
+                      f"fix the record or {SKIP_BAD} to drop bad records"),
             )
     skipped += int(bad.sum())
     good = ~bad
@@ -657,7 +661,7 @@ def _read_table(
     if bad.any() and not skip_bad:
         r = int(np.argmax(bad))
         raise TraceError(f"line {line_no[r] + 1}: expected {expected} columns, got {ncols[r]}",
-                         path=path, row=r, hint="fix the record or pass skip_bad=True")
+                         path=path, row=r, hint=f"fix the record or {SKIP_BAD}")
     skipped = int(bad.sum())
     starts, ends, line_no = starts[~bad], ends[~bad], line_no[~bad]
     header = first if has_header else None
