@@ -122,11 +122,31 @@ def sim(argv: list[str]) -> int:
 
         result = evaluate(cfg)
     except CachegymError as e:  # a bad input: its message, no traceback
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {sim_names(str(e))}", file=sys.stderr)
         return 2
     print(result["table"])
     print(f"results: {result['csv']}")
     return 0
+
+
+# the evaluator's config keys that ``cachegym sim`` fills, by the argument the user typed
+_SIM_ARGS = {
+    "trace.path": "TRACE", "trace.format": "FORMAT", "trace.options": "-t",
+    "eval.policies": "POLICIES", "eval.learned_guards": "--guard", "eval.learned": "POLICIES",
+    "eval.capacities": "CAPACITIES", "eval.prefetchers": "--prefetch", "eval.presets": "--preset",
+    "eval.bounds": "--bounds", "eval.mode": "--mode", "eval.capacity_of": "--capacity-of",
+    "out_dir": "--out",
+}
+_SIM_KEY = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in sorted(_SIM_ARGS, key=len,
+                                                                                reverse=True))
+                      + r")(?![\w.])")
+
+
+def sim_names(message: str) -> str:
+    """An error of the evaluator as ``cachegym sim``'s user reads it: the config keys it filled
+    named by the arguments they came from (``trace.path`` -> ``TRACE``, ``eval.prefetchers`` ->
+    ``--prefetch``)."""
+    return _SIM_KEY.sub(lambda m: _SIM_ARGS[m.group(1)], message)
 
 
 def sim_config(args: argparse.Namespace) -> Any:
@@ -151,6 +171,11 @@ def sim_config(args: argparse.Namespace) -> Any:
     caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
+    from cachegym.envs.config import guard_options
+
+    if args.guard not in guard_options():  # (checked even without a learned:PATH policy)
+        raise ConfigError(f"--guard: unknown guard {args.guard!r}; choices: "
+                          f"{', '.join(guard_options())}")
     fmt = None if args.format.lower() in ("auto", "") else args.format
     options = parse_trace_params(args.trace_params)
     register_configs()

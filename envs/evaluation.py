@@ -628,6 +628,18 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*x) for x in lines]
+    # a run that streamed much (objects larger than the pool, or not admitted) is said, with
+    # its worst case: such accesses move bytes but never stay (the CSV's streamed column)
+    streamed = [(r["streamed"] / r["requests"], r) for r in rows
+                if r.get("streamed") and r.get("requests")]
+    many = [x for x in streamed if x[0] > 0.1]
+    if many:
+        share, r = max(many, key=lambda x: x[0])
+        out.append(f"note: {len(many)} run(s) streamed more than 10% of their requests (objects "
+                   "larger than the pool, or not admitted: copied for that access only; the "
+                   f"CSV's streamed column), most {share:.0%}: {policy_label(r['policy'])} at "
+                   f"{human_bytes(r['capacity']) if r['mode'] == 'bytes' else r['capacity']} "
+                   f"on {r['trace']}")
     return "\n".join(out)
 
 

@@ -100,6 +100,11 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["nope.bin", "npz", "lru", "1MiB"], "no such file 'nope.bin'"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--preset", "v100"], "v100"),
     (["data/traces/gpt.npz", "xml", "lru", "1MiB"], "expected one of [npz, oracleGeneral, lcs, vscsi, csv, txt]"),
+    # the evaluator's errors name the argument the user typed, not the config key it filled
+    (["nope.bin", "npz", "lru", "1MiB"], "error: TRACE: no such file"),
+    (["data/traces/gpt.npz", "npz", "lru,learned:nope.npz", "1MiB"], "error: POLICIES: learned policy file"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--prefetch", "nosuch"], "error: --prefetch: unknown value"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--guard", "nosuch"], "error: --guard: unknown guard"),
 ])
 def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch,

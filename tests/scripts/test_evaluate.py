@@ -453,3 +453,19 @@ def test_a_trace_the_bounds_do_not_cover_keeps_its_runs(tmp_path: Path,
     assert [r["policy"] for r in res["rows"]] == ["lru", "fifo"]
     assert all(math.isnan(r["gap_closed_traffic"]) for r in res["rows"])
     assert "no bound rows" in caplog.text and "changes size" in caplog.text
+
+
+def test_the_table_says_when_runs_streamed_much() -> None:
+    """A pool smaller than most objects streams them (copied for that access only): the table
+    says so under its rows, with the worst run, rather than leaving a near-1 miss ratio
+    unexplained; runs that streamed little add no note."""
+    from cachegym.envs.evaluation import format_table
+
+    nan = float("nan")
+    row = {"trace": "t", "capacity": 1024, "mode": "bytes", "policy": "lru", "prefetch": "none",
+           "preset": "none", "traffic_bytes": 10, "gap_closed_traffic": nan, "stall_ns": 0,
+           "gap_closed_stall": nan, "miss_ratio": 0.9, "gap_closed_misses": nan,
+           "byte_miss_ratio": 0.9, "decision_p50_us": nan, "requests": 100, "streamed": 91}
+    note = format_table([row, {**row, "policy": "gdsf", "streamed": 5}]).splitlines()[-1]
+    assert note.startswith("note: 1 run(s) streamed more than 10%") and "91%: lru at 1KiB on t" in note
+    assert "note:" not in format_table([{**row, "streamed": 5}])
