@@ -276,6 +276,8 @@ def resume_model(model: Any, path: str) -> None:
             log.warning("resume: %s: the optimizer state does not fit (%s); starting it afresh", path, e)
     steps = fields.get("num_timesteps")
     model.num_timesteps = int(steps) if isinstance(steps, int) and steps >= 0 else 0
+    log.info("resuming %s from %s at step %d (weights%s)", type(model).__name__, path,
+             model.num_timesteps, ", optimizer state" if opt is not None else "")
 
 
 def quiet_logger(model: Any) -> None:

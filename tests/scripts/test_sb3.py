@@ -117,15 +117,17 @@ def _assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
         np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-7)
 
 
-def test_train_saves_the_zip_and_resume_continues_it(tmp_path) -> None:
+def test_train_saves_the_zip_and_resume_continues_it(tmp_path, caplog) -> None:
     first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'a'}"]))
     zip_a = first["sb3_model"]
     assert zip_a == str(tmp_path / "a" / "ppo.zip") and os.path.isfile(zip_a)
     assert read_sb3_zip(zip_a)[2]["num_timesteps"] == 64
     # learning rate 0: the resumed run changes nothing, so it exports the first run's weights;
     # a fresh start (no resume) would not
-    res = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", f"resume={zip_a}",
-                        f"out_dir={tmp_path / 'b'}"]))
+    with caplog.at_level("INFO", logger="cachegym.policies.training.agents"):
+        res = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", f"resume={zip_a}",
+                            f"out_dir={tmp_path / 'b'}"]))
+    assert f"resuming PPO from {zip_a} at step 64" in caplog.text  # the log says it resumed
     _assert_same(_weights(res["policy"]), _weights(first["policy"]))
     assert read_sb3_zip(res["sb3_model"])[2]["num_timesteps"] == 128  # the step count goes on
     fresh = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", "seed=1",
