@@ -20,11 +20,9 @@ from cachegym.envs.common import (
     as_traces,
     check_args,
     check_capacity,
-    decision_info,
     demand_marks,
     demand_reward,
     empty_obs,
-    next_use_rows,
     observation_space,
     pack_obs,
     resolve_capacity,
@@ -171,6 +169,7 @@ class EvictEnv(PoolEnv):
         self._keys: list[int] = []
         self._nx = np.zeros(self.K, np.int64)  # the candidates' next uses (_info)
         self._rows: Any = np.zeros(0, np.int64)  # the candidates' last-access rows (_info)
+        self._rows_buf = np.zeros(self.K, np.int64)  # (their buffer)
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
@@ -324,11 +323,10 @@ class EvictEnv(PoolEnv):
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses,
                                 "invalid_actions": self._invalid}
         # Belady's choice and each candidate's next-use distance: the next use after each one's
-        # last access
-        nx = self._nx
-        self._rows = last = self.tracker.last_access(kl)  # (candidate_rows reads them again)
-        next_use_rows(self._next_use, last, nx)
-        j, keys, dist = decision_info(kl, nx, t, self.K, True)
+        # last access (in one kernel call; the arrays handed out are new at every decision)
+        keys, dist = np.empty(self.K, np.int64), np.empty(self.K, np.float64)
+        j = self.tracker.teacher(kl, self._next_use, t, True, self._rows_buf, self._nx, keys, dist)
+        self._rows = self._rows_buf[:len(kl)]  # (candidate_rows reads them again)
         info["oracle_action"] = j
         if not kl:
             info["stats"] = pool.snapshot().as_dict()

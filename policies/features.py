@@ -295,6 +295,18 @@ class FeatureTracker(EvictionPolicyBase):
         _k.last_ticks(self._Sk, self._slot, keys, out)
         return out
 
+    def teacher(self, keys: list[int], next_use: np.ndarray, tick: int, farthest: bool,
+                rows: np.ndarray, nxt: np.ndarray, keys_out: np.ndarray,
+                dist_out: np.ndarray) -> int:
+        """An eviction decision's teacher in one kernel call (:func:`policies.kernels.teacher`):
+        :meth:`last_access` of ``keys`` into ``rows``, the row of each one's next access after
+        it (``next_use``: a trace's, int64) into ``nxt``, then the oracle's choice among them
+        (with ``farthest``, Belady's), writing ``keys_out`` and the ticks from ``tick`` to each
+        next use into ``dist_out`` (all int64 but ``dist_out``, float64; ``keys_out`` and
+        ``dist_out`` of the decision's ``K``)."""
+        return int(_k.teacher(self._Sk, self._slot, keys, next_use, tick, farthest, rows, nxt,
+                              keys_out, dist_out))
+
     # ------------------------------------------------------------------ internals
     def _access(self, s: int, t: int) -> None:
         # per-access cost matters (it is paid on every hit): one kernel call
@@ -461,12 +473,17 @@ def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         # fast path: the first K distinct of iid uniform draws are a uniform K-subset of the
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
-        first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
-        if len(first) == K:
-            objs: dict[int, Any] | None = getattr(view, "objects", None)
-            out = [k for k in first if ev(k)] if objs is None else _k.evictable_keys(objs, first, K)
-            if len(out) == K:
-                return out
+        objs: dict[int, Any] | None = getattr(view, "objects", None)
+        if objs is not None:  # (the draws, their keys and their records in one kernel call)
+            out = _k.sample_keys(rng.random(K + K // 2 + 4), n, res, objs, K, np.empty(K, np.int64))
+            if out:
+                return out  # type: ignore[no-any-return]
+        else:
+            first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
+            if len(first) == K:
+                out = [k for k in first if ev(k)]
+                if len(out) == K:
+                    return out
         # else the first K distinct evictable objects of iid uniform draws (uniform as well)
         drawn: set[int] = set()
         picked: list[int] = []

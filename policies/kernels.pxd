@@ -27,6 +27,10 @@ cpdef Py_ssize_t first_distinct(double[::1] u, double n, long long[::1] out) exc
 @cython.locals(o=ObjectInfo)
 cpdef list evictable_keys(dict objs, object keys, Py_ssize_t limit)
 
+@cython.locals(c=Py_ssize_t, q=Py_ssize_t, o=ObjectInfo)
+cpdef list sample_keys(double[::1] u, double n, list res, dict objs, Py_ssize_t K,
+                       long long[::1] idx)
+
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, c=cython.longlong, s=Py_ssize_t,
                missing=Py_ssize_t)
 cpdef Py_ssize_t pack_keys(dict slot, dict objs, list keys, double[::1] v, Py_ssize_t K) except -1
@@ -42,6 +46,11 @@ cpdef Py_ssize_t next_rows(const long long[::1] next_use, const long long[::1] l
                bk=cython.longlong, k=cython.longlong, r=cython.longlong)
 cpdef Py_ssize_t oracle(list keys, const long long[::1] nxt, long long tick, bint farthest,
                         long long[::1] keys_out, double[::1] dist_out) except -2
+
+@cython.locals(n=Py_ssize_t)
+cpdef Py_ssize_t teacher(double[:, ::1] S, dict slot, list keys, const long long[::1] next_use,
+                         long long tick, bint farthest, long long[::1] rows, long long[::1] nxt,
+                         long long[::1] keys_out, double[::1] dist_out) except -2
 
 @cython.locals(K=Py_ssize_t, n=Py_ssize_t, nd=double, rows=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
                m=Py_ssize_t, s=Py_ssize_t, c=Py_ssize_t, sd=double, cd=double, t=double,

@@ -43,7 +43,7 @@ from cachegym.allocator import trace as _trace
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 
 __all__ = ["COMPILED", "LAYOUT", "access", "features", "first_distinct", "last_ticks", "next_rows",
-           "oracle", "evictable_keys", "pack_keys", "Scorer", "vector", "matrix", "observation"]
+           "oracle", "teacher", "evictable_keys", "sample_keys", "pack_keys", "Scorer", "vector", "matrix", "observation"]
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
@@ -160,6 +160,24 @@ def first_distinct(u: Any, n: int, out: Any) -> int:
             if c == m:
                 break
     return c
+
+
+def sample_keys(u: Any, n: int, res: list, objs: dict, K: int, idx: Any) -> list:
+    """``res[i]`` for the first ``K`` distinct ``i = int(u[j] * n)`` (:func:`first_distinct`,
+    ``idx``: an int64 buffer of ``K``), in draw order, if there are ``K`` of them and the records
+    ``objs`` say each is evictable (:func:`evictable_keys`); else an empty list. The uniform
+    sample of ``K`` residents of a decision, in one call."""
+    c = first_distinct(u, n, idx)
+    out: list = []
+    if c < K:
+        return out
+    for q in range(K):
+        k = res[idx[q]]
+        o = objs.get(k)
+        if o is None or not o.evictable():
+            return []
+        out.append(k)
+    return out
 
 
 # ---------------------------------------------------------------------- a decision's records
@@ -284,6 +302,17 @@ def oracle(keys: list, nxt: Any, tick: int, farthest: bool, keys_out: Any, dist_
     if not farthest and j >= 0 and best >= INF:
         j = -1
     return j
+
+
+def teacher(S: Any, slot: dict, keys: list, next_use: Any, tick: int, farthest: bool, rows: Any,
+            nxt: Any, keys_out: Any, dist_out: Any) -> int:
+    """A decision's teacher from the tracker's rows in one call: :func:`last_ticks` of ``keys``
+    into ``rows``, the row of each one's next access after it (:func:`next_rows` of the
+    trace's ``next_use``) into ``nxt``, then :func:`oracle` (its choice; ``keys_out`` and
+    ``dist_out`` as it writes them)."""
+    n = last_ticks(S, slot, keys, rows)
+    next_rows(next_use, rows, n, nxt)
+    return oracle(keys, nxt, tick, farthest, keys_out, dist_out)
 
 
 # ---------------------------------------------------------------------- the features

@@ -420,12 +420,23 @@ def test_candidates_and_state_codes_read_the_pools_records(n_resident) -> None:
     evictable = [k for k in tracker.lru_order() if view.evictable(k)]
     assert len(evictable) < len(tracker.lru_order())  # pins (and perhaps copies in flight)
     assert fm.select_keys(tracker, view, 32, "lru", None) == evictable[:32]
+    res = tracker.resident()
+    py = _interpreted_kernels()
     for seed in range(5):
         keys = fm.select_keys(tracker, view, 32, "sample", np.random.default_rng(seed))
         assert len(set(keys)) == len(keys) == min(32, len(evictable))
         assert set(keys) <= set(evictable)
         assert keys == select_candidates(tracker, view, 32, "sample",
                                          np.random.default_rng(seed)).tolist()
+        # the fast path (one kernel call): the first 32 distinct draws' residents when all are
+        # evictable, else nothing (the caller draws again), compiled as interpreted
+        u = np.random.default_rng(seed).random(52)
+        first = [res[i] for i in fm._first_distinct(np.random.default_rng(seed), len(res), 52, 32)]
+        want = first if len(first) == 32 and all(view.evictable(k) for k in first) else []
+        for mod in (kernels, py):
+            assert mod.sample_keys(u, len(res), res, view.objects, 32, np.empty(32, np.int64)) == want
+        if len(res) > 4 * 32 and want:
+            assert keys == want
     resident_flag = {0: 8, 2: 12}  # DEVICE: resident; H2D: resident and in flight
     probe = tracker.lru_order()[:24] + [10**12]  # pinned, in flight, dirty, and an unknown key
     v = fm.packed_buffer(32)
