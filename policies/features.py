@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURE_VERSION", "FEATURE_NAMES", "GLOBAL_NAMES", "HALF_LIVES", "HORIZON", "N_GAPS", "RULES", "MAX_K",
     "feature_spec", "check_spec", "FeatureTracker", "Observed", "select_candidates", "observe",
-    "select_keys", "observe_keys", "packed_buffer",
+    "select_keys", "observe_keys", "fill_observation", "packed_buffer",
     "COMPILED", "F", "G",
 ]
 
@@ -549,13 +549,30 @@ def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
         out = np.zeros((K + 1, F), np.float32)
     if v is None:
         v = packed_buffer(K)
-    mask = _mask_table(K)[n]  # read-only (observe() hands out a copy)
-    cand, glob = out[:K], out[K, :G]
+    _fill(tracker, view, keys, K, v, out, reused)
+    return out[:K], _mask_table(K)[n], out[K, :G]  # (the mask read-only: observe() copies it)
+
+
+def fill_observation(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
+                     v: np.ndarray, out: np.ndarray) -> None:
+    """:func:`observe_keys` into the caller's buffers, ``v`` (:func:`packed_buffer`) and
+    ``out`` (``(K + 1, F)`` float32, used again and again), without the views of it that
+    function returns: what a deployed policy's decision fills before its forward pass."""
+    if len(keys) > K:
+        raise ConfigError(f"observe: {len(keys)} candidate keys for K={K}; pass at most K keys")
+    _fill(tracker, view, keys, K, v, out, True)
+
+
+def _fill(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, v: np.ndarray,
+          out: np.ndarray, reused: bool) -> None:
+    """The features of ``keys`` into ``out`` (``reused``: a caller's buffer whose kernel view
+    is kept), their packed slots, codes and globals into ``v``."""
+    n = len(keys)
     sls = _pack(tracker, view, keys, K, v)
     if sls is None:  # the usual case, every candidate has history: one kernel call
         _k.features(tracker._Sk, _kernel_view(v, _k.vector),
                     _kernel_view(out, _k.observation) if reused else out)
-        return cand, mask, glob
+        return
     # keys without history (a prefetch candidate may be one): their rows are made here, an
     # empty history and what the pool knows of them, and the kernel runs on these rows
     rows = tracker._S[[max(s, 0) for s in sls]]  # a copy
@@ -572,7 +589,6 @@ def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     for i, s in enumerate(sls):
         if s < 0:
             out[i, _I_SEEN] = 0.0
-    return cand, mask, glob
 
 
 _NPRM = _L["NPRM"]

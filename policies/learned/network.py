@@ -59,7 +59,7 @@ class CandidateScorer:
     def best(self, x: np.ndarray, n: int) -> int:
         """Index of the best of the first ``n`` candidates of ``x`` (float32 ``(K + 1, F)``:
         candidates in rows ``0..K-1``, the globals in the first ``G`` values of row ``K``, as
-        :func:`policies.features.observe_keys` fills it); the first of equal scores."""
+        :func:`policies.features.fill_observation` fills it); the first of equal scores."""
         return int(self.kernel.best(x, n))
 
     def _buffer(self, cand: np.ndarray, glob: np.ndarray) -> np.ndarray:

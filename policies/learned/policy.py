@@ -259,7 +259,7 @@ class LearnedPolicy(EvictionPolicyBase):
             n = len(keys)
             if n:
                 buf = self._buf
-                _features.observe_keys(tracker, view, keys, K, v, buf)
+                _features.fill_observation(tracker, view, keys, K, v, buf)
                 choice = keys[self.scorer.kernel.best(self._buf_k, n)]
         except Exception:  # a failing decision falls back to LRU (counted), never crashes the pool
             log.exception("learned policy decision failed; falling back to LRU")

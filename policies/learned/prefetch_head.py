@@ -183,7 +183,7 @@ class PrefetchHead:
         n = len(cands)
         if not n:
             return []
-        _features.observe_keys(tracker, view, cands, self.K, self._packed, self._buf)
+        _features.fill_observation(tracker, view, cands, self.K, self._packed, self._buf)
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
         out: list[int] = []
         budget, in_flight = self.budget_bytes, view.bytes_in_flight
