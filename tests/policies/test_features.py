@@ -590,3 +590,27 @@ def test_last_access_is_the_newest_tick_of_each_ring() -> None:
         got = tracker.last_access(form)
         assert got.dtype == np.int64
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_teacher_in_one_call_is_the_three_it_composes() -> None:
+    """``FeatureTracker.teacher`` (an eviction env's info in one kernel call) equals
+    ``last_access``, then ``envs.common.next_use_rows`` and ``decision_info``, for Belady's
+    choice and the soonest use, with keys never accessed (no row) and K above the candidates."""
+    from cachegym.envs.common import decision_info, next_use_rows
+
+    trace = _trace(3000, 400, 3, frees=True)
+    tracker = FeatureTracker()
+    pool = _replay(trace.window(0, 2000), 60 * 4 * 4096, tracker)  # (the rest: the future)
+    nu = trace.next_use()
+    keys = tracker.lru_order()[:20] + [10**12]  # and a key the tracker never saw
+    K = 32
+    for farthest in (True, False):
+        rows, nxt = np.empty(K, np.int64), np.empty(K, np.int64)
+        ko, do = np.empty(K, np.int64), np.empty(K, np.float64)
+        j = tracker.teacher(keys, nu, pool.view.tick, farthest, rows, nxt, ko, do)
+        last = tracker.last_access(keys)
+        want = decision_info(keys, next_use_rows(nu, last), pool.view.tick, K, farthest)
+        assert j == want[0] and j >= 0
+        np.testing.assert_array_equal(rows[:len(keys)], last)
+        np.testing.assert_array_equal(ko, want[1])
+        np.testing.assert_array_equal(do, want[2])
