@@ -203,6 +203,8 @@ def refuse_unknown_keys(cfg: Any, where: str = "") -> None:
              if isinstance(t, type) and dataclasses.is_dataclass(t) else None)
     for k in [str(k) for k in cfg]:
         key = f"{where}.{k}" if where else k
+        if key == "hydra":  # (Hydra's own node, in a config composed with return_hydra_config)
+            continue
         if known is not None and k not in known:
             close = difflib.get_close_matches(k, sorted(known), 1)
             hint = f"did you mean {where + '.' if where else ''}{close[0]}? " if close else ""

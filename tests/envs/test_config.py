@@ -219,6 +219,7 @@ def test_a_key_added_with_plus_to_a_typed_section_is_refused_before_any_work(tmp
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         for job in ("evaluate", "train", "main"):
             refuse_unknown_keys(compose(job))
+            refuse_unknown_keys(compose(job, return_hydra_config=True))  # (Hydra's node passes)
         for group in ("agent", "env"):
             for p in sorted(Path(CONF, group).glob("*.yaml")):
                 refuse_unknown_keys(compose("train", overrides=[f"{group}={p.stem}"]))
