@@ -156,7 +156,7 @@ def sim_config(args: argparse.Namespace) -> Any:
 
     from cachegym.allocator.errors import ConfigError
     from cachegym.allocator.sizes import parse_capacity
-    from cachegym.envs.config import register_configs
+    from cachegym.envs.config import guard_node, register_configs
     from cachegym.envs.paths import CONF_DIR
     from cachegym.envs.workloads import parse_trace_params
 
@@ -171,11 +171,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
-    from cachegym.envs.config import guard_options
-
-    if args.guard not in guard_options():  # (checked even without a learned:PATH policy)
-        raise ConfigError(f"--guard: unknown guard {args.guard!r}; choices: "
-                          f"{', '.join(guard_options())}")
+    guard_node(args.guard, "--guard")  # an option of conf/policy/guard/, even without learned:PATH
     fmt = None if args.format.lower() in ("auto", "") else args.format
     options = parse_trace_params(args.trace_params)
     register_configs()

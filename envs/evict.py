@@ -168,8 +168,7 @@ class EvictEnv(PoolEnv):
         self._loop: Generator[EvictionRequest | None, int, None] | None = None
         self._keys: list[int] = []
         self._nx = np.zeros(self.K, np.int64)  # the candidates' next uses (_info)
-        self._rows: Any = np.zeros(0, np.int64)  # the candidates' last-access rows (_info)
-        self._rows_buf = np.zeros(self.K, np.int64)  # (their buffer)
+        self._rows = np.zeros(self.K, np.int64)  # the candidates' last-access rows (_info)
         self._mask = np.zeros(self.K, bool)
         self._obs = empty_obs(self.K)
         self._done = True
@@ -290,7 +289,8 @@ class EvictEnv(PoolEnv):
         the order of the observation (``-1``: padding): where its current reuse interval
         starts, the interval of :func:`policies.bounds.foo_kept_rows`."""
         out = np.full(self.K, -1, np.int64)
-        out[:len(self._keys)] = self._rows  # (this decision's, from its info)
+        n = len(self._keys)
+        out[:n] = self._rows[:n]  # (this decision's, from its info)
         return out
 
     # ------------------------------------------------------------------ helpers
@@ -325,8 +325,7 @@ class EvictEnv(PoolEnv):
         # Belady's choice and each candidate's next-use distance: the next use after each one's
         # last access (in one kernel call; the arrays handed out are new at every decision)
         keys, dist = np.empty(self.K, np.int64), np.empty(self.K, np.float64)
-        j = self.tracker.teacher(kl, self._next_use, t, True, self._rows_buf, self._nx, keys, dist)
-        self._rows = self._rows_buf[:len(kl)]  # (candidate_rows reads them again)
+        j = self.tracker.teacher(kl, self._next_use, t, True, self._rows, self._nx, keys, dist)
         info["oracle_action"] = j
         if not kl:
             info["stats"] = pool.snapshot().as_dict()

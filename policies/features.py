@@ -540,9 +540,6 @@ def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     """:func:`observe` of a list of Python ints. ``v``: a
     :func:`packed_buffer` to reuse; ``out``: a ``(K + 1, F)`` float32 buffer to reuse (rows
     ``len(keys)..K-1`` are then left as they were), else new ones."""
-    n = len(keys)
-    if n > K:
-        raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     # one buffer: rows 0..K-1 the candidates' features, row K the global features (G <= F)
     reused = out is not None  # a caller's buffer, used again: its kernel view is kept
     if out is None:
@@ -550,7 +547,7 @@ def observe_keys(tracker: FeatureTracker, view: PoolView, keys: Any, K: int,
     if v is None:
         v = packed_buffer(K)
     _fill(tracker, view, keys, K, v, out, reused)
-    return out[:K], _mask_table(K)[n], out[K, :G]  # (the mask read-only: observe() copies it)
+    return out[:K], _mask_table(K)[len(keys)], out[K, :G]  # (the mask read-only: observe() copies it)
 
 
 def fill_observation(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
@@ -558,8 +555,6 @@ def fill_observation(tracker: FeatureTracker, view: PoolView, keys: list[int], K
     """:func:`observe_keys` into the caller's buffers, ``v`` (:func:`packed_buffer`) and
     ``out`` (``(K + 1, F)`` float32, used again and again), without the views of it that
     function returns: what a deployed policy's decision fills before its forward pass."""
-    if len(keys) > K:
-        raise ConfigError(f"observe: {len(keys)} candidate keys for K={K}; pass at most K keys")
     _fill(tracker, view, keys, K, v, out, True)
 
 
@@ -568,6 +563,8 @@ def _fill(tracker: FeatureTracker, view: PoolView, keys: Any, K: int, v: np.ndar
     """The features of ``keys`` into ``out`` (``reused``: a caller's buffer whose kernel view
     is kept), their packed slots, codes and globals into ``v``."""
     n = len(keys)
+    if n > K:
+        raise ConfigError(f"observe: {n} candidate keys for K={K}; pass at most K keys")
     sls = _pack(tracker, view, keys, K, v)
     if sls is None:  # the usual case, every candidate has history: one kernel call
         _k.features(tracker._Sk, _kernel_view(v, _k.vector),
