@@ -66,12 +66,13 @@ if TYPE_CHECKING:
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook", "is_noop",
-           "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "STATE_NAMES"]
+           "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
 # device, in flight to the host (a dirty victim being written back)
 DEVICE, HOST, H2D, D2H = 0, 1, 2, 3
 STATE_NAMES = ("device", "host", "h2d", "d2h")
+AWAY = (HOST, D2H)  # the states of an object that is known and not resident: what a prefetch can fetch
 
 
 class PoolView:
@@ -117,6 +118,13 @@ class PoolView:
     @property
     def bytes_in_flight(self) -> int:
         return self._pool._inflight_bytes
+
+    @property
+    def releasing_bytes(self) -> int:
+        """Device bytes that dirty victims still hold while their write-backs are in flight
+        (their blocks are free once the copies complete): not available to another object
+        before then."""
+        return self._pool._pending_release_bytes
 
     @property
     def cost(self) -> CostModel:

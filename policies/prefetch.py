@@ -14,6 +14,7 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
+from cachegym.allocator.seams import AWAY
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import PrefetchPolicyBase
 from cachegym.policies.successors import SuccessorPredictor
@@ -167,7 +168,9 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
     before the next access, no longer covers its copy (the pool's cost model's latency +
     bytes / bandwidth) after the copies queued before it and its learnt margin
     (:class:`~allocator.prefetch_timing.PrefetchTiming`: an object whose prefetch arrived late
-    starts earlier next time). At most ``depth`` prefetches per access. Without compute times
+    starts earlier next time), and while it fits in the pool beside every object the rows use
+    before it (do no harm: past that, holding it would push out an object needed sooner).
+    At most ``depth`` prefetches per access. Without compute times
     or a cost model every copy is due at once: the next ``depth`` objects, in order of use.
     ``window`` defaults to ``8 * depth``.
     """
@@ -193,6 +196,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         # compute before row j: _cum[j] (the compute after rows 0 .. j-1)
         self._cum = np.concatenate(([0], np.cumsum(trace.compute_ns, dtype=np.int64)))
         self._max_size = int(trace.size.max()) if len(trace) else 0
+        self._size = trace.size
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         self.timing.feedback(view, key, key)
@@ -215,24 +219,32 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
             return ()
         return timing.due_keys(view, self._uses(view, key, lo, hi), self.depth, self._max_size)
 
-    def _uses(self, view: PoolView, key: int, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
-        """``(key, key, ahead_ns)`` of the distinct objects rows ``lo .. hi-1`` use that the
-        pool knows, are not resident and are not freed before that use, in order of first use;
-        ``ahead_ns`` the compute from row ``lo`` to the use."""
+    def _uses(self, view: PoolView, key: int, lo: int, hi: int
+              ) -> Iterator[tuple[int, int, int, int, bool]]:
+        """``(key, key, ahead_ns, size, away)`` of the distinct objects rows ``lo .. hi-1`` use
+        that are not freed before that use, in order of first use (``due_keys``' walk);
+        ``ahead_ns`` the compute from row ``lo`` to the use, ``away`` whether the pool knows the
+        object and does not hold it (``key``, the object just accessed, never is: it counts
+        only for the room it takes)."""
         cum = self._cum
         base = int(cum[lo])  # compute done when the next decision point comes
-        seen: set[int] = {key}
+        seen: set[int] = set()
         freed: set[int] = set()
-        for j, k, is_free in zip(range(lo, hi), self._key[lo:hi].tolist(), self._free[lo:hi].tolist()):
+        objs = view.objects
+        rows = zip(range(lo, hi), self._key[lo:hi].tolist(), self._free[lo:hi].tolist(),
+                   self._size[lo:hi].tolist())
+        for j, k, is_free, size in rows:
             if is_free:
                 freed.add(k)
                 continue
             if k in freed or k in seen:
                 continue
             seen.add(k)
-            if k not in view or view.is_resident(k):
-                continue
-            yield k, k, int(cum[j]) - base
+            o = objs.get(k)
+            if o is None:  # a new object: its room from the trace
+                yield k, k, int(cum[j]) - base, size, False
+            else:
+                yield k, k, int(cum[j]) - base, o.size, k != key and o.state in AWAY
 
     def __repr__(self) -> str:
         return f"LookaheadPrefetcher(trace={self.trace.name!r}, depth={self.depth})"

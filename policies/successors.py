@@ -9,16 +9,13 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.allocator.pool import D2H, DEVICE, H2D, HOST
 from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
+from cachegym.allocator.seams import AWAY
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
 __all__ = ["SuccessorPredictor", "make_predictor", "MAX_HORIZON", "SYNC"]
-
-_AWAY = (HOST, D2H)  # the residency states of an object that is known and not resident
-assert {DEVICE, H2D}.isdisjoint(_AWAY) and len({DEVICE, H2D, *_AWAY}) == 4
 
 MAX_HORIZON = 1 << 16
 """Most past accesses :meth:`SuccessorPredictor.propose` reads ahead of the aligned position."""
@@ -61,7 +58,9 @@ class SuccessorPredictor:
 
     Proposals are up to ``K`` objects known to the pool and not resident (what a prefetch can
     bring in): with ``horizon > 0``, the due ones the aligned history names while it is in sync
-    (at least :data:`SYNC` of the recent accesses followed it), and none otherwise (the first
+    (at least :data:`SYNC` of the recent accesses followed it, and each fitting in the pool
+    beside the objects it names before it: ``PrefetchTiming.due_keys``' do-no-harm rule), and
+    none otherwise (the first
     period; a trace that does not repeat, e.g. Zipf, where guesses from the successor table
     made a learned head trained on aligned proposals prefetch in vain: docs/EXPERIMENTS.md);
     with ``horizon == 0``, the successor table's.
@@ -97,6 +96,7 @@ class SuccessorPredictor:
         self._hist: list[int] = []
         self._first: list[bool] = []  # _hist[i] was its key's first access
         self._clock: list[int] = []  # the pool's compute (ns) when _hist[i] was observed
+        self._sizes: list[int] = []  # the object's size (bytes) when _hist[i] was observed
         self._root: dict[int, int] = {}  # an object -> the first of its lineage (PrefetchTiming's ident)
         self._max_size = 0
         self.timing = PrefetchTiming()
@@ -126,12 +126,13 @@ class SuccessorPredictor:
         it every proposal of the history is due at once)."""
         self._walk = None
         if self.horizon:  # (the aligned history alone proposes: no successor table to keep)
-            now = 0
+            now = size = 0
             if view is not None:
                 now = view.cost.compute_ns
-                self._max_size = max(self._max_size, view.size(key))
+                size = view.size(key)
+                self._max_size = max(self._max_size, size)
                 self.timing.feedback(view, key, self._root.get(key, key))
-            self._align(key, now)
+            self._align(key, now, size)
             return
         succ, width = self._succ, self.width
         for y in self._recent:
@@ -147,7 +148,7 @@ class SuccessorPredictor:
                 del s[next(iter(s))]
         self._recent.appendleft(key)
 
-    def _align(self, key: int, now: int) -> None:
+    def _align(self, key: int, now: int, size: int) -> None:
         hist, base, pos, alias = self._hist, self._base, self._pos, self._alias
         p = base + len(hist)  # this access's position
         past = pos.get(key)
@@ -185,6 +186,7 @@ class SuccessorPredictor:
         hist.append(key)
         self._first.append(past is None)
         self._clock.append(now)
+        self._sizes.append(size)
         if past is None:
             pos[key] = [p]
         else:
@@ -212,7 +214,7 @@ class SuccessorPredictor:
         hist = self._hist
         drop = len(hist) - self.memory
         self._base += drop
-        del hist[:drop], self._first[:drop], self._clock[:drop]
+        del hist[:drop], self._first[:drop], self._clock[:drop], self._sizes[:drop]
         lo = self._base
         self._pos = {k: q for k, v in self._pos.items() if (q := [x for x in v if x >= lo])}
         for d in (self._alias, self._origin, self._root):
@@ -240,13 +242,16 @@ class SuccessorPredictor:
         """Up to ``K`` objects known to the pool and not resident, most likely next first
         (``timing``: the aligned history's margins in ``view``'s pool; by default its own, learnt
         in the pool it observes)."""
-        if self.horizon and not self.in_sync:
-            return []
+        if self.horizon:  # the aligned history alone: what it names while in sync
+            if not self.in_sync:
+                return []
+            return (timing or self.timing).due_keys(view, self._uses(key, view), K,
+                                                    self._max_size)
         objs: dict[int, Any] | None = getattr(view, "objects", None)
         # known and not resident = on the host or being written back; the pool's own view
         # reads each object's record once, another view answers through its public API
         get = objs.get if objs is not None else None
-        away, resident = _AWAY, view.is_resident
+        away, resident = AWAY, view.is_resident
 
         def away_(z: int) -> bool:
             if get is not None:
@@ -254,9 +259,6 @@ class SuccessorPredictor:
                 return o is not None and o.state in away
             return z in view and not resident(z)
 
-        if self.horizon:  # the aligned history alone: what it names while in sync
-            return (timing or self.timing).due_keys(view, self._uses(key, view, away_), K,
-                                                    self._max_size)
         out: list[int] = []
         seen = {key}
         frontier = [key]
@@ -284,31 +286,38 @@ class SuccessorPredictor:
             frontier = nxt
         return out
 
-    def _uses(self, key: int, view: PoolView, away: Any) -> Iterator[tuple[int, int, int]]:
-        """``(key, lineage, ahead_ns)`` of the objects the aligned history says come next,
-        known and not resident (``away``), distinct, in order of use; ``ahead_ns`` the compute
-        the past period spent from the access after the aligned one to that use. The walk over
-        the history is made once per access, as far as any caller reads it (a guard's shadow
-        pools ask after the same access as the pool), and filtered by each caller's ``away``."""
+    def _uses(self, key: int, view: PoolView) -> Iterator[tuple[int, int, int, int, bool]]:
+        """``(key, lineage, ahead_ns, size, away)`` of the objects the aligned history says come
+        next, distinct, in order of use (``due_keys``' walk): ``ahead_ns`` the compute the past
+        period spent from the access after the aligned one to that use, ``size`` the pool's
+        record's (the past period's for an object the pool does not know), ``away`` whether the
+        pool knows it and does not hold it (``key``, the object just accessed, never is: it
+        counts only for the room it takes). The walk over the history is made once per access,
+        as far as any caller reads it (a guard's shadow pools ask after the same access as the
+        pool); residency is each caller's."""
         w = self._walk
         if w is None or w[0] != key:
             lo = self._cursor + 1 - self._base
             hi = min(lo + self.horizon, len(self._hist) - 1)  # (never the current access)
-            w = self._walk = [key, lo, hi, {key}, [], self._clock[lo] if lo < hi else 0]
-        found: list[tuple[int, int, int]] = w[4]
+            w = self._walk = [key, lo, hi, set(), [], self._clock[lo] if lo < hi else 0]
+        found: list[tuple[int, int, int, int]] = w[4]
+        objs = view.objects
         j = 0
         while True:
             if j == len(found) and not self._walk_on(w):
                 return
-            u = found[j]
+            z, lineage, ahead, size = found[j]
             j += 1
-            if away(u[0]):
-                yield u
+            o = objs.get(z)
+            if o is None:
+                yield z, lineage, ahead, size, False
+            else:
+                yield z, lineage, ahead, o.size, z != key and o.state in AWAY
 
     def _walk_on(self, w: list[Any]) -> bool:
         """The walk ``w`` (:meth:`_uses`) finds its next distinct object, if any."""
         i, hi, seen, base = w[1], w[2], w[3], w[5]
-        hist, clock, alias = self._hist, self._clock, self._alias
+        hist, clock, alias, sizes = self._hist, self._clock, self._alias, self._sizes
         while i < hi:
             z = hist[i]
             z = alias.get(z, z)
@@ -316,7 +325,7 @@ class SuccessorPredictor:
             if z not in seen:
                 seen.add(z)
                 w[1] = i
-                w[4].append((z, self._root.get(z, z), clock[i - 1] - base))
+                w[4].append((z, self._root.get(z, z), clock[i - 1] - base, sizes[i - 1]))
                 return True
         w[1] = i
         return False

@@ -87,13 +87,55 @@ def test_lookahead_issues_copies_when_due_not_by_count() -> None:
     assert max(inflight) <= KIB4  # one copy at a time: exactly what the compute hides
     # without compute times it is the count rule: the next `depth` objects at once
     flat = Trace.from_arrays(trace.key, KIB4)
-    pool = Pool(cap, LRU(), prefetcher=LookaheadPrefetcher(flat, depth=8), cost="a100_pcie4",
-                placement="bytes")
-    for k in range(60):  # all known; 30..59 resident (and what they prefetched)
+    pool = Pool(cap, LRU(), cost="a100_pcie4", placement="bytes")
+    for k in range(60):  # all known; 30..59 resident
         pool.access(k, KIB4)
-    p0 = pool.stats.prefetches
+    pool.prefetcher = LookaheadPrefetcher(flat, depth=8)
     pool.access(0, KIB4)
-    assert pool.stats.prefetches - p0 == 8  # 1..8 at once
+    assert pool.stats.prefetches == 8  # 1..8 at once (they and 0 fit in the pool's 30)
+
+
+def test_an_object_is_prefetched_only_while_it_fits_beside_what_is_used_before_it() -> None:
+    """Do no harm: ``due_keys`` walks every object in order of use (resident or not) and stops
+    at the first prefetch candidate that would not fit in the pool beside the objects used
+    before it and the bytes write-backs still hold."""
+    from types import SimpleNamespace
+
+    view = SimpleNamespace(capacity=10, releasing_bytes=0,
+                           cost=SimpleNamespace(instant=True, copy_time=lambda engine, size: 0,
+                                                busy_until=lambda engine: 0),
+                           now_ns=0)
+    uses = [(1, 1, 0, 3, True), (2, 2, 0, 4, False), (3, 3, 0, 2, True), (4, 4, 0, 2, True)]
+    t = PrefetchTiming()
+    assert t.due_keys(view, iter(uses), 8, 4) == [1, 3]  # 3 + 4 + 2 fit in 10; 4 would not
+    view.releasing_bytes = 2  # a write-back still holds 2 bytes: 3 no longer fits
+    assert t.due_keys(view, iter(uses), 8, 4) == [1]
+    view.capacity = 11
+    assert t.due_keys(view, iter(uses), 8, 4) == [1, 3]
+    assert t.due_keys(view, iter(uses), 1, 4) == [1]  # depth still bounds it
+
+
+@pytest.mark.parametrize("name", ["lookahead", "history"])
+def test_prefetching_in_a_small_pool_no_longer_evicts_what_it_brings(name: str) -> None:
+    """A DL training step at a quarter of its peak live bytes, under Belady: before the rule
+    above the prefetchers stalled 4-5x as long as no prefetching, 97% of their copies evicted
+    unused (lookahead: 9.81 ms, 876 of 902; history: 8.34 ms, 704 of 712; without: 2.04 ms);
+    now 2.27 and 2.28 ms, 70 of 163 and 55 of 121."""
+    from cachegym.envs.workloads.registry import generate
+    from cachegym.policies.registry import make_eviction, make_prefetch
+
+    trace = generate("dl_training", seed=1, n_layers=4, hidden=64, batch_tokens=128, steps=6)
+    cap = int(0.25 * trace.peak_live_bytes())
+
+    def run(pf: str | None):
+        return Pool(cap, make_eviction("belady", trace=trace), cost="h100_pcie5",
+                    prefetcher=None if pf is None else make_prefetch(pf, trace=trace),
+                    oversize="bypass", placement="bytes").replay(trace)
+
+    alone, st = run(None), run(name)
+    assert st.prefetch_hits > 0
+    assert st.stall_ns <= 1.25 * alone.stall_ns, (st.stall_ns, alone.stall_ns)
+    assert st.useless_prefetches <= 0.5 * st.prefetches, (st.useless_prefetches, st.prefetches)
 
 
 @pytest.fixture

@@ -20,7 +20,12 @@ group's shadow-guarded runs and the ``quality`` table changed. Re-recorded when 
 joined the ShadowGuard's experts (traffic and misses) and SLRU the quality benchmark's
 heuristics (2026-12-03): 6 of the 48 ``learned`` runs changed (``learned`` under the shadow guard
 on gpt 25%/50%, gpt_infer 50%, gpt_wide 25%/50%, resnet_deep 50%), every other run of that group
-is unchanged, and the ``quality`` table gained SLRU's columns. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+is unchanged, and the ``quality`` table gained SLRU's columns. Re-recorded when the
+prefetchers' proposals learnt to do no harm (2026-12-04: an object is prefetched only while it
+fits in the pool beside the objects used before it): only ``pool``'s ``prefetch/lookahead/
+arena-None`` and ``bytes-None`` changed (the untimed oracle in a pool smaller than its window:
+bytes copied in 31.1 -> 24.8 and 29.5 -> 19.8 MB, prefetches evicted unused 8902 -> 6738 and
+8343 -> 4946, misses 1001 -> 890 and 872 -> 853); every other record is unchanged. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 

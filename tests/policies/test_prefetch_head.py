@@ -520,9 +520,11 @@ def test_a_stall_guard_mutes_the_learned_head_where_prefetching_costs_stall(join
     """Judged on stall with a learned head, each expert is also judged without the head (a twin
     shadow, ``<expert>-no-prefetch``); following such a twin, the pool mutes the head. With a
     head that prefetches its best candidate at every access, never pausing, in a pool too small
-    to hold what it brings (most prefetches are evicted unused), the guard follows a twin and
+    for it (LRU with that head stalls more than without it), the guard follows a twin and
     ends below the guard without twins and within 10% of the best expert without prefetches
-    (measured: 4.18 ms against 5.95 without twins, the best heuristic 4.52)."""
+    (measured: 3.42 ms against 4.19 without twins, the best heuristic 3.37, at 30% of the peak
+    live bytes; at 20%, where it was 4.18 against 5.95, the proposer's do-no-harm rule now
+    leaves the head little to waste)."""
     from cachegym.policies.learned.guards import ShadowGuard
     from cachegym.policies.registry import make_eviction
 
@@ -532,7 +534,7 @@ def test_a_stall_guard_mutes_the_learned_head_where_prefetching_costs_stall(join
 
     path = _rewrite(joint_file, str(tmp_path / "eager.npz"), eager)
     trace = generate("dl_training", seed=5, n_layers=4, hidden=64, batch_tokens=128, steps=12)
-    cap = int(0.2 * trace.peak_live_bytes())
+    cap = int(0.3 * trace.peak_live_bytes())
 
     def run(policy, pf):
         if pf is not None:

@@ -70,14 +70,15 @@ def test_the_aligned_history_names_this_steps_new_activations_in_backward_order(
             seen.append(p.propose(k, 4, view))
 
     replay(t, p, capacity=3 * 1024, ask=ask)
-    # 1027 is read now, then its parameter, and so on backwards (all on the host but 1027)
-    assert seen == [[1, 1026, 0, 1025]]
+    # 1027 is read now, then its parameter, and so on backwards (all on the host but 1027);
+    # 1025 would not fit beside the three before it in a pool of three (do no harm)
+    assert seen == [[1, 1026, 0]]
     assert p.aligned > p.realigned
     table = SuccessorPredictor()  # the successor table alone: never these keys in this order
     seen.clear()
     replay(t, table, capacity=3 * 1024, ask=lambda i, k, v: seen.append(table.propose(k, 4, v))
            if k == 1027 and t.op[i] == Op.READ else None)
-    assert seen and seen[0] != [1, 1026, 0, 1025] and not {1026, 1025} <= set(seen[0])
+    assert seen and seen[0] != [1, 1026, 0] and not {1026, 1025} <= set(seen[0])
 
 
 def test_under_a_timing_model_only_the_due_copies_are_proposed():
@@ -96,7 +97,7 @@ def test_under_a_timing_model_only_the_due_copies_are_proposed():
     replay(t, untimed, capacity=3 * 1024,
            ask=lambda i, k, v: got.setdefault("untimed", untimed.propose(k, 8, v))
            if k == 1027 and t.op[i] == Op.READ else None)
-    assert got["untimed"][:4] == [1, 1026, 0, 1025]
+    assert got["untimed"] == [1, 1026, 0]  # (1025 would not fit beside them: do no harm)
     assert 1 <= len(got["timed"]) < len(got["untimed"])
     assert got["timed"] == got["untimed"][: len(got["timed"])]
 
