@@ -107,7 +107,7 @@ class SuccessorPredictor:
         self._cursor = -1
         self._period = 0  # distance of the last re-alignment (0: none yet)
         # the walk of the history after the latest access (_uses), shared by every pool that
-        # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead)s,
+        # asks before the next observe(): [key, next index, end, seen, (key, lineage, ahead, size)s,
         # the compute at the walk's start]
         self._walk: list[Any] | None = None
         self._other = PoolTimings()  # the aligned history's timing in other pools (timing_in)
