@@ -90,8 +90,10 @@ class PrefetchTiming:
         SIGMETRICS 1995): an object is prefetched only while it fits in the pool beside every
         object used before it (their ``size``, resident or not, the object of the access just
         made included) and the bytes still held by write-backs in flight
-        (``view.releasing_bytes``); past that, holding it from now on would push out an object
-        needed sooner, and the walk stops. Without that rule a small pool (a quarter of a DL
+        (``view.releasing_bytes``), and, where the pool's eviction policy says what it would
+        evict next (``view.eviction_order()``: LRU, FIFO, LFU, GDSF, S3-FIFO, SLRU, LIRS), only
+        if the victims that make its room are none of those objects; past that, holding it from
+        now on would push out an object needed sooner, and the walk stops. Without that rule a small pool (a quarter of a DL
         training step's live bytes) prefetched four times the bytes it used, most of them
         evicted before their use. The walk also stops past the compute that the queue, the
         largest copy (``max_size`` bytes) and the largest margin could need: nothing further
@@ -104,14 +106,25 @@ class PrefetchTiming:
         horizon = queued + cost.copy_time(0, max_size) + self.max_margin()
         room = view.capacity - view.releasing_bytes
         before = 0  # the bytes of the objects used before the one at hand
+        used: set[int] = set()  # those objects
+        free = view.capacity - view.used  # the room the prefetches chosen so far leave
+        taken: set[int] = set()  # the victims that room counts
         out: list[int] = []
         for k, ident, ahead, size, away in uses:
             if not away:
                 before += size
+                used.add(k)
                 continue
             if before + size > room:
                 break  # it would take the room of an object used before it
             before += size
+            if free < size:
+                got = self._victims_room(view, size - free, used, taken)
+                if got < 0:
+                    break  # the policy would evict an object used before it
+                free += got
+            free -= size
+            used.add(k)
             if instant or self.due(ahead, 0, queued + self.lead_ns(view, ident, size)):
                 out.append(k)
                 if len(out) >= depth:
@@ -122,6 +135,33 @@ class PrefetchTiming:
             if ahead > horizon and not instant:
                 break
         return out
+
+    @staticmethod
+    def _victims_room(view: PoolView, need: int, used: set[int], taken: set[int]) -> int:
+        """The bytes the pool's eviction policy would free for a prefetch that lacks ``need``
+        bytes of room: its next evictable victims in its ``eviction_order`` (past those already
+        ``taken``, which it takes too) until ``need`` bytes are free; -1 if one of them is in
+        ``used`` (the prefetch would evict an object used before it: do no harm) or if they
+        free too little. Without an order (the policy does not say), ``need``: the working-set
+        rule alone then."""
+        order = view.eviction_order()
+        if order is None:
+            return need
+        objs = view.objects
+        got = 0
+        for v in order:
+            if v in taken:
+                continue
+            o = objs.get(v)
+            if o is None or not o.evictable():
+                continue
+            if v in used:
+                return -1
+            taken.add(v)
+            got += o.nbytes
+            if got >= need:
+                return got
+        return -1
 
     def feedback(self, view: PoolView, key: int, ident: int) -> None:
         """After an access of ``key``: if it waited for its late prefetch, start that

@@ -38,6 +38,10 @@ required methods alone may omit them):
 * ``on_free_untracked(view, key)``: the free of an object the pool holds in host memory only,
   for a policy that models a cache of its own, which may still hold an object the pool evicted
   (:class:`~policies.shadow.ShadowPolicy`, the learned policy's guard).
+* ``eviction_order() -> Iterable[int]``: the objects the policy would give up next, in order,
+  without changing its state. Never called by the loop: the prefetch timing rule reads it
+  (:meth:`PoolView.eviction_order`) to see what a prefetch would evict, and a guard following
+  the policy in another pool to make room there as the policy would.
 
 Hooks left as the no-ops of :class:`EvictionPolicyBase` may be skipped by the pool (an identity
 check: :func:`is_noop`).
@@ -65,7 +69,8 @@ if TYPE_CHECKING:
     from cachegym.allocator.records import Counters, ObjectInfo
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
-           "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook", "is_noop",
+           "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook",
+           "eviction_order_of", "is_noop",
            "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
@@ -118,6 +123,12 @@ class PoolView:
     @property
     def bytes_in_flight(self) -> int:
         return self._pool._inflight_bytes
+
+    def eviction_order(self) -> Iterable[int] | None:
+        """What the pool's eviction policy would give up next, in order (its ``eviction_order``),
+        without changing its state; ``None`` where the policy does not say."""
+        order = eviction_order_of(self._pool._policy)
+        return None if order is None else order()
 
     @property
     def releasing_bytes(self) -> int:
@@ -209,9 +220,8 @@ class EvictionPolicyBase:
     admit: Callable[[PoolView, int, int], bool] | None = None
     pending_evictions: Callable[[], Iterable[int]] | None = None
     on_free_untracked: Callable[[PoolView, int], None] | None = None
-    # not read by the pool: the objects the policy would give up next, in order, without
-    # changing its state (a guard following the policy in another pool takes the first of them
-    # that pool can evict when the policy has dropped nothing it holds); None: no such order
+    # not read by the loop (module docstring): the objects the policy would give up next, in
+    # order, without changing its state; None: no such order
     eviction_order: Callable[[], Iterable[int]] | None = None
 
     def victim(self, view: PoolView) -> int | None:  # pragma: no cover - abstract
@@ -286,6 +296,13 @@ def untracked_free_hook(policy: EvictionPolicy) -> Callable[[PoolView, int], Non
     if isinstance(policy, EvictionPolicyBase):
         return policy.on_free_untracked
     return getattr(policy, "on_free_untracked", None)  # a structural policy may omit it
+
+
+def eviction_order_of(policy: EvictionPolicy) -> Callable[[], Iterable[int]] | None:
+    """``policy.eviction_order``, or ``None`` where it has none (a structural policy may omit it)."""
+    if isinstance(policy, EvictionPolicyBase):
+        return policy.eviction_order
+    return getattr(policy, "eviction_order", None)
 
 
 def is_noop(policy: EvictionPolicy, hook: str) -> bool:

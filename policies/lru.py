@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from cachegym.policies.base import EvictionPolicyBase
@@ -28,6 +28,10 @@ class OrderedPolicy(EvictionPolicyBase):
             if evictable(k):
                 return k
         return None
+
+    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
+        """The tracked objects in :meth:`victim`'s order, without changing the policy's state."""
+        return iter(self._order)
 
     def on_insert(self, view: PoolView, key: int) -> None:
         self._order[key] = None

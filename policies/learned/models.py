@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError, PoolExhausted
 from cachegym.allocator.seams import (
+    DEVICE,
     EvictionPolicyBase,
+    eviction_order_of,
     is_noop,
     optional_hooks,
     untracked_free_hook,
@@ -60,6 +62,7 @@ class _Reporting(EvictionPolicyBase):
         self.admit = hooks.admit  # type: ignore[assignment]
         self.pending_evictions = hooks.pending_evictions  # type: ignore[assignment]
         self.on_free_untracked = untracked_free_hook(policy)  # type: ignore[assignment]
+        self.eviction_order = eviction_order_of(policy)  # type: ignore[assignment]
 
     @property
     def touch(self) -> Callable[[int], object] | None:
@@ -122,7 +125,7 @@ class Expert:
         self._fallbacks = 0  # the shadow pool's, already added to the guarded pool's stats
         self._clock: Any = None  # the shadow pool's cost model (objective stall)
         # the policy's eviction_order (victim's fallback), None where it has none
-        self._order = policy.eviction_order if isinstance(policy, EvictionPolicyBase) else None
+        self._order = eviction_order_of(policy)
         # whether the shadow starts the prefetches the guard gives it (:meth:`prefetch`); False:
         # the expert is judged without the pool's prefetcher
         self.prefetching = True
@@ -219,14 +222,25 @@ class Expert:
     def prefetch(self, prefetch_for: Callable[[PoolView, int], Any], key: int) -> None:
         """The shadow starts the prefetches ``prefetch_for(view, key)`` names for its own pool
         after the access of ``key`` (the guarded pool's prefetcher modelled there: objective
-        ``stall``)."""
+        ``stall``), holding ``key`` meanwhile as the access loop holds the object whose access
+        asked for them (pinned where it is on the device), so that they cannot evict it."""
         pool = self.pool
         assert pool is not None
         if not self.prefetching:
             return
-        for k in prefetch_for(pool.view, key):
-            with contextlib.suppress(PoolExhausted):  # (a hint: nothing evictable there now)
-                pool.prefetch(k)
+        o = pool.view.objects.get(key)
+        held = o is not None and o.state == DEVICE
+        if held:
+            pool.pin(key)
+        try:
+            for k in prefetch_for(pool.view, key):
+                try:
+                    pool.prefetch(k)
+                except PoolExhausted:  # a hint: no room now; the loop stops there too
+                    break
+        finally:
+            if held:
+                pool.unpin(key)
 
     def insert(self, key: int) -> None:
         """The guarded pool inserted ``key``: pending unless the shadow holds it."""

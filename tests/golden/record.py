@@ -25,7 +25,14 @@ prefetchers' proposals learnt to do no harm (2026-12-04: an object is prefetched
 fits in the pool beside the objects used before it): only ``pool``'s ``prefetch/lookahead/
 arena-None`` and ``bytes-None`` changed (the untimed oracle in a pool smaller than its window:
 bytes copied in 31.1 -> 24.8 and 29.5 -> 19.8 MB, prefetches evicted unused 8902 -> 6738 and
-8343 -> 4946, misses 1001 -> 890 and 872 -> 853); every other record is unchanged. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+8343 -> 4946, misses 1001 -> 890 and 872 -> 853); every other record is unchanged. Again when a
+prefetch also stops where the policy's next victims (its ``eviction_order``: LRU here) are
+used before the prefetched object: only ``pool``'s eight ``prefetch/lookahead*`` runs under
+``bytes`` or ``arena`` without a preset and ``bytes`` under ``a100_pcie4`` and ``gh200_c2c``
+changed; the two above: bytes copied in 24.8 -> 10.4 and 19.8 -> 6.6 MB, misses 890 -> 598 and
+853 -> 374; the timed ones by a miss or less (375 -> 374); ``lookahead,depth=2,window=6/arena-
+None`` is the one worse, 515 -> 525 misses (free bytes in an arena are not one block, so its
+victims are counted short). Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
