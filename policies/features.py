@@ -43,6 +43,7 @@ import math
 import struct
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.pool import DEVICE, H2D
+from cachegym.allocator.seams import eviction_order_of
 from cachegym.policies import kernels as _k
 from cachegym.policies.base import EvictionPolicy, EvictionPolicyBase
 
@@ -238,6 +240,11 @@ class FeatureTracker(EvictionPolicyBase):
                 return k
         return None
 
+    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
+        """The tracked objects in :meth:`victim`'s order (least recently used first), without
+        changing any state."""
+        return iter(self._order)
+
     def on_hit(self, view: PoolView, key: int) -> None:
         self.miss_rate *= 1.0 - _MISS_ALPHA
         s = self._slot.get(key)
@@ -387,6 +394,7 @@ class Observed(EvictionPolicyBase):
         self.admit = getattr(policy, "admit", None)
         self.pending_evictions = getattr(policy, "pending_evictions", None)
         self.on_free_untracked = getattr(policy, "on_free_untracked", None)
+        self.eviction_order = eviction_order_of(policy)
 
     def victim(self, view: PoolView) -> int | None:
         return self.policy.victim(view)

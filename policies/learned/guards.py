@@ -10,8 +10,9 @@ its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: 
 
 from __future__ import annotations
 
+import itertools
 import numbers
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -479,6 +480,13 @@ class ShadowGuard(Guard):
         m = self._follows()
         k = None if m is None else m.victim(view)
         return tracker.victim(view) if k is None else k
+
+    def eviction_order(self, tracker: Any) -> Iterable[int]:
+        """The pool's next victims in :meth:`victim`'s order, without changing any state: the
+        followed expert's (:meth:`Expert.eviction_order`), then ``tracker``'s (the pool's LRU)."""
+        m = self._follows()
+        own = tracker.eviction_order()
+        return own if m is None else itertools.chain(m.eviction_order(), own)
 
     def pending_evictions(self) -> Sequence[int]:
         """Under the objective stall, what the followed expert's shadow has evicted and the

@@ -12,7 +12,8 @@ whoever decides; ``Expert.gain`` is what the guard compares (:data:`OBJECTIVES`)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError, PoolExhausted
@@ -284,6 +285,14 @@ class Expert:
                 if ev(k):
                     return k
         return None
+
+    def eviction_order(self) -> Iterable[int]:
+        """What :meth:`victim` would choose from, in order, without changing any state: the
+        pending objects, then the policy's own eviction order (where it has one)."""
+        order = self._order
+        if order is None or self.pool is None:
+            return iter(self._pending)
+        return itertools.chain(self._pending, order())
 
     def release(self) -> None:
         """Stop running (a guard retired this expert): the shadow pool and what the expert

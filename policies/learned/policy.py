@@ -4,11 +4,12 @@ evictions in the pool, under a guard (:mod:`policies.learned.guards`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -242,6 +243,16 @@ class LearnedPolicy(EvictionPolicyBase):
     def on_evict(self, view: PoolView, key: int) -> None:
         self.tracker.on_evict(view, key)
         self.guard.evict(view, key)  # type: ignore[union-attr]
+
+    @property
+    def eviction_order(self) -> Callable[[], Iterable[int]] | None:  # type: ignore[override]
+        """Under a :class:`ShadowGuard`, the pool's next victims in :meth:`victim`'s order
+        (:meth:`ShadowGuard.eviction_order`: the followed expert's, then the pool's LRU);
+        ``None`` otherwise (the network's choice is not an order)."""
+        g = self.guard
+        if isinstance(g, ShadowGuard):
+            return functools.partial(g.eviction_order, self.tracker)
+        return None
 
     def victim(self, view: PoolView) -> int | None:
         if self.guard is not None and self.guard.active:
