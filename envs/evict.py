@@ -312,8 +312,7 @@ class EvictEnv(PoolEnv):
     def _lru_index(self) -> int:
         if self.candidates == "lru":
             return 0
-        last = self.tracker.last_access(self._keys)
-        return int(np.argmin(last))
+        return int(np.argmin(self._rows[:len(self._keys)]))  # (this decision's last accesses, from its info)
 
     def _info(self) -> dict[str, Any]:
         pool = self.pool

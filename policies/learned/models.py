@@ -25,6 +25,7 @@ from cachegym.allocator.seams import (
     optional_hooks,
     untracked_free_hook,
 )
+from cachegym.policies.base import first_evictable
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import Pool, PoolView
@@ -274,17 +275,9 @@ class Expert:
         the first evictable one in the policy's own eviction order (its ``eviction_order``:
         what it would give up next in its shadow, so that the room the guarded pool needs
         beyond the shadow's -- for a prefetch, or copies in flight -- is made as the policy
-        would make it); ``None`` when neither has one."""
-        ev = view.evictable
-        for k in self._pending:
-            if ev(k):
-                return k
-        order = self._order
-        if order is not None and self.pool is not None:
-            for k in order():
-                if ev(k):
-                    return k
-        return None
+        would make it); ``None`` when neither has one: the first evictable of
+        :meth:`eviction_order`."""
+        return first_evictable(view, self.eviction_order())
 
     def eviction_order(self) -> Iterable[int]:
         """What :meth:`victim` would choose from, in order, without changing any state: the
