@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.seams import AWAY
 
 if TYPE_CHECKING:
     from cachegym.allocator.seams import PoolView
@@ -76,13 +77,16 @@ class PrefetchTiming:
         is due: nothing can hide it, the earliest start is best."""
         return ahead_ns - next_ns <= lead_ns
 
-    def due_keys(self, view: PoolView, uses: Iterable[tuple[int, int, int, int, bool]], depth: int,
-                 max_size: int) -> list[int]:
-        """Up to ``depth`` objects to prefetch now, from ``uses``: ``(key, ident, ahead_ns, size,
-        away)`` of the distinct objects in order of their next use (known to the pool or not,
-        resident or not), ``ahead_ns`` the compute from the next decision point to that use and
-        ``away`` whether a prefetch can bring it in (known and not resident). An away object is
-        due when that compute no longer covers its lead (:meth:`lead_ns`, of ``ident``) after
+    def due_keys(self, view: PoolView, accessed: int, uses: Iterable[tuple[int, int, int, int]],
+                 depth: int, max_size: int) -> list[int]:
+        """Up to ``depth`` objects to prefetch now, after the access of ``accessed``, from
+        ``uses``: ``(key, ident, ahead_ns, size)`` of the distinct objects in order of their next
+        use (known to the pool or not, resident or not), ``ahead_ns`` the compute from the next
+        decision point to that use and ``size`` the walker's own figure for an object the pool
+        does not know (the pool's record's size counts for one it knows). An object is *away*
+        when a prefetch can bring it in: the pool knows it and does not hold it (state in
+        :data:`~allocator.seams.AWAY`; ``accessed`` never is: it counts only for the room it
+        takes). An away object is due when that compute no longer covers its lead (:meth:`lead_ns`, of ``ident``) after
         the copies queued before it (those in flight, then each earlier object's); with an
         instant cost model every one is.
 
@@ -110,8 +114,12 @@ class PrefetchTiming:
         free = view.capacity - view.used  # the room the prefetches chosen so far leave
         taken: set[int] = set()  # the victims that room counts
         out: list[int] = []
-        for k, ident, ahead, size, away in uses:
-            if not away:
+        objs = view.objects
+        for k, ident, ahead, size in uses:
+            o = objs.get(k)
+            if o is not None:
+                size = o.size
+            if o is None or k == accessed or o.state not in AWAY:
                 before += size
                 used.add(k)
                 continue

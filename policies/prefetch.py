@@ -14,7 +14,6 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
-from cachegym.allocator.seams import AWAY
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import PrefetchPolicyBase
 from cachegym.policies.successors import SuccessorPredictor
@@ -217,20 +216,16 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         hi = min(lo + self.window, len(self._key))
         if lo >= hi:
             return ()
-        return timing.due_keys(view, self._uses(view, key, lo, hi), self.depth, self._max_size)
+        return timing.due_keys(view, key, self._uses(lo, hi), self.depth, self._max_size)
 
-    def _uses(self, view: PoolView, key: int, lo: int, hi: int
-              ) -> Iterator[tuple[int, int, int, int, bool]]:
-        """``(key, key, ahead_ns, size, away)`` of the distinct objects rows ``lo .. hi-1`` use
-        that are not freed before that use, in order of first use (``due_keys``' walk);
-        ``ahead_ns`` the compute from row ``lo`` to the use, ``away`` whether the pool knows the
-        object and does not hold it (``key``, the object just accessed, never is: it counts
-        only for the room it takes)."""
+    def _uses(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int]]:
+        """``(key, key, ahead_ns, size)`` of the distinct objects rows ``lo .. hi-1`` use that
+        are not freed before that use, in order of first use (``due_keys``' walk); ``ahead_ns``
+        the compute from row ``lo`` to the use, ``size`` the trace's."""
         cum = self._cum
         base = int(cum[lo])  # compute done when the next decision point comes
         seen: set[int] = set()
         freed: set[int] = set()
-        objs = view.objects
         rows = zip(range(lo, hi), self._key[lo:hi].tolist(), self._free[lo:hi].tolist(),
                    self._size[lo:hi].tolist())
         for j, k, is_free, size in rows:
@@ -240,11 +235,7 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
             if k in freed or k in seen:
                 continue
             seen.add(k)
-            o = objs.get(k)
-            if o is None:  # a new object: its room from the trace
-                yield k, k, int(cum[j]) - base, size, False
-            else:
-                yield k, k, int(cum[j]) - base, o.size, k != key and o.state in AWAY
+            yield k, k, int(cum[j]) - base, size
 
     def __repr__(self) -> str:
         return f"LookaheadPrefetcher(trace={self.trace.name!r}, depth={self.depth})"

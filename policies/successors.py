@@ -245,7 +245,7 @@ class SuccessorPredictor:
         if self.horizon:  # the aligned history alone: what it names while in sync
             if not self.in_sync:
                 return []
-            return (timing or self.timing).due_keys(view, self._uses(key, view), K,
+            return (timing or self.timing).due_keys(view, key, self._uses(key), K,
                                                     self._max_size)
         objs: dict[int, Any] | None = getattr(view, "objects", None)
         # known and not resident = on the host or being written back; the pool's own view
@@ -286,33 +286,25 @@ class SuccessorPredictor:
             frontier = nxt
         return out
 
-    def _uses(self, key: int, view: PoolView) -> Iterator[tuple[int, int, int, int, bool]]:
-        """``(key, lineage, ahead_ns, size, away)`` of the objects the aligned history says come
-        next, distinct, in order of use (``due_keys``' walk): ``ahead_ns`` the compute the past
-        period spent from the access after the aligned one to that use, ``size`` the pool's
-        record's (the past period's for an object the pool does not know), ``away`` whether the
-        pool knows it and does not hold it (``key``, the object just accessed, never is: it
-        counts only for the room it takes). The walk over the history is made once per access,
+    def _uses(self, key: int) -> Iterator[tuple[int, int, int, int]]:
+        """``(key, lineage, ahead_ns, size)`` of the objects the aligned history says come
+        next after the access of ``key``, distinct, in order of use (``due_keys``' walk):
+        ``ahead_ns`` the compute the past period spent from the access after the aligned one to
+        that use, ``size`` the past period's. The walk over the history is made once per access,
         as far as any caller reads it (a guard's shadow pools ask after the same access as the
-        pool); residency is each caller's."""
+        pool); residency and the pool's sizes are each caller's (``due_keys``)."""
         w = self._walk
         if w is None or w[0] != key:
             lo = self._cursor + 1 - self._base
             hi = min(lo + self.horizon, len(self._hist) - 1)  # (never the current access)
             w = self._walk = [key, lo, hi, set(), [], self._clock[lo] if lo < hi else 0]
         found: list[tuple[int, int, int, int]] = w[4]
-        objs = view.objects
         j = 0
         while True:
             if j == len(found) and not self._walk_on(w):
                 return
-            z, lineage, ahead, size = found[j]
+            yield found[j]
             j += 1
-            o = objs.get(z)
-            if o is None:
-                yield z, lineage, ahead, size, False
-            else:
-                yield z, lineage, ahead, o.size, z != key and o.state in AWAY
 
     def _walk_on(self, w: list[Any]) -> bool:
         """The walk ``w`` (:meth:`_uses`) finds its next distinct object, if any."""

@@ -13,6 +13,7 @@ from cachegym.allocator.cost import PRESETS
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.prefetch_timing import PrefetchTiming
+from cachegym.allocator.seams import DEVICE, HOST
 from cachegym.allocator.trace import Trace
 from cachegym.policies.lru import LRU
 from cachegym.policies.prefetch import LookaheadPrefetcher
@@ -101,18 +102,23 @@ def test_an_object_is_prefetched_only_while_it_fits_beside_what_is_used_before_i
     before it and the bytes write-backs still hold."""
     from types import SimpleNamespace
 
+    away = {k: SimpleNamespace(size=s, state=HOST) for k, s in ((1, 3), (3, 2), (4, 2))}
     view = SimpleNamespace(capacity=10, releasing_bytes=0, used=0, eviction_order=lambda: None,
                            cost=SimpleNamespace(instant=True, copy_time=lambda engine, size: 0,
                                                 busy_until=lambda engine: 0),
-                           now_ns=0)
-    uses = [(1, 1, 0, 3, True), (2, 2, 0, 4, False), (3, 3, 0, 2, True), (4, 4, 0, 2, True)]
+                           now_ns=0, objects={**away, 2: SimpleNamespace(size=4, state=DEVICE)})
+    uses = [(1, 1, 0, 99), (2, 2, 0, 99), (3, 3, 0, 99), (4, 4, 0, 99)]  # (sizes: the pool's)
     t = PrefetchTiming()
-    assert t.due_keys(view, iter(uses), 8, 4) == [1, 3]  # 3 + 4 + 2 fit in 10; 4 would not
+    assert t.due_keys(view, 0, iter(uses), 8, 4) == [1, 3]  # 3 + 4 + 2 fit in 10; 4 would not
     view.releasing_bytes = 2  # a write-back still holds 2 bytes: 3 no longer fits
-    assert t.due_keys(view, iter(uses), 8, 4) == [1]
+    assert t.due_keys(view, 0, iter(uses), 8, 4) == [1]
     view.capacity = 11
-    assert t.due_keys(view, iter(uses), 8, 4) == [1, 3]
-    assert t.due_keys(view, iter(uses), 1, 4) == [1]  # depth still bounds it
+    assert t.due_keys(view, 0, iter(uses), 8, 4) == [1, 3]
+    assert t.due_keys(view, 0, iter(uses), 1, 4) == [1]  # depth still bounds it
+    assert t.due_keys(view, 1, iter(uses), 8, 4) == [3]  # the object just accessed: no prefetch
+    new_one = [(5, 5, 0, 2), (1, 1, 0, 99)]  # unknown to the pool: its room, the walker's size
+    assert t.due_keys(view, 0, iter(new_one), 8, 4) == [1]
+    assert t.due_keys(view, 0, iter([(5, 5, 0, 9), (1, 1, 0, 99)]), 8, 4) == []
 
 
 def test_a_prefetch_stops_where_the_policy_would_evict_an_object_used_before_it() -> None:
@@ -127,10 +133,10 @@ def test_a_prefetch_stops_where_the_policy_would_evict_an_object_used_before_it(
         pool.access(k, KIB4)
     assert not pool.view.is_resident(4) and list(pool.view.eviction_order()) == [1, 2, 3]
     t = PrefetchTiming()
-    after = [(3, 3, 0, KIB4, False), (1, 1, 0, KIB4, False), (4, 4, 0, KIB4, True)]
-    assert t.due_keys(pool.view, iter(after), 4, KIB4) == []  # a (1) is used before d
-    first = [(4, 4, 0, KIB4, True), (1, 1, 0, KIB4, False)]
-    assert t.due_keys(pool.view, iter(first), 4, KIB4) == [4]
+    after = [(3, 3, 0, KIB4), (1, 1, 0, KIB4), (4, 4, 0, KIB4)]
+    assert t.due_keys(pool.view, 3, iter(after), 4, KIB4) == []  # a (1) is used before d
+    first = [(4, 4, 0, KIB4), (1, 1, 0, KIB4)]
+    assert t.due_keys(pool.view, 3, iter(first), 4, KIB4) == [4]
 
 
 @pytest.mark.parametrize("name", ["lookahead", "history"])
