@@ -26,7 +26,38 @@ from __future__ import annotations
 
 
 class CachegymError(Exception):
-    """Base class of every error raised by cachegym."""
+    """Base class of every error raised by cachegym.
+
+    Errors pickle with their type, message and attributes (:meth:`__reduce__`), so that one
+    raised in another process (the evaluator's ``eval.jobs``, a Hydra launcher's job) reaches
+    the caller as it was raised there (an attribute that does not pickle, such as a
+    :class:`PolicyError`'s policy object holding a pool, as its ``repr``); the subclasses'
+    constructors, which take the error's data rather than its message, are not called again."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, {k: _portable(v) for k, v in vars(self).items()}))
+
+
+def _portable(value: object) -> object:
+    """``value`` if it pickles, else its ``repr`` (e.g. a :class:`PolicyError`'s policy object,
+    which may hold a pool and its lock)."""
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return repr(value)
+    return value
+
+
+def _rebuild(cls: type[CachegymError], args: tuple[object, ...],
+             state: dict[str, object]) -> CachegymError:
+    """A :class:`CachegymError` of ``cls`` with ``args`` and the attributes ``state`` (its
+    pickled form: :meth:`CachegymError.__reduce__`)."""
+    e = Exception.__new__(cls, *args)  # (its base's: a MemoryError subclass refuses its own)
+    e.args = args
+    e.__dict__.update(state)
+    return e
 
 
 class TraceError(CachegymError, ValueError):
