@@ -39,10 +39,13 @@ class CachegymError(Exception):
 
 
 def _portable(value: object) -> object:
-    """``value`` if it pickles, else its ``repr`` (e.g. a :class:`PolicyError`'s policy object,
-    which may hold a pool and its lock)."""
+    """``value`` if it is plain data (of a type of Python's or NumPy's, and it pickles), else its
+    ``repr``: e.g. a :class:`PolicyError`'s policy object, which may hold a pool and its lock,
+    or be of a class from a user's file that the receiving process cannot import."""
     import pickle
 
+    if type(value).__module__.partition(".")[0] not in ("builtins", "numpy"):
+        return repr(value)
     try:
         pickle.dumps(value)
     except Exception:

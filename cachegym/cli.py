@@ -111,8 +111,12 @@ def sim(argv: list[str]) -> int:
     p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
     p.add_argument("--plots", action="store_true", help="also write the plots")
-    for tok in argv:  # argparse reads '-5%' as an unknown option and reports a missing argument
-        if re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
+    p.add_argument("-j", "--jobs", type=int, default=1, help="runs replayed at once, in worker "
+                   "processes (0: one per CPU core; default 1). The same rows; wall times and "
+                   "decision latencies are measured beside the other runs")
+    for prev, tok in zip(["", *argv], argv):  # argparse reads '-5%' as an unknown option and
+        # reports a missing argument
+        if prev not in ("-j", "--jobs") and re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
             p.error(f"capacities: {tok!r} is negative; a capacity is a size (512MiB, 1GiB) or a "
                     "share of the working set (10%, 0.1) greater than 0")
     args = p.parse_args(argv)
@@ -135,6 +139,7 @@ _SIM_ARGS = {
     "eval.policies": "POLICIES", "eval.learned_guards": "--guard", "eval.learned": "POLICIES",
     "eval.capacities": "CAPACITIES", "eval.prefetchers": "--prefetch", "eval.presets": "--preset",
     "eval.bounds": "--bounds", "eval.mode": "--mode", "eval.capacity_of": "--capacity-of",
+    "eval.jobs": "--jobs",
     "out_dir": "--out",
 }
 _SIM_KEY = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in sorted(_SIM_ARGS, key=len,
@@ -184,7 +189,7 @@ def sim_config(args: argparse.Namespace) -> Any:
         "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
         "eval.prefetchers": _split(args.prefetch) or ["none"],
         "eval.presets": _split(args.preset) or ["none"], "eval.bounds": [b for b in _split(args.bounds) if b != "none"],
-        "eval.plots": bool(args.plots), "eval.progress": sys.stderr.isatty(),  # a bar on a terminal
+        "eval.plots": bool(args.plots), "eval.jobs": args.jobs, "eval.progress": sys.stderr.isatty(),  # a bar on a terminal
     }
     try:
         for key, value in values.items():

@@ -146,6 +146,10 @@ class EvalConfig:
     resume: bool = False
     """Reuse the runs already in ``out_dir/runs.jsonl`` (those an interrupted sweep completed,
     with the same trace, settings and spec) instead of running them again."""
+    jobs: int = 1
+    """Runs replayed at once, each in a worker process (1: one after the other, in this
+    process; 0: one per CPU core). The rows are the same either way, but for the wall times and
+    decision latencies, which runs side by side disturb."""
 
 
 @dataclass

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cachegym.allocator.errors import ConfigError, InvalidVictim, PolicyError
+from cachegym.allocator.errors import CachegymError, ConfigError, InvalidVictim, PolicyError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.stats import PoolStats
@@ -472,6 +472,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     out_dir = results_dir(cfg, "evaluate", exact=out_dir)
 
     bounds = check_bounds_kinds([str(b) for b in ev.get("bounds", [])])
+    jobs = check_jobs(ev.get("jobs", 1))
     names = _unique_names([t.name for t in traces])
     runs: list[tuple[Trace, RunSpec]] = []
     groups: list[tuple[Trace, str, int, str]] = []  # (trace, name, capacity, spec): bound rows
@@ -498,28 +499,33 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         if os.path.isfile(os.path.join(out_dir, old)):
             os.unlink(os.path.join(out_dir, old))
     keys = _run_keys(cfg, runs)
-    rows: list[dict[str, Any]] = []
+    options = dict(placement=placement, write_policy=write_policy, oversize=oversize,
+                   decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
+                   allocator_cfg=alloc)
+    done: dict[int, dict[str, Any]] = {}
     with RunJournal(out_dir, resume=bool(ev.get("resume", False))) as journal:
-        reused = sum(journal.get(k) is not None for k in keys)
-        if reused:
-            log.info("resuming: %d of %d runs are already in %s", reused, len(runs), journal.path)
-        bar = tqdm(runs, desc="evaluate", unit="run", disable=not ev.progress)
+        for i, key in enumerate(keys):
+            row = journal.get(key)
+            if row is not None:
+                done[i] = row
+        if done:
+            log.info("resuming: %d of %d runs are already in %s", len(done), len(runs), journal.path)
+        todo = [i for i in range(len(runs)) if i not in done]
+        bar = tqdm(total=len(runs), initial=len(done), desc="evaluate", unit="run",
+                   disable=not ev.progress)
         try:
-            for (t, spec), key in zip(bar, keys):
-                row = journal.get(key)
-                if row is None:
-                    bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
-                    row = run_one(t, spec, placement=placement, write_policy=write_policy,
-                                  oversize=oversize,
-                                  decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
-                                  allocator_cfg=alloc)
-                    journal.add(key, row)
-                rows.append(row)
+            for i, row in _replay_runs(runs, todo, options, jobs, bar):
+                journal.add(keys[i], row)
+                done[i] = row
+                bar.update(1)
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
-                        "same command with eval.resume=true to finish the sweep", len(rows),
+                        "same command with eval.resume=true to finish the sweep", len(done),
                         len(runs), journal.path)
             raise
+        finally:
+            bar.close()
+    rows = [done[i] for i in range(len(runs))]
     for t, tname, cap, c in groups:
         rows.extend(bound_rows(t, tname, cap, c, mode, bounds))
         if bounds:
@@ -538,6 +544,85 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     log.info("wrote %s, %s and %d plot(s)", csv_path, json_path, len(plots))
     return {"rows": rows, "table": table, "csv": csv_path, "json": json_path, "plots": plots,
             "out_dir": out_dir}
+
+
+def check_jobs(jobs: Any, key: str = "eval.jobs") -> int:
+    """``jobs`` (the config value ``key``) as a number of worker processes (0: one per CPU
+    core), or a :class:`ConfigError` naming ``key``."""
+    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 0:
+        raise ConfigError(f"{key}: {jobs!r} is not allowed; give the number of runs to replay "
+                          "at once (1: one after the other; 0: one per CPU core)")
+    return int(jobs) or (os.cpu_count() or 1)
+
+
+# A worker process's runs and their options, set once per worker (_start_worker).
+_WORK: tuple[list[tuple[Trace, RunSpec]], dict[str, Any]] | None = None
+
+
+def _start_worker(runs: list[tuple[Trace, RunSpec]], options: dict[str, Any]) -> None:
+    global _WORK
+    _WORK = (runs, options)
+
+
+def _run_in_worker(i: int) -> tuple[int, dict[str, Any]]:
+    """``(i, row)`` of run ``i`` of the worker's runs (:func:`run_one`). Its error goes back as
+    it is where the caller can rebuild it (a cachegym error, or one of Python's own types), else
+    as a :class:`~allocator.errors.CachegymError` that names it: a class from a user's file
+    (loaded under a name of this process's making) could not be unpickled there."""
+    assert _WORK is not None
+    runs, options = _WORK
+    t, spec = runs[i]
+    try:
+        return i, run_one(t, spec, **options)
+    except (CachegymError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if type(e).__module__ == "builtins":
+            raise
+        raise CachegymError(f"run {spec.policy!r} on trace {spec.trace_name!r} at capacity "
+                            f"{spec.capacity_spec} raised {type(e).__module__}.{type(e).__name__}: "
+                            f"{e}") from None
+
+
+def _replay_runs(runs: list[tuple[Trace, RunSpec]], todo: list[int], options: dict[str, Any],
+                 jobs: int, bar: Any) -> Iterable[tuple[int, dict[str, Any]]]:
+    """``(i, row)`` of each run ``i`` in ``todo`` (:func:`run_one` with ``options``), as each
+    completes: one after the other here when ``jobs`` is 1 (or one run is left), else in
+    ``jobs`` worker processes (``forkserver`` where the platform has it, else ``spawn``: never a
+    fork of this process, whose threads a fork would not carry), each given the runs once. A
+    run's error is raised here as it was raised there (its type, message and data); the runs
+    not started are dropped (the completed ones are the caller's)."""
+    if jobs <= 1 or len(todo) <= 1:
+        for i in todo:
+            t, spec = runs[i]
+            bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
+            yield i, run_one(t, spec, **options)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    workers = ProcessPoolExecutor(min(jobs, len(todo)), mp.get_context(method), _start_worker,
+                                  (runs, options))
+    pending = {workers.submit(_run_in_worker, i): i for i in todo}
+    try:
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                i = pending.pop(f)
+                try:
+                    yield f.result()
+                except BrokenProcessPool:
+                    spec = runs[i][1]
+                    raise CachegymError(
+                        f"a worker process ended abruptly (out of memory? each of the {jobs} "
+                        f"holds the traces) while runs were in flight, {spec.policy!r} on trace "
+                        f"{spec.trace_name!r} at capacity {spec.capacity_spec} among them; the completed "
+                        "runs are in the journal: run again with fewer eval.jobs (--jobs) and "
+                        "eval.resume=true") from None
+    finally:  # (an error: the queued runs are dropped; those running end with their run)
+        workers.shutdown(wait=not pending, cancel_futures=True)
 
 
 def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:

@@ -105,6 +105,7 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "lru,learned:nope.npz", "1MiB"], "error: POLICIES: learned policy file"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--prefetch", "nosuch"], "error: --prefetch: unknown value"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--guard", "nosuch"], "error: --guard: unknown guard"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "-j", "-1"], "error: --jobs: -1 is not allowed"),
 ])
 def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch,

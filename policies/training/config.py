@@ -210,6 +210,10 @@ class MainSection:
     """Timing presets of the evaluation (stall, its bound and the stall reference; ``none``:
     instant copies, traffic only)."""
     plots: bool = True
+    jobs: int = 0
+    """The evaluation's runs replayed at once (``eval.jobs``: worker processes; 0, the default,
+    one per CPU core; 1: one after the other, in this process). The same rows either way but for
+    wall times and decision latencies, which runs side by side disturb."""
     prefetch: bool = True
     """Train a prefetch head (``joint``) and export it in the policy file beside the eviction
     scorer; the evaluation then runs the prefetchers ``none``, ``lookahead`` and the file's

@@ -34,6 +34,7 @@ from cachegym.envs.evaluation import (
     check_bounds_kinds,
     check_capacities,
     check_eviction_names,
+    check_jobs,
     check_presets,
     evaluate,
     learned_name,
@@ -85,6 +86,7 @@ def check_main(m: Any) -> None:
         check_eviction_names("main.baselines", baselines)
     check_bounds_kinds([str(b) for b in m.bounds], "main.bounds")
     check_presets([str(p) for p in m.presets], "main.presets")
+    check_jobs(m.jobs, "main.jobs")
     guards = [str(g) for g in m.learned_guards]
     if not guards:
         raise ConfigError("main.learned_guards: the list is empty; give guards of the exported "
@@ -149,6 +151,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
                  "bounds": [str(b) for b in cfg.main.bounds],
                  "presets": [str(p) for p in cfg.main.presets],
                  "plots": bool(cfg.main.plots), "progress": bool(cfg.progress),
+                 "jobs": int(cfg.main.jobs),
                  "decision_timing": True},
         "out_dir": os.path.join(out, "eval"),
         "seed": int(cfg.seed),

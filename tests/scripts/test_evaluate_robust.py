@@ -202,3 +202,46 @@ def test_a_users_policy_failing_mid_run_names_the_policy_and_the_request(
     assert e.value.row == 3  # type: ignore[attr-defined]
     if error is PolicyError:
         assert isinstance(e.value.__cause__, ValueError)
+
+
+def test_runs_replayed_in_worker_processes_give_the_same_rows(
+        trace_file: Path, fresh_rows: list[dict[str, Any]], tmp_path: Path) -> None:
+    """``eval.jobs=2``: the sweep's runs in two worker processes, each row as one after the
+    other (but for the wall times), in the same order, each in the journal."""
+    out = tmp_path / "o"
+    rows = evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={out}",
+                              "eval.jobs=2"]))["rows"]
+    assert _stable(rows) == _stable(fresh_rows)
+    assert len(_journal(out)) == N_RUNS
+
+
+def test_a_run_failing_in_a_worker_process_raises_its_error_here(tmp_path: Path) -> None:
+    """A user's policy that raises at its third decision, in a worker process: the same typed
+    error as in this process, naming the policy, the trace, the capacity and the request."""
+    (tmp_path / "mine.py").write_text(
+        "from cachegym.policies.base import EvictionPolicyBase\n\n"
+        "class Flaky(EvictionPolicyBase):\n"
+        "    def __init__(self):\n        self.n = 0\n"
+        "    def victim(self, view):\n        self.n += 1\n"
+        "        if self.n == 3:\n            raise ValueError('bad state')\n"
+        "        return view.candidates()[0]\n")
+    t = Trace.from_arrays([1, 2, 3, 4, 1, 2, 3, 4, 5, 6], 100)
+    t.save(tmp_path / "t.npz")
+    spec = f"{tmp_path / 'mine.py'}:Flaky"
+    with pytest.raises(PolicyError, match=f"policy '{spec}' on trace 't' at capacity 0.3 "
+                                          f"\\(180 bytes\\), request 3 \\(key 4\\): .*raised "
+                                          f"ValueError\\('bad state'\\) in victim") as e:
+        evaluate(_compose([f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.3,0.5]",
+                           f"eval.policies=[{spec}]", "eval.plots=false", "eval.progress=false",
+                           "eval.jobs=2", f"out_dir={tmp_path / 'o'}"]))
+    assert e.value.row == 3 and e.value.hook == "victim"
+
+
+def test_a_bad_number_of_jobs_is_a_config_error(trace_file: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="eval.jobs: -1 is not allowed"):
+        evaluate(_compose([f"trace.path={trace_file}", "eval.capacities=[0.1]", "eval.plots=false",
+                           "eval.progress=false", "eval.jobs=-1", f"out_dir={tmp_path / 'o'}"]))
+    for bad in ("two", True, 1.5):  # (from Python: Hydra's schema refuses these in a config)
+        with pytest.raises(ConfigError, match="eval.jobs"):
+            evaluation.check_jobs(bad)
+    assert evaluation.check_jobs(3) == 3 and evaluation.check_jobs(0) == (os.cpu_count() or 1)
