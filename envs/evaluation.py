@@ -514,7 +514,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         bar = tqdm(total=len(runs), initial=len(done), desc="evaluate", unit="run",
                    disable=not ev.progress)
         try:
-            for i, row in _replay_runs(runs, todo, options, jobs, bar):
+            for i, row in replay_runs([(t, spec, options) for t, spec in runs], todo, jobs, bar):
                 journal.add(keys[i], row)
                 done[i] = row
                 bar.update(1)
@@ -555,13 +555,13 @@ def check_jobs(jobs: Any, key: str = "eval.jobs") -> int:
     return int(jobs) or (os.cpu_count() or 1)
 
 
-# A worker process's runs and their options, set once per worker (_start_worker).
-_WORK: tuple[list[tuple[Trace, RunSpec]], dict[str, Any]] | None = None
+# A worker process's runs, each with its options, set once per worker (_start_worker).
+_WORK: list[tuple[Trace, RunSpec, dict[str, Any]]] | None = None
 
 
-def _start_worker(runs: list[tuple[Trace, RunSpec]], options: dict[str, Any]) -> None:
+def _start_worker(runs: list[tuple[Trace, RunSpec, dict[str, Any]]]) -> None:
     global _WORK
-    _WORK = (runs, options)
+    _WORK = runs
 
 
 def _run_in_worker(i: int) -> tuple[int, dict[str, Any]]:
@@ -570,8 +570,7 @@ def _run_in_worker(i: int) -> tuple[int, dict[str, Any]]:
     as a :class:`~allocator.errors.CachegymError` that names it: a class from a user's file
     (loaded under a name of this process's making) could not be unpickled there."""
     assert _WORK is not None
-    runs, options = _WORK
-    t, spec = runs[i]
+    t, spec, options = _WORK[i]
     try:
         return i, run_one(t, spec, **options)
     except (CachegymError, KeyboardInterrupt):
@@ -584,18 +583,21 @@ def _run_in_worker(i: int) -> tuple[int, dict[str, Any]]:
                             f"{e}") from None
 
 
-def _replay_runs(runs: list[tuple[Trace, RunSpec]], todo: list[int], options: dict[str, Any],
-                 jobs: int, bar: Any) -> Iterable[tuple[int, dict[str, Any]]]:
-    """``(i, row)`` of each run ``i`` in ``todo`` (:func:`run_one` with ``options``), as each
-    completes: one after the other here when ``jobs`` is 1 (or one run is left), else in
-    ``jobs`` worker processes (``forkserver`` where the platform has it, else ``spawn``: never a
-    fork of this process, whose threads a fork would not carry), each given the runs once. A
-    run's error is raised here as it was raised there (its type, message and data); the runs
-    not started are dropped (the completed ones are the caller's)."""
+def replay_runs(runs: list[tuple[Trace, RunSpec, dict[str, Any]]], todo: Sequence[int],
+                jobs: int, bar: Any = None) -> Iterable[tuple[int, dict[str, Any]]]:
+    """``(i, row)`` of each run ``i`` in ``todo`` (``runs[i]``: a trace, a run's spec and the
+    keyword arguments of :func:`run_one`), as each completes: one after the other here when
+    ``jobs`` is 1 (or one run is left), else in ``jobs`` worker processes (``forkserver`` where
+    the platform has it, else ``spawn``: never a fork of this process, whose threads a fork
+    would not carry), each given the runs once. A run's error is raised here as it was raised
+    there (its type, message and data); the runs not started are dropped (the completed ones
+    are the caller's). ``bar`` (a tqdm bar, optional) names the run in progress."""
     if jobs <= 1 or len(todo) <= 1:
         for i in todo:
-            t, spec = runs[i]
-            bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}", refresh=False)
+            t, spec, options = runs[i]
+            if bar is not None:
+                bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}",
+                                    refresh=False)
             yield i, run_one(t, spec, **options)
         return
     import multiprocessing as mp
@@ -604,7 +606,7 @@ def _replay_runs(runs: list[tuple[Trace, RunSpec]], todo: list[int], options: di
 
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     workers = ProcessPoolExecutor(min(jobs, len(todo)), mp.get_context(method), _start_worker,
-                                  (runs, options))
+                                  (runs,))
     pending = {workers.submit(_run_in_worker, i): i for i in todo}
     try:
         while pending:
@@ -618,9 +620,9 @@ def _replay_runs(runs: list[tuple[Trace, RunSpec]], todo: list[int], options: di
                     raise CachegymError(
                         f"a worker process ended abruptly (out of memory? each of the {jobs} "
                         f"holds the traces) while runs were in flight, {spec.policy!r} on trace "
-                        f"{spec.trace_name!r} at capacity {spec.capacity_spec} among them; the completed "
-                        "runs are in the journal: run again with fewer eval.jobs (--jobs) and "
-                        "eval.resume=true") from None
+                        f"{spec.trace_name!r} at capacity {spec.capacity_spec} among them; run "
+                        "again with fewer jobs (the evaluator keeps the completed runs: "
+                        "eval.resume=true)") from None
     finally:  # (an error: the queued runs are dropped; those running end with their run)
         workers.shutdown(wait=not pending, cancel_futures=True)
 

@@ -39,6 +39,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="also DL training traces of nine architectures never trained on (recurrent "
                         "LMs, speech, U-Net, VAE, Mixer, ViT, TCN, DenseNet; reported apart), recorded "
                         "on first use into outputs/recorded/ (about a minute; needs torch)")
+    p.add_argument("-j", "--jobs", type=int, default=0,
+                   help="runs replayed at once in worker processes (default 0: one per CPU core; "
+                        "1: one after the other); the same figures but for the decision latency")
 
 
 def _train(seed: int) -> str:
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import logging
 
     from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.evaluation import check_jobs
     from cachegym.policies.training.quality import (
         broad_held_out,
         default_held_out,
@@ -88,7 +92,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"--traces: {bad} not among the held-out traces asked for; choose "
                               f"from {names}")
         held = [h for h in held if h.trace.name in args.traces]
-    rows = quality_rows(path, held, args.capacities, seed=args.seed, progress=True)
+    rows = quality_rows(path, held, args.capacities, seed=args.seed, progress=True,
+                        jobs=check_jobs(args.jobs, "--jobs"))
     print(format_quality(rows))
     v = verdict(rows)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Trace
-from cachegym.envs.evaluation import RunSpec, learned_name, resolve_capacity, run_one
+from cachegym.envs.evaluation import RunSpec, learned_name, replay_runs, resolve_capacity
 from cachegym.envs.gaps import gap_closed
 from cachegym.envs.paths import data_path
 
@@ -140,25 +140,35 @@ def _first(t: Trace, max_requests: int | None) -> Trace:
 
 def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequence[float] = (0.25, 0.5),
                  heuristics: Sequence[str] = HEURISTICS, seed: int = 0,
-                 progress: bool = False) -> list[dict[str, Any]]:
+                 progress: bool = False, jobs: int = 1) -> list[dict[str, Any]]:
     """One row per (trace, capacity): every policy's traffic and miss ratio, the bound's, the
-    learned policy's gap closed to it and its traffic against the best heuristic's."""
+    learned policy's gap closed to it and its traffic against the best heuristic's. ``jobs``:
+    runs replayed at once in worker processes (:func:`~envs.evaluation.replay_runs`; the
+    bounds are computed here)."""
     from tqdm.auto import tqdm
 
     from cachegym.policies.bounds import Bound, auto_lower_bound
 
     names = ["learned", *heuristics, "belady"]
-    rows = []
-    jobs = [(h, c) for h in held_out for c in capacities]
-    for h, c in tqdm(jobs, desc="quality", unit="cell", disable=not progress):
+    cells = [(h, c, resolve_capacity(float(c), h.trace, "bytes", "peak_live"))
+             for h in held_out for c in capacities]
+    runs = []
+    for h, c, cap in cells:
         t = h.trace
-        cap = resolve_capacity(float(c), t, "bytes", "peak_live")
-        res = {}
         for n in names:
             spec = (RunSpec(t.name, cap, str(c), "bytes", learned_name("shadow"), "none", "none",
                             learned=policy_path, guard="shadow") if n == "learned"
                     else RunSpec(t.name, cap, str(c), "bytes", n, "none", "none"))
-            res[n] = run_one(t, spec, seed=seed, decision_timing=n == "learned")
+            runs.append((t, spec, {"seed": seed, "decision_timing": n == "learned"}))
+    done: dict[int, dict[str, Any]] = {}
+    with tqdm(total=len(runs), desc="quality", unit="run", disable=not progress) as bar:
+        for i, got in replay_runs(runs, range(len(runs)), jobs, bar):
+            done[i] = got
+            bar.update(1)
+    rows = []
+    for j, (h, c, cap) in enumerate(cells):
+        t = h.trace
+        res = {n: done[j * len(names) + k] for k, n in enumerate(names)}
         # (a trace outside the bounds' model has no gap figures)
         bound = auto_lower_bound(t, cap) or Bound("none", True, math.nan, math.nan, 0.0)
         traffic = {n: int(r["traffic_bytes"]) for n, r in res.items()}
