@@ -41,7 +41,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -526,12 +526,18 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         finally:
             bar.close()
     rows = [done[i] for i in range(len(runs))]
-    for t, tname, cap, c in groups:
-        rows.extend(bound_rows(t, tname, cap, c, mode, bounds))
-        if bounds:
-            for preset in presets:
-                if preset != "none":
-                    rows.extend(stall_rows(t, tname, cap, c, mode, preset))
+    # the bounds' rows (each an offline solve), in the worker processes too
+    tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] = []
+    for t, tname, cap, c in groups if bounds else ():
+        tasks.append((bound_rows, (t, tname, cap, c, mode, bounds), {},
+                      f"the bounds of trace {tname!r} at capacity {c}"))
+        for preset in presets:
+            if preset != "none":
+                tasks.append((stall_rows, (t, tname, cap, c, mode, preset), {},
+                              f"the stall bound of trace {tname!r} at capacity {c} under {preset}"))
+    got = dict(in_workers(tasks, range(len(tasks)), jobs))
+    for i in range(len(tasks)):
+        rows.extend(got[i])
     rows = keep_best_stall_ref(rows)
     order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
@@ -555,50 +561,48 @@ def check_jobs(jobs: Any, key: str = "eval.jobs") -> int:
     return int(jobs) or (os.cpu_count() or 1)
 
 
-# A worker process's runs, each with its options, set once per worker (_start_worker).
-_WORK: list[tuple[Trace, RunSpec, dict[str, Any]]] | None = None
+# A worker process's tasks, set once per worker (_start_worker): (function, args, kwargs, label).
+_WORK: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] | None = None
 
 
-def _start_worker(runs: list[tuple[Trace, RunSpec, dict[str, Any]]]) -> None:
+def _start_worker(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]]) -> None:
     global _WORK
-    _WORK = runs
+    _WORK = tasks
 
 
-def _run_in_worker(i: int) -> tuple[int, dict[str, Any]]:
-    """``(i, row)`` of run ``i`` of the worker's runs (:func:`run_one`). Its error goes back as
-    it is where the caller can rebuild it (a cachegym error, or one of Python's own types), else
-    as a :class:`~allocator.errors.CachegymError` that names it: a class from a user's file
-    (loaded under a name of this process's making) could not be unpickled there."""
+def _task_in_worker(i: int) -> tuple[int, Any]:
+    """``(i, result)`` of the worker's task ``i``. Its error goes back as it is where the caller
+    can rebuild it (a cachegym error, or one of Python's own types), else as a
+    :class:`~allocator.errors.CachegymError` that names it: a class from a user's file (loaded
+    under a name of this process's making) could not be unpickled there."""
     assert _WORK is not None
-    t, spec, options = _WORK[i]
+    fn, args, kwargs, label = _WORK[i]
     try:
-        return i, run_one(t, spec, **options)
+        return i, fn(*args, **kwargs)
     except (CachegymError, KeyboardInterrupt):
         raise
     except Exception as e:
         if type(e).__module__ == "builtins":
             raise
-        raise CachegymError(f"run {spec.policy!r} on trace {spec.trace_name!r} at capacity "
-                            f"{spec.capacity_spec} raised {type(e).__module__}.{type(e).__name__}: "
-                            f"{e}") from None
+        raise CachegymError(f"{label} raised {type(e).__module__}.{type(e).__name__}: {e}") from None
 
 
-def replay_runs(runs: list[tuple[Trace, RunSpec, dict[str, Any]]], todo: Sequence[int],
-                jobs: int, bar: Any = None) -> Iterable[tuple[int, dict[str, Any]]]:
-    """``(i, row)`` of each run ``i`` in ``todo`` (``runs[i]``: a trace, a run's spec and the
-    keyword arguments of :func:`run_one`), as each completes: one after the other here when
-    ``jobs`` is 1 (or one run is left), else in ``jobs`` worker processes (``forkserver`` where
-    the platform has it, else ``spawn``: never a fork of this process, whose threads a fork
-    would not carry), each given the runs once. A run's error is raised here as it was raised
-    there (its type, message and data); the runs not started are dropped (the completed ones
-    are the caller's). ``bar`` (a tqdm bar, optional) names the run in progress."""
+def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
+               todo: Sequence[int], jobs: int, bar: Any = None) -> Iterable[tuple[int, Any]]:
+    """``(i, fn(*args, **kwargs))`` of each task ``i`` in ``todo`` (``tasks[i]``: ``(fn, args,
+    kwargs, label)``, ``fn`` a module's function, ``label`` what the task is, for errors and
+    ``bar``), as each completes: one after the other here when ``jobs`` is 1 (or one task is
+    left), else in ``jobs`` worker processes (``forkserver`` where the platform has it, else
+    ``spawn``: never a fork of this process, whose threads a fork would not carry), each given
+    the tasks once. A task's error is raised here as it was raised there (its type, message and
+    data); the tasks not started are dropped (the completed ones are the caller's). ``bar`` (a
+    tqdm bar, optional) names the task in progress when they run here."""
     if jobs <= 1 or len(todo) <= 1:
         for i in todo:
-            t, spec, options = runs[i]
+            fn, args, kwargs, label = tasks[i]
             if bar is not None:
-                bar.set_postfix_str(f"{spec.trace_name} {spec.policy} cap={spec.capacity}",
-                                    refresh=False)
-            yield i, run_one(t, spec, **options)
+                bar.set_postfix_str(label, refresh=False)
+            yield i, fn(*args, **kwargs)
         return
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -606,8 +610,8 @@ def replay_runs(runs: list[tuple[Trace, RunSpec, dict[str, Any]]], todo: Sequenc
 
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     workers = ProcessPoolExecutor(min(jobs, len(todo)), mp.get_context(method), _start_worker,
-                                  (runs,))
-    pending = {workers.submit(_run_in_worker, i): i for i in todo}
+                                  (tasks,))
+    pending = {workers.submit(_task_in_worker, i): i for i in todo}
     try:
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -616,15 +620,24 @@ def replay_runs(runs: list[tuple[Trace, RunSpec, dict[str, Any]]], todo: Sequenc
                 try:
                     yield f.result()
                 except BrokenProcessPool:
-                    spec = runs[i][1]
                     raise CachegymError(
                         f"a worker process ended abruptly (out of memory? each of the {jobs} "
-                        f"holds the traces) while runs were in flight, {spec.policy!r} on trace "
-                        f"{spec.trace_name!r} at capacity {spec.capacity_spec} among them; run "
-                        "again with fewer jobs (the evaluator keeps the completed runs: "
+                        f"holds the traces) while tasks were in flight, {tasks[i][3]} among them; "
+                        "run again with fewer jobs (the evaluator keeps the completed runs: "
                         "eval.resume=true)") from None
-    finally:  # (an error: the queued runs are dropped; those running end with their run)
+    finally:  # (an error: the queued tasks are dropped; those running end with their task)
         workers.shutdown(wait=not pending, cancel_futures=True)
+
+
+def replay_runs(runs: list[tuple[Trace, RunSpec, dict[str, Any]]], todo: Sequence[int],
+                jobs: int, bar: Any = None) -> Iterable[tuple[int, dict[str, Any]]]:
+    """``(i, row)`` of each run ``i`` in ``todo`` (``runs[i]``: a trace, a run's spec and the
+    keyword arguments of :func:`run_one`), as each completes, in ``jobs`` worker processes
+    (:func:`in_workers`)."""
+    tasks = [(run_one, (t, spec), options,
+              f"run {spec.policy!r} on trace {spec.trace_name!r} at capacity {spec.capacity_spec}")
+             for t, spec, options in runs]
+    return in_workers(tasks, todo, jobs, bar)
 
 
 def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Trace
-from cachegym.envs.evaluation import RunSpec, learned_name, replay_runs, resolve_capacity
+from cachegym.envs.evaluation import RunSpec, in_workers, learned_name, resolve_capacity, run_one
 from cachegym.envs.gaps import gap_closed
 from cachegym.envs.paths import data_path
 
@@ -143,8 +143,8 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
                  progress: bool = False, jobs: int = 1) -> list[dict[str, Any]]:
     """One row per (trace, capacity): every policy's traffic and miss ratio, the bound's, the
     learned policy's gap closed to it and its traffic against the best heuristic's. ``jobs``:
-    runs replayed at once in worker processes (:func:`~envs.evaluation.replay_runs`; the
-    bounds are computed here)."""
+    runs and bounds computed at once in worker processes (:func:`~envs.evaluation.in_workers`;
+    1: one after the other, here)."""
     from tqdm.auto import tqdm
 
     from cachegym.policies.bounds import Bound, auto_lower_bound
@@ -152,25 +152,28 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     names = ["learned", *heuristics, "belady"]
     cells = [(h, c, resolve_capacity(float(c), h.trace, "bytes", "peak_live"))
              for h in held_out for c in capacities]
-    runs = []
-    for h, c, cap in cells:
+    tasks: list[tuple[Any, tuple[Any, ...], dict[str, Any], str]] = []
+    for h, c, cap in cells:  # per cell: its bound, then its runs
         t = h.trace
+        tasks.append((auto_lower_bound, (t, cap), {}, f"the bound of {t.name!r} at {c}"))
         for n in names:
             spec = (RunSpec(t.name, cap, str(c), "bytes", learned_name("shadow"), "none", "none",
                             learned=policy_path, guard="shadow") if n == "learned"
                     else RunSpec(t.name, cap, str(c), "bytes", n, "none", "none"))
-            runs.append((t, spec, {"seed": seed, "decision_timing": n == "learned"}))
-    done: dict[int, dict[str, Any]] = {}
-    with tqdm(total=len(runs), desc="quality", unit="run", disable=not progress) as bar:
-        for i, got in replay_runs(runs, range(len(runs)), jobs, bar):
+            tasks.append((run_one, (t, spec), {"seed": seed, "decision_timing": n == "learned"},
+                          f"{n} on {t.name!r} at {c}"))
+    done: dict[int, Any] = {}
+    with tqdm(total=len(tasks), desc="quality", unit="task", disable=not progress) as bar:
+        for i, got in in_workers(tasks, range(len(tasks)), jobs, bar):
             done[i] = got
             bar.update(1)
     rows = []
+    per = 1 + len(names)
     for j, (h, c, cap) in enumerate(cells):
         t = h.trace
-        res = {n: done[j * len(names) + k] for k, n in enumerate(names)}
+        res = {n: done[j * per + 1 + k] for k, n in enumerate(names)}
         # (a trace outside the bounds' model has no gap figures)
-        bound = auto_lower_bound(t, cap) or Bound("none", True, math.nan, math.nan, 0.0)
+        bound = done[j * per] or Bound("none", True, math.nan, math.nan, 0.0)
         traffic = {n: int(r["traffic_bytes"]) for n, r in res.items()}
         misses = {n: int(r["misses"]) for n, r in res.items()}
         best_h = min(heuristics, key=lambda n: traffic[n])
