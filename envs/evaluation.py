@@ -561,13 +561,19 @@ def check_jobs(jobs: Any, key: str = "eval.jobs") -> int:
     return int(jobs) or (os.cpu_count() or 1)
 
 
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+"""The thread counts of the numerical libraries that the worker processes of :func:`in_workers`
+set to 1 where the user has not."""
+
 # A worker process's tasks, set once per worker (_start_worker): (function, args, kwargs, label).
 _WORK: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] | None = None
 
 
-def _start_worker(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]]) -> None:
+def _start_worker(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
+                  env: dict[str, str]) -> None:
     global _WORK
     _WORK = tasks
+    os.environ.update(env)  # (a forkserver's children inherit its environment, not the caller's)
 
 
 def _task_in_worker(i: int) -> tuple[int, Any]:
@@ -609,9 +615,20 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     from concurrent.futures.process import BrokenProcessPool
 
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    # one thread of BLAS / OpenMP per worker (the processes are the parallelism; a pool of each
+    # library's threads per core in each worker would oversubscribe a many-core machine),
+    # unless the user says otherwise: set while the workers start (on submit), and by each
+    saved = {v: os.environ.get(v) for v in _THREAD_VARS}
+    env = {v: "1" if old is None else old for v, old in saved.items()}
     workers = ProcessPoolExecutor(min(jobs, len(todo)), mp.get_context(method), _start_worker,
-                                  (tasks,))
-    pending = {workers.submit(_task_in_worker, i): i for i in todo}
+                                  (tasks, env))
+    os.environ.update(env)
+    try:
+        pending = {workers.submit(_task_in_worker, i): i for i in todo}
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v, None)
     try:
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -245,3 +245,15 @@ def test_a_bad_number_of_jobs_is_a_config_error(trace_file: Path, tmp_path: Path
         with pytest.raises(ConfigError, match="eval.jobs"):
             evaluation.check_jobs(bad)
     assert evaluation.check_jobs(3) == 3 and evaluation.check_jobs(0) == (os.cpu_count() or 1)
+
+
+def test_workers_run_one_thread_of_blas_each_unless_the_user_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker processes are the parallelism: each runs its numerical libraries on one thread
+    (a pool of threads per core in each worker would oversubscribe a many-core machine), unless
+    the variable is set; this process's environment is left as it was."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    tasks = [(os.getenv, (v,), {}, v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")]
+    got = dict(evaluation.in_workers(tasks, [0, 1], 2))
+    assert got == {0: "1", 1: "3"}
+    assert "OMP_NUM_THREADS" not in os.environ and os.environ["MKL_NUM_THREADS"] == "3"
