@@ -91,6 +91,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "lookahead, ...; 'learned': the policy file's prefetch head); the experts "
                         "also run without it (their best printed as 'no-pf'), and the best of all "
                         "is the reference (default none)")
+    p.add_argument("-j", "--jobs", type=int, default=0,
+                   help="cells replayed at once in worker processes (default 0: one per CPU "
+                        "core; 1: one after the other); the same figures")
 
 
 def _cost(st: Any, objective: str) -> int:
@@ -142,6 +145,7 @@ def cell(trace: Any, cap: int, policy: str, guard: str, objective: str,
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.evaluation import check_jobs, in_workers
     from cachegym.envs.workloads import read_trace
 
     bundled = {os.path.basename(f)[:-4]: f for f in sorted(glob.glob(os.path.join(ROOT, "data", "traces", "*.npz")))}
@@ -152,18 +156,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--traces: {bad} unknown; choose from {[*bundled, *fams]}")
     figures: dict[str, Any] = {"objective": args.objective, "guard": args.guard,
                                "prefetch": args.prefetch, "policies": {}}
+    jobs = check_jobs(args.jobs, "--jobs")
     cols = EXPERTS if args.prefetch == "none" else (*EXPERTS, "no-pf")
+    traces = {n: read_trace(bundled[n]) if n in bundled else fams[n]() for n in names}
     for policy in args.policy:
         print(f"policy {policy} under guard {args.guard!r}, objective {args.objective}, "
               f"prefetch {args.prefetch}")
         print(f"{'trace':>14} {'cap':>5} {'ratio':>6} {'best':>8} " +
               " ".join(f"{e:>8}" for e in cols) + "  switches shares (costs / best)")
-        rows = []
-        for name in names:
-            t = read_trace(bundled[name]) if name in bundled else fams[name]()
-            for frac in args.capacities:
-                cap = max(1, int(frac * t.peak_live_bytes()))
-                r = cell(t, cap, policy, args.guard, args.objective, args.preset, args.prefetch)
+        where = [(n, frac) for n in names for frac in args.capacities]
+        tasks: list[tuple[Any, tuple[Any, ...], dict[str, Any], str]] = [
+            (cell, (traces[n], max(1, int(frac * traces[n].peak_live_bytes())), policy,
+                    args.guard, args.objective, args.preset, args.prefetch), {},
+             f"the cell {n} at {frac}") for n, frac in where]
+        done: dict[int, dict[str, Any]] = {}
+        rows: list[dict[str, Any]] = []
+        for i, r in in_workers(tasks, range(len(tasks)), jobs):
+            done[i] = r
+            while len(rows) in done:  # printed in order, as soon as the cells before are done
+                j = len(rows)
+                r = done[j]
+                name, frac = where[j]
                 r.update(trace=name, capacity=frac)
                 rows.append(r)
                 b = r[r["best"]]
