@@ -288,6 +288,11 @@ class FeatureTracker(EvictionPolicyBase):
         """Resident tracked keys in no particular order (do not modify)."""
         return self._res
 
+    def resident_records(self) -> list[Any]:
+        """The pool's record of each key of :meth:`resident`, at the same index (do not
+        modify)."""
+        return self._res_rec
+
     def __len__(self) -> int:
         return len(self._order)
 
@@ -482,8 +487,10 @@ def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         # residents; when all are evictable (no pins, nothing in flight) that is the answer
         # (rng.random scaled, not rng.integers: the same uniform draws at half the call cost)
         objs: dict[int, Any] | None = getattr(view, "objects", None)
-        if objs is not None:  # (the draws, their keys and their records in one kernel call)
-            out = _k.sample_keys(rng.random(K + K // 2 + 4), n, res, objs, K, np.empty(K, np.int64))
+        if objs is not None:  # (the draws, their keys and their records in one kernel call;
+            # the pool's records, kept beside the residents: ObjectInfo)
+            out = _k.sample_keys(rng.random(K + K // 2 + 4), n, res, tracker.resident_records(), K,
+                                 np.empty(K, np.int64))
             if out:
                 return out  # type: ignore[no-any-return]
         else:

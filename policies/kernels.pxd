@@ -28,7 +28,7 @@ cpdef Py_ssize_t first_distinct(double[::1] u, double n, long long[::1] out) exc
 cpdef list evictable_keys(dict objs, object keys, Py_ssize_t limit)
 
 @cython.locals(c=Py_ssize_t, q=Py_ssize_t, o=ObjectInfo)
-cpdef list sample_keys(double[::1] u, double n, list res, dict objs, Py_ssize_t K,
+cpdef list sample_keys(double[::1] u, double n, list res, list recs, Py_ssize_t K,
                        long long[::1] idx)
 
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, c=cython.longlong, s=Py_ssize_t,

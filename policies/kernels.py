@@ -162,21 +162,21 @@ def first_distinct(u: Any, n: int, out: Any) -> int:
     return c
 
 
-def sample_keys(u: Any, n: int, res: list, objs: dict, K: int, idx: Any) -> list:
+def sample_keys(u: Any, n: int, res: list, recs: list, K: int, idx: Any) -> list:
     """``res[i]`` for the first ``K`` distinct ``i = int(u[j] * n)`` (:func:`first_distinct`,
-    ``idx``: an int64 buffer of ``K``), in draw order, if there are ``K`` of them and the records
-    ``objs`` say each is evictable (:func:`evictable_keys`); else an empty list. The uniform
-    sample of ``K`` residents of a decision, in one call."""
+    ``idx``: an int64 buffer of ``K``), in draw order, if there are ``K`` of them and their pool
+    records ``recs[i]`` (beside ``res``: a feature tracker's) say each is evictable
+    (``ObjectInfo.evictable``); else an empty list. The uniform sample of ``K`` residents of a
+    decision, in one call, without a lookup by key."""
     c = first_distinct(u, n, idx)
     out: list = []
     if c < K:
         return out
     for q in range(K):
-        k = res[idx[q]]
-        o = objs.get(k)
-        if o is None or not o.evictable():
+        o = recs[idx[q]]
+        if not o.evictable():
             return []
-        out.append(k)
+        out.append(res[idx[q]])
     return out
 
 

@@ -421,6 +421,7 @@ def test_candidates_and_state_codes_read_the_pools_records(n_resident) -> None:
     assert len(evictable) < len(tracker.lru_order())  # pins (and perhaps copies in flight)
     assert fm.select_keys(tracker, view, 32, "lru", None) == evictable[:32]
     res = tracker.resident()
+    assert [view.info(k) for k in res] == tracker.resident_records()  # (the same records)
     py = _interpreted_kernels()
     for seed in range(5):
         keys = fm.select_keys(tracker, view, 32, "sample", np.random.default_rng(seed))
@@ -434,7 +435,8 @@ def test_candidates_and_state_codes_read_the_pools_records(n_resident) -> None:
         first = [res[i] for i in fm._first_distinct(np.random.default_rng(seed), len(res), 52, 32)]
         want = first if len(first) == 32 and all(view.evictable(k) for k in first) else []
         for mod in (kernels, py):
-            assert mod.sample_keys(u, len(res), res, view.objects, 32, np.empty(32, np.int64)) == want
+            assert mod.sample_keys(u, len(res), res, tracker.resident_records(), 32,
+                                   np.empty(32, np.int64)) == want
         if len(res) > 4 * 32 and want:
             assert keys == want
     resident_flag = {0: 8, 2: 12}  # DEVICE: resident; H2D: resident and in flight
