@@ -554,11 +554,18 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
 
 def check_jobs(jobs: Any, key: str = "eval.jobs") -> int:
     """``jobs`` (the config value ``key``) as a number of worker processes (0: one per CPU
-    core), or a :class:`ConfigError` naming ``key``."""
+    core this process may run on), or a :class:`ConfigError` naming ``key``."""
     if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 0:
         raise ConfigError(f"{key}: {jobs!r} is not allowed; give the number of runs to replay "
                           "at once (1: one after the other; 0: one per CPU core)")
-    return int(jobs) or (os.cpu_count() or 1)
+    return int(jobs) or usable_cores()
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the platform says, e.g. a
+    container's or a batch job's share of a larger machine; else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")

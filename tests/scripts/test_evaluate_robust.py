@@ -244,7 +244,9 @@ def test_a_bad_number_of_jobs_is_a_config_error(trace_file: Path, tmp_path: Path
     for bad in ("two", True, 1.5):  # (from Python: Hydra's schema refuses these in a config)
         with pytest.raises(ConfigError, match="eval.jobs"):
             evaluation.check_jobs(bad)
-    assert evaluation.check_jobs(3) == 3 and evaluation.check_jobs(0) == (os.cpu_count() or 1)
+    assert evaluation.check_jobs(3) == 3 and evaluation.check_jobs(0) == evaluation.usable_cores()
+    if hasattr(os, "sched_getaffinity"):  # (0: the cores this process may run on, not the machine's)
+        assert evaluation.usable_cores() == len(os.sched_getaffinity(0))
 
 
 def test_workers_run_one_thread_of_blas_each_unless_the_user_says(monkeypatch: pytest.MonkeyPatch) -> None:
