@@ -86,9 +86,9 @@ class PrefetchTiming:
         does not know (the pool's record's size counts for one it knows). An object is *away*
         when a prefetch can bring it in: the pool knows it and does not hold it (state in
         :data:`~allocator.seams.AWAY`; ``accessed`` never is: it counts only for the room it
-        takes). An away object is due when that compute no longer covers its lead (:meth:`lead_ns`, of ``ident``) after
-        the copies queued before it (those in flight, then each earlier object's); with an
-        instant cost model every one is.
+        takes). An away object is due when that compute no longer covers its lead
+        (:meth:`lead_ns`, of ``ident``) after the copies queued before it (those in flight, then
+        each earlier object's); with an instant cost model every one is.
 
         Do no harm (Cao et al., "A study of integrated prefetching and caching strategies",
         SIGMETRICS 1995): an object is prefetched only while it fits in the pool beside every
