@@ -502,7 +502,18 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     options = dict(placement=placement, write_policy=write_policy, oversize=oversize,
                    decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
                    allocator_cfg=alloc)
+    # the bounds' rows (each an offline solve, recomputed on a resume), after the runs' tasks
+    tasks = run_tasks([(t, spec, options) for t, spec in runs])
+    for t, tname, cap, c in groups if bounds else ():
+        tasks.append((bound_rows, (t, tname, cap, c, mode, bounds), {},
+                      f"the bounds of trace {tname!r} at capacity {c}"))
+        for preset in presets:
+            if preset != "none":
+                tasks.append((stall_rows, (t, tname, cap, c, mode, preset), {},
+                              f"the stall bound of trace {tname!r} at capacity {c} under {preset}"))
+    n_runs = len(runs)
     done: dict[int, dict[str, Any]] = {}
+    got: dict[int, list[dict[str, Any]]] = {}
     with RunJournal(out_dir, resume=bool(ev.get("resume", False))) as journal:
         for i, key in enumerate(keys):
             row = journal.get(key)
@@ -510,13 +521,18 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                 done[i] = row
         if done:
             log.info("resuming: %d of %d runs are already in %s", len(done), len(runs), journal.path)
-        todo = [i for i in range(len(runs)) if i not in done]
-        bar = tqdm(total=len(runs), initial=len(done), desc="evaluate", unit="run",
+        # one set of worker processes for the runs and the bounds, the bounds (offline solves,
+        # often the longest tasks) started first
+        todo = list(range(n_runs, len(tasks))) + [i for i in range(n_runs) if i not in done]
+        bar = tqdm(total=len(tasks), initial=len(done), desc="evaluate", unit="task",
                    disable=not ev.progress)
         try:
-            for i, row in replay_runs([(t, spec, options) for t, spec in runs], todo, jobs, bar):
-                journal.add(keys[i], row)
-                done[i] = row
+            for i, res in in_workers(tasks, todo, jobs, bar):
+                if i < n_runs:
+                    journal.add(keys[i], res)
+                    done[i] = res
+                else:
+                    got[i - n_runs] = res
                 bar.update(1)
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
@@ -525,19 +541,9 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
             raise
         finally:
             bar.close()
-    rows = [done[i] for i in range(len(runs))]
-    # the bounds' rows (each an offline solve), in the worker processes too
-    tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] = []
-    for t, tname, cap, c in groups if bounds else ():
-        tasks.append((bound_rows, (t, tname, cap, c, mode, bounds), {},
-                      f"the bounds of trace {tname!r} at capacity {c}"))
-        for preset in presets:
-            if preset != "none":
-                tasks.append((stall_rows, (t, tname, cap, c, mode, preset), {},
-                              f"the stall bound of trace {tname!r} at capacity {c} under {preset}"))
-    got = dict(in_workers(tasks, range(len(tasks)), jobs))
-    for i in range(len(tasks)):
-        rows.extend(got[i])
+    rows = [done[i] for i in range(n_runs)]
+    for j in range(len(tasks) - n_runs):
+        rows.extend(got[j])
     rows = keep_best_stall_ref(rows)
     order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
@@ -653,15 +659,13 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
         workers.shutdown(wait=not pending, cancel_futures=True)
 
 
-def replay_runs(runs: list[tuple[Trace, RunSpec, dict[str, Any]]], todo: Sequence[int],
-                jobs: int, bar: Any = None) -> Iterable[tuple[int, dict[str, Any]]]:
-    """``(i, row)`` of each run ``i`` in ``todo`` (``runs[i]``: a trace, a run's spec and the
-    keyword arguments of :func:`run_one`), as each completes, in ``jobs`` worker processes
-    (:func:`in_workers`)."""
-    tasks = [(run_one, (t, spec), options,
-              f"run {spec.policy!r} on trace {spec.trace_name!r} at capacity {spec.capacity_spec}")
-             for t, spec, options in runs]
-    return in_workers(tasks, todo, jobs, bar)
+def run_tasks(runs: list[tuple[Trace, RunSpec, dict[str, Any]]]
+              ) -> list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]]:
+    """The tasks of :func:`in_workers` that replay ``runs`` (each a trace, a run's spec and the
+    keyword arguments of :func:`run_one`): each task's result is the run's row."""
+    return [(run_one, (t, spec), options,
+             f"run {spec.policy!r} on trace {spec.trace_name!r} at capacity {spec.capacity_spec}")
+            for t, spec, options in runs]
 
 
 def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
