@@ -28,28 +28,10 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from cachegym.envs.paths import project_path
 
 ROOT = project_path()
 EXPERTS = ("network", "lru", "s3fifo", "gdsf", "lfu", "arc", "slru")
-
-
-def _storage(n: int, seed: int) -> Any:
-    """Block-I/O-like: Zipf over objects mixed with sequential scans, each object's size fixed,
-    log-uniform in 512 B - 64 KiB (as libCacheSim's CloudPhysics traces)."""
-    from cachegym.allocator.trace import Trace
-    from cachegym.envs.workloads import generate
-
-    t = generate("mixture", seed=seed, n_requests=n, components=[
-        {"name": "zipf", "weight": 0.7, "n_objects": 20_000, "alpha": 0.8},
-        {"name": "scan", "weight": 0.3, "n_hot": 2_000, "alpha": 0.9, "scan_length": 3_000,
-         "scan_every": 2_000}])
-    rng = np.random.default_rng(seed)
-    _, obj = np.unique(t.key, return_inverse=True)
-    per_obj = (2.0 ** rng.uniform(9, 16, obj.max() + 1)).astype(np.int64)
-    return Trace.from_arrays(t.key, per_obj[obj], t.op, name="storage")
 
 
 def FAMILIES(n: int, seed: int = 0) -> dict[str, Callable[[], Any]]:
@@ -67,7 +49,7 @@ def FAMILIES(n: int, seed: int = 0) -> dict[str, Callable[[], Any]]:
             {"name": "zipf", "weight": 0.5, "n_objects": 3_000, "alpha": 0.8, **zs},
             {"name": "loop", "weight": 0.5, "n_objects": 800, **zs}]),
         "llm_kv": lambda: generate("llm_kv_cache", seed),
-        "storage": lambda: _storage(n, seed),
+        "storage": lambda: generate("storage", seed, n_requests=n),
         "web_cdn": lambda: generate("web_cdn", seed, n_requests=n, n_objects=10_000),
         "web_session": lambda: generate("web_session", seed, n_requests=n, n_pages=3_000),
     }

@@ -1,5 +1,5 @@
-"""Seeded synthetic cache workloads: zipf, uniform, scan, loop, mixture, phase change, and the
-web-like families (a CDN edge cache, web sessions).
+"""Seeded synthetic cache workloads: zipf, uniform, scan, loop, mixture, phase change, the
+web-like families (a CDN edge cache, web sessions) and a storage-like (block I/O) family.
 
 Every generator takes ``seed`` and draws from ``np.random.default_rng(seed)`` only (no global
 RNG), so the same seed gives the same trace (given the same NumPy version). Each returns a
@@ -7,7 +7,8 @@ RNG), so the same seed gives the same trace (given the same NumPy version). Each
 
 Object sizes: ``size`` bytes for every object, or, with ``size_sigma > 0``, drawn once per
 object from a log-normal around ``size`` (median ``size``, clipped to ``[1, 64 * size]``); the
-web-like families draw theirs once per object from :func:`web_sizes` (a heavy tail).
+web-like families draw theirs once per object from :func:`web_sizes` (a heavy tail), the
+storage-like family log-uniform in 512 B - 64 KiB.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Op, Trace
 
 __all__ = ["zipf", "uniform", "scan", "loop", "mixture", "phase_change", "web_cdn", "web_session",
-           "zipf_ranks", "object_sizes", "web_sizes", "make_trace"]
+           "storage", "zipf_ranks", "object_sizes", "web_sizes", "make_trace"]
 
 _COMPONENT_STRIDE = 1 << 40
 """Key offset between mixture components, so their objects are disjoint."""
@@ -397,3 +398,36 @@ def web_session(
         if stream:
             key[rows] = np.concatenate(stream)[:len(rows)]
     return make_trace("web_session", params, key, sizes[key], _ops(rng, n_requests, write_fraction))
+
+
+# ---------------------------------------------------------------------- storage-like family
+def storage(
+    n_requests: int = 100_000,
+    n_objects: int = 20_000,
+    alpha: float = 0.8,
+    scan_weight: float = 0.3,
+    n_hot: int = 2_000,
+    scan_length: int = 3_000,
+    scan_every: int = 2_000,
+    min_size: int = 512,
+    max_size: int = 65_536,
+    write_fraction: float = 0.0,
+    *,
+    seed: int = 0,
+) -> Trace:
+    """Block-I/O-like, as libCacheSim's CloudPhysics traces: Zipf(``alpha``) over ``n_objects``
+    blocks mixed (``scan_weight`` of the requests) with a scan-heavy component (a Zipf(0.9) hot
+    set of ``n_hot`` blocks interrupted every ``scan_every`` requests by ``scan_length`` blocks
+    read once, as :func:`scan`); each object's size is fixed, log-uniform in ``min_size`` -
+    ``max_size`` bytes; a ``write_fraction`` of the requests are writes."""
+    params = dict(locals())
+    _check(0 <= scan_weight <= 1, "scan_weight", scan_weight, "in [0, 1]")
+    _check(1 <= min_size <= max_size, "min_size, max_size", (min_size, max_size),
+           "1 <= min_size <= max_size")
+    t = mixture([{"name": "zipf", "weight": 1.0 - scan_weight, "n_objects": n_objects, "alpha": alpha},
+                 {"name": "scan", "weight": scan_weight, "n_hot": n_hot, "alpha": 0.9,
+                  "scan_length": scan_length, "scan_every": scan_every}], n_requests, seed=seed)
+    rng = np.random.default_rng(seed)
+    _, obj = np.unique(t.key, return_inverse=True)
+    per_obj = (2.0 ** rng.uniform(np.log2(min_size), np.log2(max_size), int(obj.max()) + 1)).astype(np.int64)
+    return make_trace("storage", params, t.key, per_obj[obj], _ops(rng, n_requests, write_fraction))

@@ -69,8 +69,10 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     workloads of many objects (200,000-300,000 requests, far past the features' horizon: a
     CDN-like alpha 0.7 over 200,000 objects, and alpha 1.1 over 10,000), and the web-like
     families (a CDN edge cache with one-hit wonders and popularity churn, web sessions: page
-    bursts; heavy-tailed sizes, 1 KiB - 100 MiB); seeds and shapes never used in training
-    (the web-like families in no training set at all)."""
+    bursts; heavy-tailed sizes, 1 KiB - 100 MiB) and a storage-like one (block I/O: Zipf over
+    50,000 blocks mixed with scans, sizes fixed per object, 512 B - 64 KiB; 200,000 requests);
+    seeds and shapes never used in training (the web-like and storage-like families in no
+    training set at all)."""
     from cachegym.envs.workloads import generate
 
     specs: list[tuple[str, dict[str, Any]]] = [
@@ -87,12 +89,13 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
                   "size_sigma": 0.5}),
         ("web_cdn", {"n_requests": 50_000}),
         ("web_session", {"n_requests": 50_000}),
+        ("storage", {"n_requests": 200_000, "n_objects": 50_000}),
     ]
     out = []
     for name, params in specs:
         t = _first(generate(name, seed=777, **params), max_requests)
         label = f"{name}_a{params['alpha']}" if "alpha" in params else name
-        if "n_objects" in params:
+        if "n_objects" in params and name != "storage":
             label += f"_n{params['n_objects'] // 1000}k"
         out.append(HeldOut(_named(t, f"{label}_s777"), "other"))
     return out

@@ -23,6 +23,7 @@ SMALL: dict[str, dict[str, Any]] = {
         {"name": "zipf", "weight": 3, "n_objects": 100}, {"name": "loop", "weight": 1, "n_objects": 50}]},
     "web_cdn": {"n_requests": 5000, "n_objects": 1000},
     "web_session": {"n_requests": 5000, "n_pages": 300, "concurrency": 8},
+    "storage": {"n_requests": 5000, "n_objects": 500, "n_hot": 100, "scan_length": 200, "scan_every": 300},
     "dl_training": {"n_layers": 3, "steps": 2, "hidden": 64, "batch_tokens": 32},
     "llm_kv_cache": {"n_steps": 60},
     "embedding": {"n_batches": 10, "n_rows": 10_000},
@@ -227,7 +228,28 @@ def test_web_session_bursts_and_revisits() -> None:
     assert near_reuse(revisit=0.8, concurrency=4) > near_reuse(revisit=0.8, concurrency=256)
 
 
+def test_storage_blocks_fixed_sizes_scans_and_writes() -> None:
+    t = generate("storage", seed=4, n_requests=40_000, n_objects=4_000, write_fraction=0.25)
+    keys, first, counts = np.unique(t.key, return_index=True, return_counts=True)
+    per_key = dict(zip(keys.tolist(), t.size[first].tolist()))
+    assert all(per_key[k] == s for k, s in zip(t.key.tolist(), t.size.tolist()))  # fixed per object
+    sizes = t.size[first]
+    assert sizes.min() >= 512 and sizes.max() <= 65_536
+    # log-uniform over 2^9..2^16: about a seventh of the objects in each octave
+    octave = np.floor(np.log2(sizes)).astype(int)
+    assert np.all(np.abs(np.bincount(octave, minlength=17)[9:16] / len(sizes) - 1 / 7) < 0.03)
+    assert (counts == 1).sum() > 0.2 * len(keys)  # the scans' blocks, read once
+    assert abs((t.op == Op.WRITE).mean() - 0.25) < 0.02
+    assert (generate("storage", seed=4, n_requests=1000).op == 0).all()  # reads by default
+    narrow = generate("storage", seed=4, n_requests=2000, min_size=4096, max_size=4096)
+    assert (narrow.size == 4096).all()
+
+
 @pytest.mark.parametrize(("name", "params", "match"), [
+    ("storage", {"scan_weight": 1.5}, "scan_weight"),
+    ("storage", {"min_size": 4096, "max_size": 512}, "min_size"),
+    ("storage", {"min_size": 0}, "min_size"),
+    ("storage", {"n_objects": 0}, "n_objects"),
     ("web_cdn", {"one_hit_fraction": 1.0}, "one_hit_fraction"),
     ("web_cdn", {"churn": -0.5}, "churn"),
     ("web_cdn", {"alpha": -1}, "alpha"),

@@ -52,7 +52,7 @@ def test_broad_held_out_rows_and_verdict(tmp_path) -> None:
                                 / (traffic["lru"] - r["traffic_bound"]))
     v = verdict(rows)
     other = [r for r in rows if r["family"] == "other"]
-    assert v["other_cells"] == len(other) == 11
+    assert v["other_cells"] == len(other) == 12
     assert v["other_worst_traffic_vs_best"] == max(r["traffic_vs_best"] for r in other)
     assert v["other_cells_behind_lru"] == sum(r["traffic_learned"] > r["traffic_lru"] for r in other)
     assert v["dl_cells"] == 0 and math.isnan(v["dl_mean_gap_closed_traffic"]) and not v["dl_target_met"]
