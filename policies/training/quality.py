@@ -156,27 +156,30 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
     cells = [(h, c, resolve_capacity(float(c), h.trace, "bytes", "peak_live"))
              for h in held_out for c in capacities]
     tasks: list[tuple[Any, tuple[Any, ...], dict[str, Any], str]] = []
-    for h, c, cap in cells:  # per cell: its bound, then its runs
+    of: list[tuple[int, str]] = []  # each task's (cell, "bound" or the policy's name)
+    for j, (h, c, cap) in enumerate(cells):  # per cell: its bound, then its runs
         t = h.trace
         tasks.append((auto_lower_bound, (t, cap), {}, f"the bound of {t.name!r} at {c}"))
+        of.append((j, "bound"))
         for n in names:
             spec = (RunSpec(t.name, cap, str(c), "bytes", learned_name("shadow"), "none", "none",
                             learned=policy_path, guard="shadow") if n == "learned"
                     else RunSpec(t.name, cap, str(c), "bytes", n, "none", "none"))
             tasks.append((run_one, (t, spec), {"seed": seed, "decision_timing": n == "learned"},
                           f"{n} on {t.name!r} at {c}"))
-    done: dict[int, Any] = {}
+            of.append((j, n))
+    done: list[dict[str, Any]] = [{} for _ in cells]  # per cell: its bound and its runs' rows
     with tqdm(total=len(tasks), desc="quality", unit="task", disable=not progress) as bar:
         for i, got in in_workers(tasks, range(len(tasks)), jobs, bar):
-            done[i] = got
+            j, n = of[i]
+            done[j][n] = got
             bar.update(1)
     rows = []
-    per = 1 + len(names)
     for j, (h, c, cap) in enumerate(cells):
         t = h.trace
-        res = {n: done[j * per + 1 + k] for k, n in enumerate(names)}
+        res = {n: done[j][n] for n in names}
         # (a trace outside the bounds' model has no gap figures)
-        bound = done[j * per] or Bound("none", True, math.nan, math.nan, 0.0)
+        bound = done[j]["bound"] or Bound("none", True, math.nan, math.nan, 0.0)
         traffic = {n: int(r["traffic_bytes"]) for n, r in res.items()}
         misses = {n: int(r["misses"]) for n, r in res.items()}
         best_h = min(heuristics, key=lambda n: traffic[n])
