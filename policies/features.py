@@ -213,6 +213,11 @@ class FeatureTracker(EvictionPolicyBase):
         # beside _res: each resident's pool record and slot
         self._res_rec: list[Any] = []
         self._res_slot = array("q")
+        # the last uniform sample of residents (select_candidates' "sample" rule) and their
+        # positions in _res, which its features are packed by (_pack)
+        self._sampled: list[int] | None = None
+        self._sample_idx = np.empty(0, np.int64)
+        self._draws = np.empty(0, np.float64)  # the sample's uniform draws (a buffer)
         self._epoch = 0
         self.miss_rate = 0.0
 
@@ -489,9 +494,17 @@ def select_keys(tracker: FeatureTracker, view: PoolView, K: int, rule: str,
         objs: dict[int, Any] | None = getattr(view, "objects", None)
         if objs is not None:  # (the draws, their keys and their records in one kernel call;
             # the pool's records, kept beside the residents: ObjectInfo)
-            out = _k.sample_keys(rng.random(K + K // 2 + 4), n, res, tracker.resident_records(), K,
-                                 np.empty(K, np.int64))
+            idx, u = tracker._sample_idx, tracker._draws
+            if idx.shape[0] != K:
+                idx, u = tracker._sample_idx, tracker._draws = np.empty(K, np.int64), np.empty(K + K // 2 + 4)
+            if type(rng) is np.random.Generator:  # the draws of rng.random(K + K // 2 + 4),
+                rng.random(out=u)  # into the buffer
+            else:
+                u[:] = rng.random(u.shape[0])
+            out = _k.sample_keys(_kernel_view(u, _k.vector), n, res, tracker.resident_records(), K,
+                                 _kernel_view(idx, _k.indices))
             if out:
+                tracker._sampled = out
                 return out  # type: ignore[no-any-return]
         else:
             first = list(map(res.__getitem__, _first_distinct(rng, n, K + K // 2 + 4, K)))
@@ -640,10 +653,15 @@ def _pack(tracker: FeatureTracker, view: PoolView, keys: list[int], K: int,
     n = len(keys)
     _put_head(v, 0, *_head_py(tracker, view, n, K))
     # tracker rows and state flags and kind (one code per candidate, expanded by a table lookup)
+    vk = _kernel_view(v, _k.vector)
+    if keys is tracker._sampled and _k.pack_sampled(  # the residents of a sample, by position
+            tracker._res, tracker._res_rec, tracker._res_slot,
+            _kernel_view(tracker._sample_idx, _k.indices), keys, vk, K):
+        return None
     objs: dict[int, Any] | None = getattr(view, "objects", None)
     if objs is None:  # (a view without its records: the ones of these keys it knows)
         objs = {k: view.info(k) for k in keys if k in view}
-    if _k.pack_keys(tracker._slot, objs, keys, _kernel_view(v, _k.vector), K):
+    if _k.pack_keys(tracker._slot, objs, keys, vk, K):
         return v[_HEAD:_HEAD + n].astype(np.int64).tolist()  # type: ignore[no-any-return]
     return None
 

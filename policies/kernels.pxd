@@ -18,6 +18,7 @@ cdef inline float f32(double x) noexcept
 cpdef object vector(double[::1] a)
 cpdef object matrix(double[:, ::1] a)
 cpdef object observation(float[:, ::1] a)
+cpdef object indices(long long[::1] a)
 
 cpdef void access(double[::1] V, Py_ssize_t b, double t, double x, double two) except *
 
@@ -31,9 +32,17 @@ cpdef list evictable_keys(dict objs, object keys, Py_ssize_t limit)
 cpdef list sample_keys(double[::1] u, double n, list res, list recs, Py_ssize_t K,
                        long long[::1] idx)
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, c=cython.longlong, s=Py_ssize_t,
-               missing=Py_ssize_t)
+@cython.locals(c=cython.longlong)
+cdef inline double state_code(ObjectInfo o) noexcept
+
+cdef void _check_packed(Py_ssize_t n, double[::1] v, Py_ssize_t K, str what) except *
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, o=ObjectInfo, s=Py_ssize_t, missing=Py_ssize_t)
 cpdef Py_ssize_t pack_keys(dict slot, dict objs, list keys, double[::1] v, Py_ssize_t K) except -1
+
+@cython.locals(n=Py_ssize_t, m=Py_ssize_t, q=Py_ssize_t, i=Py_ssize_t)
+cpdef bint pack_sampled(list res, list recs, long long[::1] slots, long long[::1] idx, list keys,
+                        double[::1] v, Py_ssize_t K) except -1
 
 @cython.locals(n=Py_ssize_t, rows_=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, m=double)
 cpdef Py_ssize_t last_ticks(double[:, ::1] S, dict slot, list keys, long long[::1] out) except -1

@@ -124,6 +124,11 @@ def observation(a: Any) -> Any:
     return a
 
 
+def indices(a: Any) -> Any:
+    """An int64 1-d contiguous array as the kernels take it fastest."""
+    return a
+
+
 # ---------------------------------------------------------------------- the tracker
 def access(V: Any, b: int, t: int, x: int, two: float) -> None:
     """An access at tick ``t`` to the tracker row ``V[b:b + NCOL]`` of the flat float64 rows
@@ -199,17 +204,32 @@ def evictable_keys(objs: dict, keys: Any, limit: int) -> list:
     return out
 
 
+def state_code(o: Any) -> float:
+    """The state code of a pool record ``o`` (``allocator.records.ObjectInfo``): ``dirty + 2
+    prefetched + 4 in flight + 8 resident + 16 kind``, the row of :data:`STATE_TABLE32` its
+    state features are read from."""
+    c = o.dirty + 2 * o.prefetched + 16 * o.kind
+    if o.state == 0:  # resident
+        c += 8
+    elif o.state == 2:  # host-to-device copy in flight: resident and in flight
+        c += 12
+    return c
+
+
+def _check_packed(n: int, v: Any, K: int, what: str) -> None:
+    if n > K or v.shape[0] != HEAD + 3 * K:
+        raise ConfigError(f"{what}: {n} keys need K >= {n} and v of {HEAD} + 3K values; got "
+                          f"K={K}, v ({v.shape[0]},)")
+
+
 def pack_keys(slot: dict, objs: dict, keys: list, v: Any, K: int) -> int:
     """The per-candidate part of a decision's packed buffer ``v`` (:func:`features`' layout, ``K``
     candidates): each key's tracker row (``slot`` maps a key to its row, ``-1`` without one)
-    into ``v[HEAD + i]`` and its state code into ``v[HEAD + K + i]``: ``dirty + 2 prefetched +
-    4 in flight + 8 resident + 16 kind`` of its record in ``objs`` (``0`` for a key the pool does
-    not know), the row of :data:`STATE_TABLE32` its state features are read from. Returns the
-    number of keys without a tracker row."""
+    into ``v[HEAD + i]`` and its :func:`state_code` into ``v[HEAD + K + i]`` (of its record in
+    ``objs``; ``0`` for a key the pool does not know). Returns the number of keys without a
+    tracker row."""
     n = len(keys)
-    if n > K or v.shape[0] != HEAD + 3 * K:
-        raise ConfigError(f"pack_keys: {n} keys need K >= {n} and v of {HEAD} + 3K values; got "
-                          f"K={K}, v ({v.shape[0]},)")
+    _check_packed(n, v, K, "pack_keys")
     missing = 0
     for i in range(n):
         k = keys[i]
@@ -218,16 +238,29 @@ def pack_keys(slot: dict, objs: dict, keys: list, v: Any, K: int) -> int:
             missing += 1
         v[HEAD + i] = s
         o = objs.get(k)
-        if o is None:
-            v[HEAD + K + i] = 0.0
-            continue
-        c = o.dirty + 2 * o.prefetched + 16 * o.kind
-        if o.state == 0:  # resident
-            c += 8
-        elif o.state == 2:  # host-to-device copy in flight: resident and in flight
-            c += 12
-        v[HEAD + K + i] = c
+        v[HEAD + K + i] = 0.0 if o is None else state_code(o)
     return missing
+
+
+def pack_sampled(res: list, recs: list, slots: list, idx: Any, keys: list, v: Any, K: int) -> bool:
+    """:func:`pack_keys` of the residents ``keys`` that :func:`sample_keys` drew at positions
+    ``idx`` of ``res`` (a feature tracker's residents; ``recs`` and ``slots`` beside it: each
+    one's pool record and tracker row), read by position instead of looked up by key. False,
+    with nothing written, when a key is no longer at its position (the caller packs by key)."""
+    n = len(keys)
+    _check_packed(n, v, K, "pack_sampled")
+    m = len(res)
+    if n > idx.shape[0]:
+        return False
+    for q in range(n):
+        i = idx[q]
+        if i < 0 or i >= m or res[i] is not keys[q]:
+            return False
+    for q in range(n):
+        i = idx[q]
+        v[HEAD + q] = slots[i]
+        v[HEAD + K + q] = state_code(recs[i])
+    return True
 
 
 def last_ticks(S: Any, slot: dict, keys: list, out: Any) -> int:

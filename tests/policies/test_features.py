@@ -423,6 +423,7 @@ def test_candidates_and_state_codes_read_the_pools_records(n_resident) -> None:
     res = tracker.resident()
     assert [view.info(k) for k in res] == tracker.resident_records()  # (the same records)
     py = _interpreted_kernels()
+    by_position = 0
     for seed in range(5):
         keys = fm.select_keys(tracker, view, 32, "sample", np.random.default_rng(seed))
         assert len(set(keys)) == len(keys) == min(32, len(evictable))
@@ -439,6 +440,26 @@ def test_candidates_and_state_codes_read_the_pools_records(n_resident) -> None:
                                    np.empty(32, np.int64)) == want
         if len(res) > 4 * 32 and want:
             assert keys == want
+        # a sample's features are packed by its residents' positions, as by their keys
+        keys = fm.select_keys(tracker, view, 32, "sample", np.random.default_rng(seed))
+        by_key, by_pos = fm.packed_buffer(32), fm.packed_buffer(32)
+        assert kernels.pack_keys(tracker._slot, view.objects, keys, by_key, 32) == 0
+        fm._pack(tracker, view, keys, 32, by_pos)
+        np.testing.assert_array_equal(by_key[fm._HEAD:], by_pos[fm._HEAD:])
+        if keys == want:  # (the sample of the fast path: its positions are the tracker's)
+            assert tracker._sampled is keys
+            by_position += 1
+            for mod in (kernels, py):
+                pos = fm.packed_buffer(32)
+                assert mod.pack_sampled(res, tracker.resident_records(), tracker._res_slot,
+                                        tracker._sample_idx, keys, pos, 32)
+                np.testing.assert_array_equal(pos[fm._HEAD:], by_key[fm._HEAD:])
+                moved = keys[1:] + keys[:1]  # not at the positions drawn: refused, nothing written
+                untouched = fm.packed_buffer(32)
+                assert not mod.pack_sampled(res, tracker.resident_records(), tracker._res_slot,
+                                            tracker._sample_idx, moved, untouched, 32)
+                assert not untouched.any()
+    assert by_position > 0 or len(res) <= 4 * 32
     resident_flag = {0: 8, 2: 12}  # DEVICE: resident; H2D: resident and in flight
     probe = tracker.lru_order()[:24] + [10**12]  # pinned, in flight, dirty, and an unknown key
     v = fm.packed_buffer(32)
