@@ -746,7 +746,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         lines.append((
             str(r["trace"])[:24], human_bytes(r["capacity"]) if r["mode"] == "bytes"
             else str(r["capacity"]), policy_label(r["policy"]), prefetch_label(r["prefetch"]), r["preset"],
-            human_bytes(r["traffic_bytes"]), _fmt(r["gap_closed_traffic"], "{:.3f}"),
+            human_bytes(r["traffic_bytes"], 4), _fmt(r["gap_closed_traffic"], "{:.3f}"),
             _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
             _fmt(r["miss_ratio"], "{:.4f}"), _fmt(r["gap_closed_misses"], "{:.3f}"),
             _fmt(r["byte_miss_ratio"], "{:.4f}"), _fmt(r["decision_p50_us"], "{:.2f}"),
@@ -771,14 +771,20 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def human_bytes(v: Any) -> str:
-    """``1536`` -> ``1.5KiB``; blank for NaN."""
+def human_bytes(v: Any, digits: int = 3) -> str:
+    """``1536`` -> ``1.5KiB`` (``digits`` significant digits; with more than 3 the trailing
+    zeros stay, so that a column of them compares at a glance: ``2.700GiB``, ``2.704GiB``); blank
+    for NaN."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
     x = float(v)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(x) < 1024 or unit == "TiB":
-            return f"{x:.0f}{unit}" if unit == "B" else f"{x:.3g}{unit}"
+            if unit == "B" or abs(x) >= 10**digits:  # (1000-1023 of a unit: no 1.02e+03)
+                return f"{x:.0f}{unit}"
+            if digits <= 3:
+                return f"{x:.{digits}g}{unit}"
+            return f"{x:#.{digits}g}".rstrip(".") + unit
         x /= 1024
     return str(v)
 

@@ -469,3 +469,24 @@ def test_the_table_says_when_runs_streamed_much() -> None:
     note = format_table([row, {**row, "policy": "gdsf", "streamed": 5}]).splitlines()[-1]
     assert note.startswith("note: 1 run(s) streamed more than 10%") and "91%: lru at 1KiB on t" in note
     assert "note:" not in format_table([{**row, "streamed": 5}])
+
+
+def test_byte_figures_keep_their_digits() -> None:
+    """The table's traffic has four significant digits with their trailing zeros (2.700 against
+    2.704 GiB: a 0.15% difference shows), other byte figures three; 1,000-1,023 of a unit is
+    written plainly, never as 1.02e+03."""
+    from cachegym.envs.evaluation import format_table, human_bytes
+
+    gib, mib = 2**30, 2**20
+    assert human_bytes(2.7 * gib) == "2.7GiB" and human_bytes(2.7 * gib, 4) == "2.700GiB"
+    assert human_bytes(2.704 * gib, 4) == "2.704GiB" and human_bytes(149 * mib, 4) == "149.0MiB"
+    assert human_bytes(1023.67 * mib) == "1024MiB" == human_bytes(1023.67 * mib, 4)
+    assert human_bytes(1536) == "1.5KiB" and human_bytes(512, 4) == "512B"
+    assert human_bytes(float("nan")) == "" and human_bytes(None) == ""
+    nan = float("nan")
+    row = {"trace": "t", "capacity": 16 * mib, "mode": "bytes", "policy": "lru", "prefetch": "none",
+           "preset": "none", "traffic_bytes": int(2.7 * gib), "gap_closed_traffic": nan, "stall_ns": 0,
+           "gap_closed_stall": nan, "miss_ratio": 0.5, "gap_closed_misses": nan,
+           "byte_miss_ratio": 0.5, "decision_p50_us": nan}
+    line = format_table([row]).splitlines()[-1]
+    assert "16MiB" in line and "2.700GiB" in line
