@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import struct
-from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import islice
@@ -212,7 +211,7 @@ class FeatureTracker(EvictionPolicyBase):
         self._res_pos: dict[int, int] = {}
         # beside _res: each resident's pool record and slot
         self._res_rec: list[Any] = []
-        self._res_slot = array("q")
+        self._res_slot: list[int] = []
         # the last uniform sample of residents (select_candidates' "sample" rule) and their
         # positions in _res, which its features are packed by (_pack)
         self._sampled: list[int] | None = None

@@ -41,7 +41,7 @@ cdef void _check_packed(Py_ssize_t n, double[::1] v, Py_ssize_t K, str what) exc
 cpdef Py_ssize_t pack_keys(dict slot, dict objs, list keys, double[::1] v, Py_ssize_t K) except -1
 
 @cython.locals(n=Py_ssize_t, m=Py_ssize_t, q=Py_ssize_t, i=Py_ssize_t)
-cpdef bint pack_sampled(list res, list recs, long long[::1] slots, long long[::1] idx, list keys,
+cpdef bint pack_sampled(list res, list recs, list slots, long long[::1] idx, list keys,
                         double[::1] v, Py_ssize_t K) except -1
 
 @cython.locals(n=Py_ssize_t, rows_=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, s=Py_ssize_t, m=double)

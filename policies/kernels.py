@@ -242,7 +242,7 @@ def pack_keys(slot: dict, objs: dict, keys: list, v: Any, K: int) -> int:
     return missing
 
 
-def pack_sampled(res: list, recs: list, slots: Any, idx: Any, keys: list, v: Any, K: int) -> bool:
+def pack_sampled(res: list, recs: list, slots: list, idx: Any, keys: list, v: Any, K: int) -> bool:
     """:func:`pack_keys` of the residents ``keys`` that :func:`sample_keys` drew at positions
     ``idx`` of ``res`` (a feature tracker's residents; ``recs`` and ``slots`` beside it: each
     one's pool record and tracker row), read by position instead of looked up by key. False,
