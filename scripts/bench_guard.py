@@ -7,6 +7,12 @@ side by side in the same run: each measurement is a fresh process, the two check
 did not change). Requests per second are per second of the process's CPU time (what a loaded
 machine changes least); per second of wall time too.
 
+Each pair of measurements (one per checkout) runs with environments and argument lists of the
+same size, padded by the same random amount, drawn again for each repeat: where a process's
+stack starts depends on their size, and that alone moved a replay here by up to 10% (the same
+code measured 89,000 and 99,000 requests/s with 0 and 1,000 bytes of padding), which differing
+checkout paths would otherwise charge to one side.
+
     python scripts/bench.py guard [--policy PATH] [--trace gpt] [--requests 1000000]
     python scripts/bench.py guard --baseline ../old-checkout --repeat 3
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -61,8 +68,14 @@ def measure(root: str, policy: str, guard: str, trace: str, requests: int, capac
             "hits": st.hits, "misses": st.misses}
 
 
-def _child(root: str, args: argparse.Namespace, trace: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=root)
+_PAD = "CACHEGYM_BENCH_PAD"
+"""An environment variable of filler (see the module's docstring)."""
+
+
+def _child(root: str, args: argparse.Namespace, trace: str, pad: int = 0) -> dict[str, Any]:
+    """One measurement of the checkout ``root`` in a fresh process, its environment padded with
+    ``pad`` bytes."""
+    env = dict(os.environ, PYTHONPATH=root, **{_PAD: "x" * pad})
     cmd = [sys.executable, os.path.abspath(__file__), "--child", root, args.policy, args.guard, trace,
            str(args.requests), str(args.capacity)]
     out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True)
@@ -84,11 +97,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "policies/ in it)")
         trees["baseline"] = base
     figures: dict[str, Any] = {"requests": args.requests, "guard": args.guard, "traces": {}}
+    # the root's path is in the environment (PYTHONPATH) and the arguments: padded to the longest
+    longest = max(len(root) for root in trees.values())
+    rng = random.Random(0)
     for trace in args.trace:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.repeat):
+            pad = rng.randrange(4096)  # the same for both checkouts, another for each repeat
             for name, root in trees.items():  # alternating: load changes hit both alike
-                r = _child(root, args, trace)
+                r = _child(root, args, trace, pad + 2 * (longest - len(root)))
                 runs[name].append(r)
                 print(f"{trace:>14} {name:>8}: {r['req_per_s']:>9,.0f} requests/s of CPU time "
                       f"({r['wall_req_per_s']:,.0f} of wall time; hits {r['hits']:,}, misses "
