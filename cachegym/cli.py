@@ -105,8 +105,9 @@ def sim(argv: list[str]) -> int:
                    "lookahead, history, markov, stride, learned:PATH; default none)")
     p.add_argument("--preset", default="none", help="comma-separated timing presets for stall "
                    "(none, a100_pcie4, h100_pcie5, h200_pcie5, gh200_c2c, FILE.json)")
-    p.add_argument("--bounds", default="", help="offline bounds to add: auto, foo, pfoo_l, "
-                   "or none (the default, for speed)")
+    p.add_argument("--bounds", default="auto", help="offline bounds, as rows and the gap_* "
+                   "columns: auto (the default: FOO up to 30,000 requests, else PFOO-L, seconds "
+                   "per million requests), foo, pfoo_l, or none")
     p.add_argument("--mode", default="bytes", choices=("bytes", "objects"))
     p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
