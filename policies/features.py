@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +52,7 @@ from cachegym.allocator.pool import DEVICE, H2D
 from cachegym.allocator.seams import eviction_order_of
 from cachegym.policies import kernels as _k
 from cachegym.policies.base import EvictionPolicy, EvictionPolicyBase
+from cachegym.policies.lru import OrderedPolicy
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -178,12 +178,13 @@ def check_spec(spec: dict[str, Any], source: str = "policy file") -> None:
         )
 
 
-class FeatureTracker(EvictionPolicyBase):
+class FeatureTracker(OrderedPolicy):
     """Observes the pool's hooks and keeps the per-object history features are made of.
 
-    On its own it is an LRU policy (``victim`` returns the least recently used evictable
-    object, exactly as :class:`policies.lru.LRU`), so it can sit in the pool's policy slot
-    while an agent answers through :meth:`Pool.steps`.
+    On its own it is an LRU policy (``victim`` and ``eviction_order`` are
+    :class:`policies.lru.OrderedPolicy`'s over ``_order``, least recently used first, as
+    :class:`policies.lru.LRU`), so it can sit in the pool's policy slot while an agent answers
+    through :meth:`Pool.steps`.
 
     Invariants: ``_slot`` maps every key with history to a row of ``_S``; ``_order`` holds
     exactly the resident (device or incoming) tracked objects, least recently used first, and
@@ -237,18 +238,7 @@ class FeatureTracker(EvictionPolicyBase):
         self._views()
 
     # ------------------------------------------------------------------ hooks
-    def victim(self, view: PoolView) -> int | None:
-        ev = view.evictable
-        for k in self._order:
-            if ev(k):
-                return k
-        return None
-
-    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
-        """The tracked objects in :meth:`victim`'s order (least recently used first), without
-        changing any state."""
-        return iter(self._order)
-
+    # victim and eviction_order: OrderedPolicy's, over _order (least recently used first)
     def on_hit(self, view: PoolView, key: int) -> None:
         self.miss_rate *= 1.0 - _MISS_ALPHA
         s = self._slot.get(key)

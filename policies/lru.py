@@ -16,8 +16,9 @@ class OrderedPolicy(EvictionPolicyBase):
     """The bookkeeping of a policy that evicts in the order of one list: ``_order`` holds
     exactly the tracked objects, an object is appended when it is inserted, and
     :meth:`victim` is the first evictable one. :class:`policies.classic.FIFO` is this as it is
-    (insertion order); :class:`LRU` moves an object to the end on every hit. ``_order`` is
-    never rebound (``LRU.touch`` hands out its bound method)."""
+    (insertion order); :class:`LRU` moves an object to the end on every hit;
+    :class:`policies.features.FeatureTracker` keeps its residents in it. ``LRU`` never rebinds
+    ``_order`` (its ``touch`` hands out a bound method of it)."""
 
     def __init__(self) -> None:
         self._order: OrderedDict[int, None] = OrderedDict()
