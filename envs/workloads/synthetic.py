@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError
-from cachegym.allocator.trace import Op, Trace
+from cachegym.allocator.trace import MAX_SIZE, Op, Trace
 
 __all__ = ["zipf", "uniform", "scan", "loop", "mixture", "phase_change", "web_cdn", "web_session",
            "storage", "zipf_ranks", "object_sizes", "web_sizes", "make_trace"]
@@ -421,13 +421,16 @@ def storage(
     read once, as :func:`scan`); each object's size is fixed, log-uniform in ``min_size`` -
     ``max_size`` bytes; a ``write_fraction`` of the requests are writes."""
     params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_objects >= 1, "n_objects", n_objects, ">= 1")
+    _check(n_hot >= 1, "n_hot", n_hot, ">= 1")
     _check(0 <= scan_weight <= 1, "scan_weight", scan_weight, "in [0, 1]")
-    _check(1 <= min_size <= max_size, "min_size, max_size", (min_size, max_size),
-           "1 <= min_size <= max_size")
+    _check(1 <= min_size <= max_size <= MAX_SIZE, "min_size, max_size", (min_size, max_size),
+           "1 <= min_size <= max_size <= 2**48")
     t = mixture([{"name": "zipf", "weight": 1.0 - scan_weight, "n_objects": n_objects, "alpha": alpha},
                  {"name": "scan", "weight": scan_weight, "n_hot": n_hot, "alpha": 0.9,
                   "scan_length": scan_length, "scan_every": scan_every}], n_requests, seed=seed)
     rng = np.random.default_rng(seed)
-    _, obj = np.unique(t.key, return_inverse=True)
-    per_obj = (2.0 ** rng.uniform(np.log2(min_size), np.log2(max_size), int(obj.max()) + 1)).astype(np.int64)
+    blocks, obj = np.unique(t.key, return_inverse=True)
+    per_obj = (2.0 ** rng.uniform(np.log2(min_size), np.log2(max_size), len(blocks))).astype(np.int64)
     return make_trace("storage", params, t.key, per_obj[obj], _ops(rng, n_requests, write_fraction))

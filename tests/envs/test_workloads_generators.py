@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -62,6 +63,10 @@ def test_generate_errors() -> None:
         generate("zipf", bogus=1)
     with pytest.raises(ConfigError, match="alpha"):
         generate("zipf", alpha=-1)
+    for name in GENERATORS:  # a negative length is named, whichever generator takes one
+        if "n_requests" in inspect.signature(GENERATORS[name]).parameters:
+            with pytest.raises(ConfigError, match=f"generator {name!r}: n_requests=-5"):
+                generate(name, n_requests=-5)
 
 
 def _rank_slope(key: np.ndarray, top: int) -> float:
@@ -241,12 +246,15 @@ def test_storage_blocks_fixed_sizes_scans_and_writes() -> None:
     assert (counts == 1).sum() > 0.2 * len(keys)  # the scans' blocks, read once
     assert abs((t.op == Op.WRITE).mean() - 0.25) < 0.02
     assert (generate("storage", seed=4, n_requests=1000).op == 0).all()  # reads by default
+    assert len(generate("storage", seed=4, n_requests=0)) == 0
     narrow = generate("storage", seed=4, n_requests=2000, min_size=4096, max_size=4096)
     assert (narrow.size == 4096).all()
 
 
 @pytest.mark.parametrize(("name", "params", "match"), [
     ("storage", {"scan_weight": 1.5}, "scan_weight"),
+    ("storage", {"n_hot": 0}, "n_hot"),
+    ("storage", {"max_size": 2**60}, "2[*][*]48"),
     ("storage", {"min_size": 4096, "max_size": 512}, "min_size"),
     ("storage", {"min_size": 0}, "min_size"),
     ("storage", {"n_objects": 0}, "n_objects"),
