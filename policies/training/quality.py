@@ -95,7 +95,7 @@ def broad_held_out(max_requests: int | None = None) -> list[HeldOut]:
     for name, params in specs:
         t = _first(generate(name, seed=777, **params), max_requests)
         label = f"{name}_a{params['alpha']}" if "alpha" in params else name
-        if "n_objects" in params and name != "storage":
+        if "n_objects" in params:
             label += f"_n{params['n_objects'] // 1000}k"
         out.append(HeldOut(_named(t, f"{label}_s777"), "other"))
     return out
