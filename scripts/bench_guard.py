@@ -98,14 +98,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         trees["baseline"] = base
     figures: dict[str, Any] = {"requests": args.requests, "guard": args.guard, "traces": {}}
     # the root's path is in the environment (PYTHONPATH) and the arguments: padded to the longest
-    longest = max(len(root) for root in trees.values())
+    size = {name: len(os.fsencode(root)) for name, root in trees.items()}  # (bytes, not characters)
+    longest = max(size.values())
     rng = random.Random(0)
     for trace in args.trace:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for _ in range(args.repeat):
             pad = rng.randrange(4096)  # the same for both checkouts, another for each repeat
             for name, root in trees.items():  # alternating: load changes hit both alike
-                r = _child(root, args, trace, pad + 2 * (longest - len(root)))
+                r = _child(root, args, trace, pad + 2 * (longest - size[name]))
                 runs[name].append(r)
                 print(f"{trace:>14} {name:>8}: {r['req_per_s']:>9,.0f} requests/s of CPU time "
                       f"({r['wall_req_per_s']:,.0f} of wall time; hits {r['hits']:,}, misses "
