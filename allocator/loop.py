@@ -185,7 +185,7 @@ class Loop:
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
         hooks = optional_hooks(policy)
         self._touch = hooks.touch
-        self._on_hit = policy.on_hit
+        self._on_hit = None if is_noop(policy, "on_hit") else policy.on_hit
         self._on_miss = None if is_noop(policy, "on_miss") else policy.on_miss
         self._admit = hooks.admit
         self._due = hooks.pending_evictions
@@ -230,7 +230,7 @@ class Loop:
             try:
                 if touch is not None:
                     touch(key)
-                else:
+                elif self._on_hit is not None:
                     self._on_hit(self.view, key)
             except Exception as e:  # the hit stands
                 raise self._policy_error(self._policy, "on_hit" if touch is None else "touch",
@@ -440,7 +440,8 @@ class Loop:
                 st.prefetch_hits += 1
             o.prefetched = False
             try:
-                self._policy.on_hit(self.view, key)
+                if self._on_hit is not None:
+                    self._on_hit(self.view, key)
             except Exception as e:  # the hit stands
                 raise self._policy_error(self._policy, "on_hit", key, e, True) from e
             if self._hook is not None:

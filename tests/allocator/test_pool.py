@@ -30,6 +30,7 @@ from cachegym.allocator.seams import PoolView
 from cachegym.allocator.stats import JsonlHook, PoolStats
 from cachegym.allocator.trace import Kind, Op, Trace
 from cachegym.policies.base import EvictionPolicyBase
+from cachegym.policies.classic import FIFO
 from cachegym.policies.lru import LRU
 
 B = ALIGN  # one aligned block
@@ -823,6 +824,16 @@ def test_hit_fast_path_never_bypasses_an_overridden_on_hit() -> None:
     q.policy = pol
     q.access(1, B)
     assert pol.hits == 3
+    # FIFO's on_hit is the base's no-op, which the pool skips; one given to a FIFO instance or
+    # subclass is called, on the fast path and on the generator's (a prefetcher in the pool)
+    for pf in (None, _NoPrefetch()):
+        fifo = FIFO()
+        fifo.on_hit = lambda view, key: seen.append(-key)  # type: ignore[method-assign]
+        r = Pool(4 * B, fifo, prefetcher=pf)
+        r.access(2, B)
+        r.access(2, B)
+        assert seen[-1] == -2
+        seen.clear()
 
 
 def test_every_error_message_says_what_to_do(numpy_backend: NumpyBackend) -> None:
