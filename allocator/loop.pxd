@@ -23,6 +23,9 @@ cdef class Loop:
     cdef public dict _objs
     cdef public object _lock, _acquire, _release
     cdef public list _landing, _releases, _owed
+    cdef public bint _forget
+    cdef public Py_ssize_t _forget_above
+    cdef public set _seen
     cdef object __weakref__
 
     # the loop's inner steps, called as C methods by the loop itself (still Python-visible)
@@ -66,3 +69,5 @@ cdef class Loop:
     cpdef _retire(self)
     cpdef _pop_release(self)
     cpdef _free(self, object key)
+    cpdef _forget_record(self, ObjectInfo o)
+    cpdef ObjectInfo _recall(self, object key, long long size, int kind)

@@ -84,6 +84,7 @@ __all__ = ["Loop", "REPLAY_CHUNK", "COMPILED"]
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
 REPLAY_CHUNK = 1 << 16  # rows of a trace that Loop.replay converts at once
+FORGET_ABOVE = 1 << 16  # forget_evicted: records a pool keeps before it forgets (see Pool)
 
 
 def _untraced(err: BaseException) -> BaseException:
@@ -113,7 +114,7 @@ class Loop:
 
     def __init__(self, capacity: int, policy: EvictionPolicy, prefetcher: PrefetchPolicy | None,
                  cost: CostModel, backend: Backend | None, placement: str, write_through: bool,
-                 bypass_oversize: bool, hook: PoolHook | None) -> None:
+                 bypass_oversize: bool, hook: PoolHook | None, forget_evicted: bool = False) -> None:
         """The loop's state, from values :class:`~allocator.pool.Pool` has checked."""
         self.capacity = capacity
         self._policy = policy
@@ -131,6 +132,15 @@ class Loop:
         # footprint(n) == (n + _fp_mask) & ~_fp_mask (ALIGN - 1 for the arena, 0 for bytes)
         self._fp_mask = ALIGN - 1 if placement == "arena" else 0
         self._objs: dict[int, ObjectInfo] = {}
+        # forget_evicted: while the pool holds more than _forget_above records, the record of
+        # an object that leaves the device (evicted, or streamed) is dropped and its key kept in
+        # _seen, so that a later access is not its first (a
+        # first write copies nothing in) and a free of it reaches the policy; a key is in at most
+        # one of _objs and _seen (Pool checks the pool has no backend, prefetcher or hook and
+        # instant copies: nothing else of such a record outlives its eviction)
+        self._forget = forget_evicted
+        self._forget_above = FORGET_ABOVE if forget_evicted else 0
+        self._seen: set[int] = set()
         self._tick = -1
         # (done_ns, seq, key) of h2d copies in flight; (done_ns, seq, offset, nbytes, event) of
         # device blocks whose release waits for a copy out of them.
@@ -159,7 +169,8 @@ class Loop:
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
-              "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms")
+              "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms",
+              "_forget", "_forget_above", "_seen")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
@@ -449,6 +460,8 @@ class Loop:
             return o, 0, 0
         need = self._check_miss(o, key, size)
         size = int(size)  # a NumPy integer is counted as a Python int from here on
+        if o is None and self._forget and key in self._seen:
+            o = self._recall(key, size, kind)  # known, in host memory: not a first access
         place = self._place
         if o is not None and o.d2h_event is not None:
             self._wait_written_back(o)  # before it is fetched (may raise: nothing counted yet)
@@ -483,6 +496,8 @@ class Loop:
                 self._emit("streamed", o)
             o.n_access += 1
             o.last_tick = self._tick
+            if self._forget and len(self._objs) > self._forget_above:
+                self._forget_record(o)
             return o, -1, old_size
         return o, need, old_size
 
@@ -628,6 +643,9 @@ class Loop:
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
         if key not in self._objs:  # the caller's fault is refused before anything is told or done
             if size is None:
+                if self._forget and key in self._seen:
+                    raise ConfigError(f"prefetch: the pool forgot object {key!r} when it left the "
+                                      "device (forget_evicted=True); pass its size")
                 raise UnknownKey(key, "prefetch")
             if size <= 0:
                 raise ConfigError(f"prefetch: size must be a positive number of bytes, got {size!r}")
@@ -635,6 +653,8 @@ class Loop:
             self._settle()
         self._retire()
         o = self._objs.get(key)
+        if o is None and self._forget and key in self._seen:
+            o = self._recall(key, int(size), 0)  # type: ignore[arg-type]
         created = o is None
         if o is None:
             assert size is not None  # (checked above: settling and retiring remove no record)
@@ -820,6 +840,8 @@ class Loop:
         if self._hook is not None:  # (before its block goes: the event names the block)
             self._emit("evict", o)
         self._release_block(o)
+        if self._forget and o.state == HOST and len(self._objs) > self._forget_above:
+            self._forget_record(o)
 
     def _copy_out(self, o: ObjectInfo) -> None:
         """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""
@@ -994,7 +1016,9 @@ class Loop:
         # the policy is told at the next operation), so that its error names the caller's fault
         o = self._objs.get(key)
         if o is None:
-            raise UnknownKey(key, "free")
+            if not (self._forget and key in self._seen):
+                raise UnknownKey(key, "free")
+            o = self._recall(key, 0, 0)  # in host memory: freed as such below (record and all)
         if o.pins:
             raise ObjectPinned(key, o.pins, "free")
         if self._owed:
@@ -1156,7 +1180,25 @@ class Loop:
     def _get(self, key: int, op: str) -> ObjectInfo:
         o = self._objs.get(key)
         if o is None:
+            if self._forget and key in self._seen:
+                raise NotResident(key, op)
             raise UnknownKey(key, op)
+        return o
+
+    def _forget_record(self, o: ObjectInfo) -> None:
+        """``forget_evicted``: drop the record of ``o``, now in host memory; its key is
+        remembered in ``_seen``."""
+        key = o.key
+        del self._objs[key]
+        self._seen.add(key)
+
+    def _recall(self, key: int, size: int, kind: int) -> ObjectInfo:
+        """``forget_evicted``: a record again for the forgotten ``key``, in host memory, of
+        ``size`` bytes and ``kind`` (those of the request that needs it; its other fields
+        start anew: it has no copy in flight, no pin and no dirty bytes)."""
+        self._seen.discard(key)
+        o = ObjectInfo(key, size, kind, self._tick)
+        self._objs[key] = o
         return o
 
     def _emit(self, event: str, o: ObjectInfo) -> None:
@@ -1209,6 +1251,9 @@ class Loop:
                     assert off == pos, f"blocks overlap or leak at offset {off} (expected {pos})"
                     pos += n
                 assert pos == self._place.capacity
+            # forget_evicted: a key has a record or is remembered, not both
+            assert self._forget or not self._seen
+            assert not any(k in self._seen for k in self._objs)
             st = self.stats
             assert st.hits + st.misses == st.accesses
             assert st.prefetch_hits + st.late_prefetches <= st.prefetches

@@ -94,6 +94,16 @@ class Pool(Loop):
             ``"bypass"`` counts a miss and never inserts it (libCacheSim's semantics): the
             access is streamed (its bytes copied, nothing kept; ``stats.streamed``).
         hook: optional callable receiving one dict per event (see :class:`JsonlHook`).
+        forget_evicted: once the pool holds records of more than ``loop.FORGET_ABOVE``
+            (65,536) objects, an object that leaves the device (evicted, or streamed) keeps
+            only its key, in a set (so that its next write is not a first write and a free
+            reaches the policy): about 40 bytes instead of about 230 per object the pool has
+            seen. The same decisions and statistics; for traces of many objects (a guard's
+            shadow pools). A miss of a forgotten object makes its record anew, which costs a
+            replay of many misses up to 20% of its speed. Needs no backend, no prefetcher, no
+            hook and instant copies (``cost=None``): each keeps something of an object in host
+            memory. ``view.info`` of a forgotten object raises ``KeyError``; ``pool.state``
+            says ``host``.
     """
 
     def __init__(
@@ -108,6 +118,7 @@ class Pool(Loop):
         write_policy: Literal["write-back", "write-through"] = "write-back",
         oversize: Literal["error", "bypass"] = "error",
         hook: PoolHook | None = None,
+        forget_evicted: bool = False,
     ) -> None:
         if isinstance(capacity, str):  # "512MiB", "1GiB"
             capacity = parse_size(capacity, "capacity")
@@ -129,9 +140,13 @@ class Pool(Loop):
             raise ConfigError("a backend holds real bytes at arena offsets: use placement='arena'")
         if policy is None:
             policy = default_eviction_policy()
-        Loop.__init__(self, int(capacity), policy, prefetcher,
-                      cost if isinstance(cost, CostModel) else CostModel(cost), backend, placement,
-                      write_policy == "write-through", oversize == "bypass", hook)
+        cost = cost if isinstance(cost, CostModel) else CostModel(cost)
+        if not isinstance(forget_evicted, bool):
+            raise ConfigError(f"forget_evicted must be a bool, got {forget_evicted!r}")
+        if forget_evicted:
+            _check_forgetful(backend, prefetcher, hook, cost)
+        Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
+                      write_policy == "write-through", oversize == "bypass", hook, forget_evicted)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Python subclass's own attributes (interpreted, the instance dict holds every
@@ -167,6 +182,8 @@ class Pool(Loop):
 
     @prefetcher.setter
     def prefetcher(self, prefetcher: PrefetchPolicy | None) -> None:
+        if self._forget:
+            _check_forgetful(self.backend, prefetcher, self._hook, self.cost)
         with self._lock:
             self._prefetcher = prefetcher
             self._refresh_fast_path()
@@ -177,6 +194,8 @@ class Pool(Loop):
 
     @hook.setter
     def hook(self, hook: PoolHook | None) -> None:
+        if self._forget:
+            _check_forgetful(self.backend, self._prefetcher, hook, self.cost)
         with self._lock:
             self._hook = hook
             self._refresh_fast_path()
@@ -418,15 +437,18 @@ class Pool(Loop):
             return buf.copy() if copy else buf
 
     def __len__(self) -> int:
-        return len(self._objs)
+        """The objects the pool knows (on the device, in flight or in host memory)."""
+        return len(self._objs) + len(self._seen)
 
     def __contains__(self, key: int) -> bool:
-        return key in self._objs
+        return key in self._objs or key in self._seen
 
     def state(self, key: int) -> str:
         """Residency of ``key``: ``device``, ``host``, ``h2d`` or ``d2h``."""
         with self._lock:
             self._retire()
+            if key not in self._objs and key in self._seen:
+                return STATE_NAMES[HOST]  # (forget_evicted: no record, in host memory)
             return STATE_NAMES[self._get(key, "state").state]
 
     def resident_keys(self) -> list[int]:
@@ -471,3 +493,15 @@ def _new_pool(cls: type[Pool]) -> Pool:
     """A blank pool of class ``cls`` for :meth:`Pool.__setstate__` (unpickling)."""
     return cls.__new__(cls)
 
+
+def _check_forgetful(backend: Any, prefetcher: Any, hook: Any, cost: CostModel) -> None:
+    """Refuse (:class:`ConfigError`) a ``forget_evicted`` pool with what needs the records
+    of objects in host memory."""
+    needs = [name for name, v in (("a backend", backend), ("a prefetcher", prefetcher),
+                                  ("a hook", hook)) if v is not None]
+    if not cost.instant:
+        needs.append(f"a timing preset ({cost.preset!r})")
+    if needs:
+        raise ConfigError(f"forget_evicted=True: the pool must keep the records of objects in "
+                          f"host memory with {' and '.join(needs)} (their bytes, prefetches, "
+                          f"events or copies in flight); drop forget_evicted or those")

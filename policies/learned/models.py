@@ -102,6 +102,13 @@ class Expert:
                  "_pending", "_gave", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
                  "_order", "prefetching")
 
+    FORGETS = True
+    """Whether the shadow pool forgets what leaves its device (``Pool(forget_evicted=True)``:
+    records of its resident objects only, the same decisions) where it can, i.e. without a
+    timing preset: a guard's shadows are told every object of a trace, and kept a record of each
+    (about 230 bytes per object and shadow). Not the network's (:class:`_NetworkExpert`): its
+    features tell an object that returns from one created anew by the pool's record of it."""
+
     def __init__(self, name: str, policy: EvictionPolicy, *, followed: bool = True,
                  objective: str = "traffic") -> None:
         if objective not in OBJECTIVES:
@@ -148,7 +155,8 @@ class Expert:
         self._view = view
         self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
                                 placement=view.placement, write_policy=view.write_policy,
-                                oversize="bypass", cost=preset)
+                                oversize="bypass", cost=preset,
+                                forget_evicted=self.FORGETS and preset is None)
         self._clock = pool.cost
         self._access = pool.access
         self._resident = pool.view.is_resident
@@ -328,6 +336,8 @@ class _NetworkExpert(Expert):
     pool starts (it may be set after the guard was built, before the first access)."""
 
     __slots__ = ("owner",)
+
+    FORGETS = False  # (the feature tracker reads the pool's record of a returning object)
 
     def __init__(self, owner: LearnedPolicy, objective: str = "traffic") -> None:
         # the owner's class (a LearnedPolicy): this module does not import the policy's, which
