@@ -43,12 +43,9 @@ def generate(name: str, seed: int = 0, **params: Any) -> Trace:
     """Run the generator called ``name`` with ``seed`` and keyword ``params``."""
     if name not in GENERATORS:
         raise ConfigError(f"unknown generator {name!r}; choose one of {sorted(GENERATORS)}")
-    n = params.get("n_requests")
-    if isinstance(n, int) and n < 0:  # (every generator that takes it: not NumPy's error)
-        raise ConfigError(f"generator {name!r}: n_requests={n!r} is invalid: must be >= 0")
     try:
         return GENERATORS[name](seed=seed, **params)
-    except TypeError as e:
-        if "unexpected keyword" not in str(e):
+    except TypeError as e:  # a parameter it does not take, or one it needs and lacks
+        if "unexpected keyword" not in str(e) and "required" not in str(e):
             raise
         raise ConfigError(f"generator {name!r}: {e}") from None

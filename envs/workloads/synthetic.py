@@ -100,6 +100,8 @@ def zipf(
     """Independent requests with Zipf(alpha) popularity over ``n_objects``; the rank -> key
     mapping is a random permutation, so popularity is not key order."""
     params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_objects >= 1, "n_objects", n_objects, ">= 1")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n_objects)
     sizes = object_sizes(rng, n_objects, size, size_sigma)
@@ -118,6 +120,8 @@ def uniform(
 ) -> Trace:
     """Independent requests, every object equally likely."""
     params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_objects >= 1, "n_objects", n_objects, ">= 1")
     rng = np.random.default_rng(seed)
     sizes = object_sizes(rng, n_objects, size, size_sigma)
     key = rng.integers(0, n_objects, n_requests)
@@ -136,6 +140,8 @@ def loop(
     pool holds fewer objects (size the pool at ~``n_objects / 1.1`` to break LRU; Belady keeps
     most of the loop)."""
     params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_objects >= 1, "n_objects", n_objects, ">= 1")
     rng = np.random.default_rng(seed)
     order = rng.permutation(n_objects)
     sizes = object_sizes(rng, n_objects, size, size_sigma)
@@ -158,6 +164,8 @@ def scan(
     sequential scan of ``scan_length`` fresh objects that are never reused (scan pollution:
     LRU flushes the hot set, scan-resistant policies keep it)."""
     params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_hot >= 1, "n_hot", n_hot, ">= 1")
     _check(scan_every >= 1, "scan_every", scan_every, ">= 1")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n_hot)
@@ -188,6 +196,8 @@ def phase_change(
     """Zipf requests whose popular set moves: each of ``n_phases`` equal phases draws a fresh
     rank -> object permutation, so yesterday's hot objects turn cold (adaptation matters)."""
     params = dict(locals())
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
+    _check(n_objects >= 1, "n_objects", n_objects, ">= 1")
     _check(n_phases >= 1, "n_phases", n_phases, ">= 1")
     rng = np.random.default_rng(seed)
     sizes = object_sizes(rng, n_objects, size, size_sigma)
@@ -210,6 +220,7 @@ def mixture(
     (``"generator"`` is accepted for ``"name"``, as in the environments' trace specs);
     components get disjoint keys (offset by ``i * 2**40``) and their own derived seeds."""
     params = {"components": [dict(c) for c in components], "n_requests": n_requests, "seed": seed}
+    _check(n_requests >= 0, "n_requests", n_requests, ">= 0")
     from cachegym.envs.workloads.registry import GENERATORS
 
     reg = GENERATORS if registry is None else registry

@@ -63,10 +63,16 @@ def test_generate_errors() -> None:
         generate("zipf", bogus=1)
     with pytest.raises(ConfigError, match="alpha"):
         generate("zipf", alpha=-1)
-    for name in GENERATORS:  # a negative length is named, whichever generator takes one
-        if "n_requests" in inspect.signature(GENERATORS[name]).parameters:
-            with pytest.raises(ConfigError, match=f"generator {name!r}: n_requests=-5"):
-                generate(name, n_requests=-5)
+    for name, fn in GENERATORS.items():  # a negative length is named, whichever generator
+        # takes one, called by name or directly (not NumPy's "negative dimensions")
+        if "n_requests" in inspect.signature(fn).parameters:
+            more = {"components": [{"name": "zipf"}]} if name == "mixture" else {}
+            with pytest.raises(ConfigError, match="n_requests=-5 is invalid"):
+                generate(name, n_requests=-5, **more)
+            with pytest.raises(ConfigError, match="n_requests=-5 is invalid"):
+                fn(n_requests=-5, **more)
+    with pytest.raises(ConfigError, match="generator 'mixture'.*components"):
+        generate("mixture")  # (a parameter it needs: named, not a TypeError)
 
 
 def _rank_slope(key: np.ndarray, top: int) -> float:
