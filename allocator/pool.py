@@ -467,7 +467,7 @@ class Pool(Loop):
         """What the pool is (budget, who decides, placement) and what it holds now."""
         return (f"Pool(capacity={format_size(self.capacity)!r}, policy={self._policy!r}, "
                 f"prefetcher={self._prefetcher!r}, placement={self.placement!r}, "
-                f"objects={len(self._objs)}, used={format_size(self._place.used)!r})")
+                f"objects={len(self)}, used={format_size(self._place.used)!r})")
 
     def _fits_beside_pinned(self, need: int) -> bool:
         """Whether ``need`` bytes can be placed once everything unpinned is gone (in-flight

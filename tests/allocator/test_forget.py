@@ -94,6 +94,10 @@ def test_a_forgotten_object() -> None:
         p.pin(3)
     with pytest.raises(ConfigError, match="forget_evicted.*pass its size"):
         p.prefetch(3)
+    p.access(4, B)  # evicts 1 (dirty: written back)
+    assert p.prefetch(1, B) and p.state(1) == "device" and 1 in p._objs  # fetched: recalled
+    assert p.stats.prefetches == 1 and p.stats.bytes_h2d == h2d + 4 * B  # (1, 2, 4 and 1)
+    p.access(2, B)  # evicts 4
     p.free(3)  # a forgotten object is freed like one in host memory
     assert 3 not in p and len(p) == 2
     with pytest.raises(UnknownKey):
