@@ -277,7 +277,7 @@ def run_one(
         pool = Pool(spec.capacity, pol, prefetcher=pf, cost=preset, placement=placement,  # type: ignore[arg-type]
                     write_policy=write_policy, oversize=oversize)  # type: ignore[arg-type]
     try:
-        st = pool.replay(trace)
+        st = _replay(pool, trace)
     except (PolicyError, InvalidVictim) as e:  # name the run and the request
         at = "" if e.row is None else f", request {e.row} (key {int(trace.key[e.row])})"
         e.args = (f"policy {spec.policy!r} on trace {spec.trace_name!r} at capacity "
@@ -527,7 +527,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         bar = tqdm(total=len(tasks), initial=len(done), desc="evaluate", unit="task",
                    disable=not ev.progress)
         try:
-            for i, res in in_workers(tasks, todo, jobs, bar):
+            rows_ = sum(len(runs[i][0]) for i in todo if i < n_runs)
+            for i, res in in_workers(tasks, todo, jobs, bar, rows_):
                 if i < n_runs:
                     journal.add(keys[i], res)
                     done[i] = res
@@ -583,10 +584,22 @@ _WORK: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] | N
 
 
 def _start_worker(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
-                  env: dict[str, str]) -> None:
-    global _WORK
+                  env: dict[str, str], counter: Any = None) -> None:
+    global _WORK, _PROGRESS
     _WORK = tasks
     os.environ.update(env)  # (a forkserver's children inherit its environment, not the caller's)
+    if counter is not None:  # the runs' rows replayed, added to the count all workers share
+
+        def report(n: int) -> None:
+            with counter.get_lock():
+                counter.value += n
+
+        _PROGRESS = report
+
+
+def _rows_done(done: int, rows: int) -> str:
+    """``"1,310,720 of 3,400,000 requests"``: the progress of a sweep's runs."""
+    return f"{done:,} of {rows:,} requests"
 
 
 def _task_in_worker(i: int) -> tuple[int, Any]:
@@ -607,7 +620,8 @@ def _task_in_worker(i: int) -> tuple[int, Any]:
 
 
 def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
-               todo: Sequence[int], jobs: int, bar: Any = None) -> Iterable[tuple[int, Any]]:
+               todo: Sequence[int], jobs: int, bar: Any = None,
+               rows: int = 0) -> Iterable[tuple[int, Any]]:
     """``(i, fn(*args, **kwargs))`` of each task ``i`` in ``todo`` (``tasks[i]``: ``(fn, args,
     kwargs, label)``, ``fn`` a module's function, ``label`` what the task is, for errors and
     ``bar``), as each completes: one after the other here when ``jobs`` is 1 (or one task is
@@ -615,13 +629,29 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     ``spawn``: never a fork of this process, whose threads a fork would not carry), each given
     the tasks once. A task's error is raised here as it was raised there (its type, message and
     data); the tasks not started are dropped (the completed ones are the caller's). ``bar`` (a
-    tqdm bar, optional) names the task in progress when they run here."""
+    tqdm bar, optional) names the task in progress when they run here, and, given ``rows``
+    (the trace rows the tasks' runs replay in all), counts the rows replayed so far (reported
+    by :func:`run_one` every :data:`PROGRESS_ROWS` rows: a long run moves the bar's count)."""
+    global _PROGRESS
     if jobs <= 1 or len(todo) <= 1:
-        for i in todo:
-            fn, args, kwargs, label = tasks[i]
-            if bar is not None:
-                bar.set_postfix_str(label, refresh=False)
-            yield i, fn(*args, **kwargs)
+        done = [0]
+        label = ""
+
+        def report(n: int) -> None:
+            done[0] += n
+            bar.set_postfix_str(f"{_rows_done(done[0], rows)}, {label}")
+
+        before = _PROGRESS
+        _PROGRESS = report if bar is not None and rows else None
+        try:
+            for i in todo:
+                fn, args, kwargs, label = tasks[i]
+                if bar is not None:
+                    bar.set_postfix_str(label if not rows else f"{_rows_done(done[0], rows)}, {label}",
+                                        refresh=False)
+                yield i, fn(*args, **kwargs)
+        finally:
+            _PROGRESS = before
         return
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -633,8 +663,9 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     # unless the user says otherwise: set while the workers start (on submit), and by each
     saved = {v: os.environ.get(v) for v in _THREAD_VARS}
     env = {v: "1" if old is None else old for v, old in saved.items()}
-    workers = ProcessPoolExecutor(min(jobs, len(todo)), mp.get_context(method), _start_worker,
-                                  (tasks, env))
+    ctx = mp.get_context(method)
+    counter = ctx.Value("q", 0) if bar is not None and rows else None  # rows replayed, all workers
+    workers = ProcessPoolExecutor(min(jobs, len(todo)), ctx, _start_worker, (tasks, env, counter))
     os.environ.update(env)
     try:
         pending = {workers.submit(_task_in_worker, i): i for i in todo}
@@ -644,7 +675,10 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                 os.environ.pop(v, None)
     try:
         while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(pending, timeout=None if counter is None else 1.0,
+                               return_when=FIRST_COMPLETED)
+            if counter is not None:
+                bar.set_postfix_str(_rows_done(counter.value, rows))
             for f in finished:
                 i = pending.pop(f)
                 try:
@@ -657,6 +691,33 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                         "eval.resume=true)") from None
     finally:  # (an error: the queued tasks are dropped; those running end with their task)
         workers.shutdown(wait=not pending, cancel_futures=True)
+
+
+PROGRESS_ROWS = 1 << 17
+"""Rows of a trace :func:`run_one` replays between two reports of its progress."""
+
+# Where run_one reports the rows it has replayed (a callable of their number), or None:
+# in_workers sets it while its tasks run (in this process, or in each worker process).
+_PROGRESS: Callable[[int], None] | None = None
+
+
+def _replay(pool: Pool, trace: Trace) -> Any:
+    """``pool.replay(trace)``, in slices of :data:`PROGRESS_ROWS` rows reported to
+    ``_PROGRESS`` (the same loop and the same counts: the pool's clock runs on across
+    slices)."""
+    report = _PROGRESS
+    n = len(trace)
+    if report is None or n <= PROGRESS_ROWS:
+        st = pool.replay(trace)
+        if report is not None:
+            report(n)
+        return st
+    st = None
+    for lo in range(0, n, PROGRESS_ROWS):
+        hi = min(lo + PROGRESS_ROWS, n)
+        st = pool.replay(trace, lo, hi)
+        report(hi - lo)
+    return st
 
 
 def run_tasks(runs: list[tuple[Trace, RunSpec, dict[str, Any]]]

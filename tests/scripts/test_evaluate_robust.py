@@ -259,3 +259,34 @@ def test_workers_run_one_thread_of_blas_each_unless_the_user_says(monkeypatch: p
     got = dict(evaluation.in_workers(tasks, [0, 1], 2))
     assert got == {0: "1", 1: "3"}
     assert "OMP_NUM_THREADS" not in os.environ and os.environ["MKL_NUM_THREADS"] == "3"
+
+
+class _Bar:
+    """What a tqdm bar is told of the progress (``set_postfix_str``)."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
+        self.said.append(s)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_sweep_counts_the_requests_its_runs_replayed(jobs: int) -> None:
+    """A long run moves the bar: ``run_one`` reports every PROGRESS_ROWS rows, in this process
+    or from the workers (a shared count); the rows are those of a replay in one piece."""
+    t = generate("zipf", seed=1, n_requests=2 * evaluation.PROGRESS_ROWS + 5000, n_objects=3000)
+    specs = [evaluation.RunSpec("t", 1 << 20, "1MiB", "bytes", p, "none", "none")
+             for p in ("lru", "gdsf")]
+    tasks = evaluation.run_tasks([(t, s, {"decision_timing": False}) for s in specs])
+    bar = _Bar()
+    got = dict(evaluation.in_workers(tasks, [0, 1], jobs, bar, 2 * len(t)))
+    total = 2 * len(t)
+    assert bar.said[-1].startswith(f"{total:,} of {total:,} requests")
+    if jobs == 1:  # each slice reported as it ends: 3 per run
+        assert f"{evaluation.PROGRESS_ROWS:,} of {total:,} requests, run 'lru'" in bar.said[1]
+    for i, s in enumerate(specs):
+        whole = evaluation.run_one(t, s, decision_timing=False)
+        assert repr({k: v for k, v in got[i].items() if k != "wall_s"}) == \
+            repr({k: v for k, v in whole.items() if k != "wall_s"})  # (nan == nan)
+    assert evaluation._PROGRESS is None
