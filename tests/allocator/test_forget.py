@@ -13,6 +13,7 @@ from cachegym.allocator.errors import ConfigError, NotResident, UnknownKey
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.registry import EVICTION_NAMES, make_eviction
+from tests.trace_makers import free_some
 
 B = ALIGN
 
@@ -31,14 +32,7 @@ def _trace(seed: int, n: int = 1500, n_keys: int = 60) -> Trace:
     sizes = rng.integers(1, 3 * B, n_keys)
     sizes[rng.random(n_keys) < 0.05] = 40 * B
     op = np.where(rng.random(n) < 0.3, int(Op.WRITE), int(Op.READ))
-    live: set[int] = set()
-    for i in range(n):
-        k = int(key[i])
-        if k in live and rng.random() < 0.05:
-            op[i] = Op.FREE
-            live.discard(k)
-        else:
-            live.add(k)
+    free_some(key, op, rng, 0.05)
     return Trace.from_arrays(key, sizes[key], op, np.zeros(n, np.int64))
 
 

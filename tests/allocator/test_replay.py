@@ -12,6 +12,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.classic import LFU
+from tests.trace_makers import free_some
 
 B = ALIGN
 
@@ -21,14 +22,7 @@ def _trace(seed: int, n: int = 800, n_keys: int = 30) -> Trace:
     key = rng.zipf(1.3, n) % n_keys
     sizes = rng.integers(1, 3 * B, n_keys)
     op = np.where(rng.random(n) < 0.3, int(Op.WRITE), int(Op.READ))
-    live: set[int] = set()
-    for i in range(n):  # frees only of live objects, as a trace allows
-        k = int(key[i])
-        if k in live and rng.random() < 0.04:
-            op[i] = Op.FREE
-            live.discard(k)
-        else:
-            live.add(k)
+    free_some(key, op, rng, 0.04)
     kind = rng.integers(0, 7, n_keys)[key]
     return Trace.from_arrays(key, sizes[key], op, rng.integers(0, 2000, n), kind=kind)
 

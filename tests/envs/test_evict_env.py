@@ -20,6 +20,7 @@ from cachegym.envs.evict import EvictEnv
 from cachegym.policies import features
 from cachegym.policies.lru import LRU
 from cachegym.policies.priority import Belady
+from tests.trace_makers import free_some
 
 
 def small_trace(seed: int = 0, n: int = 1500, n_keys: int = 60, sizes: bool = True,
@@ -29,14 +30,7 @@ def small_trace(seed: int = 0, n: int = 1500, n_keys: int = 60, sizes: bool = Tr
     size_of = rng.integers(1, 6, n_keys) * 512 if sizes else np.full(n_keys, 512)
     op = np.where(rng.random(n) < 0.25, Op.WRITE, Op.READ).astype(np.uint8)
     if frees:
-        live: set[int] = set()
-        for i in range(n):
-            k = int(key[i])
-            if k in live and rng.random() < 0.03:
-                op[i] = Op.FREE
-                live.discard(k)
-            else:
-                live.add(k)
+        free_some(key, op, rng, 0.03)
     return Trace.from_arrays(key, size_of[key], op, kind=rng.integers(0, 7, n_keys)[key])
 
 

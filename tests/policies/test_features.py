@@ -27,6 +27,7 @@ from cachegym.policies.features import (
     select_candidates,
 )
 from cachegym.policies.lru import LRU
+from tests.trace_makers import free_some
 
 IDX = {n: i for i, n in enumerate(FEATURE_NAMES)}
 
@@ -39,14 +40,7 @@ def _trace(n: int, n_keys: int, seed: int, size_scale: int = 4096, frees: bool =
     op = np.where(rng.random(n) < 0.2, Op.WRITE, Op.READ) if writes else np.zeros(n, np.uint8)
     op = op.astype(np.uint8)
     if frees:  # free some objects after their access; a later access makes a new object
-        live: set[int] = set()
-        for i in range(n):
-            k = int(key[i])
-            if k in live and rng.random() < 0.05:
-                op[i] = Op.FREE
-                live.discard(k)
-            else:
-                live.add(k)
+        free_some(key, op, rng, 0.05)
     return Trace.from_arrays(key, size_of[key], op, kind=rng.integers(0, 7, n_keys)[key])
 
 
