@@ -32,6 +32,7 @@ from cachegym.allocator.trace import Kind, Op, Trace
 from cachegym.policies.base import EvictionPolicyBase
 from cachegym.policies.classic import FIFO
 from cachegym.policies.lru import LRU
+from tests.trace_makers import free_some
 
 B = ALIGN  # one aligned block
 
@@ -51,14 +52,7 @@ def random_trace(seed: int, n: int = 1500, n_keys: int = 40, frees: float = 0.03
     key = rng.zipf(alpha, n) % n_keys
     sizes = rng.integers(1, 3 * unit, n_keys)
     op = np.where(rng.random(n) < 0.3, int(Op.WRITE), int(Op.READ))
-    live: set[int] = set()
-    for i in range(n):
-        k = int(key[i])
-        if k in live and rng.random() < frees:
-            op[i] = Op.FREE
-            live.discard(k)
-        else:
-            live.add(k)
+    free_some(key, op, rng, frees)
     comp = rng.integers(0, 3000, n)
     kind = rng.integers(0, len(Kind), n_keys)[key] if kinds else None
     return Trace.from_arrays(key, sizes[key], op, comp, kind=kind)
