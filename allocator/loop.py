@@ -1180,8 +1180,8 @@ class Loop:
     def _get(self, key: int, op: str) -> ObjectInfo:
         o = self._objs.get(key)
         if o is None:
-            if self._forget and key in self._seen:
-                raise NotResident(key, op)
+            if self._forget and key in self._seen:  # a forgotten object: as in host memory (a
+                return ObjectInfo(key, 0, 0, self._tick)  # record of no one's: pin and unpin refuse it)
             raise UnknownKey(key, op)
         return o
 

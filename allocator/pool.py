@@ -447,9 +447,7 @@ class Pool(Loop):
         """Residency of ``key``: ``device``, ``host``, ``h2d`` or ``d2h``."""
         with self._lock:
             self._retire()
-            if key not in self._objs and key in self._seen:
-                return STATE_NAMES[HOST]  # (forget_evicted: no record, in host memory)
-            return STATE_NAMES[self._get(key, "state").state]
+            return STATE_NAMES[self._get(key, "state").state]  # (forgotten: host)
 
     def resident_keys(self) -> list[int]:
         with self._lock:

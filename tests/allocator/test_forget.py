@@ -9,7 +9,7 @@ import pytest
 
 import cachegym.allocator.loop as loop_mod
 from cachegym.allocator.arena import ALIGN
-from cachegym.allocator.errors import ConfigError, NotResident, UnknownKey
+from cachegym.allocator.errors import ConfigError, NotPinned, NotResident, UnknownKey
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.registry import EVICTION_NAMES, make_eviction
@@ -86,6 +86,8 @@ def test_a_forgotten_object() -> None:
     p.access(2, B)  # evicts 3
     with pytest.raises(NotResident):
         p.pin(3)
+    with pytest.raises(NotPinned):  # (as for an object in host memory whose record is kept)
+        p.unpin(3)
     with pytest.raises(ConfigError, match="forget_evicted.*pass its size"):
         p.prefetch(3)
     p.access(4, B)  # evicts 1 (dirty: written back)
