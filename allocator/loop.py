@@ -134,10 +134,10 @@ class Loop:
         self._objs: dict[int, ObjectInfo] = {}
         # forget_evicted: while the pool holds more than _forget_above records, the record of
         # an object that leaves the device (evicted, or streamed) is dropped and its key kept in
-        # _seen, so that a later access is not its first (a
-        # first write copies nothing in) and a free of it reaches the policy; a key is in at most
-        # one of _objs and _seen (Pool checks the pool has no backend, prefetcher or hook and
-        # instant copies: nothing else of such a record outlives its eviction)
+        # _seen, so that a later access is not its first (a first write copies nothing in) and
+        # a free of it reaches the policy; a key is in at most one of _objs and _seen (Pool
+        # checks the pool has no backend, prefetcher or hook and instant copies: nothing else of
+        # such a record outlives its eviction)
         self._forget = forget_evicted
         self._forget_above = FORGET_ABOVE if forget_evicted else 0
         self._seen: set[int] = set()
