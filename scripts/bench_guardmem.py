@@ -6,6 +6,15 @@ objects it tracks keeps the process flat within noise. Also printed: the largest
 pool and its policy reach (:func:`policies.footprint.structure_sizes`), which must stay O(objects).
 
     python scripts/bench.py guardmem [--policy PATH] [--guard shadow] [--requests 10000000]
+
+With ``--distinct N``: the memory per object seen instead, on a trace of N requests to N
+distinct objects (a third-party trace of many objects, where memory grows with the objects
+seen): the process's RSS growth over the replay divided by N, for the guarded policy, and for
+LRU in the same kind of pool (the pools' records are most of it; a guard's heuristic shadows
+keep only the keys of what left their device once they hold more than 65,536 records:
+``Pool(forget_evicted=True)``).
+
+    python scripts/bench.py guardmem --distinct 300000
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--every", type=int, default=1_000_000, help="requests between samples (default 1M)")
     p.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent (default 1.0)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--distinct", type=int, default=0,
+                   help="measure bytes per object seen over this many distinct objects instead")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -37,6 +48,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cachegym.policies.footprint import rss_bytes, structure_sizes
     from cachegym.policies.registry import make_eviction
 
+    if args.distinct:
+        return _per_object(args)
     m, every = args.objects, min(args.every, args.requests)
     rng = np.random.default_rng(args.seed)
     keys = rng.permutation(m).astype(np.int64)
@@ -68,3 +81,37 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"RSS from {first['requests']:,} to {last['requests']:,} requests: {growth:+.1f} MiB "
           f"({m:,} objects, guard {args.guard})")
     return {"objects": m, "guard": args.guard, "samples": samples, "rss_growth_mib": growth}
+
+
+def _per_object(args: argparse.Namespace) -> dict[str, Any]:
+    """RSS growth per object seen: ``--distinct`` requests to as many distinct objects, replayed
+    by the guarded policy, then by LRU, each in a new pool of 10,000 objects' bytes (the guarded
+    one first: memory a run frees is reused by the next one, not returned)."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.allocator.pool import Pool
+    from cachegym.allocator.trace import Trace
+    from cachegym.policies.footprint import rss_bytes
+    from cachegym.policies.registry import make_eviction
+
+    n = args.distinct
+    if n < 1:
+        raise ConfigError(f"--distinct: {n} is not a number of objects; give one >= 1")
+    # distinct keys in no simple order (an odd multiplier is a bijection modulo 2**40)
+    tr = Trace.from_arrays(np.arange(n, dtype=np.int64) * 2654435761 % (1 << 40), 4096)
+    policy = args.policy or project_path("tests", "golden", "policy.npz")
+    out: dict[str, Any] = {"objects": n, "guard": args.guard}
+    for name in ("learned", "lru"):
+        pol = (make_eviction("learned", path=policy, guard=args.guard) if name == "learned"
+               else make_eviction("lru"))
+        pool = Pool(10_000 * 4096, pol, placement="bytes", oversize="bypass")
+        before = rss_bytes()
+        t0 = time.perf_counter()
+        pool.replay(tr)
+        dt = time.perf_counter() - t0
+        per = (rss_bytes() - before) / n
+        label = f"learned[{args.guard}]" if name == "learned" else "lru"
+        print(f"{label:>16}: {per:,.0f} bytes per object seen ({n:,} objects, {n / dt:,.0f} "
+              "requests/s)", flush=True)
+        out[name] = {"bytes_per_object": per, "req_per_s": n / dt}
+        del pool, pol
+    return out

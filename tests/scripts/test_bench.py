@@ -146,6 +146,21 @@ def test_guardmem_bench_samples_rss_and_structures(tmp_path: Path) -> None:
     assert "RSS from 3,000 to 6,000 requests" in r.stdout
 
 
+def test_guardmem_bench_bytes_per_object_seen(tmp_path: Path) -> None:
+    """``--distinct N``: the memory per object seen, of the guarded policy and of LRU."""
+    import json
+
+    out = tmp_path / "d.json"
+    r = _bench("guardmem", "--distinct", "3000", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    fig = json.loads(out.read_text())
+    assert fig["objects"] == 3000 and fig["guard"] == "shadow"
+    assert {"learned", "lru"} <= fig.keys() and fig["lru"]["req_per_s"] > 0
+    assert "bytes per object seen (3,000 objects" in r.stdout
+    bad = _bench("guardmem", "--distinct", "-2")
+    assert bad.returncode == 2 and "--distinct" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_regret_bench_smoke_run(tmp_path: Path) -> None:
     """The regret benchmark replays the guarded policy and each of its experts alone on a
     trace and capacity, and reports the guarded cost over the best expert's."""
