@@ -89,9 +89,9 @@ class PoolView:
         self._pool = pool
         self.objects: dict[int, ObjectInfo] = pool._objs
         """The pool's records by key (:class:`~allocator.records.ObjectInfo`): the live mapping,
-        to read (``view.objects.get(key)``, ``None`` for a key the pool does not know), never to
-        modify; a policy that reads many records in a decision reads them here in one lookup
-        each."""
+        to read (``view.objects.get(key)``, ``None`` for a key the pool does not know, or, in a
+        ``forget_evicted`` pool, one in host memory whose record it dropped), never to modify; a
+        policy that reads many records in a decision reads them here in one lookup each."""
 
     @property
     def tick(self) -> int:
