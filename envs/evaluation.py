@@ -527,8 +527,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         bar = tqdm(total=len(tasks), initial=len(done), desc="evaluate", unit="task",
                    disable=not ev.progress)
         try:
-            rows_ = sum(len(runs[i][0]) for i in todo if i < n_runs)
-            for i, res in in_workers(tasks, todo, jobs, bar, rows_):
+            for i, res in in_workers(tasks, todo, jobs, bar):
                 if i < n_runs:
                     journal.add(keys[i], res)
                     done[i] = res
@@ -620,8 +619,7 @@ def _task_in_worker(i: int) -> tuple[int, Any]:
 
 
 def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
-               todo: Sequence[int], jobs: int, bar: Any = None,
-               rows: int = 0) -> Iterable[tuple[int, Any]]:
+               todo: Sequence[int], jobs: int, bar: Any = None) -> Iterable[tuple[int, Any]]:
     """``(i, fn(*args, **kwargs))`` of each task ``i`` in ``todo`` (``tasks[i]``: ``(fn, args,
     kwargs, label)``, ``fn`` a module's function, ``label`` what the task is, for errors and
     ``bar``), as each completes: one after the other here when ``jobs`` is 1 (or one task is
@@ -629,26 +627,31 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     ``spawn``: never a fork of this process, whose threads a fork would not carry), each given
     the tasks once. A task's error is raised here as it was raised there (its type, message and
     data); the tasks not started are dropped (the completed ones are the caller's). ``bar`` (a
-    tqdm bar, optional) names the task in progress when they run here, and, given ``rows``
-    (the trace rows the tasks' runs replay in all), counts the rows replayed so far (reported
-    by :func:`run_one` every :data:`PROGRESS_ROWS` rows: a long run moves the bar's count)."""
+    tqdm bar, optional) names the task in progress when they run here, and counts the trace
+    rows the :func:`run_one` tasks among them have replayed so far (reported every
+    :data:`PROGRESS_ROWS` rows: a long run moves the bar's count)."""
     global _PROGRESS
+    rows = 0 if bar is None else sum(len(tasks[i][1][0]) for i in todo if tasks[i][0] is run_one)
     if jobs <= 1 or len(todo) <= 1:
-        done = [0]
+        done = 0
         label = ""
 
+        def show(refresh: bool = True) -> None:
+            bar.set_postfix_str(f"{_rows_done(done, rows)}, {label}" if rows else label,
+                                refresh=refresh)
+
         def report(n: int) -> None:
-            done[0] += n
-            bar.set_postfix_str(f"{_rows_done(done[0], rows)}, {label}")
+            nonlocal done
+            done += n
+            show()
 
         before = _PROGRESS
-        _PROGRESS = report if bar is not None and rows else None
+        _PROGRESS = report if rows else None
         try:
             for i in todo:
                 fn, args, kwargs, label = tasks[i]
                 if bar is not None:
-                    bar.set_postfix_str(label if not rows else f"{_rows_done(done[0], rows)}, {label}",
-                                        refresh=False)
+                    show(refresh=False)
                 yield i, fn(*args, **kwargs)
         finally:
             _PROGRESS = before
@@ -664,7 +667,7 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     saved = {v: os.environ.get(v) for v in _THREAD_VARS}
     env = {v: "1" if old is None else old for v, old in saved.items()}
     ctx = mp.get_context(method)
-    counter = ctx.Value("q", 0) if bar is not None and rows else None  # rows replayed, all workers
+    counter = ctx.Value("q", 0) if rows else None  # rows replayed, all workers
     workers = ProcessPoolExecutor(min(jobs, len(todo)), ctx, _start_worker, (tasks, env, counter))
     os.environ.update(env)
     try:

@@ -170,8 +170,7 @@ def quality_rows(policy_path: str, held_out: Sequence[HeldOut], capacities: Sequ
             of.append((j, n))
     done: list[dict[str, Any]] = [{} for _ in cells]  # per cell: its bound and its runs' rows
     with tqdm(total=len(tasks), desc="quality", unit="task", disable=not progress) as bar:
-        rows_ = sum(len(a[0]) for fn, a, _, _ in tasks if fn is run_one)  # (the runs' requests)
-        for i, got in in_workers(tasks, range(len(tasks)), jobs, bar, rows_):
+        for i, got in in_workers(tasks, range(len(tasks)), jobs, bar):
             j, n = of[i]
             done[j][n] = got
             bar.update(1)

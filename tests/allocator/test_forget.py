@@ -10,7 +10,7 @@ import pytest
 import cachegym.allocator.loop as loop_mod
 from cachegym.allocator.arena import ALIGN
 from cachegym.allocator.errors import ConfigError, NotPinned, NotResident, UnknownKey
-from cachegym.allocator.pool import Pool
+from cachegym.allocator.pool import HOST, Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.registry import EVICTION_NAMES, make_eviction
 from tests.trace_makers import free_some
@@ -61,7 +61,7 @@ def test_forgetting_changes_no_decision(name: str, placement: str, write_policy:
         if k in keep:
             assert keep.state(k) == forget.state(k), i
         forget._check()
-        assert all(o.state != 1 for o in forget._objs.values()), i  # (HOST: none kept)
+        assert all(o.state != HOST for o in forget._objs.values()), i  # (none kept)
     assert keep.snapshot() == forget.snapshot()
     assert len(forget._objs) == len(forget.resident_keys()) < len(keep._objs)
 

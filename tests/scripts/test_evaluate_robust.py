@@ -280,7 +280,7 @@ def test_a_sweep_counts_the_requests_its_runs_replayed(jobs: int) -> None:
              for p in ("lru", "gdsf")]
     tasks = evaluation.run_tasks([(t, s, {"decision_timing": False}) for s in specs])
     bar = _Bar()
-    got = dict(evaluation.in_workers(tasks, [0, 1], jobs, bar, 2 * len(t)))
+    got = dict(evaluation.in_workers(tasks, [0, 1], jobs, bar))
     total = 2 * len(t)
     assert bar.said[-1].startswith(f"{total:,} of {total:,} requests")
     if jobs == 1:  # each slice reported as it ends: 3 per run
