@@ -42,7 +42,8 @@ class SuccessorPredictor:
       key, e.g. the same layer's activation of the next step, and is remembered as its alias).
       On a mismatch it re-aligns on the past occurrence (of the key, or of the object it
       succeeds) whose four preceding accesses match this one's best, the one nearest the last
-      re-alignment's distance among equals. :meth:`propose` reads the ``horizon`` past accesses after the cursor,
+      re-alignment's distance among equals; a new object, on its place in a past run of first
+      accesses (:meth:`_anchors`). :meth:`propose` reads the ``horizon`` past accesses after the cursor,
       each through its alias, in order of use: what the previous period touched next, including
       the backward pass's reads of this step's activations, which no successor of a past key
       can name. Of those it proposes the ones whose copies are due now
@@ -67,7 +68,9 @@ class SuccessorPredictor:
 
     Invariants: ``_succ[y]`` is insertion-ordered, least recent successor first; ``_hist[i]`` is
     the ``_base + i``-th access; ``_pos[k]`` holds ``k``'s last positions (absolute), oldest
-    first; ``_cursor`` is an absolute position before the current access's, or -1 (unaligned).
+    first; ``_cursor`` is an absolute position before the current access's, or -1 (unaligned);
+    ``_alias`` and ``_origin`` are inverse; ``_runs`` holds the last runs of consecutive first
+    accesses, ``[start, length]``, oldest first.
     """
 
     def __init__(self, depth: int = 2, width: int = 4, hops: int = 3, horizon: int = 0,
@@ -104,6 +107,7 @@ class SuccessorPredictor:
         self._pos: dict[int, list[int]] = {}
         self._alias: dict[int, int] = {}  # an object of the past period -> its successor now
         self._origin: dict[int, int] = {}  # the reverse
+        self._runs: list[list[int]] = []  # the last runs of first accesses: [start, length]
         self._cursor = -1
         self._period = 0  # distance of the last re-alignment (0: none yet)
         # the walk of the history after the latest access (_uses), shared by every pool that
@@ -154,15 +158,13 @@ class SuccessorPredictor:
         past = pos.get(key)
         if past is not None and key in alias:  # an object used again has no successor (yet)
             del self._origin[alias.pop(key)]
-        c = self._cursor + 1  # the past access that would follow in sync
+        c = seq = self._cursor + 1 if self._cursor >= 0 else -1  # the past access to follow
         if 0 <= c - base < len(hist):
             old = hist[c - base]
             if old == key or alias.get(old) == key:
                 self._cursor = c
             elif past is None and self._first[c - base]:
-                alias[old] = key  # a new object where the past one was new too
-                self._origin[key] = old
-                self._root[key] = self._root.get(old, old)
+                self._succeed(old, key)  # a new object where the past one was new too
                 self._cursor = c
             else:
                 c = -1
@@ -173,16 +175,25 @@ class SuccessorPredictor:
             self.aligned += 1
         else:  # re-align on the past occurrence (of the key or of the object it succeeds) whose
             # preceding accesses match this one's best, the nearest one period back first
-            cands = list(past or ())
-            o = self._origin.get(key)
-            if o is not None:
-                cands += pos.get(o, ())
+            cands, off = self._anchors(key, p, past, seq)
             if cands:
-                self._cursor = max(cands, key=lambda q: (self._match(p, q), -abs(p - q - self._period)))
-                self._period = p - self._cursor
+                q = max(cands, key=lambda q: (self._match(p, q), -abs(p - q - self._period)))
+                if past is None:  # this run's new objects succeed those of the past run
+                    for j in range(off, -1, -1):
+                        self._succeed(hist[q - j - base], hist[p - j - base] if j else key)
+                self._cursor = q
+                self._period = p - q
                 self.realigned += 1
             elif self._cursor >= 0:
-                self._cursor += 1  # a new object out of step: drift on
+                self._cursor += 1  # out of step: drift on
+        runs = self._runs
+        if past is None:  # this access starts a run of first accesses or extends the last one
+            if runs and runs[-1][0] + runs[-1][1] == p:
+                runs[-1][1] += 1
+            else:
+                runs.append([p, 1])
+                if len(runs) > _POSITIONS:
+                    del runs[0]
         hist.append(key)
         self._first.append(past is None)
         self._clock.append(now)
@@ -195,6 +206,58 @@ class SuccessorPredictor:
                 del past[0]
         if len(hist) >= 2 * self.memory:  # keep the last `memory` accesses
             self._trim()
+
+    def _anchors(self, key: int, p: int, past: list[int] | None, seq: int
+                 ) -> tuple[list[int], int]:
+        """The past positions the access of ``key`` at ``p`` may re-align on, where the
+        history's next access ``seq`` (-1: unaligned) did not follow (``past``: the key's
+        positions, ``None`` for a first access), and for a first access its place ``off`` in
+        its run of first accesses (0 for a used object):
+
+        * an object used before: its past positions and those of the object it succeeds;
+        * a new object while unaligned: the place ``off`` in a past run of first accesses
+          long enough (the first new object of a period aligns with the first of the past
+          one);
+        * a new object in a run the history followed until its next access is a reuse of
+          an object of a past run (the run's objects used again right after it, as a
+          backward pass reads the activations its forward pass saved): the place ``off`` in
+          that run. The history had aligned this run with a later place in it (e.g. after a
+          first step whose last reads, of the first objects saved, re-aligned on their own
+          saves one moment before in the same step; the next step's first save then followed
+          the past save of object 3, every later save 3 places off); the caller aligns the
+          run's earlier objects again with it. Anything else drifts on (a scan's new objects,
+          followed by reuses of other objects: no past run to align with)."""
+        if past is not None:
+            o = self._origin.get(key)
+            return (past + self._pos.get(o, []) if o is not None else list(past)), 0
+        runs = self._runs
+        off = 0
+        if runs and runs[-1][0] + runs[-1][1] == p:  # this access extends the last run
+            off = p - runs[-1][0]
+            runs = runs[:-1]
+        base = self._base
+        if self._cursor < 0:
+            return [s + off for s, n in runs if off < n and s >= base], off
+        i = seq - base
+        if not off or not 0 <= i < len(self._hist) or self._first[i]:
+            return [], 0
+        f = self._pos[self._hist[i]][0]  # the reused object's first position, if still kept
+        if not self._first[f - base]:
+            return [], 0
+        return [s + off for s, n in runs if s <= f < s + n and off < n], off
+
+    def _succeed(self, old: int, key: int) -> None:
+        """The new object ``key`` succeeds the past period's ``old`` (each in one pair)."""
+        alias, origin = self._alias, self._origin
+        was = alias.get(old)
+        if was is not None and was != key:
+            del origin[was]
+        was = origin.get(key)
+        if was is not None and was != old:
+            del alias[was]
+        alias[old] = key
+        origin[key] = old
+        self._root[key] = self._root.get(old, old)
 
     def _match(self, p: int, q: int) -> int:
         """How many of the ``_CONTEXT`` accesses before position ``p`` are those before ``q``
@@ -223,6 +286,7 @@ class SuccessorPredictor:
                     del d[k]
         if self._cursor < lo:
             self._cursor = -1
+        self._runs = [r for r in self._runs if r[0] >= lo]
 
     def timing_in(self, view: PoolView, key: int) -> PrefetchTiming:
         """The aligned history's timing in another pool, ``view`` (a guard's shadow pool under
