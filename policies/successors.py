@@ -280,10 +280,13 @@ class SuccessorPredictor:
         del hist[:drop], self._first[:drop], self._clock[:drop], self._sizes[:drop]
         lo = self._base
         self._pos = {k: q for k, v in self._pos.items() if (q := [x for x in v if x >= lo])}
-        for d in (self._alias, self._origin, self._root):
-            if len(d) > self.memory:
-                for k in list(d)[: len(d) - self.memory]:
-                    del d[k]
+        alias, origin, root = self._alias, self._origin, self._root
+        if len(alias) > self.memory:  # the oldest pairs (the two stay inverse)
+            for k in list(alias)[: len(alias) - self.memory]:
+                del origin[alias.pop(k)]
+        if len(root) > self.memory:
+            for k in list(root)[: len(root) - self.memory]:
+                del root[k]
         if self._cursor < lo:
             self._cursor = -1
         self._runs = [r for r in self._runs if r[0] >= lo]

@@ -227,3 +227,29 @@ def test_activations_alone_align_the_second_step_with_the_first():
         ins.append(p.in_sync)
     assert [p._alias.get(k) for k in range(3 * n)] == list(range(n, 4 * n))
     assert not any(ins[: 2 * n]) and all(ins[4 * n:])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_successors_stay_one_to_one_on_noisy_periodic_traces(seed):
+    """Steps of new objects and reused ones with random omissions, repeats and swaps, a short
+    memory (trimmed often): every observe keeps ``_alias`` and ``_origin`` inverse (a new
+    object succeeds one past object, and a past object has one successor), the cursor inside
+    the kept history, and the runs inside it too."""
+    rng = np.random.default_rng(seed)
+    p = SuccessorPredictor(horizon=16, memory=96)
+    nxt = 1000
+    for _ in range(30):
+        acts = list(range(nxt, nxt + 12))
+        nxt += 12
+        keys = [k for a in acts for k in (a % 5, a)] + acts[::-1]
+        for i in range(len(keys)):
+            r = rng.random()
+            if r < 0.1:
+                keys[i] = int(rng.integers(0, 5))
+            elif r < 0.15 and i + 1 < len(keys):
+                keys[i], keys[i + 1] = keys[i + 1], keys[i]
+        for k in keys:
+            p.observe(k)
+            assert {v: k for k, v in p._alias.items()} == p._origin
+            assert p._cursor == -1 or p._base <= p._cursor < p._base + len(p._hist)
+            assert all(s >= p._base for s, _ in p._runs)
