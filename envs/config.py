@@ -40,7 +40,7 @@ __all__ = [
     "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
     "AllocatorConfig", "EvalConfig", "EvaluateConfig", "register_configs", "instantiate",
     "load_traces", "load_trace", "config_error", "enum_value", "GUARD_GROUP", "guard_options",
-    "guard_node", "build_guard", "refuse_unknown_keys",
+    "guard_node", "build_guard", "refuse_unknown_keys", "list_keys", "check_list_overrides",
 ]
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,50 @@ def register_configs() -> None:
     cs.store(group="allocator", name="base_allocator", node=AllocatorConfig)
     cs.store(group="eval", name="base_eval", node=EvalConfig)
     _registered = True
+
+
+def list_keys(schema: type, prefix: str = "") -> set[str]:
+    """The dotted keys of the list-typed fields of the dataclass ``schema``, its sections'
+    included (``eval.capacities``)."""
+    import dataclasses
+    import types
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    out: set[str] = set()
+    for f in dataclasses.fields(schema):
+        t = hints[f.name]
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        if typing.get_origin(t) in (typing.Union, types.UnionType) and len(args) == 1:
+            t = args[0]  # (an optional list)
+        if typing.get_origin(t) is list:
+            out.add(prefix + f.name)
+        elif dataclasses.is_dataclass(t):
+            out |= list_keys(t, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+    return out
+
+
+def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
+    """Refuse, before Hydra reads them, the command-line overrides that give one value to a
+    list-typed key (``eval.capacities=0.25``): Hydra's own message says that a float is not a
+    list, not how to write one. Exits with status 2 and the override as it should be
+    (``'eval.capacities=[0.25]'``). Sweeps (``-m``/``--multirun``) are left to Hydra: there
+    ``key=a,b`` sweeps the values."""
+    import sys
+
+    if "-m" in argv or "--multirun" in argv:
+        return
+    keys = list_keys(schema)
+    for tok in argv:
+        if tok.startswith("-") or "=" not in tok:
+            continue
+        key, value = tok.split("=", 1)
+        key = key.lstrip("+")
+        v = value.strip()
+        if key in keys and not (v.startswith("[") or v.startswith("$") or v == "null"):
+            print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
+                  f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
+            raise SystemExit(2)
 
 
 def refuse_unknown_keys(cfg: Any, where: str = "") -> None:

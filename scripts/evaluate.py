@@ -50,5 +50,13 @@ def main(cfg: DictConfig) -> None:
     print(f"results: {result['csv']}")
 
 
+def check_overrides(argv: list[str], prog: str) -> None:
+    """Refuse one value given to a list-typed key (:func:`envs.config.check_list_overrides`)."""
+    from cachegym.envs.config import EvaluateConfig, check_list_overrides
+
+    check_list_overrides(argv, EvaluateConfig, prog)
+
+
 if __name__ == "__main__":
+    check_overrides(sys.argv[1:], "evaluate.py")
     main()

@@ -16,6 +16,7 @@ The logic is policies.training.main_job.run_main(cfg); the last line is ``policy
 from __future__ import annotations
 
 import os
+import sys
 
 import hydra
 from omegaconf import DictConfig
@@ -44,5 +45,14 @@ def main(cfg: DictConfig) -> None:
     print(f"policy: {res['policy']}")
 
 
+def check_overrides(argv: list[str], prog: str) -> None:
+    """Refuse one value given to a list-typed key (:func:`envs.config.check_list_overrides`)."""
+    from cachegym.envs.config import check_list_overrides
+    from cachegym.policies.training.config import TrainConfig
+
+    check_list_overrides(argv, TrainConfig, prog)
+
+
 if __name__ == "__main__":
+    check_overrides(sys.argv[1:], "main.py")
     main()

@@ -25,6 +25,8 @@ prefetch head with ``eval.prefetchers=[learned:PATH] eval.presets=[h100_pcie5]``
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -53,5 +55,14 @@ def main(cfg: DictConfig) -> float:
     return float((result["validation"] or {}).get("gap_closed_traffic", float("nan")))
 
 
+def check_overrides(argv: list[str], prog: str) -> None:
+    """Refuse one value given to a list-typed key (:func:`envs.config.check_list_overrides`)."""
+    from cachegym.envs.config import check_list_overrides
+    from cachegym.policies.training.config import TrainConfig
+
+    check_list_overrides(argv, TrainConfig, prog)
+
+
 if __name__ == "__main__":
+    check_overrides(sys.argv[1:], "train.py")
     main()

@@ -157,3 +157,32 @@ def test_sim_negative_capacity_is_named(cap: str, capsys: pytest.CaptureFixture[
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"capacities: {cap!r} is negative" in err and "required" not in err
+
+
+@pytest.mark.parametrize("cmd, override, key", [
+    ("evaluate", "eval.capacities=0.25", "eval.capacities"),
+    ("evaluate", "+eval.policies=lru", "eval.policies"),
+    ("train", "capacities=0.1", "capacities"),
+    ("demo", "main.held_out=gpt.npz", "main.held_out"),
+])
+def test_one_value_for_a_list_key_is_refused_with_the_list_to_write(
+        cmd: str, override: str, key: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra's own message says a float is not a list; the command says how to write one,
+    before anything runs (exit status 2)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([cmd, override])
+    assert e.value.code == 2
+    value = override.split("=", 1)[1]
+    assert f"{key} takes a list; write '{key}=[{value}]'" in capsys.readouterr().err
+
+
+def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
+    from cachegym.envs.config import EvaluateConfig, check_list_overrides, list_keys
+    from cachegym.policies.training.config import TrainConfig
+
+    assert {"eval.capacities", "eval.policies", "eval.prefetchers", "trace.paths"} <= list_keys(EvaluateConfig)
+    assert {"capacities", "main.capacities", "policy.hidden", "validation.capacities"} <= list_keys(TrainConfig)
+    assert "eval.mode" not in list_keys(EvaluateConfig) and "seed" not in list_keys(TrainConfig)
+    for ok in (["eval.capacities=[0.25]"], ["eval.capacities=null"], ["eval.capacities=${x}"],
+               ["-m", "eval.capacities=[0.1],[0.2]"], ["eval.mode=objects"]):
+        check_list_overrides(ok, EvaluateConfig, "t")  # (returns: nothing refused)
