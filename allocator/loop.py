@@ -69,6 +69,7 @@ from cachegym.allocator.seams import (
     EvictionPolicy,
     PoolView,
     PrefetchPolicy,
+    eviction_order_of,
     is_noop,
     optional_hooks,
     untracked_free_hook,
@@ -114,9 +115,14 @@ class Loop:
 
     def __init__(self, capacity: int, policy: EvictionPolicy, prefetcher: PrefetchPolicy | None,
                  cost: CostModel, backend: Backend | None, placement: str, write_through: bool,
-                 bypass_oversize: bool, hook: PoolHook | None, forget_evicted: bool = False) -> None:
+                 bypass_oversize: bool, hook: PoolHook | None, forget_evicted: bool = False,
+                 clean_ahead: int = 0) -> None:
         """The loop's state, from values :class:`~allocator.pool.Pool` has checked."""
         self.capacity = capacity
+        # after each access, while fewer than _clean_ahead bytes are free and the copy-out
+        # engine is idle, the dirty objects among the next victims (the policy's
+        # eviction_order) up to that many bytes are written back early (_clean); 0: never
+        self._clean_ahead = clean_ahead
         self._policy = policy
         self._prefetcher = prefetcher
         self._hook = hook
@@ -170,7 +176,7 @@ class Loop:
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
               "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms",
-              "_forget", "_forget_above", "_seen")
+              "_forget", "_forget_above", "_seen", "_clean_ahead")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
@@ -248,6 +254,8 @@ class Loop:
                                          key, e, True) from e
             if self._due is not None:
                 self._evict_due(key)
+            if self._clean_ahead:
+                self._clean()
             if compute_ns:
                 self.cost.compute(compute_ns)
             return True
@@ -270,6 +278,8 @@ class Loop:
             self._end(o, write, False)
         if self._due is not None:
             self._evict_due(key)
+        if self._clean_ahead:
+            self._clean()
         if compute_ns:
             self.cost.compute(compute_ns)
         return need == 0
@@ -426,6 +436,8 @@ class Loop:
             self._evict_due(key)
         if need >= 0 and self._prefetcher is not None:
             yield from self._prefetches(o)
+        if self._clean_ahead:
+            self._clean()
         if compute_ns:
             self.cost.compute(compute_ns)
         return need == 0
@@ -842,6 +854,37 @@ class Loop:
         self._release_block(o)
         if self._forget and o.state == HOST and len(self._objs) > self._forget_above:
             self._forget_record(o)
+
+    def _clean(self) -> None:
+        """Write back early the dirty objects among the next victims: while fewer than
+        ``_clean_ahead`` bytes are free and the copy-out engine is idle, the objects the policy
+        would give up next (its ``eviction_order``), up to the bytes missing, are made clean,
+        so that evicting them later waits for no copy (an activation saved in the forward pass
+        is copied out while compute runs, not when the next save needs its room). Each such
+        copy counts as a write-back; an object written again is dirty again. A policy without
+        an ``eviction_order`` cleans nothing, nor does a pool whose copies take no time."""
+        cost = self.cost
+        if cost.instant or cost.busy_until(1) > cost.now:
+            return  # (no time to save; a copy queued now would delay the demand ones behind it)
+        place = self._place
+        short = self._clean_ahead - (place.capacity - place.used)
+        if short <= 0:
+            return
+        order = eviction_order_of(self._policy)
+        if order is None:
+            return
+        objs, st = self._objs, self.stats
+        for k in order():
+            o = objs.get(k)
+            if o is None or o.state != DEVICE or o.pins:
+                continue
+            if o.dirty:
+                st.writebacks += 1
+                self._copy_out(o)
+                o.dirty = False
+            short -= o.nbytes
+            if short <= 0:
+                return
 
     def _copy_out(self, o: ObjectInfo) -> None:
         """Start a device-to-host copy of ``o``'s block (write-back or write-through)."""

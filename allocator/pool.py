@@ -104,6 +104,16 @@ class Pool(Loop):
             hook and instant copies (``cost=None``): each keeps something of an object in host
             memory. ``view.info`` of a forgotten object raises ``KeyError``; ``pool.state``
             says ``host``.
+        clean_ahead: bytes (a size string, or a fraction of the capacity below 1) of the next
+            victims to keep clean under write-back: after each access, while fewer bytes than that are free and the
+            copy-out engine is idle, the dirty objects among the objects the policy would give
+            up next (its ``eviction_order``) are written back early, so that evicting them then
+            waits for no copy (activation offload: a saved tensor is copied out while compute
+            runs, not when a later save needs its room). More bytes may be copied (an object
+            written again, or freed, after its early copy); the same decisions. 0 (default):
+            off. A policy without an ``eviction_order`` (CLOCK, SIEVE, Belady, the bare
+            learned network) cleans nothing, nor does a pool whose copies take no time
+            (``cost=None``).
     """
 
     def __init__(
@@ -119,6 +129,7 @@ class Pool(Loop):
         oversize: Literal["error", "bypass"] = "error",
         hook: PoolHook | None = None,
         forget_evicted: bool = False,
+        clean_ahead: int | float | str = 0,
     ) -> None:
         if isinstance(capacity, str):  # "512MiB", "1GiB"
             capacity = parse_size(capacity, "capacity")
@@ -145,8 +156,17 @@ class Pool(Loop):
             raise ConfigError(f"forget_evicted must be a bool, got {forget_evicted!r}")
         if forget_evicted:
             _check_forgetful(backend, prefetcher, hook, cost)
+        if isinstance(clean_ahead, str):
+            clean_ahead = parse_size(clean_ahead, "clean_ahead")
+        elif isinstance(clean_ahead, (float, np.floating)) and 0 <= clean_ahead < 1:
+            clean_ahead = int(clean_ahead * int(capacity))  # a fraction of the capacity
+        if (not isinstance(clean_ahead, (int, np.integer)) or isinstance(clean_ahead, bool)
+                or clean_ahead < 0):
+            raise ConfigError(f"clean_ahead must be bytes >= 0, a size string or a fraction of "
+                              f"the capacity in [0, 1) (0: off), got {clean_ahead!r}")
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
-                      write_policy == "write-through", oversize == "bypass", hook, forget_evicted)
+                      write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
+                      int(clean_ahead))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Python subclass's own attributes (interpreted, the instance dict holds every
@@ -412,6 +432,8 @@ class Pool(Loop):
                 if self.write_through:
                     self._copy_out(o)
                     o.dirty = False
+                if self._clean_ahead:
+                    self._clean()
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
         """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,

@@ -121,6 +121,12 @@ class PoolView:
         return "write-through" if self._pool._write_through else "write-back"
 
     @property
+    def clean_ahead(self) -> int:
+        """Bytes of the next victims the pool keeps clean ahead of eviction (0: none;
+        ``Pool(clean_ahead=)``)."""
+        return int(self._pool._clean_ahead)
+
+    @property
     def bytes_in_flight(self) -> int:
         return self._pool._inflight_bytes
 
