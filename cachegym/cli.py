@@ -110,6 +110,10 @@ def sim(argv: list[str]) -> int:
     p.add_argument("--bounds", default="auto", help="offline bounds, as rows and the gap_* "
                    "columns: auto (the default: FOO up to 30,000 requests, else PFOO-L, seconds "
                    "per million requests), foo, pfoo_l, or none")
+    p.add_argument("--clean-ahead", type=float, default=0.0, metavar="SHARE",
+                   help="under a preset, the share of the capacity kept clean ahead of eviction "
+                   "(dirty next victims written back early while the copy-out engine idles; "
+                   "0, the default: off)")
     p.add_argument("--mode", default="bytes", choices=("bytes", "objects"))
     p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
@@ -192,6 +196,7 @@ def sim_config(args: argparse.Namespace) -> Any:
         "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
         "eval.prefetchers": _split(args.prefetch) or ["none"],
         "eval.presets": _split(args.preset) or ["none"], "eval.bounds": [b for b in _split(args.bounds) if b != "none"],
+        "allocator.clean_ahead": args.clean_ahead,
         "eval.plots": bool(args.plots), "eval.jobs": args.jobs, "eval.progress": sys.stderr.isatty(),  # a bar on a terminal
     }
     try:

@@ -115,6 +115,10 @@ class AllocatorConfig:
     placement: Placement = Placement.bytes
     write_policy: WritePolicy = WritePolicy["write-back"]  # type: ignore[valid-type]
     oversize: Oversize = Oversize.bypass
+    clean_ahead: float = 0.0
+    """The share of the capacity kept clean ahead of eviction under a timing preset (dirty
+    next victims written back early while the copy-out engine idles; ``Pool(clean_ahead=)``);
+    0: off, the copies at eviction."""
 
 
 @dataclass

@@ -156,6 +156,7 @@ class Expert:
         self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
                                 placement=view.placement, write_policy=view.write_policy,
                                 oversize="bypass", cost=preset,
+                                clean_ahead=view.clean_ahead if preset is not None else 0,
                                 forget_evicted=self.FORGETS and preset is None)
         self._clock = pool.cost
         self._access = pool.access
