@@ -108,12 +108,13 @@ class Pool(Loop):
             victims to keep clean under write-back: after each access, while fewer bytes than that are free and the
             copy-out engine is idle, the dirty objects among the objects the policy would give
             up next (its ``eviction_order``) are written back early, so that evicting them then
-            waits for no copy (activation offload: a saved tensor is copied out while compute
-            runs, not when a later save needs its room). More bytes may be copied (an object
+            waits for no copy (activation offload: a saved tensor would be copied out while
+            compute runs, not when a later save needs its room). More bytes may be copied (an object
             written again, or freed, after its early copy); the same decisions. 0 (default):
             off. A policy without an ``eviction_order`` (CLOCK, SIEVE, Belady, the bare
             learned network) cleans nothing, nor does a pool whose copies take no time
-            (``cost=None``).
+            (``cost=None``). Simulated only: refused with a ``backend`` (real bytes), where
+            training under SLRU and S3-FIFO gave other losses with it, not yet explained.
     """
 
     def __init__(
@@ -164,6 +165,11 @@ class Pool(Loop):
                 or clean_ahead < 0):
             raise ConfigError(f"clean_ahead must be bytes >= 0, a size string or a fraction of "
                               f"the capacity in [0, 1) (0: off), got {clean_ahead!r}")
+        if clean_ahead and backend is not None:
+            raise ConfigError("clean_ahead is simulated only: with a backend (real bytes) it is "
+                              "refused, since training under ActivationOffload with SLRU or "
+                              "S3-FIFO gave other losses with it (docs/RESULTS.md, 2026-12-05); "
+                              "use clean_ahead=0 with a backend")
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
                       write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
                       int(clean_ahead))

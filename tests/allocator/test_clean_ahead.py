@@ -1,8 +1,7 @@
 """``Pool(clean_ahead=...)``: the dirty objects among the next victims are written back early,
 while the copy-out engine is idle and the free bytes run short, so that evicting them waits for
-no copy. The same decisions; less stall where saves wait for room (activation offload); the
-bytes a reader gets back are the last ones written, also when an object is written again after
-its early copy; nothing is cleaned without timing or without an eviction order."""
+no copy. The same decisions; less stall where saves wait for room (activation offload);
+nothing is cleaned without timing or without an eviction order; refused with real bytes."""
 
 from __future__ import annotations
 
@@ -83,28 +82,12 @@ def test_nothing_is_cleaned_without_timing_or_an_eviction_order(kw: dict) -> Non
     assert got == Pool(cap, make_eviction(policy), **args).replay(t).as_dict()
 
 
-def test_an_object_written_again_after_its_early_copy_is_written_back_again() -> None:
-    """Real bytes: an object cleaned early, then written again, reads back its last bytes
-    after its eviction; one cleaned and not written again reads back the first."""
-    size = 4096
-    pool = Pool(4 * size, make_eviction("lru"), cost="h100_pcie5", backend=NumpyBackend(),
-                clean_ahead=2 * size)  # (the two next victims)
-    first = {k: np.full(size, k + 1, np.uint8) for k in range(4)}
-    for k, a in first.items():
-        pool.put(k, a)
-        pool.cost.compute(1_000_000)  # (the engine idles: cleaning runs after each put)
-    assert [pool.view.info(k).dirty for k in range(4)] == [False, False, True, True]
-    again = np.full(size, 200, np.uint8)
-    pool.put(1, again)  # dirty again, after its early copy (and now the last victim)
-    assert [pool.view.info(k).dirty for k in range(4)] == [False, True, False, True]
-    for k in range(10, 16):  # evict everything
-        pool.put(k, np.zeros(size, np.uint8))
-        pool.cost.compute(1_000_000)
-    assert not pool.view.is_resident(0) and not pool.view.is_resident(1)
-    np.testing.assert_array_equal(pool.get(1), again)
-    np.testing.assert_array_equal(pool.get(0), first[0])
-    np.testing.assert_array_equal(pool.get(2), first[2])
-    pool.close()
+def test_clean_ahead_is_refused_with_a_backend() -> None:
+    """Simulated only: with real bytes, training under ActivationOffload with SLRU or S3-FIFO
+    gave other losses with it (not yet explained), so a pool with a backend refuses it."""
+    with pytest.raises(ConfigError, match="clean_ahead is simulated only"):
+        Pool(1 << 20, make_eviction("lru"), cost="h100_pcie5", backend=NumpyBackend(),
+             clean_ahead=0.25)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "lots", None])
