@@ -325,6 +325,10 @@ class ActivationOffload:
         cost: the pool's timing model (preset name, :class:`Preset` or :class:`CostModel`).
         timer: clock in ns that advances the simulated clock between pool operations
             (default ``time.perf_counter_ns``; ``None`` keeps it still).
+        clean_ahead: the share of the budget (or bytes, or a size string) kept clean ahead
+            of eviction: while the pool is that short of free room, the saved tensors it would
+            give up next are copied out early, while compute runs, so that a later save does
+            not wait for their copies (``Pool(clean_ahead=)``; 0: copy out on eviction only).
         min_bytes: saved tensors smaller than this pass through.
         record: keep the pool access trace (:meth:`trace`).
         zero_copy: on a NumPy arena, unpack to a view of the pinned object instead of a copy.
@@ -337,6 +341,7 @@ class ActivationOffload:
                  prefetcher: PrefetchPolicy | None = _DEFAULT,
                  cost: CostModel | Preset | str | None = "h100_pcie5",
                  timer: Callable[[], int] | None = time.perf_counter_ns,
+                 clean_ahead: float | int | str = 0.25,
                  min_bytes: int = 0, record: bool = False, zero_copy: bool = True) -> None:
         if backend is None:
             from cachegym.allocator.backends import NumpyBackend
@@ -350,7 +355,8 @@ class ActivationOffload:
         self.backend = backend
         self.device_type: str = getattr(backend, "device_type", "cpu")
         self.device_id: int = getattr(backend, "device_id", 0)
-        self.pool = Pool(budget, policy, prefetcher=prefetcher, cost=cost, backend=backend)
+        self.pool = Pool(budget, policy, prefetcher=prefetcher, cost=cost, backend=backend,
+                         clean_ahead=clean_ahead)
         self.min_bytes = int(min_bytes)
         self.zero_copy = zero_copy
         self.timer = timer

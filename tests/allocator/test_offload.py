@@ -340,7 +340,7 @@ def test_recorded_trace_replays_to_the_same_decisions() -> None:
     assert int((tr.op == Op.READ).sum()) == st["unpacked"]
     assert int((tr.op == Op.FREE).sum()) == st["freed"]
     sim = Pool(budget, LRU(), prefetcher=ReversePackOrder(), cost="h100_pcie5",
-               placement="arena").replay(tr)  # as the offload pool (a backend: arena)
+               placement="arena", clean_ahead=0.25).replay(tr)  # as the offload pool (arena)
     for f in ("hits", "misses", "evictions", "writebacks", "prefetches", "bytes_h2d", "bytes_d2h"):
         assert getattr(sim, f) == st[f], f
 
