@@ -56,7 +56,7 @@ cdef class Loop:
     @cython.locals(o=ObjectInfo, st=Counters, prefetched=bint)
     cpdef _evict(self, object victim)
     @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, place=Placement, short=cython.longlong)
-    cpdef _clean(self)
+    cpdef _clean(self, object accessed)
     @cython.locals(done=cython.longlong)
     cpdef _copy_out(self, ObjectInfo o)
     @cython.locals(off=cython.longlong, nb=cython.longlong, done=cython.longlong)

@@ -255,7 +255,7 @@ class Loop:
             if self._due is not None:
                 self._evict_due(key)
             if self._clean_ahead:
-                self._clean()
+                self._clean(key)
             if compute_ns:
                 self.cost.compute(compute_ns)
             return True
@@ -279,7 +279,7 @@ class Loop:
         if self._due is not None:
             self._evict_due(key)
         if self._clean_ahead:
-            self._clean()
+            self._clean(key)
         if compute_ns:
             self.cost.compute(compute_ns)
         return need == 0
@@ -437,7 +437,7 @@ class Loop:
         if need >= 0 and self._prefetcher is not None:
             yield from self._prefetches(o)
         if self._clean_ahead:
-            self._clean()
+            self._clean(key)
         if compute_ns:
             self.cost.compute(compute_ns)
         return need == 0
@@ -855,14 +855,17 @@ class Loop:
         if self._forget and o.state == HOST and len(self._objs) > self._forget_above:
             self._forget_record(o)
 
-    def _clean(self) -> None:
+    def _clean(self, accessed: int) -> None:
         """Write back early the dirty objects among the next victims: while fewer than
         ``_clean_ahead`` bytes are free and the copy-out engine is idle, the objects the policy
         would give up next (its ``eviction_order``), up to the bytes missing, are made clean,
         so that evicting them later waits for no copy (an activation saved in the forward pass
         is copied out while compute runs, not when the next save needs its room). Each such
         copy counts as a write-back; an object written again is dirty again. A policy without
-        an ``eviction_order`` cleans nothing, nor does a pool whose copies take no time."""
+        an ``eviction_order`` cleans nothing, nor does a pool whose copies take no time. The
+        object ``accessed`` is not cleaned: a writer may fill its block after the access
+        returns (``ActivationOffload`` copies a saved tensor in after ``access(write=True)``;
+        S3-FIFO and SLRU list a new object among their next victims)."""
         cost = self.cost
         if cost.instant or cost.busy_until(1) > cost.now:
             return  # (no time to save; a copy queued now would delay the demand ones behind it)
@@ -876,7 +879,7 @@ class Loop:
         objs, st = self._objs, self.stats
         for k in order():
             o = objs.get(k)
-            if o is None or o.state != DEVICE or o.pins:
+            if o is None or o.state != DEVICE or o.pins or k == accessed:
                 continue
             if o.dirty:
                 st.writebacks += 1

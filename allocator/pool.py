@@ -113,8 +113,8 @@ class Pool(Loop):
             written again, or freed, after its early copy); the same decisions. 0 (default):
             off. A policy without an ``eviction_order`` (CLOCK, SIEVE, Belady, the bare
             learned network) cleans nothing, nor does a pool whose copies take no time
-            (``cost=None``). Simulated only: refused with a ``backend`` (real bytes), where
-            training under SLRU and S3-FIFO gave other losses with it, not yet explained.
+            (``cost=None``). The object just accessed is not cleaned (its writer may fill it
+            after the access).
     """
 
     def __init__(
@@ -165,11 +165,6 @@ class Pool(Loop):
                 or clean_ahead < 0):
             raise ConfigError(f"clean_ahead must be bytes >= 0, a size string or a fraction of "
                               f"the capacity in [0, 1) (0: off), got {clean_ahead!r}")
-        if clean_ahead and backend is not None:
-            raise ConfigError("clean_ahead is simulated only: with a backend (real bytes) it is "
-                              "refused, since training under ActivationOffload with SLRU or "
-                              "S3-FIFO gave other losses with it (docs/RESULTS.md, 2026-12-05); "
-                              "use clean_ahead=0 with a backend")
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
                       write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
                       int(clean_ahead))
@@ -439,7 +434,7 @@ class Pool(Loop):
                     self._copy_out(o)
                     o.dirty = False
                 if self._clean_ahead:
-                    self._clean()
+                    self._clean(key)
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
         """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,

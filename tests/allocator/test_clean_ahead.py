@@ -1,7 +1,8 @@
 """``Pool(clean_ahead=...)``: the dirty objects among the next victims are written back early,
 while the copy-out engine is idle and the free bytes run short, so that evicting them waits for
 no copy. The same decisions; less stall where saves wait for room (activation offload);
-nothing is cleaned without timing or without an eviction order; refused with real bytes."""
+nothing is cleaned without timing or without an eviction order; with real bytes the losses of
+activation offload stay bitwise equal."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_the_same_decisions_with_less_stall_where_saves_wait_for_room(policy: st
     assert (a.hits, a.misses, a.evictions) == (b.hits, b.misses, b.evictions)
     assert b.bytes_h2d == a.bytes_h2d and b.bytes_d2h >= a.bytes_d2h
     # (the reads of evicted activations stall alike: no prefetcher here)
-    assert b.stall_ns <= 0.8 * a.stall_ns, (a.stall_ns, b.stall_ns)
+    assert b.stall_ns <= 0.85 * a.stall_ns, (a.stall_ns, b.stall_ns)  # (SLRU 0.80x, LRU 0.69x)
 
 
 def test_the_replay_loop_cleans_as_access_does() -> None:
@@ -82,12 +83,27 @@ def test_nothing_is_cleaned_without_timing_or_an_eviction_order(kw: dict) -> Non
     assert got == Pool(cap, make_eviction(policy), **args).replay(t).as_dict()
 
 
-def test_clean_ahead_is_refused_with_a_backend() -> None:
-    """Simulated only: with real bytes, training under ActivationOffload with SLRU or S3-FIFO
-    gave other losses with it (not yet explained), so a pool with a backend refuses it."""
-    with pytest.raises(ConfigError, match="clean_ahead is simulated only"):
-        Pool(1 << 20, make_eviction("lru"), cost="h100_pcie5", backend=NumpyBackend(),
-             clean_ahead=0.25)
+@pytest.mark.parametrize("policy", ["slru", "s3fifo", "lru"])
+def test_activation_offload_keeps_the_losses_while_cleaning_ahead(policy: str) -> None:
+    """Real bytes: ActivationOffload fills a saved tensor's block after ``access(write=True)``
+    returns; the object just accessed is never cleaned, else (S3-FIFO and SLRU list a new
+    object among their next victims) its early copy took the block before the tensor's bytes
+    and the host kept garbage: the losses differed (S3-FIFO by 5e-3)."""
+    pytest.importorskip("torch")
+    from cachegym.allocator.offload import ActivationOffload, train
+    from tests.allocator.test_offload import small_setup
+
+    model, batches, fp = small_setup()
+    base = train(copy.deepcopy(model), batches, 3)["losses"]
+    for zero_copy in (True, False):
+        off = ActivationOffload(fp["total"] // 2, backend=NumpyBackend(), zero_copy=zero_copy,
+                                policy=make_eviction(policy), prefetcher=None, clean_ahead=0.25)
+        try:
+            got = train(copy.deepcopy(model), batches, 3, offload=off)["losses"]
+            cleaned = off.stats()["writebacks"]
+        finally:
+            off.close()
+        assert got == base and cleaned > 0
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "lots", None])
