@@ -64,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         return sim(rest)
     module, is_hydra, _ = COMMANDS[cmd]
     mod = importlib.import_module(f"cachegym.scripts.{module}")
-    if is_hydra:
-        mod.check_overrides(rest, f"cachegym {cmd}")
+    if is_hydra:  # one value for a list-typed key: refused with the list to write
+        from cachegym.envs.config import check_list_overrides
+
+        check_list_overrides(rest, mod.SCHEMA, f"cachegym {cmd}")
     # the script sees `cachegym CMD ARGS...` as its sys.argv: Hydra's main reads the overrides (and
     # -m, --cfg, ...) there, argparse names the program after argv[0] (its usage: `cachegym CMD`)
     saved = sys.argv

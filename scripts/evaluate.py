@@ -22,7 +22,7 @@ import threading
 import hydra
 from omegaconf import DictConfig
 
-from cachegym.envs.config import register_configs
+from cachegym.envs.config import EvaluateConfig, check_list_overrides, register_configs
 from cachegym.envs.evaluation import evaluate
 from cachegym.envs.sweep import job_failed
 
@@ -31,6 +31,9 @@ register_configs()
 
 def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+SCHEMA = EvaluateConfig  # the config's schema: its list-typed keys (check_list_overrides)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
@@ -50,13 +53,6 @@ def main(cfg: DictConfig) -> None:
     print(f"results: {result['csv']}")
 
 
-def check_overrides(argv: list[str], prog: str) -> None:
-    """Refuse one value given to a list-typed key (:func:`envs.config.check_list_overrides`)."""
-    from cachegym.envs.config import EvaluateConfig, check_list_overrides
-
-    check_list_overrides(argv, EvaluateConfig, prog)
-
-
 if __name__ == "__main__":
-    check_overrides(sys.argv[1:], "evaluate.py")
+    check_list_overrides(sys.argv[1:], SCHEMA, "evaluate.py")
     main()

@@ -21,10 +21,14 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from cachegym.envs.config import check_list_overrides
 from cachegym.envs.sweep import job_failed
-from cachegym.policies.training.config import register_train_configs
+from cachegym.policies.training.config import TrainConfig, register_train_configs
 
 register_train_configs()
+
+
+SCHEMA = TrainConfig  # the config's schema: its list-typed keys (check_list_overrides)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="main")
@@ -45,14 +49,6 @@ def main(cfg: DictConfig) -> None:
     print(f"policy: {res['policy']}")
 
 
-def check_overrides(argv: list[str], prog: str) -> None:
-    """Refuse one value given to a list-typed key (:func:`envs.config.check_list_overrides`)."""
-    from cachegym.envs.config import check_list_overrides
-    from cachegym.policies.training.config import TrainConfig
-
-    check_list_overrides(argv, TrainConfig, prog)
-
-
 if __name__ == "__main__":
-    check_overrides(sys.argv[1:], "main.py")
+    check_list_overrides(sys.argv[1:], SCHEMA, "main.py")
     main()
