@@ -111,8 +111,8 @@ class Pool(Loop):
             waits for no copy (activation offload: a saved tensor would be copied out while
             compute runs, not when a later save needs its room). More bytes may be copied (an object
             written again, or freed, after its early copy); the same decisions. 0 (default):
-            off. A policy without an ``eviction_order`` (CLOCK, SIEVE, Belady, the bare
-            learned network) cleans nothing, nor does a pool whose copies take no time
+            off. A policy without an ``eviction_order`` (random eviction, the bare learned
+            network) cleans nothing, nor does a pool whose copies take no time
             (``cost=None``). The object just accessed is not cleaned (its writer may fill it
             after the access).
     """

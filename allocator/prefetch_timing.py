@@ -95,7 +95,7 @@ class PrefetchTiming:
         object used before it (their ``size``, resident or not, the object of the access just
         made included) and the bytes still held by write-backs in flight
         (``view.releasing_bytes``), and, where the pool's eviction policy says what it would
-        evict next (``view.eviction_order()``: LRU, FIFO, LFU, GDSF, S3-FIFO, SLRU, LIRS), only
+        evict next (``view.eviction_order()``: every built-in policy but random eviction), only
         if the victims that make its room are none of those objects; past that, holding it from
         now on would push out an object needed sooner, and the walk stops. Without that rule a small pool (a quarter of a DL
         training step's live bytes) prefetched four times the bytes it used, most of them

@@ -17,7 +17,7 @@ entry is the head (the most recently inserted or promoted).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from cachegym.allocator.errors import ConfigError
@@ -60,6 +60,7 @@ class ARC(EvictionPolicyBase):
         self._n_req = 0
         self._ghost_req = -1  # request number of the last ghost hit
         self._incoming = 1  # size of the object being admitted
+        self._capacity = -1  # the pool's, once an object is inserted (eviction_order reads it)
 
     # ---------------------------------------------------------------- hooks
     def on_hit(self, view: PoolView, key: int) -> None:
@@ -102,6 +103,7 @@ class ARC(EvictionPolicyBase):
 
     def on_insert(self, view: PoolView, key: int) -> None:
         size = view.size(key)
+        self._capacity = view.capacity
         for ghost in (self.b1, self.b2):  # a prefetch of a ghost: forget the ghost
             g = ghost.pop(key, None)
             if g is not None:
@@ -124,6 +126,31 @@ class ARC(EvictionPolicyBase):
         if k is None:
             k = first_evictable(view, self.t2 if src is self.t1 else self.t1)
         return k
+
+    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
+        """The resident objects in the order :meth:`victim` would give them up if asked again
+        and again with nothing in between, without changing the policy's state: T1's or T2's
+        LRU end as ``_replace_from`` chooses, with each list's bytes lowered by what it gave
+        (``p`` and the ghost flags as they are now; the first choice is :meth:`victim`'s,
+        :meth:`_plan`'s)."""
+        t1, t2 = iter(self.t1.items()), iter(self.t2.items())
+        t1_bytes, t2_bytes, p, in_b2 = self.t1_bytes, self.t2_bytes, self.p, self._in_b2
+        first = self._plan(self._capacity)[1] if self._capacity >= 0 else 1
+        while True:
+            if first:
+                take_t1, first = first == 1, 0
+            else:
+                take_t1 = (t1_bytes > 0 and (t1_bytes > p or (t1_bytes == p and in_b2))) \
+                    or t2_bytes == 0
+            entry = next(t1 if take_t1 else t2, None)
+            if entry is None:  # (the list's bytes said it had more: a listing of the other)
+                yield from (k for k, _ in (t2 if take_t1 else t1))
+                return
+            yield entry[0]
+            if take_t1:
+                t1_bytes -= entry[1]
+            else:
+                t2_bytes -= entry[1]
 
     def on_evict(self, view: PoolView, key: int) -> None:
         trim, _ = self._plan(view.capacity)

@@ -203,6 +203,17 @@ class CLOCK(EvictionPolicyBase):
                 return k
         return first_evictable(view, q)
 
+    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
+        """The tracked objects in the order :meth:`victim` would give them up if asked again and
+        again with nothing in between, without changing the policy's state: the hand's r-th
+        round evicts, in queue order, the objects whose counter was r (each round decrements
+        the others and moves them to the head in the same order)."""
+        q = self._q
+        for r in range(self.max_freq + 1):
+            for k, f in q.items():
+                if f == r:
+                    yield k
+
     def on_hit(self, view: PoolView, key: int) -> None:
         f = self._q.get(key)
         if f is not None and f < self.max_freq:
@@ -263,6 +274,26 @@ class SIEVE(EvictionPolicyBase):
             obj = self._tail if nxt is None else nxt
         self._hand = obj
         return obj
+
+    def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
+        """The tracked objects in the order :meth:`victim` would give them up if asked again and
+        again with nothing in between, without changing the policy's state: from the hand
+        around the queue (towards the head, then from the tail) the unvisited objects, then,
+        their bits cleared by that lap, the visited ones in the same circular order."""
+        if self._tail is None:
+            return
+        vis, newer = self._visited, self._newer
+        start = self._tail if self._hand is None else self._hand
+        for want in (False, True):
+            obj: int | None = start
+            while True:
+                assert obj is not None
+                if vis[obj] is want:
+                    yield obj
+                nxt = newer[obj]
+                obj = self._tail if nxt is None else nxt
+                if obj == start:
+                    break
 
     def on_hit(self, view: PoolView, key: int) -> None:
         if key in self._visited:

@@ -197,6 +197,22 @@ class Belady(EvictionPolicyBase):
             heapq.heappush(heap, e)
         return found
 
+    def eviction_order(self) -> Iterable[int]:
+        """The tracked objects in :meth:`victim`'s order (farthest next use first, the larger
+        key first among equals), without changing the policy's state: the live heap entries
+        walked lazily (O(log m) per key yielded)."""
+        heap, nxt = self._heap, self._next
+        frontier = [(heap[0], 0)] if heap else []
+        seen: set[int] = set()
+        while frontier:
+            (n, k), i = heapq.heappop(frontier)
+            if nxt.get(-k) == -n and -k not in seen:
+                seen.add(-k)
+                yield -k
+            for c in (2 * i + 1, 2 * i + 2):
+                if c < len(heap):
+                    heapq.heappush(frontier, (heap[c], c))
+
     def on_hit(self, view: PoolView, key: int) -> None:
         self._set(key, int(self._nxt[self._row(view)]))
 
