@@ -167,6 +167,22 @@ def check_args(K: Any, *, candidates: str | None = None, reward: str | None = No
             raise ConfigError("reward='stall' needs a cost model: pass cost='h100_pcie5' (or another preset)")
 
 
+def check_clean_ahead(name: str, value: Any) -> float:
+    """A share of the pool's capacity kept clean ahead of eviction (``Pool(clean_ahead=)``), as
+    the evaluator's ``allocator.clean_ahead`` and the environments' ``clean_ahead`` take it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(f"{name} must be a share of the capacity in [0, 1) (0: off), "
+                          f"got {value!r}")
+    return float(value)
+
+
+def pool_options(cost: Any, placement: str, write_policy: str,
+                 clean_ahead: float) -> dict[str, Any]:
+    """The pool keywords every environment passes (objects larger than the pool stream)."""
+    return {"cost": cost, "placement": placement, "write_policy": write_policy,
+            "oversize": "bypass", "clean_ahead": check_clean_ahead("clean_ahead", clean_ahead)}
+
+
 def reward_scales(window: Trace, pool: Any) -> tuple[float, float]:
     """``(mean object size, copy time of such an object in ns)`` of a window: what the
     ``bytes`` and ``stall`` rewards are divided by, so that rewards are O(1) on any trace."""

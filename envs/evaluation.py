@@ -52,7 +52,7 @@ from cachegym.allocator.pool import Pool
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.stats import PoolStats
 from cachegym.allocator.trace import Op, Trace
-from cachegym.envs.common import CAPACITY_OF
+from cachegym.envs.common import CAPACITY_OF, check_clean_ahead
 from cachegym.envs.config import (
     build_guard,
     enum_value,
@@ -468,10 +468,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     placement = str(enum_value(alloc.placement))
     write_policy = str(enum_value(alloc.write_policy))
     oversize = str(enum_value(alloc.oversize))
-    clean = alloc.get("clean_ahead", 0.0)
-    if isinstance(clean, bool) or not isinstance(clean, (int, float)) or not 0 <= clean < 1:
-        raise ConfigError(f"allocator.clean_ahead must be a share of the capacity in [0, 1) "
-                          f"(0: off), got {clean!r}")
+    check_clean_ahead("allocator.clean_ahead", alloc.get("clean_ahead", 0.0))
     traces: list[Trace] = instantiate(cfg.trace)
     out_dir = results_dir(cfg, "evaluate", exact=out_dir)
 

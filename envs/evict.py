@@ -25,6 +25,7 @@ from cachegym.envs.common import (
     empty_obs,
     observation_space,
     pack_obs,
+    pool_options,
     resolve_capacity,
     reward_scales,
 )
@@ -145,6 +146,7 @@ class EvictEnv(PoolEnv):
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",
+        clean_ahead: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         check_args(K, candidates=candidates, reward=reward, rewards=EVICT_REWARDS, cost=cost)
@@ -157,8 +159,7 @@ class EvictEnv(PoolEnv):
         self.reward_kind = reward
         self.invalid_action = invalid_action
         self.capacity, self.capacity_of = capacity, capacity_of
-        self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
-                            "oversize": "bypass"}
+        self.pool_kwargs = pool_options(cost, placement, write_policy, clean_ahead)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = observation_space(self.K)
         self.action_space = spaces.Discrete(self.K)

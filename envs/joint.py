@@ -27,6 +27,7 @@ from cachegym.envs.common import (
     empty_obs,
     next_use_rows,
     observation_space,
+    pool_options,
     resolve_capacity,
     reward_scales,
 )
@@ -103,6 +104,7 @@ class JointEnv(PoolEnv):
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",
+        clean_ahead: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         check_args(K, candidates=candidates, reward=reward, rewards=_REWARDS, cost=cost,
@@ -115,8 +117,7 @@ class JointEnv(PoolEnv):
         self.candidates, self.opportunity = candidates, opportunity
         self.reward_kind, self.invalid_action = reward, invalid_action
         self.capacity, self.capacity_of = capacity, capacity_of
-        self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
-                            "oversize": "bypass"}
+        self.pool_kwargs = pool_options(cost, placement, write_policy, clean_ahead)
         self.predictor = make_predictor(predictor)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = spaces.Dict(

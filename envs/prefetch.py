@@ -28,6 +28,7 @@ from cachegym.envs.common import (
     next_use_rows,
     observation_space,
     pack_obs,
+    pool_options,
     resolve_capacity,
     reward_scales,
 )
@@ -139,6 +140,7 @@ class PrefetchEnv(PoolEnv):
         cost: Any = None,
         placement: str = "bytes",
         write_policy: str = "write-back",
+        clean_ahead: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         check_args(K, reward=reward, rewards=PREFETCH_REWARDS, cost=cost,
@@ -161,8 +163,7 @@ class PrefetchEnv(PoolEnv):
         self.invalid_action = invalid_action
         self.eviction = eviction
         self.capacity, self.capacity_of = capacity, capacity_of
-        self.pool_kwargs = {"cost": cost, "placement": placement, "write_policy": write_policy,
-                            "oversize": "bypass"}
+        self.pool_kwargs = pool_options(cost, placement, write_policy, clean_ahead)
         self.predictor = make_predictor(predictor)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = observation_space(self.K)

@@ -112,6 +112,7 @@ class EnvConfig:
     invalid_action: str = "lru"
     cost: str | None = None
     placement: str = "bytes"
+    clean_ahead: float = 0.0
     vec: VecEnvKind = VecEnvKind.dummy
 
 
@@ -129,6 +130,7 @@ class _PrefetchingEnvConfig:
     cost: str | None = None
     placement: str = "bytes"
     write_policy: str = "write-back"
+    clean_ahead: float = 0.0
     vec: VecEnvKind = VecEnvKind.dummy
 
 

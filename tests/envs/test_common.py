@@ -53,3 +53,12 @@ def test_action_masks_are_the_callers_own(make) -> None:
             break
 
 
+
+
+@pytest.mark.parametrize("env", [EvictEnv, PrefetchEnv, JointEnv])
+@pytest.mark.parametrize("bad", [1.0, -0.1, "25%", True])
+def test_a_clean_ahead_that_is_no_share_of_the_capacity_is_refused(env, bad) -> None:
+    from cachegym.allocator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"clean_ahead must be a share of the capacity in \[0, 1\)"):
+        env(K=8, window=800, clean_ahead=bad)

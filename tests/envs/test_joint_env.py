@@ -33,13 +33,15 @@ def test_checkers_pass_without_warnings() -> None:
         sb3_check(gym.make("cachegym/Joint-v0", **kw).unwrapped, warn=True)
 
 
-@pytest.mark.parametrize("cost", [None, "a100_pcie4"])
-def test_lru_and_first_successor_agent_equals_the_pool(cost) -> None:
+@pytest.mark.parametrize(("cost", "clean"), [(None, 0.0), ("a100_pcie4", 0.0), ("a100_pcie4", 0.3)])
+def test_lru_and_first_successor_agent_equals_the_pool(cost, clean) -> None:
     """Evicting candidate 0 (LRU) and prefetching the predictor's first candidate is exactly
-    Pool(LRU, prefetcher=...): the env adds decisions, not behaviour."""
+    Pool(LRU, prefetcher=...): the env adds decisions, not behaviour (its pool cleans ahead as
+    one made with the same ``clean_ahead``)."""
     trace = pattern_trace()
     cap = 30 * 1024
-    env = JointEnv(trace, K=4, window=None, capacity=cap, opportunity="access", cost=cost)
+    env = JointEnv(trace, K=4, window=None, capacity=cap, opportunity="access", cost=cost,
+                   clean_ahead=clean)
     phases: set[int] = set()
 
     def choose(obs, info):
@@ -48,7 +50,11 @@ def test_lru_and_first_successor_agent_equals_the_pool(cost) -> None:
 
     _, steps, infos = rollout(env, choose)
     want = Pool(cap, LRU(), prefetcher=FirstSuccessor(), placement="bytes", cost=cost,
-                oversize="bypass").replay(trace).as_dict()
+                oversize="bypass", clean_ahead=clean).replay(trace).as_dict()
+    if clean:  # (the early copies happened: more bytes out than without)
+        plain = Pool(cap, LRU(), prefetcher=FirstSuccessor(), placement="bytes", cost=cost,
+                     oversize="bypass").replay(trace).as_dict()
+        assert want["bytes_d2h"] > plain["bytes_d2h"]
     got = infos[-1]["stats"]
     for f in ("misses", "hits", "prefetches", "prefetch_hits", "late_prefetches",
               "useless_prefetches", "evictions", "stall_ns", "bytes_d2h"):
