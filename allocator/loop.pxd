@@ -27,6 +27,7 @@ cdef class Loop:
     cdef public Py_ssize_t _forget_above
     cdef public set _seen
     cdef public long long _clean_ahead
+    cdef public bint _wrote
     cdef object __weakref__
 
     # the loop's inner steps, called as C methods by the loop itself (still Python-visible)
@@ -55,7 +56,8 @@ cdef class Loop:
     cpdef _evict_due(self, object accessed)
     @cython.locals(o=ObjectInfo, st=Counters, prefetched=bint)
     cpdef _evict(self, object victim)
-    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, place=Placement, short=cython.longlong)
+    @cython.locals(o=ObjectInfo, st=Counters, cost=CostModel, place=Placement, short=cython.longlong,
+                   walk=cython.longlong)
     cpdef _clean(self, object accessed)
     @cython.locals(done=cython.longlong)
     cpdef _copy_out(self, ObjectInfo o)

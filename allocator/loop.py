@@ -86,6 +86,10 @@ COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not inte
 
 REPLAY_CHUNK = 1 << 16  # rows of a trace that Loop.replay converts at once
 FORGET_ABOVE = 1 << 16  # forget_evicted: records a pool keeps before it forgets (see Pool)
+# clean_ahead: next victims looked at after one access at most (a walk of the whole window, a
+# quarter of a pool of small objects, cost more than the access itself; the next accesses look
+# again as the window moves)
+CLEAN_WALK = 256
 
 
 def _untraced(err: BaseException) -> BaseException:
@@ -123,6 +127,7 @@ class Loop:
         # engine is idle, the dirty objects among the next victims (the policy's
         # eviction_order) up to that many bytes are written back early (_clean); 0: never
         self._clean_ahead = clean_ahead
+        self._wrote = False  # whether any object was written (made dirty) yet
         self._policy = policy
         self._prefetcher = prefetcher
         self._hook = hook
@@ -176,7 +181,7 @@ class Loop:
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
               "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
               "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms",
-              "_forget", "_forget_above", "_seen", "_clean_ahead")
+              "_forget", "_forget_above", "_seen", "_clean_ahead", "_wrote")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
@@ -242,6 +247,7 @@ class Loop:
                 st.prefetch_hits += 1
             if write:
                 o.dirty = True
+                self._wrote = True
             self._writing = write
             touch = self._touch
             try:
@@ -624,6 +630,7 @@ class Loop:
         o.last_tick = self._tick
         if write:
             o.dirty = True
+            self._wrote = True
             if self._write_through and not defer_wt:
                 self._copy_out(o)
                 o.dirty = False
@@ -865,7 +872,11 @@ class Loop:
         an ``eviction_order`` cleans nothing, nor does a pool whose copies take no time. The
         object ``accessed`` is not cleaned: a writer may fill its block after the access
         returns (``ActivationOffload`` copies a saved tensor in after ``access(write=True)``;
-        S3-FIFO and SLRU list a new object among their next victims)."""
+        S3-FIFO and SLRU list a new object among their next victims). Nothing is looked at
+        before the pool's first write (nothing can be dirty), and at most :data:`CLEAN_WALK`
+        next victims after one access."""
+        if not self._wrote:
+            return
         cost = self.cost
         if cost.instant or cost.busy_until(1) > cost.now:
             return  # (no time to save; a copy queued now would delay the demand ones behind it)
@@ -877,7 +888,11 @@ class Loop:
         if order is None:
             return
         objs, st = self._objs, self.stats
+        walk = CLEAN_WALK
         for k in order():
+            walk -= 1
+            if walk < 0:
+                return
             o = objs.get(k)
             if o is None or o.state != DEVICE or o.pins or k == accessed:
                 continue

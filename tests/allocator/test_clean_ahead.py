@@ -71,6 +71,25 @@ def test_the_replay_loop_cleans_as_access_does() -> None:
     replay_rows(by_access, t)
     assert one.replay(t).as_dict() == by_access.snapshot().as_dict()
     assert copy.deepcopy(one)._clean_ahead == 256 * KiB  # (a copy keeps it)
+    assert copy.deepcopy(one)._wrote and not copy.deepcopy(Pool(cap))._wrote
+
+
+def test_one_access_looks_at_no_more_than_clean_walk_next_victims(monkeypatch) -> None:
+    """The walk after an access stops after ``CLEAN_WALK`` next victims (a quarter of a pool
+    of small objects is thousands of them); the next accesses look again."""
+    from cachegym.allocator import loop
+
+    pool = Pool(64 * KiB, make_eviction("lru"), cost="h100_pcie5")
+    for k in range(64):  # 64 dirty objects of 1 KiB fill the pool
+        pool.access(k, KiB, True)
+    pool._clean_ahead = 32 * KiB  # (from now on: half the pool)
+    monkeypatch.setattr(loop, "CLEAN_WALK", 3)
+    pool.access(63, KiB)
+    assert pool.stats.writebacks == 3
+    monkeypatch.setattr(loop, "CLEAN_WALK", 1000)
+    pool.cost.compute(10**9)  # (the copy-out engine idle again)
+    pool.access(63, KiB)
+    assert pool.stats.writebacks == 32  # the 32 next victims
 
 
 @pytest.mark.parametrize("kw", [{"cost": None}, {"policy": "random"}, {"clean_ahead": 0}])
