@@ -343,7 +343,12 @@ class ShadowGuard(Guard):
     ``without_prefetch``, the default), each expert is also judged without it (a twin shadow
     named ``<expert>-no-prefetch``); while the pool follows a twin the prefetcher is muted, so
     that the pool does not end behind its experts without prefetches where the prefetcher's
-    copies cost more stall than they hide. On every access the pool switches from the followed expert
+    copies cost more stall than they hide. With a learned head (``with_history``, the default),
+    each expert is also judged with the ``history`` prefetcher's proposals from the head's own
+    proposer (``<expert>-history``: :meth:`LearnedPolicy.history_for`), which the pool then
+    prefetches while it follows such a twin, so that it does not end behind the heuristic where
+    the head chooses worse (the replayed activation-offload journey at 25%: 4.47 -> 3.72 ms,
+    ``history`` 3.59; docs/RESULTS.md). On every access the pool switches from the followed expert
     ``f`` to the expert ``b`` of lowest cost when ``C_f - C_b`` exceeds ``margin * (1 + s) * C_b``
     (``s``: the switches so far) plus a hand-over charge: ``handover`` pool capacities (bytes;
     objects of the mean request's size for ``misses``; their copy-in times for ``stall``) plus ``handover_weight`` times the mean hand-over cost measured so far. The
@@ -386,8 +391,8 @@ class ShadowGuard(Guard):
     one, which began when the current expert's cost was ``_since``."""
 
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
-                 "_items", "auto", "without_prefetch", "_muted", "_unless_stall", "retire",
-                 "retire_after", "retired")
+                 "_items", "auto", "without_prefetch", "with_history", "_muted", "_unless_stall",
+                 "retire", "retire_after", "retired")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
     NOT_UNDER_STALL = ("arc", "slru")
@@ -404,7 +409,7 @@ class ShadowGuard(Guard):
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
                  objective: str = "auto", without_prefetch: bool = True, arc: bool | None = None,
                  slru: bool | None = None, retire: float | None = 0.05,
-                 retire_after: float = 128.0) -> None:
+                 retire_after: float = 128.0, with_history: bool = True) -> None:
         _numbers("ShadowGuard", ("retire",), margin=margin, handover=handover,
                  handover_weight=handover_weight, retire=retire, retire_after=retire_after)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
@@ -423,6 +428,9 @@ class ShadowGuard(Guard):
             raise ConfigError(f"ShadowGuard: without_prefetch must be a bool, got "
                               f"{without_prefetch!r}")
         self.without_prefetch = without_prefetch
+        if not isinstance(with_history, bool):
+            raise ConfigError(f"ShadowGuard: with_history must be a bool, got {with_history!r}")
+        self.with_history = with_history
         if not ((retire is None or retire >= 0) and retire_after >= 0):
             raise ConfigError(f"ShadowGuard: retire (a fraction of the best expert's cost, or None: "
                               f"never) and retire_after (pool capacities) must be >= 0; got "
@@ -509,19 +517,30 @@ class ShadowGuard(Guard):
             for e in self._experts:
                 e.objective = self.objective
         pf = view.prefetcher
-        if (self.without_prefetch and self.objective == "stall" and pf is not None
+        if (self.objective == "stall" and pf is not None
                 and getattr(pf, "prefetch_for", None) is not None and hasattr(pf, "prefetch_muted")):
+            history = getattr(pf, "history_for", None) if self.with_history else None
+            if history is not None and getattr(pf, "prefetch_head", None) is None:
+                history = None  # (a file without a head proposes nothing)
+            kinds = ("no-prefetch",) * self.without_prefetch + ("history",) * (history is not None)
             twins: dict[str | None, Expert] = {}
             for name, e in self._named.items():
-                t = (network_expert(self.net.owner, self.objective)  # type: ignore[union-attr]
-                     if name is None else
-                     heuristic_expert(name, followed=e.followed, objective=self.objective))
-                t.name = f"{name or 'network'}-no-prefetch"
-                t.prefetching = False
-                twins[t.name] = t
-            self._register({**self._named, **twins})
-            self._muted = pf
-            pf.prefetch_muted = False
+                for kind in kinds:
+                    t = (network_expert(self.net.owner, self.objective)  # type: ignore[union-attr]
+                         if name is None else
+                         heuristic_expert(name, followed=e.followed, objective=self.objective))
+                    t.name = f"{name or 'network'}-{kind}"
+                    if kind == "no-prefetch":
+                        t.prefetching = False
+                    else:
+                        t.prefetch_fn = history
+                    twins[t.name] = t
+            if twins:
+                self._register({**self._named, **twins})
+                self._muted = pf
+                pf.prefetch_muted = False
+                if history is not None:
+                    self._muted.prefetch_history = False  # (pf: a LearnedPolicy)
         super()._start(view)
 
     def _cost(self, gain: float) -> float:
@@ -586,7 +605,10 @@ class ShadowGuard(Guard):
             self.expert = best
             self.switches += 1
             if self._muted is not None:  # a twin, judged without the prefetcher: mute it
-                self._muted.prefetch_muted = not self._named[best].prefetching
+                e = self._named[best]
+                self._muted.prefetch_muted = not e.prefetching
+                if hasattr(self._muted, "prefetch_history"):  # a twin judged with the history
+                    self._muted.prefetch_history = e.prefetch_fn is not None
 
     def _retire(self, view: PoolView, bg: float) -> None:
         """Experts too far behind to lead again stop running: once the best expert has cost

@@ -100,7 +100,7 @@ class Expert:
 
     __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
                  "_pending", "_gave", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
-                 "_order", "prefetching")
+                 "_order", "prefetching", "prefetch_fn")
 
     FORGETS = True
     """Whether the shadow pool forgets what leaves its device (``Pool(forget_evicted=True)``:
@@ -138,6 +138,9 @@ class Expert:
         # whether the shadow starts the prefetches the guard gives it (:meth:`prefetch`); False:
         # the expert is judged without the pool's prefetcher
         self.prefetching = True
+        # another prefetcher's ``prefetch_for`` the shadow runs instead of the pool's (a twin
+        # judged with the history's proposals: ``LearnedPolicy.history_for``); None: the pool's
+        self.prefetch_fn: Callable[[PoolView, int], Any] | None = None
 
     def setup(self, view: PoolView) -> None:
         """Make the shadow pool, of ``view``'s capacity (the guard calls it on the first event);
@@ -239,6 +242,8 @@ class Expert:
         assert pool is not None
         if not self.prefetching:
             return
+        if self.prefetch_fn is not None:
+            prefetch_for = self.prefetch_fn
         o = pool.view.objects.get(key)
         held = o is not None and o.state == DEVICE
         if held:

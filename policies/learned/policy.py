@@ -27,7 +27,7 @@ from cachegym.policies.lru import LRU
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH"]
+__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH", "HISTORY_DEPTH"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ DEFAULT_PREFETCH_DEPTH = 2
 more candidate that beats the no-op (the predictor proposes only objects whose prefetch is due).
 On the main job's held-out cells 4 left the same stall as 2 within 0.5% (docs/RESULTS.md,
 2026-12-03, thirteenth session); 2 issues the fewest extra copies."""
+
+HISTORY_DEPTH = 4
+"""Most prefetches per access in the ``history`` mode a guard may switch a head to
+(:meth:`LearnedPolicy.history_for`): the ``history`` prefetcher's default depth."""
 
 
 class LearnedPolicy(EvictionPolicyBase):
@@ -85,6 +89,9 @@ class LearnedPolicy(EvictionPolicyBase):
         # set by a ShadowGuard while it follows an expert judged without prefetches: the head
         # then issues nothing (its history and timing still advance)
         self.prefetch_muted = False
+        # set by a ShadowGuard while it follows an expert judged with the history's proposals
+        # instead of the head's choice (:meth:`history_for`): the pool then prefetches those
+        self.prefetch_history = False
         self.header = dict(header)
         self.path = path
         self.K = int(header["K"]) if K is None else int(K)
@@ -292,8 +299,24 @@ class LearnedPolicy(EvictionPolicyBase):
         head = self.prefetch_head
         if head is None:
             return ()
-        return head.choose(cast(_features.FeatureTracker, self.tracker), view, key,
-                           self.prefetch_muted)
+        history = self.prefetch_history
+        out = head.choose(cast(_features.FeatureTracker, self.tracker), view, key,
+                          self.prefetch_muted or history)
+        if history and not self.prefetch_muted:
+            return head.predictor.propose(key, HISTORY_DEPTH, view)
+        return out
+
+    def history_for(self, view: PoolView, key: int) -> Sequence[int]:
+        """What the ``history`` prefetcher (:class:`~policies.prefetch.HistoryPrefetcher`, the
+        heuristic on the head's own proposer) would prefetch after the access of ``key`` in
+        ``view`` (a guard's shadow pool): the head's predictor's due proposals, at most
+        :data:`HISTORY_DEPTH`, without changing its state (none without a head). A
+        :class:`ShadowGuard` judges twins of its experts with them, so that the pool does not
+        end behind the heuristic where the head chooses worse."""
+        head = self.prefetch_head
+        if head is None:
+            return ()
+        return head.predictor.propose_for(key, HISTORY_DEPTH, view)
 
     def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:
         """What :meth:`prefetch` would have returned after the same access of ``key`` in another

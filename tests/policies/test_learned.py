@@ -236,6 +236,8 @@ def test_bad_shadow_guard_settings_are_config_errors(kw):
         ShadowGuard(**kw)
     with pytest.raises(ConfigError, match="without_prefetch must be a bool, got 'yes'"):
         ShadowGuard(without_prefetch="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="with_history must be a bool, got 1"):
+        ShadowGuard(with_history=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("guard, match", [
