@@ -75,7 +75,7 @@ from cachegym.allocator.seams import (
     untracked_free_hook,
 )
 from cachegym.allocator.stats import PoolHook, PoolStats
-from cachegym.allocator.trace import Op, Trace
+from cachegym.allocator.trace import MAX_SIZE, Op, Trace
 
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
@@ -524,9 +524,10 @@ class Loop:
         bytes needs; raises, changing nothing, when the caller may not make the request: a size
         that is not an integer number of bytes > 0, a new key that is not an integer, an object
         larger than the pool (unless it bypasses them)."""
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
+        if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
+                or size > MAX_SIZE):
             raise ConfigError(f"access: object {key!r} needs a size that is an integer number of "
-                              f"bytes > 0, got {size!r}")
+                              f"bytes in 1 .. 2**48, got {size!r}")
         if o is None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
             raise ConfigError(f"access: keys are integers (a trace's int64 key column), got "
                               f"{key!r} of type {type(key).__name__}")

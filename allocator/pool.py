@@ -48,6 +48,7 @@ from cachegym.allocator.seams import (
 )
 from cachegym.allocator.sizes import format_size, parse_size
 from cachegym.allocator.stats import PoolHook
+from cachegym.allocator.trace import MAX_TOTAL
 
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
@@ -135,8 +136,13 @@ class Pool(Loop):
         if isinstance(capacity, str):  # "512MiB", "1GiB"
             capacity = parse_size(capacity, "capacity")
         if (not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool)
-                or capacity <= 0):
-            raise ConfigError(f"capacity must be a positive number of bytes, got {capacity!r}")
+                or not 0 < capacity <= MAX_TOTAL):
+            raise ConfigError(f"capacity must be a positive number of bytes, at most 2**60, got "
+                              f"{capacity!r}")
+        if isinstance(policy, str):
+            raise ConfigError(f"policy: pass a policy object, not the name {policy!r} "
+                              f"(cachegym.make_policy({policy!r}), or "
+                              f"policies.registry.make_eviction)")
         if placement is None:
             placement = "bytes" if backend is None else "arena"
         if placement == "arena" and capacity < ALIGN:

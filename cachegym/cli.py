@@ -125,7 +125,7 @@ def sim(argv: list[str]) -> int:
                    "decision latencies are measured beside the other runs")
     for prev, tok in zip(["", *argv], argv):  # argparse reads '-5%' as an unknown option and
         # reports a missing argument
-        if prev not in ("-j", "--jobs") and re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
+        if prev not in ("-j", "--jobs", "--clean-ahead") and re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
             p.error(f"capacities: {tok!r} is negative; a capacity is a size (512MiB, 1GiB) or a "
                     "share of the working set (10%, 0.1) greater than 0")
     args = p.parse_args(argv)
@@ -148,12 +148,13 @@ _SIM_ARGS = {
     "eval.policies": "POLICIES", "eval.learned_guards": "--guard", "eval.learned": "POLICIES",
     "eval.capacities": "CAPACITIES", "eval.prefetchers": "--prefetch", "eval.presets": "--preset",
     "eval.bounds": "--bounds", "eval.mode": "--mode", "eval.capacity_of": "--capacity-of",
-    "eval.jobs": "--jobs",
+    "eval.jobs": "--jobs", "allocator.clean_ahead": "--clean-ahead",
     "out_dir": "--out",
 }
-_SIM_KEY = re.compile(r"(?<![\w.])(" + "|".join(re.escape(k) for k in sorted(_SIM_ARGS, key=len,
-                                                                                reverse=True))
-                      + r")(?![\w.])")
+# (a key inside a Hydra override the message spells out, '++trace.options=...', stays as it is)
+_SIM_KEY = re.compile(r"(?<![\w.+])(" + "|".join(re.escape(k) for k in sorted(_SIM_ARGS, key=len,
+                                                                                 reverse=True))
+                      + r")(?![\w.=])")
 
 
 def sim_names(message: str) -> str:
@@ -182,7 +183,9 @@ def sim_config(args: argparse.Namespace) -> Any:
             names.append(spec)
     if not names and not learned:
         raise ConfigError("policies: give at least one, e.g. lru,arc,learned:policy.npz")
-    caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
+    # (a decimal number is a share of the working set, as the evaluator's 0.1)
+    caps = [parse_capacity(float(c) if re.fullmatch(r"\d*\.\d*", c) and c != "." else c,
+                           "capacities") for c in _split(args.capacities)]
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
     guard_node(args.guard, "--guard")  # an option of conf/policy/guard/, even without learned:PATH

@@ -51,7 +51,7 @@ from cachegym.allocator.errors import CachegymError, ConfigError, InvalidVictim,
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.stats import PoolStats
-from cachegym.allocator.trace import Op, Trace
+from cachegym.allocator.trace import MAX_TOTAL, Op, Trace
 from cachegym.envs.common import CAPACITY_OF, check_clean_ahead
 from cachegym.envs.config import (
     build_guard,
@@ -167,7 +167,8 @@ def check_capacity(value: Any, key: str = "eval.capacities") -> None:
     (an integer, or a size such as ``"512MiB"``) or a fraction in (0, 1] (``0.1``, ``"10%"``)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{key}: capacity must be > 0, got {value!r}")
-    parse_capacity(value, key)
+    if parse_capacity(value, key) > MAX_TOTAL:
+        raise ConfigError(f"{key}: {value!r} is more than 2**60 bytes; no pool is that large")
 
 
 def check_bounds_kinds(kinds: list[str], key: str = "eval.bounds") -> list[str]:
@@ -468,7 +469,11 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     placement = str(enum_value(alloc.placement))
     write_policy = str(enum_value(alloc.write_policy))
     oversize = str(enum_value(alloc.oversize))
-    check_clean_ahead("allocator.clean_ahead", alloc.get("clean_ahead", 0.0))
+    if check_clean_ahead("allocator.clean_ahead", alloc.get("clean_ahead", 0.0)) and all(
+            p == "none" for p in presets):
+        raise ConfigError("allocator.clean_ahead cleans ahead under a timing preset, and "
+                          "eval.presets has none: add one (e.g. h100_pcie5) or leave "
+                          "allocator.clean_ahead at 0")
     traces: list[Trace] = instantiate(cfg.trace)
     out_dir = results_dir(cfg, "evaluate", exact=out_dir)
 

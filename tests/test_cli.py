@@ -106,8 +106,13 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--prefetch", "nosuch"], "error: --prefetch: unknown value"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--guard", "nosuch"], "error: --guard: unknown guard"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "-j", "-1"], "error: --jobs: -1 is not allowed"),
-    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--clean-ahead", "2"],
-     "error: allocator.clean_ahead must be a share of the capacity in [0, 1)"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--clean-ahead", "2", "--preset", "h100_pcie5"],
+     "error: --clean-ahead must be a share of the capacity in [0, 1)"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--clean-ahead", "-0.5"],
+     "error: --clean-ahead must be a share of the capacity in [0, 1)"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--clean-ahead", "0.25"],
+     "error: --clean-ahead cleans ahead under a timing preset, and --preset has none"),
+    (["data/traces/gpt.npz", "npz", "lru", "1e30"], "is more than 2**60 bytes"),
 ])
 def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch,
@@ -117,6 +122,16 @@ def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_sim_takes_a_decimal_capacity_as_a_share_as_its_help_says(tmp_path: Path) -> None:
+    """``0.1`` is 10% of the working set, as the evaluator's ``eval.capacities=[0.1]`` (it was
+    read as 0.1 bytes); ``1.0`` is all of it."""
+    for cap in ("0.1", "10%", ".1", "1.0", "100%"):
+        assert cli.main(["sim", "data/traces/gpt.npz", "npz", "lru", cap, "--bounds", "none",
+                         "--out", str(tmp_path / cap)]) == 0
+    got = {cap: _rows(tmp_path / cap)[0]["capacity"] for cap in ("0.1", "10%", ".1", "1.0", "100%")}
+    assert got["0.1"] == got["10%"] == got[".1"] and got["1.0"] == got["100%"] != got["0.1"]
 
 
 def test_evaluate_passes_hydra_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

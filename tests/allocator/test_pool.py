@@ -431,6 +431,8 @@ def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
         {"capacity": "1XB"},
         {"capacity": 1.5e9},
         {"capacity": True},
+        {"capacity": 2**70},  # more than 2**60 bytes (an OverflowError deep in the loop before)
+        {"capacity": 4096, "policy": "lru"},  # a name, not a policy (an AttributeError before)
         {"capacity": ALIGN - 1, "placement": "arena"},  # less than one arena block
         {"capacity": 4096, "placement": "slab"},
         {"capacity": 4096, "write_policy": "write-around"},
@@ -457,6 +459,7 @@ def test_capacity_takes_sizes_and_placement_defaults_to_the_evaluators() -> None
 @pytest.mark.parametrize("placement", ["arena", "bytes"])
 @pytest.mark.parametrize("key,size,what", [
     (1, 0, "size"), (1, -5, "size"), (1, 10.5, "size"), (1, "x", "size"), (1, True, "size"),
+    (1, 2**64, "size"),
     (None, 4096, "keys are integers"), ("a", 4096, "keys are integers"), (1.5, 4096, "keys are integers"),
 ])
 
