@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, fields
 
 import cython
 
@@ -92,7 +92,10 @@ def get_preset(name: str) -> Preset:
     """Preset by name, or a preset file (``.json``) written by the calibration script."""
     if name in PRESETS:
         return PRESETS[name]
-    if name.endswith(".json") and os.path.exists(name):
+    if name.endswith(".json"):
+        if not os.path.exists(name):
+            raise ConfigError(f"preset file {name!r}: no such file (a preset is one of "
+                              f"{sorted(PRESETS)} or a .json file scripts/gpu_check.py wrote)")
         return load_preset(name)
     raise ConfigError(
         f"unknown cost preset {name!r}; choose one of {sorted(PRESETS)} or give a preset .json file"
@@ -103,8 +106,19 @@ def load_preset(path: str) -> Preset:
     try:
         with open(path) as f:
             data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"preset file {path}: cannot be read as JSON ({e})") from None
+    names = [f.name for f in fields(Preset)]
+    required = [f.name for f in fields(Preset) if f.default is MISSING]
+    if (not isinstance(data, dict) or set(data) - set(names)
+            or set(required) - set(data)):
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ConfigError(f"preset file {path}: expected an object with the fields {names} "
+                          f"({', '.join(required)} required; as scripts/gpu_check.py writes "
+                          f"them), got {got}")
+    try:
         return Preset(**data)
-    except (OSError, ValueError, TypeError) as e:
+    except (TypeError, ValueError) as e:  # (a field's value of the wrong type)
         raise ConfigError(f"preset file {path}: cannot be read as a Preset ({e})") from None
 
 

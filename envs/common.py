@@ -43,6 +43,12 @@ class PoolEnv(gym.Env[dict[str, Any], np.int64]):
     pool: Pool | None
     _loop: Generator[Any, Any, None] | None
 
+    def _not_running(self) -> InvalidActionError:
+        """The error of a ``step()`` while no episode runs (before the first ``reset()``, after
+        ``close()``, or after the episode ended)."""
+        when = "before reset() (or after close())" if self.pool is None else "on a finished episode"
+        return InvalidActionError(f"step() called {when}; call reset() first")
+
     def close(self) -> None:
         """Abandon the running episode (closing its generator releases the pool's lock) and
         close the pool. A new episode starts from here too."""

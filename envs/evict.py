@@ -187,8 +187,8 @@ class EvictEnv(PoolEnv):
             "lower capacity or lengthen the window")
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        if self._done:
-            raise InvalidActionError("step() called on a finished episode; call reset() first")
+        if self._done or self.pool is None:
+            raise self._not_running()
         i = self._check_action(action)
         pool = self.pool
         assert pool is not None

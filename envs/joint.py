@@ -144,7 +144,7 @@ class JointEnv(PoolEnv):
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._loop is None:
-            raise InvalidActionError("step() called on a finished episode; call reset() first")
+            raise self._not_running()
         a = self._check_action(action)
         pool = self.pool
         assert pool is not None

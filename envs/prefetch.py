@@ -188,8 +188,8 @@ class PrefetchEnv(PoolEnv):
                           "use opportunity='access', a longer window or a smaller capacity")
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._done:
-            raise InvalidActionError("step() called on a finished episode; call reset() first")
+        if self._done or self.pool is None:
+            raise self._not_running()
         a = self._check_action(action)
         pool = self.pool
         assert pool is not None

@@ -97,6 +97,12 @@ def test_unknown_preset_and_bad_file(tmp_path) -> None:
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="bad.json"):
         load_preset(str(bad))
+    with pytest.raises(ConfigError, match="nofile.json': no such file"):  # (not "unknown preset")
+        get_preset(str(tmp_path / "nofile.json"))
+    fields = tmp_path / "fields.json"  # a field too many, some missing: named, not a TypeError's
+    fields.write_text('{"name": "x", "h2d_gbps": 10, "bad": 1}')
+    with pytest.raises(ConfigError, match=r"expected an object with the fields .* got \['bad'"):
+        get_preset(str(fields))
 
 
 # ---------------------------------------------------------------------- timelines through the pool

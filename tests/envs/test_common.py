@@ -62,3 +62,16 @@ def test_a_clean_ahead_that_is_no_share_of_the_capacity_is_refused(env, bad) -> 
 
     with pytest.raises(ConfigError, match=r"clean_ahead must be a share of the capacity in \[0, 1\)"):
         env(K=8, window=800, clean_ahead=bad)
+
+
+@pytest.mark.parametrize("env", [EvictEnv, PrefetchEnv, JointEnv])
+def test_a_step_before_reset_or_after_close_says_so(env) -> None:
+    from cachegym.allocator.errors import InvalidActionError
+
+    e = env(K=8, window=800)
+    with pytest.raises(InvalidActionError, match=r"step\(\) called before reset\(\)"):
+        e.step(0)
+    e.reset(seed=0)
+    e.close()
+    with pytest.raises(InvalidActionError, match=r"before reset\(\) \(or after close\(\)\); call reset"):
+        e.step(0)
