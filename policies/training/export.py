@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -285,12 +286,14 @@ def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None
 
     def tensors(b: bytes, entry: str) -> Any:
         try:
-            return th.load(io.BytesIO(b), map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # (torch's own advice is to unpickle it: not here)
+                warnings.simplefilter("ignore")
+                return th.load(io.BytesIO(b), map_location="cpu", weights_only=True)
         except Exception as e:  # torch's restricted unpickler refuses anything but tensors
             raise PolicyFileError(
-                f"{path}: its {entry} holds more than tensors, and is not unpickled ({type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''}); pass --trust-pickle (trust_pickle=True) "
-                "only if you made the file yourself") from None
+                f"{path}: its {entry} holds more than tensors, and is not unpickled "
+                f"({type(e).__name__}); pass --trust-pickle (trust_pickle=True) only if you made "
+                "the file yourself") from None
 
     state = tensors(blob, "policy.pth")
     if not isinstance(state, Mapping):
