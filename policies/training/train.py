@@ -160,6 +160,7 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
         if list(net.hidden) != list(hidden):
             raise ConfigError(f"init_from={path}: its network's hidden layers are {net.hidden}, policy.hidden "
                               f"is {list(hidden)}; set policy.hidden=[{','.join(map(str, net.hidden))}]")
+        log.info("starting from the network of %s (init_from)", path)
         return net, None
     if resume:
         path = os.path.expanduser(str(resume))
