@@ -40,7 +40,7 @@ __all__ = [
     "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
     "AllocatorConfig", "EvalConfig", "EvaluateConfig", "register_configs", "instantiate",
     "load_traces", "load_trace", "config_error", "enum_value", "GUARD_GROUP", "guard_options",
-    "guard_node", "build_guard", "refuse_unknown_keys", "list_keys", "check_list_overrides",
+    "guard_node", "build_guard", "refuse_unknown_keys", "list_keys", "check_list_overrides", "unknown_key",
 ]
 
 log = logging.getLogger(__name__)
@@ -216,12 +216,41 @@ def list_keys(schema: type, prefix: str = "") -> set[str]:
     return out
 
 
+def unknown_key(key: str, schema: type) -> str | None:
+    """Why the dotted ``key`` names no field of a section that the dataclass ``schema`` types
+    (``eval.capacites``: with the closest field), or ``None``: a field, or below a section no
+    dataclass types (``trace.params.*``, a config group's node), or a top-level key, which Hydra
+    checks itself."""
+    import dataclasses
+    import difflib
+    import typing
+
+    parts = key.split(".")
+    t: Any = schema
+    for i, part in enumerate(parts):
+        if not (isinstance(t, type) and dataclasses.is_dataclass(t)):
+            return None
+        names = {f.name: f for f in dataclasses.fields(t)}
+        if part not in names:
+            if i == 0:
+                return None
+            where = ".".join(parts[:i])
+            close = difflib.get_close_matches(part, sorted(names), 1)
+            hint = f"did you mean {where}.{close[0]}? " if close else ""
+            return (f"{key}: unknown key; {hint}the keys of {where}: "
+                    f"{', '.join(sorted(n for n in names if not n.startswith('_')))}")
+        t = typing.get_type_hints(t).get(part)
+    return None
+
+
 def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     """Refuse, before Hydra reads them, the command-line overrides that give one value to a
     list-typed key (``eval.capacities=0.25``): Hydra's own message says that a float is not a
     list, not how to write one. Exits with status 2 and the override as it should be
-    (``'eval.capacities=[0.25]'``). Sweeps (``-m``/``--multirun``) are left to Hydra: there
-    ``key=a,b`` sweeps the values."""
+    (``'eval.capacities=[0.25]'``). Also a misspelt key of a section the schema types
+    (``eval.capacites=...``: :func:`unknown_key`), which Hydra refuses with advice to add it
+    with ``+``, where nothing would read it. Sweeps (``-m``/``--multirun``) are left to Hydra:
+    there ``key=a,b`` sweeps the values."""
     import sys
 
     if "-m" in argv or "--multirun" in argv:
@@ -236,6 +265,10 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
         if key in keys and not (v.startswith("[") or v.startswith("$") or v == "null"):
             print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
                   f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
+            raise SystemExit(2)
+        why = unknown_key(key, schema)
+        if why is not None:
+            print(f"{prog}: {why}", file=sys.stderr)
             raise SystemExit(2)
 
 

@@ -205,6 +205,32 @@ def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
         check_list_overrides(ok, EvaluateConfig, "t")  # (returns: nothing refused)
 
 
+@pytest.mark.parametrize("cmd, override, want", [
+    ("evaluate", "eval.capacites=[0.1]", "eval.capacites: unknown key; did you mean eval.capacities?"),
+    ("evaluate", "allocator.clean_ahed=0.1", "did you mean allocator.clean_ahead?"),
+    ("train", "validation.capacites=[0.1]", "did you mean validation.capacities?"),
+])
+def test_a_misspelt_key_of_a_typed_section_is_named_before_hydra(
+        cmd: str, override: str, want: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra refuses it too, but suggests adding it with ``+``, where nothing would read it."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([cmd, override])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert want in err and "HYDRA_FULL_ERROR" not in err
+
+
+def test_keys_below_untyped_sections_are_left_to_hydra() -> None:
+    from cachegym.envs.config import EvaluateConfig, unknown_key
+    from cachegym.policies.training.config import TrainConfig
+
+    for key in ("trace.params.n_requests", "hydra.run.dir", "seed", "nosuch", "eval.capacities"):
+        assert unknown_key(key, EvaluateConfig) is None, key
+    for key in ("env.clean_ahead", "agent.total_timesteps", "policy.hidden", "main.joint.env.cost"):
+        assert unknown_key(key, TrainConfig) is None, key
+    assert "did you mean policy.hidden?" in unknown_key("policy.hiden", TrainConfig)
+
+
 def test_sim_cleans_ahead_of_eviction_under_a_preset(tmp_path: Path) -> None:
     """``--clean-ahead``: on the recorded GPT training trace under ``h100_pcie5``, the same
     misses and evictions with less stall and a few more bytes copied out (the early copies of
