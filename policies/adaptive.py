@@ -140,8 +140,7 @@ class ARC(EvictionPolicyBase):
             if first:
                 take_t1, first = first == 1, 0
             else:
-                take_t1 = (t1_bytes > 0 and (t1_bytes > p or (t1_bytes == p and in_b2))) \
-                    or t2_bytes == 0
+                take_t1 = self._replace(t1_bytes, t2_bytes, p, in_b2) == 1
             entry = next(t1 if take_t1 else t2, None)
             if entry is None:  # (the list's bytes said it had more: a listing of the other)
                 yield from (k for k, _ in (t2 if take_t1 else t1))
@@ -207,8 +206,13 @@ class ARC(EvictionPolicyBase):
         return "", self._replace_from()
 
     def _replace_from(self) -> int:
-        t1 = self.t1_bytes
-        if (t1 > 0 and (t1 > self.p or (t1 == self.p and self._in_b2))) or self.t2_bytes == 0:
+        return self._replace(self.t1_bytes, self.t2_bytes, self.p, self._in_b2)
+
+    @staticmethod
+    def _replace(t1: int, t2: int, p: float, in_b2: bool) -> int:
+        """libCacheSim's ``_ARC_replace``: the list to evict from (1: T1, 2: T2) with T1 and T2
+        holding ``t1`` and ``t2`` bytes, T1's target ``p``, ``in_b2`` after a hit on B2."""
+        if (t1 > 0 and (t1 > p or (t1 == p and in_b2))) or t2 == 0:
             return 1
         return 2
 
