@@ -21,7 +21,8 @@ from cachegym.policies.successors import SuccessorPredictor
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["NoPrefetch", "MarkovPrefetcher", "StridePrefetcher", "LookaheadPrefetcher"]
+__all__ = ["NoPrefetch", "MarkovPrefetcher", "StridePrefetcher", "HistoryPrefetcher", "LookaheadPrefetcher",
+           "HISTORY_DEPTH"]
 
 
 class NoPrefetch(PrefetchPolicyBase):
@@ -120,6 +121,11 @@ class StridePrefetcher(PrefetchPolicyBase):
         return f"StridePrefetcher(degree={self.degree}, confirm={self.confirm})"
 
 
+HISTORY_DEPTH = 4
+"""Most prefetches per access of :class:`HistoryPrefetcher` by default (and of a learned
+head's ``history`` mode, :meth:`~policies.learned.LearnedPolicy.history_for`)."""
+
+
 class HistoryPrefetcher(PrefetchPolicyBase):
     """The aligned history's proposals, prefetched as they come: after each access, the objects
     the previous period used next that are due now (:class:`~policies.successors.
@@ -132,7 +138,7 @@ class HistoryPrefetcher(PrefetchPolicyBase):
 
     name = "history"
 
-    def __init__(self, depth: int = 4, horizon: int = 64, memory: int = 1 << 18) -> None:
+    def __init__(self, depth: int = HISTORY_DEPTH, horizon: int = 64, memory: int = 1 << 18) -> None:
         if depth < 1:
             raise ConfigError(f"HistoryPrefetcher depth must be >= 1, got {depth}")
         if horizon < 1:

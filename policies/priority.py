@@ -7,8 +7,8 @@ current priority record, so every hook is O(log n) amortised.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,20 @@ if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
 __all__ = ["GDSF", "Belady"]
+
+
+def heap_in_order(heap: list[Any]) -> Iterator[Any]:
+    """The entries of the binary heap ``heap`` (a :mod:`heapq` list) in ascending order,
+    walked lazily without changing it: O(log m) per entry yielded (a best-first walk of the
+    heap's tree), so a reader of the first few pays for those alone."""
+    frontier = [(heap[0], 0)] if heap else []
+    n = len(heap)
+    while frontier:
+        e, i = heapq.heappop(frontier)
+        yield e
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < n:
+                heapq.heappush(frontier, (heap[c], c))
 
 
 class GDSF(ShadowPolicy):
@@ -81,15 +95,10 @@ class GDSF(ShadowPolicy):
 
     def _fallback(self) -> Iterable[int]:
         """Live heap entries in priority order, walked lazily (O(log m) per key yielded)."""
-        heap, rec = self._heap, self._rec
-        frontier = [(heap[0], 0)] if heap else []
-        while frontier:
-            (p, t, k), i = heapq.heappop(frontier)
+        rec = self._rec
+        for p, t, k in heap_in_order(self._heap):
             if rec.get(k) == (p, t):
                 yield k
-            for c in (2 * i + 1, 2 * i + 2):
-                if c < len(heap):
-                    heapq.heappush(frontier, (heap[c], c))
 
     def _remove(self, key: int) -> None:
         """An eviction chosen outside the model: it moves the clock as an eviction does."""
@@ -201,17 +210,12 @@ class Belady(EvictionPolicyBase):
         """The tracked objects in :meth:`victim`'s order (farthest next use first, the larger
         key first among equals), without changing the policy's state: the live heap entries
         walked lazily (O(log m) per key yielded)."""
-        heap, nxt = self._heap, self._next
-        frontier = [(heap[0], 0)] if heap else []
+        nxt = self._next
         seen: set[int] = set()
-        while frontier:
-            (n, k), i = heapq.heappop(frontier)
-            if nxt.get(-k) == -n and -k not in seen:
+        for n, k in heap_in_order(self._heap):
+            if nxt.get(-k) == -n and -k not in seen:  # (a live entry may be there twice)
                 seen.add(-k)
                 yield -k
-            for c in (2 * i + 1, 2 * i + 2):
-                if c < len(heap):
-                    heapq.heappush(frontier, (heap[c], c))
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self._set(key, int(self._nxt[self._row(view)]))

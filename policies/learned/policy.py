@@ -23,11 +23,12 @@ from cachegym.policies.learned.network import CandidateScorer
 from cachegym.policies.learned.policy_file import diff_feature_spec, read_policy_file, split_heads
 from cachegym.policies.learned.prefetch_head import PrefetchHead
 from cachegym.policies.lru import LRU
+from cachegym.policies.prefetch import HISTORY_DEPTH
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH", "HISTORY_DEPTH"]
+__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH"]
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,6 @@ DEFAULT_PREFETCH_DEPTH = 2
 more candidate that beats the no-op (the predictor proposes only objects whose prefetch is due).
 On the main job's held-out cells 4 left the same stall as 2 within 0.5% (docs/RESULTS.md,
 2026-12-03, thirteenth session); 2 issues the fewest extra copies."""
-
-HISTORY_DEPTH = 4
-"""Most prefetches per access in the ``history`` mode a guard may switch a head to
-(:meth:`LearnedPolicy.history_for`): the ``history`` prefetcher's default depth."""
 
 
 class LearnedPolicy(EvictionPolicyBase):
