@@ -81,3 +81,20 @@ def test_the_order_changes_no_state(name: str) -> None:
     for k, v in before.items():
         if k != "trace":
             assert repr(after[k]) == repr(v), k
+
+
+def test_the_lazy_heap_walk_is_the_sorted_heap_and_leaves_it_unchanged() -> None:
+    """``heap_in_order`` (GDSF's and Belady's orders) yields a heapq list's entries in ascending
+    order, lazily, without changing the list."""
+    import heapq
+
+    from cachegym.policies.priority import heap_in_order
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 7, 100):
+        heap = [(int(x), i) for i, x in enumerate(rng.integers(0, 20, n))]
+        heapq.heapify(heap)
+        before = list(heap)
+        assert list(heap_in_order(heap)) == sorted(heap) and heap == before
+        first = heap_in_order(heap)
+        assert [next(first) for _ in range(min(n, 3))] == sorted(heap)[:3]
