@@ -636,7 +636,9 @@ def _read_table(
     buf = np.fromfile(path, np.uint8)
     if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
         raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
-                         "file)", path=path, hint="pass the right format= to read_trace")
+                         "file)", path=path,
+                         hint="give the right format (format= in Python, trace.format= to the "
+                              "Hydra scripts, the format argument of cachegym sim)")
     starts, ends = _line_bounds(buf)
     line_no = np.arange(len(starts))
     blank = ends == starts

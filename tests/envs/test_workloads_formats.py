@@ -565,3 +565,14 @@ def test_numbers_parse_the_same_whatever_else_is_in_the_column(tmp_path: Path) -
         p.write_text("1,1_000,8\n2,\u0663,8\n3,7,8\n" + extra)
         t = read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3, skip_bad=True)
         assert t.key.tolist() == [7] and t.meta["skipped"] == 2 + bool(extra)
+
+
+def test_binary_data_read_as_text_names_the_format_argument_of_each_interface(tmp_path: Path) -> None:
+    """An .npz read as csv: the hint says where to give the format in Python, to the Hydra
+    scripts and to ``cachegym sim`` (it named ``read_trace``'s ``format=`` only)."""
+    p = tmp_path / "t.csv"
+    Trace.from_arrays([1, 2, 1], 512).save(str(tmp_path / "t.npz"))
+    p.write_bytes((tmp_path / "t.npz").read_bytes())
+    with pytest.raises(TraceError, match=r"binary data in a text trace.*format= in Python, "
+                                         r"trace.format= to the Hydra scripts, the format argument"):
+        read_trace(p, "csv")
