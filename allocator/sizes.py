@@ -53,7 +53,10 @@ def parse_size(value: Any, key: str = "capacity") -> int:
 
 def parse_capacity(value: Any, key: str = "capacity") -> int | float:
     """A capacity as the evaluator takes it: bytes (an integer or a size string, see
-    :func:`parse_size`) or a fraction in (0, 1] (a float, or a string such as ``"10%"``)."""
+    :func:`parse_size`) or a fraction in (0, 1] (a float, a decimal string such as ``"0.1"``, read
+    as the float it spells, or a string such as ``"10%"``)."""
+    if isinstance(value, str) and re.fullmatch(r"\s*(\d+\.\d*|\.\d+)\s*", value):
+        value = float(value)  # (as a config file's 0.1: a share; "1.0" all of it)
     if isinstance(value, str) and value.strip().endswith("%"):
         try:
             pct = float(value.strip()[:-1])

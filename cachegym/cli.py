@@ -183,9 +183,7 @@ def sim_config(args: argparse.Namespace) -> Any:
             names.append(spec)
     if not names and not learned:
         raise ConfigError("policies: give at least one, e.g. lru,arc,learned:policy.npz")
-    # (a decimal number is a share of the working set, as the evaluator's 0.1)
-    caps = [parse_capacity(float(c) if re.fullmatch(r"\d*\.\d*", c) and c != "." else c,
-                           "capacities") for c in _split(args.capacities)]
+    caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
     guard_node(args.guard, "--guard")  # an option of conf/policy/guard/, even without learned:PATH
