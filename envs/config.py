@@ -222,7 +222,6 @@ def unknown_key(key: str, schema: type) -> str | None:
     dataclass types (``trace.params.*``, a config group's node), or a top-level key, which Hydra
     checks itself."""
     import dataclasses
-    import difflib
     import typing
 
     parts = key.split(".")
@@ -230,17 +229,22 @@ def unknown_key(key: str, schema: type) -> str | None:
     for i, part in enumerate(parts):
         if not (isinstance(t, type) and dataclasses.is_dataclass(t)):
             return None
-        names = {f.name: f for f in dataclasses.fields(t)}
+        names = {f.name for f in dataclasses.fields(t)}
         if part not in names:
-            if i == 0:
-                return None
-            where = ".".join(parts[:i])
-            close = difflib.get_close_matches(part, sorted(names), 1)
-            hint = f"did you mean {where}.{close[0]}? " if close else ""
-            return (f"{key}: unknown key; {hint}the keys of {where}: "
-                    f"{', '.join(sorted(n for n in names if not n.startswith('_')))}")
+            return None if i == 0 else _unknown_key_message(key, ".".join(parts[:i]), names)
         t = typing.get_type_hints(t).get(part)
     return None
+
+
+def _unknown_key_message(key: str, where: str, known: set[str], why: str = "") -> str:
+    """``key`` (of the section ``where``, '' at the top) is none of ``known``: the message, with
+    the closest known key and the section's keys (``why``: a reason after "unknown key")."""
+    import difflib
+
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], sorted(known), 1)
+    hint = f"did you mean {where + '.' if where else ''}{close[0]}? " if close else ""
+    return (f"{key}: unknown key{why}; {hint}the keys of {where or 'the config'}: "
+            f"{', '.join(sorted(n for n in known if not n.startswith('_')))}")
 
 
 def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
@@ -279,7 +283,6 @@ def refuse_unknown_keys(cfg: Any, where: str = "") -> None:
     section where nothing reads it: the run would succeed with the setting ignored. The error
     names the key and the closest known one."""
     import dataclasses
-    import difflib
 
     if not isinstance(cfg, DictConfig):
         return
@@ -291,11 +294,8 @@ def refuse_unknown_keys(cfg: Any, where: str = "") -> None:
         if key == "hydra":  # (Hydra's own node, in a config composed with return_hydra_config)
             continue
         if known is not None and k not in known:
-            close = difflib.get_close_matches(k, sorted(known), 1)
-            hint = f"did you mean {where + '.' if where else ''}{close[0]}? " if close else ""
-            raise ConfigError(f"{key}: unknown key (no schema has it, so nothing would read it); "
-                              f"{hint}the keys of {where or 'the config'}: "
-                              f"{', '.join(sorted(n for n in known if not n.startswith('_')))}")
+            raise ConfigError(_unknown_key_message(
+                key, where, known, " (no schema has it, so nothing would read it)"))
         if OmegaConf.is_missing(cfg, k) or OmegaConf.is_interpolation(cfg, k):
             continue
         refuse_unknown_keys(cfg.get(k), key)
