@@ -13,8 +13,9 @@ Residency of an object: ``DEVICE``, ``HOST``, in flight to the device (``H2D``) 
 copy to host completes; pinned objects are never evicted; a freed object is dropped everywhere
 without write-back.
 
-Faults: a copy the backend reports failed is raised once, as a :class:`BackendError` naming the
-object and the direction, by the first pool operation that waits for it, and the object keeps its
+Faults: a copy the backend reports failed (any exception its launch or its wait raises: its own
+:class:`BackendError`, or another such as a ``MemoryError`` for a host buffer) is raised once, as
+a :class:`BackendError` naming the object and the direction (the backend's error as its cause), by the first pool operation that waits for it, and the object keeps its
 last good copy: a failed fetch leaves it in host memory (its new block is freed), a failed
 write-back leaves it on the device, dirty, in the block it had (nothing is released). A failure
 whose copy no longer matters (the object was freed, or a newer copy supersedes it) is not raised.
@@ -919,8 +920,8 @@ class Loop:
                 self._wait_copy(ev)
             try:
                 o.d2h_event = be.copy_d2h(o.key, o.offset, o.size)
-            except BackendError as e:  # reported where the copy is waited for, as any failure
-                o.d2h_event = _untraced(e)
+            except Exception as e:  # reported where the copy is waited for, as any failure (a
+                o.d2h_event = _untraced(e)  # backend's own error or any other, e.g. MemoryError)
 
     def _release_block(self, o: ObjectInfo) -> None:
         """Give ``o``'s block back, now or when copies out of (or into) it complete."""
@@ -970,7 +971,7 @@ class Loop:
             # (the host copy is complete: _begin and _prefetch_steps waited for o.d2h_event)
             try:
                 o.h2d_event = be.copy_h2d(o.key, o.offset, o.size)
-            except BackendError as e:  # reported where the copy is waited for, as any failure
+            except Exception as e:  # reported where the copy is waited for, as any failure
                 o.h2d_event = _untraced(e)
 
     def _landed(self, o: ObjectInfo) -> None:
@@ -1139,7 +1140,7 @@ class Loop:
         assert be is not None  # only a backend's copies have events
         try:
             be.wait(ev)
-        except BackendError as e:
+        except Exception as e:  # (any error of the backend's: the caller raises it as a BackendError)
             return e
         return None
 
@@ -1228,7 +1229,8 @@ class Loop:
             what = ("the copy of object {k} to host memory failed ({e}); it stays on the "
                     "device, dirty, with its bytes: it is written back again when evicted or "
                     "flushed")
-        e = BackendError(what.format(k=key, e=err), key=key, direction=direction)
+        cause = err if isinstance(err, BackendError) else f"{type(err).__name__}: {err}"
+        e = BackendError(what.format(k=key, e=cause), key=key, direction=direction)
         e.__cause__ = err  # (as ``raise e from err`` does, for errors collected before raising)
         return e
 

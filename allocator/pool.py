@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import cython
 import numpy as np
@@ -411,17 +411,9 @@ class Pool(Loop):
             if o.state != DEVICE:  # not admitted: streamed to host memory (_stream counted it)
                 try:
                     be.stream_out(key, raw)
-                except BackendError as e:
-                    left = ("an object this put created is gone; an older one keeps its bytes")
-                    if old is None or old.size != raw.nbytes:  # created by this put: gone again
-                        try:
-                            self._free(key)
-                        except PolicyError as fe:  # the policy refused the free: it stays
-                            left = (f"object {key} stays, unwritten (it reads as zeros), since "
-                                    f"freeing it failed too: {fe}")
-                    raise BackendError(f"streaming object {key} to host memory failed ({e}); the "
-                                       "pool did not admit it, so these bytes are not stored "
-                                       f"({left}): put it again", key=key, direction="d2h") from e
+                except Exception as e:  # the backend's error or any other (e.g. MemoryError)
+                    self._unput(key, old, raw.nbytes, e, f"streaming object {key} to host memory "
+                                "(the pool did not admit it)", "d2h")
                 if self._due is not None:
                     self._evict_due(key)
                 return
@@ -429,7 +421,11 @@ class Pool(Loop):
             if ev is not None:  # a copy out of the block still reads it (and the write
                 o.d2h_event = None  # supersedes it: its failure does not matter)
                 self._wait_copy(ev)
-            be.write(o.offset, raw)
+            try:
+                be.write(o.offset, raw)
+            except Exception as e:
+                self._unput(key, old, raw.nbytes, e, f"writing object {key} into its device block",
+                            "h2d")
             try:
                 if self._due is not None:
                     self._evict_due(key)
@@ -441,6 +437,22 @@ class Pool(Loop):
                     o.dirty = False
                 if self._clean_ahead:
                     self._clean(key)
+
+    def _unput(self, key: int, old: ObjectInfo | None, nbytes: int, err: Exception, what: str,
+               direction: str) -> NoReturn:
+        """A put whose bytes the backend could not store (``what`` failed with ``err``): an
+        object the put created is freed again (one that existed with this size keeps its
+        bytes); raises :class:`BackendError`."""
+        left = "an object this put created is gone; an older one keeps its bytes"
+        if old is None or old.size != nbytes:  # created by this put: gone again
+            try:
+                self._free(key)
+            except PolicyError as fe:  # the policy refused the free: it stays
+                left = (f"object {key} stays, unwritten (it reads as zeros), since freeing it "
+                        f"failed too: {fe}")
+        cause = err if isinstance(err, BackendError) else f"{type(err).__name__}: {err}"
+        raise BackendError(f"{what} failed ({cause}); these bytes are not stored ({left}): put "
+                           "it again", key=key, direction=direction) from err
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
         """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,
@@ -458,12 +470,19 @@ class Pool(Loop):
             if o.state != DEVICE:  # streamed (_stream counted it)
                 try:
                     return be.stream_in(key, o.size)
-                except BackendError as e:
-                    raise BackendError(f"streaming object {key} to the device failed ({e}); it "
+                except Exception as e:  # the backend's error or any other
+                    cause = e if isinstance(e, BackendError) else f"{type(e).__name__}: {e}"
+                    raise BackendError(f"streaming object {key} to the device failed ({cause}); it "
                                        "stays in host memory, where its bytes are: get it again "
                                        "to retry", key=key, direction="h2d") from e
-            buf = be.device_buffer(o.offset, o.size)
-            return buf.copy() if copy else buf
+            try:
+                buf = be.device_buffer(o.offset, o.size)
+                return buf.copy() if copy else buf
+            except Exception as e:  # the object stays where it is, with its bytes
+                raise BackendError(f"reading object {key} from its device block failed "
+                                   f"({type(e).__name__}: {e}); "
+                                   "it stays on the device with its bytes: get it again to retry",
+                                   key=key, direction="d2h") from e
 
     def __len__(self) -> int:
         """The objects the pool knows (on the device, in flight or in host memory)."""

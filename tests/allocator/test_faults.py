@@ -17,6 +17,7 @@ from pool_faults import (
 )
 
 from cachegym.allocator.arena import ALIGN
+from cachegym.allocator.backends import NumpyBackend
 from cachegym.allocator.errors import BackendError, PolicyError
 from cachegym.allocator.pool import DEVICE, H2D, Pool, PoolView
 from cachegym.policies.lru import LRU
@@ -215,6 +216,86 @@ def test_a_new_object_whose_first_fetch_fails_is_not_created() -> None:
     p._check()
     p.access(7, B)
     assert p.get(7).tobytes() == bytes(B)
+    p.close()
+
+
+class _Throws(NumpyBackend):
+    """A NumpyBackend whose named method raises an error that is not a BackendError (once), as a
+    backend of the user's or NumPy itself may (a host buffer's allocation: MemoryError)."""
+
+    armed = ""
+
+    def _fire(self, name: str) -> None:
+        if self.armed == name:
+            self.armed = ""
+            raise MemoryError(f"injected: {name}")
+
+    def copy_d2h(self, key: int, offset: int, nbytes: int) -> object:
+        self._fire("copy_d2h")
+        return super().copy_d2h(key, offset, nbytes)
+
+    def copy_h2d(self, key: int, offset: int, nbytes: int) -> object:
+        self._fire("copy_h2d")
+        return super().copy_h2d(key, offset, nbytes)
+
+    def wait(self, event: object) -> None:
+        super().wait(event)  # type: ignore[arg-type]
+        self._fire("wait")
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        self._fire("write")
+        super().write(offset, data)
+
+    def stream_in(self, key: int, nbytes: int) -> np.ndarray:
+        self._fire("stream_in")
+        return super().stream_in(key, nbytes)
+
+    def stream_out(self, key: int, data: np.ndarray) -> None:
+        self._fire("stream_out")
+        super().stream_out(key, data)
+
+    def device_buffer(self, offset: int, nbytes: int) -> np.ndarray:
+        self._fire("device_buffer")
+        return super().device_buffer(offset, nbytes)
+
+
+@pytest.mark.parametrize("method", ["copy_d2h", "copy_h2d", "wait", "write", "stream_out",
+                                    "stream_in", "device_buffer"])
+def test_any_error_of_the_backend_is_a_backend_error_and_loses_nothing(method: str) -> None:
+    """Not only a BackendError: whatever a backend's method raises is raised as a BackendError
+    naming the object (the backend's error as its cause), the pool stays consistent, and every
+    stored object reads back its bytes once the fault is gone."""
+    be = _Throws()
+    p = Pool(4 * B, LRU(), backend=be, oversize="bypass")
+    data = {k: _data(k) for k in range(4)}
+    for k, d in data.items():
+        p.put(k, d)
+    big = _data(99, 5 * B)  # larger than the pool: streamed
+    if method == "stream_in":
+        p.put(99, big)
+    be.armed = method
+    op = {"copy_d2h": lambda: p.put(4, _data(4)),  # evicts 0: its write-back
+          "wait": lambda: p.put(4, _data(4)),
+          "copy_h2d": lambda: (p.put(4, _data(4)), p.get(0)),  # 0 fetched again
+          "write": lambda: p.put(5, _data(5)),
+          "stream_out": lambda: p.put(99, big),
+          "stream_in": lambda: p.get(99),
+          "device_buffer": lambda: p.get(1)}[method]
+    with pytest.raises(BackendError) as got:
+        op()
+    assert isinstance(got.value.__cause__, MemoryError) and "MemoryError" in str(got.value)
+    p._check()
+    assert _tracked(p) == set(p.policy._order)  # type: ignore[attr-defined]
+    assert be.armed == ""
+    if method in ("copy_d2h", "wait"):  # the put that needed the failed write-back: again
+        p.put(4, _data(4))
+    if method in ("copy_d2h", "wait", "copy_h2d"):
+        data[4] = _data(4)
+    if method == "stream_in":
+        data[99] = big
+    for k, d in data.items():  # nothing lost (a put that failed stored nothing)
+        assert p.get(k).tobytes() == d.tobytes(), k
+    assert (5 in p) is False and (99 in p) is (method == "stream_in")
     p.close()
 
 
