@@ -221,7 +221,9 @@ class Loop:
         The object is on the device when this returns, unless it was not admitted (refused by
         the policy, or larger than an ``oversize="bypass"`` pool): then it was streamed (its
         bytes copied in for this access, and out for a write; ``stats.streamed``).
-        ``compute_ns`` advances the clock after the access (the consumer's compute).
+        ``compute_ns`` advances the clock after the access (the consumer's compute). Without a
+        backend a miss takes the request's size (as libCacheSim); with one, ``size`` must be the
+        bytes the object holds (:class:`ConfigError` otherwise: :meth:`put` stores new bytes).
         """
         self._acquire()
         try:
@@ -234,7 +236,8 @@ class Loop:
         if self._owed:
             self._settle_for(key, size)
         o = self._objs.get(key)
-        if o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read):
+        if (o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read)
+                and (self.backend is None or o.size == size)):
             # a plain hit: _access_steps' hit branch without its generator
             self._tick = tick = self._tick + 1
             st = self.stats
@@ -453,6 +456,13 @@ class Loop:
         """Count the access (a write if ``write``); a hit is complete here. Returns ``(object,
         need, old_size)``: ``need`` 0 for a hit, -1 for a bypassed miss, else the footprint to
         place; ``old_size`` -1 when the miss created the object."""
+        if self.backend is not None:  # real bytes: an access does not resize them
+            o = self._objs.get(key)
+            if o is not None and o.size != size:
+                raise ConfigError(f"access: object {key} holds {o.size} bytes in this pool's "
+                                  f"backend; an access of {size!r} bytes would cut or pad them: "
+                                  f"access it with size {o.size}, or store new bytes with "
+                                  "put(key, data)")
         self._writing = write
         if self._landing or self._releases:
             self._retire()

@@ -18,7 +18,7 @@ from pool_faults import (
 
 from cachegym.allocator.arena import ALIGN
 from cachegym.allocator.backends import NumpyBackend
-from cachegym.allocator.errors import BackendError, PolicyError
+from cachegym.allocator.errors import BackendError, ConfigError, PolicyError
 from cachegym.allocator.pool import DEVICE, H2D, Pool, PoolView
 from cachegym.policies.lru import LRU
 
@@ -106,8 +106,8 @@ def test_a_failed_write_back_of_a_freed_object_is_not_raised() -> None:
     be = FaultyBackend()
     p, _ = _evict_1_with_its_write_back_in_flight(be, False)
     p.free(1)  # its bytes are dropped anyway
-    for k in (4, 5, 6, 2, 3):
-        p.access(k, B)
+    for k, size in ((4, B), (5, B), (6, B), (2, 2 * B), (3, 2 * B)):
+        p.access(k, size)
         p._check()
     p.flush()
     p._check()
@@ -401,3 +401,27 @@ def test_a_pool_holding_a_failed_copy_is_collected_once_dropped(at_launch: bool)
     del p
     gc.collect()
     assert ref() is None
+
+
+def test_an_access_of_another_size_does_not_resize_a_backend_pools_bytes() -> None:
+    """With real bytes, an access names the object's size wherever the object is (on the device
+    or in host memory): another size is refused, typed, before anything is counted, and the
+    bytes are intact (put stores new bytes of any size)."""
+    p = Pool(4 * B, LRU(), backend=NumpyBackend())
+    d0 = _data(0, 2 * B)
+    p.put(0, d0)
+    for where in ("device", "host"):
+        if where == "host":
+            for k in (1, 2, 3):
+                p.put(k, _data(k, B))
+        assert p.state(0) == where
+        before = p.snapshot()
+        for size in (B, 3 * B):
+            with pytest.raises(ConfigError, match=f"holds {2 * B} bytes"):
+                p.access(0, size)
+        assert p.snapshot() == before
+        p._check()
+        assert p.get(0).tobytes() == d0.tobytes()
+    p.put(0, _data(7, B))  # a new size through put
+    assert p.get(0).tobytes() == _data(7, B).tobytes()
+    p.close()
