@@ -93,10 +93,11 @@ def get_preset(name: str) -> Preset:
     if name in PRESETS:
         return PRESETS[name]
     if name.endswith(".json"):
-        if not os.path.exists(name):
+        path = os.path.expanduser(name)
+        if not os.path.exists(path):
             raise ConfigError(f"preset file {name!r}: no such file (a preset is one of "
                               f"{sorted(PRESETS)} or a .json file scripts/gpu_check.py wrote)")
-        return load_preset(name)
+        return load_preset(path)
     raise ConfigError(
         f"unknown cost preset {name!r}; choose one of {sorted(PRESETS)} or give a preset .json file"
     )
@@ -137,6 +138,10 @@ class CostModel:
     def __init__(self, preset: Preset | str | None = None) -> None:
         if isinstance(preset, str):
             preset = get_preset(preset)
+        elif preset is not None and not isinstance(preset, Preset):
+            raise ConfigError(f"cost must be a preset name ({', '.join(PRESETS)}), a preset file "
+                              f"(.json, scripts/gpu_check.py writes one), a Preset or None (copies "
+                              f"take no time), got {preset!r}")
         self.preset = preset
         self.instant = preset is None
         self.now = 0

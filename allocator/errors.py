@@ -135,11 +135,23 @@ class PolicyError(CachegymError, RuntimeError):
     def __init__(self, policy: object, hook: str, key: object, cause: BaseException,
                  outcome: str) -> None:
         self.policy, self.hook, self.key = policy, hook, key
-        name = getattr(policy, "name", None) or type(policy).__name__
         super().__init__(
-            f"policy {name!r} ({type(policy).__name__}) raised {cause!r} in {hook} for key "
-            f"{key!r}; {outcome}. Fix the policy's {hook} (its exception is chained as the cause)"
+            f"policy {policy_label(policy)} raised {cause!r} in {hook} for key {key!r}; "
+            f"{outcome}. Fix the policy's {hook} (its exception is chained as the cause)"
         )
+
+
+def policy_label(policy: object) -> str:
+    """``'name' (Class)`` of a policy for an error message: the user's class, not that of a
+    wrapper the evaluator or a guard puts around it (one that names it as ``wrapped``)."""
+    inner = policy
+    for _ in range(8):  # (a chain of wrappers, never a cycle's worth)
+        w = getattr(inner, "wrapped", None)
+        if w is None or w is inner:
+            break
+        inner = w
+    name = getattr(inner, "name", None) or type(inner).__name__
+    return f"{name!r} ({type(inner).__name__})"
 
 
 class PoolError(CachegymError):
@@ -203,10 +215,20 @@ class InvalidVictim(PoolError):
     :meth:`Pool.replay <allocator.pool.Pool.replay>` raised it, else ``None``."""
 
     row: int | None = None
+    policy: object = None  # the policy whose victim it was (None: an agent's or a caller's)
+    hook: str | None = None  # "victim" where a policy chose it
 
     def __init__(self, key: object, reason: str) -> None:
-        self.key = key
-        super().__init__(
-            f"eviction victim {key!r} is not evictable: {reason}; a policy must return a key "
-            "from view.candidates()"
-        )
+        self.key, self.reason = key, reason
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        who = "" if self.policy is None else f"policy {policy_label(self.policy)}, in victim: "
+        return (f"{who}eviction victim {self.key!r} is not evictable: {self.reason}; a policy "
+                "must return a key from view.candidates()")
+
+    def chosen_by(self, policy: object) -> InvalidVictim:
+        """This error, naming ``policy`` (and its hook, ``victim``) as the one that chose."""
+        self.policy, self.hook = policy, "victim"
+        self.args = (self._message(),)
+        return self

@@ -412,7 +412,10 @@ class Loop:
                     victim = policy.victim(view)
                 except Exception as e:  # the loop undoes its half-done event (gen.close)
                     raise self._policy_error(policy, "victim", req.key, e, False) from e
-                req = gen.send(victim)  # type: ignore[arg-type]
+                try:
+                    req = gen.send(victim)  # type: ignore[arg-type]
+                except InvalidVictim as e:
+                    raise e.chosen_by(policy) from None
         except StopIteration as stop:
             return stop.value
         finally:
@@ -772,7 +775,10 @@ class Loop:
                 v = victim(view)
             except Exception as e:  # the caller undoes the miss
                 raise self._policy_error(self._policy, "victim", key, e, False) from e
-            self._evict(v)
+            try:
+                self._evict(v)
+            except InvalidVictim as e:
+                raise e.chosen_by(self._policy) from None
             got = place.alloc(need)  # _room_step's first move, without the call
             off = self._room_step(size, need, False) if got is None else got
         return off

@@ -44,6 +44,7 @@ from cachegym.allocator.seams import (
     EvictionPolicy,
     PoolView,
     PrefetchPolicy,
+    check_policies,
     default_eviction_policy,
 )
 from cachegym.allocator.sizes import format_size, parse_size
@@ -158,6 +159,7 @@ class Pool(Loop):
             raise ConfigError("a backend holds real bytes at arena offsets: use placement='arena'")
         if policy is None:
             policy = default_eviction_policy()
+        check_policies(policy, prefetcher)
         cost = cost if isinstance(cost, CostModel) else CostModel(cost)
         if not isinstance(forget_evicted, bool):
             raise ConfigError(f"forget_evicted must be a bool, got {forget_evicted!r}")
@@ -199,6 +201,7 @@ class Pool(Loop):
 
     @policy.setter
     def policy(self, policy: EvictionPolicy) -> None:
+        check_policies(policy, None)
         with self._lock:
             self._policy = policy
             self._refresh_fast_path()
@@ -209,6 +212,7 @@ class Pool(Loop):
 
     @prefetcher.setter
     def prefetcher(self, prefetcher: PrefetchPolicy | None) -> None:
+        check_policies(self._policy, prefetcher)
         if self._forget:
             _check_forgetful(self.backend, prefetcher, self._hook, self.cost)
         with self._lock:
@@ -388,7 +392,12 @@ class Pool(Loop):
         leaves ``data`` stored; any other error stores nothing (an object being replaced by one
         of another size is freed first: it is then gone)."""
         be = self._need_backend("put")
-        raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        arr = np.ascontiguousarray(data)
+        if arr.dtype.hasobject:
+            raise ConfigError(f"put: object {key}: an array of Python objects ({arr.dtype}) has no "
+                              "bytes to store; pass a numeric array (np.frombuffer(b, np.uint8) "
+                              "for raw bytes)")
+        raw = arr.reshape(-1).view(np.uint8)
         if raw.nbytes == 0:
             raise ConfigError(f"put: object {key} has no bytes; store at least one byte")
         if self._place.footprint(raw.nbytes) > self._place.capacity and not self.bypass_oversize:

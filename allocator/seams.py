@@ -63,6 +63,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
+from cachegym.allocator.errors import ConfigError
+
 if TYPE_CHECKING:
     from cachegym.allocator.cost import CostModel
     from cachegym.allocator.loop import Loop
@@ -70,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook",
-           "eviction_order_of", "is_noop",
+           "eviction_order_of", "is_noop", "check_policies", "REQUIRED_HOOKS",
            "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
@@ -278,6 +280,25 @@ class OptionalHooks(NamedTuple):
     touch: Callable[[int], object] | None
     admit: Callable[[PoolView, int, int], bool] | None
     pending_evictions: Callable[[], Iterable[int]] | None
+
+
+REQUIRED_HOOKS = ("victim", "on_hit", "on_miss", "on_insert", "on_evict", "on_free")
+"""The members every eviction policy has (:class:`EvictionPolicy`'s methods)."""
+
+
+def check_policies(policy: object, prefetcher: object) -> None:
+    """Refuse (:class:`ConfigError`, naming what is missing) an eviction policy without one of
+    :data:`REQUIRED_HOOKS` or a prefetcher without ``prefetch``, before the pool runs."""
+    missing = [h for h in REQUIRED_HOOKS if not callable(getattr(policy, h, None))]
+    if missing:
+        raise ConfigError(f"policy {type(policy).__name__} has no {', '.join(missing)} method"
+                          f"{'s' if len(missing) > 1 else ''}: an eviction policy implements "
+                          f"{', '.join(REQUIRED_HOOKS)} (derive it from "
+                          "cachegym.policies.base.EvictionPolicyBase, whose hooks do nothing, "
+                          "and write victim; or pass cachegym.make_policy('lru'))")
+    if prefetcher is not None and not callable(getattr(prefetcher, "prefetch", None)):
+        raise ConfigError(f"prefetcher {type(prefetcher).__name__} has no prefetch method: a "
+                          "prefetch policy implements prefetch(view, key) -> keys to fetch")
 
 
 def optional_hooks(policy: EvictionPolicy) -> OptionalHooks:

@@ -178,7 +178,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     names, learned = [], []
     for spec in _split(args.policies):
         if spec.lower().startswith("learned:"):
-            learned.append(spec.split(":", 1)[1])
+            learned.append(os.path.expanduser(spec.split(":", 1)[1]))
         else:
             names.append(spec)
     if not names and not learned:

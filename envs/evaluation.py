@@ -99,7 +99,7 @@ class TimedPolicy:
     """Proxy that times ``victim`` (ns per call) and forwards everything else to ``inner``."""
 
     def __init__(self, inner: EvictionPolicy) -> None:
-        self.inner = inner
+        self.inner = self.wrapped = inner  # (wrapped: errors name the inner policy's class)
         self.name = inner.name
         self.times_ns: list[int] = []
         self._victim = inner.victim
@@ -165,9 +165,7 @@ def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "wo
 def check_capacity(value: Any, key: str = "eval.capacities") -> None:
     """ConfigError (naming config list ``key``) unless ``value`` is a positive number of bytes
     (an integer, or a size such as ``"512MiB"``) or a fraction in (0, 1] (``0.1``, ``"10%"``)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}: capacity must be > 0, got {value!r}")
-    if parse_capacity(value, key) > MAX_TOTAL:
+    if parse_capacity(value, key) > MAX_TOTAL:  # (parse_capacity refuses inf and nan)
         raise ConfigError(f"{key}: {value!r} is more than 2**60 bytes; no pool is that large")
 
 
@@ -336,9 +334,16 @@ def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
     if not presets:
         raise ConfigError(f"{key}: the list is empty; allowed: {', '.join(allowed)}")
     for p in presets:
-        if p not in allowed and not (str(p).endswith(".json") and os.path.isfile(str(p))):
-            raise ConfigError(f"{key}: unknown preset {p!r}; allowed: "
-                              f"{', '.join(allowed)} or a calibrated preset .json file")
+        if p in allowed:
+            continue
+        if str(p).endswith(".json"):
+            if not os.path.isfile(os.path.expanduser(str(p))):
+                raise ConfigError(f"{key}: preset file {p!r}: no such file (from {os.getcwd()}); "
+                                  f"a preset is one of {', '.join(allowed)} or a .json file "
+                                  "scripts/gpu_check.py wrote")
+            continue
+        raise ConfigError(f"{key}: unknown preset {p!r}; allowed: "
+                          f"{', '.join(allowed)} or a calibrated preset .json file")
 
 
 LEARNED_PREFETCH = "learned:"
@@ -356,7 +361,7 @@ def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
     from cachegym.allocator.errors import PolicyFileError
     from cachegym.policies.learned import LearnedPolicy
 
-    path = name[len(LEARNED_PREFETCH):]
+    path = os.path.expanduser(name[len(LEARNED_PREFETCH):])
     if not path or not os.path.isfile(path):
         raise ConfigError(f"{key}: {name!r}: learned policy file {path!r} does not exist; give "
                           "learned:PATH with PATH a policy file (scripts/train.py writes one)")
@@ -396,7 +401,7 @@ def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
         guard_node(g, f"{key}.learned_guards")
     from cachegym.policies.learned import LearnedPolicy
 
-    files = list(dict.fromkeys(files))
+    files = list(dict.fromkeys(os.path.expanduser(f) for f in files))
     for f in files:
         if not os.path.isfile(f):
             raise ConfigError(f"{key}.learned: learned policy file {f!r} does not exist")

@@ -385,7 +385,7 @@ class Observed(EvictionPolicyBase):
     """``policy`` answers ``victim``; ``tracker`` (then ``policy``) sees every hook."""
 
     def __init__(self, policy: EvictionPolicy, tracker: FeatureTracker | None = None) -> None:
-        self.policy = policy
+        self.policy = self.wrapped = policy  # (wrapped: errors name the policy's class)
         self.tracker = tracker if tracker is not None else FeatureTracker()
         self.name = f"observed-{policy.name}"
         # the policy's optional methods (cachegym.policies.base), or None: admission, evictions of its

@@ -207,7 +207,7 @@ def resolve_import_spec(name: str) -> Callable[..., Any]:
     :class:`~allocator.errors.ConfigError` that says what is missing otherwise."""
     where, _, attr = name.strip().rpartition(":")
     if where.endswith(".py"):
-        path = os.path.abspath(where)
+        path = os.path.abspath(os.path.expanduser(where))
         if not os.path.isfile(path):
             raise ConfigError(f"policy {name!r}: no file {where!r} (from {os.getcwd()})")
         mod_name = f"cachegym_user_{abs(hash(path)):x}"

@@ -135,6 +135,9 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
     uncorrupted (zip CRCs and the weights' checksum) and of a known format version; the feature
     specification is checked by :meth:`LearnedPolicy.load`."""
     p = os.fspath(path)
+    if os.path.isdir(p):
+        raise PolicyFileError(f"policy file {p} is a directory; give the policy file in it (a "
+                              "training run writes policy.npz)")
     if not os.path.isfile(p):
         raise PolicyFileError(f"policy file {p}: no such file (export one with scripts/export.py)")
     if not_a_zip_archive(p):
@@ -153,7 +156,12 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
             f"policy file {p} is truncated or corrupt ({type(e).__name__}: {e}); export it again"
         ) from None
     if "header" not in data:
-        raise PolicyFileError(f"policy file {p} has no header: not a cachegym policy file")
+        raise PolicyFileError(f"policy file {p} has no header: not a cachegym policy file"
+                              f"{_sb3_hint(p)}")
+    odd = sorted(k for k, v in data.items() if not isinstance(v, np.ndarray))
+    if odd:  # (np.load gives the raw bytes of a member that is not in .npy format)
+        raise PolicyFileError(f"policy file {p}: entries {odd} are not NumPy arrays (.npy): the "
+                              "file is corrupt or not a cachegym policy file; export it again")
     try:
         header = json.loads(data.pop("header").tobytes().decode())
         if not isinstance(header, dict):
@@ -191,6 +199,20 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
                     "again to add one", p)
     check_policy(p, header, arrays)
     return header, arrays
+
+
+def _sb3_hint(p: str) -> str:
+    """Advice for a stable-baselines3 model zip given as a policy file ('' for another file)."""
+    try:
+        with zipfile.ZipFile(p) as z:
+            names = set(z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return ""
+    if "policy.pth" not in names or "data" not in names:
+        return ""
+    return (" (it is a stable-baselines3 model zip: export it first, cachegym export "
+            f"{p} --algo maskable_ppo --out policy.npz (--algo: the SB3 algorithm it was "
+            "trained with), and give that file)")
 
 
 def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:

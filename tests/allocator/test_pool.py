@@ -438,6 +438,9 @@ def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
         {"capacity": 4096, "write_policy": "write-around"},
         {"capacity": 4096, "oversize": "drop"},
         {"capacity": 4096, "cost": "v100"},
+        {"capacity": 4096, "cost": 3},  # (an AttributeError in the cost model before)
+        {"capacity": 4096, "policy": object()},  # no hooks (an AttributeError before)
+        {"capacity": 4096, "prefetcher": object()},
         {"capacity": 4096, "placement": "bytes", "backend": NumpyBackend(threads=False)},
     ],
 )
@@ -969,3 +972,48 @@ def test_policy_hooks_see_whether_the_access_writes() -> None:
     p.access(2, B)
     p.access(2, B, write=True)
     assert seen == [("miss", 1, True), ("hit", 1, False), ("miss", 2, False), ("hit", 2, True)]
+
+
+def test_a_policy_without_its_hooks_is_refused_by_name() -> None:
+    class NoHit:
+        name = "nohit"
+
+        def victim(self, view):
+            return None
+
+        def on_miss(self, view, key): ...
+        def on_insert(self, view, key): ...
+        def on_evict(self, view, key): ...
+        def on_free(self, view, key): ...
+
+    with pytest.raises(ConfigError, match="policy NoHit has no on_hit method: an eviction policy "
+                                          "implements victim, on_hit"):
+        Pool(4096, NoHit())
+    p = Pool(4096)
+    with pytest.raises(ConfigError, match="has no on_hit method"):
+        p.policy = NoHit()  # type: ignore[assignment]
+    assert p.policy.name == "lru"
+
+
+def test_an_invalid_victim_from_a_policy_names_it_and_its_hook() -> None:
+    class Wrong(LRU):
+        name = "wrong"
+
+        def victim(self, view):
+            return 10**6
+
+    p = Pool(2 * B, Wrong(), placement="bytes")
+    p.access(1, B)
+    p.access(2, B)
+    with pytest.raises(InvalidVictim, match="policy 'wrong' \\(Wrong\\), in victim: eviction "
+                                            "victim 1000000 is not evictable") as e:
+        p.access(3, B)
+    assert e.value.policy is p.policy and e.value.hook == "victim"
+    p._check()
+
+
+def test_put_of_an_object_array_is_refused() -> None:
+    p = Pool(64 * B, backend=NumpyBackend(threads=False))
+    with pytest.raises(ConfigError, match="an array of Python objects"):
+        p.put(1, np.array([object()]))
+    assert 1 not in p

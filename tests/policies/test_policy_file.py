@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,25 @@ def test_a_version_1_file_loads_with_one_warning_per_path(tmp_path, caplog) -> N
             header, _arrays = read_policy_file(str(p))
     assert header["format_version"] == 1
     assert sum("no header checksum" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_member_that_is_not_npy_is_refused_typed(tmp_path: Path) -> None:
+    """np.load gives the raw bytes of a zip member without the .npy magic: refused by name."""
+    p = tmp_path / "x.npz"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("header.npy", "{}")
+    with pytest.raises(PolicyFileError, match=r"entries \['header'\] are not NumPy arrays"):
+        read_policy_file(p)
+
+
+def test_a_directory_and_an_sb3_zip_get_their_own_advice(tmp_path: Path) -> None:
+    with pytest.raises(PolicyFileError, match="is a directory"):
+        read_policy_file(tmp_path)
+    p = tmp_path / "model.zip"
+    with zipfile.ZipFile(p, "w") as z:  # the members of an SB3 model.save()
+        z.writestr("data", "{}")
+        z.writestr("policy.pth", b"")
+        z.writestr("pytorch_variables.pth", b"")
+    with pytest.raises(PolicyFileError, match="stable-baselines3 model zip: export it first, "
+                                              "cachegym export"):
+        read_policy_file(p)
