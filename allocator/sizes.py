@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.trace import MAX_TOTAL
 
 __all__ = ["UNITS", "format_size", "parse_capacity", "parse_size"]
 
@@ -22,24 +23,40 @@ _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e([+-]?[0-9]+))?\s*([a
 _EXAMPLES = "e.g. 1073741824, 512MiB, 1GiB or 1.5GB"
 
 
+def _too_large(key: str, value: Any) -> ConfigError:
+    shown = repr(value)
+    if len(shown) > 40:
+        shown = f"{shown[:20]}...{shown[-8:]} ({len(shown)} characters)"
+    return ConfigError(f"{key}: {shown} is too large: it is more than 2**60 bytes, and no pool is that "
+                       f"large (give at most {MAX_TOTAL} bytes)")
+
+
 def parse_size(value: Any, key: str = "capacity") -> int:
     """``value`` in bytes: a positive integer as it is, or a string with an optional unit
     (:data:`UNITS`); a :class:`ConfigError` naming ``key`` otherwise (zero, negative, a
-    fraction of a byte, an unknown unit)."""
+    fraction of a byte, an unknown unit, more than 2**60 bytes: :data:`MAX_TOTAL`)."""
     if isinstance(value, bool):
         raise ConfigError(f"{key}: {value!r} is not a size; give bytes ({_EXAMPLES})")
+    given = value
     if isinstance(value, str):
         m = _SIZE.match(value)
         unit = UNITS.get(m.group(3).lower()) if m else None
         if m is None or unit is None:
             raise ConfigError(f"{key}: {value!r} is not a size; give bytes with an optional unit "
                               f"({_EXAMPLES}; units: KiB MiB GiB TiB, KB MB GB TB)")
-        number = float(m.group(1)) * (10.0 ** int(m.group(2) or 0)) * unit
+        try:  # (1e309 is no float: 10.0 ** 309 overflows)
+            number = float(m.group(1)) * (10.0 ** int(m.group(2) or 0)) * unit
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number) or number > MAX_TOTAL:
+            raise _too_large(key, value)
         if number != math.floor(number):
             raise ConfigError(f"{key}: {value!r} is {number} bytes, not a whole number of bytes")
         value = int(number)
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
+    elif isinstance(value, float) and value == math.inf:  # (a config file's 1e309)
+        raise _too_large(key, value)
     try:
         n = int(value) if value == int(value) else None
     except (TypeError, ValueError, OverflowError):
@@ -47,7 +64,9 @@ def parse_size(value: Any, key: str = "capacity") -> int:
     if n is None:
         raise ConfigError(f"{key}: {value!r} is not a whole number of bytes ({_EXAMPLES})")
     if n <= 0:
-        raise ConfigError(f"{key}: capacity must be > 0, got {value!r}")
+        raise ConfigError(f"{key}: capacity must be > 0, got {given!r}")
+    if n > MAX_TOTAL:
+        raise _too_large(key, given)
     return n
 
 
@@ -57,6 +76,8 @@ def parse_capacity(value: Any, key: str = "capacity") -> int | float:
     as the float it spells, or a string such as ``"10%"``)."""
     if isinstance(value, str) and re.fullmatch(r"\s*(\d+\.\d*|\.\d+)\s*", value):
         value = float(value)  # (as a config file's 0.1: a share; "1.0" all of it)
+    if isinstance(value, float) and value == math.inf:  # (a config file's 1e309)
+        raise _too_large(key, value)
     if isinstance(value, str) and value.strip().endswith("%"):
         try:
             pct = float(value.strip()[:-1])

@@ -410,6 +410,19 @@ def _missing_file_advice(p: str) -> str:
             f"among the bundled traces in {data_path('traces')})")
 
 
+def _check_trace_file(p: str) -> None:
+    """ConfigError unless ``p`` is a regular file: a directory, a pipe (``<(zcat ...)``) or a
+    missing file each said as what it is."""
+    if os.path.isdir(p):
+        raise ConfigError(f"trace.path: {p!r} is a directory, not a trace file; give the trace "
+                          "file in it")
+    if os.path.exists(p) and not os.path.isfile(p):
+        raise ConfigError(f"trace.path: {p!r} is not a regular file (a pipe?): save it to a file "
+                          "first and give that file")
+    if not os.path.isfile(p):
+        raise ConfigError(f"trace.path: no such file {p!r}; {_missing_file_advice(p)}")
+
+
 def load_traces(
     path: str | None = None,
     paths: list[str] | None = None,
@@ -432,8 +445,7 @@ def load_traces(
     traces: list[Trace] = []
     for p in files:
         p = resolve_data_path(os.path.expanduser(str(p)))
-        if not os.path.isfile(p):
-            raise ConfigError(f"trace.path: no such file {p!r}; {_missing_file_advice(p)}")
+        _check_trace_file(p)
         traces.append(read_trace(p, format=fmt, **opts))
     if not files:
         if not generator:

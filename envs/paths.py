@@ -5,7 +5,8 @@ bundled traces) are package data, in a checkout and in an installed wheel alike.
 ``PROJECT_ROOT`` is the repository around it in a checkout (its ``tests/``, for the benchmarks
 that replay the test suite's files); ``None`` in an installed wheel. Relative paths a user gives
 (trace files in a config) are read from the working directory, then among the bundled files
-(:func:`resolve_data_path`).
+(:func:`resolve_data_path`: ``data/traces/gpt.npz``, ``traces/gpt.npz`` and ``gpt.npz`` all name
+the bundled trace where the working directory has no such file).
 """
 
 from __future__ import annotations
@@ -36,14 +37,20 @@ def project_path(*parts: str) -> str:
 
 
 def resolve_data_path(path: str) -> str:
-    """``path`` if it exists (relative to the working directory); else, for a relative path, the
-    bundled file of that name (``data/traces/gpt.npz`` or ``traces/gpt.npz``: the configs name
-    the bundled traces so) if there is one; else ``path`` unchanged (the reader says it is
-    missing)."""
+    """``path`` if it exists (relative to the working directory: a file there always wins);
+    else, for a relative path, the bundled file of that name (``data/traces/gpt.npz`` or
+    ``traces/gpt.npz``, as the configs name the bundled traces, or a bare file name such as
+    ``gpt.npz``, looked up among the bundled traces) if there is one; else ``path`` unchanged
+    (the reader says it is missing)."""
     if os.path.exists(path) or os.path.isabs(path):
         return path
     parts = os.path.normpath(path).split(os.sep)
     if parts and parts[0] == "data":
         parts = parts[1:]
-    bundled = data_path(*parts) if parts else ""
-    return bundled if bundled and os.path.exists(bundled) else path
+    candidates = [data_path(*parts)] if parts else []
+    if len(parts) == 1 and parts[0] not in ("", os.curdir, os.pardir):
+        candidates.append(data_path("traces", parts[0]))  # `cachegym sim gpt.npz ...`
+    for bundled in candidates:
+        if os.path.exists(bundled):
+            return bundled
+    return path

@@ -20,6 +20,7 @@ on bad input. Needs ``pip install libcachesim``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -77,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         from cachegym.policies.parity import compare
 
         check_capacities("--capacities", args.capacities)
-        # a relative path that is not here may name a bundled trace (as `cachegym sim` reads it)
-        trace = read_trace(resolve_data_path(str(args.path)), args.format,
+        # '~' is the home folder (quoted, the shell leaves it); a relative path that is not
+        # here may name a bundled trace (as `cachegym sim` reads it)
+        trace = read_trace(resolve_data_path(os.path.expanduser(str(args.path))), args.format,
                            **parse_trace_params(args.trace_params))
         caps = [resolve_capacity(c, trace, "bytes", args.capacity_of) for c in args.capacities]
         rows = compare(trace, args.policies, caps, frees=args.frees)

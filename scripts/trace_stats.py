@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -48,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     add_trace_params_option(ap)
     args = ap.parse_args(argv)
     try:
-        # a relative path that is not here may name a bundled trace (as `cachegym sim` reads it)
-        trace = read_trace(resolve_data_path(str(args.path)), args.format,
+        # '~' is the home folder (quoted, the shell leaves it); a relative path that is not
+        # here may name a bundled trace (as `cachegym sim` reads it)
+        trace = read_trace(resolve_data_path(os.path.expanduser(str(args.path))), args.format,
                            **parse_trace_params(args.trace_params))
         stats = trace_stats(trace)
         curve = lru_mrc(trace, args.mode, sample=args.sample)

@@ -54,6 +54,7 @@ __all__ = [
     "parse_trace_params",
     "add_trace_params_option",
     "COMPRESSIONS",
+    "HEADER_NAMES",
 ]
 
 SKIP_BAD = ("pass skip_bad=True (read_trace), -t skip-bad=true (cachegym sim / stats / parity) or "
@@ -277,17 +278,33 @@ def read_csv(
 
     ``obj_size_col=None`` gives every object size 1 (libCacheSim's object mode); ``time_col``
     fills ``step``. ``has_header=None`` detects a header: the first line is one if a numeric
-    field named by the options does not parse. With ``obj_id_is_num=False`` ids are strings,
-    numbered densely in order of first appearance. Blank lines are ignored.
+    field named by the options does not parse there (and does on the next line), or if it holds
+    no number and names a column (:data:`HEADER_NAMES`: ``time,key`` over string ids); a
+    detected header is logged, naming its line. With ``obj_id_is_num=False`` ids are strings,
+    numbered densely in order of first appearance. Blank lines are ignored; a leading UTF-8 BOM
+    is dropped; lines end with ``\n``, ``\r\n`` or a lone ``\r``.
     """
+    return _read_delimited(path, time_col, obj_id_col, obj_size_col, delimiter, has_header,
+                           obj_id_is_num, skip_bad, names_only=False)
+
+
+def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
+                    obj_size_col: int | None, delimiter: str, has_header: bool | None,
+                    obj_id_is_num: bool, skip_bad: bool, *, names_only: bool) -> Trace:
+    """:func:`read_csv` (and :func:`read_txt`, whose first line is a header only where it is a
+    column name, ``names_only``)."""
     p = _existing(path)
     cols = {"time": time_col, "obj_id": obj_id_col, "obj_size": obj_size_col}
     for name, c in cols.items():
-        if c is not None and (not isinstance(c, int) or c < 1):
-            raise ConfigError(f"{name}_col must be a 1-based column number, got {c!r}")
-    if len(delimiter) != 1:
-        raise ConfigError(f"delimiter must be one character, got {delimiter!r}")
-    table, lines, skipped, header = _read_table(p, delimiter, cols, has_header, obj_id_is_num, skip_bad)
+        if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
+            raise ConfigError(f"{name}_col must be a 1-based column number (1 is the first "
+                              f"column; -t {name.replace('_', '-')}-col=1 on the command line), "
+                              f"got {c!r}")
+    if not isinstance(delimiter, str) or len(delimiter) != 1:
+        raise ConfigError(f"delimiter must be one character (delimiter=';' in Python, "
+                          f"-t 'delimiter=;' on the command line), got {delimiter!r}")
+    table, lines, skipped, header = _read_table(p, delimiter, cols, has_header, obj_id_is_num,
+                                                skip_bad, names_only)
     if header is not None:
         _check_header_names(p, header, obj_id_col, obj_size_col)
     elif table.shape[1] > 1 and obj_id_col == 1 and obj_size_col is None:
@@ -321,10 +338,8 @@ def read_csv(
                 f"(got {str(field[r])!r})",
                 path=p,
                 row=r,
-                hint=("ids that are not numbers: pass obj_id_is_num=False (-t obj-id-is-num=false), "
-                      f"or fix the record or {SKIP_BAD} to drop bad records"
-                      if name == "obj_id" and problem[r] == _NOT_A_NUMBER else
-                      f"fix the record or {SKIP_BAD} to drop bad records"),
+                hint=_bad_field_hint(name, problem[r], lines[r] + 1,
+                                     first=r == 0 and header is None),
             )
     skipped += int(bad.sum())
     good = ~bad
@@ -343,11 +358,29 @@ def read_csv(
     return _finish(p, meta, skipped, key=key, size=size, step=step)
 
 
-def read_txt(path: PathLike, *, obj_id_is_num: bool = True, skip_bad: bool = False) -> Trace:
-    """Read a plain-text trace: one object id per line, every size 1."""
+def _bad_field_hint(name: str, problem: int, line: int, first: bool) -> str:
+    """How to mend a field that does not parse (on ``line``; ``first``: the file's first line,
+    read as a record)."""
+    hint = f"fix the record or {SKIP_BAD} to drop bad records"
+    if name == "obj_id" and problem == _NOT_A_NUMBER:
+        hint = ("ids that are not numbers: pass obj_id_is_num=False (-t obj-id-is-num=false), "
+                f"or {hint}")
+    if first and problem == _NOT_A_NUMBER:
+        hint = (f"if line {line} is a header, pass has_header=True (-t has-header=true); "
+                f"else {hint}")
+    return hint
+
+
+def read_txt(path: PathLike, *, has_header: bool | None = None, obj_id_is_num: bool = True,
+             skip_bad: bool = False) -> Trace:
+    """Read a plain-text trace: one object id per line, every size 1.
+
+    ``has_header=None`` reads a first line that is a column name (``key``, ``obj_id``, ...:
+    :data:`HEADER_NAMES`) as a header, with a log message; ``True``/``False`` say whether the
+    first line is one."""
     p = _existing(path)
-    t = read_csv(p, obj_id_col=1, delimiter=",", has_header=False,
-                 obj_id_is_num=obj_id_is_num, skip_bad=skip_bad)
+    t = _read_delimited(p, None, 1, None, ",", has_header, obj_id_is_num, skip_bad,
+                        names_only=True)
     meta = dict(t.meta, source={"format": "txt", "path": p, "obj_id_is_num": obj_id_is_num})
     return Trace.from_arrays(t.key, t.size, step=t.step, meta=meta, name=t.name)
 
@@ -404,6 +437,9 @@ def parse_trace_params(text: str) -> dict[str, Any]:
             except ValueError:
                 raise ConfigError(f"trace parameter {name}: {value!r} is not a column number "
                                   "(1-based)") from None
+            if out[key] < 1:
+                raise ConfigError(f"trace parameter {name}: {value!r} is not a column number "
+                                  f"(1-based: the first column is {name}=1)")
         elif value.lower() in _TRUE + _FALSE:
             out[key] = value.lower() in _TRUE
         else:
@@ -544,8 +580,8 @@ def write_trace(trace: Trace, path: PathLike, format: str | None = None, **optio
 
 
 def _infer_format(path: PathLike) -> str | None:
-    """The format a file's name says (``None``: it says none)."""
-    name = os.fspath(path).lower()
+    """The format a file's name says (``None``: it says none); its folders say nothing."""
+    name = os.path.basename(os.fspath(path)).lower()
     for ext, fmt in ((".npz", "npz"), (".csv", "csv"), (".txt", "txt"), (".lcs", "lcs"),
                      (".vscsi", "vscsi"), (".oraclegeneral", "oracleGeneral"),
                      (".bin", "oracleGeneral")):
@@ -560,11 +596,14 @@ def _resolve_format(path: PathLike, format: str | None) -> str:
         if fmt is not None:
             return fmt
         raise ConfigError(f"cannot infer the trace format of {os.fspath(path)!r} from its name; "
-                          f"give it as one of {FORMATS} (format= in Python, trace.format= to the "
-                          "Hydra scripts, --format to trace_stats.py and parity.py)")
+                          f"give it as one of {FORMATS} (the FORMAT argument of cachegym sim, "
+                          "format= in Python, trace.format= to the Hydra scripts, --format to "
+                          "trace_stats.py and parity.py: cachegym stats and parity)")
     fmt_key = _ALIASES.get(format.lower())
     if fmt_key is None:
-        raise ConfigError(f"unknown trace format {format!r}; choose one of {FORMATS}")
+        raise ConfigError(f"unknown trace format {format!r}; choose one of {FORMATS} (the "
+                          "FORMAT argument of cachegym sim, --format of cachegym stats and "
+                          "parity, trace.format=, read_trace's format=)")
     return fmt_key
 
 
@@ -573,6 +612,9 @@ def _existing(path: PathLike) -> str:
     p = os.fspath(path)
     if os.path.isdir(p):
         raise TraceError("is a directory, not a trace file", path=p, hint="give the trace file in it")
+    if os.path.exists(p) and not os.path.isfile(p):
+        raise TraceError("is not a regular file (a pipe?)", path=p,
+                         hint="save it to a file first and give that file")
     if not os.path.isfile(p):
         raise TraceError("no such file", path=p, hint="check the path")
     return p
@@ -586,7 +628,8 @@ def _finish(path: str, meta: dict[str, Any], skipped: int, **cols: Any) -> Trace
         if skipped:
             hint = "check the file's format and columns"
         elif meta.get("source", {}).get("format") == "csv":
-            hint = "the file is empty, or its only line was read as a header: pass has_header=False if it is a record"
+            hint = ("the file is empty, or its only line was read as a header: pass has_header=False "
+                    "(-t has-header=false) if it is a record")
         else:
             hint = "the file is empty"
         raise TraceError("no records" + (f": all {skipped} were malformed and skipped" if skipped else ""),
@@ -608,14 +651,22 @@ def _reject_non_binary(path: str) -> None:
         head = f.read(_SNIFF_BYTES)
     if head.startswith(ZIP_MAGIC):
         raise TraceError("this is a zip/.npz file, not an oracleGeneral trace", path=path,
-                         hint="use read_trace(path, format='npz')")
+                         hint=_use_format("npz"))
     if head and _looks_like_text(head):
         raise TraceError("this is a text file, not an oracleGeneral binary trace", path=path,
-                         hint="use format='csv' or format='txt'")
+                         hint=_use_format("csv", "txt"))
+
+
+def _use_format(*fmts: str) -> str:
+    """How to give the format ``fmts[0]`` (or the others), in every interface."""
+    f = fmts[0]
+    return (f"give the format {' or '.join(fmts)}: cachegym sim TRACE {f} ..., --format {f} "
+            f"(cachegym stats, parity), trace.format={f} (a Hydra config) or "
+            f"read_trace(path, format={f!r})")
 
 
 def _looks_like_text(head: bytes) -> bool:
-    b = np.frombuffer(head, np.uint8)
+    b = np.frombuffer(head.removeprefix(_BOM), np.uint8)
     printable = ((b >= 32) & (b < 127)) | (b == 9) | (b == 10) | (b == 13)
     return bool(printable.all())
 
@@ -627,13 +678,18 @@ def _read_table(
     has_header: bool | None,
     obj_id_is_num: bool,
     skip_bad: bool,
+    names_only: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, int, list[str] | None]:
     """Split the file into a 2-D string table (one row per record).
 
     Returns the table, each row's 0-based line number, the count of rows dropped for a
     wrong column count (only with ``skip_bad``) and the header's fields (``None`` without one).
+    ``has_header=None`` detects a header (:func:`_header_reason`; ``names_only``: only a line of
+    column names is one) and logs it, naming the line.
     """
     buf = np.fromfile(path, np.uint8)
+    if buf[:len(_BOM)].tobytes() == _BOM:  # (Windows tools write one; it is no part of a field)
+        buf = buf[len(_BOM):]
     if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
         raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
                          "file)", path=path,
@@ -645,25 +701,49 @@ def _read_table(
     starts, ends, line_no = starts[~blank], ends[~blank], line_no[~blank]
     if len(starts) == 0:
         raise TraceError("the file has no records", path=path)
-    first = buf[starts[0]:ends[0]].tobytes().decode("utf-8", "replace").split(delimiter)
+    first_text = buf[starts[0]:ends[0]].tobytes().decode("utf-8", "replace")
+    first = first_text.split(delimiter)
+    first_line = int(line_no[0]) + 1
+    reason = None
     if has_header is None:
         second = (buf[starts[1]:ends[1]].tobytes().decode("utf-8", "replace").split(delimiter)
                   if len(starts) > 1 else None)
-        has_header = _first_line_is_header(first, second, cols, obj_id_is_num)
+        reason = _header_reason(first, second, cols, obj_id_is_num, names_only,
+                                int(line_no[1]) + 1 if second is not None else None)
+        has_header = reason is not None
     if has_header:
         starts, ends, line_no = starts[1:], ends[1:], line_no[1:]
     ncols = _count_fields(buf, starts, ends, ord(delimiter))
     expected = len(first)
     need = max(c for c in cols.values() if c is not None)
+    as_header = f"line {first_line} ({_clip(first_text)!r}, read as a header)"
     if expected < need:
-        raise TraceError(f"line {line_no[0] + 1 if len(line_no) else 1} has {expected} "
-                         f"column(s) but the options name column {need}", path=path, row=0,
-                         hint="check delimiter= and the *_col options (1-based)")
+        if has_header:
+            raise TraceError(
+                f"{as_header} has {expected} column(s) but the options name column {need}",
+                path=path,
+                hint=("if it is a record, pass has_header=False (-t has-header=false); if it is "
+                      "a comment, delete it (comment lines are not supported); else check the "
+                      "delimiter and the column options (1-based: delimiter=, obj_id_col=, ... "
+                      "in Python; -t delimiter=...,obj-id-col=... on the command line)"))
+        raise TraceError(f"line {first_line} has {expected} column(s) but the options name "
+                         f"column {need}", path=path, row=0,
+                         hint="check the delimiter and the column options (1-based: delimiter=, "
+                              "obj_id_col=, ... in Python; -t delimiter=...,obj-id-col=... on the "
+                              "command line)")
     bad = ncols != expected
     if bad.any() and not skip_bad:
         r = int(np.argmax(bad))
-        raise TraceError(f"line {line_no[r] + 1}: expected {expected} columns, got {ncols[r]}",
+        raise TraceError(f"line {line_no[r] + 1}: expected {expected} columns, got {ncols[r]}"
+                         + (f" (as many as {as_header} has)" if has_header else ""),
                          path=path, row=r, hint=f"fix the record or {SKIP_BAD}")
+    if reason is not None:  # detected: say so, loudly unless it names the columns
+        known = any(_is_header_name(f) for f in first)
+        log.log(logging.INFO if known else logging.WARNING,
+                "%s: line %d (%r) is read as a header: %s; if it is a record, pass "
+                "has_header=False (-t has-header=false)%s", path, first_line, _clip(first_text),
+                reason, "" if known else "; if it is a header, has_header=True (-t has-header=true) "
+                "says so and silences this")
     skipped = int(bad.sum())
     starts, ends, line_no = starts[~bad], ends[~bad], line_no[~bad]
     header = first if has_header else None
@@ -679,8 +759,22 @@ def _read_table(
     return table, line_no, skipped, header
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "..."
+
+
 _ID_NAMES = {"obj_id", "objid", "object_id", "obj", "object", "id", "key", "block", "block_id", "lba"}
 _SIZE_NAMES = {"obj_size", "objsize", "object_size", "size", "bytes", "nbytes", "len", "length"}
+_TIME_NAMES = {"time", "timestamp", "ts", "clock", "clock_time", "real_time", "step"}
+HEADER_NAMES = frozenset(_ID_NAMES | _SIZE_NAMES | _TIME_NAMES)
+"""Column names that make a first line a header where no number decides it (string ids, txt)."""
+
+
+def _is_header_name(field: str) -> bool:
+    return field.strip().strip('"').strip().lower() in HEADER_NAMES
 
 
 def _check_header_names(path: str, header: list[str], obj_id_col: int,
@@ -692,17 +786,23 @@ def _check_header_names(path: str, header: list[str], obj_id_col: int,
     sizes = [i + 1 for i, h in enumerate(names) if h in _SIZE_NAMES]
     if ids and obj_id_col not in ids and names[obj_id_col - 1] not in _ID_NAMES:
         log.warning("%s: object ids are read from column %d (%r), but the header names column %d "
-                    "%r; pass obj_id_col=%d (trace.options) if that is the object id", path,
-                    obj_id_col, header[obj_id_col - 1], ids[0], header[ids[0] - 1], ids[0])
+                    "%r; pass obj_id_col=%d (-t obj-id-col=%d on the command line, "
+                    "'++trace.options={obj_id_col: %d}' to the Hydra scripts) if that is the "
+                    "object id", path, obj_id_col, header[obj_id_col - 1], ids[0],
+                    header[ids[0] - 1], ids[0], ids[0], ids[0])
     if sizes and obj_size_col is None:
         log.warning("%s: every object has size 1 (no obj_size_col), but the header names column "
-                    "%d %r; pass obj_size_col=%d for sizes in bytes", path, sizes[0],
-                    header[sizes[0] - 1], sizes[0])
+                    "%d %r; pass obj_size_col=%d (-t obj-size-col=%d) for sizes in bytes", path,
+                    sizes[0], header[sizes[0] - 1], sizes[0], sizes[0])
 
 
 def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end (exclusive, without ``\\r\\n``) byte offsets of every line."""
-    nl = np.flatnonzero(buf == ord("\n"))
+    """Start and end (exclusive, without ``\\r\\n``) byte offsets of every line; a line ends
+    with ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as Python's universal newlines."""
+    lf = buf == ord("\n")
+    lone_cr = buf == ord("\r")
+    lone_cr[:-1] &= ~lf[1:]
+    nl = np.flatnonzero(lf | lone_cr)
     starts = np.concatenate([[0], nl + 1])
     ends = np.concatenate([nl, [len(buf)]])
     if starts[-1] == len(buf):  # file ends with a newline: no last partial line
@@ -735,15 +835,27 @@ def _join_lines(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
     return data if data.endswith(b"\n") else data + b"\n"
 
 
-def _first_line_is_header(first: list[str], second: list[str] | None, cols: dict[str, int | None],
-                          obj_id_is_num: bool) -> bool:
-    """Whether the first line is a header: a numeric field the options name does not parse there
-    and does on the second line (where there is one: a column that parses on neither holds
-    something else, e.g. string ids, and its first record is no header)."""
-    numeric = [c for n, c in cols.items() if c is not None and (n != "obj_id" or obj_id_is_num)]
-    return any(c <= len(first) and not _is_number(first[c - 1])
-               and (second is None or (c <= len(second) and _is_number(second[c - 1])))
-               for c in numeric)
+def _header_reason(first: list[str], second: list[str] | None, cols: dict[str, int | None],
+                   obj_id_is_num: bool, names_only: bool, second_line: int | None) -> str | None:
+    """Why the first line is a header (``None``: it is a record). It is one where a numeric field
+    the options name does not parse there and does on the second line (where there is one: a
+    column that parses on neither holds something else, e.g. string ids, and its first record
+    is no header); or where no field of it is a number and one is a column name
+    (:data:`HEADER_NAMES`; not repeated on the second line): string ids, a txt file. With
+    ``names_only`` only the latter."""
+    if not names_only:
+        numeric = [c for n, c in cols.items() if c is not None and (n != "obj_id" or obj_id_is_num)]
+        for c in numeric:
+            if (c <= len(first) and not _is_number(first[c - 1])
+                    and (second is None or (c <= len(second) and _is_number(second[c - 1])))):
+                return (f"its column {c} ({_clip(first[c - 1].strip())!r}) is not a number"
+                        + (f" (on line {second_line} it is)" if second is not None else ""))
+    names = [f.strip() for f in first if _is_header_name(f)]
+    if names and not any(_is_number(f) for f in first):
+        norm = [f.strip().lower() for f in first]
+        if second is None or [f.strip().lower() for f in second] != norm:
+            return f"it names the columns ({', '.join(repr(n) for n in names)})"
+    return None
 
 
 def _is_number(s: str) -> bool:
