@@ -5,7 +5,7 @@ environments (:mod:`envs.evict`, :mod:`envs.prefetch`) drive :class:`allocator.p
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
@@ -26,7 +26,7 @@ __all__ = [
     "PoolEnv", "TraceSource", "as_traces", "default_trace", "Window", "Episodes", "check_capacity",
     "resolve_capacity",
     "observation_space", "pack_obs", "empty_obs", "next_use_rows", "next_use_distance", "decision_info",
-    "CAPACITY_OF",
+    "CAPACITY_OF", "check_cost", "generated_trace",
 ]
 
 TraceSource = Union[Trace, str, "os.PathLike[str]", Mapping[str, Any]]
@@ -72,33 +72,78 @@ def default_trace() -> Trace:
 
 
 def as_traces(traces: TraceSource | Sequence[TraceSource] | None) -> list[Trace]:
-    """Normalise the ``traces`` argument of an env to a non-empty list of traces."""
+    """Normalise the ``traces`` argument of an env to a non-empty list of traces. A relative
+    path is read from the working directory, else among the bundled files, as the configs'
+    paths are (:func:`envs.paths.resolve_data_path`)."""
     if traces is None:
         return [default_trace()]
-    items: Sequence[Any] = [traces] if isinstance(traces, (Trace, str, os.PathLike, Mapping)) else traces
+    if isinstance(traces, (bytes, bytearray)) or not isinstance(
+            traces, (Trace, str, os.PathLike, Mapping, Iterable)):
+        raise ConfigError(f"traces={traces!r} ({type(traces).__name__}): give a Trace, a trace file's "
+                          "path (str), a generator spec {'generator': 'zipf', ...}, a list of them, or "
+                          "None (the default workload)")
+    items: Sequence[Any] = (
+        [traces] if isinstance(traces, (Trace, str, os.PathLike, Mapping)) else list(traces))
     out: list[Trace] = []
     for i, t in enumerate(items):
         if isinstance(t, Trace):
             out.append(t)
         elif isinstance(t, (str, os.PathLike)):
+            from cachegym.envs.paths import resolve_data_path
             from cachegym.envs.workloads import read_trace
 
-            out.append(read_trace(t))
+            out.append(read_trace(resolve_data_path(os.fspath(t))))
         elif isinstance(t, Mapping):
-            from cachegym.envs.workloads import generate
-
-            spec = dict(t)
-            if "generator" not in spec:
-                raise ConfigError(f"traces[{i}]: a generator spec needs a 'generator' key, got {sorted(spec)}")
-            out.append(generate(str(spec.pop("generator")), **spec))
+            out.append(generated_trace(t, f"traces[{i}]"))
         else:
-            raise ConfigError(f"traces[{i}]: expected a Trace, a path or a generator spec, got {type(t).__name__}")
+            raise ConfigError(f"traces[{i}]: expected a Trace, a path or a generator spec, got "
+                              f"{t!r} ({type(t).__name__})")
     if not out:
         raise ConfigError("traces: the list is empty; give at least one trace")
     for t in out:
         if not (t.op != Op.FREE).any():
             raise ConfigError(f"trace {t.name!r} has no accesses")
     return out
+
+
+_KINDS: dict[Any, tuple[str, tuple[type, ...]]] = {
+    "int": ("an int", (int, np.integer)), int: ("an int", (int, np.integer)),
+    "float": ("a number", (int, float, np.integer, np.floating)),
+    float: ("a number", (int, float, np.integer, np.floating)),
+    "bool": ("a bool", (bool, np.bool_)), bool: ("a bool", (bool, np.bool_)),
+}
+
+
+def generated_trace(spec: Mapping[str, Any], where: str = "traces") -> Trace:
+    """The trace of a generator spec ``{"generator": name, "seed": s, **params}``
+    (:func:`envs.workloads.generate`), each parameter checked against the generator's
+    signature first: a :class:`ConfigError` naming ``where``, the parameter and its type for
+    a value of another type (``n_requests="x"``, ``n_requests=2.5``) or a value the generator
+    refuses, not a ``TypeError`` from inside it."""
+    import inspect
+
+    from cachegym.envs.workloads.registry import GENERATORS, generate
+
+    params = dict(spec)
+    if "generator" not in params:
+        raise ConfigError(f"{where}: a generator spec needs a 'generator' key, got {sorted(map(str, params))}")
+    name = params.pop("generator")
+    if not isinstance(name, str) or name not in GENERATORS:
+        raise ConfigError(f"{where}: unknown generator {name!r}; choose one of {sorted(GENERATORS)}")
+    sig = inspect.signature(GENERATORS[name]).parameters
+    for key, value in params.items():
+        p = sig.get(key)
+        kind = _KINDS.get(p.annotation) if p is not None else None
+        if kind is None:
+            continue  # (a parameter it does not take: generate names it)
+        what, types = kind
+        if not isinstance(value, types) or (what != "a bool" and isinstance(value, (bool, np.bool_))):
+            raise ConfigError(f"{where}: {key} of generator {name!r} must be {what}, got {value!r} "
+                              f"({type(value).__name__}); e.g. {key}={p.default!r}")  # type: ignore[union-attr]
+    try:
+        return generate(name, **params)
+    except (TypeError, ValueError) as e:  # a value of the right type it refuses
+        raise ConfigError(f"{where}: generator {name!r} refused {params} ({type(e).__name__}: {e})") from None
 
 
 @dataclass(frozen=True)
@@ -131,8 +176,10 @@ class Episodes:
     among those leaving ``length`` rows (the whole trace when ``length`` is None or longer)."""
 
     def __init__(self, traces: list[Trace], length: int | None) -> None:
-        if length is not None and length < 1:
-            raise ConfigError(f"window must be >= 1 rows or None (whole trace), got {length}")
+        if length is not None and (isinstance(length, (bool, np.bool_))
+                                   or not isinstance(length, (int, np.integer)) or length < 1):
+            raise ConfigError(f"window must be an int >= 1 (rows per episode) or None (whole traces), "
+                              f"got {length!r} ({type(length).__name__})")
         self.traces = traces
         self.length = length
 
@@ -182,10 +229,30 @@ def check_clean_ahead(name: str, value: Any) -> float:
     return float(value)
 
 
+def check_cost(cost: Any) -> Any:
+    """An environment's ``cost``, checked: ``None`` (instant copies), a timing preset's name
+    (``"h100_pcie5"``), a preset ``.json`` file (a path) or a :class:`~allocator.cost.Preset`;
+    anything else, an unknown name or a missing file is a :class:`ConfigError` naming the
+    value and the presets."""
+    from cachegym.allocator.cost import PRESETS, Preset, get_preset
+
+    if cost is None or isinstance(cost, Preset):
+        return cost
+    if isinstance(cost, os.PathLike):
+        cost = os.fspath(cost)
+    if not isinstance(cost, str):
+        raise ConfigError(f"cost={cost!r} ({type(cost).__name__}): give a timing preset's name (one of "
+                          f"{sorted(PRESETS)}), a preset .json file scripts/gpu_check.py wrote, a "
+                          "cachegym.allocator.cost.Preset, or None (instant copies)")
+    get_preset(cost)  # an unknown name or a missing file, refused now
+    return cost
+
+
 def pool_options(cost: Any, placement: str, write_policy: str,
                  clean_ahead: float) -> dict[str, Any]:
-    """The pool keywords every environment passes (objects larger than the pool stream)."""
-    return {"cost": cost, "placement": placement, "write_policy": write_policy,
+    """The pool keywords every environment passes (objects larger than the pool stream), the
+    ``cost`` checked (:func:`check_cost`)."""
+    return {"cost": check_cost(cost), "placement": placement, "write_policy": write_policy,
             "oversize": "bypass", "clean_ahead": check_clean_ahead("clean_ahead", clean_ahead)}
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "AllocatorConfig", "EvalConfig", "EvaluateConfig", "register_configs", "instantiate",
     "load_traces", "load_trace", "config_error", "enum_value", "GUARD_GROUP", "guard_options",
     "guard_node", "build_guard", "refuse_unknown_keys", "list_keys", "check_list_overrides", "unknown_key",
+    "group_schema", "group_option",
 ]
 
 log = logging.getLogger(__name__)
@@ -216,24 +218,109 @@ def list_keys(schema: type, prefix: str = "") -> set[str]:
     return out
 
 
-def unknown_key(key: str, schema: type) -> str | None:
+def unknown_key(key: str, schema: type, argv: Sequence[str] | None = None) -> str | None:
     """Why the dotted ``key`` names no field of a section that the dataclass ``schema`` types
     (``eval.capacites``: with the closest field), or ``None``: a field, or below a section no
-    dataclass types (``trace.params.*``, a config group's node), or a top-level key, which Hydra
-    checks itself."""
+    dataclass types (``trace.params.*``), or a top-level key, which Hydra checks itself. Given
+    the command line's overrides ``argv``, a top-level section typed ``Any`` that a config
+    group fills (``TrainConfig.env`` and ``.agent``) is checked too, against the schema of the
+    group's option that ``argv`` chooses (``agent=ppo``), else the primary config's default
+    (:func:`group_option`, :func:`group_schema`); without ``argv`` (the option unknown) it is
+    left to Hydra."""
     import dataclasses
     import typing
 
     parts = key.split(".")
     t: Any = schema
+    why = ""
     for i, part in enumerate(parts):
+        if i == 1 and t is Any and argv is not None:
+            option, chosen = group_option(parts[0], schema, argv)
+            t = group_schema(parts[0], option)
+            why = f" of {parts[0]}={option}{'' if chosen else ' (the default)'}"
         if not (isinstance(t, type) and dataclasses.is_dataclass(t)):
             return None
         names = {f.name for f in dataclasses.fields(t)}
         if part not in names:
-            return None if i == 0 else _unknown_key_message(key, ".".join(parts[:i]), names)
+            return None if i == 0 else _unknown_key_message(key, ".".join(parts[:i]), names, why)
         t = typing.get_type_hints(t).get(part)
     return None
+
+
+def group_option(group: str, schema: type, argv: Sequence[str] = ()) -> tuple[str | None, bool]:
+    """``(option, chosen)``: the option of the config group ``group`` that the overrides
+    ``argv`` choose (``group=NAME``: ``chosen``), else the one the primary config of ``schema``
+    chooses by default (:func:`_default_option`; ``None``: none found)."""
+    from hydra.core.config_store import ConfigStore
+
+    option = None
+    for tok in argv:
+        k, eq, v = tok.partition("=")
+        if eq and k.lstrip("+") == group:
+            option = v.strip()
+    if option is not None:
+        return option, True
+    return _default_option(group, schema, ConfigStore.instance()), False
+
+
+def group_schema(group: str, option: str | None) -> type | None:
+    """The dataclass typing ``option`` of the config group ``group`` (``conf/<group>/``): the
+    structured config its yaml's defaults name (``base_sb3``: ``SB3AgentConfig``), or the
+    option's own ConfigStore entry. ``None`` where none is found (no such group or option:
+    Hydra says so)."""
+    import dataclasses
+
+    from hydra.core.config_store import ConfigStore
+
+    if not option:
+        return None
+    path = os.path.join(_CONF_DIR, group, f"{option}.yaml")
+    bases = [option]  # (an option may be a ConfigStore entry itself: base_sb3)
+    if os.path.isfile(path):
+        bases = [d for d in _yaml_defaults(path) if isinstance(d, str) and d != "_self_"]
+    cs = ConfigStore.instance()
+    for base in bases:
+        try:
+            node = cs.load(f"{group}/{base}.yaml").node
+        except Exception:  # (hydra's ConfigLoadError: not in the ConfigStore)
+            continue
+        t = OmegaConf.get_type(node)
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            return t
+    return None
+
+
+def _default_option(group: str, schema: type, cs: Any) -> str | None:
+    """The option of ``group`` that the primary config of ``schema`` chooses by default: that
+    of the ``conf/*.yaml`` whose defaults list ``schema``'s ConfigStore entry
+    (``train_schema``: ``conf/train.yaml``)."""
+    names = [name[:-len(".yaml")] for name, entry in cs.repo.items()
+             if name.endswith(".yaml") and not isinstance(entry, dict)
+             and OmegaConf.get_type(entry.node) is schema]
+    if not names:
+        return None
+    for f in sorted(os.listdir(_CONF_DIR)):
+        if not f.endswith(".yaml"):
+            continue
+        defaults = _yaml_defaults(os.path.join(_CONF_DIR, f))
+        if not any(d in names for d in defaults if isinstance(d, str)):
+            continue
+        for d in defaults:
+            if isinstance(d, DictConfig) and group in d:
+                value = d[group]
+                return str(value) if value is not None else None
+    return None
+
+
+def _yaml_defaults(path: str) -> list[Any]:
+    """The defaults list of the yaml config ``path`` (empty where it has none or is unreadable:
+    Hydra reports that itself)."""
+    try:
+        cfg = OmegaConf.load(path)
+    except (OmegaConfBaseException, OSError, ValueError):
+        return []
+    defaults = cfg.get("defaults") if isinstance(cfg, DictConfig) else None
+    return list(defaults) if defaults is not None else []
 
 
 def _unknown_key_message(key: str, where: str, known: set[str], why: str = "") -> str:
@@ -252,8 +339,9 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     list-typed key (``eval.capacities=0.25``): Hydra's own message says that a float is not a
     list, not how to write one. Exits with status 2 and the override as it should be
     (``'eval.capacities=[0.25]'``). Also a misspelt key of a section the schema types
-    (``eval.capacites=...``: :func:`unknown_key`), which Hydra refuses with advice to add it
-    with ``+``, where nothing would read it. Sweeps (``-m``/``--multirun``) are left to Hydra:
+    (``eval.capacites=...``, ``agent.totl_timesteps=...`` of the chosen ``agent=`` option:
+    :func:`unknown_key`), which Hydra refuses with advice to add it with ``+``, where nothing
+    would read it. Sweeps (``-m``/``--multirun``) are left to Hydra:
     there ``key=a,b`` sweeps the values."""
     import sys
 
@@ -270,7 +358,7 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
             print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
                   f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
             raise SystemExit(2)
-        why = unknown_key(key, schema)
+        why = unknown_key(key, schema, argv)
         if why is not None:
             print(f"{prog}: {why}", file=sys.stderr)
             raise SystemExit(2)

@@ -60,8 +60,9 @@ class PrefetchEnv(PoolEnv):
 
     ## Action space
 
-    ``Discrete(K + 1)``: ``a < K`` prefetches candidate ``a``; ``a == K`` does nothing (always
-    valid). ``action_masks()`` (sb3-contrib convention, bool of length ``K + 1``) marks the
+    ``Discrete(K + 1)``: ``a < K`` prefetches candidate ``a``; ``a == K`` does nothing (valid at
+    every decision of an episode; before ``reset()`` and after the episode ends every slot is
+    masked: there is no decision to take). ``action_masks()`` (sb3-contrib convention, bool of length ``K + 1``) marks the
     padded candidate slots invalid. Out-of-range actions raise
     :class:`~allocator.errors.InvalidActionError`; masked ones become the no-op, counted in
     ``info["invalid_actions"]`` (``invalid_action="noop"``, the default: a random-action

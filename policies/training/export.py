@@ -36,7 +36,7 @@ from cachegym.policies.training.nets import (
 )
 
 __all__ = ["export_model", "export_policy", "prefetch_section", "export_file", "export_onnx",
-           "with_prefetch_head", "config_hash", "scorer_of", "read_sb3_zip", "sb3_scorer", "scorer_from_file",
+           "with_prefetch_head", "config_hash", "scorer_of", "joint_of", "prefetch_fields", "read_sb3_zip", "sb3_scorer", "scorer_from_file",
            "POLICY_CLASSES"]
 
 POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "ScorerActorCriticPolicy",
@@ -84,19 +84,18 @@ def export_model(model: Any, path: str | os.PathLike[str], *, K: int | None = No
     :mod:`cachegym.policies.training.nets` as a policy file at ``path`` (what
     :meth:`LearnedPolicy.load` reads); returns its path.
 
-    ``K`` (candidates per decision) defaults to the model's action space ``n``;
+    ``K`` (candidates per decision) defaults to the length of the observation's ``mask``;
     ``candidate_rule`` to the ``candidates`` of the model's env (``lru`` or ``sample``: how the
-    deployed policy draws its candidates, as in training). A model with SB3's generic
-    ``"MultiInputPolicy"`` is refused with a :class:`ConfigError` naming the class to use."""
-    scorer_of(model)  # the class check first: its message says what to train with
+    deployed policy draws its candidates, as in training). A model trained in
+    ``cachegym/Joint-v0`` (a :class:`JointScorerNet`) writes both heads, as ``scripts/train.py
+    env=joint`` does: the prefetch section is :func:`prefetch_section` of the model's env. A
+    model with SB3's generic ``"MultiInputPolicy"`` is refused with a :class:`ConfigError`
+    naming the class to use."""
+    net: CandidateScorerNet | JointScorerNet = joint_of(model) or scorer_of(model)  # the class check first
+    venv = model.get_env() if hasattr(model, "get_env") else None
     if K is None:
-        n = getattr(getattr(model, "action_space", None), "n", None)
-        if n is None:
-            raise ConfigError(f"export_model: {type(model).__name__} has no Discrete action space to "
-                              "read K from; give K=")
-        K = int(n)
+        K = _model_K(model)
     if candidate_rule is None:
-        venv = model.get_env() if hasattr(model, "get_env") else None
         try:
             candidate_rule = str(venv.get_attr("candidates")[0]) if venv is not None else None
         except AttributeError:
@@ -107,8 +106,40 @@ def export_model(model: Any, path: str | os.PathLike[str], *, K: int | None = No
     elif candidate_rule not in features.RULES:
         raise ConfigError(f"export_model: candidate_rule must be one of {list(features.RULES)}, "
                           f"got {candidate_rule!r}")
+    prefetch = None
+    if isinstance(net, JointScorerNet):
+        if venv is None:
+            raise ConfigError(f"export_model: {type(model).__name__} carries a JointScorerNet (eviction and "
+                              "prefetch heads), whose prefetch section (K, opportunity, predictor) is read "
+                              "from the model's env, and it has none; load it with its env "
+                              "(MaskablePPO.load(path, env=gym.make('cachegym/Joint-v0', ...)))")
+        def attr(name: str) -> Any:  # (through the wrappers, from a subprocess too)
+            return venv.get_attr(name, [0])[0]
+
+        prefetch = prefetch_fields(attr("K"), attr("opportunity"), attr("predictor"))
     info = {"algo": type(model).__name__, "policy_class": type(getattr(model, "policy", model)).__name__}
-    return export_policy(model, path, K=K, candidate_rule=candidate_rule, meta={**info, **dict(meta or {})})
+    return export_policy(net, path, K=K, candidate_rule=candidate_rule, meta={**info, **dict(meta or {})},
+                         prefetch=prefetch)
+
+
+def joint_of(model: Any) -> JointScorerNet | None:
+    """The :class:`JointScorerNet` inside an SB3 policy or model trained in
+    ``cachegym/Joint-v0`` (or the net itself); ``None`` for anything else."""
+    if isinstance(model, JointScorerNet):
+        return model
+    net = getattr(getattr(model, "policy", model), "scorer", None)
+    return net if isinstance(net, JointScorerNet) else None
+
+
+def _model_K(model: Any) -> int:
+    """Candidates per decision of an SB3 model: the length of its observation's ``mask``."""
+    space = getattr(model, "observation_space", None)
+    mask = getattr(space, "spaces", {}).get("mask") if space is not None else None
+    n = getattr(mask, "n", None)
+    if n is None:
+        raise ConfigError(f"export_model: {type(model).__name__} has no observation 'mask' to read K "
+                          "(candidates per decision) from; give K=")
+    return int(np.prod(n))
 
 
 def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate_rule: str = "lru",
@@ -118,8 +149,8 @@ def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate
 
     A :class:`JointScorerNet` writes both heads: ``prefetch`` then gives the prefetch head's
     ``K``, ``opportunity`` and ``predictor`` (the env's: :func:`prefetch_section`)."""
-    joint = isinstance(model, JointScorerNet)
-    net = model.evict if joint else scorer_of(model)
+    jnet = joint_of(model)
+    net = jnet.evict if jnet is not None else scorer_of(model)
     if (net.n_features, net.n_globals) != (features.F, features.G):
         raise ConfigError(f"the network reads {net.n_features} features and {net.n_globals} globals, "
                           f"cachegym.policies.features computes {features.F} and {features.G}")
@@ -133,13 +164,13 @@ def export_policy(model: Any, path: str | os.PathLike[str], *, K: int, candidate
         "config_sha256": config_hash(config),
         "meta": dict(meta or {}),
     }
-    if not joint:
+    if jnet is None:
         return save_policy_file(path, export_arrays(net), header)
     if prefetch is None:
         raise ConfigError("export_policy: a JointScorerNet needs prefetch={K, opportunity, predictor} "
                           "(prefetch_section(env) of the env it was trained in)")
-    header["prefetch"] = {"arch": _arch(model.prefetch), **prefetch}
-    return save_policy_file(path, export_joint_arrays(model), header)
+    header["prefetch"] = {"arch": _arch(jnet.prefetch), **prefetch}
+    return save_policy_file(path, export_joint_arrays(jnet), header)
 
 
 def _arch(net: CandidateScorerNet) -> dict[str, Any]:
@@ -152,16 +183,21 @@ def prefetch_section(env: Any) -> dict[str, Any] | None:
     ``env``: its ``K``, ``opportunity`` and predictor parameters; ``None`` for an env without
     prefetch decisions. An opportunity a deployed pool cannot tell (``"step"``: the trace's step
     marks) is refused."""
-    from cachegym.policies.learned.policy_file import PREFETCH_OPPORTUNITIES
-
     if "phase" not in getattr(env.observation_space, "spaces", {}):
         return None
-    opp = env.opportunity
+    return prefetch_fields(env.K, env.opportunity, env.predictor)
+
+
+def prefetch_fields(K: int, opp: Any, predictor: Any) -> dict[str, Any]:
+    """:func:`prefetch_section` of an env's ``K``, ``opportunity`` and ``predictor`` (a
+    :class:`~policies.successors.SuccessorPredictor`), the opportunity checked."""
+    from cachegym.policies.learned.policy_file import PREFETCH_OPPORTUNITIES
+
     if not (opp in PREFETCH_OPPORTUNITIES or (isinstance(opp, int) and not isinstance(opp, bool))):
         raise ConfigError(f"env.opportunity={opp!r}: a deployed prefetch head is asked "
                           f"{' or '.join(PREFETCH_OPPORTUNITIES)} or every N accesses; a pool serving "
                           "real work has no trace steps: train with one of those")
-    return {"K": int(env.K), "opportunity": opp, "predictor": env.predictor.params()}
+    return {"K": int(K), "opportunity": opp, "predictor": predictor.params()}
 
 
 def with_prefetch_head(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray],

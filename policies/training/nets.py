@@ -22,6 +22,12 @@ Policy classes, by algorithm:
 * :class:`ScorerDQNPolicy`: ``stable_baselines3.DQN`` (the Q-network is the scorer; masked
   candidates get Q = -1e9).
 
+The action space must be what the scorer emits: ``Discrete(K)`` (``cachegym/Evict-v0``), or
+with a ``phase`` in the observation ``Discrete(K + 1)`` (``cachegym/Joint-v0``: the actor-critic
+policies then carry a :class:`JointScorerNet`, and ``export_model`` writes both heads); any other
+(``cachegym/Prefetch-v0``, whose decisions alone have no scorer policy; DQN in Joint-v0) is a
+:class:`~cachegym.allocator.errors.ConfigError` naming the env and policy class to use.
+
 ``policy_kwargs``: ``hidden`` (the scorer's hidden widths, default ``[64, 64]``; the training
 configs use ``[64, 32]``) and ``ignore`` (indices of features the network does not read). The
 observation must be the cachegym envs' Dict space (``candidates``, ``globals``, ``mask``).
@@ -50,10 +56,12 @@ from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.dqn.policies import DQNPolicy
 from torch import nn
 
+from cachegym.allocator.errors import ConfigError
+
 __all__ = [
     "CandidateScorerNet", "feature_indices", "export_arrays", "import_arrays", "ScorerActorCriticPolicy",
     "MaskableScorerActorCriticPolicy", "ScorerDQNPolicy", "obs_dims", "NEG", "JointScorerNet",
-    "export_joint_arrays",
+    "export_joint_arrays", "check_action_space",
 ]
 
 NEG = -1.0e9
@@ -219,6 +227,37 @@ def phase_of(x: th.Tensor, K: int, F: int, G: int) -> th.Tensor:
     return x[:, K * F + G + K]
 
 
+def check_action_space(policy: str, observation_space: spaces.Space, action_space: spaces.Space,
+                       joint_ok: bool = True) -> None:
+    """Refuse (:class:`ConfigError`, naming the env and policy class to use) an action space
+    other than the scorer's output: ``Discrete(K)`` (one logit per candidate, ``K`` the length
+    of the observation's ``mask``: ``cachegym/Evict-v0``) or, with a ``phase`` in the
+    observation and ``joint_ok``, ``Discrete(K + 1)`` (:class:`JointScorerNet`'s eviction or
+    prefetch scores and the no-op: ``cachegym/Joint-v0``). ``cachegym/Prefetch-v0``'s
+    ``Discrete(K + 1)`` without a phase has no scorer policy."""
+    K = obs_dims(observation_space)[0]
+    joint = isinstance(observation_space, spaces.Dict) and "phase" in observation_space.spaces
+    n = int(action_space.n) if isinstance(action_space, spaces.Discrete) else None
+    if joint and not joint_ok:
+        raise ConfigError(f"{policy}: its Q-network is one eviction scorer (Discrete(K) actions), and "
+                          f"this env has a phase (cachegym/Joint-v0: eviction and prefetch, "
+                          f"{action_space}); train it in cachegym/Evict-v0, or train Joint-v0 with "
+                          "MaskablePPO(MaskableScorerActorCriticPolicy, env) or "
+                          "PPO(ScorerActorCriticPolicy, env)")
+    if n == K + joint:
+        return
+    if n == K + 1 and not joint:
+        raise ConfigError(f"{policy}: the action space is {action_space}, K={K} candidates and a no-op "
+                          "(cachegym/Prefetch-v0), but the scorer emits one score per candidate and has "
+                          "no no-op: Prefetch-v0 has no scorer policy; train eviction in "
+                          "cachegym/Evict-v0, or eviction and prefetch in cachegym/Joint-v0 (with "
+                          "MaskablePPO(MaskableScorerActorCriticPolicy, env))")
+    raise ConfigError(f"{policy}: the action space is {action_space}, but the scorer emits "
+                      f"{K + joint} scores (K={K}, the observation's mask{', and the no-op' if joint else ''}); "
+                      "use cachegym/Evict-v0 (Discrete(K)) or cachegym/Joint-v0 (Discrete(K + 1), "
+                      "with a phase)")
+
+
 class ScorerExtractor(nn.Module):
     """SB3 ``mlp_extractor``: actor latent = the scorer's masked scores (K), critic latent =
     masked mean of the scorer's hidden layer with the (normalised) globals, through one layer.
@@ -290,6 +329,8 @@ class _ScorerActorCriticMixin:
         return d
 
     def _build_mlp_extractor(self) -> None:
+        check_action_space(type(self).__name__, self.observation_space,  # type: ignore[attr-defined]
+                           self.action_space)  # type: ignore[attr-defined]
         K, F, G = obs_dims(self.observation_space)  # type: ignore[attr-defined]
         joint = "phase" in self.observation_space.spaces  # type: ignore[attr-defined]
         self.mlp_extractor = ScorerExtractor(K, F, G, self.hidden, self.ignore, joint=joint,
@@ -321,6 +362,13 @@ class ScorerActorCriticPolicy(_ScorerActorCriticMixin, ActorCriticPolicy):
 class MaskableScorerActorCriticPolicy(_ScorerActorCriticMixin, MaskableActorCriticPolicy):
     """MaskablePPO policy whose actor is a :class:`CandidateScorerNet`."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if "use_sde" in kwargs:  # (PPO and A2C pass it; MaskablePPO does not)
+            raise ConfigError("MaskableScorerActorCriticPolicy is MaskablePPO's policy (plain PPO passes "
+                              "use_sde, which it does not take); use MaskablePPO, or "
+                              "ScorerActorCriticPolicy with PPO")
+        super().__init__(*args, **kwargs)
+
 
 class ScorerQNetwork(BasePolicy):
     """DQN's Q-network: Q(s, a) is the scorer's score of candidate ``a`` (invalid: :data:`NEG`)."""
@@ -328,6 +376,7 @@ class ScorerQNetwork(BasePolicy):
     def __init__(self, observation_space: spaces.Dict, action_space: spaces.Discrete,
                  features_extractor: BaseFeaturesExtractor, features_dim: int,
                  hidden: Sequence[int] = (64, 64), ignore: Sequence[int] = (), **_: Any) -> None:
+        check_action_space("ScorerDQNPolicy", observation_space, action_space, joint_ok=False)
         super().__init__(observation_space, action_space, features_extractor=features_extractor)
         self.K, self.F, self.G = obs_dims(observation_space)
         self.hidden, self.ignore = list(hidden), list(ignore)

@@ -54,7 +54,7 @@ from cachegym.policies.training.imitation import DecisionSample, teacher_targets
 from cachegym.policies.training.nets import CandidateScorerNet, feature_indices, obs_dims
 from cachegym.policies.training.validation import Validator
 
-__all__ = ["train", "load_trace_list", "training_traces", "warm_start", "recording_plan", "record_workloads", "EnvFactory", "Collector",
+__all__ = ["train", "check_trainable_env", "load_trace_list", "training_traces", "warm_start", "recording_plan", "record_workloads", "EnvFactory", "Collector",
            "FooPlans", "seed_everything"]
 
 log = logging.getLogger(__name__)
@@ -415,6 +415,27 @@ def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
     return replace_atomically(os.path.join(out_dir, "results.csv"), write)
 
 
+def check_trainable_env(node: Any) -> None:
+    """Refuse (:class:`ConfigError`) an ``env`` config whose env training cannot export: a
+    :class:`envs.prefetch.PrefetchEnv` (``env=prefetch``) poses prefetch decisions alone
+    (``Discrete(K + 1)``, no eviction), which no agent's scorer answers; an unknown target is
+    left to :func:`instantiate`, which names it."""
+    import importlib
+
+    from cachegym.envs.prefetch import PrefetchEnv
+
+    target = str(node.get("_target_") or "")
+    mod, _, name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(mod), name) if mod else None
+    except (ImportError, AttributeError, ValueError):
+        return
+    if isinstance(cls, type) and issubclass(cls, PrefetchEnv):
+        raise ConfigError("env=prefetch (cachegym/Prefetch-v0): its decisions are prefetches alone, which "
+                          "train no eviction scorer, and training exports one; use env=evict (an eviction "
+                          "policy) or env=joint (eviction and prefetch heads in one file)")
+
+
 def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     """Train, validate and export as ``cfg`` says, in ``out_dir`` if given, else in
     :func:`envs.sweep.results_dir` of ``cfg`` (with ``config.yaml``, ``train.json`` and, with
@@ -429,6 +450,7 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     seed = int(cfg.seed)
     hidden, ignore = _hidden(cfg.policy.hidden), _ignored(cfg.policy.ignore_features)  # before any work
     _check_outputs(cfg)
+    check_trainable_env(cfg.env)
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     agent = instantiate(cfg.agent)  # its config checked too, before any trace is read
     init, resume = warm_start(cfg, agent, hidden, ignore)

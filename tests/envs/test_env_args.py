@@ -1,0 +1,89 @@
+"""Every env refuses a bad ``cost``, ``window`` or ``traces`` with a ConfigError naming the value
+(not an AttributeError or TypeError from deep inside the pool or a generator), and reads a
+relative trace path as the CLI does."""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import cachegym.envs  # noqa: F401  (registers the ids)
+from cachegym.allocator.cost import PRESETS, save_preset
+from cachegym.allocator.errors import ConfigError
+from cachegym.envs.common import Episodes, as_traces, check_cost
+from cachegym.envs.registration import ENV_IDS
+
+SMALL = {"generator": "zipf", "n_requests": 400, "n_objects": 60}
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("cost", [3, {"name": "x"}, 1.5, ["h100_pcie5"]])
+def test_a_cost_that_is_no_preset_is_a_config_error(env_id, cost):
+    with pytest.raises(ConfigError, match=r"cost=.*give a timing preset's name \(one of .*h100_pcie5"):
+        gym.make(env_id, traces=SMALL, cost=cost)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_an_unknown_preset_name_is_refused_when_the_env_is_made(env_id):
+    with pytest.raises(ConfigError, match="unknown cost preset 'nope'"):
+        gym.make(env_id, traces=SMALL, cost="nope")
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_a_preset_name_a_preset_file_and_a_preset_object_are_taken(env_id, tmp_path):
+    path = str(tmp_path / "p.json")
+    save_preset(PRESETS["h100_pcie5"], path)
+    for cost in ("h100_pcie5", path, PRESETS["a100_pcie4"], None):
+        env = gym.make(env_id, traces=SMALL, window=300, capacity=0.2, cost=cost)
+        env.reset(seed=0)
+        env.close()
+    assert check_cost(tmp_path / "p.json") == path  # (a path object is taken as its string)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("window", ["big", 1.5, True, 0, -3])
+def test_a_window_that_is_no_positive_int_is_a_config_error(env_id, window):
+    with pytest.raises(ConfigError, match=r"window must be an int >= 1 .* or None .*got " + repr(window)[:3]):
+        gym.make(env_id, traces=SMALL, window=window)
+
+
+def test_episodes_take_numpy_ints_and_none():
+    traces = as_traces(SMALL)
+    assert Episodes(traces, np.int64(50)).length == 50
+    assert Episodes(traces, None).length is None
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("traces, match", [
+    (3, r"traces=3 \(int\): give a Trace"),
+    (b"x", r"traces=b'x' \(bytes\): give a Trace"),
+    ([b"x"], r"traces\[0\]: expected a Trace, a path or a generator spec, got b'x' \(bytes\)"),
+    ({"generator": "zipf", "n_requests": "x"},
+     r"traces\[0\]: n_requests of generator 'zipf' must be an int, got 'x'"),
+    ({"generator": "zipf", "n_requests": 2.5},
+     r"traces\[0\]: n_requests of generator 'zipf' must be an int, got 2.5"),
+    ({"generator": "zipf", "n_requests": True},
+     r"traces\[0\]: n_requests of generator 'zipf' must be an int, got True"),
+    ({"generator": "zipf", "alpha": "high"}, r"alpha of generator 'zipf' must be a number, got 'high'"),
+    ({"generator": "zipf", "seed": "a"}, r"seed of generator 'zipf' must be an int, got 'a'"),
+    ({"generator": "zipf", "n_objects": -5}, r"traces\[0\]: generator 'zipf' refused"),
+    ({"generator": 3}, r"traces\[0\]: unknown generator 3"),
+])
+def test_bad_traces_are_config_errors_naming_the_value(env_id, traces, match):
+    with pytest.raises(ConfigError, match=match):
+        gym.make(env_id, traces=traces)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_a_relative_trace_path_is_read_as_the_cli_reads_it(env_id, tmp_path, monkeypatch):
+    """``data/traces/gpt.npz`` (as the configs name the bundled traces) from any working
+    directory: envs.paths.resolve_data_path, as the CLI does."""
+    monkeypatch.chdir(tmp_path)
+    assert not os.path.exists("data/traces/gpt.npz")
+    env = gym.make(env_id, traces="data/traces/gpt.npz", window=300)
+    env.reset(seed=0)
+    assert env.unwrapped._episodes.traces[0].name
+    env.close()
