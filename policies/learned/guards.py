@@ -384,7 +384,14 @@ class ShadowGuard(Guard):
     The defaults (5% behind after 128 capacities) retire nothing on the quality and regret
     benchmarks' traces (a phase of a trace where a heuristic falls behind and later leads ends
     before it); at 5% after 32 capacities one zoo cell (``tcn`` 10%) ended 6% behind, and
-    retiring the network too left ``llm_kv`` 50% 19% behind it (docs/EXPERIMENTS.md).
+    retiring the network too left ``llm_kv`` 50% 19% behind it (docs/EXPERIMENTS.md). Under
+    ``stall`` (where an expert's twins run too, up to 15 shadow pools) ``retire_stall``: an
+    expert or twin (never the network itself, never the followed one) whose stall exceeds both
+    ``1 + retire_stall`` times the best's and the best's plus ``retire_stall_after`` times the
+    time to copy a pool's worth of objects of the mean request's size stops running (``None``:
+    never). The defaults (2x and 32 pool copies) left every stall of the main job's 14
+    held-out cells unchanged, also replayed four times over, where they retire 2-12 of the 15
+    shadows (docs/RESULTS.md).
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
@@ -392,7 +399,7 @@ class ShadowGuard(Guard):
 
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
                  "_items", "auto", "without_prefetch", "with_history", "_muted", "_unless_stall",
-                 "retire", "retire_after", "retired")
+                 "retire", "retire_after", "retired", "retire_stall", "retire_stall_after")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
     NOT_UNDER_STALL = ("arc", "slru")
@@ -409,9 +416,11 @@ class ShadowGuard(Guard):
                  handover_weight: float = 2.0, gdsf: bool = True, lfu: bool = True,
                  objective: str = "auto", without_prefetch: bool = True, arc: bool | None = None,
                  slru: bool | None = None, retire: float | None = 0.05,
-                 retire_after: float = 128.0, with_history: bool = True) -> None:
-        _numbers("ShadowGuard", ("retire",), margin=margin, handover=handover,
-                 handover_weight=handover_weight, retire=retire, retire_after=retire_after)
+                 retire_after: float = 128.0, with_history: bool = True,
+                 retire_stall: float | None = 1.0, retire_stall_after: float = 32.0) -> None:
+        _numbers("ShadowGuard", ("retire", "retire_stall"), margin=margin, handover=handover,
+                 handover_weight=handover_weight, retire=retire, retire_after=retire_after,
+                 retire_stall=retire_stall, retire_stall_after=retire_stall_after)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
                               f"handover (pool capacities) and handover_weight must be >= 0; got "
@@ -437,6 +446,13 @@ class ShadowGuard(Guard):
                               f"retire={retire!r}, retire_after={retire_after!r}")
         self.retire = None if retire is None else float(retire)
         self.retire_after = float(retire_after)
+        if not ((retire_stall is None or retire_stall >= 0) and retire_stall_after >= 0):
+            raise ConfigError(f"ShadowGuard: retire_stall (a fraction of the best expert's stall, "
+                              f"or None: never) and retire_stall_after (pool copies) must be >= 0; "
+                              f"got retire_stall={retire_stall!r}, "
+                              f"retire_stall_after={retire_stall_after!r}")
+        self.retire_stall = None if retire_stall is None else float(retire_stall)
+        self.retire_stall_after = float(retire_stall_after)
         self.retired: dict[str, float] = {}  # expert -> its cost when it stopped running
         flags = {"gdsf": gdsf, "lfu": lfu, "arc": arc, "slru": slru}
         for name, flag in flags.items():
@@ -590,8 +606,12 @@ class ShadowGuard(Guard):
         for name, e in self._items:
             if e.gain > bg:
                 best, bg = name, e.gain
-        if self.retire is not None and not self._reqs & 255 and self.objective != "stall":
-            self._retire(view, bg)
+        if not self._reqs & 255:
+            if self.objective != "stall":
+                if self.retire is not None:
+                    self._retire(view, bg)
+            elif self.retire_stall is not None:
+                self._retire_stall(view, bg)
         if best == cur:
             return
         lead = bg - g
@@ -614,12 +634,24 @@ class ShadowGuard(Guard):
         """Experts too far behind to lead again stop running: once the best expert has cost
         ``retire_after`` pool capacities, one whose cost is above ``1 + retire`` times its
         (never the followed one) leaves, its shadow pool released; ``retired`` keeps its cost.
-        Not under the objective stall (its extra experts do not run there, and retiring changed
-        the demo's resnet_deep 50% from 4.75 to 6.12 ms)."""
+        Not under the objective stall: :meth:`_retire_stall` there."""
         cb = self._cost(bg)
         if cb < self.retire_after * self._capacity_unit(view):
             return
-        limit = (1.0 + self.retire) * cb  # type: ignore[operator]
+        self._retire_above((1.0 + self.retire) * cb)  # type: ignore[operator]
+
+    def _retire_stall(self, view: PoolView, bg: float) -> None:
+        """Under ``stall``: experts (and twins) whose stall exceeds ``1 + retire_stall`` times
+        the best's and the best's plus ``retire_stall_after`` pool copies leave. (The pool copy
+        is computed anew, not :meth:`_capacity_unit`'s, which the hand-over charge fixes at its
+        first use.)"""
+        cb = self._cost(bg)
+        self._retire_above(max((1.0 + self.retire_stall) * cb,  # type: ignore[operator]
+                               cb + self.retire_stall_after * self._capacity_cost(view)))
+
+    def _retire_above(self, limit: float) -> None:
+        """Every expert whose cost exceeds ``limit`` but the network and the followed one stops
+        running, its shadow pool released; ``retired`` keeps its cost."""
         out = [n for n, e in self._items
                if n not in (self.expert, None) and self._cost(e.gain) > limit]
         for n in out:

@@ -407,6 +407,9 @@ def test_shadow_guard_retires_experts_far_behind(tmp_path):
 @pytest.mark.parametrize("cls, kw, match", [
     (ShadowGuard, {"retire": "0.5"}, "ShadowGuard: retire must be a number or None, got '0.5'"),
     (ShadowGuard, {"retire_after": None}, "ShadowGuard: retire_after must be a number, got None"),
+    (ShadowGuard, {"retire_stall": "1"}, "ShadowGuard: retire_stall must be a number or None, got '1'"),
+    (ShadowGuard, {"retire_stall": -1.0}, "ShadowGuard: retire_stall .* must be >= 0"),
+    (ShadowGuard, {"retire_stall_after": -1.0}, "ShadowGuard: retire_stall .* must be >= 0"),
     (ShadowGuard, {"margin": "x"}, "ShadowGuard: margin must be a number, got 'x'"),
     (ShadowGuard, {"handover": True}, "ShadowGuard: handover must be a number, got True"),
     (Guard, {"window": "5"}, "Guard: window must be a number, got '5'"),
@@ -925,16 +928,20 @@ def test_shadow_guard_judges_on_stall_under_a_timing_preset(tmp_path):
     bare = hottest_policy(tmp_path)
     gdsf, trace = _gpt_wide_pool(GDSF())
     best = gdsf.replay(trace).stall_ns
-    stall = {}
-    for objective in ("auto", "traffic"):
-        guard = ShadowGuard(objective=objective)
+    stall, guards = {}, {}
+    for objective, kw in (("auto", {}), ("traffic", {}), ("kept", {"retire_stall": None})):
+        guard = guards[objective] = ShadowGuard(objective=objective.replace("kept", "auto"), **kw)
         pool, trace = _gpt_wide_pool(LearnedPolicy(bare.scorer, bare.header, guard=guard))
         stall[objective] = pool.replay(trace).stall_ns
-        assert guard.objective == ("stall" if objective == "auto" else "traffic")
-        if objective == "auto":  # (no expert retires under stall)
-            assert guard.retired == {} and len(guard.experts) == 5  # (no ARC, SLRU)
+        assert guard.objective == ("traffic" if objective == "traffic" else "stall")
     assert stall["auto"] <= 1.05 * best
     assert stall["traffic"] > 2 * stall["auto"]
+    # under stall the experts far behind (over twice the best's stall and 32 pool copies more)
+    # stop running, the followed one never; the pool's stall is as with every expert running
+    kept, auto = guards["kept"], guards["auto"]
+    assert kept.retired == {} and len(kept.experts) == 5  # (no ARC, SLRU under stall)
+    assert set(auto.retired) == {"lru", "lfu", "s3fifo"} and auto.expert == "gdsf"
+    assert stall["auto"] == stall["kept"]
     guarded = LearnedPolicy(bare.scorer, bare.header, guard=ShadowGuard(objective="stall"))
     with pytest.raises(PolicyError, match="timing preset"):  # (the ConfigError, chained)
         Pool(1 << 20, guarded).access(1, 4096)
