@@ -6,7 +6,7 @@ Columns (names and dtypes are the on-disk ``.npz`` format):
 ``key``        int64    object id
 ``size``       int64    bytes, in 1 .. :data:`MAX_SIZE` (2**48)
 ``op``         uint8    0 read, 1 write, 2 free (see :class:`Op`)
-``compute_ns`` int64    time the consumer computes after the access, >= 0 (default 0)
+``compute_ns`` int64    time the consumer computes after the access, >= 0 (default 0; a free row's is not run)
 ``kind``       uint8    optional, see :class:`Kind` (default 0, other)
 ``step``       int64    optional iteration or op index (default: row index)
 ``meta``       str      optional JSON object (how the trace was made, units, ...)

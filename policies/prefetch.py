@@ -198,8 +198,10 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self.prefetch_muted = False  # set by a guard following an expert judged without it
         self._key = trace.key
         self._free = trace.op == Op.FREE
-        # compute before row j: _cum[j] (the compute after rows 0 .. j-1)
-        self._cum = np.concatenate(([0], np.cumsum(trace.compute_ns, dtype=np.int64)))
+        # compute before row j: _cum[j] (the compute after rows 0 .. j-1; a free row's is none:
+        # the pool runs the compute after accesses, Pool.replay)
+        run = np.where(self._free, 0, trace.compute_ns)
+        self._cum = np.concatenate(([0], np.cumsum(run, dtype=np.int64)))
         self._max_size = int(trace.size.max()) if len(trace) else 0
         self._size = trace.size
 

@@ -11,7 +11,7 @@ import pytest
 from cachegym.allocator.cost import PRESETS, CostModel, Preset, get_preset, load_preset, save_preset
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
-from cachegym.allocator.trace import Op
+from cachegym.allocator.trace import Op, Trace
 
 LAT = 100
 N = 1024
@@ -266,3 +266,32 @@ def test_the_clock_saturates_at_clock_max_instead_of_wrapping(caplog: pytest.Log
     assert c.wait_until(done) == 0 and c.stall_ns >= 0
     assert c.saturated
     assert sum("stays there" in r.getMessage() for r in caplog.records) == 1  # warned once
+
+
+def test_the_lookahead_counts_the_compute_the_pool_runs() -> None:
+    """The pool runs a trace's compute after its accesses (Pool.replay; a free row's compute_ns
+    is not run), and the lookahead prefetcher measures a use's slack in that compute alone: with
+    the 1 ms of compute on the free row (row 3) object 1's prefetch starts at once after row 2
+    (no slack to wait for: it lands late, 28 us of stall, as a miss would), where it waited for
+    a phantom millisecond before and was never asked again (a fourth miss). With the compute on
+    row 2 it lands within it. Each 1 MB copy takes 8 us + 1e6 B / 50 GB/s = 28 us."""
+    from cachegym.policies.registry import make_eviction, make_prefetch
+
+    M = 1_000_000
+    got = []
+    for comp in ([0, 0, 0, M, 0], [0, 0, M, 0, 0]):
+        t = Trace.from_arrays([1, 2, 3, 2, 1], [M] * 5, [0, 0, 0, 2, 0], compute_ns=comp)
+        s = Pool(2 * M, make_eviction("lru"), prefetcher=make_prefetch("lookahead", trace=t),
+                 cost="h100_pcie5").replay(t)
+        got.append((s.compute_ns, s.stall_ns, s.prefetches, s.late_prefetches, s.misses))
+    assert got == [(0, 112_000, 1, 1, 3), (M, 84_000, 1, 0, 3)]
+
+
+def test_early_write_backs_may_outnumber_evictions() -> None:
+    """clean_ahead copies dirty objects out before any eviction: the pool's invariants allow it."""
+    p = Pool(1000, placement="bytes", cost="h100_pcie5", clean_ahead=1000)
+    p.access(1, 600, True)
+    p.access(3, 100, compute_ns=200_000)
+    st = p.snapshot()
+    assert (st.writebacks, st.evictions, st.bytes_d2h) == (1, 0, 600)
+    p._check()
