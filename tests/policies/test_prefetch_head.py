@@ -505,7 +505,7 @@ def test_a_stall_guards_shadows_model_the_learned_head_in_their_own_pools(joint_
     head = LearnedPolicy.load(joint_file, guard="none")
     alone = pool(LRU(), head).replay(trace)
     assert alone.prefetches > 0
-    guard = ShadowGuard(margin=1e9, handover=1e9, retire=None)  # never switches (follows whom
+    guard = ShadowGuard(margin=1e9, handover=1e9, retire=None, retire_stall=None)  # never switches (follows whom
     # it is told) and every shadow runs to the end
     guard.expert = "gdsf"
     pf = LearnedPolicy.load(joint_file, guard="none")

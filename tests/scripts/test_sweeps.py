@@ -35,9 +35,10 @@ def _env() -> dict[str, str]:
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
-def _run(script: str, args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def _run(script: str, args: list[str], cwd: Path, timeout: int = 300,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / f"{script}.py"), *args], cwd=cwd,
-                          env=_env(), capture_output=True, text=True, timeout=timeout)
+                          env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _merged(path: Path) -> dict[str, dict[str, str]]:
@@ -158,8 +159,11 @@ def test_evaluation_sweep_on_a_local_ray_cluster(tmp_path: Path) -> None:
     assert ray is not None, "ray is importable but its command is not on PATH"
     port = _free_port()
     # the cluster's workers import cachegym as this process does (PYTHONPATH with the checkout)
-    env = dict(_env(), RAY_USAGE_STATS_ENABLED="0")
     tmp = Path(os.path.realpath(tmp_path))
+    # a home of its own: a Ray run elsewhere may have left ~/.ray/auth_token, which the client
+    # then sends to this cluster, started without token authentication (refused)
+    (tmp / "home").mkdir()
+    env = dict(_env(), RAY_USAGE_STATS_ENABLED="0", HOME=str(tmp / "home"))
     temp_dir = Path("/tmp") / f"ray_{os.getpid()}_{port}"  # (Ray's socket paths: keep them short)
     try:
         subprocess.run([ray, "start", "--head", "--num-cpus=2", f"--port={port}",
@@ -169,7 +173,7 @@ def test_evaluation_sweep_on_a_local_ray_cluster(tmp_path: Path) -> None:
         sweep = tmp / "sweep"
         proc = _run("evaluate", ["-m", "seed=0,1", *TINY_EVAL, "hydra/launcher=ray_cluster",
                                  f"hydra.launcher.ray.init.address=127.0.0.1:{port}",
-                                 f"hydra.sweep.dir={sweep}"], tmp, timeout=90)
+                                 f"hydra.sweep.dir={sweep}"], tmp, timeout=90, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Ray Launcher is launching 2 jobs" in proc.stdout + proc.stderr
         rows = _merged(sweep / "merged.csv")
