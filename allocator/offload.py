@@ -322,13 +322,15 @@ class ActivationOffload:
             default guard). To use the file's prefetch decisions too, load it once and pass
             the object as both ``policy`` and ``prefetcher``.
         prefetcher: prefetch policy (default :class:`ReversePackOrder`; ``None`` for none).
-        cost: the pool's timing model (preset name, :class:`Preset` or :class:`CostModel`).
+        cost: the pool's timing model (preset name, :class:`Preset` or :class:`CostModel`;
+            default ``"h100_pcie5"``).
         timer: clock in ns that advances the simulated clock between pool operations
             (default ``time.perf_counter_ns``; ``None`` keeps it still).
         clean_ahead: the share of the budget (or bytes, or a size string) kept clean ahead
             of eviction: while the pool is that short of free room, the saved tensors it would
             give up next are copied out early, while compute runs, so that a later save does
-            not wait for their copies (``Pool(clean_ahead=)``; 0: copy out on eviction only).
+            not wait for their copies (``Pool(clean_ahead=)``; 0: copy out on eviction only;
+            default 0.25).
         min_bytes: saved tensors smaller than this pass through.
         record: keep the pool access trace (:meth:`trace`).
         zero_copy: on a NumPy arena, unpack to a view of the pinned object instead of a copy.

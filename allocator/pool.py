@@ -77,7 +77,7 @@ class Pool(Loop):
     """A device memory pool of ``capacity`` bytes with host memory behind it.
 
     Args:
-        capacity: device budget in bytes.
+        capacity: device budget: bytes, or a size string (``"512MiB"``).
         policy: eviction policy (default :class:`policies.lru.LRU`, see
             :func:`allocator.seams.default_eviction_policy`).
         prefetcher: optional prefetch policy, asked after every access.

@@ -97,7 +97,7 @@ def sim(argv: list[str]) -> int:
         epilog="example: cachegym sim trace.oracleGeneral oracleGeneral lru,arc,s3fifo 1GiB,10%")
     p.add_argument("trace", help="trace file")
     p.add_argument("format", help="its format: npz, oracleGeneral, lcs, vscsi, csv, txt (auto: from its name; "
-                   ".zst, .gz, .xz read as the file they hold)")
+                   ".zst, .gz, .xz, .bz2 read as the file they hold)")
     p.add_argument("policies", help="comma-separated: registry names (lru, arc, s3fifo, gdsf, "
                    "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy")
     p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "

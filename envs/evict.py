@@ -120,6 +120,9 @@ class EvictEnv(PoolEnv):
       ``"bytes"``, ``"stall"``), ``invalid_action`` (``"lru"``; or ``"raise"``).
     * ``cost`` (None: instant copies), ``placement`` (``"bytes"``), ``write_policy``
       (``"write-back"``): passed to :class:`Pool`; objects larger than the pool are bypassed.
+    * ``clean_ahead`` (0.0): the share of the capacity kept clean ahead of eviction under a
+      cost preset (``Pool(clean_ahead=)``: dirty next victims are written back while compute
+      runs).
     * ``render_mode``: accepted for API compatibility; the env does not render.
 
     ## Version history

@@ -78,7 +78,8 @@ class JointEnv(PoolEnv):
     ## Episode and arguments
 
     As :class:`envs.evict.EvictEnv` (``traces``, ``window``, ``capacity``, ``capacity_of``,
-    ``cost``, ``placement``, ``write_policy``, ``K``, ``candidates``) and
+    ``cost``, ``placement``, ``write_policy``, ``clean_ahead``, ``K``, ``candidates``; ``reward``
+    ``"misses"`` by default, or ``"bytes"``, ``"traffic"``, ``"stall"`` as there) and
     :class:`envs.prefetch.PrefetchEnv` (``opportunity``, ``predictor``).
 
     ## Version history

@@ -85,7 +85,8 @@ class PrefetchEnv(PoolEnv):
       the reward judges prefetching alone, whatever the eviction policy's misses, and is
       defined with or without a cost model (without one copies are instant: nothing is late).
     * ``"misses"``: ``-1`` per demand miss. ``"bytes"``: ``-bytes fetched on demand / mean
-      object size``. ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs
+      object size``. ``"traffic"``: as :class:`envs.evict.EvictEnv`'s (bytes copied both
+      ways, prefetches included, in mean objects). ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs
       ``cost``; with ``cost`` the trace's ``compute_ns`` is the time a prefetch can hide in).
 
     ## Info
@@ -105,7 +106,8 @@ class PrefetchEnv(PoolEnv):
     ## Arguments
 
     * ``traces``, ``window`` (4096), ``capacity`` (0.25), ``capacity_of``, ``cost`` (None),
-      ``placement`` (``"bytes"``), ``write_policy``: as :class:`envs.evict.EvictEnv`.
+      ``placement`` (``"bytes"``), ``write_policy``, ``clean_ahead`` (0.0): as
+      :class:`envs.evict.EvictEnv`.
     * ``K`` (8): candidates per decision.
     * ``opportunity`` (``"miss"``): when the agent is asked, after an access: ``"miss"`` (a
       demand miss), ``"access"`` (every access), ``"step"`` (the last access of each trace

@@ -486,6 +486,8 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix in COMPRESSIONS:
         return _read_compressed(path, COMPRESSIONS[suffix], len(suffix), format, options)
+    if os.path.exists(path):  # a directory or a pipe is refused as what it is, whatever its name
+        _existing(path)
     fmt = _resolve_format(path, format)
     readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "lcs": read_lcs,
                "vscsi": read_vscsi, "csv": read_csv, "txt": read_txt}

@@ -60,8 +60,9 @@ class LearnedPolicy(EvictionPolicyBase):
     ``guard`` (default on: a :class:`ShadowGuard`; ``False`` for the network alone,
     a :class:`~policies.learned.guards.GuardName` -- ``"shadow"``, ``"trial"``, ``"lru"``,
     ``"none"``, the options of ``conf/policy/guard/`` -- or a :class:`ShadowGuard` /
-    :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU
-    and an S3-FIFO model run in shadow caches of the pool's capacity, and the pool follows
+    :class:`Guard` / :class:`LRUGuard` of your own): the network, LRU, S3-FIFO, GDSF and LFU
+    (and ARC and SLRU under the objectives traffic and misses) run in shadow caches of the
+    pool's capacity, and the pool follows
     whichever cost least over the trace so far (``guard_decisions`` counts the decisions a
     heuristic made), so a workload unlike the training data costs little.
 
@@ -156,7 +157,9 @@ class LearnedPolicy(EvictionPolicyBase):
              prefetch_budget_bytes: int | None = None, prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
              prefetch_min_accuracy: float = 0.5,
              **unknown: Any) -> LearnedPolicy:
-        """Load an exported policy file (NumPy only). ``K`` overrides the number of candidates
+        """Load an exported policy file (NumPy only). ``budget_us`` and ``seed`` as the
+        constructor takes them (a decision over ``budget_us`` falls back to LRU; ``None``: no
+        limit; ``seed``: the candidate sampler's); ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
         the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none),

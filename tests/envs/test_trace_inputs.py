@@ -254,3 +254,9 @@ def test_unknown_format_names_each_interface(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown trace format 'parquet'.*FORMAT argument of "
                                           r"cachegym sim"):
         read_trace(tmp_path / "x", "parquet")
+
+
+def test_a_directory_is_refused_as_one_also_with_the_format_inferred(tmp_path: Path) -> None:
+    """With format auto, a directory was 'cannot infer the trace format' (its name says none)."""
+    with pytest.raises(TraceError, match="is a directory"):
+        read_trace(tmp_path)
