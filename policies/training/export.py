@@ -349,6 +349,14 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
     heads = sorted((k[:-len("cand_in.weight")] for k in state if str(k).endswith("scorer.cand_in.weight")),
                    key=lambda h: ("target" in h, len(h), h))
     if not heads:
+        if any(".scorer.evict." in f".{k}" for k in state) and any(".scorer.prefetch." in f".{k}"
+                                                                   for k in state):
+            raise ConfigError(f"{path}: a Joint-v0 model (an eviction scorer and a prefetch "
+                              "head, whose prefetch settings are its env's, not in the zip): "
+                              "export it in Python, export_model(MaskablePPO.load(path, env=env), "
+                              "'policy.npz') with env = gym.make('cachegym/Joint-v0', ...) as it "
+                              "was trained (trusted files only: SB3's load unpickles), or train "
+                              "with cachegym train env=joint, which exports both heads")
         raise ConfigError(f"{path}: the policy carries no CandidateScorerNet; train it with the "
                           "policies in cachegym.policies.training.nets")
     head = heads[0]

@@ -80,3 +80,14 @@ def test_a_joint_v0_model_exports_both_heads(algo, policy, tmp_path):
     assert {k: header["prefetch"][k] for k in want} == want
     assert header["prefetch"]["arch"]["hidden"] == [8]
     assert LearnedPolicy.load(path).prefetch_head is not None
+
+
+def test_a_joint_v0_model_zip_says_how_to_export_it(tmp_path):
+    """cachegym export of a Joint-v0 model's zip (read without unpickling) cannot know its
+    prefetch settings: it says how to export it, not that it has no scorer."""
+    from cachegym.policies.training.export import export_file
+
+    model = _model("maskable_ppo", MaskableScorerActorCriticPolicy, _env("cachegym/Joint-v0"))
+    model.save(tmp_path / "joint.zip")
+    with pytest.raises(ConfigError, match="a Joint-v0 model .*export_model"):
+        export_file(tmp_path / "joint.zip", tmp_path / "p.npz", algo="maskable_ppo")
