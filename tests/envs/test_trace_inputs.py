@@ -260,3 +260,17 @@ def test_a_directory_is_refused_as_one_also_with_the_format_inferred(tmp_path: P
     """With format auto, a directory was 'cannot infer the trace format' (its name says none)."""
     with pytest.raises(TraceError, match="is a directory"):
         read_trace(tmp_path)
+
+
+def test_compute_on_free_rows_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pool runs a row's compute after an access only: a trace file whose frees carry
+    compute says so when the evaluator loads it."""
+    Trace.from_arrays([1, 2, 1, 2], 100, [0, 0, 2, 0], compute_ns=[0, 5, 7, 0]).save(tmp_path / "f.npz")
+    with caplog.at_level(logging.WARNING):
+        load_traces(path=str(tmp_path / "f.npz"))
+    assert "1 free rows carry 7 ns of compute_ns, which the pool does not run" in caplog.text
+    caplog.clear()
+    Trace.from_arrays([1, 2], 100, compute_ns=[3, 4]).save(tmp_path / "g.npz")  # no free
+    with caplog.at_level(logging.WARNING):
+        load_traces(path=str(tmp_path / "g.npz"))
+    assert "free rows carry" not in caplog.text
