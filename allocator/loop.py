@@ -186,13 +186,23 @@ class Loop:
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
-                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due")
+                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding")
+
+    def _refuse_while_deciding(self, op: str) -> None:
+        """Refuse (:class:`ConfigError`) a public operation made while this pool's
+        :meth:`steps` generator waits for a victim (in the thread that holds it: any other
+        waits for the lock): the half-done event's counts would not survive it."""
+        if self._deciding:
+            raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
+                              "EvictionRequest not answered yet); send it a victim or close the "
+                              "generator first")
 
     def _attach_runtime(self) -> None:
         """What holds references into this instance, made by ``__init__`` and anew for a copy:
         the lock and the view."""
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
+        self._deciding = False  # a steps() generator waits for a victim (_make_room)
         self.view = PoolView(self)
         self._refresh_fast_path()
 
@@ -227,6 +237,8 @@ class Loop:
         """
         self._acquire()
         try:
+            if self._deciding:
+                self._refuse_while_deciding("access")
             return self._access(key, size, write, kind, compute_ns)
         finally:
             self._release()
@@ -298,10 +310,15 @@ class Loop:
               compute_ns: int = 0) -> Generator[EvictionRequest, int, bool | None]:
         """The access loop as a generator: yields an :class:`EvictionRequest` at each eviction
         decision and expects the victim's key back through ``send``. Returns what
-        :meth:`access` returns (``None`` for a free). Close it to abandon the event."""
+        :meth:`access` returns (``None`` for a free). Close it to abandon the event. It holds
+        the pool's lock from its first ``next`` until it finishes or is closed: advance and close
+        it in the thread that started it (another thread cannot release that lock), and make no
+        other call on the pool meanwhile (refused: :class:`ConfigError`)."""
         self._acquire()
         closing = False
         try:
+            if self._deciding:
+                self._refuse_while_deciding("steps")
             if op == Op.FREE:
                 self._free(key)
                 return None
@@ -324,16 +341,19 @@ class Loop:
         already resident or in flight. An unknown key needs ``size`` (it is then created in host
         memory first, as a trace's not-yet-seen object)."""
         with self._lock:
+            self._refuse_while_deciding("prefetch")
             return self._drive(self._prefetch_steps(key, size))
 
     def free(self, key: int) -> None:
         """Drop ``key`` everywhere, without write-back. Raises :class:`UnknownKey`."""
         with self._lock:
+            self._refuse_while_deciding("free")
             self._free(key)
 
     def pin(self, key: int) -> None:
         """Keep ``key`` on the device until :meth:`unpin` (counted: pins nest)."""
         with self._lock:
+            self._refuse_while_deciding("pin")
             o = self._get(key, "pin")
             if o.state == H2D:
                 self._land(o, wait=True)
@@ -345,6 +365,7 @@ class Loop:
 
     def unpin(self, key: int) -> None:
         with self._lock:
+            self._refuse_while_deciding("unpin")
             o = self._get(key, "unpin")
             if o.pins == 0:
                 raise NotPinned(key)
@@ -372,6 +393,7 @@ class Loop:
                               f"{n} rows; pass 0 <= start <= stop <= {n}")
         key, size, op, comp, kind = trace.key, trace.size, trace.op, trace.compute_ns, trace.kind
         with self._lock:
+            self._refuse_while_deciding("replay")
             i = int(start)
             try:
                 for lo in range(int(start), int(stop), REPLAY_CHUNK):
@@ -681,8 +703,13 @@ class Loop:
                     raise ConfigError(f"prefetch: the pool forgot object {key!r} when it left the "
                                       "device (forget_evicted=True); pass its size")
                 raise UnknownKey(key, "prefetch")
-            if size <= 0:
-                raise ConfigError(f"prefetch: size must be a positive number of bytes, got {size!r}")
+            if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
+                    or size > MAX_SIZE):
+                raise ConfigError(f"prefetch: object {key!r} needs a size that is an integer "
+                                  f"number of bytes in 1 .. 2**48, got {size!r}")
+            if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
+                raise ConfigError(f"prefetch: keys are integers (a trace's int64 key column), "
+                                  f"got {key!r} of type {type(key).__name__}")
         if self._owed:
             self._settle()
         self._retire()
@@ -793,7 +820,11 @@ class Loop:
             if first:
                 self._alloc_retries += 1
                 first = False
-            victim = yield EvictionRequest(key, size, need, self.view)
+            self._deciding = True  # (the pool's public operations are refused meanwhile)
+            try:
+                victim = yield EvictionRequest(key, size, need, self.view)
+            finally:
+                self._deciding = False
             self._evict(victim)
 
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
@@ -839,7 +870,9 @@ class Loop:
     def _evict(self, victim: Any) -> None:
         if type(victim) is int:
             o = self._objs.get(victim)
-        elif victim is None:
+        elif victim is None or isinstance(victim, bool):
+            if victim is not None:
+                raise InvalidVictim(victim, "a bool is not a key")
             raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
         else:
             o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None

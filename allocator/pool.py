@@ -179,11 +179,27 @@ class Pool(Loop):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Python subclass's own attributes (interpreted, the instance dict holds every
-        # attribute: the state is taken from _STATE, the runtime ones are made anew)
-        d = getattr(self, "__dict__", None)
-        extra = None if d is None else {k: v for k, v in d.items()
-                                        if k not in Pool._STATE and k not in Pool._RUNTIME}
-        return (_new_pool, (type(self),), ({k: getattr(self, k) for k in Pool._STATE}, extra))
+        # attribute: the state is taken from _STATE, the runtime ones are made anew); under the
+        # lock (another thread's access waits), never in the middle of a steps() decision
+        with self._lock:
+            self._refuse_while_deciding("pickle")
+            d = getattr(self, "__dict__", None)
+            extra = None if d is None else {k: v for k, v in d.items()
+                                            if k not in Pool._STATE and k not in Pool._RUNTIME}
+            return (_new_pool, (type(self),), ({k: getattr(self, k) for k in Pool._STATE}, extra))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Pool:
+        """A copy through pickle: every object of the pool's state is copied once, as
+        unpickling rebuilds it (copy.deepcopy treats bound methods of built-in containers as
+        atomic, and a policy holding one, e.g. LRU's ``touch``, would stay bound to the
+        original's container)."""
+        import pickle
+
+        return pickle.loads(pickle.dumps(self))  # type: ignore[no-any-return]
+
+    def __copy__(self) -> Pool:
+        raise ConfigError("copy.copy(pool): a shallow copy would share the pool's records and "
+                          "placement with the original; use copy.deepcopy(pool) (or pickle)")
 
     def __setstate__(self, state: tuple[dict[str, Any], dict[str, Any] | None]) -> None:
         fields, extra = state
@@ -201,8 +217,21 @@ class Pool(Loop):
 
     @policy.setter
     def policy(self, policy: EvictionPolicy) -> None:
+        """A new eviction policy is told of the objects the pool holds (on the device or in
+        flight to it), by ``on_insert``, least recently accessed first; if it raises, the old
+        policy stays."""
         check_policies(policy, None)
         with self._lock:
+            self._refuse_while_deciding("policy")
+            held = sorted((o for o in self._objs.values() if o.state in (DEVICE, H2D)),
+                          key=lambda o: o.last_tick)
+            view = self.view
+            for o in held:
+                try:
+                    policy.on_insert(view, o.key)
+                except Exception as e:
+                    raise PolicyError(policy, "on_insert", o.key, e, "the pool keeps its policy "
+                                      "(the new one was told of the objects it holds)") from e
             self._policy = policy
             self._refresh_fast_path()
 
@@ -240,6 +269,7 @@ class Pool(Loop):
         failed raises :class:`BackendError` (once) after all the others completed; its object
         stays on the device, dirty, and the next flush writes it again."""
         with self._lock:
+            self._refuse_while_deciding("flush")
             for o in self._objs.values():
                 if o.state == DEVICE and o.dirty:
                     self._copy_out(o)
@@ -403,6 +433,7 @@ class Pool(Loop):
         if self._place.footprint(raw.nbytes) > self._place.capacity and not self.bypass_oversize:
             raise ObjectTooLarge(key, raw.nbytes, self._place.capacity, self.capacity)
         with self._lock:
+            self._refuse_while_deciding("put")
             old = self._objs.get(key)
             if old is not None and old.size != raw.nbytes:
                 if old.pins:
@@ -470,6 +501,7 @@ class Pool(Loop):
         into a new device array outside the pool's budget, whatever ``copy`` says."""
         be = self._need_backend("get")
         with self._lock:
+            self._refuse_while_deciding("get")
             o = self._get(key, "get")
             if (o.nbytes == 0 and not self.bypass_oversize
                     and self._place.footprint(o.size) > self._place.capacity):
@@ -512,6 +544,7 @@ class Pool(Loop):
 
     def close(self) -> None:
         with self._lock:
+            self._refuse_while_deciding("close")
             try:
                 self._wait_all()
             finally:

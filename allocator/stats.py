@@ -83,7 +83,9 @@ class PoolHook(Protocol):
     ``release`` (a block given up is free again: at once, or once its write-back completed),
     ``restore`` (a failed write-back: the victim takes its block back) or ``oom`` (a
     :class:`PoolExhausted` follows; ``free_bytes``). ``offset``/``nbytes``: the block the event
-    concerns (``-1``/``0``: none). :class:`allocator.snapshot.MemoryRecorder` is one."""
+    concerns (``-1``/``0``: none). :class:`allocator.snapshot.MemoryRecorder` is one. A hook
+    observes: it must not raise (its exception would leave the pool in the middle of the event;
+    a key is the caller's integer, a NumPy one included)."""
 
     def __call__(self, event: dict[str, Any]) -> None: ...
 
@@ -95,4 +97,4 @@ class JsonlHook:
         self._stream = stream
 
     def __call__(self, event: dict[str, Any]) -> None:
-        self._stream.write(json.dumps(event) + "\n")
+        self._stream.write(json.dumps(event, default=int) + "\n")  # (NumPy integer keys too)

@@ -1,0 +1,123 @@
+"""The pool's public API where a caller holds it in unusual ways (from an audit): a call made
+while a steps() decision waits, copies, a policy changed mid-run, hooks given NumPy keys, and the
+keys and sizes of a prefetch or a victim."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cachegym.allocator.errors import ConfigError, InvalidVictim, PolicyError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.stats import JsonlHook
+from cachegym.policies.classic import FIFO
+from cachegym.policies.learned import LearnedPolicy
+from cachegym.policies.lru import LRU
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "policy.npz"
+
+
+def _full() -> Pool:
+    p = Pool(1000, LRU())
+    for k in range(10):
+        p.access(k, 100)
+    return p
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: p.free(50), lambda p: p.access(1, 100), lambda p: p.access(77, 100),
+    lambda p: p.pin(1), lambda p: p.prefetch(3), lambda p: pickle.dumps(p),
+    lambda p: next(p.steps(88, 100)),
+])
+def test_a_call_while_a_steps_decision_waits_is_refused_and_changes_nothing(call) -> None:
+    """The lock is re-entrant: such a call in the thread that holds the generator was accepted
+    and left the pool's byte and evictable counts wrong (free(50) leaked 300 bytes)."""
+    p = _full()
+    g = p.steps(50, 300)
+    req = next(g)
+    with pytest.raises(ConfigError, match="a steps\\(\\) decision of this pool is pending"):
+        call(p)
+    try:
+        while True:
+            req = g.send(req.view.candidates()[0])
+    except StopIteration:
+        pass
+    p._check()
+    p.free(50)  # (allowed again)
+    p._check()
+
+
+def test_a_hook_gets_numpy_keys_as_json() -> None:
+    out = io.StringIO()
+    p = Pool(4096, LRU(), hook=JsonlHook(out))
+    p.access(np.int64(7), 1000)
+    p._check()
+    assert [json.loads(line)["key"] for line in out.getvalue().splitlines()] == [7]
+
+
+def test_deepcopy_of_a_pool_with_a_learned_policy_is_independent() -> None:
+    """copy.deepcopy kept the copy's shadow LRU bound to the original's container (a hit in the
+    copy reordered the original, and the copy raised KeyError in touch)."""
+    def run(p: Pool, seed: int) -> tuple[int, int]:
+        rng = np.random.default_rng(seed)
+        for k in rng.integers(0, 40, 600).tolist():
+            p.access(k, 1000)
+        return p.snapshot().misses, p.snapshot().traffic_bytes
+
+    p = Pool(8000, LearnedPolicy.load(GOLDEN))
+    run(p, 1)
+    q, r, s = copy.deepcopy(p), pickle.loads(pickle.dumps(p)), pickle.loads(pickle.dumps(p))
+    assert run(q, 2) == run(r, 2)  # the deep copy runs on as a pickled one
+    assert run(p, 3) == run(s, 3)  # and the original as if the copy had not run
+    p._check()
+    q._check()
+
+
+def test_a_shallow_copy_is_refused() -> None:
+    with pytest.raises(ConfigError, match="use copy.deepcopy"):
+        copy.copy(_full())
+
+
+def test_a_new_policy_is_told_of_the_objects_the_pool_holds() -> None:
+    """Setting pool.policy on a pool that holds objects: the new policy tracked none of them, and
+    every later miss raised InvalidVictim."""
+    p = _full()
+    p.access(0, 100)  # 0 is the most recent
+    p.policy = FIFO()
+    assert list(p.policy._order) == [*range(1, 10), 0]  # least recently accessed first
+    p.access(50, 100)
+    p._check()
+    assert p.state(1) == "host" and p.state(0) == "device"  # FIFO's first: 1
+
+    class Refuses(LRU):
+        def on_insert(self, view, key):
+            raise RuntimeError("no")
+
+    with pytest.raises(PolicyError, match="the pool keeps its policy"):
+        p.policy = Refuses()
+    assert isinstance(p.policy, FIFO)
+
+
+@pytest.mark.parametrize("key,size", [("abc", 100), (None, 100), (True, 100), (11, 100.7),
+                                      (11, True), (11, 0)])
+def test_a_prefetch_of_a_new_object_checks_its_key_and_size(key, size) -> None:
+    p = Pool(1000, LRU())
+    with pytest.raises(ConfigError):
+        p.prefetch(key, size)
+    assert len(p) == 0
+
+
+def test_a_bool_is_no_victim() -> None:
+    p = _full()
+    g = p.steps(50, 100)
+    next(g)
+    with pytest.raises(InvalidVictim, match="a bool is not a key"):
+        g.send(True)
+    p._check()
+    assert 1 in p and p.state(1) == "device"
