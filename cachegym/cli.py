@@ -120,6 +120,8 @@ def sim(argv: list[str]) -> int:
     p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
     p.add_argument("--plots", action="store_true", help="also write the plots")
+    p.add_argument("--resume", action="store_true", help="reuse the completed runs an "
+                   "interrupted sim left in --out (the same --out: OUT/runs.jsonl)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="runs replayed at once, in worker "
                    "processes (0: one per CPU core; default 1). The same rows; wall times and "
                    "decision latencies are measured beside the other runs")
@@ -129,6 +131,10 @@ def sim(argv: list[str]) -> int:
             p.error(f"capacities: {tok!r} is negative; a capacity is a size (512MiB, 1GiB) or a "
                     "share of the working set (10%, 0.1) greater than 0")
     args = p.parse_args(argv)
+    if args.resume and not args.out:
+        p.error("--resume needs the --out of the interrupted sim (its default is a new "
+                "time-stamped folder)")
+    cfg = None
     try:
         cfg = sim_config(args)
         from cachegym.envs.evaluation import evaluate
@@ -137,6 +143,12 @@ def sim(argv: list[str]) -> int:
     except CachegymError as e:  # a bad input: its message, no traceback
         print(f"error: {sim_names(str(e))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (the evaluator logged how far it got)
+        if cfg is not None:
+            print(f"interrupted: the completed runs are kept in {cfg.out_dir}; the same command "
+                  f"with --resume{'' if args.out else f' --out {cfg.out_dir}'} finishes the sweep",
+                  file=sys.stderr)
+        return 130
     print(result["table"])
     print(f"results: {result['csv']}")
     return 0
@@ -148,7 +160,7 @@ _SIM_ARGS = {
     "eval.policies": "POLICIES", "eval.learned_guards": "--guard", "eval.learned": "POLICIES",
     "eval.capacities": "CAPACITIES", "eval.prefetchers": "--prefetch", "eval.presets": "--preset",
     "eval.bounds": "--bounds", "eval.mode": "--mode", "eval.capacity_of": "--capacity-of",
-    "eval.jobs": "--jobs", "allocator.clean_ahead": "--clean-ahead",
+    "eval.jobs": "--jobs", "allocator.clean_ahead": "--clean-ahead", "eval.resume": "--resume",
     "out_dir": "--out",
 }
 # (a key inside a Hydra override the message spells out, '++trace.options=...', stays as it is)
@@ -201,6 +213,7 @@ def sim_config(args: argparse.Namespace) -> Any:
         "eval.presets": _split(args.preset) or ["none"], "eval.bounds": [b for b in _split(args.bounds) if b != "none"],
         "allocator.clean_ahead": args.clean_ahead,
         "eval.plots": bool(args.plots), "eval.jobs": args.jobs, "eval.progress": sys.stderr.isatty(),  # a bar on a terminal
+        "eval.resume": bool(args.resume),
     }
     try:
         for key, value in values.items():

@@ -175,7 +175,7 @@ _registered = False
 
 def _out_or(out_dir: Any, default: str) -> str:
     """``out_dir`` if set, else ``default`` (the resolver ``cachegym.out_or``)."""
-    return default if out_dir is None or out_dir == "" else str(out_dir)
+    return default if out_dir is None or out_dir == "" else os.path.expanduser(str(out_dir))
 
 
 def register_configs() -> None:

@@ -506,8 +506,10 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     # the final files of an earlier sweep here describe another sweep: gone before the first run
-    for old in ("results.csv", "results.json"):
-        if os.path.isfile(os.path.join(out_dir, old)):
+    for old in sorted(os.listdir(out_dir)):
+        final = old in ("results.csv", "results.json") or (old.startswith("metrics__")
+                                                           and old.endswith(".png"))
+        if final and os.path.isfile(os.path.join(out_dir, old)):
             os.unlink(os.path.join(out_dir, old))
     keys = _run_keys(cfg, runs)
     options = dict(placement=placement, write_policy=write_policy, oversize=oversize,
@@ -547,8 +549,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                 bar.update(1)
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
-                        "same command with eval.resume=true to finish the sweep", len(done),
-                        len(runs), journal.path)
+                        "same command with eval.resume=true (cachegym sim: --resume and the same "
+                        "--out) to finish the sweep", len(done), len(runs), journal.path)
             raise
         finally:
             bar.close()
@@ -702,7 +704,7 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                         f"a worker process ended abruptly (out of memory? each of the {jobs} "
                         f"holds the traces) while tasks were in flight, {tasks[i][3]} among them; "
                         "run again with fewer jobs (the evaluator keeps the completed runs: "
-                        "eval.resume=true)") from None
+                        "eval.resume=true; a run that kills its worker does so again)") from None
     finally:  # (an error: the queued tasks are dropped; those running end with their task)
         workers.shutdown(wait=not pending, cancel_futures=True)
 
@@ -761,12 +763,32 @@ def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
     for t, spec in runs:
         if id(t) not in traces:
             traces[id(t)] = digest([_sha(a.tobytes()) for a in (t.key, t.size, t.op, t.compute_ns, t.kind)])
-        if spec.learned is not None and spec.learned not in files:
-            with open(spec.learned, "rb") as f:
-                files[spec.learned] = _sha(f.read())
+        used = _input_files(spec)
+        for path in used:
+            if path not in files:
+                with open(path, "rb") as f:
+                    files[path] = _sha(f.read())
         keys.append(digest({"common": common, "trace": traces[id(t)], "spec": asdict(spec),
-                            "policy_file": files.get(spec.learned or "")}))
+                            "policy_file": files.get(spec.learned or ""),
+                            "files": [files[p] for p in used if p != spec.learned]}))
     return keys
+
+
+def _input_files(spec: RunSpec) -> list[str]:
+    """The files besides the trace whose bytes decide a run's row: its exported policy, its
+    preset file, the ``FILE.py`` of a policy or prefetcher of the user's, a ``learned:PATH``
+    prefetcher's file (a module named ``module:Class`` is not hashed: it is not one file)."""
+    out = [spec.learned] if spec.learned is not None else []
+    if spec.preset.endswith(".json"):
+        out.append(os.path.expanduser(spec.preset))
+    for name in (spec.policy, spec.prefetch):
+        if name.startswith(LEARNED_PREFETCH):
+            out.append(os.path.expanduser(name[len(LEARNED_PREFETCH):]))
+            continue
+        where, sep, _ = name.strip().rpartition(":")
+        if sep and where.endswith(".py"):
+            out.append(os.path.abspath(os.path.expanduser(where)))
+    return [p for p in out if os.path.isfile(p)]
 
 
 def _sha(b: bytes) -> str:

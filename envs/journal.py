@@ -112,11 +112,19 @@ def replace_atomically(path: str, write: Callable[[IO[str]], Any], *, binary: bo
     return path
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then put back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def _temporary_beside(path: str, binary: bool) -> Iterator[tuple[Any, str]]:
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # (mkstemp makes it 0600: the file's own mode, as open())
         f: IO[Any] = (os.fdopen(fd, "wb") if binary
                       else os.fdopen(fd, "w", newline="", encoding="utf-8"))
         with f:

@@ -24,6 +24,7 @@ import csv
 import logging
 import math
 import os
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -90,6 +91,12 @@ def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
                           "write the results in") from None
     except OSError as e:  # a file in the path, no permission, ...
         raise ConfigError(f"out_dir: cannot create the directory {out!r} ({e.strerror}); give a "
+                          "writable directory") from None
+    try:  # (an existing directory may refuse writes: say so now, not by a traceback later)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise ConfigError(f"out_dir: cannot write in the directory {out!r} ({e.strerror}); give a "
                           "writable directory") from None
     return out
 

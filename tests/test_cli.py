@@ -246,3 +246,31 @@ def test_sim_cleans_ahead_of_eviction_under_a_preset(tmp_path: Path) -> None:
     assert (a["misses"], a["evictions"], a["bytes_h2d"]) == (b["misses"], b["evictions"], b["bytes_h2d"])
     assert int(b["stall_ns"]) < 0.7 * int(a["stall_ns"])  # (61.6 -> 34.4 ms; the reads stall alike)
     assert int(a["bytes_d2h"]) <= int(b["bytes_d2h"]) <= 1.2 * int(a["bytes_d2h"])
+
+
+def test_sim_resumes_an_interrupted_sweep_in_its_out_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The evaluator's advice after an interruption (run the same command to resume) is one a
+    sim can follow: --resume with the same --out reuses its completed runs."""
+    import cachegym.envs.evaluation as evaluation
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:  # (its default --out is a new folder)
+        cli.main(["sim", "data/traces/gpt.npz", "npz", "lru", "25%", "--resume"])
+    assert e.value.code == 2 and "--resume needs the --out" in capsys.readouterr().err
+    argv = ["sim", "data/traces/gpt.npz", "npz", "lru,fifo", "25%", "--out", "o", "--bounds", "none"]
+    real = evaluation.run_one
+    calls: list[int] = []
+
+    def interrupted(*args, **kwargs):  # the second run is interrupted
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "run_one", interrupted)
+    assert cli.main(argv) == 130
+    assert "the same command with --resume finishes the sweep" in capsys.readouterr().err
+    monkeypatch.setattr(evaluation, "run_one", real)
+    assert cli.main([*argv, "--resume"]) == 0
+    assert {r["policy"] for r in _rows(tmp_path / "o") if r["row_kind"] == "policy"} == {"lru", "fifo"}
