@@ -596,10 +596,16 @@ _WORK: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] | N
 
 
 def _start_worker(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
-                  env: dict[str, str], counter: Any = None) -> None:
+                  env: dict[str, str], counter: Any = None, stop: Any = None,
+                  parent: int | None = None) -> None:
     global _WORK, _PROGRESS
     _WORK = tasks
     os.environ.update(env)  # (a forkserver's children inherit its environment, not the caller's)
+    if stop is not None and parent is not None:
+        import threading
+
+        threading.Thread(target=_watch, args=(stop, parent), daemon=True,
+                         name="cachegym-worker-watch").start()
     if counter is not None:  # the runs' rows replayed, added to the count all workers share
 
         def report(n: int) -> None:
@@ -607,6 +613,20 @@ def _start_worker(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[st
                 counter.value += n
 
         _PROGRESS = report
+
+
+def _watch(stop: Any, parent: int) -> None:
+    """A worker's watch: it ends the worker process, whatever its task is doing, once the sweep
+    stops (``stop`` set: an interruption or another task's error) or the process that started
+    the sweep is gone (killed: its workers would otherwise run on, orphaned)."""
+    while not stop.wait(0.5):
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            break
+        except OSError:  # (another user's process of that id: not ours any more)
+            break
+    os._exit(1)
 
 
 def _rows_done(done: int, rows: int) -> str:
@@ -681,7 +701,9 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     env = {v: "1" if old is None else old for v, old in saved.items()}
     ctx = mp.get_context(method)
     counter = ctx.Value("q", 0) if rows else None  # rows replayed, all workers
-    workers = ProcessPoolExecutor(min(jobs, len(todo)), ctx, _start_worker, (tasks, env, counter))
+    stop = ctx.Event()  # set when the sweep stops early: the workers end at once (_watch)
+    workers = ProcessPoolExecutor(min(jobs, len(todo)), ctx, _start_worker,
+                                  (tasks, env, counter, stop, os.getpid()))
     os.environ.update(env)
     try:
         pending = {workers.submit(_task_in_worker, i): i for i in todo}
@@ -705,7 +727,10 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                         f"holds the traces) while tasks were in flight, {tasks[i][3]} among them; "
                         "run again with fewer jobs (the evaluator keeps the completed runs: "
                         "eval.resume=true; a run that kills its worker does so again)") from None
-    finally:  # (an error: the queued tasks are dropped; those running end with their task)
+    finally:  # (an error or an interruption: the queued tasks are dropped, the running ones
+        # end at once, their workers with them, rather than when their task is done)
+        if pending:
+            stop.set()
         workers.shutdown(wait=not pending, cancel_futures=True)
 
 

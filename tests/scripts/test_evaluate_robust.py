@@ -358,3 +358,24 @@ def test_out_dir_takes_a_home_path_and_refuses_an_unwritable_one(
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:
     raise PermissionError(13, "Permission denied")
+
+
+def test_a_stuck_run_in_a_worker_does_not_outlive_the_sweep(tmp_path: Path) -> None:
+    """One run fails while another is stuck in its policy, in two workers: the sweep ends with
+    the error at once; the stuck worker ended with it (it ran on, and the process's exit waited
+    for it, for ever)."""
+    (tmp_path / "mine.py").write_text(
+        "from cachegym.policies.lru import LRU\n\n"
+        "class Stuck(LRU):\n    def victim(self, view):\n        while True:\n            pass\n\n"
+        "class Fails(LRU):\n    def victim(self, view):\n        raise ValueError('no')\n")
+    t = Trace.from_arrays(list(range(50)) * 4, 100)
+    t.save(tmp_path / "t.npz")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"),
+                        f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.2]",
+                        f"eval.policies=[{tmp_path / 'mine.py'}:Stuck,{tmp_path / 'mine.py'}:Fails]",
+                        "eval.plots=false", "eval.progress=false", "eval.bounds=[]", "eval.jobs=2",
+                        f"out_dir={tmp_path / 'o'}"], cwd=tmp_path, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert r.returncode == 2 and "raised ValueError('no') in victim" in r.stderr
+    assert time.monotonic() - t0 < 60
