@@ -619,7 +619,10 @@ def _watch(stop: Any, parent: int) -> None:
     """A worker's watch: it ends the worker process, whatever its task is doing, once the sweep
     stops (``stop`` set: an interruption or another task's error) or the process that started
     the sweep is gone (killed: its workers would otherwise run on, orphaned)."""
-    while not stop.wait(0.5):
+    import time as _time
+
+    while not stop.value:  # (a lock-free byte: a worker killed mid-read leaves no lock held)
+        _time.sleep(0.25)
         try:
             os.kill(parent, 0)
         except ProcessLookupError:
@@ -701,7 +704,7 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     env = {v: "1" if old is None else old for v, old in saved.items()}
     ctx = mp.get_context(method)
     counter = ctx.Value("q", 0) if rows else None  # rows replayed, all workers
-    stop = ctx.Event()  # set when the sweep stops early: the workers end at once (_watch)
+    stop = ctx.RawValue("b", 0)  # 1 when the sweep stops early: the workers end (_watch)
     workers = ProcessPoolExecutor(min(jobs, len(todo)), ctx, _start_worker,
                                   (tasks, env, counter, stop, os.getpid()))
     os.environ.update(env)
@@ -722,15 +725,18 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                 try:
                     yield f.result()
                 except BrokenProcessPool:
+                    left = [tasks[j][3] for j in sorted({i, *pending.values()})]
                     raise CachegymError(
-                        f"a worker process ended abruptly (out of memory? each of the {jobs} "
-                        f"holds the traces) while tasks were in flight, {tasks[i][3]} among them; "
-                        "run again with fewer jobs (the evaluator keeps the completed runs: "
-                        "eval.resume=true; a run that kills its worker does so again)") from None
+                        f"a worker process ended abruptly (out of memory: each of the {jobs} workers "
+                        "holds the traces; a signal; or a policy that ends its process) while "
+                        f"one of these {len(left)} tasks ran: {'; '.join(left[:jobs + 2])}"
+                        f"{'; ...' if len(left) > jobs + 2 else ''}. The completed runs are kept "
+                        "(eval.resume=true); run again with fewer jobs, or the suspect policy "
+                        "alone (eval.jobs=1 names a policy's error)") from None
     finally:  # (an error or an interruption: the queued tasks are dropped, the running ones
         # end at once, their workers with them, rather than when their task is done)
         if pending:
-            stop.set()
+            stop.value = 1
         workers.shutdown(wait=not pending, cancel_futures=True)
 
 

@@ -379,3 +379,21 @@ def test_a_stuck_run_in_a_worker_does_not_outlive_the_sweep(tmp_path: Path) -> N
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert r.returncode == 2 and "raised ValueError('no') in victim" in r.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_a_worker_that_dies_names_the_runs_it_may_have_run(tmp_path: Path) -> None:
+    """A policy that ends its worker process (os._exit; a segfault alike): the error lists the
+    tasks in flight or queued, the dying policy's among them, rather than one of them."""
+    from cachegym.allocator.errors import CachegymError
+
+    (tmp_path / "mine.py").write_text(
+        "import os\nfrom cachegym.policies.lru import LRU\n\n"
+        "class Dies(LRU):\n    def victim(self, view):\n        os._exit(3)\n")
+    t = Trace.from_arrays(list(range(50)) * 4, 100)
+    t.save(tmp_path / "t.npz")
+    spec = f"{tmp_path / 'mine.py'}:Dies"
+    with pytest.raises(CachegymError, match=f"a worker process ended abruptly .*run '{spec}'"):
+        evaluate(_compose([f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.2]",
+                           f"eval.policies=[{spec},fifo]", "eval.plots=false",
+                           "eval.progress=false", "eval.bounds=[]", "eval.jobs=2",
+                           f"out_dir={tmp_path / 'o'}"]))
