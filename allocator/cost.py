@@ -20,12 +20,13 @@ import json
 import logging
 import os
 from dataclasses import MISSING, asdict, dataclass, fields
+from typing import Any
 
 import cython
 
 from cachegym.allocator.errors import ConfigError
 
-__all__ = ["Preset", "PRESETS", "CostModel", "CLOCK_MAX", "get_preset", "load_preset"]
+__all__ = ["Preset", "PRESETS", "CostModel", "CLOCK_MAX", "get_preset", "load_preset", "resolve_preset"]
 
 CLOCK_MAX = 1 << 62  # ns; the simulated clock and every completion time stay at or below it
 MIN_GBPS = 1e-3  # 1 MB/s: a copy of the largest object (2**48 bytes) takes < 2**58 ns
@@ -103,6 +104,19 @@ def get_preset(name: str) -> Preset:
     )
 
 
+def resolve_preset(cost: Any) -> Preset | None:
+    """The :class:`Preset` a pool's ``cost`` names: a preset's name or a preset ``.json`` file
+    (:func:`get_preset`), a :class:`Preset`, or ``None`` (copies take no time); anything else is a
+    :class:`ConfigError` naming the value and the presets."""
+    if cost is None or isinstance(cost, Preset):
+        return cost
+    if isinstance(cost, str):
+        return get_preset(cost)
+    raise ConfigError(f"cost={cost!r} ({type(cost).__name__}): give a timing preset's name (one of "
+                      f"{sorted(PRESETS)}), a preset .json file scripts/gpu_check.py wrote, a "
+                      "cachegym.allocator.cost.Preset, or None (instant copies)")
+
+
 def load_preset(path: str) -> Preset:
     try:
         with open(path) as f:
@@ -136,12 +150,7 @@ class CostModel:
     """
 
     def __init__(self, preset: Preset | str | None = None) -> None:
-        if isinstance(preset, str):
-            preset = get_preset(preset)
-        elif preset is not None and not isinstance(preset, Preset):
-            raise ConfigError(f"cost must be a preset name ({', '.join(PRESETS)}), a preset file "
-                              f"(.json, scripts/gpu_check.py writes one), a Preset or None (copies "
-                              f"take no time), got {preset!r}")
+        preset = resolve_preset(preset)
         self.preset = preset
         self.instant = preset is None
         self.now = 0

@@ -154,6 +154,12 @@ def policy_label(policy: object) -> str:
     return f"{name!r} ({type(inner).__name__})"
 
 
+def backend_cause(err: BaseException) -> str:
+    """A backend's failure as a :class:`BackendError`'s message quotes it: its own message
+    for a ``BackendError``, ``Type: message`` for any other exception (a ``MemoryError``)."""
+    return str(err) if isinstance(err, BackendError) else f"{type(err).__name__}: {err}"
+
+
 class PoolError(CachegymError):
     """A pool operation could not be carried out. The pool is unchanged and consistent."""
 

@@ -7,6 +7,9 @@ from cachegym.allocator.cost cimport CostModel
 from cachegym.allocator.records cimport Counters, ObjectInfo
 
 
+cdef void _check_request(str op, bint new, object key, object size) except *
+
+
 cdef class Loop:
     cdef public long long capacity
     cdef public CostModel cost

@@ -59,6 +59,7 @@ from cachegym.allocator.errors import (
     PolicyError,
     PoolExhausted,
     UnknownKey,
+    backend_cause,
 )
 from cachegym.allocator.records import Counters, EvictionRequest, ObjectInfo
 from cachegym.allocator.seams import (
@@ -109,6 +110,19 @@ def _untraced(err: BaseException) -> BaseException:
         e.__traceback__ = None
         stack += (e.__cause__, e.__context__)
     return err
+
+
+def _check_request(op: str, new: bool, key: Any, size: Any) -> None:
+    """Refuse (:class:`ConfigError`, naming ``op``) a request's size that is not an integer
+    number of bytes in 1 .. :data:`MAX_SIZE`, or a key that is not an integer where the request
+    would create the object (``new``)."""
+    if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
+            or size > MAX_SIZE):
+        raise ConfigError(f"{op}: object {key!r} needs a size that is an integer number of "
+                          f"bytes in 1 .. 2**48, got {size!r}")
+    if new and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
+        raise ConfigError(f"{op}: keys are integers (a trace's int64 key column), got "
+                          f"{key!r} of type {type(key).__name__}")
 
 
 @cython.cclass
@@ -560,13 +574,7 @@ class Loop:
         bytes needs; raises, changing nothing, when the caller may not make the request: a size
         that is not an integer number of bytes > 0, a new key that is not an integer, an object
         larger than the pool (unless it bypasses them)."""
-        if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
-                or size > MAX_SIZE):
-            raise ConfigError(f"access: object {key!r} needs a size that is an integer number of "
-                              f"bytes in 1 .. 2**48, got {size!r}")
-        if o is None and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
-            raise ConfigError(f"access: keys are integers (a trace's int64 key column), got "
-                              f"{key!r} of type {type(key).__name__}")
+        _check_request("access", o is None, key, size)
         need = (int(size) + self._fp_mask) & ~self._fp_mask  # place.footprint(size), without the call
         if need > self._place.capacity and not self.bypass_oversize:
             raise ObjectTooLarge(key, int(size), self._place.capacity, self.capacity)
@@ -703,13 +711,7 @@ class Loop:
                     raise ConfigError(f"prefetch: the pool forgot object {key!r} when it left the "
                                       "device (forget_evicted=True); pass its size")
                 raise UnknownKey(key, "prefetch")
-            if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
-                    or size > MAX_SIZE):
-                raise ConfigError(f"prefetch: object {key!r} needs a size that is an integer "
-                                  f"number of bytes in 1 .. 2**48, got {size!r}")
-            if not isinstance(key, (int, np.integer)) or isinstance(key, bool):
-                raise ConfigError(f"prefetch: keys are integers (a trace's int64 key column), "
-                                  f"got {key!r} of type {type(key).__name__}")
+            _check_request("prefetch", True, key, size)
         if self._owed:
             self._settle()
         self._retire()
@@ -1278,8 +1280,7 @@ class Loop:
             what = ("the copy of object {k} to host memory failed ({e}); it stays on the "
                     "device, dirty, with its bytes: it is written back again when evicted or "
                     "flushed")
-        cause = err if isinstance(err, BackendError) else f"{type(err).__name__}: {err}"
-        e = BackendError(what.format(k=key, e=cause), key=key, direction=direction)
+        e = BackendError(what.format(k=key, e=backend_cause(err)), key=key, direction=direction)
         e.__cause__ = err  # (as ``raise e from err`` does, for errors collected before raising)
         return e
 

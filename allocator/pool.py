@@ -32,6 +32,7 @@ from cachegym.allocator.errors import (
     ObjectTooLarge,
     PolicyError,
     PoolExhausted,
+    backend_cause,
 )
 from cachegym.allocator.loop import COMPILED, REPLAY_CHUNK, Loop
 from cachegym.allocator.records import Counters, EvictionRequest, ObjectInfo
@@ -490,8 +491,7 @@ class Pool(Loop):
             except PolicyError as fe:  # the policy refused the free: it stays
                 left = (f"object {key} stays, unwritten (it reads as zeros), since freeing it "
                         f"failed too: {fe}")
-        cause = err if isinstance(err, BackendError) else f"{type(err).__name__}: {err}"
-        raise BackendError(f"{what} failed ({cause}); these bytes are not stored ({left}): put "
+        raise BackendError(f"{what} failed ({backend_cause(err)}); these bytes are not stored ({left}): put "
                            "it again", key=key, direction=direction) from err
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
@@ -512,8 +512,8 @@ class Pool(Loop):
                 try:
                     return be.stream_in(key, o.size)
                 except Exception as e:  # the backend's error or any other
-                    cause = e if isinstance(e, BackendError) else f"{type(e).__name__}: {e}"
-                    raise BackendError(f"streaming object {key} to the device failed ({cause}); it "
+                    raise BackendError(f"streaming object {key} to the device failed "
+                                       f"({backend_cause(e)}); it "
                                        "stays in host memory, where its bytes are: get it again "
                                        "to retry", key=key, direction="h2d") from e
             try:
@@ -521,7 +521,7 @@ class Pool(Loop):
                 return buf.copy() if copy else buf
             except Exception as e:  # the object stays where it is, with its bytes
                 raise BackendError(f"reading object {key} from its device block failed "
-                                   f"({type(e).__name__}: {e}); "
+                                   f"({backend_cause(e)}); "
                                    "it stays on the device with its bytes: get it again to retry",
                                    key=key, direction="d2h") from e
 

@@ -234,17 +234,11 @@ def check_cost(cost: Any) -> Any:
     (``"h100_pcie5"``), a preset ``.json`` file (a path) or a :class:`~allocator.cost.Preset`;
     anything else, an unknown name or a missing file is a :class:`ConfigError` naming the
     value and the presets."""
-    from cachegym.allocator.cost import PRESETS, Preset, get_preset
+    from cachegym.allocator.cost import resolve_preset
 
-    if cost is None or isinstance(cost, Preset):
-        return cost
     if isinstance(cost, os.PathLike):
         cost = os.fspath(cost)
-    if not isinstance(cost, str):
-        raise ConfigError(f"cost={cost!r} ({type(cost).__name__}): give a timing preset's name (one of "
-                          f"{sorted(PRESETS)}), a preset .json file scripts/gpu_check.py wrote, a "
-                          "cachegym.allocator.cost.Preset, or None (instant copies)")
-    get_preset(cost)  # an unknown name or a missing file, refused now
+    resolve_preset(cost)  # the pool's own check (a wrong type, an unknown name, a missing file), now
     return cost
 
 

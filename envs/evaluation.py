@@ -619,15 +619,11 @@ def _watch(stop: Any, parent: int) -> None:
     """A worker's watch: it ends the worker process, whatever its task is doing, once the sweep
     stops (``stop`` set: an interruption or another task's error) or the process that started
     the sweep is gone (killed: its workers would otherwise run on, orphaned)."""
-    import time as _time
-
     while not stop.value:  # (a lock-free byte: a worker killed mid-read leaves no lock held)
-        _time.sleep(0.25)
+        time.sleep(0.25)
         try:
             os.kill(parent, 0)
-        except ProcessLookupError:
-            break
-        except OSError:  # (another user's process of that id: not ours any more)
+        except OSError:  # gone (or the id now another user's process: not ours any more)
             break
     os._exit(1)
 
