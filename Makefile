@@ -11,7 +11,10 @@ install: $(VENV)/.installed $(VENV)/.built
 # the compiled core's sources (setup.py's CORE and their .pxd): when one changes, the extension
 # modules are rebuilt in place, so a checkout never runs a core compiled from older source
 CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/records.p* allocator/loop.p* \
-	allocator/pool.p* policies/kernels.p*)
+	allocator/pool.p* policies/kernels.p* allocator/seams.p* policies/base.p* policies/lru.p* \
+	policies/classic.p* policies/adaptive.p* policies/priority.p* policies/lirs.p* \
+	policies/shadow.p* policies/features.p* policies/prefetch.p* policies/learned/models.p* \
+	policies/learned/guards.p* policies/learned/policy.p* policies/learned/prefetch_head.p*)
 
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	touch $@ $(VENV)/.built
 
 $(VENV)/.built: $(VENV)/.installed $(CORE_SRC)
-	$(PY) setup.py -q build_ext --inplace
+	$(PY) setup.py -q build_ext --inplace -j 2
 	touch $@
 
 demo: install

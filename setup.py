@@ -1,21 +1,32 @@
 """Builds the compiled core (metadata lives in pyproject.toml).
 
-The core's modules are ordinary Python files typed for Cython's pure-Python mode (each ``.py``
-has a ``.pxd`` beside it with the native layout): where Cython and a C compiler are present they
-are compiled from that one source; elsewhere the package installs and runs them interpreted,
-with the same results.
+The core's modules are ordinary Python files, typed for Cython's pure-Python mode (``TYPED``: each
+``.py`` has a ``.pxd`` beside it with the native layout) or compiled as they are (``PLAIN``):
+where Cython and a C compiler are present they are compiled from that one source; elsewhere the
+package installs and runs them interpreted, with the same results.
 """
 
 import os
 
 from setuptools import Extension, setup
 
-# the modules compiled from their .py (allocator/__init__.py names the same list for
+# the modules compiled from their .py (allocator/_purepy.py names the same list for
 # CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
 # (named through the ``cachegym/`` folder, so that each is compiled as ``cachegym.allocator.pool``
-# and the .pxd cimports resolve by those names)
-CORE = ["cachegym/allocator/arena.py", "cachegym/allocator/cost.py", "cachegym/allocator/records.py",
-        "cachegym/allocator/loop.py", "cachegym/allocator/pool.py", "cachegym/policies/kernels.py"]
+# and the .pxd cimports resolve by those names). TYPED: the core, each with a .pxd beside it (its
+# native layout). PLAIN: the code every access runs beside the core (the policies' hooks, the
+# view they read the pool through, the feature tracker, the guard and its experts' shadow
+# pools), compiled as ordinary Python classes and functions: the same semantics, no interpreter
+# loop (a Python subclass of a policy, e.g. the README's MRU, works as with the .py).
+TYPED = ["cachegym/allocator/arena.py", "cachegym/allocator/cost.py", "cachegym/allocator/records.py",
+         "cachegym/allocator/loop.py", "cachegym/allocator/pool.py", "cachegym/policies/kernels.py"]
+PLAIN = ["cachegym/allocator/seams.py", "cachegym/policies/base.py", "cachegym/policies/lru.py",
+         "cachegym/policies/classic.py", "cachegym/policies/adaptive.py",
+         "cachegym/policies/priority.py", "cachegym/policies/lirs.py", "cachegym/policies/shadow.py",
+         "cachegym/policies/features.py", "cachegym/policies/prefetch.py",
+         "cachegym/policies/learned/models.py", "cachegym/policies/learned/guards.py",
+         "cachegym/policies/learned/policy.py", "cachegym/policies/learned/prefetch_head.py"]
+CORE = TYPED + PLAIN
 
 
 def _vector_flags() -> list[str]:

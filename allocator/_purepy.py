@@ -16,9 +16,16 @@ import sys
 from types import ModuleType
 from typing import Any
 
-# the modules setup.py compiles (keep the two lists equal: tests/allocator/test_core.py checks)
+# the modules setup.py compiles, TYPED and PLAIN (keep the lists equal: tests/allocator/test_core.py
+# checks)
 CORE = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.records",
-        "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels")
+        "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels",
+        "cachegym.allocator.seams", "cachegym.policies.base", "cachegym.policies.lru",
+        "cachegym.policies.classic", "cachegym.policies.adaptive", "cachegym.policies.priority",
+        "cachegym.policies.lirs", "cachegym.policies.shadow", "cachegym.policies.features",
+        "cachegym.policies.prefetch", "cachegym.policies.learned.models",
+        "cachegym.policies.learned.guards", "cachegym.policies.learned.policy",
+        "cachegym.policies.learned.prefetch_head")
 
 
 def requested() -> bool:
