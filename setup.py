@@ -6,9 +6,13 @@ where Cython and a C compiler are present they are compiled from that one source
 package installs and runs them interpreted, with the same results.
 """
 
+import importlib.util
+import json
 import os
+from types import ModuleType
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 # the modules compiled from their .py (allocator/_purepy.py names the same list for
 # CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
@@ -47,6 +51,33 @@ def _vector_flags() -> list[str]:
     return ["-mavx2"] if "avx2" in flags else []
 
 
+class BuildExt(build_ext):
+    """build_ext, then a record of the sources each built module was compiled from
+    (``allocator/_built.json`` beside the extension modules: module -> SHA-256 of its .py and
+    .pxd), by which ``import cachegym`` finds a module whose source changed after the build and
+    runs the sources interpreted rather than the stale build (allocator/_purepy.py)."""
+
+    def run(self) -> None:
+        super().run()
+        record, hashes = {}, _purepy()
+        for ext in self.extensions:
+            if os.path.exists(self.get_ext_fullpath(ext.name)):
+                record[ext.name] = hashes.source_hash(os.path.join(*ext.name.split(".")))
+        out = os.path.join(os.path.dirname(self.get_ext_fullpath("cachegym.allocator.loop")), "_built.json")
+        with open(out, "w") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+
+
+def _purepy() -> ModuleType:
+    """allocator/_purepy.py (standard library only), loaded by path: its ``source_hash`` is the
+    one the record is checked with."""
+    spec = importlib.util.spec_from_file_location("_cachegym_purepy", os.path.join("allocator", "_purepy.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def core_extensions() -> list[Extension]:
     if os.environ.get("CACHEGYM_NO_COMPILE", "") not in ("", "0"):
         return []
@@ -67,4 +98,4 @@ def core_extensions() -> list[Extension]:
     return exts
 
 
-setup(ext_modules=core_extensions())
+setup(ext_modules=core_extensions(), cmdclass={"build_ext": BuildExt})

@@ -4,6 +4,8 @@ from cachegym.allocator import _purepy
 
 if _purepy.requested():  # run the core interpreted even where it is compiled
     _purepy.install()
+else:  # a module edited since the build runs as edited (interpreted, with a warning)
+    _purepy.check_build()
 
 from cachegym.allocator.arena import Arena, ByteAccounting
 from cachegym.allocator.backends import Backend, NumpyBackend

@@ -1,6 +1,8 @@
 """``CACHEGYM_PURE_PYTHON=1``: run the core's modules from their ``.py`` source even where they
 are compiled (Cython pure-Python mode builds ``allocator/X.py`` into an extension module of the
-same name, which Python would otherwise import first).
+same name, which Python would otherwise import first). The same happens, with a warning, where a
+compiled module's source changed after the build (:func:`stale`: an edited policy runs as
+edited, interpreted, until it is rebuilt).
 
 Installed by ``allocator/__init__`` before anything imports the core. It uses importlib's public
 machinery only: for each name in :data:`CORE`, a spec that loads the ``.py`` in its package.
@@ -8,11 +10,14 @@ machinery only: for each name in :data:`CORE`, a spec that loads the ``.py`` in 
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -28,8 +33,50 @@ CORE = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocat
         "cachegym.policies.learned.prefetch_head")
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))  # allocator/
+_PACKAGE = os.path.dirname(_HERE)  # cachegym/
+
+
 def requested() -> bool:
     return os.environ.get("CACHEGYM_PURE_PYTHON", "") not in ("", "0")
+
+
+def source_hash(stem: str) -> str:
+    """SHA-256 of a module's ``.py`` and, where there is one, its ``.pxd`` (``stem``: the path
+    without the suffix), as setup.py's build records it."""
+    h = hashlib.sha256()
+    for suffix in (".py", ".pxd"):
+        if os.path.exists(stem + suffix):
+            with open(stem + suffix, "rb") as f:
+                h.update(suffix.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+def stale(record: str | None = None) -> list[str]:
+    """The compiled modules whose source differs from the one they were built from, by the
+    build's record (``allocator/_built.json``, written by setup.py's build_ext; none where
+    nothing was built, or where the record cannot be read)."""
+    record = os.path.join(_HERE, "_built.json") if record is None else record
+    try:
+        with open(record) as f:
+            built = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(built, dict):
+        return []
+    return [name for name in CORE if name in built
+            and source_hash(os.path.join(_PACKAGE, *name.split(".")[1:])) != built[name]]
+
+
+def check_build() -> None:
+    """Where a compiled module is stale (:func:`stale`), warn and run the core from its source."""
+    changed = stale()
+    if changed:
+        warnings.warn(f"cachegym: {', '.join(changed)} changed after it was compiled; running the "
+                      "core interpreted (the same results, slower) until it is rebuilt: `make "
+                      "install`, or `python setup.py build_ext --inplace` in the checkout",
+                      RuntimeWarning, stacklevel=3)
+        install()
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
@@ -37,8 +84,7 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
                   ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in CORE:
             return None
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # cachegym/
-        src = os.path.join(package, *fullname.split(".")[1:]) + ".py"
+        src = os.path.join(_PACKAGE, *fullname.split(".")[1:]) + ".py"
         loader = importlib.machinery.SourceFileLoader(fullname, src)
         return importlib.util.spec_from_file_location(fullname, src, loader=loader)
 

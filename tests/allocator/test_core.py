@@ -89,3 +89,40 @@ def test_a_compiled_module_is_not_older_than_its_source() -> None:
             assert os.path.getmtime(src) <= built, (
                 f"{m.__file__} was built before {src} last changed: rebuild with `make install` "
                 "or `python setup.py build_ext --inplace`")
+
+
+def test_the_build_records_the_sources_of_what_it_compiled() -> None:
+    """setup.py's build_ext writes allocator/_built.json: each module it built and the hash of
+    the sources it was built from, the same hash ``_purepy.source_hash`` gives now."""
+    record = ROOT / "allocator" / "_built.json"
+    built = [n for n in _purepy.CORE if not importlib.import_module(n).__file__.endswith(".py")]  # type: ignore[union-attr]
+    if not built:
+        pytest.skip("nothing is compiled here (no C compiler, or CACHEGYM_PURE_PYTHON=1)")
+    names = json.loads(record.read_text())
+    assert set(built) <= set(names)
+    assert _purepy.stale() == []
+
+
+def test_a_module_edited_after_the_build_is_found_stale(tmp_path: Path) -> None:
+    good = {n: _purepy.source_hash(str(ROOT / n.split(".", 1)[1].replace(".", "/"))) for n in _purepy.CORE}
+    rec = tmp_path / "_built.json"
+    rec.write_text(json.dumps(good))
+    assert _purepy.stale(str(rec)) == []
+    rec.write_text(json.dumps({**good, "cachegym.policies.lru": "0" * 64}))
+    assert _purepy.stale(str(rec)) == ["cachegym.policies.lru"]
+    for unreadable in ("{", "[1]"):
+        rec.write_text(unreadable)
+        assert _purepy.stale(str(rec)) == []
+    assert _purepy.stale(str(tmp_path / "missing.json")) == []
+
+
+def test_a_stale_build_warns_and_runs_the_sources(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = []
+    monkeypatch.setattr(_purepy, "stale", lambda record=None: ["cachegym.policies.lru"])
+    monkeypatch.setattr(_purepy, "install", lambda: installed.append(True))
+    with pytest.warns(RuntimeWarning, match=r"cachegym.policies.lru changed after it was compiled.*make install"):
+        _purepy.check_build()
+    assert installed == [True]
+    monkeypatch.setattr(_purepy, "stale", lambda record=None: [])
+    _purepy.check_build()
+    assert installed == [True]
