@@ -72,7 +72,7 @@ from cachegym.allocator.seams import (
     PoolView,
     PrefetchPolicy,
     eviction_order_of,
-    is_noop,
+    hook_of,
     optional_hooks,
     untracked_free_hook,
 )
@@ -232,8 +232,8 @@ class Loop:
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
         hooks = optional_hooks(policy)
         self._touch = hooks.touch
-        self._on_hit = None if is_noop(policy, "on_hit") else policy.on_hit
-        self._on_miss = None if is_noop(policy, "on_miss") else policy.on_miss
+        self._on_hit = hook_of(policy, "on_hit")
+        self._on_miss = hook_of(policy, "on_miss")
         self._admit = hooks.admit
         self._due = hooks.pending_evictions
 

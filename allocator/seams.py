@@ -70,9 +70,9 @@ if TYPE_CHECKING:
     from cachegym.allocator.loop import Loop
     from cachegym.allocator.records import Counters, ObjectInfo
 
-__all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase",
+__all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase", "Forwarding",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook",
-           "eviction_order_of", "is_noop", "check_policies", "REQUIRED_HOOKS",
+           "eviction_order_of", "is_noop", "hook_of", "check_policies", "REQUIRED_HOOKS",
            "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
@@ -259,6 +259,63 @@ class EvictionPolicyBase:
         return f"{type(self).__name__}()"
 
 
+class Forwarding(EvictionPolicyBase):
+    """``wrapped`` with something added: the pool calls this object, which forwards every hook
+    and optional member to ``wrapped`` (its optional members as ``wrapped`` has them, ``None``
+    where it has none), except those a subclass defines itself. The evaluator's ``TimedPolicy``
+    times ``victim``; :class:`~policies.features.Observed` shows every hook to a feature tracker
+    too; a guard's shadow pools report each eviction. ``touch`` is ``wrapped``'s only where the
+    subclass keeps this class's ``on_hit`` (a hit must not bypass an ``on_hit`` of its own).
+    Errors name ``wrapped``'s class (:func:`~allocator.errors.policy_label`)."""
+
+    def __init__(self, wrapped: EvictionPolicy) -> None:
+        self.wrapped = wrapped
+        self.name = wrapped.name
+
+    def victim(self, view: PoolView) -> int | None:
+        return self.wrapped.victim(view)
+
+    def on_hit(self, view: PoolView, key: int) -> None:
+        self.wrapped.on_hit(view, key)
+
+    def on_miss(self, view: PoolView, key: int) -> None:
+        self.wrapped.on_miss(view, key)
+
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self.wrapped.on_insert(view, key)
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.wrapped.on_evict(view, key)
+
+    def on_free(self, view: PoolView, key: int) -> None:
+        self.wrapped.on_free(view, key)
+
+    @property
+    def touch(self) -> Callable[[int], object] | None:
+        if type(self).on_hit is not Forwarding.on_hit:
+            return None
+        return optional_hooks(self.wrapped).touch
+
+    @property
+    def admit(self) -> Callable[[PoolView, int, int], bool] | None:  # type: ignore[override]
+        return optional_hooks(self.wrapped).admit
+
+    @property
+    def pending_evictions(self) -> Callable[[], Iterable[int]] | None:  # type: ignore[override]
+        return optional_hooks(self.wrapped).pending_evictions
+
+    @property
+    def on_free_untracked(self) -> Callable[[PoolView, int], None] | None:  # type: ignore[override]
+        return untracked_free_hook(self.wrapped)
+
+    @property
+    def eviction_order(self) -> Callable[[], Iterable[int]] | None:  # type: ignore[override]
+        return eviction_order_of(self.wrapped)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.wrapped!r})"
+
+
 class PrefetchPolicyBase:
     name = "none"
 
@@ -337,6 +394,15 @@ def is_noop(policy: EvictionPolicy, hook: str) -> bool:
     the pool may skip calling it)."""
     fn = getattr(type(policy), hook, None)
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
+
+
+def hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any] | None:
+    """What the pool calls for ``policy``'s ``hook`` (``on_hit``, ``on_miss``), read once when
+    the policy is set: through a :class:`Forwarding` that keeps the forwarding method, the
+    wrapped policy's own (no call in between); ``None`` where that is a no-op (:func:`is_noop`)."""
+    while isinstance(policy, Forwarding) and getattr(type(policy), hook) is getattr(Forwarding, hook):
+        policy = policy.wrapped
+    return None if is_noop(policy, hook) else cast(Callable[..., Any], getattr(policy, hook))
 
 
 def default_eviction_policy() -> EvictionPolicy:

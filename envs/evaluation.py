@@ -49,6 +49,7 @@ import numpy as np
 
 from cachegym.allocator.errors import CachegymError, ConfigError, InvalidVictim, PolicyError
 from cachegym.allocator.pool import Pool
+from cachegym.allocator.seams import Forwarding
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.stats import PoolStats
 from cachegym.allocator.trace import MAX_TOTAL, Op, Trace
@@ -95,28 +96,20 @@ _ALWAYS = ("lru",)
 
 
 # ---------------------------------------------------------------------- decision timing
-class TimedPolicy:
-    """Proxy that times ``victim`` (ns per call) and forwards everything else to ``inner``."""
+class TimedPolicy(Forwarding):
+    """``inner`` with each ``victim`` call timed (ns, in ``times_ns``); everything else is
+    ``inner``'s (:class:`~allocator.seams.Forwarding`)."""
 
     def __init__(self, inner: EvictionPolicy) -> None:
-        self.inner = self.wrapped = inner  # (wrapped: errors name the inner policy's class)
-        self.name = inner.name
+        super().__init__(inner)
+        self.inner = inner
         self.times_ns: list[int] = []
-        self._victim = inner.victim
-        self.on_hit = inner.on_hit
-        self.on_miss = inner.on_miss
-        self.on_insert = inner.on_insert
-        self.on_evict = inner.on_evict
-        self.on_free = inner.on_free
 
     def victim(self, view: PoolView) -> int | None:
         t0 = time.perf_counter_ns()
-        v = self._victim(view)
+        v = self.inner.victim(view)
         self.times_ns.append(time.perf_counter_ns() - t0)
         return v
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
 
     def percentiles_us(self) -> tuple[float, float]:
         return _percentiles_us(self.times_ns)

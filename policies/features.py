@@ -49,9 +49,9 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.pool import DEVICE, H2D
-from cachegym.allocator.seams import eviction_order_of
+from cachegym.allocator.seams import Forwarding
 from cachegym.policies import kernels as _k
-from cachegym.policies.base import EvictionPolicy, EvictionPolicyBase
+from cachegym.policies.base import EvictionPolicy
 from cachegym.policies.lru import OrderedPolicy
 
 if TYPE_CHECKING:
@@ -381,22 +381,15 @@ class FeatureTracker(OrderedPolicy):
                 self._res_pos[last] = i
 
 
-class Observed(EvictionPolicyBase):
-    """``policy`` answers ``victim``; ``tracker`` (then ``policy``) sees every hook."""
+class Observed(Forwarding):
+    """``policy`` answers ``victim`` (and its optional members are the pool's,
+    :class:`~allocator.seams.Forwarding`); ``tracker`` (then ``policy``) sees every hook."""
 
     def __init__(self, policy: EvictionPolicy, tracker: FeatureTracker | None = None) -> None:
-        self.policy = self.wrapped = policy  # (wrapped: errors name the policy's class)
+        super().__init__(policy)
+        self.policy = policy
         self.tracker = tracker if tracker is not None else FeatureTracker()
         self.name = f"observed-{policy.name}"
-        # the policy's optional methods (cachegym.policies.base), or None: admission, evictions of its
-        # own (a model's, such as S3-FIFO's or SLRU's), frees of objects it had evicted
-        self.admit = getattr(policy, "admit", None)
-        self.pending_evictions = getattr(policy, "pending_evictions", None)
-        self.on_free_untracked = getattr(policy, "on_free_untracked", None)
-        self.eviction_order = eviction_order_of(policy)
-
-    def victim(self, view: PoolView) -> int | None:
-        return self.policy.victim(view)
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self.tracker.on_hit(view, key)
@@ -417,9 +410,6 @@ class Observed(EvictionPolicyBase):
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracker.on_free(view, key)
         self.policy.on_free(view, key)
-
-    def __repr__(self) -> str:
-        return f"Observed({self.policy!r})"
 
 
 # ---------------------------------------------------------------------- candidates

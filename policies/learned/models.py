@@ -17,14 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError, PoolExhausted
-from cachegym.allocator.seams import (
-    DEVICE,
-    EvictionPolicyBase,
-    eviction_order_of,
-    is_noop,
-    optional_hooks,
-    untracked_free_hook,
-)
+from cachegym.allocator.seams import DEVICE, Forwarding, eviction_order_of
 from cachegym.policies.base import first_evictable
 
 if TYPE_CHECKING:
@@ -44,38 +37,20 @@ waits for its copy, an allocation -- a request's or a prefetch's -- for the writ
 make its room, a request for its prefetch still in flight)."""
 
 
-class _Reporting(EvictionPolicyBase):
-    """``policy`` itself in a shadow pool: the pool reads the policy's own bound methods and
-    optional members from this object, and every eviction is also reported to ``evicted(key)``,
-    after the policy's ``on_evict`` (so that the expert knows what its shadow gave up, in the
-    order it gave it up)."""
+class _Reporting(Forwarding):
+    """``policy`` itself in a shadow pool (:class:`~allocator.seams.Forwarding`: the pool calls
+    the policy's hooks and optional members through this object), every eviction also reported
+    to ``evicted(key)``, after the policy's ``on_evict`` (so that the expert knows what its
+    shadow gave up, in the order it gave it up)."""
 
     def __init__(self, policy: EvictionPolicy, evicted: Callable[[int], None]) -> None:
+        super().__init__(policy)
         self.policy = policy
-        self.name = policy.name
         self._evicted = evicted
-        self._on_evict = policy.on_evict
-        self.victim = policy.victim  # type: ignore[method-assign]
-        for hook in ("on_hit", "on_miss", "on_insert", "on_free"):
-            if not is_noop(policy, hook):  # (a no-op stays the base's: the pool may skip it)
-                setattr(self, hook, getattr(policy, hook))
-        hooks = optional_hooks(policy)
-        self._touch = hooks.touch
-        self.admit = hooks.admit  # type: ignore[assignment]
-        self.pending_evictions = hooks.pending_evictions  # type: ignore[assignment]
-        self.on_free_untracked = untracked_free_hook(policy)  # type: ignore[assignment]
-        self.eviction_order = eviction_order_of(policy)  # type: ignore[assignment]
-
-    @property
-    def touch(self) -> Callable[[int], object] | None:
-        return self._touch
 
     def on_evict(self, view: PoolView, key: int) -> None:
-        self._on_evict(view, key)
+        self.wrapped.on_evict(view, key)
         self._evicted(key)
-
-    def __repr__(self) -> str:
-        return f"_Reporting({self.policy!r})"
 
 
 class Expert:

@@ -123,14 +123,6 @@ class LearnedPolicy(EvictionPolicyBase):
         if self.guard is not None:
             self.guard.attach(self)
         self.guard_decisions = 0
-        t = self.tracker
-        if self.guard is None:  # the tracker sees every hook directly
-            self.on_hit, self.on_miss, self.on_free = t.on_hit, t.on_miss, t.on_free  # type: ignore[method-assign]
-            self.on_insert, self.on_evict = t.on_insert, t.on_evict  # type: ignore[method-assign]
-            self.on_free_untracked = None  # type: ignore[method-assign, assignment]  # nothing to tell
-            self.admit = None  # type: ignore[method-assign, assignment]  # the pool admits every miss
-        if not isinstance(self.guard, ShadowGuard):  # (only a ShadowGuard's experts give up early)
-            self.pending_evictions = None  # type: ignore[method-assign, assignment]
         self.decisions = 0
         self.fallbacks = 0
         self.compiled = _features.COMPILED  # the kernels run compiled (else interpreted)
@@ -215,41 +207,54 @@ class LearnedPolicy(EvictionPolicyBase):
         cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
         return keys, cand, mask, glob
 
+    # the hooks: the tracker sees each one, then the guard (where there is one)
     def on_hit(self, view: PoolView, key: int) -> None:
         self.tracker.on_hit(view, key)
-        self.guard.access(view, key, True)  # type: ignore[union-attr]
+        if self.guard is not None:
+            self.guard.access(view, key, True)
 
     def on_miss(self, view: PoolView, key: int) -> None:
         self.tracker.on_miss(view, key)
-        self.guard.access(view, key, False)  # type: ignore[union-attr]
+        if self.guard is not None:
+            self.guard.access(view, key, False)
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracker.on_free(view, key)
-        self.guard.free(view, key)  # type: ignore[union-attr]
+        if self.guard is not None:
+            self.guard.free(view, key)
 
+    def on_insert(self, view: PoolView, key: int) -> None:
+        self.tracker.on_insert(view, key)
+        if self.guard is not None:
+            self.guard.insert(view, key)
+
+    def on_evict(self, view: PoolView, key: int) -> None:
+        self.tracker.on_evict(view, key)
+        if self.guard is not None:
+            self.guard.evict(view, key)
+
+    # the optional members (allocator/seams.py): the guard's. Methods, not properties that
+    # answer None without a guard: a pool unpickled with this policy in a reference cycle (the
+    # guard's view of its pool) reads them before this object's state is restored
     def on_free_untracked(self, view: PoolView, key: int) -> None:
         """A freed object the pool held in host memory only: the guard's shadow caches may
         still hold it (they are not told whom the pool evicts) and must drop it."""
-        self.guard.free(view, key)  # type: ignore[union-attr]
+        if self.guard is not None:
+            self.guard.free(view, key)
 
     def admit(self, view: PoolView, key: int, size: int) -> bool:
         """The pool's admission question (``policies.base``), asked after ``on_miss``: the
-        guard's answer (:meth:`Guard.admit`)."""
-        return self.guard.admit(view, key, size)  # type: ignore[union-attr]
+        guard's answer (:meth:`Guard.admit`); without a guard every miss is admitted."""
+        g = self.guard
+        return True if g is None else g.admit(view, key, size)
 
     def pending_evictions(self) -> Sequence[int]:
         """What the pool evicts after an access (``policies.base``): under a
         :class:`ShadowGuard`, what the followed expert's shadow has given up and the pool
-        still holds (:meth:`ShadowGuard.pending_evictions`)."""
-        return self.guard.pending_evictions()  # type: ignore[union-attr]
-
-    def on_insert(self, view: PoolView, key: int) -> None:
-        self.tracker.on_insert(view, key)
-        self.guard.insert(view, key)  # type: ignore[union-attr]
-
-    def on_evict(self, view: PoolView, key: int) -> None:
-        self.tracker.on_evict(view, key)
-        self.guard.evict(view, key)  # type: ignore[union-attr]
+        still holds (:meth:`ShadowGuard.pending_evictions`); nothing under any other guard or
+        none (only a ShadowGuard's experts give up early)."""
+        g = self.guard
+        return g.pending_evictions() if isinstance(g, ShadowGuard) else ()
 
     @property
     def eviction_order(self) -> Callable[[], Iterable[int]] | None:  # type: ignore[override]

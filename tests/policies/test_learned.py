@@ -779,8 +779,9 @@ def test_decisions_equal_the_reference_with_pins_and_copies_in_flight(tmp_path, 
 def test_guard_admits_what_s3fifo_admits_while_it_decides(policy_file):
     """While S3-FIFO decides, the pool admits a missed object only if S3-FIFO's model took it
     in (it refuses objects of at least its small queue's size); while the network or LRU
-    decides, every miss is admitted; a policy without a guard asks nothing."""
-    assert Pool(1 << 20, LearnedPolicy.load(policy_file, guard=False))._admit is None
+    decides, every miss is admitted; a policy without a guard admits every miss."""
+    bare = LearnedPolicy.load(policy_file, guard=False)
+    assert bare.admit(Pool(1 << 20, bare).view, 1, 1 << 30) and bare.pending_evictions() == ()
     guard = Guard()
     pol = LearnedPolicy(LearnedPolicy.load(policy_file).scorer, LearnedPolicy.load(policy_file).header,
                         guard=guard)
