@@ -71,6 +71,7 @@ from cachegym.allocator.seams import (
     EvictionPolicy,
     PoolView,
     PrefetchPolicy,
+    active_hook_of,
     eviction_order_of,
     hook_of,
     optional_hooks,
@@ -200,7 +201,8 @@ class Loop:
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
-                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding")
+                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding",
+                "_on_insert", "_on_evict", "_on_free", "_victim")
 
     def _refuse_while_deciding(self, op: str) -> None:
         """Refuse (:class:`ConfigError`) a public operation made while this pool's
@@ -232,8 +234,13 @@ class Loop:
         # policy's own algorithm makes outside a victim request (e.g. SLRU's cascade on a hit)
         hooks = optional_hooks(policy)
         self._touch = hooks.touch
-        self._on_hit = hook_of(policy, "on_hit")
-        self._on_miss = hook_of(policy, "on_miss")
+        self._on_hit = active_hook_of(policy, "on_hit")
+        self._on_miss = active_hook_of(policy, "on_miss")
+        # the hooks every miss calls, read once too (never skipped: called where they are no-ops)
+        self._on_insert = hook_of(policy, "on_insert")
+        self._on_evict = hook_of(policy, "on_evict")
+        self._on_free = hook_of(policy, "on_free")
+        self._victim = hook_of(policy, "victim")
         self._admit = hooks.admit
         self._due = hooks.pending_evictions
 
@@ -658,7 +665,7 @@ class Loop:
         o.state = DEVICE
         self._n_evictable += 1
         try:
-            self._policy.on_insert(self.view, o.key)
+            self._on_insert(self.view, o.key)
         except BaseException as e:
             o.state = prev
             self._n_evictable -= 1
@@ -794,7 +801,7 @@ class Loop:
     def _make_room_policy(self, key: int, size: int, need: int) -> int:
         """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
         generator (called after an allocation failed)."""
-        victim, view, place = self._policy.victim, self.view, self._place
+        victim, view, place = self._victim, self.view, self._place
         # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
         off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
         if off < 0:
@@ -892,7 +899,7 @@ class Loop:
             st.useless_prefetches += 1
             o.prefetched = False
         try:
-            self._policy.on_evict(self.view, o.key)
+            self._on_evict(self.view, o.key)
         except BaseException as e:  # the eviction did not happen
             st.evictions -= 1
             self._n_evictable += 1
@@ -1151,7 +1158,7 @@ class Loop:
                     self._inflight_bytes -= o.size
                 else:
                     self._n_evictable -= 1
-                self._policy.on_free(self.view, key)
+                self._on_free(self.view, key)
             else:  # in host memory only: a policy with a cache model of its own may still hold it
                 hook = "on_free_untracked"
                 untracked = untracked_free_hook(self._policy)

@@ -43,8 +43,12 @@ required methods alone may omit them):
   (:meth:`PoolView.eviction_order`) to see what a prefetch would evict, and a guard following
   the policy in another pool to make room there as the policy would.
 
-Hooks left as the no-ops of :class:`EvictionPolicyBase` may be skipped by the pool (an identity
-check: :func:`is_noop`).
+The pool reads a policy's ``victim``, hooks and optional members once, when the policy is set
+(``Pool(capacity, policy)`` or ``pool.policy = policy``; :func:`hook_of`, :func:`optional_hooks`;
+``on_free_untracked`` at each such free):
+to change what a policy does, set another policy (or wrap it: :class:`Forwarding`), not another
+method on the instance. Hooks left as the no-ops of :class:`EvictionPolicyBase` may be skipped by
+the pool (an identity check: :func:`is_noop`).
 
 ``victim`` must return a key for which ``view.evictable(key)`` is true (resident, unpinned, not
 in flight), or ``None`` when it has none; the pool raises :class:`~allocator.errors.InvalidVictim`
@@ -72,7 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase", "Forwarding",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook",
-           "eviction_order_of", "is_noop", "hook_of", "check_policies", "REQUIRED_HOOKS",
+           "eviction_order_of", "is_noop", "hook_of", "active_hook_of", "check_policies", "REQUIRED_HOOKS",
            "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
@@ -396,13 +400,21 @@ def is_noop(policy: EvictionPolicy, hook: str) -> bool:
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
-def hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any] | None:
-    """What the pool calls for ``policy``'s ``hook`` (``on_hit``, ``on_miss``), read once when
-    the policy is set: through a :class:`Forwarding` that keeps the forwarding method, the
-    wrapped policy's own (no call in between); ``None`` where that is a no-op (:func:`is_noop`)."""
+def hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any]:
+    """What the pool calls for ``policy``'s ``hook`` (``victim`` or an ``on_*`` hook), read once
+    when the policy is set: through a :class:`Forwarding` that keeps the forwarding method, the
+    wrapped policy's own (no call in between)."""
     while isinstance(policy, Forwarding) and getattr(type(policy), hook) is getattr(Forwarding, hook):
         policy = policy.wrapped
-    return None if is_noop(policy, hook) else cast(Callable[..., Any], getattr(policy, hook))
+    return cast(Callable[..., Any], getattr(policy, hook))
+
+
+def active_hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any] | None:
+    """:func:`hook_of`, or ``None`` where that is :class:`EvictionPolicyBase`'s no-op (the pool
+    skips it)."""
+    fn = hook_of(policy, hook)
+    owner = getattr(fn, "__self__", None)
+    return None if owner is not None and is_noop(owner, hook) else fn
 
 
 def default_eviction_policy() -> EvictionPolicy:

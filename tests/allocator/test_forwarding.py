@@ -10,7 +10,7 @@ import pytest
 
 from cachegym.allocator.errors import PolicyError
 from cachegym.allocator.pool import Pool
-from cachegym.allocator.seams import EvictionPolicyBase, Forwarding, hook_of
+from cachegym.allocator.seams import EvictionPolicyBase, Forwarding, active_hook_of, hook_of
 from cachegym.allocator.trace import Trace
 from cachegym.policies.adaptive import S3FIFO, SLRU
 from cachegym.policies.classic import FIFO
@@ -67,13 +67,16 @@ def test_the_pool_calls_the_wrapped_hooks_without_the_forwarding_method() -> Non
     lru = LRU()
     assert hook_of(Count(lru), "on_hit") == lru.on_hit
     assert hook_of(Count(Count(lru)), "on_hit") == lru.on_hit
-    assert hook_of(Count(FIFO()), "on_hit") is None  # FIFO's on_hit is the base's no-op
+    assert active_hook_of(Count(FIFO()), "on_hit") is None  # FIFO's on_hit is the base's no-op
+    assert active_hook_of(Count(lru), "on_hit") == lru.on_hit
+    f = Count(lru)
+    assert hook_of(f, "on_evict") == f.on_evict and hook_of(f, "victim") == lru.victim
 
     class Plain(EvictionPolicyBase):
         def victim(self, view: object) -> None:
             return None
 
-    assert hook_of(Plain(), "on_miss") is None
+    assert active_hook_of(Plain(), "on_miss") is None
 
 
 def test_errors_name_the_wrapped_class_and_a_forwarder_pickles() -> None:

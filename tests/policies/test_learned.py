@@ -13,6 +13,7 @@ import pytest
 
 from cachegym.allocator.errors import ConfigError, PolicyError, PolicyFileError
 from cachegym.allocator.pool import Pool
+from cachegym.allocator.seams import Forwarding
 from cachegym.allocator.trace import Trace
 from cachegym.envs.workloads import read_trace
 from cachegym.envs.workloads.registry import generate
@@ -102,19 +103,17 @@ def test_round_trip_and_decisions_follow_the_network(policy_file):
     np.testing.assert_array_equal(arrays["wc"], random_arrays()["wc"])
     pol = LearnedPolicy.load(policy_file, budget_us=None, guard=False)
     trace = generate("zipf", seed=0, n_requests=3000, n_objects=300, alpha=0.8, size=4096)
-    pool = Pool(64 * 4096, pol, placement="bytes")
     decided = []
-    orig = pol.victim
 
-    def checked(view):  # the policy's answer is the argmax of its network over its observation
-        keys, cand, mask, glob = pol.observe(view)
-        want = int(keys[int(np.argmax(reference_scores(arrays, cand, glob)[: len(keys)]))])
-        got = orig(view)
-        decided.append(got == want)
-        return got
+    class Checked(Forwarding):
+        def victim(self, view):  # the policy's answer is the argmax of its network over its observation
+            keys, cand, mask, glob = pol.observe(view)
+            want = int(keys[int(np.argmax(reference_scores(arrays, cand, glob)[: len(keys)]))])
+            got = pol.victim(view)
+            decided.append(got == want)
+            return got
 
-    pol.victim = checked  # type: ignore[method-assign]
-    st = pool.replay(trace)
+    st = Pool(64 * 4096, Checked(pol), placement="bytes").replay(trace)
     assert st.evictions > 100 and all(decided) and len(decided) == st.evictions
     assert st.fallbacks == 0 and pol.fallbacks == 0
     assert st.hits + st.misses == st.accesses
