@@ -31,6 +31,7 @@ from cachegym.allocator.pool import EvictionRequest, ObjectInfo, Pool
 from cachegym.allocator.seams import (
     EvictionPolicy,
     EvictionPolicyBase,
+    Forwarding,
     PoolView,
     PrefetchPolicy,
     PrefetchPolicyBase,
@@ -48,5 +49,5 @@ __all__ = [
     "PoolError",
     "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",
     "PoolView", "JsonlHook", "MemoryRecorder", "read_snapshot", "PoolStats", "Kind", "Op", "Trace", "EvictionPolicy",
-    "EvictionPolicyBase", "PrefetchPolicy", "PrefetchPolicyBase",
+    "EvictionPolicyBase", "Forwarding", "PrefetchPolicy", "PrefetchPolicyBase",
 ]

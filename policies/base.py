@@ -16,12 +16,13 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.seams import (
     EvictionPolicy,
     EvictionPolicyBase,
+    Forwarding,
     PoolView,
     PrefetchPolicy,
     PrefetchPolicyBase,
 )
 
-__all__ = ["EvictionPolicy", "EvictionPolicyBase", "PrefetchPolicy", "PrefetchPolicyBase",
+__all__ = ["EvictionPolicy", "EvictionPolicyBase", "Forwarding", "PrefetchPolicy", "PrefetchPolicyBase",
            "PoolView", "first_evictable", "construct"]
 
 
