@@ -1,9 +1,9 @@
 """Builds the compiled core (metadata lives in pyproject.toml).
 
-The core's modules are ordinary Python files, typed for Cython's pure-Python mode (``TYPED``: each
-``.py`` has a ``.pxd`` beside it with the native layout) or compiled as they are (``PLAIN``):
-where Cython and a C compiler are present they are compiled from that one source; elsewhere the
-package installs and runs them interpreted, with the same results.
+The core's modules (allocator/_purepy.py lists them) are ordinary Python files, typed for Cython's
+pure-Python mode (``TYPED``: each ``.py`` has a ``.pxd`` beside it with the native layout) or
+compiled as they are (``PLAIN``): where Cython and a C compiler are present they are compiled from
+that one source; elsewhere the package installs and runs them interpreted, with the same results.
 """
 
 import importlib.util
@@ -13,24 +13,6 @@ from types import ModuleType
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
-
-# the modules compiled from their .py (allocator/_purepy.py names the same list for
-# CACHEGYM_PURE_PYTHON=1, which runs them interpreted even where they are built)
-# (named through the ``cachegym/`` folder, so that each is compiled as ``cachegym.allocator.pool``
-# and the .pxd cimports resolve by those names). TYPED: the core, each with a .pxd beside it (its
-# native layout). PLAIN: the code every access runs beside the core (the policies' hooks, the
-# view they read the pool through, the feature tracker, the guard and its experts' shadow
-# pools), compiled as ordinary Python classes and functions: the same semantics, no interpreter
-# loop (a Python subclass of a policy, e.g. the README's MRU, works as with the .py).
-TYPED = ["cachegym/allocator/arena.py", "cachegym/allocator/cost.py", "cachegym/allocator/records.py",
-         "cachegym/allocator/loop.py", "cachegym/allocator/pool.py", "cachegym/policies/kernels.py"]
-PLAIN = ["cachegym/allocator/seams.py", "cachegym/policies/base.py", "cachegym/policies/lru.py",
-         "cachegym/policies/classic.py", "cachegym/policies/adaptive.py",
-         "cachegym/policies/priority.py", "cachegym/policies/lirs.py", "cachegym/policies/shadow.py",
-         "cachegym/policies/features.py", "cachegym/policies/prefetch.py",
-         "cachegym/policies/learned/models.py", "cachegym/policies/learned/guards.py",
-         "cachegym/policies/learned/policy.py", "cachegym/policies/learned/prefetch_head.py"]
-CORE = TYPED + PLAIN
 
 
 def _vector_flags() -> list[str]:
@@ -51,23 +33,6 @@ def _vector_flags() -> list[str]:
     return ["-mavx2"] if "avx2" in flags else []
 
 
-class BuildExt(build_ext):
-    """build_ext, then a record of the sources each built module was compiled from
-    (``allocator/_built.json`` beside the extension modules: module -> SHA-256 of its .py and
-    .pxd), by which ``import cachegym`` finds a module whose source changed after the build and
-    runs the sources interpreted rather than the stale build (allocator/_purepy.py)."""
-
-    def run(self) -> None:
-        super().run()
-        record, hashes = {}, _purepy()
-        for ext in self.extensions:
-            if os.path.exists(self.get_ext_fullpath(ext.name)):
-                record[ext.name] = hashes.source_hash(os.path.join(*ext.name.split(".")))
-        out = os.path.join(os.path.dirname(self.get_ext_fullpath("cachegym.allocator.loop")), "_built.json")
-        with open(out, "w") as f:
-            json.dump(record, f, indent=1, sort_keys=True)
-
-
 def _purepy() -> ModuleType:
     """allocator/_purepy.py (standard library only), loaded by path: its ``source_hash`` is the
     one the record is checked with."""
@@ -76,6 +41,30 @@ def _purepy() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+PUREPY = _purepy()
+# the modules compiled from their .py: allocator/_purepy.py's list (TYPED, with a .pxd, and PLAIN),
+# named through the ``cachegym/`` folder, so that each is compiled as ``cachegym.allocator.pool``
+# and the .pxd cimports resolve by those names
+CORE = [os.path.join(*name.split(".")) + ".py" for name in PUREPY.CORE]
+
+
+class BuildExt(build_ext):
+    """build_ext, then a record of the sources each built module was compiled from
+    (``allocator/_built.json`` beside the extension modules: module -> SHA-256 of its .py and
+    .pxd), by which ``import cachegym`` finds a module whose source changed after the build and
+    runs the sources interpreted rather than the stale build (allocator/_purepy.py)."""
+
+    def run(self) -> None:
+        super().run()
+        record = {}
+        for ext in self.extensions:
+            if os.path.exists(self.get_ext_fullpath(ext.name)):
+                record[ext.name] = PUREPY.source_hash(os.path.join(*ext.name.split(".")))
+        out = os.path.join(os.path.dirname(self.get_ext_fullpath("cachegym.allocator.loop")), "_built.json")
+        with open(out, "w") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
 
 
 def core_extensions() -> list[Extension]:

@@ -21,16 +21,21 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-# the modules setup.py compiles, TYPED and PLAIN (keep the lists equal: tests/allocator/test_core.py
-# checks)
-CORE = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.records",
-        "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels",
-        "cachegym.allocator.seams", "cachegym.policies.base", "cachegym.policies.lru",
-        "cachegym.policies.classic", "cachegym.policies.adaptive", "cachegym.policies.priority",
-        "cachegym.policies.lirs", "cachegym.policies.shadow", "cachegym.policies.features",
-        "cachegym.policies.prefetch", "cachegym.policies.learned.models",
-        "cachegym.policies.learned.guards", "cachegym.policies.learned.policy",
-        "cachegym.policies.learned.prefetch_head")
+# the modules compiled from their .py (setup.py builds this list; CACHEGYM_PURE_PYTHON=1 runs them
+# interpreted even where they are built). TYPED: the core, each with a .pxd beside it (its native
+# layout). PLAIN: the code every access runs beside the core (the policies' hooks, the view they
+# read the pool through, the feature tracker, the guard and its experts' shadow pools), compiled
+# as ordinary Python classes and functions: the same semantics, no interpreter loop (a Python
+# subclass of a policy, e.g. the README's MRU, works as with the .py).
+TYPED = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.records",
+         "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels")
+PLAIN = ("cachegym.allocator.seams", "cachegym.policies.base", "cachegym.policies.lru",
+         "cachegym.policies.classic", "cachegym.policies.adaptive", "cachegym.policies.priority",
+         "cachegym.policies.lirs", "cachegym.policies.shadow", "cachegym.policies.features",
+         "cachegym.policies.prefetch", "cachegym.policies.learned.models",
+         "cachegym.policies.learned.guards", "cachegym.policies.learned.policy",
+         "cachegym.policies.learned.prefetch_head")
+CORE = TYPED + PLAIN
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))  # allocator/

@@ -4,7 +4,6 @@ built extension is never older than the source it was compiled from."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import os
@@ -19,35 +18,22 @@ from cachegym.allocator import _purepy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def setup_lists() -> dict[str, list[str]]:
-    """setup.py's TYPED and PLAIN lists (its CORE is the two)."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    found = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if getattr(t, "id", None) in ("TYPED", "PLAIN"):
-                    found[t.id] = [str(v) for v in ast.literal_eval(node.value)]  # type: ignore[attr-defined]
-    assert set(found) == {"TYPED", "PLAIN"}, "setup.py has no TYPED and PLAIN lists"
-    return found
+def test_setup_compiles_the_modules_pure_mode_interprets() -> None:
+    """setup.py builds ``_purepy.CORE`` (its one list: no second list to keep equal)."""
+    text = (ROOT / "setup.py").read_text()
+    assert "for name in PUREPY.CORE]" in text and "cachegym/allocator/loop.py" not in text
 
 
-def _module(path: str) -> str:
-    return path.removesuffix(".py").replace("/", ".")
-
-
-def test_setup_compiles_exactly_the_modules_pure_mode_interprets() -> None:
-    lists = setup_lists()
-    assert sorted(_module(p) for p in lists["TYPED"] + lists["PLAIN"]) == sorted(_purepy.CORE)
-    for path in lists["TYPED"] + lists["PLAIN"]:
-        name = _module(path)
+def test_every_compiled_module_has_its_source_and_a_pxd_exactly_where_typed() -> None:
+    assert _purepy.CORE == _purepy.TYPED + _purepy.PLAIN and len(set(_purepy.CORE)) == len(_purepy.CORE)
+    for name in _purepy.CORE:
         pkg, _, mod = name.rpartition(".")
         assert (ROOT / pkg.replace(".", "/") / f"{mod}.py").is_file()
         has_pxd = (ROOT / pkg.replace(".", "/") / f"{mod}.pxd").is_file()
-        if path in lists["TYPED"]:
+        if name in _purepy.TYPED:
             assert has_pxd, f"{name} has no .pxd (its native layout)"
         else:
-            assert not has_pxd, f"{name} has a .pxd: list it in setup.py's TYPED"
+            assert not has_pxd, f"{name} has a .pxd: list it in allocator/_purepy.py's TYPED"
 
 
 def test_the_makefile_rebuilds_when_any_compiled_source_changes() -> None:
@@ -57,8 +43,7 @@ def test_the_makefile_rebuilds_when_any_compiled_source_changes() -> None:
     block = text[text.index("CORE_SRC :="):]
     block = block[:block.index(")\n")]
     named = {w.removesuffix(".p*") for w in block.replace("\\", " ").split() if w.endswith(".p*")}
-    lists = setup_lists()
-    assert named == {p.removeprefix("cachegym/").removesuffix(".py") for p in lists["TYPED"] + lists["PLAIN"]}
+    assert named == {name.split(".", 1)[1].replace(".", "/") for name in _purepy.CORE}
 
 
 def test_pure_mode_loads_every_core_module_from_its_source() -> None:
