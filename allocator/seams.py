@@ -400,21 +400,26 @@ def is_noop(policy: EvictionPolicy, hook: str) -> bool:
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
+def _answering(policy: EvictionPolicy, hook: str) -> EvictionPolicy:
+    """The policy whose own ``hook`` runs when the pool calls ``policy``'s: through a
+    :class:`Forwarding` that keeps the forwarding method, the wrapped one."""
+    while isinstance(policy, Forwarding) and getattr(type(policy), hook) is getattr(Forwarding, hook):
+        policy = policy.wrapped
+    return policy
+
+
 def hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any]:
     """What the pool calls for ``policy``'s ``hook`` (``victim`` or an ``on_*`` hook), read once
     when the policy is set: through a :class:`Forwarding` that keeps the forwarding method, the
     wrapped policy's own (no call in between)."""
-    while isinstance(policy, Forwarding) and getattr(type(policy), hook) is getattr(Forwarding, hook):
-        policy = policy.wrapped
-    return cast(Callable[..., Any], getattr(policy, hook))
+    return cast(Callable[..., Any], getattr(_answering(policy, hook), hook))
 
 
 def active_hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any] | None:
     """:func:`hook_of`, or ``None`` where that is :class:`EvictionPolicyBase`'s no-op (the pool
     skips it)."""
-    fn = hook_of(policy, hook)
-    owner = getattr(fn, "__self__", None)
-    return None if owner is not None and is_noop(owner, hook) else fn
+    p = _answering(policy, hook)
+    return None if is_noop(p, hook) else cast(Callable[..., Any], getattr(p, hook))
 
 
 def default_eviction_policy() -> EvictionPolicy:
