@@ -515,12 +515,11 @@ def _check_trace_file(p: str) -> None:
 def _warn_free_compute(trace: Trace) -> None:
     """Log (a warning) that ``trace``'s free rows carry compute time, which no pool runs: the
     pool runs a row's ``compute_ns`` after an access (``allocator/trace.py``)."""
-    free = trace.op == Op.FREE
-    lost = int(trace.compute_ns[free].sum()) if free.any() else 0
-    if lost:
+    lost = trace.compute_ns[trace.op == Op.FREE]
+    if lost.any():
         log.warning("trace %s: %d free rows carry %d ns of compute_ns, which the pool does not "
                     "run (it runs a row's compute after an access); move it to the access before "
-                    "each free", trace.name, int(np.count_nonzero(trace.compute_ns[free])), lost)
+                    "each free", trace.name, int(np.count_nonzero(lost)), int(lost.sum()))
 
 
 def load_traces(

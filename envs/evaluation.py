@@ -345,16 +345,21 @@ LEARNED_PREFETCH = "learned:"
 policy of the sweep."""
 
 
+def _learned_prefetch_path(name: str) -> str | None:
+    """The policy file ``learned:PATH`` names (``~`` expanded); ``None`` for any other name."""
+    return os.path.expanduser(name[len(LEARNED_PREFETCH):]) if name.startswith(LEARNED_PREFETCH) else None
+
+
 def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
     """The :class:`~policies.learned.LearnedPolicy` (network alone) that ``learned:PATH`` names,
     whose :meth:`~policies.learned.LearnedPolicy.prefetch` is the file's prefetch head; ``None``
     for any other name. A missing or invalid file is refused naming ``key``."""
-    if not name.startswith(LEARNED_PREFETCH):
+    path = _learned_prefetch_path(name)
+    if path is None:
         return None
     from cachegym.allocator.errors import PolicyFileError
     from cachegym.policies.learned import LearnedPolicy
 
-    path = os.path.expanduser(name[len(LEARNED_PREFETCH):])
     if not path or not os.path.isfile(path):
         raise ConfigError(f"{key}: {name!r}: learned policy file {path!r} does not exist; give "
                           "learned:PATH with PATH a policy file (scripts/train.py writes one)")
@@ -798,16 +803,15 @@ def _input_files(spec: RunSpec) -> list[str]:
     """The files besides the trace whose bytes decide a run's row: its exported policy, its
     preset file, the ``FILE.py`` of a policy or prefetcher of the user's, a ``learned:PATH``
     prefetcher's file (a module named ``module:Class`` is not hashed: it is not one file)."""
+    from cachegym.policies.registry import import_spec_file
+
     out = [spec.learned] if spec.learned is not None else []
     if spec.preset.endswith(".json"):
         out.append(os.path.expanduser(spec.preset))
     for name in (spec.policy, spec.prefetch):
-        if name.startswith(LEARNED_PREFETCH):
-            out.append(os.path.expanduser(name[len(LEARNED_PREFETCH):]))
-            continue
-        where, sep, _ = name.strip().rpartition(":")
-        if sep and where.endswith(".py"):
-            out.append(os.path.abspath(os.path.expanduser(where)))
+        path = _learned_prefetch_path(name) or import_spec_file(name)
+        if path is not None:
+            out.append(path)
     return [p for p in out if os.path.isfile(p)]
 
 

@@ -202,12 +202,19 @@ def is_import_spec(name: str) -> bool:
     return bool(sep and where and attr) and old_learned_name_error(name) is None and attr.isidentifier()
 
 
+def import_spec_file(name: str) -> str | None:
+    """The absolute path of the file that ``FILE.py:Class`` names (``~`` expanded); ``None``
+    for ``module.path:Class`` or any other name."""
+    where, sep, _ = name.strip().rpartition(":")
+    return os.path.abspath(os.path.expanduser(where)) if sep and where.endswith(".py") else None
+
+
 def resolve_import_spec(name: str) -> Callable[..., Any]:
     """The class named by ``FILE.py:Class`` or ``module.path:Class``; a
     :class:`~allocator.errors.ConfigError` that says what is missing otherwise."""
     where, _, attr = name.strip().rpartition(":")
-    if where.endswith(".py"):
-        path = os.path.abspath(os.path.expanduser(where))
+    path = import_spec_file(name)
+    if path is not None:
         if not os.path.isfile(path):
             raise ConfigError(f"policy {name!r}: no file {where!r} (from {os.getcwd()})")
         mod_name = f"cachegym_user_{abs(hash(path)):x}"
