@@ -879,10 +879,10 @@ class Loop:
     def _evict(self, victim: Any) -> None:
         if type(victim) is int:
             o = self._objs.get(victim)
-        elif victim is None or isinstance(victim, bool):
-            if victim is not None:
-                raise InvalidVictim(victim, "a bool is not a key")
+        elif victim is None:
             raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
+        elif isinstance(victim, bool):  # (an int to the test below)
+            raise InvalidVictim(victim, "a bool is not a key")
         else:
             o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
         if o is None:
