@@ -160,6 +160,54 @@ def test_tiny_traces_order_of_the_bounds_and_the_optimum(seed: int) -> None:
     assert u is not None and u.traffic_bytes >= b["foo_l"].traffic_bytes - TOL
 
 
+def _rows_trace(rows: list[tuple[int, int, int]]) -> Trace:
+    return Trace.from_arrays(np.array([k for k, _, _ in rows], np.int64),
+                             np.array([s for _, s, _ in rows], np.int64),
+                             np.array([o for _, _, o in rows], np.int8))
+
+
+R, W = int(Op.READ), int(Op.WRITE)
+FAR_APART = [  # (rows, capacity, the optimum's traffic): sizes up to 9 orders of magnitude apart
+    ([(0, 1423, W), (0, 1423, R), (1, 754065773096, W)], 1496868975628, 0),
+    ([(0, 22, W), (1, 308140276, W), (0, 22, R), (1, 308140276, W)], 308140298, 0),
+    ([(1, 17, W), (5, 886, W), (4, 9506431105, W), (0, 866, R), (4, 9506431105, R)], 9506431105, 1769),
+]
+
+
+@pytest.mark.parametrize(("rows", "cap", "opt"), FAR_APART)
+def test_foo_l_stays_a_bound_where_sizes_are_orders_of_magnitude_apart(rows, cap, opt) -> None:
+    """A small object's cost beside a huge one's is below the LP solver's default tolerances
+    (17 bytes beside 9.5 GB: 2e-9 of the scale): the solver dropped it and returned an
+    "optimum" above the LP's, 1-1423 bytes above every schedule (cachegym sim then stopped on a
+    bound violation). FOO's lower bound is now read from the solver's duals (valid whatever
+    their accuracy) and its rounding errors are taken off."""
+    trace = _rows_trace(rows)
+    assert exhaustive_opt(trace, cap, "traffic")[0] == opt
+    b = offline_bounds(trace, cap, "bytes")
+    assert b["pfoo_l"].traffic_bytes <= b["foo_l"].traffic_bytes <= opt <= b["foo_u"].traffic_bytes
+    assert b["foo_l"].traffic_bytes == opt  # (and as tight as the LP: these LPs are integral)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tiny_traces_with_sizes_orders_of_magnitude_apart(seed: int) -> None:
+    """As test_tiny_traces_order_of_the_bounds_and_the_optimum, objects of 1 B - 4 KiB beside
+    ones of 100 MB - 1 TB, at capacities around the largest object and the working set."""
+    rng = np.random.default_rng(1000 + seed)
+    n_keys = int(rng.integers(2, 6))
+    sizes = [int(rng.integers(1, 4097)) if rng.random() < 0.5 else int(rng.integers(10**8, 10**12))
+             for _ in range(n_keys)]
+    rows = [(k, sizes[k], W if rng.random() < 0.5 else R)
+            for k in rng.integers(0, n_keys, int(rng.integers(4, 12))).tolist()]
+    trace = _rows_trace(rows)
+    ws = sum(dict((k, s) for k, s, _ in rows).values())
+    for cap in sorted({ws, max(s for _, s, _ in rows), max(1, ws - 1)}):
+        b = offline_bounds(trace, cap, "bytes")
+        for objective, fld in (("misses", "misses"), ("traffic", "traffic_bytes")):
+            opt = exhaustive_opt(trace, cap, objective)[0]
+            assert getattr(b["pfoo_l"], fld) <= getattr(b["foo_l"], fld) + TOL, (objective, cap)
+            assert getattr(b["foo_l"], fld) <= opt <= getattr(b["foo_u"], fld), (objective, cap)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_tiny_traces_objects_mode(seed: int) -> None:
     """In ``objects`` mode every size counts 1 and the capacity is a number of objects."""
