@@ -14,7 +14,8 @@ CORE_SRC := $(wildcard allocator/arena.p* allocator/cost.p* allocator/records.p*
 	allocator/pool.p* policies/kernels.p* allocator/seams.p* policies/base.p* policies/lru.p* \
 	policies/classic.p* policies/adaptive.p* policies/priority.p* policies/lirs.p* \
 	policies/shadow.p* policies/features.p* policies/prefetch.p* policies/learned/models.p* \
-	policies/learned/guards.p* policies/learned/policy.p* policies/learned/prefetch_head.p*)
+	policies/learned/guards.p* policies/learned/policy.p* policies/learned/prefetch_head.p* \
+	policies/learned/network.p* policies/successors.p* allocator/prefetch_timing.p*)
 
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	$(PYTHON) -m venv $(VENV)

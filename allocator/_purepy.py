@@ -24,7 +24,8 @@ from typing import Any
 # the modules compiled from their .py (setup.py builds this list; CACHEGYM_PURE_PYTHON=1 runs them
 # interpreted even where they are built). TYPED: the core, each with a .pxd beside it (its native
 # layout). PLAIN: the code every access runs beside the core (the policies' hooks, the view they
-# read the pool through, the feature tracker, the guard and its experts' shadow pools), compiled
+# read the pool through, the feature tracker, the guard and its experts' shadow pools, the
+# prefetchers' successor predictor and copy timing, the network's wrapper), compiled
 # as ordinary Python classes and functions: the same semantics, no interpreter loop (a Python
 # subclass of a policy, e.g. the README's MRU, works as with the .py).
 TYPED = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.records",
@@ -34,7 +35,8 @@ PLAIN = ("cachegym.allocator.seams", "cachegym.policies.base", "cachegym.policie
          "cachegym.policies.lirs", "cachegym.policies.shadow", "cachegym.policies.features",
          "cachegym.policies.prefetch", "cachegym.policies.learned.models",
          "cachegym.policies.learned.guards", "cachegym.policies.learned.policy",
-         "cachegym.policies.learned.prefetch_head")
+         "cachegym.policies.learned.prefetch_head", "cachegym.policies.learned.network",
+         "cachegym.policies.successors", "cachegym.allocator.prefetch_timing")
 CORE = TYPED + PLAIN
 
 
