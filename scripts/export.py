@@ -3,6 +3,7 @@
 
     python scripts/export.py outputs/train/<run>/checkpoints/step_4.npz --out policy.npz
     python scripts/export.py model.zip --algo maskable_ppo --out policy.npz [--K 32]
+    python scripts/export.py outputs/train/<run>/maskable_ppo.zip --out policy.npz  # a run's settings
     python scripts/export.py policy.npz --onnx policy.onnx      # also (or only) an ONNX model
     python scripts/export.py evict.npz --prefetch-from joint.npz --out both.npz   # one file, two heads
 
@@ -36,12 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--onnx", metavar="PATH", help="also write the network as an ONNX model (inputs "
                    "candidates (N, K, F) and globals (N, G), output scores (N, K))")
     p.add_argument("--K", type=int, default=None, help="candidates per decision (default: the source's)")
-    p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None)
+    p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None,
+                   help="how a decision picks its candidates (default: the source's; for an SB3 "
+                        ".zip the env.candidates of the training run's config.yaml beside it, else "
+                        "Evict-v0's default, sample)")
     p.add_argument("--prefetch-from", metavar="POLICY", default=None,
                    help="a policy file with a prefetch head (trained with env=joint): its head is "
                         "written beside the source's eviction scorer (same feature specification "
                         "and versions, or it is refused)")
-    p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None, help="for an SB3 .zip")
+    p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None,
+                   help="for an SB3 .zip (default: the algorithm of the training run's config.yaml "
+                        "beside it)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load an SB3 .zip with stable-baselines3's load, which unpickles (runs code "
                         "from) the file: only for files you made yourself (default: read its "

@@ -280,8 +280,18 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     if src.endswith(".zip"):
         algos = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN"),
                  "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
+        run_cfg, run_algo, run_rule = _run_settings(src)
+        if algo is None:
+            algo = run_algo
+        elif run_algo is not None and algo != run_algo:
+            raise ConfigError(f"--algo {algo!r}, but {run_cfg} (the config of the run that saved "
+                              f"{src}) trained {run_algo!r}: give --algo {run_algo} or leave it out")
         if algo not in algos:
-            raise ConfigError(f"an SB3 model needs --algo, one of {sorted(algos)} (got {algo!r})")
+            raise ConfigError(f"an SB3 model needs --algo, one of {sorted(algos)} (got {algo!r}; "
+                              "a training run's zip takes it from the config.yaml beside it)")
+        # the rule the model chose its candidates by: the run's env.candidates, else Evict-v0's
+        # default (a policy file deployed with another rule sees candidates it never saw)
+        candidate_rule = candidate_rule or run_rule or _evict_default("candidates")
         model: Any
         if trust_pickle:
             import importlib
@@ -292,9 +302,42 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         else:
             model, n_cand_read = sb3_scorer(src)
             n_cand = K if K is not None else n_cand_read
-        return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule or "lru",
+        return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule,
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
+
+
+def _evict_default(name: str) -> Any:
+    """The default of :class:`~envs.evict.EvictEnv`'s parameter ``name`` (``gym.make``'s)."""
+    import inspect
+
+    from cachegym.envs.evict import EvictEnv
+
+    return inspect.signature(EvictEnv).parameters[name].default
+
+
+def _run_settings(zip_path: str) -> tuple[str | None, str | None, str | None]:
+    """``(path, algo, candidate rule)`` of the training run that saved ``zip_path``: the
+    ``config.yaml`` that ``cachegym train`` writes beside it (read as YAML data: no code runs),
+    its SB3 algorithm (``agent.algo``, or ``agent.finetune.algo`` after imitation) and its
+    ``env.candidates``; ``None`` for each where there is no such file or value."""
+    import yaml
+
+    path = os.path.join(os.path.dirname(os.path.abspath(zip_path)), "config.yaml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None, None, None
+    if not isinstance(cfg, dict):
+        return None, None, None
+    agent, env = cfg.get("agent"), cfg.get("env")
+    algo = agent.get("algo") if isinstance(agent, dict) else None
+    if algo is None and isinstance(agent, dict) and isinstance(agent.get("finetune"), dict):
+        algo = agent["finetune"].get("algo")
+    rule = env.get("candidates") if isinstance(env, dict) else None
+    return (path, algo if isinstance(algo, str) else None,
+            rule if isinstance(rule, str) and rule in features.RULES else None)
 
 
 def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, dict[str, Any]]:

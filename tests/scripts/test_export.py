@@ -229,3 +229,38 @@ def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path):
                            capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.startswith("error: cannot write ") and "writable directory" in r.stderr
+
+
+def test_a_training_runs_zip_takes_its_algorithm_and_candidate_rule_from_the_run(sb3_zip, tmp_path):
+    """A zip beside the config.yaml that cachegym train writes is exported with that run's SB3
+    algorithm and candidate rule (its weights are the same whatever the rule, but a policy that
+    chooses its candidates otherwise than in training decides on what it never saw); a --algo
+    that contradicts the run is refused by name; without a run's config the rule is Evict-v0's
+    default."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(sb3_zip[0], run / "maskable_ppo.zip")
+    (run / "config.yaml").write_text("env:\n  candidates: lru\nagent:\n  algo: maskable_ppo\n")
+    h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "a.npz"))
+    assert (h["candidate_rule"], h["meta"]["algo"]) == ("lru", "maskable_ppo")
+    with pytest.raises(ConfigError, match="trained 'maskable_ppo'"):
+        export_file(run / "maskable_ppo.zip", tmp_path / "b.npz", algo="ppo")
+    h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "c.npz",
+                                        candidate_rule="sample"))
+    assert h["candidate_rule"] == "sample"  # what is asked wins
+    # imitation then a fine-tune: the algorithm is the fine-tune's
+    (run / "config.yaml").write_text("env:\n  candidates: sample\nagent:\n  finetune:\n"
+                                     "    algo: maskable_ppo\n")
+    h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "d.npz"))
+    assert (h["candidate_rule"], h["meta"]["algo"]) == ("sample", "maskable_ppo")
+    (run / "config.yaml").write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="--algo"):  # not YAML data: ignored, nothing runs
+        export_file(run / "maskable_ppo.zip", tmp_path / "e.npz")
+    alone = tmp_path / "alone.zip"
+    shutil.copy(sb3_zip[0], alone)
+    h, _ = read_policy_file(export_file(alone, tmp_path / "f.npz", algo="maskable_ppo"))
+    import inspect
+
+    assert h["candidate_rule"] == inspect.signature(EvictEnv).parameters["candidates"].default
