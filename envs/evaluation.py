@@ -314,9 +314,11 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
             check_import_spec(n, "victim" if learned else "prefetch")
             continue
         if n not in allowed:
-            extra = " (exported policy files: eval.learned=[PATH])" if learned else ""
+            extra = (" (exported policy files: eval.learned=[PATH])" if learned
+                     else ", learned:PATH (a policy file with a prefetch head)")
             raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
                               "or FILE.py:Class / module:Class (a class of your own)")
+
 
 
 def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
@@ -857,20 +859,42 @@ def write_results(rows: list[dict[str, Any]], out_dir: str) -> tuple[str, str]:
     return csv_path, json_path
 
 
+def network_share(decisions: Any) -> float | None:
+    """The share of a guarded learned run's accesses its network decided (its shadow and twins:
+    ``network``, ``network-no-prefetch``, ``network-history``), from the ``guard_decisions``
+    column (``"arc:0.88 network:0.02 ..."``); ``None`` for other rows."""
+    if not isinstance(decisions, str) or not decisions:
+        return None
+    share = 0.0
+    for part in decisions.split():
+        name, _, v = part.rpartition(":")
+        if name == "network" or name.startswith("network-"):
+            share += float(v)
+    return share
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A fixed-width table of the main figures, one line per run and bound row: traffic and
-    stall first, then the gap each policy closes to the bound (``gap_*``), then hit figures."""
+    stall first, then the gap each policy closes to the bound (``gap_*``), then hit figures, and
+    for a guarded learned policy the share of accesses its network decided (``by_net``: the
+    guard follows a heuristic expert where the network does worse; the CSV's
+    ``guard_decisions`` has each expert's share). In ``objects`` mode (every object of size 1)
+    capacity and traffic are counts of objects."""
     head = ("trace", "capacity", "policy", "prefetch", "preset", "traffic", "gap_traffic",
-            "stall_ms", "gap_stall", "miss_ratio", "gap_misses", "byte_miss_ratio", "p50_us")
+            "stall_ms", "gap_stall", "miss_ratio", "gap_misses", "byte_miss_ratio", "p50_us",
+            "by_net")
     lines = []
     for r in rows:
+        bytes_mode = r["mode"] == "bytes"
         lines.append((
-            str(r["trace"])[:24], human_bytes(r["capacity"]) if r["mode"] == "bytes"
+            str(r["trace"])[:24], human_bytes(r["capacity"]) if bytes_mode
             else str(r["capacity"]), policy_label(r["policy"]), prefetch_label(r["prefetch"]), r["preset"],
-            human_bytes(r["traffic_bytes"], 4), _fmt(r["gap_closed_traffic"], "{:.3f}"),
+            human_bytes(r["traffic_bytes"], 4) if bytes_mode else _fmt(r["traffic_bytes"], "{:.0f} obj"),
+            _fmt(r["gap_closed_traffic"], "{:.3f}"),
             _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
             _fmt(r["miss_ratio"], "{:.4f}"), _fmt(r["gap_closed_misses"], "{:.3f}"),
             _fmt(r["byte_miss_ratio"], "{:.4f}"), _fmt(r["decision_p50_us"], "{:.2f}"),
+            _fmt(network_share(r.get("guard_decisions")), "{:.2f}"),
         ))
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h)
               for i, h in enumerate(head)]
@@ -929,7 +953,7 @@ def prefetch_label(prefetch: str) -> str:
     return prefetch
 
 
-def _fmt(v: float, f: str) -> str:
+def _fmt(v: float | None, f: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f.format(v)
 
 
@@ -987,7 +1011,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                                rotation=30, fontsize="small")
             ax.minorticks_off()
             ax.set_xlabel("capacity" if mode == "bytes" else "capacity (objects)")
-            ax.set_ylabel(ylabel)
+            ax.set_ylabel(ylabel if mode == "bytes" else ylabel.replace("bytes", "objects"))
             if field == "traffic_bytes":
                 ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
                     lambda v, _: human_bytes(v)))

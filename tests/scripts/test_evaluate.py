@@ -490,3 +490,23 @@ def test_byte_figures_keep_their_digits() -> None:
            "byte_miss_ratio": 0.5, "decision_p50_us": nan}
     line = format_table([row]).splitlines()[-1]
     assert "16MiB" in line and "2.700GiB" in line
+
+
+def test_the_table_counts_objects_in_objects_mode_and_names_who_decided() -> None:
+    """In objects mode (every object of size 1) traffic is a count of objects, not bytes; a
+    guarded learned row shows the share of accesses its network decided (its twins included),
+    so that a network the guard left for a heuristic is seen as such; other rows leave it blank."""
+    from cachegym.envs.evaluation import format_table, network_share
+
+    nan = float("nan")
+    row = {"trace": "t", "capacity": 68, "mode": "objects", "policy": "lru", "prefetch": "none",
+           "preset": "none", "traffic_bytes": 6488, "gap_closed_traffic": nan, "stall_ns": 0,
+           "gap_closed_stall": nan, "miss_ratio": 0.5, "gap_closed_misses": nan,
+           "byte_miss_ratio": 0.5, "decision_p50_us": nan}
+    table = format_table([row, {**row, "policy": "learned[shadow]",
+                                "guard_decisions": "arc:0.88 network:0.02 network-history:0.05"}])
+    head, _, lru, learned = table.splitlines()
+    assert "6488 obj" in lru and "KiB" not in table and head.rstrip().endswith("by_net")
+    assert learned.rstrip().endswith("0.07") and not lru.rstrip().endswith("0.07")
+    assert network_share("") is None and network_share(None) is None
+    assert network_share("lru:0.90 network:0.10") == 0.10
