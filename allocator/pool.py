@@ -142,9 +142,9 @@ class Pool(Loop):
             raise ConfigError(f"capacity must be a positive number of bytes, at most 2**60, got "
                               f"{capacity!r}")
         if isinstance(policy, str):
-            raise ConfigError(f"policy: pass a policy object, not the name {policy!r} "
-                              f"(cachegym.make_policy({policy!r}), or "
-                              f"policies.registry.make_eviction)")
+            raise ConfigError(f"policy: pass a policy object, not the name {policy!r}: "
+                              f"cachegym.make_policy({policy!r}) builds one where that is a "
+                              "registered name (it lists them where not)")
         if placement is None:
             placement = "bytes" if backend is None else "arena"
         if placement == "arena" and capacity < ALIGN:

@@ -103,8 +103,9 @@ def sim(argv: list[str]) -> int:
     p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "
                    "fractions of the working set (10%%, 0.1)")
     add_trace_params_option(p)
-    p.add_argument("--guard", default="shadow", help="guard of learned:PATH policies "
-                   "(conf/policy/guard/: shadow, trial, lru, none; default shadow)")
+    p.add_argument("--guard", default="shadow", help="comma-separated guards of learned:PATH "
+                   "policies, each a row (conf/policy/guard/: shadow, trial, lru, none; default "
+                   "shadow)")
     p.add_argument("--prefetch", default="none", help="comma-separated prefetchers (none, "
                    "lookahead, history, markov, stride, learned:PATH; default none)")
     p.add_argument("--preset", default="none", help="comma-separated timing presets for stall "
@@ -116,8 +117,14 @@ def sim(argv: list[str]) -> int:
                    help="under a preset, the share of the capacity kept clean ahead of eviction "
                    "(dirty next victims written back early while the copy-out engine idles; "
                    "0, the default: off)")
-    p.add_argument("--mode", default="bytes", choices=("bytes", "objects"))
-    p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"))
+    p.add_argument("--mode", default="bytes", choices=("bytes", "objects"),
+                   help="bytes (default: each object its size, capacities in bytes) or objects "
+                   "(every object size 1: capacities and traffic count objects, as a "
+                   "libCacheSim run with --ignore-obj-size)")
+    p.add_argument("--capacity-of", default="working_set", choices=("working_set", "peak_live"),
+                   help="what a share in CAPACITIES is of: the bytes of every object the trace "
+                   "names (working_set, default) or the most bytes live at once (peak_live: a DL "
+                   "trace that frees its tensors)")
     p.add_argument("--out", help="results folder (default outputs/sim/<time>)")
     p.add_argument("--plots", action="store_true", help="also write the plots")
     p.add_argument("--resume", action="store_true", help="reuse the completed runs an "
@@ -169,10 +176,22 @@ _SIM_KEY = re.compile(r"(?<![\w.+])(" + "|".join(re.escape(k) for k in sorted(_S
                       + r")(?![\w.=])")
 
 
+# the evaluator's advice in its config's spelling, as ``cachegym sim`` takes the same
+_SIM_ADVICE = (
+    ("eval.learned=[PATH] (and eval.learned_guards=[shadow,...] for its guards)",
+     "learned:PATH (and --guard for its guard)"),
+    ("exported policy files: eval.learned=[PATH]", "exported policy files: learned:PATH"),
+    ("or [] for none", "or none"),
+)
+
+
 def sim_names(message: str) -> str:
     """An error of the evaluator as ``cachegym sim``'s user reads it: the config keys it filled
     named by the arguments they came from (``trace.path`` -> ``TRACE``, ``eval.prefetchers`` ->
-    ``--prefetch``)."""
+    ``--prefetch``), and its advice spelt as ``sim`` takes it (``eval.learned=[PATH]`` ->
+    ``learned:PATH``)."""
+    for config, sim in _SIM_ADVICE:
+        message = message.replace(config, sim)
     return _SIM_KEY.sub(lambda m: _SIM_ARGS[m.group(1)], message)
 
 
@@ -186,6 +205,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     from cachegym.envs.config import guard_node, register_configs
     from cachegym.envs.paths import CONF_DIR
     from cachegym.envs.workloads import parse_trace_params
+    from cachegym.envs.workloads.formats import format_name
 
     names, learned = [], []
     for spec in _split(args.policies):
@@ -198,8 +218,10 @@ def sim_config(args: argparse.Namespace) -> Any:
     caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
-    guard_node(args.guard, "--guard")  # an option of conf/policy/guard/, even without learned:PATH
-    fmt = None if args.format.lower() in ("auto", "") else args.format
+    guards = _split(args.guard) or ["shadow"]
+    for g in guards:  # options of conf/policy/guard/, even without learned:PATH
+        guard_node(g, "--guard")
+    fmt = None if args.format.lower() in ("auto", "") else format_name(args.format)
     options = parse_trace_params(args.trace_params)
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -208,7 +230,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     values = {
         "trace.path": args.trace, "trace.format": fmt, "trace.options": options, "out_dir": out,
         "eval.mode": args.mode, "eval.capacity_of": args.capacity_of, "eval.capacities": caps,
-        "eval.policies": names, "eval.learned": learned, "eval.learned_guards": [args.guard],
+        "eval.policies": names, "eval.learned": learned, "eval.learned_guards": guards,
         "eval.prefetchers": _split(args.prefetch) or ["none"],
         "eval.presets": _split(args.preset) or ["none"], "eval.bounds": [b for b in _split(args.bounds) if b != "none"],
         "allocator.clean_ahead": args.clean_ahead,

@@ -35,6 +35,17 @@ def test_help_lists_every_command_and_an_unknown_one_is_refused(
     assert cli.main([]) == 2
 
 
+def test_python_dash_m_cachegym_is_the_command(tmp_path: Path) -> None:
+    """``python -m cachegym`` runs the same command as the console script (where a virtual
+    environment's bin/ is not on PATH), from any directory."""
+    r = subprocess.run([sys.executable, "-m", "cachegym", "--help"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "usage: cachegym COMMAND" in r.stdout, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "cachegym", "simulate"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "unknown command 'simulate'" in r.stderr
+
+
 @pytest.mark.parametrize("cmd", ["export", "record", "stats", "parity", "bench"])
 def test_argparse_commands_reach_their_script(cmd: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
@@ -113,6 +124,12 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--clean-ahead", "0.25"],
      "error: --clean-ahead cleans ahead under a timing preset, and --preset has none"),
     (["data/traces/gpt.npz", "npz", "lru", "1e30"], "is more than 2**60 bytes"),
+    # and its advice as sim takes it, not in the config's spelling
+    (["data/traces/gpt.npz", "npz", "s3fio", "1MiB"], "(exported policy files: learned:PATH)"),
+    (["data/traces/gpt.npz", "npz", "learned", "1MiB"], "give learned:PATH (and --guard for its guard)"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--bounds", "fooo"], "any length), or none"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--prefetch", "lookahed"],
+     "history, learned:PATH (a policy file with a prefetch head) or FILE.py:Class"),
 ])
 def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path,
                                    monkeypatch: pytest.MonkeyPatch,
@@ -132,6 +149,14 @@ def test_sim_takes_a_decimal_capacity_as_a_share_as_its_help_says(tmp_path: Path
                          "--out", str(tmp_path / cap)]) == 0
     got = {cap: _rows(tmp_path / cap)[0]["capacity"] for cap in ("0.1", "10%", ".1", "1.0", "100%")}
     assert got["0.1"] == got["10%"] == got[".1"] and got["1.0"] == got["100%"] != got["0.1"]
+
+
+def test_sim_takes_a_format_in_any_case_as_read_trace_does(tmp_path: Path) -> None:
+    for fmt in ("NPZ", "Npz", "npz"):
+        assert cli.main(["sim", "data/traces/gpt.npz", fmt, "lru", "10%", "--bounds", "none",
+                         "--out", str(tmp_path / fmt)]) == 0
+    assert {_rows(tmp_path / f)[0]["misses"] for f in ("NPZ", "Npz", "npz")} == {
+        _rows(tmp_path / "npz")[0]["misses"]}
 
 
 def test_evaluate_passes_hydra_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

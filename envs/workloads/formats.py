@@ -39,6 +39,7 @@ from cachegym.allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace
 __all__ = [
     "ORACLE_GENERAL_DTYPE",
     "FORMATS",
+    "format_name",
     "read_trace",
     "write_trace",
     "read_npz",
@@ -468,6 +469,12 @@ FORMATS = ("npz", "oracleGeneral", "lcs", "vscsi", "csv", "txt")
 _ALIASES = {"npz": "npz", "oraclegeneral": "oracleGeneral", "oracle_general": "oracleGeneral",
             "oraclegeneralbin": "oracleGeneral", "lcs": "lcs", "vscsi": "vscsi", "csv": "csv",
             "txt": "txt", "plain": "txt"}
+
+
+def format_name(name: str) -> str:
+    """A format's name as :data:`FORMATS` spells it (``oraclegeneral`` -> ``oracleGeneral``:
+    :func:`read_trace` takes any case); ``name`` itself where it names none."""
+    return _ALIASES.get(name.lower(), name)
 
 
 COMPRESSIONS = {".zst": "zstd", ".zstd": "zstd", ".gz": "gzip", ".xz": "xz", ".bz2": "bz2"}

@@ -974,6 +974,17 @@ def test_policy_hooks_see_whether_the_access_writes() -> None:
     assert seen == [("miss", 1, True), ("hit", 1, False), ("miss", 2, False), ("hit", 2, True)]
 
 
+def test_a_policy_name_is_refused_with_the_call_that_builds_it() -> None:
+    """Pool(capacity, "lru") is a name, not a policy: the error gives the call that builds one
+    (make_policy, which lists the registered names where it is not one of them)."""
+    import cachegym
+
+    with pytest.raises(ConfigError, match=r"not the name 'lur': cachegym.make_policy\('lur'\)"):
+        Pool(4096, "lur")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="lru"):
+        cachegym.make_policy("lur")
+
+
 def test_a_policy_without_its_hooks_is_refused_by_name() -> None:
     class NoHit:
         name = "nohit"
