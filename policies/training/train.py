@@ -492,10 +492,12 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
              len(val_traces), ", ".join(t.name for t in val_traces) or "none")
     net = agent.train(ctx, init=init)
     collector.close()
+    exported = "last"  # which weights the file holds (best_step: the step that validated best)
     if bool(val.select_best) and validator.best_state is not None:
         log.info("exporting the best validated checkpoint (step %s, score %.4f)",
                  validator.best_step, validator.best_score)
         net.load_state_dict(validator.best_state)
+        exported = "best_step"
     meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
             "validation_traces": [t.name for t in val_traces], "seed": seed}
     path = export_policy(net, os.path.join(out, str(cfg.export_name)), K=K, candidate_rule=rule,
@@ -503,6 +505,7 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     final = validator.evaluate_file(path) if validator.runs else {}
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
               "history": validator.history, "best_step": validator.best_step,
+              "exported": exported,
               "sb3_model": os.path.abspath(ctx.saved[-1]) if ctx.saved else None,
               "config_sha256": config_hash(cfg),
               "wall_s": time.perf_counter() - t0}

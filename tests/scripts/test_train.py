@@ -117,6 +117,7 @@ def test_train_smoke(tmp_path, agent, extra):
             "gap_closed_misses", "traffic_network", "gap_closed_traffic_network"} <= set(res["validation"])
     assert res["history"], "the validation callback never ran"
     assert os.listdir(tmp_path / "checkpoints")
+    assert res["exported"] == "last"  # (select_best is off by default: best_step is a report)
 
 
 def test_an_eviction_run_for_stall_plans_and_validates_stall(tmp_path):
