@@ -480,7 +480,6 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                           "eval.presets has none: add one (e.g. h100_pcie5) or leave "
                           "allocator.clean_ahead at 0")
     traces: list[Trace] = instantiate(cfg.trace)
-    out_dir = results_dir(cfg, "evaluate", exact=out_dir)
 
     bounds = check_bounds_kinds([str(b) for b in ev.get("bounds", [])])
     jobs = check_jobs(ev.get("jobs", 1))
@@ -505,6 +504,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
 
     from tqdm.auto import tqdm
 
+    # (made once the sweep is known good: a refused config leaves no empty folder behind)
+    out_dir = results_dir(cfg, "evaluate", exact=out_dir)
     # the final files of an earlier sweep here describe another sweep: gone before the first run
     for old in sorted(os.listdir(out_dir)):
         final = old in ("results.csv", "results.json") or (old.startswith("metrics__")

@@ -139,6 +139,7 @@ def test_sim_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()  # a refused sim leaves no empty results folder
 
 
 def test_sim_takes_a_decimal_capacity_as_a_share_as_its_help_says(tmp_path: Path) -> None:
