@@ -583,7 +583,12 @@ class ActivationOffload:
 
     # ------------------------------------------------------------------ results
     def stats(self) -> dict[str, Any]:
-        """The pool's statistics and the offload's counters, as one dict."""
+        """The pool's statistics and the offload's counters, as one dict. In the pool's terms a
+        pack is a write and an unpack a read, so every saved tensor's pack is a miss (a first
+        write: allocated, nothing copied) and ``miss_ratio`` is about a half even where nothing
+        is offloaded; what offload costs is ``traffic_bytes`` (bytes copied out and back) and,
+        under a timing preset, ``stall_ns``. ``byte_misses`` counts those packs' bytes too, so it
+        may exceed ``traffic_bytes``."""
         d = self.pool.snapshot().as_dict()
         d.update(asdict(self.counters))
         return d
