@@ -76,6 +76,8 @@ cdef class Loop:
     cpdef _to_device(self, ObjectInfo o)
     @cython.locals(o=ObjectInfo, now=cython.longlong)
     cpdef _retire(self)
+    @cython.locals(now=cython.longlong, due=cython.longlong)
+    cpdef long long _due_release_bytes(self) except -1
     cpdef _pop_release(self)
     cpdef _free(self, object key)
     cpdef _forget_record(self, ObjectInfo o)

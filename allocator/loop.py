@@ -440,7 +440,7 @@ class Loop:
             st.stall_ns = self.cost.stall_ns
             st.compute_ns = self.cost.compute_ns
             st.total_ns = self.cost.now
-            st.device_bytes = self._place.used
+            st.device_bytes = self._place.used - self._due_release_bytes()  # (copied out: free)
             st.fragmentation = self._place.fragmentation
             return st.snapshot()
 
@@ -941,7 +941,9 @@ class Loop:
         if cost.instant or cost.busy_until(1) > cost.now:
             return  # (no time to save; a copy queued now would delay the demand ones behind it)
         place = self._place
-        short = self._clean_ahead - (place.capacity - place.used)
+        # free: the blocks whose copy-out has finished count, though their release is applied
+        # at the next allocation (with the engine idle, every copy out has)
+        short = self._clean_ahead - (place.capacity - place.used + self._due_release_bytes())
         if short <= 0:
             return
         order = eviction_order_of(self._policy)
@@ -1090,6 +1092,16 @@ class Loop:
         rel = self._releases
         while rel and rel[0][0] <= now:
             self._pop_release()
+
+    def _due_release_bytes(self) -> int:
+        """Bytes of the blocks whose copy-out has finished by now (free, though :meth:`_retire`
+        applies their release only at the next allocation or wait)."""
+        now = self.cost.now
+        due = 0
+        for r in self._releases:
+            if r[0] <= now:
+                due += r[3]
+        return due
 
     def _pop_release(self) -> None:
         done, _, off, nb, ev, key = heapq.heappop(self._releases)

@@ -311,7 +311,9 @@ class Pool(Loop):
           :meth:`reset_peak_stats`; ``requested_bytes.all.current``: those objects' own sizes
           (the rest is 512-byte rounding); ``allocation.all.current``: those blocks;
         * ``active_bytes.all.current``, ``.peak``, ``active.all.current``: the same with the
-          blocks awaiting a write-back (``snapshot().device_bytes``, ``.peak_device_bytes``);
+          blocks awaiting a write-back not finished by now (``snapshot().device_bytes``,
+          ``.peak_device_bytes``; a block copied out is free, though the pool releases it at
+          its next allocation);
         * ``reserved_bytes.all.current``, ``.peak``, ``segment.all.current``, ``.peak``: the
           device budget, reserved up front as one segment (``num_device_alloc`` 1,
           ``num_device_free`` 0: it is never given back);
@@ -326,6 +328,8 @@ class Pool(Loop):
             place = self._place
             held = [o for o in self._objs.values() if o.offset >= 0]
             allocated = place.used - self._pending_release_bytes
+            due = self._due_release_bytes()  # (blocks copied out by now: free, released later)
+            now = self.cost.now
             if place.used == 0:
                 free_blocks = 0
             elif isinstance(place, Arena):
@@ -336,14 +340,14 @@ class Pool(Loop):
                     "allocated_bytes.all.peak": max(self._peak_allocated, allocated),
                     "requested_bytes.all.current": sum(o.size for o in held),
                     "allocation.all.current": len(held),
-                    "active_bytes.all.current": place.used,
-                    "active_bytes.all.peak": max(self.stats.peak_device_bytes, place.used),
-                    "active.all.current": len(held) + len(self._releases),
+                    "active_bytes.all.current": place.used - due,
+                    "active_bytes.all.peak": max(self.stats.peak_device_bytes, place.used - due),
+                    "active.all.current": len(held) + sum(r[0] > now for r in self._releases),
                     "reserved_bytes.all.current": place.capacity,
                     "reserved_bytes.all.peak": place.capacity,
                     "segment.all.current": 1,
                     "segment.all.peak": 1,
-                    "inactive_split_bytes.all.current": place.free_bytes if place.used else 0,
+                    "inactive_split_bytes.all.current": place.free_bytes + due if place.used else 0,
                     "inactive_split.all.current": free_blocks,
                     "num_alloc_retries": self._alloc_retries,
                     "num_ooms": self._num_ooms,

@@ -32,7 +32,10 @@ used before the prefetched object: only ``pool``'s eight ``prefetch/lookahead*``
 changed; the two above: bytes copied in 24.8 -> 10.4 and 19.8 -> 6.6 MB, misses 890 -> 598 and
 853 -> 374; the timed ones by a miss or less (375 -> 374); ``lookahead,depth=2,window=6/arena-
 None`` is the one worse, 515 -> 525 misses (free bytes in an arena are not one block, so its
-victims are counted short). Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+victims are counted short). Re-recorded (``classic`` only, 2026-12-05) when the reported
+``device_bytes`` stopped counting blocks whose write-back had finished by the snapshot (released
+at the pool's next allocation): two values changed, ``s3fifo/bytes-20000-a100_pcie4-write-back/
+s1`` 19583 -> 18989 and ``slru/.../s0`` 18322 -> 17877; nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
