@@ -4,6 +4,7 @@ environments (:mod:`envs.evict`, :mod:`envs.prefetch`) drive :class:`allocator.p
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -257,18 +258,38 @@ def reward_scales(window: Trace, pool: Any) -> tuple[float, float]:
     return mean_size, float(max(1, pool.cost.copy_time(0, int(mean_size))))
 
 
-def demand_marks(pool: Any) -> tuple[int, int, int, int]:
-    """The pool's counters ``(misses, byte misses, traffic bytes, stall ns)`` before a decision."""
+def demand_marks(pool: Any) -> tuple[int, int, int, int, int]:
+    """The pool's counters ``(misses, byte misses, traffic bytes, stall ns, accesses)`` before a
+    decision."""
     st = pool.stats
-    return st.misses, st.byte_misses, st.traffic_bytes, pool.cost.stall_ns
+    return st.misses, st.byte_misses, st.traffic_bytes, pool.cost.stall_ns, st.accesses
 
 
-def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int], mean_size: float,
-                  fetch_ns: float) -> float:
+def check_reward_baseline(value: Any, reward: str, demand: Sequence[str]) -> float:
+    """An environment's ``reward_baseline``: a finite number >= 0 (0: none), and only with one of
+    the ``demand`` rewards (costs per access; the prefetch env's ``pythia`` scores prefetches)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ConfigError(f"reward_baseline must be a number >= 0 (cost units credited per access; "
+                          f"0: none), got {value!r}")
+    if value and reward not in demand:
+        raise ConfigError(f"reward_baseline applies to the rewards {tuple(demand)}, not to "
+                          f"reward={reward!r}; leave it at 0")
+    return float(value)
+
+
+def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int, int], mean_size: float,
+                  fetch_ns: float, baseline: float = 0.0) -> float:
     """The ``misses``, ``bytes`` (bytes of the misses), ``traffic`` (bytes copied both ways,
     write-backs and streamed accesses included: what the pool pays) or ``stall`` reward of
-    what happened since ``marks``, in units of a miss (bytes over the mean request's)."""
-    m0, b0, t0, s0 = marks
+    what happened since ``marks``, in units of a miss (bytes over the mean request's), plus
+    ``baseline`` per access served since (the environments' ``reward_baseline``)."""
+    r = _demand_cost(kind, pool, marks, mean_size, fetch_ns)
+    return r + baseline * (pool.stats.accesses - marks[4]) if baseline else r
+
+
+def _demand_cost(kind: str, pool: Any, marks: tuple[int, int, int, int, int], mean_size: float,
+                 fetch_ns: float) -> float:
+    m0, b0, t0, s0, _ = marks
     st = pool.stats
     if kind == "misses":
         return -float(st.misses - m0)

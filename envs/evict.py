@@ -20,6 +20,7 @@ from cachegym.envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    check_reward_baseline,
     demand_marks,
     demand_reward,
     empty_obs,
@@ -89,6 +90,16 @@ class EvictEnv(PoolEnv):
 
     The return of an episode is minus the traffic (misses, bytes, stall) after the first decision.
 
+    ``reward_baseline`` (0: none) adds that many cost units per access served between the two
+    decisions. Where every miss asks for one decision and costs about the same (equal sizes, a
+    full pool: the default workload), each step's cost is the same whatever the agent does: the
+    agent changes only how many accesses are served before the next miss, which a step's cost
+    does not see, so every return discounted per decision is alike (a helper measured every
+    step's reward at exactly -1 under Belady's and random actions). With ``reward_baseline=1``
+    a step earns the accesses it served less what they cost (for ``misses``: its hits), which
+    does; the accesses of an episode are fixed by its window, so the undiscounted ranking of
+    policies is unchanged.
+
     ## Info
 
     At every decision: ``oracle_action`` (Belady: the valid candidate with the farthest next
@@ -123,6 +134,7 @@ class EvictEnv(PoolEnv):
     * ``clean_ahead`` (0.0): the share of the capacity kept clean ahead of eviction under a
       cost preset (``Pool(clean_ahead=)``: dirty next victims are written back while compute
       runs).
+    * ``reward_baseline`` (0.0): cost units credited per access served (Rewards, above).
     * ``render_mode``: accepted for API compatibility; the env does not render.
 
     ## Version history
@@ -150,9 +162,11 @@ class EvictEnv(PoolEnv):
         placement: str = "bytes",
         write_policy: str = "write-back",
         clean_ahead: float = 0.0,
+        reward_baseline: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         check_args(K, candidates=candidates, reward=reward, rewards=EVICT_REWARDS, cost=cost)
+        self.reward_baseline = check_reward_baseline(reward_baseline, reward, EVICT_REWARDS)
         if invalid_action not in INVALID_ACTIONS:
             raise ConfigError(f"invalid_action must be one of {INVALID_ACTIONS}, got {invalid_action!r}")
         check_capacity(capacity, capacity_of)
@@ -195,7 +209,7 @@ class EvictEnv(PoolEnv):
         i = self._check_action(action)
         pool = self.pool
         assert pool is not None
-        if self.reward_kind == "misses":  # the default, without demand_marks' tuple
+        if self.reward_kind == "misses" and not self.reward_baseline:  # without demand_marks' tuple
             st = pool.stats
             m0 = st.misses
             decided = self._advance(self._keys[i])
@@ -203,7 +217,8 @@ class EvictEnv(PoolEnv):
         else:
             marks = demand_marks(pool)
             decided = self._advance(self._keys[i])
-            r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns)
+            r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns,
+                              self.reward_baseline)
         return self._obs, r, not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:

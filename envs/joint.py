@@ -21,6 +21,7 @@ from cachegym.envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    check_reward_baseline,
     decision_info,
     demand_marks,
     demand_reward,
@@ -78,7 +79,8 @@ class JointEnv(PoolEnv):
     ## Episode and arguments
 
     As :class:`envs.evict.EvictEnv` (``traces``, ``window``, ``capacity``, ``capacity_of``,
-    ``cost``, ``placement``, ``write_policy``, ``clean_ahead``, ``K``, ``candidates``; ``reward``
+    ``cost``, ``placement``, ``write_policy``, ``clean_ahead``, ``reward_baseline``, ``K``,
+    ``candidates``; ``reward``
     ``"misses"`` by default, or ``"bytes"``, ``"traffic"``, ``"stall"`` as there) and
     :class:`envs.prefetch.PrefetchEnv` (``opportunity``, ``predictor``).
 
@@ -106,10 +108,12 @@ class JointEnv(PoolEnv):
         placement: str = "bytes",
         write_policy: str = "write-back",
         clean_ahead: float = 0.0,
+        reward_baseline: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         check_args(K, candidates=candidates, reward=reward, rewards=_REWARDS, cost=cost,
                    opportunity=opportunity, opportunities=OPPORTUNITIES)
+        self.reward_baseline = check_reward_baseline(reward_baseline, reward, _REWARDS)
         if invalid_action not in ("raise", "default"):
             raise ConfigError(f"invalid_action must be 'raise' or 'default', got {invalid_action!r}")
         check_capacity(capacity, capacity_of)
@@ -151,7 +155,8 @@ class JointEnv(PoolEnv):
         assert pool is not None
         marks = demand_marks(pool)
         decided = self._resume(self._keys[a] if a < len(self._keys) else None)
-        r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns)
+        r = demand_reward(self.reward_kind, pool, marks, self._mean_size, self._fetch_ns,
+                          self.reward_baseline)
         return self._obs, r, not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:

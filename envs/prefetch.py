@@ -21,6 +21,7 @@ from cachegym.envs.common import (
     as_traces,
     check_args,
     check_capacity,
+    check_reward_baseline,
     decision_info,
     demand_marks,
     demand_reward,
@@ -106,12 +107,13 @@ class PrefetchEnv(PoolEnv):
     ## Arguments
 
     * ``traces``, ``window`` (4096), ``capacity`` (0.25), ``capacity_of``, ``cost`` (None),
-      ``placement`` (``"bytes"``), ``write_policy``, ``clean_ahead`` (0.0): as
-      :class:`envs.evict.EvictEnv`.
+      ``placement`` (``"bytes"``), ``write_policy``, ``clean_ahead`` (0.0), ``reward_baseline``
+      (0.0; with the demand rewards only): as :class:`envs.evict.EvictEnv`.
     * ``K`` (8): candidates per decision.
     * ``opportunity`` (``"miss"``): when the agent is asked, after an access: ``"miss"`` (a
-      demand miss), ``"access"`` (every access), ``"step"`` (the last access of each trace
-      step, i.e. each op of an ML trace) or an int ``N`` (every ``N`` accesses).
+      demand miss), ``"access"`` (every access), ``"step"`` (the last access of each value of
+      the trace's ``step`` column: each training iteration of the bundled and generated DL
+      traces, so few opportunities per window) or an int ``N`` (every ``N`` accesses).
     * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``).
     * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
     * ``predictor``: a :class:`SuccessorPredictor` or its parameters (default ``depth=2, width=4,
@@ -144,10 +146,12 @@ class PrefetchEnv(PoolEnv):
         placement: str = "bytes",
         write_policy: str = "write-back",
         clean_ahead: float = 0.0,
+        reward_baseline: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         check_args(K, reward=reward, rewards=PREFETCH_REWARDS, cost=cost,
                    opportunity=opportunity, opportunities=OPPORTUNITIES)
+        self.reward_baseline = check_reward_baseline(reward_baseline, reward, PREFETCH_REWARDS[1:])
         weights = dict(PYTHIA_WEIGHTS)
         unknown = set(pythia_weights or {}) - set(weights)
         if unknown:
@@ -208,7 +212,8 @@ class PrefetchEnv(PoolEnv):
         else:
             marks = demand_marks(pool)
             decided = self._advance(self._keys[a] if a < self.K else None)
-            r = demand_reward(kind, pool, marks, self._mean_size, self._fetch_ns)
+            r = demand_reward(kind, pool, marks, self._mean_size, self._fetch_ns,
+                              self.reward_baseline)
         return self._obs, float(r), not decided, False, self._info()
 
     def action_masks(self) -> np.ndarray:

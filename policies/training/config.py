@@ -113,6 +113,7 @@ class EnvConfig:
     cost: str | None = None
     placement: str = "bytes"
     clean_ahead: float = 0.0
+    reward_baseline: float = 0.0
     vec: VecEnvKind = VecEnvKind.dummy
 
 
@@ -131,6 +132,7 @@ class _PrefetchingEnvConfig:
     placement: str = "bytes"
     write_policy: str = "write-back"
     clean_ahead: float = 0.0
+    reward_baseline: float = 0.0
     vec: VecEnvKind = VecEnvKind.dummy
 
 

@@ -203,6 +203,55 @@ def test_bytes_and_stall_rewards() -> None:
         assert -total * scale == pytest.approx(infos[-1]["stats"][field] - base, rel=1e-9)
 
 
+def test_a_reward_baseline_credits_the_accesses_served() -> None:
+    """``reward_baseline=b`` adds ``b`` cost units per access served between two decisions, so
+    an episode's rewards sum to ``b * accesses - cost`` (each reward kind, misses' fast path
+    included); on the default workload (equal sizes, a full pool) every step of the plain
+    reward costs exactly one miss whatever the agent does, and every discounted return is
+    alike; with a baseline of 1 Belady's actions earn more than always-the-first's."""
+    trace = small_trace(7, n=800, frees=False)
+    for reward, field in (("misses", "misses"), ("traffic", "traffic_bytes"), ("stall", "stall_ns")):
+        env = EvictEnv(trace, K=8, candidates="lru", window=None, capacity=0.3,
+                       capacity_of="working_set", reward=reward, cost="a100_pcie4",
+                       reward_baseline=0.5)
+        env.reset(seed=0)
+        pool = env.pool
+        base, acc0 = pool.snapshot().as_dict()[field], pool.stats.accesses
+        total, _, infos = rollout(env, lambda o, i: 0, seed=0)
+        scale = {"misses": 1.0, "stall": env._fetch_ns}.get(reward, env._mean_size)
+        cost = (infos[-1]["stats"][field] - base) / scale
+        assert total == pytest.approx(0.5 * (infos[-1]["stats"]["accesses"] - acc0) - cost, rel=1e-9)
+
+    def returns(baseline: float) -> dict[str, tuple[float, set[float]]]:
+        env = EvictEnv(reward_baseline=baseline)
+        out = {}
+        for name in ("oracle", "first"):
+            _, info = env.reset(seed=0)
+            rs = []
+            while True:
+                _, r, term, trunc, info = env.step(info["oracle_action"] if name == "oracle" else 0)
+                rs.append(r)
+                if term or trunc:
+                    break
+            out[name] = (sum(r * 0.99**i for i, r in enumerate(rs)), set(rs))
+        return out
+
+    plain = returns(0.0)
+    assert plain["oracle"][1] == plain["first"][1] == {-1.0}  # no signal per decision
+    shaped = returns(1.0)
+    assert shaped["oracle"][0] > shaped["first"][0] + 50 and len(shaped["oracle"][1]) > 10
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"reward_baseline": -1.0}, "reward_baseline must be a number >= 0"),
+    ({"reward_baseline": float("nan")}, "reward_baseline must be a number >= 0"),
+    ({"reward_baseline": True}, "reward_baseline must be a number >= 0"),
+])
+def test_a_bad_reward_baseline_is_refused(kw, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        EvictEnv(**kw)
+
+
 def test_capacity_fractions_of_the_window() -> None:
     trace = small_trace(8, n=2000)
     for of, fn in (("working_set", Trace.working_set_bytes), ("peak_live", Trace.peak_live_bytes)):

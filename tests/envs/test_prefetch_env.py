@@ -222,3 +222,24 @@ def test_predictor_proposes_the_same_through_the_pool_records_and_the_public_vie
         if k % 7 == 0 and fast:
             pool.prefetch(fast[0])  # some objects in flight (h2d)
     assert n_proposed > 100
+
+
+def test_a_reward_baseline_goes_with_the_demand_rewards_only() -> None:
+    """``reward_baseline`` credits accesses served against their cost; ``pythia`` scores
+    prefetches, so a baseline there is refused by name; with a demand reward it applies."""
+    from cachegym.envs.joint import JointEnv
+
+    with pytest.raises(ConfigError, match="not to reward='pythia'"):
+        PrefetchEnv(reward_baseline=1.0)
+    for env in (PrefetchEnv(reward="misses", reward_baseline=1.0), JointEnv(reward_baseline=1.0)):
+        _, info = env.reset(seed=0)
+        acc0 = env.pool.stats.accesses
+        m0 = env.pool.stats.misses
+        total = 0.0
+        for _ in range(50):
+            _, r, term, _, info = env.step(env.K)  # the no-op / the default
+            total += r
+            if term:
+                break
+        st = env.pool.stats
+        assert total == pytest.approx((st.accesses - acc0) - (st.misses - m0))
