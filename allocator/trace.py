@@ -187,8 +187,9 @@ class Trace:
                 meta = json.loads(str(data["meta"]))
                 if not isinstance(meta, dict):
                     raise ValueError("not a JSON object")
-            except ValueError as e:
-                raise TraceError(f"meta is not a JSON object string ({e})", path=p, column="meta") from None
+            except (ValueError, RecursionError) as e:  # (nested past the parser's depth: Recursion)
+                raise TraceError(f"meta is not a JSON object string ({type(e).__name__}: {e})",
+                                 path=p, column="meta") from None
         if np.ndim(data["key"]) == 1 and len(data["key"]) == 0:  # as every other reader
             raise TraceError("no records", path=p, hint="the trace is empty: nothing to replay")
         name = os.path.splitext(os.path.basename(p))[0]

@@ -538,13 +538,43 @@ def _read_compressed(path: PathLike, compression: str, cut: int, format: str | N
     return t
 
 
+def _decompress_streams(path: str, factory: Any, dst: Any, padding: bool = False) -> None:
+    """Every stream of an xz or bz2 file, one after the other, into ``dst``; anything after a
+    complete stream must be another complete stream (or, with ``padding``, the NUL bytes the xz
+    format allows between streams). (Python's ``lzma.open`` and ``bz2.open`` end the file at
+    data after a stream that does not start like one: a corrupt second stream, and its
+    records, were dropped without a word.) Output comes in pieces of 16 MiB at most."""
+    d = None
+    with open(path, "rb") as f:
+        while True:
+            if d is None or d.eof:
+                data = (d.unused_data if d is not None else b"") or f.read(1 << 20)
+                while padding and data and not data.strip(b"\0"):
+                    data = f.read(1 << 20)
+                if padding:
+                    data = data.lstrip(b"\0")
+                if not data:
+                    return  # (an empty file, or every stream complete)
+                d = factory()
+            elif d.needs_input:
+                data = f.read(1 << 20)
+                if not data:
+                    raise EOFError("the compressed stream ends before its end-of-stream marker")
+            else:
+                data = b""
+            dst.write(d.decompress(data, 1 << 24))
+
+
 def _decompress(path: str, compression: str, dst: Any) -> None:
     """Write the decompressed bytes of ``path`` to ``dst``; a stream cut short raises (gzip, xz
     and bz2 say so themselves; a zstd frame is checked for its end here)."""
-    opener: Any = {"gzip": gzip.open, "xz": lzma.open, "bz2": bz2.open}.get(compression)
-    if opener is not None:
-        with opener(path, "rb") as src:
+    if compression == "gzip":
+        with gzip.open(path, "rb") as src:
             shutil.copyfileobj(src, dst, 1 << 20)
+        return
+    if compression in ("xz", "bz2"):
+        _decompress_streams(path, lzma.LZMADecompressor if compression == "xz"
+                            else bz2.BZ2Decompressor, dst, padding=compression == "xz")
         return
     try:
         import zstandard
@@ -704,6 +734,11 @@ def _read_table(
                          "file)", path=path,
                          hint="give the right format (format= in Python, trace.format= to the "
                               "Hydra scripts, the format argument of cachegym sim)")
+    nul = np.flatnonzero(buf == 0)  # (past the first 64 KiB: the parser would drop it silently)
+    if len(nul):
+        line = int(np.count_nonzero(buf[:nul[0]] == 10)) + 1
+        raise TraceError(f"a NUL byte at byte {int(nul[0]):,} (line {line}): binary data in a text "
+                         "trace", path=path, hint="the file is damaged or not a text trace")
     starts, ends = _line_bounds(buf)
     line_no = np.arange(len(starts))
     blank = ends == starts
@@ -758,6 +793,7 @@ def _read_table(
     header = first if has_header else None
     if len(starts) == 0:
         return np.zeros((0, expected), dtype="U1"), line_no, skipped, header
+    _refuse_outsized_line(path, starts, ends, line_no, expected)
     text = _join_lines(buf, starts, ends)
     try:
         table = np.loadtxt(io.BytesIO(text), dtype=str, delimiter=delimiter, comments=None,
@@ -769,6 +805,28 @@ def _read_table(
 
 
 _BOM = b"\xef\xbb\xbf"
+
+_TABLE_BUDGET = 1 << 30
+"""Bytes of the parsed table above which a text trace whose longest line dwarfs its typical one
+is refused (:func:`_refuse_outsized_line`)."""
+
+
+def _refuse_outsized_line(path: str, starts: np.ndarray, ends: np.ndarray, line_no: np.ndarray,
+                          ncols: int) -> None:
+    """The parser's table is a fixed-width string array: every field as wide as the longest,
+    so one line of 100,000 characters among 20,000 short ones asks for gigabytes (a helper's
+    fuzzing: 7.5 GiB for a 140 KB file). Refused where the longest line is more than 64 times
+    the median one and the table would exceed :data:`_TABLE_BUDGET` (a long trace of ordinary
+    lines is not), naming the line."""
+    lengths = ends - starts
+    longest = int(lengths.max())
+    need = len(lengths) * max(1, ncols) * longest * 4
+    if need > _TABLE_BUDGET and longest > 64 * max(1.0, float(np.median(lengths))):
+        r = int(np.argmax(lengths))
+        raise TraceError(f"line {int(line_no[r]) + 1} is {longest:,} characters long, the typical "
+                         f"line {int(np.median(lengths))}: parsing {len(lengths):,} lines as wide "
+                         f"as it would take {need / 2**30:.1f} GiB", path=path, row=r,
+                         hint="a field that long is no object id or size: fix or delete that line")
 
 
 def _clip(text: str, n: int = 60) -> str:

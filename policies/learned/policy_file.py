@@ -148,10 +148,15 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
     if short is not None:
         raise PolicyFileError(f"policy file {p} is truncated or corrupt (only {short} bytes, "
                               "less than any zip archive); export it again")
+    _check_members(p)
     try:
         with np.load(p, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as e:
+    except MemoryError:
+        raise PolicyFileError(f"policy file {p} declares an array larger than memory: it is "
+                              "corrupt or not a cachegym policy file; export it again") from None
+    except Exception as e:  # the zip's or a member's damage, whatever reader meets it (zlib,
+        # lzma, NumPy's header parser, an unsupported or encrypted entry): never a traceback
         raise PolicyFileError(
             f"policy file {p} is truncated or corrupt ({type(e).__name__}: {e}); export it again"
         ) from None
@@ -199,6 +204,36 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
                     "again to add one", p)
     check_policy(p, header, arrays)
     return header, arrays
+
+
+MAX_UNCOMPRESSED = 2**30
+"""The most bytes a policy file's members may hold once decompressed (a policy is a few MB): a
+file declaring more is refused before anything is decompressed (a zip bomb)."""
+
+
+def _check_members(p: str) -> None:
+    """Refuse, before decompressing anything, a policy file whose members are not ``header.npy``
+    and ``w/*.npy`` or declare more than :data:`MAX_UNCOMPRESSED` bytes in all (a damaged
+    directory is left to the read, which names it)."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            infos = zf.infolist()
+    except Exception:  # (reported by the read that follows, with what it meets)
+        return
+    names = [i.filename for i in infos]
+    if "header.npy" not in names:
+        raise PolicyFileError(f"policy file {p} has no header: not a cachegym policy file"
+                              f"{_sb3_hint(p)}")
+    other = sorted(n.removesuffix(".npy") for n in names  # (as np.load names them)
+                   if not (n == "header.npy" or (n.startswith("w/") and n.endswith(".npy"))))
+    if other:
+        raise PolicyFileError(f"policy file {p}: unknown entries {other} (a policy file holds "
+                              "header and w/<name> weight arrays only)")
+    total = sum(i.file_size for i in infos)
+    if total > MAX_UNCOMPRESSED:
+        raise PolicyFileError(f"policy file {p}: its entries declare {total:,} bytes once "
+                              f"decompressed, more than {MAX_UNCOMPRESSED:,}: not a policy file "
+                              "(a policy is a few MB)")
 
 
 def _sb3_hint(p: str) -> str:
@@ -286,6 +321,12 @@ def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndar
             raise PolicyFileError(f"policy file {p}: weight array {name!r} holds "
                                   f"{int((~np.isfinite(a)).sum())} NaN or infinite value(s); "
                                   "the network that wrote it diverged: retrain it")
+        with np.errstate(over="ignore"):  # (the forward pass runs in float32)
+            a32 = a.astype(np.float32)
+        if not np.isfinite(a32).all():
+            raise PolicyFileError(f"policy file {p}: weight array {name!r} holds "
+                                  f"{int((~np.isfinite(a32)).sum())} value(s) beyond float32's "
+                                  "range, in which the network runs; export the policy again")
 
 
 def _head_shapes(fail: Any, field: str, arch: Any, spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -203,6 +203,57 @@ def test_string_ids_read_as_numbers_fail_at_the_first_record_saying_how_to_read_
     assert t.key.tolist() == [0, 1, 0] and t.size.tolist() == [5, 6, 5]
 
 
+@pytest.mark.parametrize("suffix", [".xz", ".bz2"])
+def test_every_stream_of_an_xz_or_bz2_file_is_read_or_refused(tmp_path: Path, trace: Trace,
+                                                             suffix: str) -> None:
+    """Concatenated streams all read (xz's NUL padding between them too); a damaged second
+    stream, or data after the last that is no stream, is a TraceError: Python's readers ended
+    the file there, and a helper's fuzzing saw its records dropped without a word."""
+    import bz2
+    import lzma
+
+    compress = {".xz": lzma.compress, ".bz2": bz2.compress}[suffix]
+    plain = tmp_path / "t.oracleGeneral"
+    write_oracle_general(trace, plain)
+    raw = plain.read_bytes()
+    want = read_trace(plain)
+    pad = b"\0" * 8 if suffix == ".xz" else b""
+    two = tmp_path / f"two.oracleGeneral{suffix}"
+    two.write_bytes(compress(raw[:240]) + pad + compress(raw[240:]) + pad)
+    assert np.array_equal(read_trace(two).key, want.key)
+    second = bytearray(compress(raw[240:]))
+    second[len(second) // 2] ^= 0xFF
+    for name, data in (("bad", compress(raw[:240]) + bytes(second)),
+                       ("junk", compress(raw) + b"not a stream")):
+        p = tmp_path / f"{name}.oracleGeneral{suffix}"
+        p.write_bytes(data)
+        with pytest.raises(TraceError, match="cannot decompress"):
+            read_trace(p)
+
+
+def test_text_traces_refuse_a_late_nul_byte_and_a_line_that_dwarfs_the_rest(tmp_path: Path) -> None:
+    """Only the first 64 KiB were checked for binary data, and the parser dropped a NUL after
+    them (``7\\0`` read as 7); a line of 100,000 characters among 20,000 short ones asked the
+    parser for 7.5 GiB (its table is as wide as the longest field): each is a TraceError naming
+    where. A deeply nested ``meta`` of an .npz is one too (it was a RecursionError)."""
+    nul = tmp_path / "nul.csv"
+    nul.write_bytes(b"1\n" * 40000 + b"7\x00\n")
+    with pytest.raises(TraceError, match=r"a NUL byte at byte 80,001 \(line 40001\)"):
+        read_trace(nul)
+    long = tmp_path / "long.csv"
+    long.write_bytes(b"1\n" * 20000 + b"9" * 100000 + b"\n")
+    with pytest.raises(TraceError, match="line 20001 is 100,000 characters long"):
+        read_trace(long)
+    ok = tmp_path / "ok.csv"  # long lines alike are a trace like any other
+    ok.write_bytes(b"".join(b"%d,%s\n" % (i % 7, b"x" * 300) for i in range(3000)))
+    assert len(read_csv(ok, obj_id_col=1)) == 3000
+    deep = tmp_path / "deep.npz"
+    np.savez(deep, key=np.array([1]), size=np.array([1]), op=np.uint8([0]),
+             meta=np.array('{"a":' + "[" * 100000 + "]" * 100000 + "}"))
+    with pytest.raises(TraceError, match="meta is not a JSON object string"):
+        read_trace(deep)
+
+
 @pytest.mark.parametrize("suffix", [".zst", ".gz", ".xz", ".bz2"])
 def test_a_compressed_trace_reads_as_the_file_it_holds(tmp_path: Path, trace: Trace, suffix: str) -> None:
     """``x.oracleGeneral.zst`` (as public libCacheSim traces come) and ``x.csv.gz`` read as the

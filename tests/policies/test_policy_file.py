@@ -220,3 +220,72 @@ def test_a_directory_and_an_sb3_zip_get_their_own_advice(tmp_path: Path) -> None
     with pytest.raises(PolicyFileError, match="stable-baselines3 model zip: export it first, "
                                               "cachegym export"):
         read_policy_file(p)
+
+
+def _deflated(src: Path, dst: Path, edit: Any = None) -> Path:
+    """``src`` rewritten with its members deflated; ``edit(name, bytes) -> bytes`` changes a
+    member's stored (compressed) bytes where given."""
+    with zipfile.ZipFile(src) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, b in members.items():
+            z.writestr(n, b)
+    if edit is not None:
+        raw = bytearray(dst.read_bytes())
+        with zipfile.ZipFile(dst) as z:
+            info = max(z.infolist(), key=lambda i: i.compress_size)
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        raw[start:start + info.compress_size] = edit(info.filename, bytes(raw[start:start + info.compress_size]))
+        dst.write_bytes(bytes(raw))
+    return dst
+
+
+def test_damage_any_reader_meets_is_a_policy_file_error(tmp_path: Path) -> None:
+    """A helper's fuzzing found damage that escaped the typed error as zlib's, NumPy's header
+    parser's (tokenize), or zipfile's own (an encrypted or unsupported entry): every failure of
+    the read is now a PolicyFileError naming the file."""
+    good = _deflated(GOLDEN, tmp_path / "good.npz")
+    LearnedPolicy.load(good)  # (deflated members read as stored ones)
+
+    def flip(_name: str, b: bytes) -> bytes:
+        mid = len(b) // 2
+        return b[:mid] + bytes([b[mid] ^ 0xFF]) + b[mid + 1:]
+
+    with pytest.raises(PolicyFileError, match="truncated or corrupt"):
+        LearnedPolicy.load(_deflated(GOLDEN, tmp_path / "flipped.npz", flip))
+    raw = bytearray(good.read_bytes())  # the first central-directory entry: encrypted
+    cd = raw.index(b"PK\x01\x02")
+    raw[cd + 8] |= 0x01
+    (tmp_path / "enc.npz").write_bytes(bytes(raw))
+    with pytest.raises(PolicyFileError, match="truncated or corrupt"):
+        LearnedPolicy.load(tmp_path / "enc.npz")
+
+
+def test_weights_beyond_float32_and_unknown_or_huge_members_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights stored as float64 beyond float32's range loaded, and every score of the float32
+    network was NaN (the decision always the first candidate); members that are not the header
+    or weights, or that declare more bytes than a policy has, are refused before anything is
+    decompressed (a 3 GiB zip bomb was inflated in full before)."""
+    from cachegym.policies.learned import policy_file
+
+    header, arrays = read_policy_file(save_policy_file(tmp_path / "v2.npz", *reversed(
+        read_policy_file(GOLDEN))))
+    big = dict(arrays, wo=np.full(arrays["wo"].shape, 1e300))  # (float64, as a writer may store)
+    header.update(weights_sha256=weights_checksum(big))
+    header.pop("sha256")
+    header["sha256"] = file_checksum(header, big)
+    blob = np.frombuffer(json.dumps(header, sort_keys=True).encode(), np.uint8)
+    np.savez(tmp_path / "f64.npz", header=blob, **{f"w/{k}": v for k, v in big.items()})
+    with pytest.raises(PolicyFileError, match="beyond float32's range"):
+        read_policy_file(tmp_path / "f64.npz")
+    with zipfile.ZipFile(tmp_path / "extra.npz", "w") as z:
+        with zipfile.ZipFile(GOLDEN) as g:
+            for n in g.namelist():
+                z.writestr(n, g.read(n))
+        z.writestr("zz.npy", b"\0" * 1000)
+    with pytest.raises(PolicyFileError, match=r"unknown entries \['zz'\]"):
+        read_policy_file(tmp_path / "extra.npz")
+    monkeypatch.setattr(policy_file, "MAX_UNCOMPRESSED", 1000)
+    with pytest.raises(PolicyFileError, match="decompressed, more than 1,000"):
+        read_policy_file(GOLDEN)
