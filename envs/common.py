@@ -289,6 +289,7 @@ def demand_reward(kind: str, pool: Any, marks: tuple[int, int, int, int, int], m
 
 def _demand_cost(kind: str, pool: Any, marks: tuple[int, int, int, int, int], mean_size: float,
                  fetch_ns: float) -> float:
+    """Minus what happened since ``marks`` cost on ``kind``, in its unit (the reward alone)."""
     m0, b0, t0, s0, _ = marks
     st = pool.stats
     if kind == "misses":
