@@ -85,6 +85,8 @@ class PrefetchEnv(PoolEnv):
       (default :data:`PYTHIA_WEIGHTS`). Each prefetch is credited when its fate is known, so
       the reward judges prefetching alone, whatever the eviction policy's misses, and is
       defined with or without a cost model (without one copies are instant: nothing is late).
+      A prefetch whose fate is still open when the episode ends (neither used nor evicted) is
+      never credited, so a useless prefetch near the end costs nothing.
     * ``"misses"``: ``-1`` per demand miss. ``"bytes"``: ``-bytes fetched on demand / mean
       object size``. ``"traffic"``: as :class:`envs.evict.EvictEnv`'s (bytes copied both
       ways, prefetches included, in mean objects). ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs
@@ -114,7 +116,8 @@ class PrefetchEnv(PoolEnv):
       demand miss), ``"access"`` (every access), ``"step"`` (the last access of each value of
       the trace's ``step`` column: each training iteration of the bundled and generated DL
       traces, so few opportunities per window) or an int ``N`` (every ``N`` accesses).
-    * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``).
+    * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``:
+      then Gymnasium's and SB3's ``check_env``, which step unmasked random actions, fail by design).
     * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
     * ``predictor``: a :class:`SuccessorPredictor` or its parameters (default ``depth=2, width=4,
       hops=3``: the successor table; ``horizon > 0``: the aligned history instead, as the main
