@@ -264,36 +264,51 @@ def _foo_lp(iv: _Intervals, capacity: int, objective: str, preset: Any = None
         b_ub = -np.ones(m)
     bounds = np.zeros((nv, 2))
     bounds[:, 1] = 1.0
-    res = None
+    def solve(options: dict[str, Any] | None) -> Any:
+        return linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(n), bounds=bounds,
+                       method="highs", options=options)
+
+    def bound(res: Any) -> float:
+        # the duals' bound in the objective's unit, less the rounding errors (of the dual sum,
+        # and of this sum, whose terms reach const: a cost of 0 is computed as const - const)
+        lower, err = _dual_bound(c, a_eq, a_ub, b_ub, res)
+        return math.fsum((const, lower * unit)) - err * unit - 4 * _EPS * (const + abs(lower) * unit)
+
+    # the plan (x: foo_u's schedule, the imitation teacher's labels) from HiGHS's defaults, as
+    # always; the bound from the duals of that solve, or where they fall short of its primal
+    # optimum (tolerances coarser than some costs) from a solve at tight tolerances
+    res = solve(None)
+    value = -math.inf
+    if res.status == 0:
+        x_of[idx] = np.clip(res.x[:nj], 0.0, 1.0)
+        value = bound(res)
+        primal = const + float(res.fun) * unit
+        if value >= primal - 1e-9 * max(1.0, abs(primal)):
+            return max(0.0, value), x_of
     for options in _LP_OPTIONS:
-        res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(n), bounds=bounds,
-                      method="highs", options=options)
-        if res.status == 0:
-            break
-    assert res is not None
-    if res.status != 0:  # x = 0 is always feasible: only a numerical failure lands here; 0
-        # beyond the compulsory is a bound still (no schedule costs less), and keeping nothing
-        # a schedule (foo_u's)
-        log.warning("FOO's LP did not solve (%s): its lower bound is the compulsory cost alone",
-                    res.message)
-        return 0.0, x_of
-    x_of[idx] = np.clip(res.x[:nj], 0.0, 1.0)
-    lower, err = _dual_bound(c, a_eq, a_ub, b_ub, res)
-    # in the objective's unit, less the rounding errors (of the dual sum, and of this sum, whose
-    # terms reach const: a cost of 0 is computed as const - const); never below 0 (no cost is)
-    value = math.fsum((const, lower * unit))
-    slack = err * unit + 4 * _EPS * (const + abs(lower) * unit)
-    return max(0.0, value - slack), x_of
+        tight = solve(options)
+        if tight.status == 0:
+            if res.status != 0:
+                x_of[idx] = np.clip(tight.x[:nj], 0.0, 1.0)
+            return max(0.0, value, bound(tight)), x_of
+    if res.status == 0:
+        return max(0.0, value), x_of
+    # x = 0 is always feasible: only a numerical failure lands here; 0 beyond the compulsory is a
+    # bound still (no schedule costs less), and keeping nothing a schedule (foo_u's)
+    log.warning("FOO's LP did not solve (%s): its lower bound is the compulsory cost alone",
+                res.message)
+    return 0.0, x_of
 
 
 _EPS = float(np.finfo(np.float64).eps)
 _LP_OPTIONS = ({"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
                {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10,
                 "presolve": False})
-"""HiGHS's options for FOO's LP, tried in turn until one solves. Its default tolerances (1e-7)
-are coarser than a small object's cost beside a large one's (17 bytes beside 9.5 GB: 2e-9 of
-the scale): it then dropped such costs and let the capacity be overrun by as much, and the
-"optimum" it returned was above the LP's (a lower bound above a schedule's cost)."""
+"""HiGHS's options for FOO's LP where its defaults fall short, tried in turn until one solves.
+The default tolerances (1e-7) are coarser than a small object's cost beside a large one's (17
+bytes beside 9.5 GB: 2e-9 of the scale): HiGHS then dropped such costs and let the capacity be
+overrun by as much, and the "optimum" it returned was above the LP's (a lower bound above a
+schedule's cost). The plan stays the default solve's where that solves (training's labels)."""
 
 
 def _dual_bound(c: np.ndarray, a_eq: Any, a_ub: Any, b_ub: Any, res: Any) -> tuple[float, float]:
