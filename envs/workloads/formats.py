@@ -156,13 +156,14 @@ def read_vscsi(path: PathLike, *, skip_bad: bool = False) -> Trace:
     version = None
     for v in (2, 1):
         dt = VSCSI_DTYPES[v]
-        if os.path.getsize(p) >= 2 * dt.itemsize:
-            head = np.fromfile(p, dtype=dt, count=2)
+        n = min(2, os.path.getsize(p) // dt.itemsize)  # (a one-record file has one to check)
+        if n:
+            head = np.fromfile(p, dtype=dt, count=n)
             if ((head["ver"] >> 8) == v).all():
                 version = v
                 break
     if version is None:
-        raise TraceError("not a vscsi trace (its first two records carry no version 1 or 2)",
+        raise TraceError("not a vscsi trace (its first records carry no version 1 or 2)",
                          path=p, hint="check the format")
     data, skipped = _records(p, VSCSI_DTYPES[version], 0, skip_bad)
     return _binary_trace(p, data, data["ts"] // 1_000_000, skipped,

@@ -365,6 +365,10 @@ def test_vscsi_traces_read_as_libcachesim_reads_them(tmp_path: Path, version: in
     a.tofile(bad)
     with pytest.raises(TraceError, match="not a vscsi trace"):
         read_trace(bad)
+    a["ver"] = version << 8  # one record: its own version checked (it was refused)
+    one = tmp_path / "one.vscsi"
+    a[:1].tofile(one)
+    assert read_trace(one).key.tolist() == [5]
     try:
         import libcachesim as lcs
     except ImportError:  # the cross-check needs libCacheSim; the layout checks above do not
