@@ -55,7 +55,7 @@ def _list(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cachegym.policies.parity import EXACT, FREES_UNSERVED, LCS_INIT
+    from cachegym.policies.parity import EXACT, FREES_UNSERVED, LCS_INIT, LCS_MIN_CAPACITY
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", type=Path, help="trace file")
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frees", action="store_true",
                     help="keep the trace's frees: Pool.free here, libCacheSim's remove there")
     args = ap.parse_args(argv)
-    if args.policies is None:
+    default_policies = args.policies is None
+    if default_policies:
         args.policies = [p for p in LCS_INIT if not (args.frees and p in FREES_UNSERVED)]
     try:
         from cachegym.envs.evaluation import check_capacities, resolve_capacity
@@ -86,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         trace = read_trace(resolve_data_path(os.path.expanduser(str(args.path))), args.format,
                            **parse_trace_params(args.trace_params))
         caps = [resolve_capacity(c, trace, "bytes", args.capacity_of) for c in args.capacities]
+        if default_policies:  # (named ones are refused by compare, saying why)
+            for p in [p for p in args.policies if min(caps) < LCS_MIN_CAPACITY.get(p, (1, ""))[0]]:
+                least, why = LCS_MIN_CAPACITY[p]
+                print(f"{p} left out: libCacheSim's cannot run at capacity {min(caps)} ({why}; "
+                      f"at least {least} bytes)")
+                args.policies.remove(p)
         rows = compare(trace, args.policies, caps, frees=args.frees)
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
