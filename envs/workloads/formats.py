@@ -323,7 +323,11 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
         if name == "obj_id" and not obj_id_is_num:
             parsed[name] = _dense_ids(field)
             continue
-        values, problem = (_parse_floats(field) if name == "time" else _parse_ints(field))
+        values, problem = _parse_ints(field)
+        if name == "time" and ((problem != _OK).any() or (  # (whole times stay exact: ns stamps;
+                (values < 0).any() and (values[~np.char.startswith(np.char.strip(field), "-")]
+                                        < 0).any())):  # past 2**63 the floats refuse them)
+            values, problem = _parse_floats(field)
         if name == "obj_size":  # a value of 2**63 or more is negative here, without a "-"
             wrapped = values < 0
             if wrapped.any():
@@ -353,7 +357,10 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
                     "pass obj_id_col=", p, "all" if len(head) == len(key) else "the first",
                     len(head), obj_id_col)
     size = parsed["obj_size"][good] if "obj_size" in parsed else 1
-    step = np.floor(parsed["time"][good]).astype(np.int64) if "time" in parsed else None
+    step = None
+    if "time" in parsed:
+        t = parsed["time"][good]
+        step = t if t.dtype == np.int64 else np.floor(t).astype(np.int64)
     options = {"time_col": time_col, "obj_id_col": obj_id_col, "obj_size_col": obj_size_col,
                "delimiter": delimiter, "obj_id_is_num": obj_id_is_num}
     meta = {"source": {"format": "csv", "path": p, **options}}
