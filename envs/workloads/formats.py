@@ -324,15 +324,12 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
             parsed[name] = _dense_ids(field)
             continue
         values, problem = _parse_ints(field)
-        if name == "time" and ((problem != _OK).any() or (  # (whole times stay exact: ns stamps;
-                (values < 0).any() and (values[~np.char.startswith(np.char.strip(field), "-")]
-                                        < 0).any())):  # past 2**63 the floats refuse them)
+        # whole times stay exact (nanosecond stamps); others, and times past 2**63, are floats
+        # (which refuse those)
+        if name == "time" and ((problem != _OK).any() or _wrapped(values, field).any()):
             values, problem = _parse_floats(field)
-        if name == "obj_size":  # a value of 2**63 or more is negative here, without a "-"
-            wrapped = values < 0
-            if wrapped.any():
-                wrapped &= ~np.char.startswith(np.char.strip(field), "-")
-            problem[(problem == _OK) & (wrapped | (values > MAX_SIZE))] = _TOO_LARGE
+        if name == "obj_size":
+            problem[(problem == _OK) & (_wrapped(values, field) | (values > MAX_SIZE))] = _TOO_LARGE
             problem[(problem == _OK) & (values <= 0)] = _NOT_POSITIVE
         parsed[name] = values
         bad_rows = problem != _OK
@@ -737,12 +734,12 @@ def _read_table(
     buf = np.fromfile(path, np.uint8)
     if buf[:len(_BOM)].tobytes() == _BOM:  # (Windows tools write one; it is no part of a field)
         buf = buf[len(_BOM):]
-    if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (buf[:_SNIFF_BYTES] == 0).any():
+    nul = np.flatnonzero(buf == 0)  # (anywhere: the parser would drop one silently)
+    if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (len(nul) and nul[0] < _SNIFF_BYTES):
         raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
                          "file)", path=path,
                          hint="give the right format (format= in Python, trace.format= to the "
                               "Hydra scripts, the format argument of cachegym sim)")
-    nul = np.flatnonzero(buf == 0)  # (past the first 64 KiB: the parser would drop it silently)
     if len(nul):
         line = int(np.count_nonzero(buf[:nul[0]] == 10)) + 1
         raise TraceError(f"a NUL byte at byte {int(nul[0]):,} (line {line}): binary data in a text "
@@ -829,10 +826,13 @@ def _refuse_outsized_line(path: str, starts: np.ndarray, ends: np.ndarray, line_
     lengths = ends - starts
     longest = int(lengths.max())
     need = len(lengths) * max(1, ncols) * longest * 4
-    if need > _TABLE_BUDGET and longest > 64 * max(1.0, float(np.median(lengths))):
+    if need <= _TABLE_BUDGET:
+        return
+    typical = float(np.median(lengths))
+    if longest > 64 * max(1.0, typical):
         r = int(np.argmax(lengths))
         raise TraceError(f"line {int(line_no[r]) + 1} is {longest:,} characters long, the typical "
-                         f"line {int(np.median(lengths))}: parsing {len(lengths):,} lines as wide "
+                         f"line {int(typical)}: parsing {len(lengths):,} lines as wide "
                          f"as it would take {need / 2**30:.1f} GiB", path=path, row=r,
                          hint="a field that long is no object id or size: fix or delete that line")
 
@@ -981,6 +981,14 @@ def _parse_ints(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mag[good] = np.where(n[good] > 0, digits[good], "0").astype(np.uint64)
     mag[neg] = np.uint64(0) - mag[neg]  # two's complement: -2**63 .. -1
     return mag.view(np.int64), problem
+
+
+def _wrapped(values: np.ndarray, field: np.ndarray) -> np.ndarray:
+    """Where :func:`_parse_ints` read a value of 2**63 or more (negative there, without a "-")."""
+    wrapped = values < 0
+    if wrapped.any():
+        wrapped &= ~np.char.startswith(np.char.strip(field), "-")
+    return wrapped
 
 
 def _parse_floats(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -160,9 +160,6 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         raise PolicyFileError(
             f"policy file {p} is truncated or corrupt ({type(e).__name__}: {e}); export it again"
         ) from None
-    if "header" not in data:
-        raise PolicyFileError(f"policy file {p} has no header: not a cachegym policy file"
-                              f"{_sb3_hint(p)}")
     odd = sorted(k for k, v in data.items() if not isinstance(v, np.ndarray))
     if odd:  # (np.load gives the raw bytes of a member that is not in .npy format)
         raise PolicyFileError(f"policy file {p}: entries {odd} are not NumPy arrays (.npy): the "
@@ -180,11 +177,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         raise PolicyFileError(
             f"policy file {p}: format version {version!r}, this code reads versions "
             f"{list(_READS)}; export the policy again with this version")
-    other = sorted(k for k in data if not k.startswith("w/"))
-    if other:
-        raise PolicyFileError(f"policy file {p}: unknown entries {other} (a policy file holds "
-                              "header and w/<name> weight arrays only)")
-    arrays = {k[2:]: v for k, v in data.items()}
+    arrays = {k[2:]: v for k, v in data.items()}  # (the members' names: _check_members)
     got = weights_checksum(arrays)
     if got != header.get("weights_sha256"):
         raise PolicyFileError(
