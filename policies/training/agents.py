@@ -199,8 +199,8 @@ class SB3Agent:
             pk["critic_detached"] = True
         model = cls(pol, venv, policy_kwargs=pk, seed=ctx.seed, tensorboard_log=ctx.log_dir,
                     device="cpu", **kw)
-        if ctx.log_dir is None and not kw["verbose"]:
-            quiet_logger(model)
+        if ctx.log_dir is None:
+            quiet_logger(model, verbose=bool(kw["verbose"]))
         return model
 
     def start(self, model: Any, ctx: TrainContext, init: CandidateScorerNet | None = None) -> None:
@@ -280,13 +280,16 @@ def resume_model(model: Any, path: str) -> None:
              model.num_timesteps, ", optimizer state" if opt is not None else "")
 
 
-def quiet_logger(model: Any) -> None:
-    """A logger that writes nothing: without one, every ``learn()`` of a model with neither a
-    TensorBoard folder nor verbosity makes an empty ``SB3-<time>`` folder in the system's
-    temporary directory (stable-baselines3's ``configure``)."""
-    from stable_baselines3.common.logger import Logger
+def quiet_logger(model: Any, verbose: bool = False) -> None:
+    """A logger that writes no folder (``verbose``: the progress to standard output, as SB3's
+    ``verbose=1``; else nothing): without one, every ``learn()`` of a model without a
+    TensorBoard folder makes an ``SB3-<time>`` folder in the system's temporary directory
+    (stable-baselines3's ``configure``)."""
+    import sys
 
-    model.set_logger(Logger(folder=None, output_formats=[]))
+    from stable_baselines3.common.logger import HumanOutputFormat, Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if verbose else []))
 
 
 @dataclass

@@ -223,3 +223,20 @@ def test_train_on_your_trace_with_evaluations_keys(tmp_path, monkeypatch) -> Non
     # without trace.path, `traces` (the quick experiment's mix) is what trains
     res = train(cfg_of([*TINY, *PPO_TINY, "out_dir=out_d"]))
     assert len(read_policy_file(res["policy"])[0]["meta"]["traces"]) == 2
+
+
+def test_a_verbose_run_without_tensorboard_leaves_no_folder_in_the_temporary_directory(
+        tmp_path, monkeypatch, capsys) -> None:
+    """SB3 logs a verbose run without a log folder to a new ``SB3-<time>`` folder of the system's
+    temporary directory (``configure``); the training's logger prints the progress and writes
+    no folder."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)  # (the suite's conftest sets one)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    train(cfg_of([*TINY, *PPO_TINY, "tensorboard=false", "+agent.kwargs.verbose=1",
+                  f"out_dir={tmp_path / 'out'}"]))
+    assert "total_timesteps" in capsys.readouterr().out  # the progress table, to stdout
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("SB3-")] == []
