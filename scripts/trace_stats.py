@@ -1,7 +1,7 @@
 """Print a trace's statistics; save its reuse-distance histogram, LRU's miss-ratio curve (PNG)
 and the curve's points (mrc.csv) in an output folder.
 
-    python scripts/trace_stats.py data/traces/gpt.npz                # -> outputs/trace_stats/gpt/
+    python scripts/trace_stats.py data/traces/gpt.npz                # -> outputs/trace_stats/gpt_npz/
     python scripts/trace_stats.py big.oracleGeneral --sample 0.01 --out /tmp/big
 
 The curve is exact (stack distances) up to 2,000,000 requests and SHARDS-sampled above, or
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", type=Path, help="trace file")
     ap.add_argument("--format", default=None, help=f"one of {FORMATS} (default: from the file name)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="output folder (default: outputs/trace_stats/<trace stem>/ here; created)")
+                    help="output folder (default: outputs/trace_stats/<trace file name, dots as _>/ here, "
+                         "e.g. gpt_npz: x.csv and x.oracleGeneral get folders of their own; created)")
     ap.add_argument("--png", type=Path, default=None,
                     help="reuse-distance histogram path (default: <out>/reuse.png)")
     ap.add_argument("--mode", choices=("bytes", "objects"), default="bytes",
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_stats(stats))
-    out = args.out or Path("outputs") / "trace_stats" / args.path.stem
+    out = args.out or Path("outputs") / "trace_stats" / args.path.name.replace(".", "_")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

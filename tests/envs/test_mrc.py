@@ -116,13 +116,20 @@ def test_script_writes_into_the_output_folder_never_beside_the_trace(
     work.mkdir()
     monkeypatch.chdir(work)
     assert _script().main([str(src / "z.npz")]) == 0
-    out = work / "outputs" / "trace_stats" / "z"
+    out = work / "outputs" / "trace_stats" / "z_npz"
     assert sorted(p.name for p in out.iterdir()) == ["mrc.csv", "mrc.png", "reuse.png"]
     assert sorted(p.name for p in src.iterdir()) == ["z.npz"]
-    assert str(Path("outputs/trace_stats/z/mrc.png")) in capsys.readouterr().out
+    assert str(Path("outputs/trace_stats/z_npz/mrc.png")) in capsys.readouterr().out
     rows = list(csv.reader((out / "mrc.csv").read_text().splitlines()))
     assert rows[0] == ["capacity_bytes", "lru_miss_ratio"] and len(rows) > 10
     assert (out / "mrc.png").read_bytes()[:4] == b"\x89PNG"
+    from cachegym.envs.workloads.formats import write_trace
+
+    write_trace(generate("zipf", seed=1, n_requests=3000), src / "z.oracleGeneral")  # the same stem
+    assert _script().main([str(src / "z.oracleGeneral")]) == 0
+    assert sorted(p.name for p in (work / "outputs" / "trace_stats").iterdir()) == [
+        "z_npz", "z_oracleGeneral"]  # a folder each: the second did not overwrite the first's
+    capsys.readouterr()
     there = tmp_path / "there"
     assert _script().main([str(src / "z.npz"), "--out", str(there), "--mode", "objects",
                            "--sample", "0.5"]) == 0

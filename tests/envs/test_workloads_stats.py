@@ -40,7 +40,7 @@ def test_stats_of_small_trace() -> None:
 
 def test_script_prints_and_saves_png(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)  # the curve goes to outputs/trace_stats/z/ here
+    monkeypatch.chdir(tmp_path)  # the curve goes to outputs/trace_stats/z_npz/ here
     t = generate("zipf", seed=0, n_requests=3000)
     t.save(tmp_path / "z.npz")
     script = load_script("trace_stats")
