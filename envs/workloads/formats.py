@@ -302,9 +302,10 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
             raise ConfigError(f"{name}_col must be a 1-based column number (1 is the first "
                               f"column; -t {name.replace('_', '-')}-col=1 on the command line), "
                               f"got {c!r}")
-    if not isinstance(delimiter, str) or len(delimiter) != 1:
-        raise ConfigError(f"delimiter must be one character (delimiter=';' in Python, "
-                          f"-t 'delimiter=;' on the command line), got {delimiter!r}")
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or not delimiter.isascii():
+        raise ConfigError(f"delimiter must be one ASCII character, a byte of the file as in "
+                          f"libCacheSim (delimiter=';' in Python, -t 'delimiter=;' on the command "
+                          f"line), got {delimiter!r}")
     table, lines, skipped, header = _read_table(p, delimiter, cols, has_header, obj_id_is_num,
                                                 skip_bad, names_only)
     if header is not None:

@@ -143,6 +143,17 @@ def test_hand_written_csv_no_header_libcachesim_columns(tmp_path: Path) -> None:
     assert t.step.tolist() == [1, 2, 3]
 
 
+
+@pytest.mark.parametrize("delimiter", ["\u00a7", ";;", ""])
+def test_a_delimiter_that_is_not_one_byte_is_refused(tmp_path: Path, delimiter: str) -> None:
+    """libCacheSim splits on a byte: a non-ASCII character (two bytes in UTF-8) was compared as
+    one, and its fields were miscounted."""
+    p = tmp_path / "s.csv"
+    p.write_text("1\u00a79\u00a764\n2\u00a79\u00a764\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="one ASCII character"):
+        read_trace(p, "csv", time_col=1, obj_id_col=2, obj_size_col=3, delimiter=delimiter)
+
+
 @pytest.mark.parametrize("text,options", [
     ("time-col=1, obj-id-col=2, obj-size-col=3, delimiter=,",
      {"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "delimiter": ","}),
