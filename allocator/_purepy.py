@@ -29,12 +29,13 @@ from typing import Any
 # as ordinary Python classes and functions: the same semantics, no interpreter loop (a Python
 # subclass of a policy, e.g. the README's MRU, works as with the .py).
 TYPED = ("cachegym.allocator.arena", "cachegym.allocator.cost", "cachegym.allocator.records",
-         "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels")
+         "cachegym.allocator.loop", "cachegym.allocator.pool", "cachegym.policies.kernels",
+         "cachegym.policies.learned.models")
 PLAIN = ("cachegym.allocator.seams", "cachegym.policies.base", "cachegym.policies.lru",
          "cachegym.policies.classic", "cachegym.policies.adaptive", "cachegym.policies.priority",
          "cachegym.policies.lirs", "cachegym.policies.shadow", "cachegym.policies.features",
-         "cachegym.policies.prefetch", "cachegym.policies.learned.models",
-         "cachegym.policies.learned.guards", "cachegym.policies.learned.policy",
+         "cachegym.policies.prefetch", "cachegym.policies.learned.guards",
+         "cachegym.policies.learned.policy",
          "cachegym.policies.learned.prefetch_head", "cachegym.policies.learned.network",
          "cachegym.policies.successors", "cachegym.allocator.prefetch_timing")
 CORE = TYPED + PLAIN

@@ -69,8 +69,8 @@ from cachegym.envs.gaps import (
     keep_best_stall_ref,
     stall_rows,
 )
-from cachegym.envs.journal import RunJournal, digest, replace_atomically
-from cachegym.envs.sweep import results_dir, write_config
+from cachegym.envs.journal import JOURNAL, RunJournal, digest, replace_atomically
+from cachegym.envs.sweep import results_dir, set_aside, write_config
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -506,12 +506,12 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
 
     # (made once the sweep is known good: a refused config leaves no empty folder behind)
     out_dir = results_dir(cfg, "evaluate", exact=out_dir)
-    # the final files of an earlier sweep here describe another sweep: gone before the first run
-    for old in sorted(os.listdir(out_dir)):
-        final = old in ("results.csv", "results.json") or (old.startswith("metrics__")
-                                                           and old.endswith(".png"))
-        if final and os.path.isfile(os.path.join(out_dir, old)):
-            os.unlink(os.path.join(out_dir, old))
+    # the files of an earlier sweep here describe another sweep: set aside (out_dir/previous/)
+    # before the first run, unless this one resumes it
+    if not ev.get("resume", False):
+        set_aside(out_dir, ["results.csv", "results.json", JOURNAL, "config.yaml",
+                            *sorted(n for n in os.listdir(out_dir)
+                                    if n.startswith("metrics__") and n.endswith(".png"))])
     keys = _run_keys(cfg, runs)
     options = dict(placement=placement, write_policy=write_policy, oversize=oversize,
                    decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),

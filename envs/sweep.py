@@ -37,7 +37,7 @@ from cachegym.envs.journal import replace_atomically
 
 __all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
            "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
-           "results_dir", "write_config"]
+           "results_dir", "set_aside", "write_config"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,31 @@ def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
         raise ConfigError(f"out_dir: cannot write in the directory {out!r} ({e.strerror}); give a "
                           "writable directory") from None
     return out
+
+
+def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> str | None:
+    """Move the entries ``names`` of ``out_dir`` (files or folders an earlier run wrote: its
+    results, its config) that exist, but those whose real path is in ``keep`` (an input of
+    this run), into ``out_dir/previous/<their time>/``, so that a new run in the same
+    directory neither mixes its files with the earlier run's nor loses them if it fails; logs
+    a warning naming the folder and returns it (``None``: nothing to move)."""
+    kept = {os.path.realpath(p) for p in keep}
+    found = [n for n in names if os.path.lexists(os.path.join(out_dir, n))
+             and os.path.realpath(os.path.join(out_dir, n)) not in kept]
+    if not found:
+        return None
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(
+        max(os.lstat(os.path.join(out_dir, n)).st_mtime for n in found)))
+    dest = os.path.join(out_dir, "previous", stamp)
+    i = 1
+    while os.path.lexists(dest):
+        i += 1
+        dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
+    os.makedirs(dest)
+    for n in found:
+        os.replace(os.path.join(out_dir, n), os.path.join(dest, n))
+    log.warning("%s held an earlier run's %s: moved to %s", out_dir, ", ".join(found), dest)
+    return dest
 
 
 def write_config(cfg: Any, out_dir: str) -> str:

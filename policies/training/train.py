@@ -40,7 +40,7 @@ from cachegym.allocator.trace import Trace
 from cachegym.envs.common import next_use_distance
 from cachegym.envs.config import enum_value, instantiate, refuse_unknown_keys, to_container
 from cachegym.envs.journal import replace_atomically
-from cachegym.envs.sweep import results_dir, write_config
+from cachegym.envs.sweep import results_dir, set_aside, write_config
 from cachegym.policies.training.agents import TrainContext
 from cachegym.policies.training.config import RUNNER_KEYS
 from cachegym.policies.training.export import (
@@ -390,6 +390,9 @@ def _check_outputs(cfg: Any) -> None:
     name = str(cfg.export_name)
     if not os.path.basename(name.strip()):
         raise ConfigError(f"export_name: {name!r} names no file; give one such as policy.npz")
+    if os.path.basename(name) != name or name in (".", ".."):
+        raise ConfigError(f"export_name: {name!r} is a path; give a file name (the file is "
+                          "written in out_dir: set out_dir to write it elsewhere)")
 
 
 def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
@@ -455,6 +458,13 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     agent = instantiate(cfg.agent)  # its config checked too, before any trace is read
     init, resume = warm_start(cfg, agent, hidden, ignore)
     out = results_dir(cfg, "train", exact=out_dir)
+    # an earlier run's outputs here: set aside (out/previous/), so that neither run's files mix
+    # nor a failed run loses the earlier ones (its recorded workloads stay: they are reused)
+    from cachegym.policies.training.agents import ALGOS
+
+    set_aside(out, ["config.yaml", "train.json", "results.csv", str(cfg.export_name), "checkpoints",
+                    "tb", *(f"{a}.zip" for a in ALGOS)],
+              keep=[str(p) for p in (cfg.get("resume"), cfg.get("init_from")) if p])
     write_config(cfg, out)
     traces = training_traces(cfg, out)
     if not traces:

@@ -88,6 +88,10 @@ def test_an_interrupted_sweep_keeps_its_runs_and_resumes(
     assert 2 <= len(done) < N_RUNS, "the sweep was not interrupted mid-way"
     assert all(json.loads(line)["row"]["requests"] == REQUESTS for line in done)
     assert not (out / "results.csv").exists() and not (out / "results.json").exists()
+    # the earlier sweep's files were set aside, not lost (a failed new sweep would leave neither)
+    (earlier,) = (out / "previous").iterdir()
+    assert (earlier / "results.csv").read_text() == "an earlier sweep's results\n"
+    assert sorted(p.name for p in earlier.iterdir()) == ["results.csv", "results.json"]
     with open(out / "runs.jsonl", "a") as f:
         f.write('{"key": "cut short by a kill", "ro')  # a line a SIGKILL could leave
 
@@ -112,6 +116,31 @@ def test_an_interrupted_sweep_keeps_its_runs_and_resumes(
     evaluate(_compose([f"trace.path={trace_file}", *SWEEP[:1], "eval.policies=[lru]", *SWEEP[2:],
                        f"out_dir={out}"]))
     assert len(ran) == 4 and len(_journal(out)) == 4  # lru: always run
+    resumed = sorted((out / "previous").iterdir())[-1]  # the resumed sweep's files, set aside
+    assert sorted(p.name for p in resumed.iterdir()) == sorted(
+        ["config.yaml", "results.csv", "results.json", "runs.jsonl",
+         *(p.name for p in resumed.glob("metrics__*.png"))])
+    assert len((resumed / "runs.jsonl").read_text().splitlines()) == N_RUNS
+
+
+def test_a_failed_sweep_in_a_used_out_dir_loses_none_of_the_earlier_results(
+        trace_file: Path, tmp_path: Path) -> None:
+    """A sweep into the folder of an earlier one that then fails (a policy raises) left neither
+    sweep's results: the earlier ones were deleted before the first run. They are set aside."""
+    out = tmp_path / "out"
+    quick = ["eval.capacities=[0.1]", "eval.plots=false", "eval.progress=false", "eval.bounds=[]",
+             "eval.decision_timing=false", f"out_dir={out}"]
+    first = evaluate(_compose([f"trace.path={trace_file}", "eval.policies=[lru]", *quick]))
+    before = (out / "results.csv").read_text()
+    boom = tmp_path / "boom.py"
+    boom.write_text("from cachegym.policies.lru import LRU\n\n\nclass Boom(LRU):\n"
+                    "    def victim(self, view):\n        raise RuntimeError('boom')\n")
+    with pytest.raises(PolicyError, match="boom"):
+        evaluate(_compose([f"trace.path={trace_file}", f"eval.policies=[lru,'{boom}:Boom']", *quick]))
+    (earlier,) = (out / "previous").iterdir()
+    assert (earlier / "results.csv").read_text() == before and first["csv"] == str(out / "results.csv")
+    assert sorted(p.name for p in earlier.iterdir()) == ["config.yaml", "results.csv", "results.json",
+                                                        "runs.jsonl"]
 
 
 def test_results_are_replaced_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,6 +87,7 @@ def test_bad_values_fail_at_compose_time():
     ("validation.capacities=[0]", r"validation.capacities: capacity must be > 0"),
     ("validation.capacity_of=peak", r"validation.capacity_of: 'peak' is not allowed"),
     ("export_name=''", r"export_name: '' names no file"),
+    ("export_name=../escaped.npz", r"export_name: '../escaped.npz' is a path; give a file name"),
     # or end in an error deep inside SB3
     ("agent=dqn agent.kwargs.batch_size=0", r"agent.kwargs \(dqn\): batch_size=0 \(must be an int >= 1\)"),
     ("agent=ppo +agent.kwargs.nonsense=3", r"agent.kwargs \(ppo\): \['nonsense'\] are not settings of PPO; "
@@ -287,3 +288,19 @@ def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_pa
         with pytest.raises(ConfigError, match=match):
             training_traces(cfg_of(["experiment=quick", *bad]), str(tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_run_in_the_folder_of_an_earlier_one_sets_its_files_aside(tmp_path) -> None:
+    """A second run in the same out_dir wrote its config beside the first's policy (and, if it
+    failed, left them so: a mixed run); the first run's files move to out_dir/previous/."""
+    from tests.scripts.test_sb3 import PPO_TINY
+
+    first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path}"]))
+    was = (tmp_path / "policy.npz").read_bytes()
+    with pytest.raises(ConfigError, match="no eviction decision arose"):
+        train(cfg_of([*TINY, "capacities=[1GiB]", f"out_dir={tmp_path}"]))
+    (earlier,) = (tmp_path / "previous").iterdir()
+    assert {"config.yaml", "train.json", "policy.npz", "ppo.zip"} <= {p.name for p in earlier.iterdir()}
+    assert (earlier / "policy.npz").read_bytes() == was and first["sb3_model"].endswith("ppo.zip")
+    assert not (tmp_path / "policy.npz").exists() and not (tmp_path / "ppo.zip").exists()
+    assert "1GiB" in (tmp_path / "config.yaml").read_text()  # the failed run's own config
