@@ -72,7 +72,7 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
         return []
     from cachegym.policies.bounds import FOO_MAX_REQUESTS, auto_kind, offline_bounds
 
-    kinds = list(dict.fromkeys(auto_kind(len(trace)) if k == "auto" else k for k in kinds))
+    kinds = list(dict.fromkeys(auto_kind(trace) if k == "auto" else k for k in kinds))
 
     if len(trace) > PFOO_MAX_REQUESTS:  # (PFOO-L holds ~160 bytes per request while it sorts)
         log.warning("trace %s: %d requests: no bound rows past %d (about %d GiB to compute); "

@@ -118,6 +118,21 @@ def _n(x: float, nd: int = 1) -> str:
     return "-" if math.isnan(x) else f"{x:.{nd}f}"
 
 
+def _excess(c: Cell) -> tuple[float, float]:
+    """How far a cell's traffic lies above its best heuristic's, for ranking: relative where
+    the heuristic copied bytes, any bytes above a heuristic that copied none first (infinitely
+    worse), then by those bytes."""
+    if c.traffic_best > 0:
+        return (c.traffic / c.traffic_best - 1.0, 0.0)
+    return (math.inf, c.traffic) if c.traffic > 0 else (0.0, 0.0)
+
+
+def _excess_text(c: Cell) -> str:
+    if c.traffic_best > 0:
+        return f"{100 * (c.traffic / c.traffic_best - 1):+.1f}%"
+    return f"{c.traffic:.1f} MiB where it copied none"
+
+
 def format_summary(cells: list[Cell], deployed: str, preset: str, with_head: bool = True) -> str:
     """The summary as text: a line per cell, totals, and the counts the issues' targets ask for
     (traffic at most the best heuristic's; stall at most half of LRU's with the best prefetcher
@@ -147,10 +162,9 @@ def format_summary(cells: list[Cell], deployed: str, preset: str, with_head: boo
     moved = [c for c in cells if not math.isnan(c.traffic) and not math.isnan(c.traffic_best)]
     if moved:
         le = sum(c.traffic <= c.traffic_best for c in moved)
-        worst = max(moved, key=lambda c: c.traffic / c.traffic_best if c.traffic_best else 1.0)
+        worst = max(moved, key=_excess)
         lines.append(f"traffic at most the best heuristic's in {le} of {len(moved)} cells "
-                     f"(worst: {worst.trace} {worst.capacity}, "
-                     f"{100 * (worst.traffic / worst.traffic_best - 1):+.1f}%)"
+                     f"(worst: {worst.trace} {worst.capacity}, {_excess_text(worst)})"
                      + ("" if preset == "none" else
                         f"; under {preset} the guard judges its experts on stall, not bytes "
                         "(`cachegym bench quality` compares traffic without a preset)"))

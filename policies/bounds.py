@@ -47,10 +47,15 @@ FOO_MAX_REQUESTS = 200_000  # FOO's LP beyond this takes too long: PFOO-L has no
 FOO_AUTO_MAX = 30_000  # "auto": FOO up to this many requests (seconds), PFOO-L beyond
 
 
-def auto_kind(n_requests: int) -> str:
-    """The bound ``auto`` stands for on a trace of ``n_requests`` rows: ``foo`` (exact LP, the
-    tight one) up to :data:`FOO_AUTO_MAX`, ``pfoo_l`` (its relaxation, looser) beyond."""
+def auto_kind(n_requests: int | Trace) -> str:
+    """The bound ``auto`` stands for on a trace of ``n_requests`` requests (or on the trace
+    itself: its rows but the frees): ``foo`` (exact LP, the tight one) up to
+    :data:`FOO_AUTO_MAX`, ``pfoo_l`` (its relaxation, looser) beyond."""
+    if isinstance(n_requests, Trace):
+        n_requests = int((n_requests.op != Op.FREE).sum())
     return "foo" if n_requests <= FOO_AUTO_MAX else "pfoo_l"
+
+
 FILL_CANDIDATES = 2_000  # fractional intervals foo_u tries to add back (each an O(n) check)
 _TOL = 1e-7  # relative tolerance of a bound against a measured cost (the LP solver's accuracy)
 
@@ -536,7 +541,7 @@ def auto_lower_bound(trace: Trace, capacity: int, mode: str = "bytes") -> Bound 
     """The lower row of the bound ``auto`` picks for ``trace`` (:func:`auto_kind`: ``foo_l`` or
     ``pfoo_l``), or ``None`` for a trace outside the bounds' model (a key that changes size
     without a free), logged as a warning: bounds decorate figures, they never fail a run."""
-    kind = auto_kind(len(trace))
+    kind = auto_kind(trace)
     try:
         return offline_bounds(trace, capacity, mode, kinds=(kind,))[
             "foo_l" if kind == "foo" else "pfoo_l"]

@@ -76,3 +76,19 @@ def test_summary_of_a_sweep_without_the_rows_shows_dashes():
     assert math.isnan(c.traffic) and math.isnan(c.stall) and math.isnan(c.stall_lb)
     text = format_summary([c], "learned[shadow]", "h100_pcie5", with_head=False)
     assert " - " in text and "stall at most" not in text and "stall without prefetch" in text
+
+
+def test_a_cell_where_the_best_heuristic_copied_nothing_is_the_worst_and_divides_nothing():
+    """Everything fits and the objects are created by writes: the best heuristic copies 0
+    bytes. The summary divided by it (ZeroDivisionError) and ranked such a cell as even."""
+    rows = _rows() + [dict(r, trace="u") for r in _rows()]
+    for r in rows:
+        if r["trace"] == "u" and r["row_kind"] == "policy" and r["prefetch"] == "none":
+            r["traffic_bytes"] = 0.0 if r["policy"] != "learned[shadow]" else 2 * MIB
+    text = format_summary(summarize(rows, "learned[shadow]", HEAD), "learned[shadow]", "h100_pcie5")
+    assert "in 0 of 2 cells (worst: u 0.25, 2.0 MiB where it copied none)" in text
+    for r in rows:
+        if r["trace"] == "u" and r["policy"] == "learned[shadow]" and r["prefetch"] == "none":
+            r["traffic_bytes"] = 0.0  # as little as the best: not above it
+    text = format_summary(summarize(rows, "learned[shadow]", HEAD), "learned[shadow]", "h100_pcie5")
+    assert "in 1 of 2 cells (worst: t 0.25, +5.9%)" in text

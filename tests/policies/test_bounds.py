@@ -424,6 +424,12 @@ def test_auto_is_foo_on_short_traces_and_pfoo_l_on_long_ones() -> None:
     from cachegym.policies.bounds import FOO_AUTO_MAX, auto_kind
 
     assert auto_kind(FOO_AUTO_MAX) == "foo" and auto_kind(FOO_AUTO_MAX + 1) == "pfoo_l"
+    # a trace counts its requests, not its frees (the evaluator's rows chose by rows)
+    n = FOO_AUTO_MAX - 10
+    keys = np.concatenate([np.arange(n), np.arange(100)])
+    ops = np.concatenate([np.zeros(n, np.int8), np.full(100, 2, np.int8)])
+    t = Trace.from_arrays(keys, np.full(len(keys), 4), ops)
+    assert len(t) > FOO_AUTO_MAX and auto_kind(t) == "foo"
 
 
 def test_auto_lower_bound_is_the_auto_row_or_none_outside_the_model(caplog) -> None:
