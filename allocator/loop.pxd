@@ -8,6 +8,8 @@ from cachegym.allocator.records cimport Counters, ObjectInfo
 
 
 cdef void _check_request(str op, bint new, object key, object size) except *
+cdef object _keys_of(object got, str hook)
+cdef bint _yes(object got) except -1
 
 
 cdef class Loop:

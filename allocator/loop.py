@@ -113,6 +113,38 @@ def _untraced(err: BaseException) -> BaseException:
     return err
 
 
+def _keys_of(got: Any, hook: str) -> Any:
+    """What a policy's ``hook`` (``prefetch``, ``pending_evictions``) returned, as keys: a list
+    or tuple of ints as it is, any other iterable of ints as a tuple; a :class:`TypeError` that
+    says what was wrong otherwise (the caller raises it as the policy's error)."""
+    t = type(got)
+    if t is not tuple and t is not list:
+        if got is None or isinstance(got, (int, str, bytes)) or not hasattr(got, "__iter__"):
+            raise TypeError(f"{hook} returned {got!r}: it must return an iterable of integer keys "
+                            "(an empty tuple for none)")
+        got = tuple(got)
+    for k in got:
+        if type(k) is not int and (isinstance(k, bool) or not isinstance(k, (int, np.integer))):
+            raise TypeError(f"{hook} returned the key {k!r} of type {type(k).__name__}: keys are "
+                            "integers (the pool's object keys)")
+    return got
+
+
+_WHERE = ("on the device", "in host memory", "in flight to the device", "being written back to host memory")
+"""Where an object of each state is, for messages."""
+
+
+def _yes(got: Any) -> bool:
+    """``admit``'s answer: a bool (NumPy's too); a :class:`TypeError` otherwise (a forgotten
+    ``return`` made ``None`` a refusal of every object)."""
+    if got is True or got is False:
+        return got  # type: ignore[no-any-return]
+    if isinstance(got, np.bool_):
+        return bool(got)
+    raise TypeError(f"admit returned {got!r}: it must return True (admit the object) or False "
+                    "(stream it: copied for this access, not kept)")
+
+
 def _check_request(op: str, new: bool, key: Any, size: Any) -> None:
     """Refuse (:class:`ConfigError`, naming ``op``) a request's size that is not an integer
     number of bytes in 1 .. :data:`MAX_SIZE`, or a key that is not an integer where the request
@@ -558,7 +590,7 @@ class Loop:
                 self._on_miss(self.view, key)
             hook = "admit"
             refused = need > place.capacity or (
-                self._admit is not None and not self._admit(self.view, key, size))
+                self._admit is not None and not _yes(self._admit(self.view, key, size)))
         except BaseException as e:
             self._undo_miss(o, size, old_size)
             if isinstance(e, Exception):
@@ -696,7 +728,7 @@ class Loop:
         o.pins += 1
         try:
             try:
-                keys = self._prefetcher.prefetch(self.view, o.key)
+                keys = _keys_of(self._prefetcher.prefetch(self.view, o.key), "prefetch")
             except Exception as e:  # the access stands
                 raise self._policy_error(self._prefetcher, "prefetch", o.key, e, True) from e
             for k in keys:
@@ -868,7 +900,7 @@ class Loop:
         assert self._due is not None
         objs = self._objs
         try:
-            due = self._due()
+            due = _keys_of(self._due(), "pending_evictions")
         except Exception as e:  # the access stands
             raise self._policy_error(self._policy, "pending_evictions", accessed, e, True) from e
         for k in due:
@@ -883,13 +915,16 @@ class Loop:
             raise InvalidVictim(victim, "the policy returned None although evictable objects exist")
         elif isinstance(victim, bool):  # (an int to the test below)
             raise InvalidVictim(victim, "a bool is not a key")
+        elif isinstance(victim, (int, np.integer)):
+            o = self._objs.get(int(victim))
         else:
-            o = self._objs.get(int(victim)) if isinstance(victim, (int, np.integer)) else None
+            raise InvalidVictim(victim, f"it is a {type(victim).__name__}: keys are integers (the "
+                                "pool's object keys)")
         if o is None:
             raise InvalidVictim(victim, "it names no live object")
         if not o.evictable():
             if o.state != DEVICE:
-                raise InvalidVictim(victim, f"it is {STATE_NAMES[o.state]}, not resident")
+                raise InvalidVictim(victim, f"it is not resident ({_WHERE[o.state]})")
             raise InvalidVictim(victim, "it is pinned")
         st = self.stats
         st.evictions += 1

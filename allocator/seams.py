@@ -274,7 +274,8 @@ class Forwarding(EvictionPolicyBase):
 
     def __init__(self, wrapped: EvictionPolicy) -> None:
         self.wrapped = wrapped
-        self.name = wrapped.name
+        # (a structural policy may have no name: its class's then)
+        self.name = getattr(wrapped, "name", None) or type(wrapped).__name__.lower()
 
     def victim(self, view: PoolView) -> int | None:
         return self.wrapped.victim(view)
@@ -347,9 +348,53 @@ REQUIRED_HOOKS = ("victim", "on_hit", "on_miss", "on_insert", "on_evict", "on_fr
 """The members every eviction policy has (:class:`EvictionPolicy`'s methods)."""
 
 
+_CALLS = {"victim": ("view",), "on_hit": ("view", "key"), "on_miss": ("view", "key"),
+          "on_insert": ("view", "key"), "on_evict": ("view", "key"), "on_free": ("view", "key"),
+          "admit": ("view", "key", "size"), "pending_evictions": (), "touch": ("key",),
+          "on_free_untracked": ("view", "key"), "eviction_order": (), "prefetch": ("view", "key")}
+"""The arguments the pool passes each member of a policy (positionally)."""
+
+_SIGNED: set[tuple[type, str]] = set()
+"""The classes whose members' signatures :func:`_check_calls` has checked, with their role."""
+
+
+def _check_calls(what: str, obj: object, members: Iterable[str]) -> None:
+    """Refuse (:class:`ConfigError`) a member of ``obj`` the pool could not call with its
+    arguments (:data:`_CALLS`; a hook written without ``view``, say), before the pool runs
+    rather than at the first such event (a free, in a trace that has one, hours in). Members
+    whose signature Python cannot tell are left to the call; a class is checked once."""
+    import inspect
+
+    cls = type(obj)
+    if (cls, what) in _SIGNED:
+        return
+    for m in members:
+        fn = getattr(obj, m, None)
+        if not callable(fn):
+            continue
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):  # (a builtin without one)
+            continue
+        args = _CALLS[m]
+        try:
+            sig.bind(*args)
+        except TypeError as e:
+            raise ConfigError(f"{what} {cls.__name__}: the pool calls {m}({', '.join(args)}), "
+                              f"which {m}{sig} cannot take ({e}); write it as "
+                              f"def {m}(self{''.join(', ' + a for a in args)})") from None
+    _SIGNED.add((cls, what))
+
+
 def check_policies(policy: object, prefetcher: object) -> None:
-    """Refuse (:class:`ConfigError`, naming what is missing) an eviction policy without one of
-    :data:`REQUIRED_HOOKS` or a prefetcher without ``prefetch``, before the pool runs."""
+    """Refuse (:class:`ConfigError`, naming what is wrong) a class where an instance belongs,
+    an eviction policy without one of :data:`REQUIRED_HOOKS`, a prefetcher without
+    ``prefetch``, or a member either has that cannot take the pool's arguments, before the
+    pool runs."""
+    for what, obj in (("policy", policy), ("prefetcher", prefetcher)):
+        if isinstance(obj, type):
+            raise ConfigError(f"{what} {obj.__name__} is a class: pass an instance, "
+                              f"{obj.__name__}(...)")
     missing = [h for h in REQUIRED_HOOKS if not callable(getattr(policy, h, None))]
     if missing:
         raise ConfigError(f"policy {type(policy).__name__} has no {', '.join(missing)} method"
@@ -360,6 +405,9 @@ def check_policies(policy: object, prefetcher: object) -> None:
     if prefetcher is not None and not callable(getattr(prefetcher, "prefetch", None)):
         raise ConfigError(f"prefetcher {type(prefetcher).__name__} has no prefetch method: a "
                           "prefetch policy implements prefetch(view, key) -> keys to fetch")
+    _check_calls("policy", policy, [m for m in _CALLS if m != "prefetch"])
+    if prefetcher is not None:
+        _check_calls("prefetcher", prefetcher, ["prefetch"])
 
 
 def optional_hooks(policy: EvictionPolicy) -> OptionalHooks:

@@ -1,0 +1,146 @@
+"""A user's policy or prefetcher written with a common mistake (from a newcomer's audit): each
+gets a typed error that says what was wrong, before the pool runs where Python can tell, else at
+the call, never a raw TypeError from inside the loop and never a silent wrong result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cachegym.allocator.errors import ConfigError, InvalidVictim, PolicyError
+from cachegym.allocator.pool import Pool
+from cachegym.allocator.seams import PrefetchPolicyBase
+from cachegym.allocator.trace import Trace
+from cachegym.policies.lru import LRU
+
+
+class _Returns(PrefetchPolicyBase):
+    name = "returns"
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def prefetch(self, view, key):  # type: ignore[no-untyped-def]
+        return self.value
+
+
+def _replay(policy: object, prefetcher: object = None) -> Pool:
+    pool = Pool(400, policy, prefetcher=prefetcher)  # type: ignore[arg-type]
+    pool.replay(Trace.from_arrays([1, 2, 3, 4, 5, 1, 2, 6, 7, 1], [100] * 10))
+    return pool
+
+
+@pytest.mark.parametrize("value, match", [
+    (None, r"prefetch returned None: it must return an iterable of integer keys"),
+    (7, r"prefetch returned 7: it must return an iterable"),
+    (["8"], r"prefetch returned the key '8' of type str: keys are integers"),
+    ([2.0], r"the key 2.0 of type float"),
+    ([True], r"the key True of type bool"),
+])
+def test_a_prefetcher_that_returns_no_keys_is_named(value: object, match: str) -> None:
+    with pytest.raises(PolicyError, match=match) as e:
+        _replay(LRU(), _Returns(value))
+    assert e.value.hook == "prefetch"
+
+
+def test_a_prefetcher_may_return_any_iterable_of_integer_keys() -> None:
+    for value in ([], (), [np.int64(3)], iter([3]), {3: None}):
+        assert _replay(LRU(), _Returns(value)).stats.accesses == 10
+
+
+class _Pending(LRU):
+    def __init__(self, value: object) -> None:
+        super().__init__()
+        self.value = value
+
+    def pending_evictions(self):  # type: ignore[no-untyped-def]
+        return self.value
+
+
+@pytest.mark.parametrize("value", [None, 3])
+def test_pending_evictions_that_returns_no_keys_is_named(value: object) -> None:
+    with pytest.raises(PolicyError, match="pending_evictions returned"):
+        _replay(_Pending(value))
+
+
+class _AdmitForgot(LRU):
+    def admit(self, view, key, size):  # type: ignore[no-untyped-def]
+        pass  # the `return True` forgotten: every object was streamed, silently
+
+
+def test_an_admit_that_returns_no_bool_is_named() -> None:
+    with pytest.raises(PolicyError, match=r"admit returned None: it must return True"):
+        _replay(_AdmitForgot())
+
+
+class _AdmitNumpy(LRU):
+    def admit(self, view, key, size):  # type: ignore[no-untyped-def]
+        return np.bool_(key != 3)
+
+
+def test_numpy_bools_admit() -> None:
+    assert _replay(_AdmitNumpy()).stats.streamed == 1
+
+
+class _NoView(LRU):
+    def on_free(self, key):  # type: ignore[no-untyped-def,override]
+        pass
+
+
+def test_a_hook_that_cannot_take_the_pools_arguments_is_refused_before_the_pool_runs() -> None:
+    """It failed only at the first free: never, on a trace without one."""
+    with pytest.raises(ConfigError, match=r"the pool calls on_free\(view, key\).*def on_free\(self, view, key\)"):
+        Pool(400, _NoView())
+
+
+def test_a_class_where_an_instance_belongs_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"policy LRU is a class: pass an instance, LRU\(...\)"):
+        Pool(400, LRU)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"prefetcher _Returns is a class"):
+        Pool(400, LRU(), prefetcher=_Returns)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("victim, match", [
+    ("1", r"it is a str: keys are integers"), (1.0, r"it is a float"), ([1], r"it is a list"),
+    (99, r"it names no live object")])
+def test_a_victim_of_another_type_is_named_so(victim: object, match: str) -> None:
+    pool = Pool(400, LRU())
+    for k in range(4):
+        pool.access(k, 100)
+    g = pool.steps(9, 100)
+    next(g)
+    with pytest.raises(InvalidVictim, match=match):
+        g.send(victim)  # type: ignore[arg-type]
+
+
+class _Plain:
+    """Every hook, no name, no base class (a structural policy)."""
+
+    def __init__(self) -> None:
+        self.order: dict[int, None] = {}
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        return next(k for k in self.order if view.evictable(k))
+
+    def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+        self.order.pop(key)
+        self.order[key] = None
+
+    def on_miss(self, view, key):  # type: ignore[no-untyped-def]
+        pass
+
+    def on_insert(self, view, key):  # type: ignore[no-untyped-def]
+        self.order[key] = None
+
+    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
+        self.order.pop(key)
+
+    def on_free(self, view, key):  # type: ignore[no-untyped-def]
+        self.order.pop(key, None)
+
+
+def test_a_structural_policy_without_a_name_runs_wrapped() -> None:
+    from cachegym.allocator.seams import Forwarding
+
+    assert Forwarding(_Plain()).name == "_plain"  # type: ignore[arg-type]
+    assert _replay(Forwarding(_Plain())).stats.misses == _replay(LRU()).stats.misses  # type: ignore[arg-type]
