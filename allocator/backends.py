@@ -27,7 +27,9 @@ class Backend(Protocol):
         """The device bytes ``[offset, offset + nbytes)`` as an array (no copy)."""
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        """Synchronously copy host ``data`` (uint8) into the device at ``offset``."""
+        """Synchronously copy host ``data`` (uint8) into the device at ``offset``. A write that
+        fails may have stored part of ``data``: the pool then restores the object from its host
+        copy where it has one (:meth:`Pool.put <allocator.pool.Pool.put>`)."""
 
     def copy_h2d(self, key: int, offset: int, nbytes: int) -> Any:
         """Start copying host buffer ``key`` into the device at ``offset``; returns an event."""

@@ -33,7 +33,7 @@ cdef class Loop:
     cdef public set _seen
     cdef public long long _clean_ahead
     cdef public bint _wrote
-    cdef public bint _deciding
+    cdef public bint _deciding, _whole
     cdef object __weakref__
 
     # the loop's inner steps, called as C methods by the loop itself (still Python-visible)

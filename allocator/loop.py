@@ -233,7 +233,7 @@ class Loop:
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
-                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding",
+                "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding", "_whole",
                 "_on_insert", "_on_evict", "_on_free", "_victim")
 
     def _refuse_while_deciding(self, op: str) -> None:
@@ -251,6 +251,9 @@ class Loop:
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self._deciding = False  # a steps() generator waits for a victim (_make_room)
+        # the write being served replaces every byte of its object (Pool.put): a miss fetches
+        # nothing first, as for a first write (set and cleared by put, under the lock)
+        self._whole = False
         self.view = PoolView(self)
         self._refresh_fast_path()
 
@@ -633,12 +636,13 @@ class Loop:
         the pool) by streaming, the accounting of :meth:`_insert`'s fetch and of a
         write-through without a block: a read or read-modify-write copies the object's bytes
         host-to-device (the consumer waits for them as for a demand miss), a write then sends
-        them device-to-host; nothing stays resident. A first write copies nothing in. With a
+        them device-to-host; nothing stays resident. A first write, or one that replaces every
+        byte (:meth:`Pool.put <allocator.pool.Pool.put>`), copies nothing in. With a
         backend, :meth:`get` and :meth:`put` move the real bytes (``Backend.stream_in`` /
         ``stream_out``); the counts are the same with and without one."""
         st = self.stats
         cost = self.cost
-        if not (write and created):
+        if not (write and (created or self._whole)):
             done = cost.copy(0, o.size, o.busy_until)
             st.bytes_h2d += o.size
             if done > cost.now:
@@ -670,8 +674,8 @@ class Loop:
         prev = o.state
         self._place_obj(o, offset, need)
         st = self.stats
-        if old_size < 0 and write:
-            st.allocations += 1  # a first write allocates without a copy
+        if write and (old_size < 0 or self._whole):
+            st.allocations += 1  # a first write (or a whole one: put) allocates without a copy
         else:
             # demand fetch; it waits for a write-back of the same object still in flight
             cost = self.cost

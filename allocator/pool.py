@@ -73,6 +73,37 @@ def load_accelerator(name: str) -> Any:
 Placement = Literal["arena", "bytes"]
 
 
+def _merged(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(offset, nbytes)`` blocks in address order, adjacent ones merged."""
+    out: list[tuple[int, int]] = []
+    for off, nb in sorted(blocks):
+        if out and out[-1][0] + out[-1][1] == off:
+            out[-1] = (out[-1][0], out[-1][1] + nb)
+        else:
+            out.append((off, nb))
+    return out
+
+
+def _as_array(key: int, data: Any) -> np.ndarray:
+    """``data`` (what :meth:`Pool.put` stores) as a contiguous NumPy array: a CPU torch
+    tensor as its bytes (any dtype, bfloat16 included; detached), anything else through
+    ``np.ascontiguousarray``; a :class:`ConfigError` naming what cannot be stored."""
+    if type(data).__module__.startswith("torch") and hasattr(data, "detach"):
+        if data.device.type != "cpu":
+            raise ConfigError(f"put: object {key}: a tensor on {data.device} (the NumPy backend "
+                              "stores host arrays): pass t.cpu(), or use the CuPy backend on a GPU")
+        import torch
+
+        t = data.detach().contiguous().reshape(-1)
+        return np.asarray(t.view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8))
+    try:
+        return np.ascontiguousarray(data)
+    except Exception as e:  # (an object NumPy cannot take)
+        raise ConfigError(f"put: object {key}: {type(data).__name__} cannot be stored as an array "
+                          f"({e}); pass a NumPy array (np.frombuffer(b, np.uint8) for raw "
+                          "bytes)") from None
+
+
 @cython.cclass
 class Pool(Loop):
     """A device memory pool of ``capacity`` bytes with host memory behind it.
@@ -358,8 +389,8 @@ class Pool(Loop):
         """Start the peaks (``peak_device_bytes``, ``allocated_bytes.all.peak``,
         ``active_bytes.all.peak``) anew from the current values, as
         ``torch.cuda.reset_peak_memory_stats()``; the counters stay."""
-        with self._lock:
-            self.stats.peak_device_bytes = self._place.used
+        with self._lock:  # (blocks whose copy-out has finished are free, as memory_stats says)
+            self.stats.peak_device_bytes = self._place.used - self._due_release_bytes()
             self._peak_allocated = self._place.used - self._pending_release_bytes
 
     # memory history (torch.cuda.memory's _record_memory_history, _snapshot, _dump_snapshot)
@@ -394,10 +425,15 @@ class Pool(Loop):
             held = [(o.offset, o.nbytes, o.size, o.key, o.kind) for o in self._objs.values()
                     if o.offset >= 0]
             objs = self._objs
+            now = self.cost.now
+            # a block whose copy-out has finished by now is free (memory_stats counts it so),
+            # though the pool applies its release at its next allocation: merged with its
+            # free neighbours here as that release will merge it
             awaiting = [(r[2], r[3], r[5], objs[r[5]].kind if r[5] in objs else -1)
-                        for r in self._releases]
+                        for r in self._releases if r[0] > now]
             assert isinstance(self._place, Arena)
-            free = self._place.free_blocks()
+            free = _merged(self._place.free_blocks() + [(r[2], r[3]) for r in self._releases
+                                                        if r[0] <= now])
             rec = self._hook if isinstance(self._hook, MemoryRecorder) else None
             return build_snapshot(self._place.capacity, held, awaiting, free, rec)
 
@@ -423,11 +459,15 @@ class Pool(Loop):
         """Write ``data`` (any array, stored as raw bytes) as object ``key``. An existing
         object of another size is replaced (freed, then created anew); when the new size cannot
         be placed beside the pinned objects the old object is kept and PoolExhausted raised.
+        A put replaces every byte: an object that is not on the device is not fetched first
+        (its earlier bytes are not needed), so the put copies nothing host-to-device. A CPU
+        torch tensor is stored as its bytes (any dtype; detached).
         An error raised by what follows the write (the policy's pending evictions, prefetches)
         leaves ``data`` stored; any other error stores nothing (an object being replaced by one
-        of another size is freed first: it is then gone)."""
+        of another size is freed first: it is then gone; one overwritten whose earlier bytes
+        are in host memory keeps those)."""
         be = self._need_backend("put")
-        arr = np.ascontiguousarray(data)
+        arr = _as_array(key, data)
         if arr.dtype.hasobject:
             raise ConfigError(f"put: object {key}: an array of Python objects ({arr.dtype}) has no "
                               "bytes to store; pass a numeric array (np.frombuffer(b, np.uint8) "
@@ -449,15 +489,24 @@ class Pool(Loop):
                     raise PoolExhausted(raw.nbytes, self._place.used, self._place.capacity,
                                         "the pinned objects leave no block that large")
                 self._free(key)
-            # the access, up to its end: the phases after it run once the bytes are written
-            self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True,
-                                           tail=False))
+                old = None
+            # the previous bytes of an object this put overwrites are in host memory (it is
+            # there, or on the device and clean): what it keeps should the write fail
+            kept = old is not None and (old.state != DEVICE or not old.dirty)
+            # the access, up to its end: the phases after it run once the bytes are written;
+            # it replaces every byte, so a miss fetches nothing first (_whole)
+            self._whole = True
+            try:
+                self._drive(self._access_steps(key, raw.nbytes, True, kind, 0, defer_wt=True,
+                                               tail=False))
+            finally:
+                self._whole = False
             o = self._objs[key]
             if o.state != DEVICE:  # not admitted: streamed to host memory (_stream counted it)
                 try:
                     be.stream_out(key, raw)
                 except Exception as e:  # the backend's error or any other (e.g. MemoryError)
-                    self._unput(key, old, raw.nbytes, e, f"streaming object {key} to host memory "
+                    self._unput(key, old, kept, e, f"streaming object {key} to host memory "
                                 "(the pool did not admit it)", "d2h")
                 if self._due is not None:
                     self._evict_due(key)
@@ -469,7 +518,7 @@ class Pool(Loop):
             try:
                 be.write(o.offset, raw)
             except Exception as e:
-                self._unput(key, old, raw.nbytes, e, f"writing object {key} into its device block",
+                self._unput(key, old, kept, e, f"writing object {key} into its device block",
                             "h2d")
             try:
                 if self._due is not None:
@@ -483,20 +532,52 @@ class Pool(Loop):
                 if self._clean_ahead:
                     self._clean(key)
 
-    def _unput(self, key: int, old: ObjectInfo | None, nbytes: int, err: Exception, what: str,
+    def _unput(self, key: int, old: ObjectInfo | None, kept: bool, err: Exception, what: str,
                direction: str) -> NoReturn:
-        """A put whose bytes the backend could not store (``what`` failed with ``err``): an
-        object the put created is freed again (one that existed with this size keeps its
-        bytes); raises :class:`BackendError`."""
-        left = "an object this put created is gone; an older one keeps its bytes"
-        if old is None or old.size != nbytes:  # created by this put: gone again
+        """A put whose bytes the backend could not store (``what`` failed with ``err``; a write
+        may have stored part of them): an object the put created is freed again; one it
+        overwrote whose previous bytes are in host memory (``kept``) keeps them there (its
+        device block, which may hold part of the new bytes, is dropped without a write-back, or
+        fetched again where the object is pinned); one whose previous bytes were in its device
+        block only (dirty) keeps that block, as the write left it. Raises
+        :class:`BackendError`."""
+        o = self._objs.get(key)
+        if old is not None and kept:
+            left = "the object keeps its previous bytes, in host memory"
             try:
-                self._free(key)
-            except PolicyError as fe:  # the policy refused the free: it stays
+                if o is not None and o.state == DEVICE:
+                    o.dirty = False  # (the host copy is the good one)
+                    if o.pins:
+                        self._refetch(o)
+                    else:
+                        self._evict(key)
+            except Exception as fe:
+                left = (f"object {key} could not be restored from its host copy ({fe}): free it "
+                        "and put it again")
+        elif old is not None:  # dirty: its previous bytes were in its device block only
+            left = (f"object {key} keeps its block, whose bytes are the previous ones unless the "
+                    "failed write stored part of the new ones (they were on the device only, not "
+                    "yet written back)")
+        else:
+            left = "an object this put created is gone"
+            try:
+                if o is not None:
+                    self._free(key)
+            except (PolicyError, ObjectPinned) as fe:  # the policy refused the free: it stays
                 left = (f"object {key} stays, unwritten (it reads as zeros), since freeing it "
                         f"failed too: {fe}")
         raise BackendError(f"{what} failed ({backend_cause(err)}); these bytes are not stored ({left}): put "
                            "it again", key=key, direction=direction) from err
+
+    def _refetch(self, o: ObjectInfo) -> None:
+        """Copy ``o``'s host bytes into its device block again (a pinned object whose block a
+        failed write may have changed), waiting for the copy."""
+        self._h2d(o, self.cost.now)
+        ev, o.h2d_event = o.h2d_event, None
+        if ev is not None:
+            err = self._wait_copy(ev)
+            if err is not None:
+                raise err
 
     def get(self, key: int, *, copy: bool = True) -> np.ndarray:
         """Read object ``key`` (raw bytes). ``copy=False`` returns the device buffer itself,

@@ -409,8 +409,10 @@ def test_decisions_equal_with_and_without_a_backend(write_policy: str) -> None:
     for k, s, o, c in zip(t.key.tolist(), t.size.tolist(), t.op.tolist(), t.compute_ns.tolist()):
         if o == Op.FREE:
             real.free(k)
-        elif o == Op.WRITE and (k not in real or real._objs[k].size == s):
-            real.put(k, rng.integers(0, 256, s, dtype=np.uint8))  # real bytes move
+        elif o == Op.WRITE and (k not in real or real.state(k) == "device" and real._objs[k].size == s):
+            # real bytes move (where a put is the trace's write: a new object or a hit; a put of
+            # an object in host memory fetches nothing, a trace's write fetches it first)
+            real.put(k, rng.integers(0, 256, s, dtype=np.uint8))
             real.cost.compute(c)
         else:
             real.access(k, s, o == Op.WRITE, compute_ns=c)
@@ -738,9 +740,12 @@ def test_streaming_decisions_and_counts_equal_with_and_without_a_backend() -> No
     for k, size, write in ops:
         size = sizes.setdefault(k, size)
         bare.access(k, size, write)
-        if write:
+        if write and (k not in real or real.state(k) == "device"):
+            # (a put of an object in host memory fetches nothing, a trace's write fetches it)
             real.put(k, np.full(size, k, np.uint8))
             written.add(k)
+        elif write:
+            real.access(k, size, True)
         elif k in real:
             got = real.get(k)
             if k in written:

@@ -263,3 +263,43 @@ def test_a_block_awaiting_its_copy_out_is_pending_free() -> None:
     assert [e["action"] for e in p.memory_snapshot()["device_traces"][0][-2:]] == [
         "free_completed", "alloc"]
     _agrees(p)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_snapshot_and_the_stats_agree_on_blocks_whose_write_back_finished(seed: int) -> None:
+    """A block whose copy-out had finished by the pool's clock (free: memory_stats) was still
+    active_pending_free in memory_snapshot, and reset_peak_stats restarted the peak above the
+    current value with it (from a data-plane audit)."""
+    import random
+
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.errors import PoolExhausted, UnknownKey
+    from cachegym.policies.lru import LRU
+
+    rng = random.Random(seed)
+    cap = rng.choice([2048, 4096, 8192])
+    pool = Pool(cap, LRU(), backend=NumpyBackend(threads=False), cost="h100_pcie5", placement="arena")
+    for _ in range(200):
+        key, op = rng.randrange(10), rng.random()
+        try:
+            if op < 0.5:
+                pool.put(key, np.frombuffer(rng.randbytes(rng.randrange(1, cap // 2)), np.uint8))
+            elif op < 0.85:
+                pool.get(key)
+            elif op < 0.95:
+                pool.free(key)
+            else:
+                pool.flush()
+        except (UnknownKey, PoolExhausted):
+            pass
+        ms, seg = pool.memory_stats(), pool.memory_snapshot()["segments"][0]
+        assert ms["active_bytes.all.current"] == seg["active_size"]
+        assert sum(b["size"] for b in seg["blocks"]) == cap
+        if rng.random() < 0.1:
+            pool.cost.compute(rng.randrange(1, 20000))
+        if rng.random() < 0.05:
+            pool.reset_peak_stats()
+            ms = pool.memory_stats()
+            assert ms["active_bytes.all.peak"] == ms["active_bytes.all.current"]
+            assert pool.snapshot().peak_device_bytes == pool.snapshot().device_bytes
+    pool.close()
