@@ -315,7 +315,8 @@ class ActivationOffload:
 
     Args:
         budget: the pool's capacity: bytes or a size string (``"512MiB"``); it must hold the
-            largest saved tensor.
+            largest saved tensor (and, in backward, the tensors one node saved, which it
+            unpacks together).
         backend: ``NumpyBackend()`` for CPU tensors (default), ``CupyBackend()`` for CUDA.
         policy: eviction policy (default LRU): a policy object, or the path of an exported
             policy file (loaded as :func:`policies.registry.make_learned` does, under its
@@ -333,9 +334,15 @@ class ActivationOffload:
             default 0.25).
         min_bytes: saved tensors smaller than this pass through.
         record: keep the pool access trace (:meth:`trace`).
-        zero_copy: on a NumPy arena, unpack to a view of the pinned object instead of a copy.
+        zero_copy: on a NumPy arena, unpack to a view of the pinned object instead of a copy
+            (while the pinned views leave room for the largest saved tensor; else a copy).
 
     The context manager can be entered once per step; the pool and its policies persist.
+
+    A saved tensor is copied into the pool when autograd saves it (as with
+    ``torch.autograd.graph.save_on_cpu``): an in-place change to it after the forward pass
+    (``x.copy_(next_batch)`` before ``backward``) is not detected as it is without offload
+    (autograd's version check raises there), and backward uses the values saved.
     """
 
     def __init__(self, budget: int | str, *, backend: Backend | None = None,
@@ -368,6 +375,10 @@ class ActivationOffload:
         # keys whose handle died / whose unpacked view died: processed by collect()
         self._dead: collections.deque[int] = collections.deque()
         self._unpins: collections.deque[int] = collections.deque()
+        # bytes pinned by zero-copy views (unpacked tensors autograd still holds), and the
+        # largest tensor saved: a view pins only while that much room stays unpinned
+        self._view_bytes = 0
+        self._largest = 0
         self._last = 0
         self._hooks: Any = None
         self._record: list[tuple[int, int, int, int]] | None = [] if record else None
@@ -400,7 +411,9 @@ class ActivationOffload:
         pool = self.pool
         with self._lock:
             while self._unpins:
-                pool.unpin(self._unpins.popleft())
+                key = self._unpins.popleft()
+                self._view_bytes -= pool.view.info(key).size
+                pool.unpin(key)
             waiting = []
             while self._dead:
                 key = self._dead.popleft()
@@ -431,6 +444,7 @@ class ActivationOffload:
         nbytes = t.numel() * t.element_size()
         pool = self.pool
         with self._lock:
+            self._largest = max(self._largest, nbytes)
             key = self._next_key
             self._next_key += 1
             t0 = self._advance()
@@ -488,13 +502,17 @@ class ActivationOffload:
     # ------------------------------------------------------------------ helpers
     def _from_device(self, key: int, nbytes: int) -> torch.Tensor:
         """Object ``key``'s bytes on the device as a tensor: a zero-copy view holding the pin
-        (NumPy arena, ``zero_copy``; its release queues the unpin), else a copy."""
+        (NumPy arena, ``zero_copy``; its release queues the unpin) while the pinned views leave
+        room for the largest saved tensor (a backward node holds every tensor it unpacks until
+        it has run: pinned, they could leave no room for the next), else a copy."""
         pool = self.pool
         pool.pin(key)
         buf = self.backend.device_buffer(self._offset(key, "unpack"), nbytes)
         handed = False  # True once a _PinnedView owns the pin
         try:
-            if isinstance(buf, np.ndarray) and self.zero_copy:
+            if (isinstance(buf, np.ndarray) and self.zero_copy
+                    and self._view_bytes + nbytes + self._largest <= pool.capacity):
+                self._view_bytes += nbytes
                 # the view holds the pin; its release (the last tensor on this memory is
                 # gone) queues the unpin
                 pinned = _PinnedView(buf, self._unpins, key)
@@ -522,9 +540,10 @@ class ActivationOffload:
     def _exhausted(self, e: PoolExhausted) -> PoolExhausted:
         pinned = sum(1 for k in self.pool.resident_keys() if self.pool.view.info(k).pins)
         return PoolExhausted(e.size, e.used, e.capacity, (
-            f"activation offload: {pinned} saved tensors are pinned because tensors unpacked "
-            "from them are still referenced (zero_copy=True pins while referenced); release "
-            "them, use zero_copy=False, or raise the budget"))
+            f"activation offload: {pinned} saved tensors are pinned: tensors unpacked from "
+            "them are still referenced, by your code or by autograd (a backward node holds "
+            "the tensors it unpacks until it has run; zero_copy=True views pin while "
+            "referenced); release them, use zero_copy=False, or raise the budget"))
 
     # NumPy arenas copy with NumPy (one memcpy, no intra-op thread pool to wake); device
     # arenas with torch on the current stream, zero-copy through DLPack.
