@@ -253,8 +253,10 @@ def pool_options(cost: Any, placement: str, write_policy: str,
 
 def reward_scales(window: Trace, pool: Any) -> tuple[float, float]:
     """``(mean object size, copy time of such an object in ns)`` of a window: what the
-    ``bytes`` and ``stall`` rewards are divided by, so that rewards are O(1) on any trace."""
-    mean_size = float(window.size[window.op != Op.FREE].mean())
+    ``bytes`` and ``stall`` rewards are divided by, so that rewards are O(1) on any trace. A
+    window of frees alone (no decision arises in it) takes a size of 1."""
+    sizes = window.size[window.op != Op.FREE]
+    mean_size = float(sizes.mean()) if len(sizes) else 1.0
     return mean_size, float(max(1, pool.cost.copy_time(0, int(mean_size))))
 
 

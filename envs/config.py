@@ -365,6 +365,15 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
             raise SystemExit(2)
 
 
+def check_seed(seed: Any, key: str = "seed") -> int:
+    """``seed`` as an int in ``0..2**32 - 1`` (what NumPy, torch and Gymnasium all take), or a
+    :class:`ConfigError` naming ``key``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"{key}: {seed!r} is not allowed; give an integer from 0 to "
+                          f"{2**32 - 1}")
+    return seed
+
+
 def refuse_unknown_keys(cfg: Any, where: str = "") -> None:
     """Refuse (:class:`ConfigError`) a key that no schema has, in every section of ``cfg`` that
     a schema (a dataclass above, or of :mod:`policies.training.config`) types. Hydra refuses a
@@ -375,6 +384,8 @@ def refuse_unknown_keys(cfg: Any, where: str = "") -> None:
 
     if not isinstance(cfg, DictConfig):
         return
+    if not where and "seed" in cfg and not OmegaConf.is_missing(cfg, "seed"):
+        check_seed(cfg.seed)  # (every entry point calls this first: the seed too, before any work)
     t = OmegaConf.get_type(cfg)
     known = ({f.name for f in dataclasses.fields(t)}
              if isinstance(t, type) and dataclasses.is_dataclass(t) else None)

@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frees", action="store_true",
                     help="keep the trace's frees: Pool.free here, libCacheSim's remove there")
     args = ap.parse_args(argv)
+    if args.policies == []:
+        ap.error("--policies names none: give some (comma-separated), or leave it out for all")
+    if not args.capacities:
+        ap.error("--capacities names none: give some (comma-separated)")
     default_policies = args.policies is None
     if default_policies:
         args.policies = [p for p in LCS_INIT if not (args.frees and p in FREES_UNSERVED)]

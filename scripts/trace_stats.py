@@ -49,6 +49,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="SHARDS rate in (0, 1] for the curve (default: exact up to 2M requests)")
     add_trace_params_option(ap)
     args = ap.parse_args(argv)
+    # the outputs' places, checked before minutes of work on a large trace
+    out = args.out or Path("outputs") / "trace_stats" / args.path.name.replace(".", "_")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot create the output folder {out}: {e}; pass --out DIR", file=sys.stderr)
+        return 2
+    png = args.png or out / "reuse.png"
+    if args.png is not None:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = FigureCanvasBase.get_supported_filetypes()
+        suffix = args.png.suffix.lower().lstrip(".")
+        if suffix not in kinds:
+            print(f"error: --png {args.png}: '.{suffix}' is not an image format matplotlib writes; "
+                  f"name a .png (or one of {', '.join(sorted(kinds))})", file=sys.stderr)
+            return 2
+        if not args.png.parent.is_dir() or not os.access(args.png.parent, os.W_OK):
+            print(f"error: --png {args.png}: {args.png.parent} is not a writable folder",
+                  file=sys.stderr)
+            return 2
     try:
         # '~' is the home folder (quoted, the shell leaves it); a relative path that is not
         # here may name a bundled trace (as `cachegym sim` reads it)
@@ -60,22 +81,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_stats(stats))
-    out = args.out or Path("outputs") / "trace_stats" / args.path.name.replace(".", "_")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        print(f"error: cannot create the output folder {out}: {e}; pass --out DIR", file=sys.stderr)
-        return 2
     m = round(1 / (auto_sample_rate(stats.requests) if args.sample is None else args.sample))
     how = "exact" if m <= 1 else f"SHARDS, 1 in {m} objects"
-    png = args.png or out / "reuse.png"
-    plot_reuse_histogram(trace, str(png))
-    plot_mrc(curve, str(out / "mrc.png"), args.mode,
-             title=f"{trace.name}: LRU miss ratio ({how}{', frees: lower bound' if stats.frees else ''})")
-    with open(out / "mrc.csv", "w", newline="") as f:
+    with open(out / "mrc.csv", "w", newline="") as f:  # (the figures first, then the plots)
         w = csv.writer(f)
         w.writerow([f"capacity_{args.mode}", "lru_miss_ratio"])
         w.writerows(zip(curve.capacities.tolist(), curve.miss_ratios.tolist()))
+    plot_reuse_histogram(trace, str(png))
+    plot_mrc(curve, str(out / "mrc.png"), args.mode,
+             title=f"{trace.name}: LRU miss ratio ({how}{', frees: lower bound' if stats.frees else ''})")
     print(f"reuse-distance histogram -> {png}")
     print(f"LRU miss-ratio curve ({args.mode}, {how}) -> {out / 'mrc.png'}, {out / 'mrc.csv'}")
     return 0

@@ -75,3 +75,14 @@ def test_a_step_before_reset_or_after_close_says_so(env) -> None:
     e.close()
     with pytest.raises(InvalidActionError, match=r"before reset\(\) \(or after close\(\)\); call reset"):
         e.step(0)
+
+
+def test_reward_scales_of_a_window_of_frees_alone() -> None:
+    """env.window=1 cut windows of one free: the mean size of no request was NaN, and the
+    env's reset raised a raw ValueError instead of saying no decision arose."""
+    from cachegym.allocator.pool import Pool
+    from cachegym.allocator.trace import Op, Trace
+    from cachegym.envs.common import reward_scales
+
+    w = Trace.from_arrays([1, 1], [64, 64], [Op.WRITE, Op.FREE]).window(1, 2)
+    assert not (w.op != Op.FREE).any() and reward_scales(w, Pool(128))[0] == 1.0

@@ -130,6 +130,11 @@ def test_script_writes_into_the_output_folder_never_beside_the_trace(
     assert sorted(p.name for p in (work / "outputs" / "trace_stats").iterdir()) == [
         "z_npz", "z_oracleGeneral"]  # a folder each: the second did not overwrite the first's
     capsys.readouterr()
+    for png, why in (("h.npz", "'.npz' is not an image format"), ("nowhere/h.png", "is not a writable folder")):
+        # refused before the curve's work (a matplotlib traceback after it, and no mrc.csv)
+        assert _script().main([str(src / "z.npz"), "--png", str(tmp_path / png), "--out",
+                               str(tmp_path / "bad")]) == 2
+        assert why in capsys.readouterr().err
     there = tmp_path / "there"
     assert _script().main([str(src / "z.npz"), "--out", str(there), "--mode", "objects",
                            "--sample", "0.5"]) == 0

@@ -85,6 +85,10 @@ def test_script_bad_input_is_one_line(trace_file: Path, tmp_path: Path,
     with pytest.raises(SystemExit) as e:
         script.main([str(trace_file), "--capacities", "half"])
     assert e.value.code == 2 and "'half' is not a size" in capsys.readouterr().err
+    for flag in ("--policies", "--capacities"):  # (it compared 0 of 0 pairs and passed)
+        with pytest.raises(SystemExit) as e:
+            script.main([str(trace_file), flag, ","])
+        assert e.value.code == 2 and f"{flag} names none" in capsys.readouterr().err
 
 
 def test_missing_libcachesim_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,6 +88,8 @@ def test_bad_values_fail_at_compose_time():
     ("validation.capacity_of=peak", r"validation.capacity_of: 'peak' is not allowed"),
     ("export_name=''", r"export_name: '' names no file"),
     ("export_name=../escaped.npz", r"export_name: '../escaped.npz' is a path; give a file name"),
+    ("seed=-1", r"seed: -1 is not allowed; give an integer from 0 to 4294967295"),
+    ("seed=99999999999999999999999", r"seed: 99999999999999999999999 is not allowed"),
     # or end in an error deep inside SB3
     ("agent=dqn agent.kwargs.batch_size=0", r"agent.kwargs \(dqn\): batch_size=0 \(must be an int >= 1\)"),
     ("agent=ppo +agent.kwargs.nonsense=3", r"agent.kwargs \(ppo\): \['nonsense'\] are not settings of PPO; "
