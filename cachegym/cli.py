@@ -215,7 +215,14 @@ def sim_config(args: argparse.Namespace) -> Any:
             names.append(spec)
     if not names and not learned:
         raise ConfigError("policies: give at least one, e.g. lru,arc,learned:policy.npz")
-    caps = [parse_capacity(c, "capacities") for c in _split(args.capacities)]
+    # each as written where it has a unit or a percent sign (the rows' capacity_spec then reads
+    # as with `cachegym evaluate`: "10%", "512MiB"), else its number
+    from cachegym.envs.evaluation import plain_number
+
+    caps = [parse_capacity(c, "capacities") if plain_number(c) else c
+            for c in _split(args.capacities)]
+    for c in caps:
+        parse_capacity(c, "capacities")  # (a bad one refused here, in sim's words)
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
     guards = _split(args.guard) or ["shadow"]

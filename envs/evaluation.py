@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -91,7 +92,8 @@ COLUMNS = (
     "decision_p50_us", "decision_p99_us",
 )
 EXTRA_COLUMNS = ("row_kind", "capacity_spec", "policy_file", "placement", "evictions", "writebacks", "streamed",
-                 "fallbacks", "guard_switches", "guard_decisions", "guard_retired", "wall_s")
+                 "fallbacks", "guard_net_share", "guard_switches", "guard_decisions", "guard_retired",
+                 "wall_s")
 _ALWAYS = ("lru",)
 
 
@@ -142,10 +144,23 @@ class RunSpec:
     label: str | None = None  # "stall_ref": the stall reference (envs/gaps.py), named so
 
 
+_NUMBER = re.compile(r"[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?|[0-9]+\.")
+
+
+def plain_number(text: str) -> bool:
+    """Whether a capacity is written as a plain number (no unit, no percent sign)."""
+    return _NUMBER.fullmatch(text.strip()) is not None
+
+
 def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "working_set") -> int:
     """Capacity in bytes (objects in ``objects`` mode): an integer or a size (``"512MiB"``) as it
     is, a number in (0, 1] with a fractional part or written as a float, or a percentage
-    (``"10%"``), as a fraction of the working set (or of the peak live bytes)."""
+    (``"10%"``), as a fraction of the working set (or of the peak live bytes). In ``objects``
+    mode a size with a unit (``"1GiB"``) is refused: capacities count objects there."""
+    if mode == "objects" and isinstance(value, str) and not plain_number(value.strip().rstrip("%")):
+        raise ConfigError(f"eval.capacities: {value!r} is a size in bytes, but in objects mode "
+                          "capacities count objects (every object size 1): give a number (1000) "
+                          "or a share of the objects (10%, 0.1)")
     value = parse_capacity(value, "eval.capacities")
     if isinstance(value, float):
         check_capacity_of(capacity_of)
@@ -282,7 +297,9 @@ def run_one(
         row["decision_p50_us"], row["decision_p99_us"] = _percentiles_us(policy.network_decision_ns)  # type: ignore[attr-defined]
     guard = getattr(policy, "guard", None)
     if guard is not None:  # who decided: the network or which expert, and how often it changed
-        row.update(guard_switches=guard.switches, guard_decisions=guard.decision_shares(),
+        # (the network's share, exact; none where nothing was evicted: no one decided anything)
+        row.update(guard_net_share=guard.network_share() if st.evictions else math.nan,
+                   guard_switches=guard.switches, guard_decisions=guard.decision_shares(),
                    guard_retired=" ".join(sorted(getattr(guard, "retired", ()))))  # experts that
         # stopped running, far behind the best (ShadowGuard's retire)
     row.update(placement=placement, wall_s=time.perf_counter() - t0)
@@ -895,7 +912,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
             _fmt(r["miss_ratio"], "{:.4f}"), _fmt(r["gap_closed_misses"], "{:.3f}"),
             _fmt(r["byte_miss_ratio"], "{:.4f}"), _fmt(r["decision_p50_us"], "{:.2f}"),
-            _fmt(network_share(r.get("guard_decisions")), "{:.2f}"),
+            _fmt(r["guard_net_share"] if "guard_net_share" in r
+                 else network_share(r.get("guard_decisions")), "{:.2f}"),
         ))
     widths = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h)
               for i, h in enumerate(head)]

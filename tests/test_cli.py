@@ -79,8 +79,8 @@ def test_sim_one_liner_from_another_directory(tmp_path: Path, monkeypatch: pytes
     assert "learned[shadow]" in printed and "s3fifo" in printed and f"results: {out}" in printed
     rows = [r for r in _rows(out) if r["row_kind"] == "policy"]
     assert {r["policy"] for r in rows} == {"lru", "s3fifo", "learned[shadow]"}
-    caps = {r["capacity_spec"]: int(r["capacity"]) for r in rows}
-    assert caps["1048576"] == 1 << 20 and 0 < caps["0.25"] < 1 << 30
+    caps = {r["capacity_spec"]: int(r["capacity"]) for r in rows}  # (as written: as evaluate's)
+    assert caps["1MiB"] == 1 << 20 and 0 < caps["25%"] < 1 << 30
     assert (out / "config.yaml").is_file()
 
 
@@ -124,6 +124,8 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--clean-ahead", "0.25"],
      "error: --clean-ahead cleans ahead under a timing preset, and --preset has none"),
     (["data/traces/gpt.npz", "npz", "lru", "1e30"], "is more than 2**60 bytes"),
+    (["data/traces/gpt.npz", "npz", "lru", "1GiB", "--mode", "objects"],
+     "'1GiB' is a size in bytes, but in objects mode capacities count objects"),
     # and its advice as sim takes it, not in the config's spelling
     (["data/traces/gpt.npz", "npz", "s3fio", "1MiB"], "(exported policy files: learned:PATH)"),
     (["data/traces/gpt.npz", "npz", "learned", "1MiB"], "give learned:PATH (and --guard for its guard)"),

@@ -281,6 +281,13 @@ class Guard:
         return (f"{type(self).__name__}(objective={self.objective!r}, window={self.window}, "
                 f"experts={[n or 'network' for n in self._named]}, deciding={now!r})")
 
+    def network_share(self) -> float:
+        """The share of accesses the network decided (its shadow and its twins: ``network``,
+        ``network-no-prefetch``, ``network-history``), exact; NaN before any access."""
+        n = sum(self.decisions.values())
+        net = sum(v for k, v in self.decisions.items() if k == "network" or k.startswith("network-"))
+        return net / n if n else float("nan")
+
     def decision_shares(self) -> str:
         """``"network:0.62 lru:0.30 gdsf:0.08"``: the share of accesses each expert decided."""
         n = sum(self.decisions.values())

@@ -360,6 +360,9 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
                                                                 "arc", "slru")
     assert set(row["guard_retired"].split()) <= {"network", "lru", "s3fifo", "gdsf", "lfu", "arc", "slru"}
     assert row["guard_switches"] >= 0 and "guard_switches" not in res["rows"][3]
+    from cachegym.envs.evaluation import network_share
+
+    assert row["evictions"] > 0 and abs(row["guard_net_share"] - network_share(row["guard_decisions"])) <= 0.02
     for r in res["rows"]:
         assert r["policy_file"] == (path if r["policy"].startswith("learned[") else None)
         assert r["policy"] in res["table"]
@@ -510,3 +513,9 @@ def test_the_table_counts_objects_in_objects_mode_and_names_who_decided() -> Non
     assert learned.rstrip().endswith("0.07") and not lru.rstrip().endswith("0.07")
     assert network_share("") is None and network_share(None) is None
     assert network_share("lru:0.90 network:0.10") == 0.10
+    exact = format_table([{**row, "policy": "learned[shadow]", "guard_net_share": 0.333,
+                           "guard_decisions": "lru:0.67 network:0.33 network-history:0.00"}])
+    assert exact.splitlines()[2].rstrip().endswith("0.33")
+    none = format_table([{**row, "policy": "learned[shadow]", "guard_net_share": nan,
+                          "guard_decisions": "network:1.00"}])  # nothing evicted: no one decided
+    assert not none.splitlines()[2].rstrip().endswith("1.00")
