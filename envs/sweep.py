@@ -15,7 +15,7 @@ mean over the jobs and a 95% Student-t interval (n - 1 degrees of freedom) as
 ``<metric>_mean``, ``<metric>_ci95_lo``, ``<metric>_ci95_hi``. Blank (NaN) values are left
 out of a metric's figures; a metric with one value has a mean and an empty interval.
 A job that failed, or left no ``results.csv`` of this multirun, is named in a warning; the
-others are merged.
+others are merged, and the sweep then exits with status 1.
 """
 
 from __future__ import annotations
@@ -154,7 +154,44 @@ def job_failed(error: Exception, what: str) -> None:
 
     logger.debug("failed", exc_info=True)
     print(f"error: {error}", file=sys.stderr)
+    run_dir = _hydra_job()[0]
+    if run_dir is not None and not _remove_if_only_hydras(run_dir):
+        # the run's log file says so too (it holds the run's work); the console has it already
+        record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "failed: %s", (error,), None)
+        for h in logging.getLogger().handlers:
+            if isinstance(h, logging.FileHandler):
+                h.handle(record)
     sys.exit(2)
+
+
+def _remove_if_only_hydras(run_dir: str) -> bool:
+    """Remove Hydra's run directory ``run_dir`` where it holds nothing but what Hydra wrote
+    there before the job ran (``.hydra/`` and empty logs): a config refused before any work
+    leaves no folder behind. True when removed."""
+    import shutil
+
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return False
+    for n in names:
+        p = os.path.join(run_dir, n)
+        if n == ".hydra" and os.path.isdir(p):
+            continue
+        if n.endswith(".log") and os.path.isfile(p) and os.path.getsize(p) == 0:
+            continue
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    # and, for the default run directory (outputs/<command>/<time>), outputs/<command>/ and
+    # outputs/ where empty (never a folder of an out_dir the user gave)
+    rel = os.path.relpath(os.path.realpath(run_dir), os.path.realpath(os.getcwd())).split(os.sep)
+    if len(rel) == 3 and rel[0] == "outputs":
+        for up in (os.path.join(rel[0], rel[1]), rel[0]):
+            try:
+                os.rmdir(up)
+            except OSError:  # not empty
+                break
+    return True
 
 
 # ---------------------------------------------------------------------- merging
@@ -352,3 +389,9 @@ class MergeResults(Callback):
         if done.path is not None:
             print(format_merged(done.rows))
             print(f"merged {len(done.merged)} of {len(ordered)} jobs: {done.path}")
+        if done.missing:  # (the others merged first): a sweep with a failed job does not exit 0
+            import sys
+
+            print(f"error: {len(done.missing)} of {len(ordered)} jobs failed or left no results "
+                  "(named above)", file=sys.stderr)
+            raise SystemExit(1)

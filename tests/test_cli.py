@@ -302,3 +302,29 @@ def test_sim_resumes_an_interrupted_sweep_in_its_out_folder(
     monkeypatch.setattr(evaluation, "run_one", real)
     assert cli.main([*argv, "--resume"]) == 0
     assert {r["policy"] for r in _rows(tmp_path / "o") if r["row_kind"] == "policy"} == {"lru", "fifo"}
+
+
+def test_a_refused_hydra_run_leaves_no_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config refused before any work left outputs/<command>/<time>/ with Hydra's .hydra/ and an
+    empty log (the error on stderr only)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep").mkdir()
+    for extra in ([], ["out_dir=keep/x"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["evaluate", "trace.path=/nonexistent.npz", *extra])
+        assert e.value.code == 2
+    assert "no such file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]  # (the user's folder stays)
+    assert list((tmp_path / "keep").iterdir()) == []
+
+
+def test_a_run_that_fails_after_its_work_began_says_so_in_its_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "experiment=quick", "progress=false", "tensorboard=false",
+                  "capacities=[1GiB]", "out_dir=t"])
+    assert e.value.code == 2 and "no eviction decision arose" in capsys.readouterr().err
+    log = (tmp_path / "t" / "train.log").read_text()
+    assert "[ERROR] - failed: no eviction decision arose" in log  # (the console has it once)

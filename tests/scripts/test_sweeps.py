@@ -71,7 +71,8 @@ def test_a_failed_job_is_named_and_the_others_merged(tmp_path: Path) -> None:
     sweep, out = tmp_path / "sweep", tmp_path / "out"
     proc = _run("evaluate", ["-m", *TINY_EVAL, "eval.policies=[lru],[nosuch]", "hydra/launcher=basic",
                              f"hydra.sweep.dir={sweep}", f"out_dir={out}"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the others merged, and a status that says so
+    assert "error: 1 of 2 jobs failed or left no results" in proc.stderr
     log = proc.stdout + proc.stderr
     assert "unknown value 'nosuch'" in log
     named = [ln for ln in log.splitlines() if "1 of 2 jobs left no results" in ln]
