@@ -24,8 +24,10 @@ which :func:`guard_node` reads and :func:`build_guard` instantiates through :fun
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -342,7 +344,8 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     (``'eval.capacities=[0.25]'``). Also a misspelt key of a section the schema types
     (``eval.capacites=...``, ``agent.totl_timesteps=...`` of the chosen ``agent=`` option:
     :func:`unknown_key`), which Hydra refuses with advice to add it with ``+``, where nothing
-    would read it. Sweeps (``-m``/``--multirun``) are left to Hydra:
+    would read it. And an ``out_dir`` (or ``hydra.run.dir``) that cannot be made: a file in
+    the way, a folder that is not writable. Sweeps (``-m``/``--multirun``) are left to Hydra:
     there ``key=a,b`` sweeps the values."""
     import sys
 
@@ -360,9 +363,39 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
                   f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
             raise SystemExit(2)
         why = unknown_key(key, schema, argv)
+        if why is None and key in ("out_dir", "hydra.run.dir"):
+            why = _unmakeable_dir(key, os.path.expanduser(v))
         if why is not None:
             print(f"{prog}: {why}", file=sys.stderr)
             raise SystemExit(2)
+
+
+def _unmakeable_dir(key: str, path: str) -> str | None:
+    """Why the run directory ``path`` (config key ``key``) cannot be made, or ``None``: Hydra
+    makes it before the job runs, and its error is a traceback (a file in the way, a folder
+    that is not writable)."""
+    if not path or path == "null" or "${" in path:
+        return None
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{key}: {path!r} is a file, not a directory; give a directory to write the results in"
+    made = []  # the folders this check makes, to remove again (a trial is the only sure test)
+    up = os.path.abspath(path)
+    while not os.path.exists(up):
+        made.append(up)
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        return f"{key}: {path!r} cannot be made: {up!r} is a file; give a directory"
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        return f"{key}: {path!r} cannot be made or written in ({e.strerror}); give a writable directory"
+    finally:
+        for d in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+    return None
 
 
 def check_seed(seed: Any, key: str = "seed") -> int:

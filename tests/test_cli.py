@@ -328,3 +328,17 @@ def test_a_run_that_fails_after_its_work_began_says_so_in_its_log(
     assert e.value.code == 2 and "no eviction decision arose" in capsys.readouterr().err
     log = (tmp_path / "t" / "train.log").read_text()
     assert "[ERROR] - failed: no eviction decision arose" in log  # (the console has it once)
+
+
+@pytest.mark.parametrize("cmd", ["evaluate", "train", "demo"])
+def test_an_out_dir_that_cannot_be_made_is_refused_before_hydra_makes_it(
+        cmd: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra makes the run directory before the job runs: a file in the way was a raw
+    FileExistsError traceback (exit 1)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    for out, why in (("afile", "is a file, not a directory"), ("afile/x", "cannot be made")):
+        with pytest.raises(SystemExit) as e:
+            cli.main([cmd, f"out_dir={out}"])
+        assert e.value.code == 2 and why in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
