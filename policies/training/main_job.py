@@ -76,6 +76,20 @@ def held_out_traces(spec: list[str]) -> list[HeldOut]:
     return [HeldOut(read_trace(p), "dl") for p in files]
 
 
+def _check_env_args(node: Any, key: str) -> None:
+    """The env config ``node`` (config key ``key``) made into an env over a tiny trace, so that
+    its arguments (``K``, ``opportunity``, ``reward``, ...) are refused, naming ``key``, before
+    the stages that train before it, not after them."""
+    from cachegym.allocator.trace import Trace
+    from cachegym.policies.training.train import EnvFactory
+
+    tiny = Trace.from_arrays([1, 2, 1, 3, 2, 1], [8] * 6, name="config-check")
+    try:
+        EnvFactory(node, [tiny], [0.5], 0).make(traces=[tiny], capacity=0.5).close()
+    except ConfigError as e:
+        raise ConfigError(f"{key}: {e}") from None
+
+
 def check_main(m: Any) -> None:
     """The ``main`` section (held-out traces, capacities, baselines, guards) checked before
     training, so a typo there does not surface only after minutes of it."""
@@ -106,6 +120,7 @@ def check_main(m: Any) -> None:
         if j.env.get("cost") is not None:
             check_presets([str(j.env.cost)], "main.joint.env.cost")
         instantiate(j.agent)  # its config checked before any training
+        _check_env_args(j.env, "main.joint.env")
 
 
 def run_main(cfg: Any) -> dict[str, Any]:

@@ -106,6 +106,10 @@ def test_main_job_end_to_end(tmp_path):
     ("main.joint.capacities=[]", "main.joint.capacities: the list is empty"),
     ("main.joint.env.cost=h100", "main.joint.env.cost: unknown preset 'h100'"),
     ("main.joint.env._target_=cachegym.envs.evict.EvictEnv", "main.joint.env: the prefetch stage trains in env=joint"),
+    # the joint env's own arguments, refused by the env only after the eviction stage had trained
+    ("main.joint.env.K=0", "main.joint.env: K must be an int in 1..1024"),
+    ("main.joint.env.opportunity=bogus", "main.joint.env: opportunity must be one of"),
+    ("main.joint.env.predictor.depth=-1", "main.joint.env: SuccessorPredictor needs depth"),
 ])
 def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
     """A typo in ``main`` (what the evaluation after training reads) is refused before training
