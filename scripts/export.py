@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                         "written beside the source's eviction scorer (same feature specification "
                         "and versions, or it is refused)")
     p.add_argument("--algo", choices=["ppo", "maskable_ppo", "dqn"], default=None,
-                   help="for an SB3 .zip (default: the algorithm of the training run's config.yaml "
-                        "beside it)")
+                   help="for an SB3 .zip (default: the one its policy class names, read without "
+                        "unpickling, else the training run's config.yaml beside it)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load an SB3 .zip with stable-baselines3's load, which unpickles (runs code "
                         "from) the file: only for files you made yourself (default: read its "

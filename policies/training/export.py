@@ -247,7 +247,8 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     ``K``/``candidate_rule`` changed where given, and with the prefetch head of the policy file
     ``prefetch_from`` where given: :func:`with_prefetch_head`) or a stable-baselines3 model saved with
     ``model.save()`` (``.zip``; ``algo`` one of ``ppo``, ``maskable_ppo``, ``dqn``, whose policy
-    carries the candidate scorer).
+    carries the candidate scorer: by default the one the zip's policy class names, else the one
+    of the training run's ``config.yaml`` beside it; a contradicting ``algo`` is refused).
 
     An SB3 zip is read without running any of its code: only the tensors of its ``policy.pth``
     (``torch.load(..., weights_only=True)``) and plain JSON fields of its ``data`` entry. SB3's
@@ -261,6 +262,9 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         raise PolicyFileError(f"{src}: no such file (a checkpoint under outputs/train/<run>/checkpoints/, "
                               "a policy .npz, or an SB3 model .zip)")
     if src.endswith(".npz"):
+        if algo is not None:
+            raise ConfigError(f"--algo applies to an SB3 model .zip; {src!r} is a policy file, "
+                              "whose network is exported as it is: leave --algo out")
         LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
         header, arrays = read_policy_file(src)
         if K is not None:
@@ -281,7 +285,13 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         algos = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN"),
                  "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
         run_cfg, run_algo, run_rule = _run_settings(src)
-        if algo is None:
+        own = _zip_algo(src)  # the algorithm its policy class names (read, not unpickled)
+        if own is not None:
+            if algo is not None and algo != own:
+                raise ConfigError(f"--algo {algo!r}, but {src} holds a {own} model (its policy "
+                                  f"class is {_ALGO_CLASSES[own]}): give --algo {own} or leave it out")
+            algo = own
+        elif algo is None:
             algo = run_algo
         elif run_algo is not None and algo != run_algo:
             raise ConfigError(f"--algo {algo!r}, but {run_cfg} (the config of the run that saved "
@@ -305,6 +315,31 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule,
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
+
+
+_ALGO_CLASSES = {"ppo": "ScorerActorCriticPolicy", "maskable_ppo": "MaskableScorerActorCriticPolicy",
+                 "dqn": "ScorerDQNPolicy"}
+"""The policy class (of :mod:`policies.training.nets`) each algorithm trains the scorer with."""
+
+
+def _zip_algo(zip_path: str) -> str | None:
+    """The algorithm of an SB3 model zip whose policy class is one of :data:`_ALGO_CLASSES`,
+    from the class reference SB3 pickles in its ``data`` entry, read as pickle opcodes
+    (``pickletools``: nothing is unpickled, no code runs); ``None`` where it names another."""
+    import base64
+    import pickletools
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            data = json.loads(z.read("data"))
+        blob = base64.b64decode(data["policy_class"][":serialized:"])
+        strings = [arg for op, arg, _ in pickletools.genops(blob) if isinstance(arg, str)]
+    except Exception:  # (anything unreadable: the other sources of the algorithm decide)
+        return None
+    if len(strings) < 2 or strings[-2] != "cachegym.policies.training.nets":
+        return None
+    return next((a for a, cls in _ALGO_CLASSES.items() if cls == strings[-1]), None)
 
 
 def _evict_default(name: str) -> Any:

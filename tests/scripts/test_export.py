@@ -60,8 +60,13 @@ def test_checkpoint_reexport_changes_only_what_is_asked(sb3_zip, tmp_path):
 
 
 def test_bad_sources_are_refused(sb3_zip, tmp_path):
-    with pytest.raises(ConfigError, match="--algo"):
-        export_file(sb3_zip[0], tmp_path / "x.npz")
+    # the zip's policy class names its algorithm (read as pickle opcodes, not unpickled)
+    with pytest.raises(ConfigError, match=r"--algo 'dqn', but .* holds a maskable_ppo model"):
+        export_file(sb3_zip[0], tmp_path / "x.npz", algo="dqn")
+    h, _ = read_policy_file(export_file(sb3_zip[0], tmp_path / "y.npz"))
+    assert h["meta"]["algo"] == "maskable_ppo"
+    with pytest.raises(ConfigError, match="--algo applies to an SB3 model .zip"):
+        export_file(tmp_path / "y.npz", tmp_path / "z.npz", algo="ppo")
     with pytest.raises(ConfigError, match="checkpoint"):
         export_file(tmp_path / "model.pt", tmp_path / "x.npz")
     with pytest.raises(PolicyFileError, match="missing.npz: no such file .a checkpoint"):
@@ -79,8 +84,8 @@ def test_script_prints_the_policy_path(sb3_zip, tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == f"policy: {out}"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "export.py"), sb3_zip[0],
-                        "--out", str(out)], capture_output=True, text=True)
-    assert r.returncode == 2 and "error:" in r.stderr
+                        "--algo", "dqn", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 2 and "error:" in r.stderr and "holds a maskable_ppo model" in r.stderr
 
 
 # ---------------------------------------------------------------------- untrusted zips (issue #27, item 6)
@@ -245,7 +250,7 @@ def test_a_training_runs_zip_takes_its_algorithm_and_candidate_rule_from_the_run
     (run / "config.yaml").write_text("env:\n  candidates: lru\nagent:\n  algo: maskable_ppo\n")
     h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "a.npz"))
     assert (h["candidate_rule"], h["meta"]["algo"]) == ("lru", "maskable_ppo")
-    with pytest.raises(ConfigError, match="trained 'maskable_ppo'"):
+    with pytest.raises(ConfigError, match="holds a maskable_ppo model"):
         export_file(run / "maskable_ppo.zip", tmp_path / "b.npz", algo="ppo")
     h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "c.npz",
                                         candidate_rule="sample"))
@@ -256,8 +261,8 @@ def test_a_training_runs_zip_takes_its_algorithm_and_candidate_rule_from_the_run
     h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "d.npz"))
     assert (h["candidate_rule"], h["meta"]["algo"]) == ("sample", "maskable_ppo")
     (run / "config.yaml").write_text("!!python/object/apply:os.system ['echo pwned']\n")
-    with pytest.raises(ConfigError, match="--algo"):  # not YAML data: ignored, nothing runs
-        export_file(run / "maskable_ppo.zip", tmp_path / "e.npz")
+    h, _ = read_policy_file(export_file(run / "maskable_ppo.zip", tmp_path / "e.npz"))
+    assert h["meta"]["algo"] == "maskable_ppo"  # not YAML data: ignored (nothing runs); its class
     alone = tmp_path / "alone.zip"
     shutil.copy(sb3_zip[0], alone)
     h, _ = read_policy_file(export_file(alone, tmp_path / "f.npz", algo="maskable_ppo"))
