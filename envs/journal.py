@@ -53,6 +53,9 @@ class RunJournal:
         self.path = os.path.join(out_dir, JOURNAL)
         self._done: dict[str, dict[str, Any]] = {}
         if resume:
+            if not os.path.exists(self.path):  # (a new time-stamped folder, without out_dir)
+                log.warning("eval.resume=true, but %s holds no runs.jsonl to resume: every run "
+                            "runs (give the out_dir of the interrupted sweep to resume it)", out_dir)
             self._done = self._read()
         elif os.path.exists(self.path):
             log.info("%s: starting afresh (eval.resume=false); the runs it held are discarded", self.path)

@@ -190,7 +190,7 @@ def train_prefetch_head(cfg: Any, out_dir: str) -> dict[str, Any]:
     heads, of which the main job keeps the prefetch head)."""
     j = cfg.main.joint
     jcfg = OmegaConf.merge(cfg, {"out_dir": out_dir, "init_from": None, "resume": None,
-                                 "capacities": [float(c) for c in j.capacities]})
+                                 "capacities": list(j.capacities)})
     OmegaConf.update(jcfg, "env", j.env, merge=False)
     OmegaConf.update(jcfg, "agent", j.agent, merge=False)
     log.info("main job: training the prefetch head (env=joint, outputs under %s)", out_dir)

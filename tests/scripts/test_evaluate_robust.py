@@ -426,3 +426,13 @@ def test_a_worker_that_dies_names_the_runs_it_may_have_run(tmp_path: Path) -> No
                            f"eval.policies=[{spec},fifo]", "eval.plots=false",
                            "eval.progress=false", "eval.bounds=[]", "eval.jobs=2",
                            f"out_dir={tmp_path / 'o'}"]))
+
+
+def test_a_resume_with_nothing_to_resume_says_so(trace_file: Path, tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Without the interrupted sweep's out_dir a resume ran every run in a new folder, silently."""
+    with caplog.at_level(logging.WARNING):
+        evaluate(_compose([f"trace.path={trace_file}", "eval.policies=[lru]", "eval.capacities=[0.1]",
+                           "eval.plots=false", "eval.progress=false", "eval.bounds=[]",
+                           f"out_dir={tmp_path / 'new'}", "eval.resume=true"]))
+    assert "holds no runs.jsonl to resume" in caplog.text

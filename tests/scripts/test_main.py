@@ -110,6 +110,7 @@ def test_main_job_end_to_end(tmp_path):
     ("main.joint.env.K=0", "main.joint.env: K must be an int in 1..1024"),
     ("main.joint.env.opportunity=bogus", "main.joint.env: opportunity must be one of"),
     ("main.joint.env.predictor.depth=-1", "main.joint.env: SuccessorPredictor needs depth"),
+    ("main.joint.capacities=[150%]", "main.joint.capacities: "),  # (a percentage is taken, as in main.capacities)
 ])
 def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
     """A typo in ``main`` (what the evaluation after training reads) is refused before training
