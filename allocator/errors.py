@@ -150,7 +150,12 @@ def policy_label(policy: object) -> str:
         if w is None or w is inner:
             break
         inner = w
-    name = getattr(inner, "name", None) or type(inner).__name__
+    name = getattr(inner, "name", None)
+    # (a user's class that sets no name of its own shows its base's, "base" or "none": its class's)
+    own = [c for c in type(inner).__mro__ if c.__name__ not in ("EvictionPolicyBase", "PrefetchPolicyBase")]
+    inherited = "name" not in getattr(inner, "__dict__", {}) and not any("name" in vars(c) for c in own)
+    if not name or inherited:
+        name = type(inner).__name__
     return f"{name!r} ({type(inner).__name__})"
 
 

@@ -237,22 +237,28 @@ class EvictionPolicyBase:
     eviction_order: Callable[[], Iterable[int]] | None = None
 
     def victim(self, view: PoolView) -> int | None:  # pragma: no cover - abstract
+        """The key of an object to evict, one ``view.evictable(key)`` says may go (on the device,
+        not pinned): the pool asks while it needs room. ``None`` only where nothing it tracks
+        is evictable (the pool then raises :class:`~allocator.errors.PoolExhausted`);
+        :func:`~policies.base.first_evictable` picks the first evictable of an order."""
         raise NotImplementedError
 
     def on_hit(self, view: PoolView, key: int) -> None:
-        pass
+        """``key`` was accessed and is on the device (a hit)."""
 
     def on_miss(self, view: PoolView, key: int) -> None:
-        pass
+        """``key`` was accessed and is not on the device: the pool makes room (``victim``),
+        then ``on_insert``, unless ``admit`` refuses it."""
 
     def on_insert(self, view: PoolView, key: int) -> None:
-        pass
+        """``key`` now takes room on the device (after its miss, or a prefetch): track it."""
 
     def on_evict(self, view: PoolView, key: int) -> None:
-        pass
+        """``key`` left the device (the victim chosen, or one evicted by another decider):
+        stop tracking it."""
 
     def on_free(self, view: PoolView, key: int) -> None:
-        pass
+        """``key`` was freed by its owner (it is gone everywhere): stop tracking it."""
 
     @property
     def touch(self) -> Callable[[int], object] | None:
@@ -322,6 +328,9 @@ class Forwarding(EvictionPolicyBase):
 
 
 class PrefetchPolicyBase:
+    """Convenience base of a prefetch policy: after each access the pool asks
+    :meth:`prefetch` which objects to bring to the device ahead of their use."""
+
     name = "none"
 
     # not read by the pool: what ``prefetch`` would have returned after the same access in
@@ -333,6 +342,9 @@ class PrefetchPolicyBase:
     prefetch_for: Callable[[PoolView, int], Sequence[int]] | None = None
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
+        """The keys of objects to fetch now, after the access of ``key`` (an iterable of ints,
+        in order; an empty tuple for none). Keys the pool does not know, or holds already, are
+        passed over; a prefetch that finds no room is dropped (a hint)."""
         return ()
 
 

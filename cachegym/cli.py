@@ -99,7 +99,8 @@ def sim(argv: list[str]) -> int:
     p.add_argument("format", help="its format: npz, oracleGeneral, lcs, vscsi, csv, txt (auto: from its name; "
                    ".zst, .gz, .xz, .bz2 read as the file they hold)")
     p.add_argument("policies", help="comma-separated: registry names (lru, arc, s3fifo, gdsf, "
-                   "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy")
+                   "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy "
+                   "(LRU is always added: the gap_* columns are measured from it)")
     p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "
                    "fractions of the working set (10%%, 0.1)")
     add_trace_params_option(p)
@@ -107,7 +108,7 @@ def sim(argv: list[str]) -> int:
                    "policies, each a row (conf/policy/guard/: shadow, trial, lru, none; default "
                    "shadow)")
     p.add_argument("--prefetch", default="none", help="comma-separated prefetchers (none, "
-                   "lookahead, history, markov, stride, learned:PATH; default none)")
+                   "lookahead, history, markov, stride, learned:PATH, FILE.py:Class; default none)")
     p.add_argument("--preset", default="none", help="comma-separated timing presets for stall "
                    "(none, a100_pcie4, h100_pcie5, h200_pcie5, gh200_c2c, FILE.json)")
     p.add_argument("--bounds", default="auto", help="offline bounds, as rows and the gap_* "

@@ -36,36 +36,41 @@ __all__ = ["make_eviction", "make_policy", "make_learned", "make_prefetch", "EVI
            "keyword_names", "refuse_unknown"]
 
 
-def _eviction_classes() -> dict[str, Callable[..., Any]]:
-    from cachegym.policies.adaptive import ARC, S3FIFO, SLRU
-    from cachegym.policies.classic import CLOCK, FIFO, LFU, SIEVE, RandomEviction
-    from cachegym.policies.lirs import LIRS
-    from cachegym.policies.lru import LRU
-    from cachegym.policies.priority import GDSF, Belady
+_EVICTION = {
+    "lru": "lru:LRU", "fifo": "classic:FIFO", "lfu": "classic:LFU", "random": "classic:RandomEviction",
+    "clock": "classic:CLOCK", "arc": "adaptive:ARC", "sieve": "classic:SIEVE",
+    "s3fifo": "adaptive:S3FIFO", "lirs": "lirs:LIRS", "slru": "adaptive:SLRU",
+    "gdsf": "priority:GDSF", "belady": "priority:Belady",
+}
+"""The registered eviction policies: short name -> ``module:Class`` (a module of
+``cachegym.policies``, or any importable module named in full: ``my_pkg.policies:MRU``),
+imported on first use. To give a policy of your own a short name, add a line here."""
+_PREFETCH = {"none": "prefetch:NoPrefetch", "markov": "prefetch:MarkovPrefetcher",
+             "stride": "prefetch:StridePrefetcher", "lookahead": "prefetch:LookaheadPrefetcher",
+             "history": "prefetch:HistoryPrefetcher"}
+"""The registered prefetchers, as :data:`_EVICTION`."""
 
-    return {
-        "lru": LRU, "fifo": FIFO, "lfu": LFU, "random": RandomEviction, "clock": CLOCK,
-        "arc": ARC, "sieve": SIEVE, "s3fifo": S3FIFO, "lirs": LIRS, "slru": SLRU, "gdsf": GDSF,
-        "belady": Belady,
-    }
+
+def _classes(table: dict[str, str]) -> dict[str, Callable[..., Any]]:
+    import importlib
+
+    out = {}
+    for name, spec in table.items():
+        mod, _, cls = spec.partition(":")
+        out[name] = getattr(importlib.import_module(mod if "." in mod else f"cachegym.policies.{mod}"), cls)
+    return out
+
+
+def _eviction_classes() -> dict[str, Callable[..., Any]]:
+    return _classes(_EVICTION)
 
 
 def _prefetch_classes() -> dict[str, Callable[..., Any]]:
-    from cachegym.policies.prefetch import (
-        HistoryPrefetcher,
-        LookaheadPrefetcher,
-        MarkovPrefetcher,
-        NoPrefetch,
-        StridePrefetcher,
-    )
-
-    return {"none": NoPrefetch, "markov": MarkovPrefetcher, "stride": StridePrefetcher,
-            "lookahead": LookaheadPrefetcher, "history": HistoryPrefetcher}
+    return _classes(_PREFETCH)
 
 
-EVICTION_NAMES = ("lru", "fifo", "lfu", "random", "clock", "arc", "sieve", "s3fifo", "lirs",
-                  "slru", "gdsf", "belady")
-PREFETCH_NAMES = ("none", "markov", "stride", "lookahead", "history")
+EVICTION_NAMES = tuple(_EVICTION)
+PREFETCH_NAMES = tuple(_PREFETCH)
 ORACLES = frozenset({"belady", "lookahead"})
 """The registered policies that read the trace's future (built with ``trace=``): references for
 what a policy could do, not baselines a deployed pool could run."""

@@ -207,9 +207,9 @@ def test_a_users_policy_whose_constructor_raises_is_named(trace_file: Path, tmp_
 
 @pytest.mark.parametrize("victim,error,says", [
     ("raise ValueError('bad state')", PolicyError,
-     "policy 'base' \\(Flaky\\) raised ValueError\\('bad state'\\) in victim"),
+     "policy 'Flaky' \\(Flaky\\) raised ValueError\\('bad state'\\) in victim"),
     ("return 10**6", InvalidVictim,
-     "policy 'base' \\(Flaky\\), in victim: eviction victim 1000000 is not evictable"),
+     "policy 'Flaky' \\(Flaky\\), in victim: eviction victim 1000000 is not evictable"),
 ])
 def test_a_users_policy_failing_mid_run_names_the_policy_and_the_request(
         victim: str, error: type[Exception], says: str, tmp_path: Path) -> None:
