@@ -50,7 +50,7 @@ import numpy as np
 
 from cachegym.allocator.errors import CachegymError, ConfigError, InvalidVictim, PolicyError
 from cachegym.allocator.pool import Pool
-from cachegym.allocator.seams import Forwarding
+from cachegym.allocator.seams import Forwarding, eviction_order_of
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.stats import PoolStats
 from cachegym.allocator.trace import MAX_TOTAL, Op, Trace
@@ -283,6 +283,9 @@ def run_one(
     else:
         pool = Pool(spec.capacity, pol, prefetcher=pf, cost=preset, placement=placement,  # type: ignore[arg-type]
                     write_policy=write_policy, oversize=oversize)  # type: ignore[arg-type]
+    if pool.view.clean_ahead and not pool.cost.instant and eviction_order_of(pol) is None:
+        log.warning("allocator.clean_ahead: policy %r has no eviction_order() (its next victims), so "
+                    "its pool cleans nothing ahead: its row runs without clean-ahead", spec.policy)
     try:
         st = _replay(pool, trace)
     except (PolicyError, InvalidVictim) as e:  # name the run and the request

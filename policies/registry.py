@@ -17,6 +17,7 @@ or with ``trace=`` when its constructor takes one (an oracle).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -230,12 +231,22 @@ def resolve_import_spec(name: str) -> Callable[..., Any]:
                 raise ConfigError(f"policy {name!r}: {where!r} cannot be loaded as Python")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = mod  # before running it, as an import does (dataclasses need it)
+            # its folder on the path while it runs, as `python FILE.py` has it: it may import the
+            # modules beside it
+            folder = os.path.dirname(os.path.abspath(path))
+            added = folder not in sys.path
+            if added:
+                sys.path.insert(0, folder)
             try:
                 spec.loader.exec_module(mod)
             except Exception as e:
                 del sys.modules[mod_name]
                 raise ConfigError(f"policy {name!r}: importing {where!r} failed: "
                                   f"{type(e).__name__}: {e}") from e
+            finally:
+                if added:
+                    with contextlib.suppress(ValueError):
+                        sys.path.remove(folder)
     else:
         try:
             try:

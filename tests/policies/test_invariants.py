@@ -405,3 +405,17 @@ def test_user_policy_file_with_dataclasses_loads(tmp_path) -> None:  # type: ign
         "        self.opts = Opts()\n")
     p = make_eviction(f"{tmp_path / 'dcpol.py'}:DCLRU")
     assert p.opts.depth == 2  # type: ignore[attr-defined]
+
+
+def test_a_policy_file_imports_the_modules_beside_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As `python FILE.py` would (ModuleNotFoundError before); the folder is not left on the path."""
+    import sys
+
+    pkg = tmp_path / "pkgdir"
+    pkg.mkdir()
+    (pkg / "helpers_beside_x.py").write_text("BASE = 'lru'\n")
+    (pkg / "withhelper.py").write_text(
+        "from helpers_beside_x import BASE\nfrom cachegym.policies.lru import LRU\n\n"
+        "class Mine(LRU):\n    name = BASE + '2'\n")
+    assert make_eviction(f"{pkg / 'withhelper.py'}:Mine").name == "lru2"
+    assert str(pkg) not in sys.path

@@ -436,3 +436,15 @@ def test_a_resume_with_nothing_to_resume_says_so(trace_file: Path, tmp_path: Pat
                            "eval.plots=false", "eval.progress=false", "eval.bounds=[]",
                            f"out_dir={tmp_path / 'new'}", "eval.resume=true"]))
     assert "holds no runs.jsonl to resume" in caplog.text
+
+
+def test_clean_ahead_for_a_policy_without_an_eviction_order_is_said(
+        trace_file: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Its row ran without clean-ahead, silently (4x LRU's stall for an exact copy of LRU)."""
+    with caplog.at_level(logging.WARNING):
+        evaluate(_compose([f"trace.path={trace_file}", "eval.policies=[lru,random]",
+                           "eval.capacities=[0.1]", "eval.presets=[h100_pcie5]",
+                           "allocator.clean_ahead=0.25", "eval.plots=false", "eval.progress=false",
+                           "eval.bounds=[]", f"out_dir={tmp_path}"]))
+    said = [r.getMessage() for r in caplog.records if "cleans nothing ahead" in r.getMessage()]
+    assert len(said) == 1 and "'random'" in said[0]
