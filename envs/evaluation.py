@@ -24,12 +24,14 @@ Each policy row carries ``traffic_bytes`` (bytes copied both ways, streamed acce
 ``overhead`` (stall per unit of compute, with a preset and a trace with compute time) and
 ``gap_closed_misses`` / ``_traffic`` / ``_stall``: the share of the gap between LRU and an
 offline bound that the policy closes (:mod:`envs.gaps`; ``eval.bounds`` adds the bound rows,
-``row_kind`` tells them from policy rows). lru always runs.
+``row_kind`` tells them from policy rows; with a prefetcher ``gap_closed_misses`` counts
+fetches, misses plus prefetches, which the misses bound bounds). lru always runs.
 
 Interruptions (SIGINT, SIGTERM, a crash) lose at most the run in progress: each completed run
 is appended to ``out_dir/runs.jsonl`` as it finishes (:mod:`envs.journal`), the final files are
-replaced whole (temporary file + ``os.replace``), and the final files of an earlier sweep in
-``out_dir`` are removed before the first run, so they never sit beside another sweep's runs.
+replaced whole (temporary file + ``os.replace``), and the files of an earlier sweep in
+``out_dir`` are moved to ``out_dir/previous/<time>/`` before the first run (unless it resumes),
+so they never sit beside another sweep's runs and a failed sweep loses none of them.
 ``eval.resume=true`` reuses the completed runs whose trace, settings and spec match.
 """
 
