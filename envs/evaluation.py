@@ -385,7 +385,8 @@ def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
     from cachegym.policies.learned import LearnedPolicy
 
     if not path or not os.path.isfile(path):
-        raise ConfigError(f"{key}: {name!r}: learned policy file {path!r} does not exist; give "
+        raise ConfigError(f"{key}: {name!r}: learned policy file {path!r} "
+                          f"{'is a directory' if path and os.path.isdir(path) else 'does not exist'}; give "
                           "learned:PATH with PATH a policy file (scripts/train.py writes one)")
     try:
         pol = LearnedPolicy.load(path, guard="none")
@@ -426,7 +427,8 @@ def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
     files = list(dict.fromkeys(os.path.expanduser(f) for f in files))
     for f in files:
         if not os.path.isfile(f):
-            raise ConfigError(f"{key}.learned: learned policy file {f!r} does not exist")
+            raise ConfigError(f"{key}.learned: learned policy file {f!r} "
+                              f"{'is a directory' if os.path.isdir(f) else 'does not exist'}")
         LearnedPolicy.load(f)  # a corrupt or mismatched file fails now, before any replay
     labels = (_unique_names([os.path.splitext(os.path.basename(f))[0] for f in files])
               if len(files) > 1 else [None])

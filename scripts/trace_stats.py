@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="SHARDS rate in (0, 1] for the curve (default: exact up to 2M requests)")
     add_trace_params_option(ap)
     args = ap.parse_args(argv)
+    if args.sample is not None and not 0 < args.sample <= 1:
+        ap.error(f"--sample must be a rate in (0, 1] (SHARDS: the share of objects sampled), got "
+                 f"{args.sample}")
     # the outputs' places, checked before minutes of work on a large trace
     out = args.out or Path("outputs") / "trace_stats" / args.path.name.replace(".", "_")
     try:

@@ -134,7 +134,8 @@ class SB3Agent:
         if self.algo not in ALGOS:
             raise ConfigError(f"agent.algo: unknown algorithm {self.algo!r}; choose one of {ALGOS}")
         if self.total_timesteps < 1 or self.n_envs < 1:
-            raise ConfigError("agent.total_timesteps and agent.n_envs must be >= 1")
+            raise ConfigError(f"agent.total_timesteps and agent.n_envs must be >= 1, got "
+                              f"total_timesteps={self.total_timesteps}, n_envs={self.n_envs}")
         self._check_kwargs()
 
     def _classes(self) -> tuple[Any, Any]:
@@ -258,15 +259,17 @@ def resume_model(model: Any, path: str) -> None:
     the optimizer's state and the step count, read without unpickling
     (:func:`~policies.training.export.read_sb3_zip`)."""
     from cachegym.allocator.errors import PolicyFileError
-    from cachegym.policies.training.export import read_sb3_zip
+    from cachegym.policies.training.export import _zip_algo, read_sb3_zip
 
     state, opt, fields = read_sb3_zip(path)
     try:
         model.policy.load_state_dict(state, strict=True)
     except RuntimeError as e:
         first = str(e).strip().splitlines()
+        algo = _zip_algo(path)
         raise PolicyFileError(
-            f"resume: {path} does not fit {type(model).__name__} with {type(model.policy).__name__} "
+            f"resume: {path} {f'holds a {algo} model, which ' if algo else ''}does not fit "
+            f"{type(model).__name__} with {type(model.policy).__name__} "
             f"and these policy.hidden/ignore settings ({first[0] if first else e} ...); resume with "
             "the agent and policy settings the zip was trained with") from None
     if opt is not None:

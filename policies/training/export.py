@@ -257,6 +257,8 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     """
     from cachegym.policies.learned import LearnedPolicy, read_policy_file
 
+    if K is not None and (isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= 1024):
+        raise ConfigError(f"K (--K) must be an int in 1..1024 (candidates per decision), got {K!r}")
     src = os.fspath(source)
     if src.endswith((".npz", ".zip")) and not os.path.isfile(src):
         raise PolicyFileError(f"{src}: no such file (a checkpoint under outputs/train/<run>/checkpoints/, "

@@ -130,6 +130,9 @@ def test_script_writes_into_the_output_folder_never_beside_the_trace(
     assert sorted(p.name for p in (work / "outputs" / "trace_stats").iterdir()) == [
         "z_npz", "z_oracleGeneral"]  # a folder each: the second did not overwrite the first's
     capsys.readouterr()
+    with pytest.raises(SystemExit):  # (named lru_mrc's argument, not --sample)
+        _script().main([str(src / "z.npz"), "--sample", "0"])
+    assert "--sample must be a rate in (0, 1]" in capsys.readouterr().err
     for png, why in (("h.npz", "'.npz' is not an image format"), ("nowhere/h.png", "is not a writable folder")):
         # refused before the curve's work (a matplotlib traceback after it, and no mrc.csv)
         assert _script().main([str(src / "z.npz"), "--png", str(tmp_path / png), "--out",

@@ -67,6 +67,8 @@ def test_bad_sources_are_refused(sb3_zip, tmp_path):
     assert h["meta"]["algo"] == "maskable_ppo"
     with pytest.raises(ConfigError, match="--algo applies to an SB3 model .zip"):
         export_file(tmp_path / "y.npz", tmp_path / "z.npz", algo="ppo")
+    with pytest.raises(ConfigError, match=r"K \(--K\) must be an int in 1..1024"):  # (blamed the file)
+        export_file(tmp_path / "y.npz", tmp_path / "z.npz", K=0)
     with pytest.raises(ConfigError, match="checkpoint"):
         export_file(tmp_path / "model.pt", tmp_path / "x.npz")
     with pytest.raises(PolicyFileError, match="missing.npz: no such file .a checkpoint"):
