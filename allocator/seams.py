@@ -1,6 +1,7 @@
 """The seams between the pool and its policies: the read-only view, the two policy protocols and
 their no-op bases. :mod:`policies.base` re-exports them; ``allocator`` imports nothing from
-``policies`` (the one exception is :func:`default_eviction_policy`, see there).
+``policies`` at import (the exceptions, imported when called: :func:`default_eviction_policy`,
+see there, and :class:`~allocator.offload.ActivationOffload` given a policy file's path).
 
 An :class:`EvictionPolicy` answers ``victim(view) -> key`` from a read-only view of the pool and
 may observe hooks. The pool calls, for every access of object ``k``:
@@ -39,7 +40,8 @@ required methods alone may omit them):
   for a policy that models a cache of its own, which may still hold an object the pool evicted
   (:class:`~policies.shadow.ShadowPolicy`, the learned policy's guard).
 * ``eviction_order() -> Iterable[int]``: the objects the policy would give up next, in order,
-  without changing its state. Never called by the loop: the prefetch timing rule reads it
+  without changing its state. The loop reads it to clean ahead (``Pool(clean_ahead=)``: the
+  dirty objects among the next victims are written back early), the prefetch timing rule
   (:meth:`PoolView.eviction_order`) to see what a prefetch would evict, and a guard following
   the policy in another pool to make room there as the policy would.
 

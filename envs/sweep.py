@@ -165,11 +165,15 @@ def job_failed(error: Exception, what: str) -> None:
 
 
 def _remove_if_only_hydras(run_dir: str) -> bool:
-    """Remove Hydra's run directory ``run_dir`` where it holds nothing but what Hydra wrote
-    there before the job ran (``.hydra/`` and empty logs): a config refused before any work
-    leaves no folder behind. True when removed."""
+    """Remove Hydra's default run directory ``run_dir`` (``outputs/<command>/<time>`` under the
+    working directory; never a folder the user named) where it holds nothing but what Hydra
+    wrote there before the job ran (``.hydra/`` and empty logs): a config refused before any
+    work leaves no folder behind. True when removed."""
     import shutil
 
+    rel = os.path.relpath(os.path.realpath(run_dir), os.path.realpath(os.getcwd())).split(os.sep)
+    if len(rel) != 3 or rel[0] != "outputs":
+        return False
     try:
         names = os.listdir(run_dir)
     except OSError:
@@ -182,15 +186,11 @@ def _remove_if_only_hydras(run_dir: str) -> bool:
             continue
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
-    # and, for the default run directory (outputs/<command>/<time>), outputs/<command>/ and
-    # outputs/ where empty (never a folder of an out_dir the user gave)
-    rel = os.path.relpath(os.path.realpath(run_dir), os.path.realpath(os.getcwd())).split(os.sep)
-    if len(rel) == 3 and rel[0] == "outputs":
-        for up in (os.path.join(rel[0], rel[1]), rel[0]):
-            try:
-                os.rmdir(up)
-            except OSError:  # not empty
-                break
+    for up in (os.path.join(rel[0], rel[1]), rel[0]):  # outputs/<command>/ and outputs/, if empty
+        try:
+            os.rmdir(up)
+        except OSError:  # not empty
+            break
     return True
 
 

@@ -315,8 +315,9 @@ def test_a_refused_hydra_run_leaves_no_folder(
             cli.main(["evaluate", "trace.path=/nonexistent.npz", *extra])
         assert e.value.code == 2
     assert "no such file" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]  # (the user's folder stays)
-    assert list((tmp_path / "keep").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]  # no outputs/evaluate/<time>/
+    # a folder the user named is left (it may have been theirs before), with the failure logged
+    assert sorted(p.name for p in (tmp_path / "keep" / "x").iterdir()) == [".hydra", "evaluate.log"]
 
 
 def test_a_run_that_fails_after_its_work_began_says_so_in_its_log(
