@@ -15,6 +15,7 @@ import csv
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from cachegym.allocator.errors import CachegymError
 from cachegym.envs.paths import resolve_data_path
@@ -34,6 +35,18 @@ from cachegym.envs.workloads.stats import (
 )
 
 
+def _sizes_change(trace: Any) -> bool:
+    """Whether some object of ``trace`` is requested with two sizes (one freed and made anew
+    with another size counts too: the note is then conservative)."""
+    import numpy as np
+
+    from cachegym.allocator.trace import Op
+
+    req = trace.op != Op.FREE
+    pairs = np.unique(np.stack([trace.key[req], trace.size[req]]), axis=1)
+    return bool(pairs.shape[1] != len(np.unique(trace.key[req])))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", type=Path, help="trace file")
@@ -50,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     add_trace_params_option(ap)
     args = ap.parse_args(argv)
     if args.sample is not None and not 0 < args.sample <= 1:
-        ap.error(f"--sample must be a rate in (0, 1] (SHARDS: the share of objects sampled), got "
-                 f"{args.sample}")
+        print(f"error: --sample must be a rate in (0, 1] (SHARDS: the share of objects sampled), "
+              f"got {args.sample}", file=sys.stderr)
+        return 2
     # the outputs' places, checked before minutes of work on a large trace
     out = args.out or Path("outputs") / "trace_stats" / args.path.name.replace(".", "_")
     try:
@@ -86,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     print(format_stats(stats))
     m = round(1 / (auto_sample_rate(stats.requests) if args.sample is None else args.sample))
     how = "exact" if m <= 1 else f"SHARDS, 1 in {m} objects"
+    if args.mode == "bytes" and _sizes_change(trace):  # (stack distances take each object's last size)
+        how = "approximate: objects change size" if m <= 1 else f"{how}; objects change size"
+        print(f"note: objects of {trace.name} change size between requests: the curve's stack "
+              "distances take each object's size at its last request, an approximation of LRU here")
     with open(out / "mrc.csv", "w", newline="") as f:  # (the figures first, then the plots)
         w = csv.writer(f)
         w.writerow([f"capacity_{args.mode}", "lru_miss_ratio"])

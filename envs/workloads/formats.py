@@ -101,9 +101,10 @@ def _binary_trace(p: str, data: np.ndarray, step: np.ndarray, skipped: int, sour
 
 def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.ndarray, int]:
     """The packed records of ``dtype`` from byte ``offset`` of ``p`` (fields ``obj_id`` and
-    ``obj_size`` at least), those of a size outside 1 .. 2**48 or a ``next_access`` (where the
-    format has one) below -1 refused (``skip_bad``: dropped and counted), and how many were
-    dropped."""
+    ``obj_size`` at least): those of size 0 dropped, with a warning, as libCacheSim's readers
+    drop them (their default ``ignore_size_zero_req``); those of a size beyond 2**48 refused
+    (``skip_bad``: dropped and counted); and how many were dropped as malformed. A
+    ``next_access`` field is not read (the pool computes next uses itself)."""
     nbytes = os.path.getsize(p) - offset
     rec = dtype.itemsize
     skipped = 0
@@ -117,22 +118,42 @@ def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.n
             raise TraceError(problem, path=p, row=n_full, hint=f"{SKIP_BAD} to drop it")
         skipped = 1
     data = np.fromfile(p, dtype=dtype, count=nbytes // rec, offset=offset)
+    data = _drop_size_zero(p, data, data["obj_size"])
     size = data["obj_size"]
     bad = (size <= 0) | (size > MAX_SIZE)
-    if "next_access" in dtype.names:  # type: ignore[operator]
-        bad |= data["next_access"] < -1
     if bad.any():
         if not skip_bad:
             r = int(np.argmax(bad))
-            problem = (
-                f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
-                if not 0 < size[r] <= MAX_SIZE
-                else f"next-access field is {data['next_access'][r]}; it must be -1 or a record index"
-            )
+            problem = f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
             raise TraceError(problem, path=p, row=r, hint=f"{SKIP_BAD} to drop such records")
         skipped += int(bad.sum())
         data = data[~bad]
     return data, skipped
+
+
+def _unquoted(field: np.ndarray) -> np.ndarray:
+    """A csv column's fields without the double quotes around a field (``"a"`` is ``a``, as
+    libCacheSim's csv parser and RFC 4180 read it; a quoted field holding the delimiter is
+    refused earlier, by its column count)."""
+    if not (np.char.find(field, '"') >= 0).any():
+        return field
+    s = np.char.strip(field)
+    quoted = (np.char.str_len(s) >= 2) & np.char.startswith(s, '"') & np.char.endswith(s, '"')
+    out = field.copy()
+    inner = np.array([x[1:-1] for x in s[quoted].tolist()], dtype=field.dtype)
+    out[quoted] = np.char.replace(inner, '""', '"') if len(inner) else inner
+    return out
+
+
+def _drop_size_zero(p: str, data: Any, size: np.ndarray) -> Any:
+    """``data`` without its requests of size 0, which libCacheSim's readers drop (their default
+    ``ignore_size_zero_req``: a request that moves no bytes), with a warning that counts them."""
+    zero = size == 0
+    if not zero.any():
+        return data
+    log.warning("%s: dropped %d request(s) of size 0, as libCacheSim's readers do "
+                "(ignore_size_zero_req)", p, int(zero.sum()))
+    return data[~zero]
 
 
 # ---------------------------------------------------------------------- vscsi
@@ -151,7 +172,9 @@ VSCSI_DTYPES = {
 def read_vscsi(path: PathLike, *, skip_bad: bool = False) -> Trace:
     """Read a VMware vscsi block trace as libCacheSim does (``cloudPhysicsIO.vscsi``): each
     record's logical block number is the object, its length the size, its time (us) in seconds
-    the step; every request a read (libCacheSim does not parse the command either)."""
+    the step; every request a read (libCacheSim reads the command as read or write; an
+    eviction policy's outcomes do not depend on it); requests of size 0 are dropped with a
+    warning (libCacheSim keeps them)."""
     p = _existing(path)
     version = None
     for v in (2, 1):
@@ -317,12 +340,13 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
                     "'obj-id-col=2,obj-size-col=3')", p, table.shape[1])
     parsed: dict[str, np.ndarray] = {}
     bad = np.zeros(len(lines), bool)
+    zero = np.zeros(len(lines), bool)  # (requests of size 0)
     for name, c in cols.items():
         if c is None:
             continue
-        field = table[:, c - 1]
+        field = _unquoted(table[:, c - 1])
         if name == "obj_id" and not obj_id_is_num:
-            parsed[name] = _dense_ids(field)
+            parsed[name] = _dense_ids(np.char.strip(field))  # (' a' is 'a', as libCacheSim reads it)
             continue
         values, problem = _parse_ints(field)
         # whole times stay exact (nanosecond stamps); others, and times past 2**63, are floats
@@ -331,7 +355,8 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
             values, problem = _parse_floats(field)
         if name == "obj_size":
             problem[(problem == _OK) & (_wrapped(values, field) | (values > MAX_SIZE))] = _TOO_LARGE
-            problem[(problem == _OK) & (values <= 0)] = _NOT_POSITIVE
+            problem[(problem == _OK) & (values < 0)] = _NOT_POSITIVE
+            zero = (problem == _OK) & (values == 0)
         parsed[name] = values
         bad_rows = problem != _OK
         bad |= bad_rows
@@ -347,6 +372,10 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
             )
     skipped += int(bad.sum())
     good = ~bad
+    if "obj_size" in parsed and (zero & good).any():  # (as libCacheSim's reader: ignore_size_zero_req)
+        log.warning("%s: dropped %d request(s) of size 0, as libCacheSim's readers do "
+                    "(ignore_size_zero_req)", p, int((zero & good).sum()))
+        good &= ~zero
     key = parsed["obj_id"][good].astype(np.int64)
     head = key[:1_000_000]  # (a bounded look: np.unique sorts)
     if len(head) >= 1000 and len(np.unique(head)) == len(head):
@@ -394,8 +423,13 @@ def read_txt(path: PathLike, *, has_header: bool | None = None, obj_id_is_num: b
 
 _PARAMS = {"time-col": "time_col", "obj-id-col": "obj_id_col", "obj-size-col": "obj_size_col",
            "delimiter": "delimiter", "has-header": "has_header", "obj-id-is-num": "obj_id_is_num",
-           "skip-bad": "skip_bad", "ops": "ops"}
-_DELIMITERS = {"": ",", "\\t": "\t", "tab": "\t", "space": " ", "comma": ","}
+           "skip-bad": "skip_bad", "ops": "ops",
+           # libCacheSim's other spellings of the same (cli_reader_utils.c)
+           "time-field": "time_col", "obj-id-field": "obj_id_col", "obj-size-field": "obj_size_col",
+           "size-col": "obj_size_col", "size-field": "obj_size_col", "header": "has_header"}
+_IGNORED = ("next-access-col", "next-access-field")
+"""libCacheSim's parameters this reader takes and does not need (the pool computes next uses)."""
+_DELIMITERS = {"": ",", "\\t": "\t", "tab": "\t", "space": " ", "comma": ",", "\\": ","}
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
@@ -429,14 +463,16 @@ def parse_trace_params(text: str) -> dict[str, Any]:
             continue
         name, eq, value = tok.partition("=")
         name = name.strip().lower().replace("_", "-")
+        if eq and name in _IGNORED:
+            continue
         if not eq or name not in _PARAMS:
             raise ConfigError(f"trace parameter {tok!r}: expected NAME=VALUE with NAME one of "
                               f"{', '.join(_PARAMS)} (e.g. 'obj-id-col=2,obj-size-col=3')")
         key = _PARAMS[name]
         value = value.strip()
         if key == "delimiter":
-            if value == "" and i < len(tokens) and tokens[i].strip() == "":
-                i += 1  # "delimiter=," left the comma's other side: an empty token
+            if value in ("", "\\") and i < len(tokens) and tokens[i].strip() == "":
+                i += 1  # "delimiter=," (or libCacheSim's "delimiter=\,") left the comma's other side
             out[key] = _DELIMITERS.get(value.lower(), value)
         elif key.endswith("_col"):
             try:
@@ -948,7 +984,7 @@ _PROBLEMS = {
     "obj_id": {_NOT_A_NUMBER: "not an integer",
                _OUT_OF_RANGE: "object id out of range (ids are -2**63 .. 2**64 - 1)"},
     "obj_size": {_NOT_A_NUMBER: "not an integer", _OUT_OF_RANGE: "size out of range (max 2**48)",
-                 _NOT_POSITIVE: "size must be > 0", _TOO_LARGE: f"size must be at most 2**48 = {MAX_SIZE}"},
+                 _NOT_POSITIVE: "size must not be negative", _TOO_LARGE: f"size must be at most 2**48 = {MAX_SIZE}"},
     "time": {_NOT_A_NUMBER: "not a finite number", _OUT_OF_RANGE: "time out of range (int64)"},
 }
 _U64_MAX = str(2**64 - 1)

@@ -130,8 +130,7 @@ def test_script_writes_into_the_output_folder_never_beside_the_trace(
     assert sorted(p.name for p in (work / "outputs" / "trace_stats").iterdir()) == [
         "z_npz", "z_oracleGeneral"]  # a folder each: the second did not overwrite the first's
     capsys.readouterr()
-    with pytest.raises(SystemExit):  # (named lru_mrc's argument, not --sample)
-        _script().main([str(src / "z.npz"), "--sample", "0"])
+    assert _script().main([str(src / "z.npz"), "--sample", "0"]) == 2  # (named lru_mrc's argument)
     assert "--sample must be a rate in (0, 1]" in capsys.readouterr().err
     for png, why in (("h.npz", "'.npz' is not an image format"), ("nowhere/h.png", "is not a writable folder")):
         # refused before the curve's work (a matplotlib traceback after it, and no mrc.csv)
@@ -150,3 +149,15 @@ def test_script_reports_a_bad_sample_rate_in_one_line(
     assert _script().main([str(tmp_path / "z.npz"), "--sample", "2", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_the_curve_of_a_trace_whose_objects_change_size_is_not_called_exact(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Stack distances take each object's last size: there the curve (1.0 at 10 and 20 bytes
+    on this trace, where LRU misses 0.75 and 0.5) was labelled exact."""
+    from cachegym.allocator.trace import Trace
+
+    Trace.from_arrays([1, 1, 2, 1], [10, 50, 10, 50]).save(tmp_path / "sc.npz")
+    assert _script().main([str(tmp_path / "sc.npz"), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "objects change size" in out and "(bytes, exact)" not in out

@@ -163,6 +163,10 @@ def test_a_delimiter_that_is_not_one_byte_is_refused(tmp_path: Path, delimiter: 
     ("delimiter=;, obj-size-col=4", {"delimiter": ";", "obj_size_col": 4}),
     ("ops=true,skip-bad=false", {"ops": True, "skip_bad": False}),
     ("", {}),
+    # libCacheSim's other spellings (cli_reader_utils.c), its escaped comma, a field not needed here
+    ("time-field=1, obj-id-field=2, size-col=3, header=true, delimiter=\\,, next-access-col=4",
+     {"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "has_header": True, "delimiter": ","}),
+    ("obj-size-field=5,size-field=6", {"obj_size_col": 6}),
 ])
 def test_libcachesim_trace_params_parse_to_reader_options(text: str, options: dict[str, object]) -> None:
     assert parse_trace_params(text) == options
@@ -396,10 +400,8 @@ def test_bad_lcs_files_say_what_is_wrong(tmp_path: Path) -> None:
     _lcs_file(p, 9, [(1, 5, 100, 1)])
     with pytest.raises(TraceError, match="lcs version 9 is not one this reader knows"):
         read_trace(p)
-    _lcs_file(p, 3, [(1, 5, 100, 1), (2, 6, 0, 1)])
-    with pytest.raises(TraceError, match=r"record 1: object size is 0"):
-        read_trace(p)
-    assert len(read_trace(p, skip_bad=True)) == 1
+    _lcs_file(p, 3, [(1, 5, 100, 1), (2, 6, 0, 1)])  # size 0: dropped, as libCacheSim's reader does
+    assert len(read_trace(p)) == 1 and len(read_trace(p, skip_bad=True)) == 1
     p.write_bytes(p.read_bytes()[:-5])
     with pytest.raises(TraceError, match="truncated record"):
         read_trace(p)
@@ -451,13 +453,17 @@ def test_truncated_record_skipped_on_request(tmp_path: Path, caplog: pytest.LogC
     assert len(t) == 1 and t.meta["skipped"] == 1 and "skipped 1" in caplog.text
 
 
-def test_oracle_general_size_zero(tmp_path: Path) -> None:
+def test_oracle_general_size_zero_and_next_access_as_libcachesim(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """libCacheSim's readers drop requests of size 0 (ignore_size_zero_req) and pass any
+    next-access value through; this reader refused the whole trace for either."""
     p = tmp_path / "t.oracleGeneral"
-    p.write_bytes(_og_record(0, 1, 8, -1) + _og_record(1, 2, 0, -1))
-    with pytest.raises(TraceError, match="size is 0") as e:
-        read_oracle_general(p)
-    assert e.value.row == 1
-    assert read_oracle_general(p, skip_bad=True).meta["skipped"] == 1
+    p.write_bytes(_og_record(0, 1, 8, -1) + _og_record(1, 2, 0, -1) + _og_record(2, 1, 8, -5)
+                  + _og_record(3, 3, 0, 7) + _og_record(4, 1, 8, -1))
+    with caplog.at_level(logging.WARNING):
+        t = read_oracle_general(p)
+    assert t.key.tolist() == [1, 1, 1] and t.meta["skipped"] == 0
+    assert "dropped 2 request(s) of size 0, as libCacheSim's readers do" in caplog.text
 
 
 @pytest.mark.parametrize("content,match,row", [
@@ -465,8 +471,7 @@ def test_oracle_general_size_zero(tmp_path: Path) -> None:
     ("1,10,100\n2,20,100,5\n", "expected 3 columns, got 4", 1),
     ("1,10,100\n2,abc,100\n", "not an integer", 1),
     ("1,10,100\n2,20,1.5\n", "not an integer", 1),
-    ("1,10,100\n2,20,0\n", "size must be > 0", 1),
-    ("1,10,100\n2,20,-4\n3,30,5\n", "size must be > 0", 1),
+    ("1,10,100\n2,20,-4\n3,30,5\n", "size must not be negative", 1),
 ])
 def test_malformed_csv(tmp_path: Path, content: str, match: str, row: int) -> None:
     p = tmp_path / "bad.csv"
@@ -572,7 +577,7 @@ def test_one_bad_row_leaves_the_valid_ids_above_18_digits_alone(tmp_path: Path) 
 @pytest.mark.parametrize(("record", "says"), [
     ("1,5,9223372036854775808", "size must be at most 2**48"),  # was: "size must be > 0"
     ("1,5,281474976710657", "size must be at most 2**48"),
-    ("1,5,0", "size must be > 0"),
+    ("1,5,-1", "size must not be negative"),
     ("1,18446744073709551616,8", "object id out of range"),
     ("1e30,5,8", "time out of range"),  # was: INT64_MIN with a RuntimeWarning
     ("nan,5,8", "time): not a finite number"),
@@ -657,3 +662,23 @@ def test_a_csv_time_column_of_whole_numbers_stays_exact(tmp_path: Path) -> None:
     p.write_text("18446744073709551615,5,100\n")
     with pytest.raises(TraceError, match=r"time out of range \(int64\)"):
         read_csv(p, time_col=1, obj_id_col=2, obj_size_col=3)
+
+
+def test_csv_quoted_fields_and_spaced_string_ids_read_as_libcachesim_reads_them(tmp_path: Path) -> None:
+    """libCacheSim's csv parser strips the quotes around a field and the spaces around an id:
+    '"a"', 'a' and ' a ' are one object (they were three here, silently)."""
+    p = tmp_path / "q.csv"
+    p.write_text('"a",10\na,10\n"a",10\n b ,10\n"10",5\n')
+    t = read_csv(p, obj_id_col=1, obj_size_col=2, obj_id_is_num=False, has_header=False)
+    assert t.key.tolist() == [0, 0, 0, 1, 2] and t.size.tolist() == [10, 10, 10, 10, 5]
+    p.write_text('"1","10"\n2,"20"\n')
+    t = read_csv(p, obj_id_col=1, obj_size_col=2, has_header=False)
+    assert t.key.tolist() == [1, 2] and t.size.tolist() == [10, 20]
+    lcs = pytest.importorskip("libcachesim")
+    p.write_text('"a",10\na,10\n"a",10\n b ,10\n')
+    params = lcs.ReaderInitParam(has_header=False, has_header_set=True, delimiter=",")
+    params.obj_id_field, params.obj_size_field, params.obj_id_is_num = 1, 2, False
+    reqs = list(lcs.TraceReader(str(p), lcs.TraceType.CSV_TRACE, params))
+    ours = read_csv(p, obj_id_col=1, obj_size_col=2, obj_id_is_num=False, has_header=False).key.tolist()
+    assert [len({r.obj_id for r in reqs[:i + 1]}) for i in range(len(reqs))] == [
+        len(set(ours[:i + 1])) for i in range(len(ours))]  # the same objects, in the same order
