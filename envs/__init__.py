@@ -6,7 +6,7 @@ Importing ``envs`` registers (lazily: the env modules load on ``gymnasium.make``
 * ``cachegym/Prefetch-v0``: :class:`envs.prefetch.PrefetchEnv`, choose what to prefetch;
 * ``cachegym/Joint-v0``: :class:`envs.joint.JointEnv`, both, in one episode.
 
-In a fresh process (e.g. a ``SubprocVecEnv`` worker), ``gymnasium.make("envs:cachegym/Evict-v0")``
+In a fresh process (e.g. a ``SubprocVecEnv`` worker), ``gymnasium.make("cachegym:cachegym/Evict-v0")``
 imports this package first.
 """
 

@@ -185,8 +185,19 @@ class Episodes:
         self.length = length
 
     def draw(self, rng: np.random.Generator, options: Mapping[str, Any] | None = None) -> Window:
-        """A window; ``options`` may fix ``trace`` (index) and ``start`` (row)."""
+        """A window; ``options`` may fix ``trace`` (index) and ``start`` (row), ints; any other
+        option is refused (a typo would draw a random window, silently)."""
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError(f"reset options must be a dict ({{'trace': i, 'start': row}}), got "
+                              f"{options!r}")
         opts = dict(options or {})
+        bad = sorted(set(opts) - {"trace", "start"})
+        if bad:
+            raise ConfigError(f"reset options {bad} unknown; the options are 'trace' (the index of "
+                              "a trace) and 'start' (the window's first row)")
+        for k, v in opts.items():
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ConfigError(f"reset option {k}={v!r} must be an int")
         i = int(opts["trace"]) if "trace" in opts else int(rng.integers(len(self.traces)))
         if not 0 <= i < len(self.traces):
             raise ConfigError(f"reset option trace={i} is out of range: {len(self.traces)} traces")
@@ -317,6 +328,35 @@ def check_capacity(capacity: float, capacity_of: str) -> None:
         raise ConfigError(f"a fractional capacity must be in (0, 1], got {capacity}; give bytes as an int")
     if capacity_of not in CAPACITY_OF:
         raise ConfigError(f"capacity_of must be one of {CAPACITY_OF}, got {capacity_of!r}")
+
+
+def render_mode_of(mode: Any) -> None:
+    """An env's ``render_mode``: ``None`` (the envs draw nothing: their ``metadata``'s
+    ``render_modes`` is empty); any other value is refused (Gymnasium's checker refuses it
+    later, and ``render()`` would have nothing to show)."""
+    if mode is not None:
+        raise ConfigError(f"render_mode {mode!r}: the cachegym envs draw nothing (render_modes is "
+                          "empty); leave render_mode at None and read the pool's statistics from "
+                          "info['stats'] at an episode's end")
+
+
+def no_render(env: Any) -> None:
+    """``render()`` of the envs: nothing to draw (``render_mode`` is ``None``)."""
+    return None
+
+
+def no_decision_message(what: str, pool: Any, capacity: Any) -> str:
+    """Why no ``what`` arose in an env's 16 episode windows (``pool``: the last one's): the pool
+    held the whole window, or the capacity is below every object's size (every access streamed,
+    none asks for room: ``capacity=1`` is one byte, ``1.0`` all of the window)."""
+    st = pool.stats if pool is not None else None
+    if st is not None and st.misses and st.streamed == st.misses:
+        return (f"no {what} arose in 16 episode windows: the pool's {pool.capacity} bytes (capacity="
+                f"{capacity!r}) are fewer than any object's size, so every access was streamed and "
+                "none asked for room; raise the capacity (an int is bytes, a float a fraction of "
+                "the window: 0.25)")
+    return (f"no {what} arose in 16 episode windows: the pool holds the whole window; lower "
+            "capacity or lengthen the window")
 
 
 def resolve_capacity(capacity: float, capacity_of: str, window: Trace) -> int:

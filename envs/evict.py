@@ -24,9 +24,12 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
+    no_decision_message,
+    no_render,
     observation_space,
     pack_obs,
     pool_options,
+    render_mode_of,
     resolve_capacity,
     reward_scales,
 )
@@ -135,7 +138,7 @@ class EvictEnv(PoolEnv):
       cost preset (``Pool(clean_ahead=)``: dirty next victims are written back while compute
       runs).
     * ``reward_baseline`` (0.0): cost units credited per access served (Rewards, above).
-    * ``render_mode``: accepted for API compatibility; the env does not render.
+    * ``render_mode``: ``None`` (the env draws nothing; ``render()`` returns None).
 
     ## Version history
 
@@ -146,6 +149,7 @@ class EvictEnv(PoolEnv):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    render = no_render  # nothing to draw: returns None
 
     def __init__(
         self,
@@ -170,7 +174,8 @@ class EvictEnv(PoolEnv):
         if invalid_action not in INVALID_ACTIONS:
             raise ConfigError(f"invalid_action must be one of {INVALID_ACTIONS}, got {invalid_action!r}")
         check_capacity(capacity, capacity_of)
-        self.render_mode = render_mode  # nothing is rendered: render() returns None
+        render_mode_of(render_mode)
+        self.render_mode = None
         self.K = int(K)
         self.candidates = candidates
         self.reward_kind = reward
@@ -199,9 +204,7 @@ class EvictEnv(PoolEnv):
             self._start(self._episodes.draw(self.np_random, options))
             if self._advance(None):
                 return self._obs, self._info()
-        raise ConfigError(
-            "no eviction decision arose in 16 episode windows: the pool holds the whole window; "
-            "lower capacity or lengthen the window")
+        raise ConfigError(no_decision_message("eviction decision", self.pool, self.capacity))
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         if self._done or self.pool is None:

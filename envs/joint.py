@@ -27,15 +27,18 @@ from cachegym.envs.common import (
     demand_reward,
     empty_obs,
     next_use_rows,
+    no_decision_message,
+    no_render,
     observation_space,
     pool_options,
+    render_mode_of,
     resolve_capacity,
     reward_scales,
 )
 from cachegym.envs.prefetch import OPPORTUNITIES
 from cachegym.policies import features
 from cachegym.policies.features import FeatureTracker
-from cachegym.policies.successors import SuccessorPredictor, make_predictor
+from cachegym.policies.successors import SuccessorPredictor, own_predictor
 
 __all__ = ["JointEnv", "EVICT", "PREFETCH"]
 
@@ -67,14 +70,15 @@ class JointEnv(PoolEnv):
     ## Rewards
 
     ``"misses"`` (default: ``-1`` per demand miss; it prices a useless prefetch by the misses
-    its evictions cause, and a timely one by the miss it saves), ``"bytes"``, ``"stall"`` (as
-    :class:`envs.evict.EvictEnv`).
+    its evictions cause, and a timely one by the miss it saves), ``"bytes"``, ``"traffic"``,
+    ``"stall"`` (as :class:`envs.evict.EvictEnv`).
 
     ## Info
 
     ``phase``, ``oracle_action`` (Belady's victim in the eviction phase; the candidate used
     soonest, or no prefetch, in the prefetch phase), ``next_use``, ``keys``, ``tick``,
-    ``misses``, ``invalid_actions``; at the end ``stats``.
+    ``misses``, ``invalid_actions``; at the end ``stats`` (and ``oracle_action`` -1, as in
+    Evict-v0; Prefetch-v0's is ``K``, its no-op).
 
     ## Episode and arguments
 
@@ -90,6 +94,7 @@ class JointEnv(PoolEnv):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    render = no_render  # nothing to draw: returns None
 
     def __init__(
         self,
@@ -117,13 +122,14 @@ class JointEnv(PoolEnv):
         if invalid_action not in ("raise", "default"):
             raise ConfigError(f"invalid_action must be 'raise' or 'default', got {invalid_action!r}")
         check_capacity(capacity, capacity_of)
-        self.render_mode = render_mode
+        render_mode_of(render_mode)
+        self.render_mode = None
         self.K = int(K)
         self.candidates, self.opportunity = candidates, opportunity
         self.reward_kind, self.invalid_action = reward, invalid_action
         self.capacity, self.capacity_of = capacity, capacity_of
         self.pool_kwargs = pool_options(cost, placement, write_policy, clean_ahead)
-        self.predictor = make_predictor(predictor)
+        self.predictor = own_predictor(predictor)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = spaces.Dict(
             {**observation_space(self.K).spaces, "phase": spaces.Discrete(2)})
@@ -145,7 +151,7 @@ class JointEnv(PoolEnv):
             self._start(self._episodes.draw(self.np_random, options))
             if self._resume(None):
                 return self._obs, self._info()
-        raise ConfigError("no decision arose in 16 episode windows; lower capacity or lengthen the window")
+        raise ConfigError(no_decision_message("decision", self.pool, self.capacity))
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._loop is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
@@ -27,16 +28,18 @@ from cachegym.envs.common import (
     demand_reward,
     empty_obs,
     next_use_rows,
+    no_render,
     observation_space,
     pack_obs,
     pool_options,
+    render_mode_of,
     resolve_capacity,
     reward_scales,
 )
 from cachegym.policies import features
 from cachegym.policies.base import EvictionPolicy
 from cachegym.policies.features import FeatureTracker, Observed
-from cachegym.policies.successors import SuccessorPredictor, make_predictor
+from cachegym.policies.successors import SuccessorPredictor, own_predictor
 
 __all__ = ["PrefetchEnv", "PREFETCH_REWARDS", "OPPORTUNITIES", "PYTHIA_WEIGHTS"]
 
@@ -119,10 +122,11 @@ class PrefetchEnv(PoolEnv):
     * ``reward`` (``"pythia"``), ``pythia_weights``, ``invalid_action`` (``"noop"``; or ``"raise"``:
       then Gymnasium's and SB3's ``check_env``, which step unmasked random actions, fail by design).
     * ``eviction``: the pool's eviction policy, ``"lru"`` or an :class:`EvictionPolicy`.
-    * ``predictor``: a :class:`SuccessorPredictor` or its parameters (default ``depth=2, width=4,
+    * ``predictor``: a :class:`SuccessorPredictor` (the env makes its own of the same
+      parameters: envs made from the same arguments never share one) or its parameters (default ``depth=2, width=4,
       hops=3``: the successor table; ``horizon > 0``: the aligned history instead, as the main
       job's prefetch stage uses it, ``conf/main.yaml``).
-    * ``render_mode``: accepted for API compatibility; the env does not render.
+    * ``render_mode``: ``None`` (the env draws nothing; ``render()`` returns None).
 
     ## Version history
 
@@ -130,6 +134,7 @@ class PrefetchEnv(PoolEnv):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    render = no_render  # nothing to draw: returns None
 
     def __init__(
         self,
@@ -165,16 +170,19 @@ class PrefetchEnv(PoolEnv):
         if isinstance(eviction, str) and eviction != "lru":
             raise ConfigError(f"eviction must be 'lru' or an EvictionPolicy object, got {eviction!r}")
         check_capacity(capacity, capacity_of)
-        self.render_mode = render_mode
+        render_mode_of(render_mode)
+        self.render_mode = None
         self.K = int(K)
         self.opportunity = opportunity
         self.reward_kind = reward
         self.weights = weights
         self.invalid_action = invalid_action
-        self.eviction = eviction
+        # (a policy object: a copy of it as given at each episode, so that an episode starts
+        # from the same state whatever ran before: reset(seed=s) fixes the rollout)
+        self.eviction = eviction if isinstance(eviction, str) else copy.deepcopy(eviction)
         self.capacity, self.capacity_of = capacity, capacity_of
         self.pool_kwargs = pool_options(cost, placement, write_policy, clean_ahead)
-        self.predictor = make_predictor(predictor)
+        self.predictor = own_predictor(predictor)
         self._episodes = Episodes(as_traces(traces), window)
         self.observation_space = observation_space(self.K)
         self.action_space = spaces.Discrete(self.K + 1)
@@ -245,7 +253,7 @@ class PrefetchEnv(PoolEnv):
         self.tracker.reset()
         self.predictor.reset()
         policy: EvictionPolicy = self.tracker if self.eviction == "lru" else Observed(
-            self.eviction, self.tracker)  # type: ignore[arg-type]
+            copy.deepcopy(self.eviction), self.tracker)  # type: ignore[arg-type]
         cap = resolve_capacity(self.capacity, self.capacity_of, w.trace)
         self.pool = Pool(cap, policy, **self.pool_kwargs)  # type: ignore[arg-type]
         self._invalid = 0

@@ -15,7 +15,7 @@ from cachegym.allocator.seams import AWAY
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["SuccessorPredictor", "make_predictor", "MAX_HORIZON", "SYNC"]
+__all__ = ["SuccessorPredictor", "make_predictor", "own_predictor", "MAX_HORIZON", "SYNC"]
 
 MAX_HORIZON = 1 << 16
 """Most past accesses :meth:`SuccessorPredictor.propose` reads ahead of the aligned position."""
@@ -388,6 +388,13 @@ class SuccessorPredictor:
                 return True
         w[1] = i
         return False
+
+
+def own_predictor(params: Mapping[str, Any] | SuccessorPredictor | None) -> SuccessorPredictor:
+    """:func:`make_predictor`, but a new predictor of the given one's parameters: what an
+    environment takes, so that envs made from the same arguments (``make_vec_env``'s
+    ``env_kwargs``) never feed one table."""
+    return make_predictor(params.params() if isinstance(params, SuccessorPredictor) else params)
 
 
 def make_predictor(params: Mapping[str, Any] | SuccessorPredictor | None) -> SuccessorPredictor:

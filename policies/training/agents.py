@@ -266,7 +266,9 @@ def resume_model(model: Any, path: str) -> None:
         model.policy.load_state_dict(state, strict=True)
     except RuntimeError as e:
         first = str(e).strip().splitlines()
-        algo = _zip_algo(path)
+        algo = _zip_algo(path)  # (said where it is another algorithm's)
+        if algo is not None and algo.replace("_", "") == type(model).__name__.lower():
+            algo = None
         raise PolicyFileError(
             f"resume: {path} {f'holds a {algo} model, which ' if algo else ''}does not fit "
             f"{type(model).__name__} with {type(model.policy).__name__} "

@@ -8,7 +8,9 @@ file that :meth:`cachegym.LearnedPolicy.load` reads with NumPy alone::
     from sb3_contrib import MaskablePPO
     from cachegym.policies.training import MaskableScorerActorCriticPolicy, export_model
 
-    env = gym.make("cachegym/Evict-v0")
+    # (reward_baseline=1: on the default workload, equal sizes and a full pool, every step's
+    # reward is otherwise -1 whatever the agent does; see EvictEnv's docstring)
+    env = gym.make("cachegym/Evict-v0", reward_baseline=1.0)
     model = MaskablePPO(MaskableScorerActorCriticPolicy, env, policy_kwargs={"hidden": [64, 32]})
     model.learn(2048)
     export_model(model, "policy.npz")

@@ -3,6 +3,8 @@ the C kernel against the Python reference, and whole rollouts with and without t
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,48 @@ def test_reward_scales_of_a_window_of_frees_alone() -> None:
 
     w = Trace.from_arrays([1, 1], [64, 64], [Op.WRITE, Op.FREE]).window(1, 2)
     assert not (w.op != Op.FREE).any() and reward_scales(w, Pool(128))[0] == 1.0
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"strat": 5}, "reset options ['strat'] unknown"), ({"start": 5.7}, "start=5.7 must be an int"),
+    ({"start": "5"}, "start='5' must be an int"), ("x", "reset options must be a dict")])
+def test_reset_options_are_checked(options, says) -> None:  # type: ignore[no-untyped-def]
+    """A typo drew a random window, 5.7 was cut to 5, '5' taken, a string a raw ValueError."""
+    from cachegym.allocator.errors import ConfigError
+
+    env = EvictEnv()
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        env.reset(seed=0, options=options)
+
+
+def test_a_capacity_below_every_object_says_so() -> None:
+    """'the pool holds the whole window; lower capacity' was the opposite of the fix."""
+    from cachegym.allocator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="fewer than any object's size.*raise the capacity"):
+        EvictEnv(capacity=1).reset(seed=0)
+
+
+def test_an_eviction_policy_object_starts_every_prefetch_episode_afresh() -> None:
+    """The object's state carried over from one episode to the next: reset(seed=s) did not fix
+    the rollout."""
+    from cachegym.policies.lru import LRU
+
+    def misses(env, seed):  # type: ignore[no-untyped-def]
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, done, _, _ = env.step(env.K)  # never prefetch
+        return env.pool.stats.misses
+
+    shared = PrefetchEnv(eviction=LRU())
+    got = [misses(shared, s) for s in (0, 1, 2)]
+    assert got == [misses(PrefetchEnv(eviction=LRU()), s) for s in (0, 1, 2)]
+
+
+def test_envs_made_from_one_predictor_object_do_not_share_it() -> None:
+    from cachegym.policies.successors import SuccessorPredictor
+
+    p = SuccessorPredictor()
+    a, b = PrefetchEnv(predictor=p), JointEnv(predictor=p)
+    assert a.predictor is not p and b.predictor is not p and a.predictor.params() == p.params()
