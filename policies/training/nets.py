@@ -72,19 +72,26 @@ NEG = -1.0e9
 
 def obs_dims(space: spaces.Space) -> tuple[int, int, int]:
     """``(K, F, G)`` of the envs' Dict observation space (``candidates`` either ``(K, F)`` or
-    flattened to ``(K * F,)``; ``K`` is the length of ``mask``)."""
+    flattened to ``(K * F,)``; ``K`` is the length of ``mask``). A :class:`ConfigError` for any
+    other space: the scorer reads each candidate's row and the mask, which observation wrappers
+    (flattening, frame stacking) take apart."""
+    from cachegym.allocator.errors import ConfigError
+
+    wrapped = ("the Scorer policies read the cachegym envs' Dict observation (candidates, globals, "
+               "mask) as the env gives it: leave observation wrappers (FlattenObservation, "
+               "FrameStackObservation, ...) out, or use SB3's MultiInputPolicy")
     if not isinstance(space, spaces.Dict) or not {"candidates", "globals", "mask"} <= set(space.spaces):
-        raise TypeError(f"expected a Dict space with candidates/globals/mask, got {space}")
+        raise ConfigError(f"expected a Dict space with candidates/globals/mask, got {space}; {wrapped}")
     mask_shape = space["mask"].shape
-    assert mask_shape is not None
-    K = int(np.prod(mask_shape))
     cshape = space["candidates"].shape
-    assert cshape is not None
+    gshape = space["globals"].shape
+    if mask_shape is None or cshape is None or gshape is None or len(mask_shape) != 1 or len(gshape) != 1:
+        raise ConfigError(f"observation shapes mask {mask_shape}, globals {gshape}: {wrapped}")
+    K = int(np.prod(mask_shape))
     F = int(np.prod(cshape)) // K
     if int(np.prod(cshape)) != F * K:
-        raise TypeError(f"candidates shape {cshape} is not K={K} rows of features")
-    (G,) = space["globals"].shape  # type: ignore[misc]
-    return K, F, int(G)
+        raise ConfigError(f"candidates shape {cshape} is not K={K} rows of features; {wrapped}")
+    return K, F, int(gshape[0])
 
 
 def feature_indices(patterns: Sequence[str], names: Sequence[str]) -> list[int]:

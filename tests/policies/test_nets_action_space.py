@@ -91,3 +91,15 @@ def test_a_joint_v0_model_zip_says_how_to_export_it(tmp_path):
     model.save(tmp_path / "joint.zip")
     with pytest.raises(ConfigError, match="a Joint-v0 model .*export_model"):
         export_file(tmp_path / "joint.zip", tmp_path / "p.npz", algo="maskable_ppo")
+
+
+@pytest.mark.parametrize("wrap", ["flatten", "framestack"])
+def test_the_scorer_policies_behind_an_observation_wrapper_say_what_to_do(wrap: str) -> None:
+    """A raw ValueError ('too many values to unpack') or TypeError came from inside the policy."""
+    from sb3_contrib import MaskablePPO
+
+    env = gym.make("cachegym/Evict-v0", window=500)
+    env = (gym.wrappers.FlattenObservation(env) if wrap == "flatten"
+           else gym.wrappers.FrameStackObservation(env, 2))
+    with pytest.raises(ConfigError, match="leave observation wrappers .* out"):
+        MaskablePPO(MaskableScorerActorCriticPolicy, env, device="cpu")
