@@ -322,7 +322,10 @@ class ActivationOffload:
             policy file (loaded as :func:`policies.registry.make_learned` does, under its
             default guard). To use the file's prefetch decisions too, load it once and pass
             the object as both ``policy`` and ``prefetcher``.
-        prefetcher: prefetch policy (default :class:`ReversePackOrder`; ``None`` for none).
+        prefetcher: prefetch policy (default :class:`ReversePackOrder`; ``None`` for none), or
+            the path of a policy file with a prefetch head (the same path as ``policy``: one
+            policy object answers both). A learned head beside another eviction policy sees the
+            pool's hooks through :class:`~policies.features.Observed`.
         cost: the pool's timing model (preset name, :class:`Preset` or :class:`CostModel`;
             default ``"h100_pcie5"``).
         timer: clock in ns that advances the simulated clock between pool operations
@@ -358,8 +361,21 @@ class ActivationOffload:
             backend = NumpyBackend()
         if prefetcher is _DEFAULT:
             prefetcher = ReversePackOrder()
+        if isinstance(prefetcher, (str, os.PathLike)):  # a policy file's prefetch head: the
+            # policy of the same file, loaded once, answers both (its head reads its features)
+            same = isinstance(policy, (str, os.PathLike)) and os.path.realpath(policy) == os.path.realpath(prefetcher)
+            prefetcher = _load_policy(prefetcher)
+            if same:
+                policy = prefetcher
         if isinstance(policy, (str, os.PathLike)):
             policy = _load_policy(policy)
+        tracker = getattr(prefetcher, "tracker", None)
+        if tracker is not None and prefetcher is not policy:
+            # a learned head beside another eviction policy: its tracker sees the pool's hooks
+            from cachegym.allocator.seams import default_eviction_policy
+            from cachegym.policies.features import Observed
+
+            policy = Observed(policy if policy is not None else default_eviction_policy(), tracker)
         budget = parse_size(budget, "ActivationOffload budget")
         self.backend = backend
         self.device_type: str = getattr(backend, "device_type", "cpu")

@@ -400,6 +400,19 @@ def _check_calls(what: str, obj: object, members: Iterable[str]) -> None:
     _SIGNED.add((cls, what))
 
 
+def _observes(policy: object, tracker: object) -> bool:
+    """Whether ``policy`` or a policy it wraps (``wrapped``, a chain of :class:`Forwarding`)
+    shows its hooks to ``tracker``."""
+    p = policy
+    for _ in range(8):
+        if p is None:
+            return False
+        if getattr(p, "tracker", None) is tracker:
+            return True
+        p = getattr(p, "wrapped", None)
+    return False
+
+
 def check_policies(policy: object, prefetcher: object) -> None:
     """Refuse (:class:`ConfigError`, naming what is wrong) a class where an instance belongs,
     an eviction policy without one of :data:`REQUIRED_HOOKS`, a prefetcher without
@@ -422,6 +435,19 @@ def check_policies(policy: object, prefetcher: object) -> None:
     _check_calls("policy", policy, [m for m in _CALLS if m != "prefetch"])
     if prefetcher is not None:
         _check_calls("prefetcher", prefetcher, ["prefetch"])
+        if getattr(prefetcher, "prefetch_head", True) is None:  # (a learned policy's file without one)
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "prefetcher %s: its policy file has no prefetch head, so it prefetches nothing (a "
+                "file trained with env=joint has one)", type(prefetcher).__name__)
+        tracker = getattr(prefetcher, "tracker", None)
+        if tracker is not None and prefetcher is not policy and not _observes(policy, tracker):
+            raise ConfigError(
+                f"prefetcher {type(prefetcher).__name__} decides on features its tracker keeps from "
+                "the pool's hooks, which go to the eviction policy: pass "
+                "cachegym.policies.features.Observed(policy, prefetcher.tracker) as the policy (or "
+                "the same learned policy object as both)")
 
 
 def optional_hooks(policy: EvictionPolicy) -> OptionalHooks:

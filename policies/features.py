@@ -389,7 +389,7 @@ class Observed(Forwarding):
         super().__init__(policy)
         self.policy = policy
         self.tracker = tracker if tracker is not None else FeatureTracker()
-        self.name = f"observed-{policy.name}"
+        self.name = f"observed-{self.name}"
 
     def on_hit(self, view: PoolView, key: int) -> None:
         self.tracker.on_hit(view, key)

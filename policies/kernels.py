@@ -404,10 +404,18 @@ def features(S: Any, v: Any, x: Any) -> int:
         v[HEAD + 2 * K + i] = r  # the rank compares the distances as they are
         if r > H1 and q4 >= 0.0:  # the horizon caps the real distances
             r = H1
+        # (a distance is at least 1: another pool's view, whose clock lags this tracker's -- a
+        # guard's shadow asking prefetch_for --, made it 0 or less, and log() NaN or an error)
+        if r < 1.0:
+            r = 1.0
         age = t + 1.0 - S[s, INSERT]
         if age > H1:
             age = H1
+        if age < 1.0:
+            age = 1.0
         life = t + 1.0 - S[s, CREATE]
+        if life < 1.0:
+            life = 1.0
         cnt = S[s, COUNT] + 1.0
         if life > H1:  # an older object's count, scaled to its last HORIZON ticks
             cnt = S[s, COUNT] * (H1 / life) + 1.0

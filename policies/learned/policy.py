@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -90,8 +91,11 @@ class LearnedPolicy(EvictionPolicyBase):
         # set by a ShadowGuard while it follows an expert judged with the history's proposals
         # instead of the head's choice (:meth:`history_for`): the pool then prefetches those
         self.prefetch_history = False
+        self._said_no_preset = False  # (the warning that the head prefetches only under a preset)
         self.header = dict(header)
         self.path = path
+        if K is not None and (isinstance(K, bool) or not isinstance(K, numbers.Integral)):
+            raise ConfigError(f"K must be an int (candidates per decision), got {K!r}")
         self.K = int(header["K"]) if K is None else int(K)
         if not 1 <= self.K <= _features.MAX_K:
             raise ConfigError(f"K must be in 1..{_features.MAX_K} candidates, got {self.K}")
@@ -304,11 +308,16 @@ class LearnedPolicy(EvictionPolicyBase):
         head = self.prefetch_head
         if head is None:
             return ()
+        if not self._said_no_preset and view.cost.preset is None:
+            self._said_no_preset = True
+            log.warning("a learned prefetch head times each copy against the compute ahead of its "
+                        "use, under a timing preset: a pool without one (cost=None) gets no "
+                        "prefetches from it; give the pool a preset (cost='h100_pcie5')")
         history = self.prefetch_history
         out = head.choose(cast(_features.FeatureTracker, self.tracker), view, key,
                           self.prefetch_muted or history)
-        if history and not self.prefetch_muted:
-            return head.predictor.propose(key, HISTORY_DEPTH, view)
+        if history and not self.prefetch_muted:  # (within the head's bytes-in-flight budget)
+            return head.within_budget(view, head.predictor.propose(key, HISTORY_DEPTH, view))
         return out
 
     def history_for(self, view: PoolView, key: int) -> Sequence[int]:
@@ -321,7 +330,7 @@ class LearnedPolicy(EvictionPolicyBase):
         head = self.prefetch_head
         if head is None:
             return ()
-        return head.predictor.propose_for(key, HISTORY_DEPTH, view)
+        return head.within_budget(view, head.predictor.propose_for(key, HISTORY_DEPTH, view))
 
     def prefetch_for(self, view: PoolView, key: int) -> Sequence[int]:
         """What :meth:`prefetch` would have returned after the same access of ``key`` in another

@@ -34,7 +34,7 @@ own lookahead's, are evicted unused) then pays for few wasted copies instead of 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,9 +90,15 @@ class PrefetchHead:
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
                  budget_bytes: int | None = None, depth: int = 1,
                  min_accuracy: float = 0.5) -> None:
-        if budget_bytes is not None and (isinstance(budget_bytes, bool) or int(budget_bytes) < 0):
-            raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0 or None (no limit), got "
-                              f"{budget_bytes!r}")
+        if isinstance(budget_bytes, str):  # a size string ("1MiB"), as elsewhere
+            from cachegym.allocator.sizes import parse_size
+
+            budget_bytes = parse_size(budget_bytes, "prefetch_budget_bytes")
+        if budget_bytes is not None and (isinstance(budget_bytes, bool)
+                                         or not isinstance(budget_bytes, (int, np.integer))
+                                         or budget_bytes < 0):
+            raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0, a size string or None (no "
+                              f"limit), got {budget_bytes!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ConfigError(f"prefetch_depth must be an int >= 1 (prefetches per opportunity), "
                               f"got {depth!r}")
@@ -112,6 +118,23 @@ class PrefetchHead:
         self._packed = _features.packed_buffer(self.K)
         self._scores = np.zeros(self.K, np.float32)
         self.reset()
+
+    def within_budget(self, view: Any, keys: Sequence[int]) -> list[int]:
+        """``keys`` up to the first that would bring the bytes in flight host-to-device in
+        ``view`` past :attr:`budget_bytes` (all of them without a budget): the head's own
+        choices, and the ``history`` proposals a guard's twin makes from its predictor."""
+        budget = self.budget_bytes
+        if budget is None:
+            return list(keys)
+        out: list[int] = []
+        in_flight = view.bytes_in_flight
+        for k in keys:
+            size = view.info(k).size
+            if in_flight + size > budget:
+                break
+            in_flight += size
+            out.append(k)
+        return out
 
     def reset(self) -> None:
         """Forget the predictor's history and the counters (a new pool)."""
@@ -185,18 +208,9 @@ class PrefetchHead:
             return []
         _features.fill_observation(tracker, view, cands, self.K, self._packed, self._buf)
         self.scorer.kernel.scores(self._buf, n, self._scores)  # the one forward pass
-        out: list[int] = []
-        budget, in_flight = self.budget_bytes, view.bytes_in_flight
-        over = False
-        for j in pick(self._scores, n, self.noop, self.depth):
-            k = cands[j]
-            if budget is not None:
-                size = view.info(k).size
-                if in_flight + size > budget:
-                    over = True
-                    break
-                in_flight += size
-            out.append(k)
+        chosen = [cands[j] for j in pick(self._scores, n, self.noop, self.depth)]
+        out = self.within_budget(view, chosen)
+        over = len(out) < len(chosen)
         if count:
             self.decisions += 1
             self.over_budget += over

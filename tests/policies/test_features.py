@@ -631,3 +631,18 @@ def test_the_teacher_in_one_call_is_the_three_it_composes() -> None:
         np.testing.assert_array_equal(rows[:len(keys)], last)
         np.testing.assert_array_equal(ko, want[1])
         np.testing.assert_array_equal(do, want[2])
+
+
+def test_features_through_the_view_of_a_pool_whose_clock_lags_the_trackers() -> None:
+    """A guard's shadow pool asks the head's prefetch_for with its own view, whose tick may lag
+    the tracker's: a recency of 0 or less was log()'s NaN compiled and a ValueError interpreted.
+    Distances are at least 1."""
+    trace = _trace(3000, 200, 1)
+    tracker = FeatureTracker()
+    pool = _replay(trace, 40 * 8 * 4096, tracker, cost="h100_pcie5")
+    keys = select_candidates(tracker, pool.view, 10, "lru")
+    lagging = Pool(40 * 8 * 4096, LRU(), cost="h100_pcie5")
+    for k in keys[:3].tolist():
+        lagging.access(int(k), 4096)  # (a few ticks: far behind the tracker's 3000)
+    cand, mask, _ = observe(tracker, lagging.view, keys, 16)
+    assert np.isfinite(cand).all() and mask[:10].all()

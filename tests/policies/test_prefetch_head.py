@@ -600,3 +600,53 @@ def test_a_stall_guard_follows_the_history_where_the_head_prefetches_less_well(j
         assert any(k.endswith("-history") for k in guard.decisions) == history
         assert (st.prefetches > 0) == history  # (the head alone prefetches nothing)
     assert got[True] < got[False] and got[True] <= 1.15 * best, (got, best)
+
+
+def test_a_head_as_the_prefetcher_beside_another_policy_sees_the_pools_hooks(joint_file):
+    """Beside LRU in ActivationOffload its tracker saw no hook (its features empty: more late
+    prefetches); a Pool made so is refused with the fix; a path works as the prefetcher."""
+    pytest.importorskip("torch")
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.allocator.offload import ActivationOffload
+    from cachegym.policies.features import Observed
+    from cachegym.policies.lru import LRU
+
+    off = ActivationOffload(1 << 20, backend=NumpyBackend(), policy=LRU(), prefetcher=joint_file)
+    assert isinstance(off.pool.policy, Observed) and off.pool.policy.tracker is off.pool.prefetcher.tracker
+    off.close()
+    both = ActivationOffload(1 << 20, backend=NumpyBackend(), policy=joint_file, prefetcher=joint_file)
+    assert both.pool.policy is both.pool.prefetcher  # one object answers both
+    both.close()
+    with pytest.raises(ConfigError, match=r"Observed\(policy, prefetcher.tracker\)"):
+        Pool(1 << 20, LRU(), prefetcher=LearnedPolicy.load(joint_file))
+
+
+def test_the_heads_budget_holds_while_the_guard_follows_a_history_twin(joint_file):
+    """Following an <expert>-history twin the pool prefetched the history proposals past the
+    head's bytes-in-flight budget (2,733 prefetches at a budget of 0)."""
+    from cachegym.allocator.trace import Trace
+
+    tr = Trace.load(os.path.join(ROOT, "data", "traces", "resnet.npz")).window(0, 6000)
+    cap = int(0.1 * tr.peak_live_bytes())
+    for budget, some in ((0, False), (None, True)):
+        p = LearnedPolicy.load(joint_file, prefetch_budget_bytes=budget)
+        st = Pool(cap, p, prefetcher=p, cost="h100_pcie5", oversize="bypass").replay(tr)
+        assert (st.prefetches > 0) == some, (budget, st.prefetches)
+
+
+def test_load_arguments_are_checked(joint_file, caplog):
+    """'1MiB' raised a bare ValueError; K='8' was taken and 2.5 cut to 2; a pool without a
+    preset got no prefetches from the head, silently."""
+    import logging
+
+    from cachegym.allocator.errors import ConfigError
+
+    assert LearnedPolicy.load(joint_file, prefetch_budget_bytes="1MiB").prefetch_head.budget_bytes == 1 << 20
+    for bad in ("8", 2.5):
+        with pytest.raises(ConfigError, match="K must be an int"):
+            LearnedPolicy.load(joint_file, K=bad)
+    p = LearnedPolicy.load(joint_file)
+    with caplog.at_level(logging.WARNING):
+        Pool(1 << 20, p, prefetcher=p).replay(_trace())
+    assert sum("gets no prefetches from it" in r.getMessage() for r in caplog.records) == 1
