@@ -340,6 +340,18 @@ def render_mode_of(mode: Any) -> None:
                           "info['stats'] at an episode's end")
 
 
+def env_state(env: Any) -> dict[str, Any]:
+    """``__getstate__`` of the envs: their attributes, between episodes; during one (the pool
+    in the middle of an access, waiting for the agent) a :class:`ConfigError` (a copy could not
+    resume it: ``copy.deepcopy`` for a lookahead, pickling for a subprocess)."""
+    if getattr(env, "_loop", None) is not None:
+        raise ConfigError(f"{type(env).__name__} cannot be copied or pickled during an episode (its "
+                          "pool waits in the middle of an access for the agent's answer): copy it "
+                          "before reset() or after the episode ends, or make a new env with the same "
+                          "arguments and seed")
+    return dict(env.__dict__)
+
+
 def no_render(env: Any) -> None:
     """``render()`` of the envs: nothing to draw (``render_mode`` is ``None``)."""
     return None

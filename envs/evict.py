@@ -24,6 +24,7 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
+    env_state,
     no_decision_message,
     no_render,
     observation_space,
@@ -150,6 +151,7 @@ class EvictEnv(PoolEnv):
 
     metadata: dict[str, Any] = {"render_modes": []}
     render = no_render  # nothing to draw: returns None
+    __getstate__ = env_state  # (refused during an episode)
 
     def __init__(
         self,

@@ -27,6 +27,7 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
+    env_state,
     next_use_rows,
     no_render,
     observation_space,
@@ -135,6 +136,7 @@ class PrefetchEnv(PoolEnv):
 
     metadata: dict[str, Any] = {"render_modes": []}
     render = no_render  # nothing to draw: returns None
+    __getstate__ = env_state  # (refused during an episode)
 
     def __init__(
         self,

@@ -133,3 +133,20 @@ def test_envs_made_from_one_predictor_object_do_not_share_it() -> None:
     p = SuccessorPredictor()
     a, b = PrefetchEnv(predictor=p), JointEnv(predictor=p)
     assert a.predictor is not p and b.predictor is not p and a.predictor.params() == p.params()
+
+
+@pytest.mark.parametrize("make", [EvictEnv, PrefetchEnv, JointEnv])
+def test_an_env_copied_during_an_episode_says_why_not(make) -> None:  # type: ignore[no-untyped-def]
+    """A pool-internal message (Evict, Joint) or a raw 'cannot pickle generator' (Prefetch)."""
+    import copy
+    import pickle
+
+    from cachegym.allocator.errors import ConfigError
+
+    env = make()
+    twin = copy.deepcopy(env)  # between episodes: a copy
+    env.reset(seed=0)
+    for copier in (copy.deepcopy, pickle.dumps):
+        with pytest.raises(ConfigError, match="cannot be copied or pickled during an episode"):
+            copier(env)
+    assert twin.reset(seed=0)[0]["mask"].shape == env.reset(seed=0)[0]["mask"].shape
