@@ -16,6 +16,7 @@ otherwise (``CACHEGYM_PURE_PYTHON=1``), with the same effects.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -71,17 +72,6 @@ def load_accelerator(name: str) -> Any:
 
 
 Placement = Literal["arena", "bytes"]
-
-
-def _merged(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``(offset, nbytes)`` blocks in address order, adjacent ones merged."""
-    out: list[tuple[int, int]] = []
-    for off, nb in sorted(blocks):
-        if out and out[-1][0] + out[-1][1] == off:
-            out[-1] = (out[-1][0], out[-1][1] + nb)
-        else:
-            out.append((off, nb))
-    return out
 
 
 def _as_array(key: int, data: Any) -> np.ndarray:
@@ -427,13 +417,18 @@ class Pool(Loop):
             objs = self._objs
             now = self.cost.now
             # a block whose copy-out has finished by now is free (memory_stats counts it so),
-            # though the pool applies its release at its next allocation: merged with its
-            # free neighbours here as that release will merge it
+            # though the pool applies its release at its next allocation: released here in a
+            # copy of the arena, which merges it with its free neighbours as that release will
             awaiting = [(r[2], r[3], r[5], objs[r[5]].kind if r[5] in objs else -1)
                         for r in self._releases if r[0] > now]
-            assert isinstance(self._place, Arena)
-            free = _merged(self._place.free_blocks() + [(r[2], r[3]) for r in self._releases
-                                                        if r[0] <= now])
+            arena = self._place
+            assert isinstance(arena, Arena)
+            due = [(r[2], r[3]) for r in self._releases if r[0] <= now]
+            if due:
+                arena = copy.deepcopy(arena)
+                for off, nb in due:
+                    arena.release(off, nb)
+            free = arena.free_blocks()
             rec = self._hook if isinstance(self._hook, MemoryRecorder) else None
             return build_snapshot(self._place.capacity, held, awaiting, free, rec)
 

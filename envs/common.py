@@ -43,6 +43,22 @@ class PoolEnv(gym.Env[dict[str, Any], np.int64]):
 
     pool: Pool | None
     _loop: Generator[Any, Any, None] | None
+    metadata: dict[str, Any] = {"render_modes": []}  # (nothing to draw: render_mode is None)
+
+    def render(self) -> None:
+        """Nothing to draw (``render_mode`` is ``None``: :func:`render_mode_of`)."""
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The env's attributes, between episodes; during one (the pool in the middle of an
+        access, waiting for the agent) a :class:`ConfigError` (a copy could not resume it:
+        ``copy.deepcopy`` for a lookahead, pickling for a subprocess)."""
+        if getattr(self, "_loop", None) is not None:
+            raise ConfigError(f"{type(self).__name__} cannot be copied or pickled during an episode "
+                              "(its pool waits in the middle of an access for the agent's answer): "
+                              "copy it before reset() or after the episode ends, or make a new env "
+                              "with the same arguments and seed")
+        return dict(self.__dict__)
 
     def _not_running(self) -> InvalidActionError:
         """The error of a ``step()`` while no episode runs (before the first ``reset()``, after
@@ -338,23 +354,6 @@ def render_mode_of(mode: Any) -> None:
         raise ConfigError(f"render_mode {mode!r}: the cachegym envs draw nothing (render_modes is "
                           "empty); leave render_mode at None and read the pool's statistics from "
                           "info['stats'] at an episode's end")
-
-
-def env_state(env: Any) -> dict[str, Any]:
-    """``__getstate__`` of the envs: their attributes, between episodes; during one (the pool
-    in the middle of an access, waiting for the agent) a :class:`ConfigError` (a copy could not
-    resume it: ``copy.deepcopy`` for a lookahead, pickling for a subprocess)."""
-    if getattr(env, "_loop", None) is not None:
-        raise ConfigError(f"{type(env).__name__} cannot be copied or pickled during an episode (its "
-                          "pool waits in the middle of an access for the agent's answer): copy it "
-                          "before reset() or after the episode ends, or make a new env with the same "
-                          "arguments and seed")
-    return dict(env.__dict__)
-
-
-def no_render(env: Any) -> None:
-    """``render()`` of the envs: nothing to draw (``render_mode`` is ``None``)."""
-    return None
 
 
 def no_decision_message(what: str, pool: Any, capacity: Any) -> str:

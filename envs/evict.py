@@ -24,9 +24,7 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
-    env_state,
     no_decision_message,
-    no_render,
     observation_space,
     pack_obs,
     pool_options,
@@ -148,10 +146,6 @@ class EvictEnv(PoolEnv):
       ``capacity_of="peak_live"``, ``invalid_action="lru"`` (were ``"lru"``, 4096,
       ``"working_set"``, ``"raise"``); passing the old values gives the old behaviour.
     """
-
-    metadata: dict[str, Any] = {"render_modes": []}
-    render = no_render  # nothing to draw: returns None
-    __getstate__ = env_state  # (refused during an episode)
 
     def __init__(
         self,

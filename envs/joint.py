@@ -26,10 +26,8 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
-    env_state,
     next_use_rows,
     no_decision_message,
-    no_render,
     observation_space,
     pool_options,
     render_mode_of,
@@ -93,10 +91,6 @@ class JointEnv(PoolEnv):
 
     * v0: initial version. Default since 2026-12-02: ``invalid_action="default"`` (was ``"raise"``).
     """
-
-    metadata: dict[str, Any] = {"render_modes": []}
-    render = no_render  # nothing to draw: returns None
-    __getstate__ = env_state  # (refused during an episode)
 
     def __init__(
         self,

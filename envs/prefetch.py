@@ -27,9 +27,7 @@ from cachegym.envs.common import (
     demand_marks,
     demand_reward,
     empty_obs,
-    env_state,
     next_use_rows,
-    no_render,
     observation_space,
     pack_obs,
     pool_options,
@@ -133,10 +131,6 @@ class PrefetchEnv(PoolEnv):
 
     * v0: initial version. Default since 2026-12-02: ``invalid_action="noop"`` (was ``"raise"``).
     """
-
-    metadata: dict[str, Any] = {"render_modes": []}
-    render = no_render  # nothing to draw: returns None
-    __getstate__ = env_state  # (refused during an episode)
 
     def __init__(
         self,
