@@ -14,7 +14,7 @@ from typing import Any
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import MAX_TOTAL
 
-__all__ = ["UNITS", "format_size", "parse_capacity", "parse_size"]
+__all__ = ["UNITS", "format_size", "parse_capacity", "parse_size", "unit_of"]
 
 UNITS = {"": 1, "b": 1,
          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
@@ -29,6 +29,16 @@ def _too_large(key: str, value: Any) -> ConfigError:
         shown = f"{shown[:20]}...{shown[-8:]} ({len(shown)} characters)"
     return ConfigError(f"{key}: {shown} is too large: it is more than 2**60 bytes, and no pool is that "
                        f"large (give at most {MAX_TOTAL} bytes)")
+
+
+def unit_of(text: str) -> str | None:
+    """How a size or capacity string is written: ``"%"`` for a percentage, its unit for a size
+    (``"MiB"`` of ``"512MiB"``), ``""`` for a plain number; ``None`` for one that is neither."""
+    t = text.strip()
+    if t.endswith("%"):
+        return "%"
+    m = _SIZE.match(t)
+    return None if m is None else m.group(3)
 
 
 def parse_size(value: Any, key: str = "capacity") -> int:

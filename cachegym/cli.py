@@ -218,9 +218,9 @@ def sim_config(args: argparse.Namespace) -> Any:
         raise ConfigError("policies: give at least one, e.g. lru,arc,learned:policy.npz")
     # each as written where it has a unit or a percent sign (the rows' capacity_spec then reads
     # as with `cachegym evaluate`: "10%", "512MiB"), else its number
-    from cachegym.envs.evaluation import plain_number
+    from cachegym.allocator.sizes import unit_of
 
-    caps = [parse_capacity(c, "capacities") if plain_number(c) else c
+    caps = [parse_capacity(c, "capacities") if not unit_of(c) else c
             for c in _split(args.capacities)]
     for c in caps:
         parse_capacity(c, "capacities")  # (a bad one refused here, in sim's words)

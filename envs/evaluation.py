@@ -42,7 +42,6 @@ import json
 import logging
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ import numpy as np
 from cachegym.allocator.errors import CachegymError, ConfigError, InvalidVictim, PolicyError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.seams import Forwarding, eviction_order_of
-from cachegym.allocator.sizes import parse_capacity
+from cachegym.allocator.sizes import parse_capacity, unit_of
 from cachegym.allocator.stats import PoolStats
 from cachegym.allocator.trace import MAX_TOTAL, Op, Trace
 from cachegym.envs.common import CAPACITY_OF, check_clean_ahead
@@ -146,20 +145,12 @@ class RunSpec:
     label: str | None = None  # "stall_ref": the stall reference (envs/gaps.py), named so
 
 
-_NUMBER = re.compile(r"[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?|[0-9]+\.")
-
-
-def plain_number(text: str) -> bool:
-    """Whether a capacity is written as a plain number (no unit, no percent sign)."""
-    return _NUMBER.fullmatch(text.strip()) is not None
-
-
 def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "working_set") -> int:
     """Capacity in bytes (objects in ``objects`` mode): an integer or a size (``"512MiB"``) as it
     is, a number in (0, 1] with a fractional part or written as a float, or a percentage
     (``"10%"``), as a fraction of the working set (or of the peak live bytes). In ``objects``
     mode a size with a unit (``"1GiB"``) is refused: capacities count objects there."""
-    if mode == "objects" and isinstance(value, str) and not plain_number(value.strip().rstrip("%")):
+    if mode == "objects" and isinstance(value, str) and unit_of(value) not in ("", "%", None):
         raise ConfigError(f"eval.capacities: {value!r} is a size in bytes, but in objects mode "
                           "capacities count objects (every object size 1): give a number (1000) "
                           "or a share of the objects (10%, 0.1)")
@@ -340,7 +331,6 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
                      else ", learned:PATH (a policy file with a prefetch head)")
             raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
                               "or FILE.py:Class / module:Class (a class of your own)")
-
 
 
 def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
