@@ -151,9 +151,13 @@ def _drop_size_zero(p: str, data: Any, size: np.ndarray) -> Any:
     zero = size == 0
     if not zero.any():
         return data
-    log.warning("%s: dropped %d request(s) of size 0, as libCacheSim's readers do "
-                "(ignore_size_zero_req)", p, int(zero.sum()))
+    _said_size_zero(p, int(zero.sum()))
     return data[~zero]
+
+
+def _said_size_zero(p: str, n: int) -> None:
+    log.warning("%s: dropped %d request(s) of size 0, as libCacheSim's readers do "
+                "(ignore_size_zero_req)", p, n)
 
 
 # ---------------------------------------------------------------------- vscsi
@@ -372,9 +376,8 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
             )
     skipped += int(bad.sum())
     good = ~bad
-    if "obj_size" in parsed and (zero & good).any():  # (as libCacheSim's reader: ignore_size_zero_req)
-        log.warning("%s: dropped %d request(s) of size 0, as libCacheSim's readers do "
-                    "(ignore_size_zero_req)", p, int((zero & good).sum()))
+    if (zero & good).any():  # (as libCacheSim's readers: ignore_size_zero_req)
+        _said_size_zero(p, int((zero & good).sum()))
         good &= ~zero
     key = parsed["obj_id"][good].astype(np.int64)
     head = key[:1_000_000]  # (a bounded look: np.unique sorts)
