@@ -53,8 +53,6 @@ _PREFETCH = {"none": "prefetch:NoPrefetch", "markov": "prefetch:MarkovPrefetcher
 
 
 def _classes(table: dict[str, str]) -> dict[str, Callable[..., Any]]:
-    import importlib
-
     out = {}
     for name, spec in table.items():
         mod, _, cls = spec.partition(":")

@@ -259,14 +259,14 @@ def resume_model(model: Any, path: str) -> None:
     the optimizer's state and the step count, read without unpickling
     (:func:`~policies.training.export.read_sb3_zip`)."""
     from cachegym.allocator.errors import PolicyFileError
-    from cachegym.policies.training.export import _zip_algo, read_sb3_zip
+    from cachegym.policies.training.export import read_sb3_zip, sb3_algo
 
     state, opt, fields = read_sb3_zip(path)
     try:
         model.policy.load_state_dict(state, strict=True)
     except RuntimeError as e:
         first = str(e).strip().splitlines()
-        algo = _zip_algo(path)  # (said where it is another algorithm's)
+        algo = sb3_algo(fields)  # (said where it is another algorithm's)
         if algo is not None and algo.replace("_", "") == type(model).__name__.lower():
             algo = None
         raise PolicyFileError(

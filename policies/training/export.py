@@ -36,7 +36,7 @@ from cachegym.policies.training.nets import (
 )
 
 __all__ = ["export_model", "export_policy", "prefetch_section", "export_file", "export_onnx",
-           "with_prefetch_head", "config_hash", "scorer_of", "joint_of", "prefetch_fields", "read_sb3_zip", "sb3_scorer", "scorer_from_file",
+           "with_prefetch_head", "config_hash", "scorer_of", "joint_of", "prefetch_fields", "read_sb3_zip", "sb3_algo", "sb3_scorer", "scorer_from_file",
            "POLICY_CLASSES"]
 
 POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "ScorerActorCriticPolicy",
@@ -325,17 +325,28 @@ _ALGO_CLASSES = {"ppo": "ScorerActorCriticPolicy", "maskable_ppo": "MaskableScor
 
 
 def _zip_algo(zip_path: str) -> str | None:
-    """The algorithm of an SB3 model zip whose policy class is one of :data:`_ALGO_CLASSES`,
-    from the class reference SB3 pickles in its ``data`` entry, read as pickle opcodes
-    (``pickletools``: nothing is unpickled, no code runs); ``None`` where it names another."""
-    import base64
-    import pickletools
+    """:func:`sb3_algo` of the ``data`` entry of the SB3 model zip ``zip_path`` (``None`` where
+    it cannot be read)."""
     import zipfile
 
     try:
         with zipfile.ZipFile(zip_path) as z:
             data = json.loads(z.read("data"))
-        blob = base64.b64decode(data["policy_class"][":serialized:"])
+    except Exception:  # (anything unreadable: the other sources of the algorithm decide)
+        return None
+    return sb3_algo(data) if isinstance(data, dict) else None
+
+
+def sb3_algo(fields: Mapping[str, Any]) -> str | None:
+    """The algorithm of an SB3 model whose policy class is one of :data:`_ALGO_CLASSES`, from
+    its ``data`` fields (:func:`read_sb3_zip`'s third value): the class reference SB3 pickles
+    there, read as pickle opcodes (``pickletools``: nothing is unpickled, no code runs);
+    ``None`` where it names another or cannot be read."""
+    import base64
+    import pickletools
+
+    try:
+        blob = base64.b64decode(fields["policy_class"][":serialized:"])
         strings = [arg for op, arg, _ in pickletools.genops(blob) if isinstance(arg, str)]
     except Exception:  # (anything unreadable: the other sources of the algorithm decide)
         return None
