@@ -220,10 +220,10 @@ def sim_config(args: argparse.Namespace) -> Any:
     # as with `cachegym evaluate`: "10%", "512MiB"), else its number
     from cachegym.allocator.sizes import unit_of
 
-    caps = [parse_capacity(c, "capacities") if not unit_of(c) else c
-            for c in _split(args.capacities)]
-    for c in caps:
-        parse_capacity(c, "capacities")  # (a bad one refused here, in sim's words)
+    caps: list[Any] = []
+    for c in _split(args.capacities):
+        value = parse_capacity(c, "capacities")  # (a bad one refused here, in sim's words)
+        caps.append(c if unit_of(c) else value)
     if not caps:
         raise ConfigError("capacities: give at least one, e.g. 1GiB,10%")
     guards = _split(args.guard) or ["shadow"]

@@ -43,6 +43,10 @@ POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "Scor
                   "A2C": "ScorerActorCriticPolicy", "DQN": "ScorerDQNPolicy"}
 """The policy class of :mod:`cachegym.policies.training.nets` to train each SB3 algorithm with."""
 
+_SB3 = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN"),
+        "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
+"""The algorithms an SB3 zip is exported from (``--algo``): module and class of each."""
+
 
 def config_hash(config: Any) -> str:
     """SHA-256 of a config's canonical JSON (an OmegaConf config, a mapping or ``None``)."""
@@ -257,8 +261,9 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     """
     from cachegym.policies.learned import LearnedPolicy, read_policy_file
 
-    if K is not None and (isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= 1024):
-        raise ConfigError(f"K (--K) must be an int in 1..1024 (candidates per decision), got {K!r}")
+    if K is not None and (isinstance(K, bool) or not isinstance(K, int) or not 1 <= K <= features.MAX_K):
+        raise ConfigError(f"K (--K) must be an int in 1..{features.MAX_K} (candidates per decision), "
+                          f"got {K!r}")
     src = os.fspath(source)
     if src.endswith((".npz", ".zip")) and not os.path.isfile(src):
         raise PolicyFileError(f"{src}: no such file (a checkpoint under outputs/train/<run>/checkpoints/, "
@@ -284,22 +289,21 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         raise ConfigError(f"prefetch_from: {src!r} is not a policy .npz; export it first, then add "
                           "the prefetch head to that file")
     if src.endswith(".zip"):
-        algos = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN"),
-                 "maskable_ppo": ("sb3_contrib", "MaskablePPO")}
         run_cfg, run_algo, run_rule = _run_settings(src)
         own = _zip_algo(src)  # the algorithm its policy class names (read, not unpickled)
         if own is not None:
             if algo is not None and algo != own:
                 raise ConfigError(f"--algo {algo!r}, but {src} holds a {own} model (its policy "
-                                  f"class is {_ALGO_CLASSES[own]}): give --algo {own} or leave it out")
+                                  f"class is {POLICY_CLASSES[_SB3[own][1]]}): give --algo {own} or "
+                                  "leave it out")
             algo = own
         elif algo is None:
             algo = run_algo
         elif run_algo is not None and algo != run_algo:
             raise ConfigError(f"--algo {algo!r}, but {run_cfg} (the config of the run that saved "
                               f"{src}) trained {run_algo!r}: give --algo {run_algo} or leave it out")
-        if algo not in algos:
-            raise ConfigError(f"an SB3 model needs --algo, one of {sorted(algos)} (got {algo!r}; "
+        if algo not in _SB3:
+            raise ConfigError(f"an SB3 model needs --algo, one of {sorted(_SB3)} (got {algo!r}; "
                               "a training run's zip takes it from the config.yaml beside it)")
         # the rule the model chose its candidates by: the run's env.candidates, else Evict-v0's
         # default (a policy file deployed with another rule sees candidates it never saw)
@@ -308,7 +312,7 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         if trust_pickle:
             import importlib
 
-            mod, cls = algos[algo]
+            mod, cls = _SB3[algo]
             model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
             n_cand = K if K is not None else int(model.observation_space["mask"].n)
         else:
@@ -317,11 +321,6 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule,
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
-
-
-_ALGO_CLASSES = {"ppo": "ScorerActorCriticPolicy", "maskable_ppo": "MaskableScorerActorCriticPolicy",
-                 "dqn": "ScorerDQNPolicy"}
-"""The policy class (of :mod:`policies.training.nets`) each algorithm trains the scorer with."""
 
 
 def _zip_algo(zip_path: str) -> str | None:
@@ -338,7 +337,8 @@ def _zip_algo(zip_path: str) -> str | None:
 
 
 def sb3_algo(fields: Mapping[str, Any]) -> str | None:
-    """The algorithm of an SB3 model whose policy class is one of :data:`_ALGO_CLASSES`, from
+    """The algorithm (of :data:`_SB3`) of an SB3 model whose policy class is its
+    :data:`POLICY_CLASSES` entry, from
     its ``data`` fields (:func:`read_sb3_zip`'s third value): the class reference SB3 pickles
     there, read as pickle opcodes (``pickletools``: nothing is unpickled, no code runs);
     ``None`` where it names another or cannot be read."""
@@ -352,7 +352,7 @@ def sb3_algo(fields: Mapping[str, Any]) -> str | None:
         return None
     if len(strings) < 2 or strings[-2] != "cachegym.policies.training.nets":
         return None
-    return next((a for a, cls in _ALGO_CLASSES.items() if cls == strings[-1]), None)
+    return next((a for a, (_, sb3) in _SB3.items() if POLICY_CLASSES[sb3] == strings[-1]), None)
 
 
 def _evict_default(name: str) -> Any:
