@@ -36,15 +36,16 @@ from cachegym.envs.workloads.stats import (
 
 
 def _sizes_change(trace: Any) -> bool:
-    """Whether some object of ``trace`` is requested with two sizes (one freed and made anew
-    with another size counts too: the note is then conservative)."""
+    """Whether some object of ``trace`` is requested with two sizes (a key freed and made anew
+    is another object: :meth:`Trace.object_ids`)."""
     import numpy as np
 
     from cachegym.allocator.trace import Op
 
     req = trace.op != Op.FREE
-    pairs = np.unique(np.stack([trace.key[req], trace.size[req]]), axis=1)
-    return bool(pairs.shape[1] != len(np.unique(trace.key[req])))
+    obj = trace.object_ids()[req]
+    pairs = np.unique(np.stack([obj, trace.size[req]]), axis=1)
+    return bool(pairs.shape[1] != len(np.unique(obj)))
 
 
 def main(argv: list[str] | None = None) -> int:
