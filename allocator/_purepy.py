@@ -22,9 +22,9 @@ from types import ModuleType
 from typing import Any
 
 # the modules compiled from their .py (setup.py builds this list; CACHEGYM_PURE_PYTHON=1 runs them
-# interpreted even where they are built). TYPED: the core, each with a .pxd beside it (its native
-# layout). PLAIN: the code every access runs beside the core (the policies' hooks, the view they
-# read the pool through, the feature tracker, the guard and its experts' shadow pools, the
+# interpreted even where they are built). TYPED: the core and the guard's experts, each with a
+# .pxd beside it (its native layout). PLAIN: the code every access runs beside the core (the
+# policies' hooks, the view they read the pool through, the feature tracker, the guard, the
 # prefetchers' successor predictor and copy timing, the network's wrapper), compiled
 # as ordinary Python classes and functions: the same semantics, no interpreter loop (a Python
 # subclass of a policy, e.g. the README's MRU, works as with the .py).
