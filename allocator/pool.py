@@ -17,8 +17,12 @@ otherwise (``CACHEGYM_PURE_PYTHON=1``), with the same effects.
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
 import os
+import threading
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import cython
@@ -198,6 +202,7 @@ class Pool(Loop):
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
                       write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
                       int(clean_ahead))
+        _claim(policy, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Python subclass's own attributes (interpreted, the instance dict holds every
@@ -230,6 +235,7 @@ class Pool(Loop):
         if extra:
             self.__dict__.update(extra)
         self._attach_runtime()
+        _claim(self._policy, self)  # (a copy of the policy: pickle copied it with the pool)
 
     # ------------------------------------------------------------------ configuration
     # Who answers and who listens can change between calls; the hit fast path caches them.
@@ -245,6 +251,7 @@ class Pool(Loop):
         check_policies(policy, None)
         with self._lock:
             self._refuse_while_deciding("policy")
+            _claim(policy, self, check_only=True)
             held = sorted((o for o in self._objs.values() if o.state in (DEVICE, H2D)),
                           key=lambda o: o.last_tick)
             view = self.view
@@ -255,6 +262,7 @@ class Pool(Loop):
                     raise PolicyError(policy, "on_insert", o.key, e, "the pool keeps its policy "
                                       "(the new one was told of the objects it holds)") from e
             self._policy = policy
+            _claim(policy, self)
             self._refresh_fast_path()
 
     @property
@@ -623,11 +631,15 @@ class Pool(Loop):
             return [k for k, o in self._objs.items() if o.state in (DEVICE, H2D)]
 
     def close(self) -> None:
+        """Wait for every copy in flight, close the backend, and give up the policy: another
+        pool may be given it (after its own ``reset``, where it has one: the policy still
+        holds this pool's objects)."""
         with self._lock:
             self._refuse_while_deciding("close")
             try:
                 self._wait_all()
             finally:
+                _unclaim(self._policy, self)
                 if self.backend is not None:
                     self.backend.close()
 
@@ -655,6 +667,56 @@ class Pool(Loop):
             raise ConfigError(f"{op} moves real bytes: construct the pool with a backend "
                               "(e.g. backend=NumpyBackend())")
         return self.backend
+
+
+_SERVING: dict[int, weakref.ref[Pool]] = {}
+"""``id(policy)`` -> the pool it was last given to (:func:`_claim`)."""
+_SERVING_LOCK = threading.RLock()  # (a pool's weakref callback may run in gc.collect below)
+
+
+def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None:
+    """Record that ``pool`` uses ``policy``; refuse (:class:`ConfigError`) a policy another
+    live pool still uses: a policy keeps the state of one pool's objects (its order, counts,
+    model), and shared by two its victims would be the other pool's keys and its decisions
+    those of neither. A pool that was given another policy since, or that is gone, holds no
+    claim."""
+    with _SERVING_LOCK:
+        for attempt in (0, 1):
+            ref = _SERVING.get(id(policy))
+            other = None if ref is None else ref()
+            if other is None or other is pool or other._policy is not policy:
+                break
+            if attempt == 0:
+                other = None  # (not held here while the collector runs)
+                gc.collect()  # a pool dropped by the caller may wait for the collector (cycles)
+                continue
+            raise ConfigError(
+                f"policy {policy!r} already serves another live pool ({other!r}): a policy "
+                "keeps the state of one pool's objects, so each pool needs its own policy object "
+                "(build another, e.g. cachegym.make_policy(name) or LearnedPolicy.load(path), or "
+                "copy.deepcopy(policy) before its first use); or close the other pool first "
+                "(pool.close()), or give it another policy")
+        if not check_only:
+            key = id(policy)
+            _SERVING[key] = weakref.ref(pool, _forgetting(key))
+
+
+def _unclaim(policy: EvictionPolicy, pool: Pool) -> None:
+    """``pool`` gives up ``policy`` (:meth:`Pool.close`)."""
+    with _SERVING_LOCK:
+        ref = _SERVING.get(id(policy))
+        if ref is not None and ref() is pool:
+            del _SERVING[id(policy)]
+
+
+def _forgetting(key: int) -> Callable[[weakref.ref[Pool]], None]:
+    """The callback of a pool's weak reference in :data:`_SERVING`: the pool is gone, and its
+    claim on its policy with it (unless another pool claimed the policy since)."""
+    def forget(ref: weakref.ref[Pool]) -> None:
+        with _SERVING_LOCK:
+            if _SERVING.get(key) is ref:
+                del _SERVING[key]
+    return forget
 
 
 def _new_pool(cls: type[Pool]) -> Pool:

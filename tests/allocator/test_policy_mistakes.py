@@ -144,3 +144,30 @@ def test_a_structural_policy_without_a_name_runs_wrapped() -> None:
 
     assert Forwarding(_Plain()).name == "_plain"  # type: ignore[arg-type]
     assert _replay(Forwarding(_Plain())).stats.misses == _replay(LRU()).stats.misses  # type: ignore[arg-type]
+
+
+def test_one_policy_object_for_two_live_pools_is_refused() -> None:
+    """A policy keeps the state of one pool's objects: given to a second live pool (by the
+    constructor or the setter) it is refused, naming the fix, and the first pool runs on; a pool
+    that gave it up, or is gone, holds no claim; a copy (pickle, deepcopy) is another object."""
+    import copy
+    import gc
+
+    trace = Trace.from_arrays([1, 2, 3, 4, 5, 1, 2, 6, 7, 1], [100] * 10)
+    p = LRU()
+    a = Pool(400, p)
+    with pytest.raises(ConfigError, match=r"already serves another live pool .*each pool needs its "
+                                          r"own policy object"):
+        Pool(400, p)
+    b = Pool(400, LRU())
+    with pytest.raises(ConfigError, match=r"already serves another live pool"):
+        b.policy = p
+    assert a.replay(trace).misses == _replay(LRU()).stats.misses  # a's policy is a's alone
+    a.policy = LRU()
+    b.policy = p  # a gave it up
+    d = copy.deepcopy(b)
+    assert d.policy is not p
+    del a, b, d  # (the pools hold cycles: the refusal collects before it refuses)
+    c = Pool(400, p)
+    assert c.policy is p
+    gc.collect()

@@ -92,7 +92,6 @@ def test_exported_policy_takes_the_networks_decisions_in_the_pool(tmp_path):
                         th.as_tensor(obs["mask"]).float()[None]).argmax())
         obs, _, done, _, info = env.step(a)
         n += 1
-    st = Pool(env.pool.capacity if env.pool else 0, pol, placement="bytes", oversize="bypass")
     cap = int(0.3 * trace.peak_live_bytes())
     st = Pool(cap, pol, placement="bytes", oversize="bypass").replay(trace)
     assert n > 20 and st.evictions == n
