@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, bool, str]] = {
     "record": ("record_trace", False, "record a PyTorch training loop's tensor trace"),
     "stats": ("trace_stats", False, "a trace's reuse histogram and LRU miss-ratio curve"),
     "parity": ("parity", False, "request-by-request agreement with libCacheSim"),
+    "check": ("check_policy", False, "check an eviction policy of yours against the pool's contract"),
     "bench": ("bench", False, "benchmarks that print ratios measured side by side"),
 }
 

@@ -28,7 +28,7 @@ def test_help_lists_every_command_and_an_unknown_one_is_refused(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
-    for name in ("sim", "evaluate", "train", "export", "record", "stats", "parity", "bench"):
+    for name in ("sim", "evaluate", "train", "export", "record", "stats", "parity", "check", "bench"):
         assert f"  {name} " in text
     assert cli.main(["simulate"]) == 2
     assert "unknown command 'simulate'" in capsys.readouterr().err
@@ -46,7 +46,7 @@ def test_python_dash_m_cachegym_is_the_command(tmp_path: Path) -> None:
     assert r.returncode == 2 and "unknown command 'simulate'" in r.stderr
 
 
-@pytest.mark.parametrize("cmd", ["export", "record", "stats", "parity", "bench"])
+@pytest.mark.parametrize("cmd", ["export", "record", "stats", "parity", "check", "bench"])
 def test_argparse_commands_reach_their_script(cmd: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         cli.main([cmd, "--help"])

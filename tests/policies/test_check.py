@@ -1,0 +1,130 @@
+"""``cachegym check`` (:mod:`envs.check`): a user's policy that breaks the pool's contract is
+named with the check, the row and what to fix; one that keeps it passes."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cachegym.envs.check import CHECKS, PolicyCheckError, check_policy
+from cachegym.policies.base import EvictionPolicyBase, first_evictable
+
+
+class MRU(EvictionPolicyBase):
+    name = "mru"
+
+    def __init__(self) -> None:
+        self._order: dict[int, None] = {}
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        return first_evictable(view, reversed(self._order))
+
+    def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+        self._order[key] = self._order.pop(key)
+
+    def on_insert(self, view, key):  # type: ignore[no-untyped-def]
+        self._order[key] = None
+
+    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
+        del self._order[key]
+
+    def on_free(self, view, key):  # type: ignore[no-untyped-def]
+        self._order.pop(key, None)
+
+
+class IgnoresPins(MRU):
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        return next(reversed(self._order), None)
+
+
+class GivesUp(MRU):
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        return None
+
+
+class Unseeded(MRU):
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        c = view.candidates()
+        return random.choice(c) if c else None
+
+
+class OrderOfAnother(MRU):
+    def eviction_order(self):  # type: ignore[no-untyped-def]
+        return iter(self._order)  # LRU's order, while victim is MRU's
+
+
+class KeepsEvicted(MRU):
+    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
+        pass
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        return next(reversed(self._order), None) if self._order else None
+
+
+class Raises(MRU):
+    def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+        raise KeyError(key)
+
+
+def test_a_policy_that_keeps_the_contract_passes() -> None:
+    report = check_policy(MRU, seeds=(1,), requests=400)
+    assert list(report.rows) == list(CHECKS)
+    assert all(victims > 0 for _, victims, _ in report.rows.values())
+    assert "mru: every check passed" in str(report)
+
+
+@pytest.mark.parametrize("cls, check, match", [
+    (IgnoresPins, CHECKS[0], r"victim returned \d+, which is not evictable now"),
+    (GivesUp, CHECKS[0], r"victim returned None while \d+ objects are evictable"),
+    (Unseeded, CHECKS[3], r"two fresh instances replaying the same trace evicted differently"),
+    (OrderOfAnother, CHECKS[0], r"eviction_order\(\) puts \d+ first .* but victim chose \d+"),
+    (KeepsEvicted, CHECKS[0], r"victim returned \d+, which it does not hold: .*\(evicted or freed\)"),
+    (Raises, CHECKS[0], r"raised KeyError\(\d+\) in on_hit"),
+])
+def test_each_broken_rule_is_named(cls: type, check: str, match: str) -> None:
+    with pytest.raises(PolicyCheckError, match=match) as e:
+        check_policy(cls, seeds=(1,), requests=400)
+    assert e.value.check == check
+    assert e.value.row is not None or check == CHECKS[3]
+    assert f"({cls.__name__})" in str(e.value)  # the user's class, beside its name
+
+
+def test_cli_checks_a_policy_file_by_where_it_lives(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "mine.py").write_text(textwrap.dedent("""
+        from cachegym.policies.base import EvictionPolicyBase, first_evictable
+
+        class MRU(EvictionPolicyBase):
+            name = "mru"
+            def __init__(self):
+                self._order = {}
+            def victim(self, view):
+                return first_evictable(view, reversed(self._order))
+            def on_insert(self, view, key):
+                self._order[key] = None
+            def on_evict(self, view, key):
+                del self._order[key]
+            def on_free(self, view, key):
+                self._order.pop(key, None)
+
+        class Boom(MRU):
+            def on_hit(self, view, key):
+                raise KeyError(key)
+        """))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cachegym", "check", *args, "--requests", "300",
+                               "--seeds", "1"], cwd=tmp_path, capture_output=True, text=True)
+
+    ok = run("mine.py:MRU,lru")
+    assert ok.returncode == 0, ok.stderr
+    assert "mru: every check passed" in ok.stdout and "lru: every check passed" in ok.stdout
+    bad = run("mine.py:Boom")
+    assert bad.returncode == 1
+    assert "mine.py:Boom: FAILED [bytes, pins and frees, row" in bad.stdout
+    assert "KeyError raised at" in bad.stdout and "mine.py:19 in on_hit" in bad.stdout
+    unknown = run("nope")
+    assert unknown.returncode == 2 and "unknown eviction policy 'nope'" in unknown.stderr
