@@ -103,26 +103,39 @@ def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
 
 def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> str | None:
     """Move the entries ``names`` of ``out_dir`` (files or folders an earlier run wrote: its
-    results, its config) that exist, but those whose real path is in ``keep`` (an input of
-    this run), into ``out_dir/previous/<their time>/``, so that a new run in the same
-    directory neither mixes its files with the earlier run's nor loses them if it fails; logs
-    a warning naming the folder and returns it (``None``: nothing to move)."""
+    results, its config) that exist into ``out_dir/previous/<their time>/``, so that a new run
+    in the same directory neither mixes its files with the earlier run's nor loses them if it
+    fails; those whose real path is in ``keep`` (an input of this run, e.g. the model it
+    resumes, which the run may overwrite) are copied there instead, and stay. Logs a warning
+    naming the folder and returns it (``None``: nothing to set aside)."""
+    import shutil
+
     kept = {os.path.realpath(p) for p in keep}
-    found = [n for n in names if os.path.lexists(os.path.join(out_dir, n))
-             and os.path.realpath(os.path.join(out_dir, n)) not in kept]
-    if not found:
+    present = [n for n in names if os.path.lexists(os.path.join(out_dir, n))]
+    if not present:
         return None
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(
-        max(os.lstat(os.path.join(out_dir, n)).st_mtime for n in found)))
+        max(os.lstat(os.path.join(out_dir, n)).st_mtime for n in present)))
     dest = os.path.join(out_dir, "previous", stamp)
     i = 1
     while os.path.lexists(dest):
         i += 1
         dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
     os.makedirs(dest)
-    for n in found:
-        os.replace(os.path.join(out_dir, n), os.path.join(dest, n))
-    log.warning("%s held an earlier run's %s: moved to %s", out_dir, ", ".join(found), dest)
+    copied = []
+    for n in present:
+        src = os.path.join(out_dir, n)
+        if os.path.realpath(src) in kept:
+            if os.path.isfile(src):
+                shutil.copy2(src, os.path.join(dest, n))
+                copied.append(n)
+        else:
+            os.replace(src, os.path.join(dest, n))
+    moved = [n for n in present if n not in copied and os.path.realpath(os.path.join(out_dir, n))
+             not in kept]
+    log.warning("%s held an earlier run's %s: %s to %s", out_dir, ", ".join(moved + copied),
+                "moved" if not copied else f"moved ({', '.join(copied)} copied: an input of this run)",
+                dest)
     return dest
 
 

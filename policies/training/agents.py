@@ -81,24 +81,38 @@ def _sb3_callbacks(ctx: TrainContext, get_net: Callable[[], CandidateScorerNet],
 
     class EvalCallback(BaseCallback):
         """Every ``eval_every`` env steps, and at the end: validation figures to the logger
-        (TensorBoard) and a checkpoint (written by ``ctx.on_eval``)."""
+        (TensorBoard) and a checkpoint (written by ``ctx.on_eval``), labelled with the steps
+        trained on. A validation falls due during a rollout and runs at the next rollout's
+        start, after the algorithm has trained on the rollout that made it due (SB3 calls
+        ``_on_step`` while it collects, before ``train()``): the checkpoint ``step_N`` holds
+        the weights trained on N steps, and the last one the final weights."""
 
-        last = 0
+        last = 0  # the steps at the last validation (at the start: where training starts)
+        due = False
+        done = False  # whether any validation ran
+
+        def _on_training_start(self) -> None:
+            self.last = self.num_timesteps  # (a resumed model: its steps so far)
 
         def _eval(self) -> None:
+            self.due = False
             if ctx.on_eval is None:
                 return
-            self.last = self.num_timesteps
+            self.last, self.done = self.num_timesteps, True
             for k, v in ctx.on_eval(self.num_timesteps, get_net()).items():
                 self.logger.record(f"val/{k}", v)
 
         def _on_step(self) -> bool:
             if ctx.eval_every and self.num_timesteps - self.last >= ctx.eval_every:
-                self._eval()
+                self.due = True
             return True
 
+        def _on_rollout_start(self) -> None:
+            if self.due:
+                self._eval()
+
         def _on_training_end(self) -> None:
-            if self.num_timesteps != self.last or self.last == 0:
+            if self.num_timesteps != self.last or not self.done:
                 self._eval()
 
     class Progress(BaseCallback):
@@ -333,7 +347,9 @@ class ImitationAgent:
                      ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in figs.items()))
 
-        dagger(net, ctx.collect, self.dagger, seed=ctx.seed, on_round=on_round)
+        # (a net from init_from holds its file's normalisation folded into its weights)
+        dagger(net, ctx.collect, self.dagger, seed=ctx.seed, on_round=on_round,
+               normalize=init is None)
         if writer is not None:
             writer.close()
         if self.finetune is not None:

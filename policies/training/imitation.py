@@ -466,10 +466,13 @@ def learner_of(net: CandidateScorerNet | JointScorerNet) -> Learner:
 def dagger(net: CandidateScorerNet | JointScorerNet,
            collect: Callable[[Learner | None, float, int, np.random.Generator], Sequence[DecisionSample]],
            cfg: ImitationConfig, *, seed: int = 0,
-           on_round: Callable[[int, dict[str, Any]], None] | None = None) -> Dataset:
+           on_round: Callable[[int, dict[str, Any]], None] | None = None,
+           normalize: bool = True) -> Dataset:
     """Run DAgger. ``collect(learner, beta, n, rng)`` drives the env for ``n`` decisions,
     choosing the oracle's action with probability ``beta`` and ``learner(cand, mask, glob,
-    phase)`` otherwise, and returns the labelled decisions it visited."""
+    phase)`` otherwise, and returns the labelled decisions it visited. ``normalize``: set the
+    net's input standardisation from the first round's decisions (``False`` for a net that
+    starts from a policy file's weights, whose normalisation they already hold)."""
     rng = np.random.default_rng(seed)
     data = Dataset()
 
@@ -486,7 +489,7 @@ def dagger(net: CandidateScorerNet | JointScorerNet,
                 del lst[:drop]
         hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                    rank_weight=cfg.rank_weight, regression_weight=cfg.regression_weight,
-                   seed=seed + r, set_normalization=r == 0, teacher=cfg.teacher)
+                   seed=seed + r, set_normalization=normalize and r == 0, teacher=cfg.teacher)
         if cfg.average_from is not None and r >= cfg.average_from:
             ends.append([p.detach().clone() for p in net.parameters()])
         learner = learner_of(net)

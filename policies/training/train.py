@@ -48,6 +48,7 @@ from cachegym.policies.training.export import (
     export_policy,
     prefetch_section,
     read_sb3_zip,
+    sb3_algo,
     scorer_from_file,
 )
 from cachegym.policies.training.imitation import DecisionSample, teacher_targets
@@ -139,6 +140,34 @@ def training_traces(cfg: Any, out: str) -> list[Trace]:
     return traces
 
 
+def _warn_config_changes(zip_path: str, cfg: Any) -> None:
+    """Log, as a warning, the training settings (env, its reward, cost, K and candidates, the
+    policy's network) in which this resumed run differs from the run that saved ``zip_path``
+    (its ``config.yaml`` beside it, where there is one): a resume continues the same training
+    unless the user means to change it."""
+    from omegaconf import OmegaConf
+
+    saved = os.path.join(os.path.dirname(os.path.abspath(zip_path)), "config.yaml")
+    if not os.path.isfile(saved):
+        return
+    try:
+        old = OmegaConf.load(saved)
+    except Exception:  # (unreadable: nothing to compare)
+        return
+    keys = ("env._target_", "env.reward", "env.cost", "env.K", "env.candidates", "policy.hidden",
+            "objective")
+    changed = []
+    for k in keys:
+        a, b = OmegaConf.select(old, k, default=None), OmegaConf.select(cfg, k, default=None)
+        a = OmegaConf.to_container(a) if OmegaConf.is_config(a) else a
+        b = OmegaConf.to_container(b) if OmegaConf.is_config(b) else b
+        if a != b:
+            changed.append(f"{k}: {a!r} -> {b!r}")
+    if changed:
+        log.warning("resume=%s: this run's settings differ from those it was trained with (%s): %s",
+                    zip_path, saved, "; ".join(changed))
+
+
 def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int]) -> tuple[
         CandidateScorerNet | None, str | None]:
     """``(init net, resume zip)`` from ``init_from`` / ``resume``, both checked (the files read)
@@ -149,6 +178,11 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
                           "SB3 model .zip; init_from starts from a policy .npz's network)")
     if init_from:
         path = os.path.expanduser(str(init_from))
+        if str(cfg.env.get("_target_")) == "cachegym.envs.joint.JointEnv":
+            raise ConfigError(f"init_from={path} with env=joint: a warm start loads an eviction "
+                              "network, and the joint env trains eviction and prefetch heads "
+                              "together; train env=joint from fresh weights (as the main job's "
+                              "joint stage does), or warm-start an eviction policy with env=evict")
         if path.endswith(".zip"):
             raise ConfigError(f"init_from={path}: an SB3 model .zip; continue it with resume={path}, "
                               "or give a policy file (.npz) here")
@@ -174,9 +208,16 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
             raise ConfigError("resume: the imitation agent has no SB3 stage to resume; use "
                               "agent=imitation_ppo, or warm-start with init_from=POLICY.npz")
         try:
-            read_sb3_zip(path)
+            _, _, fields = read_sb3_zip(path)
         except PolicyFileError as e:
             raise PolicyFileError(f"resume: {e}") from None
+        mine = getattr(agent, "algo", None) or getattr(getattr(agent, "finetune", None), "algo", None)
+        theirs = sb3_algo(fields)
+        if theirs is not None and mine is not None and theirs != mine:
+            raise ConfigError(f"resume={path}: it holds a {theirs} model, and this run's agent "
+                              f"trains {mine}; resume with the agent that saved it (agent={theirs}, "
+                              f"or an imitation agent whose fine-tune is {theirs})")
+        _warn_config_changes(path, cfg)
         return None, path
     return None, None
 
@@ -384,6 +425,10 @@ def _check_outputs(cfg: Any) -> None:
     from cachegym.envs.evaluation import check_capacities, check_capacity_of
 
     val = cfg.validation
+    every = val.every
+    if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+        raise ConfigError(f"validation.every: {every!r}; give the env steps (or imitation rounds) "
+                          "between validations, an integer >= 0 (0: validate at the end only)")
     if val.traces:
         check_capacities("validation.capacities", list(val.capacities))
     check_capacity_of(str(val.capacity_of), "validation.capacity_of")
@@ -472,6 +517,10 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     val = cfg.validation
     val_traces = load_trace_list(val.traces, "validation.traces")
     if val.max_requests:
+        for t in val_traces:
+            if len(t) > val.max_requests:
+                log.info("validation: trace %s cut to its first %d of %d requests "
+                         "(validation.max_requests; null: whole)", t.name, val.max_requests, len(t))
         val_traces = [t if len(t) <= val.max_requests else t.window(0, int(val.max_requests))
                       for t in val_traces]
     env_node = cfg.env

@@ -240,3 +240,52 @@ def test_a_verbose_run_without_tensorboard_leaves_no_folder_in_the_temporary_dir
                   f"out_dir={tmp_path / 'out'}"]))
     assert "total_timesteps" in capsys.readouterr().out  # the progress table, to stdout
     assert [p.name for p in tmp.iterdir() if p.name.startswith("SB3-")] == []
+
+
+def test_checkpoints_hold_the_weights_trained_on_their_steps(tmp_path) -> None:
+    """A validation falls due during a rollout and runs after the update on it: ``step_64``
+    holds the weights after the first update (not the initial ones), and the last checkpoint
+    the final weights, which the run exports (select_best off)."""
+    common = [*TINY, *PPO_TINY[:-1], "agent.total_timesteps=128", "validation.every=64"]
+    res = train(cfg_of([*common, f"out_dir={tmp_path / 'a'}"]))
+    ck = tmp_path / "a" / "checkpoints"
+    assert sorted(p.name for p in ck.glob("step_*.npz")) == ["step_128.npz", "step_64.npz"]
+    _assert_same(_weights(str(ck / "step_128.npz")), _weights(res["policy"]))
+    frozen = train(cfg_of([*common, "agent.kwargs.learning_rate=0.0", f"out_dir={tmp_path / 'b'}"]))
+    initial = _weights(frozen["policy"])  # (learning rate 0: the initial weights throughout)
+    assert not np.allclose(_weights(str(ck / "step_64.npz"))["wc"], initial["wc"])
+    assert not np.allclose(_weights(str(ck / "step_64.npz"))["wc"], _weights(res["policy"])["wc"])
+
+
+def test_imitation_from_a_policy_file_starts_from_its_scores(tmp_path) -> None:
+    """init_from with the imitation agent at learning rate 0 exports the loaded weights (its
+    normalisation, folded into them, is not applied a second time)."""
+    imi = train(cfg_of([*TINY, "agent=imitation", "agent.dagger.rounds=1", "agent.dagger.steps_per_round=120",
+                        "agent.dagger.epochs=1", "validation.traces=[]", f"out_dir={tmp_path / 'a'}"]))
+    again = train(cfg_of([*TINY, "agent=imitation", "agent.dagger.rounds=1",
+                          "agent.dagger.steps_per_round=120", "agent.dagger.epochs=1",
+                          "agent.dagger.lr=0.0", "validation.traces=[]", f"init_from={imi['policy']}",
+                          f"out_dir={tmp_path / 'b'}"]))
+    _assert_same(_weights(again["policy"]), _weights(imi["policy"]))
+
+
+def test_resume_refuses_another_algorithm_and_keeps_the_zip_it_continues(tmp_path, caplog) -> None:
+    first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'a'}"]))
+    with pytest.raises(ConfigError, match=r"it holds a ppo model, and this run's agent trains "
+                                          r"maskable_ppo; resume with the agent that saved it"):
+        train(cfg_of([*TINY, *PPO_TINY, "agent=maskable_ppo", f"resume={first['sb3_model']}",
+                      f"out_dir={tmp_path / 'b'}"]))
+    before = open(first["sb3_model"], "rb").read()
+    with caplog.at_level("WARNING"):
+        train(cfg_of([*TINY, *PPO_TINY, "env.K=16", f"resume={first['sb3_model']}",
+                      f"out_dir={tmp_path / 'a'}"]))  # in place
+    assert "settings differ from those it was trained with" in caplog.text and "env.K: 32 -> 16" in caplog.text
+    kept = list((tmp_path / "a" / "previous").glob("*/ppo.zip"))
+    assert len(kept) == 1 and kept[0].read_bytes() == before  # the earlier model, set aside
+
+
+def test_init_from_in_the_joint_env_and_a_negative_validation_interval_are_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"with env=joint: a warm start loads an eviction network"):
+        train(cfg_of([*TINY, "env=joint", "init_from=whatever.npz", f"out_dir={tmp_path / 'a'}"]))
+    with pytest.raises(ConfigError, match=r"validation.every: -1; .*integer >= 0"):
+        train(cfg_of([*TINY, *PPO_TINY, "validation.every=-1", f"out_dir={tmp_path / 'b'}"]))
