@@ -5,6 +5,7 @@ Monitor and SubprocVecEnv, and trains on your own trace with evaluation's keys."
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -275,7 +276,7 @@ def test_resume_refuses_another_algorithm_and_keeps_the_zip_it_continues(tmp_pat
                                           r"maskable_ppo; resume with the agent that saved it"):
         train(cfg_of([*TINY, *PPO_TINY, "agent=maskable_ppo", f"resume={first['sb3_model']}",
                       f"out_dir={tmp_path / 'b'}"]))
-    before = open(first["sb3_model"], "rb").read()
+    before = Path(first["sb3_model"]).read_bytes()
     with caplog.at_level("WARNING"):
         train(cfg_of([*TINY, *PPO_TINY, "env.K=16", f"resume={first['sb3_model']}",
                       f"out_dir={tmp_path / 'a'}"]))  # in place
