@@ -146,8 +146,9 @@ class EvalConfig:
     presets: list[str] = field(default_factory=lambda: ["none"])
     bounds: list[str] = field(default_factory=lambda: ["auto"])
     """Offline bounds added as rows and used by the gap_closed columns: ``foo`` (FOO's exact LP:
-    rows foo_l and foo_u; up to 200,000 requests), ``pfoo_l`` (its relaxation, any length, much
-    looser on traffic) or ``auto`` (foo up to 30,000 requests, pfoo_l beyond); with a preset also
+    rows foo_l and foo_u; up to 200,000 requests), ``lfoo_l`` (its Lagrangian, any length, within
+    a few % of it), ``pfoo_l`` (its one-resource relaxation, any length, much looser on traffic)
+    or ``auto`` (foo up to 30,000 requests, lfoo_l up to 5M, pfoo_l beyond); with a preset also
     stall_lb and stall_ref (envs/gaps.py). ``[]``: none."""
     decision_timing: bool = True
     plots: bool = True

@@ -171,16 +171,19 @@ def check_capacity(value: Any, key: str = "eval.capacities") -> None:
 
 
 def check_bounds_kinds(kinds: list[str], key: str = "eval.bounds") -> list[str]:
-    """``kinds`` if every one is a bound of :mod:`policies.bounds` (``foo``, ``pfoo_l``) or
-    ``auto`` (FOO on short traces, PFOO-L on long ones: :func:`policies.bounds.auto_kind`)."""
+    """``kinds`` if every one is a bound of :mod:`policies.bounds` (``foo``, ``lfoo_l``,
+    ``pfoo_l``) or ``auto`` (FOO on short traces, LFOO-L on long ones, PFOO-L beyond 5M
+    requests: :func:`policies.bounds.auto_kind`)."""
     from cachegym.policies.bounds import KINDS
 
     allowed = ["auto", *KINDS]
     bad = [k for k in kinds if k not in allowed]
     if bad:
         raise ConfigError(f"{key}: {bad} unknown; allowed: {allowed} (auto: foo up to 30,000 "
-                          "requests, pfoo_l beyond; foo: the exact LP, foo_l and foo_u, up to "
-                          "200,000 requests; pfoo_l: its relaxation, any length), or [] for none")
+                          "requests, lfoo_l up to 5,000,000, pfoo_l beyond; foo: the exact LP, "
+                          "foo_l and foo_u, up to 200,000 requests; lfoo_l: its Lagrangian, "
+                          "within a few % of it, any length; pfoo_l: its one-resource "
+                          "relaxation, looser, the fastest), or [] for none")
     return list(dict.fromkeys(kinds))
 
 
@@ -984,7 +987,7 @@ _PLOTS = (("miss_ratio", "miss ratio", 1.0), ("byte_miss_ratio", "byte miss rati
 def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
     """PNG plots (matplotlib's Agg backend), one figure per (trace, prefetcher, preset):
     ``metrics__T__P__C.png``, miss ratio, byte miss ratio, traffic and (with a preset only) stall
-    against capacity, one line per policy, bounds dashed (``foo_l``, ``pfoo_l``, ``stall_lb``;
+    against capacity, one line per policy, bounds dashed (``foo_l``, ``lfoo_l``, ``pfoo_l``, ``stall_lb``;
     ``foo_u`` and the stall reference dotted), the legend beside the axes."""
     import matplotlib
 
@@ -1013,7 +1016,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 if not pts:
                     continue
                 kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
-                style = {"lower_bound": dict(ls="--", color={"pfoo_l": "gray", "stall_lb": "darkred"}
+                style = {"lower_bound": dict(ls="--", color={"pfoo_l": "gray", "lfoo_l": "dimgray", "stall_lb": "darkred"}
                                              .get(pol, "black")),
                          "upper_bound": dict(ls=":", color="black"),
                          "stall_reference": dict(ls=":", color="tab:gray")}.get(

@@ -1,9 +1,9 @@
 """What a sweep measures against: offline bounds, the stall reference and the gap each policy
 closes.
 
-For every (trace, mode, capacity) of a sweep, ``eval.bounds`` (``foo``, ``pfoo_l``, or ``auto``:
-FOO up to 30,000 requests, PFOO-L beyond, the default; see
-:mod:`policies.bounds` and ``docs/BOUNDS.md``) adds bound rows: ``foo_l`` and ``pfoo_l``, lower
+For every (trace, mode, capacity) of a sweep, ``eval.bounds`` (``foo``, ``lfoo_l``, ``pfoo_l``,
+or ``auto``: FOO up to 30,000 requests, LFOO-L up to 5M, PFOO-L beyond, the default; see
+:mod:`policies.bounds` and ``docs/BOUNDS.md``) adds bound rows: ``foo_l``, ``lfoo_l`` and ``pfoo_l``, lower
 bounds on the misses and on the traffic of any policy, and ``foo_u``, one feasible schedule (an
 upper bound on the optimum). With a timing preset two more rows per preset: ``stall_lb``, a
 lower bound on stall (:func:`policies.bounds.stall_lower_bound`), and ``stall_ref``, the best
@@ -80,8 +80,8 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
                     PFOO_MAX_REQUESTS * 160 >> 30)
         return []
     if "foo" in kinds and len(trace) > FOO_MAX_REQUESTS:
-        log.warning("trace %s: %d requests, more than FOO's %d: no foo_l/foo_u rows (pfoo_l "
-                    "holds at any length)", tname, len(trace), FOO_MAX_REQUESTS)
+        log.warning("trace %s: %d requests, more than FOO's %d: no foo_l/foo_u rows (lfoo_l and "
+                    "pfoo_l hold at any length)", tname, len(trace), FOO_MAX_REQUESTS)
         kinds = [k for k in kinds if k != "foo"]
         if not kinds:
             return []

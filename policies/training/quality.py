@@ -2,7 +2,7 @@
 in what a device pool pays (bytes copied, streamed accesses included) against an offline bound.
 
 Per (trace, capacity): every policy's traffic and miss ratio, the bound (FOO's ``foo_l`` where
-the trace has at most ``FOO_AUTO_MAX`` requests, else ``pfoo_l``: :func:`policies.bounds.auto_kind`), the
+the trace has at most ``FOO_AUTO_MAX`` requests, else ``lfoo_l``: :func:`policies.bounds.auto_kind`), the
 learned policy's ``gap_closed_traffic`` / ``gap_closed_misses`` (``(LRU - learned) / (LRU -
 bound)``) and its traffic against the best heuristic's. Targets (issue 24, ``objective=traffic``):
 on the DL sets, traffic at most the best heuristic's in every cell and at least half the gap to

@@ -1,5 +1,5 @@
 """Validation on held-out traces during training: the learned policy against LRU and an offline
-bound (FOO's ``foo_l``, or PFOO-L on long traces: :mod:`policies.bounds`).
+bound (FOO's ``foo_l``, or LFOO-L on long traces: :mod:`policies.bounds`).
 
 Replays go through :func:`envs.evaluation.run_one` (the evaluator's one code path); the learned
 policy is exported to a checkpoint file first, so what is validated is exactly what would be

@@ -101,7 +101,7 @@ def test_main_job_end_to_end(tmp_path):
     ("main.baselines=[lru,lfuu]", "main.baselines: unknown value 'lfuu'"),
     ("main.learned_guards=[shadow,bare]", "main.learned_guards: unknown guard 'bare'; choices: lru, none, shadow, trial"),
     ("main.learned_guards=[]", "main.learned_guards: the list is empty"),
-    ("main.bounds=[fooo]", r"main.bounds: \['fooo'\] unknown; allowed: \['auto', 'foo', 'pfoo_l'\]"),
+    ("main.bounds=[fooo]", r"main.bounds: \['fooo'\] unknown; allowed: \['auto', 'foo', 'lfoo_l', 'pfoo_l'\]"),
     ("main.presets=[h100]", "main.presets: unknown preset 'h100'"),
     ("main.joint.capacities=[]", "main.joint.capacities: the list is empty"),
     ("main.joint.env.cost=h100", "main.joint.env.cost: unknown preset 'h100'"),
