@@ -83,7 +83,7 @@ from cachegym.allocator.trace import MAX_SIZE, Op, Trace
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
 
-__all__ = ["Loop", "REPLAY_CHUNK", "COMPILED"]
+__all__ = ["Loop", "REPLAY_CHUNK", "COMPILED", "as_key"]
 
 COMPILED: bool = cython.compiled  # this module runs compiled (Cython), not interpreted
 
@@ -156,6 +156,16 @@ def _check_request(op: str, new: bool, key: Any, size: Any) -> None:
     if new and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
         raise ConfigError(f"{op}: keys are integers (a trace's int64 key column), got "
                           f"{key!r} of type {type(key).__name__}")
+
+
+def as_key(key: Any, op: str) -> int:
+    """``key`` as a key of the pool: an integer (a NumPy integer as its ``int``). A bool, a
+    float or anything else is refused (:class:`ConfigError`), existing object or not: ``True``
+    and ``1.0`` hash and compare equal to ``1`` and would reach object 1."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        return int(key)
+    raise ConfigError(f"{op}: keys are integers (a trace's int64 key column), got {key!r} of type "
+                      f"{type(key).__name__}")
 
 
 @cython.cclass
@@ -291,6 +301,8 @@ class Loop:
         backend a miss takes the request's size (as libCacheSim); with one, ``size`` must be the
         bytes the object holds (:class:`ConfigError` otherwise: :meth:`put` stores new bytes).
         """
+        if type(key) is not int:
+            key = as_key(key, "access")
         self._acquire()
         try:
             if self._deciding:
@@ -369,7 +381,10 @@ class Loop:
         :meth:`access` returns (``None`` for a free). Close it to abandon the event. It holds
         the pool's lock from its first ``next`` until it finishes or is closed: advance and close
         it in the thread that started it (another thread cannot release that lock), and make no
-        other call on the pool meanwhile (refused: :class:`ConfigError`)."""
+        other call on the pool meanwhile (refused in that thread: :class:`ConfigError`; another
+        thread's call waits until the event ends)."""
+        if type(key) is not int:
+            key = as_key(key, "steps")
         self._acquire()
         closing = False
         try:
@@ -396,18 +411,21 @@ class Loop:
         """Start copying ``key`` to the device asynchronously. Returns False when it is
         already resident or in flight. An unknown key needs ``size`` (it is then created in host
         memory first, as a trace's not-yet-seen object)."""
+        key = as_key(key, "prefetch")
         with self._lock:
             self._refuse_while_deciding("prefetch")
             return self._drive(self._prefetch_steps(key, size))
 
     def free(self, key: int) -> None:
         """Drop ``key`` everywhere, without write-back. Raises :class:`UnknownKey`."""
+        key = as_key(key, "free")
         with self._lock:
             self._refuse_while_deciding("free")
             self._free(key)
 
     def pin(self, key: int) -> None:
         """Keep ``key`` on the device until :meth:`unpin` (counted: pins nest)."""
+        key = as_key(key, "pin")
         with self._lock:
             self._refuse_while_deciding("pin")
             o = self._get(key, "pin")
@@ -420,6 +438,7 @@ class Loop:
             o.pins += 1
 
     def unpin(self, key: int) -> None:
+        key = as_key(key, "unpin")
         with self._lock:
             self._refuse_while_deciding("unpin")
             o = self._get(key, "unpin")

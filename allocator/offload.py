@@ -420,7 +420,9 @@ class ActivationOffload:
         tensors autograd has dropped (those still viewed wait); returns how many were freed.
 
         Releases only queue keys (they may run on any thread, inside any code); the offload
-        collects before each pack and unpack and after each training step."""
+        collects when it is entered, before each pack and unpack, and in :meth:`stats`: the
+        tensors the last unpack of a backward pass read are freed at the next of those (or call
+        this after ``backward()``)."""
         if not self._dead and not self._unpins:
             return 0
         n = 0
@@ -623,7 +625,9 @@ class ActivationOffload:
         write: allocated, nothing copied) and ``miss_ratio`` is about a half even where nothing
         is offloaded; what offload costs is ``traffic_bytes`` (bytes copied out and back) and,
         under a timing preset, ``stall_ns``. ``byte_misses`` counts those packs' bytes too, so it
-        may exceed ``traffic_bytes``."""
+        may exceed ``traffic_bytes``. Collects first (:meth:`collect`): the figures do not
+        count saved tensors autograd has already dropped."""
+        self.collect()
         d = self.pool.snapshot().as_dict()
         d.update(asdict(self.counters))
         return d

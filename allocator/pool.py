@@ -39,7 +39,7 @@ from cachegym.allocator.errors import (
     PoolExhausted,
     backend_cause,
 )
-from cachegym.allocator.loop import COMPILED, REPLAY_CHUNK, Loop
+from cachegym.allocator.loop import COMPILED, REPLAY_CHUNK, Loop, as_key
 from cachegym.allocator.records import Counters, EvictionRequest, ObjectInfo
 from cachegym.allocator.seams import (
     D2H,
@@ -469,6 +469,7 @@ class Pool(Loop):
         leaves ``data`` stored; any other error stores nothing (an object being replaced by one
         of another size is freed first: it is then gone; one overwritten whose earlier bytes
         are in host memory keeps those)."""
+        key = as_key(key, "put")
         be = self._need_backend("put")
         arr = _as_array(key, data)
         if arr.dtype.hasobject:
@@ -587,6 +588,7 @@ class Pool(Loop):
         valid only while the object is pinned. An object the pool does not admit (refused by the
         policy, or larger than an ``oversize="bypass"`` pool) is streamed: its bytes are copied
         into a new device array outside the pool's budget, whatever ``copy`` says."""
+        key = as_key(key, "get")
         be = self._need_backend("get")
         with self._lock:
             self._refuse_while_deciding("get")
@@ -622,6 +624,7 @@ class Pool(Loop):
 
     def state(self, key: int) -> str:
         """Residency of ``key``: ``device``, ``host``, ``h2d`` or ``d2h``."""
+        key = as_key(key, "state")
         with self._lock:
             self._retire()
             return STATE_NAMES[self._get(key, "state").state]  # (forgotten: host)

@@ -171,3 +171,23 @@ def test_one_policy_object_for_two_live_pools_is_refused() -> None:
     c = Pool(400, p)
     assert c.policy is p
     gc.collect()
+
+
+@pytest.mark.parametrize("bad", [True, 1.0, np.float64(1.0), np.bool_(True), "1"])
+def test_a_key_that_only_hashes_like_an_int_reaches_no_object(bad: object) -> None:
+    """``True`` and ``1.0`` hash and compare equal to ``1``: every entry point refuses them,
+    the object 1 untouched (they were read, overwritten and freed through object 1)."""
+    from cachegym.allocator.backends import NumpyBackend
+
+    pool = Pool(16384, LRU(), backend=NumpyBackend())
+    pool.put(1, np.full(4096, 1, np.uint8))
+    calls = [lambda: pool.put(bad, np.full(4096, 77, np.uint8)), lambda: pool.get(bad),
+             lambda: pool.access(bad, 4096), lambda: next(pool.steps(bad, 4096)),
+             lambda: pool.free(bad), lambda: pool.pin(bad), lambda: pool.unpin(bad),
+             lambda: pool.prefetch(bad), lambda: pool.state(bad)]
+    for call in calls:
+        with pytest.raises(ConfigError, match=r"keys are integers .*got .* of type"):
+            call()
+    assert pool.stats.accesses == 1 and pool.resident_keys() == [1]  # (the put alone)
+    assert pool.get(1)[0] == 1
+    assert pool.access(np.int64(1), 4096) and pool.state(np.int32(1)) == "device"  # NumPy ints are keys
