@@ -113,8 +113,8 @@ def sim(argv: list[str]) -> int:
     p.add_argument("--preset", default="none", help="comma-separated timing presets for stall "
                    "(none, a100_pcie4, h100_pcie5, h200_pcie5, gh200_c2c, FILE.json)")
     p.add_argument("--bounds", default="auto", help="offline bounds, as rows and the gap_* "
-                   "columns: auto (the default: FOO up to 30,000 requests, else PFOO-L, seconds "
-                   "per million requests), foo, pfoo_l, or none")
+                   "columns: auto (the default: FOO up to 30,000 requests, else LFOO-L, about "
+                   "20 s per million requests, PFOO-L past 5 million), foo, lfoo_l, pfoo_l, or none")
     p.add_argument("--clean-ahead", type=float, default=0.0, metavar="SHARE",
                    help="under a preset, the share of the capacity kept clean ahead of eviction "
                    "(dirty next victims written back early while the copy-out engine idles; "
@@ -144,6 +144,15 @@ def sim(argv: list[str]) -> int:
         p.error("--resume needs the --out of the interrupted sim (its default is a new "
                 "time-stamped folder)")
     cfg = None
+    if not sys.stderr.isatty():  # no progress bar (a log file, CI): a line per finished task
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        ev_log = logging.getLogger("cachegym.envs.evaluation")
+        ev_log.addHandler(handler)
+        ev_log.setLevel(logging.INFO)
+        ev_log.propagate = False
     try:
         cfg = sim_config(args)
         from cachegym.envs.evaluation import evaluate

@@ -38,6 +38,7 @@ so they never sit beside another sweep's runs and a failed sweep loses none of t
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import logging
 import math
@@ -558,6 +559,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         bar = tqdm(total=len(tasks), initial=len(done), desc="evaluate", unit="task",
                    disable=not ev.progress)
         try:
+            t_start, finished = time.perf_counter(), 0
             for i, res in in_workers(tasks, todo, jobs, bar):
                 if i < n_runs:
                     journal.add(keys[i], res)
@@ -565,6 +567,10 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                 else:
                     got[i - n_runs] = res
                 bar.update(1)
+                finished += 1
+                if not ev.progress:  # (no bar: a log line per task, for a log file or CI)
+                    log.info("%d of %d tasks done (%s) after %.0f s", finished, len(todo),
+                             tasks[i][3], time.perf_counter() - t_start)
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
                         "same command with eval.resume=true (cachegym sim: --resume and the same "
@@ -651,6 +657,15 @@ def _rows_done(done: int, rows: int) -> str:
     return f"{done:,} of {rows:,} requests"
 
 
+def _collected(result: Any) -> Any:
+    """``result``, after a full garbage collection: a run's pool and its view refer to each
+    other, so a finished run's records (hundreds of MB on a trace of millions of objects) would
+    otherwise wait for the collector, and a sweep's memory would grow with its runs (3M
+    requests of 2.5M objects: 0.9 GB per run, 4.5 GB after 16 runs)."""
+    gc.collect()
+    return result
+
+
 def _task_in_worker(i: int) -> tuple[int, Any]:
     """``(i, result)`` of the worker's task ``i``. Its error goes back as it is where the caller
     can rebuild it (a cachegym error, or one of Python's own types), else as a
@@ -659,7 +674,7 @@ def _task_in_worker(i: int) -> tuple[int, Any]:
     assert _WORK is not None
     fn, args, kwargs, label = _WORK[i]
     try:
-        return i, fn(*args, **kwargs)
+        return i, _collected(fn(*args, **kwargs))
     except (CachegymError, KeyboardInterrupt):
         raise
     except Exception as e:
@@ -702,7 +717,7 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                 fn, args, kwargs, label = tasks[i]
                 if bar is not None:
                     show(refresh=False)
-                yield i, fn(*args, **kwargs)
+                yield i, _collected(fn(*args, **kwargs))
         finally:
             _PROGRESS = before
         return

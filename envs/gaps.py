@@ -13,7 +13,8 @@ least (:func:`keep_best_stall_ref`). Their gap shows how loose the stall bound i
 
 Each policy row then gets ``gap_closed_<objective> = (LRU - policy) / (LRU - bound)`` for
 ``misses``, ``traffic`` (bytes copied both ways) and ``stall`` (with a preset): 0 is LRU, 1 the
-bound, negative behind LRU; blank where LRU is at the bound. The misses and traffic bound is the
+bound, negative behind LRU; blank where LRU is at the bound or within 0.1% of it
+(:data:`GAP_MIN_SHARE`). The misses and traffic bound is the
 tightest lower-bound row of the group (``gap_bound`` names it), the stall bound ``stall_lb``. A
 policy below a lower bound raises :class:`~policies.bounds.BoundViolation`: a gap above 1 is
 never reported.
@@ -63,6 +64,11 @@ def _requests(trace: Trace) -> int:
     return int((trace.op != Op.FREE).sum())
 
 
+def _whole(x: float) -> float | int:
+    """``x`` as an ``int`` where it is a whole number, else as it is."""
+    return int(x) if math.isfinite(x) and float(x).is_integer() else x
+
+
 def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
                kinds: list[str]) -> list[dict[str, Any]]:
     """The rows of ``eval.bounds`` for one (trace, capacity): their ``misses`` and
@@ -96,7 +102,9 @@ def bound_rows(trace: Trace, tname: str, capacity: int, spec: str, mode: str,
     for name, b in bounds.items():
         r = _blank(tname, capacity, spec, mode, name, "lower_bound" if b.lower else "upper_bound",
                    "none", requests)
-        r.update(misses=b.misses, traffic_bytes=b.traffic_bytes,
+        # (counts as integers, as the policies' rows write them, where they are whole: every
+        # lower bound is rounded up to one, foo_u is a schedule's)
+        r.update(misses=_whole(b.misses), traffic_bytes=_whole(b.traffic_bytes),
                  miss_ratio=b.misses / requests if requests else math.nan, wall_s=b.seconds)
         rows.append(r)
     return rows
@@ -137,11 +145,18 @@ def _value(r: dict[str, Any], field: str) -> float:
     return float(r[field])
 
 
+GAP_MIN_SHARE = 1e-3
+"""The gap is blank (NaN) where LRU is within this share of its cost of the bound: there it is
+noise (LRU 8 misses above the bound in 1.5M requests: another policy 1.1M misses behind read
+-140,434)."""
+
+
 def gap_closed(lru: float, value: float, bound: float) -> float:
-    """``(lru - value) / (lru - bound)``: 0 is LRU, 1 the bound; NaN where LRU is at the bound."""
+    """``(lru - value) / (lru - bound)``: 0 is LRU, 1 the bound; NaN where LRU is at the bound
+    or within :data:`GAP_MIN_SHARE` of its cost of it."""
     if not (math.isfinite(lru) and math.isfinite(value) and math.isfinite(bound)):
         return math.nan
-    if lru - bound <= _TOL * max(1.0, abs(lru)):
+    if lru - bound <= max(_TOL * max(1.0, abs(lru)), GAP_MIN_SHARE * abs(lru)):
         return math.nan
     return (lru - value) / (lru - bound)
 

@@ -129,7 +129,7 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     # and its advice as sim takes it, not in the config's spelling
     (["data/traces/gpt.npz", "npz", "s3fio", "1MiB"], "(exported policy files: learned:PATH)"),
     (["data/traces/gpt.npz", "npz", "learned", "1MiB"], "give learned:PATH (and --guard for its guard)"),
-    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--bounds", "fooo"], "any length), or none"),
+    (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--bounds", "fooo"], "the fastest), or none"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--prefetch", "lookahed"],
      "history, learned:PATH (a policy file with a prefetch head) or FILE.py:Class"),
 ])

@@ -448,3 +448,37 @@ def test_clean_ahead_for_a_policy_without_an_eviction_order_is_said(
                            "eval.bounds=[]", f"out_dir={tmp_path}"]))
     said = [r.getMessage() for r in caplog.records if "cleans nothing ahead" in r.getMessage()]
     assert len(said) == 1 and "'random'" in said[0]
+
+
+_CYCLES: list = []
+
+
+class _Node:
+    pass
+
+
+def _make_cycle(n: int) -> int:
+    """A task that leaves a reference cycle behind (as a run's pool and its view do)."""
+    import weakref
+
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    a.payload = bytearray(n)
+    _CYCLES.append(weakref.ref(a))
+    return n
+
+
+def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts() -> None:
+    """A sweep run in this process collects each task's garbage as it ends: a pool refers to
+    its view and back, so without a collection every finished run's records stayed in memory
+    until the collector ran (a sweep over a trace of millions of objects grew by ~0.9 GB a run)."""
+    import gc
+
+    _CYCLES.clear()
+    gc.disable()  # (only the sweep's own collection may free them)
+    try:
+        for i, _ in evaluation.in_workers([(_make_cycle, (1 << 20,), {}, "a"),
+                                           (_make_cycle, (1 << 20,), {}, "b")], [0, 1], 1):
+            assert _CYCLES[i]() is None, i  # collected before the caller sees the result
+    finally:
+        gc.enable()
