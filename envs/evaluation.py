@@ -559,15 +559,14 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         bar = tqdm(total=len(tasks), initial=len(done), desc="evaluate", unit="task",
                    disable=not ev.progress)
         try:
-            t_start, finished = time.perf_counter(), 0
-            for i, res in in_workers(tasks, todo, jobs, bar):
+            t_start = time.perf_counter()
+            for finished, (i, res) in enumerate(in_workers(tasks, todo, jobs, bar), 1):
                 if i < n_runs:
                     journal.add(keys[i], res)
                     done[i] = res
                 else:
                     got[i - n_runs] = res
                 bar.update(1)
-                finished += 1
                 if not ev.progress:  # (no bar: a log line per task, for a log file or CI)
                     log.info("%d of %d tasks done (%s) after %.0f s", finished, len(todo),
                              tasks[i][3], time.perf_counter() - t_start)
