@@ -620,7 +620,8 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
     if "foo" in kinds and len(trace) > FOO_MAX_REQUESTS:
         raise ConfigError(f"offline bounds: FOO solves a linear program of the whole trace and is "
                           f"limited to {FOO_MAX_REQUESTS} requests; this trace has {len(trace)}. "
-                          "Use kind 'pfoo_l' (any size), or a window of the trace")
+                          "Use kind 'lfoo_l' (any size, within a few % of FOO-L) or 'pfoo_l' (the fastest), or a "
+                          "window of the trace")
     capacity = int(capacity)
     t = trace.with_sizes(1) if mode == "objects" else trace
     primary: Objective = "misses" if mode == "objects" else "traffic"
