@@ -48,8 +48,14 @@ _SB3 = {"ppo": ("stable_baselines3", "PPO"), "dqn": ("stable_baselines3", "DQN")
 """The algorithms an SB3 zip is exported from (``--algo``): module and class of each."""
 
 
+NOT_HASHED = ("out_dir", "progress", "tensorboard", "torch_threads")
+"""Top-level config keys that say where and how a run reports, not what it trains: left out of
+:func:`config_hash`, so that the same training written to two folders gives identical files."""
+
+
 def config_hash(config: Any) -> str:
-    """SHA-256 of a config's canonical JSON (an OmegaConf config, a mapping or ``None``)."""
+    """SHA-256 of a config's canonical JSON (an OmegaConf config, a mapping or ``None``), its
+    :data:`NOT_HASHED` keys left out."""
     if config is None:
         return ""
     try:
@@ -59,6 +65,8 @@ def config_hash(config: Any) -> str:
             config = OmegaConf.to_container(config, resolve=True)
     except ImportError:  # pragma: no cover - hydra is a core dependency
         pass
+    if isinstance(config, dict):
+        config = {k: v for k, v in config.items() if k not in NOT_HASHED}
     blob = json.dumps(config, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 
