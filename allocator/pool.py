@@ -681,8 +681,9 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
     """Record that ``pool`` uses ``policy``; refuse (:class:`ConfigError`) a policy another
     live pool still uses: a policy keeps the state of one pool's objects (its order, counts,
     model), and shared by two its victims would be the other pool's keys and its decisions
-    those of neither. A pool that was given another policy since, or that is gone, holds no
-    claim."""
+    those of neither. A pool that was given another policy since, was closed, or is gone, holds
+    no claim. Keyed by the object given: a wrapper (``Forwarding(p)``) is another object than
+    ``p``, and a closed pool that is used again is not stopped."""
     with _SERVING_LOCK:
         for attempt in (0, 1):
             ref = _SERVING.get(id(policy))

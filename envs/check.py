@@ -16,12 +16,16 @@ every victim and hook is checked as it happens:
 * a fresh policy replaying the same trace chooses the same victims (seed your randomness).
 
 The first broken rule raises :class:`PolicyCheckError`, naming the check, the trace row and
-what to fix; a hook that raises is reported the same way (its exception chained).
+what to fix; a hook that raises is reported the same way (its exception chained). Not
+detected: decisions that are wrong but keep the contract (e.g. a freed key's old position kept
+for its next object, which ``first_evictable`` then skips past), randomness that repeats within
+one process (Python's string hashing), slowness (the report gives each check's time).
 ``tests/policies/test_invariants.py`` runs these checks on every registered policy.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,10 +69,13 @@ def _at(e: Exception, check: str, row: int) -> PolicyCheckError:
     return PolicyCheckError(msg, check, row)
 
 
-def _cause(e: Exception) -> Exception | None:
-    """What :func:`_at`'s error is chained to: the policy's own exception, not a rule."""
-    if isinstance(e, PolicyCheckError) or isinstance(e.__cause__, PolicyCheckError):
-        return None
+def _cause(e: Exception) -> BaseException | None:
+    """What :func:`_at`'s error is chained to: the policy's own exception (where one was
+    raised), not a rule's."""
+    if isinstance(e, PolicyError) and isinstance(e.__cause__, PolicyCheckError):
+        e = e.__cause__
+    if isinstance(e, PolicyCheckError):
+        return e.__cause__
     return e
 
 
@@ -87,13 +94,22 @@ class Checked(Forwarding):
         self.untracked_frees = 0
         self.order_checks = 0  # victims compared with eviction_order's first evictable key
         self.evicted: list[int] = []
+        self.gone: set[int] = set()  # keys evicted or freed since their last insertion
 
     def _fail(self, message: str) -> None:
         raise PolicyCheckError(f"policy {policy_label(self.wrapped)}: {message}")
 
     def victim(self, view: PoolView) -> int | None:
         order = eviction_order_of(self.wrapped)
-        expect: Any = _NO_ORDER if order is None else first_evictable(view, order())
+        expect: Any = _NO_ORDER
+        if order is not None:
+            try:
+                expect = first_evictable(view, order())
+            except Exception as e:
+                raise PolicyCheckError(f"policy {policy_label(self.wrapped)}: eviction_order() "
+                                       f"raised {e!r}: it lists what victim would choose, in "
+                                       "order, without raising or changing the policy's state "
+                                       "(or omit it)") from e
         k = self.wrapped.victim(view)
         if k is None:
             if view.candidates():
@@ -104,7 +120,7 @@ class Checked(Forwarding):
         if k not in self.tracked:
             self._fail(f"victim returned {k!r}, which it does not hold: a policy holds exactly the "
                        "objects on_insert gave it, until on_evict or on_free takes them away "
-                       f"({'never inserted' if k not in self.evicted else 'evicted or freed'})")
+                       f"({'evicted or freed' if k in self.gone else 'never inserted'})")
         if not view.evictable(k):
             self._fail(f"victim returned {k!r}, which is not evictable now (pinned, or in "
                        "flight): skip what view.evictable(key) refuses, e.g. with "
@@ -134,15 +150,18 @@ class Checked(Forwarding):
         if key in self.tracked:
             self._fail(f"the pool inserted {key!r} twice (a bug of the pool: please report it)")
         self.tracked.add(key)
+        self.gone.discard(key)
         self.wrapped.on_insert(view, key)
 
     def on_evict(self, view: PoolView, key: int) -> None:
         self.tracked.discard(key)
+        self.gone.add(key)
         self.evicted.append(key)
         self.wrapped.on_evict(view, key)
 
     def on_free(self, view: PoolView, key: int) -> None:
         self.tracked.discard(key)
+        self.gone.add(key)
         self.wrapped.on_free(view, key)
 
     @property
@@ -243,7 +262,13 @@ def agent_driven(pool: Pool, checked: Checked, trace: Trace, check: str = "agent
                 req = next(gen)
                 while True:
                     if i % 2:
-                        v = checked.victim(req.view)
+                        try:
+                            v = checked.victim(req.view)
+                        except PolicyCheckError:
+                            raise
+                        except Exception as e:  # (asked here, not by the pool: named as it would)
+                            raise PolicyError(checked.wrapped, "victim", k, e,
+                                              "the check stopped") from e
                     else:
                         cands = sorted(req.view.candidates())
                         v = cands[int(rng.integers(len(cands)))]
@@ -270,11 +295,13 @@ class CheckReport:
 
     policy: str
     rows: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [f"{self.policy}: every check passed"]
         for name, (n, victims, ordered) in self.rows.items():
-            lines.append(f"  {name:<30} {n:>6} requests  {victims:>5} victims"
+            lines.append(f"  {name:<30} {n:>6} requests  {victims:>5} victims "
+                         f"{self.seconds.get(name, 0.0):6.2f} s"
                          + (f" ({ordered} checked against eviction_order)" if ordered else "")
                          + (" (none chosen: this check tested the hooks alone; does the policy "
                             "admit objects of 512 B - 16 KiB in a pool of 60-200 kB?)"
@@ -292,9 +319,10 @@ def check_policy(policy: str | Callable[[], EvictionPolicy], *, seeds: Sequence[
     from cachegym.policies.prefetch import LookaheadPrefetcher, MarkovPrefetcher
     from cachegym.policies.registry import make_eviction
 
-    if not seeds or requests < 100:
-        raise ConfigError(f"check_policy: give at least one seed and >= 100 requests, got seeds="
-                          f"{list(seeds)!r}, requests={requests!r}")
+    if not seeds or requests < 100 or any(
+            not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
+        raise ConfigError(f"check_policy: give at least one seed (integers >= 0) and >= 100 "
+                          f"requests, got seeds={list(seeds)!r}, requests={requests!r}")
 
     def fresh(trace: Trace) -> Checked:
         p = make_eviction(policy, trace=trace, seed=0) if isinstance(policy, str) else policy()
@@ -306,14 +334,22 @@ def check_policy(policy: str | Callable[[], EvictionPolicy], *, seeds: Sequence[
     report: CheckReport | None = None
     totals = {name: [0, 0, 0] for name in CHECKS}
 
+    seconds = dict.fromkeys(CHECKS, 0.0)
+    t0 = time.perf_counter()
+
     def count(name: str, checked: Checked, trace: Trace) -> None:
+        nonlocal t0
         t = totals[name]
         t[0] += len(trace)
         t[1] += checked.victims
         t[2] += checked.order_checks
+        now = time.perf_counter()
+        seconds[name] += now - t0
+        t0 = now
 
     for seed in seeds:
         trace = mixed_trace(seed, n=requests)
+        t0 = time.perf_counter()
         c = fresh(trace)
         if report is None:
             report = CheckReport(c.name)
@@ -343,5 +379,6 @@ def check_policy(policy: str | Callable[[], EvictionPolicy], *, seeds: Sequence[
         count(CHECKS[3], c, trace)
     assert report is not None
     report.rows = {name: (t[0], t[1], t[2]) for name, t in totals.items() if t[0]}
+    report.seconds = {name: seconds[name] for name in report.rows}
     return report
 

@@ -18,7 +18,9 @@ traffic is bytes copied host-to-device plus device-to-host, where a first write 
 dirty victim is written back, a free drops the object, and an access the policy does not admit
 streams its bytes (issue 23). ``docs/BOUNDS.md`` derives the model: what each interval costs,
 why a dirty object's write-back couples the intervals of a segment, and why
-``pfoo_l <= lfoo_l <= foo_l <= OPT <= foo_u``.
+``pfoo_l <= foo_l <= OPT <= foo_u`` and ``pfoo_l <= lfoo_l <= OPT`` (``lfoo_l`` is at most
+FOO-L's exact optimum; ``foo_l``, read from the solver's duals less their error, can fall a few
+bytes below it where sizes lie orders of magnitude apart).
 
 Every lower-bound row carries two bounds, each the optimum of its own program: ``misses`` (the
 object-count objective) and ``traffic_bytes`` (the byte objective). ``foo_u`` is one schedule,
@@ -508,8 +510,9 @@ def _lfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None,
     with ``r_j = s_j * (lam over the gaps j spans) - f_j``, is at most FOO-L's optimum (weak
     duality; a dirty segment either keeps every interval and is never written back, or is
     written back once and keeps the intervals that pay), hence at most any schedule's cost; at
-    the best ``lam`` it equals FOO-L (strong duality). The multipliers start uniform (PFOO-L's
-    single resource) and rise by a projected subgradient ascent with Adam-style steps
+    the best ``lam`` it equals FOO-L (strong duality). The multipliers start uniform, at the best
+    of 17 prices (quantiles of the intervals' cost per byte-gap; PFOO-L's single resource is
+    the case of one price), and rise by a projected subgradient ascent with Adam-style steps
     (:data:`LFOO_ITERATIONS`, fewer on long traces: :data:`LFOO_WORK`); the bound is the best
     ``L`` met, less its rounding error, and never below PFOO-L's. Each step is O(n): the
     multipliers' prefix sums price every interval, a difference array counts each gap's use."""

@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=1500, help="requests per trace (default 1500)")
     args = ap.parse_args(argv)
     specs = [s.strip() for arg in args.policies for s in arg.split(",") if s.strip()]
+    if not specs:
+        ap.error("name at least one policy (a registry name, FILE.py:Class, module:Class or "
+                 "learned:POLICY.npz)")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:

@@ -128,3 +128,56 @@ def test_cli_checks_a_policy_file_by_where_it_lives(tmp_path) -> None:  # type: 
     assert "KeyError raised at" in bad.stdout and "mine.py:19 in on_hit" in bad.stdout
     unknown = run("nope")
     assert unknown.returncode == 2 and "unknown eviction policy 'nope'" in unknown.stderr
+
+
+class RaisesWhenAsked(MRU):
+    """Raises only when asked for a victim outside the pool (the agent check asks itself)."""
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        if view.capacity == 60_000:
+            raise ValueError("boom")
+        return super().victim(view)
+
+
+class OrderRaises(MRU):
+    def eviction_order(self):  # type: ignore[no-untyped-def]
+        raise RuntimeError("no order")
+
+
+class ForgetsFrees(MRU):
+    def on_free(self, view, key):  # type: ignore[no-untyped-def]
+        pass
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        for k in reversed(self._order):  # (skips pinned objects, not those it was told are gone)
+            if view.evictable(k) or not view.is_resident(k):
+                return k
+        return None
+
+
+@pytest.mark.parametrize("cls, match", [
+    (RaisesWhenAsked, r"raised ValueError\('boom'\) in victim"),
+    (OrderRaises, r"eviction_order\(\) raised RuntimeError\('no order'\)"),
+    (ForgetsFrees, r"victim returned \d+, which it does not hold: .*\(evicted or freed\)"),
+])
+def test_errors_outside_the_pool_and_in_eviction_order_are_named(cls: type, match: str) -> None:
+    with pytest.raises(PolicyCheckError, match=match) as e:
+        check_policy(cls, seeds=(1,), requests=600)
+    assert e.value.row is not None
+    if cls is not ForgetsFrees:  # the policy's own exception is chained (its file and line)
+        cause = e.value.__cause__
+        while cause is not None and cause.__cause__ is not None:
+            cause = cause.__cause__
+        assert type(cause).__name__ in ("ValueError", "RuntimeError")
+
+
+def test_bad_arguments_are_refused() -> None:
+    from cachegym.allocator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"seed \(integers >= 0\)"):
+        check_policy(MRU, seeds=(-1,))
+    with pytest.raises(SystemExit) as e:
+        from cachegym.scripts.check_policy import main
+
+        main([" , "])
+    assert e.value.code == 2
