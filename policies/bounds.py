@@ -643,18 +643,14 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         um, ut = _schedule_cost(iv, cached)
         out["foo_u"] = Bound("foo_u", False, float(um), float(ut),
                              prep + time.perf_counter() - t0)
-    if "lfoo_l" in kinds:
-        t0 = time.perf_counter()
-        lm = _lfoo_l(iv, capacity, "misses")
-        lt = _lfoo_l(iv, capacity, "traffic")
-        out["lfoo_l"] = Bound("lfoo_l", True, _integral(lm + iv.compulsory_misses),
-                              _integral(lt + iv.compulsory_traffic), prep + time.perf_counter() - t0)
-    if "pfoo_l" in kinds:
-        t0 = time.perf_counter()
-        pm = _pfoo_l(iv, capacity, "misses")
-        pt = _pfoo_l(iv, capacity, "traffic")
-        out["pfoo_l"] = Bound("pfoo_l", True, _integral(pm + iv.compulsory_misses),
-                              _integral(pt + iv.compulsory_traffic), prep + time.perf_counter() - t0)
+    relaxations: tuple[tuple[str, Callable[[_Intervals, int, str], float]], ...] = (
+        ("lfoo_l", _lfoo_l), ("pfoo_l", _pfoo_l))
+    for kind, relaxed in relaxations:
+        if kind in kinds:
+            t0 = time.perf_counter()
+            lo_m, lo_t = relaxed(iv, capacity, "misses"), relaxed(iv, capacity, "traffic")
+            out[kind] = Bound(kind, True, _integral(lo_m + iv.compulsory_misses),
+                              _integral(lo_t + iv.compulsory_traffic), prep + time.perf_counter() - t0)
     return out
 
 
