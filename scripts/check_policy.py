@@ -1,4 +1,4 @@
-"""Check eviction policies against the pool's contract (:mod:`envs.check`).
+"""Check eviction policies against the pool's contract (``cachegym.envs.check``).
 
     cachegym check my_policies.py:MRU            # a policy of your own, by where it lives
     cachegym check lru,arc my_pkg.policies:MRU   # registry names and module:Class too
