@@ -199,6 +199,7 @@ class Pool(Loop):
                 or clean_ahead < 0):
             raise ConfigError(f"clean_ahead must be bytes >= 0, a size string or a fraction of "
                               f"the capacity in [0, 1) (0: off), got {clean_ahead!r}")
+        _claim(policy, self, check_only=True)  # (before anything is built)
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
                       write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
                       int(clean_ahead))
