@@ -74,6 +74,7 @@ class TrainContext:
     save_dir: str | None = None
     resume: str | None = None
     saved: list[str] = field(default_factory=list)
+    objective: str = "traffic"  # the env's reward: what the imitation teacher's plan was made for
 
 
 def _sb3_callbacks(ctx: TrainContext, get_net: Callable[[], CandidateScorerNet], total: int) -> list[Any]:
@@ -349,7 +350,7 @@ class ImitationAgent:
 
         # (a net from init_from holds its file's normalisation folded into its weights)
         dagger(net, ctx.collect, self.dagger, seed=ctx.seed, on_round=on_round,
-               normalize=init is None)
+               normalize=init is None, objective=ctx.objective)
         if writer is not None:
             writer.close()
         if self.finetune is not None:

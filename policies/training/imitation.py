@@ -153,7 +153,8 @@ class Dataset:
 
 
 def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
-                      teacher: str = "belady_size", free: np.ndarray | None = None) -> np.ndarray:
+                      teacher: str = "belady_size", free: np.ndarray | None = None,
+                      objective: str = "traffic") -> np.ndarray:
     """The distances the teacher ranks candidates by (the farthest is its choice): the next-use
     distances ``dist`` (``(..., K)``, ticks, ``inf`` never) for ``"belady"``; for
     ``"belady_size"`` those (never: :data:`_NEVER`) times each candidate's size over the mean
@@ -162,8 +163,10 @@ def teacher_distances(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray,
     it) those over ``1 + dirty``, except for a candidate used no more (``dist`` ``inf``) that is
     dirty and freed ``free`` ticks from now (``(..., K)``, ``inf``: never; ``None``: unknown):
     its eviction costs a write-back for nothing and frees its size until the free, so its
-    distance is that of the free (a clean one, or one never freed, costs nothing: never)."""
-    if teacher == "belady":
+    distance is that of the free (a clean one, or one never freed, costs nothing: never).
+    ``"foo"`` for the ``objective`` ``misses`` (FOO's plan for misses) ranks as ``"belady"``:
+    a write-back costs no miss."""
+    if teacher == "belady" or (teacher == "foo" and objective == "misses"):
         return dist
     from cachegym.policies.features import FEATURE_NAMES
 
@@ -203,21 +206,23 @@ def targets(mask: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def teacher_targets(dist: np.ndarray, cand: np.ndarray, mask: np.ndarray, teacher: str,
-                    drop: np.ndarray | None = None, free: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    drop: np.ndarray | None = None, free: np.ndarray | None = None,
+                    objective: str = "traffic") -> tuple[np.ndarray, np.ndarray]:
     """``(best, rank_key)`` of decisions ``(N, K)`` as ``teacher`` labels them: :func:`targets`
     of :func:`teacher_distances`, except for ``"foo"``, whose best is the farthest (by the
     traffic teacher's distances) of the valid candidates in ``drop`` (``(N, K)`` bool; a decision
     with none: the traffic teacher's), and whose rank key puts every dropped candidate above
     every kept one (each group ordered by the traffic teacher). ``free``: as
     :func:`teacher_distances`; a dirty candidate used no more before its free is not among the
-    plan's drops (the plan has no interval of it; its eviction would cost a write-back)."""
-    d = teacher_distances(dist, cand, mask, teacher, free)
+    plan's drops (the plan has no interval of it; its eviction would cost a write-back).
+    ``objective``: what the plan was made for (:func:`teacher_distances`: for ``misses`` the
+    ranking is by next use alone, and a write-back is no cost)."""
+    d = teacher_distances(dist, cand, mask, teacher, free, objective)
     best, key = targets(mask, d)
     if teacher != "foo" or drop is None:
         return best, key
     drop = np.asarray(drop, bool) & mask
-    if free is not None:
+    if free is not None and objective != "misses":
         drop &= ~_dirty_until_free(dist, cand, free)
     has = drop.any(axis=-1, keepdims=True)
     dd = np.where(drop, d, -np.inf)
@@ -254,7 +259,8 @@ def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int 
         batch_size: int = 256, lr: float = 3e-3, rank_weight: float = 0.1,
         regression_weight: float = 0.0, seed: int = 0, weight_decay: float = 1e-5,
         set_normalization: bool = True, teacher: str = "belady_size",
-        progress: Callable[[int, float], None] | None = None) -> list[float]:
+        progress: Callable[[int, float], None] | None = None,
+        objective: str = "traffic") -> list[float]:
     """Fit ``net`` on ``data`` (behaviour cloning of ``teacher``); returns the mean loss of
     every epoch (a :class:`JointScorerNet`: both heads', summed)."""
     if isinstance(net, JointScorerNet):
@@ -262,7 +268,7 @@ def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int 
                                   weight_decay=weight_decay, set_normalization=set_normalization)
         ev = data.of_phase(0)
         h_ev = fit(net.evict, ev, rank_weight=rank_weight, regression_weight=regression_weight,
-                   teacher=teacher, **kw) if len(ev) else []
+                   teacher=teacher, objective=objective, **kw) if len(ev) else []
         h_pf = fit_prefetch(net, data.of_phase(1), **kw)
         hist = [a + b for a, b in zip(h_ev, h_pf)] if h_ev and h_pf else h_ev or h_pf
         if progress is not None:
@@ -272,7 +278,7 @@ def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int 
     cand, mask, glob, dist = data.arrays()
     if set_normalization:
         net.set_normalization(cand, mask, glob)
-    best, key = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees())
+    best, key = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees(), objective)
     keep = best.any(axis=1) & (mask.sum(axis=1) > 1)  # decisions with a real choice
     tc, tm, tg = th.as_tensor(cand[keep]), th.as_tensor(mask[keep]), th.as_tensor(glob[keep])
     tb, tk = th.as_tensor(best[keep]), th.as_tensor(key[keep])
@@ -352,13 +358,13 @@ def _optimise(net: th.nn.Module, n: int, loss_of: Callable[[th.Tensor], th.Tenso
 
 
 def agreement(net: CandidateScorerNet | JointScorerNet, data: Dataset,
-              teacher: str = "belady_size") -> float:
+              teacher: str = "belady_size", objective: str = "traffic") -> float:
     """Fraction of decisions where the net's choice is one of the teacher's optimal ones (a
     :class:`JointScorerNet`: of both phases' decisions)."""
     if isinstance(net, JointScorerNet):
         ev, pf = data.of_phase(0), data.of_phase(1)
         n_ev, n_pf = len(ev), len(pf)
-        a_ev = agreement(net.evict, ev, teacher) * n_ev if n_ev else 0.0
+        a_ev = agreement(net.evict, ev, teacher, objective) * n_ev if n_ev else 0.0
         a_pf = 0.0
         if n_pf:
             cand, mask, glob, _ = pf.arrays()
@@ -370,7 +376,7 @@ def agreement(net: CandidateScorerNet | JointScorerNet, data: Dataset,
             a_pf = float((s.argmax(axis=1) == want).sum())
         return (a_ev + a_pf) / max(n_ev + n_pf, 1)
     cand, mask, glob, dist = data.arrays()
-    best, _ = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees())
+    best, _ = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees(), objective)
     with th.no_grad():
         s = net(th.as_tensor(cand), th.as_tensor(glob), th.as_tensor(mask).float()).numpy()
     choice = s.argmax(axis=1)
@@ -467,12 +473,13 @@ def dagger(net: CandidateScorerNet | JointScorerNet,
            collect: Callable[[Learner | None, float, int, np.random.Generator], Sequence[DecisionSample]],
            cfg: ImitationConfig, *, seed: int = 0,
            on_round: Callable[[int, dict[str, Any]], None] | None = None,
-           normalize: bool = True) -> Dataset:
+           normalize: bool = True, objective: str = "traffic") -> Dataset:
     """Run DAgger. ``collect(learner, beta, n, rng)`` drives the env for ``n`` decisions,
     choosing the oracle's action with probability ``beta`` and ``learner(cand, mask, glob,
     phase)`` otherwise, and returns the labelled decisions it visited. ``normalize``: set the
     net's input standardisation from the first round's decisions (``False`` for a net that
-    starts from a policy file's weights, whose normalisation they already hold)."""
+    starts from a policy file's weights, whose normalisation they already hold). ``objective``:
+    the env's reward, which the ``foo`` teacher's plan was made for (:func:`teacher_targets`)."""
     rng = np.random.default_rng(seed)
     data = Dataset()
 
@@ -489,13 +496,14 @@ def dagger(net: CandidateScorerNet | JointScorerNet,
                 del lst[:drop]
         hist = fit(net, data, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                    rank_weight=cfg.rank_weight, regression_weight=cfg.regression_weight,
-                   seed=seed + r, set_normalization=normalize and r == 0, teacher=cfg.teacher)
+                   seed=seed + r, set_normalization=normalize and r == 0, teacher=cfg.teacher,
+                   objective=objective)
         if cfg.average_from is not None and r >= cfg.average_from:
             ends.append([p.detach().clone() for p in net.parameters()])
         learner = learner_of(net)
         stats = {"round": r, "beta": beta, "samples": len(data), "new": len(samples),
                  "loss": hist[-1] if hist else float("nan"),
-                 "agreement": agreement(net, data, cfg.teacher)}
+                 "agreement": agreement(net, data, cfg.teacher, objective)}
         log.info("dagger round %d: %s", r, stats)
         if on_round is not None:
             on_round(r, stats)
@@ -504,5 +512,5 @@ def dagger(net: CandidateScorerNet | JointScorerNet,
             for p, *at_ends in zip(net.parameters(), *ends):
                 p.copy_(th.stack(at_ends).mean(0))
         log.info("dagger: weights averaged over the ends of rounds %d..%d (agreement %.4g)",
-                 cfg.average_from, cfg.rounds - 1, agreement(net, data, cfg.teacher))
+                 cfg.average_from, cfg.rounds - 1, agreement(net, data, cfg.teacher, objective))
     return data

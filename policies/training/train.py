@@ -323,12 +323,14 @@ class Collector:
     (no plan) it is the traffic teacher."""
 
     def __init__(self, factory: EnvFactory, progress: bool = False, teacher: str = "belady_size",
-                 prefetch_horizon: int | None = None, prefetch_no_harm: bool = True) -> None:
+                 prefetch_horizon: int | None = None, prefetch_no_harm: bool = True,
+                 objective: str = "traffic") -> None:
         self.envs = [factory(i) for i in range(len(factory.capacities))]
         self.K, self.F, self.G = obs_dims(self.envs[0].observation_space)
         self.joint = "phase" in self.envs[0].observation_space.spaces  # eviction and prefetch
         self.progress = progress
         self.teacher = teacher
+        self.objective = objective  # the env's reward (the foo teacher's plan's objective)
         self.horizon = prefetch_horizon  # the prefetch teacher's (ImitationConfig.prefetch_horizon)
         self.no_harm = prefetch_no_harm  # (ImitationConfig.prefetch_no_harm)
         self._n_resets = 0
@@ -377,7 +379,8 @@ class Collector:
                     else:
                         best, _ = teacher_targets(dist[None], cand[None], mask[None], self.teacher,
                                                   None if drop is None else drop[None],
-                                                  None if free is None else free[None])
+                                                  None if free is None else free[None],
+                                                  self.objective)
                         a = int(np.argmax(best[0]))
                 else:
                     a = int(learner(cand, mask, glob, phase))
@@ -530,7 +533,8 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     collector = Collector(factory, progress=bool(cfg.progress),
                           teacher=str(getattr(dagger_cfg, "teacher", "belady_size")),
                           prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None),
-                          prefetch_no_harm=bool(getattr(dagger_cfg, "prefetch_no_harm", True)))
+                          prefetch_no_harm=bool(getattr(dagger_cfg, "prefetch_no_harm", True)),
+                          objective=str(env_node.get("reward", "traffic")))
     prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     alloc = cfg.allocator
     validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),
@@ -545,7 +549,8 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
         on_eval=validator, eval_every=int(val.every), progress=bool(cfg.progress),
         collect=collector, normalization_sample=lambda: collector.normalization_sample(seed=seed),
-        vec=str(enum_value(env_node.get("vec", "dummy"))), save_dir=out, resume=resume)
+        vec=str(enum_value(env_node.get("vec", "dummy"))), save_dir=out, resume=resume,
+        objective=collector.objective)
     log.info("training %s on %d traces (%s), validating on %d (%s; validation.traces chooses "
              "them)", type(agent).__name__, len(traces), ", ".join(t.name for t in traces),
              len(val_traces), ", ".join(t.name for t in val_traces) or "none")

@@ -147,11 +147,14 @@ class Validator:
     def score(self, figs: dict[str, float]) -> float:
         """Model-selection score: for a network trained for stall (``objective``), minus its
         stall ratio to the reference (``stall_ratio``); else the mean gap closed to the bound in
-        traffic (what the pool pays), minus the worst shortfall below LRU (a checkpoint that
-        copies more than LRU anywhere is penalised)."""
+        the objective (traffic: what the pool pays; misses for a network trained for misses),
+        minus the worst shortfall below LRU (a checkpoint that does worse than LRU anywhere is
+        penalised)."""
         ratio = figs.get("stall_ratio", math.nan)
         if self.objective == "stall" and not math.isnan(ratio):
             return -ratio
+        if self.objective == "misses" and not math.isnan(figs.get("gap_closed_misses", math.nan)):
+            return figs["gap_closed_misses"] + min(0.0, figs.get("gap_closed_misses_min", 0.0))
         m, lo = figs.get("gap_closed_traffic", math.nan), figs.get("gap_closed_traffic_min", math.nan)
         if math.isnan(m):
             return -figs.get("traffic_learned", math.inf)

@@ -524,3 +524,32 @@ def test_the_sb3_model_started_from_a_network_scores_as_its_exported_file(algo, 
         if term:
             obs, _ = env.reset(seed=2)
     model.get_env().close()
+
+
+def test_the_foo_teacher_ranks_by_the_objective_its_plan_was_made_for() -> None:
+    """Where FOO's plan drops nothing, the ``foo`` teacher falls back to a ranking: for traffic
+    a dirty candidate's next use counts half (its eviction costs a write-back too); for misses a
+    write-back costs no miss, and the farthest next use is the choice (as Belady's)."""
+    from cachegym.policies.training.imitation import teacher_targets
+
+    F = len(FEATURE_NAMES)
+    cand = np.zeros((1, 2, F), np.float32)
+    cand[0, 1, FEATURE_NAMES.index("dirty")] = 1.0  # candidate 1 dirty, used later than 0
+    mask = np.ones((1, 2), bool)
+    dist = np.array([[10.0, 15.0]])
+    none = np.zeros((1, 2), bool)  # the plan drops neither
+    traffic, _ = teacher_targets(dist, cand, mask, "foo", none)
+    misses, _ = teacher_targets(dist, cand, mask, "foo", none, objective="misses")
+    assert traffic[0].tolist() == [True, False] and misses[0].tolist() == [False, True]
+
+
+def test_validation_selects_on_the_objective_trained_for() -> None:
+    from cachegym.policies.training.validation import Validator
+
+    v = Validator.__new__(Validator)
+    figs = {"gap_closed_traffic": 0.6, "gap_closed_traffic_min": 0.1,
+            "gap_closed_misses": 0.2, "gap_closed_misses_min": -0.1}
+    v.objective = "traffic"
+    assert v.score(figs) == pytest.approx(0.6)
+    v.objective = "misses"
+    assert v.score(figs) == pytest.approx(0.1)
