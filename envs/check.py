@@ -60,23 +60,25 @@ class PolicyCheckError(CachegymError, AssertionError):
         super().__init__(where + message)
 
 
-def _at(e: Exception, check: str, row: int) -> PolicyCheckError:
-    """``e`` as a :class:`PolicyCheckError` of ``check`` at ``row`` (a rule :class:`Checked`
-    found broken inside a hook, which the pool wrapped as the policy's error, as itself)."""
+def _rule(e: Exception) -> Exception:
+    """The broken rule inside ``e`` (a :class:`PolicyCheckError` :class:`Checked` raised in a
+    hook, which the pool wrapped as the policy's error), or ``e`` itself."""
     if isinstance(e, PolicyError) and isinstance(e.__cause__, PolicyCheckError):
-        e = e.__cause__
-    msg = e.message if isinstance(e, PolicyCheckError) else str(e)
-    return PolicyCheckError(msg, check, row)
+        return e.__cause__
+    return e
+
+
+def _at(e: Exception, check: str, row: int) -> PolicyCheckError:
+    """``e`` (:func:`_rule`) as a :class:`PolicyCheckError` of ``check`` at ``row``."""
+    e = _rule(e)
+    return PolicyCheckError(e.message if isinstance(e, PolicyCheckError) else str(e), check, row)
 
 
 def _cause(e: Exception) -> BaseException | None:
     """What :func:`_at`'s error is chained to: the policy's own exception (where one was
     raised), not a rule's."""
-    if isinstance(e, PolicyError) and isinstance(e.__cause__, PolicyCheckError):
-        e = e.__cause__
-    if isinstance(e, PolicyCheckError):
-        return e.__cause__
-    return e
+    e = _rule(e)
+    return e.__cause__ if isinstance(e, PolicyCheckError) else e
 
 
 _NO_ORDER = object()
@@ -370,8 +372,7 @@ def check_policy(policy: str | Callable[[], EvictionPolicy], *, seeds: Sequence[
             drive(Pool(60_000, c, placement="bytes"), c, trace, CHECKS[3])
             runs.append(c.evicted)
         if runs[0] != runs[1]:
-            at = next(j for j, (a, b) in enumerate(zip(runs[0], runs[1])) if a != b) \
-                if any(a != b for a, b in zip(runs[0], runs[1])) else min(map(len, runs))
+            at = next((j for j, (a, b) in enumerate(zip(*runs)) if a != b), min(map(len, runs)))
             raise PolicyCheckError(f"policy {policy_label(c.wrapped)}: two fresh instances replaying the same "
                                    f"trace evicted differently (eviction {at}): seed any "
                                    "randomness (e.g. numpy.random.default_rng(seed) in __init__)",
