@@ -145,19 +145,6 @@ def _yes(got: Any) -> bool:
                     "(stream it: copied for this access, not kept)")
 
 
-def _check_request(op: str, new: bool, key: Any, size: Any) -> None:
-    """Refuse (:class:`ConfigError`, naming ``op``) a request's size that is not an integer
-    number of bytes in 1 .. :data:`MAX_SIZE`, or a key that is not an integer where the request
-    would create the object (``new``)."""
-    if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
-            or size > MAX_SIZE):
-        raise ConfigError(f"{op}: object {key!r} needs a size that is an integer number of "
-                          f"bytes in 1 .. 2**48, got {size!r}")
-    if new and (not isinstance(key, (int, np.integer)) or isinstance(key, bool)):
-        raise ConfigError(f"{op}: keys are integers (a trace's int64 key column), got "
-                          f"{key!r} of type {type(key).__name__}")
-
-
 def as_key(key: Any, op: str) -> int:
     """``key`` as a key of the pool: an integer (a NumPy integer as its ``int``). A bool, a
     float or anything else is refused (:class:`ConfigError`), existing object or not: ``True``
@@ -166,6 +153,18 @@ def as_key(key: Any, op: str) -> int:
         return int(key)
     raise ConfigError(f"{op}: keys are integers (a trace's int64 key column), got {key!r} of type "
                       f"{type(key).__name__}")
+
+
+def _check_request(op: str, new: bool, key: Any, size: Any) -> None:
+    """Refuse (:class:`ConfigError`, naming ``op``) a request's size that is not an integer
+    number of bytes in 1 .. :data:`MAX_SIZE`, or a key that is not an integer where the request
+    would create the object (``new``: :func:`as_key`)."""
+    if (not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0
+            or size > MAX_SIZE):
+        raise ConfigError(f"{op}: object {key!r} needs a size that is an integer number of "
+                          f"bytes in 1 .. 2**48, got {size!r}")
+    if new:
+        as_key(key, op)
 
 
 @cython.cclass

@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 __all__ = ["COLUMNS", "evaluate", "run_one", "RunSpec", "TimedPolicy", "resolve_capacity",
            "write_results", "format_table", "plot_results",
            "check_capacities", "check_capacity_of", "check_presets", "check_bounds_kinds", "check_eviction_names", "plan_learned",
-           "learned_name", "learned_prefetcher", "LEARNED_PREFETCH", "prefetch_label"]
+           "learned_name", "learned_prefetcher", "learned_path", "LEARNED_PREFETCH", "prefetch_label"]
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +363,7 @@ LEARNED_PREFETCH = "learned:"
 policy of the sweep."""
 
 
-def _learned_prefetch_path(name: str) -> str | None:
+def learned_path(name: str) -> str | None:
     """The policy file ``learned:PATH`` names (``~`` expanded); ``None`` for any other name."""
     return os.path.expanduser(name[len(LEARNED_PREFETCH):]) if name.startswith(LEARNED_PREFETCH) else None
 
@@ -372,7 +372,7 @@ def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
     """The :class:`~policies.learned.LearnedPolicy` (network alone) that ``learned:PATH`` names,
     whose :meth:`~policies.learned.LearnedPolicy.prefetch` is the file's prefetch head; ``None``
     for any other name. A missing or invalid file is refused naming ``key``."""
-    path = _learned_prefetch_path(name)
+    path = learned_path(name)
     if path is None:
         return None
     from cachegym.allocator.errors import PolicyFileError
@@ -843,7 +843,7 @@ def _input_files(spec: RunSpec) -> list[str]:
     if spec.preset.endswith(".json"):
         out.append(os.path.expanduser(spec.preset))
     for name in (spec.policy, spec.prefetch):
-        path = _learned_prefetch_path(name) or import_spec_file(name)
+        path = learned_path(name) or import_spec_file(name)
         if path is not None:
             out.append(path)
     return [p for p in out if os.path.isfile(p)]

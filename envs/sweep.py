@@ -122,17 +122,15 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
         i += 1
         dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
     os.makedirs(dest)
-    copied = []
+    moved, copied = [], []
     for n in present:
         src = os.path.join(out_dir, n)
-        if os.path.realpath(src) in kept:
-            if os.path.isfile(src):
-                shutil.copy2(src, os.path.join(dest, n))
-                copied.append(n)
-        else:
+        if os.path.realpath(src) not in kept:
             os.replace(src, os.path.join(dest, n))
-    moved = [n for n in present if n not in copied and os.path.realpath(os.path.join(out_dir, n))
-             not in kept]
+            moved.append(n)
+        elif os.path.isfile(src):
+            shutil.copy2(src, os.path.join(dest, n))
+            copied.append(n)
     log.warning("%s held an earlier run's %s: %s to %s", out_dir, ", ".join(moved + copied),
                 "moved" if not copied else f"moved ({', '.join(copied)} copied: an input of this run)",
                 dest)

@@ -578,7 +578,7 @@ def _lfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None,
     lam = np.full(n, lam0)
     m = np.zeros(n)
     v2 = np.zeros(n)
-    last_gain, k = 0, 0
+    last_gain = 0
     for k in range(iterations):
         v, g = value(lam)
         if v > best * (1 + 1e-4) + 1e-12 or (best <= 0 and v > best):

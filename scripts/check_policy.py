@@ -24,14 +24,16 @@ from cachegym.allocator.errors import CachegymError
 
 def _factory(spec: str) -> str | Callable[[], Any]:
     """What :func:`check_policy` takes for ``spec``: the spec itself, or for ``learned:PATH`` a
-    function that loads the file."""
-    if spec.startswith("learned:"):
-        from cachegym.policies.registry import make_eviction
+    function that loads the file (under its default guard)."""
+    from cachegym.envs.evaluation import learned_path
 
-        path = spec[len("learned:"):]
-        make_eviction("learned", path=path)  # (a bad file is refused here, before any check)
-        return lambda: make_eviction("learned", path=path)
-    return spec
+    path = learned_path(spec)
+    if path is None:
+        return spec
+    from cachegym.policies.registry import make_learned
+
+    make_learned(path)  # (a bad file is refused here, before any check)
+    return lambda: make_learned(path)
 
 
 def _where(e: BaseException) -> str:

@@ -154,8 +154,7 @@ def _warn_config_changes(zip_path: str, cfg: Any) -> None:
         old = OmegaConf.load(saved)
     except Exception:  # (unreadable: nothing to compare)
         return
-    keys = ("env._target_", "env.reward", "env.cost", "env.K", "env.candidates", "policy.hidden",
-            "objective")
+    keys = ("env._target_", "env.reward", "env.cost", "env.K", "env.candidates", "policy.hidden")
     changed = []
     for k in keys:
         a, b = OmegaConf.select(old, k, default=None), OmegaConf.select(cfg, k, default=None)
@@ -335,8 +334,10 @@ class Collector:
         self.no_harm = prefetch_no_harm  # (ImitationConfig.prefetch_no_harm)
         self._n_resets = 0
         self.plans: FooPlans | None = None
-        # the traffic teachers read when each candidate is freed (an env that tells it)
-        self.frees = teacher in ("traffic", "foo") and hasattr(self.envs[0], "candidate_rows")
+        # the traffic teachers read when each candidate is freed (an env that tells it; not the
+        # foo teacher of a plan for misses, which ranks by next use alone)
+        self.frees = ((teacher == "traffic" or (teacher == "foo" and objective != "misses"))
+                      and hasattr(self.envs[0], "candidate_rows"))
         if teacher == "foo":
             if self.joint or not hasattr(self.envs[0], "candidate_rows"):
                 log.warning("teacher foo: FOO's plan models eviction alone; %s's decisions are "
