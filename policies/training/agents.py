@@ -296,6 +296,9 @@ def resume_model(model: Any, path: str) -> None:
             log.warning("resume: %s: the optimizer state does not fit (%s); starting it afresh", path, e)
     steps = fields.get("num_timesteps")
     model.num_timesteps = int(steps) if isinstance(steps, int) and steps >= 0 else 0
+    # the gradient updates so far (what TensorBoard's train/n_updates counts on from)
+    updates = fields.get("_n_updates")
+    model._n_updates = int(updates) if isinstance(updates, int) and updates >= 0 else 0
     log.info("resuming %s from %s at step %d (weights%s)", type(model).__name__, path,
              model.num_timesteps, ", optimizer state" if opt is not None else "")
 

@@ -131,6 +131,9 @@ def test_train_saves_the_zip_and_resume_continues_it(tmp_path, caplog) -> None:
     assert f"resuming PPO from {zip_a} at step 64" in caplog.text  # the log says it resumed
     _assert_same(_weights(res["policy"]), _weights(first["policy"]))
     assert read_sb3_zip(res["sb3_model"])[2]["num_timesteps"] == 128  # the step count goes on
+    # and the update count (train/n_updates in TensorBoard): one rollout of one epoch each
+    updates = read_sb3_zip(zip_a)[2]["_n_updates"]
+    assert updates > 0 and read_sb3_zip(res["sb3_model"])[2]["_n_updates"] == 2 * updates
     fresh = train(cfg_of([*TINY, *PPO_TINY, "agent.kwargs.learning_rate=0.0", "seed=1",
                           f"out_dir={tmp_path / 'c'}"]))
     assert not np.allclose(_weights(fresh["policy"])["wc"], _weights(first["policy"])["wc"])
