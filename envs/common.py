@@ -346,14 +346,33 @@ def check_capacity(capacity: float, capacity_of: str) -> None:
         raise ConfigError(f"capacity_of must be one of {CAPACITY_OF}, got {capacity_of!r}")
 
 
+class RenderModeError(ConfigError, TypeError):
+    """A ``render_mode`` the envs do not have. Also a :class:`TypeError`, as an unexpected
+    keyword argument would be: stable-baselines3's ``make_vec_env`` and
+    ``PPO(policy, "cachegym/Evict-v0")`` ask for ``render_mode="rgb_array"`` first and make the
+    env without one on a ``TypeError``."""
+
+
 def render_mode_of(mode: Any) -> None:
     """An env's ``render_mode``: ``None`` (the envs draw nothing: their ``metadata``'s
-    ``render_modes`` is empty); any other value is refused (Gymnasium's checker refuses it
-    later, and ``render()`` would have nothing to show)."""
+    ``render_modes`` is empty); any other value is refused (:class:`RenderModeError`;
+    Gymnasium's checker refuses it later, and ``render()`` would have nothing to show)."""
     if mode is not None:
-        raise ConfigError(f"render_mode {mode!r}: the cachegym envs draw nothing (render_modes is "
-                          "empty); leave render_mode at None and read the pool's statistics from "
-                          "info['stats'] at an episode's end")
+        raise RenderModeError(f"render_mode {mode!r}: the cachegym envs draw nothing (render_modes is "
+                              "empty); leave render_mode at None and read the pool's statistics from "
+                              "info['stats'] at an episode's end")
+
+
+def step_ends(window: Trace) -> np.ndarray:
+    """Per row of ``window``: whether it is the last access (a read or write, not a free) of
+    its trace step (``opportunity="step"``: a DL step often ends with frees of its temporaries,
+    after its last access)."""
+    access = np.flatnonzero(window.op != int(Op.FREE))
+    ends = np.zeros(len(window), bool)
+    if len(access):
+        st = window.step[access]
+        ends[access[np.r_[st[1:] != st[:-1], True]]] = True
+    return ends
 
 
 def no_decision_message(what: str, pool: Any, capacity: Any) -> str:
@@ -366,8 +385,10 @@ def no_decision_message(what: str, pool: Any, capacity: Any) -> str:
                 f"{capacity!r}) are fewer than any object's size, so every access was streamed and "
                 "none asked for room; raise the capacity (an int is bytes, a float a fraction of "
                 "the window: 0.25)")
-    return (f"no {what} arose in 16 episode windows: the pool holds the whole window; lower "
-            "capacity or lengthen the window")
+    return (f"no {what} arose in 16 episode windows: the pool ({pool.capacity if pool is not None else '?'} "
+            f"bytes, capacity={capacity!r}) held all it was asked for; lower the capacity, or, on a "
+            "DL trace (whose working set is many times what is live at once), take it as a share "
+            "of peak live bytes: capacity_of='peak_live'")
 
 
 def resolve_capacity(capacity: float, capacity_of: str, window: Trace) -> int:

@@ -49,9 +49,9 @@ class EvictEnv(PoolEnv):
     (:meth:`Pool.steps`) over a window of a trace. Hits, misses, evictions and every statistic
     are the pool's; the agent only answers the pool's :class:`~allocator.pool.EvictionRequest`
     (several per access when one victim does not free enough room). Everything between two
-    requests is fast-forwarded inside the pool: where the pool's C paths serve the
-    configuration (no cost model, the default), in one call of ``HitPath.run`` that stops at
-    the next request, with the same effects as :meth:`Pool.steps` (the pure-Python path gives
+    requests is fast-forwarded inside the pool: a resident object's access through
+    :meth:`Pool.access` (the compiled loop, with no generator), a miss through :meth:`Pool.steps`,
+    which stops at its eviction request (the interpreted core, ``CACHEGYM_PURE_PYTHON=1``, gives
     bit-identical rollouts).
 
     ## Action space
@@ -87,7 +87,8 @@ class EvictEnv(PoolEnv):
     * ``"misses"``: ``-1`` per demand miss. Miss count is the quantity Belady's
       oracle minimises, so the oracle's actions give the optimal return and imitation and RL
       optimise the same thing; it is dense, needs no scale and does not depend on the cost model.
-    * ``"bytes"``: ``-bytes fetched on demand / mean object size of the window``.
+    * ``"bytes"``: ``-bytes of the demand misses / mean object size of the window`` (a write
+      miss counts its object's bytes though it copies nothing in: ``"traffic"`` counts copies).
     * ``"stall"``: ``-stall ns / fetch time of a mean-sized object`` (needs a ``cost`` preset).
 
     The return of an episode is minus the traffic (misses, bytes, stall) after the first decision.

@@ -33,6 +33,7 @@ from cachegym.envs.common import (
     render_mode_of,
     resolve_capacity,
     reward_scales,
+    step_ends,
 )
 from cachegym.envs.prefetch import OPPORTUNITIES
 from cachegym.policies import features
@@ -90,6 +91,10 @@ class JointEnv(PoolEnv):
     ## Version history
 
     * v0: initial version. Default since 2026-12-02: ``invalid_action="default"`` (was ``"raise"``).
+    * Since 2026-12-05: ``capacity_of="peak_live"`` by default (was ``"working_set"``, of
+      which 0.25 held whole windows of most DL traces: no decision arose), as Evict-v0;
+      ``opportunity="step"`` asks at the last access of a step where frees follow it
+      (it asked never on traces whose steps end with frees, as the bundled ones do).
     """
 
     def __init__(
@@ -101,7 +106,7 @@ class JointEnv(PoolEnv):
         opportunity: str | int = "miss",
         window: int | None = 4096,
         capacity: float = 0.25,
-        capacity_of: str = "working_set",
+        capacity_of: str = "peak_live",
         reward: str = "misses",
         invalid_action: str = "default",
         predictor: SuccessorPredictor | Mapping[str, int] | None = None,
@@ -207,12 +212,12 @@ class JointEnv(PoolEnv):
         resident, access, free, steps = view.is_resident, pool.access, pool.free, pool.steps
         observe, propose, opp = self.predictor.observe, self.predictor.propose, self.opportunity
         compute, select, decide = pool.cost.compute, features.select_keys, self._decide
-        last_row, step_of = self._last_row, w.step
+        last_row = self._last_row
         # the opportunity rule as an int: every `every`-th access; 0 after a miss, -1 at the
         # last access of a trace step
         every = 1 if opp == "access" else 0 if opp == "miss" else -1 if opp == "step" else int(opp)
+        ends = step_ends(w.trace) if every == -1 else np.zeros(0, bool)  # (read for "step" only)
         free_, write_, evict_, prefetch_ = int(Op.FREE), int(Op.WRITE), EVICT, PREFETCH
-        last = len(w) - 1
         n_access = 0
         for i, (k, op, size, kind, comp) in enumerate(zip(w.key, w.op, w.size, w.kind, w.compute_ns)):
             if op == free_:
@@ -240,7 +245,7 @@ class JointEnv(PoolEnv):
             elif every == 0:
                 ask = not hit
             else:
-                ask = i == last or step_of[i + 1] != step_of[i]
+                ask = bool(ends[i])
             if ask:
                 cands = propose(k, K, view)
                 if cands:

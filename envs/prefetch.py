@@ -34,6 +34,7 @@ from cachegym.envs.common import (
     render_mode_of,
     resolve_capacity,
     reward_scales,
+    step_ends,
 )
 from cachegym.policies import features
 from cachegym.policies.base import EvictionPolicy
@@ -130,6 +131,10 @@ class PrefetchEnv(PoolEnv):
     ## Version history
 
     * v0: initial version. Default since 2026-12-02: ``invalid_action="noop"`` (was ``"raise"``).
+    * Since 2026-12-05: ``capacity_of="peak_live"`` by default (was ``"working_set"``, of
+      which 0.25 held whole windows of most DL traces: no decision arose), as Evict-v0;
+      ``opportunity="step"`` asks at the last access of a step where frees follow it
+      (it asked never on traces whose steps end with frees, as the bundled ones do).
     """
 
     def __init__(
@@ -140,7 +145,7 @@ class PrefetchEnv(PoolEnv):
         opportunity: str | int = "miss",
         window: int | None = 4096,
         capacity: float = 0.25,
-        capacity_of: str = "working_set",
+        capacity_of: str = "peak_live",
         reward: str = "pythia",
         pythia_weights: Mapping[str, float] | None = None,
         invalid_action: str = "noop",
@@ -198,8 +203,11 @@ class PrefetchEnv(PoolEnv):
             self._start(self._episodes.draw(self.np_random, options))
             if self._advance(start=True):
                 return self._obs, self._info()
-        raise ConfigError("no prefetch opportunity with candidates arose in 16 episode windows; "
-                          "use opportunity='access', a longer window or a smaller capacity")
+        raise ConfigError("no prefetch opportunity with candidates arose in 16 episode windows "
+                          f"(opportunity={self.opportunity!r}, capacity={self.capacity!r} of "
+                          f"{self.capacity_of}); use opportunity='access', or a smaller capacity (a "
+                          "pool that holds its window misses nothing), or capacity_of='peak_live' on "
+                          "a DL trace (whose working set is many times what is live at once)")
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._done or self.pool is None:
@@ -287,13 +295,14 @@ class PrefetchEnv(PoolEnv):
         assert pool is not None
         access, free, view, compute = pool.access, pool.free, pool.view, pool.cost.compute
         observe, propose = self.predictor.observe, self.predictor.propose
-        last_row, opp, steps = self._last_row, self.opportunity, w.step
+        last_row, opp = self._last_row, self.opportunity
         masks = _mask_table(K)
         # the opportunity rule as an int: every `every`-th access; 0 after a miss, -1 at the
         # last access of a trace step
         every = 1 if opp == "access" else 0 if opp == "miss" else -1 if opp == "step" else int(opp)
+        ends = step_ends(w.trace) if every == -1 else np.zeros(0, bool)  # (read for "step" only)
         free_, write_ = _FREE, _WRITE  # plain ints in fast locals
-        n, n_access = len(w), 0
+        n_access = 0
         for i, (k, op, size, kind, comp) in enumerate(zip(w.key, w.op, w.size, w.kind, w.compute_ns)):
             if op == free_:
                 free(k)
@@ -309,7 +318,7 @@ class PrefetchEnv(PoolEnv):
             elif every == 0:
                 ask = not hit
             else:
-                ask = i + 1 == n or steps[i + 1] != steps[i]
+                ask = bool(ends[i])
             if ask:
                 cands = propose(k, K, view)
                 if cands:

@@ -127,7 +127,7 @@ class _PrefetchingEnvConfig:
     # defaults, the successor table; with horizon > 0, the aligned history)
     predictor: Any = None
     window: int | None = 4096
-    capacity_of: str = "working_set"
+    capacity_of: str = "peak_live"
     cost: str | None = None
     placement: str = "bytes"
     write_policy: str = "write-back"

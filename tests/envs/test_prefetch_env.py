@@ -243,3 +243,39 @@ def test_a_reward_baseline_goes_with_the_demand_rewards_only() -> None:
                 break
         st = env.pool.stats
         assert total == pytest.approx((st.accesses - acc0) - (st.misses - m0))
+
+
+def _steps_ending_with_frees(n_steps: int = 6):
+    """Each training step writes a temporary, reads keys 1-4, then frees the temporary: its last
+    access is the read of 4, and a free follows it (as in every bundled DL trace)."""
+    from cachegym.allocator.trace import Trace
+
+    key, op, step = [], [], []
+    for s in range(n_steps):
+        rows = [(100 + s, 1), (1, 0), (2, 0), (3, 0), (4, 0), (100 + s, 2)]
+        key += [k for k, _ in rows]
+        op += [o for _, o in rows]
+        step += [s] * len(rows)
+    return Trace.from_arrays(np.array(key), np.full(len(key), 100), np.array(op, np.int8),
+                             step=np.array(step))
+
+
+@pytest.mark.parametrize("env_id", ["cachegym/Prefetch-v0", "cachegym/Joint-v0"])
+def test_opportunity_step_asks_at_a_steps_last_access_though_frees_follow(env_id: str) -> None:
+    """Before 2026-12-05 the rule looked at the row after each access, a free here: no decision
+    arose (Prefetch-v0 refused to start; Joint-v0 asked for evictions only)."""
+    from cachegym.envs.joint import PREFETCH
+
+    t = _steps_ending_with_frees()
+    env = gym.make(env_id, traces=t, K=2, window=None, capacity=200, opportunity="step").unwrapped
+    obs, info = env.reset(seed=0)
+    accessed, term = [], False
+    while not term:
+        if env_id.endswith("Joint-v0") and info["phase"] != PREFETCH:
+            obs, r, term, trunc, info = env.step(int(np.flatnonzero(env.action_masks())[0]))
+            continue
+        accessed.append(info["tick"])
+        obs, r, term, trunc, info = env.step(env.K)  # no prefetch
+    # one per step but the first (the successors of key 4 are known from its second step on),
+    # each after the read of key 4: row 6 s + 4 of step s (the pool's tick counts every row)
+    assert accessed == [6 * s + 4 for s in range(1, 6)]

@@ -132,3 +132,38 @@ def test_every_env_yaml_is_one_registered_env_and_uses_its_schema() -> None:
         targets.add(cfg["_target_"])
     assert targets == {"cachegym.envs.evict.EvictEnv", "cachegym.envs.prefetch.PrefetchEnv",
                        "cachegym.envs.joint.JointEnv"}
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_sb3_helpers_make_the_envs_by_id(env_id: str) -> None:
+    """stable-baselines3 makes an env by id with ``render_mode="rgb_array"`` first and without it
+    on a ``TypeError`` (``make_vec_env``, ``PPO(policy, env_id)``): the refusal is one
+    (:class:`RenderModeError`, a ConfigError too), so both helpers work unchanged."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.common import RenderModeError
+
+    with pytest.raises(RenderModeError, match="render_mode 'rgb_array': the cachegym envs draw nothing") as e:
+        gym.make(env_id, render_mode="rgb_array")
+    assert isinstance(e.value, TypeError) and isinstance(e.value, ConfigError)
+    venv = make_vec_env(env_id, n_envs=2, seed=0)
+    obs = venv.reset()
+    assert obs["mask"].shape[0] == 2
+    venv.close()
+    model = MaskablePPO("MultiInputPolicy", env_id, n_steps=16, batch_size=16, seed=0)
+    assert model.env.num_envs == 1
+    model.env.close()
+
+
+@pytest.mark.parametrize("env_id", ["cachegym/Prefetch-v0", "cachegym/Joint-v0"])
+@pytest.mark.parametrize("trace", ["gpt", "resnet", "mlp_embedding"])
+def test_prefetching_envs_start_on_bundled_dl_traces_with_defaults(env_id: str, trace: str) -> None:
+    """With capacity_of="working_set" (the default until 2026-12-05) 0.25 of a DL trace's working
+    set held whole windows of these traces, and no decision arose: peak live bytes, as
+    Evict-v0."""
+    data = Path(__file__).resolve().parents[2] / "data" / "traces" / f"{trace}.npz"
+    env = gym.make(env_id, traces=str(data))
+    env.reset(seed=0)
+    env.close()

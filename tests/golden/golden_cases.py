@@ -296,8 +296,9 @@ _E, _P, _J = "cachegym/Evict-v0", "cachegym/Prefetch-v0", "cachegym/Joint-v0"
 
 # (the eviction cases name the reward they were recorded with, misses: the env's default became
 # traffic on 2026-12-02; and the candidate rule and capacity_of, lru and working_set: the
-# defaults became conf/env/evict.yaml's, sample and peak_live, later that day. The choosers take
-# valid actions only, so invalid_action plays no part)
+# defaults became conf/env/evict.yaml's, sample and peak_live, later that day; the prefetch and
+# joint cases name working_set, their default until 2026-12-05. The choosers take valid actions
+# only, so invalid_action plays no part)
 ENV_CONFIGS = (
     EnvCase("evict/default-trace-sample", _E, None,
             (("K", 16), ("candidates", "sample"), ("window", 1500), ("capacity_of", "working_set"),
@@ -329,23 +330,24 @@ ENV_CONFIGS = (
             (("K", 4), ("window", None), ("capacity", 30 * 1024), ("opportunity", "access"),
              ("cost", "a100_pcie4"))),
     EnvCase("prefetch/step-misses", _P, ("pattern", 10, 2),
-            (("K", 6), ("window", 300), ("capacity", 0.5), ("opportunity", "step"),
+            (("K", 6), ("window", 300), ("capacity", 0.5), ("capacity_of", "working_set"), ("opportunity", "step"),
              ("reward", "misses"))),
     EnvCase("prefetch/every3-stall-arena", _P, ("pattern", 8, 3),
-            (("K", 8), ("window", None), ("capacity", 0.5), ("opportunity", 3),
+            (("K", 8), ("window", None), ("capacity", 0.5), ("capacity_of", "working_set"), ("opportunity", 3),
              ("reward", "stall"), ("cost", "h100_pcie5"), ("placement", "arena"))),
     EnvCase("prefetch/frees-noop", _P, ("small", 7),
-            (("K", 8), ("window", 800), ("capacity", 0.3), ("opportunity", "access"),
+            (("K", 8), ("window", 800), ("capacity", 0.3), ("capacity_of", "working_set"), ("opportunity", "access"),
              ("invalid_action", "noop"))),
-    EnvCase("joint/default", _J, ("pattern", 8, 0), (("K", 8), ("window", None), ("capacity", 0.5))),
+    EnvCase("joint/default", _J, ("pattern", 8, 0), (("K", 8), ("window", None), ("capacity", 0.5),
+                                                     ("capacity_of", "working_set"))),
     EnvCase("joint/access-a100", _J, ("pattern", 6, 4),
-            (("K", 4), ("window", None), ("capacity", 0.4), ("opportunity", "access"),
+            (("K", 4), ("window", None), ("capacity", 0.4), ("capacity_of", "working_set"), ("opportunity", "access"),
              ("cost", "a100_pcie4"))),
     EnvCase("joint/sample-arena-bytes", _J, ("small", 11),
-            (("K", 8), ("window", 500), ("capacity", 0.3), ("candidates", "sample"),
+            (("K", 8), ("window", 500), ("capacity", 0.3), ("capacity_of", "working_set"), ("candidates", "sample"),
              ("placement", "arena"), ("reward", "bytes"))),
     EnvCase("joint/step-stall-gh200-wt", _J, ("pattern", 8, 5),
-            (("K", 6), ("window", None), ("capacity", 0.5), ("opportunity", "step"),
+            (("K", 6), ("window", None), ("capacity", 0.5), ("capacity_of", "working_set"), ("opportunity", "step"),
              ("reward", "stall"), ("cost", "gh200_c2c"), ("write_policy", "write-through"))),
 )
 
