@@ -262,8 +262,10 @@ class Pool(Loop):
                 except Exception as e:
                     raise PolicyError(policy, "on_insert", o.key, e, "the pool keeps its policy "
                                       "(the new one was told of the objects it holds)") from e
-            self._policy = policy
+            old, self._policy = self._policy, policy
             _claim(policy, self)
+            if old is not policy:
+                _given_up(old)
             self._refresh_fast_path()
 
     @property
@@ -636,8 +638,8 @@ class Pool(Loop):
 
     def close(self) -> None:
         """Wait for every copy in flight, close the backend, and give up the policy: another
-        pool may be given it (after its own ``reset``, where it has one: the policy still
-        holds this pool's objects)."""
+        pool may be given it if it has a ``reset()``, which that pool calls (the policy still
+        holds this pool's objects; one without is refused there)."""
         with self._lock:
             self._refuse_while_deciding("close")
             try:
@@ -675,6 +677,10 @@ class Pool(Loop):
 
 _SERVING: dict[int, weakref.ref[Pool]] = {}
 """``id(policy)`` -> the pool it was last given to (:func:`_claim`)."""
+_SERVED: dict[int, tuple[weakref.ref[Any], weakref.ref[Pool] | None]] = {}
+"""``id(policy)`` -> (the policy, the pool it last served: ``None`` once that pool gave it up
+for another policy), for every policy object a pool was given, while it lives (a policy that
+cannot be weakly referenced is not recorded)."""
 _SERVING_LOCK = threading.RLock()  # (a pool's weakref callback may run in gc.collect below)
 
 
@@ -682,9 +688,12 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
     """Record that ``pool`` uses ``policy``; refuse (:class:`ConfigError`) a policy another
     live pool still uses: a policy keeps the state of one pool's objects (its order, counts,
     model), and shared by two its victims would be the other pool's keys and its decisions
-    those of neither. A pool that was given another policy since, was closed, or is gone, holds
-    no claim. Keyed by the object given: a wrapper (``Forwarding(p)``) is another object than
-    ``p``, and a closed pool that is used again is not stopped."""
+    those of neither. A policy that served another pool before (closed, dropped, or given
+    another policy since) still holds that pool's objects: the pool calls its ``reset()`` where
+    it has one (a :class:`~policies.features.FeatureTracker`), in the ``check_only`` call each
+    caller makes before the policy hears of anything, and refuses it otherwise. Keyed by
+    the object given: a wrapper (``Forwarding(p)``) is another object than ``p``, and a closed
+    pool that is used again is not stopped."""
     with _SERVING_LOCK:
         for attempt in (0, 1):
             ref = _SERVING.get(id(policy))
@@ -699,11 +708,30 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
                 f"policy {policy!r} already serves another live pool ({other!r}): a policy "
                 "keeps the state of one pool's objects, so each pool needs its own policy object "
                 "(build another, e.g. cachegym.make_policy(name) or LearnedPolicy.load(path), or "
-                "copy.deepcopy(policy) before its first use); or close the other pool first "
-                "(pool.close()), or give it another policy")
-        if not check_only:
-            key = id(policy)
-            _SERVING[key] = weakref.ref(pool, _forgetting(key))
+                "copy.deepcopy(policy) before its first use), or give the other pool another policy")
+        served = _SERVED.get(id(policy))
+        stale = served is not None and served[0]() is policy and (
+            served[1] is None or served[1]() is not pool)
+        reset = getattr(policy, "reset", None) if stale else None
+        if stale and not callable(reset):
+            raise ConfigError(
+                f"policy {policy!r} served another pool before (closed, dropped or given another "
+                "policy since) and still holds that pool's objects in its state, which would "
+                "decide this pool's evictions: give this pool a new policy object (e.g. "
+                "cachegym.make_policy(name) or LearnedPolicy.load(path), or copy.deepcopy(policy) "
+                "before its first use), or give the policy's class a reset() that forgets "
+                "everything, which a pool then calls before it uses the policy again")
+        if check_only:  # (the callers check before the policy hears of anything: reset now)
+            if reset is not None:
+                reset()
+            return
+        key = id(policy)
+        _SERVING[key] = weakref.ref(pool, _forgetting(key))
+        try:
+            mine = weakref.ref(policy, _forgetting_served(key))
+        except TypeError:  # (no weak references to it: not recorded)
+            return
+        _SERVED[key] = (mine, weakref.ref(pool))
 
 
 def _unclaim(policy: EvictionPolicy, pool: Pool) -> None:
@@ -712,6 +740,25 @@ def _unclaim(policy: EvictionPolicy, pool: Pool) -> None:
         ref = _SERVING.get(id(policy))
         if ref is not None and ref() is pool:
             del _SERVING[id(policy)]
+
+
+def _given_up(policy: EvictionPolicy) -> None:
+    """A pool was given another policy than ``policy``: ``policy`` no longer follows that
+    pool's events, so its state is stale for that pool too (:func:`_claim`)."""
+    with _SERVING_LOCK:
+        served = _SERVED.get(id(policy))
+        if served is not None and served[0]() is policy:
+            _SERVED[id(policy)] = (served[0], None)
+
+
+def _forgetting_served(key: int) -> Callable[[weakref.ref[Any]], None]:
+    """The callback of a policy's weak reference in :data:`_SERVED`: the policy is gone."""
+    def forget(ref: weakref.ref[Any]) -> None:
+        with _SERVING_LOCK:
+            served = _SERVED.get(key)
+            if served is not None and served[0] is ref:
+                del _SERVED[key]
+    return forget
 
 
 def _forgetting(key: int) -> Callable[[weakref.ref[Pool]], None]:
