@@ -136,18 +136,21 @@ class PolicyError(CachegymError, RuntimeError):
                  outcome: str) -> None:
         self.policy, self.hook, self.key = policy, hook, key
         super().__init__(
-            f"policy {policy_label(policy)} raised {cause!r} in {hook} for key {key!r}; "
+            f"policy {policy_label(policy)} raised {cause!r} in {hook}"
+            f"{'' if key is None else f' for key {key!r}'}; "
             f"{outcome}. Fix the policy's {hook} (its exception is chained as the cause)"
         )
 
 
 def policy_label(policy: object) -> str:
     """``'name' (Class)`` of a policy for an error message: the user's class, not that of a
-    wrapper the evaluator or a guard puts around it (one that names it as ``wrapped``)."""
+    wrapper the library puts around it (the evaluator's timing, a guard's shadow, ``cachegym
+    check``'s: a :class:`~allocator.seams.Forwarding` whose class sets ``labels_as_wrapped``);
+    a user's own wrapper is named itself."""
     inner = policy
     for _ in range(8):  # (a chain of wrappers, never a cycle's worth)
         w = getattr(inner, "wrapped", None)
-        if w is None or w is inner:
+        if w is None or w is inner or not getattr(type(inner), "labels_as_wrapped", False):
             break
         inner = w
     name = getattr(inner, "name", None)

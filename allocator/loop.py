@@ -72,6 +72,7 @@ from cachegym.allocator.seams import (
     PoolView,
     PrefetchPolicy,
     active_hook_of,
+    answering_policy,
     eviction_order_of,
     hook_of,
     optional_hooks,
@@ -751,6 +752,8 @@ class Loop:
         try:
             try:
                 keys = _keys_of(self._prefetcher.prefetch(self.view, o.key), "prefetch")
+            except PolicyError:  # the eviction policy's, met through the view (its eviction_order)
+                raise
             except Exception as e:  # the access stands
                 raise self._policy_error(self._prefetcher, "prefetch", o.key, e, True) from e
             for k in keys:
@@ -1008,11 +1011,21 @@ class Loop:
             return
         objs, st = self._objs, self.stats
         walk = CLEAN_WALK
-        for k in order():
+        try:
+            keys = iter(order())
+        except Exception as e:  # the access stands
+            raise self._policy_error(self._policy, "eviction_order", accessed, e, True) from e
+        while True:
             walk -= 1
             if walk < 0:
                 return
-            o = objs.get(k)
+            try:
+                k = next(keys, None)
+                if k is None:
+                    return
+                o = objs.get(k)
+            except Exception as e:  # (an unhashable key too) the access stands
+                raise self._policy_error(self._policy, "eviction_order", accessed, e, True) from e
             if o is None or o.state != DEVICE or o.pins or k == accessed:
                 continue
             if o.dirty:
@@ -1306,7 +1319,12 @@ class Loop:
 
     def _writeback_failed(self, o: ObjectInfo, off: int, nb: int, err: BaseException) -> None:
         """``o``'s copy to host failed: its bytes are only in the block ``(off, nb)``, which
-        it takes back (resident, dirty, tracked by the policy again); raises."""
+        it takes back (resident, dirty, tracked by the policy again): its eviction did not
+        happen, nor did the copy (the counts of both are taken back); raises."""
+        st = self.stats
+        st.evictions -= 1
+        st.writebacks -= 1
+        st.bytes_d2h -= o.size
         o.offset, o.nbytes = off, nb
         o.state = DEVICE
         o.dirty = True
@@ -1362,7 +1380,8 @@ class Loop:
 
     def _policy_error(self, policy: Any, hook: str, key: Any, err: BaseException,
                       stands: bool) -> PolicyError:
-        return PolicyError(policy, hook, key, err,
+        # (a Forwarding's hook that forwards is the wrapped policy's own: that policy raised)
+        return PolicyError(answering_policy(policy, hook), hook, key, err,
                            "the event stands and the pool is consistent" if stands else
                            "the pool undid the event (evictions made for it stay)")
 

@@ -66,10 +66,10 @@ environments and the allocator cannot tell them apart.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
-from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.errors import ConfigError, PolicyError
 
 if TYPE_CHECKING:
     from cachegym.allocator.cost import CostModel
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase", "Forwarding",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook",
-           "eviction_order_of", "is_noop", "hook_of", "active_hook_of", "check_policies", "REQUIRED_HOOKS",
+           "eviction_order_of", "is_noop", "hook_of", "active_hook_of", "answering_policy", "check_policies", "REQUIRED_HOOKS",
            "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
@@ -140,9 +140,19 @@ class PoolView:
 
     def eviction_order(self) -> Iterable[int] | None:
         """What the pool's eviction policy would give up next, in order (its ``eviction_order``),
-        without changing its state; ``None`` where the policy does not say."""
-        order = eviction_order_of(self._pool._policy)
-        return None if order is None else order()
+        without changing its state; ``None`` where the policy does not say. An error of the
+        policy's ``eviction_order`` (called, or iterated) is the policy's
+        :class:`~allocator.errors.PolicyError` (hook ``eviction_order``), not the caller's (a
+        prefetcher that reads it)."""
+        policy = self._pool._policy
+        order = eviction_order_of(policy)
+        if order is None:
+            return None
+        try:
+            keys = iter(order())
+        except Exception as e:
+            raise _order_error(policy, e) from e
+        return _checked_order(policy, keys)
 
     @property
     def releasing_bytes(self) -> int:
@@ -164,7 +174,9 @@ class PoolView:
         return o is not None and o.evictable()
 
     def candidates(self) -> list[int]:
-        """Evictable keys (resident, unpinned, not in flight), in no particular order."""
+        """Evictable keys (resident, unpinned, not in flight), in no particular order. It walks
+        every record the pool keeps, those in host memory too: O(objects) per call, for checks
+        and rare decisions; a policy keeps its own order of what it holds to choose victims."""
         return [k for k, o in self.objects.items() if o.evictable()]
 
     def info(self, key: int) -> ObjectInfo:
@@ -191,10 +203,26 @@ class PoolView:
         return self._pool._writing
 
 
+def _order_error(policy: Any, e: Exception) -> Exception:
+    return PolicyError(policy, "eviction_order", None, e, "the event stands")
+
+
+def _checked_order(policy: Any, keys: Iterator[Any]) -> Iterator[int]:
+    """``keys`` (a policy's ``eviction_order()``), its errors the policy's (:func:`_order_error`)."""
+    while True:
+        try:
+            k = next(keys)
+        except StopIteration:
+            return
+        except Exception as e:
+            raise _order_error(policy, e) from e
+        yield k
+
+
 @runtime_checkable
 class EvictionPolicy(Protocol):
     """Every member the pool reads of an eviction policy (the module docstring gives the order).
-    The last four are optional: ``None`` where the policy has none (see
+    The last five are optional: ``None`` where the policy has none (see
     :class:`EvictionPolicyBase`)."""
 
     name: str
@@ -214,6 +242,8 @@ class EvictionPolicy(Protocol):
     def pending_evictions(self) -> Callable[[], Iterable[int]] | None: ...
     @property
     def on_free_untracked(self) -> Callable[[PoolView, int], None] | None: ...
+    @property
+    def eviction_order(self) -> Callable[[], Iterable[int]] | None: ...
 
 
 @runtime_checkable
@@ -234,8 +264,8 @@ class EvictionPolicyBase:
     admit: Callable[[PoolView, int, int], bool] | None = None
     pending_evictions: Callable[[], Iterable[int]] | None = None
     on_free_untracked: Callable[[PoolView, int], None] | None = None
-    # not read by the loop (module docstring): the objects the policy would give up next, in
-    # order, without changing its state; None: no such order
+    # the objects the policy would give up next, in order, without changing its state (the
+    # loop reads it to clean ahead; module docstring); None: no such order
     eviction_order: Callable[[], Iterable[int]] | None = None
 
     def victim(self, view: PoolView) -> int | None:  # pragma: no cover - abstract
@@ -278,7 +308,13 @@ class Forwarding(EvictionPolicyBase):
     times ``victim``; :class:`~policies.features.Observed` shows every hook to a feature tracker
     too; a guard's shadow pools report each eviction. ``touch`` is ``wrapped``'s only where the
     subclass keeps this class's ``on_hit`` (a hit must not bypass an ``on_hit`` of its own).
-    Errors name ``wrapped``'s class (:func:`~allocator.errors.policy_label`)."""
+    Errors name the policy whose own hook raised: ``wrapped`` for a hook this class forwards,
+    the subclass for one it defines (the library's wrappers, ``labels_as_wrapped``: ``wrapped``)."""
+
+    labels_as_wrapped = False
+    """Whether errors name ``wrapped`` instead of this wrapper
+    (:func:`~allocator.errors.policy_label`): set by the library's own wrappers, which add
+    nothing a user wrote; a user's subclass is named itself."""
 
     def __init__(self, wrapped: EvictionPolicy) -> None:
         self.wrapped = wrapped
@@ -488,10 +524,11 @@ def is_noop(policy: EvictionPolicy, hook: str) -> bool:
     return fn is getattr(EvictionPolicyBase, hook) and hook not in vars(policy)
 
 
-def _answering(policy: EvictionPolicy, hook: str) -> EvictionPolicy:
+def answering_policy(policy: Any, hook: str) -> Any:
     """The policy whose own ``hook`` runs when the pool calls ``policy``'s: through a
     :class:`Forwarding` that keeps the forwarding method, the wrapped one."""
-    while isinstance(policy, Forwarding) and getattr(type(policy), hook) is getattr(Forwarding, hook):
+    while (isinstance(policy, Forwarding)
+           and getattr(type(policy), hook, None) is getattr(Forwarding, hook, None)):
         policy = policy.wrapped
     return policy
 
@@ -500,13 +537,13 @@ def hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any]:
     """What the pool calls for ``policy``'s ``hook`` (``victim`` or an ``on_*`` hook), read once
     when the policy is set: through a :class:`Forwarding` that keeps the forwarding method, the
     wrapped policy's own (no call in between)."""
-    return cast(Callable[..., Any], getattr(_answering(policy, hook), hook))
+    return cast(Callable[..., Any], getattr(answering_policy(policy, hook), hook))
 
 
 def active_hook_of(policy: EvictionPolicy, hook: str) -> Callable[..., Any] | None:
     """:func:`hook_of`, or ``None`` where that is :class:`EvictionPolicyBase`'s no-op (the pool
     skips it)."""
-    p = _answering(policy, hook)
+    p = answering_policy(policy, hook)
     return None if is_noop(p, hook) else cast(Callable[..., Any], getattr(p, hook))
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +40,7 @@ from cachegym.allocator.errors import (
     PoolError,
     policy_label,
 )
-from cachegym.allocator.seams import Forwarding, eviction_order_of
+from cachegym.allocator.seams import Forwarding, check_policies, eviction_order_of
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import EvictionPolicy, first_evictable
 
@@ -89,6 +90,8 @@ class Checked(Forwarding):
     checked as it happens; ``tracked`` mirrors the objects the policy was given (``on_insert``
     until ``on_evict`` / ``on_free``), ``evicted`` lists every eviction in order."""
 
+    labels_as_wrapped = True  # (errors name the policy checked)
+
     def __init__(self, wrapped: EvictionPolicy) -> None:
         super().__init__(wrapped)
         self.tracked: set[int] = set()
@@ -106,12 +109,19 @@ class Checked(Forwarding):
         expect: Any = _NO_ORDER
         if order is not None:
             try:
+                listed = [list(islice(order(), 32)) for _ in range(2)]
                 expect = first_evictable(view, order())
             except Exception as e:
                 raise PolicyCheckError(f"policy {policy_label(self.wrapped)}: eviction_order() "
                                        f"raised {e!r}: it lists what victim would choose, in "
                                        "order, without raising or changing the policy's state "
                                        "(or omit it)") from e
+            if listed[0] != listed[1]:
+                self._fail(f"eviction_order() changed the policy's state: two calls in a row "
+                           f"listed {listed[0][:8]} ... then {listed[1][:8]} ...: it lists what "
+                           "victim would choose, in order, without changing anything (the pool "
+                           "reads it to clean ahead and to keep prefetches from evicting what is "
+                           "used sooner)")
         k = self.wrapped.victim(view)
         if k is None:
             if view.candidates():
@@ -119,6 +129,9 @@ class Checked(Forwarding):
                            "evictable (e.g. the first evictable of view.candidates()): return "
                            "None only when none is")
             return None
+        if type(k) is not int and (isinstance(k, bool) or not isinstance(k, (int, np.integer))):
+            self._fail(f"victim returned {k!r}, a {type(k).__name__}: keys are integers (the "
+                       "keys on_insert gave it)")
         if k not in self.tracked:
             self._fail(f"victim returned {k!r}, which it does not hold: a policy holds exactly the "
                        "objects on_insert gave it, until on_evict or on_free takes them away "
@@ -331,6 +344,7 @@ def check_policy(policy: str | Callable[[], EvictionPolicy], *, seeds: Sequence[
         if isinstance(p, type):
             raise ConfigError(f"check_policy: {policy!r} returned the class {p.__name__}, not a "
                               "policy: pass the class itself, or a function that returns an instance")
+        check_policies(p, None)  # (a hook the pool cannot call, before it is wrapped)
         return Checked(p)
 
     report: CheckReport | None = None

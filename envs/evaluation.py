@@ -104,6 +104,8 @@ class TimedPolicy(Forwarding):
     """``inner`` with each ``victim`` call timed (ns, in ``times_ns``); everything else is
     ``inner``'s (:class:`~allocator.seams.Forwarding`)."""
 
+    labels_as_wrapped = True  # (errors name the policy timed)
+
     def __init__(self, inner: EvictionPolicy) -> None:
         super().__init__(inner)
         self.inner = inner

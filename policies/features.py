@@ -385,6 +385,8 @@ class Observed(Forwarding):
     """``policy`` answers ``victim`` (and its optional members are the pool's,
     :class:`~allocator.seams.Forwarding`); ``tracker`` (then ``policy``) sees every hook."""
 
+    labels_as_wrapped = True  # (errors name the policy observed)
+
     def __init__(self, policy: EvictionPolicy, tracker: FeatureTracker | None = None) -> None:
         super().__init__(policy)
         self.policy = policy

@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for spec in specs:
         try:
-            print(check_policy(_factory(spec), seeds=seeds, requests=args.requests), flush=True)
+            report = check_policy(_factory(spec), seeds=seeds, requests=args.requests)
+            report.policy = spec  # (as a failure is named: a class's name may be another's)
+            print(report, flush=True)
         except PolicyCheckError as e:
             failed += 1
             print(f"{spec}: FAILED {e}{_where(e)}", flush=True)

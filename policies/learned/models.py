@@ -43,6 +43,8 @@ class _Reporting(Forwarding):
     to ``evicted(key)``, after the policy's ``on_evict`` (so that the expert knows what its
     shadow gave up, in the order it gave it up)."""
 
+    labels_as_wrapped = True  # (errors name the expert's policy)
+
     def __init__(self, policy: EvictionPolicy, evicted: Callable[[int], None]) -> None:
         super().__init__(policy)
         self.policy = policy

@@ -218,3 +218,88 @@ def test_a_key_that_only_hashes_like_an_int_reaches_no_object(bad: object) -> No
     assert pool.stats.accesses == 1 and pool.resident_keys() == [1]  # (the put alone)
     assert pool.get(1)[0] == 1
     assert pool.access(np.int64(1), 4096) and pool.state(np.int32(1)) == "device"  # NumPy ints are keys
+
+
+class _OrderRaises(LRU):
+    def eviction_order(self):  # type: ignore[override]
+        raise KeyError("oops")
+
+
+class _Rotates(LRU):
+    def eviction_order(self):  # type: ignore[override]
+        if self._order:  # moves its first key to the end: a state change
+            self._order.move_to_end(next(iter(self._order)))
+        return iter(self._order)
+
+
+def test_an_eviction_order_that_raises_is_the_policys_error_wherever_it_is_read() -> None:
+    """Read to clean ahead (the loop) it raised a bare TypeError/KeyError naming no policy; read
+    by a prefetcher (through the view) it was blamed on the prefetcher."""
+    from cachegym.allocator.errors import PolicyError
+    from cachegym.policies.prefetch import HistoryPrefetcher
+
+    writes = Trace.from_arrays(list(range(1, 30)) * 3, [100] * 87, [1] * 87,
+                               compute_ns=[10_000] * 87)
+    with pytest.raises(PolicyError, match=r"policy '.*' \(_OrderRaises\) raised KeyError\('oops'\) "
+                                          r"in eviction_order") as e:
+        Pool(800, _OrderRaises(), cost="h100_pcie5", clean_ahead=400).replay(writes)
+    assert e.value.hook == "eviction_order" and e.value.row is not None
+    reads = Trace.from_arrays(list(range(1, 30)) * 3, [100] * 87, step=[0] * 29 + [1] * 29 + [2] * 29,
+                              compute_ns=[10_000] * 87)
+    with pytest.raises(PolicyError, match=r"\(_OrderRaises\) raised KeyError\('oops'\) in "
+                                          r"eviction_order;") as e:
+        Pool(800, _OrderRaises(), prefetcher=HistoryPrefetcher(), cost="h100_pcie5").replay(reads)
+    assert e.value.hook == "eviction_order"
+
+
+def test_a_forwarding_subclass_is_named_in_its_own_errors_the_librarys_wrappers_are_not() -> None:
+    from cachegym.allocator.errors import PolicyError
+    from cachegym.allocator.seams import Forwarding
+    from cachegym.envs.evaluation import TimedPolicy
+
+    class MyWrapper(Forwarding):
+        def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+            raise KeyError(key)
+
+    trace = Trace.from_arrays([1, 2, 1], [100] * 3)
+    with pytest.raises(PolicyError, match=r"policy 'lru' \(MyWrapper\) raised KeyError\(1\) in on_hit"):
+        Pool(400, MyWrapper(LRU())).replay(trace)
+
+    class Bad(LRU):
+        def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+            raise KeyError(key)
+
+    class Passes(Forwarding):  # (forwards on_hit)
+        pass
+
+    for wrapped in (Passes(Bad()), TimedPolicy(Bad())):  # forwarded hooks: the wrapped's error
+        with pytest.raises(PolicyError, match=r"policy 'lru' \(Bad\) raised KeyError\(1\) in on_hit"):
+            Pool(400, wrapped).replay(trace)
+
+
+def test_cachegym_check_names_what_the_pool_would() -> None:
+    """An eviction_order that changes the policy's state passed; a str victim was 'never
+    inserted'; a hook without view failed inside check.py."""
+    from cachegym.envs.check import PolicyCheckError, check_policy
+    from cachegym.policies.base import EvictionPolicyBase
+
+    with pytest.raises(PolicyCheckError, match=r"eviction_order\(\) changed the policy's state"):
+        check_policy(_Rotates, seeds=(1,), requests=500)
+
+    class StrVictim(LRU):
+        def victim(self, view):  # type: ignore[no-untyped-def]
+            k = super().victim(view)
+            return None if k is None else str(k)
+
+    with pytest.raises(PolicyCheckError, match=r"victim returned '\d+', a str: keys are integers"):
+        check_policy(StrVictim, seeds=(1,), requests=500)
+
+    class NoView(EvictionPolicyBase):
+        def victim(self, view):  # type: ignore[no-untyped-def]
+            return None
+
+        def on_insert(self, key):  # type: ignore[no-untyped-def, override]
+            pass
+
+    with pytest.raises(ConfigError, match=r"write it as def on_insert\(self, view, key\)"):
+        check_policy(NoView, seeds=(1,), requests=500)

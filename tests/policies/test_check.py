@@ -121,7 +121,7 @@ def test_cli_checks_a_policy_file_by_where_it_lives(tmp_path) -> None:  # type: 
 
     ok = run("mine.py:MRU,lru")
     assert ok.returncode == 0, ok.stderr
-    assert "mru: every check passed" in ok.stdout and "lru: every check passed" in ok.stdout
+    assert "mine.py:MRU: every check passed" in ok.stdout and "lru: every check passed" in ok.stdout
     bad = run("mine.py:Boom")
     assert bad.returncode == 1
     assert "mine.py:Boom: FAILED [bytes, pins and frees, row" in bad.stdout
