@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from cachegym.allocator.arena import ALIGN
 from cachegym.allocator.cost import CostModel, Preset
 from cachegym.allocator.errors import (
     BackendError,
@@ -93,10 +94,12 @@ class BudgetTooSmall(ObjectTooLarge):
 
     def __init__(self, key: int, size: int, capacity: int, what: str) -> None:
         super().__init__(key, size, capacity)
+        block = (size + ALIGN - 1) // ALIGN * ALIGN
         self.args = (
-            f"activation offload: a saved tensor ({what}) needs {size} bytes, more than the "
-            f"pool's budget of {capacity} bytes; raise the budget to at least the largest "
-            f"saved tensor ({size} bytes), or shrink the batch",
+            f"activation offload: a saved tensor ({what}) of {size} bytes takes {block} bytes "
+            f"of the pool (whole {ALIGN}-byte blocks), more than its budget of {capacity} bytes "
+            f"({capacity // ALIGN * ALIGN} in whole blocks); raise the budget to at least "
+            f"{block} bytes, or shrink the batch",
         )
 
 
@@ -310,13 +313,35 @@ def _layout(t: torch.Tensor) -> tuple[int, ...]:
     return torch.empty_like(t).stride()  # allocates without touching the memory
 
 
+def _check_args(backend: Any, timer: Any, min_bytes: Any, record: Any, zero_copy: Any) -> None:
+    """Refuse (:class:`ConfigError`) an argument of :class:`ActivationOffload` of the wrong kind
+    before anything is built (a timer that is no clock failed at the first pack, inside the
+    model's forward; ``zero_copy="no"`` meant yes)."""
+    if backend is not None and not all(callable(getattr(backend, m, None))
+                                       for m in ("attach", "device_buffer", "copy_h2d", "copy_d2h")):
+        raise ConfigError(f"ActivationOffload backend {backend!r}: give a backend object, "
+                          "NumpyBackend() (CPU tensors, the default) or CupyBackend() (CUDA), "
+                          "from cachegym.allocator")
+    if timer is not None and not callable(timer):
+        raise ConfigError(f"ActivationOffload timer {timer!r}: give a clock returning ns "
+                          "(time.perf_counter_ns, the default) or None (the clock stays still)")
+    if isinstance(min_bytes, bool) or not isinstance(min_bytes, (int, np.integer)) or min_bytes < 0:
+        raise ConfigError(f"ActivationOffload min_bytes {min_bytes!r}: give bytes, an int >= 0 "
+                          "(saved tensors smaller than that pass through)")
+    for name, v in (("record", record), ("zero_copy", zero_copy)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise ConfigError(f"ActivationOffload {name}={v!r}: give True or False")
+
+
 class ActivationOffload:
     """Keeps the tensors autograd saves in a pool of ``budget`` device bytes.
 
     Args:
         budget: the pool's capacity: bytes or a size string (``"512MiB"``); it must hold the
             largest saved tensor (and, in backward, the tensors one node saved, which it
-            unpacks together).
+            unpacks together). Each saved tensor takes whole 512-byte blocks of it (a tiny
+            model needs more than its bytes suggest), and a tensor autograd saves twice (a ReLU's
+            output saved by the ReLU and by the next layer) is stored twice.
         backend: ``NumpyBackend()`` for CPU tensors (default), ``CupyBackend()`` for CUDA.
         policy: eviction policy (default LRU): a policy object, or the path of an exported
             policy file (loaded as :func:`policies.registry.make_learned` does, under its
@@ -340,7 +365,9 @@ class ActivationOffload:
         zero_copy: on a NumPy arena, unpack to a view of the pinned object instead of a copy
             (while the pinned views leave room for the largest saved tensor; else a copy).
 
-    The context manager can be entered once per step; the pool and its policies persist.
+    The context manager can be entered once per step, by one thread at a time (another
+    thread's ``with`` raises; give each thread its own offload); the pool and its policies
+    persist.
 
     A saved tensor is copied into the pool when autograd saves it (as with
     ``torch.autograd.graph.save_on_cpu``): an in-place change to it after the forward pass
@@ -355,6 +382,7 @@ class ActivationOffload:
                  timer: Callable[[], int] | None = time.perf_counter_ns,
                  clean_ahead: float | int | str = 0.25,
                  min_bytes: int = 0, record: bool = False, zero_copy: bool = True) -> None:
+        _check_args(backend, timer, min_bytes, record, zero_copy)
         if backend is None:
             from cachegym.allocator.backends import NumpyBackend
 
@@ -377,6 +405,10 @@ class ActivationOffload:
 
             policy = Observed(policy if policy is not None else default_eviction_policy(), tracker)
         budget = parse_size(budget, "ActivationOffload budget")
+        if isinstance(budget, int) and 0 < budget < ALIGN:
+            raise ConfigError(f"ActivationOffload budget {budget} bytes: the pool places each saved "
+                              f"tensor in whole {ALIGN}-byte blocks; give at least the largest "
+                              f"saved tensor's size rounded up to {ALIGN} bytes")
         self.backend = backend
         self.device_type: str = getattr(backend, "device_type", "cpu")
         self.device_id: int = getattr(backend, "device_id", 0)
@@ -391,9 +423,10 @@ class ActivationOffload:
         # keys whose handle died / whose unpacked view died: processed by collect()
         self._dead: collections.deque[int] = collections.deque()
         self._unpins: collections.deque[int] = collections.deque()
-        # bytes pinned by zero-copy views (unpacked tensors autograd still holds), and the
-        # largest tensor saved: a view pins only while that much room stays unpinned
-        self._view_bytes = 0
+        # the blocks pinned by zero-copy views (unpacked tensors autograd still holds): key ->
+        # [offset, bytes of its block, views], and the largest block saved so far: a view pins
+        # only while the largest saved tensor still fits between the pinned blocks
+        self._view_blocks: dict[int, list[int]] = {}
         self._largest = 0
         self._last = 0
         self._hooks: Any = None
@@ -430,7 +463,10 @@ class ActivationOffload:
         with self._lock:
             while self._unpins:
                 key = self._unpins.popleft()
-                self._view_bytes -= pool.view.info(key).size
+                held = self._view_blocks[key]
+                held[2] -= 1
+                if not held[2]:
+                    del self._view_blocks[key]
                 pool.unpin(key)
             waiting = []
             while self._dead:
@@ -462,7 +498,7 @@ class ActivationOffload:
         nbytes = t.numel() * t.element_size()
         pool = self.pool
         with self._lock:
-            self._largest = max(self._largest, nbytes)
+            self._largest = max(self._largest, (nbytes + ALIGN - 1) // ALIGN * ALIGN)
             key = self._next_key
             self._next_key += 1
             t0 = self._advance()
@@ -520,17 +556,20 @@ class ActivationOffload:
     # ------------------------------------------------------------------ helpers
     def _from_device(self, key: int, nbytes: int) -> torch.Tensor:
         """Object ``key``'s bytes on the device as a tensor: a zero-copy view holding the pin
-        (NumPy arena, ``zero_copy``; its release queues the unpin) while the pinned views leave
-        room for the largest saved tensor (a backward node holds every tensor it unpacks until
-        it has run: pinned, they could leave no room for the next), else a copy."""
+        (NumPy arena, ``zero_copy``; its release queues the unpin) while the largest saved
+        tensor still fits between the blocks such views pin (a backward node holds every tensor
+        it unpacks until it has run: pinned, they could leave no room for the next), else a
+        copy."""
         pool = self.pool
         pool.pin(key)
-        buf = self.backend.device_buffer(self._offset(key, "unpack"), nbytes)
+        offset = self._offset(key, "unpack")
+        buf = self.backend.device_buffer(offset, nbytes)
         handed = False  # True once a _PinnedView owns the pin
         try:
             if (isinstance(buf, np.ndarray) and self.zero_copy
-                    and self._view_bytes + nbytes + self._largest <= pool.capacity):
-                self._view_bytes += nbytes
+                    and self._room_beside_views(key, offset, pool.view.info(key).nbytes)):
+                held = self._view_blocks.setdefault(key, [offset, pool.view.info(key).nbytes, 0])
+                held[2] += 1
                 # the view holds the pin; its release (the last tensor on this memory is
                 # gone) queues the unpin
                 pinned = _PinnedView(buf, self._unpins, key)
@@ -543,6 +582,19 @@ class ActivationOffload:
             if not handed:
                 pool.unpin(key)
         return out
+
+    def _room_beside_views(self, key: int, offset: int, block: int) -> bool:
+        """Whether the largest saved tensor's block still fits in the arena between the blocks
+        zero-copy views pin, once ``key``'s block (at ``offset``) is pinned too (everything else
+        can be evicted to make room; a view's pin cannot)."""
+        blocks = sorted([(o, n) for k, (o, n, _) in self._view_blocks.items() if k != key]
+                        + [(offset, block)])
+        need, pos = self._largest, 0
+        for off, n in [*blocks, (self.pool.capacity // ALIGN * ALIGN, 0)]:
+            if off - pos >= need:
+                return True
+            pos = max(pos, off + n)
+        return False
 
     def _offset(self, key: int, op: str) -> int:
         """Where ``key`` lies in the arena; it must be on the device (the pool's access

@@ -3,6 +3,7 @@ data loss under any policy, parameters pass through, clear errors, nothing alias
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 from collections import OrderedDict
@@ -513,3 +514,75 @@ def test_a_budget_of_the_largest_saved_tensor_trains_a_conv_net_with_zero_copy_v
     for p, q in zip(m.parameters(), ref.parameters()):
         assert torch.equal(p.grad, q.grad)
     off.close()
+
+
+@pytest.mark.parametrize(("model", "budgets"), [
+    ("transformer", [2048, 2560]), ("lstm", [30736, 32768, 33792])])
+def test_zero_copy_views_leave_room_by_blocks_not_bytes(model: str, budgets: list[int]) -> None:
+    """The pin rule compared raw bytes with the requested budget: with zero_copy=True backward
+    raised PoolExhausted at these budgets (not at every larger one), where copies trained."""
+    def make() -> Any:
+        torch.manual_seed(0)
+        if model == "transformer":
+            return torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True), \
+                torch.randn(2, 5, 16)
+
+        class LSTMHead(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.lstm, self.head = torch.nn.LSTM(6, 8, num_layers=2, batch_first=True), torch.nn.Linear(8, 2)
+
+            def forward(self, x: Any) -> Any:
+                return self.head(self.lstm(x)[0])
+        return LSTMHead(), torch.randn(3, 7, 6)
+
+    def grads(off: ActivationOffload | None) -> list[Any]:
+        m, x = make()
+        out = []
+        for step in range(3):
+            torch.manual_seed(100 + step)
+            m.zero_grad()
+            with off if off is not None else contextlib.nullcontext():
+                loss = m(x).square().mean()
+            loss.backward()
+            out += [loss.detach().clone(), *[p.grad.clone() for p in m.parameters() if p.grad is not None]]
+            with torch.no_grad():
+                for p in m.parameters():
+                    p.sub_(0.01)
+        return out
+
+    ref = grads(None)
+    for budget in budgets:
+        off = ActivationOffload(budget, backend=NumpyBackend(), zero_copy=True)
+        got = grads(off)
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), budget
+        assert off.stats()["peak_device_bytes"] <= budget
+        off.close()
+
+
+def test_a_budget_below_a_tensors_blocks_names_the_blocks_it_needs() -> None:
+    """The message said a 600-byte tensor needs more than a budget of 1000 bytes; 600 failed too
+    (it takes two 512-byte blocks)."""
+    x = torch.randn(150, requires_grad=True)
+    says = (r"of 600 bytes takes 1024 bytes of the pool \(whole 512-byte blocks\), more than its "
+            r"budget of 1000 bytes \(512 in whole blocks\); raise the budget to at least 1024")
+    with pytest.raises(BudgetTooSmall, match=says), ActivationOffload(1000):
+        (x * 1).exp().sum()
+    with pytest.raises(ConfigError, match=r"budget 256 bytes: the pool places each saved tensor in "
+                                          r"whole 512-byte blocks"):
+        ActivationOffload(256)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"backend": "numpy"}, r"backend 'numpy': give a backend object, NumpyBackend\(\)"),
+    ({"min_bytes": "x"}, r"min_bytes 'x': give bytes"),
+    ({"min_bytes": -1}, r"min_bytes -1"),
+    ({"timer": 5}, r"timer 5: give a clock returning ns"),
+    ({"zero_copy": "no"}, r"zero_copy='no': give True or False"),
+    ({"record": 1}, r"record=1: give True or False"),
+])
+def test_offload_arguments_of_the_wrong_kind_are_refused_up_front(kwargs: dict[str, Any], match: str) -> None:
+    """They raised AttributeError / ValueError / a TypeError at the first pack inside the
+    forward, or were taken ('no' as true)."""
+    with pytest.raises(ConfigError, match=match):
+        ActivationOffload("1MiB", **kwargs)
