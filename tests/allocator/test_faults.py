@@ -72,6 +72,25 @@ def test_a_failed_write_back_keeps_the_victim_on_the_device(cost: str | None, at
     p.close()
 
 
+@pytest.mark.parametrize("at_launch", [False, True])
+def test_a_failed_write_back_counts_no_eviction_and_no_copy(at_launch: bool) -> None:
+    """The victim stays on the device: evictions, writebacks and bytes_d2h counted the eviction
+    and its copy all the same (1, 1 and a block's bytes)."""
+    be = FaultyBackend()
+    p = Pool(2 * B, backend=be)
+    p.put(1, _data(1))
+    p.put(2, _data(2))
+    be.arm("d2h", key=1, at_launch=at_launch)
+    with pytest.raises(BackendError):
+        p.put(3, _data(3))
+    st = p.snapshot()
+    assert (st.evictions, st.writebacks, st.bytes_d2h) == (0, 0, 0)
+    p.put(3, _data(3))  # (the backend fails once)
+    st = p.snapshot()
+    assert (st.evictions, st.writebacks, st.bytes_d2h) == (1, 1, B)
+    p.close()
+
+
 def _evict_1_with_its_write_back_in_flight(be: FaultyBackend, at_launch: bool) -> tuple[Pool, np.ndarray]:
     """Object 1 (dirty, one block) evicted by a write-allocate that needs object 2's two blocks
     (clean) as well: nothing waits for 1's write-back, which fails."""
