@@ -24,7 +24,6 @@ import importlib
 import os
 import re
 import sys
-import time
 from typing import Any
 
 __all__ = ["COMMANDS", "main", "sim"]
@@ -215,6 +214,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     from cachegym.allocator.sizes import parse_capacity
     from cachegym.envs.config import guard_node, register_configs
     from cachegym.envs.paths import CONF_DIR
+    from cachegym.envs.sweep import new_run_dir
     from cachegym.envs.workloads import parse_trace_params
     from cachegym.envs.workloads.formats import format_name
 
@@ -244,7 +244,7 @@ def sim_config(args: argparse.Namespace) -> Any:
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("evaluate", overrides=["trace=file"])
-    out = args.out or os.path.join("outputs", "sim", time.strftime("%Y-%m-%d_%H-%M-%S"))
+    out = args.out or new_run_dir("sim")
     values = {
         "trace.path": args.trace, "trace.format": fmt, "trace.options": options, "out_dir": out,
         "eval.mode": args.mode, "eval.capacity_of": args.capacity_of, "eval.capacities": caps,

@@ -75,6 +75,21 @@ def job_results_dir(out_dir: Any, job_num: int | None, hydra_dir: str | None) ->
     return os.path.join(out, f"job_{job_num}") if job_num is not None else out
 
 
+def new_run_dir(kind: str) -> str:
+    """A new folder ``outputs/<kind>/<time>`` (relative to the working directory), made here:
+    ``<time>_2``, ``_3``, ... where a run started in the same second made that one (two runs
+    must not set aside or mix each other's files)."""
+    base = os.path.join("outputs", kind, time.strftime("%Y-%m-%d_%H-%M-%S"))
+    out, i = base, 1
+    while True:
+        try:
+            os.makedirs(out)
+            return out
+        except FileExistsError:
+            i += 1
+            out = f"{base}_{i}"
+
+
 def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
     """The directory this run writes its results in (created): ``exact`` if given (a job that
     runs another, as the main job runs training and evaluation in its own subdirectories),
@@ -83,7 +98,7 @@ def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
     hydra_dir, num = _hydra_job()
     out = exact if exact is not None else job_results_dir(cfg.get("out_dir"), num, hydra_dir)
     if out is None:
-        out = os.path.join("outputs", kind, time.strftime("%Y-%m-%d_%H-%M-%S"))
+        out = new_run_dir(kind)
     try:
         os.makedirs(out, exist_ok=True)
     except FileExistsError:

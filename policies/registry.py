@@ -52,20 +52,19 @@ _PREFETCH = {"none": "prefetch:NoPrefetch", "markov": "prefetch:MarkovPrefetcher
 """The registered prefetchers, as :data:`_EVICTION`."""
 
 
-def _classes(table: dict[str, str]) -> dict[str, Callable[..., Any]]:
-    out = {}
-    for name, spec in table.items():
-        mod, _, cls = spec.partition(":")
-        out[name] = getattr(importlib.import_module(mod if "." in mod else f"cachegym.policies.{mod}"), cls)
-    return out
-
-
-def _eviction_classes() -> dict[str, Callable[..., Any]]:
-    return _classes(_EVICTION)
-
-
-def _prefetch_classes() -> dict[str, Callable[..., Any]]:
-    return _classes(_PREFETCH)
+def _class_of(table: dict[str, str], name: str) -> Callable[..., Any]:
+    """The class registered as ``name`` in ``table``, imported now; a line that names no class
+    is a :class:`ConfigError` that names it (the other names still work)."""
+    spec = table[name]
+    mod, _, cls = spec.partition(":")
+    module = mod if "." in mod else f"cachegym.policies.{mod}"
+    try:
+        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"the registry's line {name!r}: {spec!r} names no class ({e}): give "
+                          "'module:Class' with a module of cachegym.policies ('lru:LRU') or an "
+                          "importable module's full dotted name ('my_pkg.policies:MRU'); a file "
+                          "elsewhere is named FILE.py:Class where the policy is used") from e
 
 
 EVICTION_NAMES = tuple(_EVICTION)
@@ -134,16 +133,15 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
     if key == "learned":
         return make_learned(params.pop("path", None) or "", **params)
     if is_import_spec(name):
-        return _build_imported(name, "victim", trace, params)  # type: ignore[no-any-return]
-    classes = _eviction_classes()
-    if key not in classes:
+        return _build_imported(name, "victim", trace, params, seed)  # type: ignore[no-any-return]
+    if key not in _EVICTION:
         raise ConfigError(
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
             "learned (with path=FILE and guard=shadow|trial|lru|none) for an exported policy "
             "file, or FILE.py:Class / module:Class for a class of your own")
     if key == "random":
         params.setdefault("seed", seed)
-    return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
+    return _build(key, _class_of(_EVICTION, key), trace, params)  # type: ignore[no-any-return]
 
 
 make_policy = make_eviction
@@ -156,12 +154,11 @@ def make_prefetch(name: str | None, *, trace: Trace | None = None,
     key = "none" if name is None else str(name).strip().lower()
     if name is not None and is_import_spec(str(name)):
         return _build_imported(str(name), "prefetch", trace, params)  # type: ignore[no-any-return]
-    classes = _prefetch_classes()
-    if key not in classes:
+    if key not in _PREFETCH:
         raise ConfigError(
             f"unknown prefetch policy {name!r}; valid names: {', '.join(PREFETCH_NAMES)}, or "
             "FILE.py:Class / module:Class for a class of your own")
-    return _build(key, classes[key], trace, params)  # type: ignore[no-any-return]
+    return _build(key, _class_of(_PREFETCH, key), trace, params)  # type: ignore[no-any-return]
 
 
 def keyword_names(fn: Callable[..., Any]) -> list[str] | None:
@@ -292,13 +289,18 @@ def check_import_spec(name: str, method: str) -> None:
     _build_imported(name, method, None, {})
 
 
-def _build_imported(name: str, method: str, trace: Trace | None, params: dict[str, Any]) -> Any:
+def _build_imported(name: str, method: str, trace: Trace | None, params: dict[str, Any],
+                    seed: int | None = None) -> Any:
     """An instance of the class that ``name`` (an import spec) names, checked to have
-    ``method`` (``victim`` for eviction, ``prefetch`` for prefetching)."""
+    ``method`` (``victim`` for eviction, ``prefetch`` for prefetching). A constructor that takes
+    ``trace`` is given the trace (an oracle), one that takes ``seed`` the run's ``seed`` (as the
+    built-in ``random``), unless ``params`` name them."""
     cls = resolve_import_spec(name)
     sig = _signature(cls)
     if sig is not None and "trace" in sig.parameters and trace is not None:
         params = {"trace": trace, **params}
+    if sig is not None and "seed" in sig.parameters and seed is not None:
+        params = {"seed": seed, **params}
     refuse_unknown(f"policy {name!r}", params, keyword_names(cls))
     try:
         obj = cls(**params)

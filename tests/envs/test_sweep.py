@@ -124,3 +124,17 @@ def test_results_dir_rule_and_config_snapshot(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("")
     with pytest.raises(ConfigError, match="is a file"):
         results_dir(OmegaConf.create({"out_dir": str(tmp_path / "f")}), "evaluate")
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two ``cachegym sim`` runs without ``--out`` 0.3 s apart shared one folder: the second set
+    the first's files aside, and the first's printed results.csv held the second's rows."""
+    import time
+
+    from cachegym.envs.sweep import new_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "2026-12-05_22-00-00")
+    made = [new_run_dir("sim") for _ in range(3)]
+    assert made == [f"outputs/sim/2026-12-05_22-00-00{s}" for s in ("", "_2", "_3")]
+    assert all((tmp_path / m).is_dir() for m in made)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.envs.check import CHECKS, Checked, agent_driven, check_policy, mixed_trace
@@ -330,3 +331,27 @@ def test_a_policy_file_imports_the_modules_beside_it(tmp_path) -> None:  # type:
         "class Mine(LRU):\n    name = BASE + '2'\n")
     assert make_eviction(f"{pkg / 'withhelper.py'}:Mine").name == "lru2"
     assert str(pkg) not in sys.path
+
+
+def test_a_policy_class_by_file_takes_the_runs_seed_where_it_has_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As the built-in ``random``: a seed sweep over a user's seeded class varied nothing."""
+    path = tmp_path / "seeded.py"
+    path.write_text("from cachegym.policies.lru import LRU\n"
+                    "class Seeded(LRU):\n"
+                    "    def __init__(self, seed=0):\n"
+                    "        super().__init__()\n"
+                    "        self.seed = seed\n")
+    assert make_eviction(f"{path}:Seeded", seed=7).seed == 7  # type: ignore[attr-defined]
+    assert make_eviction(f"{path}:Seeded").seed == 0  # type: ignore[attr-defined]
+
+
+def test_a_bad_registry_line_is_named_and_breaks_no_other_name(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A line naming a module that is not importable under its name (the README says to add
+    one) made every lookup, ``lru`` too, raise a bare ModuleNotFoundError."""
+    from cachegym.policies import registry
+
+    monkeypatch.setitem(registry._EVICTION, "mru", "my_policies_nowhere:MRU")
+    with pytest.raises(ConfigError, match=r"the registry's line 'mru': 'my_policies_nowhere:MRU' "
+                                          r"names no class .*my_pkg.policies:MRU"):
+        make_eviction("mru")
+    assert make_eviction("lru").name == "lru"
