@@ -716,6 +716,7 @@ class Loop:
                 if err is not None:
                     self._place.release(offset, need)
                     o.offset, o.nbytes = -1, 0
+                    st.bytes_h2d -= o.size  # (the copy did not happen)
                     raise self._copy_error(o.key, "h2d", err) from err
         o.state = DEVICE
         self._n_evictable += 1
@@ -812,6 +813,7 @@ class Loop:
                     err = self._wait_copy(ev)
                     if err is not None:
                         self._unprefetch(o)
+                        self.stats.bytes_h2d -= o.size  # (the copy did not happen)
                         raise self._copy_error(key, "h2d", err) from err
                 o.state = DEVICE
                 self._n_evictable += 1
@@ -1117,8 +1119,10 @@ class Loop:
 
     def _fetch_failed(self, o: ObjectInfo, err: BaseException) -> None:
         """The prefetch of ``o`` (in flight, tracked by the policy) failed: it is in host
-        memory again (its host copy is the good one), its block is free; raises."""
+        memory again (its host copy is the good one), its block is free, its copy not counted;
+        raises."""
         self._inflight_bytes -= o.size
+        self.stats.bytes_h2d -= o.size
         self._place.release(o.offset, o.nbytes)  # the copy into it is over
         if self._hook is not None:
             self._emit_release(o.key, o.offset, o.nbytes)

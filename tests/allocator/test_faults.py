@@ -187,7 +187,8 @@ def test_a_failed_fetch_leaves_the_object_in_host_memory(cost: str | None, at_la
     p.put(2, _data(2))
     p.put(3, _data(3))  # evicts 1 (written back)
     p.flush()
-    before = (p.snapshot().accesses, p.snapshot().misses, p._place.used, sorted(_tracked(p)))
+    before = (p.snapshot().accesses, p.snapshot().misses, p._place.used, sorted(_tracked(p)),
+              p.snapshot().bytes_h2d)
     be.arm("h2d", key=1, at_launch=at_launch)
     with pytest.raises(BackendError) as ei:
         p.get(1)
@@ -198,6 +199,7 @@ def test_a_failed_fetch_leaves_the_object_in_host_memory(cost: str | None, at_la
     # evicted to make room stays evicted)
     st = p.snapshot()
     assert (st.accesses, st.misses) == before[:2]
+    assert st.bytes_h2d == before[4]  # (the copy that failed is not counted)
     assert p._place.used <= before[2]
     assert set(p.policy.order()) == _tracked(p)  # type: ignore[attr-defined]
     assert p.get(1).tobytes() == d1.tobytes()
@@ -213,12 +215,13 @@ def test_a_failed_prefetch_leaves_the_object_in_host_memory(at_launch: bool) -> 
     for k in (1, 2, 3, 4):  # 1 is evicted and written back
         p.put(k, d1 if k == 1 else _data(k))
     p.flush()
+    h2d = p.snapshot().bytes_h2d
     be.arm("h2d", key=1, at_launch=at_launch)
     assert p.prefetch(1)
     assert p._objs[1].state in (H2D, DEVICE)
     errors = _ops(p, lambda: p.access(1, B))
     assert [(e.key, e.direction) for e in errors] == [(1, "h2d")]
-    assert p.state(1) == "host"
+    assert p.state(1) == "host" and p.snapshot().bytes_h2d == h2d  # (the failed copy uncounted)
     assert set(p.policy.order()) == _tracked(p)  # type: ignore[attr-defined]
     assert p.get(1).tobytes() == d1.tobytes()
     p._check()
