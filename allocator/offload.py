@@ -397,6 +397,14 @@ class ActivationOffload:
                 policy = prefetcher
         if isinstance(policy, (str, os.PathLike)):
             policy = _load_policy(policy)
+        head = getattr(prefetcher, "prefetch_head", None)
+        if head is not None and not getattr(head.predictor, "horizon", 0):
+            log.warning(
+                "ActivationOffload prefetcher %r: its prefetch head proposes from a successor "
+                "table, which learns which key follows which; an offload's keys are new every "
+                "step, so it will prefetch nothing here. Train the head with the aligned history "
+                "(env.predictor='{depth: 2, width: 4, hops: 3, horizon: 64, memory: 262144}', as "
+                "the main job does) or use the default prefetcher (ReversePackOrder)", prefetcher)
         tracker = getattr(prefetcher, "tracker", None)
         if tracker is not None and prefetcher is not policy:
             # a learned head beside another eviction policy: its tracker sees the pool's hooks

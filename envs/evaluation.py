@@ -918,11 +918,13 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             "stall_ms", "gap_stall", "miss_ratio", "gap_misses", "byte_miss_ratio", "p50_us",
             "by_net")
     lines = []
+    prefetchers = {str(r["prefetch"]) for r in rows}
     for r in rows:
         bytes_mode = r["mode"] == "bytes"
         lines.append((
             str(r["trace"])[:24], human_bytes(r["capacity"]) if bytes_mode
-            else str(r["capacity"]), policy_label(r["policy"]), prefetch_label(r["prefetch"]), r["preset"],
+            else str(r["capacity"]), policy_label(r["policy"]),
+            prefetch_label(r["prefetch"], prefetchers), r["preset"],
             human_bytes(r["traffic_bytes"], 4) if bytes_mode else _fmt(r["traffic_bytes"], "{:.0f} obj"),
             _fmt(r["gap_closed_traffic"], "{:.3f}"),
             _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
@@ -980,12 +982,20 @@ def policy_label(policy: str) -> str:
     return policy
 
 
-def prefetch_label(prefetch: str) -> str:
-    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz`` (the
-    ``prefetch`` column of the CSV keeps the path)."""
-    if prefetch.startswith(LEARNED_PREFETCH):
-        return LEARNED_PREFETCH + os.path.basename(prefetch[len(LEARNED_PREFETCH):])
-    return prefetch
+def prefetch_label(prefetch: str, among: Iterable[str] = ()) -> str:
+    """A short display name: ``learned:/long/path/policy.npz`` -> ``learned:policy.npz``, with
+    as many of the path's last folders as tell it from the other learned prefetchers of
+    ``among`` (``learned:run_a/policy.npz`` beside ``learned:run_b/policy.npz``); the
+    ``prefetch`` column of the CSV keeps the path."""
+    if not prefetch.startswith(LEARNED_PREFETCH):
+        return prefetch
+    mine = os.path.normpath(prefetch[len(LEARNED_PREFETCH):]).split(os.sep)
+    others = {tuple(os.path.normpath(p[len(LEARNED_PREFETCH):]).split(os.sep))
+              for p in among if p.startswith(LEARNED_PREFETCH) and p != prefetch}
+    n = 1
+    while n < len(mine) and any(tuple(o[-n:]) == tuple(mine[-n:]) for o in others):
+        n += 1
+    return LEARNED_PREFETCH + "/".join(mine[-n:])
 
 
 def _fmt(v: float | None, f: str) -> str:
@@ -1051,7 +1061,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
                     lambda v, _: human_bytes(v)))
             ax.grid(True, alpha=0.3)
-        fig.suptitle(f"{tname}   prefetch={prefetch_label(pf)}   preset={preset}")
+        fig.suptitle(f"{tname}   prefetch={prefetch_label(pf, (g[1] for g in groups))}   preset={preset}")
         fig.legend(list(handles.values()), list(handles), loc="center left",
                    bbox_to_anchor=(1.0, 0.5), fontsize="small", frameon=False)
         tag = f"{_safe(tname)}__{_safe(pf)}__{_safe(preset)}"

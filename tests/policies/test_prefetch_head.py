@@ -650,3 +650,14 @@ def test_load_arguments_are_checked(joint_file, caplog):
     with caplog.at_level(logging.WARNING):
         Pool(1 << 20, p, prefetcher=p).replay(_trace())
     assert sum("gets no prefetches from it" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_offload_warns_of_a_head_whose_predictor_cannot_propose_there(joint_file, caplog):
+    """A head trained with conf/env/joint.yaml's default predictor (the successor table) made
+    no prefetch in ActivationOffload, whose keys are new every step, and said nothing."""
+    from cachegym.allocator.offload import ActivationOffload
+
+    with caplog.at_level("WARNING", logger="cachegym.allocator.offload"):
+        off = ActivationOffload("1MiB", policy=joint_file, prefetcher=joint_file)
+    assert "proposes from a successor table" in caplog.text and "horizon: 64" in caplog.text
+    off.close()

@@ -519,3 +519,15 @@ def test_the_table_counts_objects_in_objects_mode_and_names_who_decided() -> Non
     none = format_table([{**row, "policy": "learned[shadow]", "guard_net_share": nan,
                           "guard_decisions": "network:1.00"}])  # nothing evicted: no one decided
     assert not none.splitlines()[2].rstrip().endswith("1.00")
+
+
+def test_two_prefetch_files_of_one_name_are_told_apart_in_the_table() -> None:
+    """``learned:run_a/policy.npz`` and ``learned:run_b/policy.npz`` were both printed as
+    ``learned:policy.npz``."""
+    from cachegym.envs.evaluation import prefetch_label
+
+    among = ["learned:/x/run_a/policy.npz", "learned:/x/run_b/policy.npz", "history",
+             "learned:/y/other.npz"]
+    assert [prefetch_label(p, among) for p in among] == [
+        "learned:run_a/policy.npz", "learned:run_b/policy.npz", "history", "learned:other.npz"]
+    assert prefetch_label("learned:/x/run_a/policy.npz") == "learned:policy.npz"
