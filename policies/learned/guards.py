@@ -406,8 +406,7 @@ class ShadowGuard(Guard):
 
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
                  "_items", "auto", "without_prefetch", "with_history", "_muted", "_unless_stall",
-                 "retire", "retire_after", "retired", "retire_stall", "retire_stall_after",
-                 "start_stall")
+                 "retire", "retire_after", "retired", "retire_stall", "retire_stall_after")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
     NOT_UNDER_STALL = ("arc", "slru")
@@ -425,12 +424,7 @@ class ShadowGuard(Guard):
                  objective: str = "auto", without_prefetch: bool = True, arc: bool | None = None,
                  slru: bool | None = None, retire: float | None = 0.05,
                  retire_after: float = 128.0, with_history: bool = True,
-                 retire_stall: float | None = 1.0, retire_stall_after: float = 32.0,
-                 start_stall: str = "network") -> None:
-        if not isinstance(start_stall, str) or not start_stall:
-            raise ConfigError(f"ShadowGuard: start_stall names the expert followed first under "
-                              f"stall ('network', or e.g. 'lru-history'), got {start_stall!r}")
-        self.start_stall = start_stall
+                 retire_stall: float | None = 1.0, retire_stall_after: float = 32.0) -> None:
         _numbers("ShadowGuard", ("retire", "retire_stall"), margin=margin, handover=handover,
                  handover_weight=handover_weight, retire=retire, retire_after=retire_after,
                  retire_stall=retire_stall, retire_stall_after=retire_stall_after)
@@ -571,11 +565,6 @@ class ShadowGuard(Guard):
                 if history is not None:
                     self._muted.prefetch_history = False  # (pf: a LearnedPolicy)
         super()._start(view)
-        if self.objective == "stall" and self.start_stall != "network":
-            if self.start_stall not in self._named:
-                raise ConfigError(f"ShadowGuard: start_stall={self.start_stall!r} is none of its "
-                                  f"experts here ({', '.join(n or 'network' for n in self._named)})")
-            self._follow(self.start_stall)
 
     def _cost(self, gain: float) -> float:
         """An expert's cost so far from its gain: bytes copied, ns of stall, or misses."""
@@ -640,17 +629,13 @@ class ShadowGuard(Guard):
         if lead > need:
             self._spent += self._cost(g) - self._since
             self._since = self._cost(bg)
-            self._follow(best)
+            self.expert = best
             self.switches += 1
-
-    def _follow(self, name: str | None) -> None:
-        """Follow the expert ``name`` from now on (``None``: the network)."""
-        self.expert = name
-        if self._muted is not None:  # a twin, judged without the prefetcher: mute it
-            e = self._named[name]
-            self._muted.prefetch_muted = not e.prefetching
-            if hasattr(self._muted, "prefetch_history"):  # a twin judged with the history
-                self._muted.prefetch_history = e.prefetch_fn is not None
+            if self._muted is not None:  # a twin, judged without the prefetcher: mute it
+                e = self._named[best]
+                self._muted.prefetch_muted = not e.prefetching
+                if hasattr(self._muted, "prefetch_history"):  # a twin judged with the history
+                    self._muted.prefetch_history = e.prefetch_fn is not None
 
     def _retire(self, view: PoolView, bg: float) -> None:
         """Experts too far behind to lead again stop running: once the best expert has cost
