@@ -150,7 +150,8 @@ class LearnedPolicy(EvictionPolicyBase):
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
-             prefetch_budget_bytes: int | None = None, prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+             prefetch_budget_bytes: int | float | str | None = None,
+             prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
              prefetch_min_accuracy: float = 0.5,
              **unknown: Any) -> LearnedPolicy:
         """Load an exported policy file (NumPy only). ``budget_us`` and ``seed`` as the
@@ -158,7 +159,8 @@ class LearnedPolicy(EvictionPolicyBase):
         limit; ``seed``: the candidate sampler's); ``K`` overrides the number of candidates
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
-        the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`; ``None``: none),
+        the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`: bytes, or a float, a
+        share of the pool's capacity; ``None``: none),
         ``prefetch_depth`` its most prefetches per opportunity, the best candidates that beat the
         no-op (1: as trained; by default :data:`DEFAULT_PREFETCH_DEPTH`), ``prefetch_min_accuracy`` the share of its resolved
         prefetches that must have been used for it to go on prefetching (0: never pauses).

@@ -81,24 +81,25 @@ class PrefetchHead:
     no-op (1: the env's decision, what the head was trained on; those after the first are
     counted in ``early``).
     ``budget_bytes``: the most bytes in flight host-to-device (``view.bytes_in_flight``, its
-    own prefetches included) a prefetch may bring the total to; ``None``: no limit (as in
-    training). A prefetch beyond it is not issued, nor any after it at that opportunity
+    own prefetches included) a prefetch may bring the total to: bytes, a size string, or a
+    share in (0, 1] of the pool's capacity (a float); ``None``: no limit (as in training). A prefetch beyond it is not issued, nor any after it at that opportunity
     (counted in ``over_budget``). ``min_accuracy``: the share of resolved prefetches that must
     have been used for the head to go on prefetching (the module's docstring; 0: never
     pauses); ``pauses`` counts the pauses."""
 
     def __init__(self, section: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *,
-                 budget_bytes: int | None = None, depth: int = 1,
+                 budget_bytes: int | float | str | None = None, depth: int = 1,
                  min_accuracy: float = 0.5) -> None:
         if isinstance(budget_bytes, str):  # a size string ("1MiB"), as elsewhere
             from cachegym.allocator.sizes import parse_size
 
             budget_bytes = parse_size(budget_bytes, "prefetch_budget_bytes")
-        if budget_bytes is not None and (isinstance(budget_bytes, bool)
-                                         or not isinstance(budget_bytes, (int, np.integer))
-                                         or budget_bytes < 0):
-            raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0, a size string or None (no "
-                              f"limit), got {budget_bytes!r}")
+        share = isinstance(budget_bytes, (float, np.floating)) and 0.0 < budget_bytes <= 1.0
+        if budget_bytes is not None and not share and (
+                isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, np.integer))
+                or budget_bytes < 0):
+            raise ConfigError(f"prefetch_budget_bytes must be bytes >= 0, a size string, a share in "
+                              f"(0, 1] of the pool's capacity or None (no limit), got {budget_bytes!r}")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ConfigError(f"prefetch_depth must be an int >= 1 (prefetches per opportunity), "
                               f"got {depth!r}")
@@ -113,7 +114,9 @@ class PrefetchHead:
         self.K = int(section["K"])
         self.opportunity: str | int = section["opportunity"]
         self.predictor = make_predictor(section["predictor"])
-        self.budget_bytes = None if budget_bytes is None else int(budget_bytes)
+        # bytes, or (a float) a share of the pool's capacity
+        self.budget_bytes: int | float | None = (None if budget_bytes is None else
+                                                 float(budget_bytes) if share else int(budget_bytes))
         self._buf = np.zeros((self.K + 1, _features.F), np.float32)
         self._packed = _features.packed_buffer(self.K)
         self._scores = np.zeros(self.K, np.float32)
@@ -126,6 +129,8 @@ class PrefetchHead:
         budget = self.budget_bytes
         if budget is None:
             return list(keys)
+        if isinstance(budget, float):
+            budget = int(budget * view.capacity)
         out: list[int] = []
         in_flight = view.bytes_in_flight
         for k in keys:
