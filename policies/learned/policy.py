@@ -29,7 +29,7 @@ from cachegym.policies.prefetch import HISTORY_DEPTH
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
 
-__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH"]
+__all__ = ["LearnedPolicy", "DEFAULT_BUDGET_US", "DEFAULT_PREFETCH_DEPTH", "DEFAULT_PREFETCH_BUDGET"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,13 @@ DEFAULT_PREFETCH_DEPTH = 2
 more candidate that beats the no-op (the predictor proposes only objects whose prefetch is due).
 On the main job's held-out cells 4 left the same stall as 2 within 0.5% (docs/RESULTS.md,
 2026-12-03, thirteenth session); 2 issues the fewest extra copies."""
+
+DEFAULT_PREFETCH_BUDGET = 0.5
+"""Default bytes-in-flight limit of a file's prefetch head, as a share of the pool's capacity: a
+prefetch that would bring the bytes in flight to the device past half the pool is not issued.
+On the regret benchmark under stall (32 cells, docs/EXPERIMENTS.md, 2026-12-05) half the pool
+changed one DL trace's stall by 2% either way and nothing else; a quarter cost 28% on
+mlp_embedding at 50% of peak live bytes (its prefetches of embedding rows run many at once)."""
 
 
 class LearnedPolicy(EvictionPolicyBase):
@@ -150,7 +157,7 @@ class LearnedPolicy(EvictionPolicyBase):
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, budget_us: float | None = DEFAULT_BUDGET_US,
              seed: int = 0, K: int | None = None, guard: bool | GuardName | str | Guard = True,
-             prefetch_budget_bytes: int | float | str | None = None,
+             prefetch_budget_bytes: int | float | str | None = DEFAULT_PREFETCH_BUDGET,
              prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
              prefetch_min_accuracy: float = 0.5,
              **unknown: Any) -> LearnedPolicy:
@@ -160,7 +167,7 @@ class LearnedPolicy(EvictionPolicyBase):
         the file was trained with (the network does not depend on it); ``guard`` as the
         constructor takes it (``guard="none"``: the network alone); ``prefetch_budget_bytes``:
         the prefetch head's bytes-in-flight limit (:class:`PrefetchHead`: bytes, or a float, a
-        share of the pool's capacity; ``None``: none),
+        share of the pool's capacity; by default :data:`DEFAULT_PREFETCH_BUDGET`; ``None``: none),
         ``prefetch_depth`` its most prefetches per opportunity, the best candidates that beat the
         no-op (1: as trained; by default :data:`DEFAULT_PREFETCH_DEPTH`), ``prefetch_min_accuracy`` the share of its resolved
         prefetches that must have been used for it to go on prefetching (0: never pauses).

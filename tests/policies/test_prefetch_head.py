@@ -15,7 +15,7 @@ th = pytest.importorskip("torch")  # the train extra
 
 from test_learned import log_victims  # noqa: E402  (same folder)
 
-from cachegym.allocator.errors import PolicyFileError  # noqa: E402
+from cachegym.allocator.errors import ConfigError, PolicyFileError  # noqa: E402
 from cachegym.allocator.pool import Pool  # noqa: E402
 from cachegym.envs.prefetch import PrefetchEnv  # noqa: E402
 from cachegym.envs.workloads.registry import generate  # noqa: E402
@@ -99,8 +99,8 @@ def test_round_trip_prefetches_equal_the_networks_argmax_in_the_env(joint_file):
         obs, _, done, _, info = env.step(a)
     assert sum(c is not None for c in env_choices) > 10
 
-    learned = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=1,
-                                 prefetch_min_accuracy=0)  # as trained (never pausing)
+    learned = LearnedPolicy.load(joint_file, guard="none", prefetch_depth=1, prefetch_min_accuracy=0,
+                                 prefetch_budget_bytes=None)  # as trained (never pausing, no budget)
     pool_choices: list[int | None] = []
 
     class Recorder:  # records each answer of the file's prefetch head
@@ -546,7 +546,8 @@ def test_a_stall_guard_mutes_the_learned_head_where_prefetching_costs_stall(join
     got = {}
     for twins in (True, False):
         guard = ShadowGuard(without_prefetch=twins)
-        pf = LearnedPolicy.load(path, guard="none", prefetch_min_accuracy=0.0)
+        pf = LearnedPolicy.load(path, guard="none", prefetch_min_accuracy=0.0,
+                                prefetch_budget_bytes=None)  # (wasting all it can)
         got[twins] = run(LearnedPolicy.load(joint_file, guard=guard), pf).stall_ns
         assert any(k.endswith("-no-prefetch") for k in guard.decisions) == twins
     assert got[True] < got[False] and got[True] <= 1.1 * best, (got, best)
@@ -661,3 +662,35 @@ def test_offload_warns_of_a_head_whose_predictor_cannot_propose_there(joint_file
         off = ActivationOffload("1MiB", policy=joint_file, prefetcher=joint_file)
     assert "proposes from a successor table" in caplog.text and "horizon: 64" in caplog.text
     off.close()
+
+
+def test_the_heads_default_budget_is_half_the_pools_capacity(joint_file):
+    """A share of the pool's capacity (a float), by default half: the bytes in flight to the
+    device, seen at every decision, never pass it; a small share binds (prefetches held back)."""
+    from cachegym.policies.learned.policy import DEFAULT_PREFETCH_BUDGET
+
+    assert DEFAULT_PREFETCH_BUDGET == 0.5
+    trace = _trace()
+    cap = int(0.3 * trace.peak_live_bytes())
+    held = {}
+    for budget in (None, 0.5, 0.02):
+        kw = {} if budget == 0.5 else {"prefetch_budget_bytes": budget}
+        pf = LearnedPolicy.load(joint_file, guard="none", prefetch_min_accuracy=0.0, **kw)
+        assert pf.prefetch_head.budget_bytes == budget
+        class Watch:  # the bytes in flight at each decision
+            def __init__(self, pf):  # type: ignore[no-untyped-def]
+                self.pf, self.seen = pf, 0
+
+            def prefetch(self, view, key):  # type: ignore[no-untyped-def]
+                self.seen = max(self.seen, view.bytes_in_flight)
+                return self.pf.prefetch(view, key)
+
+        watch = Watch(pf)
+        pool = Pool(cap, Observed(LRU(), pf.tracker), prefetcher=watch, cost="h100_pcie5",
+                    oversize="bypass", placement="bytes")
+        pool.replay(trace)
+        assert budget is None or watch.seen <= budget * pool.capacity, (budget, watch.seen)
+        held[budget] = pf.prefetch_head.over_budget
+    assert held[None] == 0 and held[0.02] > 0
+    with pytest.raises(ConfigError, match=r"a share in \(0, 1\] of the pool's capacity"):
+        LearnedPolicy.load(joint_file, prefetch_budget_bytes=1.5)
