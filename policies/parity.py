@@ -236,6 +236,28 @@ class ParityResult:
             self.lcs_misses, self.lcs_byte_misses)
 
 
+def _for_oracle_general(trace: Trace) -> Trace:
+    """``trace`` as the oracleGeneral file the comparison writes can hold it: its sizes must fit
+    in 32 bits (:class:`ConfigError` naming the first that does not), its time field (the
+    ``step`` column) is rebased to the first request, or numbered by row where even that does not
+    fit (nanosecond timestamps): no compared policy reads the time."""
+    limit = int(np.iinfo(np.uint32).max)
+    big = np.flatnonzero(trace.size > limit)
+    if len(big):
+        i = int(big[0])
+        where = trace.meta.get("path") or trace.name
+        raise ConfigError(f"{where}: request {i} is of {int(trace.size[i])} bytes; parity compares "
+                          "through libCacheSim's oracleGeneral format, whose sizes are 32-bit (under "
+                          f"4 GiB; {len(big)} request(s) above): compare a trace without such objects "
+                          "(cachegym sim replays them)")
+    step = trace.step
+    if len(step) and int(step.max()) - int(step.min()) <= limit:
+        step = step - step.min()
+    elif len(step):
+        step = np.arange(len(step), dtype=np.int64)
+    return Trace.from_arrays(trace.key, trace.size, trace.op, step=step)
+
+
 def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
             tmp_dir: str | None = None, frees: bool = False) -> list[ParityResult]:
     """Every policy at every capacity (bytes), on ``trace`` written once as oracleGeneral and
@@ -277,7 +299,7 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
                 return libcachesim_hits_with_frees(trace, pol, cap)
         else:
             path = os.path.join(d, "trace.oracleGeneral")
-            write_oracle_general(trace, path)
+            write_oracle_general(_for_oracle_general(trace), path)
             replayed = asked = read_trace(path, "oracleGeneral")
 
             def theirs_of(pol: str, cap: int) -> tuple[np.ndarray, int]:

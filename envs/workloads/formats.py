@@ -85,6 +85,11 @@ def read_oracle_general(path: PathLike, *, skip_bad: bool = False) -> Trace:
     """Read a libCacheSim ``oracleGeneral`` binary trace (24-byte packed records)."""
     p = _existing(path)
     _reject_non_binary(p)
+    with open(p, "rb") as f:  # an lcs file's header starts with its magic (as read_lcs checks)
+        head = f.read(8)
+    if len(head) == 8 and int.from_bytes(head, "little") == LCS_MAGIC:
+        raise TraceError("this is a libCacheSim lcs trace (its header's magic number), not an "
+                         "oracleGeneral one", path=p, hint="read it with the format lcs")
     data, skipped = _records(p, ORACLE_GENERAL_DTYPE, 0, skip_bad)
     return _binary_trace(p, data, data["time"], skipped, {"format": "oracleGeneral", "path": p})
 
@@ -244,9 +249,9 @@ def read_lcs(path: PathLike, *, ops: bool = False, skip_bad: bool = False) -> Tr
         raise TraceError(f"lcs version {version} is not one this reader knows (1..8)", path=p)
     data, skipped = _records(p, lcs_dtype(version), LCS_HEADER_BYTES, skip_bad)
     n_req = int(head[3].view(np.int64))  # stat.n_req
-    if n_req > 0 and n_req != len(data) + skipped:
-        log.warning("%s: the lcs header counts %d requests, the file holds %d", p, n_req,
-                    len(data) + skipped)
+    held = (os.path.getsize(p) - LCS_HEADER_BYTES) // lcs_dtype(version).itemsize  # (size 0 too)
+    if n_req > 0 and n_req != held:
+        log.warning("%s: the lcs header counts %d requests, the file holds %d", p, n_req, held)
     deletes = 0
     op = None
     if ops and version >= 2:
@@ -551,6 +556,20 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     return reader(path, **options)  # type: ignore[operator]
 
 
+class _NamedAs(logging.Filter):
+    """Rewrites ``path`` as ``shown`` in this module's log records (a compressed trace's
+    temporary file, named as the user's)."""
+
+    def __init__(self, path: str, shown: str) -> None:
+        super().__init__()
+        self.path, self.shown = path, shown
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.shown if a == self.path else a for a in record.args)
+        return True
+
+
 def _read_compressed(path: PathLike, compression: str, cut: int, format: str | None,
                      options: dict[str, Any]) -> Trace:
     """:func:`read_trace` of a compressed file: decompressed into a temporary file named as the
@@ -573,12 +592,16 @@ def _read_compressed(path: PathLike, compression: str, cut: int, format: str | N
             raise TraceError(f"cannot decompress it as {compression} ({type(e).__name__}: {e})",
                              path=p, hint="check that the file is complete, or decompress it "
                              "yourself and give the result") from None
+        said = _NamedAs(tmp, f"{p} (decompressed)")  # warnings name it too
+        log.addFilter(said)
         try:
             t = read_trace(tmp, fmt, **options)
         except TraceError as e:  # name the user's file, not the temporary one
             e.path = p
             e.args = (str(e).replace(tmp, f"{p} (decompressed)"),)
             raise
+        finally:
+            log.removeFilter(said)
     t.meta["source"] = dict(t.meta.get("source", {}), path=p, compression=compression)
     return t
 
@@ -714,8 +737,11 @@ def _finish(path: str, meta: dict[str, Any], skipped: int, **cols: Any) -> Trace
         elif meta.get("source", {}).get("format") == "csv":
             hint = ("the file is empty, or its only line was read as a header: pass has_header=False "
                     "(-t has-header=false) if it is a record")
-        else:
+        elif os.path.exists(path) and os.path.getsize(path) == 0:
             hint = "the file is empty"
+        else:
+            hint = ("the file holds no request this reader keeps: requests of size 0 (and, with "
+                    "ops, deletes) are dropped, as libCacheSim's readers drop them")
         raise TraceError("no records" + (f": all {skipped} were malformed and skipped" if skipped else ""),
                          path=path, hint=hint)
     return Trace.from_arrays(**cols, meta=meta, name=Path(path).stem, path=path)

@@ -682,3 +682,41 @@ def test_csv_quoted_fields_and_spaced_string_ids_read_as_libcachesim_reads_them(
     ours = read_csv(p, obj_id_col=1, obj_size_col=2, obj_id_is_num=False, has_header=False).key.tolist()
     assert [len({r.obj_id for r in reqs[:i + 1]}) for i in range(len(reqs))] == [
         len(set(ours[:i + 1])) for i in range(len(ours))]  # the same objects, in the same order
+
+
+def test_an_lcs_file_named_as_oracle_general_is_refused_as_what_it_is(tmp_path: Path) -> None:
+    """Its header and records were read as oracleGeneral records: a garbage trace (keys of
+    -2**32, sizes of 2**32-1) with a warning about size-0 requests."""
+    p = tmp_path / "lcs4.oracleGeneral"
+    _lcs_file(p, 2, [(i, i, 10, 0) for i in range(4)])
+    with pytest.raises(TraceError, match=r"this is a libCacheSim lcs trace .*not an oracleGeneral "
+                                         r"one \(read it with the format lcs\)"):
+        read_trace(p)
+    assert len(read_trace(p, "lcs")) == 4
+
+
+def test_readers_warnings_and_errors_say_what_the_file_holds(tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A compressed trace's warnings named its deleted temporary file; an lcs header's count
+    was compared after size-0 requests were dropped (a false warning); a file of size-0 requests
+    only was "empty"."""
+    import gzip
+
+    data = _og_record(1, 1, 0, -1) + _og_record(1, 2, 5, -1)
+    (tmp_path / "z.oracleGeneral.gz").write_bytes(gzip.compress(data))
+    with caplog.at_level(logging.WARNING):
+        read_trace(tmp_path / "z.oracleGeneral.gz")
+    assert f"{tmp_path / 'z.oracleGeneral.gz'} (decompressed): dropped 1 request(s) of size 0" in caplog.text
+    assert "cachegym-trace-" not in caplog.text
+    caplog.clear()
+    _lcs_file(tmp_path / "l3.lcs", 2, [(1, 1, 10, 0), (2, 2, 0, 0), (3, 3, 10, 0)])
+    with caplog.at_level(logging.WARNING):
+        assert len(read_trace(tmp_path / "l3.lcs")) == 2
+    assert "dropped 1 request(s) of size 0" in caplog.text and "the lcs header counts" not in caplog.text
+    (tmp_path / "zero.oracleGeneral").write_bytes(_og_record(1, 1, 0, -1))
+    with pytest.raises(TraceError, match=r"no records \(the file holds no request this reader keeps: "
+                                         r"requests of size 0"):
+        read_trace(tmp_path / "zero.oracleGeneral")
+    (tmp_path / "empty.oracleGeneral").write_bytes(b"")
+    with pytest.raises(TraceError, match=r"the file is empty"):
+        read_trace(tmp_path / "empty.oracleGeneral")

@@ -146,3 +146,18 @@ def test_the_default_policies_leave_out_one_that_cannot_run_at_a_capacity(
     assert "s3fifo left out: libCacheSim's cannot run at capacity 5" in out and "lru " in out
     assert script.main([str(p), "--capacities", "5", "--policies", "lru,s3fifo"]) == 2
     assert "s3fifo cannot run at capacity 5" in capsys.readouterr().err
+
+
+def test_nanosecond_times_compare_and_objects_of_4_gib_are_refused_by_the_users_trace() -> None:
+    """Parity writes the trace as oracleGeneral: a CSV's nanosecond timestamps (2^60) failed in
+    that temporary file's 32-bit time field; a size of 4 GiB or more was refused naming it."""
+    n = 400
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 60, n)
+    t = Trace.from_arrays(keys, 100 + keys, step=1_700_000_000_000_000_000 + np.arange(n))
+    (row,) = parity.compare(t, ["lru"], [2000])
+    assert row.agrees and row.requests == n
+    big = Trace.from_arrays([1, 2, 1], [100, 1 << 32, 100], name="mine.csv")
+    with pytest.raises(ConfigError, match=r"mine.csv: request 1 is of 4294967296 bytes; parity "
+                                          r"compares through libCacheSim's oracleGeneral format"):
+        parity.compare(big, ["lru"], [1000])
