@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(policy, capacity) pairs{f'; {explained} differ as explained' if explained else ''}"
           f"{'' if not failed else f'; {failed} differ'}"
           + (f" (LIRS, not counted: {sum(r.agrees for r in others)} of {len(others)} agree; "
-             "expected within about 1.5% of the misses)" if others else ""))
+             "expected within about 1.5% of the misses on traces of fixed object sizes, more where "
+             "they vary: libCacheSim's LIRS can exceed its capacity)" if others else ""))
     return 1 if failed else 0
 
 
