@@ -865,6 +865,20 @@ def _read_table(
     if len(starts) == 0:
         return np.zeros((0, expected), dtype="U1"), line_no, skipped, header
     _refuse_outsized_line(path, starts, ends, line_no, expected)
+    if buf.max(initial=0) >= 0x80 and not _is_utf8(buf):  # then find the lines that are not
+        ok = np.array([_is_utf8(buf[s:e]) for s, e in zip(starts, ends)], bool)
+        if not ok.all():
+            r = int(np.argmin(ok))
+            if not skip_bad:
+                raise TraceError(f"line {int(line_no[r]) + 1}: bytes that are not UTF-8 text "
+                                 f"({_clip(bytes(buf[starts[r]:ends[r]]).decode('utf-8', 'replace'))})",
+                                 path=path, row=r,
+                                 hint=f"convert the file to UTF-8 (iconv -f latin1 -t utf8), or "
+                                      f"{SKIP_BAD} to drop such lines")
+            skipped += int((~ok).sum())
+            starts, ends, line_no = starts[ok], ends[ok], line_no[ok]
+            if len(starts) == 0:
+                return np.zeros((0, expected), dtype="U1"), line_no, skipped, header
     text = _join_lines(buf, starts, ends)
     try:
         table = np.loadtxt(io.BytesIO(text), dtype=str, delimiter=delimiter, comments=None,
@@ -960,6 +974,14 @@ def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _count_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, delim: int) -> np.ndarray:
     csum = np.concatenate([[0], np.cumsum(buf == delim)])
     return csum[ends] - csum[starts] + 1
+
+
+def _is_utf8(line: np.ndarray) -> bool:
+    try:
+        line.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _join_lines(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:

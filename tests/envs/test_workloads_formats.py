@@ -720,3 +720,18 @@ def test_readers_warnings_and_errors_say_what_the_file_holds(tmp_path: Path,
     (tmp_path / "empty.oracleGeneral").write_bytes(b"")
     with pytest.raises(TraceError, match=r"the file is empty"):
         read_trace(tmp_path / "empty.oracleGeneral")
+
+
+def test_a_line_that_is_not_utf8_is_named_or_skipped(tmp_path: Path) -> None:
+    """The whole file was refused as 'cannot parse ... position 5', with no line, and skip_bad
+    did not drop the line."""
+    p = tmp_path / "bad.csv"
+    p.write_bytes(b"1,5,100\n2,\xff\xfe,10\n3,7,10\n")
+    with pytest.raises(TraceError, match=r"line 2: bytes that are not UTF-8 text .*skip_bad=True"):
+        read_csv(p, obj_id_col=2, obj_size_col=3)
+    t = read_csv(p, obj_id_col=2, obj_size_col=3, skip_bad=True)
+    assert t.key.tolist() == [5, 7] and t.meta["skipped"] == 1
+    utf8 = tmp_path / "ok.csv"  # non-ASCII UTF-8 ids read as they are
+    utf8.write_bytes("1,café,100\n2,abc,10\n3,café,100\n".encode())
+    t = read_csv(utf8, obj_id_col=2, obj_size_col=3, obj_id_is_num=False)
+    assert len(t) == 3 and t.key[0] == t.key[2] != t.key[1]
