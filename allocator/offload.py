@@ -160,7 +160,16 @@ class ReversePackOrder(PrefetchPolicyBase):
         self.timing.feedback(view, key, pos)
         if self._profiled:
             return self._timed(view, key)
+        return self._counted(view, key)
+
+    def _counted(self, view: PoolView, key: int) -> list[int]:
+        """The count rule: the next ``depth`` saved tensors not on the device, while making
+        their room would evict none used before them (do no harm, as
+        :meth:`PrefetchTiming.due_keys`: the pool's eviction policy's next victims, where it
+        says, must be none of the tensors needed sooner, ``key`` included); the walk stops at
+        the first that would."""
         out: list[int] = []
+        harm = _Harm(view, key)
         seen = 0
         k = key - 1
         stop = max(key - self.window, -1)
@@ -168,7 +177,10 @@ class ReversePackOrder(PrefetchPolicyBase):
             if k in view:
                 seen += 1
                 if not view.is_resident(k):
+                    if not harm.room_for(k):
+                        break  # it would evict a tensor used before it
                     out.append(k)
+                harm.used.add(k)
             k -= 1
         return out
 
@@ -181,6 +193,7 @@ class ReversePackOrder(PrefetchPolicyBase):
         queued = timing.queued_ns(view)
         longest = cost.copy_time(0, view.capacity) + timing.max_margin()
         out: list[int] = []
+        harm = _Harm(view, key)  # (the count rule's prefetches)
         ahead = 0  # compute from now to the unpack of k, as measured in the previous step
         nxt = -1  # compute before the next decision point (the next live key's unpack)
         seen = 0
@@ -197,6 +210,8 @@ class ReversePackOrder(PrefetchPolicyBase):
                 if not view.is_resident(k):
                     size = view.size(k)
                     if seen <= self.depth:
+                        if not harm.room_for(k):
+                            break  # (do no harm, as _counted)
                         out.append(k)  # the count rule's
                     elif timing.due(ahead, nxt, queued + timing.lead_ns(view, k - self._base, size)):
                         if size > room:
@@ -204,11 +219,37 @@ class ReversePackOrder(PrefetchPolicyBase):
                         out.append(k)
                         room -= size
                     queued += cost.copy_time(0, size)
+                harm.used.add(k)
             k -= 1
         return out
 
     def __repr__(self) -> str:
         return f"ReversePackOrder(depth={self.depth}, window={self.window})"
+
+
+class _Harm:
+    """Do no harm for :class:`ReversePackOrder`'s count rule (as
+    :meth:`PrefetchTiming.due_keys`): a prefetch takes free room, else room the pool's eviction
+    policy would make by evicting its next victims, which must be none of the tensors needed
+    sooner (``used``: the accessed one, then each met on the walk)."""
+
+    def __init__(self, view: PoolView, key: int) -> None:
+        self.view = view
+        self.used = {key}
+        self.taken: set[int] = set()  # the victims the room counted so far takes
+        self.free = view.capacity - view.used - view.releasing_bytes
+
+    def room_for(self, k: int) -> bool:
+        """Whether ``k`` can be prefetched without evicting a tensor used before it (its room
+        then counted as taken)."""
+        need = (self.view.size(k) + ALIGN - 1) // ALIGN * ALIGN  # its blocks
+        if self.free < need:
+            got = PrefetchTiming._victims_room(self.view, need - self.free, self.used, self.taken)
+            if got < 0:
+                return False
+            self.free += got
+        self.free -= need
+        return True
 
 
 def _load_policy(path: str | os.PathLike[str]) -> EvictionPolicy:

@@ -586,3 +586,21 @@ def test_offload_arguments_of_the_wrong_kind_are_refused_up_front(kwargs: dict[s
     forward, or were taken ('no' as true)."""
     with pytest.raises(ConfigError, match=match):
         ActivationOffload("1MiB", **kwargs)
+
+
+def test_the_count_rule_evicts_no_tensor_needed_before_the_one_it_prefetches() -> None:
+    """On a pool of a few saved tensors the first step's count rule (the next two in reverse
+    pack order) evicted the tensor needed next to fetch the one after it: twice the traffic of
+    no prefetcher (98,304 against 49,152 bytes)."""
+    def traffic(**kw: Any) -> int:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+        off = ActivationOffload(24576, backend=NumpyBackend(), clean_ahead=0, **kw)
+        with off:
+            loss = (m(torch.randn(32, 64)) ** 2).mean()
+        loss.backward()
+        t = int(off.stats()["traffic_bytes"])
+        off.close()
+        return t
+
+    assert traffic() <= traffic(prefetcher=None)
