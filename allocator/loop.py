@@ -96,6 +96,10 @@ FORGET_ABOVE = 1 << 16  # forget_evicted: records a pool keeps before it forgets
 CLEAN_WALK = 256
 
 
+_END = object()
+"""The end of an iteration (:meth:`Loop._clean`)."""
+
+
 def _untraced(err: BaseException) -> BaseException:
     """``err``, and the errors chained to it, without their tracebacks: a copy that failed at
     launch is held in its object's record until the copy is waited for, and compiled, records
@@ -1022,10 +1026,10 @@ class Loop:
             if walk < 0:
                 return
             try:
-                k = next(keys, None)
-                if k is None:
+                k = next(keys, _END)
+                if k is _END:
                     return
-                o = objs.get(k)
+                o = objs.get(k)  # type: ignore[call-overload]
             except Exception as e:  # (an unhashable key too) the access stands
                 raise self._policy_error(self._policy, "eviction_order", accessed, e, True) from e
             if o is None or o.state != DEVICE or o.pins or k == accessed:
@@ -1327,7 +1331,8 @@ class Loop:
         happen, nor did the copy (the counts of both are taken back); raises."""
         st = self.stats
         st.evictions -= 1
-        st.writebacks -= 1
+        if not self._write_through:  # (a write-through copy counts no write-back)
+            st.writebacks -= 1
         st.bytes_d2h -= o.size
         o.offset, o.nbytes = off, nb
         o.state = DEVICE
@@ -1468,6 +1473,9 @@ class Loop:
             assert self._forget or not self._seen
             assert not any(k in self._seen for k in self._objs)
             st = self.stats
+            for name in ("accesses", "hits", "misses", "evictions", "writebacks", "bytes_h2d",
+                         "bytes_d2h", "prefetches", "frees", "streamed"):
+                assert getattr(st, name) >= 0, (name, getattr(st, name))
             assert st.hits + st.misses == st.accesses
             assert st.prefetch_hits + st.late_prefetches <= st.prefetches
             assert self._clean_ahead or st.writebacks <= st.evictions  # (cleaning writes back early)

@@ -358,8 +358,8 @@ def _check_args(backend: Any, timer: Any, min_bytes: Any, record: Any, zero_copy
     """Refuse (:class:`ConfigError`) an argument of :class:`ActivationOffload` of the wrong kind
     before anything is built (a timer that is no clock failed at the first pack, inside the
     model's forward; ``zero_copy="no"`` meant yes)."""
-    if backend is not None and not all(callable(getattr(backend, m, None))
-                                       for m in ("attach", "device_buffer", "copy_h2d", "copy_d2h")):
+    if backend is not None and (isinstance(backend, type) or not all(
+            callable(getattr(backend, m, None)) for m in ("attach", "device_buffer", "copy_h2d", "copy_d2h"))):
         raise ConfigError(f"ActivationOffload backend {backend!r}: give a backend object, "
                           "NumpyBackend() (CPU tensors, the default) or CupyBackend() (CUDA), "
                           "from cachegym.allocator")

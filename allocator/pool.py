@@ -265,7 +265,7 @@ class Pool(Loop):
             old, self._policy = self._policy, policy
             _claim(policy, self)
             if old is not policy:
-                _given_up(old)
+                _given_up(old, policy)
             self._refresh_fast_path()
 
     @property
@@ -685,6 +685,14 @@ _SERVING_LOCK = threading.RLock()  # (a pool's weakref callback may run in gc.co
 
 
 def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None:
+    """:func:`_claim_one` of ``policy`` and of each policy it wraps (``wrapped``, a chain of
+    :class:`~allocator.seams.Forwarding`: ``Observed(p, tracker)`` or ``Forwarding(p)`` given to
+    a second pool is ``p`` given to it)."""
+    for p in _wrapped_chain(policy):
+        _claim_one(p, pool, check_only)
+
+
+def _claim_one(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None:
     """Record that ``pool`` uses ``policy``; refuse (:class:`ConfigError`) a policy another
     live pool still uses: a policy keeps the state of one pool's objects (its order, counts,
     model), and shared by two its victims would be the other pool's keys and its decisions
@@ -692,13 +700,14 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
     another policy since) still holds that pool's objects: the pool calls its ``reset()`` where
     it has one (a :class:`~policies.features.FeatureTracker`), in the ``check_only`` call each
     caller makes before the policy hears of anything, and refuses it otherwise. Keyed by
-    the object given: a wrapper (``Forwarding(p)``) is another object than ``p``, and a closed
-    pool that is used again is not stopped."""
+    the object (a copy, ``copy.deepcopy(p)``, is another: made before ``p``'s first use, it holds
+    nothing), and a closed pool that is used again is not stopped."""
     with _SERVING_LOCK:
         for attempt in (0, 1):
             ref = _SERVING.get(id(policy))
             other = None if ref is None else ref()
-            if other is None or other is pool or other._policy is not policy:
+            if other is None or other is pool or all(
+                    q is not policy for q in _wrapped_chain(other._policy)):
                 break
             if attempt == 0:
                 other = None  # (not held here while the collector runs)
@@ -723,7 +732,13 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
                 "everything, which a pool then calls before it uses the policy again")
         if check_only:  # (the callers check before the policy hears of anything: reset now)
             if reset is not None:
-                reset()
+                try:
+                    reset()
+                except Exception as e:
+                    raise ConfigError(f"policy {policy!r} served another pool before; its reset(), "
+                                      f"which a pool calls before it uses the policy again, raised "
+                                      f"{e!r}: reset() must take no argument and forget "
+                                      "everything, or give this pool a new policy object") from e
             return
         key = id(policy)
         _SERVING[key] = weakref.ref(pool, _forgetting(key))
@@ -735,20 +750,33 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
 
 
 def _unclaim(policy: EvictionPolicy, pool: Pool) -> None:
-    """``pool`` gives up ``policy`` (:meth:`Pool.close`)."""
+    """``pool`` gives up ``policy`` and what it wraps (:meth:`Pool.close`)."""
     with _SERVING_LOCK:
-        ref = _SERVING.get(id(policy))
-        if ref is not None and ref() is pool:
-            del _SERVING[id(policy)]
+        for p in _wrapped_chain(policy):
+            ref = _SERVING.get(id(p))
+            if ref is not None and ref() is pool:
+                del _SERVING[id(p)]
 
 
-def _given_up(policy: EvictionPolicy) -> None:
-    """A pool was given another policy than ``policy``: ``policy`` no longer follows that
-    pool's events, so its state is stale for that pool too (:func:`_claim`)."""
+def _wrapped_chain(policy: Any) -> list[Any]:
+    """``policy`` and each policy it wraps (``wrapped``), at most 8, no cycle."""
+    chain: list[Any] = []
+    while policy is not None and len(chain) < 8 and all(policy is not q for q in chain):
+        chain.append(policy)
+        policy = getattr(policy, "wrapped", None)
+    return chain
+
+
+def _given_up(policy: EvictionPolicy, successor: EvictionPolicy) -> None:
+    """A pool was given ``successor`` instead of ``policy``: ``policy`` (and what it wraps, but
+    what ``successor`` wraps too) no longer follows that pool's events, so its state is stale for
+    that pool too (:func:`_claim`)."""
     with _SERVING_LOCK:
-        served = _SERVED.get(id(policy))
-        if served is not None and served[0]() is policy:
-            _SERVED[id(policy)] = (served[0], None)
+        kept = _wrapped_chain(successor)
+        for p in _wrapped_chain(policy):
+            served = _SERVED.get(id(p))
+            if served is not None and served[0]() is p and all(p is not q for q in kept):
+                _SERVED[id(p)] = (served[0], None)
 
 
 def _forgetting_served(key: int) -> Callable[[weakref.ref[Any]], None]:

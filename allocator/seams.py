@@ -204,7 +204,10 @@ class PoolView:
 
 
 def _order_error(policy: Any, e: Exception) -> Exception:
-    return PolicyError(policy, "eviction_order", None, e, "the event stands")
+    """The policy's error (``policy``'s own ``eviction_order``, or through a Forwarding that
+    forwards it, the wrapped one's: as the loop names it)."""
+    return PolicyError(answering_policy(policy, "eviction_order"), "eviction_order", None, e,
+                       "the event stands")
 
 
 def _checked_order(policy: Any, keys: Iterator[Any]) -> Iterator[int]:

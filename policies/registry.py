@@ -120,10 +120,12 @@ def make_learned(path: str | os.PathLike[str], *, guard: Any = "shadow", **param
     return LearnedPolicy.load(path, guard=guard, **params)
 
 
-def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
+def make_eviction(name: str, *, trace: Trace | None = None, seed: int | None = None,
                   **params: Any) -> EvictionPolicy:
     """The eviction policy called ``name`` (see :data:`EVICTION_NAMES`; ``"learned"`` with
-    ``path=`` and ``guard=``: :func:`make_learned`)."""
+    ``path=`` and ``guard=``: :func:`make_learned`). ``seed``: a run's seed, for ``random`` (0
+    without one) and for a class of the user's whose constructor takes ``seed`` (its own
+    default without one)."""
     if not isinstance(name, str):
         raise ConfigError(f"eviction policy name must be a string, got {name!r}")
     key = name.strip().lower()
@@ -140,7 +142,7 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int = 0,
             "learned (with path=FILE and guard=shadow|trial|lru|none) for an exported policy "
             "file, or FILE.py:Class / module:Class for a class of your own")
     if key == "random":
-        params.setdefault("seed", seed)
+        params.setdefault("seed", 0 if seed is None else seed)
     return _build(key, _class_of(_EVICTION, key), trace, params)  # type: ignore[no-any-return]
 
 

@@ -447,3 +447,19 @@ def test_an_access_of_another_size_does_not_resize_a_backend_pools_bytes() -> No
     p.put(0, _data(7, B))  # a new size through put
     assert p.get(0).tobytes() == _data(7, B).tobytes()
     p.close()
+
+
+def test_a_failed_write_through_copy_takes_back_no_write_back() -> None:
+    """A write-through copy counts no write-back: taking one back for its failure left
+    writebacks at -1 (the review's case)."""
+    be = FaultyBackend()
+    p = Pool(2 * B, backend=be, write_policy="write-through")
+    be.arm("d2h", key=1)
+    p.access(1, B, write=True)
+    p.access(2, B)
+    with pytest.raises(BackendError):
+        p.access(3, B)  # evicts 1, whose write-through copy failed
+    st = p.snapshot()
+    assert st.writebacks == 0 and st.evictions == 0 and st.bytes_d2h == 0
+    p._check()
+    p.close()

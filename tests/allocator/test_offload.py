@@ -575,6 +575,7 @@ def test_a_budget_below_a_tensors_blocks_names_the_blocks_it_needs() -> None:
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"backend": "numpy"}, r"backend 'numpy': give a backend object, NumpyBackend\(\)"),
+    ({"backend": NumpyBackend}, r"backend <class .*NumpyBackend'>: give a backend object"),
     ({"min_bytes": "x"}, r"min_bytes 'x': give bytes"),
     ({"min_bytes": -1}, r"min_bytes -1"),
     ({"timer": 5}, r"timer 5: give a clock returning ns"),

@@ -303,3 +303,31 @@ def test_cachegym_check_names_what_the_pool_would() -> None:
 
     with pytest.raises(ConfigError, match=r"write it as def on_insert\(self, view, key\)"):
         check_policy(NoView, seeds=(1,), requests=500)
+
+
+def test_a_used_policy_wrapped_anew_is_refused_and_a_bad_reset_named() -> None:
+    """``Observed(lru, tracker)`` or ``Forwarding(lru)`` of a policy that served a closed pool
+    was accepted (the wrapper is another object), and ActivationOffload wraps a policy itself;
+    a reset() that needs an argument escaped as a bare TypeError."""
+    from cachegym.allocator.seams import Forwarding
+    from cachegym.policies.features import FeatureTracker, Observed
+
+    trace = Trace.from_arrays([1, 2, 3, 4, 5, 1, 2], [100] * 7)
+    lru = LRU()
+    a = Pool(400, lru)
+    a.replay(trace)
+    with pytest.raises(ConfigError, match=r"already serves another live pool"):
+        Pool(400, Forwarding(lru))
+    a.close()
+    for wrapper in (Observed(lru, FeatureTracker()), Forwarding(lru)):
+        with pytest.raises(ConfigError, match=r"served another pool before"):
+            Pool(400, wrapper)
+
+    class NeedsKey(LRU):
+        def reset(self, key):  # type: ignore[no-untyped-def]
+            pass
+
+    p = NeedsKey()
+    Pool(400, p).close()
+    with pytest.raises(ConfigError, match=r"its reset\(\), which a pool calls .* raised TypeError"):
+        Pool(400, p)
