@@ -334,15 +334,17 @@ def test_a_policy_file_imports_the_modules_beside_it(tmp_path) -> None:  # type:
 
 
 def test_a_policy_class_by_file_takes_the_runs_seed_where_it_has_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """As the built-in ``random``: a seed sweep over a user's seeded class varied nothing."""
-    path = tmp_path / "seeded.py"
+    """As the built-in ``random``: a seed sweep over a user's seeded class varied nothing; without
+    a run's seed the class keeps its own default (it was replaced by 0)."""
+    path = tmp_path / "own.py"
     path.write_text("from cachegym.policies.lru import LRU\n"
-                    "class Seeded(LRU):\n"
-                    "    def __init__(self, seed=0):\n"
+                    "class Own(LRU):\n"
+                    "    def __init__(self, seed=42):\n"
                     "        super().__init__()\n"
                     "        self.seed = seed\n")
-    assert make_eviction(f"{path}:Seeded", seed=7).seed == 7  # type: ignore[attr-defined]
-    assert make_eviction(f"{path}:Seeded").seed == 0  # (its own default)  # type: ignore[attr-defined]
+    assert make_eviction(f"{path}:Own", seed=7).seed == 7  # type: ignore[attr-defined]
+    assert make_eviction(f"{path}:Own").seed == 42  # type: ignore[attr-defined]
+    assert make_eviction("random").seed == 0 and make_eviction("random", seed=5).seed == 5  # type: ignore[attr-defined]
 
 
 def test_a_bad_registry_line_is_named_and_breaks_no_other_name(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -356,14 +358,3 @@ def test_a_bad_registry_line_is_named_and_breaks_no_other_name(monkeypatch) -> N
         make_eviction("mru")
     assert make_eviction("lru").name == "lru"
 
-
-def test_a_user_class_keeps_its_own_seed_unless_a_run_gives_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    path = tmp_path / "own.py"
-    path.write_text("from cachegym.policies.lru import LRU\n"
-                    "class Own(LRU):\n"
-                    "    def __init__(self, seed=42):\n"
-                    "        super().__init__()\n"
-                    "        self.seed = seed\n")
-    assert make_eviction(f"{path}:Own").seed == 42  # type: ignore[attr-defined]
-    assert make_eviction(f"{path}:Own", seed=3).seed == 3  # type: ignore[attr-defined]
-    assert make_eviction("random").seed == 0 and make_eviction("random", seed=5).seed == 5  # type: ignore[attr-defined]
