@@ -801,7 +801,10 @@ def _read_table(
     if buf[:len(_BOM)].tobytes() == _BOM:  # (Windows tools write one; it is no part of a field)
         buf = buf[len(_BOM):]
     nul = np.flatnonzero(buf == 0)  # (anywhere: the parser would drop one silently)
-    if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (len(nul) and nul[0] < _SNIFF_BYTES):
+    # binary: a zip, or NULs in more than 1% of the first bytes (a stray one is named below)
+    sniff = min(len(buf), _SNIFF_BYTES)
+    if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (
+            len(nul) and int(np.searchsorted(nul, sniff)) > max(2, sniff // 100)):
         raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
                          "file)", path=path,
                          hint="give the right format (format= in Python, trace.format= to the "

@@ -255,6 +255,14 @@ def test_text_traces_refuse_a_late_nul_byte_and_a_line_that_dwarfs_the_rest(tmp_
     nul.write_bytes(b"1\n" * 40000 + b"7\x00\n")
     with pytest.raises(TraceError, match=r"a NUL byte at byte 80,001 \(line 40001\)"):
         read_trace(nul)
+    early = tmp_path / "early.csv"  # (a stray one early on was "binary data", with no line)
+    early.write_bytes(b"1,5,100\n2,6\x00,10\n")
+    with pytest.raises(TraceError, match=r"a NUL byte at byte 11 \(line 2\)"):
+        read_trace(early)
+    binary = tmp_path / "og.csv"  # an oracleGeneral file named .csv is still binary data
+    binary.write_bytes(b"".join(_og_record(1, i, 100, -1) for i in range(100)))
+    with pytest.raises(TraceError, match=r"binary data in a text trace \(this looks like an \.npz"):
+        read_trace(binary)
     long = tmp_path / "long.csv"
     long.write_bytes(b"1\n" * 20000 + b"9" * 100000 + b"\n")
     with pytest.raises(TraceError, match="line 20001 is 100,000 characters long"):
