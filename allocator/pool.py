@@ -52,6 +52,7 @@ from cachegym.allocator.seams import (
     PrefetchPolicy,
     check_policies,
     default_eviction_policy,
+    wrapped_chain,
 )
 from cachegym.allocator.sizes import format_size, parse_size
 from cachegym.allocator.stats import PoolHook
@@ -688,7 +689,7 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None
     """:func:`_claim_one` of ``policy`` and of each policy it wraps (``wrapped``, a chain of
     :class:`~allocator.seams.Forwarding`: ``Observed(p, tracker)`` or ``Forwarding(p)`` given to
     a second pool is ``p`` given to it)."""
-    for p in _wrapped_chain(policy):
+    for p in wrapped_chain(policy):
         _claim_one(p, pool, check_only)
 
 
@@ -707,7 +708,7 @@ def _claim_one(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> 
             ref = _SERVING.get(id(policy))
             other = None if ref is None else ref()
             if other is None or other is pool or all(
-                    q is not policy for q in _wrapped_chain(other._policy)):
+                    q is not policy for q in wrapped_chain(other._policy)):
                 break
             if attempt == 0:
                 other = None  # (not held here while the collector runs)
@@ -752,19 +753,10 @@ def _claim_one(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> 
 def _unclaim(policy: EvictionPolicy, pool: Pool) -> None:
     """``pool`` gives up ``policy`` and what it wraps (:meth:`Pool.close`)."""
     with _SERVING_LOCK:
-        for p in _wrapped_chain(policy):
+        for p in wrapped_chain(policy):
             ref = _SERVING.get(id(p))
             if ref is not None and ref() is pool:
                 del _SERVING[id(p)]
-
-
-def _wrapped_chain(policy: Any) -> list[Any]:
-    """``policy`` and each policy it wraps (``wrapped``), at most 8, no cycle."""
-    chain: list[Any] = []
-    while policy is not None and len(chain) < 8 and all(policy is not q for q in chain):
-        chain.append(policy)
-        policy = getattr(policy, "wrapped", None)
-    return chain
 
 
 def _given_up(policy: EvictionPolicy, successor: EvictionPolicy) -> None:
@@ -772,8 +764,8 @@ def _given_up(policy: EvictionPolicy, successor: EvictionPolicy) -> None:
     what ``successor`` wraps too) no longer follows that pool's events, so its state is stale for
     that pool too (:func:`_claim`)."""
     with _SERVING_LOCK:
-        kept = _wrapped_chain(successor)
-        for p in _wrapped_chain(policy):
+        kept = wrapped_chain(successor)
+        for p in wrapped_chain(policy):
             served = _SERVED.get(id(p))
             if served is not None and served[0]() is p and all(p is not q for q in kept):
                 _SERVED[id(p)] = (served[0], None)

@@ -78,7 +78,8 @@ if TYPE_CHECKING:
 
 __all__ = ["PoolView", "EvictionPolicy", "PrefetchPolicy", "EvictionPolicyBase", "Forwarding",
            "PrefetchPolicyBase", "OptionalHooks", "optional_hooks", "untracked_free_hook",
-           "eviction_order_of", "is_noop", "hook_of", "active_hook_of", "answering_policy", "check_policies", "REQUIRED_HOOKS",
+           "eviction_order_of", "is_noop", "hook_of", "active_hook_of", "answering_policy", "wrapped_chain",
+           "check_policies", "REQUIRED_HOOKS",
            "default_eviction_policy", "DEVICE", "HOST", "H2D", "D2H", "AWAY", "STATE_NAMES"]
 
 # residency of an object (ObjectInfo.state): on the device, in host memory only, in flight to the
@@ -439,17 +440,19 @@ def _check_calls(what: str, obj: object, members: Iterable[str]) -> None:
     _SIGNED.add((cls, what))
 
 
+def wrapped_chain(policy: Any) -> list[Any]:
+    """``policy`` and each policy it wraps (``wrapped``, a chain of :class:`Forwarding`), at
+    most 8, never a cycle."""
+    chain: list[Any] = []
+    while policy is not None and len(chain) < 8 and all(policy is not q for q in chain):
+        chain.append(policy)
+        policy = getattr(policy, "wrapped", None)
+    return chain
+
+
 def _observes(policy: object, tracker: object) -> bool:
-    """Whether ``policy`` or a policy it wraps (``wrapped``, a chain of :class:`Forwarding`)
-    shows its hooks to ``tracker``."""
-    p = policy
-    for _ in range(8):
-        if p is None:
-            return False
-        if getattr(p, "tracker", None) is tracker:
-            return True
-        p = getattr(p, "wrapped", None)
-    return False
+    """Whether ``policy`` or a policy it wraps shows its hooks to ``tracker``."""
+    return any(getattr(p, "tracker", None) is tracker for p in wrapped_chain(policy))
 
 
 def check_policies(policy: object, prefetcher: object) -> None:

@@ -40,6 +40,7 @@ from cachegym.allocator.errors import (
     PoolError,
     policy_label,
 )
+from cachegym.allocator.loop import as_key
 from cachegym.allocator.seams import Forwarding, check_policies, eviction_order_of
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.base import EvictionPolicy, first_evictable
@@ -129,7 +130,9 @@ class Checked(Forwarding):
                            "evictable (e.g. the first evictable of view.candidates()): return "
                            "None only when none is")
             return None
-        if type(k) is not int and (isinstance(k, bool) or not isinstance(k, (int, np.integer))):
+        try:
+            as_key(k, "victim")  # (the pool's rule for a key)
+        except ConfigError:
             self._fail(f"victim returned {k!r}, a {type(k).__name__}: keys are integers (the "
                        "keys on_insert gave it)")
         if k not in self.tracked:
