@@ -22,12 +22,12 @@ from __future__ import annotations
 import bz2
 import gzip
 import inspect
-import io
 import logging
 import lzma
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -338,52 +338,64 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
         raise ConfigError(f"delimiter must be one ASCII character, a byte of the file as in "
                           f"libCacheSim (delimiter=';' in Python, -t 'delimiter=;' on the command "
                           f"line), got {delimiter!r}")
-    table, lines, skipped, header = _read_table(p, delimiter, cols, has_header, obj_id_is_num,
-                                                skip_bad, names_only)
+    table = _Table(p, delimiter, cols, has_header, obj_id_is_num, skip_bad, names_only)
+    header = table.header
     if header is not None:
         _check_header_names(p, header, obj_id_col, obj_size_col)
-    elif table.shape[1] > 1 and obj_id_col == 1 and obj_size_col is None:
+    elif table.ncols > 1 and obj_id_col == 1 and obj_size_col is None:
         log.warning("%s: %d columns and no header; object ids are read from column 1 and every "
                     "size is 1 (the defaults): if the ids or sizes are other columns, name them "
                     "(obj_id_col=, obj_size_col=; cachegym sim --trace-params "
-                    "'obj-id-col=2,obj-size-col=3')", p, table.shape[1])
-    parsed: dict[str, np.ndarray] = {}
-    bad = np.zeros(len(lines), bool)
-    zero = np.zeros(len(lines), bool)  # (requests of size 0)
-    for name, c in cols.items():
-        if c is None:
-            continue
-        field = _unquoted(table[:, c - 1])
-        if name == "obj_id" and not obj_id_is_num:
-            parsed[name] = _dense_ids(np.char.strip(field))  # (' a' is 'a', as libCacheSim reads it)
-            continue
-        values, problem = _parse_ints(field)
-        # whole times stay exact (nanosecond stamps); others, and times past 2**63, are floats
-        # (which refuse those)
-        if name == "time" and ((problem != _OK).any() or _wrapped(values, field).any()):
-            values, problem = _parse_floats(field)
-        if name == "obj_size":
-            problem[(problem == _OK) & (_wrapped(values, field) | (values > MAX_SIZE))] = _TOO_LARGE
-            problem[(problem == _OK) & (values < 0)] = _NOT_POSITIVE
-            zero = (problem == _OK) & (values == 0)
-        parsed[name] = values
-        bad_rows = problem != _OK
-        bad |= bad_rows
-        if bad_rows.any() and not skip_bad:
-            r = int(np.argmax(bad_rows))
-            raise TraceError(
-                f"line {lines[r] + 1}, column {c} ({name}): {_PROBLEMS[name][problem[r]]} "
-                f"(got {str(field[r])!r})",
-                path=p,
-                row=r,
-                hint=_bad_field_hint(name, problem[r], lines[r] + 1,
-                                     first=r == 0 and header is None),
-            )
-    skipped += int(bad.sum())
-    good = ~bad
-    if (zero & good).any():  # (as libCacheSim's readers: ignore_size_zero_req)
-        _said_size_zero(p, int((zero & good).sum()))
-        good &= ~zero
+                    "'obj-id-col=2,obj-size-col=3')", p, table.ncols)
+    # each piece of the file parsed on its own (memory bounded by a piece's table, not the
+    # file's): its columns' values, and which of its rows are kept
+    pieces: dict[str, list[np.ndarray]] = {n: [] for n, c in cols.items() if c is not None}
+    kept: list[np.ndarray] = []
+    skipped = 0
+    zeros = 0
+    ids = _DenseIds()
+    for piece, lines, row0 in table:
+        bad = np.zeros(len(lines), bool)
+        zero = np.zeros(len(lines), bool)  # (requests of size 0)
+        for name, c in cols.items():
+            if c is None:
+                continue
+            field = _unquoted(piece[c])
+            if name == "obj_id" and not obj_id_is_num:
+                pieces[name].append(ids(np.char.strip(field)))  # (' a' is 'a', as libCacheSim)
+                continue
+            values, problem = _parse_ints(field)
+            # whole times stay exact (nanosecond stamps); others, and times past 2**63, are
+            # floats (which refuse those), floored to whole steps
+            if name == "time" and ((problem != _OK).any() or _wrapped(values, field).any()):
+                values, problem = _parse_floats(field)
+                values = np.floor(values).astype(np.int64)
+            if name == "obj_size":
+                problem[(problem == _OK) & (_wrapped(values, field) | (values > MAX_SIZE))] = _TOO_LARGE
+                problem[(problem == _OK) & (values < 0)] = _NOT_POSITIVE
+                zero = (problem == _OK) & (values == 0)
+            pieces[name].append(values)
+            bad_rows = problem != _OK
+            bad |= bad_rows
+            if bad_rows.any() and not skip_bad:
+                r = int(np.argmax(bad_rows))
+                raise TraceError(
+                    f"line {lines[r] + 1}, column {c} ({name}): {_PROBLEMS[name][problem[r]]} "
+                    f"(got {str(field[r])!r})",
+                    path=p,
+                    row=row0 + r,
+                    hint=_bad_field_hint(name, problem[r], lines[r] + 1,
+                                         first=row0 + r == 0 and header is None),
+                )
+        skipped += int(bad.sum())
+        good = ~bad
+        zeros += int((zero & good).sum())
+        kept.append(good & ~zero)
+    skipped += table.skipped
+    if zeros:  # (as libCacheSim's readers: ignore_size_zero_req)
+        _said_size_zero(p, zeros)
+    good = np.concatenate(kept) if kept else np.zeros(0, bool)
+    parsed = {n: np.concatenate(v) if v else np.zeros(0, np.int64) for n, v in pieces.items()}
     key = parsed["obj_id"][good].astype(np.int64)
     head = key[:1_000_000]  # (a bounded look: np.unique sorts)
     if len(head) >= 1000 and len(np.unique(head)) == len(head):
@@ -392,10 +404,7 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
                     "pass obj_id_col=", p, "all" if len(head) == len(key) else "the first",
                     len(head), obj_id_col)
     size = parsed["obj_size"][good] if "obj_size" in parsed else 1
-    step = None
-    if "time" in parsed:
-        t = parsed["time"][good]
-        step = t if t.dtype == np.int64 else np.floor(t).astype(np.int64)
+    step = parsed["time"][good] if "time" in parsed else None
     options = {"time_col": time_col, "obj_id_col": obj_id_col, "obj_size_col": obj_size_col,
                "delimiter": delimiter, "obj_id_is_num": obj_id_is_num}
     meta = {"source": {"format": "csv", "path": p, **options}}
@@ -781,115 +790,208 @@ def _looks_like_text(head: bytes) -> bool:
     return bool(printable.all())
 
 
-def _read_table(
-    path: str,
-    delimiter: str,
-    cols: dict[str, int | None],
-    has_header: bool | None,
-    obj_id_is_num: bool,
-    skip_bad: bool,
-    names_only: bool = False,
-) -> tuple[np.ndarray, np.ndarray, int, list[str] | None]:
-    """Split the file into a 2-D string table (one row per record).
+_PIECE_BYTES = 1 << 23
+"""Bytes of a text trace parsed at a time (whole lines: a piece ends at a line's end): the
+parser's memory is a piece's table, whatever the file's size."""
 
-    Returns the table, each row's 0-based line number, the count of rows dropped for a
-    wrong column count (only with ``skip_bad``) and the header's fields (``None`` without one).
-    ``has_header=None`` detects a header (:func:`_header_reason`; ``names_only``: only a line of
-    column names is one) and logs it, naming the line.
+
+def _pieces(path: str, size: int | None = None) -> Iterator[np.ndarray]:
+    """The file's bytes in pieces of about ``size`` bytes, each ending where a line ends (after
+    a ``\n``, or a ``\r`` that no ``\n`` follows) or at the end of the file; a leading UTF-8
+    BOM dropped (Windows tools write one; it is no part of a field). ``size``:
+    :data:`_PIECE_BYTES` by default."""
+    size = size or _PIECE_BYTES
+    with open(path, "rb") as f:
+        carry = f.read(max(size, len(_BOM)))
+        if carry.startswith(_BOM):
+            carry = carry[len(_BOM):]
+        while True:
+            data = f.read(size)
+            if not data:
+                if carry:
+                    yield np.frombuffer(carry, np.uint8)
+                return
+            block = carry + data
+            cut = block.rfind(b"\n", 0, len(carry) + 1) + 1  # a line's end within carry
+            if cut == 0:
+                cr = block.rfind(b"\r", 0, len(carry))  # a lone CR (one that no LF follows)
+                cut = cr + 1 if cr >= 0 and block[cr + 1:cr + 2] != b"\n" else 0
+            if cut == 0:  # no line ends in it: one long line, read on
+                carry = block
+                continue
+            yield np.frombuffer(block, np.uint8, count=cut)
+            carry = block[cut:]
+
+
+class _Table:
+    """A text trace's columns, piece by piece of the file (:func:`_pieces`), read lazily:
+    iterating yields each piece's fields of the columns the options name (``{column: string
+    array}``, one string per record), its records' 0-based line numbers and its first record's
+    number among all records.
+
+    Made from the file's first piece: ``header`` (the header's fields; ``None`` without one)
+    and ``ncols`` (the first record's column count, which every record must have). ``skipped``
+    counts the rows dropped for a wrong column count or bytes that are not UTF-8 (only with
+    ``skip_bad``) so far. ``has_header=None`` detects a header (:func:`_header_reason`;
+    ``names_only``: only a line of column names is one) and logs it, naming the line.
     """
-    buf = np.fromfile(path, np.uint8)
-    if buf[:len(_BOM)].tobytes() == _BOM:  # (Windows tools write one; it is no part of a field)
-        buf = buf[len(_BOM):]
-    nul = np.flatnonzero(buf == 0)  # (anywhere: the parser would drop one silently)
-    # binary: a zip, or NULs in more than 1% of the first bytes (a stray one is named below)
-    sniff = min(len(buf), _SNIFF_BYTES)
-    if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or (
-            len(nul) and int(np.searchsorted(nul, sniff)) > max(2, sniff // 100)):
-        raise TraceError("binary data in a text trace (this looks like an .npz or oracleGeneral "
-                         "file)", path=path,
-                         hint="give the right format (format= in Python, trace.format= to the "
-                              "Hydra scripts, the format argument of cachegym sim)")
-    if len(nul):
-        line = int(np.count_nonzero(buf[:nul[0]] == 10)) + 1
-        raise TraceError(f"a NUL byte at byte {int(nul[0]):,} (line {line}): binary data in a text "
-                         "trace", path=path, hint="the file is damaged or not a text trace")
-    starts, ends = _line_bounds(buf)
-    line_no = np.arange(len(starts))
-    blank = ends == starts
-    starts, ends, line_no = starts[~blank], ends[~blank], line_no[~blank]
-    if len(starts) == 0:
-        raise TraceError("the file has no records", path=path)
-    first_text = buf[starts[0]:ends[0]].tobytes().decode("utf-8", "replace")
-    first = first_text.split(delimiter)
-    first_line = int(line_no[0]) + 1
-    reason = None
-    if has_header is None:
-        second = (buf[starts[1]:ends[1]].tobytes().decode("utf-8", "replace").split(delimiter)
-                  if len(starts) > 1 else None)
-        reason = _header_reason(first, second, cols, obj_id_is_num, names_only,
-                                int(line_no[1]) + 1 if second is not None else None)
-        has_header = reason is not None
-    if has_header:
-        starts, ends, line_no = starts[1:], ends[1:], line_no[1:]
-    ncols = _count_fields(buf, starts, ends, ord(delimiter))
-    expected = len(first)
-    need = max(c for c in cols.values() if c is not None)
-    as_header = f"line {first_line} ({_clip(first_text)!r}, read as a header)"
-    if expected < need:
-        if has_header:
-            raise TraceError(
-                f"{as_header} has {expected} column(s) but the options name column {need}",
-                path=path,
-                hint=("if it is a record, pass has_header=False (-t has-header=false); if it is "
-                      "a comment, delete it (comment lines are not supported); else check the "
-                      "delimiter and the column options (1-based: delimiter=, obj_id_col=, ... "
-                      "in Python; -t delimiter=...,obj-id-col=... on the command line)"))
-        raise TraceError(f"line {first_line} has {expected} column(s) but the options name "
-                         f"column {need}", path=path, row=0,
-                         hint="check the delimiter and the column options (1-based: delimiter=, "
-                              "obj_id_col=, ... in Python; -t delimiter=...,obj-id-col=... on the "
-                              "command line)")
-    bad = ncols != expected
-    if bad.any() and not skip_bad:
-        r = int(np.argmax(bad))
-        raise TraceError(f"line {line_no[r] + 1}: expected {expected} columns, got {ncols[r]}"
-                         + (f" (as many as {as_header} has)" if has_header else ""),
-                         path=path, row=r, hint=f"fix the record or {SKIP_BAD}")
-    if reason is not None:  # detected: say so, loudly unless it names the columns
-        known = any(_is_header_name(f) for f in first)
-        log.log(logging.INFO if known else logging.WARNING,
-                "%s: line %d (%r) is read as a header: %s; if it is a record, pass "
-                "has_header=False (-t has-header=false)%s", path, first_line, _clip(first_text),
-                reason, "" if known else "; if it is a header, has_header=True (-t has-header=true) "
-                "says so and silences this")
-    skipped = int(bad.sum())
-    starts, ends, line_no = starts[~bad], ends[~bad], line_no[~bad]
-    header = first if has_header else None
-    if len(starts) == 0:
-        return np.zeros((0, expected), dtype="U1"), line_no, skipped, header
-    _refuse_outsized_line(path, starts, ends, line_no, expected)
-    if buf.max(initial=0) >= 0x80 and not _is_utf8(buf):  # then find the lines that are not
-        ok = np.array([_is_utf8(buf[s:e]) for s, e in zip(starts, ends)], bool)
-        if not ok.all():
-            r = int(np.argmin(ok))
-            if not skip_bad:
-                raise TraceError(f"line {int(line_no[r]) + 1}: bytes that are not UTF-8 text "
-                                 f"({_clip(bytes(buf[starts[r]:ends[r]]).decode('utf-8', 'replace'))})",
-                                 path=path, row=r,
-                                 hint=f"convert the file to UTF-8 (iconv -f latin1 -t utf8), or "
-                                      f"{SKIP_BAD} to drop such lines")
-            skipped += int((~ok).sum())
-            starts, ends, line_no = starts[ok], ends[ok], line_no[ok]
-            if len(starts) == 0:
-                return np.zeros((0, expected), dtype="U1"), line_no, skipped, header
-    text = _join_lines(buf, starts, ends)
-    try:
-        table = np.loadtxt(io.BytesIO(text), dtype=str, delimiter=delimiter, comments=None,
-                           ndmin=2, encoding="utf-8", quotechar=None)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise TraceError(f"cannot parse the file as {delimiter!r}-delimited text ({e})",
-                         path=path) from None
-    return table, line_no, skipped, header
+
+    def __init__(self, path: str, delimiter: str, cols: dict[str, int | None],
+                 has_header: bool | None, obj_id_is_num: bool, skip_bad: bool,
+                 names_only: bool = False) -> None:
+        self.path, self.delimiter, self.skip_bad = path, delimiter, skip_bad
+        self.skipped = 0
+        self._it = _pieces(path)
+        buf = next(self._it, np.zeros(0, np.uint8))
+        nul = np.flatnonzero(buf[:_SNIFF_BYTES] == 0)
+        # binary: a zip, or NULs in more than 1% of the first bytes (a stray one is named later)
+        sniff = min(len(buf), _SNIFF_BYTES)
+        if buf[:_SNIFF_BYTES].tobytes().startswith(ZIP_MAGIC) or len(nul) > max(2, sniff // 100):
+            raise TraceError("binary data in a text trace (this looks like an .npz or "
+                             "oracleGeneral file)", path=path,
+                             hint="give the right format (format= in Python, trace.format= to "
+                                  "the Hydra scripts, the format argument of cachegym sim)")
+        while True:  # the first piece holds the first two records (where the file has two)
+            starts, ends = _line_bounds(buf)
+            records = np.flatnonzero(ends > starts)
+            if len(records) >= 2:
+                break
+            more = next(self._it, None)
+            if more is None:
+                break
+            buf = np.concatenate([buf, more])
+        if len(records) == 0:
+            raise TraceError("the file has no records", path=path)
+        r0 = records[0]
+        first_text = buf[starts[r0]:ends[r0]].tobytes().decode("utf-8", "replace")
+        first = first_text.split(delimiter)
+        first_line = int(r0) + 1
+        reason = None
+        if has_header is None:
+            r1 = records[1] if len(records) > 1 else None
+            second = (buf[starts[r1]:ends[r1]].tobytes().decode("utf-8", "replace").split(delimiter)
+                      if r1 is not None else None)
+            reason = _header_reason(first, second, cols, obj_id_is_num, names_only,
+                                    int(r1) + 1 if r1 is not None else None)
+            has_header = reason is not None
+        self.ncols = expected = len(first)
+        need = max(c for c in cols.values() if c is not None)
+        self._as_header = f"line {first_line} ({_clip(first_text)!r}, read as a header)"
+        if expected < need:
+            if has_header:
+                raise TraceError(
+                    f"{self._as_header} has {expected} column(s) but the options name column {need}",
+                    path=path,
+                    hint=("if it is a record, pass has_header=False (-t has-header=false); if it "
+                          "is a comment, delete it (comment lines are not supported); else check "
+                          "the delimiter and the column options (1-based: delimiter=, obj_id_col=, "
+                          "... in Python; -t delimiter=...,obj-id-col=... on the command line)"))
+            raise TraceError(f"line {first_line} has {expected} column(s) but the options name "
+                             f"column {need}", path=path, row=0,
+                             hint="check the delimiter and the column options (1-based: "
+                                  "delimiter=, obj_id_col=, ... in Python; -t "
+                                  "delimiter=...,obj-id-col=... on the command line)")
+        self._has_header = bool(has_header)
+        self.header = first if has_header else None
+        self._reason, self._first_line, self._first_text = reason, first_line, first_text
+        self._first = (buf, starts, ends)
+        self._wanted = sorted({c for c in cols.values() if c is not None})
+        self._at = np.zeros(0, np.int64)
+
+    def __iter__(self) -> Iterator[tuple[dict[int, np.ndarray], np.ndarray, int]]:
+        buf, starts, ends = self._first
+        del self._first
+        lines = 0  # lines before this piece
+        offset = 0  # bytes before this piece (after a BOM)
+        row0 = 0  # records before this piece (after the header)
+        header = self._has_header
+        while True:
+            line_no = lines + np.arange(len(starts))
+            keep = ends > starts  # (blank lines are ignored)
+            if header:  # the first record is the header
+                keep[np.argmax(keep)] = False
+                header = False
+            table, kept_lines = self._piece(buf, starts[keep], ends[keep], line_no[keep], row0,
+                                            lines, offset)
+            if len(kept_lines):
+                yield table, kept_lines, row0
+            row0 += int(keep.sum())
+            lines += len(starts)
+            offset += len(buf)
+            more = next(self._it, None)
+            if more is None:
+                return
+            buf = more
+            starts, ends = _line_bounds(buf)
+
+    def _piece(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, line_no: np.ndarray,
+               row0: int, line0: int, offset: int) -> tuple[dict[int, np.ndarray], np.ndarray]:
+        """One piece's table (its records ``starts:ends`` of ``buf``, on lines ``line_no``;
+        ``row0`` records, ``line0`` lines and ``offset`` bytes before it) and its rows' line
+        numbers."""
+        path, delimiter = self.path, self.delimiter
+        nul = np.flatnonzero(buf == 0)  # (anywhere: the parser would drop one silently)
+        if len(nul):
+            line = line0 + int(np.count_nonzero(buf[:nul[0]] == 10)) + 1
+            raise TraceError(f"a NUL byte at byte {offset + int(nul[0]):,} (line {line}): binary "
+                             "data in a text trace",
+                             path=path, hint="the file is damaged or not a text trace")
+        self._at = np.flatnonzero(buf == ord(delimiter))
+        ncols = _count_fields(self._at, starts, ends)
+        bad = ncols != self.ncols
+        if bad.any() and not self.skip_bad:
+            r = int(np.argmax(bad))
+            raise TraceError(f"line {line_no[r] + 1}: expected {self.ncols} columns, got {ncols[r]}"
+                             + (f" (as many as {self._as_header} has)" if self._has_header else ""),
+                             path=path, row=row0 + r, hint=f"fix the record or {SKIP_BAD}")
+        if self._reason is not None:  # detected: say so, loudly unless it names the columns
+            first = self._first_text.split(delimiter)
+            known = any(_is_header_name(f) for f in first)
+            log.log(logging.INFO if known else logging.WARNING,
+                    "%s: line %d (%r) is read as a header: %s; if it is a record, pass "
+                    "has_header=False (-t has-header=false)%s", path, self._first_line,
+                    _clip(self._first_text), self._reason, "" if known else "; if it is a "
+                    "header, has_header=True (-t has-header=true) says so and silences this")
+            self._reason = None
+        self.skipped += int(bad.sum())
+        empty: dict[int, np.ndarray] = {}
+        if bad.any():
+            starts, ends, line_no = starts[~bad], ends[~bad], line_no[~bad]
+        if len(starts) == 0:
+            return empty, line_no
+        _refuse_outsized_line(path, starts, ends, line_no, self.ncols)
+        if buf.max(initial=0) >= 0x80 and not _is_utf8(buf):  # then find the lines that are not
+            ok = np.array([_is_utf8(buf[s:e]) for s, e in zip(starts, ends)], bool)
+            if not ok.all():
+                r = int(np.argmin(ok))
+                if not self.skip_bad:
+                    raise TraceError(f"line {int(line_no[r]) + 1}: bytes that are not UTF-8 text "
+                                     f"({_clip(bytes(buf[starts[r]:ends[r]]).decode('utf-8', 'replace'))})",
+                                     path=path, row=row0 + r,
+                                     hint=f"convert the file to UTF-8 (iconv -f latin1 -t utf8), "
+                                          f"or {SKIP_BAD} to drop such lines")
+                self.skipped += int((~ok).sum())
+                starts, ends, line_no = starts[ok], ends[ok], line_no[ok]
+                if len(starts) == 0:
+                    return empty, line_no
+        ascii_only = buf.max(initial=0) < 0x80
+        return {c: _field(buf, starts, ends, self._at, c, self.ncols, ascii_only)
+                for c in self._wanted}, line_no
+
+
+def _field(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, at: np.ndarray, c: int,
+           ncols: int, ascii_only: bool) -> np.ndarray:
+    """Field ``c`` (1-based) of the lines ``starts:ends`` of ``buf``, each of ``ncols`` fields
+    split at the delimiter's positions ``at``: a string array (vectorised: the fields' bytes
+    gathered into a fixed-width array, no loop over lines)."""
+    before = np.searchsorted(at, starts)  # the delimiters before each line
+    s = starts if c == 1 else at[before + c - 2] + 1
+    e = ends if c == ncols else at[before + c - 1]
+    width = max(1, int((e - s).max(initial=0)))
+    pos = s[:, None] + np.arange(width)
+    chars = np.where(pos < e[:, None], buf[np.minimum(pos, len(buf) - 1)], 0).astype(np.uint8)
+    raw = chars.view(f"S{width}").ravel()
+    return raw.astype(f"U{width}") if ascii_only else np.char.decode(raw, "utf-8")
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -956,27 +1058,41 @@ def _check_header_names(path: str, header: list[str], obj_id_col: int,
 
 def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (exclusive, without ``\\r\\n``) byte offsets of every line; a line ends
-    with ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as Python's universal newlines."""
+    with ``\\n``, ``\\r\\n`` or a lone ``\\r`` (old Mac files), as Python's universal newlines.
+    A line of only spaces and tabs is blank: its end is its start."""
     lf = buf == ord("\n")
-    lone_cr = buf == ord("\r")
-    lone_cr[:-1] &= ~lf[1:]
-    nl = np.flatnonzero(lf | lone_cr)
+    cr = buf == ord("\r")
+    if cr.any():
+        lone_cr = cr
+        lone_cr[:-1] &= ~lf[1:]
+        nl = np.flatnonzero(lf | lone_cr)
+    else:
+        nl = np.flatnonzero(lf)
     starts = np.concatenate([[0], nl + 1])
     ends = np.concatenate([nl, [len(buf)]])
     if starts[-1] == len(buf):  # file ends with a newline: no last partial line
         starts, ends = starts[:-1], ends[:-1]
-    cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
-    ends = ends - cr
-    # lines of only spaces/tabs are blank too
-    ws = (buf == ord(" ")) | (buf == ord("\t"))
-    non_ws = np.concatenate([[0], np.cumsum(~ws)])
-    ends = np.where(non_ws[ends] - non_ws[starts] == 0, starts, ends)
+    if len(starts):
+        crlf = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == ord("\r"))
+        ends = ends - crlf
+        # lines of only spaces/tabs are blank too: a line is, where it starts with one and holds
+        # nothing else (lines starting with a space are few; where they are many, every byte
+        # is looked at)
+        ws = np.array([ord(" "), ord("\t")], np.uint8)
+        lead = np.flatnonzero((ends > starts) & np.isin(buf[np.minimum(starts, len(buf) - 1)], ws))
+        if len(lead) > len(starts) // 8:
+            non_ws = np.concatenate([[0], np.cumsum(~np.isin(buf, ws), dtype=np.int64)])
+            ends = np.where(non_ws[ends] - non_ws[starts] == 0, starts, ends)
+        else:
+            for i in lead.tolist():
+                if not bytes(buf[starts[i]:ends[i]]).strip(b" \t"):
+                    ends[i] = starts[i]
     return starts.astype(np.int64), ends.astype(np.int64)
 
 
-def _count_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, delim: int) -> np.ndarray:
-    csum = np.concatenate([[0], np.cumsum(buf == delim)])
-    return csum[ends] - csum[starts] + 1
+def _count_fields(at: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The number of fields of each line ``starts:ends``, given the delimiter's positions."""
+    return np.searchsorted(at, ends) - np.searchsorted(at, starts) + 1
 
 
 def _is_utf8(line: np.ndarray) -> bool:
@@ -985,20 +1101,6 @@ def _is_utf8(line: np.ndarray) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def _join_lines(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
-    """The given lines, each ended by ``\\n`` (vectorised: a byte mask, no loop over lines)."""
-    edge = np.zeros(len(buf) + 1, np.int8)
-    edge[starts] += 1
-    edge[ends] -= 1  # starts and ends are each unique, and no end equals a start
-    inside = np.cumsum(edge[:-1], dtype=np.int8) > 0
-    out = buf.copy()
-    after = ends[ends < len(buf)]  # the CR or LF right after a line becomes '\\n'
-    out[after] = ord("\n")
-    inside[after] = True
-    data = out[inside].tobytes()
-    return data if data.endswith(b"\n") else data + b"\n"
 
 
 def _header_reason(first: list[str], second: list[str] | None, cols: dict[str, int | None],
@@ -1053,6 +1155,9 @@ def _parse_ints(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     on its own: one bad record never changes how the others parse. Syntax: an optional sign and
     ASCII digits."""
     stripped = np.char.strip(field)
+    values = _digit_strings(stripped)
+    if values is not None:
+        return values, np.zeros(len(field), np.int8)
     if _plain_ascii(stripped):  # NumPy's parse then takes exactly this syntax: the fast path
         try:
             return stripped.astype(np.int64), np.zeros(len(field), np.int8)
@@ -1072,6 +1177,27 @@ def _parse_ints(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mag[good] = np.where(n[good] > 0, digits[good], "0").astype(np.uint64)
     mag[neg] = np.uint64(0) - mag[neg]  # two's complement: -2**63 .. -1
     return mag.view(np.int64), problem
+
+
+def _digit_strings(a: np.ndarray) -> np.ndarray | None:
+    """The values of a string array whose every string is 1 to 18 ASCII digits (the common
+    column: NumPy's own string-to-integer conversion takes ~0.6 us a string, this ~0.05);
+    ``None`` where one is not."""
+    width = a.dtype.itemsize // 4
+    if a.dtype.kind != "U" or not 1 <= width <= 18 or not len(a):
+        return None
+    codes = np.ascontiguousarray(a).view(np.uint32).reshape(len(a), width)
+    digit = codes - 48  # (uint32: the padding NULs and other characters become large)
+    is_digit = digit < 10
+    length = np.count_nonzero(codes, axis=1)
+    # digits, then the padding (a string holds no NUL: it is the padding)
+    if not (is_digit.sum(axis=1) == length).all() or not (length > 0).all():
+        return None
+    values = np.zeros(len(a), np.int64)
+    for j in range(width):
+        inside = j < length
+        values = np.where(inside, values * 10 + digit[:, j].astype(np.int64), values)
+    return values
 
 
 def _wrapped(values: np.ndarray, field: np.ndarray) -> np.ndarray:
@@ -1123,9 +1249,18 @@ def _all_digits(a: np.ndarray) -> np.ndarray:
     return (np.char.str_len(a) > 0) & (np.char.str_len(np.char.strip(a, _DIGITS)) == 0)
 
 
-def _dense_ids(field: np.ndarray) -> np.ndarray:
-    """Strings -> 0, 1, 2, ... in order of first appearance (deterministic on any machine)."""
-    _, first, inverse = np.unique(field, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return rank[inverse.ravel()]
+class _DenseIds:
+    """Strings -> 0, 1, 2, ... in order of first appearance (deterministic on any machine),
+    over the pieces of a file given one after the other (each call numbers a piece's column,
+    new strings after those of earlier pieces)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+
+    def __call__(self, field: np.ndarray) -> np.ndarray:
+        uniq, first, inverse = np.unique(field, return_index=True, return_inverse=True)
+        ids = self._ids
+        number = np.empty(len(uniq), np.int64)
+        for i in np.argsort(first, kind="stable").tolist():  # (in order of first appearance)
+            number[i] = ids.setdefault(str(uniq[i]), len(ids))
+        return number[inverse.ravel()]

@@ -743,3 +743,76 @@ def test_a_line_that_is_not_utf8_is_named_or_skipped(tmp_path: Path) -> None:
     utf8.write_bytes("1,café,100\n2,abc,10\n3,café,100\n".encode())
     t = read_csv(utf8, obj_id_col=2, obj_size_col=3, obj_id_is_num=False)
     assert len(t) == 3 and t.key[0] == t.key[2] != t.key[1]
+
+
+# ---------------------------------------------------------------------- text read piece by piece
+# A text trace is parsed in pieces of whole lines (formats._PIECE_BYTES each), so that its memory
+# is a piece's, not the file's: whatever the piece size, the trace read and the errors raised
+# are those of reading the file in one piece.
+_PIECED = {
+    "header, LF": b"time,obj_id,obj_size\n" + b"".join(
+        b"%d,%d,%d\n" % (i, (i * 7) % 13, 100 + i % 5) for i in range(40)),
+    "CRLF, blank and space-only lines, BOM": b"\xef\xbb\xbf" + b"".join(
+        (b"%d,%d,%d\r\n" % (i, i % 9, 10 + i) + (b"\r\n" if i % 7 == 0 else b"")
+         + (b" \t \r\n" if i % 11 == 0 else b"")) for i in range(40)),
+    "lone CR": b"".join(b"%d,%d,%d\r" % (i, i % 5, 1 + i) for i in range(30)),
+    "no newline at the end": b"".join(b"%d, %d ,%d\n" % (i, i % 4, 8) for i in range(20)) + b"5,6,7",
+    "string ids": b"time,key,size\n" + b"".join(
+        b"%d,k%s,%d\n" % (i, str((i * 5) % 17).encode(), 3 + i % 2) for i in range(50)),
+    "quoted, utf-8": "".join(f'{i},"é{i % 6}",{i + 1}\n' for i in range(25)).encode(),
+}
+
+
+def _read_pieced(monkeypatch: pytest.MonkeyPatch, path: Path, piece: int, **options: object) -> Trace | str:
+    from cachegym.envs.workloads import formats
+
+    monkeypatch.setattr(formats, "_PIECE_BYTES", piece)
+    try:
+        return read_csv(path, **options)  # type: ignore[arg-type]
+    except TraceError as e:
+        return f"{type(e).__name__}: {e} (row {e.row})"
+
+
+@pytest.mark.parametrize("name", list(_PIECED))
+def test_text_trace_is_the_same_in_any_piece_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  name: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(_PIECED[name])
+    ids_are_text = name in ("string ids", "quoted, utf-8")
+    options = dict(time_col=1, obj_id_col=2, obj_size_col=3, obj_id_is_num=not ids_are_text)
+    whole = _read_pieced(monkeypatch, path, 1 << 30, **options)
+    assert isinstance(whole, Trace), whole
+    assert len(whole) == _PIECED[name].replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b",") // 2 - (
+        1 if name in ("header, LF", "string ids") else 0)
+    for piece in (1, 2, 3, 5, 8, 13, 64):
+        got = _read_pieced(monkeypatch, path, piece, **options)
+        assert isinstance(got, Trace), (piece, got)
+        for col in ("key", "size", "step"):
+            np.testing.assert_array_equal(getattr(got, col), getattr(whole, col), err_msg=f"{col} {piece}")
+    if ids_are_text:  # numbered in order of first appearance, across pieces
+        assert whole.key[0] == 0 and np.all(np.diff(np.maximum.accumulate(whole.key)) <= 1)
+
+
+@pytest.mark.parametrize("bad, expected", [
+    (b"7,x,3\n", "line 12, column 2 (obj_id): not an integer (got 'x')"),
+    (b"7,8\n", "line 12: expected 3 columns, got 2 (as many as line 1 ('t,k,s', read as a header) has)"),
+    (b"7,8,-1\n", "line 12, column 3 (obj_size): size must not be negative (got '-1')"),
+    (b"7,\xff,3\n", "line 12: bytes that are not UTF-8 text (7,\ufffd,3)"),
+    (b"7,8\x00,3\n", "a NUL byte at byte"),
+])
+def test_text_trace_errors_name_the_line_in_any_piece(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      bad: bytes, expected: str) -> None:
+    good = b"".join(b"%d,%d,%d\n" % (i, i % 3, 5) for i in range(10))
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"t,k,s\n" + good + bad + good)
+    options = dict(time_col=1, obj_id_col=2, obj_size_col=3)
+    whole = _read_pieced(monkeypatch, path, 1 << 30, **options)
+    assert isinstance(whole, str) and expected in whole, whole
+    assert expected.startswith("a NUL") or whole.endswith("(row 10)")
+    for piece in (1, 4, 9, 30):
+        assert _read_pieced(monkeypatch, path, piece, **options) == whole
+    skipped = _read_pieced(monkeypatch, path, 9, skip_bad=True, **options)
+    if expected.startswith("a NUL"):
+        assert isinstance(skipped, str)  # binary data is never skipped
+    else:
+        assert isinstance(skipped, Trace) and len(skipped) == 20 and skipped.meta["skipped"] == 1
