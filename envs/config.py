@@ -33,12 +33,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from cachegym.allocator.errors import CachegymError, ConfigError
-from cachegym.allocator.trace import Op, Trace
+from cachegym.allocator.trace import Trace
 
 __all__ = [
     "Placement", "Mode", "TraceFormat", "WritePolicy", "Oversize", "TraceConfig",
@@ -557,16 +556,6 @@ def _check_trace_file(p: str) -> None:
         raise ConfigError(f"trace.path: no such file {p!r}; {_missing_file_advice(p)}")
 
 
-def _warn_free_compute(trace: Trace) -> None:
-    """Log (a warning) that ``trace``'s free rows carry compute time, which no pool runs: the
-    pool runs a row's ``compute_ns`` after an access (``allocator/trace.py``)."""
-    lost = trace.compute_ns[trace.op == Op.FREE]
-    if lost.any():
-        log.warning("trace %s: %d free rows carry %d ns of compute_ns, which the pool does not "
-                    "run (it runs a row's compute after an access); move it to the access before "
-                    "each free", trace.name, int(np.count_nonzero(lost)), int(lost.sum()))
-
-
 def load_traces(
     path: str | None = None,
     paths: list[str] | None = None,
@@ -591,7 +580,6 @@ def load_traces(
         p = resolve_data_path(os.path.expanduser(str(p)))
         _check_trace_file(p)
         traces.append(read_trace(p, format=fmt, **opts))
-        _warn_free_compute(traces[-1])
     if not files:
         if not generator:
             raise ConfigError("trace: give trace.path=FILE (or trace.paths=[...]) or "

@@ -121,11 +121,17 @@ class ARC(EvictionPolicyBase):
             self.t1_bytes += size
 
     def victim(self, view: PoolView) -> int | None:
+        """The LRU end of the list ``_plan`` chooses; where that object may not be evicted
+        (pinned, in flight, the one being accessed), the first evictable one of
+        :meth:`eviction_order` (which alternates between the lists as their bytes go down:
+        the next of the same list before, which a prefetcher's or the clean-ahead's reading of
+        the order did not foresee)."""
         src = self.t1 if self._plan(view.capacity)[1] == 1 else self.t2
-        k = first_evictable(view, src)
-        if k is None:
-            k = first_evictable(view, self.t2 if src is self.t1 else self.t1)
-        return k
+        for k in src:
+            if view.evictable(k):
+                return k
+            break
+        return first_evictable(view, self.eviction_order())
 
     def eviction_order(self) -> Iterator[int]:  # type: ignore[override]
         """The resident objects in the order :meth:`victim` would give them up if asked again

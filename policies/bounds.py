@@ -742,7 +742,10 @@ def stall_lower_bound(trace: Trace, preset: Any, capacity: int | None = None) ->
     engine = np.zeros(len(trace), np.int64)
     engine[compulsory] = times
     engine = np.cumsum(engine)
-    compute_before = np.concatenate(([0], np.cumsum(trace.compute_ns[:-1], dtype=np.int64)))
+    # the compute the pool runs: a row's after its access (a free row's is not run,
+    # allocator/trace.py; counting it would compare the pool with another clock)
+    compute = np.where(live, trace.compute_ns, 0)
+    compute_before = np.concatenate(([0], np.cumsum(compute[:-1], dtype=np.int64)))
     gap = engine - compute_before
     bound = max(0, int(gap[compulsory].max()) if compulsory.any() else 0)
     if capacity is None or not rows.size:

@@ -181,6 +181,10 @@ class LIRS(ShadowPolicy):
                 if s is not None:
                     self.nonresident -= s
             self._s_pop(k)
+            if e.resident and k not in self.Q:
+                # a resident HIR object libCacheSim held on S alone (uncounted: see the module's
+                # docstring) leaves the model with its entry: the pool gives it up too
+                self._drop(k)
 
     def _hit_resident_hir_in_s(self, key: int, e: _Entry, in_q: bool) -> None:
         if in_q:

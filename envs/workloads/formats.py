@@ -76,8 +76,16 @@ _SNIFF_BYTES = 1 << 16
 
 # ---------------------------------------------------------------------- npz
 def read_npz(path: PathLike) -> Trace:
-    """Read cachegym's native ``.npz`` trace (see :mod:`allocator.trace`)."""
-    return Trace.load(path)
+    """Read cachegym's native ``.npz`` trace (see :mod:`allocator.trace`); free rows that
+    carry compute time are warned of (the pool runs a row's ``compute_ns`` after an access, not
+    after a free)."""
+    t = Trace.load(path)
+    lost = t.compute_ns[t.op == Op.FREE]
+    if lost.any():
+        log.warning("%s: %d free rows carry %d ns of compute_ns, which the pool does not run (it "
+                    "runs a row's compute after an access); move it to the access before each "
+                    "free", os.fspath(path), int(np.count_nonzero(lost)), int(lost.sum()))
+    return t
 
 
 # ---------------------------------------------------------------------- oracleGeneral

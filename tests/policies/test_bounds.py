@@ -399,6 +399,20 @@ def test_stall_lower_bound_is_below_every_schedule(preset: str) -> None:
     assert stall_lower_bound(one, None) == 0
 
 
+def test_the_stall_bound_runs_the_compute_the_pool_runs() -> None:
+    """A free row's ``compute_ns`` is not run by the pool (allocator/trace.py); the bound counted
+    it, so that a copy after it looked hidden (a helper's audit): read A, free A (with a second of
+    compute), read B stalls two copies in the pool, and the bound is those two copies."""
+    from cachegym.allocator.cost import CostModel
+    from cachegym.policies.bounds import stall_lower_bound
+
+    t = Trace.from_arrays([1, 1, 2], 1 << 20, [Op.READ, Op.FREE, Op.READ], compute_ns=[0, 10**9, 0])
+    copy = CostModel("h100_pcie5").copy_time(0, 1 << 20)
+    pool = Pool(4 << 20, make_eviction("lru"), cost="h100_pcie5")
+    assert pool.replay(t).stall_ns == 2 * copy == stall_lower_bound(t, "h100_pcie5")
+    assert stall_lower_bound(t, "h100_pcie5", 4 << 20) == 2 * copy
+
+
 @pytest.mark.parametrize("preset", ["h100_pcie5", "a100_pcie4"])
 def test_the_stall_bound_of_a_pool_counts_every_fetch_it_must_make(preset: str, monkeypatch) -> None:
     """With the pool's capacity the bound counts the fetches no schedule of that pool avoids,
