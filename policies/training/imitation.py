@@ -134,8 +134,11 @@ class Dataset:
         return len(self.cand)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return (np.stack(self.cand).astype(np.float32), np.stack(self.mask).astype(bool),
-                np.stack(self.glob).astype(np.float32), np.stack(self.dist).astype(np.float64))
+        # (one copy each: the samples' own dtypes are float32, bool-like, float32, float64)
+        return (np.stack(self.cand).astype(np.float32, copy=False),
+                np.stack(self.mask).astype(bool, copy=False),
+                np.stack(self.glob).astype(np.float32, copy=False),
+                np.stack(self.dist).astype(np.float64, copy=False))
 
     def drops(self) -> np.ndarray:
         """``drop`` stacked, (N, K) bool (a decision without a plan: all False)."""
@@ -280,8 +283,10 @@ def fit(net: CandidateScorerNet | JointScorerNet, data: Dataset, *, epochs: int 
         net.set_normalization(cand, mask, glob)
     best, key = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees(), objective)
     keep = best.any(axis=1) & (mask.sum(axis=1) > 1)  # decisions with a real choice
-    tc, tm, tg = th.as_tensor(cand[keep]), th.as_tensor(mask[keep]), th.as_tensor(glob[keep])
-    tb, tk = th.as_tensor(best[keep]), th.as_tensor(key[keep])
+    if not keep.all():  # (else the arrays as they are: no copy of the largest)
+        cand, mask, glob, best, key = cand[keep], mask[keep], glob[keep], best[keep], key[keep]
+    tc, tm, tg = th.as_tensor(cand), th.as_tensor(mask), th.as_tensor(glob)
+    tb, tk = th.as_tensor(best), th.as_tensor(key)
     n = len(tc)
     if n == 0:
         log.warning("imitation: no decision with more than one candidate; nothing to fit")
@@ -368,19 +373,29 @@ def agreement(net: CandidateScorerNet | JointScorerNet, data: Dataset,
         a_pf = 0.0
         if n_pf:
             cand, mask, glob, _ = pf.arrays()
-            with th.no_grad():
-                s = net.prefetch_logits(th.as_tensor(cand), th.as_tensor(glob),
-                                        th.as_tensor(mask).float()).numpy()
+            s = _batched(net.prefetch_logits, cand, glob, mask)
             want = np.asarray(pf.action)
             want = np.where(want < 0, mask.shape[1], want)
             a_pf = float((s.argmax(axis=1) == want).sum())
         return (a_ev + a_pf) / max(n_ev + n_pf, 1)
     cand, mask, glob, dist = data.arrays()
     best, _ = teacher_targets(dist, cand, mask, teacher, data.drops(), data.frees(), objective)
-    with th.no_grad():
-        s = net(th.as_tensor(cand), th.as_tensor(glob), th.as_tensor(mask).float()).numpy()
+    s = _batched(net, cand, glob, mask)
     choice = s.argmax(axis=1)
     return float(best[np.arange(len(choice)), choice].mean()) if len(choice) else 0.0
+
+
+def _batched(forward: Callable[[th.Tensor, th.Tensor, th.Tensor], th.Tensor], cand: np.ndarray,
+             glob: np.ndarray, mask: np.ndarray, batch: int = 4096) -> np.ndarray:
+    """``forward(cand, glob, mask)`` over the decisions a batch at a time (the whole dataset at
+    once held every hidden layer's activations, (N, K, width) floats: 3.4 GB for 100,000
+    decisions of a quick training run)."""
+    out = []
+    with th.no_grad():
+        for i in range(0, len(cand), batch):
+            out.append(forward(th.as_tensor(cand[i:i + batch]), th.as_tensor(glob[i:i + batch]),
+                               th.as_tensor(mask[i:i + batch]).float()).numpy())
+    return np.concatenate(out) if out else np.zeros((0, mask.shape[1]), np.float32)
 
 
 @dataclass
