@@ -927,7 +927,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             prefetch_label(r["prefetch"], prefetchers), r["preset"],
             human_bytes(r["traffic_bytes"], 4) if bytes_mode else _fmt(r["traffic_bytes"], "{:.0f} obj"),
             _fmt(r["gap_closed_traffic"], "{:.3f}"),
-            _fmt(r["stall_ns"] / 1e6, "{:.3f}"), _fmt(r["gap_closed_stall"], "{:.3f}"),
+            # (without a timing preset copies take no time: no stall to show, as for bounds)
+            _fmt(r["stall_ns"] / 1e6, "{:.3f}") if str(r["preset"]) != "none" else "",
+            _fmt(r["gap_closed_stall"], "{:.3f}"),
             _fmt(r["miss_ratio"], "{:.4f}"), _fmt(r["gap_closed_misses"], "{:.3f}"),
             _fmt(r["byte_miss_ratio"], "{:.4f}"), _fmt(r["decision_p50_us"], "{:.2f}"),
             _fmt(r["guard_net_share"] if "guard_net_share" in r

@@ -472,6 +472,11 @@ def test_the_table_says_when_runs_streamed_much() -> None:
     note = format_table([row, {**row, "policy": "gdsf", "streamed": 5}]).splitlines()[-1]
     assert note.startswith("note: 1 run(s) streamed more than 10%") and "91%: lru at 1KiB on t" in note
     assert "note:" not in format_table([{**row, "streamed": 5}])
+    # without a timing preset copies take no time: the stall column is blank (not 0.000), as
+    # for the bounds; under a preset it shows
+    lines = format_table([row, {**row, "preset": "h100_pcie5", "stall_ns": 1_234_000}]).splitlines()
+    at = lines[0].index("stall_ms")
+    assert lines[2][at:at + 8].strip() == "" and lines[3][at:at + 8].strip() == "1.234"
 
 
 def test_byte_figures_keep_their_digits() -> None:
