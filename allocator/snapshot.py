@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.files import replace_atomically
 from cachegym.allocator.stats import PoolHook
 from cachegym.allocator.trace import Kind
 
@@ -160,11 +161,12 @@ def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike[str]) -> No
     only: :func:`read_snapshot` refuses it)."""
     p = Path(path)
     suffix = p.suffix.lower()
+    # (written whole: a failed write, e.g. a full disk, leaves an older file as it was)
     if suffix == ".json":
-        p.write_text(json.dumps(snapshot))
+        text = json.dumps(snapshot)
+        replace_atomically(p, lambda f: f.write(text))
     elif suffix in _PICKLE_SUFFIXES:
-        with p.open("wb") as f:
-            pickle.dump(snapshot, f)
+        replace_atomically(p, lambda f: pickle.dump(snapshot, f), binary=True)
     else:
         raise ConfigError(f"dump_snapshot: {str(p)!r} has neither a .json name (JSON, which "
                           "cachegym reads back) nor a .pickle name (PyTorch's format, for "

@@ -25,7 +25,6 @@ of any replay path can overflow int64; a trace outside them is refused with a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from cachegym.allocator.errors import TraceError
+from cachegym.allocator.files import replace_atomically
 
 __all__ = ["Op", "Kind", "Trace", "INF", "MAX_SIZE", "MAX_TOTAL", "ZIP_MAGIC", "not_a_zip_archive",
            "too_short_for_zip"]
@@ -214,24 +214,16 @@ class Trace:
         final = os.fspath(path)
         if not final.endswith(".npz"):
             final += ".npz"
-        tmp = f"{final}.{os.getpid()}.{id(self):x}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                np.savez_compressed(
-                    f,
-                    key=self.key,
-                    size=self.size,
-                    op=self.op,
-                    compute_ns=self.compute_ns,
-                    kind=self.kind,
-                    step=self.step,
-                    meta=np.array(json.dumps(self.meta)),
-                )
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_atomically(final, lambda f: np.savez_compressed(
+            f,
+            key=self.key,
+            size=self.size,
+            op=self.op,
+            compute_ns=self.compute_ns,
+            kind=self.kind,
+            step=self.step,
+            meta=np.array(json.dumps(self.meta)),
+        ), binary=True)
 
     # ------------------------------------------------------------------ views
     def __len__(self) -> int:

@@ -17,12 +17,11 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import IO, Any
 
 import numpy as np
+
+from cachegym.allocator.files import replace_atomically
 
 __all__ = ["RunJournal", "replace_atomically", "digest", "JOURNAL"]
 
@@ -105,37 +104,3 @@ class RunJournal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def replace_atomically(path: str, write: Callable[[IO[str]], Any], *, binary: bool = False) -> str:
-    """Write ``path`` through ``write(f)`` on a temporary file beside it, then ``os.replace``
-    it into place (the old file stays whole until then); returns ``path``."""
-    with _temporary_beside(path, binary) as (f, _):
-        write(f)
-    return path
-
-
-def _umask() -> int:
-    """The process's umask (read by setting it, then put back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-@contextmanager
-def _temporary_beside(path: str, binary: bool) -> Iterator[tuple[Any, str]]:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # (mkstemp makes it 0600: the file's own mode, as open())
-        f: IO[Any] = (os.fdopen(fd, "wb") if binary
-                      else os.fdopen(fd, "w", newline="", encoding="utf-8"))
-        with f:
-            yield f, tmp
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError, TraceError
+from cachegym.allocator.files import replace_atomically
 from cachegym.allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace
 
 __all__ = [
@@ -301,7 +302,7 @@ def write_oracle_general(
     out["obj_size"] = sub.size
     nxt = sub.next_use()
     out["next_access"] = np.where(nxt == np.iinfo(np.int64).max, -1, nxt)
-    out.tofile(p)
+    replace_atomically(p, out.tofile, binary=True)  # (an older file stays whole on a failure)
 
 
 # ---------------------------------------------------------------------- csv / txt
@@ -520,14 +521,14 @@ def write_csv(trace: Trace, path: PathLike, *, header: bool = True) -> None:
     ``read_csv(path, time_col=1, obj_id_col=2, obj_size_col=3)``. Frees are dropped."""
     keep = trace.op != Op.FREE
     rows = np.column_stack([trace.step[keep], trace.key[keep], trace.size[keep]])
-    np.savetxt(os.fspath(path), rows, fmt="%d", delimiter=",",
-               header="time,obj_id,obj_size" if header else "", comments="")
+    replace_atomically(path, lambda f: np.savetxt(f, rows, fmt="%d", delimiter=",",
+                       header="time,obj_id,obj_size" if header else "", comments=""))
 
 
 def write_txt(trace: Trace, path: PathLike) -> None:
     """Write one key per line (sizes are lost: libCacheSim's txt format has none)."""
     keep = trace.op != Op.FREE
-    np.savetxt(os.fspath(path), trace.key[keep], fmt="%d")
+    replace_atomically(path, lambda f: np.savetxt(f, trace.key[keep], fmt="%d"))
 
 
 # ---------------------------------------------------------------------- front door

@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from cachegym.allocator.errors import PolicyFileError
+from cachegym.allocator.files import replace_atomically
 from cachegym.allocator.trace import not_a_zip_archive, too_short_for_zip
 from cachegym.policies.features import MAX_K, RULES
 from cachegym.policies.successors import MAX_HORIZON
@@ -124,10 +125,10 @@ def save_policy_file(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarr
     d = os.path.dirname(p)
     if d:
         os.makedirs(d, exist_ok=True)
-    tmp = p + ".tmp.npz"
-    np.savez(tmp, header=blob, **{f"w/{k}": v for k, v in arrs.items()})  # type: ignore[arg-type]
-    os.replace(tmp, p)
-    return p
+    # written whole (a temporary file beside it, then renamed): a failed write leaves an older
+    # file at p as it was, and nothing else behind
+    return replace_atomically(p, lambda f: np.savez(f, header=blob, **{  # type: ignore[arg-type]
+        f"w/{k}": v for k, v in arrs.items()}), binary=True)
 
 
 def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from cachegym.allocator import __version__
 from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.files import replace_atomically
 from cachegym.policies import features
 from cachegym.policies.learned import save_policy_file
 from cachegym.policies.training.nets import (
@@ -558,5 +559,5 @@ def export_onnx(policy: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
     d = os.path.dirname(dst)
     if d:
         os.makedirs(d, exist_ok=True)
-    onnx.save(model, dst)
-    return dst
+    # written whole: a failed write (a full disk) leaves an older model at dst as it was
+    return replace_atomically(dst, lambda f: f.write(model.SerializeToString()), binary=True)
