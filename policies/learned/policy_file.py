@@ -169,7 +169,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
         header = json.loads(data.pop("header").tobytes().decode())
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError, MemoryError) as e:
         raise PolicyFileError(f"policy file {p}: corrupt header ({type(e).__name__}: {e})") from None
     if header.get("format") != FORMAT:
         raise PolicyFileError(f"policy file {p}: format is {header.get('format')!r}, not {FORMAT!r}")
@@ -204,6 +204,10 @@ MAX_UNCOMPRESSED = 2**30
 """The most bytes a policy file's members may hold once decompressed (a policy is a few MB): a
 file declaring more is refused before anything is decompressed (a zip bomb)."""
 
+MAX_HEADER = 2**24
+"""The most bytes a policy file's header (JSON) may hold once decompressed (a header is a few
+KB; a 486 KB file whose header held 500 MB of JSON took 2.5 GB to decode before its refusal)."""
+
 
 def _check_members(p: str) -> None:
     """Refuse, before decompressing anything, a policy file whose members are not ``header.npy``
@@ -223,6 +227,11 @@ def _check_members(p: str) -> None:
     if other:
         raise PolicyFileError(f"policy file {p}: unknown entries {other} (a policy file holds "
                               "header and w/<name> weight arrays only)")
+    head = next(i.file_size for i in infos if i.filename == "header.npy")
+    if head > MAX_HEADER:  # (json would decode all of it first)
+        raise PolicyFileError(f"policy file {p}: its header declares {head:,} bytes once "
+                              f"decompressed, more than {MAX_HEADER:,}: not a policy file (a "
+                              "header is a few KB)")
     total = sum(i.file_size for i in infos)
     if total > MAX_UNCOMPRESSED:
         raise PolicyFileError(f"policy file {p}: its entries declare {total:,} bytes once "

@@ -28,6 +28,7 @@ from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.files import replace_atomically
 from cachegym.policies import features
 from cachegym.policies.learned import save_policy_file
+from cachegym.policies.learned.policy_file import MAX_LAYERS, MAX_WIDTH
 from cachegym.policies.training.nets import (
     CandidateScorerNet,
     JointScorerNet,
@@ -397,6 +398,25 @@ def _run_settings(zip_path: str) -> tuple[str | None, str | None, str | None]:
             rule if isinstance(rule, str) and rule in features.RULES else None)
 
 
+def _pickles_objects(blob: bytes) -> bool:
+    """Whether ``blob`` is a whole pickle stream that builds objects (a class or function by
+    name: what torch's weights-only reader refuses, and unpickling would run), read with
+    :mod:`pickletools` (which runs nothing): told apart from damaged bytes."""
+    import pickletools
+
+    try:
+        ops = {op.name for op, _, _ in pickletools.genops(blob)}
+    except Exception:  # (not a whole pickle: damage)
+        return False
+    return bool(ops & {"GLOBAL", "STACK_GLOBAL", "INST", "OBJ", "REDUCE", "NEWOBJ", "NEWOBJ_EX"})
+
+
+MAX_SB3_BYTES = 2**30
+"""The most bytes an SB3 model zip's ``policy.pth``, ``policy.optimizer.pth`` and ``data`` may
+hold once decompressed (this project's networks are a few MB; a 2.1 MB zip of 2 GiB of zeros
+reached 4.5 GB before an untyped MemoryError)."""
+
+
 def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, dict[str, Any]]:
     """``(policy state dict, optimizer state dict or None, data)`` of an SB3 model zip, read
     without unpickling anything: ``policy.pth`` and ``policy.optimizer.pth`` through
@@ -404,7 +424,9 @@ def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None
     plain fields such as ``num_timesteps`` and ``action_space.n``; pickled entries stay
     strings)."""
     import io
+    import pickle
     import zipfile
+    import zlib
 
     import torch as th
 
@@ -414,10 +436,17 @@ def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None
             if "policy.pth" not in names:
                 raise PolicyFileError(f"{path}: no policy.pth entry: not an SB3 model saved with "
                                       "model.save()")
+            wanted = [n for n in ("policy.pth", "policy.optimizer.pth", "data") if n in names]
+            declared = sum(z.getinfo(n).file_size for n in wanted)
+            if declared > MAX_SB3_BYTES:  # (refused before anything is decompressed: a zip bomb)
+                raise PolicyFileError(
+                    f"{path}: its entries declare {declared:,} bytes once decompressed, more than "
+                    f"{MAX_SB3_BYTES:,}: not a model of this project (whose networks are a few MB)")
             blob = z.read("policy.pth")
             opt_blob = z.read("policy.optimizer.pth") if "policy.optimizer.pth" in names else None
             data = z.read("data") if "data" in names else b"{}"
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError, RuntimeError,
+            MemoryError) as e:  # (a damaged, encrypted or unsupported entry: zipfile's errors)
         raise PolicyFileError(f"{path}: not a readable SB3 model zip ({type(e).__name__}: {e})") from None
 
     def tensors(b: bytes, entry: str) -> Any:
@@ -425,11 +454,18 @@ def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None
             with warnings.catch_warnings():  # (torch's own advice is to unpickle it: not here)
                 warnings.simplefilter("ignore")
                 return th.load(io.BytesIO(b), map_location="cpu", weights_only=True)
-        except Exception as e:  # torch's restricted unpickler refuses anything but tensors
+        except pickle.UnpicklingError as e:  # torch's restricted unpickler refuses a non-tensor
+            if "Unsupported global" not in str(e) and not _pickles_objects(b):  # (damage)
+                raise PolicyFileError(f"{path}: its {entry} is damaged ({type(e).__name__}: "
+                                      f"{str(e)[:200]}); save the model again") from None
             raise PolicyFileError(
                 f"{path}: its {entry} holds more than tensors, and is not unpickled "
                 f"({type(e).__name__}); pass --trust-pickle (trust_pickle=True) only if you made "
                 "the file yourself") from None
+        except Exception as e:  # a truncated, empty or garbled entry: damage, not a pickle
+            raise PolicyFileError(f"{path}: its {entry} is damaged or not a torch file "
+                                  f"({type(e).__name__}: {str(e)[:200]}); save the model again"
+                                  ) from None
 
     state = tensors(blob, "policy.pth")
     if not isinstance(state, Mapping):
@@ -465,6 +501,13 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
         n_layers = sum(1 for k in sub if k.startswith("layers.") and k.endswith(".weight"))
         hidden = [int(sub["cand_in.weight"].shape[0])] + [int(sub[f"layers.{i}.weight"].shape[0])
                                                          for i in range(n_layers)]
+        widths = [*hidden, int(sub["cand_in.weight"].shape[1]), int(sub["glob_in.weight"].shape[1])]
+        if len(hidden) > MAX_LAYERS or max(widths) > MAX_WIDTH:  # (before any allocation)
+            raise PolicyFileError(
+                f"{path}: the scorer's tensors declare {len(hidden)} hidden layers of widths "
+                f"{hidden} over {widths[-2]} features and {widths[-1]} globals, more than a "
+                f"policy file holds ({MAX_LAYERS} layers, {MAX_WIDTH} wide): not a model of this "
+                "project")
         net = CandidateScorerNet(int(sub["cand_in.weight"].shape[1]), int(sub["glob_in.weight"].shape[1]),
                                  hidden)
         net.load_state_dict(sub, strict=True)

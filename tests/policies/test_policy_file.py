@@ -289,3 +289,7 @@ def test_weights_beyond_float32_and_unknown_or_huge_members_are_refused(
     monkeypatch.setattr(policy_file, "MAX_UNCOMPRESSED", 1000)
     with pytest.raises(PolicyFileError, match="decompressed, more than 1,000"):
         read_policy_file(GOLDEN)
+    # a header of hundreds of MB of JSON (a 486 KB file; 2.5 GB to decode) is refused first
+    monkeypatch.setattr(policy_file, "MAX_HEADER", 100)
+    with pytest.raises(PolicyFileError, match="its header declares .* more than 100"):
+        read_policy_file(GOLDEN)

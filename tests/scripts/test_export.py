@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -271,3 +274,82 @@ def test_a_training_runs_zip_takes_its_algorithm_and_candidate_rule_from_the_run
     import inspect
 
     assert h["candidate_rule"] == inspect.signature(EvictEnv).parameters["candidates"].default
+
+
+def _rewritten(src: str, dst: Path, entry: str, blob: bytes | None = None,
+               compress: int = zipfile.ZIP_DEFLATED) -> Path:
+    """``src`` with ``entry`` replaced by ``blob`` (``None``: kept), every entry ``compress``ed."""
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w", compress) as out:
+        for name in z.namelist():
+            out.writestr(name, blob if name == entry and blob is not None else z.read(name))
+    return dst
+
+
+def _patched(path: Path, entry: str, patch: Any) -> Path:
+    """``path`` with the bytes of ``entry``'s local header and data changed by ``patch(raw,
+    at)`` (``at``: the header's offset): damage zipfile meets while reading."""
+    with zipfile.ZipFile(path) as z:
+        at = z.getinfo(entry).header_offset
+    raw = bytearray(path.read_bytes())
+    patch(raw, at)
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def test_a_damaged_sb3_zip_is_a_typed_error_that_names_the_damage(sb3_zip, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """A helper's audit: a corrupt deflate stream (zlib.error), an unsupported compression
+    method (NotImplementedError), an encrypted entry (RuntimeError) escaped as tracebacks; a
+    truncated policy.pth was said to hold "more than tensors", with the advice to unpickle it;
+    a zip of 2 GiB of zeros was read whole; tensors of stride 0 declaring a 20,000-wide network
+    took 6.5 GB before the refusal, which named the output file."""
+    import torch
+
+    from cachegym.policies.training import export
+
+    src = sb3_zip[0]
+    cases: dict[str, tuple[Path, str]] = {}
+
+    def corrupt(raw: bytearray, at: int) -> None:  # the deflate stream's first bytes
+        start = at + 30 + int.from_bytes(raw[at + 26:at + 28], "little") + int.from_bytes(
+            raw[at + 28:at + 30], "little")
+        raw[start:start + 8] = b"\xff" * 8
+
+    def central(raw: bytearray) -> int:  # the central directory's entry of policy.pth
+        c = raw.find(b"PK\x01\x02")
+        while raw[c + 46:c + 46 + int.from_bytes(raw[c + 28:c + 30], "little")] != b"policy.pth":
+            c = raw.find(b"PK\x01\x02", c + 4)
+        return c
+
+    def method(raw: bytearray, at: int) -> None:  # compression method 99, in both headers
+        c = central(raw)
+        raw[at + 8:at + 10] = raw[c + 10:c + 12] = (99).to_bytes(2, "little")
+
+    def encrypted(raw: bytearray, at: int) -> None:  # the encryption flag, in both headers
+        c = central(raw)
+        raw[at + 6] |= 1
+        raw[c + 8] |= 1
+
+    for name, patch in (("corrupt", corrupt), ("method", method), ("encrypted", encrypted)):
+        z = _rewritten(src, tmp_path / f"{name}.zip", "policy.pth")
+        cases[name] = (_patched(z, "policy.pth", patch), "not a readable SB3 model zip")
+    cases["truncated"] = (_rewritten(src, tmp_path / "trunc.zip", "policy.pth", b"PK\x03\x04abc"),
+                          "policy.pth is damaged or not a torch file")
+    cases["garbage"] = (_rewritten(src, tmp_path / "garbage.zip", "policy.pth", b"garbage" * 9),
+                        "policy.pth is damaged")
+    buf = io.BytesIO()
+    state = torch.load(io.BytesIO(zipfile.ZipFile(src).read("policy.pth")), weights_only=True)
+    key = next(k for k in state if str(k).endswith("scorer.cand_in.weight"))
+    state[key] = torch.zeros(1).expand(20_000, state[key].shape[1])  # (stride 0: a few bytes)
+    torch.save(state, buf)
+    cases["wide"] = (_rewritten(src, tmp_path / "wide.zip", "policy.pth", buf.getvalue()),
+                     "hidden layers of widths [20000")
+    for name, (path, match) in cases.items():
+        with pytest.raises(PolicyFileError, match=re.escape(match)) as e:
+            export_file(str(path), tmp_path / "out.npz", algo="maskable_ppo")
+            pytest.fail(f"{name}: no error")
+        assert str(path) in str(e.value) and "--trust-pickle" not in str(e.value), name
+    monkeypatch.setattr(export, "MAX_SB3_BYTES", 1000)  # (a zip bomb, refused undecompressed)
+    with pytest.raises(PolicyFileError, match="bytes once decompressed, more than 1,000"):
+        export_file(src, tmp_path / "out.npz", algo="maskable_ppo")
+    assert not (tmp_path / "out.npz").exists()
