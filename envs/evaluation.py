@@ -44,7 +44,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -548,10 +548,15 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     n_runs = len(runs)
     done: dict[int, dict[str, Any]] = {}
     got: dict[int, list[dict[str, Any]]] = {}
+    groups_of = {(tname, cap) for _, tname, cap, _ in groups}
     with RunJournal(out_dir, resume=bool(ev.get("resume", False))) as journal:
         for i, key in enumerate(keys):
             row = journal.get(key)
-            if row is not None:
+            why = None if row is None else _not_a_row(row, groups_of)
+            if why is not None:  # (an edited or damaged journal: the run runs again)
+                log.warning("%s: the record of run %d (%s) is no result row (%s); it runs again",
+                            journal.path, i + 1, tasks[i][3], why)
+            elif row is not None:
                 done[i] = row
         if done:
             log.info("resuming: %d of %d runs are already in %s", len(done), len(runs), journal.path)
@@ -594,6 +599,29 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     log.info("wrote %s, %s and %d plot(s)", csv_path, json_path, len(plots))
     return {"rows": rows, "table": table, "csv": csv_path, "json": json_path, "plots": plots,
             "out_dir": out_dir}
+
+
+_TEXT_COLUMNS = ("trace", "mode", "policy", "prefetch", "preset")
+
+
+def _not_a_row(row: Any, groups: Collection[tuple[str, Any]]) -> str | None:
+    """Why a row read back from the journal is not one this sweep's runs make (``None``: it
+    is): every column of :data:`COLUMNS` but the gaps (added later), the text columns strings,
+    the others numbers (or null), and its trace and capacity one of ``groups``."""
+    if not isinstance(row, dict):
+        return "not an object"
+    missing = [c for c in COLUMNS if c not in row and not c.startswith("gap_")]
+    if missing:
+        return f"no {', '.join(missing)}"
+    for c in COLUMNS:
+        v = row.get(c)
+        text = c in _TEXT_COLUMNS
+        if not (isinstance(v, str) if text else
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))):
+            return f"{c} is {v!r}, not {'a string' if text else 'a number'}"
+    if (row["trace"], row["capacity"]) not in groups:
+        return f"trace {row['trace']!r} at capacity {row['capacity']!r} is none of this sweep's"
+    return None
 
 
 def check_jobs(jobs: Any, key: str = "eval.jobs") -> int:

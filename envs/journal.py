@@ -64,17 +64,18 @@ class RunJournal:
         done: dict[str, dict[str, Any]] = {}
         if not os.path.exists(self.path):
             return done
-        with open(self.path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        with open(self.path, "rb") as f:
+            lines = f.read().split(b"\n")
         good: list[str] = []
-        for i, line in enumerate(lines):
-            if not line.strip():
+        for i, raw in enumerate(lines):
+            if not raw.strip():
                 continue
             try:
+                line = raw.decode("utf-8")
                 rec = json.loads(line)
                 done[str(rec["key"])] = dict(rec["row"])
                 good.append(line)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):  # (UnicodeDecodeError too)
                 log.warning("%s: line %d is not a complete record (a run cut short?); ignored",
                             self.path, i + 1)
         # rewrite without a cut line, so that the next record starts on a line of its own

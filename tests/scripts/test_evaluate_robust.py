@@ -325,6 +325,43 @@ def test_a_sweep_counts_the_requests_its_runs_replayed(jobs: int) -> None:
     assert evaluation._PROGRESS is None
 
 
+def test_a_resume_reruns_the_runs_a_damaged_journal_holds(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A helper's audit: a journal row without its trace, with a traffic of "lots", a line
+    nested past the recursion limit or a line that is not UTF-8 ended a resumed sweep in a
+    traceback (KeyError, ValueError, RecursionError, UnicodeDecodeError). Such records are not
+    results: their runs run again, and the rows are those of a fresh sweep."""
+    t = generate("zipf", seed=3, n_requests=3000, n_objects=300)
+    t.save(tmp_path / "t.npz")
+    over = [f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.1,0.2]", "eval.plots=false",
+            "eval.policies=[lru,fifo]", "eval.bounds=[]", "eval.progress=false",
+            "eval.decision_timing=false",
+            f"out_dir={tmp_path / 'o'}"]
+    first = evaluate(_compose(over))["rows"]
+    lines = (tmp_path / "o" / "runs.jsonl").read_bytes().splitlines()
+    assert len(lines) == 4
+    recs = [json.loads(x) for x in lines]
+    del recs[0]["row"]["trace"]
+    recs[1]["row"]["traffic_bytes"] = "lots"
+    damaged = [json.dumps(recs[0]).encode(), json.dumps(recs[1]).encode(),
+               b'{"key": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b"\xff\xfe" + lines[3]]
+    (tmp_path / "o" / "runs.jsonl").write_bytes(b"\n".join(damaged) + b"\n")
+    ran: list[str] = []
+    real = evaluation.run_one
+
+    def counting(t: Trace, spec: Any, **kw: Any) -> dict[str, Any]:
+        ran.append(spec.policy)
+        return real(t, spec, **kw)
+
+    with caplog.at_level(logging.WARNING), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(evaluation, "run_one", counting)
+        again = evaluate(_compose([*over, "eval.resume=true"]))["rows"]
+    assert len(ran) == 4  # every damaged record's run ran again
+    assert "no trace" in caplog.text and "traffic_bytes is 'lots'" in caplog.text
+    assert caplog.text.count("is not a complete record") == 2
+    assert _stable(again) == _stable(first)
+
+
 def test_a_resume_reruns_a_run_whose_preset_or_policy_file_changed(tmp_path: Path) -> None:
     """A resumed sweep reused a run whose preset file or FILE.py policy had changed since (its
     key hashed the exported policy files only): the rows were the old files'."""
