@@ -20,6 +20,7 @@ from cachegym.allocator.errors import (
     NotResident,
     ObjectPinned,
     ObjectTooLarge,
+    OutputError,
     PolicyError,
     PolicyFileError,
     PoolError,
@@ -44,7 +45,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Arena", "ByteAccounting", "Backend", "NumpyBackend", "PRESETS", "CostModel", "Preset",
-    "get_preset", "BackendError", "CachegymError", "ConfigError", "InvalidActionError",
+    "get_preset", "BackendError", "CachegymError", "ConfigError", "InvalidActionError", "OutputError",
     "InvalidVictim", "NotPinned", "NotResident", "ObjectPinned", "ObjectTooLarge", "PolicyError", "PolicyFileError",
     "PoolError",
     "PoolExhausted", "TraceError", "UnknownKey", "EvictionRequest", "ObjectInfo", "Pool",

@@ -101,6 +101,11 @@ class PolicyFileError(CachegymError, ValueError):
     """An exported policy file cannot be used: corrupt, truncated or built for other code."""
 
 
+class OutputError(CachegymError, OSError):
+    """A result could not be written (a full disk, a folder that is not writable): what was
+    written before stays (files are replaced whole); the message says where and how to go on."""
+
+
 class InvalidActionError(CachegymError, ValueError):
     """An agent's action is out of range or refers to a masked (invalid) candidate."""
 

@@ -37,6 +37,7 @@ so they never sit beside another sweep's runs and a failed sweep loses none of t
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import json
@@ -44,13 +45,19 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cachegym.allocator.errors import CachegymError, ConfigError, InvalidVictim, PolicyError
+from cachegym.allocator.errors import (
+    CachegymError,
+    ConfigError,
+    InvalidVictim,
+    OutputError,
+    PolicyError,
+)
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.seams import Forwarding, eviction_order_of
 from cachegym.allocator.sizes import parse_capacity, unit_of
@@ -569,7 +576,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
             t_start = time.perf_counter()
             for finished, (i, res) in enumerate(in_workers(tasks, todo, jobs, bar), 1):
                 if i < n_runs:
-                    journal.add(keys[i], res)
+                    with _writing(out_dir, len(done)):
+                        journal.add(keys[i], res)
                     done[i] = res
                 else:
                     got[i - n_runs] = res
@@ -591,14 +599,33 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
     add_gap_closed(rows)
-    csv_path, json_path = write_results(rows, out_dir)
-    write_config(cfg, out_dir)
+    with _writing(out_dir, n_runs):
+        csv_path, json_path = write_results(rows, out_dir)
+        write_config(cfg, out_dir)
     check_rows_against_bounds(rows)  # (after writing: a violation keeps the rows to look at)
-    plots = plot_results(rows, out_dir) if ev.plots else []
+    with _writing(out_dir, n_runs):
+        plots = plot_results(rows, out_dir) if ev.plots else []
     table = format_table(rows)
     log.info("wrote %s, %s and %d plot(s)", csv_path, json_path, len(plots))
     return {"rows": rows, "table": table, "csv": csv_path, "json": json_path, "plots": plots,
             "out_dir": out_dir}
+
+
+@contextlib.contextmanager
+def _writing(out_dir: str, runs_kept: int) -> Iterator[None]:
+    """Writing the sweep's files in ``out_dir``: an :class:`OSError` (a full disk, a folder made
+    read-only) is an :class:`~allocator.errors.OutputError` that says where, what is kept (the
+    completed runs, in the journal) and how to go on (a traceback before)."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as e:
+        where = e.filename or out_dir
+        raise OutputError(f"cannot write {where} ({e.strerror or e}): the {runs_kept} runs "
+                          f"completed are kept in {os.path.join(out_dir, JOURNAL)}; make room (or "
+                          "give a writable out_dir) and run the same command with "
+                          "eval.resume=true (cachegym sim: --resume and the same --out)") from e
 
 
 _TEXT_COLUMNS = ("trace", "mode", "policy", "prefetch", "preset")

@@ -362,6 +362,29 @@ def test_a_resume_reruns_the_runs_a_damaged_journal_holds(tmp_path: Path,
     assert _stable(again) == _stable(first)
 
 
+def test_a_full_disk_is_an_output_error_that_says_how_to_go_on(tmp_path: Path) -> None:
+    """A helper's audit: a sweep whose disk filled ended in a chained OSError traceback from
+    the journal. It is an OutputError naming the file, the runs kept and the resume."""
+    import errno
+
+    from cachegym.allocator.errors import OutputError
+
+    t = generate("zipf", seed=3, n_requests=2000, n_objects=200)
+    t.save(tmp_path / "t.npz")
+    over = [f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.1]", "eval.plots=false",
+            "eval.policies=[lru]", "eval.bounds=[]", "eval.progress=false", "eval.jobs=1",
+            f"out_dir={tmp_path / 'o'}"]
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", full)
+        with pytest.raises(OutputError, match=r"No space left on device\): the 0 runs completed "
+                                              r"are kept in .*runs.jsonl.*eval.resume=true"):
+            evaluate(_compose(over))
+
+
 def test_a_resume_reruns_a_run_whose_preset_or_policy_file_changed(tmp_path: Path) -> None:
     """A resumed sweep reused a run whose preset file or FILE.py policy had changed since (its
     key hashed the exported policy files only): the rows were the old files'."""
