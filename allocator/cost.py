@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import numbers
 import os
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
@@ -51,8 +52,22 @@ class Preset:
     calibrated: bool = False
 
     def __post_init__(self) -> None:
+        # each field of its type (a preset file is JSON a user may edit: "abc", -1, 2.0, "no")
+        for field, kind in (("name", str), ("source", str), ("calibrated", bool)):
+            if not isinstance(getattr(self, field), kind):
+                raise ConfigError(f"preset {self.name!r}: {field} must be a {kind.__name__}, got "
+                                  f"{getattr(self, field)!r}")
+        for field in ("h2d_latency_ns", "d2h_latency_ns", "copy_engines", "device_bytes"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise ConfigError(f"preset {self.name!r}: {field} must be a whole number, got {v!r}")
+        if self.device_bytes < 0:
+            raise ConfigError(f"preset {self.name!r}: device_bytes must be >= 0, got "
+                              f"{self.device_bytes}")
         for field in ("h2d_gbps", "d2h_gbps"):
             v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"preset {self.name!r}: {field} must be a number (GB/s), got {v!r}")
             if not MIN_GBPS <= v < float("inf"):  # also refuses NaN
                 raise ConfigError(f"preset {self.name}: {field} must be a bandwidth of at least "
                                   f"{MIN_GBPS} GB/s (1 MB/s), got {v!r}")
@@ -118,11 +133,14 @@ def resolve_preset(cost: Any) -> Preset | None:
 
 
 def load_preset(path: str) -> Preset:
+    if os.path.exists(path) and not os.path.isfile(path):  # (open would wait on a pipe)
+        raise ConfigError(f"preset file {path}: not a regular file (a directory or a pipe?)")
     try:
         with open(path) as f:
             data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"preset file {path}: cannot be read as JSON ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:  # (RecursionError: JSON nested too deep)
+        raise ConfigError(f"preset file {path}: cannot be read as JSON ({type(e).__name__}: "
+                          f"{e})") from None
     names = [f.name for f in fields(Preset)]
     required = [f.name for f in fields(Preset) if f.default is MISSING]
     if (not isinstance(data, dict) or set(data) - set(names)

@@ -181,9 +181,12 @@ def read_snapshot(path: str | os.PathLike[str]) -> dict[str, Any]:
     if p.suffix.lower() in _PICKLE_SUFFIXES:
         raise ConfigError(f"read_snapshot: {str(p)!r} is a pickle, which cachegym never reads "
                           "(loading one can run code); dump the snapshot to a .json file")
+    if p.exists() and not p.is_file():  # (reading would wait on a pipe for ever)
+        raise ConfigError(f"read_snapshot: {str(p)!r} is not a regular file (a directory or a "
+                          "pipe?); give the .json file Pool.dump_snapshot wrote")
     try:
         data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ConfigError(f"read_snapshot: {str(p)!r} is not a readable JSON snapshot ({e}); "
                           "write one with Pool.dump_snapshot('NAME.json')") from e
     if (not isinstance(data, dict) or not isinstance(data.get("segments"), list)

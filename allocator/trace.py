@@ -151,11 +151,14 @@ class Trace:
             raise TraceError("is a directory, not a trace file", path=p, hint="give the .npz file in it")
         if not os.path.exists(p):
             raise TraceError("no such file", path=p, hint="check the path")
-        if os.path.isfile(p) and not_a_zip_archive(p):
+        if not os.path.isfile(p):  # (np.load would wait on a pipe for ever)
+            raise TraceError("is not a regular file (a pipe?)", path=p,
+                             hint="save it to a file first and give that file")
+        if not_a_zip_archive(p):
             raise TraceError("not an .npz trace (an .npz is a zip archive; this file is not one)", path=p,
                              hint="for libCacheSim formats use cachegym.envs.workloads.read_trace(path, "
                                   "format=...), or trace.format= in the configs")
-        short = too_short_for_zip(p) if os.path.isfile(p) else None
+        short = too_short_for_zip(p)
         if short is not None:
             raise TraceError(f"the file has only {short} bytes: empty or truncated, not an .npz trace",
                              path=p, hint="write it again (Trace.save)")
@@ -193,17 +196,22 @@ class Trace:
         if np.ndim(data["key"]) == 1 and len(data["key"]) == 0:  # as every other reader
             raise TraceError("no records", path=p, hint="the trace is empty: nothing to replay")
         name = os.path.splitext(os.path.basename(p))[0]
-        return cls.from_arrays(
-            data["key"],
-            data["size"],
-            data["op"],
-            data.get("compute_ns"),
-            data.get("kind"),
-            data.get("step"),
-            meta=meta,
-            name=name,
-            path=p,
-        )
+        try:
+            return cls.from_arrays(
+                data["key"],
+                data["size"],
+                data["op"],
+                data.get("compute_ns"),
+                data.get("kind"),
+                data.get("step"),
+                meta=meta,
+                name=name,
+                path=p,
+            )
+        except MemoryError:  # (its checks take a few bytes a row beside the columns)
+            raise TraceError(f"its {np.size(data['key']):,} rows need more memory than this "
+                             "machine has", path=p, hint="replay a window of it (trace.max_requests=)"
+                             " or use a machine with more memory") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Save as compressed ``.npz`` with exactly the documented column names (``.npz`` is

@@ -620,7 +620,9 @@ def _read_compressed(path: PathLike, compression: str, cut: int, format: str | N
             raise
         finally:
             log.removeFilter(said)
-    t.meta["source"] = dict(t.meta.get("source", {}), path=p, compression=compression)
+    source = t.meta.get("source")  # (an .npz's meta is the file's: any JSON object)
+    t.meta["source"] = dict(source if isinstance(source, dict) else {}, path=p,
+                            compression=compression)
     return t
 
 

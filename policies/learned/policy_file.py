@@ -139,6 +139,9 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
     if os.path.isdir(p):
         raise PolicyFileError(f"policy file {p} is a directory; give the policy file in it (a "
                               "training run writes policy.npz)")
+    if os.path.exists(p) and not os.path.isfile(p):
+        raise PolicyFileError(f"policy file {p} is not a regular file (a pipe or a device?); give "
+                              "the policy file itself")
     if not os.path.isfile(p):
         raise PolicyFileError(f"policy file {p}: no such file (export one with scripts/export.py)")
     if not_a_zip_archive(p):

@@ -157,8 +157,12 @@ def _warn_config_changes(zip_path: str, cfg: Any) -> None:
     keys = ("env._target_", "env.reward", "env.cost", "env.K", "env.candidates", "policy.hidden")
     changed = []
     for k in keys:
-        a, b = OmegaConf.select(old, k, default=None), OmegaConf.select(cfg, k, default=None)
-        a = OmegaConf.to_container(a) if OmegaConf.is_config(a) else a
+        try:  # (the saved file's values as written: an interpolation it cannot resolve is one)
+            a = OmegaConf.select(old, k, default=None)
+            a = OmegaConf.to_container(a) if OmegaConf.is_config(a) else a
+        except Exception:  # noqa: BLE001 (OmegaConf's interpolation and validation errors)
+            a = "<not resolvable in config.yaml>"
+        b = OmegaConf.select(cfg, k, default=None)
         b = OmegaConf.to_container(b) if OmegaConf.is_config(b) else b
         if a != b:
             changed.append(f"{k}: {a!r} -> {b!r}")

@@ -81,6 +81,10 @@ def test_presets_are_cited_and_loadable(tmp_path) -> None:
         {"d2h_gbps": -1.0},
         {"h2d_latency_ns": -1},
         {"copy_engines": 3},
+        # each field of its type (a helper's audit: these loaded from a preset file)
+        {"device_bytes": "abc"}, {"device_bytes": -1}, {"calibrated": "no"}, {"name": 5},
+        {"copy_engines": 2.0}, {"h2d_latency_ns": 8000.5}, {"h2d_gbps": "50"},
+        {"d2h_gbps": True}, {"source": None},
     ],
 )
 def test_bad_preset_values(kwargs) -> None:
@@ -96,6 +100,9 @@ def test_unknown_preset_and_bad_file(tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="bad.json"):
+        load_preset(str(bad))
+    bad.write_text("[" * 100_000 + "]" * 100_000)  # (a RecursionError escaped)
+    with pytest.raises(ConfigError, match="bad.json: cannot be read as JSON"):
         load_preset(str(bad))
     with pytest.raises(ConfigError, match="nofile.json': no such file"):  # (not "unknown preset")
         get_preset(str(tmp_path / "nofile.json"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 import re
 
@@ -225,6 +226,15 @@ def test_bad_arguments_are_clear_errors(tmp_path) -> None:
     (tmp_path / "y.json").write_text("{")
     with pytest.raises(ConfigError, match="not a readable JSON snapshot"):
         read_snapshot(tmp_path / "y.json")
+    # nested past the parser's depth (a RecursionError), a pipe (waited on for ever): a
+    # helper's audit
+    (tmp_path / "z.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match="not a readable JSON snapshot"):
+        read_snapshot(tmp_path / "z.json")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "p.json")
+        with pytest.raises(ConfigError, match=r"not a regular file \(a directory or a pipe\?\)"):
+            read_snapshot(tmp_path / "p.json")
 
 
 def test_dump_writes_json_to_read_back_and_a_pickle_only_for_pytorch(tmp_path) -> None:

@@ -163,6 +163,23 @@ def test_a_pipe_as_the_trace_is_called_one(tmp_path: Path) -> None:
         load_traces(path=str(tmp_path / "p.csv"))
     with pytest.raises(TraceError, match=r"is not a regular file \(a pipe\?\)"):
         read_trace(tmp_path / "p.csv")
+    os.mkfifo(tmp_path / "p.npz")  # (Trace.load waited on it for ever: a helper's audit)
+    with pytest.raises(TraceError, match=r"is not a regular file \(a pipe\?\)"):
+        Trace.load(tmp_path / "p.npz")
+
+
+def test_a_trace_larger_than_memory_is_a_trace_error(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2 MB .npz of 100M rows of zeros ended in an untyped MemoryError from the columns'
+    checks (a helper's audit, under a memory limit)."""
+    Trace.from_arrays([1, 2, 1], 10).save(tmp_path / "t.npz")
+
+    def no_memory(*a: object, **k: object) -> Trace:
+        raise MemoryError
+
+    monkeypatch.setattr(Trace, "from_arrays", no_memory)
+    with pytest.raises(TraceError, match=r"its 3 rows need more memory than this machine has"):
+        Trace.load(tmp_path / "t.npz")
 
 
 def test_a_bare_name_finds_the_bundled_trace_from_any_directory(
@@ -274,3 +291,14 @@ def test_compute_on_free_rows_is_warned_about(tmp_path: Path, caplog: pytest.Log
     with caplog.at_level(logging.WARNING):
         load_traces(path=str(tmp_path / "g.npz"))
     assert "free rows carry" not in caplog.text
+
+
+def test_a_compressed_npz_with_any_meta_source_reads(tmp_path: Path) -> None:
+    """An .npz's meta is the file's own JSON: a compressed one whose meta.source was not an
+    object ended in "TypeError: 'int' object is not iterable" (a helper's audit)."""
+    import gzip
+
+    Trace.from_arrays([1, 2, 1], 10, meta={"source": 5}).save(tmp_path / "t.npz")
+    (tmp_path / "t.npz.gz").write_bytes(gzip.compress((tmp_path / "t.npz").read_bytes()))
+    t = read_trace(tmp_path / "t.npz.gz")
+    assert len(t) == 3 and t.meta["source"]["compression"] == "gzip"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import zipfile
@@ -212,6 +213,10 @@ def test_a_member_that_is_not_npy_is_refused_typed(tmp_path: Path) -> None:
 def test_a_directory_and_an_sb3_zip_get_their_own_advice(tmp_path: Path) -> None:
     with pytest.raises(PolicyFileError, match="is a directory"):
         read_policy_file(tmp_path)
+    if hasattr(os, "mkfifo"):  # (was "no such file": a helper's audit)
+        os.mkfifo(tmp_path / "pipe.npz")
+        with pytest.raises(PolicyFileError, match=r"is not a regular file \(a pipe or a device\?\)"):
+            read_policy_file(tmp_path / "pipe.npz")
     p = tmp_path / "model.zip"
     with zipfile.ZipFile(p, "w") as z:  # the members of an SB3 model.save()
         z.writestr("data", "{}")

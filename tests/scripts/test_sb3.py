@@ -288,6 +288,19 @@ def test_resume_refuses_another_algorithm_and_keeps_the_zip_it_continues(tmp_pat
     assert len(kept) == 1 and kept[0].read_bytes() == before  # the earlier model, set aside
 
 
+def test_a_saved_config_that_does_not_resolve_is_named_not_a_traceback(tmp_path, caplog) -> None:
+    """A config.yaml beside the resumed zip with an interpolation it cannot resolve ended the
+    run in omegaconf's InterpolationKeyError (a helper's audit): it is compared as unreadable."""
+    from omegaconf import OmegaConf
+
+    from cachegym.policies.training.train import _warn_config_changes
+
+    (tmp_path / "config.yaml").write_text("env:\n  K: ${nonexistent.key}\n")
+    with caplog.at_level("WARNING"):
+        _warn_config_changes(str(tmp_path / "ppo.zip"), OmegaConf.create({"env": {"K": 32}}))
+    assert "env.K: '<not resolvable in config.yaml>' -> 32" in caplog.text
+
+
 def test_init_from_in_the_joint_env_and_a_negative_validation_interval_are_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"with env=joint: a warm start loads an eviction network"):
         train(cfg_of([*TINY, "env=joint", "init_from=whatever.npz", f"out_dir={tmp_path / 'a'}"]))
