@@ -48,6 +48,10 @@ def main(cfg: DictConfig) -> float:
 
     try:
         result = train(cfg)
+    except KeyboardInterrupt as e:  # (SIGINT, or SIGTERM while an SB3 agent learns)
+        print(getattr(e, "resume_with", "interrupted: the checkpoints so far are in "
+                      "OUT/checkpoints (init_from= starts a run from one)"), file=sys.stderr)
+        sys.exit(130)
     except Exception as e:  # (in a multirun the other jobs go on: job_failed)
         job_failed(e, "train")
         return float("nan")

@@ -19,9 +19,12 @@ MaskablePPO take its ``K + 1`` logits (DQN is refused).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -247,16 +250,50 @@ class SB3Agent:
         self.start(model, ctx, init)
         cbs = _sb3_callbacks(ctx, lambda: model.policy.scorer, self.total_timesteps)
         try:
-            model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo,
-                        reset_num_timesteps=ctx.resume is None)
+            with terminate_as_interrupt():
+                model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo,
+                            reset_num_timesteps=ctx.resume is None)
+        except KeyboardInterrupt as e:  # (SIGINT, or SIGTERM) the model so far, to continue from
+            if ctx.save_dir is not None:
+                path = self._save(model, ctx.save_dir)
+                e.resume_with = (f"interrupted after {model.num_timesteps} timesteps: the model "  # type: ignore[attr-defined]
+                                 f"so far is saved in {path}; continue it with resume={path} (and "
+                                 "the same settings)")
+                log.warning("%s", e.resume_with)  # type: ignore[attr-defined]
+            raise
         finally:
             model.get_env().close()  # (subprocesses end)
         model.policy.set_training_mode(False)
         if ctx.save_dir is not None:
-            path = os.path.join(ctx.save_dir, f"{self.algo}.zip")
-            model.save(path)
-            ctx.saved.append(path)
+            ctx.saved.append(self._save(model, ctx.save_dir))
         return model.policy.scorer  # type: ignore[no-any-return]
+
+    def _save(self, model: Any, save_dir: str) -> str:
+        """``model`` as ``save_dir/<algo>.zip`` (written whole: an older zip stays as it was
+        if the write fails)."""
+        from cachegym.allocator.files import replace_atomically
+
+        return replace_atomically(os.path.join(save_dir, f"{self.algo}.zip"), model.save,
+                                  binary=True)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, ``kill``) raises :class:`KeyboardInterrupt` in the main
+    thread while this runs, as SIGINT does, so that a stopped training saves what it has (it
+    ended without a word, and without its model). Elsewhere than the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def monitored(make_env: Callable[[int], gym.Env], i: int) -> gym.Env:

@@ -288,6 +288,41 @@ def test_resume_refuses_another_algorithm_and_keeps_the_zip_it_continues(tmp_pat
     assert len(kept) == 1 and kept[0].read_bytes() == before  # the earlier model, set aside
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupted_sb3_run_saves_its_model_and_resumes(tmp_path, sig) -> None:
+    """A helper's audit: a PPO run stopped by SIGINT printed a traceback from inside torch, by
+    SIGTERM nothing, and neither left the <algo>.zip that resume= continues. Both save the
+    model so far, say how to continue, and exit 130; the zip resumes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    args = [*TINY, "agent=ppo", "agent.total_timesteps=10000000", "agent.n_envs=1",
+            "agent.kwargs.n_steps=64", "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1",
+            "validation.traces=[]", f"out_dir={out}"]
+    proc = subprocess.Popen([sys.executable, str(root / "scripts" / "train.py"), *args],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while not list((out / "checkpoints").glob("*.npz")) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # (learning: a checkpoint was written)
+    proc.send_signal(getattr(signal, sig))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "interrupted after" in err and "resume=" in err
+    zip_path = out / "ppo.zip"
+    state, _, fields = read_sb3_zip(str(zip_path))
+    assert fields["num_timesteps"] >= 64
+    done = train(cfg_of([*TINY, *PPO_TINY, f"resume={zip_path}", f"out_dir={tmp_path / 'again'}"]))
+    _, _, again = read_sb3_zip(done["sb3_model"])
+    assert again["num_timesteps"] > fields["num_timesteps"]  # (continued, not restarted)
+
+
 def test_a_saved_config_that_does_not_resolve_is_named_not_a_traceback(tmp_path, caplog) -> None:
     """A config.yaml beside the resumed zip with an interpolation it cannot resolve ended the
     run in omegaconf's InterpolationKeyError (a helper's audit): it is compared as unreadable."""
