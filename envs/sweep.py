@@ -90,6 +90,37 @@ def new_run_dir(kind: str) -> str:
             out = f"{base}_{i}"
 
 
+_CLAIMS: dict[str, str] = {}
+_CLAIM = ".cachegym_run"
+
+
+def _claimed(folder: str) -> str:
+    """``folder`` (Hydra's ``outputs/<kind>/<time>`` of a run given no ``out_dir``) if this
+    process is the first to claim it, else ``<folder>_2``, ``_3``, ...: two runs started in the
+    same second got the same folder, and the second set the first's results aside (a helper's
+    audit). A claim is a file ``.cachegym_run`` made exclusively (holding the pid); the same
+    process gets the same answer every time."""
+    if folder in _CLAIMS:
+        return _CLAIMS[folder]
+    out, i = folder, 1
+    while True:
+        os.makedirs(out, exist_ok=True)
+        try:
+            fd = os.open(os.path.join(out, _CLAIM), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            i += 1
+            out = f"{folder}_{i}"
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        break
+    if out != folder:
+        log.warning("%s holds a run started in the same second: this run's results go to %s "
+                    "(its log stays in %s; out_dir= names a folder of your own)", folder, out, folder)
+    _CLAIMS[folder] = out
+    return out
+
+
 def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
     """The directory this run writes its results in (created): ``exact`` if given (a job that
     runs another, as the main job runs training and evaluation in its own subdirectories),
@@ -99,6 +130,8 @@ def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:
     out = exact if exact is not None else job_results_dir(cfg.get("out_dir"), num, hydra_dir)
     if out is None:
         out = new_run_dir(kind)
+    elif exact is None and cfg.get("out_dir") is None and num is None:
+        out = _claimed(out)  # (Hydra's time-stamped folder, which a run of the same second shares)
     try:
         os.makedirs(out, exist_ok=True)
     except FileExistsError:
