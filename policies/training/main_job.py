@@ -27,7 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.errors import CachegymError, ConfigError
 from cachegym.envs.config import EvaluateConfig, guard_node, instantiate, refuse_unknown_keys
 from cachegym.envs.evaluation import (
     LEARNED_PREFETCH,
@@ -60,20 +60,34 @@ def _held_out_files(spec: list[str]) -> list[str] | None:
         return None
     if not spec:
         raise ConfigError("main.held_out: the list is empty; give trace files or [default]")
-    for p in spec:
+    from cachegym.envs.paths import resolve_data_path
+
+    files = [resolve_data_path(os.path.expanduser(p)) for p in spec]  # (a bundled name too)
+    for i, p in enumerate(files):
         if not os.path.isfile(p):
-            raise ConfigError(f"main.held_out: no such trace file {p!r}; give files or 'default'")
-    return list(spec)
+            raise ConfigError(f"main.held_out[{i}]: no such trace file {spec[i]!r}; give trace "
+                              "files (a bundled trace by its name, e.g. gpt_wide.npz) or [default]")
+    return files
 
 
 def held_out_traces(spec: list[str]) -> list[HeldOut]:
-    """Trace files, or ``["default"]`` (see :func:`policies.training.quality.default_held_out`)."""
+    """Trace files, or ``["default"]`` (see :func:`policies.training.quality.default_held_out`);
+    a file that does not read is refused naming ``main.held_out[i]`` (read before any training:
+    :func:`run_main`)."""
     files = _held_out_files(spec)
     if files is None:
         return default_held_out()
     from cachegym.envs.workloads import read_trace
 
-    return [HeldOut(read_trace(p), "dl") for p in files]
+    out = []
+    for i, p in enumerate(files):
+        try:
+            out.append(HeldOut(read_trace(p), "dl"))
+        except CachegymError as e:
+            raise ConfigError(f"main.held_out[{i}]: {e} (main.held_out takes .npz traces, or "
+                              "files whose name gives their format: .oracleGeneral, .csv, ...)"
+                              ) from None
+    return out
 
 
 def _check_env_args(node: Any, key: str) -> None:
@@ -129,6 +143,7 @@ def run_main(cfg: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     refuse_unknown_keys(cfg)
     check_main(cfg.main)
+    held = held_out_traces([str(p) for p in cfg.main.held_out])  # (read before any training)
     out = results_dir(cfg, "main")
     write_config(cfg, out)
     # one recording of each workload per run, shared by the two stages (unless recorded_dir)
@@ -144,7 +159,6 @@ def run_main(cfg: Any) -> dict[str, Any]:
                                              prefetch_from=joint["policy"]))
         log.info("main job: %s carries the eviction scorer of %s and the prefetch head of %s",
                  policy, res["policy"], joint["policy"])
-    held = held_out_traces([str(p) for p in cfg.main.held_out])
     tdir = os.path.join(out, "held_out")
     os.makedirs(tdir, exist_ok=True)
     paths = []

@@ -94,7 +94,11 @@ def test_main_job_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("override,match", [
-    ("main.held_out=[no_such_trace.npz]", "main.held_out: no such trace file 'no_such_trace.npz'"),
+    ("main.held_out=[no_such_trace.npz]", r"main.held_out\[0\]: no such trace file 'no_such_trace.npz'"),
+    # a file that does not read was refused only after both stages had trained (a helper's audit)
+    (f"main.held_out=[{os.path.join(ROOT, 'README.md')}]", r"main.held_out\[0\]: cannot infer the trace format"),
+    (f"main.held_out=[gpt_wide.npz,{os.path.join(ROOT, 'tests', 'golden', 'policy.npz')}]",
+     r"main.held_out\[1\]: .*missing required column"),
     ("main.held_out=[]", "main.held_out: the list is empty"),
     ("main.capacities=[0]", "main.capacities: capacity must be > 0"),
     ("main.capacities=[]", "main.capacities: the list is empty"),
