@@ -43,9 +43,34 @@ def generate(name: str, seed: int = 0, **params: Any) -> Trace:
     """Run the generator called ``name`` with ``seed`` and keyword ``params``."""
     if name not in GENERATORS:
         raise ConfigError(f"unknown generator {name!r}; choose one of {sorted(GENERATORS)}")
+    _check_param_types(name, params)
     try:
         return GENERATORS[name](seed=seed, **params)
     except TypeError as e:  # a parameter it does not take, or one it needs and lacks
         if "unexpected keyword" not in str(e) and "required" not in str(e):
             raise
         raise ConfigError(f"generator {name!r}: {e}") from None
+
+
+def _check_param_types(name: str, params: dict[str, Any]) -> None:
+    """A parameter whose default is a number must be given a number (an int where the default
+    is an int): ``alpha=abc`` failed deep in the generator ("'>=' not supported between
+    instances of 'str' and 'int'"), naming neither the parameter nor the generator."""
+    import inspect
+    import numbers
+
+    try:
+        sig = inspect.signature(GENERATORS[name])
+    except (TypeError, ValueError):
+        return
+    for key, value in params.items():
+        p = sig.parameters.get(key)
+        if p is None or isinstance(p.default, bool) or not isinstance(p.default, numbers.Real):
+            continue
+        whole = isinstance(p.default, numbers.Integral)
+        ok = (not isinstance(value, bool) and isinstance(value, numbers.Real)
+              and (not whole or isinstance(value, numbers.Integral)))
+        if not ok:
+            raise ConfigError(f"generator {name!r}: parameter {key} must be "
+                              f"{'a whole number' if whole else 'a number'} (its default is "
+                              f"{p.default!r}), got {value!r}")

@@ -281,3 +281,16 @@ def test_storage_blocks_fixed_sizes_scans_and_writes() -> None:
 def test_web_bad_params_raise(name: str, params: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         generate(name, seed=0, n_requests=100, **params)
+
+
+@pytest.mark.parametrize("name, params, match", [
+    ("zipf", {"alpha": "abc"}, "parameter alpha must be a number .* got 'abc'"),
+    ("zipf", {"n_requests": "abc"}, "parameter n_requests must be a whole number .* got 'abc'"),
+    ("dl_training", {"n_layers": 2.5}, "parameter n_layers must be a whole number .* got 2.5"),
+    ("zipf", {"n_objects": True}, "parameter n_objects must be a whole number"),
+])
+def test_a_parameter_of_the_wrong_type_is_named(name: str, params: dict[str, Any], match: str) -> None:
+    """trace.params.alpha=abc failed deep in the generator ("'>=' not supported between
+    instances of 'str' and 'int'"), naming neither (a helper's audit)."""
+    with pytest.raises(ConfigError, match=f"generator {name!r}: {match}"):
+        generate(name, **params)
