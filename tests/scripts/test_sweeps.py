@@ -52,8 +52,8 @@ def test_evaluation_multirun_writes_snapshots_and_one_merged_table(tmp_path: Pat
                              f"hydra.sweep.dir={sweep}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job in ("0", "1"):
-        assert (sweep / job / "results.csv").is_file()
-        snap = OmegaConf.load(sweep / job / "config.yaml")
+        assert (sweep / f"job_{job}" / "results.csv").is_file()
+        snap = OmegaConf.load(sweep / f"job_{job}" / "config.yaml")
         assert snap.seed == int(job) and snap.trace.seed == int(job)  # resolved, per job
     rows = _merged(sweep / "merged.csv")
     assert set(rows) == {"lru", "fifo"}
@@ -61,7 +61,7 @@ def test_evaluation_multirun_writes_snapshots_and_one_merged_table(tmp_path: Pat
         assert r["n_jobs"] == "2" and r["capacity"] == "0.1" and r["trace"] == "zipf"
         lo, mean, hi = (float(r[f"traffic_bytes_{k}"]) for k in ("ci95_lo", "mean", "ci95_hi"))
         assert lo < mean < hi  # two seeds, two traces: a spread
-    per_job = [float(read_results(str(sweep / j / "results.csv"))[0]["traffic_bytes"])
+    per_job = [float(read_results(str(sweep / f"job_{j}" / "results.csv"))[0]["traffic_bytes"])
                for j in ("0", "1")]  # (lru's row first)
     assert float(rows["lru"]["traffic_bytes_mean"]) == pytest.approx(sum(per_job) / 2)
     assert "merged 2 of 2 jobs" in proc.stdout and "n_jobs" in proc.stdout
@@ -70,7 +70,7 @@ def test_evaluation_multirun_writes_snapshots_and_one_merged_table(tmp_path: Pat
 def test_a_failed_job_is_named_and_the_others_merged(tmp_path: Path) -> None:
     sweep, out = tmp_path / "sweep", tmp_path / "out"
     proc = _run("evaluate", ["-m", *TINY_EVAL, "eval.policies=[lru],[nosuch]", "hydra/launcher=basic",
-                             f"hydra.sweep.dir={sweep}", f"out_dir={out}"], tmp_path)
+                             f"out_dir={out}"], tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the others merged, and a status that says so
     assert "error: 1 of 2 jobs failed or left no results" in proc.stderr
     log = proc.stdout + proc.stderr
@@ -79,6 +79,9 @@ def test_a_failed_job_is_named_and_the_others_merged(tmp_path: Path) -> None:
     assert len(named) == 1 and "job 1: " in named[0] and "eval.policies=[nosuch]" in named[0]
     # with out_dir, the jobs write out_dir/job_<num> (config.yaml beside) and the table is there
     assert (out / "job_0" / "config.yaml").is_file() and not (out / "job_1" / "results.csv").exists()
+    # and each job's log beside its results (it was under ./multirun/: a helper's audit)
+    assert "nosuch" in (out / "job_1" / "evaluate.log").read_text()
+    assert not (tmp_path / "multirun").exists() and not sweep.exists()
     rows = _merged(out / "merged.csv")
     assert set(rows) == {"lru"} and rows["lru"]["n_jobs"] == "1"
     assert rows["lru"]["traffic_bytes_ci95_lo"] == ""  # one job: no interval
@@ -92,8 +95,8 @@ def test_training_multirun_merges_validation_figures(tmp_path: Path) -> None:
                           f"hydra.sweep.dir={sweep}"], tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for job in ("0", "1"):
-        assert OmegaConf.load(sweep / job / "config.yaml").seed == int(job)
-        assert (sweep / job / "policy.npz").is_file()
+        assert OmegaConf.load(sweep / f"job_{job}" / "config.yaml").seed == int(job)
+        assert (sweep / f"job_{job}" / "policy.npz").is_file()
     rows = _merged(sweep / "merged.csv")
     assert set(rows) == {"learned", "lru"} and rows["learned"]["n_jobs"] == "2"
     assert rows["learned"]["gap_closed_traffic_mean"] != ""
@@ -137,7 +140,7 @@ def test_optuna_maximises_what_train_returns(tmp_path: Path) -> None:
                           f"hydra.sweep.dir={sweep}"], tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     best = OmegaConf.load(sweep / "optimization_results.yaml")
-    gaps = [float(read_results(str(sweep / j / "results.csv"))[0]["gap_closed_traffic"])
+    gaps = [float(read_results(str(sweep / f"job_{j}" / "results.csv"))[0]["gap_closed_traffic"])
             for j in ("0", "1")]  # (the learned row first)
     assert best.best_value == pytest.approx(max(gaps))
     assert set(best.best_params) == {"agent.dagger.lr", "agent.dagger.epochs", "policy.hidden.0",
@@ -180,7 +183,7 @@ def test_evaluation_sweep_on_a_local_ray_cluster(tmp_path: Path) -> None:
         rows = _merged(sweep / "merged.csv")
         assert set(rows) == {"lru", "fifo"} and {r["n_jobs"] for r in rows.values()} == {"2"}
         for job in ("0", "1"):
-            assert (sweep / job / "config.yaml").is_file()
+            assert (sweep / f"job_{job}" / "config.yaml").is_file()
     finally:
         subprocess.run([ray, "stop", "--force"], cwd=tmp, env=env, capture_output=True, timeout=60)
         shutil.rmtree(temp_dir, ignore_errors=True)
