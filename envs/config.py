@@ -589,7 +589,11 @@ def load_traces(
         if generator not in GENERATORS:
             raise ConfigError(f"trace.generator: unknown generator {generator!r}; "
                               f"allowed: {sorted(GENERATORS)}")
-        traces.append(generate(generator, seed=seed, **dict(params or {})))
+        t = generate(generator, seed=seed, **dict(params or {}))
+        if len(t) == 0:  # (a sweep then replayed nothing, at a capacity of 1 byte, and exited 0)
+            raise ConfigError(f"trace.params: generator {generator!r} made no requests with "
+                              f"{dict(params or {})}; give it sizes above 0 (e.g. n_requests)")
+        traces.append(t)
     if max_requests is not None:
         if max_requests <= 0:
             raise ConfigError(f"trace.max_requests must be > 0, got {max_requests}")

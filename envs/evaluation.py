@@ -417,6 +417,8 @@ def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
     ``guards`` (options of ``conf/policy/guard/``), files first, checked before any replay: the
     files load, the guards are options (``key``: the config section that holds ``learned`` and
     ``learned_guards``, in the errors). Several files are told apart by their names."""
+    for g in guards:  # (checked with no file too: a typo is a typo)
+        guard_node(g, f"{key}.learned_guards")
     if not files:
         return []
     guards = list(dict.fromkeys(guards))

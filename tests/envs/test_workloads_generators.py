@@ -294,3 +294,12 @@ def test_a_parameter_of_the_wrong_type_is_named(name: str, params: dict[str, Any
     instances of 'str' and 'int'"), naming neither (a helper's audit)."""
     with pytest.raises(ConfigError, match=f"generator {name!r}: {match}"):
         generate(name, **params)
+
+
+def test_a_generator_that_makes_no_requests_is_refused_as_a_trace() -> None:
+    """trace.params.n_requests=0 replayed nothing, at a capacity of 1 byte, and exited 0."""
+    from cachegym.envs.config import load_traces
+
+    with pytest.raises(ConfigError, match="trace.params: generator 'zipf' made no requests with "
+                                          ".*n_requests"):
+        load_traces(generator="zipf", params={"n_requests": 0})

@@ -268,6 +268,8 @@ def test_objects_mode_fractions_and_prefetch(tmp_path: Path) -> None:
     ("eval.learned=[/no/such.npz] eval.learned_guards=[shadw]",
      r"eval.learned_guards: unknown guard 'shadw'; choices: lru, none, shadow, trial"),
     ("eval.learned=[/no/such.npz] eval.learned_guards=[]", r"eval.learned_guards: the list is empty"),
+    # without a policy file too (it was accepted silently: a helper's audit)
+    ("eval.learned_guards=[shadw]", r"eval.learned_guards: unknown guard 'shadw'"),
     ("eval.policies=[lru,learned]", r"eval.policies: 'learned' needs its file: give eval.learned=\[PATH\]"),
     ("eval.policies=[learned:/x/p.npz]", r"eval.policies: 'learned:/x/p.npz': exported policies are no "
      r"longer named PREFIX:PATH.*write eval.learned=\[/x/p.npz\] eval.learned_guards=\[shadow\]"),
