@@ -643,10 +643,12 @@ def _not_a_row(row: Any, groups: Collection[tuple[str, Any]]) -> str | None:
     if missing:
         return f"no {', '.join(missing)}"
     for c in COLUMNS:
+        if c.startswith("gap_"):  # (filled in after the runs; a run's own are blank)
+            continue
         v = row.get(c)
         text = c in _TEXT_COLUMNS
-        if not (isinstance(v, str) if text else
-                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))):
+        if not (isinstance(v, str) if text else v is None or v == ""
+                or (isinstance(v, (int, float)) and not isinstance(v, bool))):
             return f"{c} is {v!r}, not {'a string' if text else 'a number'}"
     if (row["trace"], row["capacity"]) not in groups:
         return f"trace {row['trace']!r} at capacity {row['capacity']!r} is none of this sweep's"
