@@ -159,6 +159,8 @@ def run_main(cfg: Any) -> dict[str, Any]:
                                              prefetch_from=joint["policy"]))
         log.info("main job: %s carries the eviction scorer of %s and the prefetch head of %s",
                  policy, res["policy"], joint["policy"])
+    else:  # (the eviction scorer alone, at the documented OUT/policy.npz too: it was only in train/)
+        policy = os.path.abspath(export_file(policy, os.path.join(out, str(cfg.export_name))))
     tdir = os.path.join(out, "held_out")
     os.makedirs(tdir, exist_ok=True)
     paths = []
