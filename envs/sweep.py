@@ -201,6 +201,7 @@ def job_failed(error: Exception, what: str) -> None:
     other jobs go on; the merge names this one); otherwise print a cachegym error and exit 2,
     and let any other exception through."""
     logger = logging.getLogger(what)
+    error = _as_config_error(error)
     if in_multirun():
         if isinstance(error, CachegymError):
             logger.error("job failed: %s", error)
@@ -221,6 +222,22 @@ def job_failed(error: Exception, what: str) -> None:
             if isinstance(h, logging.FileHandler):
                 h.handle(record)
     sys.exit(2)
+
+
+def _as_config_error(error: Exception) -> Exception:
+    """An interpolation of the config that does not resolve (``'capacities=[${oops}]'``) as a
+    :class:`ConfigError` naming the key (a traceback from wherever the value was read, before);
+    any other error as it is."""
+    try:
+        from omegaconf.errors import InterpolationResolutionError
+    except ImportError:
+        return error
+    if not isinstance(error, InterpolationResolutionError):
+        return error
+    key = getattr(error, "full_key", None) or "the config"
+    msg = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return ConfigError(f"{key}: an interpolation does not resolve ({msg}); write the value, or "
+                       "${...} naming a key that exists")
 
 
 def _remove_if_only_hydras(run_dir: str) -> bool:

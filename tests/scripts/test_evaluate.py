@@ -288,6 +288,16 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def test_an_interpolation_that_does_not_resolve_is_one_line(tmp_path: Path) -> None:
+    """'eval.capacities=[${nope}]' ended in a traceback from where the value was read (a
+    helper's audit): one line, exit 2."""
+    proc = _run(["eval.capacities=[${nope}]", "eval.plots=false", f"out_dir={tmp_path / 'o'}"],
+                tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "an interpolation does not resolve (Interpolation key 'nope' not found)" in proc.stderr
+
+
 def test_script_runs_the_exact_command(og_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "DIR"
     proc = _run(exact_overrides(og_file, out), tmp_path)
