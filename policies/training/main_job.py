@@ -133,7 +133,12 @@ def check_main(m: Any) -> None:
         check_capacities("main.joint.capacities", list(j.capacities))
         if j.env.get("cost") is not None:
             check_presets([str(j.env.cost)], "main.joint.env.cost")
-        instantiate(j.agent)  # its config checked before any training
+        try:  # its config checked before any training
+            instantiate(j.agent)
+        except ConfigError as e:  # (its messages name agent.*: here it is main.joint.agent.*)
+            msg = str(e)
+            raise ConfigError(f"main.joint.{msg}" if msg.startswith("agent") else
+                              f"main.joint.agent: {msg}") from None
         _check_env_args(j.env, "main.joint.env")
 
 

@@ -115,6 +115,8 @@ def test_main_job_end_to_end(tmp_path):
     ("main.joint.env.opportunity=bogus", "main.joint.env: opportunity must be one of"),
     ("main.joint.env.predictor.depth=-1", "main.joint.env: SuccessorPredictor needs depth"),
     ("main.joint.capacities=[150%]", "main.joint.capacities: "),  # (a percentage is taken, as in main.capacities)
+    # the joint stage's agent named as main.joint.agent (it said agent.dagger: a helper's audit)
+    ("main.joint.agent.dagger.teacher=oracle", r"main.joint.agent.dagger: teacher='oracle'"),
 ])
 def test_bad_main_section_fails_before_training(override, match, tmp_path, monkeypatch):
     """A typo in ``main`` (what the evaluation after training reads) is refused before training
