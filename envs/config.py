@@ -543,17 +543,17 @@ def _missing_file_advice(p: str) -> str:
             f"among the bundled traces in {data_path('traces')})")
 
 
-def _check_trace_file(p: str) -> None:
-    """ConfigError unless ``p`` is a regular file: a directory, a pipe (``<(zcat ...)``) or a
-    missing file each said as what it is."""
+def _check_trace_file(p: str, key: str = "trace.path") -> None:
+    """ConfigError (naming ``key``) unless ``p`` is a regular file: a directory, a pipe
+    (``<(zcat ...)``) or a missing file each said as what it is."""
     if os.path.isdir(p):
-        raise ConfigError(f"trace.path: {p!r} is a directory, not a trace file; give the trace "
+        raise ConfigError(f"{key}: {p!r} is a directory, not a trace file; give the trace "
                           "file in it")
     if os.path.exists(p) and not os.path.isfile(p):
-        raise ConfigError(f"trace.path: {p!r} is not a regular file (a pipe?): save it to a file "
+        raise ConfigError(f"{key}: {p!r} is not a regular file (a pipe?): save it to a file "
                           "first and give that file")
     if not os.path.isfile(p):
-        raise ConfigError(f"trace.path: no such file {p!r}; {_missing_file_advice(p)}")
+        raise ConfigError(f"{key}: no such file {p!r}; {_missing_file_advice(p)}")
 
 
 def load_traces(
@@ -573,12 +573,13 @@ def load_traces(
     from cachegym.envs.workloads import read_trace
 
     files = ([path] if path else []) + list(paths or [])
+    keys = ["trace.path"] * bool(path) + [f"trace.paths[{i}]" for i in range(len(paths or []))]
     fmt = enum_value(format)
     opts = dict(options or {})
     traces: list[Trace] = []
-    for p in files:
+    for p, key in zip(files, keys):
         p = resolve_data_path(os.path.expanduser(str(p)))
-        _check_trace_file(p)
+        _check_trace_file(p, key)
         traces.append(read_trace(p, format=fmt, **opts))
     if not files:
         if not generator:

@@ -106,6 +106,10 @@ def test_instantiate_lets_cachegym_errors_through() -> None:
     tnode.path = "/no/such/trace.npz"
     with pytest.raises(ConfigError, match="trace.path: no such file"):
         instantiate(tnode)
+    tnode.path = None  # (a file of trace.paths was called trace.path: a helper's audit)
+    tnode.paths = ["/no/such/trace.npz"]
+    with pytest.raises(ConfigError, match=r"trace.paths\[0\]: no such file"):
+        instantiate(tnode)
 
 
 def test_relative_trace_is_read_from_the_working_directory_then_the_bundled_traces(
