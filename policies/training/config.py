@@ -262,7 +262,8 @@ class TrainConfig:
     export_name: str = "policy.npz"
     progress: bool = True
     tensorboard: bool = True
-    torch_threads: int = 1
+    torch_threads: int = 1  # torch's threads (1: reproducible and fair on a shared machine);
+    # 0: torch's default (one per core); negative values are refused
     deterministic: bool = True
     main: MainSection = field(default_factory=MainSection)  # read by the main job only
 

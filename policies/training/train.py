@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 
 
 def seed_everything(seed: int, threads: int = 1, deterministic: bool = True) -> None:
+    if threads < 0:
+        raise ConfigError(f"torch_threads must be >= 0 (0: torch's default, one per core), got "
+                          f"{threads}")
     random.seed(seed)
     np.random.seed(seed % 2**32)  # SB3 draws from the legacy global RNG in places
     th.manual_seed(seed)

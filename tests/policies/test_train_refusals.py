@@ -36,6 +36,14 @@ def test_env_prefetch_is_refused_before_any_work(agent, tmp_path):
     assert not os.path.exists(out)  # nothing written, no trace read
 
 
+def test_negative_torch_threads_are_refused_before_any_work(tmp_path):
+    """torch_threads=-7 was taken as torch's default, silently (a helper's audit); 0 is."""
+    cfg = _cfg(["experiment=quick", "torch_threads=-7", "validation.traces=[]", "progress=false",
+                "tensorboard=false"])
+    with pytest.raises(ConfigError, match=r"torch_threads must be >= 0 \(0: torch's default"):
+        train(cfg, out_dir=str(tmp_path / "out"))
+
+
 def _pre_hydra(argv: list[str], capsys) -> str | None:
     """What the train entry's pre-Hydra check (``cachegym train`` runs it with the script's
     SCHEMA) says of ``argv``: its message, or None when it lets the overrides through."""
