@@ -461,6 +461,8 @@ class MergeResults(Callback):
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
         target = os.path.join(os.path.expanduser(str(out_dir)) if out_dir is not None
                               else sweep_dir, self.out)
+        # an earlier sweep's table into the same folder is set aside, not overwritten
+        set_aside(os.path.dirname(target), [self.out])
         done = merge_sweep({k: p for k, (_, p) in ordered.items()}, target, since=self._start)
         if done.path is not None:
             print(format_merged(done.rows))

@@ -69,6 +69,8 @@ def test_evaluation_multirun_writes_snapshots_and_one_merged_table(tmp_path: Pat
 
 def test_a_failed_job_is_named_and_the_others_merged(tmp_path: Path) -> None:
     sweep, out = tmp_path / "sweep", tmp_path / "out"
+    out.mkdir()
+    (out / "merged.csv").write_text("an earlier sweep's table\n")  # set aside, not overwritten
     proc = _run("evaluate", ["-m", *TINY_EVAL, "eval.policies=[lru],[nosuch]", "hydra/launcher=basic",
                              f"out_dir={out}"], tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the others merged, and a status that says so
@@ -82,6 +84,8 @@ def test_a_failed_job_is_named_and_the_others_merged(tmp_path: Path) -> None:
     # and each job's log beside its results (it was under ./multirun/: a helper's audit)
     assert "nosuch" in (out / "job_1" / "evaluate.log").read_text()
     assert not (tmp_path / "multirun").exists() and not sweep.exists()
+    (earlier,) = (out / "previous").glob("*/merged.csv")
+    assert earlier.read_text() == "an earlier sweep's table\n"
     rows = _merged(out / "merged.csv")
     assert set(rows) == {"lru"} and rows["lru"]["n_jobs"] == "1"
     assert rows["lru"]["traffic_bytes_ci95_lo"] == ""  # one job: no interval
