@@ -359,8 +359,13 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
         key = key.lstrip("+")
         v = value.strip()
         if key in keys and not (v.startswith("[") or v.startswith("$") or v == "null"):
-            print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
-                  f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
+            if key.split(".")[-1] == "traces":  # (a list of trace configs, not of names)
+                print(f"{prog}: {key} takes a list of traces; write '{key}=[{{path: {value}}}]' "
+                      f"for a trace file, '{key}=[{{generator: zipf}}]' for a generated one "
+                      "(quoted for the shell)", file=sys.stderr)
+            else:
+                print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
+                      f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
             raise SystemExit(2)
         why = unknown_key(key, schema, argv)
         if why is None and key in ("out_dir", "hydra.run.dir"):

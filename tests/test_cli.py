@@ -221,6 +221,16 @@ def test_one_value_for_a_list_key_is_refused_with_the_list_to_write(
     assert f"{key} takes a list; write '{key}=[{value}]'" in capsys.readouterr().err
 
 
+def test_one_value_for_a_list_of_traces_is_refused_with_a_trace_to_write(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """traces=abc was told to write traces=[abc], which Hydra then refused (a list of trace
+    configs: 'str is not a subclass of TraceConfig'; a helper's audit)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train", "traces=abc"])
+    assert e.value.code == 2
+    assert "traces takes a list of traces; write 'traces=[{path: abc}]'" in capsys.readouterr().err
+
+
 def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
     from cachegym.envs.config import EvaluateConfig, check_list_overrides, list_keys
     from cachegym.policies.training.config import TrainConfig
