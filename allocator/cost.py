@@ -26,6 +26,7 @@ from typing import Any
 import cython
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.files import replace_atomically
 
 __all__ = ["Preset", "PRESETS", "CostModel", "CLOCK_MAX", "get_preset", "load_preset", "resolve_preset"]
 
@@ -61,13 +62,17 @@ class Preset:
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ConfigError(f"preset {self.name!r}: {field} must be a whole number, got {v!r}")
+        for field in ("h2d_latency_ns", "d2h_latency_ns", "copy_engines", "device_bytes"):
+            object.__setattr__(self, field, int(getattr(self, field)))  # (a NumPy int: Python's)
         if self.device_bytes < 0:
             raise ConfigError(f"preset {self.name!r}: device_bytes must be >= 0, got "
                               f"{self.device_bytes}")
         for field in ("h2d_gbps", "d2h_gbps"):
             v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
                 raise ConfigError(f"preset {self.name!r}: {field} must be a number (GB/s), got {v!r}")
+            object.__setattr__(self, field, float(v))  # (a NumPy float: Python's, for JSON)
+            v = float(v)
             if not MIN_GBPS <= v < float("inf"):  # also refuses NaN
                 raise ConfigError(f"preset {self.name}: {field} must be a bandwidth of at least "
                                   f"{MIN_GBPS} GB/s (1 MB/s), got {v!r}")
@@ -156,8 +161,10 @@ def load_preset(path: str) -> Preset:
 
 
 def save_preset(preset: Preset, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(asdict(preset), f, indent=2)
+    """Write ``preset`` as a JSON preset file (written whole: an older file stays as it was if
+    the write fails)."""
+    data = asdict(preset)
+    replace_atomically(path, lambda f: json.dump(data, f, indent=2))
 
 
 @cython.cclass

@@ -19,9 +19,10 @@ def replace_atomically(path: str | os.PathLike[str], write: Callable[[IO[Any]], 
                        binary: bool = False) -> str:
     """Write ``path`` through ``write(f)`` on a temporary file beside it (text, UTF-8, or
     ``binary``), then ``os.replace`` it into place (the old file stays whole until then; on an
-    error the temporary file is removed and the error raised); returns ``path``."""
+    error the temporary file is removed and the error raised); returns ``path``. A symlink is
+    written through (its target replaced); a file replaced keeps its mode."""
     p = os.fspath(path)
-    with _temporary_beside(p, binary) as f:
+    with _temporary_beside(os.path.realpath(p), binary) as f:  # (through a symlink: its target)
         write(f)
     return p
 
@@ -36,9 +37,14 @@ def _umask() -> int:
 @contextmanager
 def _temporary_beside(path: str, binary: bool) -> Iterator[IO[Any]]:
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    # (a name the file system takes whatever the target's length: 255 bytes at most)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path)[:64] + ".", suffix=".tmp", dir=d)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # (mkstemp makes it 0600: the file's own mode, as open())
+        try:  # the mode of the file it replaces (a private 0600 file stays private), else open()'s
+            mode = os.stat(path).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.fchmod(fd, mode)  # (mkstemp makes it 0600)
         f: IO[Any] = (os.fdopen(fd, "wb") if binary
                       else os.fdopen(fd, "w", newline="", encoding="utf-8"))
         with f:

@@ -94,6 +94,19 @@ def test_bad_preset_values(kwargs) -> None:
         Preset(**{**base, **kwargs})
 
 
+def test_numpy_numbers_make_a_preset_of_python_numbers(tmp_path) -> None:
+    """A calibration's NumPy figures (np.float32 bandwidths, np.int64 latencies) were refused
+    as "not a number" by the type checks; they are taken, as Python numbers (JSON writes them)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    p = replace(get_preset("h100_pcie5"), h2d_gbps=np.float32(50), h2d_latency_ns=np.int64(9000))
+    assert type(p.h2d_gbps) is float and type(p.h2d_latency_ns) is int
+    save_preset(p, str(tmp_path / "p.json"))
+    assert load_preset(str(tmp_path / "p.json")) == p
+
+
 def test_unknown_preset_and_bad_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="a100_pcie4"):  # the message lists the choices
         CostModel("v100")

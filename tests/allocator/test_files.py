@@ -78,3 +78,20 @@ def test_a_failed_write_keeps_the_older_file(tmp_path: Path, monkeypatch: pytest
     monkeypatch.undo()
     write(path)  # and with room, the new file
     assert path.read_bytes() != b"the older file" and path.stat().st_size > 0
+
+
+def test_a_symlink_is_written_through_and_a_files_mode_kept(tmp_path: Path) -> None:
+    """The review of the helper above: a symlink at the path was replaced by a regular file
+    (its target left stale), a 0600 file became 0644, a 250-character name failed on the
+    temporary file's longer name."""
+    target = tmp_path / "real.csv"
+    target.write_text("old\n")
+    os.chmod(target, 0o600)
+    (tmp_path / "link.csv").symlink_to(target)
+    write_trace(_TRACE, tmp_path / "link.csv")
+    assert (tmp_path / "link.csv").is_symlink() and "obj_id" in target.read_text()
+    assert (target.stat().st_mode & 0o777) == 0o600
+    long = tmp_path / ("t" * 246 + ".csv")
+    write_trace(_TRACE, long)
+    assert long.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["real.csv", "link.csv", long.name])
