@@ -98,19 +98,23 @@ def _claimed(folder: str) -> str:
     """``folder`` (Hydra's ``outputs/<kind>/<time>`` of a run given no ``out_dir``) if this
     process is the first to claim it, else ``<folder>_2``, ``_3``, ...: two runs started in the
     same second got the same folder, and the second set the first's results aside (a helper's
-    audit). A claim is a file ``.cachegym_run`` made exclusively (holding the pid); the same
-    process gets the same answer every time."""
+    audit). A claim is a file ``.cachegym_run`` made exclusively, holding the pid: a claim of a
+    process that no longer runs is taken over (a finished run's folder, resumed or rerun, as
+    before). The same process gets the same answer every time."""
     if folder in _CLAIMS:
         return _CLAIMS[folder]
     out, i = folder, 1
     while True:
         os.makedirs(out, exist_ok=True)
+        marker = os.path.join(out, _CLAIM)
         try:
-            fd = os.open(os.path.join(out, _CLAIM), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            i += 1
-            out = f"{folder}_{i}"
-            continue
+            if _running(marker):  # (a live run of the same second)
+                i += 1
+                out = f"{folder}_{i}"
+                continue
+            fd = os.open(marker, os.O_WRONLY | os.O_TRUNC)  # (a finished run's: resume, rerun)
         with os.fdopen(fd, "w") as f:
             f.write(f"{os.getpid()}\n")
         break
@@ -119,6 +123,26 @@ def _claimed(folder: str) -> str:
                     "(its log stays in %s; out_dir= names a folder of your own)", folder, out, folder)
     _CLAIMS[folder] = out
     return out
+
+
+def _running(marker: str) -> bool:
+    """Whether the process whose pid the claim ``marker`` holds still runs (and is not this
+    one): a finished run's folder is the folder of the next run named to it (a resume with
+    ``hydra.run.dir=``, a rerun), as before claims."""
+    try:
+        with open(marker) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's live process)
+        return True
+    return True
 
 
 def results_dir(cfg: Any, kind: str, *, exact: str | None = None) -> str:

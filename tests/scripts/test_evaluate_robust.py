@@ -365,31 +365,39 @@ def test_a_resume_reruns_the_runs_a_damaged_journal_holds(tmp_path: Path,
 def test_runs_in_the_same_second_keep_their_own_results(tmp_path: Path) -> None:
     """A helper's audit: two evaluations started in the same second without out_dir shared
     Hydra's time-stamped folder, and the second set the first's results aside (its printed
-    results.csv held the other run's rows). The second goes to <folder>_2 (here both name the
-    same Hydra folder, as two runs of one second do)."""
+    results.csv held the other run's rows). A run claims the folder (a file with its pid):
+    while the claimant runs, another goes to <folder>_2; a finished run's folder is the next
+    run's (a resume with hydra.run.dir= reuses its runs: the review of this fix)."""
     t = generate("zipf", seed=3, n_requests=1000, n_objects=100)
     t.save(tmp_path / "t.npz")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    printed = []
-    for policy in ("fifo", "clock"):
+    folder = tmp_path / "outputs" / "evaluate" / "same_second"
+
+    def run(policy: str, *more: str) -> str:
         r = subprocess.run([sys.executable, str(ROOT / "scripts" / "evaluate.py"),
                             f"trace.path={tmp_path / 't.npz'}", "eval.capacities=[0.1]",
                             f"eval.policies=[{policy}]", "eval.bounds=[]", "eval.plots=false",
-                            "eval.progress=false", "hydra.run.dir=outputs/evaluate/same_second"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                            "eval.progress=false", "hydra.run.dir=outputs/evaluate/same_second",
+                            *more], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
-        printed.append(next(x for x in r.stdout.splitlines() if "results" in x and ".csv" in x))
-    first, second = (tmp_path / "outputs" / "evaluate" / d for d in ("same_second", "same_second_2"))
-    assert "fifo" in (first / "results.csv").read_text() and not (first / "previous").exists()
-    assert "clock" in (second / "results.csv").read_text()
-    assert "same_second_2" in printed[1] and "same_second_2" not in printed[0]
+        return r.stdout + r.stderr
+
+    run("fifo")
+    assert "fifo" in (folder / "results.csv").read_text()
+    resumed = run("fifo", "eval.resume=true")  # (finished: its folder, its runs)
+    assert "resuming: 2 of 2 runs" in resumed and not (tmp_path / "outputs" / "evaluate" /
+                                                         "same_second_2").exists()
+    (folder / ".cachegym_run").write_text(f"{os.getpid()}\n")  # (a live run of that second)
+    printed = run("clock")
+    second = folder.parent / "same_second_2"
+    assert "fifo" in (folder / "results.csv").read_text() and not (folder / "previous").exists()
+    assert "clock" in (second / "results.csv").read_text() and "same_second_2" in printed
     from cachegym.envs import sweep
 
     sweep._CLAIMS.clear()
     assert sweep._claimed(str(tmp_path / "x")) == str(tmp_path / "x")
     assert sweep._claimed(str(tmp_path / "x")) == str(tmp_path / "x")  # (the same process)
-    sweep._CLAIMS.clear()  # (as another process)
-    assert sweep._claimed(str(tmp_path / "x")) == str(tmp_path / "x_2")
 
 
 def test_a_full_disk_is_an_output_error_that_says_how_to_go_on(tmp_path: Path) -> None:
