@@ -20,13 +20,16 @@ others are merged, and the sweep then exits with status 1.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
 import os
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +40,7 @@ from cachegym.envs.journal import replace_atomically
 
 __all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
            "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
-           "results_dir", "set_aside", "write_config"]
+           "results_dir", "set_aside", "terminate_as_interrupt", "write_config"]
 
 log = logging.getLogger(__name__)
 
@@ -497,3 +500,22 @@ class MergeResults(Callback):
             print(f"error: {len(done.missing)} of {len(ordered)} jobs failed or left no results "
                   "(named above)", file=sys.stderr)
             raise SystemExit(1)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, ``kill``) raises :class:`KeyboardInterrupt` in the main
+    thread while this runs, as SIGINT does, so that a stopped training saves what it has (it
+    ended without a word, and without its model). Elsewhere than the main thread: nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -15,22 +15,16 @@ command with eval.resume=true runs only what is missing.
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
 import hydra
 from omegaconf import DictConfig
 
 from cachegym.envs.config import EvaluateConfig, check_list_overrides, register_configs
 from cachegym.envs.evaluation import evaluate
-from cachegym.envs.sweep import job_failed
+from cachegym.envs.sweep import job_failed, terminate_as_interrupt
 
 register_configs()
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 SCHEMA = EvaluateConfig  # the config's schema: its list-typed keys (check_list_overrides)
@@ -38,10 +32,9 @@ SCHEMA = EvaluateConfig  # the config's schema: its list-typed keys (check_list_
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
 def main(cfg: DictConfig) -> None:
-    if threading.current_thread() is threading.main_thread():  # (a launcher's worker thread cannot)
-        signal.signal(signal.SIGTERM, _terminated)  # as SIGINT: the sweep stops between lines it wrote
     try:
-        result = evaluate(cfg)
+        with terminate_as_interrupt():  # SIGTERM as SIGINT: the sweep stops between lines it wrote
+            result = evaluate(cfg)
     except KeyboardInterrupt as e:
         print(f"interrupted ({e or 'SIGINT'}): the completed runs are kept in runs.jsonl; run the "
               "same command with eval.resume=true to finish", file=sys.stderr)

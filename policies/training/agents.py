@@ -19,12 +19,9 @@ MaskablePPO take its ``K + 1`` logits (DQN is refused).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -34,6 +31,7 @@ import numpy as np
 import torch as th
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.envs.sweep import terminate_as_interrupt
 from cachegym.policies.training.imitation import DecisionSample, ImitationConfig, dagger
 from cachegym.policies.training.nets import (
     CandidateScorerNet,
@@ -249,11 +247,13 @@ class SB3Agent:
         model = self.build(ctx, from_network=init is not None if from_network is None else from_network)
         self.start(model, ctx, init)
         cbs = _sb3_callbacks(ctx, lambda: model.policy.scorer, self.total_timesteps)
+        interrupted = False
         try:
             with terminate_as_interrupt():
                 model.learn(self.total_timesteps, callback=cbs, tb_log_name=self.algo,
                             reset_num_timesteps=ctx.resume is None)
         except KeyboardInterrupt as e:  # (SIGINT, or SIGTERM) the model so far, to continue from
+            interrupted = True
             if ctx.save_dir is not None:
                 path = self._save(model, ctx.save_dir)
                 e.resume_with = (f"interrupted after {model.num_timesteps} timesteps: the model "  # type: ignore[attr-defined]
@@ -262,7 +262,11 @@ class SB3Agent:
                 log.warning("%s", e.resume_with)  # type: ignore[attr-defined]
             raise
         finally:
-            model.get_env().close()  # (subprocesses end)
+            try:
+                model.get_env().close()  # (subprocesses end)
+            except (EOFError, OSError):  # (BrokenPipeError: a signal to the process group
+                if not interrupted:      # ended them first; the interrupt is what is said)
+                    raise
         model.policy.set_training_mode(False)
         if ctx.save_dir is not None:
             ctx.saved.append(self._save(model, ctx.save_dir))
@@ -277,23 +281,6 @@ class SB3Agent:
                                   binary=True)
 
 
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a scheduler's stop, ``kill``) raises :class:`KeyboardInterrupt` in the main
-    thread while this runs, as SIGINT does, so that a stopped training saves what it has (it
-    ended without a word, and without its model). Elsewhere than the main thread: nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    before = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def monitored(make_env: Callable[[int], gym.Env], i: int) -> gym.Env:

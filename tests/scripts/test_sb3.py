@@ -288,8 +288,8 @@ def test_resume_refuses_another_algorithm_and_keeps_the_zip_it_continues(tmp_pat
     assert len(kept) == 1 and kept[0].read_bytes() == before  # the earlier model, set aside
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
-def test_an_interrupted_sb3_run_saves_its_model_and_resumes(tmp_path, sig) -> None:
+@pytest.mark.parametrize("sig, vec", [("SIGTERM", "dummy"), ("SIGINT", "dummy"), ("SIGTERM", "subproc")])
+def test_an_interrupted_sb3_run_saves_its_model_and_resumes(tmp_path, sig, vec) -> None:
     """A helper's audit: a PPO run stopped by SIGINT printed a traceback from inside torch, by
     SIGTERM nothing, and neither left the <algo>.zip that resume= continues. Both save the
     model so far, say how to continue, and exit 130; the zip resumes."""
@@ -301,17 +301,21 @@ def test_an_interrupted_sb3_run_saves_its_model_and_resumes(tmp_path, sig) -> No
     out = tmp_path / "run"
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root))
-    args = [*TINY, "agent=ppo", "agent.total_timesteps=10000000", "agent.n_envs=1",
+    # (env.vec=subproc, the signal to the process group as a terminal or a scheduler sends it:
+    # the workers, ended first, made the envs' close raise EOFError over the interrupt)
+    args = [*TINY, "agent=ppo", "agent.total_timesteps=10000000",
+            f"agent.n_envs={2 if vec == 'subproc' else 1}", f"env.vec={vec}",
             "agent.kwargs.n_steps=64", "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1",
             "validation.traces=[]", f"out_dir={out}"]
     proc = subprocess.Popen([sys.executable, str(root / "scripts" / "train.py"), *args],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while not list((out / "checkpoints").glob("*.npz")) and proc.poll() is None \
             and time.monotonic() < deadline:
         time.sleep(0.1)  # (learning: a checkpoint was written)
-    proc.send_signal(getattr(signal, sig))
+    os.killpg(proc.pid, getattr(signal, sig))  # (the process and its env workers)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "interrupted after" in err and "resume=" in err
