@@ -363,6 +363,7 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
     skipped = 0
     zeros = 0
     ids = _DenseIds()
+    times_are_floats = False  # (a time of one piece was not a whole number: all are floats)
     for piece, lines, row0 in table:
         bad = np.zeros(len(lines), bool)
         zero = np.zeros(len(lines), bool)  # (requests of size 0)
@@ -379,6 +380,7 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
             if name == "time" and ((problem != _OK).any() or _wrapped(values, field).any()):
                 values, problem = _parse_floats(field)
                 values = np.floor(values).astype(np.int64)
+                times_are_floats = True
             if name == "obj_size":
                 problem[(problem == _OK) & (_wrapped(values, field) | (values > MAX_SIZE))] = _TOO_LARGE
                 problem[(problem == _OK) & (values < 0)] = _NOT_POSITIVE
@@ -405,6 +407,10 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
         _said_size_zero(p, zeros)
     good = np.concatenate(kept) if kept else np.zeros(0, bool)
     parsed = {n: np.concatenate(v) if v else np.zeros(0, np.int64) for n, v in pieces.items()}
+    if times_are_floats and "time" in parsed:
+        # every time as floats, as the whole column is read in one piece (a piece's whole times
+        # read exactly beside another piece's floats could go back in time)
+        parsed["time"] = np.floor(parsed["time"].astype(np.float64)).astype(np.int64)
     key = parsed["obj_id"][good].astype(np.int64)
     head = key[:1_000_000]  # (a bounded look: np.unique sorts)
     if len(head) >= 1000 and len(np.unique(head)) == len(head):

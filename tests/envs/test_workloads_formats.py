@@ -747,8 +747,9 @@ def test_a_line_that_is_not_utf8_is_named_or_skipped(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- text read piece by piece
 # A text trace is parsed in pieces of whole lines (formats._PIECE_BYTES each), so that its memory
-# is a piece's, not the file's: whatever the piece size, the trace read and the errors raised
-# are those of reading the file in one piece.
+# is a piece's, not the file's: whatever the piece size, the trace read is that of reading the
+# file in one piece, and so is the error of a file with one defect (with several, the first
+# piece that holds one reports its first: column counts, then UTF-8, then fields by column).
 _PIECED = {
     "header, LF": b"time,obj_id,obj_size\n" + b"".join(
         b"%d,%d,%d\n" % (i, (i * 7) % 13, 100 + i % 5) for i in range(40)),
@@ -760,6 +761,10 @@ _PIECED = {
     "string ids": b"time,key,size\n" + b"".join(
         b"%d,k%s,%d\n" % (i, str((i * 5) % 17).encode(), 3 + i % 2) for i in range(50)),
     "quoted, utf-8": "".join(f'{i},"é{i % 6}",{i + 1}\n' for i in range(25)).encode(),
+    # one time that is not whole makes every time a float (the review: a piece's whole times
+    # beside another's floats went back in time)
+    "a fractional time": b"".join(b"%d,%d,7\n" % (1234567890123456789 + i, i % 3) for i in range(30))
+    + b"1234567890123456789.5,7,7\n",
 }
 
 
