@@ -589,8 +589,9 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                              tasks[i][3], time.perf_counter() - t_start)
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
-                        "same command with eval.resume=true (cachegym sim: --resume and the same "
-                        "--out) to finish the sweep", len(done), len(runs), journal.path)
+                        "same command with eval.resume=true out_dir=%s (cachegym sim: --resume "
+                        "--out %s) to finish the sweep", len(done), len(runs), journal.path,
+                        out_dir, out_dir)
             raise
         finally:
             bar.close()
@@ -625,9 +626,9 @@ def _writing(out_dir: str, runs_kept: int) -> Iterator[None]:
     except OSError as e:
         where = e.filename or out_dir
         raise OutputError(f"cannot write {where} ({e.strerror or e}): the {runs_kept} runs "
-                          f"completed are kept in {os.path.join(out_dir, JOURNAL)}; make room (or "
-                          "give a writable out_dir) and run the same command with "
-                          "eval.resume=true (cachegym sim: --resume and the same --out)") from e
+                          f"completed are kept in {os.path.join(out_dir, JOURNAL)}; make room and "
+                          f"run the same command with eval.resume=true out_dir={out_dir} "
+                          f"(cachegym sim: --resume --out {out_dir})") from e
 
 
 _TEXT_COLUMNS = ("trace", "mode", "policy", "prefetch", "preset")
