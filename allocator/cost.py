@@ -62,8 +62,7 @@ class Preset:
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                 raise ConfigError(f"preset {self.name!r}: {field} must be a whole number, got {v!r}")
-        for field in ("h2d_latency_ns", "d2h_latency_ns", "copy_engines", "device_bytes"):
-            object.__setattr__(self, field, int(getattr(self, field)))  # (a NumPy int: Python's)
+            object.__setattr__(self, field, int(v))  # (a NumPy int: Python's)
         if self.device_bytes < 0:
             raise ConfigError(f"preset {self.name!r}: device_bytes must be >= 0, got "
                               f"{self.device_bytes}")

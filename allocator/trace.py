@@ -37,7 +37,7 @@ from cachegym.allocator.errors import TraceError
 from cachegym.allocator.files import replace_atomically
 
 __all__ = ["Op", "Kind", "Trace", "INF", "MAX_SIZE", "MAX_TOTAL", "ZIP_MAGIC", "not_a_zip_archive",
-           "too_short_for_zip"]
+           "too_short_for_zip", "existing_trace_file"]
 
 INF = np.iinfo(np.int64).max
 """Next-use distance of an object that is never used again."""
@@ -80,6 +80,20 @@ _DTYPES = {
 
 ZIP_MAGIC = b"PK\x03\x04"
 """The first bytes of a zip archive, which every ``.npz`` is."""
+
+
+def existing_trace_file(path: str | os.PathLike[str]) -> str:
+    """``path`` as a string if it is a regular file; else a :class:`TraceError` that says what
+    it is: a directory, a pipe (``<(zcat ...)``: a reader would wait on it for ever) or nothing."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise TraceError("is a directory, not a trace file", path=p, hint="give the trace file in it")
+    if os.path.exists(p) and not os.path.isfile(p):
+        raise TraceError("is not a regular file (a pipe?)", path=p,
+                         hint="save it to a file first and give that file")
+    if not os.path.isfile(p):
+        raise TraceError("no such file", path=p, hint="check the path")
+    return p
 
 
 def not_a_zip_archive(path: str | os.PathLike[str]) -> bool:
@@ -146,14 +160,7 @@ class Trace:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Trace:
         """Load a ``.npz`` trace, validating every column (errors name column and row)."""
-        p = os.fspath(path)
-        if os.path.isdir(p):
-            raise TraceError("is a directory, not a trace file", path=p, hint="give the .npz file in it")
-        if not os.path.exists(p):
-            raise TraceError("no such file", path=p, hint="check the path")
-        if not os.path.isfile(p):  # (np.load would wait on a pipe for ever)
-            raise TraceError("is not a regular file (a pipe?)", path=p,
-                             hint="save it to a file first and give that file")
+        p = existing_trace_file(path)
         if not_a_zip_archive(p):
             raise TraceError("not an .npz trace (an .npz is a zip archive; this file is not one)", path=p,
                              hint="for libCacheSim formats use cachegym.envs.workloads.read_trace(path, "

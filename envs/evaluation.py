@@ -58,6 +58,7 @@ from cachegym.allocator.errors import (
     OutputError,
     PolicyError,
 )
+from cachegym.allocator.files import replace_atomically
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.seams import Forwarding, eviction_order_of
 from cachegym.allocator.sizes import parse_capacity, unit_of
@@ -79,7 +80,7 @@ from cachegym.envs.gaps import (
     keep_best_stall_ref,
     stall_rows,
 )
-from cachegym.envs.journal import JOURNAL, RunJournal, digest, replace_atomically
+from cachegym.envs.journal import JOURNAL, RunJournal, digest
 from cachegym.envs.sweep import results_dir, set_aside, write_config
 
 if TYPE_CHECKING:
@@ -557,11 +558,11 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     n_runs = len(runs)
     done: dict[int, dict[str, Any]] = {}
     got: dict[int, list[dict[str, Any]]] = {}
-    groups_of = {(tname, cap) for _, tname, cap, _ in groups}
+    order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     with RunJournal(out_dir, resume=bool(ev.get("resume", False))) as journal:
         for i, key in enumerate(keys):
             row = journal.get(key)
-            why = None if row is None else _not_a_row(row, groups_of)
+            why = None if row is None else _not_a_row(row, order)
             if why is not None:  # (an edited or damaged journal: the run runs again)
                 log.warning("%s: the record of run %d (%s) is no result row (%s); it runs again",
                             journal.path, i + 1, tasks[i][3], why)
@@ -599,7 +600,6 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     for j in range(len(tasks) - n_runs):
         rows.extend(got[j])
     rows = keep_best_stall_ref(rows)
-    order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     rows.sort(key=lambda r: order[(r["trace"], r["capacity"])])  # (stable: bounds after runs)
     add_gap_closed(rows)
     with _writing(out_dir, n_runs):

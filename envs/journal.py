@@ -23,7 +23,7 @@ import numpy as np
 
 from cachegym.allocator.files import replace_atomically
 
-__all__ = ["RunJournal", "replace_atomically", "digest", "JOURNAL"]
+__all__ = ["RunJournal", "digest", "JOURNAL"]
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from cachegym.allocator.errors import CachegymError, ConfigError
-from cachegym.envs.journal import replace_atomically
+from cachegym.allocator.files import replace_atomically
 
 __all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
            "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
@@ -144,7 +144,7 @@ def _running(marker: str) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # (another user's live process)
-        return True
+        pass
     return True
 
 
@@ -283,7 +283,7 @@ def _remove_if_only_hydras(run_dir: str) -> bool:
         return False
     for n in names:
         p = os.path.join(run_dir, n)
-        if n == ".hydra" and os.path.isdir(p):
+        if (n == ".hydra" and os.path.isdir(p)) or n == _CLAIM:  # (this run's claim: results_dir)
             continue
         if n.endswith(".log") and os.path.isfile(p) and os.path.getsize(p) == 0:
             continue

@@ -127,10 +127,9 @@ class ARC(EvictionPolicyBase):
         the next of the same list before, which a prefetcher's or the clean-ahead's reading of
         the order did not foresee)."""
         src = self.t1 if self._plan(view.capacity)[1] == 1 else self.t2
-        for k in src:
-            if view.evictable(k):
-                return k
-            break
+        k = next(iter(src), None)
+        if k is not None and view.evictable(k):
+            return k
         return first_evictable(view, self.eviction_order())
 
     def eviction_order(self) -> Iterator[int]:  # type: ignore[override]

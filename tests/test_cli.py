@@ -330,6 +330,21 @@ def test_a_refused_hydra_run_leaves_no_folder(
     assert sorted(p.name for p in (tmp_path / "keep" / "x").iterdir()) == [".hydra", "evaluate.log"]
 
 
+def test_a_refused_run_leaves_no_folder_also_after_it_claimed_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run given no out_dir claims Hydra's folder (a file .cachegym_run, envs.sweep); refused
+    after that, its folder holds nothing else of its own and goes, as one refused before."""
+    from cachegym.envs import sweep
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "outputs" / "evaluate" / "2026-12-06_00-00-00"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "evaluate.log").write_text("")
+    monkeypatch.setattr(sweep, "_CLAIMS", {})
+    assert sweep._claimed(str(run)) == str(run) and (run / ".cachegym_run").is_file()
+    assert sweep._remove_if_only_hydras(str(run)) and not (tmp_path / "outputs").exists()
+
+
 def test_a_run_that_fails_after_its_work_began_says_so_in_its_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)

@@ -35,7 +35,7 @@ import numpy as np
 
 from cachegym.allocator.errors import ConfigError, TraceError
 from cachegym.allocator.files import replace_atomically
-from cachegym.allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace
+from cachegym.allocator.trace import MAX_SIZE, ZIP_MAGIC, Op, Trace, existing_trace_file
 
 __all__ = [
     "ORACLE_GENERAL_DTYPE",
@@ -92,7 +92,7 @@ def read_npz(path: PathLike) -> Trace:
 # ---------------------------------------------------------------------- oracleGeneral
 def read_oracle_general(path: PathLike, *, skip_bad: bool = False) -> Trace:
     """Read a libCacheSim ``oracleGeneral`` binary trace (24-byte packed records)."""
-    p = _existing(path)
+    p = existing_trace_file(path)
     _reject_non_binary(p)
     with open(p, "rb") as f:  # an lcs file's header starts with its magic (as read_lcs checks)
         head = f.read(8)
@@ -193,7 +193,7 @@ def read_vscsi(path: PathLike, *, skip_bad: bool = False) -> Trace:
     the step; every request a read (libCacheSim reads the command as read or write; an
     eviction policy's outcomes do not depend on it); requests of size 0 are dropped with a
     warning (libCacheSim keeps them)."""
-    p = _existing(path)
+    p = existing_trace_file(path)
     version = None
     for v in (2, 1):
         dt = VSCSI_DTYPES[v]
@@ -245,7 +245,7 @@ def read_lcs(path: PathLike, *, ops: bool = False, skip_bad: bool = False) -> Tr
     ``ops=True`` a write-like op (set, add, cas, replace, append, prepend, incr, decr, write,
     update) is a write, and a delete is dropped (counted in ``meta["deletes"]``: the pool's
     frees are of objects it holds, not of keys a cache may never have seen)."""
-    p = _existing(path)
+    p = existing_trace_file(path)
     if os.path.getsize(p) < LCS_HEADER_BYTES:
         raise TraceError(f"shorter than the {LCS_HEADER_BYTES}-byte lcs header", path=p,
                          hint="check the format: an oracleGeneral file has no header")
@@ -336,7 +336,7 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
                     obj_id_is_num: bool, skip_bad: bool, *, names_only: bool) -> Trace:
     """:func:`read_csv` (and :func:`read_txt`, whose first line is a header only where it is a
     column name, ``names_only``)."""
-    p = _existing(path)
+    p = existing_trace_file(path)
     cols = {"time": time_col, "obj_id": obj_id_col, "obj_size": obj_size_col}
     for name, c in cols.items():
         if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
@@ -446,7 +446,7 @@ def read_txt(path: PathLike, *, has_header: bool | None = None, obj_id_is_num: b
     ``has_header=None`` reads a first line that is a column name (``key``, ``obj_id``, ...:
     :data:`HEADER_NAMES`) as a header, with a log message; ``True``/``False`` say whether the
     first line is one."""
-    p = _existing(path)
+    p = existing_trace_file(path)
     t = _read_delimited(p, None, 1, None, ",", has_header, obj_id_is_num, skip_bad,
                         names_only=True)
     meta = dict(t.meta, source={"format": "txt", "path": p, "obj_id_is_num": obj_id_is_num})
@@ -568,7 +568,7 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     if suffix in COMPRESSIONS:
         return _read_compressed(path, COMPRESSIONS[suffix], len(suffix), format, options)
     if os.path.exists(path):  # a directory or a pipe is refused as what it is, whatever its name
-        _existing(path)
+        existing_trace_file(path)
     fmt = _resolve_format(path, format)
     readers = {"npz": read_npz, "oracleGeneral": read_oracle_general, "lcs": read_lcs,
                "vscsi": read_vscsi, "csv": read_csv, "txt": read_txt}
@@ -598,7 +598,7 @@ def _read_compressed(path: PathLike, compression: str, cut: int, format: str | N
                      options: dict[str, Any]) -> Trace:
     """:func:`read_trace` of a compressed file: decompressed into a temporary file named as the
     file without its suffix (whose name gives the format and the trace's name)."""
-    p = _existing(path)
+    p = existing_trace_file(path)
     inner = os.path.basename(p)[:-cut] or "trace"
     if format is None and _infer_format(inner) is None:
         raise ConfigError(f"cannot infer the format of the trace compressed in {p!r} from its name "
@@ -741,18 +741,6 @@ def _resolve_format(path: PathLike, format: str | None) -> str:
 
 
 # ---------------------------------------------------------------------- helpers
-def _existing(path: PathLike) -> str:
-    p = os.fspath(path)
-    if os.path.isdir(p):
-        raise TraceError("is a directory, not a trace file", path=p, hint="give the trace file in it")
-    if os.path.exists(p) and not os.path.isfile(p):
-        raise TraceError("is not a regular file (a pipe?)", path=p,
-                         hint="save it to a file first and give that file")
-    if not os.path.isfile(p):
-        raise TraceError("no such file", path=p, hint="check the path")
-    return p
-
-
 def _finish(path: str, meta: dict[str, Any], skipped: int, **cols: Any) -> Trace:
     meta["skipped"] = skipped
     if skipped:
@@ -913,7 +901,6 @@ class _Table:
         self._reason, self._first_line, self._first_text = reason, first_line, first_text
         self._first = (buf, starts, ends)
         self._wanted = sorted({c for c in cols.values() if c is not None})
-        self._at = np.zeros(0, np.int64)
 
     def __iter__(self) -> Iterator[tuple[dict[int, np.ndarray], np.ndarray, int]]:
         buf, starts, ends = self._first
@@ -953,8 +940,8 @@ class _Table:
             raise TraceError(f"a NUL byte at byte {offset + int(nul[0]):,} (line {line}): binary "
                              "data in a text trace",
                              path=path, hint="the file is damaged or not a text trace")
-        self._at = np.flatnonzero(buf == ord(delimiter))
-        ncols = _count_fields(self._at, starts, ends)
+        at = np.flatnonzero(buf == ord(delimiter))  # (the delimiters' positions)
+        ncols = _count_fields(at, starts, ends)
         bad = ncols != self.ncols
         if bad.any() and not self.skip_bad:
             r = int(np.argmax(bad))
@@ -992,7 +979,7 @@ class _Table:
                 if len(starts) == 0:
                     return empty, line_no
         ascii_only = buf.max(initial=0) < 0x80
-        return {c: _field(buf, starts, ends, self._at, c, self.ncols, ascii_only)
+        return {c: _field(buf, starts, ends, at, c, self.ncols, ascii_only)
                 for c in self._wanted}, line_no
 
 

@@ -45,12 +45,11 @@ def generate(name: str, seed: int = 0, **params: Any) -> Trace:
         raise ConfigError(f"unknown generator {name!r}; choose one of {sorted(GENERATORS)}")
     _check_param_types(name, params)
     try:
-        t = GENERATORS[name](seed=seed, **params)
+        return GENERATORS[name](seed=seed, **params)
     except TypeError as e:  # a parameter it does not take, or one it needs and lacks
         if "unexpected keyword" not in str(e) and "required" not in str(e):
             raise
         raise ConfigError(f"generator {name!r}: {e}") from None
-    return t
 
 
 def _check_param_types(name: str, params: dict[str, Any]) -> None:

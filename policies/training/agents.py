@@ -31,6 +31,7 @@ import numpy as np
 import torch as th
 
 from cachegym.allocator.errors import ConfigError
+from cachegym.allocator.files import replace_atomically
 from cachegym.envs.sweep import terminate_as_interrupt
 from cachegym.policies.training.imitation import DecisionSample, ImitationConfig, dagger
 from cachegym.policies.training.nets import (
@@ -275,8 +276,6 @@ class SB3Agent:
     def _save(self, model: Any, save_dir: str) -> str:
         """``model`` as ``save_dir/<algo>.zip`` (written whole: an older zip stays as it was
         if the write fails)."""
-        from cachegym.allocator.files import replace_atomically
-
         return replace_atomically(os.path.join(save_dir, f"{self.algo}.zip"), model.save,
                                   binary=True)
 

@@ -35,11 +35,11 @@ import numpy as np
 import torch as th
 
 from cachegym.allocator.errors import ConfigError, PolicyFileError
+from cachegym.allocator.files import replace_atomically
 from cachegym.allocator.sizes import parse_capacity
 from cachegym.allocator.trace import Trace
 from cachegym.envs.common import next_use_distance
 from cachegym.envs.config import enum_value, instantiate, refuse_unknown_keys, to_container
-from cachegym.envs.journal import replace_atomically
 from cachegym.envs.sweep import results_dir, set_aside, write_config
 from cachegym.policies.training.agents import TrainContext
 from cachegym.policies.training.config import RUNNER_KEYS
