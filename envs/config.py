@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -175,8 +176,21 @@ class EvaluateConfig:
 _registered = False
 
 
-def _out_or(out_dir: Any, default: str) -> str:
-    """``out_dir`` if set, else ``default`` (the resolver ``cachegym.out_or``)."""
+def _out_or(default: str, *, _root_: Any) -> str:
+    """The config's ``out_dir`` if set, else ``default`` (the resolver ``cachegym.out_or``).
+
+    ``out_dir`` is read here, not passed in: an interpolation in it that does not resolve
+    (``out_dir=${oops}``) would otherwise fail inside Hydra's run-folder setup, which prints a
+    traceback of its own; here it stops the command with one line (exit status 2)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        out_dir = _root_.get("out_dir")
+    except OmegaConfBaseException as e:
+        print(f"error: out_dir: {str(e).splitlines()[0]}. out_dir is a folder path "
+              "(out_dir=outputs/mine); an interpolation in it names a key of the config or a "
+              "resolver (${now:%Y-%m-%d}).", file=sys.stderr)
+        raise SystemExit(2) from None
     return default if out_dir is None or out_dir == "" else os.path.expanduser(str(out_dir))
 
 

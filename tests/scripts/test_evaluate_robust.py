@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import cachegym.envs.evaluation as evaluation
 from cachegym.allocator.errors import ConfigError, InvalidVictim, PolicyError
@@ -469,13 +470,26 @@ def _umask() -> int:
     return m
 
 
+def test_out_dir_with_an_interpolation_that_does_not_resolve_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Hydra resolves out_dir inside its run-folder setup, where an error printed a traceback
+    from cachegym.envs.config import _out_or
+
+    with pytest.raises(SystemExit) as e:
+        _out_or("d", _root_=OmegaConf.create({"out_dir": "${oops}"}))
+    assert e.value.code == 2
+    assert "out_dir: Interpolation key 'oops' not found" in capsys.readouterr().err
+
+
 def test_out_dir_takes_a_home_path_and_refuses_an_unwritable_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cachegym.envs.config import _out_or
     from cachegym.envs.sweep import results_dir
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert _out_or("~/x", "d") == str(tmp_path / "x")
+    assert _out_or("d", _root_=OmegaConf.create({"out_dir": "~/x"})) == str(tmp_path / "x")
+    assert _out_or("d", _root_=OmegaConf.create({"out_dir": None})) == "d"
+    assert _out_or("d", _root_=OmegaConf.create({"out_dir": "${a}/b", "a": "x"})) == "x/b"
     ro = tmp_path / "ro"
     ro.mkdir()
     monkeypatch.setattr("cachegym.envs.sweep.tempfile.TemporaryFile", _refuse)
