@@ -77,8 +77,25 @@ def main(argv: list[str] | None = None) -> int:
             mod.main()
             return 0
         return int(mod.main(rest) or 0)
+    except KeyboardInterrupt:  # a multirun's launcher (a job's own stop exits 130 in the job)
+        if not is_hydra or not {"-m", "--multirun"} & set(rest):
+            raise
+        print(f"\n{_interrupted_sweep(cmd)}", file=sys.stderr)
+        return 130
     finally:
         sys.argv = saved
+
+
+def _interrupted_sweep(cmd: str) -> str:
+    """What an interrupted multirun kept, and how to finish it."""
+    from cachegym.envs import sweep
+
+    where = sweep.current_sweep_dir or "the sweep folder Hydra printed"
+    if cmd == "evaluate":
+        return (f"interrupted: each job's completed runs are kept in {where}/job_<n>/runs.jsonl; "
+                f"run the same command with out_dir={where} eval.resume=true to finish")
+    return (f"interrupted: each job's folder in {where} keeps what it saved (a training saves "
+            "its model and says how to resume it in its log); the sweep's table was not merged")
 
 
 def _split(text: str) -> list[str]:

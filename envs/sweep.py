@@ -446,6 +446,9 @@ def format_merged(rows: Sequence[Mapping[str, Any]], *, width: int = 4) -> str:
 
 
 # ---------------------------------------------------------------------- the Hydra callback
+current_sweep_dir: str | None = None  # the running multirun's folder (set by MergeResults)
+
+
 class MergeResults(Callback):
     """Hydra callback: after a multirun, merge each job's results into one table.
 
@@ -460,7 +463,11 @@ class MergeResults(Callback):
         self._start: float | None = None
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        global current_sweep_dir
         self._start = time.time() - 1.0  # (file times may be coarser than the clock)
+        out_dir = config.get("out_dir")  # (the folder the jobs' results go to: cli's advice)
+        current_sweep_dir = os.path.abspath(os.path.expanduser(str(
+            out_dir if out_dir not in (None, "") else config.hydra.sweep.dir)))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         from hydra.core.utils import configure_log

@@ -368,3 +368,23 @@ def test_an_out_dir_that_cannot_be_made_is_refused_before_hydra_makes_it(
             cli.main([cmd, f"out_dir={out}"])
         assert e.value.code == 2 and why in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_an_interrupted_multirun_says_what_it_kept_and_how_to_finish(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # the joblib launcher's Ctrl-C ended in a traceback of joblib's abort, and no advice
+    import cachegym.scripts.evaluate as script
+    from cachegym import cli
+    from cachegym.envs import sweep
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(script, "main", stopped)
+    monkeypatch.setattr(sweep, "current_sweep_dir", "/x/sweep")
+    assert cli.main(["evaluate", "-m", "eval.policies=[lru],[fifo]"]) == 130
+    err = capsys.readouterr().err
+    assert "/x/sweep/job_<n>/runs.jsonl" in err
+    assert "out_dir=/x/sweep eval.resume=true" in err
+    with pytest.raises(KeyboardInterrupt):  # one run: the script's own handling
+        cli.main(["evaluate", "eval.policies=[lru]"])
