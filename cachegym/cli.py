@@ -23,6 +23,7 @@ import argparse
 import importlib
 import os
 import re
+import shutil
 import sys
 from typing import Any
 
@@ -68,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         from cachegym.envs.config import check_list_overrides
 
         check_list_overrides(rest, mod.SCHEMA, f"cachegym {cmd}")
+        if {"hydra/launcher=slurm", "hydra/launcher=submitit_slurm"} & set(rest) \
+                and shutil.which("srun") is None:  # (submitit's refusal came as a traceback)
+            print(f"cachegym {cmd}: hydra/launcher=slurm submits the jobs with SLURM, and this "
+                  "machine has no `srun`: run the command on a SLURM login node, or drop the "
+                  "launcher (the jobs then run side by side on this machine)", file=sys.stderr)
+            return 2
     # the script sees `cachegym CMD ARGS...` as its sys.argv: Hydra's main reads the overrides (and
     # -m, --cfg, ...) there, argparse names the program after argv[0] (its usage: `cachegym CMD`)
     saved = sys.argv

@@ -388,3 +388,10 @@ def test_an_interrupted_multirun_says_what_it_kept_and_how_to_finish(
     assert "out_dir=/x/sweep eval.resume=true" in err
     with pytest.raises(KeyboardInterrupt):  # one run: the script's own handling
         cli.main(["evaluate", "eval.policies=[lru]"])
+
+
+def test_the_slurm_launcher_without_srun_is_refused_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    assert cli.main(["evaluate", "-m", "hydra/launcher=slurm", "seed=0,1"]) == 2
+    assert "no `srun`" in capsys.readouterr().err
