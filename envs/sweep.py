@@ -40,7 +40,7 @@ from cachegym.allocator.files import replace_atomically
 
 __all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
            "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
-           "results_dir", "set_aside", "terminate_as_interrupt", "write_config"]
+           "results_dir", "set_aside", "setting_of", "terminate_as_interrupt", "write_config"]
 
 log = logging.getLogger(__name__)
 
@@ -332,13 +332,29 @@ def _interval(xs: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+def setting_of(overrides: Sequence[str]) -> tuple[str, ...]:
+    """A job's setting: its overrides but the seeds' (``seed=``, ``trace.seed=``, any key whose
+    last part is ``seed``), which make it one sample of that setting."""
+    return tuple(o for o in overrides
+                 if o.split("=", 1)[0].lstrip("+~").rsplit(".", 1)[-1] != "seed")
+
+
+def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]],
+                 settings: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
     """One row per key over the jobs' tables (``{job: rows}``): the key columns, ``n_jobs``
     (the jobs with a row of that key) and each metric's mean and 95% interval over the jobs.
     ``capacity`` is the capacity as given (``capacity_spec``, e.g. ``0.1``) where a table has
     it, so that jobs whose traces differ (one per seed) still meet on one row. Rows of one
-    key within one job are averaged first (each job is one sample)."""
+    key within one job are averaged first (each job is one sample). ``settings``
+    (``{job: setting}``, :func:`setting_of` its overrides) keeps jobs of different settings
+    apart -- another trace file, mode or hyperparameter is not another sample --: where they
+    differ, ``setting`` is the first key column: the overrides not common to every job."""
     keys = [c for c in KEY_COLUMNS if any(c in r for rows in tables.values() for r in rows)]
+    own = {job: tuple((settings or {}).get(job, ())) for job in tables}
+    common = set.intersection(*map(set, own.values())) if own else set()
+    label = {job: " ".join(o for o in ov if o not in common) for job, ov in own.items()}
+    if len(set(label.values())) > 1:
+        keys.insert(0, "setting")
     metrics: list[str] = []
     for rows in tables.values():
         for r in rows:
@@ -347,6 +363,7 @@ def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[dict
     for job, rows in tables.items():
         for r in rows:
             cells = dict(r)
+            cells["setting"] = label[job]
             if cells.get("capacity_spec") not in (None, ""):
                 cells["capacity"] = cells["capacity_spec"]
             key = tuple(str(cells.get(c, "")) for c in keys)
@@ -377,9 +394,10 @@ class SweepMerge:
     missing: dict[str, str]
 
 
-def merge_sweep(jobs: Mapping[str, str], out_path: str, *, since: float | None = None) -> SweepMerge:
+def merge_sweep(jobs: Mapping[str, str], out_path: str, *, since: float | None = None,
+                settings: Mapping[str, Sequence[str]] | None = None) -> SweepMerge:
     """Merge the ``results.csv`` files ``{job label: path}`` into ``out_path`` (a CSV, NaN as
-    blank). A file that is absent, unreadable, empty or older than ``since`` (a timestamp:
+    blank); ``settings`` as :func:`merge_tables` takes them. A file that is absent, unreadable, empty or older than ``since`` (a timestamp:
     left by an earlier run) leaves its job out, named in a warning. Nothing is written when
     no job has results."""
     tables: dict[str, list[dict[str, str]]] = {}
@@ -406,7 +424,7 @@ def merge_sweep(jobs: Mapping[str, str], out_path: str, *, since: float | None =
     if not tables:
         log.warning("no job of the sweep left results: no merged table written")
         return SweepMerge([], None, [], missing)
-    rows = merge_tables(tables)
+    rows = merge_tables(tables, settings)
     cols = list(rows[0])
 
     def write(f: Any) -> None:
@@ -426,7 +444,7 @@ def format_merged(rows: Sequence[Mapping[str, Any]], *, width: int = 4) -> str:
     ``mean ± half-width``."""
     if not rows:
         return ""
-    keys = [c for c in KEY_COLUMNS if c in rows[0] and c != "row_kind"]
+    keys = [c for c in ("setting", *KEY_COLUMNS) if c in rows[0] and c != "row_kind"]
     shown = [m for m in ("traffic_bytes", "stall_ns", "miss_ratio", "gap_closed_traffic")
              if f"{m}_mean" in rows[0]]
 
@@ -479,6 +497,7 @@ class MergeResults(Callback):
         sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
         out_dir = OmegaConf.select(config, "out_dir", default=None)
         jobs: dict[str, tuple[int, str]] = {}
+        settings: dict[str, tuple[str, ...]] = {}
         for root, dirs, files in os.walk(sweep_dir):
             if os.path.basename(root) == ".hydra" and "hydra.yaml" in files:
                 meta = os.path.join(root, "hydra.yaml")
@@ -491,13 +510,15 @@ class MergeResults(Callback):
                 res = job_results_dir(out_dir, num, job_dir)
                 assert res is not None
                 jobs[f"job {num}: {overrides}"] = (num, os.path.join(res, self.results))
+                settings[f"job {num}: {overrides}"] = setting_of([str(o) for o in hc.overrides.task])
                 dirs.clear()
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
         target = os.path.join(os.path.expanduser(str(out_dir)) if out_dir is not None
                               else sweep_dir, self.out)
         # an earlier sweep's table into the same folder is set aside, not overwritten
         set_aside(os.path.dirname(target), [self.out])
-        done = merge_sweep({k: p for k, (_, p) in ordered.items()}, target, since=self._start)
+        done = merge_sweep({k: p for k, (_, p) in ordered.items()}, target, since=self._start,
+                           settings=settings)
         if done.path is not None:
             print(format_merged(done.rows))
             print(f"merged {len(done.merged)} of {len(ordered)} jobs: {done.path}")

@@ -21,6 +21,7 @@ from cachegym.envs.sweep import (
     merge_tables,
     read_results,
     results_dir,
+    setting_of,
     write_config,
 )
 
@@ -93,6 +94,23 @@ def test_a_single_job_gives_means_and_empty_intervals() -> None:
 def test_rows_of_one_key_in_one_job_are_one_sample() -> None:
     rows = merge_tables({"a": [_row("lru", 10, 0.5), _row("lru", 30, 0.5)], "b": [_row("lru", 40, 0.5)]})
     assert rows[0]["n_jobs"] == 2 and rows[0]["traffic_bytes_mean"] == pytest.approx(30)
+
+
+def test_jobs_of_different_settings_are_not_samples_of_one_row() -> None:
+    # a sweep over eval.mode (or trace.path) averaged bytes with objects into one row
+    jobs = {"job 0": [_row("lru", 10, 0.5)], "job 1": [_row("lru", 20, 0.5)],
+            "job 2": [_row("lru", 3_000_000, 0.5)]}
+    settings = {"job 0": setting_of(["t=a", "eval.mode=objects", "seed=0"]),
+                "job 1": setting_of(["t=a", "eval.mode=objects", "seed=1"]),
+                "job 2": setting_of(["t=a", "eval.mode=bytes", "trace.seed=0"])}
+    assert settings["job 0"] == settings["job 1"] == ("t=a", "eval.mode=objects")
+    rows = {r["setting"]: r for r in merge_tables(jobs, settings)}
+    assert rows["eval.mode=objects"]["n_jobs"] == 2
+    assert rows["eval.mode=objects"]["traffic_bytes_mean"] == pytest.approx(15)
+    assert rows["eval.mode=bytes"]["n_jobs"] == 1
+    assert "setting" in format_merged(list(rows.values()))
+    # one setting (a seed sweep): no setting column
+    assert "setting" not in merge_tables(jobs, {"job 0": ("a",), "job 1": ("a",), "job 2": ("a",)})[0]
 
 
 def test_jobs_without_results_are_named_and_the_rest_merged(tmp_path: Path,
