@@ -548,8 +548,8 @@ class Loop:
             return need == 0
         if self._due is not None:  # (after a bypass too, as access() does)
             self._evict_due(key)
-        if need >= 0 and self._prefetcher is not None:
-            yield from self._prefetches(o)
+        if self._prefetcher is not None:  # after a streamed access too: a prefetcher that
+            yield from self._prefetches(o, need >= 0)  # learns the order sees all of it
         if self._clean_ahead:
             self._clean(key)
         if compute_ns:
@@ -747,31 +747,40 @@ class Loop:
                 self._copy_out(o)
                 o.dirty = False
 
-    def _prefetches(self, o: ObjectInfo) -> Generator[EvictionRequest, int, None]:
+    def _prefetches(self, o: ObjectInfo, hold: bool = True) -> Generator[EvictionRequest, int, None]:
         """Ask the prefetch policy after the access of ``o`` and start its prefetches. The
-        accessed object is held (as if pinned) so that its prefetches cannot evict it."""
+        accessed object is held (as if pinned) so that its prefetches cannot evict it;
+        ``hold`` False: it was streamed (in host memory, nothing to hold)."""
         assert self._prefetcher is not None
+        if not hold:
+            yield from self._prefetched(o.key)
+            return
         if o.pins == 0:
             self._n_evictable -= 1
         o.pins += 1
         try:
-            try:
-                keys = _keys_of(self._prefetcher.prefetch(self.view, o.key), "prefetch")
-            except PolicyError:  # the eviction policy's, met through the view (its eviction_order)
-                raise
-            except Exception as e:  # the access stands
-                raise self._policy_error(self._prefetcher, "prefetch", o.key, e, True) from e
-            for k in keys:
-                po = self._objs.get(k)
-                if po is not None and po.state in (HOST, D2H):
-                    try:
-                        yield from self._prefetch_steps(k, None)
-                    except PoolExhausted:
-                        break  # a prefetch is a hint: no room now, the access stands
+            yield from self._prefetched(o.key)
         finally:
             o.pins -= 1
             if o.pins == 0:
                 self._n_evictable += 1
+
+    def _prefetched(self, key: int) -> Generator[EvictionRequest, int, None]:
+        """The prefetch policy's keys after the access of ``key``, each prefetched."""
+        assert self._prefetcher is not None
+        try:
+            keys = _keys_of(self._prefetcher.prefetch(self.view, key), "prefetch")
+        except PolicyError:  # the eviction policy's, met through the view (its eviction_order)
+            raise
+        except Exception as e:  # the access stands
+            raise self._policy_error(self._prefetcher, "prefetch", key, e, True) from e
+        for k in keys:
+            po = self._objs.get(k)
+            if po is not None and po.state in (HOST, D2H):
+                try:
+                    yield from self._prefetch_steps(k, None)
+                except PoolExhausted:
+                    break  # a prefetch is a hint: no room now, the access stands
 
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
         if key not in self._objs:  # the caller's fault is refused before anything is told or done

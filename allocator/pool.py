@@ -518,6 +518,8 @@ class Pool(Loop):
                                 "(the pool did not admit it)", "d2h")
                 if self._due is not None:
                     self._evict_due(key)
+                if self._prefetcher is not None:  # (as after a streamed access)
+                    self._drive(self._prefetches(o, False))
                 return
             ev = o.d2h_event
             if ev is not None:  # a copy out of the block still reads it (and the write

@@ -727,6 +727,32 @@ def test_a_streamed_access_pays_its_copies(preset: str | None) -> None:
     p._check()
 
 
+class _Asked:
+    """A prefetcher that records what it was asked after and prefetches key 9."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def prefetch(self, view: PoolView, key: int) -> list[int]:
+        self.asked.append(key)
+        return [9] if key != 9 else []
+
+
+def test_the_prefetcher_is_asked_after_a_streamed_access_too() -> None:
+    # it was not: a history prefetcher lost every streamed access of the order it learns, and
+    # under a policy that streams most (S3-FIFO on large DL tensors) stopped predicting
+    pf = _Asked()
+    p = Pool(8 * B, _Refuses(), prefetcher=pf, backend=NumpyBackend(threads=False))
+    p.put(9, np.full(3 * B, 9, np.uint8))  # not admitted: in host memory (asked after it)
+    assert p.state(9) == "host" and pf.asked == [9]
+    assert not p.access(1, 2 * B)  # streamed: asked, and its prefetch made
+    assert pf.asked[-1] == 1 and p.state(9) == "device" and p.state(1) == "host"
+    p.put(2, np.full(3 * B, 2, np.uint8))  # a streamed put: asked too
+    assert pf.asked[-1] == 2
+    p._check()
+    p.close()
+
+
 def test_streaming_decisions_and_counts_equal_with_and_without_a_backend() -> None:
     """Admission is consulted with a backend too: the same accesses give the same statistics,
     and a refused object's bytes survive in host memory."""
