@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from typing import Any, Protocol
 
 import numpy as np
@@ -96,6 +97,11 @@ class _Event:
         self._done.wait()
 
 
+def _stop_workers(queues: list[queue.SimpleQueue[Any]]) -> None:
+    for q in queues:
+        q.put(None)
+
+
 class NumpyBackend:
     """Device and host memory are NumPy buffers; copies run on worker threads (one per
     direction, like two copy engines) and complete through events. The CPU stand-in for a GPU
@@ -122,6 +128,9 @@ class NumpyBackend:
                 t.start()
                 self._queues.append(q)
                 self._workers.append(t)
+            # a backend (a pool) dropped without close() stops its workers (they hold only
+            # their queues): each dropped pool kept two threads alive for good
+            weakref.finalize(self, _stop_workers, list(self._queues))
 
     @staticmethod
     def _work(q: queue.SimpleQueue[Any]) -> None:

@@ -126,3 +126,24 @@ def test_an_event_generator_dropped_mid_event_is_collected_in_another_thread_qui
     finally:
         sys.unraisablehook = old_hook
     assert seen == []
+
+
+def test_a_pool_dropped_without_close_stops_its_copy_threads() -> None:
+    # each NumpyBackend pool dropped unclosed (as the README's quickstart does) kept two threads
+    import gc
+    import time
+
+
+    def workers() -> int:
+        return sum(t.name.startswith("cachegym-") for t in threading.enumerate())
+
+    before = workers()
+    for _ in range(20):
+        p = Pool(1 << 16, backend=NumpyBackend())
+        p.put(1, np.ones(100, np.uint8))
+        del p
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while workers() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert workers() == before
