@@ -64,6 +64,7 @@ from cachegym.allocator.arena import ALIGN
 from cachegym.allocator.cost import CostModel, Preset
 from cachegym.allocator.errors import (
     BackendError,
+    CachegymError,
     ConfigError,
     ObjectTooLarge,
     PoolError,
@@ -252,23 +253,30 @@ class _Harm:
         return True
 
 
-def _load_policy(path: str | os.PathLike[str]) -> EvictionPolicy:
+def _load_policy(path: str | os.PathLike[str], what: str = "policy") -> EvictionPolicy:
     """The exported policy file at ``path`` (imported at call time: ``allocator`` has no
-    import-time edge to ``policies``, as :func:`allocator.seams.default_eviction_policy`)."""
+    import-time edge to ``policies``, as :func:`allocator.seams.default_eviction_policy`);
+    ``what``: the argument it was given as (``policy`` or ``prefetcher``)."""
     if not os.path.isfile(path):
-        raise ConfigError(f"ActivationOffload policy: {os.fspath(path)!r} is not a file; give the "
-                          "path of an exported policy (.npz, scripts/export.py) or a policy object")
+        made = "cachegym.make_prefetch(NAME)" if what == "prefetcher" else "cachegym.make_policy(NAME)"
+        raise ConfigError(f"ActivationOffload {what}: {os.fspath(path)!r} is not a file; give the "
+                          "path of an exported policy (.npz, scripts/export.py) or a "
+                          f"{'prefetcher' if what == 'prefetcher' else 'policy'} object "
+                          f"(a built-in one by name: {made})")
     from cachegym.policies.registry import make_learned
 
     return make_learned(path)
 
 
 def is_parameter(t: torch.Tensor) -> bool:
-    """A leaf that requires grad (a weight), or a view of one (``weight.t()``)."""
-    if t.is_leaf and t.requires_grad:
+    """A leaf that requires grad (a weight), a module's parameter even when frozen
+    (``requires_grad_(False)``, as the base model under LoRA), or a view of one
+    (``weight.t()``): the model's memory, not an activation."""
+    if (t.is_leaf and t.requires_grad) or isinstance(t, torch.nn.Parameter):
         return True
     base = t._base
-    return base is not None and base.is_leaf and base.requires_grad
+    return base is not None and ((base.is_leaf and base.requires_grad)
+                                 or isinstance(base, torch.nn.Parameter))
 
 
 def on_demand_reload(pin_memory: bool = False) -> torch.autograd.graph.saved_tensors_hooks:
@@ -433,7 +441,7 @@ class ActivationOffload:
         if isinstance(prefetcher, (str, os.PathLike)):  # a policy file's prefetch head: the
             # policy of the same file, loaded once, answers both (its head reads its features)
             same = isinstance(policy, (str, os.PathLike)) and os.path.realpath(policy) == os.path.realpath(prefetcher)
-            prefetcher = _load_policy(prefetcher)
+            prefetcher = _load_policy(prefetcher, "prefetcher")
             if same:
                 policy = prefetcher
         if isinstance(policy, (str, os.PathLike)):
@@ -468,6 +476,7 @@ class ActivationOffload:
         self.timer = timer
         self.counters = OffloadStats()
         self._lock = threading.Lock()  # all pool calls of this offload
+        self._enter_lock = threading.Lock()  # entering and leaving the context
         self._next_key = 0
         # keys whose handle died / whose unpacked view died: processed by collect()
         self._dead: collections.deque[int] = collections.deque()
@@ -483,17 +492,23 @@ class ActivationOffload:
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> ActivationOffload:
-        if self._hooks is not None:
-            raise ConfigError("ActivationOffload is already active; enter it once at a time")
-        if self.device_type == "cuda" and hasattr(self.backend, "use_compute_stream"):
-            self.backend.use_compute_stream(torch.cuda.current_stream(self.device_id).cuda_stream)
         self.collect()
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks.__enter__()
+        with self._enter_lock:  # (checked and taken at once: two threads both got in)
+            if self._hooks is not None:
+                raise ConfigError("ActivationOffload is already active (in this thread or "
+                                  "another); enter it once at a time, or give each thread its "
+                                  "own ActivationOffload")
+            if self.device_type == "cuda" and hasattr(self.backend, "use_compute_stream"):
+                self.backend.use_compute_stream(
+                    torch.cuda.current_stream(self.device_id).cuda_stream)
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            hooks.__enter__()
+            self._hooks = hooks
         return self
 
     def __exit__(self, *exc: object) -> None:
-        hooks, self._hooks = self._hooks, None
+        with self._enter_lock:
+            hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(*exc)
 
@@ -536,11 +551,13 @@ class ActivationOffload:
 
     # ------------------------------------------------------------------ the hooks
     def _pack(self, t: torch.Tensor) -> Any:
-        if (type(t) is not torch.Tensor or t.layout != torch.strided or is_parameter(t)
-                or t.numel() * t.element_size() < max(self.min_bytes, 1)):
+        if (type(t) is not torch.Tensor or t.layout != torch.strided or t.is_nested
+                or is_parameter(t) or t.numel() * t.element_size() < max(self.min_bytes, 1)):
             self.counters.passed_through += 1
             return t
         self._check_device(t)
+        if t.is_conj() or t.is_neg():  # a lazy conjugate / negative view (z.conj()): its values
+            t = t.resolve_conj().resolve_neg()  # (its bytes cannot be viewed as bytes)
         if self._dead or self._unpins:
             self.collect()
         stride = _layout(t)
@@ -564,10 +581,21 @@ class ActivationOffload:
             # no pin needed: no pool operation runs before the copy is issued (a device copy is
             # queued on the compute stream, and every later pool copy is ordered after it)
             with torch.no_grad():
-                if pool.stats.streamed != streamed:  # not admitted: its bytes go to host memory
-                    self._stream_out(key, t.detach(), stride)
-                else:
-                    self._copy_in(self._offset(key, "pack"), t.detach(), stride)
+                try:
+                    if pool.stats.streamed != streamed:  # not admitted: its bytes go to host memory
+                        self._stream_out(key, t.detach(), stride)
+                    else:
+                        self._copy_in(self._offset(key, "pack"), t.detach(), stride)
+                except BaseException as e:  # nothing was saved: the object goes (its block
+                    pool.free(key)  # stayed taken for good), the error says what failed
+                    if isinstance(e, Exception) and not isinstance(e, CachegymError):
+                        raise BackendError(
+                            f"activation offload: copying a saved tensor (shape "
+                            f"{tuple(t.shape)}, {t.dtype}) into the pool's "
+                            f"{'host' if pool.stats.streamed != streamed else 'device'} memory "
+                            f"failed ({type(e).__name__}: {e}); nothing of it was kept (the "
+                            "forward stops here; the pool is as before it)") from e
+                    raise
             self._log(key, nbytes, Op.WRITE)
             self._last = t1 = self._now()
         self.counters.packed += 1
@@ -590,11 +618,21 @@ class ActivationOffload:
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
             self.counters.unpack_pool_ns += time.perf_counter_ns() - ta
-            if pool.stats.streamed != streamed:  # not admitted: streamed from host memory
-                raw = self.backend.stream_in(h.key, h.nbytes)
-                out = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else torch.from_dlpack(raw)
-            else:
-                out = self._from_device(h.key, h.nbytes)
+            from_host = pool.stats.streamed != streamed  # not admitted: from host memory
+            try:
+                if from_host:
+                    raw = self.backend.stream_in(h.key, h.nbytes)
+                    out = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else torch.from_dlpack(raw)
+                else:
+                    out = self._from_device(h.key, h.nbytes)
+            except Exception as e:
+                if isinstance(e, CachegymError):
+                    raise
+                raise BackendError(
+                    f"activation offload: reading saved tensor {h.key} ({h.nbytes} bytes) back "
+                    f"from the pool's {'host' if from_host else 'device'} memory failed "
+                    f"({type(e).__name__}: {e}); it stays there (a backward with "
+                    "retain_graph=True can be run again)", key=h.key, direction="h2d") from e
             self._log(h.key, h.nbytes, Op.READ)
             self._last = t1 = self._now()
         self.counters.unpacked += 1

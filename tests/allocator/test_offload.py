@@ -605,3 +605,130 @@ def test_the_count_rule_evicts_no_tensor_needed_before_the_one_it_prefetches() -
         return t
 
     assert traffic() <= traffic(prefetcher=None)
+
+
+class _FailsOnce(NumpyBackend):
+    """A backend whose next device-buffer request or host stream fails (a CUDA error, a full
+    host memory)."""
+
+    fail_device = fail_stream_in = False
+
+    def device_buffer(self, offset: int, nbytes: int) -> Any:
+        if self.fail_device:
+            self.fail_device = False
+            raise RuntimeError("simulated copy failure")
+        return super().device_buffer(offset, nbytes)
+
+    def stream_in(self, key: int, nbytes: int) -> Any:
+        if self.fail_stream_in:
+            self.fail_stream_in = False
+            raise MemoryError("no host memory")
+        return super().stream_in(key, nbytes)
+
+
+def test_a_failed_copy_on_save_is_typed_and_leaves_the_pool_as_before() -> None:
+    # it was a bare RuntimeError, and the object's block stayed taken for good
+    be = _FailsOnce()
+    off = ActivationOffload("64KiB", backend=be)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64))
+    x = torch.randn(32, 64)
+    be.fail_device = True
+    with pytest.raises(BackendError, match="nothing of it was kept"), off:
+        m(x).sum()
+    off.collect()
+    assert len(off.pool) == 0 and off.pool.view.used == 0
+    with off:
+        loss = m(x).sum()
+    loss.backward()
+    off.close()
+
+
+class _Refuse(EvictionPolicyBase):
+    """LRU order that admits nothing: every saved tensor is streamed to host memory."""
+
+    def __init__(self) -> None:
+        self.lru = LRU()
+
+    def victim(self, view: Any) -> int | None:
+        return self.lru.victim(view)
+
+    def admit(self, view: Any, key: int, size: int) -> bool:
+        return False
+
+
+def test_a_failed_read_back_on_backward_is_typed_and_keeps_the_tensor() -> None:
+    be = _FailsOnce()
+    off = ActivationOffload("64KiB", backend=be, policy=_Refuse())
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64))
+    x = torch.randn(32, 64, requires_grad=True)
+    with off:
+        loss = m(x).sum()
+    be.fail_stream_in = True
+    with pytest.raises(BackendError, match="it stays there") as e:
+        loss.backward(retain_graph=True)
+    assert e.value.key is not None and e.value.direction == "h2d"
+    loss.backward()  # the tensor was kept: the backward runs again
+    off.close()
+
+
+def test_frozen_weights_conjugate_views_and_nested_tensors() -> None:
+    # a frozen weight (LoRA's base model) was packed as an activation; a conjugate view and a
+    # nested tensor failed the save with torch's errors
+    frozen = torch.nn.Parameter(torch.ones(3, 3), requires_grad=False)
+    assert is_parameter(frozen) and is_parameter(frozen.t())
+    off = ActivationOffload("1MiB", backend=NumpyBackend())
+    w = torch.randn(8, 8, dtype=torch.cfloat, requires_grad=True)
+    x = torch.randn(4, 8, dtype=torch.cfloat)
+    z = x @ w
+    want = torch.autograd.grad((z * z.conj()).real.sum(), w)[0]
+    with off:
+        z = x @ w
+        loss = (z * z.conj()).real.sum()
+    assert torch.equal(torch.autograd.grad(loss, w)[0], want)
+    with pytest.warns(UserWarning, match="prototype"):  # (torch's, for strided nested tensors)
+        nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], requires_grad=True)
+    with off:
+        out = (nt * 2).sin()
+    assert out.is_nested
+    off.close()
+
+
+def test_a_prefetcher_that_is_not_a_file_is_named_as_the_prefetcher() -> None:
+    with pytest.raises(ConfigError, match=r"ActivationOffload prefetcher: 'reverse-pack'.*make_prefetch"):
+        ActivationOffload("1MiB", prefetcher="reverse-pack")
+
+
+def test_two_threads_cannot_both_enter_one_offload() -> None:
+    import threading
+
+    off = ActivationOffload("1MiB", backend=NumpyBackend())
+    slow = off.collect
+
+    def collect() -> int:  # widens the gap between the check and the hooks (it was not atomic)
+        import time
+
+        time.sleep(0.05)
+        return slow()
+
+    off.collect = collect  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+    inside = threading.Barrier(2, timeout=10)
+
+    def enter() -> None:
+        try:
+            with off:
+                inside.wait()
+        except ConfigError as e:
+            errors.append(e)
+            inside.abort()
+        except threading.BrokenBarrierError:
+            pass
+
+    threads = [threading.Thread(target=enter) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 1 and "already active" in str(errors[0])
+    assert off._hooks is None
+    off.close()
