@@ -309,7 +309,8 @@ def run_one(
     if guard is not None:  # who decided: the network or which expert, and how often it changed
         # (the network's share, exact; none where nothing was evicted: no one decided anything)
         row.update(guard_net_share=guard.network_share() if st.evictions else math.nan,
-                   guard_switches=guard.switches, guard_decisions=guard.decision_shares(),
+                   guard_switches=guard.switches,
+                   guard_decisions=guard.decision_shares() if st.evictions else "",
                    guard_retired=" ".join(sorted(getattr(guard, "retired", ()))))  # experts that
         # stopped running, far behind the best (ShadowGuard's retire)
     row.update(placement=placement, wall_s=time.perf_counter() - t0)
@@ -436,8 +437,7 @@ def plan_learned(files: Sequence[str], guards: Sequence[str], key: str = "eval"
             raise ConfigError(f"{key}.learned: learned policy file {f!r} "
                               f"{'is a directory' if os.path.isdir(f) else 'does not exist'}")
         LearnedPolicy.load(f)  # a corrupt or mismatched file fails now, before any replay
-    labels = (_unique_names([os.path.splitext(os.path.basename(f))[0] for f in files])
-              if len(files) > 1 else [None])
+    labels = _distinct_tails(files) if len(files) > 1 else [None]
     return [(learned_name(g, lab), f, g) for f, lab in zip(files, labels) for g in guards]
 
 
@@ -917,6 +917,20 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
+def _distinct_tails(paths: list[str]) -> list[str]:
+    """Each path's last parts, as few as tell it from the others (``run_a/policy`` beside
+    ``run_b/policy``: every ``make demo`` run exports ``policy.npz``), its extension dropped."""
+    split = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+    out = []
+    for i, mine in enumerate(split):
+        n = 1
+        while n < len(mine) and any(o[-n:] == mine[-n:] for j, o in enumerate(split) if j != i):
+            n += 1
+        parts = mine[-n:]
+        out.append("/".join([*parts[:-1], os.path.splitext(parts[-1])[0]]))
+    return out
+
+
 def _unique_names(names: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
@@ -1069,7 +1083,23 @@ _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab
             "tab:pink", "tab:olive", "tab:cyan", "#393b79", "#637939", "#8c6d31", "#843c39",
             "#7b4173", "#3182bd", "#e6550d")
 _PLOTS = (("miss_ratio", "miss ratio", 1.0), ("byte_miss_ratio", "byte miss ratio", 1.0),
-          ("traffic_bytes", "traffic (bytes copied, both ways)", 1.0), ("stall_ns", "stall (ms)", 1e-6))
+          ("traffic_bytes", "traffic ({} copied, both ways)", 1.0), ("stall_ns", "stall (ms)", 1e-6))
+_STALL_ONLY = ("stall_lb",)  # bound rows of the stall panel alone (with the stall reference)
+_MARKER = {"lower_bound": "v", "upper_bound": "^", "stall_reference": "x"}
+
+
+def _traffic_unit(top: float, mode: str) -> tuple[str, float]:
+    """The traffic axis' unit and scale: objects as counted (``mode`` objects), else the binary
+    unit (B, KiB, ..., TiB) in which the largest value ``top`` is below 10,000 (round ticks in
+    that unit; ticks at round byte counts printed in binary units were not)."""
+    if mode != "bytes":
+        return "objects", 1.0
+    unit, scale = "B", 1.0
+    for u in ("KiB", "MiB", "GiB", "TiB"):
+        if top * scale < 10_000:
+            break
+        unit, scale = u, scale / 1024
+    return unit, scale
 
 
 def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
@@ -1097,19 +1127,27 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
         pols = list(dict.fromkeys(r["policy"] for r in sel if r.get("row_kind", "policy") == "policy"))
         colour = {p: _PALETTE[i % len(_PALETTE)] for i, p in enumerate(pols)}
         for ax, (field, ylabel, scale) in zip(axes[0], metrics):
+            if field == "traffic_bytes":
+                top = max((float(r[field]) for r in sel if isinstance(r.get(field), (int, float))
+                           and math.isfinite(float(r[field]))), default=0.0)
+                unit, scale = _traffic_unit(top, mode)
+                ylabel = ylabel.format(unit)
             for pol in dict.fromkeys(r["policy"] for r in sel):
+                kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
+                if (kind == "stall_reference" or pol in _STALL_ONLY) and field != "stall_ns":
+                    continue  # (a stall reference's miss ratio is no bound of the others')
                 pts = sorted((r["capacity"], float(r[field]) * scale) for r in sel
                              if r["policy"] == pol and isinstance(r.get(field), (int, float))
                              and math.isfinite(float(r[field])))
                 if not pts:
                     continue
-                kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
                 style = {"lower_bound": dict(ls="--", color={"pfoo_l": "gray", "lfoo_l": "dimgray", "stall_lb": "darkred"}
                                              .get(pol, "black")),
                          "upper_bound": dict(ls=":", color="black"),
                          "stall_reference": dict(ls=":", color="tab:gray")}.get(
                              kind, dict(color=colour.get(pol, "tab:blue")))
-                (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts],
+                                  marker=_MARKER.get(kind, "o"), ms=3 if kind == "policy" else 5,
                                   label=policy_label(pol), **style)  # type: ignore[arg-type]
                 handles.setdefault(policy_label(pol), line)
             ax.set_xscale("log")
@@ -1118,10 +1156,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                                rotation=30, fontsize="small")
             ax.minorticks_off()
             ax.set_xlabel("capacity" if mode == "bytes" else "capacity (objects)")
-            ax.set_ylabel(ylabel if mode == "bytes" else ylabel.replace("bytes", "objects"))
-            if field == "traffic_bytes":
-                ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
-                    lambda v, _: human_bytes(v)))
+            ax.set_ylabel(ylabel)
             ax.grid(True, alpha=0.3)
         fig.suptitle(f"{tname}   prefetch={prefetch_label(pf, (g[1] for g in groups))}   preset={preset}")
         fig.legend(list(handles.values()), list(handles), loc="center left",

@@ -155,9 +155,10 @@ def format_summary(cells: list[Cell], deployed: str, preset: str, with_head: boo
             f"{_n(c.stall_oracle, 2):>13} {_n(c.stall_ref, 2):>9} {_n(c.stall_lb, 2):>8}")
         for k, v in (("t", c.traffic), ("tl", c.traffic_lru), ("tb", c.traffic_best),
                      ("s", c.stall), ("sl", c.stall_lru), ("so", c.stall_oracle)):
-            tot[k] += 0.0 if math.isnan(v) else v
-    lines.append(f"{'total':<18} {'':>5} | {tot['t']:>8.1f} {tot['tl']:>8.1f} {tot['tb']:>8.1f} "
-                 f"{'':<6} {'':>8} | {tot['s']:>7.2f} {tot['sl']:>8.2f} {'':<8} {tot['so']:>13.2f}")
+            tot[k] += v  # (a column with a blank cell has no total: NaN, printed "-")
+    lines.append(f"{'total':<18} {'':>5} | {_n(tot['t']):>8} {_n(tot['tl']):>8} {_n(tot['tb']):>8} "
+                 f"{'':<6} {'':>8} | {_n(tot['s'], 2):>7} {_n(tot['sl'], 2):>8} {'':<8} "
+                 f"{_n(tot['so'], 2):>13}")
     timed = [c for c in cells if not math.isnan(c.stall) and not math.isnan(c.stall_lru)]
     moved = [c for c in cells if not math.isnan(c.traffic) and not math.isnan(c.traffic_best)]
     if moved:

@@ -375,6 +375,13 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
     from cachegym.envs.evaluation import network_share
 
     assert row["evictions"] > 0 and abs(row["guard_net_share"] - network_share(row["guard_decisions"])) <= 0.02
+    # nothing evicted: no one decided (the shares said network:1.00 beside a blank net share)
+    whole = evaluate(_compose(_quiet([f"trace.path={og_file}", "eval.capacities=[1.0]", "eval.policies=[]",
+                                      f"eval.learned=[{path}]", "eval.learned_guards=[shadow]",
+                                      "eval.bounds=[]", "eval.plots=false",
+                                      f"out_dir={tmp_path / 'whole'}"])))["rows"][0]
+    assert whole["evictions"] == 0 and math.isnan(whole["guard_net_share"])
+    assert whole["guard_decisions"] == ""
     for r in res["rows"]:
         assert r["policy_file"] == (path if r["policy"].startswith("learned[") else None)
         assert r["policy"] in res["table"]
@@ -399,8 +406,8 @@ def test_learned_policy_files_under_several_guards(og_file: Path, tmp_path: Path
                                     f"eval.learned=[{path},{other}]", "eval.learned_guards=[none]",
                                     "eval.plots=false", f"out_dir={tmp_path / 'two'}"])))
     assert [(r["policy"], r["policy_file"]) for r in res["rows"]] == [
-        ("learned[none]:p#1", path), ("learned[none]:p#2", other), ("lru", None), ("foo_l", None),
-        ("foo_u", None)]
+        (f"learned[none]:{Path(path).parent.name}/p", path), ("learned[none]:q/p", other),
+        ("lru", None), ("foo_l", None), ("foo_u", None)]
     # a corrupt file is refused before any replay: nothing is written
     from cachegym.allocator.errors import PolicyFileError
 
