@@ -34,6 +34,7 @@ cdef class Loop:
     cdef public long long _clean_ahead
     cdef public bint _wrote
     cdef public bint _deciding, _whole
+    cdef public object _event_thread, _event_over
     cdef object __weakref__
 
     # the loop's inner steps, called as C methods by the loop itself (still Python-visible)

@@ -248,16 +248,24 @@ class Loop:
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
                 "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding", "_whole",
-                "_on_insert", "_on_evict", "_on_free", "_victim")
+                "_on_insert", "_on_evict", "_on_free", "_victim", "_event_thread", "_event_over")
 
     def _refuse_while_deciding(self, op: str) -> None:
-        """Refuse (:class:`ConfigError`) a public operation made while this pool's
-        :meth:`steps` generator waits for a victim (in the thread that holds it: any other
-        waits for the lock): the half-done event's counts would not survive it."""
-        if self._deciding:
-            raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
-                              "EvictionRequest not answered yet); send it a victim or close the "
-                              "generator first")
+        """Under the lock: while this pool's :meth:`steps` generator waits for a victim, refuse
+        (:class:`ConfigError`) a public operation of the thread that drives it (the half-done
+        event's counts would not survive it); another thread's waits until the event ends."""
+        while self._deciding:
+            if self._event_thread in (None, threading.get_ident()):
+                raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
+                                  "EvictionRequest not answered yet); send it a victim or close "
+                                  "the generator first")
+            self._event_over.wait()
+
+    def _await_event(self) -> None:
+        """Under the lock: another thread's pending :meth:`steps` event ends first (a reading
+        operation; the driving thread's own reads go on)."""
+        while self._deciding and self._event_thread not in (None, threading.get_ident()):
+            self._event_over.wait()
 
     def _attach_runtime(self) -> None:
         """What holds references into this instance, made by ``__init__`` and anew for a copy:
@@ -265,6 +273,8 @@ class Loop:
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self._deciding = False  # a steps() generator waits for a victim (_make_room)
+        self._event_thread = None  # the thread that last advanced it (its calls are refused)
+        self._event_over = threading.Condition(self._lock)  # other threads' calls wait on it
         # the write being served replaces every byte of its object (Pool.put): a miss fetches
         # nothing first, as for a first write (set and cleared by put, under the lock)
         self._whole = False
@@ -382,34 +392,41 @@ class Loop:
               compute_ns: int = 0) -> Generator[EvictionRequest, int, bool | None]:
         """The access loop as a generator: yields an :class:`EvictionRequest` at each eviction
         decision and expects the victim's key back through ``send``. Returns what
-        :meth:`access` returns (``None`` for a free). Close it to abandon the event. It holds
-        the pool's lock from its first ``next`` until it finishes or is closed: advance and close
-        it in the thread that started it (another thread cannot release that lock), and make no
-        other call on the pool meanwhile (refused in that thread: :class:`ConfigError`; another
-        thread's call waits until the event ends)."""
+        :meth:`access` returns (``None`` for a free). Close it to abandon the event (the
+        garbage collector closes one dropped unfinished, in any thread). While it waits for a
+        victim the pool's lock is free: the thread that last advanced it may make no other call
+        on the pool (refused: :class:`ConfigError`), another thread's call waits until the event
+        ends (it held the lock across the wait: a generator dropped in another thread than the
+        one that started it left the lock held for good)."""
         if type(key) is not int:
             key = as_key(key, "steps")
-        self._acquire()
-        closing = False
-        try:
-            if self._deciding:
-                self._refuse_while_deciding("steps")
+        with self._lock:
+            self._refuse_while_deciding("steps")
             if op == Op.FREE:
                 self._free(key)
                 return None
-            return (yield from self._access_steps(key, size, op == Op.WRITE, kind, compute_ns))
-        except GeneratorExit:
-            closing = True
-            raise
-        finally:
+            inner = self._access_steps(key, size, op == Op.WRITE, kind, compute_ns)
             try:
-                self._release()
-            except RuntimeError:
-                # closed unfinished by the garbage collector in another thread than the one that
-                # ran it (an env dropped mid-episode): the lock is that thread's to release, and
-                # nothing waits on it (the generator was the last to hold the pool's event)
-                if not closing:
-                    raise
+                req = next(inner)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            self._event_thread = threading.get_ident()
+        try:
+            while True:
+                victim = yield req
+                with self._lock:
+                    try:
+                        req = inner.send(victim)
+                    except StopIteration as stop:
+                        return stop.value  # type: ignore[no-any-return]
+                    self._event_thread = threading.get_ident()
+        finally:
+            with self._lock:
+                try:
+                    inner.close()  # a half-done event is undone (closed at its yield)
+                finally:
+                    self._event_thread = None
+                    self._event_over.notify_all()
 
     def prefetch(self, key: int, size: int | None = None) -> bool:
         """Start copying ``key`` to the device asynchronously. Returns False when it is
@@ -494,6 +511,7 @@ class Loop:
     def snapshot(self) -> PoolStats:
         """A copy of the statistics with the derived fields filled in."""
         with self._lock:
+            self._await_event()
             st = self.stats
             st.stall_ns = self.cost.stall_ns
             st.compute_ns = self.cost.compute_ns
@@ -1456,6 +1474,7 @@ class Loop:
     def _check(self) -> None:
         """Assert the pool's invariants (tests call this after every step)."""
         with self._lock:
+            self._await_event()
             objs = self._objs.values()
             resident = [o for o in objs if o.state in (DEVICE, H2D)]
             for o in objs:

@@ -279,6 +279,7 @@ class Pool(Loop):
         if self._forget:
             _check_forgetful(self.backend, prefetcher, self._hook, self.cost)
         with self._lock:
+            self._await_event()
             self._prefetcher = prefetcher
             self._refresh_fast_path()
 
@@ -291,6 +292,7 @@ class Pool(Loop):
         if self._forget:
             _check_forgetful(self.backend, self._prefetcher, hook, self.cost)
         with self._lock:
+            self._await_event()
             self._hook = hook
             self._refresh_fast_path()
 
@@ -358,6 +360,7 @@ class Pool(Loop):
           raised (a prefetch's included, which the pool then drops: it is a hint).
         """
         with self._lock:
+            self._await_event()
             place = self._place
             held = [o for o in self._objs.values() if o.offset >= 0]
             allocated = place.used - self._pending_release_bytes
@@ -392,6 +395,7 @@ class Pool(Loop):
         ``active_bytes.all.peak``) anew from the current values, as
         ``torch.cuda.reset_peak_memory_stats()``; the counters stay."""
         with self._lock:  # (blocks whose copy-out has finished are free, as memory_stats says)
+            self._await_event()
             self.stats.peak_device_bytes = self._place.used - self._due_release_bytes()
             self._peak_allocated = self._place.used - self._pending_release_bytes
 
@@ -406,6 +410,7 @@ class Pool(Loop):
         from cachegym.allocator.snapshot import MemoryRecorder
 
         with self._lock:
+            self._await_event()
             current = self._hook
             if isinstance(current, MemoryRecorder):
                 current = current.forward
@@ -423,6 +428,7 @@ class Pool(Loop):
         from cachegym.allocator.snapshot import MemoryRecorder, build_snapshot
 
         with self._lock:
+            self._await_event()
             self._need_arena("memory_snapshot")
             held = [(o.offset, o.nbytes, o.size, o.key, o.kind) for o in self._objs.values()
                     if o.offset >= 0]
@@ -632,11 +638,13 @@ class Pool(Loop):
         """Residency of ``key``: ``device``, ``host``, ``h2d`` or ``d2h``."""
         key = as_key(key, "state")
         with self._lock:
+            self._await_event()
             self._retire()
             return STATE_NAMES[self._get(key, "state").state]  # (forgotten: host)
 
     def resident_keys(self) -> list[int]:
         with self._lock:
+            self._await_event()
             return [k for k, o in self._objs.items() if o.state in (DEVICE, H2D)]
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ import random
 import threading
 
 import numpy as np
+import pytest
 
 from cachegym.allocator.arena import ALIGN
 from cachegym.allocator.backends import NumpyBackend
@@ -94,11 +95,11 @@ def test_threads_share_one_pool() -> None:
 
 
 def test_an_event_generator_dropped_mid_event_is_collected_in_another_thread_quietly() -> None:
-    """``Pool.steps`` holds the pool's lock across its yields. A generator left at an eviction
-    request (an env dropped mid-episode) and collected by the garbage collector in another
-    thread than the one that ran it must close without an error (the lock is not that thread's
-    to release; the release raised 'cannot release un-acquired lock', reported as an exception
-    ignored in the generator)."""
+    """A generator of ``Pool.steps`` left at an eviction request (an env dropped mid-episode)
+    and collected by the garbage collector in another thread than the one that ran it closes
+    without an error and undoes its event, and the pool serves every thread after it (it held
+    the lock across its yields: that lock stayed held by the dead thread, and every later call
+    hung)."""
     import gc
     import sys
 
@@ -126,6 +127,47 @@ def test_an_event_generator_dropped_mid_event_is_collected_in_another_thread_qui
     finally:
         sys.unraisablehook = old_hook
     assert seen == []
+    done: list[bool] = []
+    later = threading.Thread(target=lambda: done.append(pool.access(1, ALIGN)), daemon=True)
+    later.start()
+    later.join(10)
+    assert done == [True], "the pool's lock stayed held"
+    assert pool.access(2, ALIGN) and 3 not in pool
+    pool._check()
+
+
+def test_an_event_waits_other_threads_and_refuses_its_own() -> None:
+    """While a steps() event waits for a victim, another thread's call waits for it to end,
+    the driving thread's own call is refused, and the event may be finished from another
+    thread (the send raised 'cannot release un-acquired lock' and left the lock held)."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.lru import LRU
+
+    pool = Pool(2 * ALIGN, LRU(), placement="bytes")
+    pool.access(1, ALIGN)
+    pool.access(2, ALIGN)
+    g = pool.steps(3, ALIGN)
+    req = next(g)
+    with pytest.raises(ConfigError, match="pending"):
+        pool.access(1, ALIGN)
+    order: list[str] = []
+    waiter = threading.Thread(target=lambda: order.append(f"access {pool.access(1, ALIGN)}"))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and order == []  # waits for the event
+
+    def finish() -> None:
+        with pytest.raises(StopIteration):
+            g.send(1)
+        order.append("event")
+
+    t = threading.Thread(target=finish)
+    t.start()
+    t.join(10)
+    waiter.join(10)
+    assert order == ["event", "access False"]  # 1 was the victim: a miss after the event
+    assert req.key == 3 and 3 in pool
+    pool._check()
 
 
 def test_a_pool_dropped_without_close_stops_its_copy_threads() -> None:
