@@ -273,7 +273,7 @@ class Loop:
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self._deciding = False  # a steps() generator waits for a victim (_make_room)
-        self._event_thread = None  # the thread that last advanced it (its calls are refused)
+        self._event_thread: int | None = None  # the thread that last advanced it (its calls are refused)
         self._event_over = threading.Condition(self._lock)  # other threads' calls wait on it
         # the write being served replaces every byte of its object (Pool.put): a miss fetches
         # nothing first, as for a first write (set and cleared by put, under the lock)
