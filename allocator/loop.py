@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import warnings
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +80,7 @@ from cachegym.allocator.seams import (
     untracked_free_hook,
 )
 from cachegym.allocator.stats import PoolHook, PoolStats
-from cachegym.allocator.trace import MAX_SIZE, Op, Trace
+from cachegym.allocator.trace import MAX_SIZE, MAX_TOTAL, Kind, Op, Trace
 
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
@@ -137,6 +138,17 @@ def _keys_of(got: Any, hook: str) -> Any:
 
 _WHERE = ("on the device", "in host memory", "in flight to the device", "being written back to host memory")
 """Where an object of each state is, for messages."""
+
+
+def _extras(op: str, kind: Any, compute_ns: Any) -> tuple[int, int]:
+    """``(kind, compute_ns)`` of a public call as ints, or :class:`ConfigError` for values a
+    trace may not hold either (a negative compute time ran the clock backwards; a kind of
+    another type was stored by the interpreted core and refused by the compiled one)."""
+    for name, v, hi in (("kind", kind, int(max(Kind))), ("compute_ns", compute_ns, MAX_TOTAL)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= hi:
+            raise ConfigError(f"{op}: {name}={v!r} is not allowed; give an integer from 0 to "
+                              + (f"{hi} (allocator.trace.Kind)" if name == "kind" else "2**60 ns"))
+    return int(kind), int(compute_ns)
 
 
 def _yes(got: Any) -> bool:
@@ -317,6 +329,8 @@ class Loop:
         """
         if type(key) is not int:
             key = as_key(key, "access")
+        if type(kind) is not int or type(compute_ns) is not int or kind or compute_ns:
+            kind, compute_ns = _extras("access", kind, compute_ns)  # (0 and 0: nothing to check)
         self._acquire()
         try:
             if self._deciding:
@@ -400,6 +414,7 @@ class Loop:
         one that started it left the lock held for good)."""
         if type(key) is not int:
             key = as_key(key, "steps")
+        kind, compute_ns = _extras("steps", kind, compute_ns)
         with self._lock:
             self._refuse_while_deciding("steps")
             if op == Op.FREE:
@@ -1448,16 +1463,30 @@ class Loop:
 
     def _emit(self, event: str, o: ObjectInfo) -> None:
         if self._hook is not None:
-            self._hook({"event": event, "key": o.key, "size": o.size, "tick": self._tick,
+            self._tell({"event": event, "key": o.key, "size": o.size, "tick": self._tick,
                         "now_ns": self.cost.now, "state": STATE_NAMES[o.state],
                         "offset": o.offset, "nbytes": o.nbytes, "kind": o.kind})
+
+    def _tell(self, event: dict[str, Any]) -> None:
+        """Give the hook ``event``. A hook that raises is detached, with a warning, and the
+        event goes on (it stopped in the middle: an evicted object's block stayed taken and its
+        policy had forgotten it -- as a JsonlHook whose file was closed left it)."""
+        hook = self._hook
+        try:
+            hook(event)  # type: ignore[misc]
+        except Exception as e:
+            self._hook = None
+            warnings.warn(f"pool hook {hook!r} raised {type(e).__name__}: {e} on a "
+                          f"{event['event']!r} event; it is detached (the pool finished the event; "
+                          "later events are not reported: set Pool.hook again to resume). A hook "
+                          "must not raise.", RuntimeWarning, stacklevel=2)
 
     def _emit_release(self, key: int, offset: int, nbytes: int) -> None:
         """The block ``(offset, nbytes)`` that object ``key`` held is free again (at once for a
         clean victim or a free; once its write-back completed for a dirty one)."""
         if self._hook is not None:
             o = self._objs.get(key)
-            self._hook({"event": "release", "key": key, "size": nbytes, "tick": self._tick,
+            self._tell({"event": "release", "key": key, "size": nbytes, "tick": self._tick,
                         "now_ns": self.cost.now,
                         "state": "freed" if o is None else STATE_NAMES[o.state],
                         "offset": offset, "nbytes": nbytes, "kind": -1 if o is None else o.kind})
@@ -1467,7 +1496,7 @@ class Loop:
         and tell the hook (event ``oom``, ``free_bytes``: device bytes free then)."""
         self._num_ooms += 1
         if self._hook is not None:
-            self._hook({"event": "oom", "key": None, "size": size, "tick": self._tick,
+            self._tell({"event": "oom", "key": None, "size": size, "tick": self._tick,
                         "now_ns": self.cost.now, "state": "host", "offset": -1, "nbytes": 0,
                         "kind": -1, "free_bytes": self._place.free_bytes})
 

@@ -39,7 +39,7 @@ from cachegym.allocator.errors import (
     PoolExhausted,
     backend_cause,
 )
-from cachegym.allocator.loop import COMPILED, REPLAY_CHUNK, Loop, as_key
+from cachegym.allocator.loop import COMPILED, REPLAY_CHUNK, Loop, _extras, as_key
 from cachegym.allocator.records import Counters, EvictionRequest, ObjectInfo
 from cachegym.allocator.seams import (
     D2H,
@@ -480,6 +480,7 @@ class Pool(Loop):
         of another size is freed first: it is then gone; one overwritten whose earlier bytes
         are in host memory keeps those)."""
         key = as_key(key, "put")
+        kind, _ = _extras("put", kind, 0)
         be = self._need_backend("put")
         arr = _as_array(key, data)
         if arr.dtype.hasobject:
@@ -498,7 +499,8 @@ class Pool(Loop):
                 if old.pins:
                     raise ObjectPinned(key, old.pins, "put (of a new size)")
                 need = self._place.footprint(raw.nbytes)
-                if not self._fits_beside_pinned(need):
+                if need <= self._place.capacity and not self._fits_beside_pinned(need):
+                    # (larger than the pool, in a bypass pool: streamed, as a new key's bytes)
                     self._oom(raw.nbytes)
                     raise PoolExhausted(raw.nbytes, self._place.used, self._place.capacity,
                                         "the pinned objects leave no block that large")

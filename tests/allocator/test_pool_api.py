@@ -121,3 +121,52 @@ def test_a_bool_is_no_victim() -> None:
         g.send(True)
     p._check()
     assert 1 in p and p.state(1) == "device"
+
+
+def test_a_hook_that_raises_is_detached_and_the_event_completes() -> None:
+    # a JsonlHook whose file was closed stopped an eviction midway: the victim's block stayed
+    # taken for good and its policy had forgotten it
+    from cachegym.allocator.backends import NumpyBackend
+
+    log = io.StringIO()
+    p = Pool(4096, LRU(), backend=NumpyBackend(threads=False), hook=JsonlHook(log))
+    for k in range(4):
+        p.put(k, np.full(1024, k, np.uint8))
+    log.close()
+    with pytest.warns(RuntimeWarning, match="JsonlHook.*detached"):
+        p.put(9, np.full(1024, 9, np.uint8))
+    assert p.hook is None and 9 in p
+    p._check()
+    assert [int(p.get(k)[0]) for k in (0, 1, 2, 3, 9)] == [0, 1, 2, 3, 9]
+    p.put(10, np.full(4096, 10, np.uint8))  # every block free again
+    p.close()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"compute_ns": -10**9}, "compute_ns=-1000000000"), ({"compute_ns": 1.5}, "compute_ns=1.5"),
+    ({"compute_ns": 2**70}, "compute_ns="), ({"kind": None}, "kind=None"),
+    ({"kind": "3"}, "kind='3'"), ({"kind": 2**40}, "kind=")])
+def test_kind_and_compute_time_are_checked_as_a_trace_checks_them(kw: dict, match: str) -> None:
+    # a negative compute time ran the clock backwards (a phantom stall of a second next); the
+    # compiled and interpreted cores took other values differently
+    p = Pool(1 << 20, LRU(), cost="h100_pcie5")
+    with pytest.raises(ConfigError, match=match):
+        p.access(1, 4096, **kw)
+    with pytest.raises(ConfigError, match=match):
+        next(p.steps(1, 4096, **kw))
+    assert p.snapshot().accesses == 0 and p.snapshot().total_ns == 0
+    from cachegym.allocator.trace import Kind
+
+    p.access(1, 4096, kind=Kind.ACTIVATION, compute_ns=np.int64(5))  # an enum, a NumPy int
+    assert p.snapshot().compute_ns == 5
+
+
+def test_a_bypass_pool_streams_a_put_of_an_existing_key_larger_than_the_pool() -> None:
+    from cachegym.allocator.backends import NumpyBackend
+
+    p = Pool(4096, LRU(), backend=NumpyBackend(threads=False), oversize="bypass")
+    p.put(1, np.full(100, 1, np.uint8))
+    p.put(1, np.full(9000, 5, np.uint8))  # PoolExhausted "pinned objects" with nothing pinned
+    assert p.state(1) == "host" and p.get(1).size == 9000 and int(p.get(1)[0]) == 5
+    p._check()
+    p.close()
