@@ -186,6 +186,12 @@ class Expert:
         if self.pool.stats.fallbacks != self._fallbacks:  # type: ignore[union-attr]
             self._count_fallbacks()  # (a shadow decides on its misses only)
 
+    def advance(self, compute_ns: int) -> None:
+        """The guarded pool's compute between its requests (before a free): under the
+        objective ``stall`` the shadow's clock advances by it."""
+        if self.objective == "stall" and compute_ns > 0:
+            self._clock.compute(compute_ns)
+
     def _count_fallbacks(self) -> None:
         """A network's decisions happen in its shadow pool: the guarded pool's stats count
         their fallbacks to LRU (over the latency budget, failed, no candidate) too."""
