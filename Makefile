@@ -43,7 +43,7 @@ lint: install
 PURE_TESTS := tests/golden tests/policies/test_parity.py tests/allocator/test_pool.py \
 	tests/allocator/test_pool_stateful.py tests/allocator/test_faults.py tests/allocator/test_core.py \
 	tests/allocator/test_forget.py tests/allocator/test_clean_ahead.py tests/allocator/test_pool_api.py \
-	tests/allocator/test_forwarding.py tests/allocator/test_policy_mistakes.py \
+	tests/allocator/test_forwarding.py tests/allocator/test_policy_mistakes.py tests/allocator/test_concurrency.py \
 	-k "not test_learned_policy and not test_quality_benchmark"
 
 test: lint
