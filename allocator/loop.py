@@ -39,8 +39,8 @@ interpreted, with the same effects.
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
-import warnings
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,8 @@ from cachegym.allocator.seams import (
 )
 from cachegym.allocator.stats import PoolHook, PoolStats
 from cachegym.allocator.trace import MAX_SIZE, MAX_TOTAL, Kind, Op, Trace
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
@@ -140,11 +142,17 @@ _WHERE = ("on the device", "in host memory", "in flight to the device", "being w
 """Where an object of each state is, for messages."""
 
 
+_MAX_KIND = int(max(Kind))
+
+
 def _extras(op: str, kind: Any, compute_ns: Any) -> tuple[int, int]:
     """``(kind, compute_ns)`` of a public call as ints, or :class:`ConfigError` for values a
     trace may not hold either (a negative compute time ran the clock backwards; a kind of
     another type was stored by the interpreted core and refused by the compiled one)."""
-    for name, v, hi in (("kind", kind, int(max(Kind))), ("compute_ns", compute_ns, MAX_TOTAL)):
+    if (type(kind) is int and type(compute_ns) is int and 0 <= kind <= _MAX_KIND
+            and 0 <= compute_ns <= MAX_TOTAL):
+        return kind, compute_ns
+    for name, v, hi in (("kind", kind, _MAX_KIND), ("compute_ns", compute_ns, MAX_TOTAL)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= hi:
             raise ConfigError(f"{op}: {name}={v!r} is not allowed; give an integer from 0 to "
                               + (f"{hi} (allocator.trace.Kind)" if name == "kind" else "2**60 ns"))
@@ -267,17 +275,18 @@ class Loop:
         (:class:`ConfigError`) a public operation of the thread that drives it (the half-done
         event's counts would not survive it); another thread's waits until the event ends."""
         while self._deciding:
-            if self._event_thread in (None, threading.get_ident()):
+            if self._event_thread in (None, threading.current_thread()):
                 raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
                                   "EvictionRequest not answered yet); send it a victim or close "
                                   "the generator first")
-            self._event_over.wait()
+            self._event_over.wait(0.05)  # (re-checked: a notify can come before the wait, from
+            # an event the garbage collector closes in this very thread)
 
     def _await_event(self) -> None:
         """Under the lock: another thread's pending :meth:`steps` event ends first (a reading
         operation; the driving thread's own reads go on)."""
-        while self._deciding and self._event_thread not in (None, threading.get_ident()):
-            self._event_over.wait()
+        while self._deciding and self._event_thread not in (None, threading.current_thread()):
+            self._event_over.wait(0.05)
 
     def _attach_runtime(self) -> None:
         """What holds references into this instance, made by ``__init__`` and anew for a copy:
@@ -285,7 +294,9 @@ class Loop:
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self._deciding = False  # a steps() generator waits for a victim (_make_room)
-        self._event_thread: int | None = None  # the thread that last advanced it (its calls are refused)
+        # the thread that last advanced it (its calls are refused; a thread, not its number: a
+        # new thread may take the number of one that ended)
+        self._event_thread: threading.Thread | None = None
         self._event_over = threading.Condition(self._lock)  # other threads' calls wait on it
         # the write being served replaces every byte of its object (Pool.put): a miss fetches
         # nothing first, as for a first write (set and cleared by put, under the lock)
@@ -329,8 +340,9 @@ class Loop:
         """
         if type(key) is not int:
             key = as_key(key, "access")
-        if type(kind) is not int or type(compute_ns) is not int or kind or compute_ns:
-            kind, compute_ns = _extras("access", kind, compute_ns)  # (0 and 0: nothing to check)
+        if (type(kind) is not int or type(compute_ns) is not int or kind < 0 or kind > _MAX_KIND
+                or compute_ns < 0 or compute_ns > MAX_TOTAL):
+            kind, compute_ns = _extras("access", kind, compute_ns)
         self._acquire()
         try:
             if self._deciding:
@@ -425,7 +437,7 @@ class Loop:
                 req = next(inner)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            self._event_thread = threading.get_ident()
+            self._event_thread = threading.current_thread()
         try:
             while True:
                 victim = yield req
@@ -434,13 +446,14 @@ class Loop:
                         req = inner.send(victim)
                     except StopIteration as stop:
                         return stop.value  # type: ignore[no-any-return]
-                    self._event_thread = threading.get_ident()
+                    self._event_thread = threading.current_thread()
         finally:
             with self._lock:
                 try:
                     inner.close()  # a half-done event is undone (closed at its yield)
                 finally:
-                    self._event_thread = None
+                    if not self._deciding:  # (else another thread's event began meanwhile:
+                        self._event_thread = None  # it is that thread's)
                     self._event_over.notify_all()
 
     def prefetch(self, key: int, size: int | None = None) -> bool:
@@ -785,8 +798,8 @@ class Loop:
         accessed object is held (as if pinned) so that its prefetches cannot evict it;
         ``hold`` False: it was streamed (in host memory, nothing to hold)."""
         assert self._prefetcher is not None
-        if not hold:
-            yield from self._prefetched(o.key)
+        if not hold:  # (the key itself is not prefetched: the policy has just refused it)
+            yield from self._prefetched(o.key, o.key)
             return
         if o.pins == 0:
             self._n_evictable -= 1
@@ -798,8 +811,9 @@ class Loop:
             if o.pins == 0:
                 self._n_evictable += 1
 
-    def _prefetched(self, key: int) -> Generator[EvictionRequest, int, None]:
-        """The prefetch policy's keys after the access of ``key``, each prefetched."""
+    def _prefetched(self, key: int, skip: Any = None) -> Generator[EvictionRequest, int, None]:
+        """The prefetch policy's keys after the access of ``key``, each prefetched (but
+        ``skip``)."""
         assert self._prefetcher is not None
         try:
             keys = _keys_of(self._prefetcher.prefetch(self.view, key), "prefetch")
@@ -809,7 +823,7 @@ class Loop:
             raise self._policy_error(self._prefetcher, "prefetch", key, e, True) from e
         for k in keys:
             po = self._objs.get(k)
-            if po is not None and po.state in (HOST, D2H):
+            if po is not None and po.state in (HOST, D2H) and k != skip:
                 try:
                     yield from self._prefetch_steps(k, None)
                 except PoolExhausted:
@@ -1476,10 +1490,11 @@ class Loop:
             hook(event)  # type: ignore[misc]
         except Exception as e:
             self._hook = None
-            warnings.warn(f"pool hook {hook!r} raised {type(e).__name__}: {e} on a "
-                          f"{event['event']!r} event; it is detached (the pool finished the event; "
-                          "later events are not reported: set Pool.hook again to resume). A hook "
-                          "must not raise.", RuntimeWarning, stacklevel=2)
+            self._refresh_fast_path()
+            # logged, not warned: a warning filter that raises (-W error) would stop the event
+            log.error("pool hook %r raised %s: %s on a %r event; it is detached (the pool "
+                      "finished the event; later events are not reported: set Pool.hook again to "
+                      "resume). A hook must not raise.", hook, type(e).__name__, e, event["event"])
 
     def _emit_release(self, key: int, offset: int, nbytes: int) -> None:
         """The block ``(offset, nbytes)`` that object ``key`` held is free again (at once for a

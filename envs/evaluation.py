@@ -920,7 +920,7 @@ def _sha(b: bytes) -> str:
 def _distinct_tails(paths: list[str]) -> list[str]:
     """Each path's last parts, as few as tell it from the others (``run_a/policy`` beside
     ``run_b/policy``: every ``make demo`` run exports ``policy.npz``), its extension dropped."""
-    split = [os.path.normpath(os.path.abspath(p)).split(os.sep) for p in paths]
+    split = [os.path.realpath(p).split(os.sep) for p in paths]
     out = []
     for i, mine in enumerate(split):
         n = 1
@@ -928,7 +928,7 @@ def _distinct_tails(paths: list[str]) -> list[str]:
             n += 1
         parts = mine[-n:]
         out.append("/".join([*parts[:-1], os.path.splitext(parts[-1])[0]]))
-    return out
+    return _unique_names(out)  # (x/p.npz and x/p: one tail, told apart by a number)
 
 
 def _unique_names(names: list[str]) -> list[str]:

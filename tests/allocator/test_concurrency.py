@@ -189,3 +189,84 @@ def test_a_pool_dropped_without_close_stops_its_copy_threads() -> None:
     while workers() > before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert workers() == before
+
+
+def test_an_event_that_begins_as_another_ends_keeps_its_owner() -> None:
+    """An event of thread C that begins between thread A's event's end and A's cleanup keeps C
+    as its owner: a third thread waits for it, and is served once C closes it (A's cleanup
+    cleared the owner: the third thread was refused, 'a steps() decision is pending', though it
+    drove none). The gap is widened by a lock that starts C's event at that moment."""
+    from cachegym.policies.lru import LRU
+
+    pool = Pool(2 * ALIGN, LRU(), placement="bytes")
+    pool.access(1, ALIGN)
+    pool.access(2, ALIGN)
+    real = threading.RLock()
+    depth: dict[int, int] = {}
+    state: dict[str, object] = {"armed": False, "A": None}
+
+    class Spy:
+        def acquire(self, *a: object, **k: object) -> bool:
+            got = real.acquire(*a, **k)  # type: ignore[arg-type]
+            if got:
+                me = threading.get_ident()
+                depth[me] = depth.get(me, 0) + 1
+            return got
+
+        def release(self) -> None:
+            me = threading.get_ident()
+            depth[me] -= 1
+            real.release()
+            if (state["armed"] and me == state["A"] and depth[me] == 0 and not pool._deciding
+                    and pool._event_thread is threading.current_thread()):  # A's event has
+                # ended, its cleanup has not run
+                state["armed"] = False
+                started = threading.Event()
+
+                def c() -> None:
+                    g = pool.steps(3, ALIGN)
+                    next(g)  # C's event waits for a victim
+                    state["C"] = g
+                    started.set()
+
+                threading.Thread(target=c).start()
+                started.wait(5)
+
+        __enter__ = acquire
+
+        def __exit__(self, *exc: object) -> None:
+            self.release()
+
+        def _is_owned(self) -> bool:
+            return real._is_owned()  # type: ignore[attr-defined, no-any-return]
+
+        def _release_save(self) -> tuple[object, int]:
+            me = threading.get_ident()
+            saved = (real._release_save(), depth[me])  # type: ignore[attr-defined]
+            depth[me] = 0
+            return saved
+
+        def _acquire_restore(self, saved: tuple[object, int]) -> None:
+            real._acquire_restore(saved[0])  # type: ignore[attr-defined]
+            depth[threading.get_ident()] = saved[1]
+
+    spy = Spy()
+    pool._lock = spy
+    pool._acquire, pool._release = spy.acquire, spy.release
+    pool._event_over = threading.Condition(spy)  # type: ignore[arg-type]
+    g = pool.steps(4, ALIGN)
+    req = next(g)
+    state["A"], state["armed"] = threading.get_ident(), True
+    with pytest.raises(StopIteration):
+        g.send(req.view.candidates()[0])
+    assert "C" in state and pool._deciding
+    assert pool._event_thread not in (None, threading.current_thread())
+    out: list[object] = []
+    b = threading.Thread(target=lambda: out.append(pool.access(1, ALIGN)))
+    b.start()
+    b.join(0.5)
+    assert b.is_alive() and out == []  # waits for C's event (was refused)
+    state["C"].close()  # type: ignore[attr-defined]
+    b.join(10)
+    assert len(out) == 1 and isinstance(out[0], bool)
+    pool._check()

@@ -735,7 +735,7 @@ class _Asked:
 
     def prefetch(self, view: PoolView, key: int) -> list[int]:
         self.asked.append(key)
-        return [9] if key != 9 else []
+        return [9, key]  # (the key itself, streamed: not prefetched, the policy refused it)
 
 
 def test_the_prefetcher_is_asked_after_a_streamed_access_too() -> None:
@@ -748,7 +748,7 @@ def test_the_prefetcher_is_asked_after_a_streamed_access_too() -> None:
     assert not p.access(1, 2 * B)  # streamed: asked, and its prefetch made
     assert pf.asked[-1] == 1 and p.state(9) == "device" and p.state(1) == "host"
     p.put(2, np.full(3 * B, 2, np.uint8))  # a streamed put: asked too
-    assert pf.asked[-1] == 2
+    assert pf.asked[-1] == 2 and p.state(2) == "host"
     p._check()
     p.close()
 

@@ -65,3 +65,4 @@ def test_policy_files_of_one_name_are_told_apart_by_their_folders() -> None:
     assert _distinct_tails(["/r/a/policy.npz", "/r/b/policy.npz"]) == ["a/policy", "b/policy"]
     assert _distinct_tails(["/x/p.npz", "/x/q/p.npz"]) == ["x/p", "q/p"]
     assert _distinct_tails(["/x/p.npz", "/x/q.npz"]) == ["p", "q"]
+    assert _distinct_tails(["/x/p.npz", "/x/p"]) == ["p#1", "p#2"]
