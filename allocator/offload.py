@@ -587,7 +587,11 @@ class ActivationOffload:
                     else:
                         self._copy_in(self._offset(key, "pack"), t.detach(), stride)
                 except BaseException as e:  # nothing was saved: the object goes (its block
-                    pool.free(key)  # stayed taken for good), the error says what failed
+                    try:  # stayed taken for good), the error says what failed
+                        pool.free(key)
+                    except Exception as gone:  # (the copy's error is the one raised)
+                        log.error("activation offload: freeing pool object %d after its failed "
+                                  "copy failed too: %r", key, gone)
                     if isinstance(e, Exception) and not isinstance(e, CachegymError):
                         raise BackendError(
                             f"activation offload: copying a saved tensor (shape "

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return int(mod.main(rest) or 0)
     except KeyboardInterrupt:  # a multirun's launcher (a job's own stop exits 130 in the job)
-        if not is_hydra or not {"-m", "--multirun"} & set(rest):
+        if not is_hydra or not ({"-m", "--multirun"} & set(rest)
+                                or any(a.startswith("hydra.mode=MULTIRUN") for a in rest)):
             raise
         print(f"\n{_interrupted_sweep(cmd)}", file=sys.stderr)
         return 130
