@@ -1387,7 +1387,9 @@ class Loop:
         happen, nor did the copy (the counts of both are taken back); raises."""
         st = self.stats
         st.evictions -= 1
-        if not self._write_through:  # (a write-through copy counts no write-back)
+        # a write-through copy counts no write-back; the eviction of a dirty object does (a
+        # write-through pool's object is dirty after its write's copy failed): it left D2H
+        if not self._write_through or o.state == D2H:
             st.writebacks -= 1
         st.bytes_d2h -= o.size
         o.offset, o.nbytes = off, nb

@@ -459,3 +459,30 @@ TestPoolNoBackend = _test_case(NoBackendMachine)
 TestPoolDoubleFaults = _test_case(DoubleFaultMachine)
 TestPoolDoubleFaultsWriteThrough = _test_case(DoubleFaultWriteThroughMachine)
 TestPoolStreaming = _test_case(StreamingMachine)
+
+
+def test_a_failed_write_back_of_a_dirty_victim_in_a_write_through_pool_is_taken_back() -> None:
+    """Found by DoubleFaultWriteThroughMachine: an object left dirty by a failed write-through
+    copy is written back when evicted (a counted write-back); that copy failing too took the
+    eviction back but not the write-back (writebacks > evictions)."""
+    s = DoubleFaultWriteThroughMachine()
+
+    def steps() -> None:
+        s.bytes_are_what_was_last_written()
+        s.consistent()
+
+    s.fail_a_hook(hook="on_miss")
+    s.fail_a_copy(at_launch=False, direction="d2h", key=None)
+    s.free(key=0)
+    s.access(compute=0, key=0, size=1, write=False)
+    s.access(compute=0, key=1, size=1, write=False)
+    s.put(compute=0, key=0, seed=0, size=1)
+    s.flush()
+    steps()
+    s.fail_a_copy(at_launch=False, direction="d2h", key=None)
+    for k in (2, 3, 4):
+        s.access(compute=0, key=k, size=1, write=False)
+    steps()
+    s.put(compute=0, key=1, seed=0, size=513)
+    steps()
+    s.teardown()
