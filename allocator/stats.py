@@ -84,8 +84,8 @@ class PoolHook(Protocol):
     ``restore`` (a failed write-back: the victim takes its block back) or ``oom`` (a
     :class:`PoolExhausted` follows; ``free_bytes``). ``offset``/``nbytes``: the block the event
     concerns (``-1``/``0``: none). :class:`allocator.snapshot.MemoryRecorder` is one. A hook
-    observes: it must not raise (its exception would leave the pool in the middle of the event;
-    a key is the caller's integer, a NumPy one included)."""
+    observes: it should not raise (one that does is detached, with an error logged, and the
+    event completes; a key is the caller's integer, a NumPy one included)."""
 
     def __call__(self, event: dict[str, Any]) -> None: ...
 

@@ -39,7 +39,8 @@ CAPACITY_OF = ("working_set", "peak_live")
 
 class PoolEnv(gym.Env[dict[str, Any], np.int64]):
     """What the environments share: a :class:`Pool` and the generator that runs its episode
-    (``_loop``, which holds the pool's lock while it is suspended at a decision)."""
+    (``_loop``; while it is suspended at a decision, the pool refuses this thread's other
+    calls and other threads' calls wait)."""
 
     pool: Pool | None
     _loop: Generator[Any, Any, None] | None
