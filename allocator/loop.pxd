@@ -35,6 +35,7 @@ cdef class Loop:
     cdef public bint _wrote
     cdef public bint _deciding, _whole
     cdef public object _event_thread, _event_over
+    cdef public long long _n_waiting
     cdef object __weakref__
 
     # the loop's inner steps, called as C methods by the loop itself (still Python-visible)

@@ -268,7 +268,8 @@ class Loop:
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
                 "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding", "_whole",
-                "_on_insert", "_on_evict", "_on_free", "_victim", "_event_thread", "_event_over")
+                "_on_insert", "_on_evict", "_on_free", "_victim", "_event_thread", "_event_over",
+                "_n_waiting")
 
     def _refuse_while_deciding(self, op: str) -> None:
         """Under the lock: while this pool's :meth:`steps` generator waits for a victim, refuse
@@ -279,14 +280,23 @@ class Loop:
                 raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
                                   "EvictionRequest not answered yet); send it a victim or close "
                                   "the generator first")
-            self._event_over.wait(0.05)  # (re-checked: a notify can come before the wait, from
-            # an event the garbage collector closes in this very thread)
+            self._wait_event()
+
+    def _wait_event(self) -> None:
+        """Under the lock: wait (a while) for another thread's pending event to end. Re-checked
+        by the callers: a notify can come before the wait, from an event the garbage collector
+        closes in this very thread."""
+        self._n_waiting += 1
+        try:
+            self._event_over.wait(0.05)
+        finally:
+            self._n_waiting -= 1
 
     def _await_event(self) -> None:
         """Under the lock: another thread's pending :meth:`steps` event ends first (a reading
         operation; the driving thread's own reads go on)."""
         while self._deciding and self._event_thread not in (None, threading.current_thread()):
-            self._event_over.wait(0.05)
+            self._wait_event()
 
     def _attach_runtime(self) -> None:
         """What holds references into this instance, made by ``__init__`` and anew for a copy:
@@ -298,6 +308,7 @@ class Loop:
         # new thread may take the number of one that ended)
         self._event_thread: threading.Thread | None = None
         self._event_over = threading.Condition(self._lock)  # other threads' calls wait on it
+        self._n_waiting = 0  # (how many: an event's end notifies only when some wait)
         # the write being served replaces every byte of its object (Pool.put): a miss fetches
         # nothing first, as for a first write (set and cleared by put, under the lock)
         self._whole = False
@@ -426,7 +437,9 @@ class Loop:
         one that started it left the lock held for good)."""
         if type(key) is not int:
             key = as_key(key, "steps")
-        kind, compute_ns = _extras("steps", kind, compute_ns)
+        if (type(kind) is not int or type(compute_ns) is not int or kind < 0 or kind > _MAX_KIND
+                or compute_ns < 0 or compute_ns > MAX_TOTAL):
+            kind, compute_ns = _extras("steps", kind, compute_ns)
         with self._lock:
             self._refuse_while_deciding("steps")
             if op == Op.FREE:
@@ -454,7 +467,8 @@ class Loop:
                 finally:
                     if not self._deciding:  # (else another thread's event began meanwhile:
                         self._event_thread = None  # it is that thread's)
-                    self._event_over.notify_all()
+                    if self._n_waiting:
+                        self._event_over.notify_all()
 
     def prefetch(self, key: int, size: int | None = None) -> bool:
         """Start copying ``key`` to the device asynchronously. Returns False when it is
