@@ -437,9 +437,7 @@ class Loop:
         one that started it left the lock held for good)."""
         if type(key) is not int:
             key = as_key(key, "steps")
-        if (type(kind) is not int or type(compute_ns) is not int or kind < 0 or kind > _MAX_KIND
-                or compute_ns < 0 or compute_ns > MAX_TOTAL):
-            kind, compute_ns = _extras("steps", kind, compute_ns)
+        kind, compute_ns = _extras("steps", kind, compute_ns)
         with self._lock:
             self._refuse_while_deciding("steps")
             if op == Op.FREE:
@@ -1498,8 +1496,8 @@ class Loop:
                         "offset": o.offset, "nbytes": o.nbytes, "kind": o.kind})
 
     def _tell(self, event: dict[str, Any]) -> None:
-        """Give the hook ``event``. A hook that raises is detached, with a warning, and the
-        event goes on (it stopped in the middle: an evicted object's block stayed taken and its
+        """Give the hook ``event``. A hook that raises is detached, with an error logged, and
+        the event goes on (it stopped in the middle: an evicted object's block stayed taken and its
         policy had forgotten it -- as a JsonlHook whose file was closed left it)."""
         hook = self._hook
         try:

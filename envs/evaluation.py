@@ -923,12 +923,19 @@ def _distinct_tails(paths: list[str]) -> list[str]:
     split = [os.path.realpath(p).split(os.sep) for p in paths]
     out = []
     for i, mine in enumerate(split):
-        n = 1
-        while n < len(mine) and any(o[-n:] == mine[-n:] for j, o in enumerate(split) if j != i):
-            n += 1
-        parts = mine[-n:]
+        parts = _tail(mine, (o for j, o in enumerate(split) if j != i))
         out.append("/".join([*parts[:-1], os.path.splitext(parts[-1])[0]]))
     return _unique_names(out)  # (x/p.npz and x/p: one tail, told apart by a number)
+
+
+def _tail(mine: Sequence[str], others: Iterable[Sequence[str]]) -> list[str]:
+    """The fewest last parts of the path ``mine`` (split at the separator) that are not the
+    last parts of any of ``others`` (the whole path where every tail is shared)."""
+    others = [tuple(o) for o in others]
+    n = 1
+    while n < len(mine) and any(o[-n:] == tuple(mine[-n:]) for o in others):
+        n += 1
+    return list(mine[-n:])
 
 
 def _unique_names(names: list[str]) -> list[str]:
@@ -1068,10 +1075,7 @@ def prefetch_label(prefetch: str, among: Iterable[str] = ()) -> str:
     mine = os.path.normpath(prefetch[len(LEARNED_PREFETCH):]).split(os.sep)
     others = {tuple(os.path.normpath(p[len(LEARNED_PREFETCH):]).split(os.sep))
               for p in among if p.startswith(LEARNED_PREFETCH) and p != prefetch}
-    n = 1
-    while n < len(mine) and any(tuple(o[-n:]) == tuple(mine[-n:]) for o in others):
-        n += 1
-    return LEARNED_PREFETCH + "/".join(mine[-n:])
+    return LEARNED_PREFETCH + "/".join(_tail(mine, others))
 
 
 def _fmt(v: float | None, f: str) -> str:

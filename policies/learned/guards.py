@@ -205,8 +205,7 @@ class Guard:
         size, kind, write = o.size, o.kind, view.writing
         dc = 0  # the compute since the previous request: the stall objective's shadows replay it
         if self.objective == "stall":
-            c = view.cost.compute_ns
-            dc, self._compute0 = c - self._compute0, c
+            dc = self._compute_since(view)
             self._shadow_prefetches(view, key)
         for r in self._requests:
             r(key, size, write, kind, hit, dc)
@@ -218,6 +217,13 @@ class Guard:
         self._reqs += 1
         who = "network" if self.expert is None or not self.active else str(self.expert)
         self.decisions[who] = self.decisions.get(who, 0) + 1
+
+    def _compute_since(self, view: PoolView) -> int:
+        """The guarded pool's compute since this was last asked (its previous request, or a
+        free the shadows caught up at)."""
+        c = view.cost.compute_ns
+        dc, self._compute0 = c - self._compute0, c
+        return dc  # type: ignore[no-any-return]
 
     def _shadow_prefetches(self, view: PoolView, key: int | None) -> None:
         """Under the stall objective, before the request of ``key`` (``None``: before a free):
@@ -266,8 +272,7 @@ class Guard:
             # the guarded pool started the previous request's prefetches and ran its compute
             # before this free: so do the shadows now (at the next request, after the free, an
             # LRU shadow's stall was 14% above LRU's own on a DL trace that frees)
-            c = view.cost.compute_ns
-            dc, self._compute0 = c - self._compute0, c
+            dc = self._compute_since(view)
             self._shadow_prefetches(view, None)
             for e in self._experts:
                 e.advance(dc)
