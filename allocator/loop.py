@@ -83,6 +83,7 @@ from cachegym.allocator.stats import PoolHook, PoolStats
 from cachegym.allocator.trace import MAX_SIZE, MAX_TOTAL, Kind, Op, Trace
 
 log = logging.getLogger(__name__)
+_current_thread = threading.current_thread  # the thread that advances a steps() event
 
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
@@ -276,7 +277,7 @@ class Loop:
         (:class:`ConfigError`) a public operation of the thread that drives it (the half-done
         event's counts would not survive it); another thread's waits until the event ends."""
         while self._deciding:
-            if self._event_thread in (None, threading.current_thread()):
+            if self._event_thread in (None, _current_thread()):
                 raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
                                   "EvictionRequest not answered yet); send it a victim or close "
                                   "the generator first")
@@ -295,7 +296,7 @@ class Loop:
     def _await_event(self) -> None:
         """Under the lock: another thread's pending :meth:`steps` event ends first (a reading
         operation; the driving thread's own reads go on)."""
-        while self._deciding and self._event_thread not in (None, threading.current_thread()):
+        while self._deciding and self._event_thread not in (None, _current_thread()):
             self._wait_event()
 
     def _attach_runtime(self) -> None:
@@ -448,7 +449,8 @@ class Loop:
                 req = next(inner)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            self._event_thread = threading.current_thread()
+            self._event_thread = _current_thread()
+        ended = False
         try:
             while True:
                 victim = yield req
@@ -456,17 +458,25 @@ class Loop:
                     try:
                         req = inner.send(victim)
                     except StopIteration as stop:
+                        ended = True  # (the event's end under this hold of the lock)
+                        self._event_ended()
                         return stop.value  # type: ignore[no-any-return]
-                    self._event_thread = threading.current_thread()
+                    self._event_thread = _current_thread()
         finally:
-            with self._lock:
-                try:
-                    inner.close()  # a half-done event is undone (closed at its yield)
-                finally:
-                    if not self._deciding:  # (else another thread's event began meanwhile:
-                        self._event_thread = None  # it is that thread's)
-                    if self._n_waiting:
-                        self._event_over.notify_all()
+            if not ended:
+                with self._lock:
+                    try:
+                        inner.close()  # a half-done event is undone (closed at its yield)
+                    finally:
+                        self._event_ended()
+
+    def _event_ended(self) -> None:
+        """Under the lock: a :meth:`steps` event ended (finished, failed or closed); the threads
+        waiting for it go on."""
+        if not self._deciding:  # (else another thread's event began meanwhile: it is that
+            self._event_thread = None  # thread's)
+        if self._n_waiting:
+            self._event_over.notify_all()
 
     def prefetch(self, key: int, size: int | None = None) -> bool:
         """Start copying ``key`` to the device asynchronously. Returns False when it is

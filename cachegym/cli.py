@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
                   "machine has no `srun`: run the command on a SLURM login node, or drop the "
                   "launcher (the jobs then run side by side on this machine)", file=sys.stderr)
             return 2
+        if "hydra/launcher=ray_cluster" in rest:
+            problem = _no_ray_cluster(rest)
+            if problem:
+                print(f"cachegym {cmd}: {problem}", file=sys.stderr)
+                return 2
     # the script sees `cachegym CMD ARGS...` as its sys.argv: Hydra's main reads the overrides (and
     # -m, --cfg, ...) there, argparse names the program after argv[0] (its usage: `cachegym CMD`)
     saved = sys.argv
@@ -92,6 +97,30 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         sys.argv = saved
+
+
+def _no_ray_cluster(rest: list[str]) -> str | None:
+    """hydra/launcher=ray_cluster joins a running Ray cluster (``address: auto``): where none
+    is named (no ``hydra.launcher.ray.init.address=``, no ``RAY_ADDRESS``), say so in a line
+    when this machine belongs to none (Ray's refusal came as a traceback through Hydra's)."""
+    if os.environ.get("RAY_ADDRESS") or any(
+            a.startswith("hydra.launcher.ray.init.address=") for a in rest):
+        return None
+    try:
+        import ray
+    except ImportError:
+        return ("hydra/launcher=ray_cluster needs Ray: pip install 'cachegym[cluster]'")
+    try:
+        ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    except ConnectionError as e:
+        return (f"hydra/launcher=ray_cluster joins a running Ray cluster and this machine belongs "
+                f"to none ({str(e).split('.')[0]}): start one (`ray start --head`), name one "
+                "(hydra.launcher.ray.init.address=HEAD_IP:6379), or use hydra/launcher=ray, "
+                "which starts Ray inside the command")
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    return None
 
 
 def _interrupted_sweep(cmd: str) -> str:

@@ -395,3 +395,28 @@ def test_the_slurm_launcher_without_srun_is_refused_in_one_line(
     monkeypatch.setattr(cli.shutil, "which", lambda name: None)
     assert cli.main(["evaluate", "-m", "hydra/launcher=slurm", "seed=0,1"]) == 2
     assert "no `srun`" in capsys.readouterr().err
+
+
+def test_the_ray_cluster_launcher_without_a_cluster_is_refused_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``address: auto`` where this machine belongs to no Ray cluster: one line saying how to
+    start or name one (Ray's ConnectionError came as a traceback through Hydra's); a named
+    address is left to the launcher."""
+    ray = pytest.importorskip("ray", reason="ray is the cluster extra's (pip install "
+                              "'cachegym[cluster]'); the check needs it importable")
+    tried: list[object] = []
+
+    def no_cluster(address: str, **kw: object) -> None:
+        tried.append(address)
+        raise ConnectionError("Could not find any running Ray instance. Please specify one")
+
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert cli.main(["evaluate", "-m", "hydra/launcher=ray_cluster", "seed=0,1"]) == 2
+    err = capsys.readouterr().err
+    assert tried == ["auto"] and "ray start --head" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    tried.clear()
+    assert cli._no_ray_cluster(["hydra.launcher.ray.init.address=10.0.0.1:6379"]) is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert cli._no_ray_cluster([]) is None and tried == []
