@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import re
 import shutil
@@ -111,7 +112,7 @@ def _no_ray_cluster(rest: list[str]) -> str | None:
     except ImportError:
         return ("hydra/launcher=ray_cluster needs Ray: pip install 'cachegym[cluster]'")
     try:
-        ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+        ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
     except ConnectionError as e:
         return (f"hydra/launcher=ray_cluster joins a running Ray cluster and this machine belongs "
                 f"to none ({str(e).split('.')[0]}): start one (`ray start --head`), name one "
