@@ -322,8 +322,9 @@ class Pool(Loop):
                 if ev is not None and o.state == DEVICE:
                     o.d2h_event = None
                     err = self._wait_copy(ev)
-                    if err is not None:
+                    if err is not None:  # (the copy did not happen: its bytes are not counted)
                         o.dirty = True
+                        self.stats.bytes_d2h -= o.size
                         errors.append(self._copy_error(o.key, "d2h", err))
             if errors:
                 failed = sorted({e.key for e in errors if e.key is not None})

@@ -152,8 +152,10 @@ def test_flush_raises_a_failed_copy_and_keeps_the_object_dirty(write_policy: str
     p._check()
     assert p._objs[1].dirty and p._objs[1].state == DEVICE and not p._objs[2].dirty
     assert be.host_buffer(2).tobytes() == d2.tobytes()  # type: ignore[union-attr]
+    assert p.stats.bytes_d2h == d2.nbytes  # the failed copy's bytes are not counted
     p.flush()  # raised once; the second flush writes it
     assert not p._objs[1].dirty
+    assert p.stats.bytes_d2h == d1.nbytes + d2.nbytes
     assert be.host_buffer(1).tobytes() == d1.tobytes()  # type: ignore[union-attr]
     p.close()
 
