@@ -145,7 +145,7 @@ def training_traces(cfg: Any, out: str) -> list[Trace]:
 
 def _warn_config_changes(zip_path: str, cfg: Any) -> None:
     """Log, as a warning, the training settings (env, its reward, cost, K and candidates, the
-    policy's network) in which this resumed run differs from the run that saved ``zip_path``
+    policy's network, the agent's hyperparameters, the capacities) in which this resumed run differs from the run that saved ``zip_path``
     (its ``config.yaml`` beside it, where there is one): a resume continues the same training
     unless the user means to change it."""
     from omegaconf import OmegaConf
@@ -157,7 +157,8 @@ def _warn_config_changes(zip_path: str, cfg: Any) -> None:
         old = OmegaConf.load(saved)
     except Exception:  # (unreadable: nothing to compare)
         return
-    keys = ("env._target_", "env.reward", "env.cost", "env.K", "env.candidates", "policy.hidden")
+    keys = ("env._target_", "env.reward", "env.cost", "env.K", "env.candidates", "policy.hidden",
+            "agent.kwargs", "capacities")
     changed = []
     for k in keys:
         try:  # (the saved file's values as written: an interpolation it cannot resolve is one)

@@ -345,3 +345,23 @@ def test_init_from_in_the_joint_env_and_a_negative_validation_interval_are_refus
         train(cfg_of([*TINY, "env=joint", "init_from=whatever.npz", f"out_dir={tmp_path / 'a'}"]))
     with pytest.raises(ConfigError, match=r"validation.every: -1; .*integer >= 0"):
         train(cfg_of([*TINY, *PPO_TINY, "validation.every=-1", f"out_dir={tmp_path / 'b'}"]))
+
+
+def test_a_resume_with_other_hyperparameters_or_capacities_is_named(tmp_path, caplog) -> None:
+    """The agent's kwargs (learning rate, n_steps, ...) and the training capacities changed on
+    resume were not compared: a run continued with another learning rate said nothing."""
+    from omegaconf import OmegaConf
+
+    from cachegym.policies.training.train import _warn_config_changes
+
+    (tmp_path / "config.yaml").write_text("agent:\n  kwargs: {learning_rate: 0.0003}\n"
+                                          "capacities: [0.25, 0.5]\n")
+    same = OmegaConf.create({"agent": {"kwargs": {"learning_rate": 0.0003}}, "capacities": [0.25, 0.5]})
+    with caplog.at_level("WARNING"):
+        _warn_config_changes(str(tmp_path / "ppo.zip"), same)
+    assert "differ" not in caplog.text
+    other = OmegaConf.create({"agent": {"kwargs": {"learning_rate": 0.001}}, "capacities": [0.1]})
+    with caplog.at_level("WARNING"):
+        _warn_config_changes(str(tmp_path / "ppo.zip"), other)
+    assert "agent.kwargs: {'learning_rate': 0.0003} -> {'learning_rate': 0.001}" in caplog.text
+    assert "capacities: [0.25, 0.5] -> [0.1]" in caplog.text
