@@ -499,7 +499,7 @@ def _pfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None) -
 
 
 def _lfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None,
-            iterations: int | None = None) -> float:
+            iterations: int | None = None, floor: float | None = None) -> float:
     """FOO-L's Lagrangian bound (beyond the compulsory): FOO-L with its capacity constraints
     (one per gap: the bytes kept across it at most C) moved into the objective, each with a
     multiplier ``lam_i >= 0``. For every ``lam >= 0`` the minimum of the Lagrangian,
@@ -518,7 +518,8 @@ def _lfoo_l(iv: _Intervals, capacity: int, objective: str, preset: Any = None,
     multipliers' prefix sums price every interval, a difference array counts each gap's use."""
     keep, f, segc_ = _costs(iv, objective, preset)
     idx = np.flatnonzero(keep)
-    floor = _pfoo_l(iv, capacity, objective, preset)
+    if floor is None:  # (PFOO-L's bound, where the caller has not computed it already)
+        floor = _pfoo_l(iv, capacity, objective, preset)
     if len(idx) == 0:
         return floor
     n, cap = iv.n, float(capacity)
@@ -643,15 +644,19 @@ def offline_bounds(trace: Trace, capacity: int, mode: str,
         um, ut = _schedule_cost(iv, cached)
         out["foo_u"] = Bound("foo_u", False, float(um), float(ut),
                              prep + time.perf_counter() - t0)
-    relaxations: tuple[tuple[str, Callable[[_Intervals, int, str], float]], ...] = (
-        ("lfoo_l", _lfoo_l), ("pfoo_l", _pfoo_l))
-    for kind, relaxed in relaxations:
-        if kind in kinds:
-            t0 = time.perf_counter()
-            lo_m, lo_t = relaxed(iv, capacity, "misses"), relaxed(iv, capacity, "traffic")
-            out[kind] = Bound(kind, True, _integral(lo_m + iv.compulsory_misses),
+    pfoo: dict[str, float] = {}  # PFOO-L's bound per objective: LFOO-L's floor as well
+    if "pfoo_l" in kinds:
+        t0 = time.perf_counter()
+        pfoo = {o: _pfoo_l(iv, capacity, o) for o in ("misses", "traffic")}
+        out["pfoo_l"] = Bound("pfoo_l", True, _integral(pfoo["misses"] + iv.compulsory_misses),
+                              _integral(pfoo["traffic"] + iv.compulsory_traffic),
+                              prep + time.perf_counter() - t0)
+    if "lfoo_l" in kinds:
+        t0 = time.perf_counter()
+        lo_m, lo_t = (_lfoo_l(iv, capacity, o, floor=pfoo.get(o)) for o in ("misses", "traffic"))
+        out["lfoo_l"] = Bound("lfoo_l", True, _integral(lo_m + iv.compulsory_misses),
                               _integral(lo_t + iv.compulsory_traffic), prep + time.perf_counter() - t0)
-    return out
+    return {k: out[k] for k in ("foo_l", "foo_u", "lfoo_l", "pfoo_l") if k in out}
 
 
 def auto_lower_bound(trace: Trace, capacity: int, mode: str = "bytes") -> Bound | None:
