@@ -68,14 +68,20 @@ class PoolEnv(gym.Env[dict[str, Any], np.int64]):
         return InvalidActionError(f"step() called {when}; call reset() first")
 
     def close(self) -> None:
-        """Abandon the running episode (closing its generator releases the pool's lock) and
-        close the pool. A new episode starts from here too."""
+        """Abandon the running episode (closing its generator ends the pool's pending event)
+        and close the pool: no candidate is left (``action_masks()`` masks every slot). A new
+        episode starts from here too."""
         if self._loop is not None:
             self._loop.close()
             self._loop = None
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+        mask = getattr(self, "_mask", None)  # (an env whose construction failed has none)
+        if mask is not None:
+            self._keys: list[int] = []
+            self._mask = np.zeros_like(mask)
+            self._done = True
 
 
 def default_trace() -> Trace:
@@ -240,7 +246,7 @@ def check_args(K: Any, *, candidates: str | None = None, reward: str | None = No
     if candidates is not None and candidates not in features.RULES:
         raise ConfigError(f"candidates must be one of {features.RULES}, got {candidates!r}")
     if opportunities and (isinstance(opportunity, bool) or not (
-            opportunity in opportunities or (isinstance(opportunity, int) and opportunity >= 1))):
+            opportunity in opportunities or (isinstance(opportunity, (int, np.integer)) and opportunity >= 1))):
         raise ConfigError(f"opportunity must be one of {tuple(opportunities)} or an int >= 1, got {opportunity!r}")
     if reward is not None:
         if reward not in rewards:
@@ -273,8 +279,12 @@ def check_cost(cost: Any) -> Any:
 
 def pool_options(cost: Any, placement: str, write_policy: str,
                  clean_ahead: float) -> dict[str, Any]:
-    """The pool keywords every environment passes (objects larger than the pool stream), the
-    ``cost`` checked (:func:`check_cost`)."""
+    """The pool keywords every environment passes (objects larger than the pool stream), each
+    checked as the pool checks it (at the env's construction, not at its first ``reset()``)."""
+    if placement not in ("arena", "bytes"):
+        raise ConfigError(f"placement must be 'arena' or 'bytes', got {placement!r}")
+    if write_policy not in ("write-back", "write-through"):
+        raise ConfigError(f"write_policy must be 'write-back' or 'write-through', got {write_policy!r}")
     return {"cost": check_cost(cost), "placement": placement, "write_policy": write_policy,
             "oversize": "bypass", "clean_ahead": check_clean_ahead("clean_ahead", clean_ahead)}
 

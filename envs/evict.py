@@ -115,8 +115,11 @@ class EvictEnv(PoolEnv):
 
     Starts at a window of ``window`` rows of one of ``traces`` (trace and start row drawn from
     ``self.np_random``; ``reset(options={"trace": i, "start": row})`` fixes them) with a fresh
-    pool, fast-forwarded to the first decision. Terminates when the window is exhausted. No
-    truncation: a horizon is left to the registration (``max_episode_steps``).
+    pool, fast-forwarded to the first decision. Terminates when the window is exhausted, also
+    where the trace goes on past it: the window's end has no decision, hence no state whose
+    value an agent could bootstrap from (its observation is all padding, every slot masked); a
+    window is the unit of the task, as a trace is for the evaluator. No truncation: a horizon
+    is left to the registration (``max_episode_steps``).
 
     ## Arguments
 
@@ -298,9 +301,11 @@ class EvictEnv(PoolEnv):
     # ------------------------------------------------------------------ the episode, for teachers
     @property
     def window(self) -> Window:
-        """The running episode's window (its ``trace``, cut from ``traces[source]`` at ``start``)."""
+        """The running episode's window (its ``trace``, cut from ``traces[source]`` at ``start``).
+        Before the first ``reset()`` there is none: an ``AttributeError`` (so that ``hasattr``,
+        ``getattr(env, "window", None)`` and a vector env's ``get_attr`` answer, not raise)."""
         if self.pool is None:
-            raise InvalidActionError("no episode: call reset() first")
+            raise AttributeError("window: no episode yet; call reset() first")
         return self._w
 
     def candidate_rows(self) -> np.ndarray:

@@ -77,8 +77,11 @@ class JointEnv(PoolEnv):
 
     ``phase``, ``oracle_action`` (Belady's victim in the eviction phase; the candidate used
     soonest, or no prefetch, in the prefetch phase), ``next_use``, ``keys``, ``tick``,
-    ``misses``, ``invalid_actions``; at the end ``stats`` (and ``oracle_action`` -1, as in
-    Evict-v0; Prefetch-v0's is ``K``, its no-op).
+    ``misses``, ``invalid_actions``, ``dropped_prefetches`` (prefetches chosen for which no
+    room could be made: everything else pinned or in flight), in the prefetch phase
+    ``displaced_next_use`` (ticks to the soonest next use among what the chosen oracle
+    prefetch would evict, ``inf`` if none: the teacher's "do no harm" test); at the end
+    ``stats`` (and ``oracle_action`` -1, as in Evict-v0; Prefetch-v0's is ``K``, its no-op).
 
     ## Episode and arguments
 
@@ -126,7 +129,8 @@ class JointEnv(PoolEnv):
         render_mode_of(render_mode)
         self.render_mode = None
         self.K = int(K)
-        self.candidates, self.opportunity = candidates, opportunity
+        self.candidates = candidates
+        self.opportunity = int(opportunity) if isinstance(opportunity, np.integer) else opportunity
         self.reward_kind, self.invalid_action = reward, invalid_action
         self.capacity, self.capacity_of = capacity, capacity_of
         self.pool_kwargs = pool_options(cost, placement, write_policy, clean_ahead)
@@ -180,6 +184,7 @@ class JointEnv(PoolEnv):
         self.pool = Pool(resolve_capacity(self.capacity, self.capacity_of, w.trace), self.tracker,
                          **self.pool_kwargs)  # type: ignore[arg-type]
         self._invalid = 0
+        self._dropped = 0
         self._last_row: dict[int, int] = {}
         self._next_use = w.next_use  # (int64: next_use_rows reads it as it is)
         self._next_use_list = w.next_use.tolist()  # (_displaced reads it row by row)
@@ -257,8 +262,8 @@ class JointEnv(PoolEnv):
                             pool.pin(k)
                         try:
                             pool.prefetch(key)
-                        except PoolExhausted:
-                            pass  # a prefetch is a hint: no room now
+                        except PoolExhausted:  # a prefetch is a hint: no room now
+                            self._dropped += 1
                         finally:
                             if hold:
                                 pool.unpin(k)
@@ -298,7 +303,7 @@ class JointEnv(PoolEnv):
         assert pool is not None
         K, kl, t = self.K, self._keys, pool.view.tick
         info: dict[str, Any] = {"tick": t, "misses": pool.stats.misses, "phase": self._phase,
-                                "invalid_actions": self._invalid}
+                                "invalid_actions": self._invalid, "dropped_prefetches": self._dropped}
         get = self._last_row.get
         nxt = next_use_rows(self._next_use, np.array([get(k, -1) for k in kl], np.int64))
         # eviction: Belady's victim; prefetch: the candidate used soonest, or no prefetch

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -165,7 +166,14 @@ class PrefetchEnv(PoolEnv):
         unknown = set(pythia_weights or {}) - set(weights)
         if unknown:
             raise ConfigError(f"pythia_weights: unknown outcome(s) {sorted(unknown)}; known: {sorted(weights)}")
-        weights.update(pythia_weights or {})
+        for name, w in (pythia_weights or {}).items():  # (a NaN or inf made every reward NaN)
+            if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(w):
+                raise ConfigError(f"pythia_weights[{name!r}] must be a finite number, got {w!r}")
+        if pythia_weights and reward != "pythia":
+            raise ConfigError(f"pythia_weights weigh the 'pythia' reward's outcomes; this env's "
+                              f"reward is {reward!r}: drop them or set reward='pythia'")
+        weights.update({k: float(v) for k, v in (pythia_weights or {}).items()})
         if invalid_action not in ("raise", "noop"):
             raise ConfigError(f"invalid_action must be 'raise' or 'noop', got {invalid_action!r}")
         if isinstance(eviction, str) and eviction != "lru":
@@ -174,7 +182,7 @@ class PrefetchEnv(PoolEnv):
         render_mode_of(render_mode)
         self.render_mode = None
         self.K = int(K)
-        self.opportunity = opportunity
+        self.opportunity = int(opportunity) if isinstance(opportunity, np.integer) else opportunity
         self.reward_kind = reward
         self.weights = weights
         self.invalid_action = invalid_action
@@ -203,11 +211,19 @@ class PrefetchEnv(PoolEnv):
             self._start(self._episodes.draw(self.np_random, options))
             if self._advance(start=True):
                 return self._obs, self._info()
+        advice = [] if self.opportunity == "access" else ["opportunity='access'"]
+        advice.append("a smaller capacity (a pool that holds its window misses nothing)")
+        if self.capacity_of != "peak_live":
+            advice.append("capacity_of='peak_live' on a DL trace (whose working set is many times "
+                          "what is live at once)")
+        advice.append("a predictor that proposes something on this trace (predictor={'horizon': "
+                      "N} proposes what followed the same access N steps before: it needs a trace "
+                      "that repeats itself, as a training loop does; the successor table proposes "
+                      "what followed an object before)")
         raise ConfigError("no prefetch opportunity with candidates arose in 16 episode windows "
                           f"(opportunity={self.opportunity!r}, capacity={self.capacity!r} of "
-                          f"{self.capacity_of}); use opportunity='access', or a smaller capacity (a "
-                          "pool that holds its window misses nothing), or capacity_of='peak_live' on "
-                          "a DL trace (whose working set is many times what is live at once)")
+                          f"{self.capacity_of}, predictor {self.predictor.params()}); try "
+                          + ", or ".join(advice))
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._done or self.pool is None:

@@ -87,3 +87,74 @@ def test_a_relative_trace_path_is_read_as_the_cli_reads_it(env_id, tmp_path, mon
     env.reset(seed=0)
     assert env.unwrapped._episodes.traces[0].name
     env.close()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("kw, match", [({"placement": "foo"}, "placement must be"),
+                                       ({"write_policy": "foo"}, "write_policy must be")])
+def test_placement_and_write_policy_are_checked_when_the_env_is_made(env_id, kw, match):
+    """(They were checked by the pool at the first reset().)"""
+    with pytest.raises(ConfigError, match=match):
+        gym.make(env_id, traces=SMALL, **kw)
+
+
+@pytest.mark.parametrize("weights, match", [
+    ({"useless": float("-inf")}, "must be a finite number"), ({"timely": float("nan")}, "finite"),
+    ({"late": "1"}, "finite number, got '1'"), ({"late": True}, "finite number, got True")])
+def test_pythia_weights_are_finite_numbers(weights, match):
+    """A -inf or NaN weight made every reward NaN; a string failed at the first no-op step."""
+    with pytest.raises(ConfigError, match=match):
+        gym.make("cachegym/Prefetch-v0", traces=SMALL, pythia_weights=weights)
+
+
+def test_pythia_weights_with_another_reward_are_refused():
+    with pytest.raises(ConfigError, match="pythia_weights weigh the 'pythia' reward"):
+        gym.make("cachegym/Prefetch-v0", traces=SMALL, reward="misses", pythia_weights={"late": 1.0})
+    env = gym.make("cachegym/Prefetch-v0", traces=SMALL, pythia_weights={"late": np.float32(-0.5)})
+    assert env.unwrapped.weights["late"] == -0.5
+    env.close()
+
+
+@pytest.mark.parametrize("env_id", ["cachegym/Prefetch-v0", "cachegym/Joint-v0"])
+def test_a_numpy_int_opportunity_is_taken(env_id):
+    env = gym.make(env_id, traces=SMALL, opportunity=np.int64(2))
+    assert env.unwrapped.opportunity == 2 and type(env.unwrapped.opportunity) is int
+    env.close()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_close_mid_episode_leaves_no_valid_action(env_id):
+    """action_masks() after close() reported the abandoned decision's candidates as valid."""
+    env = gym.make(env_id, traces=SMALL, window=300, capacity=0.2)
+    env.reset(seed=0)
+    assert env.unwrapped.action_masks().any()
+    env.close()
+    assert not env.unwrapped.action_masks().any()
+    env.close()
+
+
+def test_the_evict_envs_window_before_reset_is_a_missing_attribute():
+    """It raised InvalidActionError, so hasattr() and a vector env's get_attr raised too."""
+    env = gym.make("cachegym/Evict-v0", traces=SMALL, window=300, capacity=0.2)
+    assert not hasattr(env.unwrapped, "window")
+    env.reset(seed=0)
+    assert len(env.unwrapped.window) == 300
+    env.close()
+
+
+def test_the_joint_env_counts_dropped_prefetches_in_its_info():
+    env = gym.make("cachegym/Joint-v0", traces=SMALL, window=300, capacity=0.2)
+    _, info = env.reset(seed=0)
+    assert info["dropped_prefetches"] == 0
+    env.close()
+
+
+def test_no_prefetch_opportunity_advises_only_what_was_not_tried():
+    """With opportunity='access' and capacity_of='peak_live' already, the advice named both."""
+    env = gym.make("cachegym/Prefetch-v0", traces=SMALL, window=300, capacity=1.0,
+                   opportunity="access", capacity_of="peak_live")
+    with pytest.raises(ConfigError, match="no prefetch opportunity") as ei:
+        env.reset(seed=0)
+    msg = str(ei.value)
+    assert "opportunity='access'" not in msg.split("try ")[1] and "capacity_of='peak_live' on" not in msg
+    assert "a smaller capacity" in msg and "predictor" in msg
