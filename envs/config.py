@@ -509,10 +509,14 @@ def _target_of(node: Any) -> str | None:
 
 
 def _root_cause(e: BaseException) -> BaseException:
+    """What an instantiation failed of: the first of this project's errors in ``e``'s chain of
+    causes (one raised ``from`` a library's error says it best), else the chain's last."""
     seen = 0
     while e.__cause__ is not None and seen < 10:
         e = e.__cause__
         seen += 1
+        if isinstance(e, CachegymError):
+            break
     return e
 
 

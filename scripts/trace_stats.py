@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cachegym.allocator.errors import CachegymError
+from cachegym.allocator.trace import existing_trace_file
 from cachegym.envs.paths import resolve_data_path
 from cachegym.envs.workloads.formats import (
     FORMATS,
@@ -26,11 +27,12 @@ from cachegym.envs.workloads.formats import (
     read_trace,
 )
 from cachegym.envs.workloads.stats import (
-    auto_sample_rate,
+    SHARDS_MIN_OBJECTS,
     format_stats,
     lru_mrc,
     plot_mrc,
     plot_reuse_histogram,
+    shards_rate,
     trace_stats,
 )
 
@@ -67,6 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --sample must be a rate in (0, 1] (SHARDS: the share of objects sampled), "
               f"got {args.sample}", file=sys.stderr)
         return 2
+    # '~' is the home folder (quoted, the shell leaves it); a relative path that is not here
+    # may name a bundled trace (as `cachegym sim` reads it)
+    src = resolve_data_path(os.path.expanduser(str(args.path)))
+    try:
+        existing_trace_file(src)  # (before an output folder is made for it)
+    except CachegymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     # the outputs' places, checked before minutes of work on a large trace
     out = args.out or Path("outputs") / "trace_stats" / args.path.name.replace(".", "_")
     try:
@@ -89,17 +99,18 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     try:
-        # '~' is the home folder (quoted, the shell leaves it); a relative path that is not
-        # here may name a bundled trace (as `cachegym sim` reads it)
-        trace = read_trace(resolve_data_path(os.path.expanduser(str(args.path))), args.format,
-                           **parse_trace_params(args.trace_params))
+        trace = read_trace(src, args.format, **parse_trace_params(args.trace_params))
         stats = trace_stats(trace)
         curve = lru_mrc(trace, args.mode, sample=args.sample)
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_stats(stats))
-    m = round(1 / (auto_sample_rate(stats.requests) if args.sample is None else args.sample))
+    rate = shards_rate(trace, args.sample)
+    m = round(1 / rate)
+    if args.sample is not None and rate > args.sample:
+        print(f"note: --sample {args.sample} keeps too few of the trace's {stats.unique_objects} objects "
+              f"for a curve; sampled at {rate:.3g} instead ({SHARDS_MIN_OBJECTS} objects or all)")
     how = "exact" if m <= 1 else f"SHARDS, 1 in {m} objects"
     if args.mode == "bytes" and _sizes_change(trace):  # (stack distances take each object's last size)
         how = "approximate: objects change size" if m <= 1 else f"{how}; objects change size"

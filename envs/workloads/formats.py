@@ -564,6 +564,14 @@ def read_trace(path: PathLike, format: str | None = None, **options: Any) -> Tra
     :data:`COMPRESSIONS` (``x.oracleGeneral.zst``, ``x.csv.gz``) is decompressed first (into a
     temporary file; zstd needs the ``zstandard`` package) and its format inferred from the rest.
     """
+    try:
+        return _read_trace(path, format, options)
+    except OSError as e:  # (a file that cannot be read: permissions, an I/O error)
+        raise TraceError(f"cannot be read ({e.strerror or e})", path=os.fspath(path),
+                         hint="check its permissions and its file system") from e
+
+
+def _read_trace(path: PathLike, format: str | None, options: dict[str, Any]) -> Trace:
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix in COMPRESSIONS:
         return _read_compressed(path, COMPRESSIONS[suffix], len(suffix), format, options)

@@ -12,7 +12,7 @@ import numpy as np
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.trace import Kind, Op, Trace
 
-__all__ = ["TraceStats", "trace_stats", "reuse_distances", "plot_reuse_histogram", "format_stats",
+__all__ = ["TraceStats", "trace_stats", "reuse_distances", "shards_rate", "SHARDS_MIN_OBJECTS", "plot_reuse_histogram", "format_stats",
            "MissRatioCurve", "lru_mrc", "auto_sample_rate", "plot_mrc", "SAMPLE_ABOVE"]
 
 
@@ -110,6 +110,29 @@ class MissRatioCurve(NamedTuple):
     miss_ratios: np.ndarray
 
 
+SHARDS_MIN_OBJECTS = 1024
+"""Fewest objects a SHARDS sample keeps (in expectation): below it the rate is raised (to 1,
+exact, on a trace of fewer objects). A sample of a few objects says nothing about the curve:
+one of 1 in 1,000 of 150 objects kept none, and the curve read 1.0 at every capacity."""
+
+
+def shards_rate(trace: Trace, sample: float | None = None) -> float:
+    """The SHARDS rate :func:`lru_mrc` samples ``trace`` at: ``sample`` (``None``:
+    :func:`auto_sample_rate`), raised so that the sample keeps about
+    :data:`SHARDS_MIN_OBJECTS` objects (1: exact). Raises :class:`ConfigError` for a rate
+    outside (0, 1]."""
+    access = trace.op != Op.FREE
+    n_access = int(access.sum())
+    rate = auto_sample_rate(n_access) if sample is None else float(sample)
+    if not 0 < rate <= 1:
+        raise ConfigError(f"lru_mrc: sample must be a rate in (0, 1], got {sample!r}")
+    if rate < 1:
+        objects = int(np.count_nonzero(np.bincount(trace.object_ids()[access]))) if n_access else 0
+        if rate * objects < SHARDS_MIN_OBJECTS:
+            rate = min(1.0, SHARDS_MIN_OBJECTS / max(objects, 1))
+    return rate
+
+
 def auto_sample_rate(n_requests: int) -> float:
     """The SHARDS rate :func:`lru_mrc` uses by default: 1 (exact) up to :data:`SAMPLE_ABOVE`
     requests, then a rate keeping about that many."""
@@ -161,6 +184,8 @@ def lru_mrc(trace: Trace, mode: Literal["bytes", "objects"] = "bytes",
     number of requests (a ratio estimator). On Zipf traces of 200,000 requests at ``R = 0.1``
     the curve is within 0.02 of the exact one; at ``R = 0.01`` only a few thousand requests
     remain and errors reach 0.1. ``None`` (default): :func:`auto_sample_rate`; ``1``: exact.
+    The rate is raised where the sample would keep fewer than :data:`SHARDS_MIN_OBJECTS`
+    objects (:func:`shards_rate`).
     ``capacities``: default a geometric grid of 200 from the smallest object (or one object) to
     the working set.
     """
@@ -168,9 +193,7 @@ def lru_mrc(trace: Trace, mode: Literal["bytes", "objects"] = "bytes",
         raise ConfigError(f"lru_mrc: mode must be 'bytes' or 'objects', got {mode!r}")
     access = trace.op != Op.FREE
     n_access = int(access.sum())
-    rate = auto_sample_rate(n_access) if sample is None else float(sample)
-    if not 0 < rate <= 1:
-        raise ConfigError(f"lru_mrc: sample must be a rate in (0, 1], got {sample!r}")
+    rate = shards_rate(trace, sample)
     caps = (_default_capacities(trace, mode) if capacities is None
             else np.asarray(capacities, np.int64).reshape(-1))
     if n_access == 0:

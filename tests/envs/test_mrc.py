@@ -14,7 +14,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.envs.workloads import generate
-from cachegym.envs.workloads.stats import _stack_distances, lru_mrc
+from cachegym.envs.workloads.stats import SHARDS_MIN_OBJECTS, _stack_distances, lru_mrc, shards_rate
 from cachegym.policies import LRU
 from tests.scripts_loader import load_script
 
@@ -140,7 +140,9 @@ def test_script_writes_into_the_output_folder_never_beside_the_trace(
     there = tmp_path / "there"
     assert _script().main([str(src / "z.npz"), "--out", str(there), "--mode", "objects",
                            "--sample", "0.5"]) == 0
-    assert (there / "mrc.csv").exists() and "SHARDS" in capsys.readouterr().out
+    out_text = capsys.readouterr().out  # (1,208 objects: a sample of half is too few, raised)
+    assert (there / "mrc.csv").exists() and "--sample 0.5 keeps too few" in out_text
+    assert "(objects, exact)" in out_text
 
 
 def test_script_reports_a_bad_sample_rate_in_one_line(
@@ -161,3 +163,19 @@ def test_the_curve_of_a_trace_whose_objects_change_size_is_not_called_exact(
     assert _script().main([str(tmp_path / "sc.npz"), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "objects change size" in out and "(bytes, exact)" not in out
+
+
+def test_a_sample_of_too_few_objects_is_raised_to_a_useful_one() -> None:
+    """SHARDS at 1 in 1,000 of 150 objects kept none: the curve read 1.0 at every capacity,
+    the exact one 0.07 at the working set. The rate is raised to keep about
+    SHARDS_MIN_OBJECTS objects (here: all of them, exact)."""
+    t = generate("zipf", n_requests=3000, n_objects=150, seed=0)
+    assert shards_rate(t, 0.001) == 1.0
+    caps = [1000, 10_000, int(t.size.sum())]
+    _, exact = lru_mrc(t, "bytes", capacities=caps, sample=1)
+    _, sampled = lru_mrc(t, "bytes", capacities=caps, sample=0.001)
+    assert np.array_equal(exact, sampled) and exact[-1] < 0.5
+    many = generate("zipf", n_requests=60_000, n_objects=20_000, seed=0)
+    objects = len(np.unique(many.key))
+    assert shards_rate(many, 0.01) == pytest.approx(SHARDS_MIN_OBJECTS / objects)
+    assert shards_rate(many, 0.5) == 0.5

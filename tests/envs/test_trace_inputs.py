@@ -302,3 +302,29 @@ def test_a_compressed_npz_with_any_meta_source_reads(tmp_path: Path) -> None:
     (tmp_path / "t.npz.gz").write_bytes(gzip.compress((tmp_path / "t.npz").read_bytes()))
     t = read_trace(tmp_path / "t.npz.gz")
     assert len(t) == 3 and t.meta["source"]["compression"] == "gzip"
+
+
+def test_an_unreadable_trace_is_a_trace_error_naming_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file the reader cannot open (permissions: root's tests cannot chmod one away, so the
+    reader raises as open() would) ended `cachegym stats` and `parity` in a traceback."""
+    from cachegym import cli
+    from cachegym.envs.workloads import formats
+
+    path = tmp_path / "t.npz"
+    Trace.from_arrays([1, 2, 1], [8, 8, 8]).save(str(path))
+
+    def denied(p: object, **kw: object) -> Trace:
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(formats, "read_npz", denied)
+    with pytest.raises(TraceError, match=r"t.npz: cannot be read \(Permission denied\)"):
+        read_trace(path)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["stats", str(path)], ["parity", str(path)], ["sim", str(path), "npz", "lru", "50%"]):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "cannot be read (Permission denied)" in err and "Traceback" not in err, (argv, err)
+    assert cli.main(["stats", str(tmp_path / "missing.npz")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "outputs" / "trace_stats" / "missing_npz").exists()  # (no folder made)
