@@ -59,6 +59,7 @@ class TraceRecorder(TorchDispatchMode):
         self._live: dict[int, int] = {}
         self._size: dict[int, int] = {}  # key -> bytes
         self._finalizers: list[weakref.finalize] = []
+        self._freed: set[int] = set()  # keys whose free is recorded
         self._next_key = 0
         self.kind_of: dict[int, Kind] = {}
         self.first_op: dict[int, int] = {}  # key -> op of its first event
@@ -99,18 +100,27 @@ class TraceRecorder(TorchDispatchMode):
             return None
         cdata = st._cdata
         key = self._live.get(cdata)
+        nbytes = int(st.nbytes())
+        if key is not None and nbytes != self._size[key]:
+            # grown in place (resize_, set_): a new allocation of the new size, the old one freed
+            old = key
+            key = None
+            self._on_free(cdata, old)
+            if old in self.kind_of:
+                self.kind_of[self._next_key] = self.kind_of[old]
         if key is None:
             key = self._next_key
             self._next_key += 1
             self._live[cdata] = key
-            self._size[key] = int(st.nbytes())
+            self._size[key] = nbytes
             self._finalizers.append(weakref.finalize(st, self._on_free, cdata, key))
         return key
 
     def _on_free(self, cdata: int, key: int) -> None:
         if self._live.get(cdata) == key:
             del self._live[cdata]
-        if not self.closed and key in self.first_op:
+        if not self.closed and key in self.first_op and key not in self._freed:
+            self._freed.add(key)
             self._emit(key, Op.FREE, 0)
 
     def _emit(self, key: int, op: Op, ns: int) -> None:

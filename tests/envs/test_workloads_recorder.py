@@ -124,6 +124,30 @@ def test_every_ready_made_architecture_records_a_training_step(name: str) -> Non
     assert np.isin(acts, t.key[t.op == Op.FREE]).mean() > 0.5  # activations die within the step
     assert w.description and len(t) > 150  # (the smallest, conv_ae: 178 events a step)
 
+def test_a_storage_grown_in_place_is_a_new_object_of_its_new_size() -> None:
+    """A buffer grown by resize_ kept its first size (40,000 bytes recorded as 4): the old
+    allocation is freed and the grown one is a new key of the new size, freed once."""
+    from cachegym.envs.workloads.recorder import record
+
+    model = torch.nn.Linear(4, 1)
+
+    def loss_fn(m, b):  # type: ignore[no-untyped-def]
+        buf = torch.zeros(1)
+        buf.resize_(10_000)
+        buf.fill_(1.0)
+        return m(b).sum() + buf[:1].sum()
+
+    t = record(model, None, lambda s: torch.ones(2, 4), loss_fn, steps=1)
+    sizes = dict(zip(t.key.tolist(), t.size.tolist()))
+    assert 40_000 in sizes.values()
+    for k, s in sizes.items():
+        frees = int(((t.key == k) & (t.op == Op.FREE)).sum())
+        assert frees <= 1 and (t.size[t.key == k] == s).all()
+    grown = next(k for k, s in sizes.items() if s == 40_000)
+    first = np.flatnonzero(t.key == grown)[0]
+    assert (t.op[:first][t.size[:first] == 4] == Op.FREE).any()  # the 4-byte one freed before
+
+
 def _record_script():  # type: ignore[no-untyped-def]
     """scripts/record_trace.py as a module."""
     return load_script("record_trace")
@@ -157,6 +181,35 @@ def test_record_script_unwritable_out_is_one_error_line(tmp_path: Path,
     assert record_trace.main(["resnet", "--steps", "1", "--out", str(blocker / "r.npz")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot write ") and "writable directory" in err
+
+
+@pytest.mark.parametrize(("out", "says"), [
+    ("", "is a folder"), ("DIR", "is a folder"), ("x.csv", "give {tmp}/x.npz"),
+    ("x.oracleGeneral", "the recorder writes .npz traces")])
+def test_record_script_refuses_an_out_it_would_not_write_as_named(
+        out: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--out DIR wrote DIR.npz beside it, --out x.csv wrote x.csv.npz, --out '' wrote ..npz
+    here; each logged the path given. Refused before the recording."""
+    record_trace = _record_script()
+    path = "" if out == "" else str(tmp_path if out == "DIR" else tmp_path / out)
+    assert record_trace.main(["resnet", "--steps", "1", "--out", path]) == 2
+    assert says.format(tmp=tmp_path) in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_record_script_adds_npz_and_names_the_file_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    record_trace = _record_script()
+    with caplog.at_level("INFO"):
+        assert record_trace.main(["conv_ae", "--steps", "1", "--out", str(tmp_path / "t")]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["t.npz"]
+    assert caplog.text.rstrip().endswith(f"-> {tmp_path / 't.npz'}")
+
+
+def test_record_script_refuses_a_seed_torch_cannot_take(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _record_script().main(["resnet", "--seed", str(2**64), "--out", "x.npz"])
+    assert "argument --seed: must be an integer in 0..2**63-1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.npz")), ids=lambda p: p.stem)
