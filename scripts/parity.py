@@ -91,13 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         trace = read_trace(resolve_data_path(os.path.expanduser(str(args.path))), args.format,
                            **parse_trace_params(args.trace_params))
         caps = [resolve_capacity(c, trace, "bytes", args.capacity_of) for c in args.capacities]
+        runs = {c: list(args.policies) for c in caps}  # the policies compared at each capacity
         if default_policies:  # (named ones are refused by compare, saying why)
-            for p in [p for p in args.policies if min(caps) < LCS_MIN_CAPACITY.get(p, (1, ""))[0]]:
-                least, why = LCS_MIN_CAPACITY[p]
-                print(f"{p} left out: libCacheSim's cannot run at capacity {min(caps)} ({why}; "
-                      f"at least {least} bytes)")
-                args.policies.remove(p)
-        rows = compare(trace, args.policies, caps, frees=args.frees)
+            for p in args.policies:
+                least, why = LCS_MIN_CAPACITY.get(p, (1, ""))
+                small = [c for c in caps if c < least]
+                if small:  # left out only where libCacheSim's cannot run
+                    print(f"{p} left out at capacit{'y' if len(small) == 1 else 'ies'} "
+                          f"{', '.join(map(str, small))}: libCacheSim's cannot run there ({why}; "
+                          f"at least {least} bytes)")
+                    for c in small:
+                        runs[c].remove(p)
+        rows = [r for c in caps if runs[c] for r in compare(trace, runs[c], [c], frees=args.frees)]
+        order = {p: i for i, p in enumerate(args.policies)}
+        rows.sort(key=lambda r: order[r.policy])  # (stable: by policy, then capacity as given)
     except CachegymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -132,14 +132,16 @@ def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.n
             raise TraceError(problem, path=p, row=n_full, hint=f"{SKIP_BAD} to drop it")
         skipped = 1
     data = np.fromfile(p, dtype=dtype, count=nbytes // rec, offset=offset)
+    size = data["obj_size"]
+    bad = (size < 0) | (size > MAX_SIZE)  # (checked before size-0 records are dropped: the
+    if bad.any() and not skip_bad:  # record's number is the file's)
+        r = int(np.argmax(bad))
+        problem = f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
+        raise TraceError(problem, path=p, row=r, hint=f"{SKIP_BAD} to drop such records")
     data = _drop_size_zero(p, data, data["obj_size"])
     size = data["obj_size"]
     bad = (size <= 0) | (size > MAX_SIZE)
     if bad.any():
-        if not skip_bad:
-            r = int(np.argmax(bad))
-            problem = f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
-            raise TraceError(problem, path=p, row=r, hint=f"{SKIP_BAD} to drop such records")
         skipped += int(bad.sum())
         data = data[~bad]
     return data, skipped
@@ -687,11 +689,13 @@ def _decompress(path: str, compression: str, dst: Any) -> None:
     with open(path, "rb") as src:
         d = dctx.decompressobj()
         pending = b""
+        read_any = False  # (an empty file holds no frame, cut short or not: no records)
         while True:
             chunk = pending or src.read(1 << 20)
             pending = b""
             if not chunk:
                 break
+            read_any = True
             dst.write(d.decompress(chunk))
             if d.eof:  # a frame ended: what follows is the next frame's
                 pending = d.unused_data
@@ -700,7 +704,7 @@ def _decompress(path: str, compression: str, dst: Any) -> None:
                     pending = src.read(1 << 20)
                     if not pending:
                         return
-        if not d.eof:
+        if read_any and not d.eof:
             raise EOFError("the last zstd frame is cut short")
 
 

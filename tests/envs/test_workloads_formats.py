@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import struct
@@ -350,6 +351,15 @@ def test_lcs_traces_of_every_record_version_read(tmp_path: Path, version: int, s
         assert t.op.tolist() == [Op.READ, Op.WRITE, Op.WRITE]
 
 
+def test_a_bad_size_after_size_zero_records_names_its_record_in_the_file(tmp_path: Path) -> None:
+    """Sizes 0, 0, -5, 4: the error named record 0 (its number among the records left after the
+    size-0 ones were dropped); it is record 2."""
+    p = tmp_path / "t.lcs"
+    _lcs_file(p, 3, [(1, 1, 0, 0), (2, 2, 0, 0), (3, 3, -5, 0), (4, 4, 4, 0)])
+    with pytest.raises(TraceError, match=r"record 2: object size is -5 \(id 3"):
+        read_trace(p)
+
+
 @pytest.mark.parametrize("version", [1, 2, 3, 5, 8])
 def test_libcachesim_reads_the_lcs_files_as_we_do(tmp_path: Path, version: int) -> None:
     """The layout written by the tests' helper is libCacheSim's own (its LCS_TRACE reader reads
@@ -562,6 +572,12 @@ def test_a_file_without_records_is_refused_saying_why(tmp_path: Path) -> None:
     all_bad.write_text("1,2\nx,y\n")
     with pytest.raises(TraceError, match=r"no records \(the file is empty\)"):
         read_trace(empty)
+    for z in ("gz", "xz", "zst"):  # (an empty .zst said "the last zstd frame is cut short")
+        if z == "zst" and importlib.util.find_spec("zstandard") is None:
+            continue
+        (tmp_path / f"e.oracleGeneral.{z}").write_bytes(b"")
+        with pytest.raises(TraceError, match=r"no records \(the file is empty\)"):
+            read_trace(tmp_path / f"e.oracleGeneral.{z}")
     with pytest.raises(TraceError, match="only line was read as a header: pass has_header=False"):
         read_trace(header_only)
     assert len(read_trace(header_only, has_header=False, obj_id_is_num=False)) == 1

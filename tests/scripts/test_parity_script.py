@@ -4,6 +4,7 @@ on a user's trace, a reported difference, and bad input in one line."""
 from __future__ import annotations
 
 import builtins
+import re
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,12 @@ def test_the_default_policies_leave_out_one_that_cannot_run_at_a_capacity(
     script = _script()
     assert script.main([str(p), "--capacities", "5"]) == 0
     out = capsys.readouterr().out
-    assert "s3fifo left out: libCacheSim's cannot run at capacity 5" in out and "lru " in out
+    assert "s3fifo left out at capacity 5: libCacheSim's cannot run there" in out and "lru " in out
+    # only where it cannot run: it ran at none of 5 and 12 before, though 12 is enough
+    assert script.main([str(p), "--capacities", "5,12"]) == 0
+    out = capsys.readouterr().out
+    assert "s3fifo left out at capacity 5:" in out and re.search(r"\ns3fifo +12 ", out)
+    assert not re.search(r"\ns3fifo +5 ", out)
     assert script.main([str(p), "--capacities", "5", "--policies", "lru,s3fifo"]) == 2
     assert "s3fifo cannot run at capacity 5" in capsys.readouterr().err
 
