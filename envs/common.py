@@ -386,7 +386,7 @@ def step_ends(window: Trace) -> np.ndarray:
     return ends
 
 
-def no_decision_message(what: str, pool: Any, capacity: Any) -> str:
+def no_decision_message(what: str, pool: Any, capacity: Any, capacity_of: str = "working_set") -> str:
     """Why no ``what`` arose in an env's 16 episode windows (``pool``: the last one's): the pool
     held the whole window, or the capacity is below every object's size (every access streamed,
     none asks for room: ``capacity=1`` is one byte, ``1.0`` all of the window)."""
@@ -397,9 +397,10 @@ def no_decision_message(what: str, pool: Any, capacity: Any) -> str:
                 "none asked for room; raise the capacity (an int is bytes, a float a fraction of "
                 "the window: 0.25)")
     return (f"no {what} arose in 16 episode windows: the pool ({pool.capacity if pool is not None else '?'} "
-            f"bytes, capacity={capacity!r}) held all it was asked for; lower the capacity, or, on a "
-            "DL trace (whose working set is many times what is live at once), take it as a share "
-            "of peak live bytes: capacity_of='peak_live'")
+            f"bytes, capacity={capacity!r} of {capacity_of}) held all it was asked for; lower the "
+            "capacity" + ("" if capacity_of == "peak_live" else
+                          ", or, on a DL trace (whose working set is many times what is live at "
+                          "once), take it as a share of peak live bytes: capacity_of='peak_live'"))
 
 
 def resolve_capacity(capacity: float, capacity_of: str, window: Trace) -> int:

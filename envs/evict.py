@@ -204,7 +204,8 @@ class EvictEnv(PoolEnv):
             self._start(self._episodes.draw(self.np_random, options))
             if self._advance(None):
                 return self._obs, self._info()
-        raise ConfigError(no_decision_message("eviction decision", self.pool, self.capacity))
+        raise ConfigError(no_decision_message("eviction decision", self.pool, self.capacity,
+                                              self.capacity_of))
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         if self._done or self.pool is None:

@@ -156,7 +156,8 @@ class JointEnv(PoolEnv):
             self._start(self._episodes.draw(self.np_random, options))
             if self._resume(None):
                 return self._obs, self._info()
-        raise ConfigError(no_decision_message("decision", self.pool, self.capacity))
+        raise ConfigError(no_decision_message("decision", self.pool, self.capacity,
+                                              self.capacity_of))
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._loop is None:

@@ -137,6 +137,16 @@ def _sb3_callbacks(ctx: TrainContext, get_net: Callable[[], CandidateScorerNet],
     return cbs
 
 
+DQN_ON_JOINT = ("agent=dqn: its Q-network is one eviction scorer; env=joint (eviction and prefetch "
+                "heads) trains with agent=imitation, imitation_ppo, ppo or maskable_ppo")
+
+
+def sb3_algos(agent: Any) -> list[str]:
+    """The SB3 algorithms ``agent`` trains with: its own, or its fine-tune's."""
+    stages = [agent, getattr(agent, "finetune", None)]
+    return [str(a.algo) for a in stages if a is not None and getattr(a, "algo", None)]
+
+
 @dataclass
 class SB3Agent:
     """An SB3 algorithm over the scorer policies. ``kwargs`` go to the algorithm's
@@ -205,9 +215,7 @@ class SB3Agent:
         venv = SubprocVecEnv(fns) if ctx.vec == "subproc" else DummyVecEnv(fns)
         if self.algo == "dqn" and "phase" in venv.observation_space.spaces:  # type: ignore[attr-defined]
             venv.close()
-            raise ConfigError("agent=dqn: its Q-network is one eviction scorer; env=joint (eviction "
-                              "and prefetch heads) trains with agent=imitation, imitation_ppo, ppo "
-                              "or maskable_ppo")
+            raise ConfigError(DQN_ON_JOINT)
         venv.seed(ctx.seed)
         cls, pol = self._classes()
         kw = dict(self.kwargs)
@@ -362,9 +370,12 @@ class ImitationAgent:
             F, G, ctx.hidden, ctx.ignore)
         writer = _tb_writer(ctx.log_dir, "imitation")
 
+        last_round = int(self.dagger.rounds) - 1
+
         def on_round(r: int, stats: dict[str, Any]) -> None:
             figs = dict(stats)
-            if ctx.on_eval is not None:
+            # every round; with validation.every=0 the last one only ("at the end only")
+            if ctx.on_eval is not None and (ctx.eval_every or r == last_round):
                 figs.update(ctx.on_eval(r, net))
             if writer is not None:
                 for k, v in figs.items():

@@ -268,7 +268,8 @@ class FooPlans:
     env's objective (``misses`` for a ``misses`` reward, ``stall`` for a ``stall`` reward under
     the env's timing preset: the plan of least copy time; else ``traffic``), solved once per
     window and kept (the last ``cache`` windows). A window longer than ``max_rows`` is not
-    solved (the traffic teacher labels it): FOO's LP took 2-6 s on 16,384-row windows of the
+    solved (the traffic teacher labels it), nor one outside the bound's model (an object that
+    changes size without a free: warned once): FOO's LP took 2-6 s on 16,384-row windows of the
     training traces and 4-7 s on 27,000 rows (2 shared cores), so the limit is
     :data:`~policies.bounds.FOO_AUTO_MAX`, where the bounds switch to PFOO-L too."""
 
@@ -279,6 +280,7 @@ class FooPlans:
         self.cache = int(cache)
         self._plans: dict[tuple[int, int, int, int, str], np.ndarray | None] = {}
         self.solved, self.skipped, self.seconds = 0, 0, 0.0
+        self.unplannable = 0  # windows the bound cannot model (skipped too; warned once)
         self.decisions, self.planned = 0, 0  # decisions asked about; those the plan labels
 
     def drop(self, env: Any) -> np.ndarray | None:
@@ -299,9 +301,17 @@ class FooPlans:
                 self.skipped += 1
             else:
                 t0 = time.perf_counter()
-                plan = foo_kept_rows(w.trace, cap, objective, preset)
+                try:
+                    plan = foo_kept_rows(w.trace, cap, objective, preset)
+                    self.solved += 1
+                except ConfigError as e:  # a window outside the bound's model (an object that
+                    plan = None  # changes size without a free): the traffic teacher's labels
+                    self.skipped += 1
+                    if not self.unplannable:
+                        log.warning("the FOO teacher has no plan for a window of trace %s (%s); "
+                                    "such windows take the traffic teacher's labels", w.source, e)
+                    self.unplannable += 1
                 self.seconds += time.perf_counter() - t0
-                self.solved += 1
             if len(self._plans) >= self.cache:
                 del self._plans[next(iter(self._plans))]
             self._plans[key] = plan
@@ -475,14 +485,18 @@ def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
     return replace_atomically(os.path.join(out_dir, "results.csv"), write)
 
 
-def check_trainable_env(node: Any) -> None:
+def check_trainable_env(node: Any, agent: Any = None) -> None:
     """Refuse (:class:`ConfigError`) an ``env`` config whose env training cannot export: a
     :class:`envs.prefetch.PrefetchEnv` (``env=prefetch``) poses prefetch decisions alone
-    (``Discrete(K + 1)``, no eviction), which no agent's scorer answers; an unknown target is
-    left to :func:`instantiate`, which names it."""
+    (``Discrete(K + 1)``, no eviction), which no agent's scorer answers; a
+    :class:`envs.joint.JointEnv` with ``agent`` (instantiated) training DQN at any stage (its
+    Q-network scores evictions alone: refused by the model's build too, after an imitation
+    stage's work); an unknown target is left to :func:`instantiate`, which names it."""
     import importlib
 
+    from cachegym.envs.joint import JointEnv
     from cachegym.envs.prefetch import PrefetchEnv
+    from cachegym.policies.training.agents import DQN_ON_JOINT, sb3_algos
 
     target = str(node.get("_target_") or "")
     mod, _, name = target.rpartition(".")
@@ -494,6 +508,9 @@ def check_trainable_env(node: Any) -> None:
         raise ConfigError("env=prefetch (cachegym/Prefetch-v0): its decisions are prefetches alone, which "
                           "train no eviction scorer, and training exports one; use env=evict (an eviction "
                           "policy) or env=joint (eviction and prefetch heads in one file)")
+    if agent is not None and isinstance(cls, type) and issubclass(cls, JointEnv) \
+            and "dqn" in sb3_algos(agent):
+        raise ConfigError(DQN_ON_JOINT)
 
 
 def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
@@ -513,6 +530,7 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     check_trainable_env(cfg.env)
     seed_everything(seed, int(cfg.torch_threads), bool(cfg.deterministic))
     agent = instantiate(cfg.agent)  # its config checked too, before any trace is read
+    check_trainable_env(cfg.env, agent)  # (before an earlier run's outputs are set aside)
     init, resume = warm_start(cfg, agent, hidden, ignore)
     out = results_dir(cfg, "train", exact=out_dir)
     # an earlier run's outputs here: set aside (out/previous/), so that neither run's files mix
@@ -563,7 +581,14 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     log.info("training %s on %d traces (%s), validating on %d (%s; validation.traces chooses "
              "them)", type(agent).__name__, len(traces), ", ".join(t.name for t in traces),
              len(val_traces), ", ".join(t.name for t in val_traces) or "none")
-    net = agent.train(ctx, init=init)
+    try:
+        net = agent.train(ctx, init=init)
+    except KeyboardInterrupt as e:  # (an SB3 stage says how to resume its saved model)
+        if not hasattr(e, "resume_with"):
+            e.resume_with = (f"interrupted: the checkpoints so far are in "  # type: ignore[attr-defined]
+                             f"{os.path.join(out, 'checkpoints')} (init_from=CHECKPOINT.npz starts "
+                             "a run from one)")
+        raise
     collector.close()
     exported = "last"  # which weights the file holds (best_step: the step that validated best)
     if bool(val.select_best) and validator.best_state is not None:

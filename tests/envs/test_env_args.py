@@ -158,3 +158,13 @@ def test_no_prefetch_opportunity_advises_only_what_was_not_tried():
     msg = str(ei.value)
     assert "opportunity='access'" not in msg.split("try ")[1] and "capacity_of='peak_live' on" not in msg
     assert "a smaller capacity" in msg and "predictor" in msg
+
+
+@pytest.mark.parametrize("env_id", ["cachegym/Evict-v0", "cachegym/Joint-v0"])
+def test_no_decision_advises_peak_live_only_where_it_is_not_taken(env_id):
+    for of, advised in (("working_set", True), ("peak_live", False)):
+        env = gym.make(env_id, traces=SMALL, window=300, capacity=1.0, capacity_of=of)
+        with pytest.raises(ConfigError, match="held all it was asked for") as ei:
+            env.reset(seed=0)
+        assert ("capacity_of='peak_live'" in str(ei.value)) == advised
+        env.close()

@@ -346,6 +346,23 @@ def test_foo_teacher_evicts_what_the_plan_drops_on_a_hand_checked_trace():
     assert FooPlans(max_rows=5).drop(env) is None
 
 
+def test_a_window_the_bound_cannot_model_takes_the_traffic_teachers_labels(caplog) -> None:
+    """An object that changes size without a free (libCacheSim's CDN traces) is outside the
+    bounds' model: the foo teacher (imitation's default) ended the training in that
+    ConfigError; the window has no plan, as one too long, warned once."""
+    from cachegym.allocator.trace import Trace
+    from cachegym.policies.training.train import FooPlans
+
+    trace = Trace.from_arrays([1, 2, 3, 1, 4, 2, 3, 1], [2, 1, 1, 3, 1, 1, 1, 3])
+    env = EvictEnv([trace], K=4, candidates="lru", window=None, capacity=4)
+    env.reset(seed=0)
+    plans = FooPlans()
+    with caplog.at_level("WARNING"):
+        assert plans.drop(env) is None and plans.drop(env) is None
+    assert plans.unplannable == 1 and plans.skipped == 1 and plans.solved == 0
+    assert caplog.text.count("the FOO teacher has no plan") == 1 and "changes size" in caplog.text
+
+
 def test_collector_with_the_foo_teacher_marks_the_plans_drops_and_labels_among_them():
     """Collected with teacher foo, each eviction carries the candidates FOO's plan of its window
     drops (valid candidates only), most decisions have some, and where one does its label is one

@@ -310,3 +310,36 @@ def test_a_run_in_the_folder_of_an_earlier_one_sets_its_files_aside(tmp_path) ->
     assert (earlier / "policy.npz").read_bytes() == was and first["sb3_model"].endswith("ppo.zip")
     assert not (tmp_path / "policy.npz").exists() and not (tmp_path / "ppo.zip").exists()
     assert "1GiB" in (tmp_path / "config.yaml").read_text()  # the failed run's own config
+
+
+def test_imitation_with_validation_every_0_validates_its_last_round_only(tmp_path):
+    """``validation.every=0`` is "at the end only": imitation validated (and checkpointed)
+    every round all the same."""
+    res = train(cfg_of(TINY + ["agent=imitation", "agent.dagger.rounds=3", "agent.dagger.steps_per_round=100",
+                               "agent.dagger.epochs=1", "validation.every=0", f"out_dir={tmp_path}"]))
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["step_2.npz"]
+    assert [h["step"] for h in res["history"]] == [2]
+
+
+def test_dqn_on_the_joint_env_is_refused_before_an_earlier_runs_outputs_move(tmp_path):
+    """As a fine-tune after imitation it was refused after the whole imitation stage, and the
+    refused run had set the earlier run's policy and checkpoints aside (previous/)."""
+    (tmp_path / "policy.npz").write_bytes(b"earlier")
+    for agent in (["agent=dqn"], ["agent=imitation_ppo", "agent.finetune.algo=dqn",
+                                                   "~agent.finetune.kwargs.ent_coef", "~agent.finetune.kwargs.n_epochs"]):
+        with pytest.raises(ConfigError, match="agent=dqn: its Q-network is one eviction scorer"):
+            train(cfg_of([*TINY, "env=joint", *agent, f"out_dir={tmp_path}"]))
+    assert sorted(os.listdir(tmp_path)) == ["policy.npz"]
+
+
+def test_an_interrupted_imitation_names_its_checkpoints_folder(tmp_path, monkeypatch):
+    """It printed the placeholder OUT/checkpoints."""
+    from cachegym.policies.training import agents
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agents, "dagger", stop)
+    with pytest.raises(KeyboardInterrupt) as ei:
+        train(cfg_of([*TINY, "agent=imitation", f"out_dir={tmp_path}"]))
+    assert str(tmp_path / "checkpoints") in ei.value.resume_with  # type: ignore[attr-defined]
