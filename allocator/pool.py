@@ -115,8 +115,9 @@ class Pool(Loop):
         placement: ``"arena"`` (best-fit blocks, fragmentation can force evictions) or
             ``"bytes"`` (byte accounting, as libCacheSim). Default (``None``): ``"arena"`` with
             a backend (real bytes need addresses), ``"bytes"`` without one, as the evaluator's
-            default (``conf/allocator/bytes.yaml``), so that ``Pool(capacity, policy)`` gives
-            the evaluator's figures.
+            default (``conf/allocator/bytes.yaml``), so that ``Pool(capacity, policy,
+            oversize="bypass")`` gives the evaluator's figures (which streams an object larger
+            than the pool).
         write_policy: ``"write-back"`` (dirty victims are copied to host) or ``"write-through"``
             (every write is also copied to host at once).
         oversize: ``"error"`` raises :class:`ObjectTooLarge` for an object larger than the pool;

@@ -9,6 +9,7 @@
     cachegym record gpt --out trace.npz
     cachegym stats TRACE                 reuse histogram and LRU's miss-ratio curve
     cachegym parity TRACE                request-by-request agreement with libCacheSim
+    cachegym check my_policies.py:MRU    check a policy of yours against the pool's contract
     cachegym bench NAME                  the benchmarks (pool, replay, env, decision, ...)
 
 ``evaluate``, ``train`` and ``demo`` take Hydra overrides (and ``-m`` for sweeps), the others

@@ -59,12 +59,19 @@ def _class_of(table: dict[str, str], name: str) -> Callable[..., Any]:
     mod, _, cls = spec.partition(":")
     module = mod if "." in mod else f"cachegym.policies.{mod}"
     try:
-        return getattr(importlib.import_module(module), cls)  # type: ignore[no-any-return]
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError as e:  # not a module of cachegym.policies: an importable one
+            if module == mod or e.name != module:  # of that name (my_policies.py beside the run)
+                raise
+            found = importlib.import_module(mod)
+        return getattr(found, cls)  # type: ignore[no-any-return]
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"the registry's line {name!r}: {spec!r} names no class ({e}): give "
                           "'module:Class' with a module of cachegym.policies ('lru:LRU') or an "
-                          "importable module's full dotted name ('my_pkg.policies:MRU'); a file "
-                          "elsewhere is named FILE.py:Class where the policy is used") from e
+                          "importable module ('my_policies:MRU' for my_policies.py on the Python "
+                          "path, 'my_pkg.policies:MRU'); a file elsewhere is named FILE.py:Class "
+                          "where the policy is used") from e
 
 
 EVICTION_NAMES = tuple(_EVICTION)
@@ -141,9 +148,12 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int | None = N
             f"unknown eviction policy {name!r}; valid names: {', '.join(EVICTION_NAMES)}, "
             "learned (with path=FILE and guard=shadow|trial|lru|none) for an exported policy "
             "file, or FILE.py:Class / module:Class for a class of your own")
+    cls = _class_of(_EVICTION, key)
     if key == "random":
         params.setdefault("seed", 0 if seed is None else seed)
-    return _build(key, _class_of(_EVICTION, key), trace, params)  # type: ignore[no-any-return]
+    elif seed is not None and "seed" in (keyword_names(cls) or ()):  # (a registered class of
+        params.setdefault("seed", seed)  # the user's, as FILE.py:Class gets it)
+    return _build(key, cls, trace, params)  # type: ignore[no-any-return]
 
 
 make_policy = make_eviction

@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """Benchmarks that print ratios measured side by side in one run.
 
-    python scripts/bench.py pool      [--json PATH]   Pool.access vs a bare OrderedDict LRU loop
-    python scripts/bench.py replay    [--json PATH]   whole-trace replay vs libCacheSim
-    python scripts/bench.py env       [--json PATH]   env decisions/s and env share of PPO time
-    python scripts/bench.py decision  [--json PATH]   exported policy decision latency vs LRU
-    python scripts/bench.py offload   [--json PATH]   activation offload modes side by side, overhead vs plain
-    python scripts/bench.py quality   [--json PATH]   learned policy vs heuristics on held-out traces
-    python scripts/bench.py guard     [--json PATH]   guarded learned policy's requests/s (vs another checkout)
-    python scripts/bench.py guardmem  [--json PATH]   guarded learned policy's memory over 10M requests
-    python scripts/bench.py bounds    [--json PATH]   offline bounds: FOO on 7k requests, PFOO-L on 10^6
-    python scripts/bench.py regret    [--json PATH]   guarded learned policy vs each of its experts alone
+    cachegym bench pool      [--json PATH]   Pool.access vs a bare OrderedDict LRU loop
+    cachegym bench replay    [--json PATH]   whole-trace replay vs libCacheSim
+    cachegym bench env       [--json PATH]   env decisions/s and env share of PPO time
+    cachegym bench decision  [--json PATH]   exported policy decision latency vs LRU
+    cachegym bench offload   [--json PATH]   activation offload modes side by side, overhead vs plain
+    cachegym bench quality   [--json PATH]   learned policy vs heuristics on held-out traces
+    cachegym bench guard     [--json PATH]   guarded learned policy's requests/s (vs another checkout)
+    cachegym bench guardmem  [--json PATH]   guarded learned policy's memory over 10M requests
+    cachegym bench bounds    [--json PATH]   offline bounds: FOO on 7k requests, PFOO-L on 10^6
+    cachegym bench regret    [--json PATH]   guarded learned policy vs each of its experts alone
 
 Each benchmark lives in ``scripts/bench_<name>.py`` and exposes ``add_args(parser)`` and
 ``run(args) -> dict`` (the figures, also written as JSON with ``--json``).

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Export a trained agent to a policy file that ``LearnedPolicy.load`` reads with NumPy alone.
 
-    python scripts/export.py outputs/train/<run>/checkpoints/step_4.npz --out policy.npz
-    python scripts/export.py model.zip --algo maskable_ppo --out policy.npz [--K 32]
-    python scripts/export.py outputs/train/<run>/maskable_ppo.zip --out policy.npz  # a run's settings
-    python scripts/export.py policy.npz --onnx policy.onnx      # also (or only) an ONNX model
-    python scripts/export.py evict.npz --prefetch-from joint.npz --out both.npz   # one file, two heads
+    cachegym export outputs/train/<run>/checkpoints/step_4.npz --out policy.npz
+    cachegym export model.zip --algo maskable_ppo --out policy.npz [--K 32]
+    cachegym export outputs/train/<run>/maskable_ppo.zip --out policy.npz  # a run's settings
+    cachegym export policy.npz --onnx policy.onnx      # also (or only) an ONNX model
+    cachegym export evict.npz --prefetch-from joint.npz --out both.npz   # one file, two heads
 
 (``scripts/train.py`` and the main job already export their final policy; this script turns a
 checkpoint, or an SB3 model saved with ``model.save()``, into a deployable file; ``--onnx`` writes

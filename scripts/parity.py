@@ -1,8 +1,8 @@
 """Check cachegym's classic policies against libCacheSim on a trace, request by request.
 
-    python scripts/parity.py TRACE [--capacities 0.01,0.1] [--policies lru,arc,s3fifo]
-    python scripts/parity.py data/traces/gpt.npz --capacity-of peak_live --capacities 0.25,0.5
-    python scripts/parity.py data/traces/gpt.npz --frees   # frees as libCacheSim deletes
+    cachegym parity TRACE [--capacities 0.01,0.1] [--policies lru,arc,s3fifo]
+    cachegym parity data/traces/gpt.npz --capacity-of peak_live --capacities 0.25,0.5
+    cachegym parity data/traces/gpt.npz --frees   # frees as libCacheSim deletes
 
 The trace (any format ``read_trace`` takes) is written once as oracleGeneral; libCacheSim and
 the pool replay that file at each capacity (bytes, or a fraction of the working set / peak live

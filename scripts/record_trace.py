@@ -1,6 +1,6 @@
 """Record the tensor-level access trace of a ready-made PyTorch workload on CPU.
 
-    python scripts/record_trace.py gpt --steps 4 --seed 0 --out data/traces/gpt.npz
+    cachegym record gpt --steps 4 --seed 0 --out gpt.npz
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Print a trace's statistics; save its reuse-distance histogram, LRU's miss-ratio curve (PNG)
 and the curve's points (mrc.csv) in an output folder.
 
-    python scripts/trace_stats.py data/traces/gpt.npz                # -> outputs/trace_stats/gpt_npz/
-    python scripts/trace_stats.py big.oracleGeneral --sample 0.01 --out /tmp/big
+    cachegym stats data/traces/gpt.npz                # -> outputs/trace_stats/gpt_npz/
+    cachegym stats big.oracleGeneral --sample 0.01 --out /tmp/big
 
 The curve is exact (stack distances) up to 2,000,000 requests and SHARDS-sampled above, or
 at ``--sample R``; with frees in the trace it is a lower bound on LRU's miss ratio.

@@ -272,7 +272,7 @@ def trace_stats(trace: Trace) -> TraceStats:
 def format_stats(s: TraceStats) -> str:
     """Human-readable multi-line summary."""
     lines = [
-        f"requests           {s.requests} ({s.reads} reads, {s.writes} writes, {s.frees} frees)",
+        f"requests           {s.requests} ({s.reads} reads, {s.writes} writes; and {s.frees} frees)",
         f"unique objects     {s.unique_objects}",
         f"working-set bytes  {s.working_set_bytes}",
         f"peak live bytes    {s.peak_live_bytes}",

@@ -388,3 +388,22 @@ def test_a_bad_registry_line_is_named_and_breaks_no_other_name(monkeypatch) -> N
         make_eviction("mru")
     assert make_eviction("lru").name == "lru"
 
+
+
+def test_a_registered_class_beside_the_run_is_found_and_gets_the_runs_seed(
+        monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The README's line ``"mru": "my_policies:MRU"`` looked for cachegym.policies.my_policies
+    alone (it works as my_policies.py:MRU); a registered class taking ``seed`` was built with
+    its own default, not the run's."""
+    from cachegym.policies import registry
+
+    (tmp_path / "my_registered_policies.py").write_text(
+        "from cachegym.policies.lru import LRU\n\n\n"
+        "class Seeded(LRU):\n"
+        "    def __init__(self, seed: int = 123) -> None:\n"
+        "        super().__init__()\n"
+        "        self.seed = seed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(registry._EVICTION, "myseeded", "my_registered_policies:Seeded")
+    assert make_eviction("myseeded", seed=7).seed == 7  # type: ignore[attr-defined]
+    assert make_eviction("myseeded").seed == 123  # type: ignore[attr-defined]
