@@ -537,9 +537,15 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     # nor a failed run loses the earlier ones (its recorded workloads stay: they are reused)
     from cachegym.policies.training.agents import ALGOS
 
+    keep = [str(p) for p in (cfg.get("resume"), cfg.get("init_from")) if p]
+    # a resume continues its run's checkpoints (select_best compares them all): where it
+    # continues in the same folder they stay
+    resumed_ckpts = os.path.join(os.path.dirname(os.path.abspath(resume)), "checkpoints") if resume else None
+    if resumed_ckpts is not None and os.path.realpath(resumed_ckpts) == os.path.realpath(
+            os.path.join(out, "checkpoints")):
+        keep.append(resumed_ckpts)
     set_aside(out, ["config.yaml", "train.json", "results.csv", str(cfg.export_name), "checkpoints",
-                    "tb", *(f"{a}.zip" for a in ALGOS)],
-              keep=[str(p) for p in (cfg.get("resume"), cfg.get("init_from")) if p])
+                    "tb", *(f"{a}.zip" for a in ALGOS)], keep=keep)
     write_config(cfg, out)
     traces = training_traces(cfg, out)
     if not traces:
@@ -571,6 +577,8 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                           write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg,
                           prefetch=prefetch, preset=env_node.get("cost"),
                           objective=str(env_node.get("reward", "traffic")))
+    if resumed_ckpts is not None and val_traces:
+        validator.continue_from(resumed_ckpts)
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,
@@ -591,15 +599,24 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         raise
     collector.close()
     exported = "last"  # which weights the file holds (best_step: the step that validated best)
-    if bool(val.select_best) and validator.best_state is not None:
+    path = os.path.join(out, str(cfg.export_name))
+    if bool(val.select_best) and (validator.best_state is not None or validator.best_file):
         log.info("exporting the best validated checkpoint (step %s, score %.4f)",
                  validator.best_step, validator.best_score)
-        net.load_state_dict(validator.best_state)
         exported = "best_step"
-    meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
-            "validation_traces": [t.name for t in val_traces], "seed": seed}
-    path = export_policy(net, os.path.join(out, str(cfg.export_name)), K=K, candidate_rule=rule,
-                         config=cfg, meta=meta, prefetch=prefetch)
+    if exported == "best_step" and validator.best_file is not None:
+        # the best is a checkpoint of the run this one resumed: that file, as validated
+        import shutil
+
+        path = path if path.endswith(".npz") else path + ".npz"
+        shutil.copyfile(validator.best_file, path)
+    else:
+        if exported == "best_step":
+            net.load_state_dict(validator.best_state)
+        meta = {"agent": to_container(cfg.agent), "traces": [t.name for t in traces],
+                "validation_traces": [t.name for t in val_traces], "seed": seed}
+        path = export_policy(net, path, K=K, candidate_rule=rule, config=cfg, meta=meta,
+                             prefetch=prefetch)
     final = validator.evaluate_file(path) if validator.runs else {}
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
               "history": validator.history, "best_step": validator.best_step,

@@ -8,6 +8,7 @@ deployed.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -67,6 +68,46 @@ class Validator:
         self.best_score = -math.inf
         self.best_step: int | None = None
         self.best_state: dict[str, Any] | None = None
+        # the best checkpoint of the run a resume continues (its weights are in that file, not
+        # in best_state): :meth:`continue_from`
+        self.best_file: str | None = None
+        # what makes scores comparable between runs (a resumed run's are compared to its own)
+        self.fingerprint = {"runs": [[t.name, len(t), str(c), int(cap)] for t, c, cap in self.runs],
+                            "objective": objective, "preset": preset}
+
+    STATE = "validation.json"
+    """The file of ``ckpt_dir`` that keeps the validations so far (history and best step), so
+    that a resumed run selects among its whole history's checkpoints."""
+
+    def continue_from(self, ckpt_dir: str) -> bool:
+        """Take the validations of the run whose checkpoints are in ``ckpt_dir`` (the run a
+        resume continues) as this run's so far, where they were made on the same traces,
+        capacities and objective; the best's weights stay in its checkpoint file
+        (:attr:`best_file`). True when taken."""
+        try:
+            with open(os.path.join(ckpt_dir, self.STATE)) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            return False
+        if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
+            log.warning("resume: %s validated on other traces, capacities or objective: its "
+                        "checkpoints are not compared with this run's", ckpt_dir)
+            return False
+        best = state.get("best_step")
+        path = os.path.join(ckpt_dir, f"step_{best}.npz")
+        self.history = list(state.get("history") or [])
+        if best is not None and os.path.isfile(path):
+            self.best_score, self.best_step, self.best_file = float(state["best_score"]), int(best), path
+        log.info("resume: %d validations of the run resumed taken (best: step %s)",
+                 len(self.history), self.best_step)
+        return True
+
+    def _save_state(self) -> None:
+        state = {"fingerprint": self.fingerprint, "history": self.history,
+                 "best_step": self.best_step,
+                 "best_score": self.best_score if math.isfinite(self.best_score) else None}
+        with open(os.path.join(self.ckpt_dir, self.STATE), "w") as f:
+            json.dump(state, f, indent=1)
 
     def _row(self, i: int, policy: str, learned: str | None = None, prefetch: str = "none",
              preset: str = "none", guard: str | None = None) -> dict[str, Any]:
@@ -171,8 +212,9 @@ class Validator:
         figs = self.evaluate_file(path)
         score = self.score(figs)
         if score > self.best_score:
-            self.best_score, self.best_step = score, step
+            self.best_score, self.best_step, self.best_file = score, step, None
             self.best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
         self.history.append({"step": float(step), **figs})
+        self._save_state()
         log.info("validation at %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in figs.items()))
         return figs

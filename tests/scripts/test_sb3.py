@@ -365,3 +365,31 @@ def test_a_resume_with_other_hyperparameters_or_capacities_is_named(tmp_path, ca
         _warn_config_changes(str(tmp_path / "ppo.zip"), other)
     assert "agent.kwargs: {'learning_rate': 0.0003} -> {'learning_rate': 0.001}" in caplog.text
     assert "capacities: [0.25, 0.5] -> [0.1]" in caplog.text
+
+
+def test_a_resumed_run_selects_among_the_checkpoints_of_the_run_it_continues(tmp_path) -> None:
+    """``validation.select_best`` after ``resume=`` into the same folder compared only the
+    resumed part's checkpoints (the earlier ones were set aside in previous/): an interrupted
+    run's best (here made the best by its record) was lost and a worse one exported."""
+    import json
+
+    val = ["agent=ppo", "agent.total_timesteps=128", "agent.n_envs=1", "agent.kwargs.n_steps=64",
+           "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1", "validation.every=64",
+           "validation.capacities=[0.5]", "validation.select_best=true"]
+    out = tmp_path / "run"
+    first = train(cfg_of([*TINY, *val, f"out_dir={out}"]))
+    ckpts = out / "checkpoints"
+    state = json.loads((ckpts / "validation.json").read_text())
+    assert [h["step"] for h in state["history"]] == [h["step"] for h in first["history"]]
+    early = int(state["history"][0]["step"])
+    state["best_step"], state["best_score"] = early, 1e9  # (an unbeatable earlier checkpoint)
+    (ckpts / "validation.json").write_text(json.dumps(state))
+    done = train(cfg_of([*TINY, *val, f"resume={out / 'ppo.zip'}", f"out_dir={out}"]))
+    assert done["best_step"] == early and done["exported"] == "best_step"
+    assert (out / "policy.npz").read_bytes() == (ckpts / f"step_{early}.npz").read_bytes()
+    assert len(done["history"]) > len(first["history"])  # the earlier validations, then these
+    # validated on other capacities: not compared (the resumed part's best is exported)
+    (ckpts / "validation.json").write_text(json.dumps(state))
+    other = train(cfg_of([*TINY, *val, "validation.capacities=[0.3]", f"resume={out / 'ppo.zip'}",
+                          f"out_dir={out}"]))
+    assert other["best_step"] != early

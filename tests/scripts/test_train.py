@@ -317,7 +317,7 @@ def test_imitation_with_validation_every_0_validates_its_last_round_only(tmp_pat
     every round all the same."""
     res = train(cfg_of(TINY + ["agent=imitation", "agent.dagger.rounds=3", "agent.dagger.steps_per_round=100",
                                "agent.dagger.epochs=1", "validation.every=0", f"out_dir={tmp_path}"]))
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["step_2.npz"]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["step_2.npz", "validation.json"]
     assert [h["step"] for h in res["history"]] == [2]
 
 
