@@ -138,7 +138,8 @@ def _interrupted_sweep(cmd: str) -> str:
 
 
 def _split(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+    """The comma-separated items of ``text``, each once (``10%,10%`` ran twice, two rows)."""
+    return list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
 
 
 def sim(argv: list[str]) -> int:

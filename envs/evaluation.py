@@ -342,10 +342,15 @@ def _check_names(key: str, names: Sequence[str], allowed: Sequence[str], learned
             check_import_spec(n, "victim" if learned else "prefetch")
             continue
         if n not in allowed:
+            import difflib
+
             extra = (" (exported policy files: eval.learned=[PATH])" if learned
                      else ", learned:PATH (a policy file with a prefetch head)")
-            raise ConfigError(f"{key}: unknown value {n!r}; allowed: {', '.join(allowed)}{extra} "
-                              "or FILE.py:Class / module:Class (a class of your own)")
+            near = difflib.get_close_matches(n.strip().lower(), list(allowed), n=1)
+            hint = (f" (did you mean {near[0]!r}?"
+                    f"{' names are lower case' if near[0] == n.strip().lower() else ''})" if near else "")
+            raise ConfigError(f"{key}: unknown value {n!r}{hint}; allowed: {', '.join(allowed)}"
+                              f"{extra} or FILE.py:Class / module:Class (a class of your own)")
 
 
 def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:

@@ -108,6 +108,8 @@ def test_sim_reads_csv_columns_given_as_libcachesim_trace_params(tmp_path: Path,
     (["data/traces/gpt.npz", "npz", "lru", "1 lots"], "'1 lots' is not a size"),
     (["data/traces/gpt.npz", "npz", "lru", "150%"], "not a percentage in (0%, 100%]"),
     (["data/traces/gpt.npz", "npz", "nosuch", "1MiB"], "unknown value 'nosuch'"),
+    (["data/traces/gpt.npz", "npz", "LRU", "1MiB"], "unknown value 'LRU' (did you mean 'lru'? names are lower case)"),
+    (["data/traces/gpt.npz", "npz", "s3fif", "1MiB"], "unknown value 's3fif' (did you mean 's3fifo'?)"),
     (["nope.bin", "npz", "lru", "1MiB"], "no such file 'nope.bin'"),
     (["data/traces/gpt.npz", "npz", "lru", "1MiB", "--preset", "v100"], "v100"),
     (["data/traces/gpt.npz", "xml", "lru", "1MiB"], "expected one of [npz, oracleGeneral, lcs, vscsi, csv, txt]"),
@@ -152,6 +154,14 @@ def test_sim_takes_a_decimal_capacity_as_a_share_as_its_help_says(tmp_path: Path
                          "--out", str(tmp_path / cap)]) == 0
     got = {cap: _rows(tmp_path / cap)[0]["capacity"] for cap in ("0.1", "10%", ".1", "1.0", "100%")}
     assert got["0.1"] == got["10%"] == got[".1"] and got["1.0"] == got["100%"] != got["0.1"]
+
+
+def test_sim_runs_a_repeated_capacity_or_prefetcher_once(tmp_path: Path) -> None:
+    """``10%,10%`` and ``--prefetch lookahead,lookahead`` gave each row twice."""
+    assert cli.main(["sim", "data/traces/gpt.npz", "npz", "lru,lru", "10%,10%", "--bounds", "none",
+                     "--prefetch", "lookahead,lookahead", "--out", str(tmp_path)]) == 0
+    rows = _rows(tmp_path)
+    assert len(rows) == 1 and rows[0]["prefetch"] == "lookahead"
 
 
 def test_sim_takes_a_format_in_any_case_as_read_trace_does(tmp_path: Path) -> None:

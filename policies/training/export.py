@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -40,6 +41,8 @@ from cachegym.policies.training.nets import (
 __all__ = ["export_model", "export_policy", "prefetch_section", "export_file", "export_onnx",
            "with_prefetch_head", "config_hash", "scorer_of", "joint_of", "prefetch_fields", "read_sb3_zip", "sb3_algo", "sb3_scorer", "scorer_from_file",
            "POLICY_CLASSES"]
+
+log = logging.getLogger(__name__)
 
 POLICY_CLASSES = {"MaskablePPO": "MaskableScorerActorCriticPolicy", "PPO": "ScorerActorCriticPolicy",
                   "A2C": "ScorerActorCriticPolicy", "DQN": "ScorerDQNPolicy"}
@@ -317,6 +320,10 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
                               "a training run's zip takes it from the config.yaml beside it)")
         # the rule the model chose its candidates by: the run's env.candidates, else Evict-v0's
         # default (a policy file deployed with another rule sees candidates it never saw)
+        if candidate_rule is None and run_rule is None:  # (taken without a word before)
+            log.warning("export: no training config.yaml beside %s: its candidates are taken to be "
+                        "chosen by Evict-v0's default rule %r; give --candidate-rule (lru or "
+                        "sample) if it was trained with another", src, _evict_default("candidates"))
         candidate_rule = candidate_rule or run_rule or _evict_default("candidates")
         model: Any
         if trust_pickle:
@@ -542,7 +549,8 @@ def export_onnx(policy: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
     """Write the network of the policy file ``policy`` as an ONNX model at ``out``; returns its
     path. Needs the ``onnx`` package (``pip install -e '.[onnx]'``), not torch.
 
-    The model computes :meth:`policies.learned.CandidateScorer.scores` without the mask: inputs
+    The model computes :meth:`policies.learned.CandidateScorer.scores` without the mask (the
+    eviction scorer: a file's prefetch head is not exported, said as a warning): inputs
     ``candidates`` (N, K, F) and ``globals`` (N, G), float32, the features of
     :mod:`policies.features` in its order (the normalisation is folded into the weights); output
     ``scores`` (N, K), the best candidate the highest (mask padded slots before taking it).
@@ -560,6 +568,9 @@ def export_onnx(policy: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
     src = os.fspath(policy)
     LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
     header, arrays = read_policy_file(src)
+    if header.get("prefetch"):  # (it was dropped without a word)
+        log.warning("export_onnx: %s has a prefetch head too; the ONNX model holds its eviction "
+                    "scorer alone (the prefetch head is served from the policy file)", src)
     sc = CandidateScorer(arrays)
     inits = [numpy_helper.from_array(np.asarray(a, np.float32), name) for name, a in (
         ("wc", sc.wc), ("wg", sc.wg), ("b0", sc.b0), ("wo", sc.wo.reshape(-1, 1)),

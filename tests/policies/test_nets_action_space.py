@@ -82,6 +82,20 @@ def test_a_joint_v0_model_exports_both_heads(algo, policy, tmp_path):
     assert LearnedPolicy.load(path).prefetch_head is not None
 
 
+def test_onnx_of_a_joint_file_says_the_prefetch_head_is_left_out(tmp_path, caplog):
+    """The ONNX model holds the eviction scorer alone: a joint file's head was dropped silently."""
+    pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
+    from cachegym.policies.training import export_model
+    from cachegym.policies.training.export import export_onnx
+
+    env = _env("cachegym/Joint-v0")
+    model = _model("maskable_ppo", MaskableScorerActorCriticPolicy, env)
+    path = export_model(model, tmp_path / "joint.npz")
+    with caplog.at_level("WARNING"):
+        export_onnx(path, tmp_path / "joint.onnx")
+    assert "has a prefetch head too" in caplog.text and (tmp_path / "joint.onnx").is_file()
+
+
 def test_a_joint_v0_model_zip_says_how_to_export_it(tmp_path):
     """cachegym export of a Joint-v0 model's zip (read without unpickling) cannot know its
     prefetch settings: it says how to export it, not that it has no scorer."""

@@ -52,6 +52,19 @@ def test_sb3_model_exports_the_same_weights(sb3_zip, tmp_path):
     LearnedPolicy.load(out)  # loadable with NumPy alone
 
 
+def test_a_zip_without_its_runs_config_says_which_candidate_rule_it_assumes(sb3_zip, tmp_path, caplog):
+    """A model trained with env.candidates=lru, copied away from its config.yaml, was exported
+    with the default rule 'sample' without a word."""
+    path, _ = sb3_zip
+    with caplog.at_level("WARNING"):
+        export_file(path, tmp_path / "p.npz", algo="maskable_ppo")
+    assert "no training config.yaml beside" in caplog.text and "--candidate-rule" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        export_file(path, tmp_path / "q.npz", algo="maskable_ppo", candidate_rule="lru")
+    assert "no training config.yaml" not in caplog.text
+
+
 def test_checkpoint_reexport_changes_only_what_is_asked(sb3_zip, tmp_path):
     first = export_file(sb3_zip[0], tmp_path / "a.npz", algo="maskable_ppo")
     second = export_file(first, tmp_path / "b.npz", K=32, candidate_rule="sample")
