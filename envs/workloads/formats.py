@@ -491,20 +491,24 @@ def parse_trace_params(text: str) -> dict[str, Any]:
     tokens = text.split(",")
     i = 0
     while i < len(tokens):
-        tok = tokens[i].strip()
+        tok = tokens[i].lstrip()  # (the right side kept: "delimiter= " is a space)
         i += 1
-        if not tok:
+        if not tok.strip():
             continue
         name, eq, value = tok.partition("=")
         name = name.strip().lower().replace("_", "-")
+        if not (eq and _PARAMS.get(name) == "delimiter"):
+            value, tok = value.strip(), tok.strip()
         if eq and name in _IGNORED:
             continue
         if not eq or name not in _PARAMS:
             raise ConfigError(f"trace parameter {tok!r}: expected NAME=VALUE with NAME one of "
                               f"{', '.join(_PARAMS)} (e.g. 'obj-id-col=2,obj-size-col=3')")
         key = _PARAMS[name]
-        value = value.strip()
-        if key == "delimiter":
+        raw, value = value, value.strip()
+        if key == "delimiter" and raw and not value:  # "delimiter= " (a space, or a tab): that
+            out[key] = raw[0]  # character (it was read as "delimiter=," and became a comma)
+        elif key == "delimiter":
             if value in ("", "\\") and i < len(tokens) and tokens[i].strip() == "":
                 i += 1  # "delimiter=," (or libCacheSim's "delimiter=\,") left the comma's other side
             out[key] = _DELIMITERS.get(value.lower(), value)

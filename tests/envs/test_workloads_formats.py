@@ -168,6 +168,9 @@ def test_a_delimiter_that_is_not_one_byte_is_refused(tmp_path: Path, delimiter: 
     ("time-field=1, obj-id-field=2, size-col=3, header=true, delimiter=\\,, next-access-col=4",
      {"time_col": 1, "obj_id_col": 2, "obj_size_col": 3, "has_header": True, "delimiter": ","}),
     ("obj-size-field=5,size-field=6", {"obj_size_col": 6}),
+    # a space or a tab typed as itself (both became a comma)
+    ("obj-id-col=2,delimiter= ", {"obj_id_col": 2, "delimiter": " "}),
+    ("delimiter=\t,has-header=true", {"delimiter": "\t", "has_header": True}),
 ])
 def test_libcachesim_trace_params_parse_to_reader_options(text: str, options: dict[str, object]) -> None:
     assert parse_trace_params(text) == options
