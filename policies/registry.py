@@ -308,6 +308,10 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
     ``trace`` is given the trace (an oracle), one that takes ``seed`` the run's ``seed`` (as the
     built-in ``random``), unless ``params`` name them."""
     cls = resolve_import_spec(name)
+    if not isinstance(cls, type):  # (a function was called: "int has no victim() method")
+        raise ConfigError(f"policy {name!r} names a {type(cls).__name__}, not a class: name the "
+                          "policy's class (FILE.py:Class), whose instances have the hooks of "
+                          "allocator/seams.py")
     sig = _signature(cls)
     if sig is not None and "trace" in sig.parameters and trace is not None:
         params = {"trace": trace, **params}

@@ -282,6 +282,7 @@ def test_readme_policy_by_file_and_module_keeps_the_invariants(tmp_path, monkeyp
     ("p.py:Needs", "class Needs:\n    def __init__(self, x): pass\n    def victim(self, v): return None\n",
      "constructing it failed"),
     ("p.py:X", "raise RuntimeError('broken at import')\n", "RuntimeError: broken at import"),
+    ("p.py:make", "def make():\n    return 3\n", "names a function, not a class"),
 ])
 def test_user_policy_errors_say_what_is_wrong(spec, body, match, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import sys
