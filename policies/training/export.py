@@ -494,9 +494,10 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
     if not heads:
         if any(".scorer.evict." in f".{k}" for k in state) and any(".scorer.prefetch." in f".{k}"
                                                                    for k in state):
+            cls = _SB3.get(_zip_algo(path) or "maskable_ppo", _SB3["maskable_ppo"])[1]
             raise ConfigError(f"{path}: a Joint-v0 model (an eviction scorer and a prefetch "
                               "head, whose prefetch settings are its env's, not in the zip): "
-                              "export it in Python, export_model(MaskablePPO.load(path, env=env), "
+                              f"export it in Python, export_model({cls}.load(path, env=env), "
                               "'policy.npz') with env = gym.make('cachegym/Joint-v0', ...) as it "
                               "was trained (trusted files only: SB3's load unpickles), or train "
                               "with cachegym train env=joint, which exports both heads")

@@ -96,15 +96,19 @@ def test_onnx_of_a_joint_file_says_the_prefetch_head_is_left_out(tmp_path, caplo
     assert "has a prefetch head too" in caplog.text and (tmp_path / "joint.onnx").is_file()
 
 
-def test_a_joint_v0_model_zip_says_how_to_export_it(tmp_path):
+@pytest.mark.parametrize("algo, policy, cls", [
+    ("maskable_ppo", MaskableScorerActorCriticPolicy, "MaskablePPO"),
+    ("ppo", ScorerActorCriticPolicy, "PPO")])
+def test_a_joint_v0_model_zip_says_how_to_export_it(algo, policy, cls, tmp_path):
     """cachegym export of a Joint-v0 model's zip (read without unpickling) cannot know its
-    prefetch settings: it says how to export it, not that it has no scorer."""
+    prefetch settings: it says how to export it, not that it has no scorer, with the zip's own
+    algorithm (a PPO zip was told MaskablePPO.load)."""
     from cachegym.policies.training.export import export_file
 
-    model = _model("maskable_ppo", MaskableScorerActorCriticPolicy, _env("cachegym/Joint-v0"))
+    model = _model(algo, policy, _env("cachegym/Joint-v0"))
     model.save(tmp_path / "joint.zip")
-    with pytest.raises(ConfigError, match="a Joint-v0 model .*export_model"):
-        export_file(tmp_path / "joint.zip", tmp_path / "p.npz", algo="maskable_ppo")
+    with pytest.raises(ConfigError, match=rf"a Joint-v0 model .*export_model\({cls}\.load"):
+        export_file(tmp_path / "joint.zip", tmp_path / "p.npz", algo=algo)
 
 
 @pytest.mark.parametrize("wrap", ["flatten", "framestack"])
