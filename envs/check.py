@@ -139,6 +139,10 @@ class Checked(Forwarding):
             self._fail(f"victim returned {k!r}, which it does not hold: a policy holds exactly the "
                        "objects on_insert gave it, until on_evict or on_free takes them away "
                        f"({'evicted or freed' if k in self.gone else 'never inserted'})")
+        if k not in view:  # (the policy holds it; the pool's record is gone)
+            self._fail(f"victim returned {k!r}, which names no live object of the pool: its "
+                       "record is gone from view.objects, the pool's own records (read them, "
+                       "never change them: copy what you keep)")
         if not view.evictable(k):
             self._fail(f"victim returned {k!r}, which is not evictable now (pinned, or in "
                        "flight): skip what view.evictable(key) refuses, e.g. with "

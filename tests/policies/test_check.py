@@ -70,6 +70,13 @@ class Raises(MRU):
         raise KeyError(key)
 
 
+class DeletesPoolRecords(MRU):
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        k = super().victim(view)
+        view.objects.pop(k, None)  # (the pool's own record, which the view lends to read)
+        return k
+
+
 def test_a_policy_that_keeps_the_contract_passes() -> None:
     report = check_policy(MRU, seeds=(1,), requests=400)
     assert list(report.rows) == list(CHECKS)
@@ -84,6 +91,7 @@ def test_a_policy_that_keeps_the_contract_passes() -> None:
     (OrderOfAnother, CHECKS[0], r"eviction_order\(\) puts \d+ first .* but victim chose \d+"),
     (KeepsEvicted, CHECKS[0], r"victim returned \d+, which it does not hold: .*\(evicted or freed\)"),
     (Raises, CHECKS[0], r"raised KeyError\(\d+\) in on_hit"),
+    (DeletesPoolRecords, CHECKS[0], r"victim returned \d+, which names no live object of the pool"),
 ])
 def test_each_broken_rule_is_named(cls: type, check: str, match: str) -> None:
     with pytest.raises(PolicyCheckError, match=match) as e:
