@@ -86,6 +86,8 @@ def parse_capacity(value: Any, key: str = "capacity") -> int | float:
     as the float it spells, or a string such as ``"10%"``)."""
     if isinstance(value, str) and re.fullmatch(r"\s*(\d+\.\d*|\.\d+)\s*", value):
         value = float(value)  # (as a config file's 0.1: a share; "1.0" all of it)
+    elif isinstance(value, str) and re.fullmatch(r"\s*(\d+\.?\d*|\.\d+)[eE]-\d+\s*", value):
+        value = float(value)  # ("5e-7" is the share it spells, as "0.0000005"; "1e3" bytes)
     if isinstance(value, float) and value == math.inf:  # (a config file's 1e309)
         raise _too_large(key, value)
     if isinstance(value, str) and value.strip().endswith("%"):

@@ -106,6 +106,14 @@ def test_a_capacity_past_a_float_or_2_60_is_too_large(value: object) -> None:
             parse(value, "capacities")
 
 
+def test_a_share_in_scientific_notation_is_the_share_it_spells() -> None:
+    """'5e-7' was refused as 'not a whole number of bytes' while '0.0000005' is a share."""
+    assert parse_capacity("5e-7") == 5e-7 and parse_capacity("1e-1") == parse_capacity("0.1")
+    assert parse_capacity("1e3") == 1000 and parse_capacity("2.5e9") == 2_500_000_000
+    with pytest.raises(ConfigError, match="neither a whole number of bytes nor a fraction"):
+        parse_capacity("15e-1")
+
+
 def test_the_largest_capacity_is_2_60() -> None:
     assert parse_size(MAX_TOTAL) == MAX_TOTAL == parse_size("1048576TiB")
     with pytest.raises(ConfigError, match="must be > 0"):
