@@ -28,9 +28,24 @@ BENCHES = ("pool", "replay", "env", "decision", "offload", "quality", "guard", "
 # the benchmarks' options that count something (requests, objects, steps, seconds, threads, ...):
 # each must be positive when given
 COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds", "ppo_steps",
-          "vocab", "d", "heads", "layers", "seq", "batch", "threads", "torch_threads", "pairs",
+          "vocab", "d", "heads", "layers", "seq", "batch", "threads", "pairs",
           "max_requests", "capacity", "every",
           "foo_requests")
+NONNEGATIVE = ("torch_threads",)  # (0: torch's default)
+
+
+def _strict(x: object) -> object:
+    """``x`` with every non-finite float as ``None`` (strict JSON has no NaN: a NaN figure, such
+    as a mean over no cell, is null)."""
+    import math
+
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,10 +60,20 @@ def main(argv: list[str] | None = None) -> int:
             mod.add_args(p)
             p.set_defaults(_run=mod.run)
     args = parser.parse_args(argv)
-    for name in COUNTS:
+    import math
+
+    for name in (*COUNTS, *NONNEGATIVE):
         v = getattr(args, name, None)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 0:
-            parser.error(f"argument --{name.replace('_', '-')}: must be > 0, got {v}")
+        least = 0 if name in NONNEGATIVE else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (
+                not math.isfinite(v) or (v < 0 if least == 0 else not v > 0)):
+            parser.error(f"argument --{name.replace('_', '-')}: must be "
+                         f"{'' if math.isfinite(v) else 'a finite number '}"
+                         f"{'>= 0' if least == 0 else '> 0'}, got {v}")
+    import cachegym
+
+    # which checkout is measured (`python scripts/bench.py` imports the installed cachegym)
+    print(f"cachegym {os.path.dirname(os.path.abspath(cachegym.__file__))}", flush=True)
     if args.json:  # refuse a path the figures cannot be written to before a run of minutes
         d = os.path.dirname(os.path.abspath(args.json))
         if os.path.isdir(args.json) or not os.path.isdir(d) or not os.access(d, os.W_OK):
@@ -65,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         try:
             with open(args.json, "w") as f:
-                json.dump(figures, f, indent=2)
+                json.dump(_strict(figures), f, indent=2, allow_nan=False)
         except OSError as e:  # the run's figures are not lost: printed instead
-            print(json.dumps(figures, indent=2))
+            print(json.dumps(_strict(figures), indent=2))
             print(f"error: cannot write {args.json!r}: {e.strerror or e}; the figures are printed "
                   "above", file=sys.stderr)
             return 2

@@ -76,8 +76,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  lru     misses {lru['misses']:14.1f}  traffic {lru['traffic_bytes']:18.1f} B")
         out["foo"][mode] = {"capacity": cap, "wall_s": wall, "lru": lru,
                             **{k: v.__dict__ for k, v in b.items()}}
+    # the targets are set on 7,000 requests (FOO) and 10^6 (PFOO-L): a verdict on other sizes
+    # says so
+    foo_size = "" if len(rec) == 7_000 else f" -- on {len(rec)} requests, not the target's 7,000"
     print(f"FOO (foo_l + foo_u) worst {worst_foo:.2f} s (target < {FOO_TARGET_S:.0f} s): "
-          f"{'met' if worst_foo < FOO_TARGET_S else 'NOT met'}")
+          f"{'met' if worst_foo < FOO_TARGET_S else 'NOT met'}{foo_size}")
     t0 = time.perf_counter()
     z = zipf(args.requests, args.objects, 0.9, size=4096, size_sigma=1.0, write_fraction=0.3,
              seed=args.seed)
@@ -91,8 +94,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f" mode {mode}, capacity {cap}:")
         print(_line("pfoo_l", b["pfoo_l"]))
         out["pfoo_l"][mode] = {"capacity": cap, **b["pfoo_l"].__dict__}
+    pfoo_size = "" if len(z) == 1_000_000 else f" -- on {len(z)} requests, not the target's 10^6"
     print(f"PFOO-L worst {worst_pfoo:.2f} s (target < {PFOO_TARGET_S:.0f} s): "
-          f"{'met' if worst_pfoo < PFOO_TARGET_S else 'NOT met'}")
+          f"{'met' if worst_pfoo < PFOO_TARGET_S else 'NOT met'}{pfoo_size}")
     out.update(foo_s=worst_foo, pfoo_l_s=worst_pfoo, foo_met=worst_foo < FOO_TARGET_S,
-               pfoo_l_met=worst_pfoo < PFOO_TARGET_S)
+               pfoo_l_met=worst_pfoo < PFOO_TARGET_S, at_target_sizes=not (foo_size or pfoo_size))
     return out

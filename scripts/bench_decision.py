@@ -31,7 +31,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="exported policy file (default: a random network, same shape)")
     p.add_argument("--K", type=_at_least_one, default=32, help="candidates per decision (default 32)")
     p.add_argument("--requests", type=int, default=60_000, help="trace length")
-    p.add_argument("--hidden", type=int, nargs="+", default=[64, 32], help="random network's widths")
+    p.add_argument("--hidden", type=_width, nargs="+", default=[64, 32], help="random network's widths")
 
 
 def _at_least_one(text: str) -> int:
@@ -39,6 +39,13 @@ def _at_least_one(text: str) -> int:
     if k < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1 candidates, got {k}")
     return k
+
+
+def _width(text: str) -> int:
+    n = int(text)
+    if n < 1:  # (-1 failed in NumPy; 0 as a corrupt temporary policy file)
+        raise argparse.ArgumentTypeError(f"a layer's width must be >= 1, got {n}")
+    return n
 
 
 def _random_policy(hidden: list[int], K: int, d: str) -> str:

@@ -82,15 +82,26 @@ def _child(root: str, args: argparse.Namespace, trace: str, pad: int = 0) -> dic
     if out.returncode != 0:
         from cachegym.allocator.errors import ConfigError
 
-        raise ConfigError(f"the replay under {root} failed: {out.stderr.strip()[-2000:]}")
+        lines = out.stderr.strip().splitlines()
+        raise ConfigError(f"the replay under {root} failed: {lines[-1] if lines else out.returncode}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.config import guard_node
+
+    # checked here, in the caller's folder (each replay runs in its checkout's: a relative
+    # --policy named another file there, or none)
+    if not os.path.isfile(args.policy):
+        raise ConfigError(f"--policy {args.policy!r}: no such file; give an exported policy file")
+    args.policy = os.path.abspath(args.policy)
+    guard_node(args.guard, "--guard")
+    for trace in args.trace:
+        if not os.path.isfile(os.path.join(ROOT, "data", "traces", f"{trace}.npz")):
+            raise ConfigError(f"--trace {trace!r}: not a bundled trace (data/traces/NAME.npz)")
     trees = {"this": ROOT}
     if args.baseline:
-        from cachegym.allocator.errors import ConfigError
-
         base = os.path.abspath(args.baseline)
         if not os.path.isdir(os.path.join(base, "policies")):
             raise ConfigError(f"--baseline {args.baseline!r}: not a checkout of this project (no "

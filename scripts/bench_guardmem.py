@@ -59,11 +59,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pool = Pool(max(1, m // 4) * size, pol, placement="bytes", oversize="bypass")
     samples: list[dict[str, Any]] = []
     done = 0
-    chunk = min(every, 100_000)
     t0 = time.perf_counter()
     print(f"{'requests':>12} {'RSS MiB':>9} {'req/s':>9}  largest structure")
-    while done < args.requests:
-        n = min(chunk, args.requests - done)
+    while done < args.requests:  # (chunks of at most 100,000 that end on every sample)
+        n = min(100_000, every - done % every, args.requests - done)
         tr = Trace.from_arrays(keys[zipf_ranks(rng, n, m, args.alpha)], size)
         pool.replay(tr)
         done += n
@@ -80,7 +79,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     growth = last["rss_mib"] - first["rss_mib"]
     print(f"RSS from {first['requests']:,} to {last['requests']:,} requests: {growth:+.1f} MiB "
           f"({m:,} objects, guard {args.guard})")
-    return {"objects": m, "guard": args.guard, "samples": samples, "rss_growth_mib": growth}
+    # flat: once every object has been seen (the second half of the samples), RSS grows by no
+    # more than noise (FLAT_MIB + FLAT_SHARE of it), nor does the largest structure
+    mid = samples[len(samples) // 2]
+    late = last["rss_mib"] - mid["rss_mib"]
+    flat = late <= FLAT_MIB + FLAT_SHARE * mid["rss_mib"] and last["largest"] <= 1.1 * mid["largest"]
+    print(f"target: flat over the second half ({mid['requests']:,} to {last['requests']:,} "
+          f"requests: RSS {late:+.1f} MiB, largest structure {mid['largest']:,} -> "
+          f"{last['largest']:,}; at most {FLAT_MIB} MiB + {100 * FLAT_SHARE:.0f}% and +10%): "
+          f"{'met' if flat else 'NOT met'}")
+    return {"objects": m, "guard": args.guard, "samples": samples, "rss_growth_mib": growth,
+            "rss_growth_second_half_mib": late, "target_met": flat}
+
+
+FLAT_MIB, FLAT_SHARE = 5.0, 0.02
+"""What "flat within noise" allows over the second half of the samples: 5 MiB + 2% of RSS."""
 
 
 def _per_object(args: argparse.Namespace) -> dict[str, Any]:

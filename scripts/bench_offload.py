@@ -267,4 +267,12 @@ def _overhead(args: argparse.Namespace, model: Any, batches: Any, fp: dict[str, 
           f"{fig['pack_ms_per_step']:.2f} ms ({fig['pack_pool_ms_per_step']:.2f} in Pool.access), "
           f"unpack {fig['unpack_ms_per_step']:.2f} ms ({fig['unpack_pool_ms_per_step']:.2f} in "
           "Pool.access)")
+    fig["target_overhead"], fig["target_met"] = OVERHEAD_TARGET, fig["overhead"] <= OVERHEAD_TARGET
+    print(f"target (issue #25, CPU): overhead at most {100 * OVERHEAD_TARGET:.0f}% with a budget "
+          f"above the footprint: {'met' if fig['target_met'] else 'NOT met'} "
+          f"({100 * fig['overhead']:+.1f}%)")
     return fig
+
+
+OVERHEAD_TARGET = 0.05
+"""Issue #25's CPU target: with a budget above the footprint, offload's step at most 5% slower."""

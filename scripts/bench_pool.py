@@ -156,7 +156,14 @@ def _measure(warm: list[int], keys: list[int], cap: int, size: int, placement: s
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from cachegym.allocator.arena import ALIGN
+    from cachegym.allocator.errors import ConfigError
+
     placements = ("bytes", "arena") if args.placement == "both" else (args.placement,)
+    if "arena" in placements and args.size % ALIGN:  # (refused before the bytes rows are run)
+        raise ConfigError(f"--size {args.size}: the arena placement's blocks are {ALIGN} bytes, so "
+                          f"its objects' sizes are multiples of {ALIGN} (one eviction per miss); "
+                          "give such a --size, or --placement bytes")
     work = _workloads(args)
     figures: dict[str, Any] = {"accesses": args.accesses, "objects": args.objects,
                                "size": args.size, "repeat": args.repeat,

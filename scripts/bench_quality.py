@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     logging.basicConfig(level=logging.WARNING)
+    off = [c for c in args.capacities if not 0 < c <= 1]  # (3 was taken as 3 bytes)
+    if off:
+        raise ConfigError(f"--capacities: {off} are not fractions of peak live bytes in (0, 1]")
     path = args.policy
     if path is None and not args.train:
         found = sorted(glob.glob(os.path.join("outputs", "main", "*", "train", "policy.npz")),

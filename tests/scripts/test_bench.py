@@ -221,3 +221,38 @@ def test_quality_bench_unknown_trace_is_one_line() -> None:
     r = _bench("quality", "--traces", "web_cdn_s777", "--policy", str(ROOT / "tests" / "golden" / "policy.npz"))
     assert r.returncode == 2 and "Traceback" not in r.stderr  # (web_cdn_s777 is in --broad only)
     assert r.stderr.startswith("error: --traces: ['web_cdn_s777'] not among the held-out traces")
+
+
+@pytest.mark.parametrize("args, says", [
+    (("regret", "--traces", "zipf", "--capacities", "-0.5"), "--capacities: [-0.5] are not fractions"),
+    (("regret", "--traces", "zipf", "--preset", "a100_pcie4"), "--preset 'a100_pcie4' times copies for --objective stall"),
+    (("quality", "--policy", "tests/golden/policy.npz", "--capacities", "3"), "--capacities: [3.0] are not fractions"),
+    (("replay", "--requests", "1000", "--dl-trace", "/nonexistent.npz"), "/nonexistent.npz"),
+    (("replay", "--requests", "1000", "--policies", "lirs"), "--policies 'lirs': give some of"),
+    (("replay", "--requests", "1000", "--policies", ","), "--policies ',': give some of"),
+    (("replay", "--capacity", "inf"), "argument --capacity: must be a finite number > 0, got inf"),
+    (("pool", "--size", "3", "--objects", "7"), "--size 3: the arena placement's blocks are 512 bytes"),
+    (("guard", "--policy", "nowhere.npz"), "--policy 'nowhere.npz': no such file"),
+    (("guard", "--trace", "nosuch"), "--trace 'nosuch': not a bundled trace"),
+    (("decision", "--hidden", "-1"), "argument --hidden: a layer's width must be >= 1, got -1"),
+    (("env", "--torch-threads", "-1"), "argument --torch-threads: must be >= 0, got -1"),
+])
+def test_bad_benchmark_values_are_one_line_before_any_run(args: tuple[str, ...], says: str) -> None:
+    """(A helper's audit: each ran on nonsense -- a 1-byte pool, 3 bytes, a generated trace in
+    place of the missing file --, or ended in a traceback.)"""
+    r = _bench(*args)
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_json_figures_are_strict_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quality --json`` wrote NaN (a mean over no zoo cell), which strict parsers refuse."""
+    import json
+    import math
+
+    from cachegym.scripts import bench, bench_bounds
+
+    monkeypatch.setattr(bench_bounds, "run", lambda args: {"a": math.nan, "b": [1.0, math.inf], "c": 2})
+    out = tmp_path / "f.json"
+    assert bench.main(["bounds", "--json", str(out)]) == 0
+    assert json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(c)) == {
+        "a": None, "b": [1.0, None], "c": 2}
