@@ -465,7 +465,9 @@ def _check_outputs(cfg: Any) -> None:
 def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
     """``out_dir/results.csv``: the exported policy's validation figures (one row, ``policy``
     ``name``) and LRU's on the same runs, in the evaluator's column names, so that a training
-    multirun merges into one table like an evaluation sweep (:mod:`envs.sweep`)."""
+    multirun merges into one table like an evaluation sweep (:mod:`envs.sweep`); a run
+    validated on stall adds ``prefetch``, ``stall_ns`` (mean over the validation cells) and the
+    learned row's ``stall_ratio``."""
     learned = {"policy": name, "miss_ratio": final.get("miss_ratio_learned"),
                "traffic_bytes": final.get("traffic_learned"),
                # (the deployed policy's gaps; not the network alone's, ``*_network``)
@@ -473,6 +475,12 @@ def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
                   if k.startswith("gap_closed_") and not k.endswith("_network")}}
     lru = {"policy": "lru", "miss_ratio": final.get("miss_ratio_lru"),
            "traffic_bytes": final.get("traffic_lru")}
+    if "stall_learned" in final:  # (a run for stall under a preset: validated on stall too)
+        joint = "stall_lru_lookahead" in final  # its prefetch head, against LRU + lookahead
+        learned.update(prefetch="learned" if joint else "none", stall_ns=final["stall_learned"],
+                       stall_ratio=final.get("stall_ratio"))
+        lru.update(prefetch="lookahead" if joint else "none",
+                   stall_ns=final.get("stall_lru_lookahead" if joint else "stall_lru"))
     cols = list(learned)
 
     def write(f: Any) -> None:

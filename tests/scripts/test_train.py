@@ -135,6 +135,13 @@ def test_an_eviction_run_for_stall_plans_and_validates_stall(tmp_path):
     val = res["validation"]
     assert val["stall_learned"] > 0 and val["stall_lru"] > 0 and val["stall_ratio"] > 0
     LearnedPolicy.load(res["policy"])
+    import csv  # results.csv (what a training multirun merges) has the stall it was selected on
+
+    with open(tmp_path / "results.csv") as f:
+        rows = {r["policy"]: r for r in csv.DictReader(f)}
+    assert float(rows["learned"]["stall_ns"]) == val["stall_learned"]
+    assert float(rows["lru"]["stall_ns"]) == val["stall_lru"] and rows["lru"]["prefetch"] == "none"
+    assert float(rows["learned"]["stall_ratio"]) == val["stall_ratio"]
 
 
 def test_validation_reports_the_deployed_policy_and_the_network_alone(tmp_path):
