@@ -100,11 +100,13 @@ def old_learned_name_error(name: str, key: str | None = None) -> ConfigError | N
         return None
     path = path or "PATH"
     where = f"{key}: " if key else ""
+    how = ("in a config an exported policy is a file of eval.learned, its guard a config group "
+           "(learned:PATH is `cachegym sim`'s shorthand for them)" if prefix.lower() == "learned"
+           else "exported policies are no longer named PREFIX:PATH; the guard is a config group")
     return ConfigError(
-        f"{where}{name!r}: exported policies are no longer named PREFIX:PATH; the guard is a config "
-        f"group (conf/policy/guard/: {', '.join(_guard_names())}): write eval.learned=[{path}] "
-        f"eval.learned_guards=[{guard}] on the command line, or make_eviction('learned', "
-        f"path={path!r}, guard={guard!r}) in Python")
+        f"{where}{name!r}: {how} (conf/policy/guard/: {', '.join(_guard_names())}): write "
+        f"eval.learned=[{path}] eval.learned_guards=[{guard}] on the command line, or "
+        f"make_eviction('learned', path={path!r}, guard={guard!r}) in Python")
 
 
 def _guard_names() -> tuple[str, ...]:

@@ -443,6 +443,8 @@ def test_guard_group_options_build_the_named_guards() -> None:
      r"learned policy needs a file: make_eviction\('learned', path=PATH"),
     (lambda: __import__("cachegym.policies.registry", fromlist=["make_eviction"]).make_eviction("learned_lru:x.npz"),
      r"no longer named PREFIX:PATH.*guard='lru'"),
+    (lambda: __import__("cachegym.policies.registry", fromlist=["make_eviction"]).make_eviction("learned:x.npz"),
+     r"an exported policy is a file of eval.learned.*learned:PATH is `cachegym sim`'s shorthand"),
 ])
 def test_guard_names_are_checked(call, match: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match=match):
