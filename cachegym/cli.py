@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         from cachegym.envs.config import check_list_overrides
 
         check_list_overrides(rest, mod.SCHEMA, f"cachegym {cmd}")
+        problem = _unknown_group_option(rest)
+        if problem:  # (Hydra's own message: 15 lines, the schema's base_* nodes among the options)
+            print(f"cachegym {cmd}: {problem}", file=sys.stderr)
+            return 2
         if {"hydra/launcher=slurm", "hydra/launcher=submitit_slurm"} & set(rest) \
                 and shutil.which("srun") is None:  # (submitit's refusal came as a traceback)
             print(f"cachegym {cmd}: hydra/launcher=slurm submits the jobs with SLURM, and this "
@@ -99,6 +103,30 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         sys.argv = saved
+
+
+def _unknown_group_option(rest: list[str]) -> str | None:
+    """The first ``GROUP=OPTION`` override of one of this project's config groups (``conf/``'s
+    folders: agent, env, policy, policy/guard, trace, allocator, experiment) naming no option of
+    it, said with the options; ``None`` when all name one (Hydra's own groups and plugins are
+    left to Hydra)."""
+    from cachegym.envs.paths import CONF_DIR
+
+    for arg in rest:
+        key, eq, value = arg.partition("=")
+        key = key.lstrip("+")
+        if not eq or key.startswith(("hydra", "~")) or "." in key or any(c in value for c in "()[]{}*$"):
+            continue  # (Hydra's sweep functions, globs and interpolations: Hydra reads them)
+        folder = os.path.join(CONF_DIR, *key.split("/"))
+        if not os.path.isdir(folder):
+            continue
+        options = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
+        for v in value.split(","):  # (a multirun's list)
+            v = v.strip()
+            if v and v != "null" and v not in options:
+                return (f"{key}={v}: no such option of the config group {key!r}; the options: "
+                        f"{', '.join(options)}")
+    return None
 
 
 def _no_ray_cluster(rest: list[str]) -> str | None:

@@ -430,3 +430,22 @@ def test_the_ray_cluster_launcher_without_a_cluster_is_refused_in_one_line(
     assert cli._no_ray_cluster(["hydra.launcher.ray.init.address=10.0.0.1:6379"]) is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert cli._no_ray_cluster([]) is None and tried == []
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", "agent=a2c"], "agent=a2c: no such option of the config group 'agent'; the options: dqn, imitation"),
+    (["train", "-m", "env=evict,evic"], "env=evic: no such option of the config group 'env'"),
+    (["evaluate", "policy/guard=shadw"], "policy/guard=shadw: no such option of the config group 'policy/guard'"),
+])
+def test_an_unknown_config_group_option_is_one_line(
+        argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra's own message was 15 lines with its search path, listing the schema's base_*
+    nodes as options, and exited 1."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and "base_sb3" not in err
+
+
+def test_config_group_sweep_functions_are_left_to_hydra() -> None:
+    assert cli._unknown_group_option(["agent=choice(ppo,dqn)", "env=${oc.env:X}", "agent=null"]) is None
+    assert cli._unknown_group_option(["+experiment=quick", "hydra/launcher=joblib"]) is None
