@@ -449,3 +449,15 @@ def test_an_unknown_config_group_option_is_one_line(
 def test_config_group_sweep_functions_are_left_to_hydra() -> None:
     assert cli._unknown_group_option(["agent=choice(ppo,dqn)", "env=${oc.env:X}", "agent=null"]) is None
     assert cli._unknown_group_option(["+experiment=quick", "hydra/launcher=joblib"]) is None
+
+
+@pytest.mark.parametrize("cmd", ["demo", "train", "evaluate"])
+def test_a_hydra_commands_help_says_what_it_does(cmd: str) -> None:
+    """It began 'main is powered by Hydra.' and described nothing."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "cachegym", cmd, "--help"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(f"cachegym {cmd}: ")
+    assert "powered by Hydra" not in r.stdout
