@@ -333,6 +333,12 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
             model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
             n_cand = K if K is not None else int(model.observation_space["mask"].n)
         else:
+            joint = sb3_joint(src)  # a Joint-v0 model: both heads, its run's prefetch settings
+            if joint is not None:
+                jnet, n_actions, pf = joint
+                return export_policy(jnet, out, K=K if K is not None else n_actions - 1,
+                                     candidate_rule=candidate_rule, prefetch=pf,
+                                     meta={"source": os.path.basename(src), "algo": algo})
             model, n_cand_read = sb3_scorer(src)
             n_cand = K if K is not None else n_cand_read
         return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule,
@@ -483,6 +489,76 @@ def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None
     except (ValueError, RecursionError):
         fields = {}
     return state, opt if isinstance(opt, Mapping) else None, fields if isinstance(fields, dict) else {}
+
+
+def _run_env(zip_path: str) -> dict[str, Any] | None:
+    """The ``env`` section of the training run's ``config.yaml`` beside ``zip_path`` (YAML data:
+    no code runs), ``None`` where there is none."""
+    import yaml
+
+    path = os.path.join(os.path.dirname(os.path.abspath(zip_path)), "config.yaml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    env = cfg.get("env") if isinstance(cfg, dict) else None
+    return env if isinstance(env, dict) else None
+
+
+def sb3_joint(path: str) -> tuple[JointScorerNet, int, dict[str, Any]] | None:
+    """A Joint-v0 model's :class:`JointScorerNet`, its action count (``K + 1``) and its policy
+    file's ``prefetch`` section from the training run's ``config.yaml`` beside it (``env.K``,
+    ``env.opportunity``, ``env.predictor``, Joint-v0's defaults where not set), read without
+    unpickling; ``None`` for a zip whose policy has no joint scorer. A joint model without its
+    run's config is refused (its prefetch settings are its env's, not in the zip)."""
+    import inspect
+
+    from cachegym.envs.joint import JointEnv
+    from cachegym.policies.successors import make_predictor
+
+    state, _, fields = read_sb3_zip(path)
+    heads = sorted((k[:-len("evict.cand_in.weight")] for k in state
+                    if str(k).endswith("scorer.evict.cand_in.weight")),
+                   key=lambda h: ("target" in h, len(h), h))
+    if not heads:
+        return None
+    env = _run_env(path)
+    if env is None or not str(env.get("_target_", "")).endswith("JointEnv"):
+        cls = _SB3.get(_zip_algo(path) or "maskable_ppo", _SB3["maskable_ppo"])[1]
+        raise ConfigError(f"{path}: a Joint-v0 model (an eviction scorer and a prefetch head, "
+                          "whose prefetch settings are its env's, not in the zip) without the "
+                          "config.yaml of the training run beside it: put it back, or export it "
+                          f"in Python, export_model({cls}.load(path, env=env), 'policy.npz') with "
+                          "env = gym.make('cachegym/Joint-v0', ...) as it was trained (trusted "
+                          "files only: SB3's load unpickles)")
+    head = heads[0]
+    sub = {k[len(head):]: v for k, v in state.items() if k.startswith(head)}
+    try:
+        n_layers = sum(1 for k in sub if k.startswith("evict.layers.") and k.endswith(".weight"))
+        w = sub["evict.cand_in.weight"]
+        hidden = [int(w.shape[0])] + [int(sub[f"evict.layers.{i}.weight"].shape[0])
+                                      for i in range(n_layers)]
+        if len(hidden) > MAX_LAYERS or max(hidden) > MAX_WIDTH:
+            raise PolicyFileError(f"{path}: the scorer's tensors declare hidden layers {hidden}, "
+                                  f"more than a policy file holds: not a model of this project")
+        jnet = JointScorerNet(int(w.shape[1]), int(sub["evict.glob_in.weight"].shape[1]), hidden)
+        jnet.load_state_dict(sub, strict=True)
+    except (KeyError, RuntimeError, ValueError, IndexError) as e:
+        raise PolicyFileError(f"{path}: the joint scorer's tensors do not form a JointScorerNet "
+                              f"({type(e).__name__}: {e})") from None
+    try:
+        space = fields.get("action_space", {})
+        n = int(space["n"]) if isinstance(space, dict) and "n" in space else None
+    except (ValueError, TypeError):
+        n = None
+    if n is None or n < 2:
+        raise ConfigError(f"{path}: the number of candidates cannot be read without unpickling; "
+                          "give it with --K (K=)")
+    defaults = inspect.signature(JointEnv).parameters
+    pf = prefetch_fields(int(env.get("K", n - 1)), env.get("opportunity", defaults["opportunity"].default),
+                         make_predictor(env.get("predictor")))
+    return jnet, n, pf
 
 
 def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:

@@ -393,3 +393,25 @@ def test_a_resumed_run_selects_among_the_checkpoints_of_the_run_it_continues(tmp
     other = train(cfg_of([*TINY, *val, "validation.capacities=[0.3]", f"resume={out / 'ppo.zip'}",
                           f"out_dir={out}"]))
     assert other["best_step"] != early
+
+
+def test_a_joint_runs_zip_exports_both_heads_with_its_runs_prefetch_settings(tmp_path) -> None:
+    """`cachegym export OUT/ppo.zip` of an env=joint run was refused (its prefetch settings are
+    its env's): they are in the run's config.yaml beside the zip, read as data. The export
+    equals the run's own policy file; without that config the zip is refused, saying so."""
+    import shutil
+
+    from cachegym.policies.training.export import export_file
+
+    out = tmp_path / "run"
+    res = train(cfg_of([*TINY, *PPO_TINY, "env=joint", f"out_dir={out}"]))
+    again = export_file(str(out / "ppo.zip"), str(tmp_path / "again.npz"))
+    h1, a1 = read_policy_file(res["policy"])
+    h2, a2 = read_policy_file(again)
+    assert h2["prefetch"] == h1["prefetch"] and (h2["K"], h2["candidate_rule"]) == (h1["K"], h1["candidate_rule"])
+    assert sorted(a1) == sorted(a2) and all(np.array_equal(a1[k], a2[k]) for k in a1)
+    assert LearnedPolicy.load(again).prefetch_head is not None
+    (tmp_path / "alone").mkdir()
+    shutil.copy(out / "ppo.zip", tmp_path / "alone" / "ppo.zip")
+    with pytest.raises(ConfigError, match="a Joint-v0 model .* without the config.yaml of the training run"):
+        export_file(str(tmp_path / "alone" / "ppo.zip"), str(tmp_path / "x.npz"))
