@@ -36,7 +36,7 @@ def _vector_flags() -> list[str]:
 def _purepy() -> ModuleType:
     """allocator/_purepy.py (standard library only), loaded by path: its ``source_hash`` is the
     one the record is checked with."""
-    spec = importlib.util.spec_from_file_location("_cachegym_purepy", os.path.join("allocator", "_purepy.py"))
+    spec = importlib.util.spec_from_file_location("_cachegym_purepy", os.path.join("cachegym", "allocator", "_purepy.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -29,7 +29,12 @@ __all__ = ["ENV_IDS", "ActivationOffload", "CachegymError", "LearnedPolicy", "Po
 
 def __getattr__(name: str) -> Any:
     if name == "ActivationOffload":  # imports torch: only when asked for
-        from cachegym.allocator.offload import ActivationOffload
-
+        try:
+            from cachegym.allocator.offload import ActivationOffload
+        except ModuleNotFoundError as e:
+            if e.name != "torch":
+                raise
+            raise ImportError("cachegym.ActivationOffload needs PyTorch, of the train extra: pip "
+                              "install -c constraints.txt 'cachegym[train]'") from e
         return ActivationOffload
     raise AttributeError(f"module 'cachegym' has no attribute {name!r}")

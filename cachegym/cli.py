@@ -66,6 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     if cmd == "sim":
         return sim(rest)
     module, is_hydra, _ = COMMANDS[cmd]
+    try:
+        return _run(cmd, module, is_hydra, rest)
+    except ModuleNotFoundError as e:  # an extra not installed: which, and how (was a traceback)
+        extra = _EXTRAS.get((e.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(f"cachegym {cmd}: needs {e.name}, of the {extra} extra: pip install -c "
+              f"constraints.txt 'cachegym[{extra}]' (in a checkout: make install)", file=sys.stderr)
+        return 2
+
+
+_EXTRAS = {"torch": "train", "stable_baselines3": "train", "sb3_contrib": "train",
+           "tensorboard": "train", "libcachesim": "dev", "onnx": "onnx"}
+"""The optional packages a command may need, and the extra of pyproject.toml that installs each."""
+
+
+def _run(cmd: str, module: str, is_hydra: bool, rest: list[str]) -> int:
     mod = importlib.import_module(f"cachegym.scripts.{module}")
     if is_hydra:  # one value for a list-typed key: refused with the list to write
         from cachegym.envs.config import check_list_overrides

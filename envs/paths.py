@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["CONF_DIR", "PACKAGE_DIR", "PROJECT_ROOT", "data_path", "project_path",
+__all__ = ["CONF_DIR", "PACKAGE_DIR", "PROJECT_ROOT", "data_path", "golden_policy", "project_path",
            "resolve_data_path"]
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,9 +31,22 @@ def project_path(*parts: str) -> str:
     """The absolute path of ``parts`` under the repository root of a checkout (``tests/...``);
     a :class:`FileNotFoundError` in an installed wheel, which has no tests."""
     if PROJECT_ROOT is None:
-        raise FileNotFoundError(f"{os.path.join(*parts)}: only in a checkout of cachegym's "
-                                "repository (this is an installed package)")
+        what = os.path.join(*parts) if parts else "the repository root"
+        raise FileNotFoundError(f"{what}: only in a checkout of cachegym's repository (this is an "
+                                "installed package)")
     return os.path.join(PROJECT_ROOT, *parts)
+
+
+def golden_policy(flag: str = "--policy") -> str:
+    """The goldens' policy file (``tests/golden/policy.npz``), a benchmark's default policy; in
+    an installed package, which has no tests, a :class:`ConfigError` asking for ``flag``."""
+    from cachegym.allocator.errors import ConfigError
+
+    try:
+        return project_path("tests", "golden", "policy.npz")
+    except FileNotFoundError:
+        raise ConfigError(f"give {flag} PATH (an exported policy file): the default, "
+                          "tests/golden/policy.npz, is in a checkout of the repository only") from None
 
 
 def resolve_data_path(path: str) -> str:

@@ -82,8 +82,8 @@ def _libcachesim() -> Any:
     try:
         import libcachesim
     except ImportError:
-        raise ConfigError("libCacheSim is not installed: pip install libcachesim "
-                          "(or pip install -e '.[dev]')") from None
+        raise ConfigError("libCacheSim is not installed: pip install libcachesim (the dev extra: "
+                          "pip install 'cachegym[dev]')") from None
     return libcachesim
 
 

@@ -29,13 +29,13 @@ import sys
 import time
 from typing import Any
 
-from cachegym.envs.paths import project_path
+from cachegym.envs.paths import PROJECT_ROOT, golden_policy
 
-ROOT = project_path()  # a checkout's: this benchmark compares checkouts
+ROOT = PROJECT_ROOT or ""  # a checkout's: this benchmark compares checkouts (run() says so)
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default=os.path.join(ROOT, "tests", "golden", "policy.npz"),
+    p.add_argument("--policy", default=None,
                    help="exported policy file (default: the goldens' tests/golden/policy.npz)")
     p.add_argument("--guard", default="shadow", help="guard (conf/policy/guard/: shadow, trial, lru, none)")
     p.add_argument("--trace", nargs="+", default=["gpt"], help="bundled traces (data/traces/NAME.npz)")
@@ -91,8 +91,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cachegym.allocator.errors import ConfigError
     from cachegym.envs.config import guard_node
 
+    if not ROOT:
+        raise ConfigError("bench guard measures checkouts of the repository side by side (this "
+                          "one and --baseline): run it in a checkout (git clone; make install)")
     # checked here, in the caller's folder (each replay runs in its checkout's: a relative
     # --policy named another file there, or none)
+    args.policy = args.policy or golden_policy()
     if not os.path.isfile(args.policy):
         raise ConfigError(f"--policy {args.policy!r}: no such file; give an exported policy file")
     args.policy = os.path.abspath(args.policy)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from cachegym.envs.paths import project_path
+from cachegym.envs.paths import golden_policy
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(args.seed)
     keys = rng.permutation(m).astype(np.int64)
     size = 4096
-    policy = args.policy or project_path("tests", "golden", "policy.npz")
+    policy = args.policy or golden_policy()
     pol = make_eviction("learned", path=policy, guard=args.guard)
     pool = Pool(max(1, m // 4) * size, pol, placement="bytes", oversize="bypass")
     samples: list[dict[str, Any]] = []
@@ -111,7 +111,7 @@ def _per_object(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--distinct: {n} is not a number of objects; give one >= 1")
     # distinct keys in no simple order (an odd multiplier is a bijection modulo 2**40)
     tr = Trace.from_arrays(np.arange(n, dtype=np.int64) * 2654435761 % (1 << 40), 4096)
-    policy = args.policy or project_path("tests", "golden", "policy.npz")
+    policy = args.policy or golden_policy()
     out: dict[str, Any] = {"objects": n, "guard": args.guard}
     for name in ("learned", "lru"):
         pol = (make_eviction("learned", path=policy, guard=args.guard) if name == "learned"

@@ -28,9 +28,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from cachegym.envs.paths import project_path
+from cachegym.envs.paths import data_path, golden_policy
 
-ROOT = project_path()
 EXPERTS = ("network", "lru", "s3fifo", "gdsf", "lfu", "arc", "slru")
 
 
@@ -56,7 +55,7 @@ def FAMILIES(n: int, seed: int = 0) -> dict[str, Callable[[], Any]]:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", nargs="+", default=[os.path.join(ROOT, "tests", "golden", "policy.npz")],
+    p.add_argument("--policy", nargs="+", default=None,
                    help="exported policy files (default: tests/golden/policy.npz)")
     p.add_argument("--guard", default="shadow", help="guard (conf/policy/guard/), default shadow")
     p.add_argument("--traces", nargs="+", help="bundled trace names and families (default: all)")
@@ -130,7 +129,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cachegym.envs.evaluation import check_jobs, in_workers
     from cachegym.envs.workloads import read_trace
 
-    bundled = {os.path.basename(f)[:-4]: f for f in sorted(glob.glob(os.path.join(ROOT, "data", "traces", "*.npz")))}
+    bundled = {os.path.basename(f)[:-4]: f for f in sorted(glob.glob(data_path("traces", "*.npz")))}
+    args.policy = args.policy or [golden_policy()]
     fams = FAMILIES(args.requests)
     names = args.traces or [*bundled, *fams]
     bad = [n for n in names if n not in bundled and n not in fams]

@@ -63,13 +63,13 @@ def _zipf(args: argparse.Namespace) -> Any:
 
 def _dl(args: argparse.Namespace) -> Any:
     from cachegym.allocator.trace import Trace
-    from cachegym.envs.paths import project_path
+    from cachegym.envs.paths import data_path
 
     if args.dl_trace is not None:  # (a missing file given is an error: no generated stand-in)
         from cachegym.envs.workloads import read_trace
 
         return read_trace(args.dl_trace)
-    path = project_path("data", "traces", "gpt.npz")
+    path = data_path("traces", "gpt.npz")
     if os.path.exists(path):
         return Trace.load(path)
     from cachegym.envs.workloads import generate

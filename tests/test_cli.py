@@ -461,3 +461,29 @@ def test_a_hydra_commands_help_says_what_it_does(cmd: str) -> None:
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith(f"cachegym {cmd}: ")
     assert "powered by Hydra" not in r.stdout
+
+
+@pytest.mark.parametrize("argv", [["train", "--help"], ["export", "x.zip", "--out", "y.npz"],
+                                  ["record", "gpt", "--out", "g.npz"]])
+def test_a_command_whose_extra_is_not_installed_says_which_in_one_line(argv: list[str]) -> None:
+    """Without the train extra (no torch) these ended in a 20-line ModuleNotFoundError."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"  # (as if it were not installed)
+            "from cachegym import cli; sys.exit(cli.main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == (f"cachegym {argv[0]}: needs torch, of the train extra: pip install -c "
+                                "constraints.txt 'cachegym[train]' (in a checkout: make install)")
+
+
+def test_activation_offload_without_torch_names_the_extra() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\nimport cachegym\n"
+            "try:\n    cachegym.ActivationOffload\nexcept ImportError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "needs PyTorch, of the train extra: pip install -c constraints.txt 'cachegym[train]'" in r.stdout

@@ -640,8 +640,8 @@ def export_onnx(policy: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
         import onnx
         from onnx import TensorProto, helper, numpy_helper
     except ImportError:
-        raise ConfigError("ONNX export needs the onnx package: pip install -e '.[onnx]' (or pip "
-                          "install onnx)") from None
+        raise ConfigError("ONNX export needs the onnx package: pip install onnx (the onnx extra: "
+                          "pip install 'cachegym[onnx]')") from None
     src = os.fspath(policy)
     LearnedPolicy.load(src)  # refuses a corrupt, truncated or mismatched file
     header, arrays = read_policy_file(src)

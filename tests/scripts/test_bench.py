@@ -256,3 +256,18 @@ def test_json_figures_are_strict_json(tmp_path: Path, monkeypatch: pytest.Monkey
     assert bench.main(["bounds", "--json", str(out)]) == 0
     assert json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(c)) == {
         "a": None, "b": [1.0, None], "c": 2}
+
+
+def test_every_benchmark_loads_in_an_installed_package() -> None:
+    """An installed wheel has no tests/ (PROJECT_ROOT None): guard and regret ended in a
+    TypeError at import, even for --help; their default policy now asks for --policy."""
+    code = ("import sys\nimport cachegym.envs.paths as p\np.PROJECT_ROOT = None\n"
+            "from cachegym.scripts import bench\n"
+            "for name in bench.BENCHES:\n"
+            "    try:\n        bench.main([name, '--help'])\n"
+            "    except SystemExit as e:\n        assert e.code == 0, (name, e.code)\n"
+            "from cachegym.allocator.errors import ConfigError\n"
+            "try:\n    p.golden_policy()\nexcept ConfigError as e:\n    print('ASKS', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ASKS give --policy PATH" in r.stdout

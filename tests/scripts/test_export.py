@@ -226,7 +226,7 @@ def test_onnx_export_refuses_bad_sources_and_says_what_to_install(tmp_path, monk
         export_onnx(broken, tmp_path / "x.onnx")
     assert not (tmp_path / "x.onnx").exists()
     monkeypatch.setitem(sys.modules, "onnx", None)  # as if it were not installed
-    with pytest.raises(ConfigError, match=r"ONNX export needs the onnx package: pip install -e '\.\[onnx\]'"):
+    with pytest.raises(ConfigError, match=r"ONNX export needs the onnx package: pip install onnx \(the onnx extra: pip install 'cachegym\[onnx\]'\)"):
         export_onnx(_random_policy(tmp_path, [8]), tmp_path / "x.onnx")
 
 
