@@ -85,6 +85,18 @@ def check_build() -> None:
                       "install`, or `python setup.py build_ext --inplace` in the checkout",
                       RuntimeWarning, stacklevel=3)
         install()
+    elif not compiled_here():
+        warnings.warn(f"cachegym: the core is not compiled in {_PACKAGE} (no build there, or no "
+                      "compiler where it was installed): it runs interpreted, the same results "
+                      "10-40x slower; build it with `make install` in a checkout (`pip install -e "
+                      ".`), or set CACHEGYM_PURE_PYTHON=1 to run it interpreted without this "
+                      "warning", RuntimeWarning, stacklevel=3)
+
+
+def compiled_here() -> bool:
+    """Whether the access loop's compiled module is beside its source (a build ran here)."""
+    return any(os.path.exists(os.path.join(_HERE, "loop" + suffix))
+               for suffix in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):

@@ -110,4 +110,8 @@ def test_a_stale_build_warns_and_runs_the_sources(monkeypatch: pytest.MonkeyPatc
     assert installed == [True]
     monkeypatch.setattr(_purepy, "stale", lambda record=None: [])
     _purepy.check_build()
+    # no build at all (a checkout's sources run without `make install`): said once, as slower
+    monkeypatch.setattr(_purepy, "compiled_here", lambda: False)
+    with pytest.warns(RuntimeWarning, match=r"the core is not compiled in .* runs interpreted"):
+        _purepy.check_build()
     assert installed == [True]
