@@ -129,6 +129,9 @@ def _unknown_group_option(rest: list[str]) -> str | None:
     left to Hydra)."""
     from cachegym.envs.paths import CONF_DIR
 
+    if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
+                         "+hydra.searchpath")) for a in rest):
+        return None  # (configs of the user's may add options: Hydra knows them)
     for arg in rest:
         key, eq, value = arg.partition("=")
         key = key.lstrip("+")

@@ -449,6 +449,11 @@ def test_an_unknown_config_group_option_is_one_line(
 def test_config_group_sweep_functions_are_left_to_hydra() -> None:
     assert cli._unknown_group_option(["agent=choice(ppo,dqn)", "env=${oc.env:X}", "agent=null"]) is None
     assert cli._unknown_group_option(["+experiment=quick", "hydra/launcher=joblib"]) is None
+    # a config folder of the user's may add options (agent=imit_dqn in --config-dir DIR)
+    for extra in (["--config-dir", "/x"], ["-cd", "/x"], ["--config-dir=/x"],
+                  ["hydra.searchpath=[file:///x]"]):
+        assert cli._unknown_group_option([*extra, "agent=imit_dqn"]) is None
+    assert cli._unknown_group_option(["agent=imit_dqn"]) is not None
 
 
 @pytest.mark.parametrize("cmd", ["demo", "train", "evaluate"])
