@@ -193,11 +193,13 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
         if path.endswith(".zip"):
             raise ConfigError(f"init_from={path}: an SB3 model .zip; continue it with resume={path}, "
                               "or give a policy file (.npz) here")
+        if not path.endswith(".npz"):  # (a trace given here was called a corrupt policy file)
+            raise ConfigError(f"init_from={path}: not a policy file; give the .npz that training "
+                              "or `cachegym export` wrote (OUT/policy.npz)")
         try:
             net = scorer_from_file(path, ignore)
         except PolicyFileError as e:
-            raise PolicyFileError(f"init_from: {e}; give a policy file that training or scripts/"
-                                  "export.py wrote (OUT/policy.npz)") from None
+            raise PolicyFileError(f"init_from: {e}") from None
         if list(net.hidden) != list(hidden):
             raise ConfigError(f"init_from={path}: its network's hidden layers are {net.hidden}, policy.hidden "
                               f"is {list(hidden)}; set policy.hidden=[{','.join(map(str, net.hidden))}]")

@@ -161,6 +161,7 @@ def test_init_from_starts_from_an_exported_policy(tmp_path) -> None:
     (["resume=policy.npz"], ConfigError, r"resume=policy.npz: not an SB3 model .zip.*init_from=POLICY.npz"),
     (["init_from=nowhere/policy.npz"], PolicyFileError, r"init_from: policy file nowhere/policy.npz: no such file"),
     (["init_from=run/ppo.zip"], ConfigError, r"init_from=run/ppo.zip: an SB3 model .zip; continue it with resume="),
+    (["init_from=my.csv"], ConfigError, r"init_from=my.csv: not a policy file; give the .npz"),
     (["init_from=a.npz", "resume=b.zip"], ConfigError, r"give one"),
 ])
 def test_bad_warm_starts_are_refused_before_any_work(overrides, error, match, tmp_path) -> None:
