@@ -98,7 +98,8 @@ def _run(cmd: str, module: str, is_hydra: bool, rest: list[str]) -> int:
                   "machine has no `srun`: run the command on a SLURM login node, or drop the "
                   "launcher (the jobs then run side by side on this machine)", file=sys.stderr)
             return 2
-        if "hydra/launcher=ray_cluster" in rest:
+        if "hydra/launcher=ray_cluster" in rest and ({"-m", "--multirun"} & set(rest) or any(
+                a.startswith("hydra.mode=MULTIRUN") for a in rest)):  # (the launcher's jobs)
             problem = _no_ray_cluster(rest)
             if problem:
                 print(f"cachegym {cmd}: {problem}", file=sys.stderr)
@@ -142,7 +143,7 @@ def _unknown_group_option(rest: list[str]) -> str | None:
             continue
         options = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
         for v in value.split(","):  # (a multirun's list)
-            v = v.strip()
+            v = v.strip().strip("'\"")  # (quoted as Hydra takes it: agent='ppo')
             if v and v != "null" and v not in options:
                 return (f"{key}={v}: no such option of the config group {key!r}; the options: "
                         f"{', '.join(options)}")
@@ -154,7 +155,7 @@ def _no_ray_cluster(rest: list[str]) -> str | None:
     is named (no ``hydra.launcher.ray.init.address=``, no ``RAY_ADDRESS``), say so in a line
     when this machine belongs to none (Ray's refusal came as a traceback through Hydra's)."""
     if os.environ.get("RAY_ADDRESS") or any(
-            a.startswith("hydra.launcher.ray.init.address=") for a in rest):
+            a.lstrip("+").startswith("hydra.launcher.ray.init.address=") for a in rest):
         return None
     try:
         import ray

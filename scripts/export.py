@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
                    "policy .npz source")
     p.add_argument("--onnx", metavar="PATH", help="also write the network as an ONNX model (inputs "
                    "candidates (N, K, F) and globals (N, G), output scores (N, K))")
-    p.add_argument("--K", type=int, default=None, help="candidates per decision (default: the source's)")
+    p.add_argument("--K", type=int, default=None, help="candidates per eviction decision (default: "
+                   "the source's; a prefetch head keeps its own)")
     p.add_argument("--candidate-rule", choices=["lru", "sample"], default=None,
                    help="how a decision picks its candidates (default: the source's; for an SB3 "
                         ".zip the env.candidates of the training run's config.yaml beside it, else "

@@ -428,6 +428,7 @@ def test_the_ray_cluster_launcher_without_a_cluster_is_refused_in_one_line(
     assert len(err.strip().splitlines()) == 1
     tried.clear()
     assert cli._no_ray_cluster(["hydra.launcher.ray.init.address=10.0.0.1:6379"]) is None
+    assert cli._no_ray_cluster(["++hydra.launcher.ray.init.address=10.0.0.1:6379"]) is None
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert cli._no_ray_cluster([]) is None and tried == []
 
@@ -454,6 +455,7 @@ def test_config_group_sweep_functions_are_left_to_hydra() -> None:
                   ["hydra.searchpath=[file:///x]"]):
         assert cli._unknown_group_option([*extra, "agent=imit_dqn"]) is None
     assert cli._unknown_group_option(["agent=imit_dqn"]) is not None
+    assert cli._unknown_group_option(["agent='ppo'", 'env="evict"']) is None  # (quoted, as Hydra)
 
 
 @pytest.mark.parametrize("cmd", ["demo", "train", "evaluate"])

@@ -326,6 +326,12 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
                         "sample) if it was trained with another", src, _evict_default("candidates"))
         candidate_rule = candidate_rule or run_rule or _evict_default("candidates")
         model: Any
+        joint = sb3_joint(src)  # a Joint-v0 model: both heads, its run's prefetch settings
+        if joint is not None:  # (its tensors are all it needs: read without unpickling, always)
+            jnet, n_actions, pf = joint
+            return export_policy(jnet, out, K=K if K is not None else n_actions - 1,
+                                 candidate_rule=candidate_rule, prefetch=pf,
+                                 meta={"source": os.path.basename(src), "algo": algo})
         if trust_pickle:
             import importlib
 
@@ -333,12 +339,6 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
             model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
             n_cand = K if K is not None else int(model.observation_space["mask"].n)
         else:
-            joint = sb3_joint(src)  # a Joint-v0 model: both heads, its run's prefetch settings
-            if joint is not None:
-                jnet, n_actions, pf = joint
-                return export_policy(jnet, out, K=K if K is not None else n_actions - 1,
-                                     candidate_rule=candidate_rule, prefetch=pf,
-                                     meta={"source": os.path.basename(src), "algo": algo})
             model, n_cand_read = sb3_scorer(src)
             n_cand = K if K is not None else n_cand_read
         return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule,
@@ -555,8 +555,12 @@ def sb3_joint(path: str) -> tuple[JointScorerNet, int, dict[str, Any]] | None:
     if n is None or n < 2:
         raise ConfigError(f"{path}: the number of candidates cannot be read without unpickling; "
                           "give it with --K (K=)")
+    if env.get("K") is not None and env.get("K") != n - 1:  # (the config of another run)
+        raise ConfigError(f"{path}: its model decides among {n - 1} candidates, and the config.yaml "
+                          f"beside it says env.K={env.get('K')}: not the config of the run that "
+                          "saved it; put that run's config.yaml beside the zip")
     defaults = inspect.signature(JointEnv).parameters
-    pf = prefetch_fields(int(env.get("K", n - 1)), env.get("opportunity", defaults["opportunity"].default),
+    pf = prefetch_fields(n - 1, env.get("opportunity", defaults["opportunity"].default),
                          make_predictor(env.get("predictor")))
     return jnet, n, pf
 

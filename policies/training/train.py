@@ -587,8 +587,10 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                           write_policy=str(enum_value(alloc.write_policy)), seed=seed, config=cfg,
                           prefetch=prefetch, preset=env_node.get("cost"),
                           objective=str(env_node.get("reward", "traffic")))
-    if resumed_ckpts is not None and val_traces:
-        validator.continue_from(resumed_ckpts)
+    if resumed_ckpts is not None and val_traces:  # (up to the resumed model's step count)
+        _, _, zfields = read_sb3_zip(str(resume))
+        steps = zfields.get("num_timesteps")
+        validator.continue_from(resumed_ckpts, until=steps if isinstance(steps, int) else None)
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
         log_dir=os.path.join(out, "tb") if cfg.tensorboard else None,

@@ -73,41 +73,73 @@ class Validator:
         self.best_file: str | None = None
         # what makes scores comparable between runs (a resumed run's are compared to its own)
         self.fingerprint = {"runs": [[t.name, len(t), str(c), int(cap)] for t, c, cap in self.runs],
-                            "objective": objective, "preset": preset}
+                            "objective": objective, "preset": preset,
+                            "pool": {k: v for k, v in self.opts.items() if k != "decision_timing"},
+                            "prefetch": prefetch}
 
     STATE = "validation.json"
     """The file of ``ckpt_dir`` that keeps the validations so far (history and best step), so
     that a resumed run selects among its whole history's checkpoints."""
 
-    def continue_from(self, ckpt_dir: str) -> bool:
+    def continue_from(self, ckpt_dir: str, until: int | None = None) -> bool:
         """Take the validations of the run whose checkpoints are in ``ckpt_dir`` (the run a
         resume continues) as this run's so far, where they were made on the same traces,
-        capacities and objective; the best's weights stay in its checkpoint file
-        (:attr:`best_file`). True when taken."""
+        capacities, objective and pool settings, and at steps up to ``until`` (the resumed
+        model's: a run resumed twice from one model keeps the first time's alone); the best's
+        weights stay in its checkpoint file (:attr:`best_file`, wherever an earlier resume found
+        it). True when taken; a file that cannot be read, or holds other settings, is said."""
+        where = os.path.join(ckpt_dir, self.STATE)
+        if not os.path.exists(where):
+            return False
         try:
-            with open(os.path.join(ckpt_dir, self.STATE)) as f:
+            with open(where) as f:
                 state = json.load(f)
-        except (OSError, ValueError):
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+            history = [dict(h, step=float(h["step"])) for h in state.get("history") or []]
+            best = state.get("best_step")
+            best = None if best is None else int(best)
+            score = None if best is None else float(state["best_score"])
+            best_file = state.get("best_file")
+            if best_file is not None and not isinstance(best_file, str):
+                raise ValueError("best_file is no path")
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            log.warning("resume: %s cannot be read (%s): the resumed run's checkpoints are not "
+                        "compared with this run's", where, e)
             return False
-        if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
-            log.warning("resume: %s validated on other traces, capacities or objective: its "
-                        "checkpoints are not compared with this run's", ckpt_dir)
+        if state.get("fingerprint") != self.fingerprint:
+            log.warning("resume: %s validated on other traces, capacities, objective or pool "
+                        "settings: its checkpoints are not compared with this run's", ckpt_dir)
             return False
-        best = state.get("best_step")
-        path = os.path.join(ckpt_dir, f"step_{best}.npz")
-        self.history = list(state.get("history") or [])
-        if best is not None and os.path.isfile(path):
-            self.best_score, self.best_step, self.best_file = float(state["best_score"]), int(best), path
+        if until is not None:  # (validations past the model resumed: a run that went on from it)
+            history = [h for h in history if h["step"] <= until]
+            if best is not None and best > until:
+                best = None
+        self.history = history
+        if best is not None:
+            name = f"step_{best}.npz"  # (the record's file where it is that step's)
+            path = (best_file if best_file and os.path.basename(best_file) == name
+                    else os.path.join(ckpt_dir, name))
+            if os.path.isfile(path) and score is not None:
+                self.best_score, self.best_step, self.best_file = score, best, os.path.abspath(path)
+            else:
+                log.warning("resume: the best checkpoint of the run resumed (step %d) is gone "
+                            "(%s): it is not compared with this run's", best, path)
         log.info("resume: %d validations of the run resumed taken (best: step %s)",
                  len(self.history), self.best_step)
         return True
 
     def _save_state(self) -> None:
+        from cachegym.allocator.files import replace_atomically
+
+        best_file = self.best_file or (None if self.best_step is None else os.path.abspath(
+            os.path.join(self.ckpt_dir, f"step_{self.best_step}.npz")))
         state = {"fingerprint": self.fingerprint, "history": self.history,
-                 "best_step": self.best_step,
+                 "best_step": self.best_step, "best_file": best_file,
                  "best_score": self.best_score if math.isfinite(self.best_score) else None}
-        with open(os.path.join(self.ckpt_dir, self.STATE), "w") as f:
-            json.dump(state, f, indent=1)
+        # (whole or not at all: an interrupted run, the one a resume reads, is the usual case)
+        replace_atomically(os.path.join(self.ckpt_dir, self.STATE),
+                           lambda f: json.dump(state, f, indent=1))
 
     def _row(self, i: int, policy: str, learned: str | None = None, prefetch: str = "none",
              preset: str = "none", guard: str | None = None) -> dict[str, Any]:

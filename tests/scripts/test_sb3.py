@@ -412,7 +412,65 @@ def test_a_joint_runs_zip_exports_both_heads_with_its_runs_prefetch_settings(tmp
     assert h2["prefetch"] == h1["prefetch"] and (h2["K"], h2["candidate_rule"]) == (h1["K"], h1["candidate_rule"])
     assert sorted(a1) == sorted(a2) and all(np.array_equal(a1[k], a2[k]) for k in a1)
     assert LearnedPolicy.load(again).prefetch_head is not None
+    # read without unpickling whatever --trust-pickle says (it failed in an internal error)
+    trusted = export_file(str(out / "ppo.zip"), str(tmp_path / "trusted.npz"), trust_pickle=True)
+    assert read_policy_file(trusted)[0]["prefetch"] == h1["prefetch"]
+    (tmp_path / "other").mkdir()  # the config of another run (another K) beside it: refused
+    shutil.copy(out / "ppo.zip", tmp_path / "other" / "ppo.zip")
+    (tmp_path / "other" / "config.yaml").write_text(
+        (out / "config.yaml").read_text().replace(f"K: {h1['K']}", "K: 3"))
+    with pytest.raises(ConfigError, match="says env.K=3: not the config of the run that saved it"):
+        export_file(str(tmp_path / "other" / "ppo.zip"), str(tmp_path / "y.npz"))
     (tmp_path / "alone").mkdir()
     shutil.copy(out / "ppo.zip", tmp_path / "alone" / "ppo.zip")
     with pytest.raises(ConfigError, match="a Joint-v0 model .* without the config.yaml of the training run"):
         export_file(str(tmp_path / "alone" / "ppo.zip"), str(tmp_path / "x.npz"))
+
+
+def test_a_resume_of_a_resume_in_other_folders_keeps_the_first_runs_best(tmp_path) -> None:
+    """Each run in a folder of its own (the default): C resumed B, which had resumed A, took the
+    history but looked for A's best checkpoint in B's folder, and exported another (a review)."""
+    import json
+
+    val = ["agent=ppo", "agent.total_timesteps=128", "agent.n_envs=1", "agent.kwargs.n_steps=64",
+           "agent.kwargs.batch_size=64", "agent.kwargs.n_epochs=1", "validation.every=64",
+           "validation.capacities=[0.5]", "validation.select_best=true"]
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    train(cfg_of([*TINY, *val, f"out_dir={a}"]))
+    state = json.loads((a / "checkpoints" / "validation.json").read_text())
+    early = int(state["history"][0]["step"])
+    state["best_step"], state["best_score"], state["best_file"] = early, 1e9, None
+    (a / "checkpoints" / "validation.json").write_text(json.dumps(state))
+    train(cfg_of([*TINY, *val, f"resume={a / 'ppo.zip'}", f"out_dir={b}"]))
+    done = train(cfg_of([*TINY, *val, f"resume={b / 'ppo.zip'}", f"out_dir={c}"]))
+    assert done["best_step"] == early
+    assert (c / "policy.npz").read_bytes() == (a / "checkpoints" / f"step_{early}.npz").read_bytes()
+
+
+def test_a_validation_record_that_cannot_be_read_is_said_not_a_crash(tmp_path, caplog) -> None:
+    """A record cut short (a run interrupted while writing it) was skipped silently; wrong
+    types (best_score null, history 5) ended the resumed run in a TypeError."""
+    from cachegym.envs.workloads import generate
+    from cachegym.policies.training.validation import Validator
+
+    t = generate("zipf", seed=0, n_requests=500, n_objects=50)
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for text in ('{"history": [', '{"history": 5, "best_step": 3}',
+                 '{"history": [], "best_step": 3, "best_score": null}'):
+        (ck / "validation.json").write_text(text)
+        v = Validator([t], [0.5], "working_set", str(tmp_path / "new"), K=8, candidate_rule="lru")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert v.continue_from(str(ck)) is False
+        assert "cannot be read" in caplog.text and v.best_step is None and v.history == []
+    # the steps of a run that went on past the model resumed are not taken
+    v = Validator([t], [0.5], "working_set", str(tmp_path / "new"), K=8, candidate_rule="lru")
+    (ck / "step_64.npz").write_bytes(b"x")
+    rec = {"fingerprint": v.fingerprint, "history": [{"step": 64.0}, {"step": 192.0}],
+           "best_step": 192, "best_score": 1.0}
+    import json
+
+    (ck / "validation.json").write_text(json.dumps(rec))
+    assert v.continue_from(str(ck), until=128) and [h["step"] for h in v.history] == [64.0]
+    assert v.best_step is None
