@@ -271,8 +271,8 @@ def test_objects_mode_fractions_and_prefetch(tmp_path: Path) -> None:
     # without a policy file too (it was accepted silently: a helper's audit)
     ("eval.learned_guards=[shadw]", r"eval.learned_guards: unknown guard 'shadw'"),
     ("eval.policies=[lru,learned]", r"eval.policies: 'learned' needs its file: give eval.learned=\[PATH\]"),
-    ("eval.policies=[learned:/x/p.npz]", r"eval.policies: 'learned:/x/p.npz': exported policies are no "
-     r"longer named PREFIX:PATH.*write eval.learned=\[/x/p.npz\] eval.learned_guards=\[shadow\]"),
+    ("eval.policies=[learned:/x/p.npz]", r"eval.policies: 'learned:/x/p.npz': in a config an exported "
+     r"policy is a file of eval.learned.*write eval.learned=\[/x/p.npz\] eval.learned_guards=\[shadow\]"),
     ("eval.policies=[learned_bare:/x/p.npz]", r"eval.learned_guards=\[none\].*make_eviction\('learned', "
      r"path='/x/p.npz', guard='none'\)"),
 ])
