@@ -547,14 +547,7 @@ def sb3_joint(path: str) -> tuple[JointScorerNet, int, dict[str, Any]] | None:
     except (KeyError, RuntimeError, ValueError, IndexError) as e:
         raise PolicyFileError(f"{path}: the joint scorer's tensors do not form a JointScorerNet "
                               f"({type(e).__name__}: {e})") from None
-    try:
-        space = fields.get("action_space", {})
-        n = int(space["n"]) if isinstance(space, dict) and "n" in space else None
-    except (ValueError, TypeError):
-        n = None
-    if n is None or n < 2:
-        raise ConfigError(f"{path}: the number of candidates cannot be read without unpickling; "
-                          "give it with --K (K=)")
+    n = _action_count(path, fields, 2)
     if env.get("K") is not None and env.get("K") != n - 1:  # (the config of another run)
         raise ConfigError(f"{path}: its model decides among {n - 1} candidates, and the config.yaml "
                           f"beside it says env.K={env.get('K')}: not the config of the run that "
@@ -602,15 +595,21 @@ def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
     except (KeyError, RuntimeError, ValueError, IndexError) as e:
         raise PolicyFileError(f"{path}: the scorer's tensors do not form a CandidateScorerNet "
                               f"({type(e).__name__}: {e})") from None
+    return net, _action_count(path, fields, 1)
+
+
+def _action_count(path: str, fields: Mapping[str, Any], least: int) -> int:
+    """The action space's ``n`` of an SB3 zip's ``data`` fields (read as JSON), at least
+    ``least``; a :class:`ConfigError` asking for ``--K`` where it cannot be read."""
     try:
         space = fields.get("action_space", {})
-        n = int(space["n"]) if isinstance(space, dict) and "n" in space else None
+        n = int(space["n"]) if isinstance(space, Mapping) and "n" in space else None
     except (ValueError, TypeError):
         n = None
-    if n is None or n < 1:
+    if n is None or n < least:
         raise ConfigError(f"{path}: the number of candidates cannot be read without unpickling; "
                           "give it with --K (K=)")
-    return net, n
+    return n
 
 
 def scorer_from_file(path: str | os.PathLike[str], ignore: Sequence[int] = ()) -> CandidateScorerNet:
