@@ -393,6 +393,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ev = out["evict"]["decisions_per_s"]
     print(f"eviction decisions/s vs target {EVICT_TARGET:,.0f}: {ev / EVICT_TARGET:.2f}x "
           f"({'met' if ev >= EVICT_TARGET else 'NOT met'})")
+    out["targets"] = {"evict_decisions_per_s": EVICT_TARGET, "ppo_env_share": PPO_SHARE_TARGET}
+    out["evict_target_met"] = ev >= EVICT_TARGET
     if args.segments:
         project_env = _project_setup(args.seed)[2](0)  # train.yaml's traces, its first capacity
         for rule in ("lru", "sample", "project"):
@@ -410,6 +412,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   f"decisions, {c['rows']:.0f} rows; CPU): {c['loop_us']:.1f} us/decision")
     for agent in ("sb3", "project"):
         p = ppo_env_share(args.K, args.ppo_steps, args.seed, agent, args.torch_threads)
+        p["target_met"] = p["env_share"] <= PPO_SHARE_TARGET
         out[f"ppo_{agent}"] = p
         print(f"PPO ({p['what']}; {p['timesteps']} steps): learn {p['learn_s']:.1f} s, env step/reset "
               f"{p['env_s']:.1f} s -> env share {100 * p['env_share']:.1f}% (target <= "
