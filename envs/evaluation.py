@@ -1005,11 +1005,12 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             "by_net")
     lines = []
     prefetchers = {str(r["prefetch"]) for r in rows}
+    policies = {str(r["policy"]) for r in rows}
     for r in rows:
         bytes_mode = r["mode"] == "bytes"
         lines.append((
             str(r["trace"])[:24], human_bytes(r["capacity"]) if bytes_mode
-            else str(r["capacity"]), policy_label(r["policy"]),
+            else str(r["capacity"]), policy_label(r["policy"], policies),
             prefetch_label(r["prefetch"], prefetchers), r["preset"],
             human_bytes(r["traffic_bytes"], 4) if bytes_mode else _fmt(r["traffic_bytes"], "{:.0f} obj"),
             _fmt(r["gap_closed_traffic"], "{:.3f}"),
@@ -1059,14 +1060,21 @@ def human_bytes(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def policy_label(policy: str) -> str:
-    """A short display name: ``/long/path/my_policies.py:MRU`` -> ``my_policies.py:MRU``
-    (an exported policy's name, ``learned[shadow]``, is short already)."""
+def policy_label(policy: str, among: Iterable[str] = ()) -> str:
+    """A short display name: ``/long/path/my_policies.py:MRU`` -> ``my_policies.py:MRU``, with
+    as many of the path's last folders as tell it from the other classes of files of ``among``
+    (``a/p.py:MRU`` beside ``b/p.py:MRU``: both read ``p.py:MRU``); an exported policy's name,
+    ``learned[shadow]``, is short already; the ``policy`` column of the CSV keeps the path."""
     if policy.startswith("learned["):
         return policy
     where, sep, cls = policy.rpartition(":")
     if sep and where.endswith(".py"):
-        return f"{os.path.basename(where)}:{cls}"
+        others = set()
+        for p in among:
+            w, s2, c = p.rpartition(":")
+            if s2 and w.endswith(".py") and c == cls and p != policy:
+                others.add(tuple(os.path.normpath(w).split(os.sep)))
+        return "/".join(_tail(os.path.normpath(where).split(os.sep), others)) + f":{cls}"
     return policy
 
 
@@ -1141,6 +1149,7 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                            and math.isfinite(float(r[field]))), default=0.0)
                 unit, scale = _traffic_unit(top, mode)
                 ylabel = ylabel.format(unit)
+            shown = {str(r["policy"]) for r in sel}
             for pol in dict.fromkeys(r["policy"] for r in sel):
                 kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
                 if (kind == "stall_reference" or pol in _STALL_ONLY) and field != "stall_ns":
@@ -1157,8 +1166,8 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                              kind, dict(color=colour.get(pol, "tab:blue")))
                 (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts],
                                   marker=_MARKER.get(kind, "o"), ms=3 if kind == "policy" else 5,
-                                  label=policy_label(pol), **style)  # type: ignore[arg-type]
-                handles.setdefault(policy_label(pol), line)
+                                  label=policy_label(pol, shown), **style)  # type: ignore[arg-type]
+                handles.setdefault(policy_label(pol, shown), line)
             ax.set_xscale("log")
             ax.set_xticks(caps)
             ax.set_xticklabels([human_bytes(c) if mode == "bytes" else str(c) for c in caps],

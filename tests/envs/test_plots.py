@@ -66,3 +66,13 @@ def test_policy_files_of_one_name_are_told_apart_by_their_folders() -> None:
     assert _distinct_tails(["/x/p.npz", "/x/q/p.npz"]) == ["x/p", "q/p"]
     assert _distinct_tails(["/x/p.npz", "/x/q.npz"]) == ["p", "q"]
     assert _distinct_tails(["/x/p.npz", "/x/p"]) == ["p#1", "p#2"]
+
+
+def test_two_classes_of_files_of_one_name_are_labelled_apart() -> None:
+    """``a/p.py:MRU`` and ``b/p.py:MRU`` both read ``p.py:MRU`` in the table and the plots."""
+    from cachegym.envs.evaluation import policy_label
+
+    both = ["/x/a/p.py:MRU", "/x/b/p.py:MRU", "/y/q.py:MRU", "lru"]
+    assert [policy_label(p, both) for p in both] == ["a/p.py:MRU", "b/p.py:MRU", "q.py:MRU", "lru"]
+    assert policy_label("/x/a/p.py:MRU") == "p.py:MRU"
+    assert policy_label("/x/a/p.py:LRUX", both) == "p.py:LRUX"  # (another class: no clash)
