@@ -326,22 +326,27 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
                         "sample) if it was trained with another", src, _evict_default("candidates"))
         candidate_rule = candidate_rule or run_rule or _evict_default("candidates")
         model: Any
-        joint = sb3_joint(src)  # a Joint-v0 model: both heads, its run's prefetch settings
-        if joint is not None:  # (its tensors are all it needs: read without unpickling, always)
-            jnet, n_actions, pf = joint
-            return export_policy(jnet, out, K=K if K is not None else n_actions - 1,
-                                 candidate_rule=candidate_rule, prefetch=pf,
-                                 meta={"source": os.path.basename(src), "algo": algo})
+        pf = None  # a Joint-v0 model's prefetch section: its run's settings (_joint_prefetch)
         if trust_pickle:
             import importlib
 
             mod, cls = _SB3[algo]
             model = getattr(importlib.import_module(mod), cls).load(src, device="cpu")
-            n_cand = K if K is not None else int(model.observation_space["mask"].n)
+            if joint_of(model) is not None:
+                n_actions = int(model.action_space.n)
+                n_cand, pf = n_actions - 1, _joint_prefetch(src, n_actions)
+            else:
+                n_cand = int(model.observation_space["mask"].n)
         else:
-            model, n_cand_read = sb3_scorer(src)
-            n_cand = K if K is not None else n_cand_read
-        return export_policy(model, out, K=n_cand, candidate_rule=candidate_rule,
+            state, _, fields = read_sb3_zip(src)  # (once: the tensors of either kind of model)
+            joint = _sb3_joint(src, state, fields)
+            if joint is not None:
+                model, n_actions, pf = joint
+                n_cand = n_actions - 1
+            else:
+                model, n_cand = _sb3_scorer(src, state, fields)
+        return export_policy(model, out, K=K if K is not None else n_cand,
+                             candidate_rule=candidate_rule, prefetch=pf,
                              meta={"source": os.path.basename(src), "algo": algo})
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
 
@@ -387,11 +392,10 @@ def _evict_default(name: str) -> Any:
     return inspect.signature(EvictEnv).parameters[name].default
 
 
-def _run_settings(zip_path: str) -> tuple[str | None, str | None, str | None]:
-    """``(path, algo, candidate rule)`` of the training run that saved ``zip_path``: the
-    ``config.yaml`` that ``cachegym train`` writes beside it (read as YAML data: no code runs),
-    its SB3 algorithm (``agent.algo``, or ``agent.finetune.algo`` after imitation) and its
-    ``env.candidates``; ``None`` for each where there is no such file or value."""
+def _run_config(zip_path: str) -> tuple[str, dict[str, Any]] | None:
+    """``(path, config)`` of the training run that saved ``zip_path``: the ``config.yaml`` that
+    ``cachegym train`` writes beside it, read as YAML data (no code runs); ``None`` where there
+    is none."""
     import yaml
 
     path = os.path.join(os.path.dirname(os.path.abspath(zip_path)), "config.yaml")
@@ -399,9 +403,19 @@ def _run_settings(zip_path: str) -> tuple[str | None, str | None, str | None]:
         with open(path, encoding="utf-8") as f:
             cfg = yaml.safe_load(f)
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return (path, cfg) if isinstance(cfg, dict) else None
+
+
+def _run_settings(zip_path: str) -> tuple[str | None, str | None, str | None]:
+    """``(path, algo, candidate rule)`` of the training run that saved ``zip_path``
+    (:func:`_run_config`): its SB3 algorithm (``agent.algo``, or ``agent.finetune.algo`` after
+    imitation) and its ``env.candidates``; ``None`` for each where there is no such file or
+    value."""
+    run = _run_config(zip_path)
+    if run is None:
         return None, None, None
-    if not isinstance(cfg, dict):
-        return None, None, None
+    path, cfg = run
     agent, env = cfg.get("agent"), cfg.get("env")
     algo = agent.get("algo") if isinstance(agent, dict) else None
     if algo is None and isinstance(agent, dict) and isinstance(agent.get("finetune"), dict):
@@ -491,106 +505,119 @@ def read_sb3_zip(path: str) -> tuple[Mapping[str, Any], Mapping[str, Any] | None
     return state, opt if isinstance(opt, Mapping) else None, fields if isinstance(fields, dict) else {}
 
 
-def _run_env(zip_path: str) -> dict[str, Any] | None:
-    """The ``env`` section of the training run's ``config.yaml`` beside ``zip_path`` (YAML data:
-    no code runs), ``None`` where there is none."""
-    import yaml
-
-    path = os.path.join(os.path.dirname(os.path.abspath(zip_path)), "config.yaml")
-    try:
-        with open(path, encoding="utf-8") as f:
-            cfg = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return None
-    env = cfg.get("env") if isinstance(cfg, dict) else None
-    return env if isinstance(env, dict) else None
+_JOINT_ADVICE = ("export it in Python, export_model({cls}.load(path, env=env), 'policy.npz') "
+                 "with env = gym.make('cachegym/Joint-v0', ...) as it was trained (trusted files "
+                 "only: SB3's load unpickles)")
+"""How to export a Joint-v0 model whose prefetch settings cannot be read (``cls``: its SB3
+algorithm's class)."""
 
 
-def sb3_joint(path: str) -> tuple[JointScorerNet, int, dict[str, Any]] | None:
-    """A Joint-v0 model's :class:`JointScorerNet`, its action count (``K + 1``) and its policy
-    file's ``prefetch`` section from the training run's ``config.yaml`` beside it (``env.K``,
-    ``env.opportunity``, ``env.predictor``, Joint-v0's defaults where not set), read without
-    unpickling; ``None`` for a zip whose policy has no joint scorer. A joint model without its
-    run's config is refused (its prefetch settings are its env's, not in the zip)."""
+def _joint_advice(path: str) -> str:
+    return _JOINT_ADVICE.format(cls=_SB3.get(_zip_algo(path) or "maskable_ppo", _SB3["maskable_ppo"])[1])
+
+
+def _head(state: Mapping[str, Any], name: str) -> str | None:
+    """The prefix of the SB3 policy's scorer tensors whose names end in ``name`` (the actor's
+    before a target network's), ``None`` where there is none."""
+    heads = sorted((k[:-len(name)] for k in state if str(k).endswith(name)),
+                   key=lambda h: ("target" in h, len(h), h))
+    return heads[0] if heads else None
+
+
+def _scorer_dims(path: str, sub: Mapping[str, Any], prefix: str = "") -> tuple[int, int, list[int]]:
+    """``(features, globals, hidden widths)`` of the :class:`CandidateScorerNet` whose tensors
+    are ``sub``'s under ``prefix``, checked against what a policy file holds before any
+    allocation (a :class:`PolicyFileError`; a missing tensor is a ``KeyError``)."""
+    n_layers = sum(1 for k in sub if k.startswith(f"{prefix}layers.") and k.endswith(".weight"))
+    w = sub[f"{prefix}cand_in.weight"]
+    hidden = [int(w.shape[0])] + [int(sub[f"{prefix}layers.{i}.weight"].shape[0])
+                                  for i in range(n_layers)]
+    widths = [*hidden, int(w.shape[1]), int(sub[f"{prefix}glob_in.weight"].shape[1])]
+    if len(hidden) > MAX_LAYERS or max(widths) > MAX_WIDTH:
+        raise PolicyFileError(
+            f"{path}: the scorer's tensors declare {len(hidden)} hidden layers of widths "
+            f"{hidden} over {widths[-2]} features and {widths[-1]} globals, more than a "
+            f"policy file holds ({MAX_LAYERS} layers, {MAX_WIDTH} wide): not a model of this "
+            "project")
+    return widths[-2], widths[-1], hidden
+
+
+def _joint_prefetch(path: str, n_actions: int) -> dict[str, Any]:
+    """The policy file's ``prefetch`` section of a Joint-v0 model of ``n_actions`` actions
+    (``K + 1``) saved at ``path``: its training run's ``env.opportunity`` and ``env.predictor``
+    (Joint-v0's defaults where not set), from the ``config.yaml`` beside it; refused without
+    that config, or with one of another ``env.K`` (another run's)."""
     import inspect
 
     from cachegym.envs.joint import JointEnv
     from cachegym.policies.successors import make_predictor
 
-    state, _, fields = read_sb3_zip(path)
-    heads = sorted((k[:-len("evict.cand_in.weight")] for k in state
-                    if str(k).endswith("scorer.evict.cand_in.weight")),
-                   key=lambda h: ("target" in h, len(h), h))
-    if not heads:
-        return None
-    env = _run_env(path)
-    if env is None or not str(env.get("_target_", "")).endswith("JointEnv"):
-        cls = _SB3.get(_zip_algo(path) or "maskable_ppo", _SB3["maskable_ppo"])[1]
+    run = _run_config(path)
+    env = run[1].get("env") if run is not None else None
+    if not isinstance(env, dict) or not str(env.get("_target_", "")).endswith("JointEnv"):
         raise ConfigError(f"{path}: a Joint-v0 model (an eviction scorer and a prefetch head, "
                           "whose prefetch settings are its env's, not in the zip) without the "
-                          "config.yaml of the training run beside it: put it back, or export it "
-                          f"in Python, export_model({cls}.load(path, env=env), 'policy.npz') with "
-                          "env = gym.make('cachegym/Joint-v0', ...) as it was trained (trusted "
-                          "files only: SB3's load unpickles)")
-    head = heads[0]
+                          "config.yaml of the training run beside it: put it back, or "
+                          + _joint_advice(path))
+    if env.get("K") is not None and env.get("K") != n_actions - 1:  # (the config of another run)
+        raise ConfigError(f"{path}: its model decides among {n_actions - 1} candidates, and the "
+                          f"config.yaml beside it says env.K={env.get('K')}: not the config of the "
+                          "run that saved it; put that run's config.yaml beside the zip")
+    defaults = inspect.signature(JointEnv).parameters
+    return prefetch_fields(n_actions - 1, env.get("opportunity", defaults["opportunity"].default),
+                           make_predictor(env.get("predictor")))
+
+
+def sb3_joint(path: str) -> tuple[JointScorerNet, int, dict[str, Any]] | None:
+    """A Joint-v0 model's :class:`JointScorerNet`, its action count (``K + 1``) and its policy
+    file's ``prefetch`` section (:func:`_joint_prefetch`), read without unpickling; ``None`` for
+    a zip whose policy has no joint scorer."""
+    state, _, fields = read_sb3_zip(path)
+    return _sb3_joint(path, state, fields)
+
+
+def _sb3_joint(path: str, state: Mapping[str, Any], fields: Mapping[str, Any]
+               ) -> tuple[JointScorerNet, int, dict[str, Any]] | None:
+    head = _head(state, "scorer.evict.cand_in.weight")
+    if head is None:
+        return None
+    head += "scorer."
     sub = {k[len(head):]: v for k, v in state.items() if k.startswith(head)}
     try:
-        n_layers = sum(1 for k in sub if k.startswith("evict.layers.") and k.endswith(".weight"))
-        w = sub["evict.cand_in.weight"]
-        hidden = [int(w.shape[0])] + [int(sub[f"evict.layers.{i}.weight"].shape[0])
-                                      for i in range(n_layers)]
-        if len(hidden) > MAX_LAYERS or max(hidden) > MAX_WIDTH:
-            raise PolicyFileError(f"{path}: the scorer's tensors declare hidden layers {hidden}, "
-                                  f"more than a policy file holds: not a model of this project")
-        jnet = JointScorerNet(int(w.shape[1]), int(sub["evict.glob_in.weight"].shape[1]), hidden)
+        n_features, n_globals, hidden = _scorer_dims(path, sub, "evict.")
+        jnet = JointScorerNet(n_features, n_globals, hidden)
         jnet.load_state_dict(sub, strict=True)
     except (KeyError, RuntimeError, ValueError, IndexError) as e:
         raise PolicyFileError(f"{path}: the joint scorer's tensors do not form a JointScorerNet "
                               f"({type(e).__name__}: {e})") from None
     n = _action_count(path, fields, 2)
-    if env.get("K") is not None and env.get("K") != n - 1:  # (the config of another run)
-        raise ConfigError(f"{path}: its model decides among {n - 1} candidates, and the config.yaml "
-                          f"beside it says env.K={env.get('K')}: not the config of the run that "
-                          "saved it; put that run's config.yaml beside the zip")
-    defaults = inspect.signature(JointEnv).parameters
-    pf = prefetch_fields(n - 1, env.get("opportunity", defaults["opportunity"].default),
-                         make_predictor(env.get("predictor")))
-    return jnet, n, pf
+    return jnet, n, _joint_prefetch(path, n)
 
 
 def sb3_scorer(path: str) -> tuple[CandidateScorerNet, int]:
     """The :class:`CandidateScorerNet` of an SB3 model zip and its ``K`` (the action space's
     ``n``), read without unpickling anything (:func:`read_sb3_zip`)."""
     state, _, fields = read_sb3_zip(path)
-    heads = sorted((k[:-len("cand_in.weight")] for k in state if str(k).endswith("scorer.cand_in.weight")),
-                   key=lambda h: ("target" in h, len(h), h))
-    if not heads:
+    return _sb3_scorer(path, state, fields)
+
+
+def _sb3_scorer(path: str, state: Mapping[str, Any], fields: Mapping[str, Any]
+                ) -> tuple[CandidateScorerNet, int]:
+    head = _head(state, "scorer.cand_in.weight")
+    if head is None:
         if any(".scorer.evict." in f".{k}" for k in state) and any(".scorer.prefetch." in f".{k}"
                                                                    for k in state):
-            cls = _SB3.get(_zip_algo(path) or "maskable_ppo", _SB3["maskable_ppo"])[1]
             raise ConfigError(f"{path}: a Joint-v0 model (an eviction scorer and a prefetch "
                               "head, whose prefetch settings are its env's, not in the zip): "
-                              f"export it in Python, export_model({cls}.load(path, env=env), "
-                              "'policy.npz') with env = gym.make('cachegym/Joint-v0', ...) as it "
-                              "was trained (trusted files only: SB3's load unpickles), or train "
-                              "with cachegym train env=joint, which exports both heads")
+                              + _joint_advice(path) + ", or train with cachegym train env=joint, "
+                              "which exports both heads")
         raise ConfigError(f"{path}: the policy carries no CandidateScorerNet; train it with the "
                           "policies in cachegym.policies.training.nets")
-    head = heads[0]
+    head += "scorer."
     sub = {k[len(head):]: v for k, v in state.items() if k.startswith(head)}
     try:
-        n_layers = sum(1 for k in sub if k.startswith("layers.") and k.endswith(".weight"))
-        hidden = [int(sub["cand_in.weight"].shape[0])] + [int(sub[f"layers.{i}.weight"].shape[0])
-                                                         for i in range(n_layers)]
-        widths = [*hidden, int(sub["cand_in.weight"].shape[1]), int(sub["glob_in.weight"].shape[1])]
-        if len(hidden) > MAX_LAYERS or max(widths) > MAX_WIDTH:  # (before any allocation)
-            raise PolicyFileError(
-                f"{path}: the scorer's tensors declare {len(hidden)} hidden layers of widths "
-                f"{hidden} over {widths[-2]} features and {widths[-1]} globals, more than a "
-                f"policy file holds ({MAX_LAYERS} layers, {MAX_WIDTH} wide): not a model of this "
-                "project")
-        net = CandidateScorerNet(int(sub["cand_in.weight"].shape[1]), int(sub["glob_in.weight"].shape[1]),
-                                 hidden)
+        n_features, n_globals, hidden = _scorer_dims(path, sub)
+        net = CandidateScorerNet(n_features, n_globals, hidden)
         net.load_state_dict(sub, strict=True)
     except (KeyError, RuntimeError, ValueError, IndexError) as e:
         raise PolicyFileError(f"{path}: the scorer's tensors do not form a CandidateScorerNet "
