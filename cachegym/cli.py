@@ -98,8 +98,7 @@ def _run(cmd: str, module: str, is_hydra: bool, rest: list[str]) -> int:
                   "machine has no `srun`: run the command on a SLURM login node, or drop the "
                   "launcher (the jobs then run side by side on this machine)", file=sys.stderr)
             return 2
-        if "hydra/launcher=ray_cluster" in rest and ({"-m", "--multirun"} & set(rest) or any(
-                a.startswith("hydra.mode=MULTIRUN") for a in rest)):  # (the launcher's jobs)
+        if "hydra/launcher=ray_cluster" in rest and _multirun(rest):  # (the launcher's jobs)
             problem = _no_ray_cluster(rest)
             if problem:
                 print(f"cachegym {cmd}: {problem}", file=sys.stderr)
@@ -114,13 +113,18 @@ def _run(cmd: str, module: str, is_hydra: bool, rest: list[str]) -> int:
             return 0
         return int(mod.main(rest) or 0)
     except KeyboardInterrupt:  # a multirun's launcher (a job's own stop exits 130 in the job)
-        if not is_hydra or not ({"-m", "--multirun"} & set(rest)
-                                or any(a.startswith("hydra.mode=MULTIRUN") for a in rest)):
+        if not is_hydra or not _multirun(rest):
             raise
         print(f"\n{_interrupted_sweep(cmd)}", file=sys.stderr)
         return 130
     finally:
         sys.argv = saved
+
+
+def _multirun(rest: list[str]) -> bool:
+    """Whether the Hydra overrides ``rest`` ask for a multirun (a sweep through the launcher)."""
+    return bool({"-m", "--multirun"} & set(rest)) or any(
+        a.startswith("hydra.mode=MULTIRUN") for a in rest)
 
 
 def _unknown_group_option(rest: list[str]) -> str | None:

@@ -133,18 +133,15 @@ def _records(p: str, dtype: np.dtype, offset: int, skip_bad: bool) -> tuple[np.n
         skipped = 1
     data = np.fromfile(p, dtype=dtype, count=nbytes // rec, offset=offset)
     size = data["obj_size"]
-    bad = (size < 0) | (size > MAX_SIZE)  # (checked before size-0 records are dropped: the
-    if bad.any() and not skip_bad:  # record's number is the file's)
-        r = int(np.argmax(bad))
-        problem = f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
-        raise TraceError(problem, path=p, row=r, hint=f"{SKIP_BAD} to drop such records")
-    data = _drop_size_zero(p, data, data["obj_size"])
-    size = data["obj_size"]
-    bad = (size <= 0) | (size > MAX_SIZE)
-    if bad.any():
+    bad = (size < 0) | (size > MAX_SIZE)  # (before size-0 records are dropped: a record's
+    if bad.any():  # number is the file's)
+        if not skip_bad:
+            r = int(np.argmax(bad))
+            problem = f"object size is {size[r]} (id {data['obj_id'][r]}; sizes are 1 .. 2**48)"
+            raise TraceError(problem, path=p, row=r, hint=f"{SKIP_BAD} to drop such records")
         skipped += int(bad.sum())
         data = data[~bad]
-    return data, skipped
+    return _drop_size_zero(p, data, data["obj_size"]), skipped
 
 
 def _unquoted(field: np.ndarray) -> np.ndarray:
@@ -497,12 +494,10 @@ def parse_trace_params(text: str) -> dict[str, Any]:
             continue
         name, eq, value = tok.partition("=")
         name = name.strip().lower().replace("_", "-")
-        if not (eq and _PARAMS.get(name) == "delimiter"):
-            value, tok = value.strip(), tok.strip()
         if eq and name in _IGNORED:
             continue
         if not eq or name not in _PARAMS:
-            raise ConfigError(f"trace parameter {tok!r}: expected NAME=VALUE with NAME one of "
+            raise ConfigError(f"trace parameter {tok.strip()!r}: expected NAME=VALUE with NAME one of "
                               f"{', '.join(_PARAMS)} (e.g. 'obj-id-col=2,obj-size-col=3')")
         key = _PARAMS[name]
         raw, value = value, value.strip()

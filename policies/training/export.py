@@ -39,7 +39,7 @@ from cachegym.policies.training.nets import (
 )
 
 __all__ = ["export_model", "export_policy", "prefetch_section", "export_file", "export_onnx",
-           "with_prefetch_head", "config_hash", "scorer_of", "joint_of", "prefetch_fields", "read_sb3_zip", "sb3_algo", "sb3_scorer", "scorer_from_file",
+           "with_prefetch_head", "config_hash", "scorer_of", "joint_of", "prefetch_fields", "read_sb3_zip", "sb3_algo", "sb3_scorer", "scorer_from_file", "zip_fields",
            "POLICY_CLASSES"]
 
 log = logging.getLogger(__name__)
@@ -351,17 +351,24 @@ def export_file(source: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     raise ConfigError(f"cannot export {src!r}: give a checkpoint/policy .npz or an SB3 model .zip")
 
 
-def _zip_algo(zip_path: str) -> str | None:
-    """:func:`sb3_algo` of the ``data`` entry of the SB3 model zip ``zip_path`` (``None`` where
-    it cannot be read)."""
+def zip_fields(zip_path: str) -> dict[str, Any]:
+    """The JSON fields of the ``data`` entry of the SB3 model zip ``zip_path`` (its step count,
+    spaces, policy class), without its tensors; empty where they cannot be read."""
     import zipfile
 
     try:
         with zipfile.ZipFile(zip_path) as z:
             data = json.loads(z.read("data"))
-    except Exception:  # (anything unreadable: the other sources of the algorithm decide)
-        return None
-    return sb3_algo(data) if isinstance(data, dict) else None
+    except Exception:  # (anything unreadable: the caller's other sources decide)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _zip_algo(zip_path: str) -> str | None:
+    """:func:`sb3_algo` of the ``data`` entry of the SB3 model zip ``zip_path`` (``None`` where
+    it cannot be read)."""
+    data = zip_fields(zip_path)
+    return sb3_algo(data) if data else None
 
 
 def sb3_algo(fields: Mapping[str, Any]) -> str | None:

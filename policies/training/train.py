@@ -50,6 +50,7 @@ from cachegym.policies.training.export import (
     read_sb3_zip,
     sb3_algo,
     scorer_from_file,
+    zip_fields,
 )
 from cachegym.policies.training.imitation import DecisionSample, teacher_targets
 from cachegym.policies.training.nets import CandidateScorerNet, feature_indices, obs_dims
@@ -588,8 +589,7 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                           prefetch=prefetch, preset=env_node.get("cost"),
                           objective=str(env_node.get("reward", "traffic")))
     if resumed_ckpts is not None and val_traces:  # (up to the resumed model's step count)
-        _, _, zfields = read_sb3_zip(str(resume))
-        steps = zfields.get("num_timesteps")
+        steps = zip_fields(str(resume)).get("num_timesteps")  # (its data alone, no tensors)
         validator.continue_from(resumed_ckpts, until=steps if isinstance(steps, int) else None)
     ctx = TrainContext(
         make_env=factory, hidden=hidden, seed=seed, ignore=ignore,
