@@ -489,6 +489,7 @@ class ActivationOffload:
         self._last = 0
         self._hooks: Any = None
         self._record: list[tuple[int, int, int, int]] | None = [] if record else None
+        self._last_row = -1  # the record's last pack or unpack (frees carry no compute)
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> ActivationOffload:
@@ -752,13 +753,17 @@ class ActivationOffload:
             gap = now - self._last
             if gap > 0:
                 self.pool.cost.compute(gap)
-                if self._record:
-                    k, s, o, c = self._record[-1]
-                    self._record[-1] = (k, s, o, c + gap)
+                if self._record is not None and self._last_row >= 0:
+                    # on the last access, not on the frees collected since: they happened after
+                    # the compute (at this operation), and a replay runs no free row's compute
+                    k, s, o, c = self._record[self._last_row]
+                    self._record[self._last_row] = (k, s, o, c + gap)
         return now
 
     def _log(self, key: int, nbytes: int, op: int) -> None:
         if self._record is not None:
+            if op != Op.FREE:
+                self._last_row = len(self._record)
             self._record.append((key, nbytes, int(op), 0))
 
     # ------------------------------------------------------------------ results
@@ -777,7 +782,9 @@ class ActivationOffload:
 
     def trace(self, name: str = "activation-offload") -> Trace:
         """The recorded pool accesses (needs ``record=True``): pack = write, unpack = read,
-        free = free; ``compute_ns`` is the wall time until the next pool operation."""
+        free = free; an access's ``compute_ns`` is the wall time until the next pack or unpack
+        (the frees between, collected then, carry none: a replay runs the compute, then the
+        frees, then the access, as here)."""
         if self._record is None:
             raise ConfigError("trace(): construct ActivationOffload(..., record=True)")
         rows = self._record

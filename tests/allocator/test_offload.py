@@ -346,6 +346,30 @@ def test_recorded_trace_replays_to_the_same_decisions() -> None:
         assert getattr(sim, f) == st[f], f
 
 
+def test_a_recorded_trace_keeps_the_compute_between_accesses() -> None:
+    """With a clock, the wall time between two pool operations is compute on the earlier
+    access's row, never on the frees collected at the later one (a replay runs no free row's
+    compute: it dropped most of an offload's): the replay stalls as the offload did."""
+    model, batches, fp = small_setup()
+    budget = max(fp["total"] // 4, 2 * fp["largest"])
+    clock = iter(range(0, 10**12, 50_000))  # 50 us between any two readings
+    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, zero_copy=False,
+                            timer=lambda: next(clock))
+    try:
+        train(model, batches, 2, offload=off)
+        tr = off.trace()
+        st = off.stats()
+    finally:
+        off.close()
+    frees = tr.op == Op.FREE
+    assert frees.any() and not tr.compute_ns[frees].any()
+    assert int(tr.compute_ns.sum()) == st["compute_ns"] > 0
+    sim = Pool(budget, LRU(), prefetcher=ReversePackOrder(), cost="h100_pcie5",
+               placement="arena", clean_ahead=0.25).replay(tr)
+    for f in ("hits", "misses", "prefetches", "compute_ns", "stall_ns", "bytes_h2d"):
+        assert getattr(sim, f) == st[f], f
+
+
 def test_bench_offload_smoke() -> None:
     """Every mode side by side (with the exported golden policy), losses bitwise equal."""
     import argparse
