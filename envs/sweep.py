@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import logging
 import math
 import os
@@ -467,6 +468,60 @@ def format_merged(rows: Sequence[Mapping[str, Any]], *, width: int = 4) -> str:
 current_sweep_dir: str | None = None  # the running multirun's folder (set by MergeResults)
 
 
+OPTUNA_RESULTS = "optimization_results.yaml"
+"""What hydra-optuna-sweeper (``hydra/sweeper=tune``) writes in the sweep directory: the best
+trial's parameters and value; :func:`name_best_trial` adds its job folder and policy file."""
+
+
+def name_best_trial(sweep_dir: str, since: float | None = None) -> tuple[str, str | None] | None:
+    """The job folder and exported policy file (``None``: none) of the best trial of an Optuna
+    sweep in ``sweep_dir`` (its :data:`OPTUNA_RESULTS`, written after ``since``, names the best
+    parameters alone: the job whose overrides give each its value), added to that file as
+    ``best_job`` and ``best_policy``; ``None`` where there is no such file or job."""
+    from omegaconf import DictConfig, OmegaConf
+
+    path = os.path.join(sweep_dir, OPTUNA_RESULTS)
+    if not os.path.isfile(path) or (since is not None and os.path.getmtime(path) < since):
+        return None
+    results = OmegaConf.load(path)
+    params = results.get("best_params") if isinstance(results, DictConfig) else None
+    if not params:
+        return None
+    for name in sorted(os.listdir(sweep_dir)):
+        meta = os.path.join(sweep_dir, name, ".hydra", "overrides.yaml")
+        if not os.path.isfile(meta) or (since is not None and os.path.getmtime(meta) < since):
+            continue
+        given = dict(str(o).split("=", 1) for o in OmegaConf.load(meta) if "=" in str(o))
+        if all(k in given and _same_value(given[k], v) for k, v in params.items()):
+            job = os.path.join(sweep_dir, name)
+            policy = _exported_policy(job)
+            results.best_job = job
+            results.best_policy = policy
+            OmegaConf.save(results, path)
+            return job, policy
+    return None
+
+
+def _same_value(text: str, value: Any) -> bool:
+    """Whether an override's value ``text`` is ``value`` (numbers compared as numbers)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(text) == float(value)
+        except ValueError:
+            return False
+    return text.strip("'\"") == str(value)
+
+
+def _exported_policy(job: str) -> str | None:
+    """The policy file a training job exported (its ``train.json`` says where), if it exists."""
+    try:
+        with open(os.path.join(job, "train.json")) as f:
+            policy = json.load(f).get("policy")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return policy if isinstance(policy, str) and os.path.isfile(policy) else None
+
+
 class MergeResults(Callback):
     """Hydra callback: after a multirun, merge each job's results into one table.
 
@@ -486,6 +541,9 @@ class MergeResults(Callback):
         out_dir = config.get("out_dir")  # (the folder the jobs' results go to: cli's advice)
         current_sweep_dir = os.path.abspath(os.path.expanduser(str(
             out_dir if out_dir not in (None, "") else config.hydra.sweep.dir)))
+        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        if os.path.isdir(sweep_dir):  # an earlier Optuna study's best, not overwritten
+            set_aside(sweep_dir, [OPTUNA_RESULTS])
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         from hydra.core.utils import configure_log
@@ -522,6 +580,9 @@ class MergeResults(Callback):
         if done.path is not None:
             print(format_merged(done.rows))
             print(f"merged {len(done.merged)} of {len(ordered)} jobs: {done.path}")
+        best = name_best_trial(sweep_dir, since=self._start)
+        if best is not None:
+            print(f"best trial: {best[0]}" + (f", policy: {best[1]}" if best[1] else ""))
         if done.missing:  # (the others merged first): a sweep with a failed job does not exit 0
             import sys
 

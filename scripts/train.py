@@ -41,9 +41,13 @@ SCHEMA = TrainConfig  # the config's schema: its list-typed keys (check_list_ove
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-def main(cfg: DictConfig) -> float:
-    """Train and export; returns the objective a Hydra sweeper maximises: the exported policy's
-    validation gap closed to the offline bound in traffic (NaN without validation traces)."""
+def main(cfg: DictConfig) -> float | None:
+    """Train and export; returns the figure a Hydra sweeper maximises: the exported policy's
+    validation score, by which the run's ``validation.select_best`` compares its checkpoints
+    (in the run's objective, ``env.reward``: traffic, the mean gap closed to the offline bound
+    minus the worst shortfall below LRU; misses, the same in misses; stall, minus the stall ratio
+    to LRU with lookahead). ``None`` where there is none (no validation traces, a failed run),
+    which Optuna records as a failed trial (a NaN stops hydra-optuna-sweeper)."""
     from cachegym.policies.training.train import train
 
     try:
@@ -54,13 +58,16 @@ def main(cfg: DictConfig) -> float:
         sys.exit(130)
     except Exception as e:  # (in a multirun the other jobs go on: job_failed)
         job_failed(e, "train")
-        return float("nan")
+        return None
     print(f"validation: {result['validation']}")
     print(f"outputs: {result['out_dir']}")
     if result.get("sb3_model"):
         print(f"sb3 model: {result['sb3_model']}")
     print(f"policy: {result['policy']}")
-    return float((result["validation"] or {}).get("gap_closed_traffic", float("nan")))
+    score = result.get("score")
+    print(f"score: {score}" + ("" if score is not None else " (no validation: validation.traces "
+                                                             "chooses them)"))
+    return None if score is None else float(score)
 
 
 if __name__ == "__main__":

@@ -528,7 +528,9 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     """Train, validate and export as ``cfg`` says, in ``out_dir`` if given, else in
     :func:`envs.sweep.results_dir` of ``cfg`` (with ``config.yaml``, ``train.json`` and, with
     validation traces, ``results.csv``); returns ``{"policy": path, "out_dir": ...,
-    "validation": {...}, "history": [...], "wall_s": ...}``."""
+    "validation": {...}, "score": ..., "objective": ..., "history": [...], "wall_s": ...}``
+    (``score``: the exported file's validation score in ``objective``, as ``select_best``
+    compares checkpoints, :meth:`Validator.score`; ``None`` without validation)."""
     t0 = time.perf_counter()
     refuse_unknown_keys(cfg)
     from cachegym.envs.evaluation import check_capacities
@@ -630,7 +632,11 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         path = export_policy(net, path, K=K, candidate_rule=rule, config=cfg, meta=meta,
                              prefetch=prefetch)
     final = validator.evaluate_file(path) if validator.runs else {}
+    # the figure a sweeper maximises: the score select_best compares checkpoints by, in the
+    # run's objective (NaN without validation)
+    score = validator.score(final) if final else math.nan
     result = {"policy": os.path.abspath(path), "out_dir": os.path.abspath(out), "validation": final,
+              "score": score if math.isfinite(score) else None, "objective": validator.objective,
               "history": validator.history, "best_step": validator.best_step,
               "exported": exported,
               "sb3_model": os.path.abspath(ctx.saved[-1]) if ctx.saved else None,

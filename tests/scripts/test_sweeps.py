@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -17,7 +18,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cachegym.envs.sweep import read_results
+from cachegym.envs.sweep import OPTUNA_RESULTS, name_best_trial, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = str(ROOT / "conf")
@@ -130,10 +131,29 @@ def test_optuna_sweep_config_composes() -> None:
         assert parser.parse_override(f"{key}={value}").is_sweep_override(), key
 
 
+def test_the_best_optuna_trial_is_named_by_its_folder_and_policy(tmp_path: Path) -> None:
+    """hydra-optuna-sweeper's results name the best parameters alone: the merge finds the job
+    whose overrides give them (numbers as numbers), and adds its folder and policy file."""
+    for job, (lr, width) in enumerate([("0.001", "32"), ("0.0030000", "64"), ("0.003", "128")]):
+        d = tmp_path / f"job_{job}"
+        (d / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create([f"agent.dagger.lr={lr}", f"policy.hidden.0={width}",
+                                         "seed=0"]), d / ".hydra" / "overrides.yaml")
+        (d / "policy.npz").write_bytes(b"")
+        (d / "train.json").write_text(json.dumps({"policy": str(d / "policy.npz")}))
+    assert name_best_trial(str(tmp_path)) is None  # (no study's results)
+    OmegaConf.save(OmegaConf.create({"name": "optuna", "best_value": 0.5, "best_params": {
+        "agent.dagger.lr": 0.003, "policy.hidden.0": 64}}), tmp_path / OPTUNA_RESULTS)
+    job, policy = name_best_trial(str(tmp_path))
+    assert job == str(tmp_path / "job_1") and policy == str(tmp_path / "job_1" / "policy.npz")
+    saved = OmegaConf.load(tmp_path / OPTUNA_RESULTS)
+    assert saved.best_job == job and saved.best_policy == policy and saved.best_value == 0.5
+
+
 @pytest.mark.slow
 def test_optuna_maximises_what_train_returns(tmp_path: Path) -> None:
     """Two Optuna trials of a tiny training run: the study's best value is the largest
-    validation gap closed in traffic that the trials' main() returned."""
+    validation score (train.json's, select_best's) that the trials' main() returned."""
     if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         pytest.skip("hydra-optuna-sweeper is not installed (pip install 'cachegym[cluster]')")
     pytest.importorskip("torch", reason="training needs the train extra (torch)")
@@ -144,9 +164,11 @@ def test_optuna_maximises_what_train_returns(tmp_path: Path) -> None:
                           f"hydra.sweep.dir={sweep}"], tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     best = OmegaConf.load(sweep / "optimization_results.yaml")
-    gaps = [float(read_results(str(sweep / f"job_{j}" / "results.csv"))[0]["gap_closed_traffic"])
-            for j in ("0", "1")]  # (the learned row first)
-    assert best.best_value == pytest.approx(max(gaps))
+    scores = [json.loads((sweep / f"job_{j}" / "train.json").read_text())["score"]
+              for j in ("0", "1")]
+    assert best.best_value == pytest.approx(max(scores))
+    job = f"job_{scores.index(max(scores))}"  # (named, with its policy, by the merge)
+    assert best.best_job == str(sweep / job) and best.best_policy == str(sweep / job / "policy.npz")
     assert set(best.best_params) == {"agent.dagger.lr", "agent.dagger.epochs", "policy.hidden.0",
                                      "policy.hidden.1"}
 

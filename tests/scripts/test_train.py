@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -119,6 +118,10 @@ def test_train_smoke(tmp_path, agent, extra):
     LearnedPolicy.load(res["policy"])
     assert {"miss_ratio_learned", "miss_ratio_lru", "traffic_learned", "gap_closed_traffic",
             "gap_closed_misses", "traffic_network", "gap_closed_traffic_network"} <= set(res["validation"])
+    # the score a sweeper maximises: select_best's, in the run's objective (traffic here)
+    v = res["validation"]
+    assert res["objective"] == "traffic" and res["score"] == pytest.approx(
+        v["gap_closed_traffic"] + min(0.0, v["gap_closed_traffic_min"]))
     assert res["history"], "the validation callback never ran"
     assert os.listdir(tmp_path / "checkpoints")
     assert res["exported"] == "last"  # (select_best is off by default: best_step is a report)
@@ -232,17 +235,26 @@ def test_main_config_composes():
 
 
 def test_main_returns_the_objective_a_sweeper_maximises(monkeypatch) -> None:
-    """scripts/train.py's task function returns the validation gap closed in traffic (what
-    hydra-optuna-sweeper optimises, direction maximize)."""
+    """scripts/train.py's task function returns the run's validation score (what
+    hydra-optuna-sweeper optimises, direction maximize), and None, never NaN (which stops the
+    plugin: it tells Optuna a failed trial with a value), where there is none or the run failed."""
     import cachegym.policies.training.train as tr
     from tests.scripts_loader import load_script
 
     mod = load_script("train")
     monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {"gap_closed_traffic": 0.42},
-                                                  "out_dir": "o", "policy": "p.npz"})
-    assert mod.main.__wrapped__(None) == 0.42
-    monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {}, "out_dir": "o", "policy": "p"})
-    assert math.isnan(mod.main.__wrapped__(None))
+                                                  "score": 0.25, "out_dir": "o", "policy": "p.npz"})
+    assert mod.main.__wrapped__(None) == 0.25
+    monkeypatch.setattr(tr, "train", lambda cfg: {"validation": {}, "score": None, "out_dir": "o",
+                                                  "policy": "p"})
+    assert mod.main.__wrapped__(None) is None
+
+    def fails(cfg):
+        raise ConfigError("bad")
+
+    monkeypatch.setattr(tr, "train", fails)
+    monkeypatch.setattr(mod, "job_failed", lambda e, what: None)  # (a multirun job's handling)
+    assert mod.main.__wrapped__(None) is None
 
 
 def test_the_recorded_training_architectures_are_not_the_held_out_zoos() -> None:
