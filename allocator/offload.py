@@ -265,7 +265,31 @@ def _load_policy(path: str | os.PathLike[str], what: str = "policy") -> Eviction
                           f"(a built-in one by name: {made})")
     from cachegym.policies.registry import make_learned
 
-    return make_learned(path)
+    policy = make_learned(path)
+    if what == "prefetcher" and getattr(policy, "prefetch_head", None) is None:
+        raise ConfigError(f"ActivationOffload prefetcher: policy file {os.fspath(path)!r} has no "
+                          "prefetch head (it was trained with env=evict: it would prefetch "
+                          "nothing); train with env=joint (make demo exports such a file), leave "
+                          "prefetcher out for ReversePackOrder, or give prefetcher=None for none")
+    return policy
+
+
+def _learned_figures(policy: Any, prefetcher: Any) -> dict[str, Any]:
+    """Who decided, for a learned policy's pool: its guard's decision shares and switches
+    (``guard_decisions``: ``"lru-history:0.85 network:0.06 ..."``, the experts' twins named
+    ``-history``/``-no-prefetch`` where they prefetched the history proposals or nothing) and
+    the prefetches its file's head issued itself (``prefetch_head_issued``; those of a
+    ``-history`` twin come from the head's proposer, not its network)."""
+    out: dict[str, Any] = {}
+    inner = getattr(policy, "policy", policy)  # (an Observed wrapper's)
+    guard = getattr(inner, "guard", None)
+    if guard is not None and hasattr(guard, "decision_shares"):
+        out.update(guard_decisions=guard.decision_shares() if guard.decisions else "",
+                   guard_switches=guard.switches)
+    head = getattr(prefetcher, "prefetch_head", None)
+    if head is not None:
+        out["prefetch_head_issued"] = head.issued
+    return out
 
 
 def is_parameter(t: torch.Tensor) -> bool:
@@ -778,6 +802,7 @@ class ActivationOffload:
         self.collect()
         d = self.pool.snapshot().as_dict()
         d.update(asdict(self.counters))
+        d.update(_learned_figures(self.pool.policy, self.pool.prefetcher))
         return d
 
     def trace(self, name: str = "activation-offload") -> Trace:

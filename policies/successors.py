@@ -51,7 +51,9 @@ class SuccessorPredictor:
       rule), the compute ahead of each use measured in the past period (the pool's
       ``cost.compute_ns`` at each access :meth:`observe` is shown with the pool's view), each
       object's lead corrected by its late arrivals (per lineage: an object and the ones that
-      succeed it in later periods share a margin). The last ``memory`` accesses are kept.
+      succeed it in later periods share a margin). The last ``memory`` accesses are kept
+      (forgotten in bulk once ``2 * memory`` are held: in host memory about 260 bytes per
+      access held, up to ~130 MiB at the main job's 262,144; ``memory`` bounds it).
     * **Successor table** (``horizon == 0``): after each access of ``x``, ``x`` becomes the most recent
       successor of each of the ``depth`` objects accessed before it (each keeps its ``width``
       most recent successors); the table is walked breadth-first from the accessed object,

@@ -320,8 +320,10 @@ class LearnedPolicy(EvictionPolicyBase):
         if not self._said_no_preset and view.cost.preset is None:
             self._said_no_preset = True
             log.warning("a learned prefetch head times each copy against the compute ahead of its "
-                        "use, under a timing preset: a pool without one (cost=None) gets no "
-                        "prefetches from it; give the pool a preset (cost='h100_pcie5')")
+                        "use, under a timing preset: in a pool without one (cost=None) copies take "
+                        "no time, every proposal is due at once, its choices are not those it "
+                        "was trained to make (often none) and no stall is measured; give the pool "
+                        "a preset (cost='h100_pcie5')")
         history = self.prefetch_history
         out = head.choose(cast(_features.FeatureTracker, self.tracker), view, key,
                           self.prefetch_muted or history)

@@ -161,6 +161,11 @@ def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
                               "corrupt or not a cachegym policy file; export it again") from None
     except Exception as e:  # the zip's or a member's damage, whatever reader meets it (zlib,
         # lzma, NumPy's header parser, an unsupported or encrypted entry): never a traceback
+        if isinstance(e, ValueError) and "allow_pickle" in str(e):
+            raise PolicyFileError(
+                f"policy file {p} holds pickled Python objects, which cachegym never loads (a "
+                "file would run code): not a cachegym policy file (its arrays are plain numbers); "
+                "export the policy with cachegym export or scripts/export.py") from None
         raise PolicyFileError(
             f"policy file {p} is truncated or corrupt ({type(e).__name__}: {e}); export it again"
         ) from None
@@ -243,12 +248,17 @@ def _check_members(p: str) -> None:
 
 
 def _sb3_hint(p: str) -> str:
-    """Advice for a stable-baselines3 model zip given as a policy file ('' for another file)."""
+    """Advice for a stable-baselines3 model zip or a ``torch.save`` file given as a policy file
+    ('' for another file)."""
     try:
         with zipfile.ZipFile(p) as z:
             names = set(z.namelist())
     except (zipfile.BadZipFile, OSError):
         return ""
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+        return (" (it is a torch.save file, a pickle, which cachegym never loads: export the "
+                "network with cachegym.policies.training.export_model(model, 'policy.npz'), or "
+                "an SB3 model zip with cachegym export)")
     if "policy.pth" not in names or "data" not in names:
         return ""
     return (" (it is a stable-baselines3 model zip: export it first, cachegym export "

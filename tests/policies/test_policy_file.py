@@ -227,6 +227,22 @@ def test_a_directory_and_an_sb3_zip_get_their_own_advice(tmp_path: Path) -> None
         read_policy_file(p)
 
 
+def test_pickles_are_named_as_such_never_loaded(tmp_path: Path) -> None:
+    """An .npz holding object arrays was "truncated or corrupt", a torch.save file had no hint:
+    each is named for what it is (neither is unpickled)."""
+    p = tmp_path / "objects.npz"
+    np.savez(p, header=np.array([{"format": FORMAT}], dtype=object))
+    with pytest.raises(PolicyFileError, match="holds pickled Python objects, which cachegym "
+                                              "never loads"):
+        read_policy_file(p)
+    torch = pytest.importorskip("torch")
+    t = tmp_path / "model.npz"
+    torch.save({"w": torch.zeros(2)}, t)
+    with pytest.raises(PolicyFileError, match="it is a torch.save file, a pickle, which cachegym "
+                                              "never loads"):
+        read_policy_file(t)
+
+
 def _deflated(src: Path, dst: Path, edit: Any = None) -> Path:
     """``src`` rewritten with its members deflated; ``edit(name, bytes) -> bytes`` changes a
     member's stored (compressed) bytes where given."""

@@ -621,6 +621,12 @@ def test_a_head_as_the_prefetcher_beside_another_policy_sees_the_pools_hooks(joi
     both.close()
     with pytest.raises(ConfigError, match=r"Observed\(policy, prefetcher.tracker\)"):
         Pool(1 << 20, LRU(), prefetcher=LearnedPolicy.load(joint_file))
+    # a file without a head as the prefetcher: refused (it ran with no prefetcher at all, the
+    # default ReversePackOrder silently gone)
+    evict_only = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    for policy in (evict_only, LRU()):
+        with pytest.raises(ConfigError, match="has no prefetch head .* env=joint"):
+            ActivationOffload(1 << 20, backend=NumpyBackend(), policy=policy, prefetcher=evict_only)
 
 
 def test_the_heads_budget_holds_while_the_guard_follows_a_history_twin(joint_file):
@@ -638,7 +644,7 @@ def test_the_heads_budget_holds_while_the_guard_follows_a_history_twin(joint_fil
 
 def test_load_arguments_are_checked(joint_file, caplog):
     """'1MiB' raised a bare ValueError; K='8' was taken and 2.5 cut to 2; a pool without a
-    preset got no prefetches from the head, silently."""
+    preset got no prefetches from the head, silently (it is untimed there: warned)."""
     import logging
 
     from cachegym.allocator.errors import ConfigError
@@ -650,7 +656,8 @@ def test_load_arguments_are_checked(joint_file, caplog):
     p = LearnedPolicy.load(joint_file)
     with caplog.at_level(logging.WARNING):
         Pool(1 << 20, p, prefetcher=p).replay(_trace())
-    assert sum("gets no prefetches from it" in r.getMessage() for r in caplog.records) == 1
+    assert sum("in a pool without one (cost=None) copies take no time" in r.getMessage()
+               for r in caplog.records) == 1
 
 
 def test_offload_warns_of_a_head_whose_predictor_cannot_propose_there(joint_file, caplog):
@@ -662,6 +669,34 @@ def test_offload_warns_of_a_head_whose_predictor_cannot_propose_there(joint_file
         off = ActivationOffload("1MiB", policy=joint_file, prefetcher=joint_file)
     assert "proposes from a successor table" in caplog.text and "horizon: 64" in caplog.text
     off.close()
+
+
+def test_offload_stats_say_who_decided_and_what_the_head_issued(joint_file):
+    """Under its default guard the file's head often issues nothing (the pool follows an
+    expert's -history twin), and stats() did not say so: it names the guard's decision shares
+    and switches, and the head's own prefetches."""
+    torch = pytest.importorskip("torch")
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.offload import ActivationOffload
+    from cachegym.policies.lru import LRU
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)])
+    for policy, learned in ((joint_file, True), (LRU(), False)):
+        off = ActivationOffload("64KiB", backend=NumpyBackend(), policy=policy,
+                                prefetcher=joint_file if learned else None)
+        for _ in range(3):
+            with off:
+                loss = m(torch.randn(32, 64)).square().mean()
+            loss.backward()
+        st = off.stats()
+        off.close()
+        if not learned:
+            assert not {"guard_decisions", "guard_switches", "prefetch_head_issued"} & set(st)
+            continue
+        g = off.pool.policy.guard
+        assert st["guard_switches"] == g.switches and st["guard_decisions"] == g.decision_shares()
+        assert st["guard_decisions"] and st["prefetch_head_issued"] == off.pool.prefetcher.prefetch_head.issued
 
 
 def test_the_heads_default_budget_is_half_the_pools_capacity(joint_file):
