@@ -349,9 +349,13 @@ def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]],
     key within one job are averaged first (each job is one sample). ``settings``
     (``{job: setting}``, :func:`setting_of` its overrides) keeps jobs of different settings
     apart -- another trace file, mode or hyperparameter is not another sample --: where they
-    differ, ``setting`` is the first key column: the overrides not common to every job."""
+    differ, ``setting`` is the first key column: the overrides not common to every job (of
+    ``settings``: the sweep's, those without a table included)."""
     keys = [c for c in KEY_COLUMNS if any(c in r for rows in tables.values() for r in rows)]
-    own = {job: tuple((settings or {}).get(job, ())) for job in tables}
+    # the sweep's settings, its failed jobs' included: where one setting's jobs alone left
+    # results, their rows still say which setting they are
+    own = {job: tuple(ov) for job, ov in (settings or {}).items()}
+    own.update({job: tuple((settings or {}).get(job, ())) for job in tables})
     common = set.intersection(*map(set, own.values())) if own else set()
     label = {job: " ".join(o for o in ov if o not in common) for job, ov in own.items()}
     if len(set(label.values())) > 1:

@@ -111,6 +111,9 @@ def test_jobs_of_different_settings_are_not_samples_of_one_row() -> None:
     assert "setting" in format_merged(list(rows.values()))
     # one setting (a seed sweep): no setting column
     assert "setting" not in merge_tables(jobs, {"job 0": ("a",), "job 1": ("a",), "job 2": ("a",)})[0]
+    # the bytes job failed (no table): the rows left still say their setting
+    only = merge_tables({k: v for k, v in jobs.items() if k != "job 2"}, settings)
+    assert [r["setting"] for r in only] == ["eval.mode=objects"] and only[0]["n_jobs"] == 2
 
 
 def test_jobs_without_results_are_named_and_the_rest_merged(tmp_path: Path,
