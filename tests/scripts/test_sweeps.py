@@ -107,6 +107,17 @@ def test_training_multirun_merges_validation_figures(tmp_path: Path) -> None:
     assert rows["learned"]["gap_closed_traffic_mean"] != ""
 
 
+def test_each_command_sweeps_into_its_own_folder() -> None:
+    """A multirun of the main job went to train.yaml's multirun/train/<time>."""
+    from cachegym.policies.training.config import register_train_configs
+
+    register_train_configs()
+    for name, kind in (("main", "main"), ("train", "train"), ("evaluate", "evaluate")):
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            cfg = compose(name, return_hydra_config=True)
+        assert f"/multirun/{kind}/" in OmegaConf.to_yaml(cfg.hydra.sweep, resolve=False), name
+
+
 def test_optuna_sweep_config_composes() -> None:
     if importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         pytest.skip("hydra-optuna-sweeper is not installed (pip install 'cachegym[cluster]')")
