@@ -148,8 +148,10 @@ def _intervals(trace: Trace, capacity: int) -> _Intervals:
     pa = np.flatnonzero(~is_free)
     changed = (so[pa[1:]] == so[pa[:-1]]) & (sz[pa[1:]] != sz[pa[:-1]])
     if changed.any():
-        r = int(order[pa[1:][changed][0]])
-        raise ConfigError(f"offline bounds: key {int(key[r])} changes size at row {r} without a "
+        r = int(order[pa[1:][changed]].min())  # (the first in the trace's order)
+        k = int(key[r])
+        shown = f"{k} ({k + 2**64} as an unsigned 64-bit id)" if k < 0 else str(k)
+        raise ConfigError(f"offline bounds: key {shown} changes size at row {r} without a "
                           "free before; the bounds model one size per object (free it first, or "
                           "give the trace one size per key)")
     big = sz > capacity  # never resident: streamed at every access

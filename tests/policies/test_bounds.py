@@ -324,6 +324,14 @@ def test_invalid_inputs_are_refused() -> None:
     assert offline_bounds(big, 8, "objects", kinds=("pfoo_l",))["pfoo_l"].misses >= 1000
     with pytest.raises(ConfigError, match="changes size"):
         offline_bounds(Trace.from_arrays([1, 1], [4, 8]), 16, "bytes")
+    # the first change in the trace's order (it named the smallest id's), an id past 2**63 as
+    # the file stores it (it printed the signed reinterpretation alone)
+    with pytest.raises(ConfigError, match="key 5 changes size at row 2 "):
+        offline_bounds(Trace.from_arrays([3, 5, 5, 3], [1, 1, 2, 2]), 16, "bytes")
+    high = np.array([2**63 + 5], np.uint64).view(np.int64)[0]
+    with pytest.raises(ConfigError, match=rf"key {int(high)} \({2**63 + 5} as an unsigned 64-bit "
+                                          r"id\) changes size at row 1 "):
+        offline_bounds(Trace.from_arrays(np.array([high, high], np.int64), [1, 2]), 16, "bytes")
 
 
 def test_objects_larger_than_the_pool_stream_every_access() -> None:
