@@ -27,7 +27,8 @@ offline bound that the policy closes (:mod:`envs.gaps`; ``eval.bounds`` adds the
 ``row_kind`` tells them from policy rows; with a prefetcher ``gap_closed_misses`` counts
 fetches, misses plus prefetches, which the misses bound bounds). lru always runs.
 
-Interruptions (SIGINT, SIGTERM, a crash) lose at most the run in progress: each completed run
+Interruptions (SIGINT, SIGTERM, a crash) lose at most the runs in progress and the offline
+bounds (computed again on resume; the warning says how many had finished): each completed run
 is appended to ``out_dir/runs.jsonl`` as it finishes (:mod:`envs.journal`), the final files are
 replaced whole (temporary file + ``os.replace``), and the files of an earlier sweep in
 ``out_dir`` are moved to ``out_dir/previous/<time>/`` before the first run (unless it resumes),
@@ -596,8 +597,10 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
                         "same command with eval.resume=true out_dir=%s (cachegym sim: --resume "
-                        "--out %s) to finish the sweep", len(done), len(runs), journal.path,
-                        out_dir, out_dir)
+                        "--out %s) to finish the sweep%s", len(done), len(runs), journal.path,
+                        out_dir, out_dir,
+                        f" (the {len(got)} bound task(s) finished are not kept: they run again)"
+                        if got else "")
             raise
         finally:
             bar.close()
