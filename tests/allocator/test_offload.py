@@ -324,13 +324,19 @@ def test_reverse_pack_order_prefetches_the_next_saved_tensors() -> None:
         ReversePackOrder(depth=0)
 
 
-def test_recorded_trace_replays_to_the_same_decisions() -> None:
+@pytest.mark.parametrize("clocked", [False, True])
+def test_recorded_trace_replays_to_the_same_decisions(clocked: bool) -> None:
+    """A recorded offload replays to its decisions and counts; with a clock, to its stall too:
+    the wall time between two pool operations is compute on the earlier access's row, never on
+    the frees collected at the later one (a replay runs no free row's compute: it dropped most
+    of an offload's)."""
     model, batches, fp = small_setup()
     budget = max(fp["total"] // 4, 2 * fp["largest"])
+    clock = iter(range(0, 10**12, 50_000))  # 50 us between any two readings
     # (copies, not zero-copy views: a view pins its object while autograd holds it, which a
     # replay cannot see, and a pinned object changes which one is evicted)
-    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, timer=None,
-                            zero_copy=False)
+    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, zero_copy=False,
+                            timer=(lambda: next(clock)) if clocked else None)
     try:
         train(model, batches, 2, offload=off)
         tr = off.trace()
@@ -339,34 +345,13 @@ def test_recorded_trace_replays_to_the_same_decisions() -> None:
         off.close()
     assert int((tr.op == Op.WRITE).sum()) == st["packed"]
     assert int((tr.op == Op.READ).sum()) == st["unpacked"]
-    assert int((tr.op == Op.FREE).sum()) == st["freed"]
+    frees = tr.op == Op.FREE
+    assert int(frees.sum()) == st["freed"] and not tr.compute_ns[frees].any()
+    assert int(tr.compute_ns.sum()) == st["compute_ns"] and (st["compute_ns"] > 0) == clocked
     sim = Pool(budget, LRU(), prefetcher=ReversePackOrder(), cost="h100_pcie5",
                placement="arena", clean_ahead=0.25).replay(tr)  # as the offload pool (arena)
-    for f in ("hits", "misses", "evictions", "writebacks", "prefetches", "bytes_h2d", "bytes_d2h"):
-        assert getattr(sim, f) == st[f], f
-
-
-def test_a_recorded_trace_keeps_the_compute_between_accesses() -> None:
-    """With a clock, the wall time between two pool operations is compute on the earlier
-    access's row, never on the frees collected at the later one (a replay runs no free row's
-    compute: it dropped most of an offload's): the replay stalls as the offload did."""
-    model, batches, fp = small_setup()
-    budget = max(fp["total"] // 4, 2 * fp["largest"])
-    clock = iter(range(0, 10**12, 50_000))  # 50 us between any two readings
-    off = ActivationOffload(budget, backend=NumpyBackend(), record=True, zero_copy=False,
-                            timer=lambda: next(clock))
-    try:
-        train(model, batches, 2, offload=off)
-        tr = off.trace()
-        st = off.stats()
-    finally:
-        off.close()
-    frees = tr.op == Op.FREE
-    assert frees.any() and not tr.compute_ns[frees].any()
-    assert int(tr.compute_ns.sum()) == st["compute_ns"] > 0
-    sim = Pool(budget, LRU(), prefetcher=ReversePackOrder(), cost="h100_pcie5",
-               placement="arena", clean_ahead=0.25).replay(tr)
-    for f in ("hits", "misses", "prefetches", "compute_ns", "stall_ns", "bytes_h2d"):
+    for f in ("hits", "misses", "evictions", "writebacks", "prefetches", "bytes_h2d", "bytes_d2h",
+              "compute_ns", "stall_ns"):
         assert getattr(sim, f) == st[f], f
 
 
