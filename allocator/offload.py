@@ -265,13 +265,7 @@ def _load_policy(path: str | os.PathLike[str], what: str = "policy") -> Eviction
                           f"(a built-in one by name: {made})")
     from cachegym.policies.registry import make_learned
 
-    policy = make_learned(path)
-    if what == "prefetcher" and getattr(policy, "prefetch_head", None) is None:
-        raise ConfigError(f"ActivationOffload prefetcher: policy file {os.fspath(path)!r} has no "
-                          "prefetch head (it was trained with env=evict: it would prefetch "
-                          "nothing); train with env=joint (make demo exports such a file), leave "
-                          "prefetcher out for ReversePackOrder, or give prefetcher=None for none")
-    return policy
+    return make_learned(path)
 
 
 def _learned_figures(policy: Any, prefetcher: Any) -> dict[str, Any]:
@@ -470,6 +464,12 @@ class ActivationOffload:
                 policy = prefetcher
         if isinstance(policy, (str, os.PathLike)):
             policy = _load_policy(policy)
+        if prefetcher is not None and getattr(prefetcher, "prefetch_head", False) is None:
+            raise ConfigError(  # (a learned policy, or its file, without a head)
+                f"ActivationOffload prefetcher: {prefetcher!r} has no prefetch head (its file was "
+                "trained with env=evict: it would prefetch nothing); train with env=joint (make "
+                "demo exports such a file), leave prefetcher out for ReversePackOrder, or give "
+                "prefetcher=None for none")
         head = getattr(prefetcher, "prefetch_head", None)
         if head is not None and not getattr(head.predictor, "horizon", 0):
             log.warning(

@@ -477,32 +477,49 @@ OPTUNA_RESULTS = "optimization_results.yaml"
 trial's parameters and value; :func:`name_best_trial` adds its job folder and policy file."""
 
 
-def name_best_trial(sweep_dir: str, since: float | None = None) -> tuple[str, str | None] | None:
+def name_best_trial(sweep_dir: str, since: float | None = None,
+                    results: Mapping[str, str] | None = None) -> tuple[str, str | None] | None:
     """The job folder and exported policy file (``None``: none) of the best trial of an Optuna
     sweep in ``sweep_dir`` (its :data:`OPTUNA_RESULTS`, written after ``since``, names the best
-    parameters alone: the job whose overrides give each its value), added to that file as
-    ``best_job`` and ``best_policy``; ``None`` where there is no such file or job."""
+    parameters and value alone: the job of this sweep whose overrides give each parameter its
+    value and, where its ``train.json`` holds a ``score``, whose score is the best value), added
+    to that file as ``best_job`` and ``best_policy``. ``results`` maps a job's folder to its
+    results folder (``out_dir/job_<num>`` where ``out_dir`` is not the sweep directory).
+    ``None`` where there is no such file or job (a resumed study whose best trial ran in an
+    earlier sweep)."""
     from omegaconf import DictConfig, OmegaConf
 
     path = os.path.join(sweep_dir, OPTUNA_RESULTS)
     if not os.path.isfile(path) or (since is not None and os.path.getmtime(path) < since):
         return None
-    results = OmegaConf.load(path)
-    params = results.get("best_params") if isinstance(results, DictConfig) else None
-    if not params:
+    results_file = OmegaConf.load(path)
+    if not isinstance(results_file, DictConfig):
+        return None
+    saved = OmegaConf.to_container(results_file, resolve=False)  # (a value may read "${x}")
+    params, best = saved.get("best_params"), saved.get("best_value")  # type: ignore[union-attr]
+    if not isinstance(params, dict) or not params:
         return None
     for name in sorted(os.listdir(sweep_dir)):
-        meta = os.path.join(sweep_dir, name, ".hydra", "overrides.yaml")
+        job = os.path.join(sweep_dir, name)
+        meta = os.path.join(job, ".hydra", "overrides.yaml")
         if not os.path.isfile(meta) or (since is not None and os.path.getmtime(meta) < since):
             continue
-        given = dict(str(o).split("=", 1) for o in OmegaConf.load(meta) if "=" in str(o))
-        if all(k in given and _same_value(given[k], v) for k, v in params.items()):
-            job = os.path.join(sweep_dir, name)
-            policy = _exported_policy(job)
-            results.best_job = job
-            results.best_policy = policy
-            OmegaConf.save(results, path)
-            return job, policy
+        listed = OmegaConf.to_container(OmegaConf.load(meta))
+        given: dict[str, str] = {}
+        for o in listed if isinstance(listed, list) else ():
+            if "=" in str(o):
+                k, v = str(o).split("=", 1)
+                given[k] = v
+        if not all(k in given and _same_value(given[k], v) for k, v in params.items()):
+            continue
+        out = (results or {}).get(job, job)
+        score, policy = _training_outcome(out)
+        if score is not None and isinstance(best, (int, float)) and not math.isclose(
+                score, best, rel_tol=1e-9, abs_tol=1e-12):
+            continue  # (the same parameters, another trial: a resumed study's replay)
+        saved.update(best_job=out, best_policy=policy)  # type: ignore[union-attr]
+        OmegaConf.save(OmegaConf.create(saved), path)
+        return out, policy
     return None
 
 
@@ -516,14 +533,19 @@ def _same_value(text: str, value: Any) -> bool:
     return text.strip("'\"") == str(value)
 
 
-def _exported_policy(job: str) -> str | None:
-    """The policy file a training job exported (its ``train.json`` says where), if it exists."""
+def _training_outcome(job: str) -> tuple[float | None, str | None]:
+    """A training job's validation score and exported policy file (each ``None`` where its
+    ``train.json`` has none, or the file is gone)."""
     try:
         with open(os.path.join(job, "train.json")) as f:
-            policy = json.load(f).get("policy")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return policy if isinstance(policy, str) and os.path.isfile(policy) else None
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None, None
+    if not isinstance(info, dict):
+        return None, None
+    score, policy = info.get("score"), info.get("policy")
+    return (float(score) if isinstance(score, (int, float)) else None,
+            policy if isinstance(policy, str) and os.path.isfile(policy) else None)
 
 
 class MergeResults(Callback):
@@ -560,6 +582,7 @@ class MergeResults(Callback):
         out_dir = OmegaConf.select(config, "out_dir", default=None)
         jobs: dict[str, tuple[int, str]] = {}
         settings: dict[str, tuple[str, ...]] = {}
+        result_dirs: dict[str, str] = {}  # a job's folder -> its results folder
         for root, dirs, files in os.walk(sweep_dir):
             if os.path.basename(root) == ".hydra" and "hydra.yaml" in files:
                 meta = os.path.join(root, "hydra.yaml")
@@ -571,6 +594,7 @@ class MergeResults(Callback):
                 overrides = " ".join(str(o) for o in hc.overrides.task) or "(no overrides)"
                 res = job_results_dir(out_dir, num, job_dir)
                 assert res is not None
+                result_dirs[job_dir] = res
                 jobs[f"job {num}: {overrides}"] = (num, os.path.join(res, self.results))
                 settings[f"job {num}: {overrides}"] = setting_of([str(o) for o in hc.overrides.task])
                 dirs.clear()
@@ -584,7 +608,11 @@ class MergeResults(Callback):
         if done.path is not None:
             print(format_merged(done.rows))
             print(f"merged {len(done.merged)} of {len(ordered)} jobs: {done.path}")
-        best = name_best_trial(sweep_dir, since=self._start)
+        try:  # (an Optuna sweep's: its best trial by folder and policy file)
+            best = name_best_trial(sweep_dir, since=self._start, results=result_dirs)
+        except Exception as e:  # (never in the way of the merge's verdict below)
+            log.warning("could not name the best trial of %s: %s", sweep_dir, e)
+            best = None
         if best is not None:
             print(f"best trial: {best[0]}" + (f", policy: {best[1]}" if best[1] else ""))
         if done.missing:  # (the others merged first): a sweep with a failed job does not exit 0

@@ -624,9 +624,10 @@ def test_a_head_as_the_prefetcher_beside_another_policy_sees_the_pools_hooks(joi
     # a file without a head as the prefetcher: refused (it ran with no prefetcher at all, the
     # default ReversePackOrder silently gone)
     evict_only = os.path.join(ROOT, "tests", "golden", "policy.npz")
-    for policy in (evict_only, LRU()):
+    for policy, pf in ((evict_only, evict_only), (LRU(), evict_only),
+                       (LRU(), LearnedPolicy.load(evict_only))):
         with pytest.raises(ConfigError, match="has no prefetch head .* env=joint"):
-            ActivationOffload(1 << 20, backend=NumpyBackend(), policy=policy, prefetcher=evict_only)
+            ActivationOffload(1 << 20, backend=NumpyBackend(), policy=policy, prefetcher=pf)
 
 
 def test_the_heads_budget_holds_while_the_guard_follows_a_history_twin(joint_file):

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -143,22 +144,33 @@ def test_optuna_sweep_config_composes() -> None:
 
 
 def test_the_best_optuna_trial_is_named_by_its_folder_and_policy(tmp_path: Path) -> None:
-    """hydra-optuna-sweeper's results name the best parameters alone: the merge finds the job
-    whose overrides give them (numbers as numbers), and adds its folder and policy file."""
-    for job, (lr, width) in enumerate([("0.001", "32"), ("0.0030000", "64"), ("0.003", "128")]):
-        d = tmp_path / f"job_{job}"
+    """hydra-optuna-sweeper's results name the best parameters and value alone: the merge finds
+    the job whose overrides give them (numbers as numbers) and whose score is that value (a
+    resumed study replays parameters), and adds its results folder and policy file."""
+    out = tmp_path / "out"  # (out_dir apart from the sweep directory: the results are there)
+    jobs = [("0.001", "32", 0.1), ("0.0030000", "64", 0.2), ("0.003", "64", 0.5), ("${x}", "8", 0.0)]
+    for job, (lr, width, score) in enumerate(jobs):
+        d, r = tmp_path / f"job_{job}", out / f"job_{job}"
         (d / ".hydra").mkdir(parents=True)
+        r.mkdir(parents=True)
         OmegaConf.save(OmegaConf.create([f"agent.dagger.lr={lr}", f"policy.hidden.0={width}",
                                          "seed=0"]), d / ".hydra" / "overrides.yaml")
-        (d / "policy.npz").write_bytes(b"")
-        (d / "train.json").write_text(json.dumps({"policy": str(d / "policy.npz")}))
-    assert name_best_trial(str(tmp_path)) is None  # (no study's results)
-    OmegaConf.save(OmegaConf.create({"name": "optuna", "best_value": 0.5, "best_params": {
-        "agent.dagger.lr": 0.003, "policy.hidden.0": 64}}), tmp_path / OPTUNA_RESULTS)
-    job, policy = name_best_trial(str(tmp_path))
-    assert job == str(tmp_path / "job_1") and policy == str(tmp_path / "job_1" / "policy.npz")
+        (r / "policy.npz").write_bytes(b"")
+        (r / "train.json").write_text(json.dumps({"policy": str(r / "policy.npz"), "score": score}))
+    results = {str(tmp_path / f"job_{j}"): str(out / f"job_{j}") for j in range(len(jobs))}
+    assert name_best_trial(str(tmp_path), results=results) is None  # (no study's results)
+
+    def study(lr: Any, width: Any, value: float) -> Any:
+        OmegaConf.save(OmegaConf.create({"name": "optuna", "best_value": value, "best_params": {
+            "agent.dagger.lr": lr, "policy.hidden.0": width}}), tmp_path / OPTUNA_RESULTS)
+        return name_best_trial(str(tmp_path), results=results)
+
+    job, policy = study(0.003, 64, 0.5)
+    assert job == str(out / "job_2") and policy == str(out / "job_2" / "policy.npz")
     saved = OmegaConf.load(tmp_path / OPTUNA_RESULTS)
     assert saved.best_job == job and saved.best_policy == policy and saved.best_value == 0.5
+    assert study(0.003, 64, 0.9) is None  # (its best trial ran in an earlier sweep)
+    assert study("${x}", 8, 0.0)[0] == str(out / "job_3")  # (a value that reads as interpolation)
 
 
 @pytest.mark.slow
