@@ -27,9 +27,9 @@ offline bound that the policy closes (:mod:`envs.gaps`; ``eval.bounds`` adds the
 ``row_kind`` tells them from policy rows; with a prefetcher ``gap_closed_misses`` counts
 fetches, misses plus prefetches, which the misses bound bounds). lru always runs.
 
-Interruptions (SIGINT, SIGTERM, a crash) lose at most the runs in progress and the offline
-bounds (computed again on resume; the warning says how many had finished): each completed run
-is appended to ``out_dir/runs.jsonl`` as it finishes (:mod:`envs.journal`), the final files are
+Interruptions (SIGINT, SIGTERM, a crash) lose at most the runs and bounds in progress: each
+completed run (and each trace and capacity's bounds) is appended to ``out_dir/runs.jsonl`` as it
+finishes (:mod:`envs.journal`), the final files are
 replaced whole (temporary file + ``os.replace``), and the files of an earlier sweep in
 ``out_dir`` are moved to ``out_dir/previous/<time>/`` before the first run (unless it resumes),
 so they never sit beside another sweep's runs and a failed sweep loses none of them.
@@ -562,6 +562,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                 tasks.append((stall_rows, (t, tname, cap, c, mode, preset), {},
                               f"the stall bound of trace {tname!r} at capacity {c} under {preset}"))
     n_runs = len(runs)
+    bkeys = _bound_keys(tasks[n_runs:])  # (the bounds are journaled too: a long trace's take
+    # minutes, and a resume takes them as it takes the runs)
     done: dict[int, dict[str, Any]] = {}
     got: dict[int, list[dict[str, Any]]] = {}
     order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
@@ -574,12 +576,22 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                             journal.path, i + 1, tasks[i][3], why)
             elif row is not None:
                 done[i] = row
-        if done:
-            log.info("resuming: %d of %d runs are already in %s", len(done), len(runs), journal.path)
+        for j, key in enumerate(bkeys):
+            rec = journal.get(key)
+            why = None if rec is None else _not_bound_rows(rec, order)
+            if why is not None:
+                log.warning("%s: the record of %s is no bound rows (%s); it runs again",
+                            journal.path, tasks[n_runs + j][3], why)
+            elif rec is not None:
+                got[j] = rec["bound_rows"]
+        if done or got:
+            log.info("resuming: %d of %d runs are already in %s%s", len(done), len(runs),
+                     journal.path, f" (and {len(got)} of {len(bkeys)} bound tasks)" if bkeys else "")
         # one set of worker processes for the runs and the bounds, the bounds (offline solves,
         # often the longest tasks) started first
-        todo = list(range(n_runs, len(tasks))) + [i for i in range(n_runs) if i not in done]
-        bar = tqdm(total=len(tasks), initial=len(done), desc="evaluate", unit="task",
+        todo = ([i for i in range(n_runs, len(tasks)) if i - n_runs not in got]
+                + [i for i in range(n_runs) if i not in done])
+        bar = tqdm(total=len(tasks), initial=len(done) + len(got), desc="evaluate", unit="task",
                    disable=not ev.progress)
         try:
             t_start = time.perf_counter()
@@ -589,6 +601,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                         journal.add(keys[i], res)
                     done[i] = res
                 else:
+                    with _writing(out_dir, len(done)):
+                        journal.add(bkeys[i - n_runs], {"bound_rows": res})
                     got[i - n_runs] = res
                 bar.update(1)
                 if not ev.progress:  # (no bar: a log line per task, for a log file or CI)
@@ -597,10 +611,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         except KeyboardInterrupt:
             log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
                         "same command with eval.resume=true out_dir=%s (cachegym sim: --resume "
-                        "--out %s) to finish the sweep%s", len(done), len(runs), journal.path,
-                        out_dir, out_dir,
-                        f" (the {len(got)} bound task(s) finished are not kept: they run again)"
-                        if got else "")
+                        "--out %s) to finish the sweep", len(done), len(runs), journal.path,
+                        out_dir, out_dir)
             raise
         finally:
             bar.close()
@@ -661,6 +673,19 @@ def _not_a_row(row: Any, groups: Collection[tuple[str, Any]]) -> str | None:
             return f"{c} is {v!r}, not {'a string' if text else 'a number'}"
     if (row["trace"], row["capacity"]) not in groups:
         return f"trace {row['trace']!r} at capacity {row['capacity']!r} is none of this sweep's"
+    return None
+
+
+def _not_bound_rows(rec: Any, groups: Collection[tuple[str, Any]]) -> str | None:
+    """Why a bound task's record read back from the journal is not its rows (``None``: it is):
+    ``{"bound_rows": [row, ...]}``, each row as :func:`_not_a_row` wants it."""
+    rows = rec.get("bound_rows") if isinstance(rec, dict) else None
+    if not isinstance(rows, list):
+        return "no bound_rows list"
+    for r in rows:
+        why = _not_a_row(r, groups)
+        if why is not None:
+            return why
     return None
 
 
@@ -890,8 +915,7 @@ def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
     files: dict[str, str] = {}
     keys = []
     for t, spec in runs:
-        if id(t) not in traces:
-            traces[id(t)] = digest([_sha(a.tobytes()) for a in (t.key, t.size, t.op, t.compute_ns, t.kind)])
+        _trace_digest(t, traces)
         used = _input_files(spec)
         for path in used:
             if path not in files:
@@ -900,6 +924,30 @@ def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
         keys.append(digest({"common": common, "trace": traces[id(t)], "spec": asdict(spec),
                             "policy_file": files.get(spec.learned or ""),
                             "files": [files[p] for p in used if p != spec.learned]}))
+    return keys
+
+
+def _trace_digest(t: Trace, cache: dict[int, str]) -> str:
+    """The digest of a trace's content (computed once per trace object, kept in ``cache``)."""
+    if id(t) not in cache:
+        cache[id(t)] = digest([_sha(a.tobytes()) for a in (t.key, t.size, t.op, t.compute_ns, t.kind)])
+    return cache[id(t)]
+
+
+def _bound_keys(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]]
+                ) -> list[str]:
+    """One key per bound task (``bound_rows`` or ``stall_rows`` of a trace, capacity, mode
+    and bounds or preset): what decides its rows, as :func:`_run_keys` for the runs."""
+    traces: dict[int, str] = {}
+    keys = []
+    for _, (t, tname, cap, c, mode, what), _, described in tasks:
+        files = []
+        if isinstance(what, str) and os.path.isfile(what):  # (a preset file's bytes)
+            with open(what, "rb") as f:
+                files.append(_sha(f.read()))
+        keys.append(digest({"task": described, "trace": _trace_digest(t, traces),
+                            "args": [tname, int(cap), str(c), mode, what], "files": files,
+                            "columns": list(COLUMNS)}))
     return keys
 
 

@@ -8,7 +8,8 @@ temporary file in the same directory and ``os.replace``, so a reader sees the ol
 new one, never half of one.
 
 Invariant: every complete line of ``runs.jsonl`` is ``{"key": str, "row": object}`` for one
-finished run; a line cut short by a kill is its last line, and is ignored (and dropped).
+finished run (or, ``{"bound_rows": [row, ...]}`` as its row, one trace and capacity's offline
+bounds); a line cut short by a kill is its last line, and is ignored (and dropped).
 """
 
 from __future__ import annotations

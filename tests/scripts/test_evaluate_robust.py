@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SWEEP = ["eval.capacities=[0.02,0.05,0.1,0.2]", "eval.policies=[lru,fifo,lfu,arc,clock,sieve,s3fifo,belady]",
          "eval.plots=false", "eval.progress=false", "eval.decision_timing=false"]
 N_RUNS = 4 * 8
+N_BOUNDS = 4  # (one bound task per capacity)
 REQUESTS = 12_000
 VOLATILE = ("wall_s",)
 
@@ -58,9 +59,11 @@ def fresh_rows(trace_file: Path, tmp_path_factory: pytest.TempPathFactory) -> li
     return evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={out}"]))["rows"]  # type: ignore[no-any-return]
 
 
-def _journal(out: Path) -> list[str]:
+def _journal(out: Path, bounds: bool = False) -> list[str]:
+    """The journal's lines of runs (``bounds``: of bound tasks)."""
     p = out / "runs.jsonl"
-    return p.read_text().splitlines() if p.exists() else []
+    lines = p.read_text().splitlines() if p.exists() else []
+    return [x for x in lines if x.endswith("}") and ('{"bound_rows": ' in x) == bounds]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -104,14 +107,25 @@ def test_an_interrupted_sweep_keeps_its_runs_and_resumes(
         return real(t, spec, **kw)
 
     monkeypatch.setattr(evaluation, "run_one", counting)
+    bounds_done = _journal(out, bounds=True)
+    bounded: list[Any] = []
+    real_bounds = evaluation.bound_rows
+
+    def counting_bounds(*args: Any) -> Any:
+        bounded.append(args[2])
+        return real_bounds(*args)
+
+    monkeypatch.setattr(evaluation, "bound_rows", counting_bounds)
     with caplog.at_level(logging.INFO):
         res = evaluate(_compose([f"trace.path={trace_file}", *SWEEP, f"out_dir={out}", "eval.resume=true"]))
     assert len(ran) == N_RUNS - len(done)  # only the missing runs ran
     assert f"resuming: {len(done)} of {N_RUNS} runs" in caplog.text and "not a complete record" in caplog.text
+    # the bounds finished before the interruption are taken too (they were computed again)
+    assert len(bounded) == N_BOUNDS - len(bounds_done) and len(bounds_done) >= 1
     assert _stable(res["rows"]) == _stable(fresh_rows)  # the same results as one uninterrupted sweep
     rows = json.loads((out / "results.json").read_text())
     assert len([r for r in rows if r["row_kind"] == "policy"]) == N_RUNS  # and the bound rows
-    assert len(_journal(out)) == N_RUNS
+    assert len(_journal(out)) == N_RUNS and len(_journal(out, bounds=True)) == N_BOUNDS
 
     ran.clear()  # without resume, a sweep starts afresh
     evaluate(_compose([f"trace.path={trace_file}", *SWEEP[:1], "eval.policies=[lru]", *SWEEP[2:],
@@ -121,7 +135,7 @@ def test_an_interrupted_sweep_keeps_its_runs_and_resumes(
     assert sorted(p.name for p in resumed.iterdir()) == sorted(
         ["config.yaml", "results.csv", "results.json", "runs.jsonl",
          *(p.name for p in resumed.glob("metrics__*.png"))])
-    assert len((resumed / "runs.jsonl").read_text().splitlines()) == N_RUNS
+    assert len((resumed / "runs.jsonl").read_text().splitlines()) == N_RUNS + N_BOUNDS
 
 
 def test_a_failed_sweep_in_a_used_out_dir_loses_none_of_the_earlier_results(
