@@ -791,6 +791,7 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
     :data:`PROGRESS_ROWS` rows: a long run moves the bar's count)."""
     global _PROGRESS
     rows = 0 if bar is None else sum(len(tasks[i][1][0]) for i in todo if tasks[i][0] is run_one)
+    beat = _heartbeat(bar)
     if jobs <= 1 or len(todo) <= 1:
         done = 0
         label = ""
@@ -798,6 +799,8 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
         def show(refresh: bool = True) -> None:
             bar.set_postfix_str(f"{_rows_done(done, rows)}, {label}" if rows else label,
                                 refresh=refresh)
+            if rows:
+                beat(f"{_rows_done(done, rows)}, {label}")
 
         def report(n: int) -> None:
             nonlocal done
@@ -843,6 +846,7 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
                                return_when=FIRST_COMPLETED)
             if counter is not None:
                 bar.set_postfix_str(_rows_done(counter.value, rows))
+                beat(_rows_done(counter.value, rows))
             for f in finished:
                 i = pending.pop(f)
                 try:
@@ -865,6 +869,27 @@ def in_workers(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, 
 
 PROGRESS_ROWS = 1 << 17
 """Rows of a trace :func:`run_one` replays between two reports of its progress."""
+
+HEARTBEAT_S = 60.0
+"""Without a progress bar (``eval.progress=false``, a log file, CI), the seconds between two log
+lines of the rows replayed so far while tasks run (a long run printed nothing for minutes)."""
+
+
+def _heartbeat(bar: Any) -> Callable[[str], None]:
+    """What logs ``text`` (the progress) at most every :data:`HEARTBEAT_S` seconds where ``bar``
+    is disabled (or absent); nothing where the bar shows it."""
+    if bar is not None and not getattr(bar, "disable", False):
+        return lambda text: None
+    last = time.monotonic()
+
+    def beat(text: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= HEARTBEAT_S:
+            last = now
+            log.info("still running: %s", text)
+
+    return beat
 
 # Where run_one reports the rows it has replayed (a callable of their number), or None:
 # in_workers sets it while its tasks run (in this process, or in each worker process).

@@ -608,3 +608,22 @@ def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts() -> No
             assert _CYCLES[i]() is None, i  # collected before the caller sees the result
     finally:
         gc.enable()
+
+
+def test_without_a_bar_a_long_sweep_says_it_is_running(
+        trace_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Without a progress bar (a log file, CI) a sweep logged a line per finished task only: a
+    5M-request learned run printed nothing for 327 s. The rows replayed are logged every
+    HEARTBEAT_S seconds (0 here: at each report), never where a bar shows them."""
+    sweep = [f"trace.path={trace_file}", "eval.capacities=[0.05]", "eval.policies=[lru,fifo]",
+             "eval.plots=false", "eval.bounds=[]", "eval.decision_timing=false"]
+    for progress, jobs in ((False, 1), (False, 2), (True, 1)):
+        caplog.clear()
+        monkeypatch.setattr(evaluation, "HEARTBEAT_S", 0.0)
+        with caplog.at_level(logging.INFO, logger="cachegym.envs.evaluation"):
+            evaluate(_compose([*sweep, f"eval.progress={str(progress).lower()}",
+                               f"eval.jobs={jobs}", f"out_dir={tmp_path / str(jobs)}"]))
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("still running")]
+        assert bool(said) != progress, (progress, jobs, said)
+        assert progress or any(f"of {2 * REQUESTS:,} requests" in m for m in said)
