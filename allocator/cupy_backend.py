@@ -41,6 +41,7 @@ import numpy as np
 
 from cachegym.allocator.cost import Preset
 from cachegym.allocator.errors import BackendError, ConfigError, ObjectTooLarge, PoolExhausted
+from cachegym.allocator.seams import DEVICE
 
 if TYPE_CHECKING:
     from cachegym.allocator.backends import Backend
@@ -83,7 +84,24 @@ def _device_array(data: Any) -> Any:
     ``cupy.ascontiguousarray`` takes CuPy arrays only (a tensor: ``TypeError``, which autograd's
     operators report as ``unsupported operand type(s) for @``), hence ``asarray`` first."""
     cp = _cupy()
-    return cp.ascontiguousarray(cp.asarray(data))
+    if type(data).__module__.split(".", 1)[0] == "torch":  # (bytes: a tensor that requires grad
+        import torch  # refuses __cuda_array_interface__, a bfloat16 one exports no dtype CuPy takes)
+
+        data = data.detach().reshape(-1).view(torch.uint8)
+    try:
+        return cp.ascontiguousarray(cp.asarray(data))
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise BackendError(f"CupyBackend: cannot read {type(data).__name__} as device bytes "
+                           f"({type(e).__name__}: {e}); give a CuPy array or a CUDA tensor") from e
+
+
+def _on_device(data: Any) -> bool:
+    """Whether ``data`` is device memory (``__cuda_array_interface__``: a CuPy array, a torch
+    CUDA tensor; a tensor that requires grad raises on reading it: device too)."""
+    try:
+        return hasattr(data, "__cuda_array_interface__")
+    except RuntimeError:
+        return True
 
 
 def _cuda_error_types() -> tuple[type[BaseException], ...]:
@@ -198,9 +216,18 @@ class CupyBackend:
         self._need_arena("device_buffer")
         return self._arena[offset:offset + nbytes]
 
+    def device_bytes(self, data: Any) -> Any:
+        """``data`` (a CuPy array or a CUDA tensor, any dtype) as its bytes: a contiguous 1-D
+        ``uint8`` CuPy array on this backend's device (what :meth:`Pool.put` stores; zero-copy
+        where it already is contiguous)."""
+        self._need_arena("put")
+        with self._device, _cuda("reading device bytes"):
+            arr = _device_array(data)
+            return arr.reshape(-1).view(_cupy().uint8)
+
     def write(self, offset: int, data: Any) -> None:
-        """Copy ``data`` into the device at ``offset``: a host array synchronously, a device
-        array (``__cuda_array_interface__``) in stream order on the compute stream."""
+        """Copy ``data`` into the device at ``offset``, synchronously: a host array, or a device
+        array (``__cuda_array_interface__``), on the compute stream."""
         self._need_arena("write")
         rt = _cupy().cuda.runtime
         nbytes = int(data.nbytes)
@@ -209,9 +236,11 @@ class CupyBackend:
                                f"outside the arena of {self.capacity} bytes")
         with self._device, _cuda("write"):
             stream = self._compute()
-            if hasattr(data, "__cuda_array_interface__"):  # a CuPy array or a torch tensor
+            if _on_device(data):  # a CuPy array or a torch tensor
                 src = _device_array(data)
                 rt.memcpyAsync(self._ptr + offset, src.data.ptr, nbytes, 3, stream)
+                rt.streamSynchronize(stream)  # (the protocol's write is synchronous; src, a
+                # temporary where data was not contiguous, lives until the copy is done)
             else:
                 host = np.ascontiguousarray(data)
                 rt.memcpyAsync(self._ptr + offset, host.ctypes.data, nbytes, _H2D, stream)
@@ -253,6 +282,7 @@ class CupyBackend:
     def stream_in(self, key: int, nbytes: int) -> Any:
         """Host buffer ``key`` copied into a new device array (outside the arena), in order
         on the compute stream after any copy still writing that buffer."""
+        self._need_arena("stream_in")
         host = self._host_buf(key, nbytes, zero=True)
         self._host_wait([self._last_d2h.get(key)])
         cp = _cupy()
@@ -266,11 +296,12 @@ class CupyBackend:
     def stream_out(self, key: int, data: Any) -> None:
         """``data`` (host or device bytes) stored as host buffer ``key``, after any copy still
         reading or writing that buffer."""
+        self._need_arena("stream_out")
         nbytes = int(data.nbytes)
         host = self._host_buf(key, nbytes, zero=False)
         self._host_wait([self._last_h2d.get(key), self._last_d2h.get(key)])
         with self._device, _cuda("streaming an object to host memory"):
-            if hasattr(data, "__cuda_array_interface__"):  # a CuPy array or a torch tensor
+            if _on_device(data):  # a CuPy array or a torch tensor
                 src = _device_array(data)
                 rt = _cupy().cuda.runtime
                 rt.memcpyAsync(host.ctypes.data, src.data.ptr, nbytes, _D2H, self._compute())
@@ -323,6 +354,8 @@ class CupyBackend:
             return
         try:
             self.synchronize()
+            if self._stalls:  # (stall_ns() after close counts them)
+                self._settle_stalls(block=True)
         finally:
             self._graveyard.clear()
             self._host.clear()
@@ -402,10 +435,13 @@ class _Lease:
     """Owner of one CuPy allocation served by :class:`PoolAllocator`; its release (CuPy drops
     the last pointer to the memory) queues the pool object for freeing."""
 
-    __slots__ = ("key", "released")
+    __slots__ = ("key", "released", "arena")
 
-    def __init__(self, key: int, released: collections.deque[int]) -> None:
-        self.key, self.released = key, released
+    def __init__(self, key: int, released: collections.deque[int], arena: Any) -> None:
+        # arena: the backend's device memory, kept alive while CuPy holds this allocation (the
+        # pool's close() drops the backend's reference; freeing it under a live array would
+        # leave that array pointing into freed device memory)
+        self.key, self.released, self.arena = key, released, arena
 
     def __del__(self) -> None:
         self.released.append(self.key)
@@ -445,11 +481,15 @@ class PoolAllocator:
             except (ObjectTooLarge, PoolExhausted) as e:
                 raise cp.cuda.memory.OutOfMemoryError(int(size), pool.view.used,
                                                       pool.capacity) from e
+            if pool.view.info(key).state != DEVICE:  # (not admitted: streamed, in host memory)
+                pool.free(key)
+                raise cp.cuda.memory.OutOfMemoryError(int(size), pool.view.used, pool.capacity)
             pool.pin(key)
             offset = pool.view.info(key).offset
         self.live += 1
         mem = cp.cuda.UnownedMemory(self.backend.arena_ptr + offset, nbytes,
-                                    _Lease(key, self._released), self.backend.device_id)
+                                    _Lease(key, self._released, self.backend._mem),
+                                    self.backend.device_id)
         return cp.cuda.MemoryPointer(mem, 0)
 
     def collect(self) -> int:

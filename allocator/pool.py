@@ -79,14 +79,24 @@ def load_accelerator(name: str) -> Any:
 Placement = Literal["arena", "bytes"]
 
 
+def _on_device(data: Any) -> bool:
+    """Whether ``data`` is device memory (``__cuda_array_interface__``: a CuPy array, a torch
+    CUDA tensor; one that requires grad raises on reading it: device too)."""
+    try:
+        return hasattr(data, "__cuda_array_interface__")
+    except RuntimeError:
+        return True
+
+
 def _as_array(key: int, data: Any) -> np.ndarray:
     """``data`` (what :meth:`Pool.put` stores) as a contiguous NumPy array: a CPU torch
     tensor as its bytes (any dtype, bfloat16 included; detached), anything else through
     ``np.ascontiguousarray``; a :class:`ConfigError` naming what cannot be stored."""
     if type(data).__module__.startswith("torch") and hasattr(data, "detach"):
         if data.device.type != "cpu":
-            raise ConfigError(f"put: object {key}: a tensor on {data.device} (the NumPy backend "
-                              "stores host arrays): pass t.cpu(), or use the CuPy backend on a GPU")
+            raise ConfigError(f"put: object {key}: a tensor on {data.device}, and this pool's "
+                              "backend stores host arrays: pass t.cpu(), or build the pool with "
+                              "backend=CupyBackend() (cachegym.allocator.cupy_backend)")
         import torch
 
         t = data.detach().contiguous().reshape(-1)
@@ -476,7 +486,8 @@ class Pool(Loop):
         be placed beside the pinned objects the old object is kept and PoolExhausted raised.
         A put replaces every byte: an object that is not on the device is not fetched first
         (its earlier bytes are not needed), so the put copies nothing host-to-device. A CPU
-        torch tensor is stored as its bytes (any dtype; detached).
+        torch tensor is stored as its bytes (any dtype; detached); with a device backend
+        (``CupyBackend``), a CuPy array or a CUDA tensor too, copied device to device.
         An error raised by what follows the write (the policy's pending evictions, prefetches)
         leaves ``data`` stored; any other error stores nothing (an object being replaced by one
         of another size is freed first: it is then gone; one overwritten whose earlier bytes
@@ -484,12 +495,17 @@ class Pool(Loop):
         key = as_key(key, "put")
         kind, _ = _extras("put", kind, 0)
         be = self._need_backend("put")
-        arr = _as_array(key, data)
-        if arr.dtype.hasobject:
-            raise ConfigError(f"put: object {key}: an array of Python objects ({arr.dtype}) has no "
-                              "bytes to store; pass a numeric array (np.frombuffer(b, np.uint8) "
-                              "for raw bytes)")
-        raw = arr.reshape(-1).view(np.uint8)
+        device_bytes = getattr(be, "device_bytes", None)
+        raw: Any
+        if device_bytes is not None and _on_device(data):  # (a device backend's own bytes)
+            raw = device_bytes(data)
+        else:
+            arr = _as_array(key, data)
+            if arr.dtype.hasobject:
+                raise ConfigError(f"put: object {key}: an array of Python objects ({arr.dtype}) "
+                                  "has no bytes to store; pass a numeric array "
+                                  "(np.frombuffer(b, np.uint8) for raw bytes)")
+            raw = arr.reshape(-1).view(np.uint8)
         if raw.nbytes == 0:
             raise ConfigError(f"put: object {key} has no bytes; store at least one byte")
         if self._place.footprint(raw.nbytes) > self._place.capacity and not self.bypass_oversize:

@@ -158,6 +158,16 @@ def _fake_cupy() -> Any:
         def copy(self) -> Any:
             return ndarray(_a=self._a.copy())
 
+        def reshape(self, *shape: Any) -> Any:
+            r = ndarray(_a=self._a.reshape(*shape))
+            r._keep = self
+            return r
+
+        def view(self, dtype: Any) -> Any:
+            r = ndarray(_a=self._a.view(dtype))
+            r._keep = self
+            return r
+
     class Runtime:
         CUDARuntimeError = Err
         getDeviceCount = staticmethod(lambda: 1)
@@ -323,6 +333,63 @@ def test_pool_allocator_bookkeeping_on_imitated_cupy(fake_cupy: Any) -> None:
     assert [k for k in pool.resident_keys() if k < 0] == []
     assert np.array_equal(pool.get(7).get(), np.ones(40_000, np.uint8))
     pool.close()
+
+
+def test_pool_allocator_keeps_the_arena_and_refuses_what_the_pool_streams_on_imitated_cupy(
+        fake_cupy: Any) -> None:
+    """A live allocation kept pointing into the arena that the pool's close() freed; in a
+    bypass pool a request larger than the pool was streamed (not placed), then pin raised
+    NotResident and its key stayed in the pool for good."""
+    import gc
+    import weakref
+
+    from cachegym.allocator.cupy_backend import PoolAllocator
+
+    pool = Pool(1 << 16, backend=CupyBackend())
+    alloc = PoolAllocator(pool)
+    a = alloc.malloc(1000)
+    arena = weakref.ref(pool.backend._mem)
+    pool.close()
+    gc.collect()
+    assert arena() is not None  # (held by the allocation's owner)
+    del a
+    gc.collect()
+    assert arena() is None
+    pool = Pool(1 << 16, backend=CupyBackend(), oversize="bypass")
+    alloc = PoolAllocator(pool)
+    with pytest.raises(fake_cupy.cuda.memory.OutOfMemoryError):
+        alloc.malloc(1 << 17)
+    assert len(pool) == 0 and alloc.live == 0
+    pool.close()
+
+
+def test_a_pool_on_cupy_stores_device_arrays_on_imitated_cupy(fake_cupy: Any) -> None:
+    """Pool.put refused every device array, whatever the backend (its message advised the CuPy
+    backend, on which it failed too): a CuPy backend's pool stores them, admitted or streamed."""
+    data = np.arange(3000, dtype=np.float32)
+    for oversize, cap in (("error", 1 << 16), ("bypass", 1 << 10)):
+        pool = Pool(cap, backend=CupyBackend(), oversize=oversize)
+        try:
+            pool.put(1, _ForeignDeviceArray(data))
+            pool.put(2, fake_cupy.ndarray(_a=data[::-1].copy()))
+            assert np.array_equal(np.asarray(pool.get(1).get()).view(np.float32), data)
+            assert np.array_equal(np.asarray(pool.get(2).get()).view(np.float32), data[::-1])
+        finally:
+            pool.close()
+    be = CupyBackend()
+    with pytest.raises(BackendError, match="no arena"):
+        be.stream_in(1, 10)  # (before attach: an AttributeError)
+    torch = pytest.importorskip("torch")
+
+    class Cuda:  # (a tensor's module and device, without a GPU)
+        __module__ = "torch"
+        device = torch.device("cuda")
+
+        def detach(self) -> Any:
+            return self
+
+    with pytest.raises(ConfigError, match="backend=CupyBackend"):
+        Pool(1 << 16, backend=NumpyBackend()).put(1, Cuda())
 
 
 # ---------------------------------------------------------------------- on a GPU
