@@ -130,6 +130,13 @@ class CupyBackend:
         stall_timing: time, with CUDA events, how long the compute stream waits for each copy
             (:meth:`stall_ns`); costs two timed events per copy.
 
+    A copy that fails on the device is not reported by :meth:`wait` (which only orders the
+    compute stream after it, as NumpyBackend's reports its failure): CUDA reports such errors
+    later and for the whole context, at the next synchronisation (:meth:`synchronize`,
+    :meth:`close`, a host read), as a :class:`BackendError` naming that operation, not the
+    object; the pool's recovery of a failed fetch or write-back (which NumpyBackend's failures
+    exercise) does not apply there.
+
     Invariants: ``_last_h2d[k]``/``_last_d2h[k]`` are the events of the latest copy out of /
     into host buffer ``k`` (copies on one stream complete in order); a host buffer is
     released or resized only after a host-side wait on both. ``_graveyard`` holds released

@@ -187,7 +187,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # PyTorch's save_on_cpu saves a contiguous copy (a transposed view comes back
         # contiguous, and a matmul's backward may then take another kernel): reported, not
         # asserted; this project's modes give back the saved layout and must not change a bit
-        if not row["losses_bitwise_equal"] and name not in THIRD_PARTY:
+        # on the CPU. On a GPU some kernels are not deterministic run to run (an embedding's
+        # backward adds with atomics): reported there (max_loss_diff), never a lost run
+        if not row["losses_bitwise_equal"] and name not in THIRD_PARTY and str(device) == "cpu":
             raise AssertionError(f"offload bench: mode {name} changed the losses: {losses[j]} "
                                  f"against {losses[0]} without offload; offload must not change "
                                  "the training numerics")
