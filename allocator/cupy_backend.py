@@ -131,7 +131,7 @@ class CupyBackend:
             (:meth:`stall_ns`); costs two timed events per copy.
 
     A copy that fails on the device is not reported by :meth:`wait` (which only orders the
-    compute stream after it, as NumpyBackend's reports its failure): CUDA reports such errors
+    compute stream after it; NumpyBackend's wait reports its copy's failure): CUDA reports such errors
     later and for the whole context, at the next synchronisation (:meth:`synchronize`,
     :meth:`close`, a host read), as a :class:`BackendError` naming that operation, not the
     object; the pool's recovery of a failed fetch or write-back (which NumpyBackend's failures
