@@ -29,6 +29,7 @@ import cython
 import numpy as np
 
 from cachegym.allocator.arena import ALIGN, Arena
+from cachegym.allocator.backends import on_device
 from cachegym.allocator.cost import CostModel, Preset
 from cachegym.allocator.errors import (
     BackendError,
@@ -77,15 +78,6 @@ def load_accelerator(name: str) -> Any:
 
 
 Placement = Literal["arena", "bytes"]
-
-
-def _on_device(data: Any) -> bool:
-    """Whether ``data`` is device memory (``__cuda_array_interface__``: a CuPy array, a torch
-    CUDA tensor; one that requires grad raises on reading it: device too)."""
-    try:
-        return hasattr(data, "__cuda_array_interface__")
-    except RuntimeError:
-        return True
 
 
 def _as_array(key: int, data: Any) -> np.ndarray:
@@ -497,7 +489,7 @@ class Pool(Loop):
         be = self._need_backend("put")
         device_bytes = getattr(be, "device_bytes", None)
         raw: Any
-        if device_bytes is not None and _on_device(data):  # (a device backend's own bytes)
+        if device_bytes is not None and on_device(data):  # (a device backend's own bytes)
             raw = device_bytes(data)
         else:
             arr = _as_array(key, data)

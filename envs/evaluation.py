@@ -548,7 +548,8 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         set_aside(out_dir, ["results.csv", "results.json", JOURNAL, "config.yaml",
                             *sorted(n for n in os.listdir(out_dir)
                                     if n.startswith("metrics__") and n.endswith(".png"))])
-    keys = _run_keys(cfg, runs)
+    digests: dict[int, str] = {}  # each trace's content, hashed once for both kinds of key
+    keys = _run_keys(cfg, runs, digests)
     options = dict(placement=placement, write_policy=write_policy, oversize=oversize,
                    decision_timing=bool(ev.decision_timing), seed=int(cfg.seed),
                    allocator_cfg=alloc)
@@ -562,28 +563,26 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                 tasks.append((stall_rows, (t, tname, cap, c, mode, preset), {},
                               f"the stall bound of trace {tname!r} at capacity {c} under {preset}"))
     n_runs = len(runs)
-    bkeys = _bound_keys(tasks[n_runs:])  # (the bounds are journaled too: a long trace's take
+    bkeys = _bound_keys(tasks[n_runs:], digests)  # (the bounds are journaled too: a long trace's take
     # minutes, and a resume takes them as it takes the runs)
     done: dict[int, dict[str, Any]] = {}
     got: dict[int, list[dict[str, Any]]] = {}
     order = {(tname, cap): i for i, (_, tname, cap, _) in enumerate(groups)}
     with RunJournal(out_dir, resume=bool(ev.get("resume", False))) as journal:
-        for i, key in enumerate(keys):
-            row = journal.get(key)
-            why = None if row is None else _not_a_row(row, order)
-            if why is not None:  # (an edited or damaged journal: the run runs again)
-                log.warning("%s: the record of run %d (%s) is no result row (%s); it runs again",
-                            journal.path, i + 1, tasks[i][3], why)
-            elif row is not None:
-                done[i] = row
-        for j, key in enumerate(bkeys):
+        for i, key in enumerate(keys + bkeys):
             rec = journal.get(key)
-            why = None if rec is None else _not_bound_rows(rec, order)
-            if why is not None:
-                log.warning("%s: the record of %s is no bound rows (%s); it runs again",
-                            journal.path, tasks[n_runs + j][3], why)
-            elif rec is not None:
-                got[j] = rec["bound_rows"]
+            if rec is None:
+                continue
+            run = i < n_runs
+            why = _not_a_row(rec, order) if run else _not_bound_rows(rec, order)
+            if why is not None:  # (an edited or damaged journal: the task runs again)
+                log.warning("%s: the record of %s (%s) is no %s (%s); it runs again",
+                            journal.path, f"run {i + 1}" if run else "bounds", tasks[i][3],
+                            "result row" if run else "set of bound rows", why)
+            elif run:
+                done[i] = rec
+            else:
+                got[i - n_runs] = rec["bound_rows"]
         if done or got:
             log.info("resuming: %d of %d runs are already in %s%s", len(done), len(runs),
                      journal.path, f" (and {len(got)} of {len(bkeys)} bound tasks)" if bkeys else "")
@@ -924,7 +923,7 @@ def run_tasks(runs: list[tuple[Trace, RunSpec, dict[str, Any]]]
             for t, spec, options in runs]
 
 
-def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
+def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]], traces: dict[int, str]) -> list[str]:
     """One key per run: what decides its row (the trace's content, the run's spec, the pool's
     and replay's settings, the seed, an exported policy file's bytes), so that a resumed sweep
     reuses a run only where running it again would give the same counts."""
@@ -936,17 +935,15 @@ def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]]) -> list[str]:
     common = {"allocator": OmegaConf.to_container(alloc, resolve=True) if OmegaConf.is_config(alloc) else alloc,
               "seed": int(cfg.seed),
               "decision_timing": bool(cfg.eval.decision_timing), "columns": list(COLUMNS)}
-    traces: dict[int, str] = {}
     files: dict[str, str] = {}
     keys = []
     for t, spec in runs:
-        _trace_digest(t, traces)
         used = _input_files(spec)
         for path in used:
             if path not in files:
                 with open(path, "rb") as f:
                     files[path] = _sha(f.read())
-        keys.append(digest({"common": common, "trace": traces[id(t)], "spec": asdict(spec),
+        keys.append(digest({"common": common, "trace": _trace_digest(t, traces), "spec": asdict(spec),
                             "policy_file": files.get(spec.learned or ""),
                             "files": [files[p] for p in used if p != spec.learned]}))
     return keys
@@ -959,11 +956,11 @@ def _trace_digest(t: Trace, cache: dict[int, str]) -> str:
     return cache[id(t)]
 
 
-def _bound_keys(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]]
-                ) -> list[str]:
+def _bound_keys(tasks: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]],
+                traces: dict[int, str]) -> list[str]:
     """One key per bound task (``bound_rows`` or ``stall_rows`` of a trace, capacity, mode
-    and bounds or preset): what decides its rows, as :func:`_run_keys` for the runs."""
-    traces: dict[int, str] = {}
+    and bounds or preset): what decides its rows, as :func:`_run_keys` for the runs
+    (``traces``: the traces' digests, shared with it)."""
     keys = []
     for _, (t, tname, cap, c, mode, what), _, described in tasks:
         files = []

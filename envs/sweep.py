@@ -354,8 +354,8 @@ def merge_tables(tables: Mapping[str, Sequence[Mapping[str, Any]]],
     keys = [c for c in KEY_COLUMNS if any(c in r for rows in tables.values() for r in rows)]
     # the sweep's settings, its failed jobs' included: where one setting's jobs alone left
     # results, their rows still say which setting they are
-    own = {job: tuple(ov) for job, ov in (settings or {}).items()}
-    own.update({job: tuple((settings or {}).get(job, ())) for job in tables})
+    settings = settings or {}
+    own = {job: tuple(settings.get(job, ())) for job in {*settings, *tables}}
     common = set.intersection(*map(set, own.values())) if own else set()
     label = {job: " ".join(o for o in ov if o not in common) for job, ov in own.items()}
     if len(set(label.values())) > 1:
@@ -477,16 +477,16 @@ OPTUNA_RESULTS = "optimization_results.yaml"
 trial's parameters and value; :func:`name_best_trial` adds its job folder and policy file."""
 
 
-def name_best_trial(sweep_dir: str, since: float | None = None,
-                    results: Mapping[str, str] | None = None) -> tuple[str, str | None] | None:
-    """The job folder and exported policy file (``None``: none) of the best trial of an Optuna
-    sweep in ``sweep_dir`` (its :data:`OPTUNA_RESULTS`, written after ``since``, names the best
-    parameters and value alone: the job of this sweep whose overrides give each parameter its
-    value and, where its ``train.json`` holds a ``score``, whose score is the best value), added
-    to that file as ``best_job`` and ``best_policy``. ``results`` maps a job's folder to its
-    results folder (``out_dir/job_<num>`` where ``out_dir`` is not the sweep directory).
-    ``None`` where there is no such file or job (a resumed study whose best trial ran in an
-    earlier sweep)."""
+def name_best_trial(sweep_dir: str, jobs: Mapping[str, Sequence[str]],
+                    since: float | None = None) -> tuple[str, str | None] | None:
+    """The results folder and exported policy file (``None``: none) of the best trial of an
+    Optuna sweep in ``sweep_dir``, among ``jobs`` (this sweep's: each job's results folder and
+    its overrides, as :class:`MergeResults` reads them). The sweep's :data:`OPTUNA_RESULTS`,
+    written after ``since``, names the best parameters and value alone: the job whose overrides
+    give each parameter its value and, where its ``train.json`` holds a ``score``, whose score
+    is the best value; its folder and policy are added to that file as ``best_job`` and
+    ``best_policy``. ``None`` where there is no such file or job (a resumed study whose best
+    trial ran in an earlier sweep)."""
     from omegaconf import DictConfig, OmegaConf
 
     path = os.path.join(sweep_dir, OPTUNA_RESULTS)
@@ -499,20 +499,10 @@ def name_best_trial(sweep_dir: str, since: float | None = None,
     params, best = saved.get("best_params"), saved.get("best_value")  # type: ignore[union-attr]
     if not isinstance(params, dict) or not params:
         return None
-    for name in sorted(os.listdir(sweep_dir)):
-        job = os.path.join(sweep_dir, name)
-        meta = os.path.join(job, ".hydra", "overrides.yaml")
-        if not os.path.isfile(meta) or (since is not None and os.path.getmtime(meta) < since):
-            continue
-        listed = OmegaConf.to_container(OmegaConf.load(meta))
-        given: dict[str, str] = {}
-        for o in listed if isinstance(listed, list) else ():
-            if "=" in str(o):
-                k, v = str(o).split("=", 1)
-                given[k] = v
+    for out, overrides in sorted(jobs.items()):
+        given = dict(str(o).split("=", 1) for o in overrides if "=" in str(o))
         if not all(k in given and _same_value(given[k], v) for k, v in params.items()):
             continue
-        out = (results or {}).get(job, job)
         score, policy = _training_outcome(out)
         if score is not None and isinstance(best, (int, float)) and not math.isclose(
                 score, best, rel_tol=1e-9, abs_tol=1e-12):
@@ -582,7 +572,7 @@ class MergeResults(Callback):
         out_dir = OmegaConf.select(config, "out_dir", default=None)
         jobs: dict[str, tuple[int, str]] = {}
         settings: dict[str, tuple[str, ...]] = {}
-        result_dirs: dict[str, str] = {}  # a job's folder -> its results folder
+        overrides_of: dict[str, list[str]] = {}  # a job's results folder -> its overrides
         for root, dirs, files in os.walk(sweep_dir):
             if os.path.basename(root) == ".hydra" and "hydra.yaml" in files:
                 meta = os.path.join(root, "hydra.yaml")
@@ -591,12 +581,13 @@ class MergeResults(Callback):
                 job_dir = os.path.dirname(root)
                 hc = OmegaConf.load(meta).hydra
                 num = int(hc.job.num)
-                overrides = " ".join(str(o) for o in hc.overrides.task) or "(no overrides)"
+                task = [str(o) for o in hc.overrides.task]
+                overrides = " ".join(task) or "(no overrides)"
                 res = job_results_dir(out_dir, num, job_dir)
                 assert res is not None
-                result_dirs[job_dir] = res
+                overrides_of[res] = task
                 jobs[f"job {num}: {overrides}"] = (num, os.path.join(res, self.results))
-                settings[f"job {num}: {overrides}"] = setting_of([str(o) for o in hc.overrides.task])
+                settings[f"job {num}: {overrides}"] = setting_of(task)
                 dirs.clear()
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
         target = os.path.join(os.path.expanduser(str(out_dir)) if out_dir is not None
@@ -609,7 +600,7 @@ class MergeResults(Callback):
             print(format_merged(done.rows))
             print(f"merged {len(done.merged)} of {len(ordered)} jobs: {done.path}")
         try:  # (an Optuna sweep's: its best trial by folder and policy file)
-            best = name_best_trial(sweep_dir, since=self._start, results=result_dirs)
+            best = name_best_trial(sweep_dir, overrides_of, since=self._start)
         except Exception as e:  # (never in the way of the merge's verdict below)
             log.warning("could not name the best trial of %s: %s", sweep_dir, e)
             best = None

@@ -148,22 +148,20 @@ def test_the_best_optuna_trial_is_named_by_its_folder_and_policy(tmp_path: Path)
     the job whose overrides give them (numbers as numbers) and whose score is that value (a
     resumed study replays parameters), and adds its results folder and policy file."""
     out = tmp_path / "out"  # (out_dir apart from the sweep directory: the results are there)
-    jobs = [("0.001", "32", 0.1), ("0.0030000", "64", 0.2), ("0.003", "64", 0.5), ("${x}", "8", 0.0)]
-    for job, (lr, width, score) in enumerate(jobs):
-        d, r = tmp_path / f"job_{job}", out / f"job_{job}"
-        (d / ".hydra").mkdir(parents=True)
+    trials = [("0.001", "32", 0.1), ("0.0030000", "64", 0.2), ("0.003", "64", 0.5), ("${x}", "8", 0.0)]
+    jobs = {}  # each job's results folder and overrides, as the merge reads them
+    for job, (lr, width, score) in enumerate(trials):
+        r = out / f"job_{job}"
         r.mkdir(parents=True)
-        OmegaConf.save(OmegaConf.create([f"agent.dagger.lr={lr}", f"policy.hidden.0={width}",
-                                         "seed=0"]), d / ".hydra" / "overrides.yaml")
+        jobs[str(r)] = [f"agent.dagger.lr={lr}", f"policy.hidden.0={width}", "seed=0"]
         (r / "policy.npz").write_bytes(b"")
         (r / "train.json").write_text(json.dumps({"policy": str(r / "policy.npz"), "score": score}))
-    results = {str(tmp_path / f"job_{j}"): str(out / f"job_{j}") for j in range(len(jobs))}
-    assert name_best_trial(str(tmp_path), results=results) is None  # (no study's results)
+    assert name_best_trial(str(tmp_path), jobs) is None  # (no study's results)
 
     def study(lr: Any, width: Any, value: float) -> Any:
         OmegaConf.save(OmegaConf.create({"name": "optuna", "best_value": value, "best_params": {
             "agent.dagger.lr": lr, "policy.hidden.0": width}}), tmp_path / OPTUNA_RESULTS)
-        return name_best_trial(str(tmp_path), results=results)
+        return name_best_trial(str(tmp_path), jobs)
 
     job, policy = study(0.003, 64, 0.5)
     assert job == str(out / "job_2") and policy == str(out / "job_2" / "policy.npz")
