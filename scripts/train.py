@@ -46,7 +46,8 @@ def main(cfg: DictConfig) -> float | None:
     validation score, by which the run's ``validation.select_best`` compares its checkpoints
     (in the run's objective, ``env.reward``: traffic, the mean gap closed to the offline bound
     minus the worst shortfall below LRU; misses, the same in misses; stall, minus the stall ratio
-    to LRU with lookahead). ``None`` where there is none (no validation traces, a failed run),
+    to LRU, with lookahead for a joint network). ``None`` where there is none (no validation
+    traces, a failed run),
     which Optuna records as a failed trial (a NaN stops hydra-optuna-sweeper)."""
     from cachegym.policies.training.train import train
 

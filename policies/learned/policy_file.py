@@ -256,9 +256,10 @@ def _sb3_hint(p: str) -> str:
     except (zipfile.BadZipFile, OSError):
         return ""
     if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
-        return (" (it is a torch.save file, a pickle, which cachegym never loads: export the "
-                "network with cachegym.policies.training.export_model(model, 'policy.npz'), or "
-                "an SB3 model zip with cachegym export)")
+        return (" (it is a torch.save file, a pickle, which cachegym never loads: export a "
+                "scorer network with cachegym.policies.training.export.export_policy(net, "
+                "'policy.npz', K=...), an SB3 model with cachegym.policies.training.export_model"
+                "(model, 'policy.npz'), or its saved zip with cachegym export)")
     if "policy.pth" not in names or "data" not in names:
         return ""
     return (" (it is a stable-baselines3 model zip: export it first, cachegym export "
