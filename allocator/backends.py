@@ -20,17 +20,6 @@ import numpy as np
 from cachegym.allocator.errors import BackendError
 
 
-def on_device(data: Any) -> bool:
-    """Whether ``data`` is device memory (``__cuda_array_interface__``: a CuPy array, a torch
-    CUDA tensor; a tensor that requires grad raises on reading it: device too). A backend with
-    a ``device_bytes(data)`` method (``CupyBackend``) takes such data in :meth:`Pool.put
-    <allocator.pool.Pool.put>` and in its ``write`` and ``stream_out``."""
-    try:
-        return hasattr(data, "__cuda_array_interface__")
-    except RuntimeError:
-        return True
-
-
 class Backend(Protocol):
     def attach(self, capacity: int) -> None:
         """Allocate the device arena of ``capacity`` bytes (called once by the pool)."""

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cachegym.allocator.backends import on_device
 from cachegym.allocator.cost import Preset
 from cachegym.allocator.errors import BackendError, ConfigError, ObjectTooLarge, PoolExhausted
 from cachegym.allocator.seams import DEVICE
@@ -94,6 +93,15 @@ def _device_array(data: Any) -> Any:
     except (TypeError, ValueError, RuntimeError) as e:
         raise BackendError(f"CupyBackend: cannot read {type(data).__name__} as device bytes "
                            f"({type(e).__name__}: {e}); give a CuPy array or a CUDA tensor") from e
+
+
+def _on_device(data: Any) -> bool:
+    """Whether ``data`` is device memory (``__cuda_array_interface__``: a CuPy array, a torch
+    CUDA tensor; a tensor that requires grad raises on reading it: device too)."""
+    try:
+        return hasattr(data, "__cuda_array_interface__")
+    except RuntimeError:
+        return True
 
 
 def _cuda_error_types() -> tuple[type[BaseException], ...]:
@@ -218,7 +226,10 @@ class CupyBackend:
     def device_bytes(self, data: Any) -> Any:
         """``data`` (a CuPy array or a CUDA tensor, any dtype) as its bytes: a contiguous 1-D
         ``uint8`` CuPy array on this backend's device (what :meth:`Pool.put` stores; zero-copy
-        where it already is contiguous)."""
+        where it already is contiguous); ``None`` for host data (the pool stores it as NumPy
+        bytes)."""
+        if not _on_device(data):
+            return None
         self._need_arena("put")
         with self._device, _cuda("reading device bytes"):
             arr = _device_array(data)
@@ -235,7 +246,7 @@ class CupyBackend:
                                f"outside the arena of {self.capacity} bytes")
         with self._device, _cuda("write"):
             stream = self._compute()
-            if on_device(data):  # a CuPy array or a torch tensor
+            if _on_device(data):  # a CuPy array or a torch tensor
                 src = _device_array(data)
                 rt.memcpyAsync(self._ptr + offset, src.data.ptr, nbytes, 3, stream)
                 rt.streamSynchronize(stream)  # (the protocol's write is synchronous; src, a
@@ -300,7 +311,7 @@ class CupyBackend:
         host = self._host_buf(key, nbytes, zero=False)
         self._host_wait([self._last_h2d.get(key), self._last_d2h.get(key)])
         with self._device, _cuda("streaming an object to host memory"):
-            if on_device(data):  # a CuPy array or a torch tensor
+            if _on_device(data):  # a CuPy array or a torch tensor
                 src = _device_array(data)
                 rt = _cupy().cuda.runtime
                 rt.memcpyAsync(host.ctypes.data, src.data.ptr, nbytes, _D2H, self._compute())

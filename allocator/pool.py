@@ -29,7 +29,6 @@ import cython
 import numpy as np
 
 from cachegym.allocator.arena import ALIGN, Arena
-from cachegym.allocator.backends import on_device
 from cachegym.allocator.cost import CostModel, Preset
 from cachegym.allocator.errors import (
     BackendError,
@@ -487,11 +486,10 @@ class Pool(Loop):
         key = as_key(key, "put")
         kind, _ = _extras("put", kind, 0)
         be = self._need_backend("put")
+        # a device backend (CupyBackend) takes device data as its own bytes (None: host data)
         device_bytes = getattr(be, "device_bytes", None)
-        raw: Any
-        if device_bytes is not None and on_device(data):  # (a device backend's own bytes)
-            raw = device_bytes(data)
-        else:
+        raw: Any = None if device_bytes is None else device_bytes(data)
+        if raw is None:
             arr = _as_array(key, data)
             if arr.dtype.hasobject:
                 raise ConfigError(f"put: object {key}: an array of Python objects ({arr.dtype}) "
