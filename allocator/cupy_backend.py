@@ -179,7 +179,8 @@ class CupyBackend:
         with _cuda(f"selecting device {self.device_id}",
                    "check the device ordinal against cupy.cuda.runtime.getDeviceCount()"):
             self._device = cp.cuda.Device(self.device_id)
-            self._device.use()
+            with self._device:  # (checks the ordinal; ``use()`` would change the caller's
+                pass  # current device: every call below enters this device and leaves it)
         with self._device:
             try:
                 self._mem = cp.cuda.Memory(int(capacity))
@@ -408,8 +409,9 @@ class CupyBackend:
         if buf is not None and buf.nbytes == nbytes:
             return buf
         cp = _cupy()
-        with _cuda(f"allocating {nbytes} bytes of pinned host memory",
-                   "pinned memory is limited by the host's RAM; lower the working set"):
+        with self._device, _cuda(f"allocating {nbytes} bytes of pinned host memory",
+                                 "pinned memory is limited by the host's RAM; lower the "
+                                 "working set"):
             mem = cp.cuda.alloc_pinned_memory(max(nbytes, 1))
             new = np.ndarray((nbytes,), np.uint8, buffer=mem)  # as cupyx.empty_pinned
         if buf is not None:  # resized object: keep the bytes both sizes share

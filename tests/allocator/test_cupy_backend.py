@@ -117,6 +117,8 @@ def _fake_cupy() -> Any:
     import types
 
     ids = itertools.count(1000)
+    current = [0]  # the calling thread's current device, as cudaSetDevice leaves it
+    copied_on: list[int] = []  # the current device at each copy
 
     class Err(RuntimeError):
         pass
@@ -179,6 +181,7 @@ def _fake_cupy() -> Any:
         @staticmethod
         def memcpyAsync(dst: int, src: int, n: int, kind: int, stream: int) -> None:
             assert kind in (1, 2, 3) and isinstance(stream, int)
+            copied_on.append(current[0])
             ctypes.memmove(dst, src, n)
 
     class Memory:
@@ -203,18 +206,20 @@ def _fake_cupy() -> Any:
         def synchronize(self) -> None:
             pass
 
-    class Device:
+    class Device:  # as CuPy's: entering makes it current, leaving restores the previous one
         def __init__(self, i: int = 0) -> None:
-            pass
+            self.id, self._prev = i, []
 
         def use(self) -> None:
-            pass
+            current[0] = self.id
 
         def __enter__(self) -> Any:
+            self._prev.append(current[0])
+            current[0] = self.id
             return self
 
         def __exit__(self, *a: Any) -> None:
-            pass
+            current[0] = self._prev.pop()
 
     cuda = types.SimpleNamespace(
         runtime=Runtime, driver=types.SimpleNamespace(CUDADriverError=Err),
@@ -237,6 +242,7 @@ def _fake_cupy() -> Any:
         return a
 
     return types.SimpleNamespace(cuda=cuda, ndarray=ndarray, uint8=np.uint8, asarray=asarray,
+                                 current_device=current, copied_on=copied_on,
                                  ascontiguousarray=ascontiguousarray,
                                  empty=lambda n, dtype: ndarray(_a=np.empty(n, dtype)))
 
@@ -255,6 +261,23 @@ def test_cupy_backend_bookkeeping_matches_numpy_on_imitated_cupy(fake_cupy: Any,
                                                                    seed: int) -> None:
     _same_run(parity_run(NumpyBackend(), seed=seed),
               parity_run(CupyBackend(stall_timing=True), seed=seed))
+
+
+def test_cupy_backend_keeps_the_callers_current_device(fake_cupy: Any) -> None:
+    """A backend on device 1 copies there, and leaves the caller's current device (0) as it
+    was: it used to make its device current for good at attach."""
+    be = CupyBackend(device=1)
+    be.attach(1 << 12)
+    assert fake_cupy.current_device == [0]
+    data = np.arange(100, dtype=np.uint8)
+    be.write(0, data)
+    be.wait(be.copy_d2h(7, 0, 100))
+    be.wait(be.copy_h2d(7, 200, 100))
+    be.synchronize()
+    assert fake_cupy.current_device == [0]
+    assert fake_cupy.copied_on and set(fake_cupy.copied_on) == {1}
+    be.close()
+    assert fake_cupy.current_device == [0]
 
 
 def test_cupy_backend_lifecycle_on_imitated_cupy(fake_cupy: Any) -> None:
