@@ -586,7 +586,17 @@ def _read_trace(path: PathLike, format: str | None, options: dict[str, Any]) -> 
     unknown = sorted(k for k in options if k not in takes)
     if unknown:
         raise ConfigError(f"format {fmt!r} does not take the option(s) {unknown}; it takes {takes}")
-    return reader(path, **options)  # type: ignore[operator]
+    for k, v in options.items():
+        if k in _FLAGS and not (isinstance(v, (bool, np.bool_)) or (v is None and k == "has_header")):
+            raise ConfigError(f"format {fmt!r}: option {k} must be true or false"
+                              f"{' (or None: detect)' if k == 'has_header' else ''}, got {v!r}"
+                              f"{' (a string: write true or false unquoted)' if isinstance(v, str) else ''}")
+    return reader(path, **{k: bool(v) if k in _FLAGS and v is not None else v  # type: ignore[operator]
+                           for k, v in options.items()})
+
+
+_FLAGS = ("has_header", "obj_id_is_num", "skip_bad", "ops")
+"""The readers' true/false options: :func:`read_trace` refuses any other value for them."""
 
 
 class _NamedAs(logging.Filter):

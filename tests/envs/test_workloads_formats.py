@@ -550,6 +550,19 @@ def test_missing_file_and_bad_options(tmp_path: Path) -> None:
         read_trace(tmp_path / "a.csv", "csv", bogus=1)
 
 
+@pytest.mark.parametrize("option, value", [("has_header", "false"), ("has_header", "no"),
+                                           ("skip_bad", "false"), ("obj_id_is_num", 1)])
+def test_a_flag_given_as_a_string_is_refused_not_read_as_true(tmp_path: Path, option: str,
+                                                               value: object) -> None:
+    """``has_header='false'`` (a Hydra ``has_header: "false"``) was true: the first record was
+    dropped as a header without a word."""
+    p = tmp_path / "t.csv"
+    p.write_text("1,10,100\n2,11,100\n3,10,100\n")
+    with pytest.raises(ConfigError, match=f"option {option} must be true or false.*got {value!r}"):
+        read_trace(p, "csv", obj_id_col=2, obj_size_col=3, **{option: value})
+    assert len(read_trace(p, "csv", obj_id_col=2, obj_size_col=3, has_header=np.bool_(False)).key) == 3
+
+
 # ---------------------------------------------------------------------- speed
 def test_oracle_general_read_is_vectorised(tmp_path: Path) -> None:
     n = 1_000_000
