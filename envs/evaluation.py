@@ -365,10 +365,17 @@ def check_presets(presets: Sequence[str], key: str = "eval.presets") -> None:
         if p in allowed:
             continue
         if str(p).endswith(".json"):
-            if not os.path.isfile(os.path.expanduser(str(p))):
+            path = os.path.expanduser(str(p))
+            if not os.path.isfile(path):
                 raise ConfigError(f"{key}: preset file {p!r}: no such file (from {os.getcwd()}); "
                                   f"a preset is one of {', '.join(allowed)} or a .json file "
                                   "scripts/gpu_check.py wrote")
+            from cachegym.allocator.cost import load_preset
+
+            try:  # read now: a bad file is refused before an earlier run's results are moved
+                load_preset(path)
+            except ConfigError as e:
+                raise ConfigError(f"{key}: {e}") from None
             continue
         raise ConfigError(f"{key}: unknown preset {p!r}; allowed: "
                           f"{', '.join(allowed)} or a calibrated preset .json file")

@@ -36,7 +36,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from cachegym.allocator.errors import CachegymError, ConfigError
+from cachegym.allocator.errors import CachegymError, ConfigError, OutputError
 from cachegym.allocator.files import replace_atomically
 
 __all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
@@ -194,23 +194,44 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
         max(os.lstat(os.path.join(out_dir, n)).st_mtime for n in present)))
     dest = os.path.join(out_dir, "previous", stamp)
     i = 1
-    while os.path.lexists(dest):
-        i += 1
-        dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
-    os.makedirs(dest)
     moved, copied = [], []
-    for n in present:
-        src = os.path.join(out_dir, n)
-        if os.path.realpath(src) not in kept:
-            os.replace(src, os.path.join(dest, n))
-            moved.append(n)
-        elif os.path.isfile(src):
-            shutil.copy2(src, os.path.join(dest, n))
-            copied.append(n)
+    try:
+        while os.path.lexists(dest):
+            i += 1
+            dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
+        os.makedirs(dest)
+        for n in present:
+            src = os.path.join(out_dir, n)
+            if os.path.realpath(src) not in kept:
+                os.replace(src, os.path.join(dest, n))
+                moved.append(n)
+            elif os.path.isfile(src):
+                shutil.copy2(src, os.path.join(dest, n))
+                copied.append(n)
+    except OSError as e:  # all or nothing: the earlier run's files go back where they were
+        back = [n for n in reversed(moved) if _move_back(dest, out_dir, n)]
+        if len(back) == len(moved) and os.path.isdir(dest):
+            shutil.rmtree(dest, ignore_errors=True)  # (empty now, or copies of inputs)
+        where = ("nothing was moved" if len(back) == len(moved) else
+                 f"{', '.join(n for n in moved if n not in back)} stayed in {dest}")
+        raise OutputError(f"{out_dir} holds an earlier run's {', '.join(present)}, which a new "
+                          f"run there first moves to {os.path.join(out_dir, 'previous')}/: that "
+                          f"failed ({e.strerror or e}: {e.filename}); {where}. Give another "
+                          "out_dir, or make those files movable") from None
     log.warning("%s held an earlier run's %s: %s to %s", out_dir, ", ".join(moved + copied),
                 "moved" if not copied else f"moved ({', '.join(copied)} copied: an input of this run)",
                 dest)
     return dest
+
+
+def _move_back(dest: str, out_dir: str, name: str) -> bool:
+    """Move ``dest/name`` back to ``out_dir/name`` (:func:`set_aside`'s undo); False if it
+    cannot be moved."""
+    try:
+        os.replace(os.path.join(dest, name), os.path.join(out_dir, name))
+        return True
+    except OSError:
+        return False
 
 
 def write_config(cfg: Any, out_dir: str) -> str:

@@ -42,3 +42,9 @@ def test_a_preset_file_under_home(home: Path) -> None:
     check_presets(["~/x.json"])  # the sweep's check reads it there too
     with pytest.raises(ConfigError, match="preset file 'nope.json': no such file"):
         check_presets(["nope.json"])
+    (home / "bad.json").write_text('{"h2d_bw": "fast"}')
+    # its contents too, before a sweep sets an earlier run's results aside (they were moved,
+    # then the run failed on the file)
+    with pytest.raises(ConfigError, match=r"eval.presets: preset file .*bad.json: expected an "
+                                          r"object with the fields"):
+        check_presets(["~/bad.json"])

@@ -159,3 +159,38 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeyp
     made = [new_run_dir("sim") for _ in range(3)]
     assert made == [f"outputs/sim/2026-12-05_22-00-00{s}" for s in ("", "_2", "_3")]
     assert all((tmp_path / m).is_dir() for m in made)
+
+
+def test_set_aside_moves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier run's files that cannot all be moved to previous/ stay where they were (a
+    read-only runs.jsonl split the earlier run between out_dir and previous/, with a traceback);
+    the error is an OutputError naming the folder."""
+    from cachegym.allocator.errors import OutputError
+    from cachegym.envs.sweep import set_aside
+
+    names = ["results.csv", "runs.jsonl", "config.yaml"]
+    for n in names:
+        (tmp_path / n).write_text(n)
+    real = os.replace
+
+    def refuse(src: str, dst: str) -> None:
+        if os.path.basename(src) == "runs.jsonl" and "previous" in dst:
+            raise PermissionError(1, "Operation not permitted", src)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OutputError, match=r"earlier run's results.csv, runs.jsonl, config.yaml.*"
+                                          r"Operation not permitted.*nothing was moved"):
+        set_aside(str(tmp_path), names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names + ["previous"])
+    assert [p.name for p in (tmp_path / "previous").iterdir()] == []
+    assert all((tmp_path / n).read_text() == n for n in names)
+    monkeypatch.setattr(os, "replace", real)
+    (tmp_path / "previous").rmdir()
+    (tmp_path / "previous").write_text("not a folder")
+    with pytest.raises(OutputError, match="nothing was moved"):
+        set_aside(str(tmp_path), names)
+    assert all((tmp_path / n).read_text() == n for n in names)
+    (tmp_path / "previous").unlink()
+    dest = set_aside(str(tmp_path), names)
+    assert dest is not None and sorted(os.listdir(dest)) == sorted(names)
