@@ -174,7 +174,11 @@ def backend_cause(err: BaseException) -> str:
 
 
 class PoolError(CachegymError):
-    """A pool operation could not be carried out. The pool is unchanged and consistent."""
+    """A pool operation could not be carried out. The pool is unchanged and consistent.
+    ``row``: the trace row being replayed when :meth:`Pool.replay
+    <allocator.pool.Pool.replay>` raised it (the rows before it were replayed), else ``None``."""
+
+    row: int | None = None
 
 
 class ObjectTooLarge(PoolError, ValueError):

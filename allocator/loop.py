@@ -58,6 +58,7 @@ from cachegym.allocator.errors import (
     ObjectPinned,
     ObjectTooLarge,
     PolicyError,
+    PoolError,
     PoolExhausted,
     UnknownKey,
     backend_cause,
@@ -529,7 +530,9 @@ class Loop:
         The columns are read in chunks of :data:`REPLAY_CHUNK` rows as Python integers (one
         conversion per chunk, not one NumPy scalar per field and row), and the lock is held for
         the whole replay. A policy's error (:class:`PolicyError`,
-        :class:`InvalidVictim`) carries the row it was raised at as ``row``.
+        :class:`InvalidVictim`) or the pool's (:class:`PoolError`: an object larger than the
+        pool, no room left beside pinned objects) carries the row it was raised at as ``row``
+        (the rows before it were replayed).
         """
         n = len(trace)
         stop = n if stop is None else stop
@@ -553,7 +556,7 @@ class Loop:
                             self._free(ks[j])
                         else:
                             self._access(ks[j], ss[j], o == 1, kds[j], cs[j])  # o == Op.WRITE
-            except (PolicyError, InvalidVictim) as e:  # the policy's fault: name the row (i)
+            except (PolicyError, PoolError) as e:  # name the row (i): the rows before it stand
                 e.row = i
                 raise
             return self.snapshot()

@@ -55,9 +55,9 @@ import numpy as np
 from cachegym.allocator.errors import (
     CachegymError,
     ConfigError,
-    InvalidVictim,
     OutputError,
     PolicyError,
+    PoolError,
 )
 from cachegym.allocator.files import replace_atomically
 from cachegym.allocator.pool import Pool
@@ -296,7 +296,7 @@ def run_one(
                     "its pool cleans nothing ahead: its row runs without clean-ahead", spec.policy)
     try:
         st = _replay(pool, trace)
-    except (PolicyError, InvalidVictim) as e:  # name the run and the request
+    except (PolicyError, PoolError) as e:  # name the run and the request
         at = "" if e.row is None else f", request {e.row} (key {int(trace.key[e.row])})"
         e.args = (f"policy {spec.policy!r} on trace {spec.trace_name!r} at capacity "
                   f"{spec.capacity_spec} ({spec.capacity} bytes){at}: {e}",)
@@ -464,10 +464,12 @@ def plan_policies(policies: Iterable[str]) -> list[str]:
     return out
 
 
-def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str) -> None:
+def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str,
+                    oversize: str = "bypass") -> None:
     """Warn (with the counts) when some of ``trace``'s requests are larger than ``capacity``:
     the pool streams them, nothing of them stays resident. Refuse when all of them are: such a
-    run measures nothing but the link."""
+    run measures nothing but the link; and under ``oversize="error"`` when any is (each run
+    would stop at the first of them)."""
     reads = trace.op != Op.FREE
     big = reads & (trace.size > capacity)
     n_big = int(big.sum())
@@ -480,6 +482,13 @@ def check_oversized(trace: Trace, capacity: int, spec: Any, tname: str) -> None:
                           f"every object it requests (the smallest is {int(trace.size[reads].min())} "
                           "bytes): nothing could ever be resident; raise the capacity")
     n_obj = len(np.unique(trace.object_ids()[big]))
+    if oversize == "error":
+        first = int(np.flatnonzero(big)[0])
+        raise ConfigError(f"eval.capacities: {spec!r} is {capacity} bytes for trace {tname!r}, and "
+                          f"{n_big} of its {n} requests ({n_obj} objects, the first at row {first}, "
+                          f"key {int(trace.key[first])}, {int(trace.size[first])} bytes) are larger; "
+                          "under allocator.oversize=error each run would stop there: raise the "
+                          "capacity, or set allocator.oversize=bypass to stream them")
     log.warning("trace %s, capacity %s = %d bytes: %d of %d requests (%d objects) are larger than "
                 "the capacity (the largest object has %d bytes) and are streamed, never resident",
                 tname, spec, capacity, n_big, n, n_obj, largest)
@@ -533,7 +542,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         t = trace if mode == "bytes" else trace.with_sizes(1)
         for c in capacities:
             cap = resolve_capacity(c, trace, mode, str(ev.capacity_of))
-            check_oversized(t, cap, c, tname)
+            check_oversized(t, cap, c, tname, oversize)
             groups.append((t, tname, cap, str(c)))
             for preset in presets:
                 for pf in prefetchers:

@@ -331,3 +331,28 @@ def test_a_used_policy_wrapped_anew_is_refused_and_a_bad_reset_named() -> None:
     Pool(400, p).close()
     with pytest.raises(ConfigError, match=r"its reset\(\), which a pool calls .* raised TypeError"):
         Pool(400, p)
+
+
+def test_a_pool_error_in_a_replay_names_its_row_and_a_sweep_refuses_it_up_front() -> None:
+    """An object larger than an ``oversize="error"`` pool stopped a replay with ``row=None``
+    (the rows before it replayed), and the evaluator warned that such objects are streamed,
+    then stopped at the first one; it is refused before any run, naming the first."""
+    from cachegym.allocator.errors import ObjectTooLarge, PoolExhausted
+    from cachegym.envs.evaluation import check_oversized
+
+    t = Trace.from_arrays([1, 2, 3, 2, 4], [10, 10, 500, 10, 10])
+    pool = Pool(100, LRU())
+    with pytest.raises(ObjectTooLarge) as e:
+        pool.replay(t)
+    assert e.value.row == 2 and pool.snapshot().misses == 2
+    pinned = Pool(20, LRU())
+    pinned.access(9, 20)
+    pinned.pin(9)
+    with pytest.raises(PoolExhausted) as ex:
+        pinned.replay(t)
+    assert ex.value.row == 0
+    check_oversized(t, 100, "100", "t")  # (streamed under bypass: a warning)
+    with pytest.raises(ConfigError, match=r"1 of its 5 requests \(1 objects, the first at row 2, "
+                                          r"key 3, 500 bytes\) are larger; under "
+                                          r"allocator.oversize=error"):
+        check_oversized(t, 100, "100", "t", "error")
