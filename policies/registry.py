@@ -52,6 +52,19 @@ _PREFETCH = {"none": "prefetch:NoPrefetch", "markov": "prefetch:MarkovPrefetcher
 """The registered prefetchers, as :data:`_EVICTION`."""
 
 
+def _import_here_too(module: str) -> Any:
+    """``importlib.import_module(module)``, also from the working directory where the module is
+    not found on the path (``my_policies`` beside the user, as ``python -m`` finds it; the
+    ``cachegym`` command's path does not hold the working directory)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module.startswith(e.name) or os.getcwd() in sys.path:
+            raise
+        sys.path.append(os.getcwd())
+        return importlib.import_module(module)
+
+
 def _class_of(table: dict[str, str], name: str) -> Callable[..., Any]:
     """The class registered as ``name`` in ``table``, imported now; a line that names no class
     is a :class:`ConfigError` that names it (the other names still work)."""
@@ -64,7 +77,7 @@ def _class_of(table: dict[str, str], name: str) -> Callable[..., Any]:
         except ModuleNotFoundError as e:  # not a module of cachegym.policies: an importable one
             if module == mod or e.name != module:  # of that name (my_policies.py beside the run)
                 raise
-            found = importlib.import_module(mod)
+            found = _import_here_too(mod)
         return getattr(found, cls)  # type: ignore[no-any-return]
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"the registry's line {name!r}: {spec!r} names no class ({e}): give "
@@ -258,13 +271,7 @@ def resolve_import_spec(name: str) -> Callable[..., Any]:
                         sys.path.remove(folder)
     else:
         try:
-            try:
-                mod = importlib.import_module(where)
-            except ModuleNotFoundError as e:
-                if e.name is None or not where.startswith(e.name) or os.getcwd() in sys.path:
-                    raise
-                sys.path.append(os.getcwd())  # a module beside the user, as `python -m` finds it
-                mod = importlib.import_module(where)
+            mod = _import_here_too(where)
         except ModuleNotFoundError as e:
             raise ConfigError(f"policy {name!r}: no module {where!r} ({e}); put it on PYTHONPATH, "
                               "in the working directory, or name its file: FILE.py:Class") from e
@@ -286,21 +293,23 @@ def _signature(cls: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def check_import_spec(name: str, method: str) -> None:
+def check_import_spec(name: str, method: str, seed: int = 0) -> None:
     """What the evaluator checks of an import spec before it replays anything: the class is
-    found, and one is built now (then dropped) and has ``method`` -- unless it takes the trace
-    (read later), in which case its signature must accept ``trace`` alone. The errors are
-    those of building it for a run."""
+    found, and one is built now (then dropped; given ``seed`` where it takes one, as a run
+    gives it the run's) and has ``method`` -- unless it takes the trace (read later), in which
+    case its signature must accept ``trace`` (and ``seed``, where it takes one) alone. The
+    errors are those of building it for a run."""
     cls = resolve_import_spec(name)
     sig = _signature(cls)
     if sig is not None and "trace" in sig.parameters:
+        given = {"trace": None, **({"seed": seed} if "seed" in sig.parameters else {})}
         try:
-            sig.bind(trace=None)
+            sig.bind(**given)
         except TypeError as e:
             raise ConfigError(f"policy {name!r}: constructing it will fail: {e}; its signature: "
-                              f"{sig} (the evaluator passes trace= alone)") from None
+                              f"{sig} (the evaluator passes {'= and '.join(given)}= alone)") from None
         return
-    _build_imported(name, method, None, {})
+    _build_imported(name, method, None, {}, seed=seed)
 
 
 def _build_imported(name: str, method: str, trace: Trace | None, params: dict[str, Any],

@@ -13,6 +13,7 @@ variant, prefetches in flight under a cost preset.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -408,3 +409,39 @@ def test_a_registered_class_beside_the_run_is_found_and_gets_the_runs_seed(
     monkeypatch.setitem(registry._EVICTION, "myseeded", "my_registered_policies:Seeded")
     assert make_eviction("myseeded", seed=7).seed == 7  # type: ignore[attr-defined]
     assert make_eviction("myseeded").seed == 123  # type: ignore[attr-defined]
+    # and from the working directory, not on the path (the `cachegym` command's path does not
+    # hold it; `python -m` does): "names no class (No module named 'my_policies')"
+    import sys
+
+    (tmp_path / "beside").mkdir()
+    (tmp_path / "beside" / "my_beside_policies.py").write_text(
+        "from cachegym.policies.lru import LRU\n\n\nclass Beside(LRU):\n    name = 'beside'\n")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    monkeypatch.chdir(tmp_path / "beside")
+    monkeypatch.setitem(registry._EVICTION, "beside", "my_beside_policies:Beside")
+    assert make_eviction("beside").name == "beside"
+
+
+def test_the_sweeps_up_front_check_gives_a_required_seed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A FILE.py:Class whose constructor requires ``seed`` (the run passes its seed) was refused
+    by the evaluator's check before any run ("missing ... 'seed'"), though ``cachegym check``
+    and the run itself build it."""
+    from cachegym.policies.registry import check_import_spec
+
+    path = tmp_path / "seeded.py"
+    path.write_text("from cachegym.policies.lru import LRU\n\n\n"
+                    "class Seeded(LRU):\n"
+                    "    def __init__(self, seed):\n"
+                    "        super().__init__()\n"
+                    "        self.seed = seed\n\n\n"
+                    "class Oracle(LRU):\n"
+                    "    def __init__(self, trace, seed):\n"
+                    "        super().__init__()\n\n\n"
+                    "class TooMany(LRU):\n"
+                    "    def __init__(self, trace, seed, depth):\n"
+                    "        super().__init__()\n")
+    check_import_spec(f"{path}:Seeded", "victim")
+    check_import_spec(f"{path}:Oracle", "victim")
+    assert make_eviction(f"{path}:Seeded", seed=7).seed == 7  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"the evaluator passes trace= and seed= alone"):
+        check_import_spec(f"{path}:TooMany", "victim")
