@@ -474,9 +474,12 @@ def check_policies(policy: object, prefetcher: object) -> None:
     if prefetcher is not None and not callable(getattr(prefetcher, "prefetch", None)):
         raise ConfigError(f"prefetcher {type(prefetcher).__name__} has no prefetch method: a "
                           "prefetch policy implements prefetch(view, key) -> keys to fetch")
-    _check_calls("policy", policy, [m for m in _CALLS if m != "prefetch"])
+    for p in wrapped_chain(policy):  # (a wrapper forwards to the wrapped one's hooks: a user's
+        # class under the evaluator's timing is checked too, not at its first call)
+        _check_calls("policy", p, [m for m in _CALLS if m != "prefetch"])
     if prefetcher is not None:
-        _check_calls("prefetcher", prefetcher, ["prefetch"])
+        for p in wrapped_chain(prefetcher):
+            _check_calls("prefetcher", p, ["prefetch"])
         if getattr(prefetcher, "prefetch_head", True) is None:  # (a learned policy's file without one)
             import logging
 

@@ -356,3 +356,18 @@ def test_a_pool_error_in_a_replay_names_its_row_and_a_sweep_refuses_it_up_front(
                                           r"key 3, 500 bytes\) are larger; under "
                                           r"allocator.oversize=error"):
         check_oversized(t, 100, "100", "t", "error")
+
+
+def test_a_wrapped_policys_hooks_are_checked_before_the_pool_runs() -> None:
+    """A user's hook written without ``view`` under the evaluator's timing wrapper (``cachegym
+    sim``) failed at its first call with a raw TypeError; unwrapped it was refused up front."""
+    from cachegym.envs.evaluation import TimedPolicy
+
+    class NoView(LRU):
+        def on_hit(self, key):  # type: ignore[no-untyped-def,override]
+            pass
+
+    for pol in (NoView(), TimedPolicy(NoView())):
+        with pytest.raises(ConfigError, match=r"policy NoView: the pool calls on_hit\(view, key\).*"
+                                              r"write it as def on_hit\(self, view, key\)"):
+            Pool(100, pol)
