@@ -103,7 +103,14 @@ class PolicyFileError(CachegymError, ValueError):
 
 class OutputError(CachegymError, OSError):
     """A result could not be written (a full disk, a folder that is not writable): what was
-    written before stays (files are replaced whole); the message says where and how to go on."""
+    written before stays (files are replaced whole); the message says where and how to go on.
+    Made as ``OutputError(message)``, or as an ``OSError`` is, ``OutputError(errno, why,
+    path)`` (``filename`` the file that was to be written)."""
+
+    def __str__(self) -> str:
+        if self.filename is not None and self.strerror:
+            return f"cannot write {self.filename!r}: {self.strerror}"
+        return super().__str__()
 
 
 class InvalidActionError(CachegymError, ValueError):

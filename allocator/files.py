@@ -6,13 +6,26 @@ ONNX exports) goes through it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-__all__ = ["replace_atomically"]
+from cachegym.allocator.errors import OutputError
+
+__all__ = ["replace_atomically", "file_to_write"]
+
+
+def file_to_write(path: str | os.PathLike[str], suffix: str = "") -> str:
+    """``path`` as the name of a file to write, ``suffix`` appended where the name lacks it
+    (``x`` -> ``x.npz``); an existing directory at ``path`` is refused (:class:`OutputError`
+    naming it), where a sibling ``path + suffix`` used to be written."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise OutputError(errno.EISDIR, "it is a directory: give the name of a file (in it, say)", p)
+    return p if not suffix or p.endswith(suffix) else p + suffix
 
 
 def replace_atomically(path: str | os.PathLike[str], write: Callable[[IO[Any]], Any], *,
@@ -20,10 +33,20 @@ def replace_atomically(path: str | os.PathLike[str], write: Callable[[IO[Any]], 
     """Write ``path`` through ``write(f)`` on a temporary file beside it (text, UTF-8, or
     ``binary``), then ``os.replace`` it into place (the old file stays whole until then; on an
     error the temporary file is removed and the error raised); returns ``path``. A symlink is
-    written through (its target replaced); a file replaced keeps its mode."""
-    p = os.fspath(path)
-    with _temporary_beside(os.path.realpath(p), binary) as f:  # (through a symlink: its target)
-        write(f)
+    written through (its target replaced); a file replaced keeps its mode. An error of the
+    file system (a directory at ``path``, a missing folder, a full disk) is an
+    :class:`OutputError` naming ``path`` (``filename``), not the temporary file."""
+    p = file_to_write(path)
+    try:
+        with _temporary_beside(os.path.realpath(p), binary) as f:  # (through a symlink: its target)
+            write(f)
+    except OutputError:
+        raise
+    except OSError as e:
+        folder = os.path.dirname(os.path.abspath(p))
+        why = (e.strerror or str(e) if os.path.isdir(folder) else
+               f"{folder} is not a folder" if os.path.exists(folder) else f"no folder {folder}")
+        raise OutputError(e.errno, f"{why}; give a path in a writable directory", p) from e
     return p
 
 

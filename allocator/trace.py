@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from cachegym.allocator.errors import TraceError
-from cachegym.allocator.files import replace_atomically
+from cachegym.allocator.files import file_to_write, replace_atomically
 
 __all__ = ["Op", "Kind", "Trace", "INF", "MAX_SIZE", "MAX_TOTAL", "ZIP_MAGIC", "not_a_zip_archive",
            "too_short_for_zip", "existing_trace_file"]
@@ -226,9 +226,7 @@ class Trace:
         appears whole or not at all: it is written beside its final name and then renamed, so
         a reader -- another run sharing a cache of recorded traces -- never sees it half
         written, and a failed save leaves a file already there as it was."""
-        final = os.fspath(path)
-        if not final.endswith(".npz"):
-            final += ".npz"
+        final = file_to_write(path, ".npz")
         replace_atomically(final, lambda f: np.savez_compressed(
             f,
             key=self.key,

@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     from cachegym.policies.training.export import export_file, export_onnx
 
     try:
+        from cachegym.allocator.files import file_to_write
+
+        for out in (args.out, args.onnx):  # both checked before either is written
+            if out is not None:
+                file_to_write(out)
         path = args.source
         if args.out is not None:
             path = export_file(args.source, args.out, K=args.K, candidate_rule=args.candidate_rule,

@@ -52,7 +52,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from cachegym.allocator.errors import PolicyFileError
-from cachegym.allocator.files import replace_atomically
+from cachegym.allocator.files import file_to_write, replace_atomically
 from cachegym.allocator.trace import not_a_zip_archive, too_short_for_zip
 from cachegym.policies.features import MAX_K, RULES
 from cachegym.policies.successors import MAX_HORIZON
@@ -112,9 +112,7 @@ def save_policy_file(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarr
     """Write ``arrays`` (network weights) and ``header`` as one policy file; returns the path.
     ``format``, ``format_version``, ``weights_sha256`` and ``sha256`` are filled in here; the
     file is validated as :func:`read_policy_file` does before it is written."""
-    p = os.fspath(path)
-    if not p.endswith(".npz"):
-        p += ".npz"
+    p = file_to_write(path, ".npz")
     arrs = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
     hdr = dict(header)
     hdr.update(format=FORMAT, format_version=FORMAT_VERSION, weights_sha256=weights_checksum(arrs))

@@ -83,6 +83,21 @@ def test_save_appends_npz_and_fails_without_a_half_written_file(tmp_path, monkey
     np.testing.assert_array_equal(Trace.load(tmp_path / "plain.npz").key, t.key)
 
 
+def test_save_into_a_directory_or_a_missing_folder_is_an_output_error(tmp_path) -> None:
+    """``save(DIR)`` wrote a sibling ``DIR.npz``; ``save("nodir/x.npz")`` raised a
+    FileNotFoundError naming the temporary file. Both name the path given, as OutputErrors."""
+    from cachegym.allocator.errors import OutputError
+
+    (tmp_path / "d").mkdir()
+    with pytest.raises(OutputError, match=r"cannot write '.*/d': it is a directory") as e:
+        _trace().save(tmp_path / "d")
+    assert e.value.filename == str(tmp_path / "d") and isinstance(e.value, OSError)
+    with pytest.raises(OutputError, match=r"cannot write '.*nodir/x.npz': no folder .*nodir; give a path in a "
+                                          r"writable directory"):
+        _trace().save(tmp_path / "nodir" / "x.npz")
+    assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
 def test_load_without_optional_columns(tmp_path) -> None:
     p = tmp_path / "min.npz"
     np.savez(p, key=np.array([1, 2]), size=np.array([8, 8]), op=np.array([0, 1]))

@@ -252,6 +252,12 @@ def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path):
                            capture_output=True, text=True)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.startswith("error: cannot write ") and "writable directory" in r.stderr
+    # a directory given as the ONNX file: refused before the policy file is written (it was
+    # written, then the ONNX export failed naming a temporary file)
+    r = subprocess.run([sys.executable, script, src, "--out", str(tmp_path / "c.npz"), "--onnx",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and not (tmp_path / "c.npz").exists(), r.stderr
+    assert r.stderr.strip() == f"error: cannot write {str(tmp_path)!r}: it is a directory: give the name of a file (in it, say)"
 
 
 def test_a_training_runs_zip_takes_its_algorithm_and_candidate_rule_from_the_run(sb3_zip, tmp_path):
