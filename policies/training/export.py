@@ -436,9 +436,17 @@ def _pickles_objects(blob: bytes) -> bool:
     """Whether ``blob`` is a whole pickle stream that builds objects (a class or function by
     name: what torch's weights-only reader refuses, and unpickling would run), read with
     :mod:`pickletools` (which runs nothing): told apart from damaged bytes."""
+    import io
     import pickletools
+    import zipfile
 
     try:
+        if blob[:4] == b"PK\x03\x04":  # torch.save's zip format: the pickle is its data.pkl
+            with zipfile.ZipFile(io.BytesIO(blob)) as z:
+                pkl = [n for n in z.namelist() if n.endswith("data.pkl")]
+                if len(pkl) != 1 or z.getinfo(pkl[0]).file_size > MAX_SB3_BYTES:
+                    return False
+                blob = z.read(pkl[0])
         ops = {op.name for op, _, _ in pickletools.genops(blob)}
     except Exception:  # (not a whole pickle: damage)
         return False

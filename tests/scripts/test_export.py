@@ -117,6 +117,16 @@ class _Touch:
         return (open, (self.path, "w"))
 
 
+class _System:
+    """Unpickling this runs a shell command (``os.system``, of a module torch blocks by name)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, (self.command,))
+
+
 def _crafted(src: str, dst: Path, marker: Path, entry: str) -> Path:
     """``src`` with ``entry`` (``data``: every serialized JSON field; ``policy.pth``: the whole
     entry) replaced by a pickle that creates ``marker`` when unpickled."""
@@ -155,6 +165,21 @@ def test_a_crafted_sb3_zip_runs_no_code(sb3_zip, tmp_path: Path) -> None:
     assert not marker.exists()
     # (torch's advice, to load it anyway by unpickling it, is not passed on)
     assert "can still be loaded" not in str(e.value) and "weights_only" not in str(e.value)
+    # saved by torch.save (a zip holding the pickle), a call of a module torch blocks (its
+    # message then has no "Unsupported global") was called damaged
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"x": _System(f"touch {marker}")}, buf)
+    zipped = tmp_path / "evil_torch_save.zip"
+    with zipfile.ZipFile(sb3_zip[0]) as z, zipfile.ZipFile(zipped, "w") as out:
+        for name in z.namelist():
+            out.writestr(name, buf.getvalue() if name == "policy.pth" else z.read(name))
+    with pytest.raises(PolicyFileError, match="more than tensors.*--trust-pickle"):
+        export_file(zipped, tmp_path / "r.npz", algo="maskable_ppo")
+    assert not marker.exists()
 
 
 def test_trust_pickle_is_what_runs_the_code(sb3_zip, tmp_path: Path) -> None:
