@@ -332,13 +332,13 @@ def _demand_cost(kind: str, pool: Any, marks: tuple[int, int, int, int, int], me
     """Minus what happened since ``marks`` cost on ``kind``, in its unit (the reward alone)."""
     m0, b0, t0, s0, _ = marks
     st = pool.stats
-    if kind == "misses":
-        return -float(st.misses - m0)
+    if kind == "misses":  # (before - after: a step without cost is 0.0, not -0.0)
+        return float(m0 - st.misses)
     if kind == "bytes":
-        return -(st.byte_misses - b0) / mean_size
+        return (b0 - st.byte_misses) / mean_size
     if kind == "traffic":
-        return -(st.traffic_bytes - t0) / mean_size
-    return -(pool.cost.stall_ns - s0) / fetch_ns
+        return (t0 - st.traffic_bytes) / mean_size
+    return (s0 - pool.cost.stall_ns) / fetch_ns
 
 
 def check_capacity(capacity: float, capacity_of: str) -> None:

@@ -217,7 +217,7 @@ class EvictEnv(PoolEnv):
             st = pool.stats
             m0 = st.misses
             decided = self._advance(self._keys[i])
-            r = -float(st.misses - m0)
+            r = float(m0 - st.misses)  # (0.0 without a miss, not -0.0)
         else:
             marks = demand_marks(pool)
             decided = self._advance(self._keys[i])

@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from cachegym.allocator.errors import ConfigError, InvalidActionError, PoolExhausted
 from cachegym.allocator.pool import Pool
+from cachegym.allocator.seams import check_policies
 from cachegym.allocator.trace import Op
 from cachegym.envs.common import (
     Episodes,
@@ -178,6 +179,15 @@ class PrefetchEnv(PoolEnv):
             raise ConfigError(f"invalid_action must be 'raise' or 'noop', got {invalid_action!r}")
         if isinstance(eviction, str) and eviction != "lru":
             raise ConfigError(f"eviction must be 'lru' or an EvictionPolicy object, got {eviction!r}")
+        if not isinstance(eviction, str):  # an object: the pool's checks now, not at reset
+            if isinstance(eviction, type):
+                raise ConfigError(f"eviction {eviction.__name__} is a class: pass an instance, "
+                                  f"{eviction.__name__}(...), or 'lru'")
+            if not callable(getattr(eviction, "victim", None)):
+                raise ConfigError(f"eviction must be 'lru' or an EvictionPolicy object (with "
+                                  f"victim(view) and the on_* hooks of allocator/seams.py), got "
+                                  f"{eviction!r} ({type(eviction).__name__})")
+            check_policies(eviction, None)
         check_capacity(capacity, capacity_of)
         render_mode_of(render_mode)
         self.render_mode = None

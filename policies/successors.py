@@ -4,9 +4,12 @@
 
 from __future__ import annotations
 
+import numbers
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.prefetch_timing import PoolTimings, PrefetchTiming
@@ -407,13 +410,17 @@ def make_predictor(params: Mapping[str, Any] | SuccessorPredictor | None) -> Suc
         return params
     if params is None:
         return SuccessorPredictor()
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"predictor must be a SuccessorPredictor, a dict of its parameters "
+                          f"(depth, width, hops, horizon, memory) or None, got {params!r} "
+                          f"({type(params).__name__})")
     known = {"depth", "width", "hops", "horizon", "memory"}
     bad = sorted(set(params) - known)
     if bad:
         raise ConfigError(f"predictor: unknown parameter(s) {bad}; known: {sorted(known)}")
     vals = {}
     for k, v in params.items():
-        if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
             raise ConfigError(f"predictor.{k} must be an int, got {v!r}")
-        vals[k] = v
+        vals[k] = int(v)
     return SuccessorPredictor(**vals)

@@ -155,9 +155,24 @@ def test_invalid_actions_and_arguments() -> None:
     for kw, match in (({"opportunity": "sometimes"}, "opportunity"), ({"opportunity": 0}, "opportunity"),
                       ({"reward": "hits"}, "reward"), ({"reward": "stall"}, "cost model"),
                       ({"pythia_weights": {"early": 1.0}}, "unknown outcome"),
-                      ({"eviction": "fifo"}, "eviction"), ({"invalid_action": "lru"}, "invalid_action")):
+                      ({"eviction": "fifo"}, "eviction"), ({"invalid_action": "lru"}, "invalid_action"),
+                      # (an object of the wrong kind failed at reset, untyped; the class was
+                      # blamed on its eviction_order's signature)
+                      ({"eviction": 5}, r"eviction must be 'lru' or an EvictionPolicy object.*got 5"),
+                      ({"eviction": object()}, "eviction must be 'lru' or an EvictionPolicy"),
+                      ({"eviction": LRU}, r"eviction LRU is a class: pass an instance, LRU\(\.\.\.\)"),
+                      ({"predictor": 5}, r"predictor must be a SuccessorPredictor, a dict.*got 5"),
+                      ({"predictor": "depth"}, "predictor must be a SuccessorPredictor")):
         with pytest.raises(ConfigError, match=match):
             PrefetchEnv(pattern_trace(n_rounds=2), **kw)
+    assert PrefetchEnv(pattern_trace(n_rounds=2), predictor={"depth": np.int64(2)}) is not None
+    from cachegym.envs.common import demand_marks, demand_reward
+
+    pool = Pool(100, LRU())  # a step without a cost is +0.0 in every reward (-0.0 printed "-0.0")
+    pool.access(1, 10)
+    for kind in ("misses", "bytes", "traffic", "stall"):
+        r = demand_reward(kind, pool, demand_marks(pool), 10.0, 1.0)
+        assert r == 0 and np.copysign(1.0, r) == 1.0, kind
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
