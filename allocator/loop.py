@@ -177,7 +177,12 @@ def as_key(key: Any, op: str) -> int:
     float or anything else is refused (:class:`ConfigError`), existing object or not: ``True``
     and ``1.0`` hash and compare equal to ``1`` and would reach object 1."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-        return int(key)
+        k = int(key)
+        if -(1 << 63) <= k < (1 << 63):
+            return k
+        raise ConfigError(f"{op}: key {k} is outside int64 (-2**63 .. 2**63-1), the range of a "
+                          "trace's key column; map larger ids first (a trace reader stores an "
+                          "unsigned id above 2**63-1 as id - 2**64)")
     raise ConfigError(f"{op}: keys are integers (a trace's int64 key column), got {key!r} of type "
                       f"{type(key).__name__}")
 
@@ -534,6 +539,9 @@ class Loop:
         pool, no room left beside pinned objects) carries the row it was raised at as ``row``
         (the rows before it were replayed).
         """
+        if not isinstance(trace, Trace):
+            raise ConfigError(f"replay takes a Trace (cachegym.read_trace(path), "
+                              f"Trace.from_arrays(keys, sizes)), got a {type(trace).__name__}")
         n = len(trace)
         stop = n if stop is None else stop
         if not (isinstance(start, (int, np.integer)) and isinstance(stop, (int, np.integer))

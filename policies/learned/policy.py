@@ -113,8 +113,11 @@ class LearnedPolicy(EvictionPolicyBase):
         if (scorer.n_features, scorer.n_globals) != (_features.F, _features.G):
             raise ConfigError(f"the network reads {scorer.n_features} features and {scorer.n_globals} "
                               f"globals; this code computes {_features.F} and {_features.G}")
-        if budget_us is not None and budget_us < 0:
-            raise ConfigError(f"budget_us must be >= 0 microseconds or None, got {budget_us}")
+        if budget_us is not None and (isinstance(budget_us, bool)
+                                      or not isinstance(budget_us, numbers.Real)
+                                      or not budget_us >= 0):
+            raise ConfigError(f"budget_us must be a number >= 0 (microseconds) or None, got "
+                              f"{budget_us!r}")
         self.budget_us = budget_us
         self._budget_ns = None if budget_us is None else int(budget_us * 1000)
         self._rng = np.random.default_rng(seed)

@@ -371,3 +371,19 @@ def test_a_wrapped_policys_hooks_are_checked_before_the_pool_runs() -> None:
         with pytest.raises(ConfigError, match=r"policy NoView: the pool calls on_hit\(view, key\).*"
                                               r"write it as def on_hit\(self, view, key\)"):
             Pool(100, pol)
+
+
+def test_wrong_argument_types_are_config_errors() -> None:
+    """``Pool.replay([1, 2, 3])`` raised AttributeError ('list' has no 'key');
+    ``LearnedPolicy.load(p, budget_us='x')`` a TypeError from a comparison."""
+    from pathlib import Path
+
+    from cachegym.policies.learned import LearnedPolicy
+
+    with pytest.raises(ConfigError, match=r"replay takes a Trace .*got a list"):
+        Pool(100, LRU()).replay([1, 2, 3])  # type: ignore[arg-type]
+    golden = Path(__file__).resolve().parents[1] / "golden" / "policy.npz"
+    for bad in ("x", -1, float("nan"), True):
+        with pytest.raises(ConfigError, match=r"budget_us must be a number >= 0"):
+            LearnedPolicy.load(golden, budget_us=bad)  # type: ignore[arg-type]
+    assert LearnedPolicy.load(golden, budget_us=None).budget_us is None

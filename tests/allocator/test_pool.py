@@ -466,6 +466,7 @@ def test_capacity_takes_sizes_and_placement_defaults_to_the_evaluators() -> None
     (1, 0, "size"), (1, -5, "size"), (1, 10.5, "size"), (1, "x", "size"), (1, True, "size"),
     (1, 2**64, "size"),
     (None, 4096, "keys are integers"), ("a", 4096, "keys are integers"), (1.5, 4096, "keys are integers"),
+    (2**64, 4096, "outside int64"), (2**63, 4096, "outside int64"), (-2**63 - 1, 4096, "outside int64"),
 ])
 
 def test_bad_access_arguments_are_clear_errors(placement, key, size, what) -> None:
