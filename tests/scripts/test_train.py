@@ -63,6 +63,14 @@ def test_every_agent_config_composes_and_instantiates(agent):
     assert caps(list(sized.capacities))[1] == 1 << 20
 
 
+def test_an_env_parameters_error_names_the_env_config():
+    """``train env.K=0`` printed "error: K must be an int in 1..1024", naming no config key."""
+    traces = load_trace_list(cfg_of(["experiment=quick"]).traces, "traces")
+    for override, says in (("env.K=0", "K must be an int"), ("env.reward=hits", "reward")):
+        with pytest.raises(ConfigError, match=rf"^env \(the env config: env.<key>=.*{says}"):
+            EnvFactory(cfg_of([override]).env, traces, [0.3], seed=0)(0)
+
+
 def test_bad_values_fail_at_compose_time():
     with pytest.raises((ValidationError, ConfigCompositionException), match="total_timesteps"):
         cfg_of(["agent=ppo", "agent.total_timesteps=lots"])
