@@ -422,7 +422,7 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
     options = {"time_col": time_col, "obj_id_col": obj_id_col, "obj_size_col": obj_size_col,
                "delimiter": delimiter, "obj_id_is_num": obj_id_is_num}
     meta = {"source": {"format": "csv", "path": p, **options}}
-    return _finish(p, meta, skipped, key=key, size=size, step=step)
+    return _finish(p, meta, skipped, key=key, size=size, step=step, size_zero=zeros)
 
 
 def _bad_field_hint(name: str, problem: int, line: int, first: bool) -> str:
@@ -762,14 +762,17 @@ def _resolve_format(path: PathLike, format: str | None) -> str:
 
 
 # ---------------------------------------------------------------------- helpers
-def _finish(path: str, meta: dict[str, Any], skipped: int, **cols: Any) -> Trace:
+def _finish(path: str, meta: dict[str, Any], skipped: int, size_zero: int = 0,
+            **cols: Any) -> Trace:
+    """The trace of a reader's columns, or a :class:`TraceError` saying why there is none
+    (``size_zero``: the requests of size 0 the reader dropped)."""
     meta["skipped"] = skipped
     if skipped:
         log.warning("%s: skipped %d malformed record(s)", path, skipped)
     if len(cols["key"]) == 0:  # nothing to replay: say why rather than report zeros later
         if skipped:
             hint = "check the file's format and columns"
-        elif meta.get("source", {}).get("format") == "csv":
+        elif meta.get("source", {}).get("format") == "csv" and not size_zero:
             hint = ("the file is empty, or its only line was read as a header: pass has_header=False "
                     "(-t has-header=false) if it is a record")
         elif os.path.exists(path) and os.path.getsize(path) == 0:

@@ -599,6 +599,11 @@ def test_a_file_without_records_is_refused_saying_why(tmp_path: Path) -> None:
     assert len(read_trace(header_only, has_header=False, obj_id_is_num=False)) == 1
     with pytest.raises(TraceError, match="no records: all 1 were malformed and skipped"):
         read_trace(all_bad, obj_id_col=2, skip_bad=True, has_header=True)
+    sizes_zero = tmp_path / "zero.csv"  # (was told its only line may be a header)
+    sizes_zero.write_text("1,0\n2,0\n")
+    with pytest.raises(TraceError, match=r"no records \(the file holds no request this reader "
+                                          r"keeps: requests of size 0"):
+        read_trace(sizes_zero, obj_id_col=1, obj_size_col=2, has_header=False)
 
 
 # ---------------------------------------------------------------------- every reader agrees (issue #27, item 4)
