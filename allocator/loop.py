@@ -247,6 +247,9 @@ class Loop:
         self._landing: list[tuple[int, int, int]] = []
         self._releases: list[tuple[int, int, int, int, Any, int]] = []
         self._pending_release_bytes = 0
+        # while a prefetch makes room (>= 0): the latest write-back it waits for, which its
+        # copy in waits for on the copy engine instead of compute on the clock (-1: not now)
+        self._defer_ns = -1
         self._inflight_bytes = 0
         self._seq = 0
         self._writing = False  # the access being served is a write (PoolView.writing)
@@ -892,10 +895,17 @@ class Loop:
         if created:
             self._objs[key] = o
         try:
-            offset = yield from self._make_room(key, o.size, need)
+            # the room a prefetch makes is not waited for by compute: where it comes from a
+            # dirty victim's write-back, the copy in queues behind it on the copy engines (a
+            # stream dependency), as a device runs them
+            self._defer_ns = 0
+            try:
+                offset = yield from self._make_room(key, o.size, need)
+            finally:
+                after, self._defer_ns = self._defer_ns, -1
             self._place_obj(o, offset, need)
             prev = o.state
-            done = self.cost.copy(0, o.size, not_before=o.busy_until)
+            done = self.cost.copy(0, o.size, not_before=max(o.busy_until, after))
             self._h2d(o, done)
             o.prefetched = True
             self.stats.prefetches += 1
@@ -1286,7 +1296,16 @@ class Loop:
             o.state = HOST
 
     def _wait_release(self) -> None:
-        self.cost.wait_until(self._releases[0][0])
+        """Wait for the earliest write-back in flight, whose block is then free; while a
+        prefetch makes room (``_defer_ns >= 0``) compute does not wait: the block is given now
+        and the prefetch's copy starts after the write-back (``_defer_ns``)."""
+        t = self._releases[0][0]
+        if self._defer_ns >= 0:
+            if t > self._defer_ns:
+                self._defer_ns = t
+            self._pop_release()
+        else:
+            self.cost.wait_until(t)
         self._retire()
 
     def _wait_landing(self) -> None:

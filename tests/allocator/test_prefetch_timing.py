@@ -162,7 +162,9 @@ def test_prefetching_in_a_small_pool_no_longer_evicts_what_it_brings(policy: str
                     oversize="bypass", placement="bytes").replay(trace)
 
     alone, st = run(None), run(name)
-    assert st.prefetch_hits > 0
+    # used: on time, or late (the room a prefetch makes from a dirty victim no longer stalls
+    # compute: its copy waits for the write-back, and the access after it for the copy)
+    assert st.prefetch_hits + st.late_prefetches > 0.5 * st.prefetches
     assert st.stall_ns < 0.9 * alone.stall_ns, (st.stall_ns, alone.stall_ns)
     assert st.useless_prefetches <= 0.1 * st.prefetches, (st.useless_prefetches, st.prefetches)
 

@@ -35,7 +35,13 @@ None`` is the one worse, 515 -> 525 misses (free bytes in an arena are not one b
 victims are counted short). Re-recorded (``classic`` only, 2026-12-05) when the reported
 ``device_bytes`` stopped counting blocks whose write-back had finished by the snapshot (released
 at the pool's next allocation): two values changed, ``s3fifo/bytes-20000-a100_pcie4-write-back/
-s1`` 19583 -> 18989 and ``slru/.../s0`` 18322 -> 17877; nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+s1`` 19583 -> 18989 and ``slru/.../s0`` 18322 -> 17877; nothing else. Re-recorded (``pool`` and
+``envs``, 2026-12-06) when the room a prefetch makes from a dirty victim stopped stalling compute
+(its copy in waits for the write-back on the copy engines instead): 24 of ``pool``'s prefetch
+runs under a preset (stall down 6-46%, e.g. ``prefetch/lookahead/bytes-a100_pcie4`` 5.53 ->
+3.12 ms; the same hits and bytes but for the timed lookahead's arena runs, by under 0.2%; some
+prefetches hit late where compute had waited for them before), three scripted runs, and the
+prefetch and joint environments' rollouts under presets; nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
