@@ -263,11 +263,11 @@ class EnvFactory:
         try:
             env = self.make(traces=self.traces,
                             capacity=_capacity(self.capacities[i % len(self.capacities)]))
-            env.reset(seed=self.seed + i)
         except ConfigError as e:  # (the env names its parameter, "K must be ...": say where)
             if str(e).startswith(("env", "capacities")):
                 raise
             raise ConfigError(f"env (the env config: env.<key>=... on the command line): {e}") from e
+        env.reset(seed=self.seed + i)
         return env
 
 
