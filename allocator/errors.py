@@ -147,10 +147,15 @@ class PolicyError(CachegymError, RuntimeError):
     def __init__(self, policy: object, hook: str, key: object, cause: BaseException,
                  outcome: str) -> None:
         self.policy, self.hook, self.key = policy, hook, key
+        unknown = (isinstance(cause, KeyError) and key is not None and cause.args[:1] == (key,)
+                   and hook in ("on_hit", "on_miss", "on_evict", "on_free"))
         super().__init__(
             f"policy {policy_label(policy)} raised {cause!r} in {hook}"
             f"{'' if key is None else f' for key {key!r}'}; "
             f"{outcome}. Fix the policy's {hook} (its exception is chained as the cause)"
+            + ("; a KeyError for the key itself: the policy does not hold the object, so "
+               "check that its on_insert records every object the pool inserts (the pool "
+               "calls on_insert, then on_hit, on_evict or on_free for it)" if unknown else "")
         )
 
 

@@ -387,3 +387,25 @@ def test_wrong_argument_types_are_config_errors() -> None:
         with pytest.raises(ConfigError, match=r"budget_us must be a number >= 0"):
             LearnedPolicy.load(golden, budget_us=bad)  # type: ignore[arg-type]
     assert LearnedPolicy.load(golden, budget_us=None).budget_us is None
+
+
+def test_a_key_error_for_the_key_itself_points_at_on_insert() -> None:
+    """A policy without on_insert (its order never holds the key) failed in on_hit with a
+    message that said to fix on_hit; it names on_insert now."""
+    from cachegym.allocator.errors import PolicyError
+    from cachegym.policies.base import EvictionPolicyBase
+
+    class NoInsert(EvictionPolicyBase):
+        def __init__(self) -> None:
+            self.order: dict[int, None] = {}
+
+        def victim(self, view):  # type: ignore[no-untyped-def]
+            return next(iter(self.order), None)
+
+        def on_hit(self, view, key):  # type: ignore[no-untyped-def]
+            del self.order[key]
+            self.order[key] = None
+
+    with pytest.raises(PolicyError, match=r"raised KeyError\(1\) in on_hit for key 1;.*check that "
+                                          r"its on_insert records every object"):
+        Pool(400, NoInsert()).replay(Trace.from_arrays([1, 2, 1], [100] * 3))
