@@ -180,14 +180,10 @@ class PrefetchEnv(PoolEnv):
         if isinstance(eviction, str) and eviction != "lru":
             raise ConfigError(f"eviction must be 'lru' or an EvictionPolicy object, got {eviction!r}")
         if not isinstance(eviction, str):  # an object: the pool's checks now, not at reset
-            if isinstance(eviction, type):
-                raise ConfigError(f"eviction {eviction.__name__} is a class: pass an instance, "
-                                  f"{eviction.__name__}(...), or 'lru'")
-            if not callable(getattr(eviction, "victim", None)):
-                raise ConfigError(f"eviction must be 'lru' or an EvictionPolicy object (with "
-                                  f"victim(view) and the on_* hooks of allocator/seams.py), got "
-                                  f"{eviction!r} ({type(eviction).__name__})")
-            check_policies(eviction, None)
+            try:
+                check_policies(eviction, None)
+            except ConfigError as e:
+                raise ConfigError(f"eviction ('lru' or an EvictionPolicy object): {e}") from None
         check_capacity(capacity, capacity_of)
         render_mode_of(render_mode)
         self.render_mode = None

@@ -158,9 +158,12 @@ def test_invalid_actions_and_arguments() -> None:
                       ({"eviction": "fifo"}, "eviction"), ({"invalid_action": "lru"}, "invalid_action"),
                       # (an object of the wrong kind failed at reset, untyped; the class was
                       # blamed on its eviction_order's signature)
-                      ({"eviction": 5}, r"eviction must be 'lru' or an EvictionPolicy object.*got 5"),
-                      ({"eviction": object()}, "eviction must be 'lru' or an EvictionPolicy"),
-                      ({"eviction": LRU}, r"eviction LRU is a class: pass an instance, LRU\(\.\.\.\)"),
+                      ({"eviction": 5}, r"eviction \('lru' or an EvictionPolicy object\): policy "
+                                        r"int has no victim, on_hit, .* methods"),
+                      ({"eviction": object()}, r"eviction \('lru' or an EvictionPolicy object\): "
+                                               r"policy object has no victim"),
+                      ({"eviction": LRU}, r"eviction \('lru' or an EvictionPolicy object\): policy "
+                                          r"LRU is a class: pass an instance, LRU\(\.\.\.\)"),
                       ({"predictor": 5}, r"predictor must be a SuccessorPredictor, a dict.*got 5"),
                       ({"predictor": "depth"}, "predictor must be a SuccessorPredictor")):
         with pytest.raises(ConfigError, match=match):
