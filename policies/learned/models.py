@@ -177,7 +177,8 @@ class Expert:
         if hit and self.followed:  # the guarded pool holds what its shadow may not (now)
             # (where both hit there is nothing to do: the shadow took the object back only on a
             # request, and on that request the guarded pool either hit, which settled it here,
-            # or missed, when the object was not in the guarded pool, so not pending)
+            # or missed, when the object was not in the guarded pool, so not pending; or by a
+            # prefetch of its own, which settled it in :meth:`prefetch`)
             if self._resident(key):
                 self._pending.pop(key, None)
                 self._gave.pop(key, None)
@@ -231,12 +232,19 @@ class Expert:
         held = o is not None and o.state == DEVICE
         if held:
             pool.pin(key)
+        pending = self._pending
         try:
             for k in prefetch_for(pool.view, key):
                 try:
                     pool.prefetch(k)
                 except PoolExhausted:  # a hint: no room now; the loop stops there too
                     break
+                if k in pending and self._resident(k):
+                    # the guarded pool prefetched it first (after the previous request, when
+                    # :meth:`insert` made it pending): the shadow holds it now, so it is not to
+                    # be evicted first
+                    del pending[k]
+                    self._gave.pop(k, None)
         finally:
             if held:
                 pool.unpin(key)
