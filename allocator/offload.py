@@ -139,7 +139,12 @@ class ReversePackOrder(PrefetchPolicyBase):
         self.depth = depth
         self.window = window
         self.inflight = inflight
-        self.timing = PrefetchTiming(gain)
+        self._gain = gain
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the steps measured (a new pool)."""
+        self.timing = PrefetchTiming(self._gain)
         self._gap: dict[int, int] = {}  # position -> compute from the previous unpack to its own
         self._base = 0  # key of the step's first pack
         self._packing = False  # the latest access was a pack

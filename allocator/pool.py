@@ -202,11 +202,11 @@ class Pool(Loop):
                 or clean_ahead < 0):
             raise ConfigError(f"clean_ahead must be bytes >= 0, a size string or a fraction of "
                               f"the capacity in [0, 1) (0: off), got {clean_ahead!r}")
-        _claim(policy, self, check_only=True)  # (before anything is built)
+        _claim(policy, self, True, prefetcher)  # (before anything is built)
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
                       write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
                       int(clean_ahead))
-        _claim(policy, self)
+        _claim(policy, self, False, prefetcher)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Python subclass's own attributes (interpreted, the instance dict holds every
@@ -239,7 +239,7 @@ class Pool(Loop):
         if extra:
             self.__dict__.update(extra)
         self._attach_runtime()
-        _claim(self._policy, self)  # (a copy of the policy: pickle copied it with the pool)
+        _claim(self._policy, self, False, self._prefetcher)  # (copies: pickle copied them with the pool)
 
     # ------------------------------------------------------------------ configuration
     # Who answers and who listens can change between calls; the hit fast path caches them.
@@ -255,7 +255,7 @@ class Pool(Loop):
         check_policies(policy, None)
         with self._lock:
             self._refuse_while_deciding("policy")
-            _claim(policy, self, check_only=True)
+            _claim(policy, self, True)
             held = sorted((o for o in self._objs.values() if o.state in (DEVICE, H2D)),
                           key=lambda o: o.last_tick)
             view = self.view
@@ -268,7 +268,7 @@ class Pool(Loop):
             old, self._policy = self._policy, policy
             _claim(policy, self)
             if old is not policy:
-                _given_up(old, policy)
+                _given_up(old, _claimed(policy, self._prefetcher))
             self._refresh_fast_path()
 
     @property
@@ -282,7 +282,14 @@ class Pool(Loop):
             _check_forgetful(self.backend, prefetcher, self._hook, self.cost)
         with self._lock:
             self._await_event()
+            old = self._prefetcher
+            if prefetcher is not None:
+                _claim_one(prefetcher, self, True)
             self._prefetcher = prefetcher
+            if prefetcher is not None:
+                _claim_one(prefetcher, self)
+            if old is not None and old is not prefetcher:
+                _given_up(old, _claimed(self._policy, prefetcher))
             self._refresh_fast_path()
 
     @property
@@ -666,7 +673,7 @@ class Pool(Loop):
             try:
                 self._wait_all()
             finally:
-                _unclaim(self._policy, self)
+                _unclaim(_claimed(self._policy, self._prefetcher), self)
                 if self.backend is not None:
                     self.backend.close()
 
@@ -705,15 +712,35 @@ cannot be weakly referenced is not recorded)."""
 _SERVING_LOCK = threading.RLock()  # (a pool's weakref callback may run in gc.collect below)
 
 
-def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None:
-    """:func:`_claim_one` of ``policy`` and of each policy it wraps (``wrapped``, a chain of
+def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False,
+           prefetcher: PrefetchPolicy | None = None) -> None:
+    """:func:`_claim_one` of ``policy``, of each policy it wraps (``wrapped``, a chain of
     :class:`~allocator.seams.Forwarding`: ``Observed(p, tracker)`` or ``Forwarding(p)`` given to
-    a second pool is ``p`` given to it)."""
-    for p in wrapped_chain(policy):
+    a second pool is ``p`` given to it) and of the pool's ``prefetcher``, which keeps the state
+    of one pool's accesses too (a history, a trace position, timing margins): given to a second
+    pool it would prefetch from the first's."""
+    chain = wrapped_chain(policy)
+    for p in chain:
         _claim_one(p, pool, check_only)
+    if prefetcher is not None and all(prefetcher is not q for q in chain):
+        _claim_one(prefetcher, pool, check_only, "prefetcher")
 
 
-def _claim_one(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> None:
+def _claimed(policy: EvictionPolicy, prefetcher: PrefetchPolicy | None) -> list[Any]:
+    """The objects a pool with ``policy`` and ``prefetcher`` claims: the policy's wrapped chain,
+    then the prefetcher (once: a learned policy may be both)."""
+    chain = list(wrapped_chain(policy))
+    if prefetcher is not None and all(prefetcher is not q for q in chain):
+        chain.append(prefetcher)
+    return chain
+
+
+_STATE_OF = {"policy": "objects", "prefetcher": "accesses"}
+_DECIDES = {"policy": "evictions", "prefetcher": "prefetches"}
+_MAKE = {"policy": "cachegym.make_policy(name)", "prefetcher": "cachegym.make_prefetch(name)"}
+
+
+def _claim_one(policy: Any, pool: Pool, check_only: bool = False, what: str = "policy") -> None:
     """Record that ``pool`` uses ``policy``; refuse (:class:`ConfigError`) a policy another
     live pool still uses: a policy keeps the state of one pool's objects (its order, counts,
     model), and shared by two its victims would be the other pool's keys and its decisions
@@ -728,38 +755,39 @@ def _claim_one(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> 
             ref = _SERVING.get(id(policy))
             other = None if ref is None else ref()
             if other is None or other is pool or all(
-                    q is not policy for q in wrapped_chain(other._policy)):
+                    q is not policy for q in _claimed(other._policy, other._prefetcher)):
                 break
             if attempt == 0:
                 other = None  # (not held here while the collector runs)
                 gc.collect()  # a pool dropped by the caller may wait for the collector (cycles)
                 continue
             raise ConfigError(
-                f"policy {policy!r} already serves another live pool ({other!r}): a policy "
-                "keeps the state of one pool's objects, so each pool needs its own policy object "
-                "(build another, e.g. cachegym.make_policy(name) or LearnedPolicy.load(path), or "
-                "copy.deepcopy(policy) before its first use), or give the other pool another policy")
+                f"{what} {policy!r} already serves another live pool ({other!r}): a {what} "
+                f"keeps the state of one pool's {_STATE_OF[what]}, so each pool needs its own "
+                f"{what} object (build another, e.g. {_MAKE[what]} or LearnedPolicy.load(path), "
+                f"or copy.deepcopy({what}) before its first use), or give the other pool another "
+                f"{what}")
         served = _SERVED.get(id(policy))
         stale = served is not None and served[0]() is policy and (
             served[1] is None or served[1]() is not pool)
         reset = getattr(policy, "reset", None) if stale else None
         if stale and not callable(reset):
             raise ConfigError(
-                f"policy {policy!r} served another pool before (closed, dropped or given another "
-                "policy since) and still holds that pool's objects in its state, which would "
-                "decide this pool's evictions: give this pool a new policy object (e.g. "
-                "cachegym.make_policy(name) or LearnedPolicy.load(path), or copy.deepcopy(policy) "
-                "before its first use), or give the policy's class a reset() that forgets "
-                "everything, which a pool then calls before it uses the policy again")
+                f"{what} {policy!r} served another pool before (closed, dropped or given another "
+                f"{what} since) and still holds that pool's {_STATE_OF[what]} in its state, which "
+                f"would decide this pool's {_DECIDES[what]}: give this pool a new {what} object "
+                f"(e.g. {_MAKE[what]} or LearnedPolicy.load(path), or copy.deepcopy({what}) "
+                f"before its first use), or give the {what}'s class a reset() that forgets "
+                f"everything, which a pool then calls before it uses the {what} again")
         if check_only:  # (the callers check before the policy hears of anything: reset now)
             if reset is not None:
                 try:
                     reset()
                 except Exception as e:
-                    raise ConfigError(f"policy {policy!r} served another pool before; its reset(), "
-                                      f"which a pool calls before it uses the policy again, raised "
+                    raise ConfigError(f"{what} {policy!r} served another pool before; its reset(), "
+                                      f"which a pool calls before it uses the {what} again, raised "
                                       f"{e!r}: reset() must take no argument and forget "
-                                      "everything, or give this pool a new policy object") from e
+                                      f"everything, or give this pool a new {what} object") from e
             return
         key = id(policy)
         _SERVING[key] = weakref.ref(pool, _forgetting(key))
@@ -770,21 +798,21 @@ def _claim_one(policy: EvictionPolicy, pool: Pool, check_only: bool = False) -> 
         _SERVED[key] = (mine, weakref.ref(pool))
 
 
-def _unclaim(policy: EvictionPolicy, pool: Pool) -> None:
-    """``pool`` gives up ``policy`` and what it wraps (:meth:`Pool.close`)."""
+def _unclaim(claimed: list[Any], pool: Pool) -> None:
+    """``pool`` gives up what it ``claimed`` (:func:`_claimed`; :meth:`Pool.close`)."""
     with _SERVING_LOCK:
-        for p in wrapped_chain(policy):
+        for p in claimed:
             ref = _SERVING.get(id(p))
             if ref is not None and ref() is pool:
                 del _SERVING[id(p)]
 
 
-def _given_up(policy: EvictionPolicy, successor: EvictionPolicy) -> None:
-    """A pool was given ``successor`` instead of ``policy``: ``policy`` (and what it wraps, but
-    what ``successor`` wraps too) no longer follows that pool's events, so its state is stale for
-    that pool too (:func:`_claim`)."""
+def _given_up(policy: Any, kept: list[Any]) -> None:
+    """A pool was given another policy or prefetcher instead of ``policy`` (an eviction
+    policy or a prefetcher): ``policy`` (and what it wraps, but what the pool still ``kept``:
+    :func:`_claimed` of its policy and prefetcher now) no longer follows that pool's events, so
+    its state is stale for that pool too (:func:`_claim`)."""
     with _SERVING_LOCK:
-        kept = wrapped_chain(successor)
         for p in wrapped_chain(policy):
             served = _SERVED.get(id(p))
             if served is not None and served[0]() is p and all(p is not q for q in kept):

@@ -30,6 +30,9 @@ class NoPrefetch(PrefetchPolicyBase):
 
     name = "none"
 
+    def reset(self) -> None:
+        """Nothing to forget (a pool calls it before it uses the prefetcher again)."""
+
     def __repr__(self) -> str:
         return "NoPrefetch()"
 
@@ -50,6 +53,10 @@ class MarkovPrefetcher(PrefetchPolicyBase):
             raise ConfigError(f"MarkovPrefetcher needs depth, width, max_entries >= 1, got "
                               f"{depth}, {width}, {max_entries}")
         self.depth, self.width, self.max_entries = depth, width, max_entries
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the successors seen (a new pool)."""
         self._succ: OrderedDict[int, list[int]] = OrderedDict()
         self._prev: int | None = None
 
@@ -98,6 +105,10 @@ class StridePrefetcher(PrefetchPolicyBase):
             raise ConfigError(f"StridePrefetcher needs degree >= 1 and confirm >= 0, got "
                               f"{degree}, {confirm}")
         self.degree, self.confirm = degree, confirm
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the strides seen (a new pool)."""
         self._prev: int | None = None
         self._stride = 0
         self._seen = 0
@@ -147,6 +158,11 @@ class HistoryPrefetcher(PrefetchPolicyBase):
         self.predictor = SuccessorPredictor(horizon=horizon, memory=memory)
         self.prefetch_muted = False  # set by a guard following an expert judged without it
 
+    def reset(self) -> None:
+        """Forget the history (a new pool)."""
+        self.predictor.reset()
+        self.prefetch_muted = False
+
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         self.predictor.observe(key, view)
         if self.prefetch_muted:
@@ -192,10 +208,8 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self.window = 8 * depth if window is None else int(window)
         if self.window < 1:
             raise ConfigError(f"LookaheadPrefetcher window must be >= 1, got {window}")
-        self.timing = PrefetchTiming(gain)
-        self._other = PoolTimings(gain)  # the timing in other pools (prefetch_for)
-        self._tick = -1  # the row of the latest access it was asked after
-        self.prefetch_muted = False  # set by a guard following an expert judged without it
+        self._gain = gain
+        self.reset()
         self._key = trace.key
         self._free = trace.op == Op.FREE
         # compute before row j: _cum[j] (the compute after rows 0 .. j-1; a free row's is none:
@@ -204,6 +218,13 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         self._cum = np.concatenate(([0], np.cumsum(run, dtype=np.int64)))
         self._max_size = int(trace.size.max()) if len(trace) else 0
         self._size = trace.size
+
+    def reset(self) -> None:
+        """Forget the timing learnt (a new pool, which replays the trace from its start)."""
+        self.timing = PrefetchTiming(self._gain)
+        self._other = PoolTimings(self._gain)  # the timing in other pools (prefetch_for)
+        self._tick = -1  # the row of the latest access it was asked after
+        self.prefetch_muted = False  # set by a guard following an expert judged without it
 
     def prefetch(self, view: PoolView, key: int) -> Sequence[int]:
         self.timing.feedback(view, key, key)

@@ -552,6 +552,54 @@ def test_a_followed_expert_keeps_what_its_shadow_prefetched(joint_file, tmp_path
     assert checked and pool.stats.prefetches > 0 and guard.experts["gdsf"].pool.stats.prefetches > 0
 
 
+@pytest.mark.parametrize("give_up", ["close", "setter", "drop"])
+def test_a_prefetcher_is_claimed_by_one_pool_at_a_time(joint_file, give_up):
+    """A prefetcher keeps the state of one pool's accesses (a history, timing margins, a head's
+    pauses; a guard's mute flags): given to a second pool it prefetched from the first's (the
+    head's predictor, having seen the trace, stalled 18% less there). Like an eviction policy
+    it is refused while another live pool uses it; given up, a built-in one is reset and
+    prefetches as a fresh one, a learned policy (no reset) is refused by name."""
+    import gc
+
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.prefetch import HistoryPrefetcher, LookaheadPrefetcher, MarkovPrefetcher
+
+    trace = _trace()
+    cap = int(0.3 * trace.peak_live_bytes())
+
+    def run(pf, policy=None):
+        policy = LRU() if policy is None else policy
+        if isinstance(pf, LearnedPolicy):
+            policy = Observed(policy, pf.tracker)
+        pool = Pool(cap, policy, prefetcher=pf, cost="h100_pcie5", oversize="bypass",
+                    placement="bytes")
+        return pool, pool.replay(trace)
+
+    for make in (HistoryPrefetcher, MarkovPrefetcher, lambda: LookaheadPrefetcher(trace),
+                 lambda: LearnedPolicy.load(joint_file, guard="none", prefetch_min_accuracy=0.0)):
+        _, fresh = run(make())
+        pf = make()
+        a, first = run(pf)
+        assert first == fresh
+        learned = isinstance(pf, LearnedPolicy)
+        with pytest.raises(ConfigError, match=r"already serves another live pool"
+                           if learned else r"prefetcher .* already serves another live pool"):
+            Pool(cap, Observed(LRU(), pf.tracker) if learned else LRU(), prefetcher=pf)
+        if give_up == "close":
+            a.close()
+        elif give_up == "setter":
+            a.prefetcher = None if learned else make()  # (a head needs its own tracker observed)
+        else:
+            del a
+            gc.collect()
+        if learned:
+            with pytest.raises(ConfigError, match=r"prefetcher .* served another pool before .*"
+                                                  r"accesses .*new prefetcher object"):
+                run(pf)
+        else:
+            assert run(pf)[1] == fresh, make
+
+
 def test_a_stall_guard_mutes_the_learned_head_where_prefetching_costs_stall(joint_file, tmp_path):
     """Judged on stall with a learned head, each expert is also judged without the head (a twin
     shadow, ``<expert>-no-prefetch``); following such a twin, the pool mutes the head. With a
