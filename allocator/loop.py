@@ -379,7 +379,11 @@ class Loop:
         o = self._objs.get(key)
         if (o is not None and o.state == DEVICE and (self._fast_write if write else self._fast_read)
                 and (self.backend is None or o.size == size)):
-            # a plain hit: _access_steps' hit branch without its generator
+            # a plain hit: _access_steps' hit branch without its generator (copies whose time
+            # has come complete first, as in _begin: a view read after the hit, e.g. by a guard's
+            # prefetch_for in its shadow pool, sees them landed and their blocks released)
+            if self._landing or self._releases:
+                self._retire()
             self._tick = tick = self._tick + 1
             st = self.stats
             st.accesses += 1

@@ -41,7 +41,14 @@ s1`` 19583 -> 18989 and ``slru/.../s0`` 18322 -> 17877; nothing else. Re-recorde
 runs under a preset (stall down 6-46%, e.g. ``prefetch/lookahead/bytes-a100_pcie4`` 5.53 ->
 3.12 ms; the same hits and bytes but for the timed lookahead's arena runs, by under 0.2%; some
 prefetches hit late where compute had waited for them before), three scripted runs, and the
-prefetch and joint environments' rollouts under presets; nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+prefetch and joint environments' rollouts under presets; nothing else. Re-recorded (``pool``
+and ``envs``, 2026-12-06) when the hit fast path (a pool without a prefetcher or hook) began
+completing the copies whose time had come, as every other access does (``_begin``): a pool
+driven by ``prefetch()`` calls kept a landed object in flight until its next miss, so that an
+object its policy had given up was evicted one access later than in a pool with a prefetcher
+(``script/gdsf-bytes-h100``: call 211 onwards), and the prefetch and joint environments'
+observations after a hit showed landed copies in flight (``prefetch/access-a100``,
+``joint/access-a100``); nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
