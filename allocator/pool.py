@@ -284,10 +284,10 @@ class Pool(Loop):
             self._await_event()
             old = self._prefetcher
             if prefetcher is not None:
-                _claim_one(prefetcher, self, True)
+                _claim_one(prefetcher, self, True, "prefetcher")
             self._prefetcher = prefetcher
             if prefetcher is not None:
-                _claim_one(prefetcher, self)
+                _claim_one(prefetcher, self, False, "prefetcher")
             if old is not None and old is not prefetcher:
                 _given_up(old, _claimed(self._policy, prefetcher))
             self._refresh_fast_path()
@@ -665,9 +665,9 @@ class Pool(Loop):
             return [k for k, o in self._objs.items() if o.state in (DEVICE, H2D)]
 
     def close(self) -> None:
-        """Wait for every copy in flight, close the backend, and give up the policy: another
-        pool may be given it if it has a ``reset()``, which that pool calls (the policy still
-        holds this pool's objects; one without is refused there)."""
+        """Wait for every copy in flight, close the backend, and give up the policy and the
+        prefetcher: another pool may be given them if they have a ``reset()``, which that pool
+        calls (they still hold this pool's state; one without is refused there)."""
         with self._lock:
             self._refuse_while_deciding("close")
             try:
@@ -719,20 +719,26 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False,
     a second pool is ``p`` given to it) and of the pool's ``prefetcher``, which keeps the state
     of one pool's accesses too (a history, a trace position, timing margins): given to a second
     pool it would prefetch from the first's."""
-    chain = wrapped_chain(policy)
-    for p in chain:
+    for p in _claimed(policy, None):
         _claim_one(p, pool, check_only)
-    if prefetcher is not None and all(prefetcher is not q for q in chain):
+    if prefetcher is not None and all(prefetcher is not q for q in _claimed(policy, None)):
         _claim_one(prefetcher, pool, check_only, "prefetcher")
 
 
 def _claimed(policy: EvictionPolicy, prefetcher: PrefetchPolicy | None) -> list[Any]:
-    """The objects a pool with ``policy`` and ``prefetcher`` claims: the policy's wrapped chain,
-    then the prefetcher (once: a learned policy may be both)."""
-    chain = list(wrapped_chain(policy))
-    if prefetcher is not None and all(prefetcher is not q for q in chain):
-        chain.append(prefetcher)
-    return chain
+    """The objects a pool with ``policy`` and ``prefetcher`` claims: the policy's wrapped chain
+    and the trackers its members report to (``tracker``: ``Observed(policy, tracker)``, whose
+    tracker a learned prefetcher reads), then the prefetcher (each once: a learned policy may be
+    both)."""
+    chain = wrapped_chain(policy)
+    out = list(chain)
+    for p in chain:
+        t = getattr(p, "tracker", None)
+        if t is not None and all(t is not q for q in out):
+            out.append(t)
+    if prefetcher is not None and all(prefetcher is not q for q in out):
+        out.append(prefetcher)
+    return out
 
 
 _STATE_OF = {"policy": "objects", "prefetcher": "accesses"}
@@ -813,7 +819,7 @@ def _given_up(policy: Any, kept: list[Any]) -> None:
     :func:`_claimed` of its policy and prefetcher now) no longer follows that pool's events, so
     its state is stale for that pool too (:func:`_claim`)."""
     with _SERVING_LOCK:
-        for p in wrapped_chain(policy):
+        for p in _claimed(policy, None):
             served = _SERVED.get(id(p))
             if served is not None and served[0]() is p and all(p is not q for q in kept):
                 _SERVED[id(p)] = (served[0], None)

@@ -415,14 +415,15 @@ class ShadowGuard(Guard):
     held-out cells unchanged, also replayed four times over, where they retire 2-12 of the 15
     shadows (docs/RESULTS.md).
     ``prefetched_first`` (default on): under ``stall``, the pool evicts first what its prefetcher
-    brought in (oldest first, used or not yet), then what the followed expert would: as PACMan
+    brought in (oldest first, used or not yet; not while it follows a twin judged without the
+    prefetcher, which it then replicates), then what the followed expert would: as PACMan
     (Wu et al., MICRO 2011) demotes prefetched cache lines, since the prefetcher that brought an
     object in time can bring it back in time, while a demand-fetched object was missed by it and
     stalls again when it is evicted. The shadows do not apply it (they judge the experts as
     they are), so the pool may end below every expert: on the main job's held-out cells the pool
-    stalled 568.8 ms in all against 596.1 without it (gpt at 25% of peak live bytes 13.2 ->
-    8.6 ms; dl_training_s102 at 50% 17.4 -> 18.3, the one cell worse by more than 1%;
-    docs/EXPERIMENTS.md).
+    stalled 568.8 ms in all against 596.1 without it, with the main job's policy of 2026-12-06
+    (20 cells; gpt at 25% of peak live bytes 13.2 -> 8.6 ms; dl_training_s102 at 50% 17.4 ->
+    18.3, the one cell worse by more than 1%; docs/EXPERIMENTS.md).
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
@@ -539,10 +540,14 @@ class ShadowGuard(Guard):
         return True if m is None else m.admit(key)
 
     def insert(self, view: PoolView, key: int) -> None:
-        prefetch = key != self._last_miss
         super().insert(view, key)
-        if prefetch and self.prefetched_first and self.objective == "stall":
-            self._prefetched[key] = None
+        # (the pool's own flag: a prefetch sets it before on_insert; a demand miss, a policy
+        # given to a pool that holds objects, a write-back that failed and stays do not)
+        if view.info(key).prefetched:
+            if self.prefetched_first and self.objective == "stall":
+                self._prefetched[key] = None
+        elif self._prefetched:
+            self._prefetched.pop(key, None)
 
     def evict(self, view: PoolView, key: int) -> None:
         self._prefetched.pop(key, None)
@@ -552,8 +557,15 @@ class ShadowGuard(Guard):
         self._prefetched.pop(key, None)
         super().free(view, key)
 
+    def _demoted(self) -> bool:
+        """Whether what the pool prefetched is evicted first now: ``prefetched_first`` recorded
+        some, and the pool prefetches (it does not follow a twin judged without its prefetcher,
+        which the guard then mutes: the pool then replicates that twin)."""
+        pf: Any = self._muted
+        return bool(self._prefetched) and (pf is None or not pf.prefetch_muted)
+
     def victim(self, view: PoolView, tracker: Any) -> int | None:
-        if self._prefetched:
+        if self._demoted():
             k = first_evictable(view, self._prefetched)
             if k is not None:
                 return k
@@ -568,7 +580,7 @@ class ShadowGuard(Guard):
         m = self._follows()
         own = tracker.eviction_order()
         order = own if m is None else itertools.chain(m.eviction_order(), own)
-        return itertools.chain(tuple(self._prefetched), order) if self._prefetched else order
+        return itertools.chain(tuple(self._prefetched), order) if self._demoted() else order
 
     def pending_evictions(self) -> Sequence[int]:
         """Under the objective stall, what the followed expert's shadow has evicted and the
@@ -682,11 +694,15 @@ class ShadowGuard(Guard):
             self._since = self._cost(bg)
             self.expert = best
             self.switches += 1
-            if self._muted is not None:  # a twin, judged without the prefetcher: mute it
+            pf: Any = self._muted
+            same = view.prefetcher is pf  # (a bool first: mypy would narrow pf to the view's type)
+            if pf is not None and same:
+                # a twin, judged without the prefetcher: mute it (not a prefetcher the pool
+                # has given up since: another pool may use it now)
                 e = self._named[best]
-                self._muted.prefetch_muted = not e.prefetching
-                if hasattr(self._muted, "prefetch_history"):  # a twin judged with the history
-                    self._muted.prefetch_history = e.prefetch_fn is not None
+                pf.prefetch_muted = not e.prefetching
+                if hasattr(pf, "prefetch_history"):  # a twin judged with the history
+                    pf.prefetch_history = e.prefetch_fn is not None
 
     def _retire(self, view: PoolView, bg: float) -> None:
         """Experts too far behind to lead again stop running: once the best expert has cost

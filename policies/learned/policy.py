@@ -275,7 +275,8 @@ class LearnedPolicy(EvictionPolicyBase):
     @property
     def eviction_order(self) -> Callable[[], Iterable[int]] | None:  # type: ignore[override]
         """Under a :class:`ShadowGuard`, the pool's next victims in :meth:`victim`'s order
-        (:meth:`ShadowGuard.eviction_order`: the followed expert's, then the pool's LRU);
+        (:meth:`ShadowGuard.eviction_order`: under stall what the pool prefetched, then the
+        followed expert's, then the pool's LRU);
         ``None`` otherwise (the network's choice is not an order)."""
         g = self.guard
         if isinstance(g, ShadowGuard):

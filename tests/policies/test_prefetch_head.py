@@ -585,6 +585,12 @@ def test_a_prefetcher_is_claimed_by_one_pool_at_a_time(joint_file, give_up):
         with pytest.raises(ConfigError, match=r"already serves another live pool"
                            if learned else r"prefetcher .* already serves another live pool"):
             Pool(cap, Observed(LRU(), pf.tracker) if learned else LRU(), prefetcher=pf)
+        if learned:  # its tracker, which the first pool's hooks feed, is that pool's too
+            with pytest.raises(ConfigError, match=r"FeatureTracker.* already serves another live"):
+                Pool(cap, Observed(LRU(), pf.tracker))
+        else:
+            with pytest.raises(ConfigError, match=r"prefetcher .* already serves another live pool"):
+                Pool(cap, LRU()).prefetcher = pf
         if give_up == "close":
             a.close()
         elif give_up == "setter":
@@ -592,9 +598,10 @@ def test_a_prefetcher_is_claimed_by_one_pool_at_a_time(joint_file, give_up):
         else:
             del a
             gc.collect()
-        if learned:
-            with pytest.raises(ConfigError, match=r"prefetcher .* served another pool before .*"
-                                                  r"accesses .*new prefetcher object"):
+        if learned:  # (given up by the setter, its tracker still serves the first pool's policy)
+            with pytest.raises(ConfigError, match=r"FeatureTracker.* already serves another live"
+                               if give_up == "setter" else r"prefetcher .* served another pool "
+                               r"before .*accesses .*new prefetcher object"):
                 run(pf)
         else:
             assert run(pf)[1] == fresh, make
