@@ -146,6 +146,13 @@ def test_a_file_without_a_prefetch_head_loads_and_prefetches_nothing():
     assert st.prefetches == 0 and st.misses > 0
 
 
+def _eager(h, a):
+    """A head that looks 64 accesses ahead and prefetches its best candidate at every access
+    (its no-op never best): an edit for :func:`_rewrite`."""
+    h["prefetch"]["predictor"].update(horizon=64, memory=1 << 18)
+    a["p/noop"] = np.full_like(a["p/noop"], -1e30)
+
+
 def _rewrite(src: str, dst: str, edit) -> str:
     """``src`` with ``edit(header, arrays)`` applied and its checksums made valid again (what a
     tool that writes a wrong head would produce)."""
@@ -493,11 +500,7 @@ def test_a_stall_guards_shadows_model_the_learned_head_in_their_own_pools(joint_
     from cachegym.envs.workloads import read_trace
     from cachegym.policies.learned.guards import ShadowGuard
 
-    def eager(h, a):
-        h["prefetch"]["predictor"].update(horizon=64, memory=1 << 18)
-        a["p/noop"] = np.full_like(a["p/noop"], -1e30)
-
-    joint_file = _rewrite(joint_file, str(tmp_path / "eager.npz"), eager)
+    joint_file = _rewrite(joint_file, str(tmp_path / "eager.npz"), _eager)
     trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
     cap = int(0.25 * trace.peak_live_bytes())
 
@@ -529,11 +532,7 @@ def test_a_followed_expert_keeps_what_its_shadow_prefetched(joint_file, tmp_path
     from cachegym.envs.workloads import read_trace
     from cachegym.policies.learned.guards import ShadowGuard
 
-    def eager(h, a):
-        h["prefetch"]["predictor"].update(horizon=64, memory=1 << 18)
-        a["p/noop"] = np.full_like(a["p/noop"], -1e30)
-
-    path = _rewrite(joint_file, str(tmp_path / "eager.npz"), eager)
+    path = _rewrite(joint_file, str(tmp_path / "eager.npz"), _eager)
     trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
     cap = int(0.25 * trace.peak_live_bytes())
     guard = ShadowGuard(margin=1e9, handover=1e9, retire=None, retire_stall=None)
@@ -619,11 +618,7 @@ def test_a_stall_guard_mutes_the_learned_head_where_prefetching_costs_stall(join
     from cachegym.policies.learned.guards import ShadowGuard
     from cachegym.policies.registry import make_eviction
 
-    def eager(h, a):
-        h["prefetch"]["predictor"].update(horizon=64, memory=1 << 18)
-        a["p/noop"] = np.full_like(a["p/noop"], -1e30)
-
-    path = _rewrite(joint_file, str(tmp_path / "eager.npz"), eager)
+    path = _rewrite(joint_file, str(tmp_path / "eager.npz"), _eager)
     trace = generate("dl_training", seed=5, n_layers=4, hidden=64, batch_tokens=128, steps=12)
     cap = int(0.3 * trace.peak_live_bytes())
 
