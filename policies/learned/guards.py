@@ -420,10 +420,11 @@ class ShadowGuard(Guard):
     (Wu et al., MICRO 2011) demotes prefetched cache lines, since the prefetcher that brought an
     object in time can bring it back in time, while a demand-fetched object was missed by it and
     stalls again when it is evicted. The shadows do not apply it (they judge the experts as
-    they are), so the pool may end below every expert: on the main job's held-out cells the pool
-    stalled 568.8 ms in all against 596.1 without it, with the main job's policy of 2026-12-06
-    (20 cells; gpt at 25% of peak live bytes 13.2 -> 8.6 ms; dl_training_s102 at 50% 17.4 ->
-    18.3, the one cell worse by more than 1%; docs/EXPERIMENTS.md).
+    they are), so the pool may end below every expert: with a main job's policy of 2026-12-06
+    and its head, on the seven held-out traces and gpt, resnet and mlp_embedding at 25% and 50%
+    of peak live bytes, the pool stalled 568.8 ms in all against 596.1 without it (gpt 25% 13.2
+    -> 8.6 ms; dl_training_s102 50% 17.4 -> 18.3, the one cell worse by more than 1%;
+    docs/EXPERIMENTS.md).
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
