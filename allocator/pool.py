@@ -283,11 +283,9 @@ class Pool(Loop):
         with self._lock:
             self._await_event()
             old = self._prefetcher
-            if prefetcher is not None:
-                _claim_one(prefetcher, self, True, "prefetcher")
+            _claim(self._policy, self, True, prefetcher)
             self._prefetcher = prefetcher
-            if prefetcher is not None:
-                _claim_one(prefetcher, self, False, "prefetcher")
+            _claim(self._policy, self, False, prefetcher)
             if old is not None and old is not prefetcher:
                 _given_up(old, _claimed(self._policy, prefetcher))
             self._refresh_fast_path()
@@ -719,9 +717,10 @@ def _claim(policy: EvictionPolicy, pool: Pool, check_only: bool = False,
     a second pool is ``p`` given to it) and of the pool's ``prefetcher``, which keeps the state
     of one pool's accesses too (a history, a trace position, timing margins): given to a second
     pool it would prefetch from the first's."""
-    for p in _claimed(policy, None):
+    chain = _claimed(policy, None)
+    for p in chain:
         _claim_one(p, pool, check_only)
-    if prefetcher is not None and all(prefetcher is not q for q in _claimed(policy, None)):
+    if prefetcher is not None and all(prefetcher is not q for q in chain):
         _claim_one(prefetcher, pool, check_only, "prefetcher")
 
 
