@@ -383,7 +383,9 @@ class FeatureTracker(OrderedPolicy):
 
 class Observed(Forwarding):
     """``policy`` answers ``victim`` (and its optional members are the pool's,
-    :class:`~allocator.seams.Forwarding`); ``tracker`` (then ``policy``) sees every hook."""
+    :class:`~allocator.seams.Forwarding`); ``tracker`` sees every hook after ``policy`` (a guard
+    in ``policy`` first lets its shadows start the prefetches made after the previous request,
+    which read ``tracker`` as it was then)."""
 
     labels_as_wrapped = True  # (errors name the policy observed)
 
@@ -394,24 +396,24 @@ class Observed(Forwarding):
         self.name = f"observed-{self.name}"
 
     def on_hit(self, view: PoolView, key: int) -> None:
-        self.tracker.on_hit(view, key)
         self.policy.on_hit(view, key)
+        self.tracker.on_hit(view, key)
 
     def on_miss(self, view: PoolView, key: int) -> None:
-        self.tracker.on_miss(view, key)
         self.policy.on_miss(view, key)
+        self.tracker.on_miss(view, key)
 
     def on_insert(self, view: PoolView, key: int) -> None:
-        self.tracker.on_insert(view, key)
         self.policy.on_insert(view, key)
+        self.tracker.on_insert(view, key)
 
     def on_evict(self, view: PoolView, key: int) -> None:
-        self.tracker.on_evict(view, key)
         self.policy.on_evict(view, key)
+        self.tracker.on_evict(view, key)
 
     def on_free(self, view: PoolView, key: int) -> None:
-        self.tracker.on_free(view, key)
         self.policy.on_free(view, key)
+        self.tracker.on_free(view, key)
 
 
 # ---------------------------------------------------------------------- candidates

@@ -206,7 +206,6 @@ class Guard:
         dc = 0  # the compute since the previous request: the stall objective's shadows replay it
         if self.objective == "stall":
             dc = self._compute_since(view)
-            self._shadow_prefetches(view, key)
         for r in self._requests:
             r(key, size, write, kind, hit, dc)
         if not hit:
@@ -217,6 +216,16 @@ class Guard:
         self._reqs += 1
         who = "network" if self.expert is None or not self.active else str(self.expert)
         self.decisions[who] = self.decisions.get(who, 0) + 1
+
+    def prepare(self, view: PoolView, key: int) -> None:
+        """Called by the guarded policy on the access of ``key`` before its feature tracker
+        sees it (then :meth:`access`): under the stall objective each shadow starts the
+        prefetches the pool's prefetcher made after the previous request, chosen from the
+        features the pool's prefetcher saw then (not yet this access's)."""
+        if self._view is None:
+            self._start(view)
+        if self.objective == "stall":
+            self._shadow_prefetches(view, key)
 
     def _compute_since(self, view: PoolView) -> int:
         """The guarded pool's compute since this was last asked (its previous request, or a

@@ -223,21 +223,29 @@ class LearnedPolicy(EvictionPolicyBase):
         cand, mask, glob = _features.observe(self.tracker, view, keys, self.K)
         return keys, cand, mask, glob
 
-    # the hooks: the tracker sees each one, then the guard (where there is one)
+    # the hooks: the tracker sees each one, then the guard (where there is one); on an access
+    # and a free the guard's shadows first start the prefetches made after the previous
+    # request (Guard.prepare), from the features the pool's head saw then
     def on_hit(self, view: PoolView, key: int) -> None:
+        g = self.guard
+        if g is not None:
+            g.prepare(view, key)
         self.tracker.on_hit(view, key)
-        if self.guard is not None:
-            self.guard.access(view, key, True)
+        if g is not None:
+            g.access(view, key, True)
 
     def on_miss(self, view: PoolView, key: int) -> None:
+        g = self.guard
+        if g is not None:
+            g.prepare(view, key)
         self.tracker.on_miss(view, key)
-        if self.guard is not None:
-            self.guard.access(view, key, False)
+        if g is not None:
+            g.access(view, key, False)
 
     def on_free(self, view: PoolView, key: int) -> None:
-        self.tracker.on_free(view, key)
-        if self.guard is not None:
+        if self.guard is not None:  # (first: its shadows' prefetches read the tracker)
             self.guard.free(view, key)
+        self.tracker.on_free(view, key)
 
     def on_insert(self, view: PoolView, key: int) -> None:
         self.tracker.on_insert(view, key)

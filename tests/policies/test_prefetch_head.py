@@ -816,3 +816,55 @@ def test_the_heads_default_budget_is_half_the_pools_capacity(joint_file):
     assert held[None] == 0 and held[0.02] > 0
     with pytest.raises(ConfigError, match=r"a share in \(0, 1\] of the pool's capacity"):
         LearnedPolicy.load(joint_file, prefetch_budget_bytes=1.5)
+
+
+@pytest.mark.parametrize("style", ["one object", "observed"])
+def test_a_shadows_prefetch_for_reads_the_features_of_the_request_it_follows(joint_file, style):
+    """Under stall each shadow starts, at the next request, the prefetches the pool's learned
+    head made after the previous one, scored from the pool's feature tracker: the tracker has
+    seen no later access then (it had seen the next request: a look one request ahead that the
+    pool's own head never had). Both ways a pool takes a learned prefetcher: one object as
+    policy and prefetcher, and the evaluator's ``Observed(policy, prefetcher.tracker)``."""
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies.features import FeatureTracker
+    from cachegym.policies.learned.guards import ShadowGuard
+
+    events: list[tuple[str, int]] = []
+
+    class Spy(FeatureTracker):
+        def on_hit(self, view, key):
+            events.append(("seen", key))
+            super().on_hit(view, key)
+
+        def on_miss(self, view, key):
+            events.append(("seen", key))
+            super().on_miss(view, key)
+
+    trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
+    cap = int(0.25 * trace.peak_live_bytes())
+    guard = ShadowGuard(margin=1e9, handover=1e9, retire=None, retire_stall=None)
+    guard.expert = "lru"  # (follows whom it is told)
+    if style == "one object":
+        pol = pf = LearnedPolicy.load(joint_file, guard=guard, prefetch_min_accuracy=0.0)
+        pol.tracker = Spy()
+    else:
+        pf = LearnedPolicy.load(joint_file, guard="none", prefetch_min_accuracy=0.0)
+        pf.tracker = Spy()
+        pol = Observed(LearnedPolicy.load(joint_file, guard=guard), pf.tracker)
+    inner = pf.prefetch_for
+
+    def prefetch_for(view, key):
+        events.append(("asked", key))
+        return inner(view, key)
+
+    pf.prefetch_for = prefetch_for
+    Pool(cap, pol, prefetcher=pf, cost="h100_pcie5", oversize="bypass",
+         placement="bytes").replay(trace)
+    seen, asked = None, 0
+    for i, (what, key) in enumerate(events):
+        if what == "seen":
+            seen = key
+        else:  # the latest access the tracker saw is the one the shadow prefetches after
+            assert key == seen, (i, key, seen)
+            asked += 1
+    assert asked
