@@ -7,16 +7,20 @@ oversize="bypass")``, one :meth:`~allocator.pool.Pool.access` per request. A req
 when it is a hit on both sides or a miss on both.
 
 Every policy in :data:`LCS_INIT` but LIRS agrees on every request of the parity traces
-(``tests/policies/test_parity.py``); LIRS within 1.5% of the misses (on traces of fixed object
-sizes; 6% was seen where 10% of the requests change their object's size), because libCacheSim's
-LIRS can hold more bytes than its capacity (see that test's docstring). ``scripts/parity.py`` runs
+(``tests/policies/test_parity.py``). LIRS does not, because libCacheSim's LIRS can hold more
+bytes than its capacity (see that test's docstring): within 1.5% of the misses on those traces
+(fixed object sizes; 6% where 10% of the requests change their object's size), but far more in
+a cache of a few objects (three keys at a capacity of two: 214 misses against libCacheSim's 46,
+whose LIRS then holds all three). What is checked instead is LIRS's model, libCacheSim's
+algorithm run beside the pool (:class:`~policies.shadow.ShadowPolicy`): its miss count equals
+libCacheSim's (:attr:`ParityResult.model_misses`). ``scripts/parity.py`` runs
 this on any trace (``python scripts/parity.py TRACE``); libCacheSim is the ``libcachesim``
 package (``pip install libcachesim``, part of the ``dev`` extra), imported when first needed.
 
 An oracleGeneral file has no frees. ``compare(..., frees=True)`` keeps a trace's frees, as
 ``Pool.free`` here and libCacheSim's ``cache.remove`` (a delete) there: on the bundled recorded
-DL traces, which free most tensors (many after the pool evicted them), every policy but Belady
-and SLRU (:data:`FREES_UNSERVED`) then agrees on every request too, LIRS included
+DL traces, which free most tensors (many after the pool evicted them), every policy but Belady,
+SLRU and LIRS (:data:`FREES_UNSERVED`) then agrees on every request too
 (``tests/policies/test_parity.py``). ARC can differ where a freed key comes back (a KV-cache
 block id reused, a tensor id recycled): libCacheSim's ``ARC_remove`` of a ghost takes it off
 its list but leaves it in its hash table, so the key's next request is a ghost hit there (``p``
@@ -40,6 +44,7 @@ from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.pool import Pool
 from cachegym.allocator.trace import Op, Trace
 from cachegym.policies.adaptive import ARC
+from cachegym.policies.shadow import ShadowPolicy
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -69,6 +74,8 @@ them first."""
 FREES_UNSERVED: dict[str, str] = {  # policy -> why compare(frees=True) cannot run it
     "belady": "libCacheSim's needs each request's next access time, which only its trace readers set",
     "slru": "libCacheSim's SLRU crashes the process on remove",
+    "lirs": "libCacheSim's LIRS can crash the process on remove (a segmentation fault on a "
+            "23-request trace of four keys at a capacity of two)",
 }
 FREES_EXPLAINED: dict[str, str] = {  # policy -> why it can differ with frees, checked by a model
     "arc": "libCacheSim's ARC_remove leaves a removed ghost in its hash table, so the key's next "
@@ -230,6 +237,8 @@ class ParityResult:
     differing: int         # requests that are a hit on one side and a miss on the other
     first: str             # first_difference's words, '' when none
     explained: str = ""    # with frees: FREES_EXPLAINED's reason, when its model agrees exactly
+    model_misses: int = -1  # the misses of the policy's model of libCacheSim's algorithm, where it
+    # runs one beside the pool (ShadowPolicy: LIRS, SLRU, GDSF, S3-FIFO); -1 where it does not
 
     @property
     def agrees(self) -> bool:
@@ -309,11 +318,12 @@ def compare(trace: Trace, policies: Sequence[str], capacities: Sequence[int],
         for cap in capacities:
             for pol in policies:
                 theirs, lcs_bytes = theirs_of(pol, int(cap))
-                ours, pool, _ = pool_hits(replayed, pol, int(cap), frees=frees)
+                ours, pool, p = pool_hits(replayed, pol, int(cap), frees=frees)
                 st = pool.snapshot()
                 row = ParityResult(
                     pol, int(cap), len(asked), st.misses, int((~theirs).sum()), st.byte_misses,
-                    lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, asked))
+                    lcs_bytes, int((ours != theirs).sum()), first_difference(ours, theirs, asked),
+                    model_misses=p.model_misses if isinstance(p, ShadowPolicy) else -1)
                 if frees and pol in FREES_EXPLAINED and not row.agrees:
                     model, mpool, _ = pool_hits(replayed, _EXPLAINED_MODELS[pol](), int(cap), frees=True)
                     ms = mpool.snapshot()
