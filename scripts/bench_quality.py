@@ -1,7 +1,7 @@
 """``python scripts/bench.py quality``: the learned policy against the heuristics and Belady on
 held-out traces (DL traces of models not trained on at 25% and 50% of peak live bytes; Zipf and
-scan), in bytes copied (traffic) and gap closed to an offline bound (FOO, or PFOO-L on long
-traces), with the targets' verdict. All policies replay each trace in the same run.
+scan), in bytes copied (traffic) and gap closed to an offline bound (FOO; LFOO-L past 30,000
+requests, PFOO-L past 5M), with the targets' verdict. All policies replay each trace in the same run.
 
     python scripts/bench.py quality --policy outputs/main/<run>/train/policy.npz
     python scripts/bench.py quality            # newest main-job policy, else train one first

@@ -6,7 +6,7 @@ For every exported policy (``--policy``, default the goldens' ``tests/golden/pol
 and capacity (``--capacities``, fractions of the trace's peak live bytes) it replays, in pools as
 the evaluator builds them (byte placement, oversized objects bypassed): the policy under its
 guard (``--guard``, default ``shadow``), the network alone (guard ``none``) and each heuristic
-expert as a plain policy (LRU, S3-FIFO, GDSF, LFU), and prints the objective (``traffic``:
+expert as a plain policy (LRU, S3-FIFO, GDSF, LFU, ARC, SLRU), and prints the objective (``traffic``:
 bytes copied; ``misses``; ``stall``: ns waited for copies, in pools under ``--preset``) of each and ``ratio`` = guarded / best expert (1.000: as good as the
 best; 1.010: 1% behind it), with the guard's switches and decision shares. Traces: the bundled
 DL traces (``data/traces/*.npz``) and synthetic families (:func:`FAMILIES`: Zipf, a phase

@@ -3,8 +3,8 @@
 offline ``foo`` teacher, FOO's plan, then a short RL fine-tune on the traffic reward) and, in a
 second short run (``env=joint``, stall under a timing preset), a prefetch head; export both heads in
 one file; evaluate it on held-out workloads against LRU, LFU, ARC, S3-FIFO, SLRU, GDSF and Belady,
-each without prefetch, with lookahead and with the file's prefetch head (stall beside traffic),
-print the table, a summary of the deployed policy per held-out cell, and save the plots.
+each without prefetch, with lookahead, with history and with the file's prefetch head (stall
+beside traffic), print the table, a summary of the deployed policy per held-out cell, and save the plots.
 
     python scripts/main.py                      # outputs under outputs/main/<time>/
     python scripts/main.py out_dir=DIR seed=1

@@ -2,7 +2,7 @@
 """Train a learned eviction policy (with env=joint, eviction and prefetch) and export it (the
 logic: cachegym.policies.training.train.train).
 
-    python scripts/train.py                                  # Belady imitation (BC + DAgger)
+    python scripts/train.py                                  # imitation of FOO's plan (BC + DAgger)
     python scripts/train.py agent=imitation_ppo              # ... then a MaskablePPO fine-tune
     python scripts/train.py agent=ppo agent.total_timesteps=50000
     python scripts/train.py -m agent=ppo,dqn,maskable_ppo seed=0,1   # sweep (joblib launcher)

@@ -170,8 +170,9 @@ class RecordedWorkload:
 
 @dataclass
 class ValidationConfig:
-    """Held-out traces replayed every ``every`` env steps (or imitation round): miss ratio of
-    the learned policy against LRU and Belady at ``capacities`` (fractions of ``capacity_of``).
+    """Held-out traces replayed every ``every`` env steps (or imitation round): traffic and miss
+    ratio of the learned policy against LRU and an offline bound (FOO's ``foo_l``, or LFOO-L) at
+    ``capacities`` (fractions of ``capacity_of``).
     ``select_best``: export the checkpoint with the best validation score instead of the last."""
 
     traces: list[TraceConfig] = field(default_factory=list)
@@ -209,7 +210,7 @@ class MainSection:
     learned_guards: list[str] = field(default_factory=lambda: ["shadow", "none"])
     bounds: list[str] = field(default_factory=lambda: ["auto"])
     """Offline bounds beside the results (``eval.bounds``; ``auto``: FOO up to 30,000 requests,
-    PFOO-L beyond)."""
+    LFOO-L up to 5M, PFOO-L beyond)."""
     presets: list[str] = field(default_factory=lambda: ["h100_pcie5"])
     """Timing presets of the evaluation (stall, its bound and the stall reference; ``none``:
     instant copies, traffic only)."""
