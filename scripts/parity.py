@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
             why = ("expected for LIRS: libCacheSim's can hold more than its capacity, after "
                    "which the two caches' contents, and hits, differ either way"
                    if r.policy not in EXACT else r.explained)
-            print(f"  {r.policy} @ {r.capacity}: {r.first or 'the byte-miss counts differ'}"
-                  + (f" ({why})" if expected else ""))
+            what = (r.first or "the byte-miss counts differ") if not r.agrees else (
+                "every request agrees, but the model's misses do not")
+            print(f"  {r.policy} @ {r.capacity}: {what}" + (f" ({why})" if expected else ""))
     exact = [r for r in rows if r.policy in EXACT]
     explained = sum(bool(r.explained) for r in exact)
     others = [r for r in rows if r.policy not in EXACT]
