@@ -16,10 +16,13 @@ every victim and hook is checked as it happens:
 * a fresh policy replaying the same trace chooses the same victims (seed your randomness).
 
 The first broken rule raises :class:`PolicyCheckError`, naming the check, the trace row and
-what to fix; a hook that raises is reported the same way (its exception chained). Not
-detected: decisions that are wrong but keep the contract (e.g. a freed key's old position kept
-for its next object, which ``first_evictable`` then skips past), randomness that repeats within
-one process (Python's string hashing), slowness (the report gives each check's time).
+what to fix; a hook that raises is reported the same way (its exception chained). A class that
+records objects in ``on_insert`` but keeps the base's no-op ``on_evict`` or ``on_free`` gets a
+warning in the report (:func:`forgetting_warnings`): what it recorded of an evicted or freed
+object stays, which ``first_evictable`` then skips past without breaking a rule. Not detected:
+other decisions that are wrong but keep the contract (e.g. a freed key's old position kept for
+its next object), randomness that repeats within one process (Python's string hashing),
+slowness (the report gives each check's time).
 ``tests/policies/test_invariants.py`` runs these checks on every registered policy.
 """
 
@@ -43,13 +46,13 @@ from cachegym.allocator.errors import (
 from cachegym.allocator.loop import as_key
 from cachegym.allocator.seams import Forwarding, check_policies, eviction_order_of
 from cachegym.allocator.trace import Op, Trace
-from cachegym.policies.base import EvictionPolicy, first_evictable
+from cachegym.policies.base import EvictionPolicy, EvictionPolicyBase, first_evictable
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import Pool, PoolView
 
 __all__ = ["PolicyCheckError", "Checked", "CheckReport", "check_policy", "mixed_trace", "drive",
-           "agent_driven", "CHECKS"]
+           "agent_driven", "forgetting_warnings", "CHECKS"]
 
 
 class PolicyCheckError(CachegymError, AssertionError):
@@ -310,14 +313,40 @@ CHECKS = ("bytes, pins and frees", "arena, prefetches in flight", "victims chose
 """The checks :func:`check_policy` runs, in order."""
 
 
+def forgetting_warnings(policy: EvictionPolicy) -> list[str]:
+    """Warnings for a policy whose class defines ``on_insert`` (it records the objects it is
+    given) but keeps :class:`EvictionPolicyBase`'s no-op ``on_evict`` or ``on_free``: what it
+    recorded of an object evicted (or freed: a DL trace frees every activation each step) stays
+    in its state, which grows with the run, and ``victim`` must skip past it. No rule of the
+    contract breaks (``view.evictable`` refuses such a key), so the checks pass; a warning."""
+    cls = type(policy)
+
+    def defines(hook: str) -> bool:
+        return getattr(cls, hook, None) is not getattr(EvictionPolicyBase, hook)
+
+    if not defines("on_insert"):
+        return []
+    kept = [h for h in ("on_evict", "on_free") if not defines(h)]
+    if not kept:
+        return []
+    gone = " or ".join({"on_evict": "evicted", "on_free": "freed"}[h] for h in kept)
+    hooks = " and ".join(kept)
+    return [f"{cls.__name__} defines on_insert but keeps EvictionPolicyBase's no-op {hooks}: what "
+            f"on_insert recorded of an object {gone} stays in the policy (its state grows with "
+            f"the run, victim must skip past it); define {hooks} to forget the object (as "
+            "policies.lru.OrderedPolicy does), unless on_insert records nothing per object"]
+
+
 @dataclass
 class CheckReport:
     """What :func:`check_policy` ran: per check, the requests replayed and the victims the
-    policy chose (and those compared with its ``eviction_order``)."""
+    policy chose (and those compared with its ``eviction_order``); ``warnings``: what keeps the
+    contract but looks wrong (:func:`forgetting_warnings`)."""
 
     policy: str
     rows: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"{self.policy}: every check passed"]
@@ -328,6 +357,7 @@ class CheckReport:
                          + (" (none chosen: this check tested the hooks alone; does the policy "
                             "admit objects of 512 B - 16 KiB in a pool of 60-200 kB?)"
                             if not victims else ""))
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 
 
@@ -375,7 +405,7 @@ def check_policy(policy: str | Callable[[], EvictionPolicy], *, seeds: Sequence[
         t0 = time.perf_counter()
         c = fresh(trace)
         if report is None:
-            report = CheckReport(c.name)
+            report = CheckReport(c.name, warnings=forgetting_warnings(c.wrapped))
         drive(Pool(150_000, c, placement="bytes", oversize="bypass"), c, trace, CHECKS[0])
         count(CHECKS[0], c, trace)
         c = fresh(trace)

@@ -101,6 +101,46 @@ def test_each_broken_rule_is_named(cls: type, check: str, match: str) -> None:
     assert f"({cls.__name__})" in str(e.value)  # the user's class, beside its name
 
 
+class NeverForgets(EvictionPolicyBase):
+    """Keeps the contract (first_evictable skips what left), but records every object forever."""
+
+    name = "never-forgets"
+
+    def __init__(self) -> None:
+        self.keys: list[int] = []
+
+    def victim(self, view):  # type: ignore[no-untyped-def]
+        return first_evictable(view, self.keys)
+
+    def on_insert(self, view, key):  # type: ignore[no-untyped-def]
+        self.keys.append(key)
+
+
+class ForgetsEvictedOnly(NeverForgets):
+    def on_evict(self, view, key):  # type: ignore[no-untyped-def]
+        self.keys.remove(key)
+
+
+@pytest.mark.parametrize("cls, hooks", [(NeverForgets, "on_evict and on_free"),
+                                        (ForgetsEvictedOnly, "on_free")])
+def test_a_policy_that_records_objects_and_never_forgets_them_passes_with_a_warning(
+        cls: type, hooks: str) -> None:
+    report = check_policy(cls, seeds=(1,), requests=400)
+    assert report.warnings == [report.warnings[0]] and f"no-op {hooks}: " in report.warnings[0]
+    assert f"{cls.__name__} defines on_insert" in str(report)
+    assert f"  warning: {cls.__name__} defines on_insert" in str(report).splitlines()[-1]
+
+
+@pytest.mark.parametrize("name", ["lru", "fifo", "lfu", "clock", "arc", "sieve", "s3fifo", "lirs",
+                                  "slru", "gdsf", "belady", "random"])
+def test_no_registered_policy_and_no_forgetting_one_is_warned(name: str) -> None:
+    from cachegym.envs.check import forgetting_warnings, mixed_trace
+    from cachegym.policies.registry import make_eviction
+
+    assert forgetting_warnings(make_eviction(name, trace=mixed_trace(1, n=200), seed=0)) == []
+    assert forgetting_warnings(MRU()) == []
+
+
 def test_cli_checks_a_policy_file_by_where_it_lives(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "mine.py").write_text(textwrap.dedent("""
         from cachegym.policies.base import EvictionPolicyBase, first_evictable
