@@ -39,9 +39,10 @@ from hydra.experimental.callback import Callback
 from cachegym.allocator.errors import CachegymError, ConfigError, OutputError
 from cachegym.allocator.files import replace_atomically
 
-__all__ = ["KEY_COLUMNS", "METRICS", "MergeResults", "SweepMerge", "format_merged", "number",
-           "in_multirun", "job_failed", "merge_sweep", "merge_tables", "read_results",
-           "results_dir", "set_aside", "setting_of", "terminate_as_interrupt", "write_config"]
+__all__ = ["KEY_COLUMNS", "METRICS", "KeepEarlierHydra", "MergeResults", "SweepMerge",
+           "format_merged", "number", "in_multirun", "job_failed", "merge_sweep", "merge_tables",
+           "read_results", "results_dir", "set_aside", "setting_of", "terminate_as_interrupt",
+           "write_config"]
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,13 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
             elif os.path.isfile(src):
                 shutil.copy2(src, os.path.join(dest, n))
                 copied.append(n)
+        earlier = _earlier_hydra(out_dir)  # (Hydra wrote this run's over it: KeepEarlierHydra)
+        if earlier is not None:
+            folder, files = earlier
+            os.makedirs(os.path.join(dest, os.path.basename(folder)))
+            for n, b in files.items():
+                _write_bytes(os.path.join(dest, os.path.basename(folder), n), b)
+            copied.append(os.path.basename(folder))
     except OSError as e:  # all or nothing: the earlier run's files go back where they were
         back = [n for n in reversed(moved) if _move_back(dest, out_dir, n)]
         if len(back) == len(moved) and os.path.isdir(dest):
@@ -265,6 +273,7 @@ def job_failed(error: Exception, what: str) -> None:
     print(f"error: {error}", file=sys.stderr)
     run_dir = _hydra_job()[0]
     if run_dir is not None and not _remove_if_only_hydras(run_dir):
+        _restore_earlier_hydra(run_dir)  # (a folder the user named may hold an earlier run)
         # the run's log file says so too (it holds the run's work); the console has it already
         record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "failed: %s", (error,), None)
         for h in logging.getLogger().handlers:
@@ -557,6 +566,71 @@ def _training_outcome(job: str) -> tuple[float | None, str | None]:
     score, policy = info.get("score"), info.get("policy")
     return (float(score) if isinstance(score, (int, float)) else None,
             policy if isinstance(policy, str) and os.path.isfile(policy) else None)
+
+
+_EARLIER_HYDRA: dict[str, dict[str, bytes]] = {}
+"""The files of the Hydra folder (``.hydra/``) an earlier run left in this run's directory, by
+the folder's real path: read by :class:`KeepEarlierHydra` before Hydra writes this run's over
+them."""
+
+_HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes there
+
+
+class KeepEarlierHydra(Callback):
+    """Hydra callback: before a run (not a multirun's jobs, each in a folder of its own) writes
+    its Hydra config (``.hydra/``) into its directory -- ``out_dir`` where one is given, which
+    may hold an earlier run -- read the earlier run's. A run refused then puts it back
+    (:func:`job_failed`), and a run that sets the earlier results aside (:func:`set_aside`) keeps
+    it beside them, so that neither loses how the earlier results were made."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        _EARLIER_HYDRA.clear()
+        sub = config.hydra.get("output_subdir")
+        if sub is None:
+            return
+        folder = os.path.realpath(os.path.join(str(config.hydra.run.dir), str(sub)))
+        files: dict[str, bytes] = {}
+        with contextlib.suppress(OSError):  # (none there, or unreadable: nothing to keep)
+            for n in _HYDRA_FILES:
+                p = os.path.join(folder, n)
+                if os.path.isfile(p):
+                    with open(p, "rb") as f:
+                        files[n] = f.read()
+        if files:
+            _EARLIER_HYDRA[folder] = files
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    """``data`` as the file ``path``, written whole."""
+    def write(f: Any) -> None:
+        f.write(data)
+    replace_atomically(path, write, binary=True)
+
+
+def _earlier_hydra(run_dir: str) -> tuple[str, dict[str, bytes]] | None:
+    """The Hydra folder in ``run_dir`` and the earlier run's files read from it before this run
+    wrote there (:class:`KeepEarlierHydra`), or ``None``."""
+    base = os.path.realpath(run_dir)
+    for folder, files in _EARLIER_HYDRA.items():
+        if os.path.dirname(folder) == base:
+            return folder, files
+    return None
+
+
+def _restore_earlier_hydra(run_dir: str) -> None:
+    """A refused run: the earlier run's Hydra files in ``run_dir`` back in place of this run's
+    (best effort: the error that refused the run is what the user is told)."""
+    earlier = _earlier_hydra(run_dir)
+    if earlier is None:
+        return
+    folder, files = earlier
+    with contextlib.suppress(OSError):
+        for n in _HYDRA_FILES:
+            p = os.path.join(folder, n)
+            if n in files:
+                _write_bytes(p, files[n])
+            elif os.path.isfile(p):
+                os.remove(p)
 
 
 class MergeResults(Callback):

@@ -340,6 +340,24 @@ def test_a_refused_hydra_run_leaves_no_folder(
     assert sorted(p.name for p in (tmp_path / "keep" / "x").iterdir()) == [".hydra", "evaluate.log"]
 
 
+def test_a_refused_run_in_a_folder_of_an_earlier_run_leaves_that_runs_hydra_config(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hydra writes a run's .hydra/ before the run starts: a run refused in out_dir replaced the
+    .hydra/ of the earlier run whose results are there (now put back as it was)."""
+    monkeypatch.chdir(tmp_path)
+    earlier = tmp_path / "keep" / ".hydra"
+    earlier.mkdir(parents=True)
+    (earlier / "config.yaml").write_text("earlier: 1\n")
+    (earlier / "overrides.yaml").write_text("- seed=3\n")
+    for command in ("evaluate", "train"):
+        with pytest.raises(SystemExit) as e:
+            cli.main([command, "trace.path=/nonexistent.npz", "out_dir=keep"])
+        assert e.value.code == 2
+        assert sorted(p.name for p in earlier.iterdir()) == ["config.yaml", "overrides.yaml"]
+        assert (earlier / "config.yaml").read_text() == "earlier: 1\n"
+        assert (earlier / "overrides.yaml").read_text() == "- seed=3\n"
+
+
 def test_a_refused_run_leaves_no_folder_also_after_it_claimed_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run given no out_dir claims Hydra's folder (a file .cachegym_run, envs.sweep); refused

@@ -40,7 +40,7 @@ from cachegym.envs.evaluation import (
     learned_name,
 )
 from cachegym.envs.summary import format_summary, summarize
-from cachegym.envs.sweep import results_dir, write_config
+from cachegym.envs.sweep import results_dir, set_aside, write_config
 from cachegym.policies.training.export import export_file
 from cachegym.policies.training.quality import HeldOut, default_held_out
 from cachegym.policies.training.train import train
@@ -150,6 +150,10 @@ def run_main(cfg: Any) -> dict[str, Any]:
     check_main(cfg.main)
     held = held_out_traces([str(p) for p in cfg.main.held_out])  # (read before any training)
     out = results_dir(cfg, "main")
+    # an earlier main job's files here (its policy, config, held-out traces): set aside
+    # (out/previous/), as its training and evaluation set theirs aside in train/ and eval/; its
+    # recorded workloads stay (they are reused)
+    set_aside(out, ["config.yaml", str(cfg.export_name), "held_out"])
     write_config(cfg, out)
     # one recording of each workload per run, shared by the two stages (unless recorded_dir)
     cfg = OmegaConf.merge(cfg, {"recorded_dir": cfg.get("recorded_dir") or os.path.join(out, "recorded")})

@@ -194,3 +194,29 @@ def test_set_aside_moves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     (tmp_path / "previous").unlink()
     dest = set_aside(str(tmp_path), names)
     assert dest is not None and sorted(os.listdir(dest)) == sorted(names)
+
+
+def test_set_aside_keeps_the_earlier_runs_hydra_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hydra writes a run's .hydra/ over the earlier run's before the run starts: what
+    KeepEarlierHydra read of it goes to previous/ with the earlier run's results."""
+    from omegaconf import OmegaConf
+
+    from cachegym.envs import sweep
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text("earlier: 1\n")
+    (tmp_path / "results.csv").write_text("a\n1\n")
+    monkeypatch.setattr(sweep, "_EARLIER_HYDRA", {})
+    sweep.KeepEarlierHydra().on_run_start(OmegaConf.create(
+        {"hydra": {"run": {"dir": str(tmp_path)}, "output_subdir": ".hydra"}}))
+    (tmp_path / ".hydra" / "config.yaml").write_text("this run: 2\n")  # (as Hydra does)
+    (tmp_path / ".hydra" / "hydra.yaml").write_text("this run\n")
+    dest = sweep.set_aside(str(tmp_path), ["results.csv"])
+    assert dest is not None and sorted(os.listdir(dest)) == [".hydra", "results.csv"]
+    assert os.listdir(os.path.join(dest, ".hydra")) == ["config.yaml"]
+    assert Path(dest, ".hydra", "config.yaml").read_text() == "earlier: 1\n"
+    assert (tmp_path / ".hydra" / "config.yaml").read_text() == "this run: 2\n"
+    # a run without output_subdir (Hydra writes no .hydra/) reads nothing
+    sweep.KeepEarlierHydra().on_run_start(OmegaConf.create(
+        {"hydra": {"run": {"dir": str(tmp_path)}, "output_subdir": None}}))
+    assert sweep._EARLIER_HYDRA == {}

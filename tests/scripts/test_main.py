@@ -164,3 +164,36 @@ def test_main_prefetch_false_trains_and_evaluates_eviction_only(tmp_path, monkey
     assert runs == ["cachegym.envs.evict.EvictEnv"] and res["policy"] == out_policy
     assert res["joint"] is None and read_policy_file(out_policy)[1].keys() == read_policy_file(golden)[1].keys()
     assert list(evals[0].eval.prefetchers) == ["none"] and list(evals[0].eval.learned) == [out_policy]
+
+
+def test_a_main_job_in_the_folder_of_an_earlier_one_sets_its_policy_aside(tmp_path, monkeypatch):
+    """The main job overwrote OUT/policy.npz, OUT/config.yaml and OUT/held_out/ of an earlier
+    main job in the same out_dir (its train/ and eval/ set theirs aside): now they go to
+    OUT/previous/<time>/ first, kept also when the new run fails."""
+    from hydra import compose, initialize_config_dir
+
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.training import main_job
+    from cachegym.policies.training.config import register_train_configs
+
+    out = tmp_path / "out"
+    (out / "held_out").mkdir(parents=True)
+    (out / "policy.npz").write_bytes(b"earlier policy")
+    (out / "config.yaml").write_text("earlier: 1\n")
+    (out / "held_out" / "t.npz").write_bytes(b"earlier trace")
+
+    def fails(cfg, out_dir):  # type: ignore[no-untyped-def]
+        raise ConfigError("training failed")
+
+    monkeypatch.setattr(main_job, "train", fails)
+    register_train_configs()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose("main", overrides=[*TINY, "main.held_out=[" + os.path.join(
+            ROOT, "data", "traces", "gpt.npz") + "]", f"out_dir={out}"])
+    with pytest.raises(ConfigError, match="training failed"):
+        main_job.run_main(cfg)
+    (prev,) = (out / "previous").iterdir()
+    assert sorted(p.name for p in prev.iterdir()) == ["config.yaml", "held_out", "policy.npz"]
+    assert (prev / "policy.npz").read_bytes() == b"earlier policy"
+    assert (prev / "held_out" / "t.npz").read_bytes() == b"earlier trace"
+    assert not (out / "policy.npz").exists() and "earlier" not in (out / "config.yaml").read_text()
