@@ -1021,12 +1021,14 @@ class Loop:
             self._retire()
             if self._n_evictable:
                 continue
-            if self._landing:
+            if self._landing and self._defer_ns < 0:  # (a prefetch waits for no other)
                 self._wait_landing()
                 continue
             self._oom(size)
             raise PoolExhausted(size, place.used, place.capacity,
-                                "nothing resident can be evicted")
+                                "nothing resident can be evicted" if not self._landing else
+                                "nothing resident can be evicted, and a prefetch does not wait "
+                                "for the prefetches in flight to land")
 
     def _evict_due(self, accessed: int) -> None:
         """Evict what the policy's algorithm has already given up (``pending_evictions``),

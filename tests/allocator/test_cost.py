@@ -166,6 +166,44 @@ def test_same_direction_prefetches_queue() -> None:
     assert p.snapshot().stall_ns == 2 * COPY
 
 
+def test_a_prefetch_waits_for_no_other_prefetch_to_land() -> None:
+    """A pool whose room is all held by prefetches in flight: a prefetch waited for the first
+    to land (on the compute clock: stall), then evicted it. Now it is refused (PoolExhausted,
+    for the pool's prefetcher a hint dropped): nothing waits, nothing is evicted. A demand
+    access still waits for the landing."""
+    from cachegym.allocator.errors import PoolExhausted
+    from cachegym.policies.base import PrefetchPolicyBase
+
+    p = Pool(2 * N, cost=CostModel(_preset()), placement="bytes")
+    for k in (1, 2, 3, 4, 5):  # clean reads: 4, 5 on the device, 1, 2, 3 in host memory
+        p.access(k, N, compute_ns=10_000)
+    p.free(4)
+    p.free(5)
+    assert p.prefetch(1) and p.prefetch(2)  # in flight, all the pool's room theirs
+    before = p.snapshot()
+    with pytest.raises(PoolExhausted, match="a prefetch does not wait for the prefetches in flight"):
+        p.prefetch(3)
+    s = p.snapshot()
+    assert (p.state(1), p.state(2), p.state(3)) == ("h2d", "h2d", "host")
+    assert (s.stall_ns, s.evictions, s.prefetches) == (before.stall_ns, before.evictions, 2)
+    assert not p.access(3, N)  # a demand miss waits for the first to land and evicts it; its
+    assert p.snapshot().stall_ns == before.stall_ns + 3 * COPY  # copy queues behind the second
+
+    class ThreeAfterNine(PrefetchPolicyBase):
+        def prefetch(self, view, key):  # type: ignore[no-untyped-def]
+            return [1, 2, 3] if key == 9 else []
+
+    q = Pool(3 * N, prefetcher=ThreeAfterNine(), cost=CostModel(_preset()), placement="bytes")
+    for k in (1, 2, 3, 4, 5, 6):
+        q.access(k, N, compute_ns=10_000)
+    for k in (4, 5, 6):
+        q.free(k)
+    q.access(9, N, write=True)  # a first write (no copy): 1 and 2 start, 3 finds no room
+    s = q.snapshot()
+    assert (q.state(1), q.state(2), q.state(3)) == ("h2d", "h2d", "host")
+    assert (s.stall_ns, s.prefetches) == (6 * COPY, 2)  # the six reads' copies only
+
+
 @pytest.mark.parametrize(("engines", "stall"), [(2, COPY), (1, 2 * COPY)])
 def test_two_engines_against_one(engines: int, stall: int) -> None:
     p = _pool(engines, write_policy="write-through")
