@@ -14,8 +14,7 @@ may observe hooks. The pool calls, for every access of object ``k``:
 * prefetch of ``k`` (issued by a prefetch policy or ``Pool.prefetch``): evictions as above, then
   ``on_insert(view, k)`` (where nothing evictable is left and only other prefetches in flight
   hold the room, the prefetch does not wait for them to land:
-  :class:`~allocator.errors.PoolExhausted`, which
-  drops a prefetch policy's hint)
+  :class:`~allocator.errors.PoolExhausted`, which drops a prefetch policy's hint)
 * free of a tracked (resident or incoming) object: ``on_free(view, k)``; of an object in host
   memory only, ``on_free_untracked(view, k)``
 * after every access: ``pending_evictions()``
