@@ -494,7 +494,9 @@ class Loop:
     def prefetch(self, key: int, size: int | None = None) -> bool:
         """Start copying ``key`` to the device asynchronously. Returns False when it is
         already resident or in flight. An unknown key needs ``size`` (it is then created in host
-        memory first, as a trace's not-yet-seen object)."""
+        memory first, as a trace's not-yet-seen object). :class:`PoolExhausted` where nothing
+        can be evicted for it: every other object pinned or still in flight (a prefetch does not
+        wait for other prefetches to land; nothing is changed)."""
         key = as_key(key, "prefetch")
         with self._lock:
             self._refuse_while_deciding("prefetch")
@@ -1004,7 +1006,9 @@ class Loop:
 
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in
-        flight where only they can free space; -1 when a victim must be evicted first."""
+        flight where only they can free space (a write-back's release; a landing prefetch only
+        for a demand access: a prefetch waits for no other, :class:`PoolExhausted`); -1 when a
+        victim must be evicted first."""
         place = self._place
         while True:
             if try_alloc:

@@ -191,6 +191,7 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
     present = [n for n in names if os.path.lexists(os.path.join(out_dir, n))]
     if not present:
         return None
+    hydra = None
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(
         max(os.lstat(os.path.join(out_dir, n)).st_mtime for n in present)))
     dest = os.path.join(out_dir, "previous", stamp)
@@ -209,13 +210,13 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
             elif os.path.isfile(src):
                 shutil.copy2(src, os.path.join(dest, n))
                 copied.append(n)
-        earlier = _earlier_hydra(out_dir)  # (Hydra wrote this run's over it: KeepEarlierHydra)
-        if earlier is not None:
-            folder, files = earlier
-            os.makedirs(os.path.join(dest, os.path.basename(folder)))
-            for n, b in files.items():
-                _write_bytes(os.path.join(dest, os.path.basename(folder), n), b)
-            copied.append(os.path.basename(folder))
+        # the earlier run's Hydra folder, kept beside this run's (KeepEarlierHydra)
+        sub = _hydra_sub()[0]
+        keep = os.path.join(out_dir, sub + _EARLIER)
+        if os.path.isdir(keep):
+            os.makedirs(os.path.dirname(os.path.join(dest, sub)), exist_ok=True)
+            os.replace(keep, os.path.join(dest, sub))
+            hydra = sub
     except OSError as e:  # all or nothing: the earlier run's files go back where they were
         back = [n for n in reversed(moved) if _move_back(dest, out_dir, n)]
         if len(back) == len(moved) and os.path.isdir(dest):
@@ -226,7 +227,8 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
                           f"run there first moves to {os.path.join(out_dir, 'previous')}/: that "
                           f"failed ({e.strerror or e}: {e.filename}); {where}. Give another "
                           "out_dir, or make those files movable") from None
-    log.warning("%s held an earlier run's %s: %s to %s", out_dir, ", ".join(moved + copied),
+    held = [n for n in moved + copied if n != hydra] + ([f"{hydra}/"] if hydra else [])
+    log.warning("%s held an earlier run's %s: %s to %s", out_dir, ", ".join(held),
                 "moved" if not copied else f"moved ({', '.join(copied)} copied: an input of this run)",
                 dest)
     return dest
@@ -259,6 +261,9 @@ def job_failed(error: Exception, what: str) -> None:
     and let any other exception through."""
     logger = logging.getLogger(what)
     error = _as_config_error(error)
+    run_dir = _hydra_job()[0]
+    if run_dir is not None and not in_multirun():  # (a folder the user named may hold an
+        _put_back_earlier_hydra(run_dir, *_hydra_sub(), restore=True)  # earlier run)
     if in_multirun():
         if isinstance(error, CachegymError):
             logger.error("job failed: %s", error)
@@ -273,7 +278,6 @@ def job_failed(error: Exception, what: str) -> None:
     print(f"error: {error}", file=sys.stderr)
     run_dir = _hydra_job()[0]
     if run_dir is not None and not _remove_if_only_hydras(run_dir):
-        _restore_earlier_hydra(run_dir)  # (a folder the user named may hold an earlier run)
         # the run's log file says so too (it holds the run's work); the console has it already
         record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "failed: %s", (error,), None)
         for h in logging.getLogger().handlers:
@@ -568,69 +572,116 @@ def _training_outcome(job: str) -> tuple[float | None, str | None]:
             policy if isinstance(policy, str) and os.path.isfile(policy) else None)
 
 
-_EARLIER_HYDRA: dict[str, dict[str, bytes]] = {}
-"""The files of the Hydra folder (``.hydra/``) an earlier run left in this run's directory, by
-the folder's real path: read by :class:`KeepEarlierHydra` before Hydra writes this run's over
-them."""
-
 _HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra writes there
+_EARLIER = ".earlier"  # beside a run's Hydra folder: the earlier run's (KeepEarlierHydra)
+
+
+def _hydra_sub(config: Any = None) -> tuple[str, bool]:
+    """The name of the Hydra folder in a run's directory (``hydra.output_subdir``; ``.hydra``
+    where the run writes none) and whether this run writes one, from ``config`` or else the
+    running Hydra job's (outside Hydra: ``.hydra``, none)."""
+    sub: Any = None
+    if config is not None:
+        sub = config.hydra.get("output_subdir")
+    else:
+        with contextlib.suppress(Exception):  # (not in a Hydra job)
+            from hydra.core.hydra_config import HydraConfig
+
+            sub = HydraConfig.get().output_subdir
+    return (".hydra", False) if sub is None else (str(sub), True)
+
+
+def _keep_earlier_hydra(run_dir: str, sub: str, writes: bool) -> None:
+    """Before a run starts in ``run_dir``: the Hydra folder an earlier run left there, kept
+    beside it as ``<sub>.earlier`` (copied where this run writes its own over it, else moved)."""
+    folder = os.path.join(run_dir, sub)
+    keep = folder + _EARLIER
+    if os.path.lexists(keep) or not any(os.path.isfile(os.path.join(folder, n))
+                                        for n in _HYDRA_FILES):
+        return  # (nothing earlier; or a kept one left by a run that was killed: both stay)
+    import shutil
+
+    with contextlib.suppress(OSError):  # (best effort: the run goes on)
+        if not writes:
+            os.replace(folder, keep)
+            return
+        os.makedirs(keep)
+        for n in _HYDRA_FILES:  # (their times too: MergeResults tells an earlier job by them)
+            if os.path.isfile(os.path.join(folder, n)):
+                shutil.copy2(os.path.join(folder, n), os.path.join(keep, n))
+
+
+def _put_back_earlier_hydra(run_dir: str, sub: str, writes: bool, restore: bool) -> None:
+    """The earlier run's Hydra folder kept in ``run_dir`` (:func:`_keep_earlier_hydra`) back
+    in place where ``restore`` (a single run refused before it set the earlier results aside)
+    or where this run wrote none of its own, else into ``previous/<its time>/`` (this run's
+    describes what is there now: a resumed sweep, a multirun job that failed, which its own
+    folder names to the merge)."""
+    import shutil
+
+    folder = os.path.join(run_dir, sub)
+    keep = folder + _EARLIER
+    if not os.path.isdir(keep):
+        return
+    with contextlib.suppress(OSError):
+        if not restore and writes:
+            stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(max(
+                [os.path.getmtime(os.path.join(keep, n)) for n in os.listdir(keep)] or [0.0])))
+            dest, i = os.path.join(run_dir, "previous", stamp), 1
+            while os.path.lexists(os.path.join(dest, sub)):
+                i += 1
+                dest = os.path.join(run_dir, "previous", f"{stamp}_{i}")
+            os.makedirs(os.path.dirname(os.path.join(dest, sub)), exist_ok=True)
+            os.replace(keep, os.path.join(dest, sub))
+        elif not writes:
+            if not os.path.lexists(folder):
+                os.replace(keep, folder)
+        else:
+            for n in _HYDRA_FILES:
+                p, k = os.path.join(folder, n), os.path.join(keep, n)
+                if os.path.isfile(k):
+                    os.replace(k, p)
+                elif os.path.isfile(p):
+                    os.remove(p)
+            shutil.rmtree(keep)
+
+
+def _job_dirs(sweep_dir: str) -> list[str]:
+    """The directories of a multirun's jobs in ``sweep_dir`` (its subdirectories but
+    ``previous``)."""
+    try:
+        names = sorted(os.listdir(sweep_dir))
+    except OSError:
+        return []
+    return [os.path.join(sweep_dir, n) for n in names
+            if n != "previous" and os.path.isdir(os.path.join(sweep_dir, n))]
 
 
 class KeepEarlierHydra(Callback):
-    """Hydra callback: before a run (not a multirun's jobs, each in a folder of its own) writes
-    its Hydra config (``.hydra/``) into its directory -- ``out_dir`` where one is given, which
-    may hold an earlier run -- read the earlier run's. A run refused then puts it back
-    (:func:`job_failed`), and a run that sets the earlier results aside (:func:`set_aside`) keeps
-    it beside them, so that neither loses how the earlier results were made."""
+    """Hydra callback: before a run writes its Hydra config (``.hydra/``) into its directory --
+    ``out_dir`` where one is given, which may hold an earlier run; for a multirun each job's
+    directory under it -- the earlier run's is kept beside it (``.hydra.earlier/``). A run that
+    sets the earlier results aside (:func:`set_aside`) moves it with them; a single run refused
+    before that puts it back (:func:`job_failed`); at the end, what is left is put back (a run
+    that wrote none of its own) or moved to ``previous/`` (a resumed sweep, a multirun job that
+    failed: their own folder describes what is there, and names a failed job to the merge). On
+    disk, so that a multirun's jobs in other processes (the joblib launcher) find it."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
-        _EARLIER_HYDRA.clear()
-        sub = config.hydra.get("output_subdir")
-        if sub is None:
-            return
-        folder = os.path.realpath(os.path.join(str(config.hydra.run.dir), str(sub)))
-        files: dict[str, bytes] = {}
-        with contextlib.suppress(OSError):  # (none there, or unreadable: nothing to keep)
-            for n in _HYDRA_FILES:
-                p = os.path.join(folder, n)
-                if os.path.isfile(p):
-                    with open(p, "rb") as f:
-                        files[n] = f.read()
-        if files:
-            _EARLIER_HYDRA[folder] = files
+        _keep_earlier_hydra(str(config.hydra.run.dir), *_hydra_sub(config))
 
+    def on_run_end(self, config: Any, **kwargs: Any) -> None:
+        sub, writes = _hydra_sub(config)
+        _put_back_earlier_hydra(str(config.hydra.run.dir), sub, writes, restore=not writes)
 
-def _write_bytes(path: str, data: bytes) -> None:
-    """``data`` as the file ``path``, written whole."""
-    def write(f: Any) -> None:
-        f.write(data)
-    replace_atomically(path, write, binary=True)
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        for d in _job_dirs(str(config.hydra.sweep.dir)):
+            _keep_earlier_hydra(d, *_hydra_sub(config))
 
-
-def _earlier_hydra(run_dir: str) -> tuple[str, dict[str, bytes]] | None:
-    """The Hydra folder in ``run_dir`` and the earlier run's files read from it before this run
-    wrote there (:class:`KeepEarlierHydra`), or ``None``."""
-    base = os.path.realpath(run_dir)
-    for folder, files in _EARLIER_HYDRA.items():
-        if os.path.dirname(folder) == base:
-            return folder, files
-    return None
-
-
-def _restore_earlier_hydra(run_dir: str) -> None:
-    """A refused run: the earlier run's Hydra files in ``run_dir`` back in place of this run's
-    (best effort: the error that refused the run is what the user is told)."""
-    earlier = _earlier_hydra(run_dir)
-    if earlier is None:
-        return
-    folder, files = earlier
-    with contextlib.suppress(OSError):
-        for n in _HYDRA_FILES:
-            p = os.path.join(folder, n)
-            if n in files:
-                _write_bytes(p, files[n])
-            elif os.path.isfile(p):
-                os.remove(p)
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        sub, writes = _hydra_sub(config)
+        for d in _job_dirs(str(config.hydra.sweep.dir)):
+            _put_back_earlier_hydra(d, sub, writes, restore=not writes)
 
 
 class MergeResults(Callback):
@@ -669,6 +720,8 @@ class MergeResults(Callback):
         settings: dict[str, tuple[str, ...]] = {}
         overrides_of: dict[str, list[str]] = {}  # a job's results folder -> its overrides
         for root, dirs, files in os.walk(sweep_dir):
+            # (not an earlier run's files: set aside, or kept beside a job's Hydra folder)
+            dirs[:] = [d for d in dirs if d != "previous" and not d.endswith(_EARLIER)]
             if os.path.basename(root) == ".hydra" and "hydra.yaml" in files:
                 meta = os.path.join(root, "hydra.yaml")
                 if self._start is not None and os.path.getmtime(meta) < self._start:

@@ -358,6 +358,35 @@ def test_a_refused_run_in_a_folder_of_an_earlier_run_leaves_that_runs_hydra_conf
         assert (earlier / "overrides.yaml").read_text() == "- seed=3\n"
 
 
+def test_a_sweep_in_the_folder_of_an_earlier_one_keeps_each_jobs_hydra_config(tmp_path: Path) -> None:
+    """A multirun's jobs (in the joblib launcher's worker processes) set each earlier job's
+    results aside with its Hydra config; a job that fails keeps its own (the merge names it as
+    failed) and the earlier one goes to previous/ too."""
+    trace = str(ROOT / "data" / "traces" / "gpt_infer.npz")
+
+    def sweep(policies: str) -> int:
+        return subprocess.run(
+            [sys.executable, "-m", "cachegym", "evaluate", "-m", f"trace.path={trace}", "out_dir=o",
+             f"eval.policies={policies}", "eval.capacities=[0.25]", "eval.bounds=[]",
+             "eval.presets=[none]", "eval.plots=false"], cwd=tmp_path, capture_output=True,
+            text=True, timeout=300).returncode
+
+    def policies_of(hydra: Path) -> str:
+        return next(line for line in (hydra / "overrides.yaml").read_text().splitlines()
+                    if "eval.policies" in line)
+
+    assert sweep("[lru],[fifo]") == 0
+    assert sweep("[sieve],[bogus]") == 1
+    job0, job1 = tmp_path / "o" / "job_0", tmp_path / "o" / "job_1"
+    assert policies_of(job0 / ".hydra").endswith("[sieve]")
+    (prev0,) = (job0 / "previous").iterdir()
+    assert policies_of(prev0 / ".hydra").endswith("[lru]") and (prev0 / "results.csv").is_file()
+    assert policies_of(job1 / ".hydra").endswith("[bogus]")
+    (prev1,) = (job1 / "previous").iterdir()
+    assert policies_of(prev1 / ".hydra").endswith("[fifo]")
+    assert not [p for p in (tmp_path / "o").rglob("*.earlier")]
+
+
 def test_a_refused_run_leaves_no_folder_also_after_it_claimed_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run given no out_dir claims Hydra's folder (a file .cachegym_run, envs.sweep); refused

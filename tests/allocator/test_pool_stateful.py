@@ -284,8 +284,10 @@ class PoolMachine(RuleBasedStateMachine):
         except PoolExhausted:
             # no room beside pinned objects, or beside prefetches in flight, which a prefetch
             # does not wait for (a demand access does)
-            assert self.pins or any(self.pool.state(k) == "h2d" for k in self.model
-                                    if k in self.pool)
+            live = [k for k in self.model if k in self.pool]
+            assert self.pins or any(self.pool.state(k) == "h2d" for k in live)
+            assert not any(self.pool.state(k) == "device" and not self.pool.view.info(k).pins
+                           for k in live)  # (nothing it could have evicted)
             assert new == (key not in self.pool)
             return
         except (PolicyError, BackendError) as e:

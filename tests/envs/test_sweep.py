@@ -196,27 +196,68 @@ def test_set_aside_moves_all_or_nothing(tmp_path: Path, monkeypatch: pytest.Monk
     assert dest is not None and sorted(os.listdir(dest)) == sorted(names)
 
 
-def test_set_aside_keeps_the_earlier_runs_hydra_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("subdir", [".hydra", None, "meta/h"])
+def test_set_aside_keeps_the_earlier_runs_hydra_config(tmp_path: Path, subdir: str | None) -> None:
     """Hydra writes a run's .hydra/ over the earlier run's before the run starts: what
-    KeepEarlierHydra read of it goes to previous/ with the earlier run's results."""
+    KeepEarlierHydra kept of it goes to previous/ with the earlier run's results; a run that
+    writes none (hydra.output_subdir=null) moves the earlier one there too (it described the
+    results set aside, not this run's); a run refused before that puts it back."""
+    from omegaconf import OmegaConf
+
+    from cachegym.envs import sweep
+
+    name = subdir or ".hydra"
+    (tmp_path / name).mkdir(parents=True)
+    (tmp_path / name / "config.yaml").write_text("earlier: 1\n")
+    (tmp_path / "results.csv").write_text("a\n1\n")
+    cfg = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path)}, "output_subdir": subdir}})
+    sweep.KeepEarlierHydra().on_run_start(cfg)
+    if subdir is not None:  # (as Hydra does)
+        (tmp_path / name / "config.yaml").write_text("this run: 2\n")
+        (tmp_path / name / "hydra.yaml").write_text("this run\n")
+    sub = {None: ".hydra"}.get(subdir, subdir)
+    if sub != ".hydra":  # outside a Hydra job set_aside looks for .hydra: tell it this one
+        import unittest.mock as mock
+
+        with mock.patch.object(sweep, "_hydra_sub", lambda config=None: (sub, True)):
+            dest = sweep.set_aside(str(tmp_path), ["results.csv"])
+    else:
+        dest = sweep.set_aside(str(tmp_path), ["results.csv"])
+    assert dest is not None and sorted(os.listdir(dest)) == sorted(["results.csv", name.split("/")[0]])
+    assert os.listdir(os.path.join(dest, name)) == ["config.yaml"]
+    assert Path(dest, name, "config.yaml").read_text() == "earlier: 1\n"
+    assert not (tmp_path / (name + ".earlier")).exists()
+    if subdir is None:
+        assert not (tmp_path / name).exists()
+    else:
+        assert (tmp_path / name / "config.yaml").read_text() == "this run: 2\n"
+    sweep.KeepEarlierHydra().on_run_end(cfg)
+    assert not (tmp_path / (name + ".earlier")).exists()
+
+
+def test_a_refused_run_puts_the_earlier_hydra_config_back_and_a_finished_one_keeps_its_own(
+        tmp_path: Path) -> None:
+    """A single run refused before it set the earlier results aside: the earlier Hydra config
+    back in place; one that finished without setting anything aside (a resumed sweep): its own
+    stays, the earlier one goes to previous/."""
     from omegaconf import OmegaConf
 
     from cachegym.envs import sweep
 
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "config.yaml").write_text("earlier: 1\n")
-    (tmp_path / "results.csv").write_text("a\n1\n")
-    monkeypatch.setattr(sweep, "_EARLIER_HYDRA", {})
-    sweep.KeepEarlierHydra().on_run_start(OmegaConf.create(
-        {"hydra": {"run": {"dir": str(tmp_path)}, "output_subdir": ".hydra"}}))
-    (tmp_path / ".hydra" / "config.yaml").write_text("this run: 2\n")  # (as Hydra does)
-    (tmp_path / ".hydra" / "hydra.yaml").write_text("this run\n")
-    dest = sweep.set_aside(str(tmp_path), ["results.csv"])
-    assert dest is not None and sorted(os.listdir(dest)) == [".hydra", "results.csv"]
-    assert os.listdir(os.path.join(dest, ".hydra")) == ["config.yaml"]
-    assert Path(dest, ".hydra", "config.yaml").read_text() == "earlier: 1\n"
+    cfg = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path)}, "output_subdir": ".hydra"}})
+    sweep.KeepEarlierHydra().on_run_start(cfg)
+    (tmp_path / ".hydra" / "config.yaml").write_text("this run: 2\n")
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("[]\n")
+    sweep._put_back_earlier_hydra(str(tmp_path), ".hydra", True, restore=True)  # (job_failed's)
+    assert sorted(os.listdir(tmp_path)) == [".hydra"]
+    assert os.listdir(tmp_path / ".hydra") == ["config.yaml"]
+    assert (tmp_path / ".hydra" / "config.yaml").read_text() == "earlier: 1\n"
+    sweep.KeepEarlierHydra().on_run_start(cfg)
+    (tmp_path / ".hydra" / "config.yaml").write_text("this run: 2\n")
+    sweep.KeepEarlierHydra().on_run_end(cfg)  # (finished, nothing set aside: a resumed sweep)
+    assert sorted(os.listdir(tmp_path)) == [".hydra", "previous"]
     assert (tmp_path / ".hydra" / "config.yaml").read_text() == "this run: 2\n"
-    # a run without output_subdir (Hydra writes no .hydra/) reads nothing
-    sweep.KeepEarlierHydra().on_run_start(OmegaConf.create(
-        {"hydra": {"run": {"dir": str(tmp_path)}, "output_subdir": None}}))
-    assert sweep._EARLIER_HYDRA == {}
+    (kept,) = (tmp_path / "previous").iterdir()
+    assert (kept / ".hydra" / "config.yaml").read_text() == "earlier: 1\n"
