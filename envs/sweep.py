@@ -611,12 +611,13 @@ def _keep_earlier_hydra(run_dir: str, sub: str, writes: bool) -> None:
                 shutil.copy2(os.path.join(folder, n), os.path.join(keep, n))
 
 
-def _put_back_earlier_hydra(run_dir: str, sub: str, writes: bool, restore: bool) -> None:
+def _put_back_earlier_hydra(run_dir: str, sub: str, writes: bool, restore: bool,
+                            aside: bool = False) -> None:
     """The earlier run's Hydra folder kept in ``run_dir`` (:func:`_keep_earlier_hydra`) back
     in place where ``restore`` (a single run refused before it set the earlier results aside)
-    or where this run wrote none of its own, else into ``previous/<its time>/`` (this run's
-    describes what is there now: a resumed sweep, a multirun job that failed, which its own
-    folder names to the merge)."""
+    or where this run wrote none of its own; else, where ``aside``, into ``previous/<its
+    time>/`` (a multirun job that failed: its own folder names it to the merge), or dropped (a
+    resumed run: its own describes the same sweep)."""
     import shutil
 
     folder = os.path.join(run_dir, sub)
@@ -624,7 +625,9 @@ def _put_back_earlier_hydra(run_dir: str, sub: str, writes: bool, restore: bool)
     if not os.path.isdir(keep):
         return
     with contextlib.suppress(OSError):
-        if not restore and writes:
+        if not restore and writes and not aside:
+            shutil.rmtree(keep)
+        elif not restore and writes:
             stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(max(
                 [os.path.getmtime(os.path.join(keep, n)) for n in os.listdir(keep)] or [0.0])))
             dest, i = os.path.join(run_dir, "previous", stamp), 1
@@ -663,9 +666,10 @@ class KeepEarlierHydra(Callback):
     directory under it -- the earlier run's is kept beside it (``.hydra.earlier/``). A run that
     sets the earlier results aside (:func:`set_aside`) moves it with them; a single run refused
     before that puts it back (:func:`job_failed`); at the end, what is left is put back (a run
-    that wrote none of its own) or moved to ``previous/`` (a resumed sweep, a multirun job that
-    failed: their own folder describes what is there, and names a failed job to the merge). On
-    disk, so that a multirun's jobs in other processes (the joblib launcher) find it."""
+    that wrote none of its own), moved to ``previous/`` (a multirun job that failed: its own
+    folder names it to the merge) or dropped (a resumed run: its own describes the same
+    sweep). On disk, so that a multirun's jobs in other processes (the joblib launcher) find
+    it."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         _keep_earlier_hydra(str(config.hydra.run.dir), *_hydra_sub(config))
@@ -681,7 +685,7 @@ class KeepEarlierHydra(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         sub, writes = _hydra_sub(config)
         for d in _job_dirs(str(config.hydra.sweep.dir)):
-            _put_back_earlier_hydra(d, sub, writes, restore=not writes)
+            _put_back_earlier_hydra(d, sub, writes, restore=not writes, aside=True)
 
 
 class MergeResults(Callback):

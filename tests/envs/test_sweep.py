@@ -239,7 +239,7 @@ def test_a_refused_run_puts_the_earlier_hydra_config_back_and_a_finished_one_kee
         tmp_path: Path) -> None:
     """A single run refused before it set the earlier results aside: the earlier Hydra config
     back in place; one that finished without setting anything aside (a resumed sweep): its own
-    stays, the earlier one goes to previous/."""
+    stays."""
     from omegaconf import OmegaConf
 
     from cachegym.envs import sweep
@@ -257,7 +257,5 @@ def test_a_refused_run_puts_the_earlier_hydra_config_back_and_a_finished_one_kee
     sweep.KeepEarlierHydra().on_run_start(cfg)
     (tmp_path / ".hydra" / "config.yaml").write_text("this run: 2\n")
     sweep.KeepEarlierHydra().on_run_end(cfg)  # (finished, nothing set aside: a resumed sweep)
-    assert sorted(os.listdir(tmp_path)) == [".hydra", "previous"]
+    assert sorted(os.listdir(tmp_path)) == [".hydra"]
     assert (tmp_path / ".hydra" / "config.yaml").read_text() == "this run: 2\n"
-    (kept,) = (tmp_path / "previous").iterdir()
-    assert (kept / ".hydra" / "config.yaml").read_text() == "earlier: 1\n"
