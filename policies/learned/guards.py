@@ -434,6 +434,20 @@ class ShadowGuard(Guard):
     of peak live bytes, the pool stalled 568.8 ms in all against 596.1 without it (gpt 25% 13.2
     -> 8.6 ms; dl_training_s102 50% 17.4 -> 18.3, the one cell worse by more than 1%;
     docs/EXPERIMENTS.md).
+    ``floor`` (default 0.1) and ``floor_after`` (0.5): under ``stall``, the pool that has stalled
+    more than its fallback -- LRU's expert or twin of least stall, i.e. LRU with the best of
+    the prefetchers it is judged with -- by ``floor`` times the fallback's stall and by
+    ``floor_after`` pool copies goes over to the fallback, whoever leads (checked every 64
+    requests, once per trace: after it the rule above may leave it again; ``None``: never).
+    The rule above compares whole-trace costs and charges the hand-overs already paid against
+    each later switch, so a pool that paid much converging to an early leader may stay behind
+    a fallback that leads it by less than that: on gpt_infer at 50% of peak live bytes (a main
+    job's policy of 2026-12-06 and its head) the pool followed GDSF, which led while the
+    ``history`` twins had no pass to follow yet, and ended at 2.95 ms against LRU + ``history``'s
+    1.94; with the floor 2.12. Over the 20 cells of ``prefetched_first`` above, 576.9 -> 575.4 ms
+    in all, no cell worse; ``bench.py regret --objective stall --prefetch learned`` (48 cells),
+    worst ratio to the best expert 1.435 -> 1.268, mean 0.962 -> 0.951; on a small generated
+    training trace where it trips early, 2.41 -> 2.48 ms (docs/EXPERIMENTS.md).
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
@@ -442,7 +456,7 @@ class ShadowGuard(Guard):
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
                  "_items", "auto", "without_prefetch", "with_history", "_muted", "_unless_stall",
                  "retire", "retire_after", "retired", "retire_stall", "retire_stall_after",
-                 "prefetched_first", "_prefetched")
+                 "prefetched_first", "_prefetched", "floor", "floor_after", "_floored")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
     NOT_UNDER_STALL = ("arc", "slru")
@@ -461,7 +475,8 @@ class ShadowGuard(Guard):
                  slru: bool | None = None, retire: float | None = 0.05,
                  retire_after: float = 128.0, with_history: bool = True,
                  retire_stall: float | None = 1.0, retire_stall_after: float = 32.0,
-                 prefetched_first: bool = True) -> None:
+                 prefetched_first: bool = True, floor: float | None = 0.1,
+                 floor_after: float = 0.5) -> None:
         _numbers("ShadowGuard", ("retire", "retire_stall"), margin=margin, handover=handover,
                  handover_weight=handover_weight, retire=retire, retire_after=retire_after,
                  retire_stall=retire_stall, retire_stall_after=retire_stall_after)
@@ -488,6 +503,14 @@ class ShadowGuard(Guard):
             raise ConfigError(f"ShadowGuard: prefetched_first must be a bool, got "
                               f"{prefetched_first!r}")
         self.prefetched_first = prefetched_first
+        _numbers("ShadowGuard", ("floor",), floor=floor, floor_after=floor_after)
+        if not ((floor is None or floor >= 0) and floor_after >= 0):
+            raise ConfigError(f"ShadowGuard: floor (a fraction of the fallback's stall, or None: "
+                              f"none) and floor_after (pool copies) must be >= 0; got "
+                              f"floor={floor!r}, floor_after={floor_after!r}")
+        self.floor = None if floor is None else float(floor)
+        self.floor_after = float(floor_after)
+        self._floored = False  # the floor has moved the pool to its fallback (once at most)
         self._prefetched: dict[int, None] = {}  # what the pool prefetched and holds, oldest first
         if not ((retire is None or retire >= 0) and retire_after >= 0):
             raise ConfigError(f"ShadowGuard: retire (a fraction of the best expert's cost, or None: "
@@ -692,6 +715,13 @@ class ShadowGuard(Guard):
                     self._retire(view, bg)
             elif self.retire_stall is not None:
                 self._retire_stall(view, bg)
+        if (self.floor is not None and not self._floored and self.objective == "stall"
+                and not self._reqs & 63):
+            fallback = self._below_floor(view, cur)
+            if fallback is not None:
+                self._floored = True
+                self._switch(view, g, *fallback)
+                return
         if best == cur:
             return
         lead = bg - g
@@ -700,19 +730,44 @@ class ShadowGuard(Guard):
             return
         need += self.handover * self._capacity_unit(view) + self.handover_weight * self.handover_cost()
         if lead > need:
-            self._spent += self._cost(g) - self._since
-            self._since = self._cost(bg)
-            self.expert = best
-            self.switches += 1
-            pf: Any = self._muted
-            same = view.prefetcher is pf  # (a bool first: mypy would narrow pf to the view's type)
-            if pf is not None and same:
-                # a twin, judged without the prefetcher: mute it (not a prefetcher the pool
-                # has given up since: another pool may use it now)
-                e = self._named[best]
-                pf.prefetch_muted = not e.prefetching
-                if hasattr(pf, "prefetch_history"):  # a twin judged with the history
-                    pf.prefetch_history = e.prefetch_fn is not None
+            self._switch(view, g, best, bg)
+
+    def _switch(self, view: PoolView, g: float, best: str | None, bg: float) -> None:
+        """The pool follows ``best`` (gain ``bg``) from now on instead of the expert it followed
+        (gain ``g``)."""
+        self._spent += self._cost(g) - self._since
+        self._since = self._cost(bg)
+        self.expert = best
+        self.switches += 1
+        pf: Any = self._muted
+        same = view.prefetcher is pf  # (a bool first: mypy would narrow pf to the view's type)
+        if pf is not None and same:
+            # a twin, judged without the prefetcher: mute it (not a prefetcher the pool has
+            # given up since: another pool may use it now)
+            e = self._named[best]
+            pf.prefetch_muted = not e.prefetching
+            if hasattr(pf, "prefetch_history"):  # a twin judged with the history
+                pf.prefetch_history = e.prefetch_fn is not None
+
+    def _below_floor(self, view: PoolView, cur: str | None) -> tuple[str, float] | None:
+        """Under ``stall``: LRU's expert or twin of least stall (the fallback: LRU with the best
+        of the prefetchers it is judged with) and its gain, where the pool, following another,
+        has stalled more than its stall by ``floor`` times it and by ``floor_after`` pool
+        copies; else ``None``."""
+        name: str | None = None
+        gain = 0.0
+        for n, e in self._items:
+            if n is not None and (n == "lru" or n.startswith("lru-")) and (
+                    name is None or e.gain > gain):
+                name, gain = n, e.gain
+        if name is None or name == cur:
+            return None
+        cf = self._cost(gain)
+        deficit = self.own_cost() - cf
+        if deficit > max(self.floor * cf,  # type: ignore[operator]
+                         self.floor_after * self._capacity_cost(view)):
+            return name, gain
+        return None
 
     def _retire(self, view: PoolView, bg: float) -> None:
         """Experts too far behind to lead again stop running: once the best expert has cost

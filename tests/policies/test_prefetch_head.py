@@ -511,7 +511,7 @@ def test_a_stall_guards_shadows_model_the_learned_head_in_their_own_pools(joint_
     head = LearnedPolicy.load(joint_file, guard="none")
     alone = pool(LRU(), head).replay(trace)
     assert alone.prefetches > 0
-    guard = ShadowGuard(margin=1e9, handover=1e9, retire=None, retire_stall=None)  # never switches (follows whom
+    guard = ShadowGuard(margin=1e9, handover=1e9, floor=None, retire=None, retire_stall=None)  # never switches (follows whom
     # it is told) and every shadow runs to the end
     guard.expert = "gdsf"
     pf = LearnedPolicy.load(joint_file, guard="none")
@@ -535,7 +535,7 @@ def test_a_followed_expert_keeps_what_its_shadow_prefetched(joint_file, tmp_path
     path = _rewrite(joint_file, str(tmp_path / "eager.npz"), _eager)
     trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
     cap = int(0.25 * trace.peak_live_bytes())
-    guard = ShadowGuard(margin=1e9, handover=1e9, retire=None, retire_stall=None)
+    guard = ShadowGuard(margin=1e9, handover=1e9, floor=None, retire=None, retire_stall=None)
     guard.expert = "gdsf"  # (never switches: follows whom it is told)
     pf = LearnedPolicy.load(path, guard="none", prefetch_min_accuracy=0.0)
     pool = Pool(cap, Observed(LearnedPolicy.load(joint_file, guard=guard), pf.tracker),
@@ -842,7 +842,7 @@ def test_a_shadows_prefetch_for_reads_the_features_of_the_request_it_follows(joi
 
     trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
     cap = int(0.25 * trace.peak_live_bytes())
-    guard = ShadowGuard(margin=1e9, handover=1e9, retire=None, retire_stall=None)
+    guard = ShadowGuard(margin=1e9, handover=1e9, floor=None, retire=None, retire_stall=None)
     guard.expert = "lru"  # (follows whom it is told)
     if style == "one object":
         pol = pf = LearnedPolicy.load(joint_file, guard=guard, prefetch_min_accuracy=0.0)
