@@ -37,6 +37,19 @@ def _numbers(owner: str, optional: tuple[str, ...] = (), **values: Any) -> None:
                               f"{' or None' if name in optional else ''}, got {v!r}")
 
 
+def _rule(name: str, value: float | None, unit: str, after: float,
+          after_unit: str) -> tuple[float | None, float]:
+    """A ShadowGuard rule's threshold ``name`` (``value``: a number >= 0 in ``unit``, or None:
+    the rule never applies) and its ``<name>_after`` (a number >= 0 in ``after_unit``), as
+    floats; :class:`ConfigError` naming both otherwise."""
+    _numbers("ShadowGuard", (name,), **{name: value, f"{name}_after": after})
+    if not ((value is None or value >= 0) and after >= 0):
+        raise ConfigError(f"ShadowGuard: {name} ({unit}, or None: never) and {name}_after "
+                          f"({after_unit}) must be >= 0; got {name}={value!r}, "
+                          f"{name}_after={after!r}")
+    return None if value is None else float(value), float(after)
+
+
 class Guard:
     """Keeps a learned policy from doing worse than the heuristics for long, by trial windows
     (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
@@ -503,28 +516,15 @@ class ShadowGuard(Guard):
             raise ConfigError(f"ShadowGuard: prefetched_first must be a bool, got "
                               f"{prefetched_first!r}")
         self.prefetched_first = prefetched_first
-        _numbers("ShadowGuard", ("floor",), floor=floor, floor_after=floor_after)
-        if not ((floor is None or floor >= 0) and floor_after >= 0):
-            raise ConfigError(f"ShadowGuard: floor (a fraction of the fallback's stall, or None: "
-                              f"none) and floor_after (pool copies) must be >= 0; got "
-                              f"floor={floor!r}, floor_after={floor_after!r}")
-        self.floor = None if floor is None else float(floor)
-        self.floor_after = float(floor_after)
+        self.floor, self.floor_after = _rule("floor", floor, "a fraction of the fallback's stall",
+                                             floor_after, "pool copies")
         self._floored = False  # the floor has moved the pool to its fallback (once at most)
         self._prefetched: dict[int, None] = {}  # what the pool prefetched and holds, oldest first
-        if not ((retire is None or retire >= 0) and retire_after >= 0):
-            raise ConfigError(f"ShadowGuard: retire (a fraction of the best expert's cost, or None: "
-                              f"never) and retire_after (pool capacities) must be >= 0; got "
-                              f"retire={retire!r}, retire_after={retire_after!r}")
-        self.retire = None if retire is None else float(retire)
-        self.retire_after = float(retire_after)
-        if not ((retire_stall is None or retire_stall >= 0) and retire_stall_after >= 0):
-            raise ConfigError(f"ShadowGuard: retire_stall (a fraction of the best expert's stall, "
-                              f"or None: never) and retire_stall_after (pool copies) must be >= 0; "
-                              f"got retire_stall={retire_stall!r}, "
-                              f"retire_stall_after={retire_stall_after!r}")
-        self.retire_stall = None if retire_stall is None else float(retire_stall)
-        self.retire_stall_after = float(retire_stall_after)
+        self.retire, self.retire_after = _rule("retire", retire, "a fraction of the best expert's "
+                                               "cost", retire_after, "pool capacities")
+        self.retire_stall, self.retire_stall_after = _rule(
+            "retire_stall", retire_stall, "a fraction of the best expert's stall",
+            retire_stall_after, "pool copies")
         self.retired: dict[str, float] = {}  # expert -> its cost when it stopped running
         flags = {"gdsf": gdsf, "lfu": lfu, "arc": arc, "slru": slru}
         for name, flag in flags.items():
