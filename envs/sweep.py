@@ -192,15 +192,9 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
     if not present:
         return None
     hydra = None
-    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(
-        max(os.lstat(os.path.join(out_dir, n)).st_mtime for n in present)))
-    dest = os.path.join(out_dir, "previous", stamp)
-    i = 1
+    dest = _previous_dir(out_dir, [os.path.join(out_dir, n) for n in present])
     moved, copied = [], []
     try:
-        while os.path.lexists(dest):
-            i += 1
-            dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
         os.makedirs(dest)
         for n in present:
             src = os.path.join(out_dir, n)
@@ -212,10 +206,10 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
                 copied.append(n)
         # the earlier run's Hydra folder, kept beside this run's (KeepEarlierHydra)
         sub = _hydra_sub()[0]
-        keep = os.path.join(out_dir, sub + _EARLIER)
-        if os.path.isdir(keep):
+        earlier = os.path.join(out_dir, sub + _EARLIER)
+        if os.path.isdir(earlier):
             os.makedirs(os.path.dirname(os.path.join(dest, sub)), exist_ok=True)
-            os.replace(keep, os.path.join(dest, sub))
+            os.replace(earlier, os.path.join(dest, sub))
             hydra = sub
     except OSError as e:  # all or nothing: the earlier run's files go back where they were
         back = [n for n in reversed(moved) if _move_back(dest, out_dir, n)]
@@ -231,6 +225,18 @@ def set_aside(out_dir: str, names: Sequence[str], keep: Sequence[str] = ()) -> s
     log.warning("%s held an earlier run's %s: %s to %s", out_dir, ", ".join(held),
                 "moved" if not copied else f"moved ({', '.join(copied)} copied: an input of this run)",
                 dest)
+    return dest
+
+
+def _previous_dir(out_dir: str, paths: Sequence[str]) -> str:
+    """A folder not yet taken, ``out_dir/previous/<time>`` (``_2``, ``_3``, ... after it), for
+    what an earlier run left at ``paths``: their newest modification time."""
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(
+        max(os.lstat(p).st_mtime for p in paths)))
+    dest, i = os.path.join(out_dir, "previous", stamp), 1
+    while os.path.lexists(dest):
+        i += 1
+        dest = os.path.join(out_dir, "previous", f"{stamp}_{i}")
     return dest
 
 
@@ -261,22 +267,21 @@ def job_failed(error: Exception, what: str) -> None:
     and let any other exception through."""
     logger = logging.getLogger(what)
     error = _as_config_error(error)
-    run_dir = _hydra_job()[0]
-    if run_dir is not None and not in_multirun():  # (a folder the user named may hold an
-        _put_back_earlier_hydra(run_dir, *_hydra_sub(), restore=True)  # earlier run)
     if in_multirun():
         if isinstance(error, CachegymError):
             logger.error("job failed: %s", error)
         else:
             logger.exception("job failed")
         return
+    run_dir = _hydra_job()[0]
+    if run_dir is not None:  # (a folder the user named may hold an earlier run)
+        _settle_earlier_hydra(run_dir, *_hydra_sub(), "restore")
     if not isinstance(error, CachegymError):
         raise error
     import sys
 
     logger.debug("failed", exc_info=True)
     print(f"error: {error}", file=sys.stderr)
-    run_dir = _hydra_job()[0]
     if run_dir is not None and not _remove_if_only_hydras(run_dir):
         # the run's log file says so too (it holds the run's work); the console has it already
         record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, "failed: %s", (error,), None)
@@ -595,58 +600,54 @@ def _keep_earlier_hydra(run_dir: str, sub: str, writes: bool) -> None:
     """Before a run starts in ``run_dir``: the Hydra folder an earlier run left there, kept
     beside it as ``<sub>.earlier`` (copied where this run writes its own over it, else moved)."""
     folder = os.path.join(run_dir, sub)
-    keep = folder + _EARLIER
-    if os.path.lexists(keep) or not any(os.path.isfile(os.path.join(folder, n))
+    earlier = folder + _EARLIER
+    if os.path.lexists(earlier) or not any(os.path.isfile(os.path.join(folder, n))
                                         for n in _HYDRA_FILES):
         return  # (nothing earlier; or a kept one left by a run that was killed: both stay)
     import shutil
 
     with contextlib.suppress(OSError):  # (best effort: the run goes on)
         if not writes:
-            os.replace(folder, keep)
+            os.replace(folder, earlier)
             return
-        os.makedirs(keep)
+        os.makedirs(earlier)
         for n in _HYDRA_FILES:  # (their times too: MergeResults tells an earlier job by them)
             if os.path.isfile(os.path.join(folder, n)):
-                shutil.copy2(os.path.join(folder, n), os.path.join(keep, n))
+                shutil.copy2(os.path.join(folder, n), os.path.join(earlier, n))
 
 
-def _put_back_earlier_hydra(run_dir: str, sub: str, writes: bool, restore: bool,
-                            aside: bool = False) -> None:
-    """The earlier run's Hydra folder kept in ``run_dir`` (:func:`_keep_earlier_hydra`) back
-    in place where ``restore`` (a single run refused before it set the earlier results aside)
-    or where this run wrote none of its own; else, where ``aside``, into ``previous/<its
-    time>/`` (a multirun job that failed: its own folder names it to the merge), or dropped (a
-    resumed run: its own describes the same sweep)."""
+def _settle_earlier_hydra(run_dir: str, sub: str, writes: bool, then: str) -> None:
+    """The earlier run's Hydra folder kept in ``run_dir`` (:func:`_keep_earlier_hydra`), where
+    it is still there: back in place where this run wrote no Hydra folder of its own; else as
+    ``then`` says: ``"restore"`` its files over this run's (a single run refused before it set
+    the earlier results aside), ``"aside"`` into ``previous/<its time>/`` (a multirun job that
+    failed: its own folder names it to the merge), ``"drop"`` (a resumed run: its own describes
+    the same sweep)."""
     import shutil
 
     folder = os.path.join(run_dir, sub)
-    keep = folder + _EARLIER
-    if not os.path.isdir(keep):
+    earlier = folder + _EARLIER
+    if not os.path.isdir(earlier):
         return
     with contextlib.suppress(OSError):
-        if not restore and writes and not aside:
-            shutil.rmtree(keep)
-        elif not restore and writes:
-            stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(max(
-                [os.path.getmtime(os.path.join(keep, n)) for n in os.listdir(keep)] or [0.0])))
-            dest, i = os.path.join(run_dir, "previous", stamp), 1
-            while os.path.lexists(os.path.join(dest, sub)):
-                i += 1
-                dest = os.path.join(run_dir, "previous", f"{stamp}_{i}")
-            os.makedirs(os.path.dirname(os.path.join(dest, sub)), exist_ok=True)
-            os.replace(keep, os.path.join(dest, sub))
-        elif not writes:
+        if not writes:
             if not os.path.lexists(folder):
-                os.replace(keep, folder)
-        else:
+                os.replace(earlier, folder)
+        elif then == "restore":
             for n in _HYDRA_FILES:
-                p, k = os.path.join(folder, n), os.path.join(keep, n)
+                p, k = os.path.join(folder, n), os.path.join(earlier, n)
                 if os.path.isfile(k):
                     os.replace(k, p)
                 elif os.path.isfile(p):
                     os.remove(p)
-            shutil.rmtree(keep)
+            shutil.rmtree(earlier)
+        elif then == "aside":
+            dest = _previous_dir(run_dir, [os.path.join(earlier, n)
+                                           for n in os.listdir(earlier)] or [earlier])
+            os.makedirs(os.path.dirname(os.path.join(dest, sub)), exist_ok=True)
+            os.replace(earlier, os.path.join(dest, sub))
+        else:
+            shutil.rmtree(earlier)
 
 
 def _job_dirs(sweep_dir: str) -> list[str]:
@@ -675,17 +676,15 @@ class KeepEarlierHydra(Callback):
         _keep_earlier_hydra(str(config.hydra.run.dir), *_hydra_sub(config))
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
-        sub, writes = _hydra_sub(config)
-        _put_back_earlier_hydra(str(config.hydra.run.dir), sub, writes, restore=not writes)
+        _settle_earlier_hydra(str(config.hydra.run.dir), *_hydra_sub(config), "drop")
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         for d in _job_dirs(str(config.hydra.sweep.dir)):
             _keep_earlier_hydra(d, *_hydra_sub(config))
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        sub, writes = _hydra_sub(config)
         for d in _job_dirs(str(config.hydra.sweep.dir)):
-            _put_back_earlier_hydra(d, sub, writes, restore=not writes, aside=True)
+            _settle_earlier_hydra(d, *_hydra_sub(config), "aside")
 
 
 class MergeResults(Callback):

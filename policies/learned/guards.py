@@ -490,9 +490,7 @@ class ShadowGuard(Guard):
                  retire_stall: float | None = 1.0, retire_stall_after: float = 32.0,
                  prefetched_first: bool = True, floor: float | None = 0.1,
                  floor_after: float = 0.5) -> None:
-        _numbers("ShadowGuard", ("retire", "retire_stall"), margin=margin, handover=handover,
-                 handover_weight=handover_weight, retire=retire, retire_after=retire_after,
-                 retire_stall=retire_stall, retire_stall_after=retire_stall_after)
+        _numbers("ShadowGuard", margin=margin, handover=handover, handover_weight=handover_weight)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
                               f"handover (pool capacities) and handover_weight must be >= 0; got "

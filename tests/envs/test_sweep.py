@@ -215,11 +215,10 @@ def test_set_aside_keeps_the_earlier_runs_hydra_config(tmp_path: Path, subdir: s
     if subdir is not None:  # (as Hydra does)
         (tmp_path / name / "config.yaml").write_text("this run: 2\n")
         (tmp_path / name / "hydra.yaml").write_text("this run\n")
-    sub = {None: ".hydra"}.get(subdir, subdir)
-    if sub != ".hydra":  # outside a Hydra job set_aside looks for .hydra: tell it this one
+    if name != ".hydra":  # outside a Hydra job set_aside looks for .hydra: tell it this one
         import unittest.mock as mock
 
-        with mock.patch.object(sweep, "_hydra_sub", lambda config=None: (sub, True)):
+        with mock.patch.object(sweep, "_hydra_sub", lambda config=None: (name, True)):
             dest = sweep.set_aside(str(tmp_path), ["results.csv"])
     else:
         dest = sweep.set_aside(str(tmp_path), ["results.csv"])
@@ -250,7 +249,7 @@ def test_a_refused_run_puts_the_earlier_hydra_config_back_and_a_finished_one_kee
     sweep.KeepEarlierHydra().on_run_start(cfg)
     (tmp_path / ".hydra" / "config.yaml").write_text("this run: 2\n")
     (tmp_path / ".hydra" / "overrides.yaml").write_text("[]\n")
-    sweep._put_back_earlier_hydra(str(tmp_path), ".hydra", True, restore=True)  # (job_failed's)
+    sweep._settle_earlier_hydra(str(tmp_path), ".hydra", True, "restore")  # (job_failed's)
     assert sorted(os.listdir(tmp_path)) == [".hydra"]
     assert os.listdir(tmp_path / ".hydra") == ["config.yaml"]
     assert (tmp_path / ".hydra" / "config.yaml").read_text() == "earlier: 1\n"
