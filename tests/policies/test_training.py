@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -294,6 +296,36 @@ def test_foo_plan_for_stall_is_between_its_lp_and_the_traffic_plan(seed, frac):
     traffic = B._foo_schedule(iv, xt, cap, "traffic")
     assert lp <= wait(stall) + 1e-6 < wait(traffic)
     assert (B.foo_kept_rows(t, cap, "stall", "h100_pcie5") == np.isin(np.arange(len(t)), iv.a[stall])).all()
+
+
+def test_foo_plan_takes_one_solve_and_the_plan_the_bound_would_take(monkeypatch):
+    """The teacher's plan needs HiGHS's solve at its default tolerances alone: the dual bound
+    and the solve at tight tolerances that makes it sound (needed on this all-reads window of
+    the GPT trace) are skipped, and the plan is the one the bound's solve rounds."""
+    import scipy.optimize
+
+    from cachegym.allocator.trace import Trace
+    from cachegym.envs.workloads import read_trace
+    from cachegym.policies import bounds as B
+
+    gpt = read_trace(str(Path(__file__).resolve().parents[2] / "data" / "traces" / "gpt.npz"))
+    t = Trace.from_arrays(gpt.key[:512], gpt.size[:512])  # reads only
+    cap = int(0.1 * t.peak_live_bytes())
+    solves: list[int] = []
+    linprog = scipy.optimize.linprog
+
+    def counted(*a, **k):
+        solves.append(1)
+        return linprog(*a, **k)
+
+    monkeypatch.setattr(scipy.optimize, "linprog", counted)
+    iv = B._intervals(t, cap)
+    _, x = B._foo_lp(iv, cap, "traffic")
+    assert len(solves) == 2  # the bound's duals fell short of the first solve's optimum here
+    solves.clear()
+    plan = B.foo_kept_rows(t, cap, "traffic")
+    assert len(solves) == 1
+    assert (plan == np.isin(np.arange(len(t)), iv.a[B._foo_schedule(iv, x, cap, "traffic")])).all()
 
 
 def test_foo_teacher_evicts_what_the_plan_drops_on_a_hand_checked_trace():
