@@ -22,8 +22,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py
 	# setup.py build_ext (below) runs in this venv, which holds no setuptools (3.12+) or an older
 	# one (3.10, 3.11) than pyproject.toml's [build-system] requires
 	$(PY) -m pip install -q --upgrade pip 'setuptools>=77'
-	$(PY) -m pip install -q -c constraints.txt -e '.[train,dev,cluster]'
-	touch $@ $(VENV)/.built
+	# CACHEGYM_NO_COMPILE: the editable install does not compile the core (one module at a
+	# time: 4.7 minutes on 2 cores); .built below does, in place, two at a time (2.4 minutes)
+	CACHEGYM_NO_COMPILE=1 $(PY) -m pip install -q -c constraints.txt -e '.[train,dev,cluster]'
+	touch $@
 
 $(VENV)/.built: $(VENV)/.installed $(CORE_SRC)
 	$(PY) setup.py -q build_ext --inplace -j 2
@@ -46,9 +48,14 @@ PURE_TESTS := tests/golden tests/policies/test_parity.py tests/allocator/test_po
 	tests/allocator/test_forwarding.py tests/allocator/test_policy_mistakes.py tests/allocator/test_concurrency.py \
 	-k "not test_learned_policy and not test_quality_benchmark"
 
+# on TEST_WORKERS processes (pytest-xdist; the tests share no files): 23.5 -> 12.6 minutes on
+# 2 cores. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider --timeout=900 -n $(TEST_WORKERS) --dist worksteal
+
 test: lint
-	$(PY) -m pytest -q -p no:cacheprovider --timeout=900
-	CACHEGYM_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider --timeout=900 $(PURE_TESTS)
+	$(PYTEST)
+	CACHEGYM_PURE_PYTHON=1 $(PYTEST) $(PURE_TESTS)
 
 bench: install
 	$(PY) scripts/bench.py pool
