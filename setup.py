@@ -9,6 +9,7 @@ that one source; elsewhere the package installs and runs them interpreted, with 
 import importlib.util
 import json
 import os
+import sys
 from types import ModuleType
 
 from setuptools import Extension, setup
@@ -80,7 +81,9 @@ def core_extensions() -> list[Extension]:
         compiler_directives={"language_level": 3, "annotation_typing": False},
         quiet=True,
     )
-    flags = _vector_flags()
+    # no debug information (Python's CFLAGS ask for -g): the same machine code, compiled in 22%
+    # less time (allocator/loop.c: 43 -> 33 s) into a .so an eighth the size
+    flags = [*_vector_flags(), *([] if sys.platform == "win32" else ["-g0"])]
     for e in exts:
         e.extra_compile_args = [*e.extra_compile_args, *flags]
         e.optional = True  # no compiler or headers: a warning, and the .py runs
