@@ -50,6 +50,12 @@ def _rule(name: str, value: float | None, unit: str, after: float,
     return None if value is None else float(value), float(after)
 
 
+def _of_expert(name: str, expert: str) -> bool:
+    """Whether ``name`` is ``expert`` or one of its twins (``<expert>-<kind>``:
+    :meth:`ShadowGuard._start`)."""
+    return name == expert or name.startswith(expert + "-")
+
+
 class Guard:
     """Keeps a learned policy from doing worse than the heuristics for long, by trial windows
     (the default guard is :class:`ShadowGuard`, which measures the network in a shadow pool
@@ -322,7 +328,7 @@ class Guard:
         """The share of accesses the network decided (its shadow and its twins: ``network``,
         ``network-no-prefetch``, ``network-history``), exact; NaN before any access."""
         n = sum(self.decisions.values())
-        net = sum(v for k, v in self.decisions.items() if k == "network" or k.startswith("network-"))
+        net = sum(v for k, v in self.decisions.items() if _of_expert(k, "network"))
         return net / n if n else float("nan")
 
     def decision_shares(self) -> str:
@@ -755,7 +761,7 @@ class ShadowGuard(Guard):
         name: str | None = None
         gain = 0.0
         for n, e in self._items:
-            if n is not None and (n == "lru" or n.startswith("lru-")) and (
+            if n is not None and _of_expert(n, "lru") and (
                     name is None or e.gain > gain):
                 name, gain = n, e.gain
         if name is None or name == cur:
