@@ -10,6 +10,7 @@ its :class:`GuardName` (the options of the config group ``conf/policy/guard/``: 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import numbers
 from collections.abc import Collection, Iterable, Sequence
@@ -467,6 +468,23 @@ class ShadowGuard(Guard):
     in all, no cell worse; ``bench.py regret --objective stall --prefetch learned`` (48 cells),
     worst ratio to the best expert 1.435 -> 1.268, mean 0.962 -> 0.951; on a small generated
     training trace where it trips early, 2.41 -> 2.48 ms (docs/EXPERIMENTS.md).
+    ``floor_trend`` (default 0.25) and ``floor_window`` (4.0): the floor also trips where the
+    pool has stalled more than its fallback at all and, over the last ``floor_window`` pool
+    objects' requests (objects of the mean request's size; at least 256 requests), the followed
+    expert stalled more than the fallback by ``floor_trend`` times its own stall there: the
+    whole-trace rule keeps following an early leader that now loses to the fallback every pass
+    (gpt_infer at 50%, the main job's policy of 2026-12-07: GDSF led from the second pass, then
+    stalled 0.07 ms per pass against the fallback's 0.01; 2.122 -> 1.954 ms, the fallback
+    1.943). On the fallback the floor chose, the pool leaves it only for a leader that has also
+    cost less than it over that window (else the rule above took it straight back to GDSF).
+    ``None``: the floor's level alone.
+    ``demote_limit`` (default 0.25): ``prefetched_first`` stops for the rest of the trace where,
+    throughout a window as above with no switch in it, the pool, behind its best expert, stalled
+    more than the expert it follows (whose shadow does not demote) by ``demote_limit`` times that
+    expert's stall and a twentieth of a pool copy: where the pool is too small for the
+    prefetcher to bring objects back in time, demoting them costs more than it saves (gpt_infer
+    at 10% of peak live bytes: 17.54 -> 12.14 ms against the best expert's 11.07; no cell of
+    ``prefetched_first``'s 20 worse by more than 0.4%; docs/EXPERIMENTS.md). ``None``: never.
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
@@ -475,7 +493,9 @@ class ShadowGuard(Guard):
     __slots__ = ("net", "extra", "handover", "handover_weight", "_spent", "_since", "_capacity",
                  "_items", "auto", "without_prefetch", "with_history", "_muted", "_unless_stall",
                  "retire", "retire_after", "retired", "retire_stall", "retire_stall_after",
-                 "prefetched_first", "_prefetched", "floor", "floor_after", "_floored")
+                 "prefetched_first", "_prefetched", "floor", "floor_after", "_floored",
+                 "floor_trend", "floor_window", "_marks", "demote_limit", "_demote_off",
+                 "_demote_since")
 
     _OBJECTIVES = ("auto", *OBJECTIVES)
     NOT_UNDER_STALL = ("arc", "slru")
@@ -495,7 +515,8 @@ class ShadowGuard(Guard):
                  retire_after: float = 128.0, with_history: bool = True,
                  retire_stall: float | None = 1.0, retire_stall_after: float = 32.0,
                  prefetched_first: bool = True, floor: float | None = 0.1,
-                 floor_after: float = 0.5) -> None:
+                 floor_after: float = 0.5, floor_trend: float | None = 0.25,
+                 floor_window: float = 4.0, demote_limit: float | None = 0.25) -> None:
         _numbers("ShadowGuard", margin=margin, handover=handover, handover_weight=handover_weight)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
             raise ConfigError(f"ShadowGuard: margin (a fraction of the best expert's cost), "
@@ -523,6 +544,24 @@ class ShadowGuard(Guard):
         self.floor, self.floor_after = _rule("floor", floor, "a fraction of the fallback's stall",
                                              floor_after, "pool copies")
         self._floored = False  # the floor has moved the pool to its fallback (once at most)
+        _numbers("ShadowGuard", ("floor_trend", "demote_limit"), floor_trend=floor_trend,
+                 floor_window=floor_window, demote_limit=demote_limit)
+        if not ((floor_trend is None or floor_trend >= 0) and floor_window > 0
+                and (demote_limit is None or demote_limit >= 0)):
+            raise ConfigError(f"ShadowGuard: floor_trend (a fraction of the followed expert's "
+                              f"recent stall) and demote_limit (a fraction of its shadow's recent "
+                              f"stall) must be >= 0 or None (never), floor_window (pool objects) "
+                              f"> 0; got floor_trend={floor_trend!r}, "
+                              f"floor_window={floor_window!r}, demote_limit={demote_limit!r}")
+        self.floor_trend = None if floor_trend is None else float(floor_trend)
+        self.floor_window = float(floor_window)
+        self.demote_limit = None if demote_limit is None else float(demote_limit)
+        self._demote_off = False  # the pool stalled more than its expert while demoting: stopped
+        self._demote_since = -1  # the request since which it has (-1: it does not now)
+        # (requests, the pool's cost, its switches, each expert's gain) every 64 requests under
+        # stall, the oldest at least floor_window pool objects' requests back (_recent)
+        self._marks: collections.deque[tuple[int, float, int, dict[str | None, float]]] = (
+            collections.deque())
         self._prefetched: dict[int, None] = {}  # what the pool prefetched and holds, oldest first
         self.retire, self.retire_after = _rule("retire", retire, "a fraction of the best expert's "
                                                "cost", retire_after, "pool capacities")
@@ -599,7 +638,8 @@ class ShadowGuard(Guard):
         some, and the pool prefetches (it does not follow a twin judged without its prefetcher,
         which the guard then mutes: the pool then replicates that twin)."""
         pf: Any = self._muted
-        return bool(self._prefetched) and (pf is None or not pf.prefetch_muted)
+        return (bool(self._prefetched) and not self._demote_off
+                and (pf is None or not pf.prefetch_muted))
 
     def victim(self, view: PoolView, tracker: Any) -> int | None:
         if self._demoted():
@@ -719,15 +759,21 @@ class ShadowGuard(Guard):
                     self._retire(view, bg)
             elif self.retire_stall is not None:
                 self._retire_stall(view, bg)
-        if (self.floor is not None and not self._floored and self.objective == "stall"
-                and not self._reqs & 63):
-            fallback = self._below_floor(view, cur)
-            if fallback is not None:
-                self._floored = True
-                self._switch(view, g, *fallback)
-                return
+        if self.objective == "stall" and not self._reqs & 63:
+            then = self._recent(view)
+            if (then is not None and self.demote_limit is not None and not self._demote_off
+                    and self._demoted()):
+                self._check_demotion(view, cur, then)
+            if self.floor is not None and not self._floored:
+                fallback = self._below_floor(view, cur, then)
+                if fallback is not None:
+                    self._floored = True
+                    self._switch(view, g, *fallback)
+                    return
         if best == cur:
             return
+        if self._floored and self._marks and not self._leads_recently(best, cur):
+            return  # (on the fallback the floor chose: not for a leader losing to it now)
         lead = bg - g
         need = self.margin * (1 + self.switches) * self._cost(bg)
         if lead <= need:
@@ -753,11 +799,15 @@ class ShadowGuard(Guard):
             if hasattr(pf, "prefetch_history"):  # a twin judged with the history
                 pf.prefetch_history = e.prefetch_fn is not None
 
-    def _below_floor(self, view: PoolView, cur: str | None) -> tuple[str, float] | None:
+    def _below_floor(self, view: PoolView, cur: str | None,
+                     then: tuple[int, float, int, dict[str | None, float]] | None
+                     ) -> tuple[str, float] | None:
         """Under ``stall``: LRU's expert or twin of least stall (the fallback: LRU with the best
         of the prefetchers it is judged with) and its gain, where the pool, following another,
         has stalled more than its stall by ``floor`` times it and by ``floor_after`` pool
-        copies; else ``None``."""
+        copies, or more than its stall at all while the followed expert has stalled more than
+        the fallback over the window of ``then`` (:meth:`_recent`) by ``floor_trend`` times its
+        own stall there; else ``None``."""
         name: str | None = None
         gain = 0.0
         for n, e in self._items:
@@ -771,7 +821,57 @@ class ShadowGuard(Guard):
         if deficit > max(self.floor * cf,  # type: ignore[operator]
                          self.floor_after * self._capacity_cost(view)):
             return name, gain
+        if self.floor_trend is not None and deficit > 0 and then is not None:
+            old = then[3]
+            if cur in old and name in old:
+                df = old[cur] - self._named[cur].gain  # (costs over the window: gains' drops)
+                if df - (old[name] - gain) > self.floor_trend * df:
+                    return name, gain
         return None
+
+    def _leads_recently(self, best: str | None, cur: str | None) -> bool:
+        """Whether ``best`` has cost less than ``cur`` since the oldest record of
+        :meth:`_recent` (about ``floor_window`` pool objects' requests)."""
+        old = self._marks[0][3]
+        if best not in old or cur not in old:
+            return True
+        return old[best] - self._named[best].gain < old[cur] - self._named[cur].gain
+
+    def _recent(self, view: PoolView) -> tuple[int, float, int, dict[str | None, float]] | None:
+        """Records this moment (every 64 requests under stall) and returns the record of about
+        ``floor_window`` pool objects' requests ago (objects of the mean request's size; at
+        least 256 requests), ``None`` before there is one. Kept: a few dozen records at most
+        (one per sixteenth of the window)."""
+        marks = self._marks
+        mean = self._bytes / max(1, self._reqs)
+        window = max(256.0, self.floor_window * view.capacity / max(1.0, mean))
+        if not marks or self._reqs - marks[-1][0] >= window / 16:
+            marks.append((self._reqs, self.own_cost(), self.switches,
+                          {n: e.gain for n, e in self._items}))
+        while len(marks) > 1 and self._reqs - marks[1][0] >= window:
+            marks.popleft()
+        return marks[0] if self._reqs - marks[0][0] >= window else None
+
+    def _check_demotion(self, view: PoolView, cur: str | None,
+                        then: tuple[int, float, int, dict[str | None, float]]) -> None:
+        """``prefetched_first`` stops for the rest of the trace where the pool, behind its best
+        expert, stalled more than the expert it follows (whose shadow does not demote) over
+        the window of ``then`` (:meth:`_recent`, with no switch in it) by ``demote_limit`` times
+        that expert's stall and a twentieth of a pool copy, at every check throughout a window:
+        demoting what the prefetcher brought in then costs this pool more than it saves (a
+        hand-over's transient passes before a window does)."""
+        reqs, own, switches, old = then
+        now = self.own_cost()
+        worse = (switches == self.switches and cur in old
+                 and now > min(self._cost(e.gain) for _, e in self._items)
+                 and now - own > (1.0 + self.demote_limit)  # type: ignore[operator]
+                 * (old[cur] - self._named[cur].gain) + 0.05 * self._capacity_cost(view))
+        if not worse:
+            self._demote_since = -1
+        elif self._demote_since < 0:
+            self._demote_since = self._reqs
+        elif self._reqs - self._demote_since >= self._reqs - reqs:  # (throughout a window)
+            self._demote_off = True
 
     def _retire(self, view: PoolView, bg: float) -> None:
         """Experts too far behind to lead again stop running: once the best expert has cost

@@ -399,26 +399,64 @@ def test_under_stall_the_shadow_guard_goes_over_to_its_fallback_once_far_behind_
     the pool followed GDSF, which led while the history had not yet seen a pass, and ended 31%
     behind LRU + history, its fallback, which led by less than the switch needed. The floor
     (``floor``: 10% of the fallback's stall and half a pool copy behind it) moves the pool to the
-    fallback, once."""
+    fallback, once: 10.5% behind it. With ``floor_trend`` it moves as soon as the pool is behind
+    the fallback and GDSF loses to it over the last window (GDSF then stalls about 0.04 ms per
+    pass, the fallback 0.01), and stays there while GDSF keeps losing: 0.1% behind."""
     from cachegym.policies.prefetch import HistoryPrefetcher
 
     path = os.path.join(ROOT, "tests", "golden", "policy.npz")
     trace = read_trace(os.path.join(ROOT, "data", "traces", "gpt_infer.npz"))
     cap = int(0.5 * trace.peak_live_bytes())
     got = {}
-    for floor in (None, 0.1):
-        guard = ShadowGuard(floor=floor)
+    for floor, trend in ((None, 0.25), (0.1, None), (0.1, 0.25)):
+        guard = ShadowGuard(floor=floor, floor_trend=trend)
         pool = Pool(cap, LearnedPolicy.load(path, guard=guard), prefetcher=HistoryPrefetcher(),
                     cost="h100_pcie5", oversize="bypass")
         stall = pool.replay(trace).stall_ns
         fallback = min(-e.gain for n, e in guard.experts.items() if n and n.startswith("lru"))
-        got[floor] = (stall / fallback, guard._floored, guard.expert)
-    assert got[None][0] > 1.25 and not got[None][1], got
-    assert got[0.1][0] < 1.1 and got[0.1][1] and str(got[0.1][2]).startswith("lru"), got
+        got[floor, trend] = (stall / fallback, guard._floored, guard.expert)
+    assert got[None, 0.25][0] > 1.25 and not got[None, 0.25][1], got  # (no floor: no trend)
+    level, trend = got[0.1, None], got[0.1, 0.25]
+    assert 1.05 < level[0] < 1.12 and level[1] and str(level[2]).startswith("lru"), got
+    assert trend[0] < 1.01 and trend[1] and str(trend[2]).startswith("lru"), got
     with pytest.raises(ConfigError, match="floor .* must be >= 0"):
         ShadowGuard(floor=-0.1)
     with pytest.raises(ConfigError, match="floor_after must be a number"):
         ShadowGuard(floor_after=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="floor_window .* > 0; got .*floor_window=0"):
+        ShadowGuard(floor_window=0)
+    with pytest.raises(ConfigError, match="floor_trend .* must be >= 0 .*floor_trend=-0.5"):
+        ShadowGuard(floor_trend=-0.5)
+
+
+def test_the_shadow_guard_stops_demoting_prefetches_where_that_costs_the_pool_stall():
+    """``prefetched_first`` evicts first what the prefetcher brought in; on gpt_infer at 10% of
+    peak live bytes (the goldens' policy, the history prefetcher) the pool is too small for the
+    prefetcher to bring them back in time, and the pool following LRU stalled 60% more than
+    LRU's shadow, which does not demote: 17.9 ms against the best expert's 11.1 and the
+    fallback's 12.2. ``demote_limit`` stops the demotion once the pool has stalled more than its
+    expert by a quarter throughout a window; on gpt at 25%, where demoting lets the pool stall a
+    third less than every expert, it keeps it."""
+    from cachegym.policies.prefetch import HistoryPrefetcher
+
+    path = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    got = {}
+    for name, frac in (("gpt_infer", 0.1), ("gpt", 0.25)):
+        trace = read_trace(os.path.join(ROOT, "data", "traces", f"{name}.npz"))
+        cap = int(frac * trace.peak_live_bytes())
+        for limit in (None, 0.25):
+            guard = ShadowGuard(demote_limit=limit)
+            pool = Pool(cap, LearnedPolicy.load(path, guard=guard), prefetcher=HistoryPrefetcher(),
+                        cost="h100_pcie5", oversize="bypass")
+            stall = pool.replay(trace).stall_ns
+            best = min(-e.gain for e in guard.experts.values())
+            got[name, limit] = (stall / best, guard._demote_off)
+    assert got["gpt_infer", None][0] > 1.5 and not got["gpt_infer", None][1], got
+    assert got["gpt_infer", 0.25][0] < 1.1 and got["gpt_infer", 0.25][1], got
+    assert got["gpt", 0.25] == got["gpt", None] and got["gpt", 0.25][0] < 0.8, got
+    assert not got["gpt", 0.25][1], got
+    with pytest.raises(ConfigError, match="demote_limit must be a number or None"):
+        ShadowGuard(demote_limit="0.25")  # type: ignore[arg-type]
 
 
 def test_shadow_guard_runs_arc_and_slru_but_not_under_stall(tmp_path):
