@@ -468,16 +468,19 @@ class ShadowGuard(Guard):
     in all, no cell worse; ``bench.py regret --objective stall --prefetch learned`` (48 cells),
     worst ratio to the best expert 1.435 -> 1.268, mean 0.962 -> 0.951; on a small generated
     training trace where it trips early, 2.41 -> 2.48 ms (docs/EXPERIMENTS.md).
-    ``floor_trend`` (default 0.25) and ``floor_window`` (4.0): the floor also trips where the
+    ``floor_trend`` (default ``None``: off) and ``floor_window`` (4.0): the floor also trips where the
     pool has stalled more than its fallback at all and, over the last ``floor_window`` pool
     objects' requests (objects of the mean request's size; at least 256 requests), the followed
     expert stalled more than the fallback by ``floor_trend`` times its own stall there: the
     whole-trace rule keeps following an early leader that now loses to the fallback every pass
     (gpt_infer at 50%, the main job's policy of 2026-12-07: GDSF led from the second pass, then
     stalled 0.07 ms per pass against the fallback's 0.01; 2.122 -> 1.954 ms, the fallback
-    1.943). On the fallback the floor chose, the pool leaves it only for a leader that has also
-    cost less than it over that window (else the rule above took it straight back to GDSF).
-    ``None``: the floor's level alone.
+    1.943). Off by default: with the next main job's policy it tripped there while the window
+    still held the ``history`` twins' first passes, and the pool went back to GDSF: 2.467 ->
+    2.689 ms (docs/EXPERIMENTS.md). Once the floor has tripped (either way), the pool switches
+    only to a leader that has also cost less than the expert it follows over the last
+    ``floor_window`` pool objects' requests (else the rule above took it straight back from the
+    fallback to GDSF: that policy's gpt_infer 50% 2.467 -> 2.151 ms with this alone).
     ``demote_limit`` (default 0.25): ``prefetched_first`` stops for the rest of the trace where,
     throughout a window as above with no switch in it, the pool, behind its best expert, stalled
     more than the expert it follows (whose shadow does not demote) by ``demote_limit`` times that
@@ -515,7 +518,7 @@ class ShadowGuard(Guard):
                  retire_after: float = 128.0, with_history: bool = True,
                  retire_stall: float | None = 1.0, retire_stall_after: float = 32.0,
                  prefetched_first: bool = True, floor: float | None = 0.1,
-                 floor_after: float = 0.5, floor_trend: float | None = 0.25,
+                 floor_after: float = 0.5, floor_trend: float | None = None,
                  floor_window: float = 4.0, demote_limit: float | None = 0.25) -> None:
         _numbers("ShadowGuard", margin=margin, handover=handover, handover_weight=handover_weight)
         if not (margin >= 0 and handover >= 0 and handover_weight >= 0):
@@ -773,7 +776,7 @@ class ShadowGuard(Guard):
         if best == cur:
             return
         if self._floored and self._marks and not self._leads_recently(best, cur):
-            return  # (on the fallback the floor chose: not for a leader losing to it now)
+            return  # (since the floor tripped: not for a leader losing to the followed now)
         lead = bg - g
         need = self.margin * (1 + self.switches) * self._cost(bg)
         if lead <= need:
