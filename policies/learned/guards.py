@@ -486,8 +486,9 @@ class ShadowGuard(Guard):
     more than the expert it follows (whose shadow does not demote) by ``demote_limit`` times that
     expert's stall and a twentieth of a pool copy: where the pool is too small for the
     prefetcher to bring objects back in time, demoting them costs more than it saves (gpt_infer
-    at 10% of peak live bytes: 17.54 -> 12.14 ms against the best expert's 11.07; no cell of
-    ``prefetched_first``'s 20 worse by more than 0.4%; docs/EXPERIMENTS.md). ``None``: never.
+    at 10% of peak live bytes: 17.54 -> 12.14 ms against the best expert's 11.07; over
+    ``prefetched_first``'s 20 cells, with this and the rule above, 576.58 -> 576.58 ms, gpt_infer
+    50% 2.122 -> 2.147 the one cell worse; docs/EXPERIMENTS.md). ``None``: never.
     ``expert`` is ``None`` while the network is followed; ``switches`` counts the switches,
     ``decisions`` the accesses each expert decided.
     Invariant: ``_spent`` is the followed experts' costs over their spans before the current
