@@ -828,8 +828,8 @@ class ShadowGuard(Guard):
         if self.floor_trend is not None and deficit > 0 and then is not None:
             old = then[3]
             if cur in old and name in old:
-                df = old[cur] - self._named[cur].gain  # (costs over the window: gains' drops)
-                if df - (old[name] - gain) > self.floor_trend * df:
+                df = self._cost_since(old, cur)
+                if df - self._cost_since(old, name) > self.floor_trend * df:
                     return name, gain
         return None
 
@@ -839,7 +839,11 @@ class ShadowGuard(Guard):
         old = self._marks[0][3]
         if best not in old or cur not in old:
             return True
-        return old[best] - self._named[best].gain < old[cur] - self._named[cur].gain
+        return self._cost_since(old, best) < self._cost_since(old, cur)
+
+    def _cost_since(self, old: dict[str | None, float], name: str | None) -> float:
+        """What expert ``name`` has cost since the record of gains ``old`` (:meth:`_recent`)."""
+        return old[name] - self._named[name].gain
 
     def _recent(self, view: PoolView) -> tuple[int, float, int, dict[str | None, float]] | None:
         """Records this moment (every 64 requests under stall) and returns the record of about
@@ -869,7 +873,7 @@ class ShadowGuard(Guard):
         worse = (switches == self.switches and cur in old
                  and now > min(self._cost(e.gain) for _, e in self._items)
                  and now - own > (1.0 + self.demote_limit)  # type: ignore[operator]
-                 * (old[cur] - self._named[cur].gain) + 0.05 * self._capacity_cost(view))
+                 * self._cost_since(old, cur) + 0.05 * self._capacity_cost(view))
         if not worse:
             self._demote_since = -1
         elif self._demote_since < 0:
