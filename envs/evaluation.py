@@ -766,12 +766,25 @@ def _rows_done(done: int, rows: int) -> str:
     return f"{done:,} of {rows:,} requests"
 
 
+GC_SHARE = 0.05
+"""At most this share of a process's time in tasks goes to :func:`_collected`'s collections."""
+_GC = [0.0, -math.inf]  # the last full collection's cost (s), and when it ended
+
+
 def _collected(result: Any) -> Any:
-    """``result``, after a full garbage collection: a run's pool and its view refer to each
+    """``result``, after a full garbage collection where the tasks since the last one took at
+    least ``1 / GC_SHARE`` times what that one cost: a run's pool and its view refer to each
     other, so a finished run's records (hundreds of MB on a trace of millions of objects) would
     otherwise wait for the collector, and a sweep's memory would grow with its runs (3M
-    requests of 2.5M objects: 0.9 GB per run, 4.5 GB after 16 runs)."""
-    gc.collect()
+    requests of 2.5M objects: 0.9 GB per run, 4.5 GB after 16 runs). Such a run takes seconds
+    and is collected after it; short runs are collected every few of them (with torch
+    imported a full collection takes ~0.2 s: after each of the quality benchmark's 126 short
+    runs it was over half the benchmark's time)."""
+    began = time.perf_counter()
+    if began - _GC[1] >= _GC[0] / GC_SHARE:
+        gc.collect()
+        _GC[1] = time.perf_counter()
+        _GC[0] = _GC[1] - began
     return result
 
 

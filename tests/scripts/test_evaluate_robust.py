@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -594,18 +595,29 @@ def _make_cycle(n: int) -> int:
     return n
 
 
-def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts() -> None:
-    """A sweep run in this process collects each task's garbage as it ends: a pool refers to
+def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep run in this process collects its tasks' garbage as they end: a pool refers to
     its view and back, so without a collection every finished run's records stayed in memory
-    until the collector ran (a sweep over a trace of millions of objects grew by ~0.9 GB a run)."""
+    until the collector ran (a sweep over a trace of millions of objects grew by ~0.9 GB a run).
+    A full collection costs ~0.2 s where torch is imported, so it runs once the tasks since the
+    last one took 1 / GC_SHARE times that: after each long run, every few short ones."""
     import gc
 
-    _CYCLES.clear()
+    tasks = [(_make_cycle, (1 << 20,), {}, "a"), (_make_cycle, (1 << 20,), {}, "b")]
     gc.disable()  # (only the sweep's own collection may free them)
     try:
-        for i, _ in evaluation.in_workers([(_make_cycle, (1 << 20,), {}, "a"),
-                                           (_make_cycle, (1 << 20,), {}, "b")], [0, 1], 1):
+        # tasks long beside a collection (here: a share that lets collections take any time)
+        monkeypatch.setattr(evaluation, "GC_SHARE", 1e12)
+        _CYCLES.clear()
+        for i, _ in evaluation.in_workers(tasks, [0, 1], 1):
             assert _CYCLES[i]() is None, i  # collected before the caller sees the result
+        # short tasks: the first collected (none before it), the second's cycle waits
+        monkeypatch.setattr(evaluation, "GC_SHARE", 0.05)
+        monkeypatch.setattr(evaluation, "_GC", [0.0, -math.inf])
+        _CYCLES.clear()
+        alive = [_CYCLES[i]() is not None for i, _ in evaluation.in_workers(tasks, [0, 1], 1)]
+        assert alive == [False, True] and evaluation._GC[0] > 0
     finally:
         gc.enable()
 
