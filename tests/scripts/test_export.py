@@ -22,6 +22,7 @@ from cachegym.envs.evict import EvictEnv
 from cachegym.policies.learned import LearnedPolicy, read_policy_file
 from cachegym.policies.training.export import export_file, scorer_of
 from cachegym.policies.training.nets import export_arrays
+from tests.scripts_loader import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -255,7 +256,7 @@ def test_onnx_export_refuses_bad_sources_and_says_what_to_install(tmp_path, monk
         export_onnx(_random_policy(tmp_path, [8]), tmp_path / "x.onnx")
 
 
-def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path):
+def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path, capsys):
     pytest.importorskip("onnx", reason="the onnx package (pip install -e '.[onnx]')")
     src = _random_policy(tmp_path, [8, 4])
     script = os.path.join(ROOT, "scripts", "export.py")
@@ -268,21 +269,29 @@ def test_script_writes_onnx_with_or_without_a_policy_file(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == [f"onnx: {tmp_path / 'b.onnx'}", f"policy: {tmp_path / 'b.npz'}"]
     assert read_policy_file(tmp_path / "b.npz")[0]["K"] == 8
-    r = subprocess.run([sys.executable, script, src], capture_output=True, text=True)
-    assert r.returncode == 2 and "--out is required" in r.stderr
+    # the refusals, from the same main() in this process (each subprocess imports torch: 3-4 s)
+    export = load_script("export")
+
+    def run(*argv: str) -> tuple[int, str]:
+        try:
+            rc = export.main(list(argv))
+        except SystemExit as e:  # argparse's error()
+            rc = int(e.code or 0)
+        return rc, capsys.readouterr().err
+
+    rc, err = run(src)
+    assert rc == 2 and "--out is required" in err
     blocker = tmp_path / "a_file"  # a file where the output's directory would be
     blocker.write_text("")
     for flag in ("--onnx", "--out"):
-        r = subprocess.run([sys.executable, script, src, flag, str(blocker / "x.bin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert r.stderr.startswith("error: cannot write ") and "writable directory" in r.stderr
+        rc, err = run(src, flag, str(blocker / "x.bin"))
+        assert rc == 2 and "Traceback" not in err, err
+        assert err.startswith("error: cannot write ") and "writable directory" in err
     # a directory given as the ONNX file: refused before the policy file is written (it was
     # written, then the ONNX export failed naming a temporary file)
-    r = subprocess.run([sys.executable, script, src, "--out", str(tmp_path / "c.npz"), "--onnx",
-                        str(tmp_path)], capture_output=True, text=True)
-    assert r.returncode == 2 and not (tmp_path / "c.npz").exists(), r.stderr
-    assert r.stderr.strip() == f"error: cannot write {str(tmp_path)!r}: it is a directory: give the name of a file (in it, say)"
+    rc, err = run(src, "--out", str(tmp_path / "c.npz"), "--onnx", str(tmp_path))
+    assert rc == 2 and not (tmp_path / "c.npz").exists(), err
+    assert err.strip() == f"error: cannot write {str(tmp_path)!r}: it is a directory: give the name of a file (in it, say)"
 
 
 def test_a_training_runs_zip_takes_its_algorithm_and_candidate_rule_from_the_run(sb3_zip, tmp_path):
