@@ -552,6 +552,13 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     check_trainable_env(cfg.env, agent)  # (before an earlier run's outputs are set aside)
     init, resume = warm_start(cfg, agent, hidden, ignore)
     out = results_dir(cfg, "train", exact=out_dir)
+    # the traces read (and recorded, into out/recorded, which stays) before an earlier run's
+    # outputs are set aside: a refused trace leaves that run where it was
+    traces = training_traces(cfg, out)
+    if not traces:
+        raise ConfigError("traces: the list is empty; give at least one training trace")
+    val = cfg.validation
+    val_traces = load_trace_list(val.traces, "validation.traces")
     # an earlier run's outputs here: set aside (out/previous/), so that neither run's files mix
     # nor a failed run loses the earlier ones (its recorded workloads stay: they are reused)
     from cachegym.policies.training.agents import ALGOS
@@ -566,11 +573,6 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     set_aside(out, ["config.yaml", "train.json", "results.csv", str(cfg.export_name), "checkpoints",
                     "tb", *(f"{a}.zip" for a in ALGOS)], keep=keep)
     write_config(cfg, out)
-    traces = training_traces(cfg, out)
-    if not traces:
-        raise ConfigError("traces: the list is empty; give at least one training trace")
-    val = cfg.validation
-    val_traces = load_trace_list(val.traces, "validation.traces")
     if val.max_requests:
         for t in val_traces:
             if len(t) > val.max_requests:

@@ -359,6 +359,19 @@ def test_dqn_on_the_joint_env_is_refused_before_an_earlier_runs_outputs_move(tmp
     assert sorted(os.listdir(tmp_path)) == ["policy.npz"]
 
 
+def test_a_refused_trace_leaves_an_earlier_runs_outputs_where_they_were(tmp_path):
+    """The traces were read after the earlier run's outputs had been set aside (previous/): a
+    trace path mistyped moved that run away and left a config for a run that never started,
+    which the next run then set aside as one."""
+    (tmp_path / "policy.npz").write_bytes(b"earlier")
+    for bad, match in ((["trace.path=nowhere.npz"], "trace.path: no such file 'nowhere.npz'"),
+                       (["validation.traces=[{path: nowhere.npz}]"],
+                        r"validation.traces\[0\]: trace.path: no such file 'nowhere.npz'")):
+        with pytest.raises(ConfigError, match=match):
+            train(cfg_of([*TINY, *bad, f"out_dir={tmp_path}"]))
+    assert sorted(os.listdir(tmp_path)) == ["policy.npz"]
+
+
 def test_an_interrupted_imitation_names_its_checkpoints_folder(tmp_path, monkeypatch):
     """It printed the placeholder OUT/checkpoints."""
     from cachegym.policies.training import agents
