@@ -601,7 +601,8 @@ def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts(
     its view and back, so without a collection every finished run's records stayed in memory
     until the collector ran (a sweep over a trace of millions of objects grew by ~0.9 GB a run).
     A full collection costs ~0.2 s where torch is imported, so it runs once the tasks since the
-    last one took 1 / GC_SHARE times that: after each long run, every few short ones."""
+    last one took 1 / GC_SHARE times that, or the process's peak memory grew by GC_GROWTH:
+    after each long or large run, every few short ones."""
     import gc
 
     tasks = [(_make_cycle, (1 << 20,), {}, "a"), (_make_cycle, (1 << 20,), {}, "b")]
@@ -614,10 +615,18 @@ def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts(
             assert _CYCLES[i]() is None, i  # collected before the caller sees the result
         # short tasks: the first collected (none before it), the second's cycle waits
         monkeypatch.setattr(evaluation, "GC_SHARE", 0.05)
-        monkeypatch.setattr(evaluation, "_GC", [0.0, -math.inf])
+        monkeypatch.setattr(evaluation, "_GC", [0.0, -math.inf, 0.0])
         _CYCLES.clear()
         alive = [_CYCLES[i]() is not None for i, _ in evaluation.in_workers(tasks, [0, 1], 1)]
         assert alive == [False, True] and evaluation._GC[0] > 0
+        # ... unless the process's peak memory grew by GC_GROWTH since the last collection
+        peaks = iter([0, evaluation.GC_GROWTH, evaluation.GC_GROWTH + 1, 2 * evaluation.GC_GROWTH])
+        monkeypatch.setattr(evaluation, "_peak_rss", lambda: next(peaks))
+        monkeypatch.setattr(evaluation, "_GC", [0.0, -math.inf, 0.0])
+        _CYCLES.clear()
+        alive = [_CYCLES[i]() is not None
+                 for i, _ in evaluation.in_workers(tasks + tasks, [0, 1, 2, 3], 1)]
+        assert alive == [False, False, True, False]
     finally:
         gc.enable()
 
