@@ -45,7 +45,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -770,37 +769,29 @@ def _rows_done(done: int, rows: int) -> str:
 GC_SHARE = 0.05
 """At most this share of a process's time in tasks goes to :func:`_collected`'s collections."""
 GC_GROWTH = 256 << 20
-"""Bytes by which the process's peak resident memory may grow between two of
-:func:`_collected`'s collections."""
-_GC = [0.0, -math.inf, 0.0]  # the last full collection's cost (s), when it ended, the peak then
-
-
-def _peak_rss() -> int:
-    """The process's peak resident memory in bytes (0 where the platform does not say)."""
-    try:
-        import resource
-    except ImportError:  # (Windows)
-        return 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # (bytes there, KiB here)
+"""Bytes by which the process's resident memory may grow after one of :func:`_collected`'s
+collections before the next."""
+_GC = [0.0, -math.inf, 0.0]  # the last full collection's cost (s), when it ended, resident bytes then
 
 
 def _collected(result: Any) -> Any:
     """``result``, after a full garbage collection where the tasks since the last one took at
-    least ``1 / GC_SHARE`` times what that one cost, or the process's peak memory grew by
-    :data:`GC_GROWTH` since: a run's pool and its view refer to each other, so a finished run's
-    records (hundreds of MB on a trace of millions of objects) would otherwise wait for the
-    collector, and a sweep's memory would grow with its runs (3M requests of 2.5M objects:
-    0.9 GB per run, 4.5 GB after 16 runs). Such a run is collected after it; short runs every
-    few of them (with torch imported a full collection takes ~0.2 s: after each of the quality
-    benchmark's 126 short runs it was over half the benchmark's time)."""
+    least ``1 / GC_SHARE`` times what that one cost, or the process's resident memory
+    (:func:`~policies.footprint.rss_bytes`) grew by :data:`GC_GROWTH` since: a run's pool and
+    its view refer to each other, so a finished run's records (hundreds of MB on a trace of
+    millions of objects) would otherwise wait for the collector, and a sweep's memory would
+    grow with its runs (3M requests of 2.5M objects: 0.9 GB per run, 4.5 GB after 16 runs).
+    Such a run is collected after it; short runs every few of them (with torch imported a full
+    collection takes ~0.2 s: after each of the quality benchmark's 126 short runs it was over
+    half the benchmark's time)."""
+    from cachegym.policies.footprint import rss_bytes
+
     began = time.perf_counter()
-    peak = _peak_rss()
-    if began - _GC[1] >= _GC[0] / GC_SHARE or peak - _GC[2] >= GC_GROWTH:
+    if began - _GC[1] >= _GC[0] / GC_SHARE or rss_bytes() - _GC[2] >= GC_GROWTH:
         gc.collect()
         _GC[1] = time.perf_counter()
         _GC[0] = _GC[1] - began
-        _GC[2] = float(peak)
+        _GC[2] = float(rss_bytes())
     return result
 
 

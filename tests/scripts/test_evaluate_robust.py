@@ -595,13 +595,23 @@ def _make_cycle(n: int) -> int:
     return n
 
 
+_RESIDENT = [0]  # the resident bytes the test's stand-in for rss_bytes() reports
+
+
+def _make_cycle_at(n: int, resident: int) -> int:
+    """:func:`_make_cycle`, the process's resident memory then ``resident`` bytes (as the test
+    reports it)."""
+    _RESIDENT[0] = resident
+    return _make_cycle(n)
+
+
 def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep run in this process collects its tasks' garbage as they end: a pool refers to
     its view and back, so without a collection every finished run's records stayed in memory
     until the collector ran (a sweep over a trace of millions of objects grew by ~0.9 GB a run).
     A full collection costs ~0.2 s where torch is imported, so it runs once the tasks since the
-    last one took 1 / GC_SHARE times that, or the process's peak memory grew by GC_GROWTH:
+    last one took 1 / GC_SHARE times that, or the process's resident memory grew by GC_GROWTH:
     after each long or large run, every few short ones."""
     import gc
 
@@ -619,13 +629,15 @@ def test_a_finished_runs_cycles_are_collected_before_the_next_one_starts(
         _CYCLES.clear()
         alive = [_CYCLES[i]() is not None for i, _ in evaluation.in_workers(tasks, [0, 1], 1)]
         assert alive == [False, True] and evaluation._GC[0] > 0
-        # ... unless the process's peak memory grew by GC_GROWTH since the last collection
-        peaks = iter([0, evaluation.GC_GROWTH, evaluation.GC_GROWTH + 1, 2 * evaluation.GC_GROWTH])
-        monkeypatch.setattr(evaluation, "_peak_rss", lambda: next(peaks))
+        # ... unless the process's resident memory grew by GC_GROWTH since the last collection
+        from cachegym.policies import footprint
+
+        grow = evaluation.GC_GROWTH
+        monkeypatch.setattr(footprint, "rss_bytes", lambda: _RESIDENT[0])
         monkeypatch.setattr(evaluation, "_GC", [0.0, -math.inf, 0.0])
         _CYCLES.clear()
-        alive = [_CYCLES[i]() is not None
-                 for i, _ in evaluation.in_workers(tasks + tasks, [0, 1, 2, 3], 1)]
+        grown = [(_make_cycle_at, (1 << 20, rss), {}, str(rss)) for rss in (0, grow, grow + 1, 2 * grow)]
+        alive = [_CYCLES[i]() is not None for i, _ in evaluation.in_workers(grown, [0, 1, 2, 3], 1)]
         assert alive == [False, False, True, False]
     finally:
         gc.enable()
