@@ -71,7 +71,7 @@ from cachegym.allocator.errors import (
     PoolExhausted,
 )
 from cachegym.allocator.pool import DEVICE, Pool
-from cachegym.allocator.prefetch_timing import PrefetchTiming
+from cachegym.allocator.prefetch_timing import PrefetchTiming, VictimWalk
 from cachegym.allocator.seams import PrefetchPolicyBase
 from cachegym.allocator.sizes import parse_size
 from cachegym.allocator.trace import Kind, Op, Trace
@@ -242,7 +242,7 @@ class _Harm:
     def __init__(self, view: PoolView, key: int) -> None:
         self.view = view
         self.used = {key}
-        self.taken: set[int] = set()  # the victims the room counted so far takes
+        self.victims = VictimWalk(view)  # the victims the room counted so far takes
         self.free = view.capacity - view.used - view.releasing_bytes
 
     def room_for(self, k: int) -> bool:
@@ -250,7 +250,7 @@ class _Harm:
         then counted as taken)."""
         need = (self.view.size(k) + ALIGN - 1) // ALIGN * ALIGN  # its blocks
         if self.free < need:
-            got = PrefetchTiming._victims_room(self.view, need - self.free, self.used, self.taken)
+            got = self.victims.room(need - self.free, self.used)
             if got < 0:
                 return False
             self.free += got

@@ -139,6 +139,36 @@ def test_a_prefetch_stops_where_the_policy_would_evict_an_object_used_before_it(
     assert t.due_keys(pool.view, 3, iter(first), 4, KIB4) == [4]
 
 
+def test_a_decision_of_many_prefetches_walks_the_policys_order_once() -> None:
+    """Each prefetch that needs room takes the policy's next victims past those already counted.
+    The walk restarted the order for every prefetch and skipped the victims counted: a decision
+    of m prefetches read m^2 / 2 victims (Belady's order, walked lazily from its heap, on a
+    30,000-request scan trace with the learned prefetch head: 65 s against 1.5 s). Now the order
+    is read once: each victim once, the same prefetches as before."""
+    n = 200
+    pool = Pool(n * KIB4, LRU(), placement="bytes")
+    for k in range(n, 2 * n):  # the ones to prefetch: known, then evicted by 0..n-1
+        pool.access(k, KIB4)
+    for k in range(n):
+        pool.access(k, KIB4)
+    read = []
+    real = LRU.eviction_order
+
+    def counted(self: LRU):  # type: ignore[no-untyped-def]
+        for k in real(self):
+            read.append(k)
+            yield k
+
+    LRU.eviction_order = counted  # type: ignore[method-assign]
+    try:
+        uses = [(k, k, 0, KIB4) for k in range(n, 2 * n)]  # used before any resident one
+        got = PrefetchTiming().due_keys(pool.view, -1, iter(uses), n, KIB4)
+    finally:
+        LRU.eviction_order = real  # type: ignore[method-assign]
+    assert got == list(range(n, 2 * n))  # each takes the room of the next least recently used
+    assert read == list(range(n)), len(read)
+
+
 @pytest.mark.parametrize("name", ["lookahead", "history"])
 @pytest.mark.parametrize("policy", ["belady", "lru"])
 def test_prefetching_in_a_small_pool_no_longer_evicts_what_it_brings(policy: str, name: str) -> None:
