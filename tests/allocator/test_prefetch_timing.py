@@ -169,6 +169,25 @@ def test_a_decision_of_many_prefetches_walks_the_policys_order_once() -> None:
     assert read == list(range(n)), len(read)
 
 
+def test_a_victim_named_twice_in_the_order_makes_room_once() -> None:
+    """An order may name an object twice (the shadow guard's: its followed expert's order, then
+    its tracker's): its bytes count once. A full pool of four, the order naming each twice: the
+    first prefetch takes the least recently used object's room; the second, used after the
+    resident 2, would take 2's (not 1's again) and is not made."""
+    class Twice(LRU):
+        def eviction_order(self):  # type: ignore[no-untyped-def]
+            for k in super().eviction_order():
+                yield k
+                yield k
+
+    pool = Pool(4 * KIB4, Twice(), placement="bytes")
+    for k in (5, 6, 1, 2, 3, 4):  # 5 and 6 known, evicted; 1-4 resident
+        pool.access(k, KIB4)
+    assert list(pool.view.eviction_order()) == [1, 1, 2, 2, 3, 3, 4, 4]
+    uses = [(5, 5, 0, KIB4), (2, 2, 0, KIB4), (6, 6, 0, KIB4)]
+    assert PrefetchTiming().due_keys(pool.view, -1, iter(uses), 4, KIB4) == [5]
+
+
 @pytest.mark.parametrize("name", ["lookahead", "history"])
 @pytest.mark.parametrize("policy", ["belady", "lru"])
 def test_prefetching_in_a_small_pool_no_longer_evicts_what_it_brings(policy: str, name: str) -> None:
