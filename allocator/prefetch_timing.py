@@ -121,6 +121,8 @@ class PrefetchTiming:
                 size = o.size
             if o is None or k == accessed or o.state not in AWAY:
                 before += size
+                if before > room:
+                    break  # every later object would take the room of one used before it
                 used.add(k)
                 continue
             if before + size > room:
