@@ -255,16 +255,16 @@ class LookaheadPrefetcher(PrefetchPolicyBase):
         base = int(cum[lo])  # compute done when the next decision point comes
         seen: set[int] = set()
         freed: set[int] = set()
-        rows = zip(range(lo, hi), self._key[lo:hi].tolist(), self._free[lo:hi].tolist(),
-                   self._size[lo:hi].tolist())
-        for j, k, is_free, size in rows:
+        rows = zip(self._key[lo:hi].tolist(), self._free[lo:hi].tolist(),
+                   self._size[lo:hi].tolist(), cum[lo:hi].tolist())
+        for k, is_free, size, done in rows:
             if is_free:
                 freed.add(k)
                 continue
             if k in freed or k in seen:
                 continue
             seen.add(k)
-            yield k, k, int(cum[j]) - base, size
+            yield k, k, done - base, size
 
     def __repr__(self) -> str:
         return f"LookaheadPrefetcher(trace={self.trace.name!r}, depth={self.depth})"
