@@ -172,8 +172,8 @@ def test_a_decision_of_many_prefetches_walks_the_policys_order_once() -> None:
 def test_the_walk_stops_once_the_objects_used_first_fill_the_pool() -> None:
     """Past the uses whose bytes fill the pool nothing can be prefetched (it would take the room
     of an object used before it): the walk stops there, not at the next object away from the
-    device (it read every resident object of a pool of many small ones first: LRU with
-    `lookahead` on a 30,000-request Zipf trace 1.00 -> 0.74 s, the same prefetches)."""
+    device (it read on through every resident object: a long walk where a large lookahead window
+    or history horizon meets a pool of many small objects; the same prefetches)."""
     pool = Pool(4 * KIB4, LRU(), placement="bytes")
     for k in (1, 2, 3, 4):
         pool.access(k, KIB4)
