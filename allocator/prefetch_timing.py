@@ -119,15 +119,12 @@ class PrefetchTiming:
             o = objs.get(k)
             if o is not None:
                 size = o.size
+            before += size
+            if before > room:
+                break  # it, and every later object, would take the room of one used before it
             if o is None or k == accessed or o.state not in AWAY:
-                before += size
-                if before > room:
-                    break  # every later object would take the room of one used before it
                 used.add(k)
                 continue
-            if before + size > room:
-                break  # it would take the room of an object used before it
-            before += size
             if free < size:
                 got = victims.room(size - free, used)
                 if got < 0:
