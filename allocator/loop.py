@@ -431,6 +431,12 @@ class Loop:
                 raise
         if need >= 0:
             self._end(o, write, False)
+        if self._landing or self._releases:
+            # copies that landed while the miss waited for its own are on the device now, so
+            # that what reads the view next (a guard's prefetch_for in its shadow pool, the
+            # evictions due, cleaning ahead) sees them evictable, as the next access would (with
+            # a backend too: decisions do not depend on one)
+            self._retire()
         if self._due is not None:
             self._evict_due(key)
         if self._clean_ahead:
@@ -494,7 +500,8 @@ class Loop:
     def prefetch(self, key: int, size: int | None = None) -> bool:
         """Start copying ``key`` to the device asynchronously. Returns False when it is
         already resident or in flight. An unknown key needs ``size`` (it is then created in host
-        memory first, as a trace's not-yet-seen object). :class:`PoolExhausted` where nothing
+        memory first, as a trace's not-yet-seen object); a known one keeps its record's size (a
+        ``size`` given is checked, then not used). :class:`PoolExhausted` where nothing
         can be evicted for it: every other object pinned or still in flight (a prefetch does not
         wait for other prefetches to land; nothing is changed)."""
         key = as_key(key, "prefetch")
@@ -634,6 +641,8 @@ class Loop:
             self._end(o, write, defer_wt)
         if not tail:  # put: the caller writes the bytes first, then runs the phases below
             return need == 0
+        if self._landing or self._releases:
+            self._retire()  # (what landed while the access waited: see access())
         if self._due is not None:  # (after a bypass too, as access() does)
             self._evict_due(key)
         if self._prefetcher is not None:  # after a streamed access too: a prefetcher that
@@ -857,6 +866,11 @@ class Loop:
         """The prefetch policy's keys after the access of ``key``, each prefetched (but
         ``skip``)."""
         assert self._prefetcher is not None
+        if self._landing or self._releases:
+            # the prefetcher and its do-no-harm walk see what landed while the access waited
+            # as on the device and evictable (as _prefetch_steps will): else an object used
+            # sooner, still counted in flight, was passed over by the walk and then evicted
+            self._retire()
         try:
             keys = _keys_of(self._prefetcher.prefetch(self.view, key), "prefetch")
         except PolicyError:  # the eviction policy's, met through the view (its eviction_order)
@@ -872,13 +886,13 @@ class Loop:
                     break  # a prefetch is a hint: no room now, the access stands
 
     def _prefetch_steps(self, key: int, size: int | None) -> Generator[EvictionRequest, int, bool]:
-        if key not in self._objs:  # the caller's fault is refused before anything is told or done
-            if size is None:
-                if self._forget and key in self._seen:
-                    raise ConfigError(f"prefetch: the pool forgot object {key!r} when it left the "
-                                      "device (forget_evicted=True); pass its size")
-                raise UnknownKey(key, "prefetch")
-            _check_request("prefetch", True, key, size)
+        if size is not None:  # the caller's fault is refused before anything is told or done
+            _check_request("prefetch", True, key, size)  # (a known key's record keeps its size)
+        elif key not in self._objs:
+            if self._forget and key in self._seen:
+                raise ConfigError(f"prefetch: the pool forgot object {key!r} when it left the "
+                                  "device (forget_evicted=True); pass its size")
+            raise UnknownKey(key, "prefetch")
         if self._owed:
             self._settle()
         self._retire()

@@ -113,6 +113,19 @@ def test_a_prefetch_of_a_new_object_checks_its_key_and_size(key, size) -> None:
     assert len(p) == 0
 
 
+@pytest.mark.parametrize("size", [-5, 0, 2.5, True, 2**60])
+def test_a_prefetch_of_a_known_object_checks_the_size_it_is_given(size) -> None:
+    """A known key keeps its record's size, but a size given is still checked: -5 bytes was
+    accepted silently (an audit's case)."""
+    p = Pool(1000, LRU())
+    p.access(1, 100)
+    p.access(2, 1000)  # 1 evicted
+    with pytest.raises(ConfigError, match="needs a size"):
+        p.prefetch(1, size)
+    assert p.state(1) == "host"
+    assert p.prefetch(1, 300) and p.view.info(1).size == 100  # (a valid size: the record's counts)
+
+
 def test_a_bool_is_no_victim() -> None:
     p = _full()
     g = p.steps(50, 100)

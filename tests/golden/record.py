@@ -48,7 +48,14 @@ driven by ``prefetch()`` calls kept a landed object in flight until its next mis
 object its policy had given up was evicted one access later than in a pool with a prefetcher
 (``script/gdsf-bytes-h100``: call 211 onwards), and the prefetch and joint environments'
 observations after a hit showed landed copies in flight (``prefetch/access-a100``,
-``joint/access-a100``); nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+``joint/access-a100``); nothing else. Re-recorded (``pool``, 2026-12-07) when the copies that
+land while a miss waits for its own became resident before the prefetcher is asked (the
+do-no-harm walk had passed over such an object as in flight, and its policy then evicted it
+for a prefetch of an object used later): ``prefetch/stride,degree=4,confirm=0/s3fifo-h100``
+(misses 848 -> 846, prefetches evicted unused 874 -> 868, stall 7.74 -> 7.71 ms),
+``prefetch/markov,depth=3,width=2/s3fifo-h100`` (one victim, the same statistics) and two
+scripted runs (``script/gdsf-bytes-h100``: a landed prefetch evicted one call sooner;
+``script/lru-arena-h200-markov``: one prefetch more evicted unused); nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
