@@ -73,9 +73,11 @@ class PrefetchTiming:
     def due(ahead_ns: int, next_ns: int, lead_ns: int) -> bool:
         """Whether a prefetch must start now: ``ahead_ns`` of compute lie before the use,
         ``next_ns`` of them before the next decision point, and the copy needs ``lead_ns``
-        (its queue included). Without compute ahead (``ahead_ns == next_ns == 0``) every copy
-        is due: nothing can hide it, the earliest start is best."""
-        return ahead_ns - next_ns <= lead_ns
+        (its queue included): due once the compute left after the next decision point no
+        longer covers it (where it covers it exactly, the copy started there still lands in
+        time). Without compute ahead (``ahead_ns == next_ns == 0``) every copy is due: nothing
+        can hide it, the earliest start is best."""
+        return ahead_ns - next_ns < lead_ns or ahead_ns <= 0
 
     def due_keys(self, view: PoolView, accessed: int, uses: Iterable[tuple[int, int, int, int]],
                  depth: int, max_size: int) -> list[int]:
