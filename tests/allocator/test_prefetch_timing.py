@@ -50,7 +50,8 @@ def test_timing_rule_and_feedback() -> None:
     pool = Pool(4 * KIB4, LRU(), cost="a100_pcie4", placement="bytes")
     t = PrefetchTiming()
     assert t.lead_ns(pool.view, 7, KIB4) == COPY
-    assert t.due(ahead_ns=COPY, next_ns=0, lead_ns=COPY)  # waiting would be late
+    assert t.due(ahead_ns=COPY - 1, next_ns=0, lead_ns=COPY)  # waiting would be late
+    assert not t.due(ahead_ns=COPY, next_ns=0, lead_ns=COPY)  # started then, it lands in time
     assert not t.due(ahead_ns=3 * COPY, next_ns=COPY, lead_ns=COPY)  # the next point is in time
     assert t.due(0, 0, 0)  # no compute ahead: as early as possible
     pool.access(1, KIB4, True)
@@ -323,3 +324,51 @@ def test_the_largest_margin_is_kept_exactly_as_margins_grow_shrink_and_are_forgo
         t.feedback(view, 0, int(rng.integers(0, 20)))  # type: ignore[arg-type]
         assert t.max_margin() == max(t.margin.values(), default=0)
     assert len(t.margin) == 8
+
+
+def test_a_prefetch_that_landed_while_a_miss_waited_counts_as_resident_for_the_next_decision() -> None:
+    """Object 4 is prefetched after row 5; the demand miss of row 6 waits past its landing.
+    The prefetcher asked after row 6 must see 4 on the device: before, 4 still counted as in
+    flight, the do-no-harm walk passed over it as unevictable and let the prefetch of 2 (used
+    at row 8) through, and LFU then evicted 4 (used at row 7) for it -- a prefetch wasted and a
+    miss more (an audit's case)."""
+    from cachegym.policies.registry import make_eviction, make_prefetch
+
+    rows = [(4, 200000), (5, 383502), (3, 200000), (2, 400000), (3, 200000), (5, 383502),
+            (0, 4096), (4, 200000), (2, 400000)]
+    tr = Trace.from_arrays(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]))
+    seen: dict[int, int] = {}
+
+    class Spy(LookaheadPrefetcher):
+        def prefetch(self, view, key):  # type: ignore[no-untyped-def]
+            if view.tick == 7:  # (after row 6: the seventh access)
+                seen[4] = view.objects[4].state
+            return super().prefetch(view, key)
+
+    events: list[tuple[int, str, int]] = []
+    pool = Pool(1079869, make_eviction("lfu"), prefetcher=Spy(tr), cost="h100_pcie5",
+                hook=lambda e: events.append((e["tick"], e["event"], e["key"])))
+    st = pool.replay(tr)
+    assert seen == {4: DEVICE}
+    assert (6, "evict", 4) not in events and (7, "hit", 4) in events  # (hook ticks: rows)
+    assert st.useless_prefetches == 0 and st.misses == 5
+    lru = Pool(1079869, make_eviction("lru"), prefetcher=make_prefetch("lookahead", trace=tr),
+               cost="h100_pcie5").replay(tr)
+    assert lru.misses == 5 and lru.useless_prefetches == 0
+
+
+@pytest.mark.parametrize(("compute", "after_row"), [(8019, 3), (8020, 4), (8021, 4)])
+def test_a_copy_the_compute_ahead_covers_exactly_starts_at_the_last_point_in_time(
+        compute: int, after_row: int) -> None:
+    """1 KB objects copy in 8,020 ns under h100_pcie5; object 1, evicted by row 2, is used at
+    row 5. Started after row 4 its copy lands when row 5 begins if row 4's compute is 8,020 ns
+    or more: row 4 is then the last point in time, and the copy starts there (it started one
+    decision early where the compute covered it exactly)."""
+    keys = [1, 2, 3, 3, 3, 1]
+    tr = Trace.from_arrays(np.array(keys), 1000, compute_ns=np.array([0, 0, 0, 10000, compute, 0]))
+    events: list[tuple[int, str]] = []
+    pool = Pool(2000, LRU(), prefetcher=LookaheadPrefetcher(tr), cost="h100_pcie5",
+                hook=lambda e: events.append((e["tick"], e["event"])))
+    st = pool.replay(tr)
+    assert [t for t, ev in events if ev == "prefetch"] == [after_row]
+    assert st.late_prefetches == 0 and st.stall_ns == 3 * 8020
