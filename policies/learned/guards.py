@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import numbers
 from collections.abc import Collection, Iterable, Sequence
 from enum import Enum
@@ -29,12 +30,13 @@ __all__ = ["Guard", "LRUGuard", "ShadowGuard", "GuardName", "GUARD_NAMES", "make
 
 def _numbers(owner: str, optional: tuple[str, ...] = (), **values: Any) -> None:
     """Refuse (:class:`ConfigError` naming ``owner`` and the parameter) a value that is not a
-    real number, or ``None`` where the parameter is not ``optional``."""
+    finite real number (a rule that never applies is ``None`` where it may be), or ``None``
+    where the parameter is not ``optional``."""
     for name, v in values.items():
         if v is None and name in optional:
             continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise ConfigError(f"{owner}: {name} must be a number"
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ConfigError(f"{owner}: {name} must be a finite number"
                               f"{' or None' if name in optional else ''}, got {v!r}")
 
 
@@ -119,6 +121,13 @@ class Guard:
                 f">= 0, max_backoff >= 1 windows and abort >= 0 hits (or None); got "
                 f"window={window!r}, margin={margin!r}, s3fifo_margin={s3fifo_margin!r}, "
                 f"max_backoff={max_backoff!r}, abort={abort!r}")
+        if not (float(window).is_integer() and float(max_backoff).is_integer()):
+            raise ConfigError(f"{type(self).__name__}: window (accesses) and max_backoff "
+                              f"(windows) must be whole numbers; got window={window!r}, "
+                              f"max_backoff={max_backoff!r}")
+        if not isinstance(s3fifo, bool):
+            raise ConfigError(f"{type(self).__name__}: s3fifo (whether S3-FIFO is an expert) "
+                              f"must be a bool, got {s3fifo!r}")
         self.window, self.margin, self.max_backoff = int(window), float(margin), int(max_backoff)
         self.s3fifo_margin = float(s3fifo_margin)
         self.abort = max(16.0, 4 * self.margin * self.window) if abort is None else float(abort)

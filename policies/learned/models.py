@@ -144,9 +144,11 @@ class Expert:
         self._stats = pool.stats
 
     def _evicted(self, key: int) -> None:
-        """The shadow gave ``key`` up: pending if the guarded pool tracks it."""
+        """The shadow gave ``key`` up: pending if the guarded pool tracks it and follows this
+        expert at times (one only measured is never told the guarded pool's evictions, which
+        clear ``_pending``: it grew by every object it gave up while the pool held it)."""
         view = self._view
-        if view is not None and view.is_resident(key):
+        if self.followed and view is not None and view.is_resident(key):
             self._pending[key] = None
             self._gave[key] = None
 
@@ -209,13 +211,21 @@ class Expert:
         """The guarded pool brought ``key`` in without a request (a prefetch): the shadow pool
         sees it as a request (not counted in ``hits``); for the objective ``stall``, as a
         prefetch (an asynchronous copy under the shadow's clock, whose lateness, or eviction
-        before use, the later request pays in the shadow as in the guarded pool)."""
+        before use, the later request pays in the shadow as in the guarded pool); for
+        ``traffic`` the bytes it copies count in ``gain``, as the guarded pool's prefetches count
+        in its own cost (else the guard charged them to its hand-overs)."""
         if self.objective == "stall":
             with contextlib.suppress(PoolExhausted):  # (a hint: nothing evictable there now)
                 self.pool.prefetch(key, size)  # type: ignore[union-attr]
             return
         self._prefetches += 1
-        self._access(key, size, False, kind=kind)
+        if self.objective == "traffic":  # (its copy is the shadow's traffic, as the pool's is)
+            st = self._stats
+            before = st.traffic_bytes
+            self._access(key, size, False, kind=kind)
+            self.gain -= st.traffic_bytes - before
+        else:
+            self._access(key, size, False, kind=kind)
 
     def prefetch(self, prefetch_for: Callable[[PoolView, int], Any], key: int) -> None:
         """The shadow starts the prefetches ``prefetch_for(view, key)`` names for its own pool
