@@ -54,6 +54,13 @@ class LIRS(ShadowPolicy):
         self.lirs_count = self.hirs_count = self.nonresident = 0
         self.occupied = 0  # bytes the model holds
         self.cap = self.lirs_limit = self.hirs_limit = -1
+        # the resident HIR entries of S that are not on Q (libCacheSim's uncounted objects: see
+        # the module's docstring), in S's order: only a hit on an HIR object in Q alone makes
+        # one (:meth:`_hit_resident_hir_in_q`), and it stays where it is in S until it leaves S
+        # or a hit makes it LIR. Kept so that :meth:`_fallback` does not read all of S to find
+        # none (it did for each prefetch decision and each victim asked beyond the model's
+        # drops: a time per decision that grew with S, i.e. with the trace)
+        self._uncounted: dict[int, None] = {}
 
     # ---------------------------------------------------------------- ShadowPolicy
     def _setup(self, capacity: int) -> None:
@@ -70,7 +77,7 @@ class LIRS(ShadowPolicy):
     def _fallback(self) -> Iterable[int]:
         # first the resident HIR objects libCacheSim holds without counting them (on S, not on
         # Q), then Q from its oldest, then S from its bottom
-        yield from (k for k, e in self.S.items() if e.resident and not e.lir and k not in self.Q)
+        yield from self._uncounted
         yield from self.Q
         yield from (k for k, e in self.S.items() if e.lir)
 
@@ -168,6 +175,8 @@ class LIRS(ShadowPolicy):
     def _s_pop(self, key: int) -> _Entry:
         e = self.S.pop(key)
         self.s_bytes -= e.size
+        if self._uncounted:
+            self._uncounted.pop(key, None)
         return e
 
     def _prune(self) -> None:
@@ -194,6 +203,8 @@ class LIRS(ShadowPolicy):
         while self.lirs_count + e.size > self.lirs_limit and self.S:
             self._evict_lir()
         e.lir = True
+        if not in_q and self._uncounted:
+            self._uncounted.pop(key, None)
         self.lirs_count += e.size
         self.occupied += e.size
 
@@ -202,6 +213,8 @@ class LIRS(ShadowPolicy):
         while self.lirs_count + size > self.lirs_limit and self.S:
             self._evict_lir()
         self._s_push(key, _Entry(False, True, size))
+        if key not in self.Q:  # (the demotions pushed it out of Q: held uncounted)
+            self._uncounted[key] = None
 
     def _evict_lir(self) -> None:
         k, e = next(iter(self.S.items()))
