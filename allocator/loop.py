@@ -358,6 +358,9 @@ class Loop:
         ``compute_ns`` advances the clock after the access (the consumer's compute). Without a
         backend a miss takes the request's size (as libCacheSim); with one, ``size`` must be the
         bytes the object holds (:class:`ConfigError` otherwise: :meth:`put` stores new bytes).
+        A :class:`BackendError` naming another object (its prefetch or write-back, found failed
+        when its time came while this access waited) can come after this access happened: the
+        access stands, and the named object is where the message says, with its bytes.
         """
         if type(key) is not int:
             key = as_key(key, "access")

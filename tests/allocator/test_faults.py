@@ -465,3 +465,30 @@ def test_a_failed_write_through_copy_takes_back_no_write_back() -> None:
     assert st.writebacks == 0 and st.evictions == 0 and st.bytes_d2h == 0
     p._check()
     p.close()
+
+
+def test_a_failed_prefetch_found_while_another_miss_waited_loses_nothing() -> None:
+    """A prefetch that failed is found when it lands, at the end of a miss of another object
+    that waited for its own copy: raised (typed, naming the prefetched object) after that
+    access happened. The access stands and is counted once; both objects keep their bytes."""
+    be = FaultyBackend()
+    p = Pool(3 * B, cost="a100_pcie4", backend=be)
+    data = {k: _data(k) for k in (1, 2, 3, 4)}
+    for k in (1, 2, 3, 4):  # 1 is evicted and written back
+        p.put(k, data[k])
+    p.flush()
+    be.arm("h2d", key=1)
+    assert p.prefetch(1)  # evicts 2 for it; its copy is in flight
+    assert p._objs[1].state == H2D and p.state(2) == "host"
+    accesses = p.snapshot().accesses
+    errors = _ops(p, lambda: p.get(2))  # a miss: its copy queues behind 1's, which lands first
+    assert [(e.key, e.direction) for e in errors] == [(1, "h2d")]
+    assert "object 1" in str(errors[0]) and "host memory" in str(errors[0])
+    assert p.snapshot().accesses == accesses + 1  # the access of 2 happened
+    assert p.state(2) == "device" and p.state(1) == "host"
+    assert p.get(2).tobytes() == data[2].tobytes()  # a hit now
+    assert p.snapshot().accesses == accesses + 2
+    assert p.get(1).tobytes() == data[1].tobytes()
+    assert set(p.policy.order()) == _tracked(p)  # type: ignore[attr-defined]
+    p._check()
+    p.close()
