@@ -182,7 +182,7 @@ class SuccessorPredictor:
             # preceding accesses match this one's best, the nearest one period back first
             cands, off = self._anchors(key, p, past, seq)
             if cands:
-                q = max(cands, key=lambda q: (self._match(p, q), -abs(p - q - self._period)))
+                q = self._best(p, cands)
                 if past is None:  # this run's new objects succeed those of the past run
                     for j in range(off, -1, -1):
                         self._succeed(hist[q - j - base], hist[p - j - base] if j else key)
@@ -264,18 +264,40 @@ class SuccessorPredictor:
         origin[key] = old
         self._root[key] = self._root.get(old, old)
 
-    def _match(self, p: int, q: int) -> int:
-        """How many of the ``_CONTEXT`` accesses before position ``p`` are those before ``q``
-        (the same key, its successor by alias, or both first accesses)."""
-        hist, first, alias, base = self._hist, self._first, self._alias, self._base
-        n = 0
+    def _best(self, p: int, cands: list[int]) -> int:
+        """The candidate ``q`` whose ``_CONTEXT`` preceding accesses match those before position
+        ``p`` most (the same key, its successor by alias, or both first accesses), the nearest
+        one period back among equals, the first listed among those (as ``max`` would). The
+        context before ``p`` is read once; a candidate that cannot beat the best is not
+        compared."""
+        hist, first, origin, base = self._hist, self._first, self._origin, self._base
+        period = self._period
+        # the accesses before p, nearest first: (key, the past object it succeeds -- y with
+        # alias[y] == key, _origin being _alias's inverse --, whether it was a first access)
+        ctx = []
         for j in range(1, _CONTEXT + 1):
-            a, b = p - j - base, q - j - base
-            if b < 0:
+            a = p - j - base
+            if a < 0:
                 break
-            x, y = hist[a], hist[b]
-            n += x == y or alias.get(y) == x or (first[a] and first[b])
-        return n
+            x = hist[a]
+            ctx.append((x, origin.get(x), first[a]))
+        best, best_n, best_d = cands[0], -1, 0
+        for q in cands:
+            d = abs(p - q - period)
+            if best_n == _CONTEXT and d >= best_d:
+                continue  # (no candidate matches more)
+            n = 0
+            b = q - base
+            for x, ox, fa in ctx:
+                b -= 1
+                if b < 0:
+                    break
+                y = hist[b]
+                if x == y or y == ox or (fa and first[b]):
+                    n += 1
+            if n > best_n or (n == best_n and d < best_d):
+                best, best_n, best_d = q, n, d
+        return best
 
     def _trim(self) -> None:
         """Forget all but the last ``memory`` accesses."""
