@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import cython
 import numpy as np
 
 from cachegym.allocator.errors import ConfigError
@@ -264,6 +265,10 @@ class SuccessorPredictor:
         origin[key] = old
         self._root[key] = self._root.get(old, old)
 
+    @cython.locals(p=cython.Py_ssize_t, q=cython.Py_ssize_t, d=cython.Py_ssize_t, b=cython.Py_ssize_t,
+                   a=cython.Py_ssize_t, j=cython.Py_ssize_t, base=cython.Py_ssize_t,
+                   period=cython.Py_ssize_t, n=cython.int, best_n=cython.int,
+                   best_d=cython.Py_ssize_t, best=cython.Py_ssize_t, hist=list, first=list)
     def _best(self, p: int, cands: list[int]) -> int:
         """The candidate ``q`` whose ``_CONTEXT`` preceding accesses match those before position
         ``p`` most (the same key, its successor by alias, or both first accesses), the nearest
