@@ -102,8 +102,11 @@ class Guard:
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01,
                  objective: str = "traffic") -> None:
-        _numbers(type(self).__name__, ("abort",), window=window, margin=margin,
-                 max_backoff=max_backoff, abort=abort, s3fifo_margin=s3fifo_margin)
+        _numbers(type(self).__name__, window=window, margin=margin, max_backoff=max_backoff,
+                 s3fifo_margin=s3fifo_margin)
+        if abort is not None and (isinstance(abort, bool) or not isinstance(abort, numbers.Real)):
+            raise ConfigError(f"{type(self).__name__}: abort must be a number of hits (inf: "
+                              f"never abort a trial) or None (the default), got {abort!r}")
         if objective not in self._OBJECTIVES:
             raise ConfigError(f"{type(self).__name__}: objective must be one of "
                               f"{self._OBJECTIVES}, got {objective!r}")
@@ -118,7 +121,8 @@ class Guard:
                 and (abort is None or abort >= 0)):
             raise ConfigError(
                 f"{type(self).__name__}: window must be >= 1 accesses, margin and s3fifo_margin "
-                f">= 0, max_backoff >= 1 windows and abort >= 0 hits (or None); got "
+                f">= 0, max_backoff >= 1 windows and abort >= 0 hits (inf: never; None: "
+                f"the default); got "
                 f"window={window!r}, margin={margin!r}, s3fifo_margin={s3fifo_margin!r}, "
                 f"max_backoff={max_backoff!r}, abort={abort!r}")
         if not (float(window).is_integer() and float(max_backoff).is_integer()):
