@@ -417,9 +417,10 @@ class Loop:
             if compute_ns:
                 self.cost.compute(compute_ns)
             return True
-        if not self._fast_read:
+        if self._hook is not None:
             return self._drive(self._access_steps(key, size, write, kind, compute_ns))
-        # _access_steps' phases without its generator (there is no prefetcher to ask)
+        # _access_steps' phases without its generator (the policy answers the evictions: those
+        # of a prefetch too, _drive running the prefetch phase alone)
         o, need, old_size = self._begin(key, size, kind, write)
         if need > 0:
             place = self._place
@@ -442,6 +443,8 @@ class Loop:
             self._retire()
         if self._due is not None:
             self._evict_due(key)
+        if self._prefetcher is not None:  # after a streamed access too (see _access_steps)
+            self._drive(self._prefetches(o, need >= 0))
         if self._clean_ahead:
             self._clean(key)
         if compute_ns:
@@ -624,7 +627,7 @@ class Loop:
     # evicting through _make_room while it does not fit), _insert (fetch or allocate), _end
     # (recency, dirty, write-through), then prefetches and compute. _access_steps is the
     # generator form (an outside driver answers the evictions); access() runs the same phases
-    # without a generator when there is no prefetcher (the policy answers the evictions).
+    # without a generator (the policy answers the evictions), the prefetch phase through _drive.
     def _access_steps(self, key: int, size: int, write: bool, kind: int, compute_ns: int,
                       defer_wt: bool = False, tail: bool = True
                       ) -> Generator[EvictionRequest, int, bool]:
