@@ -405,13 +405,16 @@ class SuccessorPredictor:
             yield found[j]
             j += 1
 
+    @cython.locals(i=cython.Py_ssize_t, hi=cython.Py_ssize_t, hist=list, clock=list,
+                   sizes=list, alias=dict, seen=set)
     def _walk_on(self, w: list[Any]) -> bool:
         """The walk ``w`` (:meth:`_uses`) finds its next distinct object, if any."""
         i, hi, seen, base = w[1], w[2], w[3], w[5]
         hist, clock, alias, sizes = self._hist, self._clock, self._alias, self._sizes
         while i < hi:
             z = hist[i]
-            z = alias.get(z, z)
+            if alias:
+                z = alias.get(z, z)
             i += 1
             if z not in seen:
                 seen.add(z)
