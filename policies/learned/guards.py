@@ -28,16 +28,19 @@ if TYPE_CHECKING:
 __all__ = ["Guard", "LRUGuard", "ShadowGuard", "GuardName", "GUARD_NAMES", "make_guard"]
 
 
-def _numbers(owner: str, optional: tuple[str, ...] = (), **values: Any) -> None:
+def _numbers(owner: str, optional: tuple[str, ...] = (), infinite: tuple[str, ...] = (),
+             **values: Any) -> None:
     """Refuse (:class:`ConfigError` naming ``owner`` and the parameter) a value that is not a
-    finite real number (a rule that never applies is ``None`` where it may be), or ``None``
-    where the parameter is not ``optional``."""
+    finite real number (a rule that never applies is ``None`` where it may be; a parameter in
+    ``infinite`` may be any real number, ``inf`` included, its range checked by the caller), or
+    ``None`` where the parameter is not ``optional``."""
     for name, v in values.items():
         if v is None and name in optional:
             continue
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise ConfigError(f"{owner}: {name} must be a finite number"
-                              f"{' or None' if name in optional else ''}, got {v!r}")
+        if (isinstance(v, bool) or not isinstance(v, numbers.Real)
+                or not (name in infinite or math.isfinite(v))):
+            raise ConfigError(f"{owner}: {name} must be a {'' if name in infinite else 'finite '}"
+                              f"number{' or None' if name in optional else ''}, got {v!r}")
 
 
 def _rule(name: str, value: float | None, unit: str, after: float,
@@ -45,7 +48,7 @@ def _rule(name: str, value: float | None, unit: str, after: float,
     """A ShadowGuard rule's threshold ``name`` (``value``: a number >= 0 in ``unit``, or None:
     the rule never applies) and its ``<name>_after`` (a number >= 0 in ``after_unit``), as
     floats; :class:`ConfigError` naming both otherwise."""
-    _numbers("ShadowGuard", (name,), **{name: value, f"{name}_after": after})
+    _numbers("ShadowGuard", (name,), (), **{name: value, f"{name}_after": after})
     if not ((value is None or value >= 0) and after >= 0):
         raise ConfigError(f"ShadowGuard: {name} ({unit}, or None: never) and {name}_after "
                           f"({after_unit}) must be >= 0; got {name}={value!r}, "
@@ -102,11 +105,8 @@ class Guard:
     def __init__(self, window: int = 4096, margin: float = 0.003, max_backoff: int = 16,
                  abort: float | None = None, s3fifo: bool = True, s3fifo_margin: float = 0.01,
                  objective: str = "traffic") -> None:
-        _numbers(type(self).__name__, window=window, margin=margin, max_backoff=max_backoff,
-                 s3fifo_margin=s3fifo_margin)
-        if abort is not None and (isinstance(abort, bool) or not isinstance(abort, numbers.Real)):
-            raise ConfigError(f"{type(self).__name__}: abort must be a number of hits (inf: "
-                              f"never abort a trial) or None (the default), got {abort!r}")
+        _numbers(type(self).__name__, ("abort",), ("abort",), window=window, margin=margin,
+                 max_backoff=max_backoff, abort=abort, s3fifo_margin=s3fifo_margin)
         if objective not in self._OBJECTIVES:
             raise ConfigError(f"{type(self).__name__}: objective must be one of "
                               f"{self._OBJECTIVES}, got {objective!r}")
