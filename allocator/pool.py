@@ -92,6 +92,10 @@ def _as_array(key: int, data: Any) -> np.ndarray:
 
         t = data.detach().contiguous().reshape(-1)
         return np.asarray(t.view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8))
+    if isinstance(data, str) or (isinstance(data, np.ndarray) and data.dtype.kind == "U"):
+        raise ConfigError(f"put: object {key}: text ({type(data).__name__}) has no one byte "
+                          "encoding; pass its bytes as an array, e.g. "
+                          "np.frombuffer(s.encode(), np.uint8)")
     try:
         return np.ascontiguousarray(data)
     except Exception as e:  # (an object NumPy cannot take)

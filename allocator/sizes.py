@@ -51,6 +51,8 @@ def parse_size(value: Any, key: str = "capacity") -> int:
     if isinstance(value, str):
         m = _SIZE.match(value)
         unit = UNITS.get(m.group(3).lower()) if m else None
+        if m is None and _SIZE.match(value.strip().lstrip("-")):
+            raise ConfigError(f"{key}: {value!r} is negative; a size is bytes > 0 ({_EXAMPLES})")
         if m is None or unit is None:
             raise ConfigError(f"{key}: {value!r} is not a size; give bytes with an optional unit "
                               f"({_EXAMPLES}; units: KiB MiB GiB TiB, KB MB GB TB)")

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from cachegym.allocator.errors import TraceError
+from cachegym.allocator.errors import ConfigError, TraceError
 from cachegym.allocator.files import file_to_write, replace_atomically
 
 __all__ = ["Op", "Kind", "Trace", "INF", "MAX_SIZE", "MAX_TOTAL", "ZIP_MAGIC", "not_a_zip_archive",
@@ -163,8 +163,9 @@ class Trace:
         p = existing_trace_file(path)
         if not_a_zip_archive(p):
             raise TraceError("not an .npz trace (an .npz is a zip archive; this file is not one)", path=p,
-                             hint="for libCacheSim formats use cachegym.envs.workloads.read_trace(path, "
-                                  "format=...), or trace.format= in the configs")
+                             hint="a trace of another format (docs/TRACES.md): name it, as in "
+                                  "`cachegym sim PATH oracleGeneral ...`, trace.format= in the "
+                                  "configs, or read_trace(path, format=...) in Python")
         short = too_short_for_zip(p)
         if short is not None:
             raise TraceError(f"the file has only {short} bytes: empty or truncated, not an .npz trace",
@@ -244,8 +245,15 @@ class Trace:
 
     def window(self, start: int, stop: int) -> Trace:
         """Rows ``[start, stop)`` as a new trace (frees of objects created before ``start``
-        are dropped, since they name no object in the window)."""
-        sl = slice(start, stop)
+        are dropped, since they name no object in the window); ``stop`` past the end is the
+        end. Negative rows (not counted from the end) and ``start > stop`` are refused."""
+        if not (isinstance(start, (int, np.integer)) and isinstance(stop, (int, np.integer))
+                and not isinstance(start, bool) and not isinstance(stop, bool)
+                and 0 <= start <= stop):
+            raise ConfigError(f"window: rows {start!r}..{stop!r} of trace {self.name!r} are not a "
+                              f"range; pass 0 <= start <= stop (rows past {len(self)}, its length, "
+                              "are the end)")
+        sl = slice(int(start), int(stop))
         key, op = self.key[sl], self.op[sl]
         keep = np.ones(len(key), bool)
         if (op == Op.FREE).any():

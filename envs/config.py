@@ -259,9 +259,42 @@ def unknown_key(key: str, schema: type, argv: Sequence[str] | None = None) -> st
             return None
         names = {f.name for f in dataclasses.fields(t)}
         if part not in names:
-            return None if i == 0 else _unknown_key_message(key, ".".join(parts[:i]), names, why)
+            if i == 0:
+                return None if argv is None else _unknown_top_key(key, schema, names)
+            return _unknown_key_message(key, ".".join(parts[:i]), names, why)
         t = typing.get_type_hints(t).get(part)
     return None
+
+
+def _unknown_top_key(key: str, schema: type, names: set[str]) -> str | None:
+    """``key``'s first part is no top-level field of ``schema`` (``capacity=...``): the message,
+    with the closest field of any typed section (``eval.capacities``), for a key on the
+    command line; ``None`` for a config group (``experiment=quick``, ``hydra/...``: Hydra
+    reads those) or a key of Hydra's. Hydra refuses such a key too, with advice to add it with
+    ``+``, where nothing would read it."""
+    import dataclasses
+    import difflib
+    import typing
+
+    from cachegym.envs.paths import CONF_DIR
+
+    top = key.split(".", 1)[0]
+    if top.startswith(("hydra", "~")) or "/" in top or os.path.isdir(os.path.join(CONF_DIR, top)):
+        return None
+    known: dict[str, str] = {}  # a field's name -> its dotted key (top-level fields first)
+    hints = typing.get_type_hints(schema)
+    for n in sorted(names):
+        known.setdefault(n, n)
+    for n in sorted(names):
+        t = hints.get(n)
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            for f in dataclasses.fields(t):
+                known.setdefault(f.name, f"{n}.{f.name}")
+    last = key.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(last, sorted(known), 2)
+    hint = f"did you mean {' or '.join(known[c] for c in close)}? " if close else ""
+    return (f"{key}: unknown key; {hint}the top-level keys: "
+            f"{', '.join(sorted(n for n in names if not n.startswith('_')))}")
 
 
 def group_option(group: str, schema: type, argv: Sequence[str] = ()) -> tuple[str | None, bool]:

@@ -100,3 +100,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out.update(foo_s=worst_foo, pfoo_l_s=worst_pfoo, foo_met=worst_foo < FOO_TARGET_S,
                pfoo_l_met=worst_pfoo < PFOO_TARGET_S, at_target_sizes=not (foo_size or pfoo_size))
     return out
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py bounds ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["bounds", *sys.argv[1:]]))

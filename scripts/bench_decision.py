@@ -229,3 +229,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "learned_share_over_20us": over, "target_p99_us": 20.0,
             "target_met": {"decision": lp99 <= 20, "forward_pass": fp99 <= 20},
             "fixed_work": floor, "interruptions": gaps}
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py decision ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["decision", *sys.argv[1:]]))

@@ -420,3 +420,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"per step: env {p['env_us_per_step']:.0f} us of {p['learn_us_per_step']:.0f} us; learn()'s first "
               f"reset {p['first_reset_s']:.2f} s, without it {100 * p['env_share_after_first_reset']:.1f}%")
     return out
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py env ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["env", *sys.argv[1:]]))

@@ -142,3 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 if __name__ == "__main__" and sys.argv[1:2] == ["--child"]:
     root_, policy_, guard_, trace_, n_, cap_ = sys.argv[2:8]
     print(json.dumps(measure(root_, policy_, guard_, trace_, int(n_), float(cap_))))
+elif __name__ == "__main__":  # (the same as `python scripts/bench.py guard ...`)
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["guard", *sys.argv[1:]]))

@@ -128,3 +128,11 @@ def _per_object(args: argparse.Namespace) -> dict[str, Any]:
         out[name] = {"bytes_per_object": per, "req_per_s": n / dt}
         del pool, pol
     return out
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py guardmem ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["guardmem", *sys.argv[1:]]))

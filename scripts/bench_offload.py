@@ -278,3 +278,11 @@ def _overhead(args: argparse.Namespace, model: Any, batches: Any, fp: dict[str, 
 
 OVERHEAD_TARGET = 0.05
 """Issue #25's CPU target: with a budget above the footprint, offload's step at most 5% slower."""
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py offload ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["offload", *sys.argv[1:]]))

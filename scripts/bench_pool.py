@@ -193,3 +193,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       "   (method call + lock + dict lookup + move_to_end: the least a "
                       "thread-safe access costs)")
     return figures
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py pool ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["pool", *sys.argv[1:]]))

@@ -121,3 +121,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
           f"{met('dl')}; Zipf/scan target (<= 1% more traffic than the best heuristic): "
           f"{met('zipf_scan')}")
     return {"policy": path, "rows": rows, "verdict": v}
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py quality ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["quality", *sys.argv[1:]]))

@@ -182,3 +182,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"{'met' if summary['target_met'] else 'NOT met'}")
         figures["policies"][policy] = {"rows": rows, **summary}
     return figures
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py regret ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["regret", *sys.argv[1:]]))

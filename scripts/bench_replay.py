@@ -202,3 +202,11 @@ def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> d
     print(f"target (issue #22): every ratio >= {TARGET:g}: {'met' if low >= TARGET else 'NOT met'} "
           f"(lowest {low:.3f})")
     return figures
+
+
+if __name__ == "__main__":  # (the same as `python scripts/bench.py replay ...`)
+    import sys
+
+    from cachegym.scripts.bench import main
+
+    sys.exit(main(["replay", *sys.argv[1:]]))

@@ -257,6 +257,11 @@ def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
     ("evaluate", "eval.capacites=[0.1]", "eval.capacites: unknown key; did you mean eval.capacities?"),
     ("evaluate", "allocator.clean_ahed=0.1", "did you mean allocator.clean_ahead?"),
     ("train", "validation.capacites=[0.1]", "did you mean validation.capacities?"),
+    # a top-level key: Hydra's advice was to add it with +, which cachegym then refused
+    ("evaluate", "capacity=abc", "capacity: unknown key; did you mean eval.capacity_of or "
+                                 "eval.capacities?"),
+    ("evaluate", "+capacity=5", "capacity: unknown key"),
+    ("train", "progres=false", "progres: unknown key; did you mean progress?"),
 ])
 def test_a_misspelt_key_of_a_typed_section_is_named_before_hydra(
         cmd: str, override: str, want: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -238,6 +238,13 @@ def _capacity(value: Any) -> Any:
     return parse_capacity(value, "capacities") if isinstance(value, str) else value
 
 
+def _starts_with(t: Trace, v: Trace) -> bool:
+    """Whether trace ``v``'s requests (keys, sizes, ops) are ``t``'s first ones."""
+    n = len(v)
+    return 0 < n <= len(t) and all(np.array_equal(a[:n], b) for a, b in (
+        (t.key, v.key), (t.size, v.size), (t.op, v.op)))
+
+
 class EnvFactory:
     """``factory(i)`` builds training env ``i``: capacity ``capacities[i % n]``, seeded
     ``seed + i``, over all the training traces. The ``env`` config's :data:`RUNNER_KEYS` (how
@@ -543,6 +550,11 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
 
     check_capacities("capacities", list(cfg.capacities))  # named, before any work
     check_capacities("validation.capacities", list(cfg.validation.capacities))
+    cut = cfg.validation.get("max_requests")
+    if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int) or cut < 1):
+        raise ConfigError(f"validation.max_requests: {cut!r} is not a number of requests; give an "
+                          "int >= 1 (each validation trace cut to its first N requests) or null "
+                          "(whole traces)")
     seed = int(cfg.seed)
     hidden, ignore = _hidden(cfg.policy.hidden), _ignored(cfg.policy.ignore_features)  # before any work
     _check_outputs(cfg)
@@ -559,8 +571,33 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         raise ConfigError("traces: the list is empty; give at least one training trace")
     val = cfg.validation
     val_traces = load_trace_list(val.traces, "validation.traces")
+    if val.max_requests:
+        for t in val_traces:
+            if len(t) > val.max_requests:
+                log.info("validation: trace %s cut to its first %d of %d requests "
+                         "(validation.max_requests; null: whole)", t.name, val.max_requests, len(t))
+        val_traces = [t if len(t) <= val.max_requests else t.window(0, int(val.max_requests))
+                      for t in val_traces]
+    for v in val_traces:  # (allowed, but its figures are then no held-out figures: say so)
+        same = next((t for t in traces if _starts_with(t, v)), None)
+        if same is not None:
+            log.warning("validation trace %s is %s training trace %s: its validation figures "
+                        "are not held-out figures (validation.traces chooses traces never "
+                        "trained on)", v.name, "the" if len(same) == len(v) else "the start of",
+                        same.name)
+    env_node = cfg.env
+    K, rule = int(env_node.K), str(env_node.get("candidates", "lru"))
+    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
+    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
+    collector = Collector(factory, progress=bool(cfg.progress),
+                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")),
+                          prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None),
+                          prefetch_no_harm=bool(getattr(dagger_cfg, "prefetch_no_harm", True)),
+                          objective=str(env_node.get("reward", "traffic")))
+    prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     # an earlier run's outputs here: set aside (out/previous/), so that neither run's files mix
-    # nor a failed run loses the earlier ones (its recorded workloads stay: they are reused)
+    # nor a failed run loses the earlier ones (its recorded workloads stay: they are reused);
+    # after the envs are built, so that an env config they refuse leaves that run where it was
     from cachegym.policies.training.agents import ALGOS
 
     keep = [str(p) for p in (cfg.get("resume"), cfg.get("init_from")) if p]
@@ -573,23 +610,6 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     set_aside(out, ["config.yaml", "train.json", "results.csv", str(cfg.export_name), "checkpoints",
                     "tb", *(f"{a}.zip" for a in ALGOS)], keep=keep)
     write_config(cfg, out)
-    if val.max_requests:
-        for t in val_traces:
-            if len(t) > val.max_requests:
-                log.info("validation: trace %s cut to its first %d of %d requests "
-                         "(validation.max_requests; null: whole)", t.name, val.max_requests, len(t))
-        val_traces = [t if len(t) <= val.max_requests else t.window(0, int(val.max_requests))
-                      for t in val_traces]
-    env_node = cfg.env
-    K, rule = int(env_node.K), str(env_node.get("candidates", "lru"))
-    factory = EnvFactory(env_node, traces, list(cfg.capacities), seed)
-    dagger_cfg = getattr(agent, "dagger", None)  # (an RL agent's collector only normalises)
-    collector = Collector(factory, progress=bool(cfg.progress),
-                          teacher=str(getattr(dagger_cfg, "teacher", "belady_size")),
-                          prefetch_horizon=getattr(dagger_cfg, "prefetch_horizon", None),
-                          prefetch_no_harm=bool(getattr(dagger_cfg, "prefetch_no_harm", True)),
-                          objective=str(env_node.get("reward", "traffic")))
-    prefetch = prefetch_section(collector.envs[0])  # None: an eviction env
     alloc = cfg.allocator
     validator = Validator(val_traces, list(val.capacities), str(val.capacity_of),
                           os.path.join(out, "checkpoints"), K=K, candidate_rule=rule,

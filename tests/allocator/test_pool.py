@@ -1060,3 +1060,14 @@ def test_put_of_an_object_array_is_refused() -> None:
     with pytest.raises(ConfigError, match="an array of Python objects"):
         p.put(1, np.array([object()]))
     assert 1 not in p
+
+
+def test_put_of_text_is_refused() -> None:
+    """A ``str`` was stored as NumPy's UTF-32 array of it; ``bytes`` are raw bytes."""
+    p = Pool(64 * B, backend=NumpyBackend(threads=False))
+    for text in ("hello", np.array(["a", "b"])):
+        with pytest.raises(ConfigError, match="text .* has no one byte encoding"):
+            p.put(1, text)
+    assert 1 not in p
+    p.put(2, b"hi")
+    assert bytes(p.get(2)) == b"hi"

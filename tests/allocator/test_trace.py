@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from cachegym.allocator.errors import TraceError
+from cachegym.allocator.errors import ConfigError, TraceError
 from cachegym.allocator.trace import INF, Kind, Op, Trace
 
 R, W, F = int(Op.READ), int(Op.WRITE), int(Op.FREE)
@@ -243,6 +243,16 @@ def test_window_drops_frees_of_objects_created_before() -> None:
     # rows 3..6: 3 W, 2 F (2 created before the window: dropped), 1 F (dropped), 1 W
     assert w.key.tolist() == [3, 1] and w.op.tolist() == [W, W]
     assert w.step.tolist() == [3, 6]
+
+
+def test_a_window_that_is_no_range_is_refused() -> None:
+    """``window(0, -1)`` cut the last row as a slice does (``validation.max_requests=-1``),
+    ``window(5, 2)`` returned an empty trace."""
+    t = _trace()
+    for start, stop in ((0, -1), (-2, 3), (5, 2), (0.5, 3), (True, 3)):
+        with pytest.raises(ConfigError, match="are not a range"):
+            t.window(start, stop)  # type: ignore[arg-type]
+    assert len(t.window(0, 10**9)) == len(t) and len(t.window(3, 3)) == 0
 
 
 def test_with_sizes() -> None:

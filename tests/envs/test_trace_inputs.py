@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,16 @@ def test_a_share_in_scientific_notation_is_the_share_it_spells() -> None:
     assert parse_capacity("1e3") == 1000 and parse_capacity("2.5e9") == 2_500_000_000
     with pytest.raises(ConfigError, match="neither a whole number of bytes nor a fraction"):
         parse_capacity("15e-1")
+
+
+def test_a_negative_size_is_called_negative() -> None:
+    """``ActivationOffload("-1MiB")`` said "'-1MiB' is not a size" where ``cachegym sim``
+    said "is negative"."""
+    for value in ("-1MiB", "-5", "-1.5GiB"):
+        with pytest.raises(ConfigError, match=f"capacity: '{re.escape(value)}' is negative"):
+            parse_size(value)
+    with pytest.raises(ConfigError, match="'-x' is not a size"):
+        parse_size("-x")
 
 
 def test_the_largest_capacity_is_2_60() -> None:

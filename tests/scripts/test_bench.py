@@ -16,6 +16,17 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def test_each_bench_script_runs_as_its_bench_py_command() -> None:
+    """``python scripts/bench_replay.py --help`` printed nothing and exited 0 (no ``__main__``)."""
+    scripts = sorted((ROOT / "scripts").glob("bench_*.py"))
+    assert len(scripts) >= 10
+    for f in scripts:
+        name = f.stem.removeprefix("bench_")
+        r = subprocess.run([sys.executable, str(f), "--help"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and f" {name} [-h]" in r.stdout, (f.name, r.stdout, r.stderr)
+
+
 def test_missing_policy_file_is_one_line(tmp_path: Path) -> None:
     r = _bench("decision", "--policy", str(tmp_path / "none.npz"))
     assert r.returncode == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -323,20 +324,30 @@ def test_training_traces_record_each_workload_once_and_refuse_bad_entries(tmp_pa
     assert not (tmp_path / "bad").exists()
 
 
-def test_a_run_in_the_folder_of_an_earlier_one_sets_its_files_aside(tmp_path) -> None:
+def test_a_run_in_the_folder_of_an_earlier_one_sets_its_files_aside(tmp_path, monkeypatch) -> None:
     """A second run in the same out_dir wrote its config beside the first's policy (and, if it
-    failed, left them so: a mixed run); the first run's files move to out_dir/previous/."""
+    failed, left them so: a mixed run); the first run's files move to out_dir/previous/. A run
+    refused before any work (here: envs in which no eviction decision arises) leaves them."""
+    from cachegym.policies.training import train as train_mod
     from tests.scripts.test_sb3 import PPO_TINY
 
     first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path}"]))
     was = (tmp_path / "policy.npz").read_bytes()
     with pytest.raises(ConfigError, match="no eviction decision arose"):
         train(cfg_of([*TINY, "capacities=[1GiB]", f"out_dir={tmp_path}"]))
+    assert not (tmp_path / "previous").exists() and (tmp_path / "policy.npz").read_bytes() == was
+
+    def fail(*a, **k):
+        raise RuntimeError("failed while training")
+
+    monkeypatch.setattr(train_mod, "Validator", fail)  # (made after the outputs are set aside)
+    with pytest.raises(RuntimeError, match="failed while training"):
+        train(cfg_of([*TINY, "seed=7", f"out_dir={tmp_path}"]))
     (earlier,) = (tmp_path / "previous").iterdir()
     assert {"config.yaml", "train.json", "policy.npz", "ppo.zip"} <= {p.name for p in earlier.iterdir()}
     assert (earlier / "policy.npz").read_bytes() == was and first["sb3_model"].endswith("ppo.zip")
     assert not (tmp_path / "policy.npz").exists() and not (tmp_path / "ppo.zip").exists()
-    assert "1GiB" in (tmp_path / "config.yaml").read_text()  # the failed run's own config
+    assert "seed: 7" in (tmp_path / "config.yaml").read_text()  # the failed run's own config
 
 
 def test_imitation_with_validation_every_0_validates_its_last_round_only(tmp_path):
@@ -366,7 +377,13 @@ def test_a_refused_trace_leaves_an_earlier_runs_outputs_where_they_were(tmp_path
     (tmp_path / "policy.npz").write_bytes(b"earlier")
     for bad, match in ((["trace.path=nowhere.npz"], "trace.path: no such file 'nowhere.npz'"),
                        (["validation.traces=[{path: nowhere.npz}]"],
-                        r"validation.traces\[0\]: trace.path: no such file 'nowhere.npz'")):
+                        r"validation.traces\[0\]: trace.path: no such file 'nowhere.npz'"),
+                       # the env's own checks (were run after the earlier outputs had moved)
+                       (["env.K=0"], r"env \(the env config.*K must be"),
+                       (["env.window=0"], r"env \(the env config"),
+                       # (-1 cut each validation trace's last request; 0 meant "whole")
+                       (["validation.max_requests=-1"], r"validation.max_requests: -1 is not a number"),
+                       (["validation.max_requests=0"], r"validation.max_requests: 0 is not a number")):
         with pytest.raises(ConfigError, match=match):
             train(cfg_of([*TINY, *bad, f"out_dir={tmp_path}"]))
     assert sorted(os.listdir(tmp_path)) == ["policy.npz"]
@@ -383,3 +400,19 @@ def test_an_interrupted_imitation_names_its_checkpoints_folder(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt) as ei:
         train(cfg_of([*TINY, "agent=imitation", f"out_dir={tmp_path}"]))
     assert str(tmp_path / "checkpoints") in ei.value.resume_with  # type: ignore[attr-defined]
+
+
+def test_validation_on_a_training_trace_is_said(tmp_path, caplog):
+    """Validating on the training trace itself was silent: its figures are no held-out figures."""
+    from tests.scripts.test_sb3 import PPO_TINY
+
+    same = "{generator: zipf, seed: 2, params: {n_requests: 3000, n_objects: 300, size: 4096}}"
+    with caplog.at_level(logging.WARNING, logger="cachegym"):
+        train(cfg_of([*TINY, *PPO_TINY, f"validation.traces=[{same}]", "validation.max_requests=1000",
+                      f"out_dir={tmp_path}"]))
+    said = [r.getMessage() for r in caplog.records if "validation trace" in r.getMessage()]
+    assert len(said) == 1 and "is the start of training trace" in said[0], said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cachegym"):
+        train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'other'}"]))
+    assert not [r for r in caplog.records if "validation trace" in r.getMessage()]
