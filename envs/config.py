@@ -384,6 +384,82 @@ def _unknown_key_message(key: str, where: str, known: set[str], why: str = "") -
             f"{', '.join(sorted(n for n in known if not n.startswith('_')))}")
 
 
+def _typed_leaf(key: str, schema: type, argv: Sequence[str]) -> tuple[type, str] | None:
+    """``(section schema, key within it)`` where the dotted ``key`` is a field that dataclass
+    ``schema`` types all the way down -- a top-level ``Any`` section that a config group fills
+    (``env``, ``agent``) typed by the group's option that ``argv`` chooses, as
+    :func:`unknown_key` reads it --; ``None`` otherwise."""
+    import dataclasses
+    import typing
+
+    parts = key.split(".")
+    t: Any = schema
+    owner: tuple[type, int] = (schema, 0)
+    for i, part in enumerate(parts):
+        if i == 1 and t is Any:
+            t = group_schema(parts[0], group_option(parts[0], schema, argv)[0])
+            owner = (t, 1)
+        if not (isinstance(t, type) and dataclasses.is_dataclass(t)):
+            return None
+        if part not in {f.name for f in dataclasses.fields(t)}:
+            return None
+        t = typing.get_type_hints(t).get(part)
+    if t is Any:
+        return None
+    return owner[0], ".".join(parts[owner[1]:])
+
+
+def _mistyped(tok: str, key: str, schema: type, argv: Sequence[str]) -> str | None:
+    """Why the override ``tok`` gives its typed ``key`` a value of the wrong type or not one of
+    its choices (``seed=abc``, ``eval.mode=bogus``, ``env.K=abc``), read by Hydra's own
+    override parser and checked by OmegaConf against the schema, as Hydra would (whose
+    message, exit status 1, closed with a pointer to HYDRA_FULL_ERROR); ``None`` for anything
+    else (an interpolation, a sweep: Hydra reads those)."""
+    leaf = _typed_leaf(key, schema, argv)
+    if leaf is None:
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    section, sub = leaf
+    try:
+        o = OverridesParser.create().parse_override(tok)
+        if o.is_sweep_override():
+            return None
+        value = o.value()
+        if isinstance(value, str) and "${" in value:
+            return None
+        OmegaConf.update(OmegaConf.structured(section), sub, value, merge=True)
+    except Exception as e:  # (a grammar error too: Hydra's own message is then as clear)
+        if type(e).__name__ != "ValidationError":
+            return None
+        first = str(e).splitlines()[0]
+        return f"{tok}: {first} (the key {key} takes {_type_name(section, sub)})"
+    return None
+
+
+def _type_name(schema: type, key: str) -> str:
+    """The type of ``schema``'s field ``key`` in words (``an int``, ``one of bytes, objects``)."""
+    import enum
+    import typing
+
+    t: Any = schema
+    for part in key.split("."):
+        t = typing.get_type_hints(t)[part]
+    args = [a for a in typing.get_args(t) if a is not type(None)]
+    opt = len(args) == 1 and len(typing.get_args(t)) == 2
+    if opt:
+        t = args[0]
+    if typing.get_origin(t) is list:
+        words = "a list ('[a,b]')"
+    elif isinstance(t, type) and issubclass(t, enum.Enum):
+        words = "one of " + ", ".join(m.name for m in t)
+    else:
+        words = {int: "an int", float: "a number", bool: "true or false", str: "a string"}.get(
+            t, getattr(t, "__name__", str(t)))
+    return words + (" or null" if opt else "")
+
+
 def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     """Refuse, before Hydra reads them, the command-line overrides that give one value to a
     list-typed key (``eval.capacities=0.25``): Hydra's own message says that a float is not a
@@ -417,6 +493,8 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
         why = unknown_key(key, schema, argv)
         if why is None and key in ("out_dir", "hydra.run.dir"):
             why = _unmakeable_dir(key, os.path.expanduser(v))
+        if why is None and not tok.startswith("~"):
+            why = _mistyped(tok, key, schema, argv)
         if why is not None:
             print(f"{prog}: {why}", file=sys.stderr)
             raise SystemExit(2)

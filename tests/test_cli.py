@@ -248,7 +248,7 @@ def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
     assert {"eval.capacities", "eval.policies", "eval.prefetchers", "trace.paths"} <= list_keys(EvaluateConfig)
     assert {"capacities", "main.capacities", "policy.hidden", "validation.capacities"} <= list_keys(TrainConfig)
     assert "eval.mode" not in list_keys(EvaluateConfig) and "seed" not in list_keys(TrainConfig)
-    for ok in (["eval.capacities=[0.25]"], ["eval.capacities=null"], ["eval.capacities=${x}"],
+    for ok in (["eval.capacities=[0.25]"], ["eval.capacities=${x}"],
                ["-m", "eval.capacities=[0.1],[0.2]"], ["eval.mode=objects"]):
         check_list_overrides(ok, EvaluateConfig, "t")  # (returns: nothing refused)
 
@@ -266,6 +266,27 @@ def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
 def test_a_misspelt_key_of_a_typed_section_is_named_before_hydra(
         cmd: str, override: str, want: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Hydra refuses it too, but suggests adding it with ``+``, where nothing would read it."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([cmd, override])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert want in err and "HYDRA_FULL_ERROR" not in err
+
+
+@pytest.mark.parametrize("cmd, override, want", [
+    ("evaluate", "seed=abc", "seed=abc: Value 'abc' of type 'str' could not be converted to "
+                             "Integer (the key seed takes an int)"),
+    ("evaluate", "eval.mode=bogus", "expected one of [bytes, objects] (the key eval.mode takes "
+                                    "one of bytes, objects)"),
+    ("evaluate", "eval.capacities=null", "is not Optional (the key eval.capacities takes a list"),
+    ("train", "validation.max_requests=abc", "takes an int or null"),
+    ("train", "env.K=abc", "env.K=abc: Value 'abc'"),  # (a group's option: conf/env/evict.yaml)
+    ("train", "progress=maybe", "takes true or false"),
+])
+def test_a_value_of_the_wrong_type_is_named_before_hydra(
+        cmd: str, override: str, want: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra's message (exit status 1) ended in a pointer to HYDRA_FULL_ERROR; the other bad
+    overrides exit 2 with one line."""
     with pytest.raises(SystemExit) as e:
         cli.main([cmd, override])
     assert e.value.code == 2
