@@ -33,7 +33,7 @@ cdef class Loop:
     cdef public set _seen
     cdef public long long _clean_ahead
     cdef public bint _wrote
-    cdef public bint _deciding, _whole
+    cdef public bint _deciding, _whole, _closed
     cdef public object _event_thread, _event_over
     cdef public long long _n_waiting
     cdef object __weakref__

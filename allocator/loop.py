@@ -279,18 +279,26 @@ class Loop:
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",
                 "_fast_write", "_touch", "_on_hit", "_on_miss", "_admit", "_due", "_deciding", "_whole",
                 "_on_insert", "_on_evict", "_on_free", "_victim", "_event_thread", "_event_over",
-                "_n_waiting")
+                "_n_waiting", "_closed")
 
     def _refuse_while_deciding(self, op: str) -> None:
         """Under the lock: while this pool's :meth:`steps` generator waits for a victim, refuse
         (:class:`ConfigError`) a public operation of the thread that drives it (the half-done
-        event's counts would not survive it); another thread's waits until the event ends."""
+        event's counts would not survive it); another thread's waits until the event ends. A
+        closed pool used again takes its policy back first (:meth:`_reopen`)."""
+        if self._closed:
+            self._reopen(op)
         while self._deciding:
             if self._event_thread in (None, _current_thread()):
                 raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
                                   "EvictionRequest not answered yet); send it a victim or close "
                                   "the generator first")
             self._wait_event()
+
+    def _reopen(self, op: str) -> None:
+        """Under the lock: the pool was closed and ``op`` uses it again (a subclass takes back
+        what it gave up on closing: :meth:`Pool._reopen`)."""
+        self._closed = False
 
     def _wait_event(self) -> None:
         """Under the lock: wait (a while) for another thread's pending event to end. Re-checked
@@ -314,6 +322,7 @@ class Loop:
         self._lock = threading.RLock()
         self._acquire, self._release = self._lock.acquire, self._lock.release
         self._deciding = False  # a steps() generator waits for a victim (_make_room)
+        self._closed = False  # closed (Pool.close): its next use takes its policy back
         # the thread that last advanced it (its calls are refused; a thread, not its number: a
         # new thread may take the number of one that ended)
         self._event_thread: threading.Thread | None = None
@@ -369,7 +378,7 @@ class Loop:
             kind, compute_ns = _extras("access", kind, compute_ns)
         self._acquire()
         try:
-            if self._deciding:
+            if self._deciding or self._closed:
                 self._refuse_while_deciding("access")
             return self._access(key, size, write, kind, compute_ns)
         finally:

@@ -669,15 +669,39 @@ class Pool(Loop):
     def close(self) -> None:
         """Wait for every copy in flight, close the backend, and give up the policy and the
         prefetcher: another pool may be given them if they have a ``reset()``, which that pool
-        calls (they still hold this pool's state; one without is refused there)."""
+        calls (they still hold this pool's state; one without is refused there). A closed pool
+        used again takes them back, unless another pool has been given one of them since
+        (:class:`ConfigError`). Closing a closed pool does nothing."""
         with self._lock:
+            if self._closed:
+                return  # (closed already: nothing more to give up)
             self._refuse_while_deciding("close")
             try:
                 self._wait_all()
             finally:
                 _unclaim(_claimed(self._policy, self._prefetcher), self)
+                self._closed = True
                 if self.backend is not None:
                     self.backend.close()
+
+    def _reopen(self, op: str) -> None:
+        """A closed pool used again (``op``) takes its policy and prefetcher back, unless another
+        pool has been given one of them since (:class:`ConfigError`: their state now follows
+        that pool's objects, or was reset for it)."""
+        with _SERVING_LOCK:
+            for p in _claimed(self._policy, self._prefetcher):
+                ref = _SERVING.get(id(p))
+                other = None if ref is None else ref()
+                served = _SERVED.get(id(p))
+                since = served is not None and served[0]() is p and (
+                    served[1] is None or served[1]() is not self)
+                if (other is not None and other is not self) or since:
+                    raise ConfigError(
+                        f"{op}: this pool was closed, and its policy or prefetcher {p!r} has been "
+                        "given to another pool since (its state follows that pool's objects or "
+                        "was reset for it): make a new pool, with a new policy, to go on")
+        _claim(self._policy, self, False, self._prefetcher)
+        self._closed = False
 
     def __repr__(self) -> str:
         """What the pool is (budget, who decides, placement) and what it holds now."""
@@ -758,7 +782,7 @@ def _claim_one(policy: Any, pool: Pool, check_only: bool = False, what: str = "p
     it has one (a :class:`~policies.features.FeatureTracker`), in the ``check_only`` call each
     caller makes before the policy hears of anything, and refuses it otherwise. Keyed by
     the object (a copy, ``copy.deepcopy(p)``, is another: made before ``p``'s first use, it holds
-    nothing), and a closed pool that is used again is not stopped."""
+    nothing). A closed pool used again claims its policy anew (:meth:`Pool._reopen`)."""
     with _SERVING_LOCK:
         for attempt in (0, 1):
             ref = _SERVING.get(id(policy))

@@ -200,6 +200,35 @@ def test_a_policy_that_served_a_pool_is_refused_by_the_next_unless_it_resets(giv
             assert len(p) == 0 and b.replay(trace).misses == fresh
 
 
+def test_a_closed_pool_used_again_takes_its_policy_back_unless_another_pool_has_it() -> None:
+    """A closed pool went on deciding with a policy that another pool had been given since
+    (reset for that pool, or following its objects): two pools' decisions from one state."""
+    from cachegym.policies.features import FeatureTracker
+
+    trace = Trace.from_arrays([1, 2, 3, 4, 5, 1, 2, 6, 7, 1, 8, 9, 2, 3], [100] * 14)
+    want = Pool(400, LRU()).replay(trace).misses
+    a = Pool(400, LRU())
+    a.replay(trace.window(0, 7))
+    a.close()
+    a.close()  # (nothing more to give up)
+    assert a.replay(trace.window(7, 14)).misses == want  # taken back: as if never closed
+    t = FeatureTracker()
+    a = Pool(400, t)
+    a.replay(trace.window(0, 7))
+    a.close()
+    b = Pool(400, t)  # (reset for b)
+    calls = {"access": lambda: a.access(1, 100), "replay": lambda: a.replay(trace),
+             "free": lambda: a.free(1), "pin": lambda: a.pin(1), "prefetch": lambda: a.prefetch(1)}
+    for op, call in calls.items():
+        with pytest.raises(ConfigError, match=f"{op}: this pool was closed, and its policy or "
+                                              "prefetcher .* has been given to another pool since"):
+            call()
+    b.close()  # (and after b gave it up too: t's state is b's, not a's)
+    with pytest.raises(ConfigError, match="has been given to another pool since"):
+        a.access(1, 100)
+    assert b.replay(trace).misses == want and a.stats.accesses == 7
+
+
 @pytest.mark.parametrize("bad", [True, 1.0, np.float64(1.0), np.bool_(True), "1"])
 def test_a_key_that_only_hashes_like_an_int_reaches_no_object(bad: object) -> None:
     """``True`` and ``1.0`` hash and compare equal to ``1``: every entry point refuses them,
