@@ -150,6 +150,15 @@ class Arena(Placement):
         free = self.capacity - self.used
         return 0.0 if free == 0 else 1.0 - self.largest_free / free
 
+    def copy(self) -> Arena:
+        """A copy with its own free blocks: a model in which to place objects (a prefetcher's
+        do-no-harm walk, :class:`~allocator.prefetch_timing.VictimWalk`) without touching this
+        arena."""
+        a: Arena = Arena(0)
+        a.capacity, a.used = self.capacity, self.used
+        a._free, a._ends, a._by_size = dict(self._free), dict(self._ends), list(self._by_size)
+        return a
+
     def free_blocks(self) -> list[tuple[int, int]]:
         """``(offset, size)`` of every free block, by offset (for tests)."""
         return sorted(self._free.items())

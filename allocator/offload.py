@@ -248,6 +248,8 @@ class _Harm:
     def room_for(self, k: int) -> bool:
         """Whether ``k`` can be prefetched without evicting a tensor used before it (its room
         then counted as taken)."""
+        if self.victims.arena:  # (one block of the arena: VictimWalk.fits)
+            return self.victims.fits(self.view.size(k), self.used)
         need = (self.view.size(k) + ALIGN - 1) // ALIGN * ALIGN  # its blocks
         if self.free < need:
             got = self.victims.room(need - self.free, self.used)

@@ -23,7 +23,7 @@ at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError
 from cachegym.allocator.seams import AWAY
@@ -115,6 +115,7 @@ class PrefetchTiming:
         used: set[int] = set()  # those objects
         free = view.capacity - view.used  # the room the prefetches chosen so far leave
         victims = VictimWalk(view)  # the policy's next victims that room counts
+        arena = victims.arena  # (then the victims make blocks: VictimWalk.fits)
         out: list[int] = []
         objs = view.objects
         for k, ident, ahead, size in uses:
@@ -127,12 +128,16 @@ class PrefetchTiming:
             if o is None or k == accessed or o.state not in AWAY:
                 used.add(k)
                 continue
-            if free < size:
+            if arena:
+                if not victims.fits(size, used):
+                    break  # the policy would evict an object used before it
+            elif free < size:
                 got = victims.room(size - free, used)
                 if got < 0:
                     break  # the policy would evict an object used before it
                 free += got
-            free -= size
+            if not arena:
+                free -= size
             used.add(k)
             if instant or self.due(ahead, 0, queued + self.lead_ns(view, ident, size)):
                 out.append(k)
@@ -186,9 +191,15 @@ class VictimWalk:
     skipping the victims already counted made a decision quadratic in them: Belady's order on a
     30,000-request scan trace with the learned prefetch head, 65 s against 4.9 s). The pool does
     not change during a walk. Without an order (the policy does not say) every call gives
-    ``need``: the working-set rule alone then."""
+    ``need``: the working-set rule alone then.
 
-    __slots__ = ("view", "_order", "_started", "_dead", "_taken")
+    Under an arena a prefetch needs one free block, not free bytes: :meth:`fits` places each
+    prefetch in a copy of the pool's arena and frees the victims there, one at a time, as the
+    pool does (bytes alone counted a prefetch's room as made where the blocks freed were not
+    adjacent, and the pool then evicted further victims, used before the prefetch, to make
+    it)."""
+
+    __slots__ = ("view", "_order", "_started", "_dead", "_taken", "_arena")
 
     def __init__(self, view: PoolView) -> None:
         self.view = view
@@ -196,6 +207,53 @@ class VictimWalk:
         self._started = False
         self._dead = False  # a call found a victim used sooner, or the order ran out
         self._taken: set[int] = set()  # the victims counted (an order may name one twice)
+        self._arena: Any = None  # under an arena: its copy, with the prefetches placed so far
+
+    @property
+    def arena(self) -> bool:
+        """Whether the pool places objects in an arena (then :meth:`fits`, not :meth:`room`; a
+        view that does not say places bytes)."""
+        return getattr(self.view, "placement", "bytes") == "arena"
+
+    def fits(self, size: int, used: set[int]) -> bool:
+        """Under an arena: whether an object of ``size`` bytes can be placed from now on,
+        beside the objects earlier calls placed, in a copy of the pool's arena, freeing there
+        the policy's next evictable victims one at a time (as the pool evicts) until a block
+        fits; ``False`` if one of them is in ``used`` (the prefetch would evict an object used
+        before it) or if they run out -- and from then on. Without an order: ``True``."""
+        if self._arena is None:
+            self._arena = self.view.arena_model()
+        model = self._arena
+        if self._dead:
+            return False
+        if model.alloc(size) is not None:
+            return True
+        order = self._walk()
+        if order is None:
+            return True
+        objs, taken = self.view.objects, self._taken
+        for v in order:
+            if v in taken:
+                continue
+            o = objs.get(v)
+            if o is None or not o.evictable():
+                continue
+            if v in used:
+                break
+            taken.add(v)
+            model.release(o.offset, o.nbytes)
+            if model.alloc(size) is not None:
+                return True
+        self._dead = True
+        return False
+
+    def _walk(self) -> Iterator[int] | None:
+        """The policy's eviction order, started at the first call (``None``: it does not say)."""
+        if not self._started:
+            self._started = True
+            order = self.view.eviction_order()
+            self._order = None if order is None else iter(order)
+        return self._order
 
     def room(self, need: int, used: set[int]) -> int:
         """The bytes the policy's next evictable victims free for a prefetch that lacks ``need``
@@ -203,11 +261,7 @@ class VictimWalk:
         more; -1 if one of them is in ``used`` (the prefetch would evict an object used before it)
         or if they free too little -- and from then on (the victim that stopped the walk stays
         next)."""
-        if not self._started:
-            self._started = True
-            order = self.view.eviction_order()
-            self._order = None if order is None else iter(order)
-        order = self._order
+        order = self._walk()
         if order is None:
             return need
         if self._dead:

@@ -126,6 +126,13 @@ class PoolView:
         """``"arena"`` (blocks at offsets: fragmentation can force evictions) or ``"bytes"``."""
         return cast('Literal["arena", "bytes"]', self._pool.placement)
 
+    def arena_model(self) -> Any:
+        """Under ``placement="arena"``, a copy of the pool's arena (its blocks, free and taken)
+        in which to place objects without touching the pool (``alloc(nbytes)``,
+        ``release(offset, nbytes)``); ``None`` under byte placement."""
+        place: Any = self._pool._place
+        return place.copy() if self._pool.placement == "arena" else None
+
     @property
     def write_policy(self) -> Literal["write-back", "write-through"]:
         """``"write-back"`` (a dirty victim is copied to host) or ``"write-through"``."""

@@ -55,7 +55,16 @@ for a prefetch of an object used later): ``prefetch/stride,degree=4,confirm=0/s3
 (misses 848 -> 846, prefetches evicted unused 874 -> 868, stall 7.74 -> 7.71 ms),
 ``prefetch/markov,depth=3,width=2/s3fifo-h100`` (one victim, the same statistics) and two
 scripted runs (``script/gdsf-bytes-h100``: a landed prefetch evicted one call sooner;
-``script/lru-arena-h200-markov``: one prefetch more evicted unused); nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+``script/lru-arena-h200-markov``: one prefetch more evicted unused); nothing else. Re-recorded
+(``pool``, 2026-12-07, forty-sixth session) when the do-no-harm walk under an arena began to
+place each prefetch in a copy of the pool's arena (``VictimWalk.fits``: a block, not free bytes;
+bytes alone counted two victims that are not adjacent as a prefetch's room, and the pool then
+evicted a third, used before it): the four ``prefetch/lookahead*/arena-*`` runs, now with the
+misses of their ``bytes`` twins (374): ``lookahead/arena-None`` misses 598 -> 374, bytes copied
+in 10.39 -> 6.79 MB, prefetches evicted unused 1564 -> 282; ``lookahead,depth=2,window=6/
+arena-None`` 525 -> 374 (the run named above as the one worse); under ``a100_pcie4`` 378 -> 374
+misses, stall 3.45 -> 3.43 ms (depth 2) and 3.26 -> 3.31 ms (4 more late prefetches);
+nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
