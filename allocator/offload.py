@@ -122,8 +122,8 @@ class ReversePackOrder(PrefetchPolicyBase):
     the pool's cost model, after the copies queued before it) the compute measured ahead of
     its unpack in the previous step no longer covers, and it moves a position's trigger
     earlier by how long its prefetch arrived late. Those timed prefetches go into free space
-    only (a guess that far ahead never evicts) and keep at most ``inflight`` of the pool's
-    capacity in flight.
+    only (a guess that far ahead never evicts; under an arena, a free block) and keep at most
+    ``inflight`` of the pool's capacity in flight.
     """
 
     name = "reverse-pack"
@@ -220,8 +220,8 @@ class ReversePackOrder(PrefetchPolicyBase):
                             break  # (do no harm, as _counted)
                         out.append(k)  # the count rule's
                     elif timing.due(ahead, nxt, queued + timing.lead_ns(view, k - self._base, size)):
-                        if size > room:
-                            break
+                        if size > room or (harm.victims.arena and not harm.victims.fits_free(size)):
+                            break  # (free bytes, under an arena a free block: no eviction)
                         out.append(k)
                         room -= size
                     queued += cost.copy_time(0, size)

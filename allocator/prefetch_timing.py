@@ -247,6 +247,14 @@ class VictimWalk:
         self._dead = True
         return False
 
+    def fits_free(self, size: int) -> bool:
+        """Under an arena: whether an object of ``size`` bytes fits in a free block of the copy
+        of :meth:`fits` (beside what earlier calls placed), evicting nothing; placed there if
+        so."""
+        if self._arena is None:
+            self._arena = self.view.arena_model()
+        return self._arena.alloc(size) is not None
+
     def _walk(self) -> Iterator[int] | None:
         """The policy's eviction order, started at the first call (``None``: it does not say)."""
         if not self._started:

@@ -171,6 +171,12 @@ def test_under_an_arena_the_room_of_a_prefetch_is_one_block() -> None:
     assert pool.prefetch(9) and {1, 3, 4} == {k for k in (1, 2, 3, 4)
                                             if not pool.view.is_resident(k)}
     assert VictimWalk(pool.view).arena and not VictimWalk(Pool(2048, LRU(), placement="bytes").view).arena
+    pool = full()  # free space alone (the offload's timed prefetches): a free block, no eviction
+    pool.free(1)
+    pool.free(3)  # 1,024 bytes free, in two blocks of 512
+    walk = VictimWalk(pool.view)
+    assert not walk.fits_free(1024) and walk.fits_free(512) and walk.fits_free(512)
+    assert not walk.fits_free(512) and pool.view.used == 1024  # (the pool untouched)
 
 
 def test_a_decision_of_many_prefetches_walks_the_policys_order_once() -> None:
