@@ -46,6 +46,16 @@ required methods alone may omit them):
   dirty objects among the next victims are written back early), the prefetch timing rule
   (:meth:`PoolView.eviction_order`) to see what a prefetch would evict, and a guard following
   the policy in another pool to make room there as the policy would.
+* ``reset()``: forget every object (a fresh policy's state). One policy object serves one pool;
+  a policy that served another pool before (closed, dropped, or given another policy since) is
+  taken by a new pool only if it has ``reset()``, which that pool calls first (else
+  :class:`~allocator.errors.ConfigError`: give each pool its own policy object).
+
+A prefetch inserts its object (``on_insert``) with no ``on_miss`` before it (``view.info(k).
+prefetched`` is then true until its first access, a hit), and ``on_miss`` is called for an
+object that ``admit`` then refuses: a policy that counts accesses counts a miss at ``on_miss``,
+not at ``on_insert``. ``on_evict`` may name an object the policy did not choose (an agent's
+victim in the environments, a guard's, a ``pending_evictions`` entry).
 
 The pool reads a policy's ``victim``, hooks and optional members once, when the policy is set
 (``Pool(capacity, policy)`` or ``pool.policy = policy``; :func:`hook_of`, :func:`optional_hooks`;

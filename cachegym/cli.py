@@ -198,7 +198,6 @@ def _split(text: str) -> list[str]:
 def sim(argv: list[str]) -> int:
     """``cachegym sim TRACE FORMAT POLICIES CAPACITIES``: the evaluator (one implementation)
     over one trace, composed from a one-liner; prints its table, writes its results."""
-    from cachegym.allocator.errors import CachegymError
     from cachegym.envs.workloads import add_trace_params_option
 
     p = argparse.ArgumentParser(
@@ -210,7 +209,8 @@ def sim(argv: list[str]) -> int:
                    ".zst, .gz, .xz, .bz2 read as the file they hold)")
     p.add_argument("policies", help="comma-separated: registry names (lru, arc, s3fifo, gdsf, "
                    "belady, ...), FILE.py:Class, or learned:POLICY.npz for an exported policy "
-                   "(LRU is always added: the gap_* columns are measured from it)")
+                   "(LRU is always added: the gap_* columns are measured from it to a bound, none "
+                   "with --bounds none)")
     p.add_argument("capacities", help="comma-separated: sizes (512MiB, 1GiB, 1073741824) or "
                    "fractions of the working set (10%%, 0.1)")
     add_trace_params_option(p)
@@ -252,16 +252,30 @@ def sim(argv: list[str]) -> int:
     if args.resume and not args.out:
         p.error("--resume needs the --out of the interrupted sim (its default is a new "
                 "time-stamped folder)")
-    cfg = None
+    ev_log = logging.getLogger("cachegym.envs.evaluation")
+    was = (ev_log.level, ev_log.propagate)
+    handler = None
     if not sys.stderr.isatty():  # no progress bar (a log file, CI): a line per finished task
-        import logging
-
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        ev_log = logging.getLogger("cachegym.envs.evaluation")
         ev_log.addHandler(handler)
         ev_log.setLevel(logging.INFO)
         ev_log.propagate = False
+    try:
+        return _sim_run(args)
+    finally:  # (a second sim in the same process added a second handler: every line twice,
+        # the first to a stream that may be closed since)
+        if handler is not None:
+            ev_log.removeHandler(handler)
+            ev_log.setLevel(was[0])
+            ev_log.propagate = was[1]
+
+
+def _sim_run(args: Any) -> int:
+    """``cachegym sim``'s sweep, its arguments parsed (:func:`sim`)."""
+    from cachegym.allocator.errors import CachegymError
+
+    cfg = None
     try:
         cfg = sim_config(args)
         from cachegym.envs.evaluation import evaluate

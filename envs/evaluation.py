@@ -175,6 +175,25 @@ def resolve_capacity(value: Any, trace: Trace, mode: str, capacity_of: str = "wo
     return int(value)
 
 
+def warn_no_pressure(trace: Trace, capacity: int, spec: Any, name: str,
+                     capacity_of: str = "working_set") -> bool:
+    """Log a warning (and return ``True``) where ``capacity`` holds at least ``trace``'s peak
+    live bytes: the pool need evict nothing, and every policy copies the same bytes (a recorded
+    DL trace's working set counts every object it ever allocated, several times its peak: a
+    share of it is often such a capacity)."""
+    peak = trace.peak_live_bytes()
+    if capacity < peak:
+        return False
+    hint = (" (a share of the working set: for a trace that frees what it allocates, as a "
+            "recorded DL trace does, give shares of the peak: --capacity-of peak_live, "
+            "eval.capacity_of=peak_live)" if capacity_of == "working_set"
+            and trace.working_set_bytes() > peak else "")
+    log.warning("trace %s at capacity %s (%d) holds its peak live bytes (%d): the pool need "
+                "evict nothing there, and every policy copies the same bytes%s; give a smaller "
+                "capacity", name, spec, capacity, peak, hint)
+    return True
+
+
 def check_capacity(value: Any, key: str = "eval.capacities") -> None:
     """ConfigError (naming config list ``key``) unless ``value`` is a positive number of bytes
     (an integer, or a size such as ``"512MiB"``) or a fraction in (0, 1] (``0.1``, ``"10%"``)."""
@@ -543,6 +562,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
         for c in capacities:
             cap = resolve_capacity(c, trace, mode, str(ev.capacity_of))
             check_oversized(t, cap, c, tname, oversize)
+            warn_no_pressure(t, cap, c, tname, str(ev.capacity_of))
             groups.append((t, tname, cap, str(c)))
             for preset in presets:
                 for pf in prefetchers:

@@ -305,6 +305,32 @@ def test_keys_below_untyped_sections_are_left_to_hydra() -> None:
     assert "did you mean policy.hidden?" in unknown_key("policy.hiden", TrainConfig)
 
 
+def test_a_capacity_that_holds_the_peak_live_bytes_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """25% of a recorded DL trace's working set held its peak live bytes (several times
+    smaller): nothing was evicted and every policy showed the same traffic, silently. (And each
+    ``sim`` in one process left its log handler behind: every line twice by the second call,
+    the first to a stream closed since.)"""
+    import logging
+
+    from cachegym.allocator.trace import Op, Trace
+
+    handlers = list(logging.getLogger("cachegym.envs.evaluation").handlers)
+
+    # two steps of four 1 KiB objects, each freed after its step: working set 8 KiB, peak 4 KiB
+    keys = [k for s in (0, 4) for k in [s, s + 1, s + 2, s + 3] * 2 + [s, s + 1, s + 2, s + 3]]
+    ops = ([Op.WRITE] * 4 + [Op.READ] * 4 + [Op.FREE] * 4) * 2
+    path = tmp_path / "steps.npz"
+    Trace.from_arrays(keys, [1024] * len(keys), ops).save(path)
+    assert cli.main(["sim", str(path), "npz", "lru", "50%,25%", "--bounds", "none"]) == 0
+    said = [ln for ln in capsys.readouterr().err.splitlines() if "holds its peak live bytes" in ln]
+    assert len(said) == 1 and "capacity 50% (4096)" in said[0] and "--capacity-of peak_live" in said[0]
+    assert cli.main(["sim", str(path), "npz", "lru", "50%", "--bounds", "none",
+                     "--capacity-of", "peak_live"]) == 0
+    assert "peak live" not in capsys.readouterr().err
+    assert logging.getLogger("cachegym.envs.evaluation").handlers == handlers
+
+
 def test_sim_cleans_ahead_of_eviction_under_a_preset(tmp_path: Path) -> None:
     """``--clean-ahead``: on the recorded GPT training trace under ``h100_pcie5``, the same
     misses and evictions with less stall and a few more bytes copied out (the early copies of
