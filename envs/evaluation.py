@@ -782,8 +782,9 @@ def _watch(stop: Any, parent: int) -> None:
 
 
 def _rows_done(done: int, rows: int) -> str:
-    """``"1,310,720 of 3,400,000 requests"``: the progress of a sweep's runs."""
-    return f"{done:,} of {rows:,} requests"
+    """``"1,310,720 of 3,400,000 trace rows"``: the progress of a sweep's runs (rows replayed,
+    frees included: the results' ``requests`` count the reads and writes alone)."""
+    return f"{done:,} of {rows:,} trace rows"
 
 
 GC_SHARE = 0.05

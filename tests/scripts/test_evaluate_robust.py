@@ -331,9 +331,9 @@ def test_a_sweep_counts_the_requests_its_runs_replayed(jobs: int) -> None:
     bar = _Bar()
     got = dict(evaluation.in_workers(tasks, [0, 1], jobs, bar))
     total = 2 * len(t)
-    assert bar.said[-1].startswith(f"{total:,} of {total:,} requests")
+    assert bar.said[-1].startswith(f"{total:,} of {total:,} trace rows")
     if jobs == 1:  # each slice reported as it ends: 3 per run
-        assert f"{evaluation.PROGRESS_ROWS:,} of {total:,} requests, run 'lru'" in bar.said[1]
+        assert f"{evaluation.PROGRESS_ROWS:,} of {total:,} trace rows, run 'lru'" in bar.said[1]
     for i, s in enumerate(specs):
         whole = evaluation.run_one(t, s, decision_timing=False)
         assert repr({k: v for k, v in got[i].items() if k != "wall_s"}) == \
@@ -659,4 +659,4 @@ def test_without_a_bar_a_long_sweep_says_it_is_running(
                                f"eval.jobs={jobs}", f"out_dir={tmp_path / str(jobs)}"]))
         said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("still running")]
         assert bool(said) != progress, (progress, jobs, said)
-        assert progress or any(f"of {2 * REQUESTS:,} requests" in m for m in said)
+        assert progress or any(f"of {2 * REQUESTS:,} trace rows" in m for m in said)
