@@ -1169,7 +1169,17 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                    f"CSV's streamed column), most {share:.0%}: {policy_label(r['policy'])} at "
                    f"{human_bytes(r['capacity']) if r['mode'] == 'bytes' else r['capacity']} "
                    f"on {r['trace']}")
+    if any(str(r["prefetch"]) != "none" and _finite(r.get("gap_closed_misses"))
+           for r in rows):  # (a newcomer read two policies of equal misses, gaps 0 and -0.11)
+        out.append("note: with a prefetcher, gap_misses counts each run's copies in (its misses "
+                   "and its prefetches) against the bound's misses, as prefetches copy too "
+                   "(docs/MAIN_JOB.md)")
     return "\n".join(out)
+
+
+def _finite(v: Any) -> bool:
+    """Whether a table cell holds a finite number."""
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 def human_bytes(v: Any, digits: int = 3) -> str:

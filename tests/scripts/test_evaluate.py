@@ -498,6 +498,12 @@ def test_the_table_says_when_runs_streamed_much() -> None:
     lines = format_table([row, {**row, "preset": "h100_pcie5", "stall_ns": 1_234_000}]).splitlines()
     at = lines[0].index("stall_ms")
     assert lines[2][at:at + 8].strip() == "" and lines[3][at:at + 8].strip() == "1.234"
+    # with a prefetcher gap_misses counts copies in (misses and prefetches): said once, where a
+    # gap is shown (two policies of equal misses read gaps 0 and -0.11 without it)
+    said = "note: with a prefetcher, gap_misses counts each run's copies in"
+    assert said not in format_table([row, {**row, "prefetch": "history"}])
+    table = format_table([row, {**row, "prefetch": "history", "gap_closed_misses": -0.11}])
+    assert table.splitlines()[-1].startswith(said)
 
 
 def test_byte_figures_keep_their_digits() -> None:
