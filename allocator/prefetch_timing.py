@@ -220,7 +220,8 @@ class VictimWalk:
         beside the objects earlier calls placed, in a copy of the pool's arena, freeing there
         the policy's next evictable victims one at a time (as the pool evicts) until a block
         fits; ``False`` if one of them is in ``used`` (the prefetch would evict an object used
-        before it) or if they run out -- and from then on. Without an order: ``True``."""
+        before it) or if they run out -- and from then on (the callers stop there). Without an
+        order: ``True``."""
         if self._arena is None:
             self._arena = self.view.arena_model()
         model = self._arena
@@ -228,23 +229,12 @@ class VictimWalk:
             return False
         if model.alloc(size) is not None:
             return True
-        order = self._walk()
-        if order is None:
+        if self._walk() is None:
             return True
-        objs, taken = self.view.objects, self._taken
-        for v in order:
-            if v in taken:
-                continue
-            o = objs.get(v)
-            if o is None or not o.evictable():
-                continue
-            if v in used:
-                break
-            taken.add(v)
+        for o in self._victims(used):
             model.release(o.offset, o.nbytes)
             if model.alloc(size) is not None:
                 return True
-        self._dead = True
         return False
 
     def fits_free(self, size: int) -> bool:
@@ -269,14 +259,23 @@ class VictimWalk:
         more; -1 if one of them is in ``used`` (the prefetch would evict an object used before it)
         or if they free too little -- and from then on (the victim that stopped the walk stays
         next)."""
-        order = self._walk()
-        if order is None:
+        if self._walk() is None:
             return need
         if self._dead:
             return -1
-        objs, taken = self.view.objects, self._taken
         got = 0
-        for v in order:
+        for o in self._victims(used):
+            got += o.nbytes
+            if got >= need:
+                return got
+        return -1
+
+    def _victims(self, used: set[int]) -> Iterator[Any]:
+        """The records of the policy's next evictable victims not taken yet, each taken as it is
+        given; at one in ``used``, or at the order's end, the walk is over (from then on). The
+        caller stops reading once it has its room: the next call goes on from there."""
+        objs, taken = self.view.objects, self._taken
+        for v in self._order:  # type: ignore[union-attr]
             if v in taken:
                 continue
             o = objs.get(v)
@@ -285,11 +284,8 @@ class VictimWalk:
             if v in used:
                 break
             taken.add(v)
-            got += o.nbytes
-            if got >= need:
-                return got
+            yield o
         self._dead = True
-        return -1
 
 
 class PoolTimings:
