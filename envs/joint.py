@@ -146,7 +146,7 @@ class JointEnv(PoolEnv):
         self._keys: list[int] = []
         self._phase = EVICT
         self._mask = np.zeros(self.K + 1, bool)
-        self._obs: dict[str, Any] = {**empty_obs(self.K), "phase": 0}
+        self._obs: dict[str, Any] = {**empty_obs(self.K), "phase": np.int64(0)}
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -206,7 +206,7 @@ class JointEnv(PoolEnv):
         except StopIteration:
             self._loop = None
             self._keys, self._mask = [], np.zeros(self.K + 1, bool)
-            self._obs = {**empty_obs(self.K), "phase": 0}
+            self._obs = {**empty_obs(self.K), "phase": np.int64(0)}
             return False
 
     def _episode(self) -> Generator[None, int | None, None]:
@@ -278,7 +278,7 @@ class JointEnv(PoolEnv):
         self._phase, self._keys = phase, keys
         self._mask = _mask_table(self.K)[2 * len(keys) + phase]
         self._obs = {"candidates": cand.reshape(-1), "globals": glob, "mask": mask.astype(np.int8),
-                     "phase": phase}
+                     "phase": np.int64(phase)}
 
     # ------------------------------------------------------------------ helpers
     def _check_action(self, action: Any) -> int:

@@ -86,6 +86,8 @@ def test_masks_phases_and_invalid_actions() -> None:
     for _ in range(200):
         mask = env.action_masks()
         assert mask[-1] == (info["phase"] == PREFETCH) == (obs["phase"] == PREFETCH)
+        # (of the declared space's type, as every other key: a Python int before)
+        assert type(obs["phase"]) is np.int64 and env.observation_space.contains(obs)
         np.testing.assert_array_equal(mask[:50], obs["mask"].astype(bool))
         seen.add(info["phase"])
         if info["phase"] == EVICT:
