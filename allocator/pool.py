@@ -285,6 +285,8 @@ class Pool(Loop):
         if self._forget:
             _check_forgetful(self.backend, prefetcher, self._hook, self.cost)
         with self._lock:
+            if self._closed:  # (before the claim below, which would reset a policy given away)
+                self._reopen("prefetcher")
             self._await_event()
             old = self._prefetcher
             _claim(self._policy, self, True, prefetcher)

@@ -226,6 +226,8 @@ def test_a_closed_pool_used_again_takes_its_policy_back_unless_another_pool_has_
     b.close()  # (and after b gave it up too: t's state is b's, not a's)
     with pytest.raises(ConfigError, match="has been given to another pool since"):
         a.access(1, 100)
+    with pytest.raises(ConfigError, match="prefetcher: this pool was closed"):
+        a.prefetcher = None  # (its claim would have reset t for a: a's objects unknown to it)
     assert b.replay(trace).misses == want and a.stats.accesses == 7
 
 
