@@ -409,14 +409,33 @@ def _typed_leaf(key: str, schema: type, argv: Sequence[str]) -> tuple[type, str]
     return owner[0], ".".join(parts[owner[1]:])
 
 
+def _scalar(leaf: tuple[type, str]) -> bool:
+    """Whether the field ``leaf`` (:func:`_typed_leaf`) holds a value rather than a section (a
+    dataclass: a config group or a nested config, which Hydra reads)."""
+    import dataclasses
+    import typing
+
+    t: Any = leaf[0]
+    for part in leaf[1].split("."):
+        t = typing.get_type_hints(t)[part]
+    args = [a for a in typing.get_args(t) if a is not type(None)]
+    if len(args) == 1 and typing.get_origin(t) is not list:
+        t = args[0]
+    return not (isinstance(t, type) and dataclasses.is_dataclass(t))
+
+
 def _mistyped(tok: str, key: str, schema: type, argv: Sequence[str]) -> str | None:
     """Why the override ``tok`` gives its typed ``key`` a value of the wrong type or not one of
     its choices (``seed=abc``, ``eval.mode=bogus``, ``env.K=abc``), read by Hydra's own
     override parser and checked by OmegaConf against the schema, as Hydra would (whose
     message, exit status 1, closed with a pointer to HYDRA_FULL_ERROR); ``None`` for anything
     else (an interpolation, a sweep: Hydra reads those)."""
+    from cachegym.envs.paths import CONF_DIR
+
+    if os.path.isdir(os.path.join(CONF_DIR, *key.split("/"))):
+        return None  # a config group's option (trace=zipf, allocator=arena): Hydra reads it
     leaf = _typed_leaf(key, schema, argv)
-    if leaf is None:
+    if leaf is None or not _scalar(leaf):
         return None
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf

@@ -249,8 +249,16 @@ def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
     assert {"capacities", "main.capacities", "policy.hidden", "validation.capacities"} <= list_keys(TrainConfig)
     assert "eval.mode" not in list_keys(EvaluateConfig) and "seed" not in list_keys(TrainConfig)
     for ok in (["eval.capacities=[0.25]"], ["eval.capacities=${x}"],
-               ["-m", "eval.capacities=[0.1],[0.2]"], ["eval.mode=objects"]):
+               ["-m", "eval.capacities=[0.1],[0.2]"], ["eval.mode=objects"],
+               # a config group's option names a typed section: Hydra reads it (the type check
+               # of values refused them for a while: "str is not a subclass of AllocatorConfig")
+               ["allocator=arena"], ["trace=zipf"], ["trace=file", "trace.path=x.npz"],
+               ["seed=3", "eval.jobs=2", "out_dir=o", "trace.path=null"]):
         check_list_overrides(ok, EvaluateConfig, "t")  # (returns: nothing refused)
+    for ok in (["policy=small"], ["allocator=bytes"], ["env=joint", "env.K=8"],
+               ["agent=ppo", "agent.total_timesteps=64"], ["experiment=quick"],
+               ["validation.max_requests=null"]):
+        check_list_overrides(ok, TrainConfig, "t")
 
 
 @pytest.mark.parametrize("cmd, override, want", [
