@@ -281,12 +281,13 @@ class Loop:
                 "_on_insert", "_on_evict", "_on_free", "_victim", "_event_thread", "_event_over",
                 "_n_waiting", "_closed")
 
-    def _refuse_while_deciding(self, op: str) -> None:
+    def _refuse_while_deciding(self, op: str, reopen: bool = True) -> None:
         """Under the lock: while this pool's :meth:`steps` generator waits for a victim, refuse
         (:class:`ConfigError`) a public operation of the thread that drives it (the half-done
         event's counts would not survive it); another thread's waits until the event ends. A
-        closed pool used again takes its policy back first (:meth:`_reopen`)."""
-        if self._closed:
+        closed pool used again takes its policy back first (:meth:`_reopen`; not for an
+        operation that only reads it, ``reopen=False``: a pickle)."""
+        if self._closed and reopen:
             self._reopen(op)
         while self._deciding:
             if self._event_thread in (None, _current_thread()):

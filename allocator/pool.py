@@ -217,7 +217,7 @@ class Pool(Loop):
         # attribute: the state is taken from _STATE, the runtime ones are made anew); under the
         # lock (another thread's access waits), never in the middle of a steps() decision
         with self._lock:
-            self._refuse_while_deciding("pickle")
+            self._refuse_while_deciding("pickle", reopen=False)  # (a closed pool stays closed)
             d = getattr(self, "__dict__", None)
             extra = None if d is None else {k: v for k, v in d.items()
                                             if k not in Pool._STATE and k not in Pool._RUNTIME}

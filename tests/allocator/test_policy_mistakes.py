@@ -203,6 +203,8 @@ def test_a_policy_that_served_a_pool_is_refused_by_the_next_unless_it_resets(giv
 def test_a_closed_pool_used_again_takes_its_policy_back_unless_another_pool_has_it() -> None:
     """A closed pool went on deciding with a policy that another pool had been given since
     (reset for that pool, or following its objects): two pools' decisions from one state."""
+    import copy
+
     from cachegym.policies.features import FeatureTracker
 
     trace = Trace.from_arrays([1, 2, 3, 4, 5, 1, 2, 6, 7, 1, 8, 9, 2, 3], [100] * 14)
@@ -211,7 +213,10 @@ def test_a_closed_pool_used_again_takes_its_policy_back_unless_another_pool_has_
     a.replay(trace.window(0, 7))
     a.close()
     a.close()  # (nothing more to give up)
+    c = copy.deepcopy(a)  # (a copy is a new pool with copies of its policy: open; a stays closed)
+    assert a._closed and not c._closed and c.policy is not a.policy
     assert a.replay(trace.window(7, 14)).misses == want  # taken back: as if never closed
+    assert c.replay(trace.window(7, 14)).misses == want
     t = FeatureTracker()
     a = Pool(400, t)
     a.replay(trace.window(0, 7))
