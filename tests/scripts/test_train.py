@@ -416,3 +416,15 @@ def test_validation_on_a_training_trace_is_said(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="cachegym"):
         train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'other'}"]))
     assert not [r for r in caplog.records if "validation trace" in r.getMessage()]
+
+
+def test_a_generated_trace_is_chosen_as_evaluate_chooses_it(tmp_path):
+    """``cachegym train trace=storage`` got Hydra's "Could not override 'trace'. No match in the
+    defaults list" (the trace group was evaluate's alone); it trains on that trace alone now."""
+    from cachegym.policies.training.train import training_traces
+
+    cfg = cfg_of(["experiment=quick", "trace=zipf", "trace.params.n_requests=500"])
+    assert cfg.trace.generator == "zipf"
+    (t,) = training_traces(cfg, str(tmp_path))
+    assert t.name.startswith("zipf") and len(t) == 500
+    assert cfg_of(["experiment=quick"]).trace.generator is None  # (the default: the mix)
