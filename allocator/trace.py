@@ -291,37 +291,51 @@ class Trace:
         no more before its free costs nothing while it stays, and a write-back for nothing
         if a dirty one is evicted (the traffic teacher reads this). (Read-only: computed once
         per trace.)"""
-        got = self.__dict__.get("_free_row")
-        if got is None:
+        def make() -> np.ndarray:
             obj = self.object_ids()
             free_rows = np.flatnonzero(self.op == Op.FREE)
             of_obj = np.full(int(obj.max()) + 1 if len(obj) else 0, INF, np.int64)
             of_obj[obj[free_rows]] = free_rows  # (an object has at most one free: its last row)
             got = of_obj[obj]
             got.setflags(write=False)
-            object.__setattr__(self, "_free_row", got)
-        return got  # type: ignore[no-any-return]
+            return got
+
+        return self._kept("_free_row", make)  # type: ignore[no-any-return]
 
     def _objects_next(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(object_ids, next_use)``, computed on first use and kept (the trace is immutable;
-        an environment's reset asks for both of its window)."""
-        got = self.__dict__.get("_derived")
-        if got is None:
+        """``(object_ids, next_use)``, computed on first use and kept (an environment's reset
+        asks for both of its window)."""
+        def make() -> tuple[np.ndarray, np.ndarray]:
             got = _objects_and_next_use(self.key, self.op)
             for a in got:
                 a.setflags(write=False)
-            object.__setattr__(self, "_derived", got)
-        return got  # type: ignore[no-any-return]
+            return got
+
+        return self._kept("_derived", make)  # type: ignore[no-any-return]
+
+    def _kept(self, name: str, make: Any) -> Any:
+        """``make()``, computed on first use and kept as ``name`` (the trace is immutable)."""
+        got = self.__dict__.get(name)
+        if got is None:
+            got = make()
+            object.__setattr__(self, name, got)
+        return got
 
     def working_set_bytes(self) -> int:
-        """Sum of the sizes of distinct objects (first size seen for each)."""
-        obj = self.object_ids()
-        _, first = np.unique(obj, return_index=True)
-        return int(self.size[first].sum())
+        """Sum of the sizes of distinct objects (first size seen for each). (Computed once per
+        trace: the evaluator reads it per capacity.)"""
+        def make() -> int:
+            _, first = np.unique(self.object_ids(), return_index=True)
+            return int(self.size[first].sum())
+
+        return self._kept("_working_set", make)  # type: ignore[no-any-return]
 
     def peak_live_bytes(self) -> int:
         """Peak of bytes of objects created and not yet freed (an object is live from its first
-        access to its free)."""
+        access to its free). (Computed once per trace: the evaluator reads it per capacity.)"""
+        return self._kept("_peak_live", self._peak_live)  # type: ignore[no-any-return]
+
+    def _peak_live(self) -> int:
         obj = self.object_ids()
         _, first = np.unique(obj, return_index=True)
         delta = np.zeros(len(self) + 1, np.int64)
