@@ -131,12 +131,12 @@ class PrefetchTiming:
             if arena:
                 if not victims.fits(size, used):
                     break  # the policy would evict an object used before it
-            elif free < size:
-                got = victims.room(size - free, used)
-                if got < 0:
-                    break  # the policy would evict an object used before it
-                free += got
-            if not arena:
+            else:
+                if free < size:
+                    got = victims.room(size - free, used)
+                    if got < 0:
+                        break  # the policy would evict an object used before it
+                    free += got
                 free -= size
             used.add(k)
             if instant or self.due(ahead, 0, queued + self.lead_ns(view, ident, size)):
@@ -222,9 +222,7 @@ class VictimWalk:
         fits; ``False`` if one of them is in ``used`` (the prefetch would evict an object used
         before it) or if they run out -- and from then on (the callers stop there). Without an
         order: ``True``."""
-        if self._arena is None:
-            self._arena = self.view.arena_model()
-        model = self._arena
+        model = self._model()
         if self._dead:
             return False
         if model.alloc(size) is not None:
@@ -241,9 +239,13 @@ class VictimWalk:
         """Under an arena: whether an object of ``size`` bytes fits in a free block of the copy
         of :meth:`fits` (beside what earlier calls placed), evicting nothing; placed there if
         so."""
+        return self._model().alloc(size) is not None
+
+    def _model(self) -> Any:
+        """The copy of the pool's arena, made at the first call of the walk."""
         if self._arena is None:
             self._arena = self.view.arena_model()
-        return self._arena.alloc(size) is not None
+        return self._arena
 
     def _walk(self) -> Iterator[int] | None:
         """The policy's eviction order, started at the first call (``None``: it does not say)."""

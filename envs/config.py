@@ -384,11 +384,11 @@ def _unknown_key_message(key: str, where: str, known: set[str], why: str = "") -
             f"{', '.join(sorted(n for n in known if not n.startswith('_')))}")
 
 
-def _typed_leaf(key: str, schema: type, argv: Sequence[str]) -> tuple[type, str] | None:
-    """``(section schema, key within it)`` where the dotted ``key`` is a field that dataclass
-    ``schema`` types all the way down -- a top-level ``Any`` section that a config group fills
-    (``env``, ``agent``) typed by the group's option that ``argv`` chooses, as
-    :func:`unknown_key` reads it --; ``None`` otherwise."""
+def _typed_leaf(key: str, schema: type, argv: Sequence[str]) -> tuple[type, str, Any] | None:
+    """``(section schema, key within it, the field's type)`` where the dotted ``key`` is a
+    field that dataclass ``schema`` types all the way down -- a top-level ``Any`` section that
+    a config group fills (``env``, ``agent``) typed by the group's option that ``argv``
+    chooses, as :func:`unknown_key` reads it --; ``None`` otherwise."""
     import dataclasses
     import typing
 
@@ -406,22 +406,17 @@ def _typed_leaf(key: str, schema: type, argv: Sequence[str]) -> tuple[type, str]
         t = typing.get_type_hints(t).get(part)
     if t is Any:
         return None
-    return owner[0], ".".join(parts[owner[1]:])
+    return owner[0], ".".join(parts[owner[1]:]), t
 
 
-def _scalar(leaf: tuple[type, str]) -> bool:
-    """Whether the field ``leaf`` (:func:`_typed_leaf`) holds a value rather than a section (a
-    dataclass: a config group or a nested config, which Hydra reads)."""
-    import dataclasses
+def _optional(t: Any) -> tuple[Any, bool]:
+    """``(T, True)`` for a field type ``T | None``, else ``(t, False)``."""
     import typing
 
-    t: Any = leaf[0]
-    for part in leaf[1].split("."):
-        t = typing.get_type_hints(t)[part]
     args = [a for a in typing.get_args(t) if a is not type(None)]
-    if len(args) == 1 and typing.get_origin(t) is not list:
-        t = args[0]
-    return not (isinstance(t, type) and dataclasses.is_dataclass(t))
+    if len(args) == 1 and len(typing.get_args(t)) == 2:
+        return args[0], True
+    return t, False
 
 
 def _mistyped(tok: str, key: str, schema: type, argv: Sequence[str]) -> str | None:
@@ -434,13 +429,15 @@ def _mistyped(tok: str, key: str, schema: type, argv: Sequence[str]) -> str | No
 
     if os.path.isdir(os.path.join(CONF_DIR, *key.split("/"))):
         return None  # a config group's option (trace=zipf, allocator=arena): Hydra reads it
+    import dataclasses
+
     leaf = _typed_leaf(key, schema, argv)
-    if leaf is None or not _scalar(leaf):
-        return None
+    if leaf is None or dataclasses.is_dataclass(_optional(leaf[2])[0]):
+        return None  # (a section: a config group or a nested config, which Hydra reads)
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    section, sub = leaf
+    section, sub, ftype = leaf
     try:
         o = OverridesParser.create().parse_override(tok)
         if o.is_sweep_override():
@@ -453,22 +450,16 @@ def _mistyped(tok: str, key: str, schema: type, argv: Sequence[str]) -> str | No
         if type(e).__name__ != "ValidationError":
             return None
         first = str(e).splitlines()[0]
-        return f"{tok}: {first} (the key {key} takes {_type_name(section, sub)})"
+        return f"{tok}: {first} (the key {key} takes {_type_name(ftype)})"
     return None
 
 
-def _type_name(schema: type, key: str) -> str:
-    """The type of ``schema``'s field ``key`` in words (``an int``, ``one of bytes, objects``)."""
+def _type_name(ftype: Any) -> str:
+    """A field's type in words (``an int``, ``one of bytes, objects``, ``... or null``)."""
     import enum
     import typing
 
-    t: Any = schema
-    for part in key.split("."):
-        t = typing.get_type_hints(t)[part]
-    args = [a for a in typing.get_args(t) if a is not type(None)]
-    opt = len(args) == 1 and len(typing.get_args(t)) == 2
-    if opt:
-        t = args[0]
+    t, opt = _optional(ftype)
     if typing.get_origin(t) is list:
         words = "a list ('[a,b]')"
     elif isinstance(t, type) and issubclass(t, enum.Enum):
