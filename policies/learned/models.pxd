@@ -12,6 +12,8 @@ cdef class Expert:
     cdef public dict _pending, _gave
     cdef public Counters _stats
 
+    cpdef bint _charged(self, object key, object size, bint write, int kind) except -1
+
 
 cdef class _NetworkExpert(Expert):
     cdef public object owner

@@ -158,10 +158,7 @@ class Expert:
         the guarded pool's compute since its previous request, which the shadow's clock
         advances by first under the objective ``stall``)."""
         if self.objective == "traffic":
-            st = self._stats
-            before = st.traffic_bytes
-            mine = self._access(key, size, write, kind=kind)
-            self.gain -= st.traffic_bytes - before
+            mine = self._charged(key, size, write, kind)
         elif self.objective == "stall":
             clock = self._clock
             if compute_ns > 0:
@@ -220,12 +217,18 @@ class Expert:
             return
         self._prefetches += 1
         if self.objective == "traffic":  # (its copy is the shadow's traffic, as the pool's is)
-            st = self._stats
-            before = st.traffic_bytes
-            self._access(key, size, False, kind=kind)
-            self.gain -= st.traffic_bytes - before
+            self._charged(key, size, False, kind)
         else:
             self._access(key, size, False, kind=kind)
+
+    def _charged(self, key: int, size: int, write: bool, kind: int) -> bool:
+        """The shadow pool's access of ``key``, its bytes copied charged to ``gain`` (the
+        objective ``traffic``); whether it hit."""
+        st = self._stats
+        before = st.traffic_bytes
+        mine: bool = self._access(key, size, write, kind=kind)
+        self.gain -= st.traffic_bytes - before
+        return mine
 
     def prefetch(self, prefetch_for: Callable[[PoolView, int], Any], key: int) -> None:
         """The shadow starts the prefetches ``prefetch_for(view, key)`` names for its own pool
