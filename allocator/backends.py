@@ -120,7 +120,14 @@ class NumpyBackend:
         self._workers: list[threading.Thread] = []
 
     def attach(self, capacity: int) -> None:
-        self.device = np.zeros(capacity, np.uint8)
+        with self._host_lock:  # (a backend attached anew serves a new pool: not its keys' bytes)
+            self._host.clear()
+        try:
+            self.device = np.zeros(capacity, np.uint8)
+        except MemoryError as e:
+            raise BackendError(f"NumpyBackend: cannot allocate the pool's arena of {capacity} "
+                               "bytes in host memory (the CPU stand-in's device memory is host "
+                               "memory): lower the pool's capacity") from e
         if self._threads:
             for name in ("h2d", "d2h"):
                 q: queue.SimpleQueue[Any] = queue.SimpleQueue()

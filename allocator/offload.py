@@ -267,7 +267,8 @@ def _load_policy(path: str | os.PathLike[str], what: str = "policy") -> Eviction
     if not os.path.isfile(path):
         made = "cachegym.make_prefetch(NAME)" if what == "prefetcher" else "cachegym.make_policy(NAME)"
         raise ConfigError(f"ActivationOffload {what}: {os.fspath(path)!r} is not a file; give the "
-                          "path of an exported policy (.npz, scripts/export.py) or a "
+                          "path of an exported policy (.npz, written by cachegym train or "
+                          "cachegym export) or a "
                           f"{'prefetcher' if what == 'prefetcher' else 'policy'} object "
                           f"(a built-in one by name: {made})")
     from cachegym.policies.registry import make_learned
@@ -399,6 +400,13 @@ def _check_args(backend: Any, timer: Any, min_bytes: Any, record: Any, zero_copy
     if timer is not None and not callable(timer):
         raise ConfigError(f"ActivationOffload timer {timer!r}: give a clock returning ns "
                           "(time.perf_counter_ns, the default) or None (the clock stays still)")
+    if timer is not None:
+        now = timer()  # (a clock in seconds, time.monotonic, made every copy look instant)
+        if isinstance(now, (bool, np.bool_)) or not isinstance(now, (int, np.integer)):
+            raise ConfigError(f"ActivationOffload timer {timer!r} returned {now!r}: give a clock "
+                              "returning integer nanoseconds (time.perf_counter_ns, the "
+                              "default; time.monotonic_ns, not time.monotonic's float seconds) "
+                              "or None (the clock stays still)")
     if isinstance(min_bytes, bool) or not isinstance(min_bytes, (int, np.integer)) or min_bytes < 0:
         raise ConfigError(f"ActivationOffload min_bytes {min_bytes!r}: give bytes, an int >= 0 "
                           "(saved tensors smaller than that pass through)")
@@ -519,6 +527,7 @@ class ActivationOffload:
         self._largest = 0
         self._last = 0
         self._hooks: Any = None
+        self._entered_by: threading.Thread | None = None  # the thread that entered it
         self._record: list[tuple[int, int, int, int]] | None = [] if record else None
         self._last_row = -1  # the record's last pack or unpack (frees carry no compute)
 
@@ -536,10 +545,18 @@ class ActivationOffload:
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
             hooks.__enter__()
             self._hooks = hooks
+            self._entered_by = threading.current_thread()
         return self
 
     def __exit__(self, *exc: object) -> None:
         with self._enter_lock:
+            if self._hooks is not None and self._entered_by is not threading.current_thread():
+                # (autograd's hooks are per thread: popped here they would fail, and stay
+                # installed in the thread that entered)
+                raise ConfigError(
+                    f"ActivationOffload.__exit__ in thread {threading.current_thread().name!r}, "
+                    f"but it was entered in {getattr(self._entered_by, 'name', None)!r}: leave "
+                    "it in the thread that entered it (a with-block does)")
             hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(*exc)
@@ -609,35 +626,39 @@ class ActivationOffload:
                                      f"shape {tuple(t.shape)}, {t.dtype}") from e
             except PoolExhausted as e:
                 raise self._exhausted(e) from e
-            self.counters.pack_pool_ns += time.perf_counter_ns() - ta
-            # no pin needed: no pool operation runs before the copy is issued (a device copy is
-            # queued on the compute stream, and every later pool copy is ordered after it)
-            with torch.no_grad():
-                try:
-                    if pool.stats.streamed != streamed:  # not admitted: its bytes go to host memory
-                        self._stream_out(key, t.detach(), stride)
-                    else:
-                        self._copy_in(self._offset(key, "pack"), t.detach(), stride)
-                except BaseException as e:  # nothing was saved: the object goes (its block
-                    try:  # stayed taken for good), the error says what failed
-                        pool.free(key)
-                    except Exception as gone:  # (the copy's error is the one raised)
-                        log.error("activation offload: freeing pool object %d after its failed "
-                                  "copy failed too: %r", key, gone)
-                    if isinstance(e, Exception) and not isinstance(e, CachegymError):
-                        raise BackendError(
-                            f"activation offload: copying a saved tensor (shape "
-                            f"{tuple(t.shape)}, {t.dtype}) into the pool's "
-                            f"{'host' if pool.stats.streamed != streamed else 'device'} memory "
-                            f"failed ({type(e).__name__}: {e}); nothing of it was kept (the "
-                            "forward stops here; the pool is as before it)") from e
-                    raise
-            self._log(key, nbytes, Op.WRITE)
-            self._last = t1 = self._now()
+            try:
+                self.counters.pack_pool_ns += time.perf_counter_ns() - ta
+                # no pin needed: no pool operation runs before the copy is issued (a device copy
+                # is queued on the compute stream, and every later pool copy is ordered after it)
+                with torch.no_grad():
+                    try:
+                        if pool.stats.streamed != streamed:  # not admitted: bytes to host memory
+                            self._stream_out(key, t.detach(), stride)
+                        else:
+                            self._copy_in(self._offset(key, "pack"), t.detach(), stride)
+                    except Exception as e:
+                        if not isinstance(e, CachegymError):
+                            raise BackendError(
+                                f"activation offload: copying a saved tensor (shape "
+                                f"{tuple(t.shape)}, {t.dtype}) into the pool's "
+                                f"{'host' if pool.stats.streamed != streamed else 'device'} "
+                                f"memory failed ({type(e).__name__}: {e}); nothing of it was "
+                                "kept (the forward stops here; the pool is as before it)") from e
+                        raise
+                self._log(key, nbytes, Op.WRITE)
+                self._last = t1 = self._now()
+                saved = _Saved(key, nbytes, t.dtype, t.shape, stride, self._dead)
+            except BaseException:  # nothing was saved (a failed copy, an interrupt, the timer's
+                try:  # error): the object goes, or its block stayed taken for good
+                    pool.free(key)
+                except Exception as gone:  # (the first error is the one raised)
+                    log.error("activation offload: freeing pool object %d after its failed "
+                              "pack failed too: %r", key, gone)
+                raise
         self.counters.packed += 1
         self.counters.bytes_packed += nbytes
         self.counters.pack_ns += t1 - t0
-        return _Saved(key, nbytes, t.dtype, t.shape, stride, self._dead)
+        return saved
 
     def _unpack(self, h: Any) -> torch.Tensor:
         if isinstance(h, torch.Tensor):
@@ -771,8 +792,10 @@ class ActivationOffload:
             raise BackendError(
                 f"activation offload: a saved tensor is on {dev} but the pool's backend "
                 f"{type(self.backend).__name__} holds {want} memory; move the model and data to "
-                f"{want}, or use {'CupyBackend' if dev.type == 'cuda' else 'NumpyBackend'} "
-                f"for {dev.type} tensors")
+                + (f"{want}, or use {'CupyBackend' if dev.type == 'cuda' else 'NumpyBackend'} "
+                   f"for {dev.type} tensors" if dev.type in ("cpu", "cuda") else
+                   f"{want} ({dev.type} tensors have no backend: NumpyBackend holds cpu "
+                   "tensors, CupyBackend cuda ones)"))
 
     def _now(self) -> int:
         return self.timer() if self.timer is not None else 0

@@ -206,11 +206,19 @@ class Pool(Loop):
                 or clean_ahead < 0):
             raise ConfigError(f"clean_ahead must be bytes >= 0, a size string or a fraction of "
                               f"the capacity in [0, 1) (0: off), got {clean_ahead!r}")
+        if clean_ahead > int(capacity):  # (it would write back every object as it arrives)
+            raise ConfigError(f"clean_ahead {clean_ahead} bytes is more than the pool's capacity "
+                              f"({int(capacity)} bytes): give at most the capacity, or a "
+                              "fraction of it in [0, 1) (0.25: a quarter)")
         _claim(policy, self, True, prefetcher)  # (before anything is built)
+        if backend is not None:
+            _claim_backend(backend, self, True)
         Loop.__init__(self, int(capacity), policy, prefetcher, cost, backend, placement,
                       write_policy == "write-through", oversize == "bypass", hook, forget_evicted,
                       int(clean_ahead))
         _claim(policy, self, False, prefetcher)
+        if backend is not None:
+            _claim_backend(backend, self, False)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Python subclass's own attributes (interpreted, the instance dict holds every
@@ -691,6 +699,11 @@ class Pool(Loop):
         pool has been given one of them since (:class:`ConfigError`: their state now follows
         that pool's objects, or was reset for it)."""
         with _SERVING_LOCK:
+            if self.backend is not None and _backend_owner(self.backend) not in (None, self):
+                raise ConfigError(
+                    f"{op}: this pool was closed, and its backend {self.backend!r} has been "
+                    "given to another pool since (it holds that pool's bytes now): make a new "
+                    "pool, with a new backend, to go on")
             for p in _claimed(self._policy, self._prefetcher):
                 ref = _SERVING.get(id(p))
                 other = None if ref is None else ref()
@@ -831,6 +844,50 @@ def _claim_one(policy: Any, pool: Pool, check_only: bool = False, what: str = "p
         except TypeError:  # (no weak references to it: not recorded)
             return
         _SERVED[key] = (mine, weakref.ref(pool))
+
+
+_BACKEND_OF: dict[int, tuple[weakref.ref[Any], weakref.ref[Pool]]] = {}
+"""``id(backend)`` -> (the backend, the pool it was last attached to), while the backend lives
+(:func:`_claim_backend`; one that cannot be weakly referenced is not recorded)."""
+
+
+def _backend_owner(backend: Any) -> Pool | None:
+    """The live pool ``backend`` was last attached to, or ``None``."""
+    entry = _BACKEND_OF.get(id(backend))
+    return entry[1]() if entry is not None and entry[0]() is backend else None
+
+
+def _claim_backend(backend: Any, pool: Pool, check_only: bool) -> None:
+    """Refuse (:class:`ConfigError`) a backend that another open pool holds bytes in: two
+    pools in one backend place their objects in one device arena and number their host
+    buffers by their own keys, so each would read the other's bytes. One closed (its copies
+    waited for, its backend closed) or gone gives its backend up; a pool given one records it
+    (``check_only``: only the refusal, before anything is built)."""
+    with _SERVING_LOCK:
+        other = _backend_owner(backend)
+        if other is not None and other is not pool and not other._closed:
+            raise ConfigError(
+                f"backend {backend!r} already holds the bytes of another open pool ({other!r}): "
+                "each pool needs its own backend (e.g. NumpyBackend()), or close the other pool "
+                "(pool.close(); an ActivationOffload's offload.close()) before this one takes it")
+        if check_only:
+            return
+        key = id(backend)
+        try:
+            ref = weakref.ref(backend, _forgetting_backend(key))
+        except TypeError:  # (not weakly referenceable: not recorded)
+            return
+        _BACKEND_OF[key] = (ref, weakref.ref(pool))
+
+
+def _forgetting_backend(key: int) -> Callable[[weakref.ref[Any]], None]:
+    """The callback of a backend's weak reference in :data:`_BACKEND_OF`: the backend is gone."""
+    def forget(ref: weakref.ref[Any]) -> None:
+        with _SERVING_LOCK:
+            entry = _BACKEND_OF.get(key)
+            if entry is not None and entry[0] is ref:
+                del _BACKEND_OF[key]
+    return forget
 
 
 def _unclaim(claimed: list[Any], pool: Pool) -> None:

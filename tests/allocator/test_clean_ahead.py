@@ -132,6 +132,14 @@ def test_a_bad_clean_ahead_is_refused_by_name(bad: object) -> None:
         Pool(1 << 20, clean_ahead=bad)  # type: ignore[arg-type]
 
 
+def test_clean_ahead_above_the_capacity_is_refused() -> None:
+    """It wrote back every object as it arrived (an offload of 1 MiB with 2 MiB kept clean)."""
+    with pytest.raises(ConfigError, match=r"clean_ahead 2097152 bytes is more than the pool's "
+                                          r"capacity \(1048576 bytes\)"):
+        Pool(1 << 20, clean_ahead="2MiB")
+    assert Pool(1 << 20, clean_ahead=1 << 20)._clean_ahead == 1 << 20
+
+
 def _rows(rows: list[tuple[int, int, int, int]]) -> Trace:
     k, s, o, c = zip(*rows)
     return Trace.from_arrays(np.array(k), np.array(s), np.array(o, np.uint8), compute_ns=np.array(c))

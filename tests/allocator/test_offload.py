@@ -588,6 +588,7 @@ def test_a_budget_below_a_tensors_blocks_names_the_blocks_it_needs() -> None:
     ({"min_bytes": "x"}, r"min_bytes 'x': give bytes"),
     ({"min_bytes": -1}, r"min_bytes -1"),
     ({"timer": 5}, r"timer 5: give a clock returning ns"),
+    ({"timer": lambda: 1.5}, r"returned 1.5: give a clock returning integer nanoseconds"),
     ({"zero_copy": "no"}, r"zero_copy='no': give True or False"),
     ({"record": 1}, r"record=1: give True or False"),
 ])
@@ -741,3 +742,77 @@ def test_two_threads_cannot_both_enter_one_offload() -> None:
     assert len(errors) == 1 and "already active" in str(errors[0])
     assert off._hooks is None
     off.close()
+
+
+def test_two_offloads_cannot_share_one_backend() -> None:
+    """A helper's audit: two offloads given one NumpyBackend placed their tensors in one arena
+    and numbered their host buffers from 0 alike; the first model's gradients came back wrong
+    (max |diff| 255). The second is refused; once the first is closed it may take the backend."""
+    be = NumpyBackend()
+    a = ActivationOffload("256KiB", backend=be)
+    try:
+        with pytest.raises(ConfigError, match="already holds the bytes of another open pool"):
+            ActivationOffload("256KiB", backend=be)
+    finally:
+        a.close()
+    b = ActivationOffload("256KiB", backend=be)
+    b.close()
+
+
+def test_a_pack_interrupted_after_the_pool_took_its_tensor_frees_it() -> None:
+    """An interrupt (or the timer's error) after ``pool.access`` but before the handle was made
+    left the tensor's block taken for good (only the copy was guarded)."""
+    armed = [False]
+    off: Any = None
+
+    def timer() -> int:
+        if armed[0] and len(off.pool):  # the clock read after the pool took the tensor
+            armed[0] = False
+            raise KeyboardInterrupt
+        return 1000
+
+    off = ActivationOffload("1MiB", backend=NumpyBackend(), timer=timer, prefetcher=None)
+    x = torch.randn(4096, requires_grad=True)
+    try:
+        armed[0] = True
+        with pytest.raises(KeyboardInterrupt), off:
+            x.exp().sum()
+        assert not armed[0]  # (it fired)
+        assert len(off.pool) == 0 and off.pool.snapshot().device_bytes == 0
+        with off:  # the next step runs as ever
+            loss = x.exp().sum()
+        loss.backward()
+        assert torch.equal(x.grad, x.detach().exp())
+    finally:
+        off.close()
+
+
+def test_leaving_an_offload_in_another_thread_is_refused_and_changes_nothing() -> None:
+    """It marked the offload left, then autograd's pop failed (its hooks are per thread) and
+    stayed installed in the thread that entered: tensors saved outside any with-block went on
+    being offloaded."""
+    import threading
+
+    off = ActivationOffload("1MiB", backend=NumpyBackend())
+    errors: list[BaseException] = []
+
+    def leave() -> None:
+        try:
+            off.__exit__(None, None, None)
+        except BaseException as e:  # noqa: BLE001 (the test reads it)
+            errors.append(e)
+
+    try:
+        off.__enter__()
+        th = threading.Thread(target=leave)
+        th.start()
+        th.join()
+        assert len(errors) == 1 and isinstance(errors[0], ConfigError)
+        assert "leave it in the thread that entered it" in str(errors[0])
+        off.__exit__(None, None, None)  # the entering thread leaves it
+        x = torch.randn(64, requires_grad=True)
+        before = off.stats()["packed"]
+        x.exp().sum()  # outside: not offloaded
+        assert off.stats()["packed"] == before
+    finally:
+        off.close()

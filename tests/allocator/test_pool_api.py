@@ -185,3 +185,25 @@ def test_a_bypass_pool_streams_a_put_of_an_existing_key_larger_than_the_pool() -
     assert p.state(1) == "host" and p.get(1).size == 9000 and int(p.get(1)[0]) == 5
     p._check()
     p.close()
+
+
+def test_a_backend_serves_one_open_pool_at_a_time() -> None:
+    """A helper's audit: two pools given one NumpyBackend shared its device arena and host
+    buffers (keyed by each pool's own keys), and each read the other's bytes. The second is
+    refused while the first is open; closed, the first gives it up, and the backend's host
+    buffers start empty for the next pool; the closed pool cannot take it back."""
+    from cachegym.allocator.backends import NumpyBackend
+
+    be = NumpyBackend()
+    a = Pool(1 << 16, backend=be)
+    a.put(0, np.full(1024, 7, np.uint8))
+    with pytest.raises(ConfigError, match="already holds the bytes of another open pool"):
+        Pool(1 << 16, backend=be)
+    a.close()
+    b = Pool(1 << 16, backend=be)
+    assert be.host_buffer(0) is None  # (a's bytes are not b's object 0)
+    b.put(0, np.full(1024, 9, np.uint8))
+    assert int(b.get(0)[0]) == 9
+    with pytest.raises(ConfigError, match="its backend .* has been given to another pool since"):
+        a.get(0)
+    b.close()
