@@ -235,7 +235,8 @@ def list_keys(schema: type, prefix: str = "") -> set[str]:
     return out
 
 
-def unknown_key(key: str, schema: type, argv: Sequence[str] | None = None) -> str | None:
+def unknown_key(key: str, schema: type, argv: Sequence[str] | None = None, prog: str = ""
+                ) -> str | None:
     """Why the dotted ``key`` names no field of a section that the dataclass ``schema`` types
     (``eval.capacites``: with the closest field), or ``None``: a field, or below a section no
     dataclass types (``trace.params.*``), or a top-level key, which Hydra checks itself. Given
@@ -260,13 +261,19 @@ def unknown_key(key: str, schema: type, argv: Sequence[str] | None = None) -> st
         names = {f.name for f in dataclasses.fields(t)}
         if part not in names:
             if i == 0:
-                return None if argv is None else _unknown_top_key(key, schema, names)
+                return None if argv is None else _unknown_top_key(key, schema, names, prog)
             return _unknown_key_message(key, ".".join(parts[:i]), names, why)
         t = typing.get_type_hints(t).get(part)
     return None
 
 
-def _unknown_top_key(key: str, schema: type, names: set[str]) -> str | None:
+_PRESET_KEYS = ("env.cost", "eval.presets", "main.presets")
+"""Where each command reads its timing preset: train's env, evaluate's eval, the main job's
+main (``prog``: the command, whose name says which; train's config has the main job's keys,
+which train does not read)."""
+
+
+def _unknown_top_key(key: str, schema: type, names: set[str], prog: str = "") -> str | None:
     """``key``'s first part is no top-level field of ``schema`` (``capacity=...``): the message,
     with the closest field of any typed section (``eval.capacities``), for a key on the
     command line; ``None`` for a config group (``experiment=quick``, ``hydra/...``: Hydra
@@ -291,8 +298,16 @@ def _unknown_top_key(key: str, schema: type, names: set[str]) -> str | None:
             for f in dataclasses.fields(t):
                 known.setdefault(f.name, f"{n}.{f.name}")
     last = key.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(last, sorted(known), 2)
-    hint = f"did you mean {' or '.join(known[c] for c in close)}? " if close else ""
+    close = [known[c] for c in difflib.get_close_matches(last, sorted(known), 2)]
+    # the names a user may try for a timing preset, which each command reads from its own key
+    # (the closest spelling, main.presets, was no preset of train's)
+    mine = ("env.cost" if "train" in prog else "main.presets" if "demo" in prog or "main" in prog
+            else None)
+    synonyms = [k for k in _PRESET_KEYS if k.split(".", 1)[0] in names
+                and (mine is None or k == mine)] if last in (
+        "preset", "presets", "cost", "timing") else []
+    close = synonyms or close
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
     return (f"{key}: unknown key; {hint}the top-level keys: "
             f"{', '.join(sorted(n for n in names if not n.startswith('_')))}")
 
@@ -500,7 +515,14 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
                 print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
                       f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
             raise SystemExit(2)
-        why = unknown_key(key, schema, argv)
+        why = unknown_key(key, schema, argv, prog)
+        if why is None and key == GUARD_GROUP and os.path.isfile(  # (--help lists the group)
+                os.path.join(_CONF_DIR, GUARD_GROUP, f"{v}.yaml")):
+            why = (f"{key}={v}: the guard is chosen where a learned policy is evaluated or "
+                   f"loaded, not as a config group here: cachegym evaluate "
+                   f"'eval.learned_guards=[{v}]', cachegym sim ... --guard {v}, "
+                   f"LearnedPolicy.load(path, guard={v!r}) (training validates under the shadow "
+                   "guard, and the network alone under a timing preset)")
         if why is None and key in ("out_dir", "hydra.run.dir"):
             why = _unmakeable_dir(key, os.path.expanduser(v))
         if why is None and not tok.startswith("~"):

@@ -270,6 +270,14 @@ def test_lists_interpolations_and_sweeps_pass_the_list_check() -> None:
                                  "eval.capacities?"),
     ("evaluate", "+capacity=5", "capacity: unknown key"),
     ("train", "progres=false", "progres: unknown key; did you mean progress?"),
+    # a timing preset: each command reads it from its own key (train was sent to main.presets,
+    # which only the main job reads, and trained without a preset)
+    ("train", "preset=h100_pcie5", "preset: unknown key; did you mean env.cost?"),
+    ("evaluate", "preset=h100_pcie5", "preset: unknown key; did you mean eval.presets?"),
+    ("demo", "preset=h100_pcie5", "preset: unknown key; did you mean main.presets?"),
+    # --help lists the guard group as any group of conf/; Hydra then said "No match in the
+    # defaults list"
+    ("train", "policy/guard=trial", "the guard is chosen where a learned policy is evaluated"),
 ])
 def test_a_misspelt_key_of_a_typed_section_is_named_before_hydra(
         cmd: str, override: str, want: str, capsys: pytest.CaptureFixture[str]) -> None:

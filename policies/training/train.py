@@ -218,9 +218,15 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
             raise ConfigError("resume: the imitation agent has no SB3 stage to resume; use "
                               "agent=imitation_ppo, or warm-start with init_from=POLICY.npz")
         try:
-            _, _, fields = read_sb3_zip(path)
+            state, _, fields = read_sb3_zip(path)
         except PolicyFileError as e:
             raise PolicyFileError(f"resume: {e}") from None
+        theirs_hidden = _zip_hidden(state)  # (refused here, before an earlier run is set aside)
+        if theirs_hidden is not None and theirs_hidden != list(hidden):
+            raise ConfigError(f"resume={path}: its network's hidden layers are {theirs_hidden}, "
+                              f"policy.hidden is {list(hidden)}; set policy.hidden="
+                              f"[{','.join(map(str, theirs_hidden))}] (or the policy preset it "
+                              "was trained with)")
         mine = getattr(agent, "algo", None) or getattr(getattr(agent, "finetune", None), "algo", None)
         theirs = sb3_algo(fields)
         if theirs is not None and mine is not None and theirs != mine:
@@ -230,6 +236,21 @@ def warm_start(cfg: Any, agent: Any, hidden: Sequence[int], ignore: Sequence[int
         _warn_config_changes(path, cfg)
         return None, path
     return None, None
+
+
+def _zip_hidden(state: Any) -> list[int] | None:
+    """The hidden layer widths of the candidate scorer in an SB3 zip's policy state (its
+    ``cand_in`` and ``layers.i`` weights' rows), or ``None`` where it holds none."""
+    ends = [k for k in state if k.endswith("cand_in.weight")]
+    if not ends:
+        return None
+    prefix = min(ends, key=len)[:-len("cand_in.weight")]
+    widths = [int(state[prefix + "cand_in.weight"].shape[0])]
+    i = 0
+    while prefix + f"layers.{i}.weight" in state:
+        widths.append(int(state[prefix + f"layers.{i}.weight"].shape[0]))
+        i += 1
+    return widths
 
 
 def _capacity(value: Any) -> Any:
@@ -476,6 +497,9 @@ def _check_outputs(cfg: Any) -> None:
     if os.path.basename(name) != name or name in (".", ".."):
         raise ConfigError(f"export_name: {name!r} is a path; give a file name (the file is "
                           "written in out_dir: set out_dir to write it elsewhere)")
+    if not name.endswith(".npz"):  # (NumPy wrote foo.txt.npz for foo.txt)
+        raise ConfigError(f"export_name: {name!r}; a policy file is a .npz: give a name ending "
+                          f"in .npz ({os.path.splitext(name)[0] or 'policy'}.npz)")
 
 
 def write_results_csv(final: dict[str, float], name: str, out_dir: str) -> str:
@@ -549,6 +573,11 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     from cachegym.envs.evaluation import check_capacities
 
     check_capacities("capacities", list(cfg.capacities))  # named, before any work
+    for c in cfg.capacities:  # (the env took 2.0 for a fraction, and was blamed for it)
+        if isinstance(c, float) and not 0 < c <= 1:
+            raise ConfigError(f"capacities: {c!r} is no fraction in (0, 1]; give fractions of "
+                              "each window's env.capacity_of (0.25), bytes as an int, or a size "
+                              "string ('512MiB')")
     check_capacities("validation.capacities", list(cfg.validation.capacities))
     cut = cfg.validation.get("max_requests")
     if cut is not None and (isinstance(cut, bool) or not isinstance(cut, int) or cut < 1):
@@ -631,8 +660,11 @@ def train(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     log.info("training %s on %d traces (%s), validating on %d (%s; validation.traces chooses "
              "them)", type(agent).__name__, len(traces), ", ".join(t.name for t in traces),
              len(val_traces), ", ".join(t.name for t in val_traces) or "none")
+    from cachegym.envs.sweep import terminate_as_interrupt
+
     try:
-        net = agent.train(ctx, init=init)
+        with terminate_as_interrupt():  # (SIGTERM too: imitation ended with no word, rc 143)
+            net = agent.train(ctx, init=init)
     except KeyboardInterrupt as e:  # (an SB3 stage says how to resume its saved model)
         if not hasattr(e, "resume_with"):
             e.resume_with = (f"interrupted: the checkpoints so far are in "  # type: ignore[attr-defined]

@@ -206,16 +206,20 @@ class Validator:
         joint = self.prefetch is not None
         pf, name = ("lookahead", "stall_lru_lookahead") if joint else ("none", "stall_lru")
         own = LEARNED_PREFETCH + path if joint else "none"  # the file's prefetch head, if any
-        mine, ref = [], []
+        mine, ref, issued = [], [], 0
         for i in range(len(self.runs)):
             if (i, pf, preset) not in self._ref:
                 self._ref[(i, pf, preset)] = self._row(i, "lru", prefetch=pf, preset=preset)
             ref.append(float(self._ref[(i, pf, preset)]["stall_ns"]))
-            mine.append(float(self._row(i, learned_name("none"), learned=path, prefetch=own,
-                                        preset=preset)["stall_ns"]))
+            row = self._row(i, learned_name("none"), learned=path, prefetch=own, preset=preset)
+            mine.append(float(row["stall_ns"]))
+            issued += int(row["prefetches"])
         ratios = [m / r for m, r in zip(mine, ref) if r > 0]
-        return {"stall_learned": float(np.mean(mine)), name: float(np.mean(ref)),
-                "stall_ratio": float(np.mean(ratios)) if ratios else math.nan}
+        out = {"stall_learned": float(np.mean(mine)), name: float(np.mean(ref)),
+               "stall_ratio": float(np.mean(ratios)) if ratios else math.nan}
+        if joint:  # (a head that never prefetches leaves all of its stall ratio to eviction)
+            out["prefetches_learned"] = float(issued)
+        return out
 
     def score(self, figs: dict[str, float]) -> float:
         """Model-selection score: for a network trained for stall (``objective``), minus its
@@ -249,4 +253,13 @@ class Validator:
         self.history.append({"step": float(step), **figs})
         self._save_state()
         log.info("validation at %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in figs.items()))
+        if figs.get("prefetches_learned") == 0:
+            log.warning(
+                "validation at %d: the prefetch head issued no prefetch on the validation traces "
+                "(its no-prefetch score led at every decision): with it a pool prefetches "
+                "nothing, and the stall figures are its eviction's. Train it longer "
+                "(agent.dagger.rounds, agent.dagger.steps_per_round) or, as the main job does "
+                "(conf/main.yaml), with env.opportunity=access and the aligned history predictor "
+                "(env.predictor='{depth: 2, width: 4, hops: 3, horizon: 64, memory: 262144}')",
+                step)
         return figs

@@ -66,6 +66,7 @@ def test_the_file_carries_both_heads(joint_run, joint_file):
     val = joint_run["validation"]
     assert val["stall_learned"] > 0 and val["stall_lru_lookahead"] > 0
     assert val["stall_ratio"] > 0 and np.isfinite(val["traffic_learned"])
+    assert val["prefetches_learned"] > 0  # (0 warns: a head that never prefetches)
     assert os.path.isfile(os.path.join(os.path.dirname(joint_file), "checkpoints", "step_0.npz"))
     header, arrays = read_policy_file(joint_file)
     pf = header["prefetch"]

@@ -289,6 +289,18 @@ def test_resume_refuses_another_algorithm_and_keeps_the_zip_it_continues(tmp_pat
     assert len(kept) == 1 and kept[0].read_bytes() == before  # the earlier model, set aside
 
 
+def test_a_resume_of_another_network_shape_is_refused_before_the_run_is_set_aside(tmp_path) -> None:
+    """A helper's audit: the zip was checked against policy.hidden only when the SB3 model was
+    built, after the earlier run's files in the folder had been moved to previous/ (the README:
+    a run refused for a bad input leaves them in place)."""
+    first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'a'}"]))
+    with pytest.raises(ConfigError, match=r"its network's hidden layers are \[\d+(, \d+)*\], "
+                                          r"policy.hidden is \[8\]"):
+        train(cfg_of([*TINY, *PPO_TINY, "policy.hidden=[8]", f"resume={first['sb3_model']}",
+                      f"out_dir={tmp_path / 'a'}"]))
+    assert not (tmp_path / "a" / "previous").exists() and os.path.isfile(first["sb3_model"])
+
+
 @pytest.mark.parametrize("sig, vec", [("SIGTERM", "dummy"), ("SIGINT", "dummy"), ("SIGTERM", "subproc")])
 def test_an_interrupted_sb3_run_saves_its_model_and_resumes(tmp_path, sig, vec) -> None:
     """A helper's audit: a PPO run stopped by SIGINT printed a traceback from inside torch, by
@@ -326,6 +338,33 @@ def test_an_interrupted_sb3_run_saves_its_model_and_resumes(tmp_path, sig, vec) 
     done = train(cfg_of([*TINY, *PPO_TINY, f"resume={zip_path}", f"out_dir={tmp_path / 'again'}"]))
     _, _, again = read_sb3_zip(done["sb3_model"])
     assert again["num_timesteps"] > fields["num_timesteps"]  # (continued, not restarted)
+
+
+def test_a_terminated_imitation_run_says_where_its_checkpoints_are(tmp_path) -> None:
+    """A helper's audit: SIGTERM (a scheduler's stop) during imitation ended the run with
+    status 143 and no word (only the SB3 stage turned it into an interrupt); it says where the
+    checkpoints so far are, as SIGINT does, and exits 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    args = [*TINY, "agent=imitation", "agent.dagger.rounds=1000", "validation.every=1",
+            f"out_dir={out}"]
+    proc = subprocess.Popen([sys.executable, str(root / "scripts" / "train.py"), *args],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not list((out / "checkpoints").glob("*.npz")) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)  # (a round done and validated: a checkpoint was written)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "the checkpoints so far are in" in err
 
 
 def test_a_saved_config_that_does_not_resolve_is_named_not_a_traceback(tmp_path, caplog) -> None:

@@ -94,9 +94,11 @@ def test_bad_values_fail_at_compose_time():
     ("agent.dagger.beta0=2", r"agent.dagger: beta0=2.0"),
     # or fail only at the end of training
     ("validation.capacities=[0]", r"validation.capacities: capacity must be > 0"),
+    ("capacities=[2.0]", r"capacities: 2.0 is no fraction in \(0, 1\]"),  # (blamed on env)
     ("validation.capacity_of=peak", r"validation.capacity_of: 'peak' is not allowed"),
     ("export_name=''", r"export_name: '' names no file"),
     ("export_name=../escaped.npz", r"export_name: '../escaped.npz' is a path; give a file name"),
+    ("export_name=foo.txt", r"export_name: 'foo.txt'; a policy file is a .npz"),  # (foo.txt.npz)
     ("seed=-1", r"seed: -1 is not allowed; give an integer from 0 to 4294967295"),
     ("seed=99999999999999999999999", r"seed: 99999999999999999999999 is not allowed"),
     # or end in an error deep inside SB3
