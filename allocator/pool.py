@@ -874,20 +874,10 @@ def _claim_backend(backend: Any, pool: Pool, check_only: bool) -> None:
             return
         key = id(backend)
         try:
-            ref = weakref.ref(backend, _forgetting_backend(key))
+            ref = weakref.ref(backend, _forgetting_served(key, _BACKEND_OF))
         except TypeError:  # (not weakly referenceable: not recorded)
             return
         _BACKEND_OF[key] = (ref, weakref.ref(pool))
-
-
-def _forgetting_backend(key: int) -> Callable[[weakref.ref[Any]], None]:
-    """The callback of a backend's weak reference in :data:`_BACKEND_OF`: the backend is gone."""
-    def forget(ref: weakref.ref[Any]) -> None:
-        with _SERVING_LOCK:
-            entry = _BACKEND_OF.get(key)
-            if entry is not None and entry[0] is ref:
-                del _BACKEND_OF[key]
-    return forget
 
 
 def _unclaim(claimed: list[Any], pool: Pool) -> None:
@@ -911,13 +901,16 @@ def _given_up(policy: Any, kept: list[Any]) -> None:
                 _SERVED[id(p)] = (served[0], None)
 
 
-def _forgetting_served(key: int) -> Callable[[weakref.ref[Any]], None]:
-    """The callback of a policy's weak reference in :data:`_SERVED`: the policy is gone."""
+def _forgetting_served(key: int, table: dict[int, Any] | None = None
+                       ) -> Callable[[weakref.ref[Any]], None]:
+    """The callback of an object's weak reference, the first of its entry in ``table``
+    (:data:`_SERVED`, a policy's; :data:`_BACKEND_OF`, a backend's): the object is gone."""
     def forget(ref: weakref.ref[Any]) -> None:
+        entries = _SERVED if table is None else table
         with _SERVING_LOCK:
-            served = _SERVED.get(key)
-            if served is not None and served[0] is ref:
-                del _SERVED[key]
+            entry = entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del entries[key]
     return forget
 
 
