@@ -21,12 +21,14 @@ evaluator's config (``conf/evaluate.yaml``) from a libCacheSim-style one-liner.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import re
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["COMMANDS", "main", "sim"]
@@ -54,7 +56,29 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``cachegym COMMAND ARGS...``; the exit status (2 for a bad command or input)."""
+    """Run ``cachegym COMMAND ARGS...``; the exit status (2 for a bad command or input; 141, as
+    a shell reports SIGPIPE, where the reader of its output left: ``cachegym stats T | head``)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # (a traceback, from whichever print came after the reader left)
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)  # (Python flushes stdout at exit)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def refuse_negative_capacities(parser: argparse.ArgumentParser, argv: Sequence[str],
+                               after: Callable[[str], bool]) -> None:
+    """``parser.error`` for a negative capacity among ``argv`` (a token ``-5%`` or ``-1MiB,10%``
+    that follows a token ``after`` accepts): argparse reads it as an unknown option and reports
+    a missing argument."""
+    for prev, tok in zip(["", *argv], argv):
+        if after(prev) and re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
+            parser.error(f"capacities: {tok!r} is negative; a capacity is a size (512MiB, 1GiB) "
+                         "or a share of the working set (10%, 0.1) greater than 0")
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -243,11 +267,7 @@ def sim(argv: list[str]) -> int:
     p.add_argument("-j", "--jobs", type=int, default=1, help="runs replayed at once, in worker "
                    "processes (0: one per CPU core; default 1). The same rows; wall times and "
                    "decision latencies are measured beside the other runs")
-    for prev, tok in zip(["", *argv], argv):  # argparse reads '-5%' as an unknown option and
-        # reports a missing argument
-        if prev not in ("-j", "--jobs", "--clean-ahead") and re.fullmatch(r"-[0-9.][^,]*(,.*)?", tok):
-            p.error(f"capacities: {tok!r} is negative; a capacity is a size (512MiB, 1GiB) or a "
-                    "share of the working set (10%, 0.1) greater than 0")
+    refuse_negative_capacities(p, argv, lambda prev: prev not in ("-j", "--jobs", "--clean-ahead"))
     args = p.parse_args(argv)
     if args.resume and not args.out:
         p.error("--resume needs the --out of the interrupted sim (its default is a new "

@@ -7,12 +7,16 @@ data/traces/, else a synthetic DL-like one) the trace is written once as an orac
 Both sides replay that same request stream at the same capacity (byte accounting):
 
 * libCacheSim: ``cache.process_trace(reader)`` with the C ``TraceReader`` over the file; the
-  reader and the cache are built outside the timed region, reading the file is inside it.
+  reader and the cache are built outside the timed region, reading the file is inside it. Its
+  hash table starts at ``2**hashpower`` buckets for the trace's distinct objects
+  (:func:`lcs_hashpower`; it grows as needed): the Python binding's default, 24, zeroes a
+  128 MiB table during the timed replay, which made libCacheSim 2-12x slower than it is.
 * ours: ``Pool(capacity, make_eviction(policy), placement="bytes", oversize="bypass")
   .replay(trace)``, the one access loop (compiled where built) with the registry's policy
   classes, on the trace read back from that file; the policy's construction is inside the timed
-  region (Belady's next-use pass). ``ours_e2e`` also times reading the file (``read_trace``).
-  Its miss ratio must equal libCacheSim's (the run stops otherwise).
+  region (Belady's next-use pass). ``ours_e2e`` also times reading the file (``read_trace``),
+  as libCacheSim's time does: the target is judged on that ratio, ``ratio_e2e``. Its request
+  and byte miss ratios must equal libCacheSim's (the run stops otherwise).
 
 The DL trace is also replayed repeated to about ``--requests`` requests (``dl_tiled``, same
 object ids), since on the small recorded trace fixed per-call costs dominate.
@@ -95,6 +99,13 @@ def _dl_tiled(args: argparse.Namespace) -> Any:
                              name=f"{src.name}x{k}")
 
 
+def lcs_hashpower(n_objects: int) -> int:
+    """libCacheSim's initial hash table size for a trace of ``n_objects`` distinct objects,
+    as a power of two: about one bucket per object, at least 2**16 (libCacheSim's table grows
+    where they are more)."""
+    return max(16, int(np.ceil(np.log2(max(2, n_objects)))))
+
+
 def _best(fn: Any, repeat: int) -> tuple[float, Any]:
     best, out = float("inf"), None
     for _ in range(repeat):
@@ -114,7 +125,8 @@ def _pool_replay(trace: Any, cap: int, pol: str, preset: str | None = None) -> A
 
 
 TARGET = 3.0
-"""Issue #22's target: the pool's replay at least 3x libCacheSim's speed (``ratio``)."""
+"""Issue #22's target: the pool's replay at least 3x libCacheSim's speed (``ratio_e2e``: both
+sides read the trace file in their timed region)."""
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -123,7 +135,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     lcs = _libcachesim()  # (a one-line error naming what to install)
     if args.dl_tiled is not None and args.dl_tiled < 0:
-        raise SystemExit("bench.py replay: --dl-tiled must be >= 0 requests (0 skips the tiled trace)")
+        raise ConfigError("--dl-tiled must be >= 0 requests (0 skips the tiled trace)")
+    if args.dl_trace is not None:  # (refused before the Zipf table, not after it)
+        _dl(args)
     if not 0 < args.capacity <= 1:
         raise ConfigError(f"--capacity {args.capacity}: a fraction of the working set in (0, 1]")
     policies = list(dict.fromkeys(p.strip() for p in args.policies.split(",") if p.strip()))
@@ -136,9 +150,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> dict[str, Any]:
+    from cachegym.allocator import pool as pool_mod
     from cachegym.envs.workloads import read_trace, write_oracle_general
 
-    figures: dict[str, Any] = {"capacity_fraction": args.capacity, "repeat": args.repeat}
+    figures: dict[str, Any] = {"capacity_fraction": args.capacity, "repeat": args.repeat,
+                               "compiled": pool_mod.COMPILED}
+    print("access loop: " + ("compiled (Cython, from allocator/loop.py)" if pool_mod.COMPILED else
+                             "interpreted (not built, or CACHEGYM_PURE_PYTHON set): slower"))
     print(f"{'trace':<10} {'policy':<7} {'requests':>9} {'ours Mreq/s':>12} {'ours e2e':>9} "
           f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9}")
     sources = [("zipf", _zipf), ("dl", _dl)]
@@ -151,7 +169,9 @@ def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> d
         trace = read_trace(og, format="oracleGeneral")  # the stream libCacheSim reads
         n = len(trace)
         cap = max(1, int(trace.working_set_bytes() * args.capacity))
-        figures[tname] = {"requests": n, "capacity": cap, "source": src.name}
+        hashpower = lcs_hashpower(int(trace.object_ids().max()) + 1 if n else 1)
+        figures[tname] = {"requests": n, "capacity": cap, "source": src.name,
+                          "lcs_hashpower": hashpower}
         for pol in policies:
             def ours(pol: str = pol, trace: Any = trace, cap: int = cap) -> Any:
                 return _pool_replay(trace, cap, pol)
@@ -167,7 +187,7 @@ def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> d
                 dt, _ = _best(ours_e2e, 1)
                 t_e2e = min(t_e2e, dt)
                 reader = lcs.TraceReader(og, lcs.TraceType.ORACLE_GENERAL_TRACE)
-                cache = getattr(lcs, LCS_NAMES[pol])(cap)
+                cache = getattr(lcs, LCS_NAMES[pol])(cap, hashpower=hashpower)
                 t0 = time.perf_counter()
                 mr_lcs = cache.process_trace(reader)
                 t_lcs = min(t_lcs, time.perf_counter() - t0)
@@ -176,10 +196,14 @@ def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> d
                 "ours_rps": n / t_ours, "ours_e2e_rps": n / t_e2e, "lcs_rps": n / t_lcs,
                 "ratio": t_lcs / t_ours, "ratio_e2e": t_lcs / t_e2e,
                 "ours_miss_ratio": st.miss_ratio, "lcs_miss_ratio": float(mr_lcs[0]),
+                "ours_byte_miss_ratio": st.byte_misses / max(1, int(trace.size.sum())),
+                "lcs_byte_miss_ratio": float(mr_lcs[1]),
             }
-            if abs(row["ours_miss_ratio"] - row["lcs_miss_ratio"]) > 1e-12:
-                raise AssertionError(f"{tname}/{pol}: miss ratio {row['ours_miss_ratio']} differs "
-                                     f"from libCacheSim's {row['lcs_miss_ratio']}")
+            for what in ("miss_ratio", "byte_miss_ratio"):
+                a, b = row[f"ours_{what}"], row[f"lcs_{what}"]
+                if abs(a - b) > 1e-9 * max(1.0, abs(b)):
+                    raise AssertionError(f"{tname}/{pol}: {what.replace('_', ' ')} {a} differs "
+                                         f"from libCacheSim's {b}")
             if args.preset:
                 dt, _ = _best(lambda pol=pol, trace=trace, cap=cap: _pool_replay(
                     trace, cap, pol, args.preset), 1)
@@ -193,14 +217,16 @@ def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> d
         print(f"timing model ({args.preset}), ours only, Mreq/s: " + ", ".join(
             f"{t}/{p}={figures[t][p]['ours_timed_rps'] / 1e6:.3f}"
             for t, _ in sources for p in policies if "ours_timed_rps" in figures[t][p]))
-    print(f"ratio = libCacheSim time / ours (>= 1: ours at least as fast); best of {args.repeat}, "
-          "interleaved")
-    ratios = [figures[t][p]["ratio"] for t, _ in sources for p in policies]
+    print(f"ratio = libCacheSim time / ours (>= 1: ours at least as fast), e2e: ours reading the "
+          f"file too, as libCacheSim does; best of {args.repeat}, interleaved; libCacheSim's hash "
+          "table sized to each trace's objects (hashpower " + ", ".join(
+              f"{t} {figures[t]['lcs_hashpower']}" for t, _ in sources) + ")")
+    ratios = [figures[t][p]["ratio_e2e"] for t, _ in sources for p in policies]
     low = min(ratios)
     figures["target_ratio"], figures["min_ratio"] = TARGET, low
     figures["target_met"] = low >= TARGET
-    print(f"target (issue #22): every ratio >= {TARGET:g}: {'met' if low >= TARGET else 'NOT met'} "
-          f"(lowest {low:.3f})")
+    print(f"target (issue #22): every e2e ratio >= {TARGET:g}: "
+          f"{'met' if low >= TARGET else 'NOT met'} (lowest {low:.3f})")
     return figures
 
 

@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     add_trace_params_option(ap)
     ap.add_argument("--frees", action="store_true",
                     help="keep the trace's frees: Pool.free here, libCacheSim's remove there")
+    from cachegym.cli import refuse_negative_capacities
+
+    refuse_negative_capacities(ap, sys.argv[1:] if argv is None else argv,
+                               lambda prev: prev == "--capacities")
     args = ap.parse_args(argv)
     if args.policies == []:
         ap.error("--policies names none: give some (comma-separated), or leave it out for all")

@@ -609,3 +609,22 @@ def test_activation_offload_without_torch_names_the_extra() -> None:
             "try:\n    cachegym.ActivationOffload\nexcept ImportError as e:\n    print(e)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "needs PyTorch, of the train extra: pip install -c constraints.txt 'cachegym[train]'" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["stats", "data/traces/gpt.npz", "--out", "{tmp}"],
+                                  ["sim", "data/traces/gpt.npz", "npz", "lru", "10%",
+                                   "--bounds", "none", "--out", "{tmp}"]])
+def test_output_piped_to_a_reader_that_left_ends_without_a_traceback(args: list[str],
+                                                                     tmp_path: Path) -> None:
+    """``cachegym stats T | head -1`` printed a BrokenPipeError traceback (a helper's audit;
+    ``parity`` too): the reader is gone before the first line here."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "cachegym", *(a.format(tmp=tmp_path) for a in args)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # (no reader: the first write fails with EPIPE)
+    err = proc.stderr.read()
+    proc.wait(timeout=300)
+    assert "Traceback" not in err and proc.returncode in (0, 141), err[-2000:]
