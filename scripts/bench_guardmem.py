@@ -83,11 +83,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # more than noise (FLAT_MIB + FLAT_SHARE of it), nor does the largest structure
     mid = samples[len(samples) // 2]
     late = last["rss_mib"] - mid["rss_mib"]
-    flat = late <= FLAT_MIB + FLAT_SHARE * mid["rss_mib"] and last["largest"] <= 1.1 * mid["largest"]
-    print(f"target: flat over the second half ({mid['requests']:,} to {last['requests']:,} "
-          f"requests: RSS {late:+.1f} MiB, largest structure {mid['largest']:,} -> "
-          f"{last['largest']:,}; at most {FLAT_MIB} MiB + {100 * FLAT_SHARE:.0f}% and +10%): "
-          f"{'met' if flat else 'NOT met'}")
+    flat: bool | None = (late <= FLAT_MIB + FLAT_SHARE * mid["rss_mib"]
+                         and last["largest"] <= 1.1 * mid["largest"])
+    if len(samples) < 3 or mid["requests"] < m:  # (one sample, or before the objects were seen,
+        flat = None  # was called flat)
+        print(f"target: not judged ({len(samples)} samples, the second half from "
+              f"{mid['requests']:,} requests over {m:,} objects): give --requests of at least "
+              "3 --every and --every of at least the objects (--objects)")
+    else:
+        print(f"target: flat over the second half ({mid['requests']:,} to {last['requests']:,} "
+              f"requests: RSS {late:+.1f} MiB, largest structure {mid['largest']:,} -> "
+              f"{last['largest']:,}; at most {FLAT_MIB} MiB + {100 * FLAT_SHARE:.0f}% and "
+              f"+10%): {'met' if flat else 'NOT met'}")
     return {"objects": m, "guard": args.guard, "samples": samples, "rss_growth_mib": growth,
             "rss_growth_second_half_mib": late, "target_met": flat}
 

@@ -160,6 +160,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cachegym.allocator.errors import ConfigError
 
     placements = ("bytes", "arena") if args.placement == "both" else (args.placement,)
+    if args.accesses < 1000:  # (4 ended in a division by zero: nothing to time)
+        raise ConfigError(f"--accesses {args.accesses}: give at least 1,000 accesses per phase "
+                          "(fewer take less time than the clock resolves)")
     if "arena" in placements and args.size % ALIGN:  # (refused before the bytes rows are run)
         raise ConfigError(f"--size {args.size}: the arena placement's blocks are {ALIGN} bytes, so "
                           f"its objects' sizes are multiples of {ALIGN} (one eviction per miss); "

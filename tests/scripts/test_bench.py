@@ -134,6 +134,10 @@ def test_guard_bench_side_by_side_smoke_run(tmp_path: Path) -> None:
     assert row["same_results"] is True and row["speedup"] > 0
     assert row["this"]["hits"] + row["this"]["misses"] > 2000
     assert "requests/s of CPU time" in r.stdout and "median:" in r.stdout
+    # the target line, and whether each side's loop ran compiled (an unbuilt baseline measured
+    # 52x slower with no word: a helper's audit)
+    assert "target (issues #22, #24): 100,000 requests/s" in r.stdout
+    assert row["this"]["compiled"] == row["baseline"]["compiled"]
 
 
 def test_guard_bench_bad_baseline_is_one_line(tmp_path: Path) -> None:
@@ -155,6 +159,8 @@ def test_guardmem_bench_samples_rss_and_structures(tmp_path: Path) -> None:
     assert [s["requests"] for s in fig["samples"]] == [3000, 6000]
     assert all(s["rss_mib"] > 1 and s["largest"] <= 1024 + 64 for s in fig["samples"])
     assert "RSS from 3,000 to 6,000 requests" in r.stdout
+    # two samples judge nothing (one sample was called flat: a helper's audit)
+    assert fig["target_met"] is None and "target: not judged (2 samples" in r.stdout
 
 
 def test_guardmem_bench_bytes_per_object_seen(tmp_path: Path) -> None:
@@ -243,6 +249,8 @@ def test_quality_bench_unknown_trace_is_one_line() -> None:
     (("replay", "--requests", "1000", "--policies", ","), "--policies ',': give some of"),
     (("replay", "--capacity", "inf"), "argument --capacity: must be a finite number > 0, got inf"),
     (("pool", "--size", "3", "--objects", "7"), "--size 3: the arena placement's blocks are 512 bytes"),
+    (("pool", "--accesses", "4"), "--accesses 4: give at least 1,000"),  # (a ZeroDivisionError)
+    (("replay", "--dl-tiled", "-3"), "--dl-tiled must be >= 0"),  # (exit 1, no error:)
     (("guard", "--policy", "nowhere.npz"), "--policy 'nowhere.npz': no such file"),
     (("guard", "--trace", "nosuch"), "--trace 'nosuch': not a bundled trace"),
     (("decision", "--hidden", "-1"), "argument --hidden: a layer's width must be >= 1, got -1"),
