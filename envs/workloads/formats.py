@@ -355,6 +355,7 @@ def _read_delimited(path: PathLike, time_col: int | None, obj_id_col: int,
                     "size is 1 (the defaults): if the ids or sizes are other columns, name them "
                     "(obj_id_col=, obj_size_col=; cachegym sim --trace-params "
                     "'obj-id-col=2,obj-size-col=3')", p, table.ncols)
+    _check_op_column(p, header, table.first_record, cols)
     # each piece of the file parsed on its own (memory bounded by a piece's table, not the
     # file's): its columns' values, and which of its rows are kept
     pieces: dict[str, list[np.ndarray]] = {n: [] for n, c in cols.items() if c is not None}
@@ -922,6 +923,15 @@ class _Table:
                                   "delimiter=...,obj-id-col=... on the command line)")
         self._has_header = bool(has_header)
         self.header = first if has_header else None
+        # the first record's fields (after a header): read for what no option names
+        if not has_header:
+            self.first_record: list[str] | None = first
+        elif len(records) > 1:
+            r1 = records[1]
+            self.first_record = buf[starts[r1]:ends[r1]].tobytes().decode(
+                "utf-8", "replace").split(delimiter)
+        else:
+            self.first_record = None
         self._reason, self._first_line, self._first_text = reason, first_line, first_text
         self._first = (buf, starts, ends)
         self._wanted = sorted({c for c in cols.values() if c is not None})
@@ -1057,6 +1067,9 @@ def _clip(text: str, n: int = 60) -> str:
 _ID_NAMES = {"obj_id", "objid", "object_id", "obj", "object", "id", "key", "block", "block_id", "lba"}
 _SIZE_NAMES = {"obj_size", "objsize", "object_size", "size", "bytes", "nbytes", "len", "length"}
 _TIME_NAMES = {"time", "timestamp", "ts", "clock", "clock_time", "real_time", "step"}
+_OP_NAMES = {"op", "operation", "op_type", "optype", "opcode", "command", "cmd", "rw"}
+_OP_VALUES = {"get", "gets", "set", "add", "replace", "cas", "append", "prepend", "delete",
+              "incr", "decr", "read", "write", "put", "del", "update", "insert"}
 HEADER_NAMES = frozenset(_ID_NAMES | _SIZE_NAMES | _TIME_NAMES)
 """Column names that make a first line a header where no number decides it (string ids, txt)."""
 
@@ -1082,6 +1095,27 @@ def _check_header_names(path: str, header: list[str], obj_id_col: int,
         log.warning("%s: every object has size 1 (no obj_size_col), but the header names column "
                     "%d %r; pass obj_size_col=%d (-t obj-size-col=%d) for sizes in bytes", path,
                     sizes[0], header[sizes[0] - 1], sizes[0], sizes[0])
+
+
+def _check_op_column(path: str, header: list[str] | None, record: list[str] | None,
+                     cols: dict[str, int | None]) -> None:
+    """Warn where a column no option reads holds operations (a header naming it ``operation``,
+    or the first record's field ``get``, ``set``, ``delete``...): a Twitter trace's sets and
+    deletes were replayed as reads with no word."""
+    read = {c for c in cols.values() if c is not None}
+    col = None
+    if header is not None:
+        col = next((i + 1 for i, h in enumerate(header) if i + 1 not in read
+                    and h.strip().strip('"').lower() in _OP_NAMES), None)
+    if col is None and record is not None:
+        col = next((i + 1 for i, f in enumerate(record) if i + 1 not in read
+                    and f.strip().strip('"').lower() in _OP_VALUES), None)
+    if col is not None:
+        log.warning("%s: column %d holds operations (%r), which this reader does not read: "
+                    "every request is a read, as in libCacheSim's csv reader without "
+                    "op-type-col; to replay writes and deletes, build a cachegym .npz with its op "
+                    "column (Trace.from_arrays(key, size, op): 0 read, 1 write, 2 free)",
+                    path, col, (header or record or [""] * col)[col - 1])
 
 
 def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -136,6 +136,30 @@ def test_csv_header_naming_other_columns_warns(tmp_path: Path, trace: Trace,
     assert t.key.tolist() == trace.key.tolist() and t.size.tolist() == trace.size.tolist()
 
 
+@pytest.mark.parametrize("header", [True, False])
+def test_an_operation_column_left_unread_warns(tmp_path: Path, header: bool,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A Twitter-cluster csv's sets and deletes were replayed as reads with no word (a
+    helper's audit): a column of operations, named by the header or holding get/set/delete,
+    is named; reading the ids and sizes alone warns about nothing else."""
+    p = tmp_path / "tw.csv"
+    rows = ["0,ka,10,100,1,get,0", "1,kb,10,200,1,set,0", "2,ka,10,100,1,delete,0"]
+    p.write_text(("timestamp,key,key size,value size,client,operation,ttl\n" if header else "")
+                 + "\n".join(rows) + "\n")
+    with caplog.at_level(logging.WARNING, logger="cachegym.envs.workloads.formats"):
+        t = read_csv(p, obj_id_col=2, obj_size_col=4, obj_id_is_num=False,
+                     has_header=header)
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "column 6 holds operations" in text and "every request is a read" in text
+    assert len(t) == 3 and (t.op == 0).all()
+    caplog.clear()
+    q = tmp_path / "plain.csv"
+    q.write_text("0,1,100\n1,2,200\n")
+    with caplog.at_level(logging.WARNING, logger="cachegym.envs.workloads.formats"):
+        read_csv(q, time_col=1, obj_id_col=2, obj_size_col=3)
+    assert not caplog.records
+
+
 def test_hand_written_csv_no_header_libcachesim_columns(tmp_path: Path) -> None:
     p = tmp_path / "h.csv"
     p.write_text("1.5\t9\t64\n2.0\t9\t64\n3.25\t10\t32")  # no final newline
