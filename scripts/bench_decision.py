@@ -35,9 +35,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _at_least_one(text: str) -> int:
+    from cachegym.policies.features import MAX_K
+
     k = int(text)
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 candidates, got {k}")
+    if not 1 <= k <= MAX_K:  # (5000 was refused later, in a temporary policy file's header)
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_K} candidates, got {k}")
     return k
 
 

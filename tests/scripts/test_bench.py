@@ -254,6 +254,7 @@ def test_quality_bench_unknown_trace_is_one_line() -> None:
     (("guard", "--policy", "nowhere.npz"), "--policy 'nowhere.npz': no such file"),
     (("guard", "--trace", "nosuch"), "--trace 'nosuch': not a bundled trace"),
     (("decision", "--hidden", "-1"), "argument --hidden: a layer's width must be >= 1, got -1"),
+    (("decision", "--K", "5000"), "argument --K: must be 1.."),  # (blamed a temporary file)
     (("env", "--torch-threads", "-1"), "argument --torch-threads: must be >= 0, got -1"),
 ])
 def test_bad_benchmark_values_are_one_line_before_any_run(args: tuple[str, ...], says: str) -> None:
