@@ -22,7 +22,7 @@ from cachegym.envs.paths import CONF_DIR
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", help="exported policy file (default: newest outputs/main/*/train/policy.npz)")
+    p.add_argument("--policy", help="exported policy file (default: the newest outputs/main/*/train/policy.npz in this folder or the checkout)")
     p.add_argument("--train", action="store_true", help="train a policy first (conf/main.yaml training)")
     p.add_argument("--capacities", type=float, nargs="+", default=[0.25, 0.5],
                    help="fractions of peak live bytes (default 0.25 0.5)")
@@ -75,9 +75,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if off:
         raise ConfigError(f"--capacities: {off} are not fractions of peak live bytes in (0, 1]")
     path = args.policy
-    if path is None and not args.train:
-        found = sorted(glob.glob(os.path.join("outputs", "main", "*", "train", "policy.npz")),
-                       key=os.path.getmtime)
+    if path is None and not args.train:  # the newest main job's, here or in the checkout
+        from cachegym.envs.paths import PROJECT_ROOT
+
+        roots = ["."] + ([PROJECT_ROOT] if PROJECT_ROOT else [])
+        found = sorted({os.path.abspath(f) for r in roots for f in glob.glob(
+            os.path.join(r, "outputs", "main", "*", "train", "policy.npz"))}, key=os.path.getmtime)
         path = found[-1] if found else None
     if path is None:
         print("training a policy first (conf/main.yaml settings) ...")
