@@ -208,7 +208,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     print(f"activation offload on {device}: {fp['total'] / 2**20:.1f} MiB saved per step "
           f"({fp['count']} tensors); losses bitwise equal to no offload in "
-          f"{len(fig['losses_bitwise_equal'])} of {len(rows)} modes")
+          f"{len(fig['losses_bitwise_equal'])} of {len(rows)} modes; peak: {fig['peak_measure']}"
+          + ("" if cuda else " -- counted by rule, not measured: none keeps the footprint, "
+             "save_on_cpu and reload keep nothing, the pool its peak"))
     for row in rows:
         moved = ""
         if "bytes_h2d" in row:
