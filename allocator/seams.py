@@ -491,6 +491,10 @@ def check_policies(policy: object, prefetcher: object) -> None:
                           "cachegym.policies.base.EvictionPolicyBase, whose hooks do nothing, "
                           "and write victim; or pass cachegym.make_policy('lru'))")
     if prefetcher is not None and not callable(getattr(prefetcher, "prefetch", None)):
+        if isinstance(prefetcher, str):
+            raise ConfigError(f"prefetcher: pass a prefetcher object, not the name "
+                              f"{prefetcher!r}: cachegym.make_prefetch({prefetcher!r}) builds one "
+                              "where that is a registered name (it lists them where not)")
         raise ConfigError(f"prefetcher {type(prefetcher).__name__} has no prefetch method: a "
                           "prefetch policy implements prefetch(view, key) -> keys to fetch")
     for p in wrapped_chain(policy):  # (a wrapper forwards to the wrapped one's hooks: a user's

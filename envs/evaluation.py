@@ -317,8 +317,8 @@ def run_one(
         st = _replay(pool, trace)
     except (PolicyError, PoolError) as e:  # name the run and the request
         at = "" if e.row is None else f", request {e.row} (key {int(trace.key[e.row])})"
-        e.args = (f"policy {spec.policy!r} on trace {spec.trace_name!r} at capacity "
-                  f"{spec.capacity_spec} ({spec.capacity} bytes){at}: {e}",)
+        e.args = (f"policy {spec.policy!r}{_with_prefetcher(spec)} on trace {spec.trace_name!r} "
+                  f"at capacity {spec.capacity_spec} ({spec.capacity} bytes){at}: {e}",)
         raise
     row = _stats_row(spec, st, requested)
     if timed is not None:
@@ -976,8 +976,13 @@ def run_tasks(runs: list[tuple[Trace, RunSpec, dict[str, Any]]]
     """The tasks of :func:`in_workers` that replay ``runs`` (each a trace, a run's spec and the
     keyword arguments of :func:`run_one`): each task's result is the run's row."""
     return [(run_one, (t, spec), options,
-             f"run {spec.policy!r} on trace {spec.trace_name!r} at capacity {spec.capacity_spec}")
-            for t, spec, options in runs]
+             f"run {spec.policy!r}{_with_prefetcher(spec)} on trace {spec.trace_name!r} at "
+             f"capacity {spec.capacity_spec}") for t, spec, options in runs]
+
+
+def _with_prefetcher(spec: RunSpec) -> str:
+    """`` with prefetcher 'P'`` where the run has one (several may share a policy's name)."""
+    return "" if spec.prefetch in ("", "none") else f" with prefetcher {spec.prefetch!r}"
 
 
 def _run_keys(cfg: Any, runs: list[tuple[Trace, RunSpec]], traces: dict[int, str]) -> list[str]:
@@ -1263,7 +1268,9 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
     """PNG plots (matplotlib's Agg backend), one figure per (trace, prefetcher, preset):
     ``metrics__T__P__C.png``, miss ratio, byte miss ratio, traffic and (with a preset only) stall
     against capacity, one line per policy, bounds dashed (``foo_l``, ``lfoo_l``, ``pfoo_l``, ``stall_lb``;
-    ``foo_u`` and the stall reference dotted), the legend beside the axes."""
+    ``foo_u`` and the stall reference dotted), the legend beside the axes. With a prefetcher the
+    miss panels draw no bounds (they limit fetches, prefetches included; an access whose object
+    was prefetched, in time or late, is a hit)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1294,6 +1301,9 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                 kind = next(r.get("row_kind", "policy") for r in sel if r["policy"] == pol)
                 if (kind == "stall_reference" or pol in _STALL_ONLY) and field != "stall_ns":
                     continue  # (a stall reference's miss ratio is no bound of the others')
+                if (kind in ("lower_bound", "upper_bound") and pf != "none"
+                        and field in ("miss_ratio", "byte_miss_ratio")):
+                    continue  # (the bounds limit fetches; a prefetch hides a demand miss)
                 pts = sorted((r["capacity"], float(r[field]) * scale) for r in sel
                              if r["policy"] == pol and isinstance(r.get(field), (int, float))
                              and math.isfinite(float(r[field])))
@@ -1314,7 +1324,8 @@ def plot_results(rows: list[dict[str, Any]], out_dir: str) -> list[str]:
                                rotation=30, fontsize="small")
             ax.minorticks_off()
             ax.set_xlabel("capacity" if mode == "bytes" else "capacity (objects)")
-            ax.set_ylabel(ylabel)
+            ax.set_ylabel(ylabel if pf == "none" or field not in ("miss_ratio", "byte_miss_ratio")
+                          else f"{ylabel} (prefetched: hits)")
             ax.grid(True, alpha=0.3)
         fig.suptitle(f"{tname}   prefetch={prefetch_label(pf, (g[1] for g in groups))}   preset={preset}")
         fig.legend(list(handles.values()), list(handles), loc="center left",

@@ -182,9 +182,11 @@ def make_prefetch(name: str | None, *, trace: Trace | None = None,
     if name is not None and is_import_spec(str(name)):
         return _build_imported(str(name), "prefetch", trace, params)  # type: ignore[no-any-return]
     if key not in _PREFETCH:
+        what = (f" ({key!r} is an eviction policy: give it as the policy)" if key in _EVICTION
+                else "")
         raise ConfigError(
-            f"unknown prefetch policy {name!r}; valid names: {', '.join(PREFETCH_NAMES)}, or "
-            "FILE.py:Class / module:Class for a class of your own")
+            f"unknown prefetch policy {name!r}{what}; valid names: {', '.join(PREFETCH_NAMES)}, "
+            "or FILE.py:Class / module:Class for a class of your own")
     return _build(key, _class_of(_PREFETCH, key), trace, params)  # type: ignore[no-any-return]
 
 
@@ -339,8 +341,14 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
                           "the class or its arguments") from e
     if not callable(getattr(obj, method, None)):
         kind = "an eviction policy" if method == "victim" else "a prefetch policy"
+        other = ("victim", "prefetch")[method == "victim"]
+        hint = ("; it has prefetch(): give it as a prefetcher (--prefetch, eval.prefetchers, "
+                "Pool(prefetcher=)), which cachegym check does not check: cachegym sim runs it"
+                if callable(getattr(obj, other, None)) and method == "victim" else
+                "; it has victim(): give it as the eviction policy"
+                if callable(getattr(obj, other, None)) else "")
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {method}() method, so it "
-                          f"is not {kind} (see allocator/seams.py)")
+                          f"is not {kind} (see allocator/seams.py){hint}")
     missing = [m for m in _EVICTION_HOOKS if not callable(getattr(obj, m, None))]
     if method == "victim" and missing:
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {', '.join(missing)}: an "

@@ -52,6 +52,24 @@ def test_traffic_in_a_binary_unit_and_stall_rows_on_the_stall_panel_only(
     assert markers == {"lru": "o", "foo_l": "v"}
 
 
+def test_with_a_prefetcher_the_miss_panels_draw_no_bounds(tmp_path: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds limit fetches, prefetches included; a prefetched access is a hit, so a
+    policy's miss ratio fell under the bound's line (a helper's audit: foo_l at 0.775 over the
+    policies at 0.10). The traffic panel keeps them."""
+    rows = [_row("lru", c, t * MiB, m, s) for c, t, m, s in ((MiB, 300, .1, 9e6), (4 * MiB, 120, .05, 4e6))]
+    rows += [_row("foo_l", c, t * MiB, m, math.nan, "lower_bound")
+             for c, t, m in ((MiB, 200, .7), (4 * MiB, 80, .4))]
+    for r in rows[:2]:
+        r["prefetch"] = "lookahead"
+    (fig,) = _figures(rows, tmp_path, monkeypatch)
+    panels = {ax.get_ylabel(): ax for ax in fig.axes}
+    miss = panels["miss ratio (prefetched: hits)"]
+    assert {line.get_label() for line in miss.get_lines()} == {"lru"}
+    traffic = panels["traffic (MiB copied, both ways)"]
+    assert {line.get_label() for line in traffic.get_lines()} == {"lru", "foo_l"}
+
+
 def test_traffic_in_objects_mode_is_a_count(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [_row("lru", c, t, .5, 0.0, mode="objects") for c, t in ((5, 250), (12, 100))]
     for r in rows:
