@@ -445,3 +445,22 @@ def test_a_key_error_for_the_key_itself_points_at_on_insert() -> None:
     with pytest.raises(PolicyError, match=r"raised KeyError\(1\) in on_hit for key 1;.*check that "
                                           r"its on_insert records every object"):
         Pool(400, NoInsert()).replay(Trace.from_arrays([1, 2, 1], [100] * 3))
+
+
+def test_a_prefetcher_given_by_name_or_in_the_wrong_place_says_what_to_do(tmp_path) -> None:
+    """A newcomer's mistakes (a helper's audit): a name where an object goes, an eviction
+    policy's name as a prefetcher, a prefetcher given to `cachegym check`."""
+    from cachegym.policies.registry import make_eviction, make_prefetch
+
+    with pytest.raises(ConfigError, match=r"pass a prefetcher object, not the name 'markov': "
+                                          r"cachegym.make_prefetch\('markov'\)"):
+        Pool(1 << 20, LRU(), prefetcher="markov")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"'lru' is an eviction policy: give it as the policy"):
+        make_prefetch("lru")
+    (tmp_path / "mine.py").write_text(
+        "from cachegym.policies.base import PrefetchPolicyBase\n"
+        "class NextK(PrefetchPolicyBase):\n"
+        "    def prefetch(self, view, key):\n"
+        "        return [key + 1]\n")
+    with pytest.raises(ConfigError, match=r"it has prefetch\(\): give it as a prefetcher"):
+        make_eviction(str(tmp_path / "mine.py") + ":NextK")
