@@ -173,8 +173,16 @@ def _unknown_group_option(rest: list[str]) -> str | None:
         for v in value.split(","):  # (a multirun's list)
             v = v.strip().strip("'\"")  # (quoted as Hydra takes it: agent='ppo')
             if v and v != "null" and v not in options:
+                generator = ""
+                if key == "trace":  # (a generator's name: trace=scan)
+                    from cachegym.envs.workloads.registry import GENERATORS
+
+                    if v in GENERATORS:
+                        generator = (f" (for the generator {v!r}: trace=generated "
+                                     f"trace.generator={v}, and '++trace.params={{...}}' for "
+                                     "its parameters)")
                 return (f"{key}={v}: no such option of the config group {key!r}; the options: "
-                        f"{', '.join(options)}")
+                        f"{', '.join(options)}{generator}")
     return None
 
 

@@ -552,6 +552,7 @@ def test_the_ray_cluster_launcher_without_a_cluster_is_refused_in_one_line(
     (["train", "agent=a2c"], "agent=a2c: no such option of the config group 'agent'; the options: dqn, imitation"),
     (["train", "-m", "env=evict,evic"], "env=evic: no such option of the config group 'env'"),
     (["evaluate", "policy/guard=shadw"], "policy/guard=shadw: no such option of the config group 'policy/guard'"),
+    (["evaluate", "trace=scan"], "(for the generator 'scan': trace=generated trace.generator=scan"),
 ])
 def test_an_unknown_config_group_option_is_one_line(
         argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:

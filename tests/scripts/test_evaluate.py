@@ -167,6 +167,20 @@ def test_counts_match_libcachesim(og_file: Path, tmp_path: Path) -> None:
         assert r["byte_miss_ratio"] == pytest.approx(bmr, rel=1e-9)
 
 
+def test_any_generator_from_the_command_line(tmp_path: Path) -> None:
+    """trace=generated names any generator, with its own defaults (a helper's audit: only zipf,
+    storage and dl_training had a config, and trace.params of another generator was refused as
+    not in zipf's struct)."""
+    from cachegym.envs.workloads import generate
+
+    res = evaluate(_compose(_quiet([
+        "trace=generated", "trace.generator=scan", "++trace.params={n_hot: 50, n_requests: 3000}",
+        "eval.capacities=[0.1]", "eval.policies=[lru]", "eval.bounds=[]", f"out_dir={tmp_path}"])))
+    (row,) = [r for r in res["rows"] if r["policy"] == "lru"]
+    want = generate("scan", seed=0, n_hot=50, n_requests=3000)
+    assert row["trace"] == "scan" and row["requests"] == len(want)
+
+
 def test_csv_trace_with_reader_options_as_the_readme_says(og_file: Path, tmp_path: Path) -> None:
     """The README's CSV command: reader options set whole with ``++trace.options={...}`` (a plain
     ``trace.options={...}`` cannot add keys to the schema's empty dict; Hydra refuses it) give the
