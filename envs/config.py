@@ -498,6 +498,13 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     import sys
 
     if "-m" in argv or "--multirun" in argv:
+        for tok in argv:  # (a sweep's out_dir too: Hydra's traceback, FileExistsError)
+            key, eq, value = tok.partition("=")
+            if eq and key.lstrip("+") in ("out_dir", "hydra.sweep.dir") and "," not in value:
+                why = _unmakeable_dir(key.lstrip("+"), os.path.expanduser(value.strip()))
+                if why is not None:
+                    print(f"{prog}: {why}", file=sys.stderr)
+                    raise SystemExit(2)
         return
     keys = list_keys(schema)
     for tok in argv:

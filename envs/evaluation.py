@@ -540,6 +540,11 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     check_presets(presets)
     capacities = list(ev.capacities)
     check_capacities("eval.capacities", capacities)
+    if len(set(map(str, capacities))) < len(capacities):  # (each cell ran twice, two rows)
+        log.warning("eval.capacities names %s more than once: each runs once",
+                    ", ".join(sorted({str(c) for c in capacities
+                                      if list(map(str, capacities)).count(str(c)) > 1})))
+        capacities = list({str(c): c for c in capacities}.values())
     check_capacity_of(str(ev.capacity_of))
     alloc = cfg.allocator
     placement = str(enum_value(alloc.placement))

@@ -741,6 +741,18 @@ class MergeResults(Callback):
                 settings[f"job {num}: {overrides}"] = setting_of(task)
                 dirs.clear()
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
+        # a job repeating another's overrides (seed=0,0,1) is the same sample again, not
+        # another: counted twice it narrowed the interval (a helper's audit)
+        first: dict[tuple[str, ...], str] = {}
+        repeats = []
+        for label in list(ordered):
+            same = first.setdefault(tuple(sorted(label.split(": ", 1)[1].split(" "))), label)
+            if same != label:
+                repeats.append(f"{label.split(':', 1)[0]} repeats {same.split(':', 1)[0]}")
+                del ordered[label]
+        if repeats:
+            log.warning("%s of the sweep's jobs repeat another's overrides and are merged once "
+                        "(one sample each): %s", len(repeats), "; ".join(repeats))
         target = os.path.join(os.path.expanduser(str(out_dir)) if out_dir is not None
                               else sweep_dir, self.out)
         # an earlier sweep's table into the same folder is set aside, not overwritten

@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> None:
         with terminate_as_interrupt():  # SIGTERM as SIGINT: the sweep stops between lines it wrote
             result = evaluate(cfg)
     except KeyboardInterrupt as e:
-        print(f"interrupted ({e or 'SIGINT'}): the completed runs are kept in runs.jsonl; run the "
+        print(f"interrupted ({str(e) or 'SIGINT'}): the completed runs are kept in runs.jsonl; run the "
               "same command with eval.resume=true to finish", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # (in a multirun the other jobs go on: job_failed)

@@ -489,9 +489,10 @@ def test_an_out_dir_that_cannot_be_made_is_refused_before_hydra_makes_it(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("x")
     for out, why in (("afile", "is a file, not a directory"), ("afile/x", "cannot be made")):
-        with pytest.raises(SystemExit) as e:
-            cli.main([cmd, f"out_dir={out}"])
-        assert e.value.code == 2 and why in capsys.readouterr().err
+        for sweep in ([], ["-m", "seed=0,1"]):  # (a sweep's: Hydra's 15-line traceback)
+            with pytest.raises(SystemExit) as e:
+                cli.main([cmd, *sweep, f"out_dir={out}"])
+            assert e.value.code == 2 and why in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 

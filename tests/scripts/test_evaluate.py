@@ -181,6 +181,15 @@ def test_any_generator_from_the_command_line(tmp_path: Path) -> None:
     assert row["trace"] == "scan" and row["requests"] == len(want)
 
 
+def test_a_capacity_named_twice_runs_once(tmp_path: Path) -> None:
+    """Each cell ran twice, two equal rows (a sweep then averaged them; ``sim`` took each
+    capacity once already)."""
+    res = evaluate(_compose(_quiet([
+        "trace.params.n_requests=2000", "eval.capacities=[0.1,0.1]", "eval.policies=[lru]",
+        "eval.bounds=[]", f"out_dir={tmp_path}"])))
+    assert [r["policy"] for r in res["rows"]] == ["lru"]
+
+
 def test_csv_trace_with_reader_options_as_the_readme_says(og_file: Path, tmp_path: Path) -> None:
     """The README's CSV command: reader options set whole with ``++trace.options={...}`` (a plain
     ``trace.options={...}`` cannot add keys to the schema's empty dict; Hydra refuses it) give the

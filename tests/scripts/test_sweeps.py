@@ -69,6 +69,18 @@ def test_evaluation_multirun_writes_snapshots_and_one_merged_table(tmp_path: Pat
     assert "merged 2 of 2 jobs" in proc.stdout and "n_jobs" in proc.stdout
 
 
+def test_a_repeated_sweep_value_is_one_sample(tmp_path: Path) -> None:
+    """seed=0,0,1 counted job 1 (job 0 again) as a third sample and narrowed the interval (a
+    helper's audit): it is merged once, and the log says so."""
+    sweep = tmp_path / "sweep"
+    proc = _run("evaluate", ["-m", "seed=0,0,1", *TINY_EVAL, "hydra/launcher=basic",
+                             f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _merged(sweep / "merged.csv")
+    assert {r["n_jobs"] for r in rows.values()} == {"2"}
+    assert "job 1 repeats job 0" in proc.stdout + proc.stderr
+
+
 def test_a_failed_job_is_named_and_the_others_merged(tmp_path: Path) -> None:
     sweep, out = tmp_path / "sweep", tmp_path / "out"
     out.mkdir()
