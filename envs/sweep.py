@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -741,6 +742,15 @@ class MergeResults(Callback):
                 settings[f"job {num}: {overrides}"] = setting_of(task)
                 dirs.clear()
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
+        # an earlier, larger sweep's job folders past this sweep's (its job_2, job_3 beside this
+        # one's job_0, job_1) are set aside: a script reading job_*/ mixed the two sweeps
+        base = os.path.expanduser(str(out_dir)) if out_dir is not None else sweep_dir
+        ours = {f"job_{num}" for num, _ in jobs.values()}
+        stale = sorted(d for d in (os.listdir(base) if os.path.isdir(base) else [])
+                       if re.fullmatch(r"job_\d+", d) and d not in ours
+                       and os.path.isdir(os.path.join(base, d)))
+        if stale and jobs:
+            set_aside(base, stale)
         # a job repeating another's overrides (seed=0,0,1) is the same sample again, not
         # another: counted twice it narrowed the interval (a helper's audit)
         first: dict[tuple[str, ...], str] = {}

@@ -69,6 +69,21 @@ def test_evaluation_multirun_writes_snapshots_and_one_merged_table(tmp_path: Pat
     assert "merged 2 of 2 jobs" in proc.stdout and "n_jobs" in proc.stdout
 
 
+def test_a_smaller_sweep_into_a_larger_ones_folder_sets_its_other_jobs_aside(tmp_path: Path) -> None:
+    """Seeds 7 and 8 into the folder of an earlier sweep of four seeds left its job_2 and
+    job_3 beside the new job_0 and job_1 (a helper's audit: a script reading job_*/ mixed
+    the sweeps); they move to previous/ with the earlier jobs' files."""
+    out = tmp_path / "out"
+    first = _run("evaluate", ["-m", "seed=0,1,2", *TINY_EVAL, "hydra/launcher=basic",
+                              f"out_dir={out}", f"hydra.sweep.dir={tmp_path / 'h1'}"], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = _run("evaluate", ["-m", "seed=7", *TINY_EVAL, "hydra/launcher=basic",
+                              f"out_dir={out}", f"hydra.sweep.dir={tmp_path / 'h2'}"], tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("job_*")) == ["job_0"]
+    assert sorted(p.name for p in out.glob("previous/*/job_*")) == ["job_1", "job_2"]
+
+
 def test_a_repeated_sweep_value_is_one_sample(tmp_path: Path) -> None:
     """seed=0,0,1 counted job 1 (job 0 again) as a third sample and narrowed the interval (a
     helper's audit): it is merged once, and the log says so."""
