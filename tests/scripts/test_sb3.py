@@ -174,7 +174,8 @@ def test_warm_starts_that_do_not_fit_are_refused(tmp_path) -> None:
     first = train(cfg_of([*TINY, *PPO_TINY, f"out_dir={tmp_path / 'a'}"]))
     with pytest.raises(ConfigError, match=r"its network's hidden layers are \[64, 32\].*set policy.hidden=\[64,32\]"):
         train(cfg_of([*TINY, *PPO_TINY, "policy=small", f"init_from={first['policy']}", f"out_dir={tmp_path / 'b'}"]))
-    with pytest.raises(PolicyFileError, match=r"resume: .*ppo.zip does not fit PPO .*resume with the agent and policy"):
+    with pytest.raises(ConfigError, match=r"resume=.*ppo.zip: its network's hidden layers are \[64, 32\], "
+                                          r"policy.hidden is \[32, 16\]; set policy.hidden=\[64,32\]"):
         train(cfg_of([*TINY, *PPO_TINY, "policy=small", f"resume={first['sb3_model']}", f"out_dir={tmp_path / 'c'}"]))
     with pytest.raises(ConfigError, match=r"resume: the imitation agent has no SB3 stage.*init_from"):
         train(cfg_of([*TINY, "agent=imitation", f"resume={first['sb3_model']}", f"out_dir={tmp_path / 'd'}"]))
