@@ -82,7 +82,7 @@ from cachegym.envs.gaps import (
     stall_rows,
 )
 from cachegym.envs.journal import JOURNAL, RunJournal, digest
-from cachegym.envs.sweep import results_dir, set_aside, write_config
+from cachegym.envs.sweep import in_multirun, results_dir, set_aside, write_config
 
 if TYPE_CHECKING:
     from cachegym.allocator.pool import PoolView
@@ -649,10 +649,15 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
                     log.info("%d of %d tasks done (%s) after %.0f s", finished, len(todo),
                              tasks[i][3], time.perf_counter() - t_start)
         except KeyboardInterrupt:
-            log.warning("interrupted after %d of %d runs; the completed ones are in %s: run the "
-                        "same command with eval.resume=true out_dir=%s (cachegym sim: --resume "
-                        "--out %s) to finish the sweep", len(done), len(runs), journal.path,
-                        out_dir, out_dir)
+            if in_multirun():  # (the job's out_dir given to the -m command nests job_N again)
+                log.warning("interrupted after %d of %d runs; the completed ones are in %s: run "
+                            "the same -m command with eval.resume=true to finish the sweep",
+                            len(done), len(runs), journal.path)
+            else:
+                log.warning("interrupted after %d of %d runs; the completed ones are in %s: run "
+                            "the same command with eval.resume=true out_dir=%s (cachegym sim: "
+                            "--resume --out %s) to finish the sweep", len(done), len(runs),
+                            journal.path, out_dir, out_dir)
             raise
         finally:
             bar.close()

@@ -660,3 +660,32 @@ def test_without_a_bar_a_long_sweep_says_it_is_running(
         said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("still running")]
         assert bool(said) != progress, (progress, jobs, said)
         assert progress or any(f"of {2 * REQUESTS:,} trace rows" in m for m in said)
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_an_interrupt_says_how_to_resume_in_a_run_and_in_a_sweep(
+        multirun: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """In a multirun job the advice named the job's folder as out_dir, which the -m command
+    nests job_N under again, so nothing resumed (a helper's audit)."""
+    calls = [0]
+    real = evaluation.run_one
+
+    def stop_at_the_second(*a: Any, **k: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(evaluation, "run_one", stop_at_the_second)
+    monkeypatch.setattr(evaluation, "in_multirun", lambda: multirun)
+    cfg = _compose(["trace.params.n_requests=2000", "eval.policies=[lru,fifo]",
+                    "eval.capacities=[0.1]", "eval.bounds=[]", "eval.progress=false",
+                    "eval.jobs=1", f"out_dir={tmp_path / 'o'}"])
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        evaluate(cfg)
+    text = caplog.text
+    if multirun:
+        assert "run the same -m command with eval.resume=true" in text and "out_dir=" not in text
+    else:
+        assert f"eval.resume=true out_dir={tmp_path / 'o'}" in text
