@@ -497,14 +497,25 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     there ``key=a,b`` sweeps the values."""
     import sys
 
-    if "-m" in argv or "--multirun" in argv:
-        for tok in argv:  # (a sweep's out_dir too: Hydra's traceback, FileExistsError)
+    if "-m" in argv or "--multirun" in argv:  # (key=a,b sweeps the values: keys checked alone)
+        keys = list_keys(schema)
+        for tok in argv:
             key, eq, value = tok.partition("=")
-            if eq and key.lstrip("+") in ("out_dir", "hydra.sweep.dir") and "," not in value:
-                why = _unmakeable_dir(key.lstrip("+"), os.path.expanduser(value.strip()))
-                if why is not None:
-                    print(f"{prog}: {why}", file=sys.stderr)
-                    raise SystemExit(2)
+            key, v = key.lstrip("+"), value.strip()
+            why = None
+            if not eq or tok.startswith("-"):
+                continue
+            if key in ("out_dir", "hydra.sweep.dir") and "," not in v:  # (Hydra's traceback)
+                why = _unmakeable_dir(key, os.path.expanduser(v))
+            elif key in keys and not (v.startswith(("[", "$", "null")) or "(" in v):
+                why = (f"{tok}: {key} takes a list; to sweep lists, give each in brackets: "
+                       f"'{key}=" + ",".join(f"[{x.strip()}]" for x in v.split(",")) + "' "
+                       "(quoted for the shell)")
+            elif not tok.startswith("~"):  # (Hydra's advice was to add it with +)
+                why = unknown_key(key, schema, argv, prog)
+            if why is not None:
+                print(f"{prog}: {why}", file=sys.stderr)
+                raise SystemExit(2)
         return
     keys = list_keys(schema)
     for tok in argv:

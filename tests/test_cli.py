@@ -289,6 +289,20 @@ def test_a_misspelt_key_of_a_typed_section_is_named_before_hydra(
     assert want in err and "HYDRA_FULL_ERROR" not in err
 
 
+@pytest.mark.parametrize("override, want", [
+    # a sweep's keys too (Hydra's advice to add it with + made every job fail), and a list key
+    # swept as scalars (Hydra: "float is not a ListConfig")
+    ("eval.nokey=1,2", "eval.nokey: unknown key; the keys of eval:"),
+    ("eval.capacities=0.05,0.1", "to sweep lists, give each in brackets: "
+                                 "'eval.capacities=[0.05],[0.1]'"),
+])
+def test_a_sweeps_keys_are_checked_before_hydra(override: str, want: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "-m", override])
+    assert e.value.code == 2 and want in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("cmd, override, want", [
     ("evaluate", "seed=abc", "seed=abc: Value 'abc' of type 'str' could not be converted to "
                              "Integer (the key seed takes an int)"),
