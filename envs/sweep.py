@@ -742,6 +742,12 @@ class MergeResults(Callback):
                 settings[f"job {num}: {overrides}"] = setting_of(task)
                 dirs.clear()
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
+        if not ordered:  # (seed='range(0,0)': zero jobs, and exit status 0)
+            import sys
+
+            print("error: the sweep ran no job (a sweep list with no values?); nothing to merge",
+                  file=sys.stderr)
+            raise SystemExit(2)
         # an earlier, larger sweep's job folders past this sweep's (its job_2, job_3 beside this
         # one's job_0, job_1) are set aside: a script reading job_*/ mixed the two sweeps
         base = os.path.expanduser(str(out_dir)) if out_dir is not None else sweep_dir

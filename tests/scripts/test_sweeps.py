@@ -84,6 +84,13 @@ def test_a_smaller_sweep_into_a_larger_ones_folder_sets_its_other_jobs_aside(tmp
     assert sorted(p.name for p in out.glob("previous/*/job_*")) == ["job_1", "job_2"]
 
 
+def test_a_sweep_of_no_jobs_is_an_error(tmp_path: Path) -> None:
+    """seed='range(0,0)' launched nothing and exited 0 (a helper's audit)."""
+    proc = _run("evaluate", ["-m", "seed=range(0,0)", *TINY_EVAL, "hydra/launcher=basic",
+                             f"hydra.sweep.dir={tmp_path / 's'}"], tmp_path)
+    assert proc.returncode == 2 and "the sweep ran no job" in proc.stderr
+
+
 def test_a_repeated_sweep_value_is_one_sample(tmp_path: Path) -> None:
     """seed=0,0,1 counted job 1 (job 0 again) as a third sample and narrowed the interval (a
     helper's audit): it is merged once, and the log says so."""
