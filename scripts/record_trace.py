@@ -37,7 +37,10 @@ def _out_path(out: Path) -> Path | str:
 
 
 def _positive(text: str) -> int:
-    n = int(text)
+    try:
+        n = int(text)
+    except ValueError:  # (argparse said "invalid _positive value")
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {n}")
     return n

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -178,7 +178,7 @@ def _unique(keys: list[int | None]) -> list[int]:
 # ---------------------------------------------------------------------- front door
 def record(
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None,
     make_batch: MakeBatch,
     loss_fn: LossFn,
     steps: int = 2,
@@ -190,12 +190,18 @@ def record(
     """Record ``steps`` iterations of a training (or, with ``optimizer=None``, inference) loop.
 
     Each iteration: ``batch = make_batch(step)`` (outside the recorder, as a data loader would),
-    then, recorded: ``optimizer.zero_grad(set_to_none=True)``, ``loss = loss_fn(model, batch)``,
-    ``loss.backward()``, ``optimizer.step()``. With ``optimizer=None`` only the forward pass
-    runs, under ``torch.no_grad()``. ``torch.manual_seed(seed)`` is called first.
+    then, recorded: ``optimizer.zero_grad(set_to_none=True)``, ``loss = loss_fn(model, batch)``
+    (a scalar tensor), ``loss.backward()``, ``optimizer.step()``; several optimizers (a list: a
+    GAN's generator and discriminator over one ``model`` holding both) are zeroed and stepped in
+    order, and their state is labelled as optimizer state. Gradient accumulation: call
+    ``backward()`` on the earlier micro-batches inside ``loss_fn``. With ``optimizer=None`` only
+    the forward pass runs, under ``torch.no_grad()``. The loop trains ``model`` and the
+    optimizers in place, and ``torch.manual_seed(seed)`` is called first (the global random
+    stream is left seeded so). Parameters, their gradients and the optimizers' state are
+    labelled by kind; the model's buffers (BatchNorm's running statistics) are ``OTHER``.
+    Sparse gradients (``nn.Embedding(sparse=True)``) are not supported.
     """
-    if steps < 1:
-        raise ConfigError(f"steps must be >= 1, got {steps}")
+    optimizers = _checked_args(model, optimizer, make_batch, loss_fn, steps)
     torch.manual_seed(seed)
     rec = TraceRecorder()
     try:
@@ -203,30 +209,78 @@ def record(
             batch = make_batch(s)
             rec.step = s
             with rec:
-                _one_step(model, optimizer, batch, loss_fn)
-            rec.label(list(model.parameters()), Kind.PARAMETER)
-            rec.label([p.grad for p in model.parameters() if p.grad is not None], Kind.GRADIENT)
-            if optimizer is not None:
-                rec.label(list(optimizer.state.values()), Kind.OPTIMIZER_STATE)
+                _one_step(model, optimizers, batch, loss_fn)
+            params = list(model.parameters())
+            grads = [p.grad for p in params if p.grad is not None]
+            if any(g.layout != torch.strided for g in grads):
+                raise ConfigError("record: a sparse gradient (nn.Embedding(sparse=True), or "
+                                  "another sparse layout): the recorder follows strided storages "
+                                  "only; record with sparse=False")
+            rec.label(params, Kind.PARAMETER)
+            rec.label(grads, Kind.GRADIENT)
+            for opt in optimizers:
+                rec.label(list(opt.state.values()), Kind.OPTIMIZER_STATE)
             del batch
     finally:
         rec.close()
     info = {"generator": "recorder", "params": {"steps": steps, "seed": seed,
             "model": type(model).__name__,
-            "optimizer": type(optimizer).__name__ if optimizer is not None else None},
+            "optimizer": ",".join(type(o).__name__ for o in optimizers) or None},
             "torch": torch.__version__, **(meta or {})}
-    return rec.to_trace(info, name)
+    trace = rec.to_trace(info, name)
+    if not len(trace):
+        raise ConfigError("record: no tensor access was recorded (a model on the meta device, or "
+                          "a loss_fn that touches no tensor?): record a program that computes on "
+                          "cpu or cuda tensors")
+    return trace
 
 
-def _one_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, batch: Any,
+def _checked_args(model: Any, optimizer: Any, make_batch: Any, loss_fn: Any, steps: Any
+                  ) -> list[torch.optim.Optimizer]:
+    """The optimizers ``record`` steps, its arguments checked before anything runs (they
+    failed inside the loop, as AttributeErrors after a forward and backward, or not at all)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"steps must be an int >= 1, got {steps!r}")
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"record: model must be a torch.nn.Module, got {type(model).__name__}")
+    for what, fn in (("make_batch", make_batch), ("loss_fn", loss_fn)):
+        if not callable(fn):
+            raise ConfigError(f"record: {what} must be a function ({what}(step) -> batch; "
+                              f"loss_fn(model, batch) -> loss), got {type(fn).__name__}")
+    optimizers = ([] if optimizer is None else list(optimizer)
+                  if isinstance(optimizer, (list, tuple)) else [optimizer])
+    mine = {id(p) for p in model.parameters()}
+    for opt in optimizers:
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise ConfigError(f"record: optimizer must be a torch.optim.Optimizer (or a list of "
+                              f"them, or None for inference), got {type(opt).__name__}")
+        theirs = [p for g in opt.param_groups for p in g["params"]]
+        if theirs and not any(id(p) in mine for p in theirs):
+            raise ConfigError(f"record: the optimizer {type(opt).__name__} holds none of the "
+                              "model's parameters (built over another model?): the model would "
+                              "never be updated and its gradients never zeroed")
+    if optimizers and not torch.is_grad_enabled():
+        raise ConfigError("record: gradients are off here (torch.no_grad or inference_mode): a "
+                          "training loop records with them on; optimizer=None records inference")
+    return optimizers
+
+
+def _one_step(model: torch.nn.Module, optimizers: list[torch.optim.Optimizer], batch: Any,
               loss_fn: LossFn) -> None:
-    if optimizer is None:
+    if not optimizers:
         with torch.no_grad():
             out = loss_fn(model, batch)
         del out
         return
-    optimizer.zero_grad(set_to_none=True)
+    for opt in optimizers:
+        opt.zero_grad(set_to_none=True)
     loss = loss_fn(model, batch)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        raise ConfigError(f"record: loss_fn(model, batch) returned {type(loss).__name__}"
+                          f"{'' if not isinstance(loss, torch.Tensor) else ' without a graph'}: "
+                          "it must return the loss tensor of the model's forward pass (backward() "
+                          "runs on it)")
     loss.backward()
     del loss
-    optimizer.step()
+    for opt in optimizers:
+        opt.step()

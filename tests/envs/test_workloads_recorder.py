@@ -223,3 +223,71 @@ def test_bundled_traces(path: Path) -> None:
 def test_bundled_traces_exist() -> None:
     names = {p.stem for p in TRACES.glob("*.npz")}
     assert {"gpt", "resnet", "mlp_embedding"} <= names and len(names) >= 5
+
+
+def test_two_optimizers_both_step_and_both_states_are_labelled() -> None:
+    """A GAN-like step (a helper's audit): a list of optimizers was an AttributeError, and
+    the workaround labelled the second optimizer's state as activations."""
+    from cachegym.envs.workloads.recorder import record
+
+    torch.manual_seed(0)
+    g, d = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+    model = torch.nn.ModuleDict({"g": g, "d": d})
+    opts = [torch.optim.Adam(g.parameters()), torch.optim.Adam(d.parameters())]
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def loss_fn(m, x):  # type: ignore[no-untyped-def]
+        return m["d"](m["g"](x)).square().mean()
+
+    t = record(model, opts, lambda s: torch.randn(4, 8), loss_fn, steps=2)
+    sizes = set(t.size[t.kind == Kind.OPTIMIZER_STATE].tolist())
+    assert 8 * 8 * 4 in sizes  # the generator's weight's exp_avg / exp_avg_sq (first optimizer)
+    assert 1 * 8 * 4 in sizes  # the discriminator's (the second: labelled activations before)
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # both stepped
+    assert t.meta["params"]["optimizer"] == "Adam,Adam"
+
+
+@pytest.mark.parametrize("case, match", [
+    ("other_model", "holds none of the model's parameters"),
+    ("loss_none", r"loss_fn\(model, batch\) returned NoneType"),
+    ("no_grad", "gradients are off here"),
+    ("model_as_optimizer", "optimizer must be a torch.optim.Optimizer"),
+    ("batch_not_callable", "make_batch must be a function"),
+    ("steps_text", "steps must be an int >= 1, got '3'"),
+    ("sparse", "a sparse gradient"),
+    ("meta", "no tensor access was recorded"),
+])
+def test_record_refuses_what_it_cannot_record_naming_the_argument(case: str, match: str) -> None:
+    """They were AttributeErrors after a forward and backward, a crash inside the recorder, an
+    empty trace, or nothing at all (an optimizer of another model never stepped this one)."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.envs.workloads.recorder import record
+
+    model = torch.nn.Linear(4, 2)
+    opt: object = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch: object = lambda s: torch.randn(3, 4)  # noqa: E731
+    loss = lambda m, b: m(b).sum()  # noqa: E731
+    steps: object = 1
+    ctx = torch.enable_grad()
+    if case == "other_model":
+        opt = torch.optim.SGD(torch.nn.Linear(4, 2).parameters(), lr=0.1)
+    elif case == "loss_none":
+        loss = lambda m, b: None  # noqa: E731
+    elif case == "no_grad":
+        ctx = torch.no_grad()
+    elif case == "model_as_optimizer":
+        opt = model
+    elif case == "batch_not_callable":
+        batch = torch.randn(3, 4)
+    elif case == "steps_text":
+        steps = "3"
+    elif case == "sparse":
+        model = torch.nn.Embedding(10, 4, sparse=True)  # type: ignore[assignment]
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        batch = lambda s: torch.tensor([1, 2])  # noqa: E731
+    elif case == "meta":
+        model = torch.nn.Linear(4, 2, device="meta")
+        opt = None
+        batch = lambda s: torch.randn(3, 4, device="meta")  # noqa: E731
+    with ctx, pytest.raises(ConfigError, match=match):
+        record(model, opt, batch, loss, steps=steps)  # type: ignore[arg-type]
