@@ -36,7 +36,7 @@ def test_missing_policy_file_is_one_line(tmp_path: Path) -> None:
 
 def test_bad_candidate_count_is_an_argument_error() -> None:
     r = _bench("decision", "--K", "0")
-    assert r.returncode == 2 and "argument --K: must be >= 1 candidates, got 0" in r.stderr
+    assert r.returncode == 2 and "argument --K: must be 1..1024 candidates, got 0" in r.stderr
     assert "Traceback" not in r.stderr
 
 
