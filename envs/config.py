@@ -489,34 +489,17 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
     """Refuse, before Hydra reads them, the command-line overrides that give one value to a
     list-typed key (``eval.capacities=0.25``): Hydra's own message says that a float is not a
     list, not how to write one. Exits with status 2 and the override as it should be
-    (``'eval.capacities=[0.25]'``). Also a misspelt key of a section the schema types
-    (``eval.capacites=...``, ``agent.totl_timesteps=...`` of the chosen ``agent=`` option:
-    :func:`unknown_key`), which Hydra refuses with advice to add it with ``+``, where nothing
-    would read it. And an ``out_dir`` (or ``hydra.run.dir``) that cannot be made: a file in
-    the way, a folder that is not writable. Sweeps (``-m``/``--multirun``) are left to Hydra:
-    there ``key=a,b`` sweeps the values."""
+    (``'eval.capacities=[0.25]'``; in a sweep, ``-m``/``--multirun``, where ``key=a,b`` sweeps
+    the values: ``'eval.capacities=[0.05],[0.1]'``). Also a misspelt key of a section the
+    schema types (``eval.capacites=...``, ``agent.totl_timesteps=...`` of the chosen ``agent=``
+    option: :func:`unknown_key`), which Hydra refuses with advice to add it with ``+``, where
+    nothing would read it; a value of the wrong type (:func:`_mistyped`; a sweep's values are
+    Hydra's); and an ``out_dir`` (or ``hydra.run.dir``, a sweep's ``hydra.sweep.dir``) that
+    cannot be made: a file in the way, a folder that is not writable."""
     import sys
 
-    if "-m" in argv or "--multirun" in argv:  # (key=a,b sweeps the values: keys checked alone)
-        keys = list_keys(schema)
-        for tok in argv:
-            key, eq, value = tok.partition("=")
-            key, v = key.lstrip("+"), value.strip()
-            why = None
-            if not eq or tok.startswith("-"):
-                continue
-            if key in ("out_dir", "hydra.sweep.dir") and "," not in v:  # (Hydra's traceback)
-                why = _unmakeable_dir(key, os.path.expanduser(v))
-            elif key in keys and not (v.startswith(("[", "$", "null")) or "(" in v):
-                why = (f"{tok}: {key} takes a list; to sweep lists, give each in brackets: "
-                       f"'{key}=" + ",".join(f"[{x.strip()}]" for x in v.split(",")) + "' "
-                       "(quoted for the shell)")
-            elif not tok.startswith("~"):  # (Hydra's advice was to add it with +)
-                why = unknown_key(key, schema, argv, prog)
-            if why is not None:
-                print(f"{prog}: {why}", file=sys.stderr)
-                raise SystemExit(2)
-        return
+    sweep = "-m" in argv or "--multirun" in argv
+    run_dir = "hydra.sweep.dir" if sweep else "hydra.run.dir"
     keys = list_keys(schema)
     for tok in argv:
         if tok.startswith("-") or "=" not in tok:
@@ -524,16 +507,22 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
         key, value = tok.split("=", 1)
         key = key.lstrip("+")
         v = value.strip()
-        if key in keys and not (v.startswith("[") or v.startswith("$") or v == "null"):
-            if key.split(".")[-1] == "traces":  # (a list of trace configs, not of names)
-                print(f"{prog}: {key} takes a list of traces; write '{key}=[{{path: {value}}}]' "
-                      f"for a trace file, '{key}=[{{generator: zipf}}]' for a generated one "
-                      "(quoted for the shell)", file=sys.stderr)
+        why = None
+        if key in keys and not (v.startswith(("[", "$")) or v == "null"
+                                or (sweep and (v.startswith("null") or "(" in v))):
+            if sweep:
+                why = (f"{tok}: {key} takes a list; to sweep lists, give each in brackets: "
+                       f"'{key}=" + ",".join(f"[{x.strip()}]" for x in v.split(",")) + "' "
+                       "(quoted for the shell)")
+            elif key.split(".")[-1] == "traces":  # (a list of trace configs, not of names)
+                why = (f"{key} takes a list of traces; write '{key}=[{{path: {value}}}]' for a "
+                       f"trace file, '{key}=[{{generator: zipf}}]' for a generated one (quoted "
+                       "for the shell)")
             else:
-                print(f"{prog}: {key} takes a list; write '{key}=[{value}]' (quoted for the "
-                      f"shell; several values: '{key}=[a,b]')", file=sys.stderr)
-            raise SystemExit(2)
-        why = unknown_key(key, schema, argv, prog)
+                why = (f"{key} takes a list; write '{key}=[{value}]' (quoted for the shell; "
+                       f"several values: '{key}=[a,b]')")
+        if why is None:
+            why = unknown_key(key, schema, argv, prog)
         if why is None and key == GUARD_GROUP and os.path.isfile(  # (--help lists the group)
                 os.path.join(_CONF_DIR, GUARD_GROUP, f"{v}.yaml")):
             why = (f"{key}={v}: the guard is chosen where a learned policy is evaluated or "
@@ -541,7 +530,7 @@ def check_list_overrides(argv: list[str], schema: type, prog: str) -> None:
                    f"'eval.learned_guards=[{v}]', cachegym sim ... --guard {v}, "
                    f"LearnedPolicy.load(path, guard={v!r}) (training validates under the shadow "
                    "guard, and the network alone under a timing preset)")
-        if why is None and key in ("out_dir", "hydra.run.dir"):
+        if why is None and key in ("out_dir", run_dir) and not (sweep and "," in v):
             why = _unmakeable_dir(key, os.path.expanduser(v))
         if why is None and not tok.startswith("~"):
             why = _mistyped(tok, key, schema, argv)
