@@ -324,11 +324,14 @@ class Trace:
     def working_set_bytes(self) -> int:
         """Sum of the sizes of distinct objects (first size seen for each). (Computed once per
         trace: the evaluator reads it per capacity.)"""
-        def make() -> int:
-            _, first = np.unique(self.object_ids(), return_index=True)
-            return int(self.size[first].sum())
+        return self._kept(  # type: ignore[no-any-return]
+            "_working_set", lambda: int(self.size[self._first_rows()].sum()))
 
-        return self._kept("_working_set", make)  # type: ignore[no-any-return]
+    def _first_rows(self) -> np.ndarray:
+        """The row of each object's first access, by object id (kept: the working set and the
+        peak of live bytes both read it)."""
+        return self._kept(  # type: ignore[no-any-return]
+            "_first", lambda: np.unique(self.object_ids(), return_index=True)[1])
 
     def peak_live_bytes(self) -> int:
         """Peak of bytes of objects created and not yet freed (an object is live from its first
@@ -337,7 +340,7 @@ class Trace:
 
     def _peak_live(self) -> int:
         obj = self.object_ids()
-        _, first = np.unique(obj, return_index=True)
+        first = self._first_rows()
         delta = np.zeros(len(self) + 1, np.int64)
         delta[first] += self.size[first]
         free_rows = np.flatnonzero(self.op == Op.FREE)
