@@ -38,6 +38,7 @@ so they never sit beside another sweep's runs and a failed sweep loses none of t
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import gc
@@ -540,11 +541,14 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     check_presets(presets)
     capacities = list(ev.capacities)
     check_capacities("eval.capacities", capacities)
-    if len(set(map(str, capacities))) < len(capacities):  # (each cell ran twice, two rows)
+    named = collections.Counter(map(str, capacities))  # (each cell ran twice, two rows)
+    if len(named) < len(capacities):
         log.warning("eval.capacities names %s more than once: each runs once",
-                    ", ".join(sorted({str(c) for c in capacities
-                                      if list(map(str, capacities)).count(str(c)) > 1})))
-        capacities = list({str(c): c for c in capacities}.values())
+                    ", ".join(c for c, n in named.items() if n > 1))
+        once: dict[str, Any] = {}
+        for c in capacities:
+            once.setdefault(str(c), c)
+        capacities = list(once.values())
     check_capacity_of(str(ev.capacity_of))
     alloc = cfg.allocator
     placement = str(enum_value(alloc.placement))

@@ -723,6 +723,7 @@ class MergeResults(Callback):
         jobs: dict[str, tuple[int, str]] = {}
         settings: dict[str, tuple[str, ...]] = {}
         overrides_of: dict[str, list[str]] = {}  # a job's results folder -> its overrides
+        tasks: dict[str, tuple[str, ...]] = {}  # a job's label -> its overrides, sorted
         for root, dirs, files in os.walk(sweep_dir):
             # (not an earlier run's files: set aside, or kept beside a job's Hydra folder)
             dirs[:] = [d for d in dirs if d != "previous" and not d.endswith(_EARLIER)]
@@ -740,6 +741,7 @@ class MergeResults(Callback):
                 overrides_of[res] = task
                 jobs[f"job {num}: {overrides}"] = (num, os.path.join(res, self.results))
                 settings[f"job {num}: {overrides}"] = setting_of(task)
+                tasks[f"job {num}: {overrides}"] = tuple(sorted(task))
                 dirs.clear()
         ordered = dict(sorted(jobs.items(), key=lambda kv: kv[1][0]))
         if not ordered:  # (seed='range(0,0)': zero jobs, and exit status 0)
@@ -755,22 +757,21 @@ class MergeResults(Callback):
         stale = sorted(d for d in (os.listdir(base) if os.path.isdir(base) else [])
                        if re.fullmatch(r"job_\d+", d) and d not in ours
                        and os.path.isdir(os.path.join(base, d)))
-        if stale and jobs:
+        if stale:
             set_aside(base, stale)
         # a job repeating another's overrides (seed=0,0,1) is the same sample again, not
         # another: counted twice it narrowed the interval (a helper's audit)
         first: dict[tuple[str, ...], str] = {}
         repeats = []
         for label in list(ordered):
-            same = first.setdefault(tuple(sorted(label.split(": ", 1)[1].split(" "))), label)
+            same = first.setdefault(tasks[label], label)
             if same != label:
                 repeats.append(f"{label.split(':', 1)[0]} repeats {same.split(':', 1)[0]}")
                 del ordered[label]
         if repeats:
             log.warning("%s of the sweep's jobs repeat another's overrides and are merged once "
                         "(one sample each): %s", len(repeats), "; ".join(repeats))
-        target = os.path.join(os.path.expanduser(str(out_dir)) if out_dir is not None
-                              else sweep_dir, self.out)
+        target = os.path.join(base, self.out)
         # an earlier sweep's table into the same folder is set aside, not overwritten
         set_aside(os.path.dirname(target), [self.out])
         done = merge_sweep({k: p for k, (_, p) in ordered.items()}, target, since=self._start,
