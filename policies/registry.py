@@ -341,12 +341,12 @@ def _build_imported(name: str, method: str, trace: Trace | None, params: dict[st
                           "the class or its arguments") from e
     if not callable(getattr(obj, method, None)):
         kind = "an eviction policy" if method == "victim" else "a prefetch policy"
-        other = ("victim", "prefetch")[method == "victim"]
-        hint = ("; it has prefetch(): give it as a prefetcher (--prefetch, eval.prefetchers, "
-                "Pool(prefetcher=)), which cachegym check does not check: cachegym sim runs it"
-                if callable(getattr(obj, other, None)) and method == "victim" else
-                "; it has victim(): give it as the eviction policy"
-                if callable(getattr(obj, other, None)) else "")
+        hint = ""
+        if method == "victim" and callable(getattr(obj, "prefetch", None)):
+            hint = ("; it has prefetch(): give it as a prefetcher (--prefetch, eval.prefetchers, "
+                    "Pool(prefetcher=)), which cachegym check does not check: cachegym sim runs it")
+        elif method != "victim" and callable(getattr(obj, "victim", None)):
+            hint = "; it has victim(): give it as the eviction policy"
         raise ConfigError(f"policy {name!r}: {type(obj).__name__} has no {method}() method, so it "
                           f"is not {kind} (see allocator/seams.py){hint}")
     missing = [m for m in _EVICTION_HOOKS if not callable(getattr(obj, m, None))]
