@@ -1111,11 +1111,13 @@ def _check_op_column(path: str, header: list[str] | None, record: list[str] | No
         col = next((i + 1 for i, f in enumerate(record) if i + 1 not in read
                     and f.strip().strip('"').lower() in _OP_VALUES), None)
     if col is not None:
+        fields = header if header is not None else record
+        assert fields is not None  # (col was found in one of them)
         log.warning("%s: column %d holds operations (%r), which this reader does not read: "
                     "every request is a read, as in libCacheSim's csv reader without "
                     "op-type-col; to replay writes and deletes, build a cachegym .npz with its op "
                     "column (Trace.from_arrays(key, size, op): 0 read, 1 write, 2 free)",
-                    path, col, (header or record or [""] * col)[col - 1])
+                    path, col, fields[col - 1])
 
 
 def _line_bounds(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
