@@ -34,6 +34,16 @@ COUNTS = ("requests", "objects", "repeat", "accesses", "size", "steps", "seconds
 NONNEGATIVE = ("torch_threads",)  # (0: torch's default)
 
 
+def loop_build() -> bool:
+    """Print whether the pool's access loop runs compiled (a benchmark's speeds depend on it:
+    an unbuilt checkout runs it interpreted) and return it, for the figures."""
+    from cachegym.allocator.pool import COMPILED
+
+    print("access loop: " + ("compiled (Cython, from allocator/loop.py)" if COMPILED else
+                             "interpreted (not built, or CACHEGYM_PURE_PYTHON set)"))
+    return bool(COMPILED)
+
+
 def _strict(x: object) -> object:
     """``x`` with every non-finite float as ``None`` (strict JSON has no NaN: a NaN figure, such
     as a mean over no cell, is null)."""

@@ -171,11 +171,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"accesses": args.accesses, "objects": args.objects,
                                "size": args.size, "repeat": args.repeat,
                                "targets": {"hit": HIT_TARGET, "miss": MISS_TARGET}}
-    from cachegym.allocator import pool as pool_mod
+    from cachegym.scripts.bench import loop_build
 
-    figures["compiled"] = pool_mod.COMPILED
-    print("access loop: " + ("compiled (Cython, from allocator/loop.py)" if pool_mod.COMPILED else
-                             "interpreted (not built, or CACHEGYM_PURE_PYTHON set)"))
+    figures["compiled"] = loop_build()
     print(f"{'placement':<9} {'phase':<5} {'pool ns/access':>15} {'bare ns/access':>15} "
           f"{'ratio':>6} {'best/best':>9} {'target':>7} {'misses':>8}")
     # one untimed pass first: the interpreter's specialisation and the CPU's clock settle

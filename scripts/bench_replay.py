@@ -150,13 +150,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, lcs: Any, policies: list[str], tmp: str) -> dict[str, Any]:
-    from cachegym.allocator import pool as pool_mod
     from cachegym.envs.workloads import read_trace, write_oracle_general
+    from cachegym.scripts.bench import loop_build
 
     figures: dict[str, Any] = {"capacity_fraction": args.capacity, "repeat": args.repeat,
-                               "compiled": pool_mod.COMPILED}
-    print("access loop: " + ("compiled (Cython, from allocator/loop.py)" if pool_mod.COMPILED else
-                             "interpreted (not built, or CACHEGYM_PURE_PYTHON set): slower"))
+                               "compiled": loop_build()}
     print(f"{'trace':<10} {'policy':<7} {'requests':>9} {'ours Mreq/s':>12} {'ours e2e':>9} "
           f"{'lcs Mreq/s':>11} {'ratio':>6} {'ratio e2e':>9} {'miss ours':>9} {'miss lcs':>9}")
     sources = [("zipf", _zipf), ("dl", _dl)]
