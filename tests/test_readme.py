@@ -43,7 +43,7 @@ def reader_dir(tmp_path: Path) -> Path:
     from cachegym.envs.workloads import read_trace, write_trace
 
     shutil.copy(ROOT / "tests" / "golden" / "policy.npz", tmp_path / "policy.npz")
-    # gpt's first 6,000 requests (of 26,658; its first training step has 7,002): what the
+    # gpt's first 6,000 requests (of 25,786; its first training step has 6,784): what the
     # commands do is the same on any trace, and FOO's LP (the bounds, the imitation teacher), a
     # minute on the whole trace, takes seconds on it
     mine = read_trace(str(ROOT / "data" / "traces" / "gpt.npz")).window(0, MINE_REQUESTS)

@@ -3,7 +3,9 @@
 A ``TorchDispatchMode`` sees every aten op below autograd, forward and backward alike:
 
 - the storages of an op's tensor inputs are reads, the storages of its outputs (and of
-  arguments its schema marks as mutated) are writes; view ops touch no memory and are skipped;
+  arguments its schema marks as mutated) are writes; view ops touch no memory and are skipped,
+  as are ops that return views of their inputs without the schema saying so (``_unsafe_view``:
+  every output shares an input's storage and nothing is mutated);
 - a view maps to its base storage (``tensor.untyped_storage()`` is the base's);
 - a storage gets a key when first seen; a ``weakref.finalize`` on the storage records a free
   (op 2) when its memory is released, and a later storage, even at the same address, gets a
@@ -73,12 +75,16 @@ class TraceRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.is_view:
             return func(*args, **kwargs)
-        inputs = [self._key_of(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        inputs = [self._key_of(t) for t in tensors]
         t0 = time.perf_counter_ns()
         out = func(*args, **kwargs)
         dt = time.perf_counter_ns() - t0
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        written = [self._key_of(t) for t in [*outputs, *_mutated_args(func, args, kwargs)]]
+        mutated = _mutated_args(func, args, kwargs)
+        if not mutated and outputs and _all_alias(outputs, tensors):
+            return out  # a view in all but name (aten._unsafe_view): no memory is touched
+        written = [self._key_of(t) for t in [*outputs, *mutated]]
         reads = _unique(inputs)
         writes = _unique(written)
         for i, k in enumerate(reads):
@@ -170,6 +176,13 @@ def _mutated_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     return out
 
 
+def _all_alias(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> bool:
+    """Every output shares the storage of an input: the op returned a view of its input without
+    the schema calling it one (``aten._unsafe_view``, what ``reshape`` of a fresh result runs)."""
+    seen = {t.untyped_storage()._cdata for t in inputs if t.layout == torch.strided}
+    return all(t.layout == torch.strided and t.untyped_storage()._cdata in seen for t in outputs)
+
+
 def _unique(keys: list[int | None]) -> list[int]:
     """Keys in first-seen order, without repeats or ``None`` (storages that hold no bytes)."""
     return [k for k in dict.fromkeys(keys) if k is not None]
@@ -210,16 +223,7 @@ def record(
             rec.step = s
             with rec:
                 _one_step(model, optimizers, batch, loss_fn)
-            params = list(model.parameters())
-            grads = [p.grad for p in params if p.grad is not None]
-            if any(g.layout != torch.strided for g in grads):
-                raise ConfigError("record: a sparse gradient (nn.Embedding(sparse=True), or "
-                                  "another sparse layout): the recorder follows strided storages "
-                                  "only; record with sparse=False")
-            rec.label(params, Kind.PARAMETER)
-            rec.label(grads, Kind.GRADIENT)
-            for opt in optimizers:
-                rec.label(list(opt.state.values()), Kind.OPTIMIZER_STATE)
+            _label_step(rec, model, optimizers)
             del batch
     finally:
         rec.close()
@@ -233,6 +237,24 @@ def record(
                           "a loss_fn that touches no tensor?): record a program that computes on "
                           "cpu or cuda tensors")
     return trace
+
+
+def _label_step(rec: TraceRecorder, model: torch.nn.Module,
+                optimizers: list[torch.optim.Optimizer]) -> None:
+    """Label the step's parameters, gradients and optimizer state. It holds no reference past
+    its return: a list of the gradients kept alive by the loop lived through the next step's
+    ``zero_grad(set_to_none=True)``, so that every gradient was recorded as freed only after the
+    next backward had written its successor (the gpt trace's peak live bytes +17%)."""
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    if any(g.layout != torch.strided for g in grads):
+        raise ConfigError("record: a sparse gradient (nn.Embedding(sparse=True), or another "
+                          "sparse layout): the recorder follows strided storages only; record "
+                          "with sparse=False")
+    rec.label(params, Kind.PARAMETER)
+    rec.label(grads, Kind.GRADIENT)
+    for opt in optimizers:
+        rec.label(list(opt.state.values()), Kind.OPTIMIZER_STATE)
 
 
 def _checked_args(model: Any, optimizer: Any, make_batch: Any, loss_fn: Any, steps: Any

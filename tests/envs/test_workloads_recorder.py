@@ -148,6 +148,45 @@ def test_a_storage_grown_in_place_is_a_new_object_of_its_new_size() -> None:
     assert (t.op[:first][t.size[:first] == 4] == Op.FREE).any()  # the 4-byte one freed before
 
 
+def test_an_unsafe_view_touches_no_memory() -> None:
+    """A batched matmul returns its result through ``aten._unsafe_view``, a view the schema does
+    not call one: it was recorded as a read and a write of the result (218 spurious writes in
+    two steps of the gpt recording), re-dirtying an activation nothing had written."""
+    from cachegym.envs.workloads.recorder import record
+
+    def loss_fn(m, b):  # type: ignore[no-untyped-def]
+        return (b @ b.transpose(-1, -2)).sum()  # 4-d matmul: bmm, then _unsafe_view
+
+    t = record(torch.nn.Linear(1, 1), None, lambda s: torch.ones(2, 2, 3, 5), loss_fn, steps=1)
+    for k in np.unique(t.key[t.kind == Kind.ACTIVATION]):
+        ops = [Op(o) for o in t.op[t.key == k]]
+        assert ops.count(Op.WRITE) == 1 and ops[0] == Op.WRITE, ops  # bmm's write, once
+    assert Counter(Op(o) for o in t.op) == {Op.READ: 2, Op.WRITE: 2, Op.FREE: 3}
+
+
+def test_a_steps_gradients_are_freed_by_the_next_zero_grad() -> None:
+    """A list of the gradients kept by the recording loop outlived the next step's
+    ``zero_grad(set_to_none=True)``: each gradient was freed only after its successor was
+    written, the gradients counted twice in the peak live bytes (gpt: 18.7 MB, not 16.0)."""
+    from cachegym.envs.workloads.recorder import record
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    t = record(model, opt, lambda s: torch.ones(4, 8), lambda m, b: m(b).sum(), steps=3)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    live, seen = 0, set()
+    for k, op, size, kind in zip(t.key.tolist(), t.op.tolist(), t.size.tolist(), t.kind.tolist()):
+        if kind != Kind.GRADIENT:
+            continue
+        if op == Op.FREE:
+            live -= size
+        elif k not in seen:
+            seen.add(k)
+            live += size
+        assert live <= grad_bytes, f"{live} bytes of gradients live, the model has {grad_bytes}"
+    assert len(seen) == 3 * len(list(model.parameters()))  # a new gradient each step
+
+
 def _record_script():  # type: ignore[no-untyped-def]
     """scripts/record_trace.py as a module."""
     return load_script("record_trace")
@@ -215,7 +254,7 @@ def test_record_script_refuses_a_seed_torch_cannot_take(capsys: pytest.CaptureFi
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.npz")), ids=lambda p: p.stem)
 def test_bundled_traces(path: Path) -> None:
     t = Trace.load(path)
-    assert 20_000 <= len(t) <= 200_000
+    assert 15_000 <= len(t) <= 200_000
     assert path.name in (TRACES / "README.md").read_text()
     assert "command" in t.meta and t.peak_live_bytes() > 0
 

@@ -64,7 +64,14 @@ misses of their ``bytes`` twins (374): ``lookahead/arena-None`` misses 598 -> 37
 in 10.39 -> 6.79 MB, prefetches evicted unused 1564 -> 282; ``lookahead,depth=2,window=6/
 arena-None`` 525 -> 374 (the run named above as the one worse); under ``a100_pcie4`` 378 -> 374
 misses, stall 3.45 -> 3.43 ms (depth 2) and 3.26 -> 3.31 ms (4 more late prefetches);
-nothing else. Record with the compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
+nothing else. Re-recorded (``pool``, ``learned``, ``quality``, 2026-12-07, forty-eighth session)
+when the three bundled GPT traces lost the read and write the recorder had made of each
+``aten._unsafe_view`` (a view in all but name): only runs on gpt, gpt_infer and gpt_wide changed;
+the classic policies' outcomes on gpt (``pool``'s 11 ``bundled/gpt/*`` runs) lost those hits
+(LRU at 25%: 22,772 -> 21,900 accesses, misses, bytes copied and write-backs unchanged), the
+learned policy's 24 runs on the GPT traces decided on features that no longer count them, and
+the quality table's GPT cells moved; ``classic`` and ``envs`` are unchanged. Record with the
+compiled extensions built, then check that ``CACHEGYM_PURE_PYTHON=1``
 gives the same files (the test does, in both modes). Regenerate only for a deliberate change of
 results, and say why in the commit.
 
