@@ -400,12 +400,13 @@ def test_shadow_guard_experts_cost_what_their_policies_cost_in_such_a_pool(
 def test_under_stall_the_shadow_guard_goes_over_to_its_fallback_once_far_behind_it():
     """The switching rule compares whole-trace costs and charges the hand-overs the pool paid
     against a later switch: on gpt_infer at 50% (the goldens' policy, the history prefetcher)
-    the pool followed GDSF, which led while the history had not yet seen a pass, and ended 31%
+    the pool followed GDSF, which led while the history had not yet seen a pass, and ended 24%
     behind LRU + history, its fallback, which led by less than the switch needed. The floor
     (``floor``: 10% of the fallback's stall and half a pool copy behind it) moves the pool to the
-    fallback, once: 10.5% behind it. With ``floor_trend`` it moves as soon as the pool is behind
-    the fallback and GDSF loses to it over the last window (GDSF then stalls about 0.04 ms per
-    pass, the fallback 0.01), and stays there while GDSF keeps losing: 0.1% behind."""
+    fallback, once: 10.9% behind it. With ``floor_trend`` it moves as soon as the pool is behind
+    the fallback and GDSF loses to it over the last window, and stays there while GDSF keeps
+    losing: 1.9% behind. (Figures on the trace of 2026-12-07, without ``_unsafe_view``'s events:
+    31%, 10.5% and 0.1% on the one before.)"""
     from cachegym.policies.prefetch import HistoryPrefetcher
 
     path = os.path.join(ROOT, "tests", "golden", "policy.npz")
@@ -419,10 +420,11 @@ def test_under_stall_the_shadow_guard_goes_over_to_its_fallback_once_far_behind_
         stall = pool.replay(trace).stall_ns
         fallback = min(-e.gain for n, e in guard.experts.items() if n and n.startswith("lru"))
         got[floor, trend] = (stall / fallback, guard._floored, guard.expert)
-    assert got[None, 0.25][0] > 1.25 and not got[None, 0.25][1], got  # (no floor: no trend)
+    assert got[None, 0.25][0] > 1.2 and not got[None, 0.25][1], got  # (no floor: no trend)
     level, trend = got[0.1, None], got[0.1, 0.25]
     assert 1.05 < level[0] < 1.12 and level[1] and str(level[2]).startswith("lru"), got
-    assert trend[0] < 1.01 and trend[1] and str(trend[2]).startswith("lru"), got
+    assert trend[0] < 1.03 and trend[0] < level[0] - 0.05, got
+    assert trend[1] and str(trend[2]).startswith("lru"), got
     with pytest.raises(ConfigError, match="floor .* must be >= 0"):
         ShadowGuard(floor=-0.1)
     with pytest.raises(ConfigError, match="floor_after must be a finite number"):
@@ -436,9 +438,9 @@ def test_under_stall_the_shadow_guard_goes_over_to_its_fallback_once_far_behind_
 def test_the_shadow_guard_stops_demoting_prefetches_where_that_costs_the_pool_stall():
     """``prefetched_first`` evicts first what the prefetcher brought in; on gpt_infer at 10% of
     peak live bytes (the goldens' policy, the history prefetcher) the pool is too small for the
-    prefetcher to bring them back in time, and the pool following LRU stalled 60% more than
-    LRU's shadow, which does not demote: 17.9 ms against the best expert's 11.1 and the
-    fallback's 12.2. ``demote_limit`` stops the demotion once the pool has stalled more than its
+    prefetcher to bring them back in time, and the pool following LRU stalled 47% more than
+    the best expert (60% on the trace before 2026-12-07's, with ``_unsafe_view``'s events).
+    ``demote_limit`` stops the demotion once the pool has stalled more than its
     expert by a quarter throughout a window; on gpt at 25%, where demoting lets the pool stall a
     third less than every expert, it keeps it."""
     from cachegym.policies.prefetch import HistoryPrefetcher
@@ -455,7 +457,7 @@ def test_the_shadow_guard_stops_demoting_prefetches_where_that_costs_the_pool_st
             stall = pool.replay(trace).stall_ns
             best = min(-e.gain for e in guard.experts.values())
             got[name, limit] = (stall / best, guard._demote_off)
-    assert got["gpt_infer", None][0] > 1.5 and not got["gpt_infer", None][1], got
+    assert got["gpt_infer", None][0] > 1.4 and not got["gpt_infer", None][1], got
     assert got["gpt_infer", 0.25][0] < 1.1 and got["gpt_infer", 0.25][1], got
     assert got["gpt", 0.25] == got["gpt", None] and got["gpt", 0.25][0] < 0.8, got
     assert not got["gpt", 0.25][1], got
