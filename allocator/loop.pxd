@@ -23,7 +23,7 @@ cdef class Loop:
     cdef public bint _write_through, _fast_read, _fast_write, _writing
     cdef public object _touch, _on_hit, _on_miss, _admit, _due, _on_insert, _on_evict, _on_free, _victim
     cdef public Placement _place
-    cdef public long long _fp_mask, _tick, _pending_release_bytes, _inflight_bytes, _seq, _defer_ns
+    cdef public long long _fp_mask, _tick, _pending_release_bytes, _inflight_bytes, _pinned_bytes, _seq, _defer_ns
     cdef public long long _n_evictable, _alloc_retries, _peak_allocated, _num_ooms
     cdef public dict _objs
     cdef public object _lock, _acquire, _release

@@ -251,6 +251,7 @@ class Loop:
         # copy in waits for on the copy engine instead of compute on the clock (-1: not now)
         self._defer_ns = -1
         self._inflight_bytes = 0
+        self._pinned_bytes = 0  # block bytes of pinned objects: nothing can evict them
         self._seq = 0
         self._writing = False  # the access being served is a write (PoolView.writing)
         self._n_evictable = 0  # objects with state DEVICE and no pins
@@ -271,7 +272,7 @@ class Loop:
     # holding device memory does not pickle.)
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
-              "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_seq",
+              "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_pinned_bytes", "_seq",
               "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms",
               "_forget", "_forget_above", "_seen", "_clean_ahead", "_wrote")
 
@@ -544,6 +545,7 @@ class Loop:
                 raise NotResident(key, "pin")
             if o.pins == 0:
                 self._n_evictable -= 1
+                self._pinned_bytes += o.nbytes
             o.pins += 1
 
     def unpin(self, key: int) -> None:
@@ -554,8 +556,9 @@ class Loop:
             if o.pins == 0:
                 raise NotPinned(key)
             o.pins -= 1
-            if o.evictable():
-                self._n_evictable += 1
+            if o.pins == 0:
+                self._n_evictable += 1  # (a pinned object is on the device: pin lands it)
+                self._pinned_bytes -= o.nbytes
 
     @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, lo=cython.Py_ssize_t,
                    hi=cython.Py_ssize_t, o=cython.int, ks=list, ss=list, ops=list, cs=list, kds=list)
@@ -870,6 +873,7 @@ class Loop:
             return
         if o.pins == 0:
             self._n_evictable -= 1
+            self._pinned_bytes += o.nbytes
         o.pins += 1
         try:
             yield from self._prefetched(o.key)
@@ -877,6 +881,7 @@ class Loop:
             o.pins -= 1
             if o.pins == 0:
                 self._n_evictable += 1
+                self._pinned_bytes -= o.nbytes
 
     def _prefetched(self, key: int, skip: Any = None) -> Generator[EvictionRequest, int, None]:
         """The prefetch policy's keys after the access of ``key``, each prefetched (but
@@ -926,6 +931,14 @@ class Loop:
             if self.bypass_oversize:
                 return False
             raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)
+        # what no eviction can free for it: pinned blocks, and the prefetches in flight (a
+        # prefetch waits for none to land; a write-back waited for lets time, and them, land):
+        # refused before anything is evicted, not after everything evictable is
+        stuck = self._pinned_bytes + (0 if self._releases else self._inflight_bytes)
+        if self._place.capacity - stuck < need:
+            self._oom(o.size)
+            raise PoolExhausted(o.size, stuck, self._place.capacity,
+                                "a prefetch does not wait for the prefetches in flight to land")
         if o.d2h_event is not None:
             self._wait_written_back(o)  # before it is fetched (may raise: nothing done yet)
         if created:
@@ -1624,6 +1637,7 @@ class Loop:
             assert self._place.used <= self._place.capacity
             assert self._pending_release_bytes == sum(r[3] for r in self._releases)
             assert self._inflight_bytes == sum(o.size for o in resident if o.state == H2D)
+            assert self._pinned_bytes == sum(o.nbytes for o in resident if o.pins)
             assert self._n_evictable == sum(1 for o in resident if o.evictable())
             if isinstance(self._place, Arena):
                 # held blocks and free blocks tile the region exactly: nothing overlaps

@@ -186,6 +186,7 @@ class JointEnv(PoolEnv):
                          **self.pool_kwargs)  # type: ignore[arg-type]
         self._invalid = 0
         self._dropped = 0
+        self._accessed = -1  # the object whose access the prefetch phase follows
         self._last_row: dict[int, int] = {}
         self._next_use = w.next_use  # (int64: next_use_rows reads it as it is)
         self._next_use_list = w.next_use.tolist()  # (_displaced reads it row by row)
@@ -255,6 +256,7 @@ class JointEnv(PoolEnv):
             if ask:
                 cands = propose(k, K, view)
                 if cands:
+                    self._accessed = k  # (held while its prefetch is served: not room for it)
                     decide(prefetch_, cands)
                     key = yield
                     if key is not None:
@@ -321,8 +323,8 @@ class JointEnv(PoolEnv):
 
     def _displaced(self, key: int, t: int) -> float:
         """Ticks to the soonest next use among the objects a prefetch of ``key`` would evict
-        (the pool's policy, the tracker's LRU order, makes its room), ``inf`` when it fits in
-        the free bytes or none of them is used again (the teacher's "do no harm" test: Cao et
+        (the pool's policy, the tracker's LRU order, makes its room; the accessed object is
+        held meanwhile), ``inf`` when it fits in the free bytes or none of them is used again (the teacher's "do no harm" test: Cao et
         al., SIGMETRICS 1995)."""
         pool = self.pool
         assert pool is not None
@@ -333,7 +335,10 @@ class JointEnv(PoolEnv):
         nu, lr, never = self._next_use_list, self._last_row, INF
         soonest = math.inf
         keys = features.select_keys(self.tracker, view, _DISPLACED_SCAN, "lru", None)
+        held = self._accessed
         for k in keys:
+            if k == held:
+                continue
             r = nu[lr[k]] if k in lr else never
             if r < never:
                 soonest = min(soonest, float(r - t))

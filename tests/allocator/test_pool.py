@@ -531,6 +531,27 @@ def test_everything_pinned(numpy_backend: NumpyBackend) -> None:
     p.close()
 
 
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+def test_a_prefetch_that_cannot_fit_beside_the_pinned_evicts_nothing(placement: str) -> None:
+    """A prefetch is a hint: where the pinned objects leave too little room for it, it is
+    refused (PoolExhausted) with nothing changed, as ``prefetch`` says. It evicted every
+    evictable object first, then raised (a helper's audit: the pool emptied of 2 and 3)."""
+    p = Pool(5 * B, LRU(), placement=placement)
+    for k, size in ((1, 3 * B), (4, 3 * B), (2, B), (3, B)):
+        p.access(k, size)
+    p.pin(4)
+    before = (sorted(k for k in (1, 2, 3, 4) if p.state(k) == "device"), p.snapshot().evictions)
+    with pytest.raises(PoolExhausted) as ei:
+        p.prefetch(1)
+    assert (ei.value.size, ei.value.used) == (3 * B, 3 * B)
+    assert (sorted(k for k in (1, 2, 3, 4) if p.state(k) == "device"),
+            p.snapshot().evictions) == before == ([2, 3, 4], 1)
+    p._check()
+    p.unpin(4)
+    assert p.prefetch(1)  # room can be made now: 4 goes
+    p._check()
+
+
 def test_partly_pinned_fragmented_arena_is_exhausted() -> None:
     p = Pool(3 * B)
     for k in range(3):

@@ -279,15 +279,22 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(key=KEYS, size=SIZES)
     def prefetch(self, key: int, size: int) -> None:
         new = key not in self.model
+        objs = self.pool.view.objects
+        before = {k: o.state for k, o in objs.items()}  # (state() would land copies)
         try:
             started = self.pool.prefetch(key, size if new else None)
         except PoolExhausted:
             # no room beside pinned objects, or beside prefetches in flight, which a prefetch
             # does not wait for (a demand access does)
             live = [k for k in self.model if k in self.pool]
+            info = self.pool.view.info
             assert self.pins or any(self.pool.state(k) == "h2d" for k in live)
-            assert not any(self.pool.state(k) == "device" and not self.pool.view.info(k).pins
-                           for k in live)  # (nothing it could have evicted)
+            if any(o.state == DEVICE and not o.pins for o in objs.values()):
+                # refused before evicting anything: it cannot fit beside what no eviction frees
+                assert {k: o.state for k, o in objs.items()} == before
+                stuck = sum(o.nbytes for o in objs.values() if o.pins or o.state == H2D)
+                need = -(-(size if new else info(key).size) // ALIGN) * ALIGN  # (the arena's block)
+                assert stuck + need > CAPACITY
             assert new == (key not in self.pool)
             return
         except (PolicyError, BackendError) as e:
