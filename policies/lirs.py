@@ -249,7 +249,14 @@ class LIRS(ShadowPolicy):
             k, s = self.NH.popitem(last=False)
             self.nonresident -= s
             if k in self.S:
-                self._s_pop(k)
+                e = self._s_pop(k)
+                if (e.lir or e.resident) and k not in self.Q:
+                    # NH can name an entry that has since become resident (libCacheSim's
+                    # evictLIR pops S's bottom as LIR where a free's prune left an HIR entry
+                    # there): libCacheSim drops it from S all the same and no longer finds the
+                    # object; the pool gives it up too (it held it with no model entry left,
+                    # and asked for a victim, got none)
+                    self._drop(k)
 
     def _remove(self, key: int) -> None:
         """libCacheSim's ``LIRS_remove`` (a victim chosen outside the model, or a free)."""

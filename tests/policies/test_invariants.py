@@ -110,6 +110,36 @@ def test_small_pools_under_every_prefetcher_always_have_a_victim(name: str) -> N
             check_drive(pool, checked, trace, each_row=_shadow_invariant(pool, checked, (i, pf)))
 
 
+@pytest.mark.parametrize("name", EVICTION_NAMES)
+def test_small_pools_with_writes_frees_and_a_timing_preset_always_have_a_victim(name: str) -> None:
+    """As above with writes, frees and a timing preset (LIRS returned no victim: after a free
+    pruned S down to an HIR entry, evictLIR popped it as LIR and left it on NH, and when the
+    stack was limited that stale NH key took the object's S entry, resident by then, out of the
+    model without it being given up; a helper's audit, 1 of 180 runs with frees)."""
+    import numpy as np
+
+    seq = ["7W", "5R", "2W", "7F", "5F", "7R", "3R", "1W", "4W", "3W", "1R", "2W", "4F", "5W",
+           "2R", "4W", "3W"]  # (the audit's trace: key and op)
+    traces = [Trace.from_arrays(np.array([int(t[:-1]) for t in seq]), 1,
+                                np.array(["RWF".index(t[-1]) for t in seq], np.uint8))]
+    rng = np.random.default_rng(12)
+    for _ in range(30):
+        keys = rng.integers(0, 8, 60)
+        ops = rng.choice(3, 60, p=[0.6, 0.3, 0.1]).astype(np.uint8)
+        live: set[int] = set()
+        for j, k in enumerate(keys.tolist()):  # a free names a live object
+            if ops[j] == 2 and k not in live:
+                ops[j] = 0
+            (live.discard if ops[j] == 2 else live.add)(k)
+        traces.append(Trace.from_arrays(keys, 1, ops, compute_ns=rng.integers(0, 3000, 60)))
+    for i, trace in enumerate(traces):
+        for pf in ("lookahead", "markov"):
+            checked = Checked(make_eviction(name, trace=trace, seed=3))
+            pool = Pool(2 + i % 3, checked, prefetcher=make_prefetch(pf, trace=trace),
+                        cost="h100_pcie5")
+            check_drive(pool, checked, trace, each_row=_shadow_invariant(pool, checked, (i, pf)))
+
+
 def _object_mode_misses(trace: Trace, name: str, capacity: int) -> int:
     pool = Pool(capacity, make_eviction(name, trace=trace, seed=0), placement="bytes",
                 oversize="bypass")
