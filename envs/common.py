@@ -16,7 +16,7 @@ from gymnasium import spaces
 
 from cachegym.allocator.errors import ConfigError, InvalidActionError
 from cachegym.allocator.sizes import parse_capacity
-from cachegym.allocator.trace import INF, Op, Trace
+from cachegym.allocator.trace import INF, MAX_TOTAL, Op, Trace
 from cachegym.policies import features
 from cachegym.policies import kernels as _k
 
@@ -349,8 +349,8 @@ def check_capacity(capacity: float, capacity_of: str) -> None:
     if isinstance(capacity, bool) or not isinstance(capacity, (int, float, np.integer, np.floating)):
         raise ConfigError(f"capacity must be bytes (int) or a fraction (float), got {capacity!r}")
     if isinstance(capacity, (int, np.integer)):
-        if capacity <= 0:
-            raise ConfigError(f"capacity must be > 0 bytes, got {capacity}")
+        if not 0 < capacity <= MAX_TOTAL:  # (as Pool checks it: now, not at reset)
+            raise ConfigError(f"capacity must be > 0 bytes and at most 2**60, got {capacity}")
     elif not 0.0 < capacity <= 1.0:
         raise ConfigError(f"a fractional capacity must be in (0, 1], got {capacity}; give bytes as an int")
     if capacity_of not in CAPACITY_OF:

@@ -289,7 +289,8 @@ def run_one(
     t0 = time.perf_counter()
     if spec.learned is not None:
         guard = build_guard(spec.guard)  # None: the guard "none", the network alone
-        policy = make_eviction("learned", path=spec.learned, guard=False if guard is None else guard)
+        policy = make_eviction("learned", path=spec.learned, guard=False if guard is None else guard,
+                               seed=seed)
     else:
         policy = make_eviction(spec.policy, trace=trace, seed=seed)
     # an exported policy times its network's decisions itself (under its default guard they

@@ -155,6 +155,8 @@ def make_eviction(name: str, *, trace: Trace | None = None, seed: int | None = N
     if old is not None:
         raise old
     if key == "learned":
+        if seed is not None:  # (the candidate sampler's: a run's seed, as for random)
+            params.setdefault("seed", seed)
         return make_learned(params.pop("path", None) or "", **params)
     if is_import_spec(name):
         return _build_imported(name, "victim", trace, params, seed)  # type: ignore[no-any-return]

@@ -98,7 +98,7 @@ class Guard:
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
                  "_view", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
-                 "decisions", "switches", "_compute0", "_pf_key", "_pf_for")
+                 "decisions", "switches", "_compute0", "_pf_key", "_pf_for", "served")
 
     _OBJECTIVES: tuple[str, ...] = ("traffic", "misses")  # (trial windows count in requests' bytes)
 
@@ -111,6 +111,7 @@ class Guard:
             raise ConfigError(f"{type(self).__name__}: objective must be one of "
                               f"{self._OBJECTIVES}, got {objective!r}")
         self.objective = objective
+        self.served = False  # attached to its LearnedPolicy (a guard serves one)
         self._compute0 = 0  # the guarded pool's compute_ns at its previous request
         self._bytes = 0  # bytes requested so far, and requests: the traffic objective's unit
         self._reqs = 0

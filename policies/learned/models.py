@@ -353,7 +353,7 @@ class _NetworkExpert(Expert):
         # the owner's class (a LearnedPolicy): this module does not import the policy's, which
         # imports the guards
         net = type(owner)(owner.scorer, owner.header, budget_us=owner.budget_us, K=owner.K,
-                          guard=False)
+                          guard=False, seed=owner.seed)
         super().__init__("network", net, objective=objective)
         self.owner = owner
 

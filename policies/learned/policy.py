@@ -120,6 +120,7 @@ class LearnedPolicy(EvictionPolicyBase):
                               f"{budget_us!r}")
         self.budget_us = budget_us
         self._budget_ns = None if budget_us is None else int(budget_us * 1000)
+        self.seed = seed  # (the candidate sampler's; the guard's network shadow takes it too)
         self._rng = np.random.default_rng(seed)
         if isinstance(guard, str):  # a GuardName ("none": no guard)
             guard = make_guard(guard) or False
@@ -135,7 +136,12 @@ class LearnedPolicy(EvictionPolicyBase):
             LRU() if isinstance(self.guard, ShadowGuard) and prefetch is None
             else _features.FeatureTracker())
         if self.guard is not None:
+            if self.guard.served:
+                raise ConfigError(f"guard: {self.guard!r} already serves another LearnedPolicy (a "
+                                  "guard keeps the state of its policy's experts and pool): give "
+                                  "each policy its own, e.g. guard='shadow' or a new ShadowGuard()")
             self.guard.attach(self)
+            self.guard.served = True
         self.guard_decisions = 0
         self.decisions = 0
         self.fallbacks = 0

@@ -225,6 +225,10 @@ def _check_members(p: str) -> None:
     except Exception:  # (reported by the read that follows, with what it meets)
         return
     names = [i.filename for i in infos]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # (np.load reads the last of a name, these checks would measure the first)
+        raise PolicyFileError(f"policy file {p}: entries {twice} appear more than once: not a "
+                              "file save_policy_file or cachegym export writes")
     if "header.npy" not in names:
         raise PolicyFileError(f"policy file {p} has no header: not a cachegym policy file"
                               f"{_sb3_hint(p)}")
@@ -342,6 +346,35 @@ def check_policy(p: str, header: Mapping[str, Any], arrays: Mapping[str, np.ndar
             raise PolicyFileError(f"policy file {p}: weight array {name!r} holds "
                                   f"{int((~np.isfinite(a32)).sum())} value(s) beyond float32's "
                                   "range, in which the network runs; export the policy again")
+    for prefix in ("", PREFETCH_PREFIX) if pf is not None else ("",):
+        bound = _forward_bound(arrays, prefix)
+        if not bound < _FLOAT32_SAFE:
+            raise PolicyFileError(f"policy file {p}: the {'prefetch head' if prefix else 'network'}"
+                                  f"'s weights can take its sums to {bound:.3g} on features in "
+                                  "[0, 1], beyond float32's range, in which it runs (its scores "
+                                  "would be NaN or infinite): the network that wrote it diverged; "
+                                  "retrain it")
+
+
+_FLOAT32_SAFE = float(np.finfo(np.float32).max) / 16  # (room for the float32 sums' rounding)
+
+
+def _forward_bound(arrays: Mapping[str, np.ndarray], prefix: str) -> float:
+    """The largest magnitude any sum of the forward pass (:class:`CandidateScorer`'s ReLU
+    MLP) can reach on inputs in [0, 1] (every feature and global is), by interval arithmetic in
+    float64: each layer's outputs lie in [0, hi] after the ReLU, so a unit's partial sums are at
+    most ``|W|.T @ hi + |b|``."""
+    w = np.abs(np.concatenate([arrays[prefix + "wc"], arrays[prefix + "wg"]]).astype(np.float64))
+    hi = w.sum(axis=0) + np.abs(arrays[prefix + "b0"].astype(np.float64))
+    worst = float(hi.max(initial=0.0))
+    i = 1
+    while prefix + f"w{i}" in arrays:
+        w = np.abs(arrays[prefix + f"w{i}"].astype(np.float64))
+        hi = hi @ w + np.abs(arrays[prefix + f"b{i}"].astype(np.float64))
+        worst = max(worst, float(hi.max(initial=0.0)))
+        i += 1
+    out = float(hi @ np.abs(arrays[prefix + "wo"].astype(np.float64)))
+    return max(worst, out + float(np.abs(arrays[prefix + "bo"].astype(np.float64)).max()))
 
 
 def _head_shapes(fail: Any, field: str, arch: Any, spec: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -33,6 +33,14 @@ def test_an_unknown_preset_name_is_refused_when_the_env_is_made(env_id):
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("capacity", [0, -5, 2**61])
+def test_a_capacity_no_pool_takes_is_refused_when_the_env_is_made(env_id, capacity):
+    """(2**61 bytes was taken, and refused by the pool at the first reset: a helper's audit.)"""
+    with pytest.raises(ConfigError, match=f"capacity must be > 0 bytes and at most 2\\*\\*60, got {capacity}"):
+        gym.make(env_id, traces=SMALL, capacity=capacity)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
 def test_a_preset_name_a_preset_file_and_a_preset_object_are_taken(env_id, tmp_path):
     path = str(tmp_path / "p.json")
     save_preset(PRESETS["h100_pcie5"], path)

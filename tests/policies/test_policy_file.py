@@ -127,6 +127,20 @@ def test_non_finite_weights_are_refused(tmp_path: Path, bad: float) -> None:
         save_policy_file(tmp_path / "nan_saved.npz", a, header())  # nor written
 
 
+def test_finite_weights_whose_sums_overflow_float32_are_refused(tmp_path: Path) -> None:
+    """Weights each within float32's range whose forward pass is not: every score was NaN and
+    the policy evicted candidate 0 on every decision, with no fallback counted (a helper's
+    audit: ``wc`` and ``wo`` scaled by 1e37)."""
+    a = arrays()
+    a["wc"] = a["wc"] * np.float32(1e37) + np.float32(1e37)
+    a["wo"] = a["wo"] * np.float32(1e37) + np.float32(1e37)
+    assert all(np.isfinite(v.astype(np.float32)).all() for v in a.values())
+    with pytest.raises(PolicyFileError, match="network's weights can take its sums to .* retrain"):
+        LearnedPolicy.load(craft(tmp_path / "big.npz", header(), a))
+    with pytest.raises(PolicyFileError, match="beyond float32's range, in which it runs"):
+        save_policy_file(tmp_path / "big_saved.npz", a, header())  # nor written
+
+
 def test_the_checksum_covers_the_header(tmp_path: Path) -> None:
     p = save_policy_file(tmp_path / "p.npz", arrays(), header())
     hdr, arrs = read_policy_file(p)
@@ -314,3 +328,13 @@ def test_weights_beyond_float32_and_unknown_or_huge_members_are_refused(
     monkeypatch.setattr(policy_file, "MAX_HEADER", 100)
     with pytest.raises(PolicyFileError, match="its header declares .* more than 100"):
         read_policy_file(GOLDEN)
+    # ... and not let through by a small header first: np.load reads a name's last entry (a
+    # helper's audit: a 40 MiB second header loaded, 259 MiB peak)
+    monkeypatch.setattr(policy_file, "MAX_HEADER", 1 << 24)
+    with zipfile.ZipFile(tmp_path / "twice.npz", "w") as z, zipfile.ZipFile(GOLDEN) as g:
+        for n in g.namelist():
+            z.writestr(n, g.read(n))
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            z.writestr("header.npy", g.read("header.npy"))
+    with pytest.raises(PolicyFileError, match=r"entries \['header.npy'\] appear more than once"):
+        read_policy_file(tmp_path / "twice.npz")
