@@ -98,7 +98,7 @@ class Guard:
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
                  "_view", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
-                 "decisions", "switches", "_compute0", "_pf_key", "_pf_for", "served")
+                 "decisions", "switches", "_compute0", "_pf_key", "_pf_for", "served", "_base")
 
     _OBJECTIVES: tuple[str, ...] = ("traffic", "misses")  # (trial windows count in requests' bytes)
 
@@ -112,6 +112,7 @@ class Guard:
                               f"{self._OBJECTIVES}, got {objective!r}")
         self.objective = objective
         self.served = False  # attached to its LearnedPolicy (a guard serves one)
+        self._base = (0.0, 0.0)  # the pool's traffic and stall when the guard began (_start)
         self._compute0 = 0  # the guarded pool's compute_ns at its previous request
         self._bytes = 0  # bytes requested so far, and requests: the traffic objective's unit
         self._reqs = 0
@@ -226,8 +227,11 @@ class Guard:
         return tracker.victim(view)
 
     def _start(self, view: PoolView) -> None:
-        """The guarded pool's first event: the shadow pools are made at its capacity."""
+        """The guarded pool's first event: the shadow pools are made at its capacity. The
+        pool's counters so far (a policy set on a pool in use) are not the guard's: its own
+        cost counts from here, as its experts' do."""
         self._view = view
+        self._base = (float(view.stats.traffic_bytes), float(view.cost.stall_ns))
         for e in self._experts:
             e.setup(view)
 
@@ -737,7 +741,9 @@ class ShadowGuard(Guard):
         v = self._view
         if v is None:
             return 0.0
-        return float(v.cost.stall_ns if self.objective == "stall" else v.stats.traffic_bytes)
+        if self.objective == "stall":
+            return float(v.cost.stall_ns) - self._base[1]
+        return float(v.stats.traffic_bytes) - self._base[0]
 
     def handover_cost(self) -> float:
         """The mean cost per switch the pool paid beyond the experts it followed (0 before
