@@ -97,7 +97,7 @@ class Guard:
     __slots__ = ("window", "margin", "s3fifo_margin", "max_backoff", "abort", "_n", "_hits",
                  "_off", "_backoff", "lru_windows", "windows", "aborts", "lru", "model",
                  "expert", "s3fifo_windows", "_named", "_experts", "_followed", "_hits0",
-                 "_view", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
+                 "_stats_of", "_clock_of", "_last_miss", "_requests", "objective", "_bytes", "_reqs", "_own0",
                  "decisions", "switches", "_compute0", "_pf_key", "_pf_for", "served", "_base")
 
     _OBJECTIVES: tuple[str, ...] = ("traffic", "misses")  # (trial windows count in requests' bytes)
@@ -149,7 +149,10 @@ class Guard:
         # tracker)
         self.model: Expert | None = heuristic_expert("s3fifo", objective=eo) if s3fifo else None
         self.expert: str | None = None
-        self._view: PoolView | None = None  # the guarded pool's, from its first event
+        # the guarded pool's counters and clock, from its first event (not its view: a policy
+        # kept by its user would keep the pool, its copy threads and host buffers alive)
+        self._stats_of: Any = None
+        self._clock_of: Any = None
         self._last_miss: int | None = None
         # the stall objective, with a pool's prefetcher that answers ``prefetch_for``: the key of
         # the previous request, whose prefetches each shadow starts before the next request, and
@@ -199,7 +202,7 @@ class Guard:
         """The guarded pool's gain in this window: its hits, or minus the bytes it copied."""
         if self.objective == "misses":
             return self._hits
-        st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
+        st = self._stats_of
         return 0 if st is None else -(st.traffic_bytes - self._own0)
 
     def _scores(self) -> dict[str | None, int]:
@@ -230,14 +233,14 @@ class Guard:
         """The guarded pool's first event: the shadow pools are made at its capacity. The
         pool's counters so far (a policy set on a pool in use) are not the guard's: its own
         cost counts from here, as its experts' do."""
-        self._view = view
+        self._stats_of, self._clock_of = view.stats, view.cost
         self._base = (float(view.stats.traffic_bytes), float(view.cost.stall_ns))
         for e in self._experts:
             e.setup(view)
 
     def _request(self, view: PoolView, key: int, hit: bool) -> None:
         """Every expert's shadow sees the request; the window counts it."""
-        if self._view is None:
+        if self._stats_of is None:
             self._start(view)
         o = view.info(key)
         size, kind, write = o.size, o.kind, view.writing
@@ -260,7 +263,7 @@ class Guard:
         sees it (then :meth:`access`): under the stall objective each shadow starts the
         prefetches the pool's prefetcher made after the previous request, chosen from the
         features the pool's prefetcher saw then (not yet this access's)."""
-        if self._view is None:
+        if self._stats_of is None:
             self._start(view)
         if self.objective == "stall":
             self._shadow_prefetches(view, key)
@@ -297,7 +300,7 @@ class Guard:
             self._end_window()
 
     def insert(self, view: PoolView, key: int) -> None:
-        if self._view is None:
+        if self._stats_of is None:
             self._start(view)
         if key != self._last_miss and self._pf_for is None:  # a prefetch: every shadow sees it
             # as a request (uncounted), or as a prefetch under the stall objective
@@ -313,7 +316,7 @@ class Guard:
             e.evict(key)
 
     def free(self, view: PoolView, key: int) -> None:
-        if self._view is None:
+        if self._stats_of is None:
             self._start(view)
         if self.objective == "stall" and self._pf_key is not None:
             # the guarded pool started the previous request's prefetches and ran its compute
@@ -329,7 +332,7 @@ class Guard:
     def _reset_window(self) -> None:
         self._n = self._hits = 0
         self._hits0 = {n: e.gain for n, e in self._named.items()}
-        st = self._view.stats if self._view is not None else None  # type: ignore[attr-defined]
+        st = self._stats_of
         self._own0 = 0 if st is None else st.traffic_bytes
 
     def _end_window(self) -> None:
@@ -738,12 +741,11 @@ class ShadowGuard(Guard):
         0), or its misses."""
         if self.objective == "misses":
             return self._reqs - self._hits
-        v = self._view
-        if v is None:
+        if self._stats_of is None:
             return 0.0
         if self.objective == "stall":
-            return float(v.cost.stall_ns) - self._base[1]
-        return float(v.stats.traffic_bytes) - self._base[0]
+            return float(self._clock_of.stall_ns) - self._base[1]
+        return float(self._stats_of.traffic_bytes) - self._base[0]
 
     def handover_cost(self) -> float:
         """The mean cost per switch the pool paid beyond the experts it followed (0 before

@@ -5,7 +5,7 @@ from cachegym.allocator.records cimport Counters
 
 
 cdef class Expert:
-    cdef public object name, policy, pool, objective, _view, _access, _resident, _clock, _order
+    cdef public object name, policy, pool, objective, _host_objs, _host_stats, _access, _resident, _clock, _order
     cdef public object prefetch_fn
     cdef public bint followed, prefetching
     cdef public long long hits, gain, _prefetches, _fallbacks

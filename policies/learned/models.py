@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from cachegym.allocator.errors import ConfigError, PoolExhausted
-from cachegym.allocator.seams import DEVICE, Forwarding, eviction_order_of
+from cachegym.allocator.seams import DEVICE, H2D, Forwarding, eviction_order_of
 from cachegym.policies.base import first_evictable
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class Expert:
     """
 
     __slots__ = ("name", "policy", "followed", "pool", "hits", "gain", "objective", "_prefetches",
-                 "_pending", "_gave", "_view", "_access", "_resident", "_fallbacks", "_stats", "_clock",
+                 "_pending", "_gave", "_host_objs", "_host_stats", "_access", "_resident", "_fallbacks", "_stats", "_clock",
                  "_order", "prefetching", "prefetch_fn")
 
     FORGETS = True
@@ -105,7 +105,10 @@ class Expert:
         self._prefetches = 0  # requests the shadow saw for the guarded pool's prefetches
         self._pending: dict[int, None] = {}
         self._gave: dict[int, None] = {}  # of _pending, those the shadow evicted (in that order)
-        self._view: PoolView | None = None  # the guarded pool's, once it has called
+        # the guarded pool's records and counters, once it has called (not its view: a policy
+        # kept by its user would keep the pool, its copy threads and host buffers alive)
+        self._host_objs: dict[int, Any] | None = None
+        self._host_stats: Any = None
         self._access: Any = None
         self._resident: Any = None
         self._fallbacks = 0  # the shadow pool's, already added to the guarded pool's stats
@@ -132,7 +135,7 @@ class Expert:
                 raise ConfigError(f"expert {self.name!r}: objective 'stall' needs a pool with a "
                                   "timing preset (Pool(..., cost='h100_pcie5')); use objective "
                                   "'traffic' or 'auto' for a pool without one")
-        self._view = view
+        self._host_objs, self._host_stats = view.objects, view.stats
         self.pool = pool = Pool(view.capacity, _Reporting(self.policy, self._evicted),  # type: ignore[arg-type]
                                 placement=view.placement, write_policy=view.write_policy,
                                 oversize="bypass", cost=preset,
@@ -147,8 +150,9 @@ class Expert:
         """The shadow gave ``key`` up: pending if the guarded pool tracks it and follows this
         expert at times (one only measured is never told the guarded pool's evictions, which
         clear ``_pending``: it grew by every object it gave up while the pool held it)."""
-        view = self._view
-        if self.followed and view is not None and view.is_resident(key):
+        objs = self._host_objs
+        o = None if objs is None else objs.get(key)
+        if self.followed and o is not None and o.state in (DEVICE, H2D):
             self._pending[key] = None
             self._gave[key] = None
 
@@ -196,7 +200,7 @@ class Expert:
         """A network's decisions happen in its shadow pool: the guarded pool's stats count
         their fallbacks to LRU (over the latency budget, failed, no candidate) too."""
         n = self.pool.stats.fallbacks  # type: ignore[union-attr]
-        self._view.stats.fallbacks += n - self._fallbacks  # type: ignore[union-attr]
+        self._host_stats.fallbacks += n - self._fallbacks
         self._fallbacks = n
 
     @property

@@ -348,6 +348,35 @@ def test_a_guarded_policy_set_on_a_pool_in_use_counts_its_cost_from_then(cost):
     assert guard.own_cost() <= 1.1 * best, (guard.own_cost(), best, guard.decisions)
 
 
+@pytest.mark.parametrize("guard", ["shadow", "trial", "lru"])
+def test_a_guarded_policy_does_not_keep_its_dropped_pool_alive(guard):
+    """A guard held its pool's view: a policy its user kept kept every pool it had served, with
+    their host buffers and copy threads (a helper's audit: 2 threads and 160 MiB per pool
+    dropped, under the shadow and trial guards; the network alone let them go)."""
+    import gc
+    import weakref
+
+    from cachegym.allocator.backends import NumpyBackend
+
+    path = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    trace = read_trace(os.path.join(ROOT, "data", "traces", "resnet_deep.npz")).window(0, 3000)
+    policy = LearnedPolicy.load(path, guard=guard)
+    pool = Pool(int(0.25 * trace.peak_live_bytes()) // 512 * 512, policy, backend=NumpyBackend(),
+                oversize="bypass")
+    for k, s, op in zip(trace.key.tolist(), trace.size.tolist(), trace.op.tolist()):
+        if op == Op.FREE:
+            pool.free(k)
+        elif k in pool:
+            pool.access(k, pool.view.size(k), op == Op.WRITE)
+        else:
+            pool.put(k, np.zeros(s, np.uint8))
+    ref = weakref.ref(pool)
+    del pool
+    gc.collect()
+    assert ref() is None, gc.get_referrers(ref())
+    assert policy.guard is not None and sum(policy.guard.decisions.values()) > 0  # (readable)
+
+
 def test_guard_hands_decisions_to_s3fifo_where_it_leads(tmp_path):
     """On a Zipf workload of many objects, where S3-FIFO is well ahead of LRU, a network that
     evicts the hottest object is handed over to S3-FIFO (not LRU), and the pool then follows the
