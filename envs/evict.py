@@ -139,7 +139,10 @@ class EvictEnv(PoolEnv):
       (``"write-back"``): passed to :class:`Pool`; objects larger than the pool are bypassed.
     * ``clean_ahead`` (0.0): the share of the capacity kept clean ahead of eviction under a
       cost preset (``Pool(clean_ahead=)``: dirty next victims are written back while compute
-      runs).
+      runs). The agent's next victims are not known ahead of its decisions: the pool cleans
+      the least recently used objects first (the candidates' order), as the exported policy's
+      pool does (``LearnedPolicy.eviction_order``), so that a policy's stall here is the stall
+      it has when deployed; the oracle's actions are Belady's victims, not its cleaning.
     * ``reward_baseline`` (0.0): cost units credited per access served (Rewards, above).
     * ``render_mode``: ``None`` (the env draws nothing; ``render()`` returns None).
 

@@ -290,12 +290,14 @@ class LearnedPolicy(EvictionPolicyBase):
     def eviction_order(self) -> Callable[[], Iterable[int]] | None:  # type: ignore[override]
         """Under a :class:`ShadowGuard`, the pool's next victims in :meth:`victim`'s order
         (:meth:`ShadowGuard.eviction_order`: under stall what the pool prefetched, then the
-        followed expert's, then the pool's LRU);
-        ``None`` otherwise (the network's choice is not an order)."""
+        followed expert's, then the pool's LRU); otherwise the pool's LRU order, where the
+        network's candidates come from (rule ``lru``): what a pool with ``clean_ahead`` writes
+        back ahead, as the environments' pools did in training (the network alone cleaned
+        nothing, and its stall was not the one it was trained on)."""
         g = self.guard
         if isinstance(g, ShadowGuard):
             return functools.partial(g.eviction_order, self.tracker)
-        return None
+        return self.tracker.eviction_order
 
     def victim(self, view: PoolView) -> int | None:
         if self.guard is not None and self.guard.active:
