@@ -263,7 +263,9 @@ class _Harm:
 def _load_policy(path: str | os.PathLike[str], what: str = "policy") -> EvictionPolicy:
     """The exported policy file at ``path`` (imported at call time: ``allocator`` has no
     import-time edge to ``policies``, as :func:`allocator.seams.default_eviction_policy`);
-    ``what``: the argument it was given as (``policy`` or ``prefetcher``)."""
+    ``what``: the argument it was given as (``policy`` or ``prefetcher``); ``~`` is the
+    user's home."""
+    path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         made = "cachegym.make_prefetch(NAME)" if what == "prefetcher" else "cachegym.make_policy(NAME)"
         raise ConfigError(f"ActivationOffload {what}: {os.fspath(path)!r} is not a file; give the "

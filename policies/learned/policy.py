@@ -188,7 +188,7 @@ class LearnedPolicy(EvictionPolicyBase):
             from cachegym.policies.registry import refuse_unknown
 
             refuse_unknown("LearnedPolicy.load", unknown, cls.load_keywords())
-        p = os.fspath(path)
+        p = os.path.expanduser(os.fspath(path))
         header, arrays = read_policy_file(p)
         if header.get("task", "evict") != "evict":
             raise PolicyFileError(f"policy file {p} is a {header.get('task')!r} policy; "

@@ -132,8 +132,9 @@ def save_policy_file(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarr
 def read_policy_file(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read and verify a policy file: ``(header, weight arrays)``. Checks that it is complete,
     uncorrupted (zip CRCs and the weights' checksum) and of a known format version; the feature
-    specification is checked by :meth:`LearnedPolicy.load`."""
-    p = os.fspath(path)
+    specification is checked by :meth:`LearnedPolicy.load`. ``~`` is the user's home, as on
+    the command line."""
+    p = os.path.expanduser(os.fspath(path))
     if os.path.isdir(p):
         raise PolicyFileError(f"policy file {p} is a directory; give the policy file in it (a "
                               "training run writes policy.npz)")

@@ -224,6 +224,16 @@ def test_a_member_that_is_not_npy_is_refused_typed(tmp_path: Path) -> None:
         read_policy_file(p)
 
 
+def test_a_path_from_home_is_read_as_on_the_command_line(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~/p.npz`` is the user's home's file, as the CLI reads it ("no such file" before)."""
+    import shutil
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(GOLDEN, tmp_path / "p.npz")
+    assert LearnedPolicy.load("~/p.npz", guard="none").path == str(tmp_path / "p.npz")
+
+
 def test_a_directory_and_an_sb3_zip_get_their_own_advice(tmp_path: Path) -> None:
     with pytest.raises(PolicyFileError, match="is a directory"):
         read_policy_file(tmp_path)
