@@ -40,9 +40,9 @@ STALL_REF = (("belady", "lookahead"), ("belady", "none"), ("lru", "lookahead"), 
 future; the row keeps the one that stalls least. Belady alone is not enough: it keeps what is
 reused soonest, not what is slowest to copy back, and on an inference trace of weights read in
 the same order every step (the bundled ``gpt_infer`` at 25% of its peak live bytes, under
-``h100_pcie5``) Belady with the lookahead prefetcher stalls 27.3 ms where LRU with it stalls
+``h100_pcie5``) Belady with the lookahead prefetcher stalls 21.8 ms where LRU with it stalls
 1.4 (the first step's compulsory copies, 1.3 ms, are most of that); GDSF with it stalls least
-on the recorded training traces (gpt_wide 25%: 13.8 ms, Belady 38.1)."""
+on the recorded training traces (gpt_wide 25%: 10.7 ms, LRU 24.4, Belady 29.1)."""
 PFOO_MAX_REQUESTS = 20_000_000  # the evaluator's bound rows stop here (memory)
 _TOL = 1e-7
 
