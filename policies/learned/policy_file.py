@@ -51,7 +51,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from cachegym.allocator.errors import PolicyFileError
+from cachegym.allocator.errors import ConfigError, PolicyFileError
 from cachegym.allocator.files import file_to_write, replace_atomically
 from cachegym.allocator.trace import not_a_zip_archive, too_short_for_zip
 from cachegym.policies.features import MAX_K, RULES
@@ -115,6 +115,11 @@ def save_policy_file(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarr
     p = file_to_write(path, ".npz")
     arrs = {k: np.ascontiguousarray(v, np.float32) for k, v in arrays.items()}
     hdr = dict(header)
+    try:
+        json.dumps(hdr, sort_keys=True)
+    except (TypeError, ValueError) as e:  # (a NumPy scalar, an array, a set, NaN is allowed)
+        raise ConfigError(f"save_policy_file: the header holds a value JSON cannot store ({e}); "
+                          "give plain Python values (int(x), float(x), arr.tolist())") from None
     hdr.update(format=FORMAT, format_version=FORMAT_VERSION, weights_sha256=weights_checksum(arrs))
     hdr.pop("sha256", None)
     hdr["sha256"] = file_checksum(hdr, arrs)

@@ -141,6 +141,15 @@ def test_finite_weights_whose_sums_overflow_float32_are_refused(tmp_path: Path) 
         save_policy_file(tmp_path / "big_saved.npz", a, header())  # nor written
 
 
+def test_a_header_json_cannot_store_is_a_config_error(tmp_path: Path) -> None:
+    """(A NumPy scalar in ``meta`` was json's raw TypeError from inside the checksum.)"""
+    from cachegym.allocator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"JSON cannot store .*int\(x\)"):
+        save_policy_file(tmp_path / "p.npz", arrays(), {**header(), "meta": {"n": np.int64(3)}})
+    assert not (tmp_path / "p.npz").exists()
+
+
 def test_the_checksum_covers_the_header(tmp_path: Path) -> None:
     p = save_policy_file(tmp_path / "p.npz", arrays(), header())
     hdr, arrs = read_policy_file(p)
