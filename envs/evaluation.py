@@ -409,8 +409,11 @@ policy of the sweep."""
 
 
 def learned_path(name: str) -> str | None:
-    """The policy file ``learned:PATH`` names (``~`` expanded); ``None`` for any other name."""
-    return os.path.expanduser(name[len(LEARNED_PREFETCH):]) if name.startswith(LEARNED_PREFETCH) else None
+    """The policy file ``learned:PATH`` names (``~`` expanded; ``LEARNED:`` too, as for
+    policies); ``None`` for any other name."""
+    if name[:len(LEARNED_PREFETCH)].lower() != LEARNED_PREFETCH:
+        return None
+    return os.path.expanduser(name[len(LEARNED_PREFETCH):])
 
 
 def learned_prefetcher(name: str, key: str = "prefetch") -> Any:
@@ -535,7 +538,7 @@ def evaluate(cfg: Any, *, out_dir: str | None = None) -> dict[str, Any]:
     prefetchers = [str(p) for p in ev.prefetchers]
     for p in prefetchers:  # exported files' prefetch heads: each loads, before any replay
         learned_prefetcher(p, "eval.prefetchers")
-    heuristic = [p for p in prefetchers if not p.startswith(LEARNED_PREFETCH)]
+    heuristic = [p for p in prefetchers if learned_path(p) is None]
     if heuristic or not prefetchers:
         _check_names("eval.prefetchers", heuristic, PREFETCH_NAMES, learned=False)
     presets = [str(p) for p in ev.presets]
@@ -1243,11 +1246,11 @@ def prefetch_label(prefetch: str, among: Iterable[str] = ()) -> str:
     as many of the path's last folders as tell it from the other learned prefetchers of
     ``among`` (``learned:run_a/policy.npz`` beside ``learned:run_b/policy.npz``); the
     ``prefetch`` column of the CSV keeps the path."""
-    if not prefetch.startswith(LEARNED_PREFETCH):
+    if learned_path(prefetch) is None:
         return prefetch
     mine = os.path.normpath(prefetch[len(LEARNED_PREFETCH):]).split(os.sep)
     others = {tuple(os.path.normpath(p[len(LEARNED_PREFETCH):]).split(os.sep))
-              for p in among if p.startswith(LEARNED_PREFETCH) and p != prefetch}
+              for p in among if learned_path(p) is not None and p != prefetch}
     return LEARNED_PREFETCH + "/".join(_tail(mine, others))
 
 

@@ -586,3 +586,15 @@ def test_two_prefetch_files_of_one_name_are_told_apart_in_the_table() -> None:
     assert [prefetch_label(p, among) for p in among] == [
         "learned:run_a/policy.npz", "learned:run_b/policy.npz", "history", "learned:other.npz"]
     assert prefetch_label("learned:/x/run_a/policy.npz") == "learned:policy.npz"
+
+
+def test_a_prefetch_file_is_named_in_any_case_as_a_policy_file_is() -> None:
+    """``LEARNED:PATH`` named a policy file among eviction policies but an unknown prefetcher
+    (a helper's audit)."""
+    from cachegym.envs.evaluation import learned_path, learned_prefetcher
+
+    golden = os.path.join(ROOT, "tests", "golden", "policy.npz")
+    assert learned_path("LEARNED:~/p.npz") == os.path.expanduser("~/p.npz")
+    assert learned_path("learnedx") is None and learned_path("history") is None
+    with pytest.raises(ConfigError, match="prefetch head"):  # (the golden file has none)
+        learned_prefetcher("Learned:" + golden)
