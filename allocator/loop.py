@@ -272,9 +272,10 @@ class Loop:
     # holding device memory does not pickle.)
     _STATE = ("capacity", "cost", "backend", "placement", "bypass_oversize", "stats", "_policy",
               "_prefetcher", "_hook", "_write_through", "_place", "_fp_mask", "_objs", "_tick",
-              "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes", "_pinned_bytes", "_seq",
-              "_n_evictable", "_writing", "_owed", "_alloc_retries", "_peak_allocated", "_num_ooms",
-              "_forget", "_forget_above", "_seen", "_clean_ahead", "_wrote")
+              "_landing", "_releases", "_pending_release_bytes", "_inflight_bytes",
+              "_pinned_bytes", "_seq", "_n_evictable", "_writing", "_owed", "_alloc_retries",
+              "_peak_allocated", "_num_ooms", "_forget", "_forget_above", "_seen", "_clean_ahead",
+              "_wrote")
 
     # made anew by _attach_runtime (the lock and what holds references into this instance)
     _RUNTIME = ("view", "_lock", "_acquire", "_release", "_fast_read",

@@ -324,8 +324,8 @@ class JointEnv(PoolEnv):
     def _displaced(self, key: int, t: int) -> float:
         """Ticks to the soonest next use among the objects a prefetch of ``key`` would evict
         (the pool's policy, the tracker's LRU order, makes its room; the accessed object is
-        held meanwhile), ``inf`` when it fits in the free bytes or none of them is used again (the teacher's "do no harm" test: Cao et
-        al., SIGMETRICS 1995)."""
+        held meanwhile), ``inf`` when it fits in the free bytes or none of them is used again
+        (the teacher's "do no harm" test: Cao et al., SIGMETRICS 1995)."""
         pool = self.pool
         assert pool is not None
         view = pool.view
