@@ -296,22 +296,29 @@ class Loop:
                 raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
                                   "EvictionRequest not answered yet); send it a victim or close "
                                   "the generator first")
-            self._wait_event()
+            self._wait_event(op)
 
     def _reopen(self, op: str) -> None:
         """Under the lock: the pool was closed and ``op`` uses it again (a subclass takes back
         what it gave up on closing: :meth:`Pool._reopen`)."""
         self._closed = False
 
-    def _wait_event(self) -> None:
+    def _wait_event(self, op: str = "read") -> None:
         """Under the lock: wait (a while) for another thread's pending event to end. Re-checked
         by the callers: a notify can come before the wait, from an event the garbage collector
-        closes in this very thread."""
+        closes in this very thread. An event whose thread has ended and that no other thread
+        takes up within a second never ends: :class:`ConfigError` (``op`` waited forever)."""
+        t = self._event_thread
+        dead = t is not None and not t.is_alive()
         self._n_waiting += 1
         try:
-            self._event_over.wait(0.05)
+            self._event_over.wait(1.0 if dead else 0.05)
         finally:
             self._n_waiting -= 1
+        if dead and t is not None and self._deciding and self._event_thread is t:
+            raise ConfigError(f"{op}: a steps() decision of this pool, begun by thread {t.name!r}, "
+                              "which has ended, is pending: close that generator (g.close()) "
+                              "to abandon its event, or answer it with g.send(victim)")
 
     def _await_event(self) -> None:
         """Under the lock: another thread's pending :meth:`steps` event ends first (a reading
@@ -1014,6 +1021,7 @@ class Loop:
         """:meth:`_make_room` for object ``key``, answered by the eviction policy, without a
         generator (called after an allocation failed)."""
         victim, view, place = self._victim, self.view, self._place
+        self._beside_pinned(size, need)
         # shortcut of _room_step(size, need, False) when nothing is in flight to wait for
         off = -1 if self._n_evictable and not self._releases else self._room_step(size, need, False)
         if off < 0:
@@ -1033,6 +1041,7 @@ class Loop:
 
     def _make_room(self, key: int, size: int, need: int) -> Generator[EvictionRequest, int, int]:
         """Evict (asking whoever drives the generator) until ``need`` bytes fit."""
+        self._beside_pinned(size, need)
         first = True
         while True:
             off = self._room_step(size, need)
@@ -1047,6 +1056,15 @@ class Loop:
             finally:
                 self._deciding = False
             self._evict(victim)
+
+    def _beside_pinned(self, size: int, need: int) -> None:
+        """Refuse (:class:`PoolExhausted`), before anything is evicted, ``need`` bytes that
+        cannot fit beside the pinned blocks whatever is evicted (it evicted every evictable
+        object first, then raised: a refused call changed the pool)."""
+        if self._place.capacity - self._pinned_bytes < need:
+            self._oom(size)
+            raise PoolExhausted(size, self._pinned_bytes, self._place.capacity,
+                                "the pinned objects leave too little room, whatever is evicted")
 
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in

@@ -272,3 +272,41 @@ def test_an_event_that_begins_as_another_ends_keeps_its_owner(victim_ok: bool) -
     b.join(10)
     assert len(out) == 1 and isinstance(out[0], bool)
     pool._check()
+
+
+def test_an_event_left_by_a_thread_that_ended_is_refused_not_waited_for_forever() -> None:
+    """A steps() event whose thread ended without answering it (its generator kept) blocked
+    every other thread's call forever, with no word (a helper's audit); after a second in which
+    no thread takes it up, a waiting call is refused, saying how to end the event."""
+    from cachegym.allocator.errors import ConfigError
+    from cachegym.policies.lru import LRU
+
+    pool = Pool(2 * ALIGN, LRU(), placement="bytes")
+    pool.access(1, ALIGN)
+    pool.access(2, ALIGN)
+    held = []
+
+    def begin() -> None:
+        g = pool.steps(3, ALIGN)
+        next(g)
+        held.append(g)
+
+    t = threading.Thread(target=begin, name="worker-a")
+    t.start()
+    t.join(10)
+    got: list[object] = []
+
+    def call() -> None:
+        try:
+            got.append(pool.access(1, ALIGN))
+        except ConfigError as e:
+            got.append(e)
+
+    b = threading.Thread(target=call, daemon=True)
+    b.start()
+    b.join(30)
+    assert not b.is_alive() and len(got) == 1 and isinstance(got[0], ConfigError), got
+    assert "thread 'worker-a', which has ended" in str(got[0]) and "g.close()" in str(got[0])
+    held[0].close()  # the event abandoned: the pool is free again
+    assert pool.access(1, ALIGN) and 3 not in pool
+    pool._check()

@@ -553,16 +553,35 @@ def test_a_prefetch_that_cannot_fit_beside_the_pinned_evicts_nothing(placement: 
 
 
 def test_partly_pinned_fragmented_arena_is_exhausted() -> None:
-    p = Pool(3 * B)
-    for k in range(3):
+    p = Pool(4 * B, placement="arena")
+    for k in range(4):
         p.access(k, B)
     p.pin(0)
     p.pin(2)
     with pytest.raises(PoolExhausted):
-        p.access(9, 2 * B)  # 1 block can be freed, but never 2 adjacent ones
+        p.access(9, 2 * B)  # 2 blocks can be freed, but never 2 adjacent ones
     p._check()
-    assert 9 not in p and p.state(1) == "host"  # the eviction it tried stands, nothing lost
-    assert p.snapshot().accesses == 3
+    assert 9 not in p and p.state(1) == "host"  # the evictions it tried stand, nothing lost
+    assert p.snapshot().accesses == 4
+
+
+@pytest.mark.parametrize("placement", ["bytes", "arena"])
+def test_an_access_that_cannot_fit_beside_the_pinned_evicts_nothing(placement: str) -> None:
+    """Where the pinned blocks leave too little room whatever is evicted, the access is refused
+    before anything is (PoolError: the pool unchanged); it evicted every evictable object
+    first, then raised (a helper's audit)."""
+    p = Pool(4 * B, LRU(), placement=placement)
+    for k in range(4):
+        p.access(k, B)
+    for k in (1, 2, 3):
+        p.pin(k)
+    before = p.snapshot()
+    with pytest.raises(PoolExhausted, match="pinned objects leave too little room"):
+        p.access(10, 2 * B)
+    after = p.snapshot()
+    assert p.state(0) == "device" and (after.evictions, after.accesses, after.misses) == (
+        before.evictions, before.accesses, before.misses)
+    p._check()
 
 
 def test_unknown_keys() -> None:
