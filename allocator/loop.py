@@ -293,9 +293,11 @@ class Loop:
             self._reopen(op)
         while self._deciding:
             if self._event_thread in (None, _current_thread()):
-                raise ConfigError(f"{op}: a steps() decision of this pool is pending (an "
-                                  "EvictionRequest not answered yet); send it a victim or close "
-                                  "the generator first")
+                raise ConfigError(f"{op}: an eviction decision of this pool is pending: a "
+                                  "steps() EvictionRequest not answered yet (send it a victim or "
+                                  "close the generator first), or a policy's victim() calling "
+                                  "its pool (a policy reads the pool through its view; it must "
+                                  "not change it)")
             self._wait_event(op)
 
     def _reopen(self, op: str) -> None:
@@ -1027,10 +1029,13 @@ class Loop:
         if off < 0:
             self._alloc_retries += 1
         while off < 0:
+            self._deciding = True  # (a victim() calling the pool back is refused meanwhile)
             try:
                 v = victim(view)
             except Exception as e:  # the caller undoes the miss
                 raise self._policy_error(self._policy, "victim", key, e, False) from e
+            finally:
+                self._deciding = False
             try:
                 self._evict(v)
             except InvalidVictim as e:

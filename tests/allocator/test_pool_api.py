@@ -41,7 +41,8 @@ def test_a_call_while_a_steps_decision_waits_is_refused_and_changes_nothing(call
     p = _full()
     g = p.steps(50, 300)
     req = next(g)
-    with pytest.raises(ConfigError, match="a steps\\(\\) decision of this pool is pending"):
+    with pytest.raises(ConfigError, match="an eviction decision of this pool is pending: a "
+                                          "steps\\(\\) EvictionRequest not answered yet"):
         call(p)
     try:
         while True:
@@ -51,6 +52,36 @@ def test_a_call_while_a_steps_decision_waits_is_refused_and_changes_nothing(call
     p._check()
     p.free(50)  # (allowed again)
     p._check()
+
+
+@pytest.mark.parametrize("call", [lambda p: p.access(9, 1024), lambda p: p.free(0),
+                                  lambda p: p.put(9, np.zeros(1024, np.uint8))])
+def test_a_victim_calling_its_pool_back_is_refused_and_changes_nothing(call) -> None:
+    """A victim() that accessed the pool while the pool made room for an access left 1 KiB of
+    the arena held by nothing (a helper's audit: _check failed, (3072, 4096)); the steps()
+    generator refused such calls, the policy-driven path did not."""
+    from cachegym.allocator.backends import NumpyBackend
+
+    class CallsBack(LRU):
+        calls = 0
+
+        def victim(self, view):  # type: ignore[no-untyped-def]
+            CallsBack.calls += 1
+            if CallsBack.calls == 1:  # (once: accepted, the call recursed into victim again)
+                call(pool)
+            return super().victim(view)
+
+    pool = Pool(4096, CallsBack(), backend=NumpyBackend())
+    for k in range(4):
+        pool.put(k, np.full(1024, k + 1, np.uint8))
+    before = pool.snapshot()
+    with pytest.raises(PolicyError, match="eviction decision of this pool is pending.* in victim"):
+        pool.access(4, 1024)
+    pool._check()
+    assert pool.snapshot().accesses == before.accesses and 4 not in pool
+    for k in range(4):
+        np.testing.assert_array_equal(pool.get(k), np.full(1024, k + 1, np.uint8))
+    pool.close()
 
 
 def test_a_hook_gets_numpy_keys_as_json() -> None:
