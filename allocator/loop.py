@@ -388,6 +388,8 @@ class Loop:
         if (type(kind) is not int or type(compute_ns) is not int or kind < 0 or kind > _MAX_KIND
                 or compute_ns < 0 or compute_ns > MAX_TOTAL):
             kind, compute_ns = _extras("access", kind, compute_ns)
+        if type(size) is not int or size <= 0 or size > MAX_SIZE:  # (a hit checked none)
+            _check_request("access", False, key, size)
         self._acquire()
         try:
             if self._deciding or self._closed:
@@ -485,6 +487,11 @@ class Loop:
         if type(key) is not int:
             key = as_key(key, "steps")
         kind, compute_ns = _extras("steps", kind, compute_ns)
+        if isinstance(op, bool) or op not in (Op.READ, Op.WRITE, Op.FREE):  # (7 was a read)
+            raise ConfigError(f"steps: op must be Op.READ (0), Op.WRITE (1) or Op.FREE (2), got "
+                              f"{op!r}")
+        if op != Op.FREE:
+            _check_request("steps", False, key, size)
         with self._lock:
             self._refuse_while_deciding("steps")
             if op == Op.FREE:

@@ -84,6 +84,27 @@ def test_a_victim_calling_its_pool_back_is_refused_and_changes_nothing(call) -> 
     pool.close()
 
 
+@pytest.mark.parametrize("size", ["abc", None, -1, 0, float("nan"), 2**63, True, 1024.0])
+def test_a_bad_size_is_refused_on_a_hit_as_on_a_miss(size) -> None:
+    """A hit ignored its size argument: access(1, 'abc') counted a hit (a helper's audit)."""
+    p = Pool(4096, LRU())
+    p.access(1, 1024)
+    with pytest.raises(ConfigError, match="needs a size that is an integer number of bytes"):
+        p.access(1, size)
+    with pytest.raises(ConfigError, match="needs a size that is an integer number of bytes"):
+        next(p.steps(1, size))
+    assert p.snapshot().accesses == 1 and p.access(1, np.int64(1024))
+
+
+@pytest.mark.parametrize("op", [7, "r", None, True, -1])
+def test_a_steps_op_that_is_none_of_read_write_free_is_refused(op) -> None:
+    """(7, 'r' and None were served as reads.)"""
+    p = Pool(4096, LRU())
+    with pytest.raises(ConfigError, match="op must be Op.READ \\(0\\), Op.WRITE"):
+        next(p.steps(1, 1024, op))
+    assert p.snapshot().accesses == 0
+
+
 def test_a_hook_gets_numpy_keys_as_json() -> None:
     out = io.StringIO()
     p = Pool(4096, LRU(), hook=JsonlHook(out))
