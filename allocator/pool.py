@@ -188,6 +188,8 @@ class Pool(Loop):
             raise ConfigError(f"write_policy must be 'write-back' or 'write-through', got {write_policy!r}")
         if oversize not in ("error", "bypass"):
             raise ConfigError(f"oversize must be 'error' or 'bypass', got {oversize!r}")
+        _check_backend(backend)
+        _check_hook(hook)
         if backend is not None and placement != "arena":
             raise ConfigError("a backend holds real bytes at arena offsets: use placement='arena'")
         if policy is None:
@@ -226,6 +228,11 @@ class Pool(Loop):
         # lock (another thread's access waits), never in the middle of a steps() decision
         with self._lock:
             self._refuse_while_deciding("pickle", reopen=False)  # (a closed pool stays closed)
+            if self.backend is not None:  # (its copy threads' lock was pickle's raw TypeError)
+                raise _NotPicklable(f"pickle: a pool with a backend ({type(self.backend).__name__}) "
+                                    "holds real bytes and copy threads, which do not pickle; "
+                                    "pickle a pool without a backend, or save the objects' "
+                                    "bytes (pool.get(key)) yourself")
             d = getattr(self, "__dict__", None)
             extra = None if d is None else {k: v for k, v in d.items()
                                             if k not in Pool._STATE and k not in Pool._RUNTIME}
@@ -310,6 +317,7 @@ class Pool(Loop):
 
     @hook.setter
     def hook(self, hook: PoolHook | None) -> None:
+        _check_hook(hook)
         if self._forget:
             _check_forgetful(self.backend, self._prefetcher, hook, self.cost)
         with self._lock:
@@ -786,6 +794,37 @@ def _claimed(policy: EvictionPolicy, prefetcher: PrefetchPolicy | None) -> list[
 _STATE_OF = {"policy": "objects", "prefetcher": "accesses"}
 _DECIDES = {"policy": "evictions", "prefetcher": "prefetches"}
 _MAKE = {"policy": "cachegym.make_policy(name)", "prefetcher": "cachegym.make_prefetch(name)"}
+
+
+class _NotPicklable(ConfigError, TypeError):
+    """What cannot be pickled (also the :class:`TypeError` pickle raises for such objects)."""
+
+
+_BACKEND_METHODS = ("attach", "device_buffer", "write", "copy_h2d", "copy_d2h", "stream_in",
+                    "stream_out", "wait", "free_host", "host_buffer")
+
+
+def _check_backend(backend: Any) -> None:
+    """Refuse (:class:`ConfigError`) a backend that is a class, or an object without the
+    :class:`~allocator.backends.Backend` methods (an AttributeError at its first copy)."""
+    if backend is None:
+        return
+    if isinstance(backend, type):
+        raise ConfigError(f"backend: pass an instance, e.g. backend={backend.__name__}(), not the "
+                          "class")
+    missing = [m for m in _BACKEND_METHODS if not callable(getattr(backend, m, None))]
+    if missing:
+        raise ConfigError(f"backend {backend!r} has no {', '.join(missing)}: give a "
+                          "cachegym.allocator.backends.Backend (NumpyBackend(), or CupyBackend() "
+                          "on a GPU)")
+
+
+def _check_hook(hook: Any) -> None:
+    """Refuse (:class:`ConfigError`) a hook that cannot be called with an event (it was taken,
+    then detached at the first event with a log line)."""
+    if hook is not None and not callable(hook):
+        raise ConfigError(f"hook must be a callable taking one event dict (e.g. JsonlHook(file)) "
+                          f"or None, got {hook!r}")
 
 
 def _claim_one(policy: Any, pool: Pool, check_only: bool = False, what: str = "policy") -> None:

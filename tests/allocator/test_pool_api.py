@@ -105,6 +105,31 @@ def test_a_steps_op_that_is_none_of_read_write_free_is_refused(op) -> None:
     assert p.snapshot().accesses == 0
 
 
+def test_a_backend_or_hook_that_is_none_and_a_pool_with_a_backend_in_pickle_are_clear() -> None:
+    """(A helper's audit: backend=object() was an AttributeError, the class NumpyBackend a
+    TypeError; hook=3 was taken and detached at the first event with a log line; pickling a
+    pool with a NumpyBackend was pickle's "cannot pickle '_thread.lock' object".)"""
+    from cachegym.allocator.backends import NumpyBackend
+
+    with pytest.raises(ConfigError, match="backend .* has no attach, device_buffer"):
+        Pool(4096, LRU(), backend=object())
+    with pytest.raises(ConfigError, match="pass an instance, e.g. backend=NumpyBackend\\(\\)"):
+        Pool(4096, LRU(), backend=NumpyBackend)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="hook must be a callable"):
+        Pool(4096, LRU(), hook=3)  # type: ignore[arg-type]
+    p = Pool(4096, LRU(), backend=NumpyBackend())
+    with pytest.raises(ConfigError, match="hook must be a callable"):
+        p.hook = "str"  # type: ignore[assignment]
+    assert p.hook is None
+    p.put(1, np.ones(1024, np.uint8))
+    with pytest.raises(TypeError, match="a pool with a backend .* do not pickle"):
+        pickle.dumps(p)
+    with pytest.raises(ConfigError, match="do not pickle"):
+        copy.deepcopy(p)
+    np.testing.assert_array_equal(p.get(1), np.ones(1024, np.uint8))
+    p.close()
+
+
 def test_a_hook_gets_numpy_keys_as_json() -> None:
     out = io.StringIO()
     p = Pool(4096, LRU(), hook=JsonlHook(out))
