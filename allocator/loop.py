@@ -547,6 +547,8 @@ class Loop:
         """Drop ``key`` everywhere, without write-back. Raises :class:`UnknownKey`."""
         key = as_key(key, "free")
         with self._lock:
+            if self._closed:  # (refused before a closed pool is taken up again: it stays closed)
+                self._get(key, "free")
             self._refuse_while_deciding("free")
             self._free(key)
 
@@ -554,6 +556,8 @@ class Loop:
         """Keep ``key`` on the device until :meth:`unpin` (counted: pins nest)."""
         key = as_key(key, "pin")
         with self._lock:
+            if self._closed and self._get(key, "pin").state not in (DEVICE, H2D):
+                raise NotResident(key, "pin")  # (before a closed pool is taken up again)
             self._refuse_while_deciding("pin")
             o = self._get(key, "pin")
             if o.state == H2D:
@@ -568,6 +572,8 @@ class Loop:
     def unpin(self, key: int) -> None:
         key = as_key(key, "unpin")
         with self._lock:
+            if self._closed and self._get(key, "unpin").pins == 0:
+                raise NotPinned(key)  # (before a closed pool is taken up again: it stays closed)
             self._refuse_while_deciding("unpin")
             o = self._get(key, "unpin")
             if o.pins == 0:

@@ -130,6 +130,26 @@ def test_a_backend_or_hook_that_is_none_and_a_pool_with_a_backend_in_pickle_are_
     p.close()
 
 
+def test_a_refused_call_on_a_closed_pool_leaves_it_closed() -> None:
+    """free(999), unpin of an unpinned object, pin of one in host memory on a closed pool were
+    refused after the pool had taken its policy and backend back: a new pool was then refused
+    them (a helper's audit)."""
+    from cachegym.allocator.backends import NumpyBackend
+    from cachegym.allocator.errors import NotPinned, NotResident, UnknownKey
+
+    be, pol = NumpyBackend(), LRU()
+    p = Pool(4096, pol, backend=be)
+    for k in range(5):  # (0 is in host memory after 4's put)
+        p.put(k, np.full(1024, k, np.uint8))
+    p.close()
+    for call, err in ((lambda: p.free(999), UnknownKey), (lambda: p.unpin(1), NotPinned),
+                      (lambda: p.pin(0), NotResident)):
+        with pytest.raises(err):
+            call()
+    q = Pool(4096, LRU(), backend=be)  # (the backend is free to go to another pool)
+    q.close()
+
+
 def test_a_hook_gets_numpy_keys_as_json() -> None:
     out = io.StringIO()
     p = Pool(4096, LRU(), hook=JsonlHook(out))
