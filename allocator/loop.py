@@ -954,14 +954,9 @@ class Loop:
             if self.bypass_oversize:
                 return False
             raise ObjectTooLarge(key, o.size, self._place.capacity, self.capacity)
-        # what no eviction can free for it: pinned blocks, and the prefetches in flight (a
-        # prefetch waits for none to land; a write-back waited for lets time, and them, land):
-        # refused before anything is evicted, not after everything evictable is
-        stuck = self._pinned_bytes + (0 if self._releases else self._inflight_bytes)
-        if self._place.capacity - stuck < need:
-            self._oom(o.size)
-            raise PoolExhausted(o.size, stuck, self._place.capacity,
-                                "a prefetch does not wait for the prefetches in flight to land")
+        # beside the pinned blocks, the prefetches in flight: a prefetch waits for none to land
+        # (a write-back waited for lets time, and them, land)
+        self._beside_pinned(o.size, need, 0 if self._releases else self._inflight_bytes)
         if o.d2h_event is not None:
             self._wait_written_back(o)  # before it is fetched (may raise: nothing done yet)
         if created:
@@ -1075,14 +1070,18 @@ class Loop:
                 self._deciding = False
             self._evict(victim)
 
-    def _beside_pinned(self, size: int, need: int) -> None:
+    def _beside_pinned(self, size: int, need: int, in_flight: int = 0) -> None:
         """Refuse (:class:`PoolExhausted`), before anything is evicted, ``need`` bytes that
-        cannot fit beside the pinned blocks whatever is evicted (it evicted every evictable
-        object first, then raised: a refused call changed the pool)."""
-        if self._place.capacity - self._pinned_bytes < need:
+        cannot fit beside the pinned blocks (and ``in_flight`` bytes a prefetch does not wait
+        for) whatever is evicted (it evicted every evictable object first, then raised: a
+        refused call changed the pool)."""
+        stuck = self._pinned_bytes + in_flight
+        if self._place.capacity - stuck < need:
             self._oom(size)
-            raise PoolExhausted(size, self._pinned_bytes, self._place.capacity,
-                                "the pinned objects leave too little room, whatever is evicted")
+            raise PoolExhausted(size, stuck, self._place.capacity,
+                                "the pinned objects leave too little room, whatever is evicted"
+                                if not in_flight else "a prefetch does not wait for the "
+                                "prefetches in flight to land")
 
     def _room_step(self, size: int, need: int, try_alloc: bool = True) -> int:
         """The offset of a block of ``need`` bytes once one is free, waiting for copies in

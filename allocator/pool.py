@@ -735,9 +735,9 @@ class Pool(Loop):
     def _fits_beside_pinned(self, need: int) -> bool:
         """Whether ``need`` bytes can be placed once everything unpinned is gone (in-flight
         copies land and become evictable; only pinned objects hold space for good)."""
-        pinned = sorted((o.offset, o.nbytes) for o in self._objs.values() if o.pins)
         if not isinstance(self._place, Arena):
-            return self._place.capacity - sum(n for _, n in pinned) >= need
+            return self._place.capacity - self._pinned_bytes >= need
+        pinned = sorted((o.offset, o.nbytes) for o in self._objs.values() if o.pins)
         pos = 0
         for off, n in pinned + [(self._place.capacity, 0)]:
             if off - pos >= need:
@@ -800,8 +800,11 @@ class _NotPicklable(ConfigError, TypeError):
     """What cannot be pickled (also the :class:`TypeError` pickle raises for such objects)."""
 
 
-_BACKEND_METHODS = ("attach", "device_buffer", "write", "copy_h2d", "copy_d2h", "stream_in",
-                    "stream_out", "wait", "free_host", "host_buffer")
+def _backend_methods() -> tuple[str, ...]:
+    """The methods of the :class:`~allocator.backends.Backend` protocol (its one statement)."""
+    from cachegym.allocator.backends import Backend
+
+    return tuple(n for n, v in vars(Backend).items() if not n.startswith("_") and callable(v))
 
 
 def _check_backend(backend: Any) -> None:
@@ -812,7 +815,7 @@ def _check_backend(backend: Any) -> None:
     if isinstance(backend, type):
         raise ConfigError(f"backend: pass an instance, e.g. backend={backend.__name__}(), not the "
                           "class")
-    missing = [m for m in _BACKEND_METHODS if not callable(getattr(backend, m, None))]
+    missing = [m for m in _backend_methods() if not callable(getattr(backend, m, None))]
     if missing:
         raise ConfigError(f"backend {backend!r} has no {', '.join(missing)}: give a "
                           "cachegym.allocator.backends.Backend (NumpyBackend(), or CupyBackend() "
